@@ -1,0 +1,124 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+)
+
+// Content is a message's content: a string, an array of content parts, or null.
+// It keeps the producer's JSON bytes, so content parts come back verbatim.
+type Content struct {
+	raw json.RawMessage
+}
+
+// ContentPart is one element of an array content. Only Type and Text are read;
+// the part itself is kept verbatim in its Content.
+type ContentPart struct {
+	Type string `json:"type"`
+	Text string `json:"text,omitempty"`
+	// Raw is the part exactly as sent.
+	Raw json.RawMessage `json:"-"`
+}
+
+// Text returns a string content.
+func Text(s string) Content {
+	b, _ := json.Marshal(s)
+	return Content{raw: b}
+}
+
+// Parts returns an array content made of the given raw JSON parts.
+func Parts(parts ...json.RawMessage) Content {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(p)
+	}
+	b.WriteByte(']')
+	return Content{raw: b.Bytes()}
+}
+
+// RawContent wraps raw JSON (a string, an array or null) as content without checking it;
+// Validate checks it.
+func RawContent(raw json.RawMessage) Content { return Content{raw: bytes.Clone(raw)} }
+
+// Raw returns the content's JSON bytes (nil when absent).
+func (c Content) Raw() json.RawMessage { return c.raw }
+
+// IsNull reports whether the content is absent or JSON null.
+func (c Content) IsNull() bool {
+	t := bytes.TrimSpace(c.raw)
+	return len(t) == 0 || bytes.Equal(t, []byte("null"))
+}
+
+// IsString reports whether the content is a JSON string.
+func (c Content) IsString() bool {
+	t := bytes.TrimSpace(c.raw)
+	return len(t) > 0 && t[0] == '"'
+}
+
+// IsParts reports whether the content is an array of content parts.
+func (c Content) IsParts() bool {
+	t := bytes.TrimSpace(c.raw)
+	return len(t) > 0 && t[0] == '['
+}
+
+// String returns the text of a string content, or the text parts of an array
+// content joined by newlines. Non-text parts contribute nothing.
+func (c Content) String() string {
+	switch {
+	case c.IsString():
+		var s string
+		_ = json.Unmarshal(c.raw, &s)
+		return s
+	case c.IsParts():
+		parts, err := c.Parts()
+		if err != nil {
+			return ""
+		}
+		var texts []string
+		for _, p := range parts {
+			if p.Type == "text" {
+				texts = append(texts, p.Text)
+			}
+		}
+		return strings.Join(texts, "\n")
+	}
+	return ""
+}
+
+// Parts decodes an array content. It returns nil for string or null content.
+func (c Content) Parts() ([]ContentPart, error) {
+	if !c.IsParts() {
+		return nil, nil
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(c.raw, &raws); err != nil {
+		return nil, err
+	}
+	parts := make([]ContentPart, len(raws))
+	for i, r := range raws {
+		if err := json.Unmarshal(r, &parts[i]); err != nil {
+			return nil, err
+		}
+		parts[i].Raw = r
+	}
+	return parts, nil
+}
+
+// MarshalJSON writes the content bytes as received (null when absent).
+func (c Content) MarshalJSON() ([]byte, error) {
+	if c.IsNull() {
+		return []byte("null"), nil
+	}
+	return c.raw, nil
+}
+
+// UnmarshalJSON keeps the content bytes as received.
+func (c *Content) UnmarshalJSON(data []byte) error {
+	c.raw = bytes.Clone(data)
+	return nil
+}

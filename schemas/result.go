@@ -1,0 +1,215 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// SchemaVersion is the version of the KV value this code writes and fully understands.
+const SchemaVersion = 1
+
+// Trigger kinds recorded in requests, results and events.
+const (
+	TriggerBudget     = "budget"
+	TriggerStructural = "structural"
+	TriggerTemporal   = "temporal"
+	TriggerManual     = "manual"
+)
+
+// Request asks the summarizer pool to compact one conversation. It is the payload of
+// compact.request.<conv>.
+type Request struct {
+	RequestID    string    `json:"request_id"`
+	Conversation string    `json:"conversation"`
+	Trigger      string    `json:"trigger"`
+	Reason       string    `json:"reason,omitempty"`
+	Instructions string    `json:"instructions,omitempty"`
+	RequestedAt  time.Time `json:"requested_at"`
+	// UpToSeq is the newest CHAT sequence the requester had seen; workers compact at
+	// least this far and may include anything newer.
+	UpToSeq uint64 `json:"up_to_seq"`
+}
+
+// Validate checks a request.
+func (r *Request) Validate() error {
+	if r.RequestID == "" {
+		return invalid("request_id", "must not be empty")
+	}
+	if err := ValidateConversationID(r.Conversation); err != nil {
+		return err
+	}
+	switch r.Trigger {
+	case TriggerBudget, TriggerStructural, TriggerTemporal, TriggerManual:
+	default:
+		return invalid("trigger", "unknown trigger %q; must be budget, structural, temporal or manual", r.Trigger)
+	}
+	return nil
+}
+
+// Override is a per-sequence change every reader applies to a tail or pinned message.
+// A truncation keeps the first KeepHead and the last KeepTail characters (Unicode code
+// points) of the message's text and puts Note between them.
+type Override struct {
+	Seq      uint64 `json:"seq"`
+	KeepHead int    `json:"keep_head"`
+	KeepTail int    `json:"keep_tail"`
+	Note     string `json:"note,omitempty"`
+}
+
+// Result is the KV value of key <conv> in bucket "compaction": one summary plus the
+// sequence where the verbatim tail starts.
+type Result struct {
+	SchemaVersion     int        `json:"schema_version"`
+	Conversation      string     `json:"conversation"`
+	Generation        uint64     `json:"generation"`
+	Summary           string     `json:"summary"`
+	SummaryRole       Role       `json:"summary_role,omitempty"`
+	TailStartSeq      uint64     `json:"tail_start_seq"`
+	CoveredThroughSeq uint64     `json:"covered_through_seq"`
+	PinnedSeqs        []uint64   `json:"pinned_seqs,omitempty"`
+	Overrides         []Override `json:"overrides,omitempty"`
+	Strategy          string     `json:"strategy,omitempty"`
+	Trigger           string     `json:"trigger,omitempty"`
+	Reason            string     `json:"reason,omitempty"`
+	RequestID         string     `json:"request_id,omitempty"`
+	// RequestSeq is the work-queue sequence of the request, stable across redeliveries.
+	RequestSeq uint64 `json:"request_seq,omitempty"`
+	// LLMBaseGeneration is the last LLM-written generation this one builds on.
+	LLMBaseGeneration uint64    `json:"llm_base_generation"`
+	Fallback          bool      `json:"fallback"`
+	Model             string    `json:"model,omitempty"`
+	PromptHash        string    `json:"prompt_hash,omitempty"`
+	TokensBefore      int       `json:"tokens_before"`
+	TokensAfter       int       `json:"tokens_after"`
+	MessagesBefore    int       `json:"messages_before"`
+	MessagesAfter     int       `json:"messages_after"`
+	Usage             *Usage    `json:"usage,omitempty"`
+	DeclinedAtSeq     uint64    `json:"declined_at_seq,omitempty"`
+	CreatedAt         time.Time `json:"created_at"`
+
+	// Unknown keeps fields written by a newer writer, so a rewrite does not drop them.
+	Unknown map[string]json.RawMessage `json:"-"`
+}
+
+// ErrNewerSchema is returned when a KV value was written by a newer schema version.
+type ErrNewerSchema struct{ Version int }
+
+func (e *ErrNewerSchema) Error() string {
+	return fmt.Sprintf("compaction value has schema_version %d; this reader understands %d: upgrade the reader", e.Version, SchemaVersion)
+}
+
+type resultFields Result
+
+var knownResultFields = func() map[string]bool {
+	m := map[string]bool{}
+	b, _ := json.Marshal(resultFields{})
+	var all map[string]json.RawMessage
+	_ = json.Unmarshal(b, &all)
+	for k := range all {
+		m[k] = true
+	}
+	for _, k := range []string{"summary_role", "pinned_seqs", "overrides", "strategy", "trigger",
+		"reason", "request_id", "request_seq", "model", "prompt_hash", "usage", "declined_at_seq"} {
+		m[k] = true
+	}
+	return m
+}()
+
+// UnmarshalJSON decodes a value and keeps unknown fields.
+func (r *Result) UnmarshalJSON(data []byte) error {
+	var f resultFields
+	if err := json.Unmarshal(data, &f); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(data, &all); err != nil {
+		return err
+	}
+	*r = Result(f)
+	r.Unknown = nil
+	for k, v := range all {
+		if !knownResultFields[k] {
+			if r.Unknown == nil {
+				r.Unknown = map[string]json.RawMessage{}
+			}
+			r.Unknown[k] = bytes.Clone(v)
+		}
+	}
+	return nil
+}
+
+// MarshalJSON encodes a value with its unknown fields.
+func (r Result) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal(resultFields(r))
+	if err != nil || len(r.Unknown) == 0 {
+		return b, err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return nil, err
+	}
+	for k, v := range r.Unknown {
+		if _, known := all[k]; !known {
+			all[k] = v
+		}
+	}
+	return json.Marshal(all)
+}
+
+// DecodeResult parses a KV value. A value of a newer schema version is refused with
+// *ErrNewerSchema rather than guessed at.
+func DecodeResult(data []byte) (*Result, error) {
+	var r Result
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("decode compaction value: %w", err)
+	}
+	if r.SchemaVersion > SchemaVersion {
+		return nil, &ErrNewerSchema{Version: r.SchemaVersion}
+	}
+	if r.SchemaVersion < 1 {
+		return nil, invalid("schema_version", "must be at least 1, got %d", r.SchemaVersion)
+	}
+	return &r, nil
+}
+
+// SummaryRoleOrDefault returns the role the summary message is given (default user).
+func (r *Result) SummaryRoleOrDefault() Role {
+	if r.SummaryRole == "" {
+		return RoleUser
+	}
+	return r.SummaryRole
+}
+
+// Event types on compact.event.<conv>.
+const (
+	EventRequested = "requested"
+	EventStarted   = "started"
+	EventCompleted = "completed"
+	EventDeclined  = "declined"
+	EventFailed    = "failed"
+)
+
+// Event reports one step of a compaction request.
+type Event struct {
+	Type         string    `json:"type"`
+	Conversation string    `json:"conversation"`
+	RequestID    string    `json:"request_id"`
+	Generation   uint64    `json:"generation"`
+	Trigger      string    `json:"trigger,omitempty"`
+	Reason       string    `json:"reason,omitempty"`
+	TokensBefore int       `json:"tokens_before"`
+	TokensAfter  int       `json:"tokens_after"`
+	DurationMS   int64     `json:"duration_ms"`
+	Error        string    `json:"error,omitempty"`
+	At           time.Time `json:"at"`
+}
+
+// DeadLetter is what COMPACT_DEAD keeps of a request that used up its attempts.
+type DeadLetter struct {
+	Request  Request   `json:"request"`
+	Error    string    `json:"error"`
+	Attempts uint64    `json:"attempts"`
+	At       time.Time `json:"at"`
+}

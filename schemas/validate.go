@@ -1,0 +1,159 @@
+package schemas
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ErrInvalid is matched by every validation error (errors.Is(err, ErrInvalid)).
+var ErrInvalid = errors.New("invalid")
+
+// ValidationError names the field that broke a rule of the wire contract.
+type ValidationError struct {
+	Field string // e.g. "tool_calls[0].function.name"
+	Rule  string // e.g. "must not be empty"
+}
+
+func (e *ValidationError) Error() string { return e.Field + ": " + e.Rule }
+
+// Is makes every ValidationError match ErrInvalid.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Rule: fmt.Sprintf(format, args...)}
+}
+
+// MaxConversationIDLen is the longest conversation id the contract allows.
+const MaxConversationIDLen = 128
+
+// ValidateConversationID checks the id rule: 1–128 characters of [A-Za-z0-9_-].
+// Ids are never rewritten: anything else is refused.
+func ValidateConversationID(id string) error {
+	if id == "" {
+		return invalid("conversation", "must not be empty (1-128 characters of [A-Za-z0-9_-])")
+	}
+	if len(id) > MaxConversationIDLen {
+		return invalid("conversation", "is %d characters long; at most %d of [A-Za-z0-9_-] are allowed", len(id), MaxConversationIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return invalid("conversation", "character %q at position %d is not allowed; use only [A-Za-z0-9_-]", rune(c), i)
+		}
+	}
+	return nil
+}
+
+// Validate checks one message on its own against the wire contract. Whether a tool
+// message answers a call that exists is a property of the conversation, checked by
+// the publisher and the reader.
+func (m *Message) Validate() error {
+	if m.Role == "" {
+		return invalid("role", "is required (system, user, assistant or tool)")
+	}
+	if !m.Role.Valid() {
+		return invalid("role", "unknown role %q; must be system, user, assistant or tool", string(m.Role))
+	}
+	if err := validateContent(m); err != nil {
+		return err
+	}
+	if len(m.ToolCalls) > 0 && m.Role != RoleAssistant {
+		return invalid("tool_calls", "only assistant messages may call tools, not %s", m.Role)
+	}
+	seen := make(map[string]bool, len(m.ToolCalls))
+	for i, tc := range m.ToolCalls {
+		f := fmt.Sprintf("tool_calls[%d]", i)
+		if tc.ID == "" {
+			return invalid(f+".id", "must not be empty")
+		}
+		if seen[tc.ID] {
+			return invalid(f+".id", "%q is used twice in the same message", tc.ID)
+		}
+		seen[tc.ID] = true
+		if tc.Type != "function" {
+			return invalid(f+".type", "must be \"function\", not %q", tc.Type)
+		}
+		if tc.Function.Name == "" {
+			return invalid(f+".function.name", "must not be empty")
+		}
+	}
+	switch {
+	case m.Role == RoleTool && m.ToolCallID == "":
+		return invalid("tool_call_id", "is required on a tool message")
+	case m.Role != RoleTool && m.ToolCallID != "":
+		return invalid("tool_call_id", "is only allowed on a tool message, not %s", m.Role)
+	}
+	if len(m.Extra) > 0 {
+		if t := bytes.TrimSpace(m.Extra); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
+			return invalid("extra", "must be a JSON object")
+		}
+	}
+	if m.Tokens < 0 {
+		return invalid("tokens", "must not be negative")
+	}
+	if m.Usage != nil && (m.Usage.PromptTokens < 0 || m.Usage.CompletionTokens < 0) {
+		return invalid("usage", "token counts must not be negative")
+	}
+	return nil
+}
+
+func validateContent(m *Message) error {
+	c := m.Content
+	switch {
+	case c.IsNull():
+		if m.Role == RoleAssistant && len(m.ToolCalls) > 0 {
+			return nil
+		}
+		return invalid("content", "is required on a %s message (null is allowed only beside tool_calls)", m.Role)
+	case c.IsString():
+		var s string
+		if err := json.Unmarshal(c.raw, &s); err != nil {
+			return invalid("content", "is not a valid JSON string: %v", err)
+		}
+		return nil
+	case c.IsParts():
+		var raws []json.RawMessage
+		if err := json.Unmarshal(c.raw, &raws); err != nil {
+			return invalid("content", "is not a valid array of content parts: %v", err)
+		}
+		for i, r := range raws {
+			if err := validatePart(fmt.Sprintf("content[%d]", i), r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return invalid("content", "must be a string, an array of content parts or null")
+}
+
+func validatePart(field string, raw json.RawMessage) error {
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &p); err != nil || p == nil {
+		return invalid(field, "must be a JSON object")
+	}
+	var typ string
+	if err := json.Unmarshal(p["type"], &typ); err != nil || typ == "" {
+		return invalid(field+".type", "is required and must be a string")
+	}
+	// Each known part type must carry its payload field; unknown types are kept verbatim.
+	need := map[string]string{
+		"text": "text", "image_url": "image_url", "input_audio": "input_audio",
+		"file": "file", "refusal": "refusal",
+	}[typ]
+	if need == "" {
+		return nil
+	}
+	v, ok := p[need]
+	if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+		return invalid(field+"."+need, "is required on a %q part", typ)
+	}
+	if typ == "text" {
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return invalid(field+".text", "must be a string")
+		}
+	}
+	return nil
+}
