@@ -1,0 +1,157 @@
+package jetstream
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Names are the stream, subject, bucket and consumer names of the wire contract.
+// Every name is configurable; the defaults are the contract's.
+type Names struct {
+	ChatStream      string // CHAT
+	ChatPrefix      string // chat: messages on chat.<conv>.msg
+	RequestsStream  string // COMPACT_REQUESTS
+	RequestPrefix   string // compact.request: requests on compact.request.<conv>
+	EventsStream    string // COMPACT_EVENTS
+	EventPrefix     string // compact.event: events on compact.event.<conv>
+	DeadStream      string // COMPACT_DEAD
+	DeadPrefix      string // compact.dead
+	ActivityStream  string // ACTIVITY
+	ActivityPrefix  string // activity
+	ResultsBucket   string // compaction
+	PolicyBucket    string // compaction-policy
+	TriggerConsumer string // durable consumer of the active trigger on CHAT
+	TriggerGroup    string // priority group of the trigger consumer
+	WorkerConsumer  string // durable consumer of the summarizer pool on COMPACT_REQUESTS
+}
+
+// DefaultNames returns the contract's names.
+func DefaultNames() Names {
+	return Names{
+		ChatStream: "CHAT", ChatPrefix: "chat",
+		RequestsStream: "COMPACT_REQUESTS", RequestPrefix: "compact.request",
+		EventsStream: "COMPACT_EVENTS", EventPrefix: "compact.event",
+		DeadStream: "COMPACT_DEAD", DeadPrefix: "compact.dead",
+		ActivityStream: "ACTIVITY", ActivityPrefix: "activity",
+		ResultsBucket: "compaction", PolicyBucket: "compaction-policy",
+		TriggerConsumer: "compactor-trigger", TriggerGroup: "trigger",
+		WorkerConsumer: "compactor-workers",
+	}
+}
+
+// ChatSubject is the subject a conversation's messages are published on.
+func (n Names) ChatSubject(conv string) string { return n.ChatPrefix + "." + conv + ".msg" }
+
+// ChatWildcard matches every conversation's messages.
+func (n Names) ChatWildcard() string { return n.ChatPrefix + ".*.msg" }
+
+// ConversationOf returns the conversation id of a chat subject.
+func (n Names) ConversationOf(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, n.ChatPrefix+".")
+	if !ok {
+		return "", false
+	}
+	conv, ok := strings.CutSuffix(rest, ".msg")
+	if !ok || conv == "" || strings.Contains(conv, ".") {
+		return "", false
+	}
+	return conv, true
+}
+
+// RequestSubject is where a conversation's compaction request waits.
+func (n Names) RequestSubject(conv string) string { return n.RequestPrefix + "." + conv }
+
+// EventSubject is where a conversation's compaction events are published.
+func (n Names) EventSubject(conv string) string { return n.EventPrefix + "." + conv }
+
+// DeadSubject is where a conversation's dead letters go.
+func (n Names) DeadSubject(conv string) string { return n.DeadPrefix + "." + conv }
+
+// ActivitySubject carries a conversation's idle timer.
+func (n Names) ActivitySubject(conv string) string { return n.ActivityPrefix + "." + conv }
+
+// Config sets up the streams, buckets and consumers.
+type Config struct {
+	Names
+	// Replicas of every stream and bucket (1 on a single server, 3 in a cluster).
+	Replicas int
+	// ChatMaxAge, when > 0, bounds how long raw history is kept. 0 keeps it forever.
+	ChatMaxAge time.Duration
+	// DuplicateWindow is CHAT's window for Nats-Msg-Id de-duplication.
+	DuplicateWindow time.Duration
+	// EventsMaxAge and DeadMaxAge bound the event and dead-letter streams.
+	EventsMaxAge time.Duration
+	DeadMaxAge   time.Duration
+	// ResultHistory is how many revisions of each KV value are kept.
+	ResultHistory uint8
+	// WorkerAckWait is how long a worker may hold a request without InProgress.
+	WorkerAckWait time.Duration
+	// TriggerAckWait is how long the trigger may hold a chat message before redelivery.
+	TriggerAckWait time.Duration
+	// TriggerPinnedTTL is how long the pinned trigger may stay silent before a standby
+	// takes over.
+	TriggerPinnedTTL time.Duration
+	// ActivityMarkerTTL is how long the idle markers of ACTIVITY outlive their messages.
+	ActivityMarkerTTL time.Duration
+}
+
+// DefaultConfig returns the contract's defaults for a single server.
+func DefaultConfig() Config {
+	return Config{
+		Names:             DefaultNames(),
+		Replicas:          1,
+		DuplicateWindow:   2 * time.Minute,
+		EventsMaxAge:      7 * 24 * time.Hour,
+		DeadMaxAge:        30 * 24 * time.Hour,
+		ResultHistory:     5,
+		WorkerAckWait:     time.Minute,
+		TriggerAckWait:    30 * time.Second,
+		TriggerPinnedTTL:  10 * time.Second,
+		ActivityMarkerTTL: 24 * time.Hour,
+	}
+}
+
+// ErrConfig is matched by every configuration error.
+var ErrConfig = errors.New("invalid jetstream config")
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	for name, v := range map[string]string{
+		"chat stream": c.ChatStream, "chat prefix": c.ChatPrefix, "requests stream": c.RequestsStream,
+		"request prefix": c.RequestPrefix, "events stream": c.EventsStream, "event prefix": c.EventPrefix,
+		"dead stream": c.DeadStream, "dead prefix": c.DeadPrefix, "activity stream": c.ActivityStream,
+		"activity prefix": c.ActivityPrefix, "results bucket": c.ResultsBucket, "policy bucket": c.PolicyBucket,
+		"trigger consumer": c.TriggerConsumer, "trigger group": c.TriggerGroup, "worker consumer": c.WorkerConsumer,
+	} {
+		if v == "" {
+			return bad("%s name is empty", name)
+		}
+		if strings.ContainsAny(v, " *>\t") {
+			return bad("%s name %q contains a space or wildcard", name, v)
+		}
+	}
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return bad("replicas must be 1 to 5, got %d", c.Replicas)
+	case c.ChatMaxAge < 0:
+		return bad("chat max age must not be negative")
+	case c.DuplicateWindow <= 0:
+		return bad("duplicate window must be positive")
+	case c.ResultHistory < 1 || c.ResultHistory > 64:
+		return bad("result history must be 1 to 64, got %d", c.ResultHistory)
+	case c.WorkerAckWait < time.Second:
+		return bad("worker ack wait must be at least 1s")
+	case c.TriggerAckWait < time.Second:
+		return bad("trigger ack wait must be at least 1s")
+	case c.TriggerPinnedTTL < time.Second:
+		return bad("trigger pinned TTL must be at least 1s")
+	case c.ActivityMarkerTTL < time.Second:
+		return bad("activity marker TTL must be at least 1s")
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+// Package embedded runs an in-process nats-server with JetStream, for the default
+// single-binary run (COMPACTOR_NATS_URL empty) and for tests.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
+)
+
+// Config says where the embedded server listens and stores.
+type Config struct {
+	// Listen is host:port for clients; port -1 picks a free one. Default 127.0.0.1:4222.
+	Listen string
+	// DataDir holds JetStream's files; it is created if missing.
+	DataDir string
+	// ServerName names the server in logs and cluster views.
+	ServerName string
+	// ReadyTimeout bounds start-up.
+	ReadyTimeout time.Duration
+	// Logger receives the server's own log lines at debug level (warnings and errors at
+	// their own levels). The zero logger discards them.
+	Logger zerolog.Logger
+}
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("embedded nats: data dir is empty")
+	}
+	if _, _, err := splitListen(c.Listen); err != nil {
+		return err
+	}
+	return nil
+}
+
+func splitListen(listen string) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("embedded nats: listen address %q is not host:port: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("embedded nats: listen port %q must be -1 (any free port) or 0-65535", portStr)
+	}
+	if port == 0 {
+		port = -1
+	}
+	return host, port, nil
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	ns *server.Server
+}
+
+// Start starts the server and waits until it accepts connections.
+func Start(cfg Config) (*Server, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:4222"
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = "compactor-embedded"
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 10 * time.Second
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	host, port, _ := splitListen(cfg.Listen)
+	opts := &server.Options{
+		ServerName: cfg.ServerName,
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.DataDir,
+		NoSigs:     true,
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	ns.SetLoggerV2(&logAdapter{log: cfg.Logger}, false, false, false)
+	ns.Start()
+	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("embedded nats: not ready after %s (is %s already in use? set COMPACTOR_LISTEN or COMPACTOR_NATS_URL)", cfg.ReadyTimeout, cfg.Listen)
+	}
+	return &Server{ns: ns}, nil
+}
+
+// ClientURL is the URL clients connect to.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// NATS returns the underlying server, for tests that need to inspect it.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// Shutdown stops the server and waits until it is down.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}
+
+// logAdapter sends the server's log lines to zerolog.
+type logAdapter struct{ log zerolog.Logger }
+
+func (l *logAdapter) Noticef(format string, v ...any) {
+	l.log.Debug().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l *logAdapter) Warnf(format string, v ...any) {
+	l.log.Warn().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l *logAdapter) Fatalf(format string, v ...any) {
+	l.log.Error().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l *logAdapter) Errorf(format string, v ...any) {
+	l.log.Error().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l *logAdapter) Debugf(format string, v ...any) {
+	l.log.Debug().Str("component", "nats-server").Msgf(format, v...)
+}
+func (l *logAdapter) Tracef(format string, v ...any) {
+	l.log.Trace().Str("component", "nats-server").Msgf(format, v...)
+}

@@ -1,0 +1,58 @@
+// Package jstest starts a real in-process nats-server with JetStream for tests: a fresh
+// store directory and a free port per test, shut down by t.Cleanup.
+package jstest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/embedded"
+)
+
+// Server starts a server and returns it.
+func Server(t testing.TB) *embedded.Server {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("start nats-server: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+// Conn connects to srv and closes the connection at cleanup.
+func Conn(t testing.TB, srv *embedded.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// WithJetStream starts a server, connects, provisions the contract with cfg (nil: the
+// defaults) and runs fn.
+func WithJetStream(t *testing.T, fn func(t *testing.T, nc *nats.Conn, st *jetstream.Store)) {
+	t.Helper()
+	srv := Server(t)
+	nc := Conn(t, srv)
+	st := Provision(t, nc)
+	fn(t, nc, st)
+}
+
+// Provision provisions the default contract on nc.
+func Provision(t testing.TB, nc *nats.Conn) *jetstream.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := jetstream.Provision(ctx, nc, jetstream.DefaultConfig())
+	if err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	return st
+}
