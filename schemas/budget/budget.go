@@ -1,0 +1,80 @@
+// Package budget turns the fractions of the context window in DESIGN.md into token
+// counts. Triggers, workers and readers share it, so they agree on every bound.
+package budget
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Budget holds the context window and its fractions.
+type Budget struct {
+	// ContextWindow is the agent model's context window W, in tokens.
+	ContextWindow int
+	// Threshold: context ≥ Threshold × W needs compaction.
+	Threshold float64
+	// Target: a compaction brings the context to ≤ Target × W.
+	Target float64
+	// HardLimit: past HardLimit × W with no LLM result, a fallback result keeps the bound.
+	HardLimit float64
+	// MaxSummaryTokens caps a summary; 0 scales it with W (see SummaryCap).
+	MaxSummaryTokens int
+}
+
+// Default returns the design's defaults for a 128,000-token window.
+func Default() Budget {
+	return Budget{ContextWindow: 128000, Threshold: 0.75, Target: 0.5, HardLimit: 0.95}
+}
+
+// ErrBudget is matched by every budget error.
+var ErrBudget = errors.New("invalid budget")
+
+// Validate checks 0 < Target < Threshold < HardLimit ≤ 1 and a window of at least 1,000.
+func (b Budget) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrBudget, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case b.ContextWindow < 1000:
+		return bad("context window must be at least 1000 tokens, got %d", b.ContextWindow)
+	case !(b.Target > 0 && b.Target < 1):
+		return bad("target must be between 0 and 1, got %g", b.Target)
+	case !(b.Threshold > b.Target && b.Threshold < 1):
+		return bad("threshold must be above target (%g) and below 1, got %g", b.Target, b.Threshold)
+	case !(b.HardLimit > b.Threshold && b.HardLimit <= 1):
+		return bad("hard limit must be above threshold (%g) and at most 1, got %g", b.Threshold, b.HardLimit)
+	case b.MaxSummaryTokens < 0:
+		return bad("max summary tokens must not be negative")
+	case b.MaxSummaryTokens >= b.TargetTokens():
+		return bad("max summary tokens (%d) must be below the target (%d tokens)", b.MaxSummaryTokens, b.TargetTokens())
+	}
+	return nil
+}
+
+// ThresholdTokens is Threshold × W.
+func (b Budget) ThresholdTokens() int { return int(b.Threshold * float64(b.ContextWindow)) }
+
+// TargetTokens is Target × W.
+func (b Budget) TargetTokens() int { return int(b.Target * float64(b.ContextWindow)) }
+
+// HardLimitTokens is HardLimit × W.
+func (b Budget) HardLimitTokens() int { return int(b.HardLimit * float64(b.ContextWindow)) }
+
+// SummaryCap is MaxSummaryTokens when set; otherwise 2,048 tokens per 128,000 of window
+// (never fewer than 2,048), and never more than W/8, so small windows keep room for a tail.
+func (b Budget) SummaryCap() int {
+	if b.MaxSummaryTokens > 0 {
+		return b.MaxSummaryTokens
+	}
+	n := 2048
+	if b.ContextWindow > 128000 {
+		n = int(int64(2048) * int64(b.ContextWindow) / 128000)
+	}
+	return min(n, b.ContextWindow/8)
+}
+
+// TailBudget is what the verbatim tail may use: Target × W − pinned − SummaryCap.
+// It is never negative.
+func (b Budget) TailBudget(pinnedTokens int) int {
+	return max(0, b.TargetTokens()-pinnedTokens-b.SummaryCap())
+}
