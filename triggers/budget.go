@@ -1,0 +1,392 @@
+package triggers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
+	"github.com/compactor/compactor/schemas/budget"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// Config sets up the budget trigger.
+type Config struct {
+	Budget budget.Budget
+	// RetryDelay is how long to wait before asking again when a request was refused
+	// because one is already pending (or the queue could not be reached).
+	RetryDelay time.Duration
+	// InFlightTimeout is how long a queued request may go without an outcome event
+	// before the trigger asks again.
+	InFlightTimeout time.Duration
+	// FailureBackoff and FailureBackoffMax space the requests after failed compactions.
+	FailureBackoff    time.Duration
+	FailureBackoffMax time.Duration
+	// Regrow is the fraction of the window a declined conversation must grow by before
+	// it is asked for again.
+	Regrow float64
+	// EvictAfter drops the state of a conversation that saw no message for this long; it
+	// is rebuilt from KV and the stream on its next message.
+	EvictAfter time.Duration
+}
+
+// DefaultConfig returns the defaults of the README.
+func DefaultConfig() Config {
+	return Config{
+		Budget:            budget.Default(),
+		RetryDelay:        5 * time.Second,
+		InFlightTimeout:   10 * time.Minute,
+		FailureBackoff:    time.Minute,
+		FailureBackoffMax: 30 * time.Minute,
+		Regrow:            0.05,
+		EvictAfter:        15 * time.Minute,
+	}
+}
+
+// ErrConfig is matched by every configuration error of this package.
+var ErrConfig = errors.New("invalid trigger config")
+
+// Validate checks the config.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	if err := c.Budget.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.RetryDelay <= 0:
+		return bad("retry delay must be positive")
+	case c.InFlightTimeout <= 0:
+		return bad("in-flight timeout must be positive")
+	case c.FailureBackoff <= 0 || c.FailureBackoffMax < c.FailureBackoff:
+		return bad("failure backoff must be positive with max ≥ base")
+	case !(c.Regrow >= 0 && c.Regrow < 1):
+		return bad("regrow must be in [0, 1), got %g", c.Regrow)
+	case c.EvictAfter <= 0:
+		return bad("evict-after must be positive")
+	}
+	return nil
+}
+
+// Budget is the budget trigger: the one active consumer of CHAT (other processes stand
+// by on the same pinned consumer) that queues a compaction when a conversation's
+// context estimate reaches the threshold.
+type Budget struct {
+	cfg   Config
+	store *jetstream.Store
+	log   zerolog.Logger
+	now   func() time.Time
+
+	mu    sync.Mutex
+	convs map[string]*conv
+}
+
+// conv is the trigger's cached view of one conversation. It is a cache: dropped when
+// idle or stale, rebuilt from KV and the stream on the next message.
+type conv struct {
+	id        string
+	watermark uint64 // the newest CHAT sequence already counted
+	tokens    int    // pinned + summary + tail, estimated
+	open      map[string]bool
+	stale     bool
+	lastSeen  time.Time
+
+	declinedAtSeq   uint64
+	tokensAtDecline int
+	inFlightUntil   time.Time
+	failures        int
+	backoffUntil    time.Time
+	retry           *time.Timer
+}
+
+// NewBudget returns a budget trigger; Run starts it.
+func NewBudget(cfg Config, store *jetstream.Store, log zerolog.Logger) (*Budget, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Budget{cfg: cfg, store: store, log: log.With().Str("component", "trigger").Logger(),
+		now: time.Now, convs: map[string]*conv{}}, nil
+}
+
+// Run consumes CHAT until ctx is done, then drains the message in hand and returns.
+func (b *Budget) Run(ctx context.Context) error {
+	cons, err := b.store.TriggerConsumer(ctx)
+	if err != nil {
+		return err
+	}
+	cfg := b.store.Config()
+	events, err := b.store.Conn().Subscribe(cfg.EventPrefix+".*", b.onEvent)
+	if err != nil {
+		return fmt.Errorf("subscribe to events: %w", err)
+	}
+	defer func() { _ = events.Unsubscribe() }()
+	cc, err := cons.Consume(func(msg natsjs.Msg) { b.onMessage(ctx, msg) },
+		natsjs.PullPriorityGroup(cfg.TriggerGroup),
+		natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
+			if ctx.Err() == nil && !errors.Is(err, natsjs.ErrNoHeartbeat) {
+				b.log.Debug().Err(err).Msg("trigger consumer")
+			}
+		}))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", cfg.ChatStream, err)
+	}
+	b.log.Info().Int("threshold_tokens", b.cfg.Budget.ThresholdTokens()).Msg("budget trigger started (active or standby)")
+	evict := time.NewTicker(max(b.cfg.EvictAfter/4, time.Second))
+	defer evict.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			cc.Drain()
+			<-cc.Closed()
+			b.mu.Lock()
+			for _, c := range b.convs {
+				if c.retry != nil {
+					c.retry.Stop()
+				}
+			}
+			b.mu.Unlock()
+			b.log.Info().Msg("budget trigger stopped")
+			return nil
+		case <-evict.C:
+			b.evict()
+		}
+	}
+}
+
+// Tracked returns how many conversations the trigger holds state for.
+func (b *Budget) Tracked() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.convs)
+}
+
+func (b *Budget) evict() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cutoff := b.now().Add(-b.cfg.EvictAfter)
+	for id, c := range b.convs {
+		if c.lastSeen.Before(cutoff) && c.retry == nil && !b.now().Before(c.inFlightUntil) && !b.now().Before(c.backoffUntil) {
+			delete(b.convs, id)
+		}
+	}
+}
+
+func (b *Budget) onMessage(ctx context.Context, msg natsjs.Msg) {
+	md, err := msg.Metadata()
+	if err != nil {
+		b.log.Error().Err(err).Msg("chat message without metadata")
+		_ = msg.Term()
+		return
+	}
+	seq := md.Sequence.Stream
+	id, ok := b.store.Config().ConversationOf(msg.Subject())
+	if !ok || schemas.ValidateConversationID(id) != nil {
+		b.log.Warn().Str("subject", msg.Subject()).Uint64("seq", seq).Msg("message on a subject with an invalid conversation id skipped")
+		_ = msg.Ack()
+		return
+	}
+	log := b.log.With().Str("conversation", id).Uint64("seq", seq).Logger()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.convs[id]
+	if c == nil || c.stale {
+		c, err = b.rebuild(ctx, id, seq-1, c)
+		if err != nil {
+			log.Warn().Err(err).Msg("rebuild conversation state; retrying")
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		b.convs[id] = c
+	}
+	c.lastSeen = b.now()
+	if seq <= c.watermark {
+		_ = msg.Ack() // a redelivery: already counted
+		return
+	}
+	e := jetstream.StoredMsg{Seq: seq, Data: msg.Data()}.Entry()
+	c.watermark = seq
+	if e.Err != nil {
+		log.Warn().Err(e.Err).Msg("invalid chat message skipped")
+		_ = msg.Ack()
+		return
+	}
+	c.add(&e.Message)
+	b.evaluate(ctx, c, log)
+	_ = msg.Ack()
+}
+
+// add counts one message and follows the open tool calls of the newest round.
+func (c *conv) add(m *schemas.Message) {
+	c.tokens += tokens.Message(m)
+	switch {
+	case m.HasToolCalls():
+		c.open = make(map[string]bool, len(m.ToolCalls))
+		for _, tc := range m.ToolCalls {
+			c.open[tc.ID] = true
+		}
+	case m.Role == schemas.RoleTool:
+		delete(c.open, m.ToolCallID)
+	case m.Role == schemas.RoleAssistant:
+		c.open = nil // the agent moved on; the round stays incomplete forever
+	}
+}
+
+// rebuild reads the conversation's value and tail up to upTo into a fresh state. The
+// timers and backoffs of an old state carry over.
+func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv) (*conv, error) {
+	v, _, err := b.store.GetResult(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	c := &conv{id: id, watermark: upTo}
+	if old != nil {
+		c.retry, c.failures, c.backoffUntil = old.retry, old.failures, old.backoffUntil
+	}
+	from := uint64(1)
+	var pinned []schemas.Entry
+	if v != nil {
+		from = max(v.TailStartSeq, 1)
+		for _, seq := range v.PinnedSeqs {
+			m, err := b.store.GetMessage(ctx, seq)
+			if err != nil {
+				return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
+			}
+			pinned = append(pinned, m.Entry())
+		}
+		c.declinedAtSeq = v.DeclinedAtSeq
+	}
+	var tail []schemas.Entry
+	if upTo >= from {
+		if tail, err = b.store.LoadEntries(ctx, id, from, upTo); err != nil {
+			return nil, err
+		}
+	}
+	c.tokens = tokens.Entries(pinned)
+	if v != nil && v.Summary != "" {
+		sm := assemble.SummaryMessage(v)
+		c.tokens += tokens.Message(&sm)
+	}
+	for i := range tail {
+		if tail[i].Err == nil {
+			c.add(&tail[i].Message)
+		}
+	}
+	if c.declinedAtSeq > 0 {
+		c.tokensAtDecline = c.tokens
+		for i := range tail {
+			if tail[i].Err == nil && tail[i].Seq > c.declinedAtSeq {
+				c.tokensAtDecline -= tokens.Message(&tail[i].Message)
+			}
+		}
+	}
+	return c, nil
+}
+
+// evaluate queues a compaction when the conversation needs one. Callers hold b.mu.
+func (b *Budget) evaluate(ctx context.Context, c *conv, log zerolog.Logger) {
+	now := b.now()
+	threshold := b.cfg.Budget.ThresholdTokens()
+	switch {
+	case c.tokens < threshold:
+		return
+	case len(c.open) > 0: // never while the newest tool calls are unanswered
+		return
+	case now.Before(c.inFlightUntil), now.Before(c.backoffUntil), c.retry != nil:
+		return
+	case c.declinedAtSeq > 0 && c.tokens < c.tokensAtDecline+int(b.cfg.Regrow*float64(b.cfg.Budget.ContextWindow)):
+		return
+	}
+	req := schemas.Request{
+		RequestID: schemas.NewRequestID(), Conversation: c.id, Trigger: schemas.TriggerBudget,
+		Reason:      fmt.Sprintf("context %d tokens ≥ threshold %d (%g × %d)", c.tokens, threshold, b.cfg.Budget.Threshold, b.cfg.Budget.ContextWindow),
+		RequestedAt: now.UTC(), UpToSeq: c.watermark,
+	}
+	_, err := b.store.Enqueue(ctx, req)
+	switch {
+	case err == nil:
+		c.inFlightUntil = now.Add(b.cfg.InFlightTimeout)
+		log.Info().Int("tokens", c.tokens).Str("request_id", req.RequestID).Msg("compaction requested")
+		ev := schemas.Event{Type: schemas.EventRequested, Conversation: c.id, RequestID: req.RequestID,
+			Trigger: req.Trigger, Reason: req.Reason, TokensBefore: c.tokens, At: now.UTC()}
+		if err := b.store.PublishEvent(ctx, ev); err != nil {
+			log.Warn().Err(err).Msg("publish requested event")
+		}
+	case errors.Is(err, jetstream.ErrRequestPending):
+		b.scheduleRetry(ctx, c)
+	default:
+		log.Warn().Err(err).Msg("queue compaction; will retry")
+		b.scheduleRetry(ctx, c)
+	}
+}
+
+// scheduleRetry re-evaluates the conversation after RetryDelay, so a request refused
+// while another was pending is asked for again when the slot frees.
+func (b *Budget) scheduleRetry(ctx context.Context, c *conv) {
+	id := c.id
+	c.retry = time.AfterFunc(b.cfg.RetryDelay, func() {
+		if ctx.Err() != nil {
+			return
+		}
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		c := b.convs[id]
+		if c == nil {
+			return
+		}
+		c.retry = nil
+		if c.stale {
+			fresh, err := b.rebuild(ctx, id, c.watermark, c)
+			if err != nil {
+				b.log.Warn().Err(err).Str("conversation", id).Msg("rebuild conversation state")
+				b.scheduleRetry(ctx, c)
+				return
+			}
+			fresh.lastSeen = c.lastSeen
+			b.convs[id] = fresh
+			c = fresh
+		}
+		b.evaluate(ctx, c, b.log.With().Str("conversation", id).Logger())
+	})
+}
+
+// onEvent follows the outcome of requests: a new value makes the state stale (it is
+// rebuilt from KV), a failure spaces the next request out.
+func (b *Budget) onEvent(m *nats.Msg) {
+	var ev schemas.Event
+	if err := json.Unmarshal(m.Data, &ev); err != nil {
+		b.log.Warn().Err(err).Str("subject", m.Subject).Msg("undecodable compaction event skipped")
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.convs[ev.Conversation]
+	if c == nil {
+		return
+	}
+	switch ev.Type {
+	case schemas.EventCompleted, schemas.EventDeclined:
+		c.stale = true
+		c.inFlightUntil = time.Time{}
+		if ev.Type == schemas.EventCompleted {
+			c.failures, c.backoffUntil = 0, time.Time{}
+		}
+	case schemas.EventFailed:
+		c.inFlightUntil = time.Time{}
+		c.failures++
+		d := b.cfg.FailureBackoff
+		for i := 1; i < c.failures && d < b.cfg.FailureBackoffMax; i++ {
+			d *= 2
+		}
+		c.backoffUntil = b.now().Add(min(d, b.cfg.FailureBackoffMax))
+	}
+}
