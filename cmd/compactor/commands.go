@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas"
+)
+
+// redactURL drops credentials and query strings from a URL before it is logged.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparseable url)"
+	}
+	u.User = nil
+	u.RawQuery = ""
+	return u.String()
+}
+
+// clientURL is where the client commands connect: COMPACTOR_NATS_URL, or the embedded
+// server a local `compactor serve` runs on COMPACTOR_LISTEN.
+func clientURL(env Env) string {
+	if env.NATSURL != "" {
+		return env.NATSURL
+	}
+	return "nats://" + env.Listen
+}
+
+// connect opens a client of a running compactor.
+func connect(ctx context.Context, env Env) (*pipeline.Client, *nats.Conn, error) {
+	nc, err := jetstream.Connect(clientURL(env), "compactor-cli", zerolog.Nop(), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (is `compactor serve` running, or COMPACTOR_NATS_URL set?)", err)
+	}
+	c, err := pipeline.New(ctx, nc, pipeline.WithConfig(env.jetstream()))
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return c, nc, nil
+}
+
+// oneConversation parses "<conv> [flags]" (flags may also come first).
+func oneConversation(fs *flag.FlagSet, args []string) (string, error) {
+	fs.SetOutput(io.Discard)
+	var conv string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return "", usagef("%s: %v", fs.Name(), err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		if conv != "" {
+			return "", usagef("%s takes one conversation id, got %q and %q", fs.Name(), conv, args[0])
+		}
+		conv, args = args[0], args[1:]
+	}
+	if conv == "" {
+		return "", usagef("%s needs a conversation id", fs.Name())
+	}
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return "", usagef("%v", err)
+	}
+	return conv, nil
+}
+
+// maxLine bounds one JSONL line on stdin.
+const maxLine = 64 << 20
+
+func publishCmd(ctx context.Context, env Env, args []string, std stdio) error {
+	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
+	idPrefix := fs.String("msg-id-prefix", "", "make publishes idempotent: line N gets Nats-Msg-Id <prefix>-N")
+	conv, err := oneConversation(fs, args)
+	if err != nil {
+		return err
+	}
+	c, nc, err := connect(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	sc := bufio.NewScanner(std.in)
+	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
+	line, failed, published := 0, 0, 0
+	for sc.Scan() {
+		line++
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		m, err := schemas.DecodeMessage([]byte(text))
+		if err == nil {
+			var opts []pipeline.PublishOption
+			if *idPrefix != "" {
+				opts = append(opts, pipeline.MsgID(fmt.Sprintf("%s-%d", *idPrefix, line)))
+			}
+			var seq uint64
+			if seq, err = c.Publish(ctx, conv, m, opts...); err == nil {
+				published++
+				fmt.Fprintln(std.out, seq)
+				continue
+			}
+		}
+		failed++
+		fmt.Fprintf(std.err, "line %d: %v\n", line, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read stdin after line %d: %w", line, err)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d messages not published (see above)", failed, failed+published)
+	}
+	return nil
+}
+
+func contextCmd(ctx context.Context, env Env, args []string, std stdio) error {
+	fs := flag.NewFlagSet("context", flag.ContinueOnError)
+	raw := fs.Bool("raw", false, "keep Compactor's metadata on messages")
+	maxTokens := fs.Int("max-tokens", 0, "cut the context at read time to this many tokens")
+	atLeast := fs.Uint64("at-least-seq", 0, "wait until the read covers this sequence")
+	conv, err := oneConversation(fs, args)
+	if err != nil {
+		return err
+	}
+	c, nc, err := connect(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	var opts []pipeline.ContextOption
+	if *raw {
+		opts = append(opts, pipeline.Raw())
+	}
+	if *maxTokens > 0 {
+		opts = append(opts, pipeline.MaxTokens(*maxTokens))
+	}
+	if *atLeast > 0 {
+		opts = append(opts, pipeline.AtLeastSeq(*atLeast))
+	}
+	cx, err := c.Context(ctx, conv, opts...)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(std.out)
+	for i := range cx.Messages {
+		b, err := cx.Messages[i].Encode()
+		if err != nil {
+			return err
+		}
+		w.Write(b)
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, s := range cx.Skipped {
+		fmt.Fprintf(std.err, "skipped seq %d: %s\n", s.Seq, s.Reason)
+	}
+	fmt.Fprintf(std.err, "%s: generation %d, %d messages, about %d tokens, tail from seq %d%s\n",
+		conv, cx.Generation, len(cx.Messages), cx.Tokens, cx.TailStartSeq, map[bool]string{true: " (degraded to fit --max-tokens)"}[cx.Degraded])
+	return nil
+}
+
+func compactCmd(ctx context.Context, env Env, args []string, std stdio) error {
+	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
+	instructions := fs.String("instructions", "", "extra wishes for the summarizer (data, never overriding its rules)")
+	wait := fs.Duration("wait", 0, "wait up to this long for the outcome")
+	conv, err := oneConversation(fs, args)
+	if err != nil {
+		return err
+	}
+	c, nc, err := connect(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := c.RequestCompaction(ctx, conv, *instructions)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(std.out, map[string]string{"status": r.Status, "request_id": r.RequestID}); err != nil {
+		return err
+	}
+	if r.Status == pipeline.StatusBusy {
+		return errors.New("a compaction is already pending for this conversation; your instructions were not queued: ask again when it completes")
+	}
+	if *wait <= 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, *wait)
+	defer cancel()
+	ev, err := c.WaitForOutcome(wctx, conv, r.RequestID)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("no outcome within %s; the request stays queued", *wait)
+		}
+		return err
+	}
+	if err := writeJSON(std.out, ev); err != nil {
+		return err
+	}
+	if ev.Type == schemas.EventFailed {
+		return fmt.Errorf("compaction failed: %s", ev.Error)
+	}
+	return nil
+}
+
+func statusCmd(ctx context.Context, env Env, args []string, std stdio) error {
+	if len(args) > 1 {
+		return usagef("status takes at most one conversation id")
+	}
+	c, nc, err := connect(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if len(args) == 1 {
+		conv := args[0]
+		if err := schemas.ValidateConversationID(conv); err != nil {
+			return usagef("%v", err)
+		}
+		v, err := c.Result(ctx, conv)
+		if err != nil {
+			return err
+		}
+		cx, err := c.Context(ctx, conv)
+		if err != nil {
+			return err
+		}
+		return writeJSON(std.out, map[string]any{
+			"conversation": conv, "context_tokens": cx.Tokens, "context_messages": len(cx.Messages),
+			"skipped": cx.Skipped, "value": v,
+		})
+	}
+	st, err := jetstream.Open(ctx, nc, env.jetstream())
+	if err != nil {
+		return err
+	}
+	return writeJSON(std.out, st.Status(ctx))
+}
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}

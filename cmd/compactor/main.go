@@ -1,0 +1,104 @@
+// Command compactor runs the Compactor pipeline (serve) and talks to a running one
+// (publish, context, compact, status). Run `compactor help` for the commands and every
+// COMPACTOR_ variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.LookupEnv)
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(os.Stderr, "compactor: %v\nRun 'compactor help' for usage.\n", err)
+			os.Exit(2)
+		}
+		fmt.Fprintf(os.Stderr, "compactor: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+// usageError is a mistake in the command line.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// run parses the command and runs it; lookup reads the environment.
+func run(ctx context.Context, args []string, std stdio, lookup func(string) (string, bool)) error {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "help", "-h", "--help":
+		return help(std.out)
+	}
+	env, err := loadEnv(lookup)
+	if err != nil {
+		return err
+	}
+	switch cmd {
+	case "serve":
+		if len(args) > 0 {
+			return usagef("serve takes no arguments")
+		}
+		return serve(ctx, env, std)
+	case "publish":
+		return publishCmd(ctx, env, args, std)
+	case "context":
+		return contextCmd(ctx, env, args, std)
+	case "compact":
+		return compactCmd(ctx, env, args, std)
+	case "status":
+		return statusCmd(ctx, env, args, std)
+	}
+	return usagef("unknown command %q", cmd)
+}
+
+const usageText = `Compactor keeps LLM agent conversations inside their context window.
+
+Usage:
+  compactor [serve]                 run the pipeline (trigger and summarizer workers);
+                                    with no COMPACTOR_NATS_URL, an embedded NATS server
+                                    listens on COMPACTOR_LISTEN
+  compactor publish <conv>          publish JSONL chat messages read from stdin; prints
+                                    one stream sequence per line
+  compactor context <conv> [--raw] [--max-tokens N] [--at-least-seq N]
+                                    print the assembled context (pinned + summary + tail)
+                                    as JSONL
+  compactor compact <conv> [--instructions T] [--wait D]
+                                    ask for a compaction now; --wait waits up to D for
+                                    its outcome
+  compactor status [<conv>]         the pipeline's streams, or one conversation's value
+  compactor help                    this text
+
+Environment (variable, default, meaning):
+`
+
+func help(w io.Writer) error {
+	if _, err := io.WriteString(w, usageText); err != nil {
+		return err
+	}
+	if err := printEnvHelp(w); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "  OPENAI_BASE_URL, OPENAI_API_KEY\t\tused when the COMPACTOR_LLM_ ones are empty\n")
+	return err
+}

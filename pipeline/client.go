@@ -1,0 +1,470 @@
+package pipeline
+
+import (
+	"container/list"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
+	"github.com/compactor/compactor/schemas/rounds"
+)
+
+// Client publishes chat events, reads compacted context and asks for compactions. It is
+// safe for concurrent use.
+type Client struct {
+	store *jetstream.Store
+
+	mu    sync.Mutex
+	calls map[string]*list.Element // conversation → its open tool calls
+	lru   *list.List
+}
+
+// maxTrackedConversations bounds the client's memory of open tool calls.
+const maxTrackedConversations = 10000
+
+type openCalls struct {
+	conv     string
+	answered map[string]bool // call id → answered
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	cfg       jetstream.Config
+	provision bool
+}
+
+// WithConfig uses other stream, subject and bucket names than the contract's defaults.
+func WithConfig(cfg jetstream.Config) Option { return func(o *options) { o.cfg = cfg } }
+
+// WithProvision creates or updates the streams and buckets at start instead of
+// expecting a running compactor to have done it.
+func WithProvision() Option { return func(o *options) { o.provision = true } }
+
+// New binds a client to a NATS connection. By default it expects the streams and
+// buckets to exist (a compactor serving the same NATS creates them).
+func New(ctx context.Context, nc *nats.Conn, opts ...Option) (*Client, error) {
+	o := options{cfg: jetstream.DefaultConfig()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var (
+		st  *jetstream.Store
+		err error
+	)
+	if o.provision {
+		st, err = jetstream.Provision(ctx, nc, o.cfg)
+	} else {
+		st, err = jetstream.Open(ctx, nc, o.cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return NewWithStore(st), nil
+}
+
+// NewWithStore returns a client over an existing store.
+func NewWithStore(st *jetstream.Store) *Client {
+	return &Client{store: st, calls: map[string]*list.Element{}, lru: list.New()}
+}
+
+// PublishOption configures one publish.
+type PublishOption func(*publishOptions)
+
+type publishOptions struct{ msgID string }
+
+// MsgID makes the publish idempotent: a retry with the same id within the stream's
+// duplicate window (2 minutes by default) is stored once.
+func MsgID(id string) PublishOption { return func(o *publishOptions) { o.msgID = id } }
+
+// Publish validates m and appends it to the conversation, returning its stream
+// sequence (pass it to AtLeastSeq to read your own write). A tool message must answer
+// an open call of the conversation's newest tool round.
+func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, opts ...PublishOption) (uint64, error) {
+	data, po, err := c.prepare(ctx, conv, &m, opts)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := c.store.PublishMessage(ctx, conv, data, po.msgID)
+	if err != nil {
+		c.forget(conv, &m)
+		return 0, err
+	}
+	return seq, nil
+}
+
+// PubAck is the outcome of an asynchronous publish.
+type PubAck struct {
+	Seq uint64
+	Err error
+}
+
+// PublishAsync validates m and publishes it without waiting; the returned channel
+// yields the outcome once. Checking a tool message against the stream may read the
+// conversation first (unless this client published the call itself).
+func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Message, opts ...PublishOption) (<-chan PubAck, error) {
+	data, po, err := c.prepare(ctx, conv, &m, opts)
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.store.PublishMessageAsync(conv, data, po.msgID)
+	if err != nil {
+		c.forget(conv, &m)
+		return nil, err
+	}
+	out := make(chan PubAck, 1)
+	go func() {
+		select {
+		case ack := <-f.Ok():
+			out <- PubAck{Seq: ack.Sequence}
+		case err := <-f.Err():
+			c.forget(conv, &m)
+			out <- PubAck{Err: fmt.Errorf("publish to %s: %w", conv, err)}
+		}
+	}()
+	return out, nil
+}
+
+// PublishAsyncComplete is closed when every asynchronous publish has been acked.
+func (c *Client) PublishAsyncComplete() <-chan struct{} { return c.store.PublishAsyncComplete() }
+
+func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, opts []PublishOption) ([]byte, publishOptions, error) {
+	var po publishOptions
+	for _, o := range opts {
+		o(&po)
+	}
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return nil, po, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, po, err
+	}
+	if err := c.checkToolPairing(ctx, conv, m); err != nil {
+		return nil, po, err
+	}
+	data, err := m.Encode()
+	if err != nil {
+		return nil, po, err
+	}
+	return data, po, nil
+}
+
+// ErrToolResultWithoutCall is matched by the error for a tool message whose call is not
+// open in the conversation.
+var ErrToolResultWithoutCall = errors.New("tool message answers no open tool call")
+
+// checkToolPairing keeps the client's view of the open tool calls and refuses a tool
+// message that answers none. When the client did not see the call itself, it reads
+// the conversation's tail.
+func (c *Client) checkToolPairing(ctx context.Context, conv string, m *schemas.Message) error {
+	switch {
+	case m.HasToolCalls():
+		oc := &openCalls{conv: conv, answered: make(map[string]bool, len(m.ToolCalls))}
+		for _, tc := range m.ToolCalls {
+			oc.answered[tc.ID] = false
+		}
+		c.remember(oc)
+		return nil
+	case m.Role == schemas.RoleAssistant:
+		c.remember(&openCalls{conv: conv})
+		return nil
+	case m.Role != schemas.RoleTool:
+		return nil
+	}
+	if oc := c.lookup(conv); oc != nil {
+		return c.answer(oc, m.ToolCallID)
+	}
+	oc, err := c.openCallsFromStream(ctx, conv)
+	if err != nil {
+		return err
+	}
+	c.remember(oc)
+	return c.answer(oc, m.ToolCallID)
+}
+
+func (c *Client) answer(oc *openCalls, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	answered, ok := oc.answered[id]
+	switch {
+	case !ok:
+		return &schemas.ValidationError{Field: "tool_call_id",
+			Rule: fmt.Sprintf("%q answers no tool call of the newest assistant tool round: %v", id, ErrToolResultWithoutCall)}
+	case answered:
+		return &schemas.ValidationError{Field: "tool_call_id",
+			Rule: fmt.Sprintf("tool call %q was already answered: %v", id, ErrToolResultWithoutCall)}
+	}
+	oc.answered[id] = true
+	return nil
+}
+
+// openCallsFromStream reads the conversation's tail to find the newest tool round.
+func (c *Client) openCallsFromStream(ctx context.Context, conv string) (*openCalls, error) {
+	from := uint64(1)
+	v, _, err := c.store.GetResult(ctx, conv, true)
+	if err != nil {
+		return nil, err
+	}
+	if v != nil && v.TailStartSeq > 0 {
+		from = v.TailStartSeq
+	}
+	es, err := c.store.LoadEntries(ctx, conv, from, 0)
+	if err != nil {
+		return nil, err
+	}
+	oc := &openCalls{conv: conv, answered: map[string]bool{}}
+	for i := range es {
+		m := &es[i].Message
+		switch {
+		case es[i].Err != nil:
+		case m.HasToolCalls():
+			oc.answered = make(map[string]bool, len(m.ToolCalls))
+			for _, tc := range m.ToolCalls {
+				oc.answered[tc.ID] = false
+			}
+		case m.Role == schemas.RoleTool:
+			if _, ok := oc.answered[m.ToolCallID]; ok {
+				oc.answered[m.ToolCallID] = true
+			}
+		case m.Role == schemas.RoleAssistant:
+			oc.answered = map[string]bool{}
+		}
+	}
+	return oc, nil
+}
+
+func (c *Client) remember(oc *openCalls) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.calls[oc.conv]; ok {
+		el.Value = oc
+		c.lru.MoveToFront(el)
+		return
+	}
+	c.calls[oc.conv] = c.lru.PushFront(oc)
+	for c.lru.Len() > maxTrackedConversations {
+		old := c.lru.Back()
+		c.lru.Remove(old)
+		delete(c.calls, old.Value.(*openCalls).conv)
+	}
+}
+
+func (c *Client) lookup(conv string) *openCalls {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.calls[conv]; ok {
+		c.lru.MoveToFront(el)
+		return el.Value.(*openCalls)
+	}
+	return nil
+}
+
+// forget drops what a failed publish taught the client; the next check reads the stream.
+func (c *Client) forget(conv string, m *schemas.Message) {
+	if m.Role != schemas.RoleTool && m.Role != schemas.RoleAssistant {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.calls[conv]; ok {
+		c.lru.Remove(el)
+		delete(c.calls, conv)
+	}
+}
+
+// ContextOption configures a read.
+type ContextOption func(*contextOptions)
+
+type contextOptions struct {
+	atLeast   uint64
+	raw       bool
+	maxTokens int
+}
+
+// AtLeastSeq makes the read include sequence n (the one a Publish returned): it
+// retries, falling back to the stream leader, until the tail covers n. Read-your-writes.
+func AtLeastSeq(n uint64) ContextOption { return func(o *contextOptions) { o.atLeast = n } }
+
+// Raw keeps Compactor's metadata (tokens, usage, context_generation, meta) on messages.
+func Raw() ContextOption { return func(o *contextOptions) { o.raw = true } }
+
+// MaxTokens cuts the context at read time to fit n tokens (deterministic; the result is
+// flagged Degraded).
+func MaxTokens(n int) ContextOption { return func(o *contextOptions) { o.maxTokens = n } }
+
+// Context is what a model should be sent for a conversation.
+type Context = assemble.Context
+
+// ErrNotCovered means an AtLeastSeq read could not see the sequence it asked for.
+var ErrNotCovered = errors.New("read does not cover the requested sequence")
+
+// Context reads "pinned + summary + tail" for a conversation: the reader algorithm of
+// the README, the same in every language.
+func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption) (*Context, error) {
+	var o contextOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return nil, err
+	}
+	leader := false
+	for attempt := 0; ; attempt++ {
+		v, _, err := c.store.GetResult(ctx, conv, leader)
+		if err != nil {
+			return nil, err
+		}
+		in := assemble.Input{Value: v}
+		if v != nil {
+			for _, seq := range v.PinnedSeqs {
+				m, err := c.store.GetMessage(ctx, seq)
+				if err != nil {
+					return nil, fmt.Errorf("read pinned message %d: %w", seq, err)
+				}
+				in.Pinned = append(in.Pinned, m.Entry())
+			}
+		}
+		from := uint64(1)
+		if v != nil && v.TailStartSeq > 0 {
+			from = v.TailStartSeq
+		}
+		var msgs []jetstream.StoredMsg
+		if leader {
+			msgs, err = c.store.LoadConversationLeader(ctx, conv, from, 0)
+		} else {
+			msgs, err = c.store.LoadConversation(ctx, conv, from, 0)
+		}
+		if err != nil {
+			return nil, err
+		}
+		covered := o.atLeast == 0 || (v != nil && v.TailStartSeq > o.atLeast) ||
+			(len(msgs) > 0 && msgs[len(msgs)-1].Seq >= o.atLeast)
+		if covered {
+			in.Tail = make([]schemas.Entry, len(msgs))
+			for i, m := range msgs {
+				in.Tail[i] = m.Entry()
+			}
+			out := assemble.Assemble(in, assemble.Options{Raw: o.raw, MaxTokens: o.maxTokens})
+			return &out, nil
+		}
+		if attempt >= 5 {
+			return nil, fmt.Errorf("%w: %s has not reached sequence %d", ErrNotCovered, conv, o.atLeast)
+		}
+		leader = attempt >= 1 // one more direct read, then ask the leader
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 20 * time.Millisecond):
+		}
+	}
+}
+
+// Skipped lists messages a read left out and why.
+type Skipped = rounds.Skipped
+
+// Compaction statuses answered by RequestCompaction.
+const (
+	StatusQueued = "queued"
+	StatusBusy   = "busy"
+)
+
+// CompactionRequest is the answer to RequestCompaction.
+type CompactionRequest struct {
+	// Status is queued, or busy when a request is already pending for the conversation
+	// (the instructions were not queued; ask again when it completes).
+	Status    string
+	RequestID string
+}
+
+// RequestCompaction queues a manual compaction with optional instructions for the
+// summarizer. It does not wait; WaitForOutcome does.
+func (c *Client) RequestCompaction(ctx context.Context, conv, instructions string) (CompactionRequest, error) {
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return CompactionRequest{}, err
+	}
+	last, err := c.store.LastSeq(ctx, conv)
+	if err != nil {
+		return CompactionRequest{}, err
+	}
+	req := schemas.Request{
+		RequestID: schemas.NewRequestID(), Conversation: conv, Trigger: schemas.TriggerManual,
+		Reason: "requested by a client", Instructions: instructions, RequestedAt: time.Now().UTC(), UpToSeq: last,
+	}
+	if _, err := c.store.Enqueue(ctx, req); err != nil {
+		if errors.Is(err, jetstream.ErrRequestPending) {
+			return CompactionRequest{Status: StatusBusy}, nil
+		}
+		return CompactionRequest{}, err
+	}
+	ev := schemas.Event{Type: schemas.EventRequested, Conversation: conv, RequestID: req.RequestID,
+		Trigger: req.Trigger, Reason: req.Reason, At: req.RequestedAt}
+	_ = c.store.PublishEvent(ctx, ev) // informational; the request is queued either way
+	return CompactionRequest{Status: StatusQueued, RequestID: req.RequestID}, nil
+}
+
+// WaitForOutcome waits for the completed, declined or failed event of a request.
+// Subscribe before the outcome can happen: call it right after RequestCompaction; events
+// already in COMPACT_EVENTS are read too, so a fast outcome is not missed.
+func (c *Client) WaitForOutcome(ctx context.Context, conv, requestID string) (schemas.Event, error) {
+	cfg := c.store.Config()
+	oc, err := c.store.JetStream().OrderedConsumer(ctx, cfg.EventsStream, natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{cfg.EventSubject(conv)},
+		DeliverPolicy:  natsjs.DeliverAllPolicy,
+	})
+	if err != nil {
+		return schemas.Event{}, fmt.Errorf("watch events of %s: %w", conv, err)
+	}
+	// Every event of the conversation is read, so an outcome that came first is not missed.
+	it, err := oc.Messages()
+	if err != nil {
+		return schemas.Event{}, fmt.Errorf("watch events of %s: %w", conv, err)
+	}
+	defer it.Stop()
+	results := make(chan schemas.Event, 1)
+	errs := make(chan error, 1)
+	go func() {
+		for {
+			m, err := it.Next()
+			if err != nil {
+				errs <- err
+				return
+			}
+			var ev schemas.Event
+			if json.Unmarshal(m.Data(), &ev) != nil || ev.RequestID != requestID {
+				continue
+			}
+			switch ev.Type {
+			case schemas.EventCompleted, schemas.EventDeclined, schemas.EventFailed:
+				results <- ev
+				return
+			}
+		}
+	}()
+	select {
+	case ev := <-results:
+		return ev, nil
+	case err := <-errs:
+		return schemas.Event{}, err
+	case <-ctx.Done():
+		return schemas.Event{}, ctx.Err()
+	}
+}
+
+// Result returns a conversation's current compaction value (nil when never compacted).
+func (c *Client) Result(ctx context.Context, conv string) (*schemas.Result, error) {
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return nil, err
+	}
+	v, _, err := c.store.GetResult(ctx, conv, false)
+	return v, err
+}
