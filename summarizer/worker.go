@@ -146,6 +146,9 @@ func NewPool(cfg Config, store *jetstream.Store, opts Options) (*Pool, error) {
 func (p *Pool) Run(ctx context.Context) error {
 	cons, err := p.store.WorkerConsumer(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return err
 	}
 	p.log.Info().Int("workers", p.cfg.Workers).Msg("summarizer pool started")

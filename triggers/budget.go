@@ -122,6 +122,9 @@ func NewBudget(cfg Config, store *jetstream.Store, log zerolog.Logger) (*Budget,
 func (b *Budget) Run(ctx context.Context) error {
 	cons, err := b.store.TriggerConsumer(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
 		return err
 	}
 	cfg := b.store.Config()

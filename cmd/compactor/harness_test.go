@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas"
+)
+
+// fakeLLM is an OpenAI-compatible endpoint for tests, spoken to by the real go-openai
+// client. Its summary keeps every needle (NEEDLE-…) it finds in its input, so a test can
+// follow facts across generations.
+type fakeLLM struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	inputs   []string // the user message of every request
+	calls    int
+	delay    time.Duration
+	failures int // the next failures requests answer 500
+	status   int // when non-zero, every request answers this status
+}
+
+var needleRE = regexp.MustCompile(`NEEDLE-[0-9a-z]+`)
+
+func newFakeLLM(t *testing.T) *fakeLLM {
+	f := &fakeLLM{}
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/chat/completions" {
+		http.NotFound(w, r)
+		return
+	}
+	var req struct {
+		Model     string `json:"model"`
+		MaxTokens int    `json:"max_tokens"`
+		Messages  []struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	f.calls++
+	delay, status := f.delay, f.status
+	if f.failures > 0 {
+		f.failures--
+		status = http.StatusInternalServerError
+	}
+	var input string
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			input += m.Content
+		}
+	}
+	f.inputs = append(f.inputs, input)
+	f.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if status != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, `{"error":{"message":"fake failure","type":"server_error","code":"%d"}}`, status)
+		return
+	}
+	seen := map[string]bool{}
+	var needles []string
+	for _, n := range needleRE.FindAllString(input, -1) {
+		if !seen[n] {
+			seen[n] = true
+			needles = append(needles, n)
+		}
+	}
+	sort.Strings(needles)
+	summary := "## Goal\nContinue the task.\n## Facts and identifiers\n" + strings.Join(needles, "\n")
+	resp := map[string]any{
+		"id": "cmpl-1", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model + "-fake",
+		"choices": []map[string]any{{"index": 0, "finish_reason": "stop",
+			"message": map[string]any{"role": "assistant", "content": summary}}},
+		"usage": map[string]int{"prompt_tokens": len(input) / 4, "completion_tokens": len(summary) / 4, "total_tokens": (len(input) + len(summary)) / 4},
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+func (f *fakeLLM) set(fn func(f *fakeLLM)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func (f *fakeLLM) allInputs() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.inputs, "\n")
+}
+
+func (f *fakeLLM) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// testEnv is the defaults of every COMPACTOR_ variable with a small window.
+func testEnv(t *testing.T, window int) Env {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, envPrefix+"_") || strings.HasPrefix(kv, "OPENAI_") {
+			k, _, _ := strings.Cut(kv, "=")
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	var e Env
+	if err := envconfig.Process(envPrefix, &e); err != nil {
+		t.Fatal(err)
+	}
+	e.ContextWindow = window
+	e.RetryDelay = 200 * time.Millisecond
+	e.LogLevel = "warn"
+	return e
+}
+
+// stack is a running compactor (trigger and workers) on a real in-process NATS.
+type stack struct {
+	nc     *nats.Conn
+	st     *jetstream.Store
+	client *pipeline.Client
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startStack provisions the contract on a fresh server and runs the roles of env with
+// the fake LLM (nil: the extractive summarizer).
+func startStack(t *testing.T, env Env, llm *fakeLLM) *stack {
+	t.Helper()
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	return runStack(t, nc, st, env, llm)
+}
+
+func runStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, env Env, llm *fakeLLM) *stack {
+	t.Helper()
+	if llm != nil {
+		env.LLMBaseURL = llm.srv.URL
+		env.LLMAPIKey = "test-key"
+	}
+	if err := env.validate(); err != nil {
+		t.Fatal(err)
+	}
+	comps, err := build(env, st, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stack{nc: nc, st: st, client: pipeline.NewWithStore(st), cancel: cancel, done: make(chan error, len(comps))}
+	for _, c := range comps {
+		go func() { s.done <- c.Run(ctx) }()
+	}
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// stop cancels the roles and waits until they drained.
+func (s *stack) stop(t *testing.T) {
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.cancel = nil
+	for i := 0; i < cap(s.done); i++ {
+		select {
+		case err := <-s.done:
+			if err != nil {
+				t.Errorf("component stopped with %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("components did not drain within 30s")
+		}
+	}
+}
+
+// corpusDir finds ../shared/corpus beside the module; "" when it is absent.
+func corpusDir() string {
+	dir, _ := os.Getwd()
+	for i := 0; i < 6; i++ {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			c := filepath.Join(dir, "..", "shared", "corpus")
+			if st, err := os.Stat(c); err == nil && st.IsDir() {
+				return c
+			}
+			return ""
+		}
+		dir = filepath.Dir(dir)
+	}
+	return ""
+}
+
+// loadCorpus returns the n largest conversations of the corpus, skipping the test when
+// the corpus is absent.
+func loadCorpus(t *testing.T, n int) map[string][]schemas.Message {
+	t.Helper()
+	dir := corpusDir()
+	if dir == "" {
+		t.Skip("../shared/corpus is absent")
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	sort.Slice(files, func(i, j int) bool {
+		a, _ := os.Stat(files[i])
+		b, _ := os.Stat(files[j])
+		return a.Size() > b.Size()
+	})
+	if len(files) > n {
+		files = files[:n]
+	}
+	out := map[string][]schemas.Message{}
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(nil, maxLine)
+		var msgs []schemas.Message
+		for sc.Scan() {
+			if strings.TrimSpace(sc.Text()) == "" {
+				continue
+			}
+			m, err := schemas.DecodeMessage(sc.Bytes())
+			if err != nil {
+				t.Fatalf("%s: %v", filepath.Base(f), err)
+			}
+			msgs = append(msgs, m)
+		}
+		fh.Close()
+		out[filepath.Base(f)] = msgs
+	}
+	return out
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
