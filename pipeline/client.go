@@ -181,8 +181,12 @@ func (c *Client) checkToolPairing(ctx context.Context, conv string, m *schemas.M
 	case m.Role != schemas.RoleTool:
 		return nil
 	}
+	// The client's own view settles the common case (it published the call); an id it
+	// does not know may belong to a round another client published, so the stream decides.
 	if oc := c.lookup(conv); oc != nil {
-		return c.answer(oc, m.ToolCallID)
+		if err := c.answer(oc, m.ToolCallID); err == nil || !errors.Is(err, errUnknownCall) {
+			return err
+		}
 	}
 	oc, err := c.openCallsFromStream(ctx, conv)
 	if err != nil {
@@ -192,6 +196,8 @@ func (c *Client) checkToolPairing(ctx context.Context, conv string, m *schemas.M
 	return c.answer(oc, m.ToolCallID)
 }
 
+var errUnknownCall = errors.New("unknown call")
+
 func (c *Client) answer(oc *openCalls, id string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -199,10 +205,11 @@ func (c *Client) answer(oc *openCalls, id string) error {
 	switch {
 	case !ok:
 		return &schemas.ValidationError{Field: "tool_call_id",
-			Rule: fmt.Sprintf("%q answers no tool call of the newest assistant tool round: %v", id, ErrToolResultWithoutCall)}
+			Rule:  fmt.Sprintf("%q answers no tool call of the conversation's newest assistant tool round", id),
+			Cause: errors.Join(ErrToolResultWithoutCall, errUnknownCall)}
 	case answered:
 		return &schemas.ValidationError{Field: "tool_call_id",
-			Rule: fmt.Sprintf("tool call %q was already answered: %v", id, ErrToolResultWithoutCall)}
+			Rule: fmt.Sprintf("tool call %q was already answered", id), Cause: ErrToolResultWithoutCall}
 	}
 	oc.answered[id] = true
 	return nil

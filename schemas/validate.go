@@ -14,9 +14,14 @@ var ErrInvalid = errors.New("invalid")
 type ValidationError struct {
 	Field string // e.g. "tool_calls[0].function.name"
 	Rule  string // e.g. "must not be empty"
+	// Cause, when set, is a sentinel a caller can match with errors.Is.
+	Cause error
 }
 
 func (e *ValidationError) Error() string { return e.Field + ": " + e.Rule }
+
+// Unwrap returns Cause.
+func (e *ValidationError) Unwrap() error { return e.Cause }
 
 // Is makes every ValidationError match ErrInvalid.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
@@ -34,14 +39,15 @@ func ValidateConversationID(id string) error {
 	if id == "" {
 		return invalid("conversation", "must not be empty (1-128 characters of [A-Za-z0-9_-])")
 	}
+	pos := 0
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return invalid("conversation", "character %q at position %d is not allowed; use only [A-Za-z0-9_-] (1-128 characters)", r, pos)
+		}
+		pos++
+	}
 	if len(id) > MaxConversationIDLen {
 		return invalid("conversation", "is %d characters long; at most %d of [A-Za-z0-9_-] are allowed", len(id), MaxConversationIDLen)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return invalid("conversation", "character %q at position %d is not allowed; use only [A-Za-z0-9_-]", rune(c), i)
-		}
 	}
 	return nil
 }
@@ -93,7 +99,7 @@ func (m *Message) Validate() error {
 	if m.Tokens < 0 {
 		return invalid("tokens", "must not be negative")
 	}
-	if m.Usage != nil && (m.Usage.PromptTokens < 0 || m.Usage.CompletionTokens < 0) {
+	if m.Usage != nil && (m.Usage.PromptTokens < 0 || m.Usage.CompletionTokens < 0 || m.Usage.TotalTokens < 0) {
 		return invalid("usage", "token counts must not be negative")
 	}
 	return nil

@@ -1,0 +1,12 @@
+// Package pipeline is the Go client of Compactor: what a service imports to publish its
+// chat events, read the compacted context it sends its model, and ask for a compaction.
+//
+// It pulls in neither the LLM client nor the embedded NATS server. Services in other
+// languages do the same with any NATS client; the README shows the reader algorithm
+// step by step.
+//
+//	c, _ := pipeline.New(ctx, nc)
+//	seq, _ := c.Publish(ctx, "conv-1", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hi")})
+//	cx, _ := c.Context(ctx, "conv-1", pipeline.AtLeastSeq(seq))
+//	// send cx.Messages to the model
+package pipeline
