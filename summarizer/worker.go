@@ -329,8 +329,10 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		PreviousSummary:  summaryOf(ld.cur),
 		SystemPrompt:     plan.systemPrompt,
 		Messages:         plan.covered,
-		Instructions:     j.req.Instructions,
-		MaxSummaryTokens: p.cfg.Budget.SummaryCap(),
+		Instructions: j.req.Instructions,
+		// Ask for less than the cap: the model counts its own tokens, the guard counts
+		// chars/4, and a summary a little over the cap would be declined.
+		MaxSummaryTokens: p.cfg.Budget.SummaryCap() * 85 / 100,
 	}
 	if p.pretrim != nil {
 		in.Messages = p.pretrim(in.Messages, p.cfg.ToolOutputCap)
@@ -357,9 +359,9 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	next := p.result(j, ld, plan, out, before)
 	after := assemble.Assemble(assemble.Input{Value: next, Pinned: plan.pinned, Tail: ld.entries[plan.split:]}, assemble.Options{})
 	next.TokensAfter, next.MessagesAfter = after.Tokens, len(after.Messages)
-	if st := tokens.Text(out.Summary); st > in.MaxSummaryTokens {
+	if st, limit := tokens.Text(out.Summary), p.cfg.Budget.SummaryCap(); st > limit {
 		return p.decline(ctx, j, ld, before.Tokens, after.Tokens,
-			fmt.Sprintf("summary has %d tokens, over max_summary_tokens %d", st, in.MaxSummaryTokens))
+			fmt.Sprintf("summary has %d tokens, over max_summary_tokens %d", st, limit))
 	}
 	if float64(after.Tokens) > float64(before.Tokens)*(1-p.cfg.MinProgress) {
 		return p.decline(ctx, j, ld, before.Tokens, after.Tokens,
