@@ -3,6 +3,7 @@ package schemas
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -97,58 +98,87 @@ func (m Message) StripMetadata() Message {
 	return m
 }
 
-var knownMessageFields = map[string]bool{
-	"role": true, "content": true, "name": true, "tool_calls": true, "tool_call_id": true,
-	"reasoning": true, "extra": true, "tokens": true, "usage": true, "context_generation": true,
-	"meta": true,
+// messageFieldOrder lists the top-level fields of the wire contract in the order
+// Encode writes them (and UnmarshalJSON reads them, so its first error is stable).
+var messageFieldOrder = []string{
+	"role", "content", "name", "tool_calls", "tool_call_id", "reasoning", "extra",
+	"tokens", "usage", "context_generation", "meta",
 }
 
-// messageFields is Message without its methods, for plain decoding.
-type messageFields struct {
-	Role              Role              `json:"role"`
-	Content           Content           `json:"content"`
-	Name              string            `json:"name"`
-	ToolCalls         []ToolCall        `json:"tool_calls"`
-	ToolCallID        string            `json:"tool_call_id"`
-	Reasoning         string            `json:"reasoning"`
-	Extra             json.RawMessage   `json:"extra"`
-	Tokens            int               `json:"tokens"`
-	Usage             *Usage            `json:"usage"`
-	ContextGeneration *uint64           `json:"context_generation"`
-	Meta              map[string]string `json:"meta"`
+// messageFieldWant says what each field must hold, for decode errors.
+var messageFieldWant = map[string]string{
+	"role":               "must be a string",
+	"name":               "must be a string",
+	"tool_calls":         "must be an array of {id, type, function: {name, arguments}}",
+	"tool_call_id":       "must be a string",
+	"reasoning":          "must be a string",
+	"tokens":             "must be an integer",
+	"usage":              "must be an object {prompt_tokens, completion_tokens}",
+	"context_generation": "must be a non-negative integer",
+	"meta":               "must be an object of string values",
 }
 
-// UnmarshalJSON decodes a message and keeps unknown top-level fields in Unknown.
+// UnmarshalJSON decodes a message. Only the exact (lower-case) field names of the wire
+// contract are read; every other top-level field, a differently cased known name
+// included, is kept verbatim in Unknown. JSON null in an optional field means absent.
+// A field of the wrong type is reported as a *ValidationError naming it.
 func (m *Message) UnmarshalJSON(data []byte) error {
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(data, &all); err != nil {
 		return err
 	}
-	var f messageFields
-	if err := json.Unmarshal(data, &f); err != nil {
-		return err
-	}
-	*m = Message{
-		Role: f.Role, Content: f.Content, Name: f.Name, ToolCalls: f.ToolCalls,
-		ToolCallID: f.ToolCallID, Reasoning: f.Reasoning, Extra: f.Extra, Tokens: f.Tokens,
-		Usage: f.Usage, ContextGeneration: f.ContextGeneration, Meta: f.Meta,
-	}
-	if c, ok := all["content"]; ok {
-		m.Content = Content{raw: bytes.Clone(c)}
-	}
-	if len(m.Extra) > 0 {
-		m.Extra = bytes.Clone(m.Extra)
+	*m = Message{}
+	for _, k := range messageFieldOrder {
+		v, ok := all[k]
+		if !ok {
+			continue
+		}
+		if err := m.decodeField(k, v); err != nil {
+			return &ValidationError{Field: k, Rule: fmt.Sprintf("%s (%v)", messageFieldWant[k], err)}
+		}
+		delete(all, k)
 	}
 	for k, v := range all {
-		if !knownMessageFields[k] {
-			if m.Unknown == nil {
-				m.Unknown = make(map[string]json.RawMessage)
-			}
-			m.Unknown[k] = bytes.Clone(v)
+		if m.Unknown == nil {
+			m.Unknown = make(map[string]json.RawMessage, len(all))
 		}
+		m.Unknown[k] = bytes.Clone(v)
 	}
 	return nil
 }
+
+// decodeField decodes the known field k from its raw value v.
+func (m *Message) decodeField(k string, v json.RawMessage) error {
+	switch k {
+	case "role":
+		return json.Unmarshal(v, &m.Role)
+	case "content":
+		m.Content = Content{raw: bytes.Clone(v)}
+	case "name":
+		return json.Unmarshal(v, &m.Name)
+	case "tool_calls":
+		return json.Unmarshal(v, &m.ToolCalls)
+	case "tool_call_id":
+		return json.Unmarshal(v, &m.ToolCallID)
+	case "reasoning":
+		return json.Unmarshal(v, &m.Reasoning)
+	case "extra":
+		if !isJSONNull(v) {
+			m.Extra = bytes.Clone(v)
+		}
+	case "tokens":
+		return json.Unmarshal(v, &m.Tokens)
+	case "usage":
+		return json.Unmarshal(v, &m.Usage)
+	case "context_generation":
+		return json.Unmarshal(v, &m.ContextGeneration)
+	case "meta":
+		return json.Unmarshal(v, &m.Meta)
+	}
+	return nil
+}
+
+func isJSONNull(v []byte) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
 
 // MarshalJSON encodes the message; see Encode.
 func (m Message) MarshalJSON() ([]byte, error) { return m.Encode() }
@@ -225,10 +255,15 @@ func (m *Message) Encode() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// DecodeMessage parses and validates one wire message.
+// DecodeMessage parses and validates one wire message. Every error it returns is a
+// *ValidationError (errors.Is(err, ErrInvalid)) naming the field and the rule broken.
 func DecodeMessage(data []byte) (Message, error) {
 	var m Message
 	if err := json.Unmarshal(data, &m); err != nil {
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			return Message{}, err
+		}
 		return Message{}, &ValidationError{Field: "message", Rule: fmt.Sprintf("must be a JSON object: %v", err)}
 	}
 	if err := m.Validate(); err != nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -102,41 +104,55 @@ func (e *ErrNewerSchema) Error() string {
 
 type resultFields Result
 
-var knownResultFields = func() map[string]bool {
-	m := map[string]bool{}
-	b, _ := json.Marshal(resultFields{})
-	var all map[string]json.RawMessage
-	_ = json.Unmarshal(b, &all)
-	for k := range all {
-		m[k] = true
-	}
-	for _, k := range []string{"summary_role", "pinned_seqs", "overrides", "strategy", "trigger",
-		"reason", "request_id", "request_seq", "model", "prompt_hash", "usage", "declined_at_seq"} {
-		m[k] = true
-	}
-	return m
-}()
+// knownResultFields holds the JSON names of Result's fields, read from its tags.
+var knownResultFields = jsonFieldNames(reflect.TypeFor[resultFields]())
 
-// UnmarshalJSON decodes a value and keeps unknown fields.
-func (r *Result) UnmarshalJSON(data []byte) error {
-	var f resultFields
-	if err := json.Unmarshal(data, &f); err != nil {
-		return err
+// jsonFieldNames returns the JSON names of a struct type's encoded fields.
+func jsonFieldNames(t reflect.Type) map[string]bool {
+	names := map[string]bool{}
+	for f := range t.Fields() {
+		tag := f.Tag.Get("json")
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		name, _, _ := strings.Cut(tag, ",")
+		if name == "" {
+			name = f.Name
+		}
+		names[name] = true
 	}
+	return names
+}
+
+// UnmarshalJSON decodes a value and keeps unknown fields. Only exact field names are
+// read; a differently cased known name is an unknown field, kept as it is.
+func (r *Result) UnmarshalJSON(data []byte) error {
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(data, &all); err != nil {
 		return err
 	}
-	*r = Result(f)
-	r.Unknown = nil
+	known := make(map[string]json.RawMessage, len(all))
+	var unknown map[string]json.RawMessage
 	for k, v := range all {
-		if !knownResultFields[k] {
-			if r.Unknown == nil {
-				r.Unknown = map[string]json.RawMessage{}
-			}
-			r.Unknown[k] = bytes.Clone(v)
+		if knownResultFields[k] {
+			known[k] = v
+			continue
 		}
+		if unknown == nil {
+			unknown = map[string]json.RawMessage{}
+		}
+		unknown[k] = bytes.Clone(v)
 	}
+	b, err := json.Marshal(known)
+	if err != nil {
+		return err
+	}
+	var f resultFields
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*r = Result(f)
+	r.Unknown = unknown
 	return nil
 }
 
@@ -161,15 +177,26 @@ func (r Result) MarshalJSON() ([]byte, error) {
 // DecodeResult parses a KV value. A value of a newer schema version is refused with
 // *ErrNewerSchema rather than guessed at.
 func DecodeResult(data []byte) (*Result, error) {
+	// The version is read first: a newer value may have changed any other field.
+	var head map[string]json.RawMessage
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("decode compaction value: %w", err)
+	}
+	var version int
+	if v, ok := head["schema_version"]; ok {
+		if err := json.Unmarshal(v, &version); err != nil {
+			return nil, invalid("schema_version", "must be an integer: %v", err)
+		}
+	}
+	if version > SchemaVersion {
+		return nil, &ErrNewerSchema{Version: version}
+	}
+	if version < 1 {
+		return nil, invalid("schema_version", "must be at least 1, got %d", version)
+	}
 	var r Result
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("decode compaction value: %w", err)
-	}
-	if r.SchemaVersion > SchemaVersion {
-		return nil, &ErrNewerSchema{Version: r.SchemaVersion}
-	}
-	if r.SchemaVersion < 1 {
-		return nil, invalid("schema_version", "must be at least 1, got %d", r.SchemaVersion)
 	}
 	return &r, nil
 }

@@ -325,11 +325,11 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		return p.decline(ctx, j, ld, before.Tokens, before.Tokens, "nothing to compact: every message is pinned or must stay in the tail")
 	}
 	in := Input{
-		Conversation:     conv,
-		PreviousSummary:  summaryOf(ld.cur),
-		SystemPrompt:     plan.systemPrompt,
-		Messages:         plan.covered,
-		Instructions: j.req.Instructions,
+		Conversation:    conv,
+		PreviousSummary: summaryOf(ld.cur),
+		SystemPrompt:    plan.systemPrompt,
+		Messages:        plan.covered,
+		Instructions:    j.req.Instructions,
 		// Ask for less than the cap: the model counts its own tokens, the guard counts
 		// chars/4, and a summary a little over the cap would be declined.
 		MaxSummaryTokens: p.cfg.Budget.SummaryCap() * 85 / 100,

@@ -6,7 +6,9 @@ package assemble
 
 import (
 	"encoding/json"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -52,14 +54,24 @@ type Context struct {
 	Skipped  []rounds.Skipped
 }
 
+// builder is a Context being assembled, with the tokens of each of its messages.
+type builder struct {
+	Context
+	toks []int
+}
+
 // SummaryMessage returns the message that carries a summary.
 func SummaryMessage(v *schemas.Result) schemas.Message {
 	return schemas.Message{Role: v.SummaryRoleOrDefault(), Content: schemas.Text(SummaryPrefix + v.Summary)}
 }
 
 // Assemble runs steps 2–6 of the reader algorithm.
+//
+// Pinned entries are ordered by sequence; one that is also in the tail is shown only
+// there, and pinned entries go through the same tool-round rules as the tail, so a
+// pinned tool call without its pinned results (or the reverse) is skipped and reported.
 func Assemble(in Input, opts Options) Context {
-	var c Context
+	var c builder
 	var overrides map[uint64]schemas.Override
 	if v := in.Value; v != nil {
 		c.Generation = v.Generation
@@ -71,18 +83,30 @@ func Assemble(in Input, opts Options) Context {
 			}
 		}
 	}
-	pinned := append([]schemas.Entry(nil), in.Pinned...)
-	sort.SliceStable(pinned, func(i, j int) bool { return pinned[i].Seq < pinned[j].Seq })
-	for _, e := range pinned {
-		if e.Err != nil {
-			c.Skipped = append(c.Skipped, rounds.Skipped{Seq: e.Seq, Reason: "invalid pinned message: " + e.Err.Error()})
-			continue
+	inTail := make(map[uint64]bool, len(in.Tail))
+	for _, e := range in.Tail {
+		inTail[e.Seq] = true
+	}
+	pinned := make([]schemas.Entry, 0, len(in.Pinned))
+	for _, e := range in.Pinned {
+		if !inTail[e.Seq] {
+			pinned = append(pinned, e)
 		}
+	}
+	sort.SliceStable(pinned, func(i, j int) bool { return pinned[i].Seq < pinned[j].Seq })
+	pinned = slices.CompactFunc(pinned, func(a, b schemas.Entry) bool { return a.Seq == b.Seq })
+	keptPinned, skippedPinned := rounds.Normalize(pinned)
+	for _, s := range skippedPinned {
+		c.Skipped = append(c.Skipped, rounds.Skipped{Seq: s.Seq, Reason: "pinned: " + s.Reason})
+	}
+	for _, e := range keptPinned {
 		c.add(e, overrides, opts.Raw)
 	}
 	if v := in.Value; v != nil && v.Summary != "" {
-		c.Messages = append(c.Messages, SummaryMessage(v))
+		m := SummaryMessage(v)
+		c.Messages = append(c.Messages, m)
 		c.Seqs = append(c.Seqs, 0)
+		c.toks = append(c.toks, tokens.Message(&m))
 		c.HasSummary = true
 	}
 	kept, skipped := rounds.Normalize(in.Tail)
@@ -90,23 +114,29 @@ func Assemble(in Input, opts Options) Context {
 	for _, e := range kept {
 		c.add(e, overrides, opts.Raw)
 	}
-	c.Tokens = tokens.Messages(c.Messages)
+	for _, t := range c.toks {
+		c.Tokens += t
+	}
 	if opts.MaxTokens > 0 && c.Tokens > opts.MaxTokens {
 		c.shrink(opts.MaxTokens)
 	}
-	return c
+	return c.Context
 }
 
-func (c *Context) add(e schemas.Entry, overrides map[uint64]schemas.Override, raw bool) {
+// add appends one entry, counting its tokens before the metadata is stripped so a
+// producer's exact count wins over the estimate.
+func (c *builder) add(e schemas.Entry, overrides map[uint64]schemas.Override, raw bool) {
 	m := e.Message
 	if o, ok := overrides[e.Seq]; ok {
 		m = ApplyOverride(m, o)
 	}
+	t := tokens.Message(&m)
 	if !raw {
 		m = m.StripMetadata()
 	}
 	c.Messages = append(c.Messages, m)
 	c.Seqs = append(c.Seqs, e.Seq)
+	c.toks = append(c.toks, t)
 }
 
 // ApplyOverride applies a truncation to a message's text. String content is cut in
@@ -160,7 +190,7 @@ func Truncate(s string, head, tail int, note string) (string, bool) {
 	}
 	r := []rune(s)
 	cut := n - head - tail
-	marker := "\n[… " + itoa(cut) + " characters cut by Compactor"
+	marker := "\n[… " + strconv.Itoa(cut) + " characters cut by Compactor"
 	if note != "" {
 		marker += ": " + note
 	}
@@ -172,66 +202,65 @@ func Truncate(s string, head, tail int, note string) (string, bool) {
 	return b.String(), true
 }
 
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var buf [20]byte
-	i := len(buf)
-	for n > 0 {
-		i--
-		buf[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(buf[i:])
-}
-
 // minKeep is how many characters of head and tail a read-time cut keeps at the least.
 const minKeep = 200
 
-// shrink cuts the context deterministically until it fits max tokens, or until nothing
-// more can be cut: first the oldest tool outputs, then the largest messages.
-func (c *Context) shrink(max int) {
+// markerRoom is about the length of the marker a read-time cut inserts.
+const markerRoom = 100
+
+// readTimeNote is the note of a read-time cut.
+const readTimeNote = "cut at read time to fit the caller's token budget"
+
+// shrink cuts the context deterministically until it fits budget tokens, or until nothing
+// more can be cut: first the oldest tool outputs, then the largest messages. Every cut
+// starts from the message as it was before shrinking (markers never pile up), and a
+// message keeps at least 2×minKeep characters of its text.
+func (c *builder) shrink(budget int) {
 	c.Degraded = true
-	over := func() int { return c.Tokens - max }
+	orig := slices.Clone(c.Messages)
+	kept := make([]int, len(orig)) // characters of its text each message still keeps
+	for i := range orig {
+		kept[i] = utf8.RuneCountInString(orig[i].Content.String())
+	}
+	over := func() int { return c.Tokens - budget }
+	// cut shortens message i by about need tokens, keeping head and tail.
+	cut := func(i, need int) {
+		if kept[i] <= 2*minKeep {
+			return
+		}
+		n := utf8.RuneCountInString(orig[i].Content.String())
+		keep := kept[i] - need*4
+		if kept[i] == n {
+			keep -= markerRoom
+		}
+		keep = max(keep, 2*minKeep)
+		kept[i] = keep
+		m := ApplyOverride(orig[i], schemas.Override{KeepHead: keep / 2, KeepTail: keep - keep/2, Note: readTimeNote})
+		t := tokens.Message(&m)
+		c.Tokens += t - c.toks[i]
+		c.Messages[i], c.toks[i] = m, t
+	}
 	// 1. Oldest tool outputs first, down to head and tail.
 	for i := range c.Messages {
 		if over() <= 0 {
 			return
 		}
 		if c.Messages[i].Role == schemas.RoleTool {
-			c.cut(i, over())
+			cut(i, over())
 		}
 	}
-	// 2. Any message still over budget, largest first.
+	// 2. Any message still over budget, largest first (the earliest among equals).
+	// Each cut lowers some kept[i], so the loop ends.
 	for over() > 0 {
-		best, bestTok := -1, 0
+		best := -1
 		for i := range c.Messages {
-			if t := tokens.Message(&c.Messages[i]); t > bestTok && utf8.RuneCountInString(c.Messages[i].Content.String()) > 2*minKeep+1 {
-				best, bestTok = i, t
+			if kept[i] > 2*minKeep && (best < 0 || c.toks[i] > c.toks[best]) {
+				best = i
 			}
 		}
 		if best < 0 {
 			return
 		}
-		c.cut(best, over())
+		cut(best, over())
 	}
-}
-
-// cut shortens message i by about need tokens, keeping head and tail.
-func (c *Context) cut(i, need int) {
-	m := c.Messages[i]
-	text := m.Content.String()
-	n := utf8.RuneCountInString(text)
-	keep := n - need*4 - 64 // room for the marker
-	if keep < 2*minKeep {
-		keep = 2 * minKeep
-	}
-	if keep >= n {
-		return
-	}
-	before := tokens.Message(&m)
-	c.Messages[i] = ApplyOverride(m, schemas.Override{KeepHead: keep / 2, KeepTail: keep - keep/2,
-		Note: "cut at read time to fit the caller's token budget"})
-	c.Tokens += tokens.Message(&c.Messages[i]) - before
 }
