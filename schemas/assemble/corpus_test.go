@@ -1,0 +1,259 @@
+package assemble
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/rounds"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// corpusDir finds shared/corpus, the shared fixtures that sit beside the module root,
+// by walking up from the test's working directory. It returns "" when there is none.
+func corpusDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		c := filepath.Join(dir, "shared", "corpus")
+		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+			return c
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+type conversation struct {
+	name    string
+	entries []schemas.Entry
+}
+
+// loadCorpus decodes every conversation of the corpus; a line that does not decode and
+// validate fails the test. It skips the test when the corpus is absent.
+func loadCorpus(t *testing.T) []conversation {
+	t.Helper()
+	dir := corpusDir(t)
+	if dir == "" {
+		t.Skip("no shared/corpus above the working directory")
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Skipf("no *.jsonl in %s", dir)
+	}
+	slices.Sort(files)
+	var out []conversation
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := conversation{name: filepath.Base(f)}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(nil, len(b)+1)
+		for line := 1; sc.Scan(); line++ {
+			if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+				continue
+			}
+			m, err := schemas.DecodeMessage(sc.Bytes())
+			if err != nil {
+				t.Errorf("%s:%d: %v", c.name, line, err)
+				continue
+			}
+			c.entries = append(c.entries, schemas.Entry{Seq: uint64(line), Message: m})
+		}
+		if err := sc.Err(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// checkToolPairs checks invariant 1 on assembled messages: every assistant tool call is
+// followed, before anything else, by exactly one result for each of its calls, and no
+// tool message appears without its call.
+func checkToolPairs(msgs []schemas.Message) error {
+	open := map[string]bool{}
+	var openAt int
+	for i := range msgs {
+		m := &msgs[i]
+		if len(open) > 0 {
+			if m.Role != schemas.RoleTool || !open[m.ToolCallID] {
+				return fmt.Errorf("message %d (%s %q) comes before the results of %v called at %d", i, m.Role, m.ToolCallID, keys(open), openAt)
+			}
+			delete(open, m.ToolCallID)
+			continue
+		}
+		switch {
+		case m.Role == schemas.RoleTool:
+			return fmt.Errorf("message %d: tool result %q without its call", i, m.ToolCallID)
+		case len(m.ToolCalls) > 0 && m.Role != schemas.RoleAssistant:
+			return fmt.Errorf("message %d: %s message with tool calls", i, m.Role)
+		case m.HasToolCalls():
+			for _, tc := range m.ToolCalls {
+				open[tc.ID] = true
+			}
+			openAt = i
+		}
+	}
+	if len(open) > 0 {
+		return fmt.Errorf("calls %v at message %d have no result", keys(open), openAt)
+	}
+	return nil
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestCheckToolPairs(t *testing.T) {
+	call := func(ids ...string) schemas.Message {
+		m := schemas.Message{Role: schemas.RoleAssistant}
+		for _, id := range ids {
+			m.ToolCalls = append(m.ToolCalls, schemas.ToolCall{ID: id, Type: "function", Function: schemas.FunctionCall{Name: "f"}})
+		}
+		return m
+	}
+	res := func(id string) schemas.Message { return schemas.Message{Role: schemas.RoleTool, ToolCallID: id} }
+	user := schemas.Message{Role: schemas.RoleUser}
+	tests := []struct {
+		name    string
+		give    []schemas.Message
+		wantErr bool
+	}{
+		{name: "empty", give: nil},
+		{name: "paired", give: []schemas.Message{user, call("a", "b"), res("b"), res("a"), user}},
+		{name: "orphan result", give: []schemas.Message{user, res("a")}, wantErr: true},
+		{name: "missing result", give: []schemas.Message{call("a", "b"), res("a")}, wantErr: true},
+		{name: "message inside a round", give: []schemas.Message{call("a", "b"), res("a"), user, res("b")}, wantErr: true},
+		{name: "duplicate result", give: []schemas.Message{call("a"), res("a"), res("a")}, wantErr: true},
+		{name: "calls on a user", give: []schemas.Message{{Role: schemas.RoleUser, ToolCalls: call("a").ToolCalls}}, wantErr: true},
+	}
+	for _, tt := range tests {
+		if err := checkToolPairs(tt.give); (err != nil) != tt.wantErr {
+			t.Errorf("%s: got %v; want error %v", tt.name, err, tt.wantErr)
+		}
+	}
+}
+
+func TestCorpusRounds(t *testing.T) {
+	for _, c := range loadCorpus(t) {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			es := c.entries
+			us := rounds.Units(es)
+			next := 0
+			for _, u := range us {
+				if u.Start != next || u.End <= u.Start {
+					t.Fatalf("unit %+v does not follow %d: units must partition the conversation", u, next)
+				}
+				next = u.End
+			}
+			if next != len(es) {
+				t.Fatalf("units end at %d; want %d", next, len(es))
+			}
+			kept, skipped := rounds.Normalize(es)
+			if len(skipped) > 0 || len(kept) != len(es) {
+				t.Fatalf("Normalize kept %d of %d and skipped %+v; want nothing skipped", len(kept), len(es), skipped)
+			}
+			// At each unit boundary k the assembled tail is whole. At any other index (a
+			// split that should never happen) the reader drops what lost its partner, so
+			// pairs still hold.
+			for k := 0; k <= len(es); k++ {
+				if !rounds.IsBoundary(es, k) {
+					kept, _ := rounds.Normalize(es[k:])
+					msgs := make([]schemas.Message, len(kept))
+					for i, e := range kept {
+						msgs[i] = e.Message
+					}
+					if err := checkToolPairs(msgs); err != nil {
+						t.Fatalf("tail from inside a round at index %d: %v", k, err)
+					}
+					continue
+				}
+				in := Input{Value: &schemas.Result{SchemaVersion: 1, Summary: "s"}, Tail: es[k:]}
+				if k < len(es) {
+					in.Value.TailStartSeq = es[k].Seq
+				}
+				ctx := Assemble(in, Options{})
+				if err := checkToolPairs(ctx.Messages); err != nil {
+					t.Fatalf("tail from boundary %d: %v", k, err)
+				}
+				if len(ctx.Skipped) > 0 || len(ctx.Messages) != len(es)-k+1 {
+					t.Fatalf("tail from boundary %d: %d messages, skipped %+v; want %d, nothing skipped",
+						k, len(ctx.Messages), ctx.Skipped, len(es)-k+1)
+				}
+			}
+		})
+	}
+}
+
+func TestCorpusMaxTokens(t *testing.T) {
+	const budget = 2000
+	fit, notFit := 0, 0
+	for _, c := range loadCorpus(t) {
+		t.Run(c.name, func(t *testing.T) {
+			in := Input{Tail: c.entries}
+			full := Assemble(in, Options{})
+			got := Assemble(in, Options{MaxTokens: budget})
+			if err := checkToolPairs(got.Messages); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Seqs, full.Seqs) {
+				t.Fatalf("read-time cut changed which messages are shown")
+			}
+			if got.Degraded != (full.Tokens > budget) {
+				t.Errorf("Degraded got %v with %d tokens before the cut; want %v", got.Degraded, full.Tokens, full.Tokens > budget)
+			}
+			if want := tokens.Messages(got.Messages); got.Tokens != want {
+				t.Errorf("Tokens got %d; want %d", got.Tokens, want)
+			}
+			if again := Assemble(in, Options{MaxTokens: budget}); !reflect.DeepEqual(again, got) {
+				t.Errorf("a second run differs; want a deterministic cut")
+			}
+			if got.Tokens <= budget {
+				fit++
+				return
+			}
+			notFit++
+			// Over budget is allowed only when no message can be cut further: each text is
+			// either short already or cut down to the minimum head and tail.
+			uncuttable := 0
+			for i, m := range got.Messages {
+				text, orig := m.Content.String(), full.Messages[i].Content.String()
+				atMin, _ := Truncate(orig, minKeep, minKeep, readTimeNote)
+				if utf8.RuneCountInString(orig) > 2*minKeep && text != atMin {
+					t.Fatalf("%d tokens > %d, yet message %d (%d characters) could be cut further", got.Tokens, budget, i, utf8.RuneCountInString(text))
+				}
+				uncuttable += tokens.Message(&m)
+			}
+			t.Logf("%d messages at their minimum still take %d tokens > %d", len(got.Messages), uncuttable, budget)
+		})
+	}
+	t.Logf("%d conversations fit %d tokens; %d have more messages than the budget can hold at their minimum", fit, budget, notFit)
+	if fit == 0 && notFit > 0 {
+		t.Errorf("no conversation fits %d tokens", budget)
+	}
+}

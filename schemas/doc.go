@@ -1,0 +1,25 @@
+// Package schemas holds Compactor's versioned wire types (contract version 1), their
+// JSON Schema files and their validation: data, with no behaviour beyond encode, decode
+// and validate.
+//
+// The payloads are:
+//
+//   - [Message]: one chat event in OpenAI chat format on chat.<conv>.msg. Its content,
+//     extra and unknown top-level fields are kept and written back byte for byte by
+//     [Message.Encode]. [DecodeMessage] parses and validates one.
+//   - [Request]: a compaction request on compact.request.<conv>.
+//   - [Result]: the KV value of key <conv> in bucket "compaction", a summary plus the
+//     sequence where the verbatim tail starts. Unknown fields survive a rewrite, and
+//     [DecodeResult] refuses a newer schema_version with [*ErrNewerSchema].
+//   - [Event] on compact.event.<conv> and [DeadLetter] on compact.dead.<conv>.
+//
+// Every validation error is a [*ValidationError] that names the field and the rule it
+// broke, and matches [ErrInvalid] with errors.Is. Conversation ids (1–128 characters of
+// [A-Za-z0-9_-]) are checked by [ValidateConversationID] and never rewritten.
+//
+// [Files] embeds the JSON Schema (draft 2020-12) of each payload, for clients in other
+// languages; a test keeps their property names equal to the Go types' JSON names.
+//
+// The pure logic every reader shares lives in subpackages: tokens (the token estimate),
+// rounds (tool-round boundaries) and assemble (the reader algorithm).
+package schemas

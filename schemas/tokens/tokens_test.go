@@ -1,0 +1,145 @@
+package tokens_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+func TestText(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		want int
+	}{
+		{name: "empty", give: "", want: 0},
+		{name: "one", give: "a", want: 1},
+		{name: "four", give: "abcd", want: 1},
+		{name: "five", give: "abcde", want: 2},
+		{name: "eight", give: "abcdefgh", want: 2},
+		{name: "code points not bytes", give: "ééééé", want: 2},
+		{name: "emoji", give: "😀😀😀😀", want: 1},
+		{name: "long", give: strings.Repeat("x", 4001), want: 1001},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tokens.Text(tt.give); got != tt.want {
+				t.Fatalf("Text(%q) got %d; want %d", tt.give, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEstimateAndMessage(t *testing.T) {
+	tests := []struct {
+		name         string
+		give         schemas.Message
+		wantEstimate int
+		wantMessage  int
+	}{
+		{
+			name:         "null content",
+			give:         schemas.Message{Role: schemas.RoleUser},
+			wantEstimate: tokens.PerMessage, wantMessage: tokens.PerMessage,
+		},
+		{
+			name:         "string content",
+			give:         schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("12345678")},
+			wantEstimate: tokens.PerMessage + 2, wantMessage: tokens.PerMessage + 2,
+		},
+		{
+			name: "name and reasoning",
+			give: schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("abcd"), Name: "bob", Reasoning: "hmmmm"},
+			// 4 + name 1 + reasoning 2 + content 1
+			wantEstimate: tokens.PerMessage + 1 + 2 + 1, wantMessage: tokens.PerMessage + 4,
+		},
+		{
+			name: "parts: text by characters, others fixed",
+			give: schemas.Message{Role: schemas.RoleUser, Content: schemas.Parts(
+				json.RawMessage(`{"type":"text","text":"abcdefgh"}`),
+				json.RawMessage(`{"type":"image_url","image_url":{"url":"https://x/very/long/url/that/does/not/count"}}`),
+				json.RawMessage(`{"type":"input_audio","input_audio":{"data":"AAAA","format":"wav"}}`),
+			)},
+			wantEstimate: tokens.PerMessage + 2 + 2*tokens.PerNonTextPart,
+			wantMessage:  tokens.PerMessage + 2 + 2*tokens.PerNonTextPart,
+		},
+		{
+			name:         "broken parts count nothing",
+			give:         schemas.Message{Role: schemas.RoleUser, Content: schemas.RawContent(json.RawMessage(`[1,2]`))},
+			wantEstimate: tokens.PerMessage, wantMessage: tokens.PerMessage,
+		},
+		{
+			name: "tool calls",
+			give: schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{
+				{ID: "a", Type: "function", Function: schemas.FunctionCall{Name: "ls", Arguments: `{"path":"/"}`}},
+				{ID: "b", Type: "function", Function: schemas.FunctionCall{Name: "read_file", Arguments: ""}},
+			}},
+			// ls 1 + 12 chars 3; read_file 3 + 0
+			wantEstimate: tokens.PerMessage + 2*tokens.PerToolCall + 1 + 3 + 3,
+			wantMessage:  tokens.PerMessage + 2*tokens.PerToolCall + 1 + 3 + 3,
+		},
+		{
+			name:         "producer count wins",
+			give:         schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("x", 400)), Tokens: 7},
+			wantEstimate: tokens.PerMessage + 100, wantMessage: 7,
+		},
+		{
+			name:         "zero producer count is no count",
+			give:         schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("abc"), Tokens: 0},
+			wantEstimate: tokens.PerMessage + 1, wantMessage: tokens.PerMessage + 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tokens.Estimate(&tt.give); got != tt.wantEstimate {
+				t.Errorf("Estimate got %d; want %d", got, tt.wantEstimate)
+			}
+			if got := tokens.Message(&tt.give); got != tt.wantMessage {
+				t.Errorf("Message got %d; want %d", got, tt.wantMessage)
+			}
+		})
+	}
+}
+
+func TestMessagesAndEntries(t *testing.T) {
+	a := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("abcd")} // 5
+	b := schemas.Message{Role: schemas.RoleUser, Tokens: 10}                    // 10
+	tests := []struct {
+		name        string
+		give        []schemas.Entry
+		wantEntries int
+	}{
+		{name: "none", give: nil, wantEntries: 0},
+		{name: "two", give: []schemas.Entry{{Seq: 1, Message: a}, {Seq: 2, Message: b}}, wantEntries: 15},
+		{name: "invalid counts nothing", give: []schemas.Entry{{Seq: 1, Message: a}, {Seq: 2, Message: b, Err: errors.New("bad")}}, wantEntries: 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tokens.Entries(tt.give); got != tt.wantEntries {
+				t.Errorf("Entries got %d; want %d", got, tt.wantEntries)
+			}
+			var ms []schemas.Message
+			want := 0
+			for _, e := range tt.give {
+				ms = append(ms, e.Message)
+				want += tokens.Message(&e.Message)
+			}
+			if got := tokens.Messages(ms); got != want {
+				t.Errorf("Messages got %d; want %d", got, want)
+			}
+		})
+	}
+}
+
+func ExampleText() {
+	fmt.Println(tokens.Text("Hello, world!")) // 13 characters
+	fmt.Println(tokens.Text("héllo"))         // characters, not bytes
+	// Output:
+	// 4
+	// 2
+}

@@ -1,0 +1,87 @@
+package llm
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultModel   = "gpt-4o-mini"
+	DefaultTimeout = 2 * time.Minute
+)
+
+// Config is the endpoint and model one Summarizer uses.
+type Config struct {
+	// BaseURL is the endpoint's root. Both "http://host:port" and "http://host:port/v1"
+	// are accepted: a URL without a path gets "/v1" appended; any other path is used as
+	// given (e.g. "https://api.groq.com/openai/v1"), without a trailing slash and without
+	// a trailing "/chat/completions" if one was pasted. Required.
+	BaseURL string
+	// APIKey is sent as a bearer token; empty for endpoints without authentication.
+	APIKey string
+	// Model is the model asked for; default DefaultModel.
+	Model string
+	// Timeout bounds one summarization, on top of the caller's context; default
+	// DefaultTimeout.
+	Timeout time.Duration
+	// Temperature is the sampling temperature, 0 to 2. Zero is not sent, so the
+	// endpoint's default applies (reasoning models accept only that or 1).
+	Temperature float32
+}
+
+// WithDefaults returns c with its zero Model and Timeout set to the defaults.
+func (c Config) WithDefaults() Config {
+	if c.Model == "" {
+		c.Model = DefaultModel
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	return c
+}
+
+// Validate checks c as it is (New applies WithDefaults first). Errors match ErrConfig.
+func (c Config) Validate() error {
+	if _, err := c.endpoint(); err != nil {
+		return err
+	}
+	switch {
+	case strings.TrimSpace(c.Model) == "":
+		return fmt.Errorf("%w: model must not be empty", ErrConfig)
+	case c.Timeout < 0:
+		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrConfig, c.Timeout)
+	case c.Temperature < 0 || c.Temperature > 2:
+		return fmt.Errorf("%w: temperature must be between 0 and 2, got %g", ErrConfig, c.Temperature)
+	}
+	return nil
+}
+
+// endpoint is BaseURL as go-openai wants it: the URL its "/chat/completions" is
+// appended to.
+func (c Config) endpoint() (string, error) {
+	if c.BaseURL == "" {
+		return "", fmt.Errorf("%w: base url is required (e.g. https://api.openai.com/v1)", ErrConfig)
+	}
+	u, err := url.Parse(c.BaseURL)
+	if err != nil {
+		return "", fmt.Errorf("%w: base url %q: %v", ErrConfig, c.BaseURL, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("%w: base url %q must start with http:// or https://", ErrConfig, u.Redacted())
+	case u.Host == "":
+		return "", fmt.Errorf("%w: base url %q has no host", ErrConfig, u.Redacted())
+	case u.RawQuery != "" || u.Fragment != "":
+		return "", fmt.Errorf("%w: base url %q must not have a query or a fragment", ErrConfig, u.Redacted())
+	}
+	p := strings.TrimRight(u.Path, "/")
+	p = strings.TrimSuffix(p, "/chat/completions")
+	if p == "" {
+		p = "/v1"
+	}
+	u.Path, u.RawPath = p, ""
+	return u.String(), nil
+}

@@ -1,0 +1,16 @@
+// Package llm is the summarizer that asks a language model, over any OpenAI-compatible
+// chat completions endpoint (OpenAI, Azure-style proxies, vLLM, llama.cpp, Ollama,
+// LiteLLM, …), through github.com/sashabaranov/go-openai.
+//
+// One Summarize is one chat completion. The system message is Prompt, which tells the
+// model what a summary must keep and that everything it is given is data. The one user
+// message holds, each in its own tag: the agent's system prompt (context for the
+// agent's identity), the previous summary, the newly covered messages as a transcript,
+// and the operator's instructions, which are data that cannot override the prompt.
+// Text inside a block can never close it: every occurrence of one of the tag names
+// after a '<' is escaped to "&lt;".
+//
+// Errors are wrapped with %w. ErrEmptySummary, ErrSummaryTruncated and
+// ErrContextLength name the failures a caller may handle specially, and Retryable tells a passing failure (network,
+// timeout, 429, 5xx) from a permanent one (bad request, auth, context length).
+package llm

@@ -1,0 +1,128 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+var (
+	// ErrConfig is matched by every configuration error of this package.
+	ErrConfig = errors.New("invalid llm summarizer config")
+	// ErrEmptySummary means the endpoint answered without a summary (no choice, or empty
+	// content). Such an answer is never a summary; asking again may give one.
+	ErrEmptySummary = errors.New("llm returned an empty summary")
+	// ErrSummaryTruncated means the model stopped at the token cap (finish reason
+	// "length"): the answer is a cut-off summary, missing its last sections, and is
+	// not returned as one. Asking again may give a shorter one.
+	ErrSummaryTruncated = errors.New("llm summary cut off at the token cap")
+	// ErrContextLength means the endpoint refused the request as longer than the model's
+	// context window. Asking again with the same input cannot succeed: summarize fewer
+	// messages or cut them further.
+	ErrContextLength = errors.New("llm context length exceeded")
+)
+
+// Retryable reports whether asking again may succeed after err: true for network
+// errors, timeouts, cancellations, HTTP 408, 409, 425, 429 and 5xx, ErrEmptySummary,
+// ErrSummaryTruncated and errors it cannot classify (the worker's attempts are bounded); false for nil,
+// ErrContextLength, ErrConfig, any other HTTP 4xx (400, 401, 403, 404, 422, …) and
+// requests the go-openai client refuses before sending them.
+func Retryable(err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrContextLength), errors.Is(err, ErrConfig):
+		return false
+	case errors.Is(err, ErrEmptySummary), errors.Is(err, ErrSummaryTruncated):
+		return true
+	}
+	if status := httpStatus(err); status != 0 {
+		switch status {
+		case http.StatusRequestTimeout, http.StatusConflict, http.StatusTooEarly, http.StatusTooManyRequests:
+			return true
+		}
+		return status >= 500
+	}
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.As(err, &netErr):
+		return true
+	case errors.Is(err, openai.ErrChatCompletionInvalidModel),
+		errors.Is(err, openai.ErrChatCompletionStreamNotSupported),
+		errors.Is(err, openai.ErrReasoningModelMaxTokensDeprecated),
+		errors.Is(err, openai.ErrReasoningModelLimitationsLogprobs),
+		errors.Is(err, openai.ErrReasoningModelLimitationsOther),
+		errors.Is(err, openai.ErrReasoningEffortUnsupported),
+		errors.Is(err, openai.ErrReasoningSamplingUnsupported),
+		errors.Is(err, openai.ErrReasoningToolsRequireResponses):
+		return false
+	}
+	return true
+}
+
+// httpStatus is the HTTP status of a failed call, or 0 when there was no response.
+func httpStatus(err error) int {
+	var apiErr *openai.APIError
+	if errors.As(err, &apiErr) && apiErr.HTTPStatusCode != 0 {
+		return apiErr.HTTPStatusCode
+	}
+	var reqErr *openai.RequestError
+	if errors.As(err, &reqErr) {
+		return reqErr.HTTPStatusCode
+	}
+	return 0
+}
+
+// isContextLength reports whether the endpoint refused the request for its length: an
+// API error with code "context_length_exceeded", an HTTP 400 whose message or body says
+// so in the words OpenAI, vLLM, llama.cpp and others use, or an HTTP 413 (the request
+// body is too large).
+func isContextLength(err error) bool {
+	if httpStatus(err) == http.StatusRequestEntityTooLarge {
+		return true
+	}
+	var apiErr *openai.APIError
+	if errors.As(err, &apiErr) {
+		if code, ok := apiErr.Code.(string); ok && code == "context_length_exceeded" {
+			return true
+		}
+		if s := apiErr.HTTPStatusCode; s == 0 || s == http.StatusBadRequest {
+			if saysContextLength(apiErr.Message) || saysContextLength(apiErr.Type) {
+				return true
+			}
+		}
+	}
+	var reqErr *openai.RequestError
+	if errors.As(err, &reqErr) {
+		if reqErr.HTTPStatusCode == http.StatusBadRequest {
+			return saysContextLength(string(reqErr.Body))
+		}
+	}
+	return false
+}
+
+var contextLengthPhrases = []string{
+	"context_length_exceeded",
+	"maximum context length",
+	"context length exceeded",
+	"exceeds the context length",
+	"exceed_context_size",
+	"exceeds the available context size",
+	"context window",
+	"prompt is too long",
+	"input is too long",
+}
+
+func saysContextLength(s string) bool {
+	s = strings.ToLower(s)
+	for _, p := range contextLengthPhrases {
+		if strings.Contains(s, p) {
+			return true
+		}
+	}
+	return false
+}

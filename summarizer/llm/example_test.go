@@ -1,0 +1,47 @@
+package llm_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/llm"
+)
+
+func Example() {
+	// A stand-in for any OpenAI-compatible endpoint.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"finish_reason":"stop",`+
+			`"message":{"role":"assistant","content":"## Goal\nDeploy build 4512 to staging."}}],`+
+			`"usage":{"prompt_tokens":812,"completion_tokens":14,"total_tokens":826}}`)
+	}))
+	defer srv.Close()
+
+	s, err := llm.New(llm.Config{BaseURL: srv.URL, APIKey: "sk-…"}) // "/v1" is added
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	out, err := s.Summarize(context.Background(), summarizer.Input{
+		SystemPrompt: "You are Ops Bot.",
+		Messages: []schemas.Message{
+			{Role: schemas.RoleUser, Content: schemas.Text("Deploy build 4512 to staging.")},
+		},
+		MaxSummaryTokens: 1024,
+	})
+	if err != nil {
+		fmt.Println(err, llm.Retryable(err))
+		return
+	}
+	fmt.Println(out.Summary)
+	fmt.Println(out.Model, out.Usage.PromptTokens, out.Usage.CompletionTokens, out.PromptHash == llm.PromptHash(1024, ""))
+	// Output:
+	// ## Goal
+	// Deploy build 4512 to staging.
+	// gpt-4o-mini-2024-07-18 812 14 true
+}
