@@ -1,0 +1,166 @@
+// Compactor from Node.js with the plain NATS client: publish chat messages and read the
+// compacted context ("pinned + summary + tail") with the reader algorithm of the README.
+//
+//   npm install
+//   node compactor.mjs publish <conv> < conversation.jsonl
+//   node compactor.mjs context <conv>
+//
+// NATS_URL defaults to nats://127.0.0.1:4222 (the embedded server of `compactor serve`).
+import { connect, createInbox, headers, StringCodec } from "nats";
+import { createInterface } from "node:readline";
+
+const SUMMARY_PREFIX =
+  "[Summary of the earlier conversation, written by Compactor. The messages it replaces are not shown.]\n\n";
+const ID_RULE = /^[A-Za-z0-9_-]{1,128}$/;
+const sc = StringCodec();
+
+async function publish(nc, conv) {
+  const js = nc.jetstream();
+  const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
+  let n = 0;
+  for await (const line of lines) {
+    if (!line.trim()) continue;
+    n++;
+    JSON.parse(line); // refuse malformed JSON before it reaches the stream
+    const h = headers();
+    h.set("Nats-Msg-Id", `${conv}-${n}`); // idempotent: a retried line is stored once
+    const ack = await js.publish(`chat.${conv}.msg`, sc.encode(line), { headers: h });
+    console.log(ack.seq);
+  }
+}
+
+// One batched direct get: every message of subject from seq on, up to batch of them,
+// answered by any replica and closed by a 204 "EOB" status.
+async function directBatch(nc, subject, seq, batch = 256) {
+  const inbox = createInbox();
+  const sub = nc.subscribe(inbox, { timeout: 10000 });
+  nc.publish("$JS.API.DIRECT.GET.CHAT", sc.encode(JSON.stringify({ seq, next_by_subj: subject, batch })), {
+    reply: inbox,
+  });
+  const out = [];
+  let more = false;
+  for await (const m of sub) {
+    const status = m.headers?.code;
+    if (m.data.length === 0 && status) {
+      if (status === 204) more = Number(m.headers.get("Nats-Num-Pending") || 0) > 0;
+      else if (status !== 404) throw new Error(`direct get: ${status} ${m.headers.description}`);
+      break;
+    }
+    out.push({ seq: Number(m.headers.get("Nats-Sequence")), data: sc.decode(m.data) });
+  }
+  sub.unsubscribe();
+  return { msgs: out, more };
+}
+
+async function readContext(nc, conv) {
+  if (!ID_RULE.test(conv)) throw new Error("conversation id must be 1-128 characters of [A-Za-z0-9_-]");
+  // 1. The compaction value (none: the whole history is the tail).
+  const kv = await nc.jetstream().views.kv("compaction");
+  const entry = await kv.get(conv);
+  const value = entry && entry.operation === "PUT" ? entry.json() : null;
+  if (value && value.schema_version > 1) throw new Error(`schema_version ${value.schema_version} is newer than this reader`);
+  const context = [];
+  const skipped = [];
+  // 2. Pinned messages, by sequence.
+  const jsm = await nc.jetstreamManager();
+  for (const seq of value?.pinned_seqs ?? []) {
+    const sm = await jsm.streams.getMessage("CHAT", { seq });
+    context.push(JSON.parse(sc.decode(sm.data)));
+  }
+  // 3. The summary as one message.
+  if (value?.summary) context.push({ role: value.summary_role || "user", content: SUMMARY_PREFIX + value.summary });
+  // 4. The tail, paging with batched direct gets from tail_start_seq.
+  const tail = [];
+  let from = Math.max(value?.tail_start_seq ?? 1, 1);
+  for (;;) {
+    const { msgs, more } = await directBatch(nc, `chat.${conv}.msg`, from);
+    for (const m of msgs) {
+      try {
+        tail.push({ seq: m.seq, msg: JSON.parse(m.data) });
+      } catch (e) {
+        skipped.push({ seq: m.seq, reason: `invalid JSON: ${e.message}` });
+      }
+    }
+    if (!more || msgs.length === 0) break;
+    from = msgs[msgs.length - 1].seq + 1;
+  }
+  // 5. Overrides, tool pairs (a round moves as a whole; incomplete rounds and orphans
+  //    are skipped), metadata stripped.
+  const overrides = new Map((value?.overrides ?? []).map((o) => [o.seq, o]));
+  for (const unit of toolRounds(tail, skipped)) {
+    for (const { seq, msg } of unit) {
+      const o = overrides.get(seq);
+      if (o && typeof msg.content === "string") {
+        const chars = [...msg.content];
+        if (chars.length > o.keep_head + o.keep_tail) {
+          const cut = chars.length - o.keep_head - o.keep_tail;
+          msg.content = chars.slice(0, o.keep_head).join("") +
+            `\n[… ${cut} characters cut by Compactor${o.note ? ": " + o.note : ""} …]\n` +
+            chars.slice(chars.length - o.keep_tail).join("");
+        }
+      }
+      delete msg.tokens; delete msg.usage; delete msg.context_generation; delete msg.meta;
+      context.push(msg);
+    }
+  }
+  return { context, skipped, generation: value?.generation ?? 0 };
+}
+
+// toolRounds groups the tail into units: a single message, or an assistant message with
+// tool calls followed by all its results (messages that landed in between move after it).
+function toolRounds(tail, skipped) {
+  const units = [];
+  for (let i = 0; i < tail.length; ) {
+    const { seq, msg } = tail[i];
+    if (msg.role === "tool") {
+      skipped.push({ seq, reason: `tool result ${msg.tool_call_id} answers no open tool call` });
+      i++;
+      continue;
+    }
+    if (msg.role !== "assistant" || !msg.tool_calls?.length) {
+      units.push([tail[i]]);
+      i++;
+      continue;
+    }
+    const open = new Set(msg.tool_calls.map((c) => c.id));
+    const results = [];
+    const after = [];
+    let j = i + 1;
+    for (; j < tail.length && open.size > 0; j++) {
+      const m = tail[j].msg;
+      if (m.role === "assistant") break;
+      if (m.role === "tool" && open.has(m.tool_call_id)) {
+        open.delete(m.tool_call_id);
+        results.push(tail[j]);
+      } else if (m.role === "tool") {
+        skipped.push({ seq: tail[j].seq, reason: `tool result ${m.tool_call_id} answers no open tool call` });
+      } else after.push(tail[j]);
+    }
+    if (open.size === 0) units.push([tail[i], ...results, ...after]);
+    else {
+      skipped.push({ seq, reason: `tool round incomplete: no result yet for ${[...open]}` });
+      for (const r of results) skipped.push({ seq: r.seq, reason: "part of an incomplete tool round" });
+      for (const a of after) units.push([a]);
+    }
+    i = j;
+  }
+  return units;
+}
+
+const [cmd, conv] = process.argv.slice(2);
+if (!["publish", "context"].includes(cmd) || !conv) {
+  console.error("usage: node compactor.mjs publish|context <conversation>");
+  process.exit(2);
+}
+const nc = await connect({ servers: process.env.NATS_URL || "nats://127.0.0.1:4222" });
+try {
+  if (cmd === "publish") await publish(nc, conv);
+  else {
+    const { context, skipped, generation } = await readContext(nc, conv);
+    for (const m of context) console.log(JSON.stringify(m));
+    for (const s of skipped) console.error(`skipped seq ${s.seq}: ${s.reason}`);
+    console.error(`${conv}: generation ${generation}, ${context.length} messages`);
+  }
+} finally {
+  await nc.drain();
+}
