@@ -448,8 +448,9 @@ type plan struct {
 func (p *Pool) plan(ld *loaded) plan {
 	var pl plan
 	pinnedTokens := tokens.Entries(ld.pinned)
+	isPinned := split.Pinned(ld.entries, ld.leading)
 	for i := range ld.entries {
-		if split.Pinned(ld.entries, i, ld.leading) {
+		if isPinned[i] {
 			pinnedTokens += tokens.Message(&ld.entries[i].Message)
 		}
 	}
@@ -457,7 +458,7 @@ func (p *Pool) plan(ld *loaded) plan {
 	pl.pinned = append(pl.pinned, ld.pinned...)
 	var covered []schemas.Entry
 	for i := 0; i < pl.split; i++ {
-		if split.Pinned(ld.entries, i, ld.leading) {
+		if isPinned[i] {
 			pl.pinned = append(pl.pinned, ld.entries[i])
 			continue
 		}

@@ -45,24 +45,33 @@ func LastN(es []schemas.Entry, p Params) int {
 	return k
 }
 
-// Pinned reports whether es[i] stays verbatim forever: the producer pinned it, or it is
-// part of the leading system prompt (leading tells whether es starts at the very first
-// message of the conversation).
-func Pinned(es []schemas.Entry, i int, leading bool) bool {
-	e := &es[i]
-	if e.Err != nil {
-		return false
+// Pinned marks the entries that stay verbatim forever: those the producer pinned
+// (meta.pin = "true") and the leading system prompt (the system messages es starts
+// with, when leading says es starts at the conversation's first message). A pin on any
+// message of a tool round pins the whole round, so the round can be shown whole.
+func Pinned(es []schemas.Entry, leading bool) []bool {
+	pinned := make([]bool, len(es))
+	for i := 0; leading && i < len(es); i++ {
+		if es[i].Err != nil || es[i].Message.Role != schemas.RoleSystem {
+			break
+		}
+		pinned[i] = true
 	}
-	if e.Message.Pinned() {
-		return true
-	}
-	if !leading || e.Message.Role != schemas.RoleSystem {
-		return false
-	}
-	for j := 0; j < i; j++ {
-		if es[j].Err != nil || es[j].Message.Role != schemas.RoleSystem {
-			return false
+	for _, u := range rounds.Units(es) {
+		any := false
+		for i := u.Start; i < u.End; i++ {
+			any = any || (es[i].Err == nil && es[i].Message.Pinned())
+		}
+		if !any {
+			continue
+		}
+		if u.Kind != rounds.Round {
+			pinned[u.Start] = true
+			continue
+		}
+		for i := u.Start; i < u.End; i++ {
+			pinned[i] = true
 		}
 	}
-	return true
+	return pinned
 }
