@@ -199,6 +199,8 @@ type job struct {
 	seq     uint64 // work-queue sequence: stable across redeliveries
 	attempt uint64
 	start   time.Time
+	// fallbackFor is the summarizer error a fallback summary stands in for.
+	fallbackFor error
 	log     zerolog.Logger
 }
 
@@ -353,6 +355,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		_ = p.store.PublishDead(ctx, schemas.DeadLetter{Request: j.req, Error: err.Error() + " (fallback summary written)", Attempts: j.attempt, At: p.now()})
 		out = fb
 		out.Fallback = true
+		j.fallbackFor = err
 	}
 
 	// 4. Guard.
@@ -586,8 +589,12 @@ func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThro
 	if err := j.msg.DoubleAck(ctx); err != nil {
 		return fmt.Errorf("ack completed request: %w", err)
 	}
-	p.event(ctx, j, schemas.Event{Type: schemas.EventCompleted, Generation: r.Generation,
-		TokensBefore: r.TokensBefore, TokensAfter: r.TokensAfter})
+	ev := schemas.Event{Type: schemas.EventCompleted, Generation: r.Generation,
+		TokensBefore: r.TokensBefore, TokensAfter: r.TokensAfter}
+	if j.fallbackFor != nil {
+		ev.Error = "summarizer failed, fallback summary written: " + j.fallbackFor.Error()
+	}
+	p.event(ctx, j, ev)
 	if loadedThrough > 0 {
 		p.reevaluate(ctx, j, r, loadedThrough)
 	}

@@ -38,6 +38,8 @@ type Env struct {
 	MinProgress   float64       `envconfig:"MIN_PROGRESS" default:"0.1" desc:"a result must shrink the context by this fraction or it is declined"`
 	ToolOutputCap int           `envconfig:"TOOL_OUTPUT_CAP" default:"2000" desc:"tokens of each tool output the summarizer sees (head and tail kept)"`
 	MaxAttempts   int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"deliveries of one request before it is dead-lettered"`
+	BackoffBase   time.Duration `envconfig:"BACKOFF_BASE" default:"2s" desc:"delay before the second attempt of a failed compaction (doubles each attempt, ±25% jitter)"`
+	BackoffMax    time.Duration `envconfig:"BACKOFF_MAX" default:"2m" desc:"longest delay between attempts"`
 	SummaryRole   string        `envconfig:"SUMMARY_ROLE" default:"user" desc:"role of the summary message readers build: user, system or assistant"`
 	RetryDelay    time.Duration `envconfig:"RETRY_DELAY" default:"5s" desc:"trigger: wait before asking again when a request is already pending"`
 
@@ -94,6 +96,8 @@ func (e Env) validate() error {
 		{e.ToolOutputCap >= 0, "TOOL_OUTPUT_CAP", "must not be negative"},
 		{e.MaxAttempts >= 1, "MAX_ATTEMPTS", "must be at least 1"},
 		{e.RetryDelay > 0, "RETRY_DELAY", "must be positive"},
+		{e.BackoffBase > 0, "BACKOFF_BASE", "must be positive"},
+		{e.BackoffMax >= e.BackoffBase, "BACKOFF_MAX", "must be at least COMPACTOR_BACKOFF_BASE"},
 		{e.LLMTimeout > 0, "LLM_TIMEOUT", "must be positive"},
 		{e.ChatMaxAge >= 0, "CHAT_MAX_AGE", "must not be negative"},
 		{e.DrainTimeout > 0, "DRAIN_TIMEOUT", "must be positive"},
@@ -155,6 +159,8 @@ func (e Env) summarizer() summarizer.Config {
 	c.MinProgress = e.MinProgress
 	c.ToolOutputCap = e.ToolOutputCap
 	c.MaxAttempts = e.MaxAttempts
+	c.BackoffBase = e.BackoffBase
+	c.BackoffMax = e.BackoffMax
 	c.SummaryRole = schemas.Role(e.SummaryRole)
 	return c
 }

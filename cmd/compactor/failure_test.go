@@ -1,0 +1,184 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// eventLog collects the events of one conversation.
+type eventLog struct {
+	mu     sync.Mutex
+	events []schemas.Event
+}
+
+func collectEvents(t *testing.T, nc *nats.Conn, subject string) *eventLog {
+	t.Helper()
+	l := &eventLog{}
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		var ev schemas.Event
+		if json.Unmarshal(m.Data, &ev) == nil {
+			l.mu.Lock()
+			l.events = append(l.events, ev)
+			l.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return l
+}
+
+func (l *eventLog) count(typ string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, ev := range l.events {
+		if ev.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *eventLog) last(typ string) schemas.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.events) - 1; i >= 0; i-- {
+		if l.events[i].Type == typ {
+			return l.events[i]
+		}
+	}
+	return schemas.Event{}
+}
+
+func failingEnv(t *testing.T) Env {
+	env := testEnv(t, 4000)
+	env.MaxAttempts = 3
+	env.BackoffBase = 20 * time.Millisecond
+	env.BackoffMax = 100 * time.Millisecond
+	return env
+}
+
+// Invariant 4: a failing LLM leaves the previous result, is retried a bounded number of
+// times, and ends as a failed event and a dead letter; the trigger then backs off.
+func TestFailingLLMIsRetriedThenDeadLettered(t *testing.T) {
+	env := failingEnv(t)
+	llm := newFakeLLM(t)
+	llm.set(func(f *fakeLLM) { f.status = http.StatusServiceUnavailable })
+	s := startStack(t, env, llm)
+	events := collectEvents(t, s.nc, s.st.Config().EventSubject("down"))
+	msgs, _ := needleConversation(7) // over the threshold, under the hard limit
+	replay(t, s, "down", msgs, 0)
+	eventually(t, 30*time.Second, "a failed event", func() bool { return events.count(schemas.EventFailed) == 1 })
+	if n := llm.callCount(); n != env.MaxAttempts {
+		t.Fatalf("LLM called %d times; want %d attempts", n, env.MaxAttempts)
+	}
+	if ev := events.last(schemas.EventFailed); ev.Error == "" {
+		t.Fatal("failed event without the error")
+	}
+	ctx := ctxFor(t, 10*time.Second)
+	if v, _, err := s.st.GetResult(ctx, "down", true); err != nil || v != nil {
+		t.Fatalf("a failed compaction wrote a value: %+v, %v", v, err)
+	}
+	dead, err := s.st.JetStream().Stream(ctx, s.st.Config().DeadStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dead.GetLastMsgForSubject(ctx, s.st.Config().DeadSubject("down"))
+	if err != nil {
+		t.Fatalf("no dead letter: %v", err)
+	}
+	var d schemas.DeadLetter
+	if err := json.Unmarshal(m.Data, &d); err != nil || d.Attempts != uint64(env.MaxAttempts) || d.Request.Conversation != "down" {
+		t.Fatalf("dead letter = %+v, %v", d, err)
+	}
+	// The trigger backs off: more messages do not start another round of failures at once.
+	more, _ := needleConversation(1)
+	replay(t, s, "down", more[1:], 0)
+	time.Sleep(time.Second)
+	if n := events.count(schemas.EventRequested); n != 1 {
+		t.Fatalf("%d requests after a failure; want 1 (the trigger backs off)", n)
+	}
+}
+
+// Invariant 9 with the LLM down: past the hard limit, the deterministic fallback keeps
+// the bound, and the failure is still reported.
+func TestHardLimitHoldsWithTheLLMDown(t *testing.T) {
+	env := failingEnv(t)
+	llm := newFakeLLM(t)
+	llm.set(func(f *fakeLLM) { f.status = http.StatusInternalServerError })
+	s := startStack(t, env, llm)
+	s.stop(t) // publish everything first, so the first request sees it all
+	ctx := ctxFor(t, time.Minute)
+	msgs, _ := needleConversation(12)
+	for _, m := range msgs {
+		if _, err := s.client.Publish(ctx, "hard", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events := collectEvents(t, s.nc, s.st.Config().EventSubject("hard"))
+	s2 := runStack(t, s.nc, s.st, env, llm)
+	eventually(t, 30*time.Second, "a completed event", func() bool { return events.count(schemas.EventCompleted) >= 1 })
+	v, _, err := s2.st.GetResult(ctx, "hard", true)
+	if err != nil || v == nil {
+		t.Fatalf("no value: %v", err)
+	}
+	if !v.Fallback || v.Model != "extractive" {
+		t.Fatalf("value fallback=%v model=%q; want the extractive fallback", v.Fallback, v.Model)
+	}
+	if v.TokensBefore < env.budget().HardLimitTokens() || v.TokensAfter > env.budget().TargetTokens() {
+		t.Fatalf("tokens %d → %d; want from over the hard limit %d to under the target %d",
+			v.TokensBefore, v.TokensAfter, env.budget().HardLimitTokens(), env.budget().TargetTokens())
+	}
+	if ev := events.last(schemas.EventCompleted); ev.Error == "" {
+		t.Fatal("the completed fallback event does not report the summarizer's failure")
+	}
+	if n := llm.callCount(); n != env.MaxAttempts {
+		t.Fatalf("LLM called %d times; want %d", n, env.MaxAttempts)
+	}
+	cx, err := s2.client.Context(ctx, "hard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkToolPairs(cx.Messages); err != nil {
+		t.Fatal(err)
+	}
+	if cx.Tokens > env.budget().HardLimitTokens() {
+		t.Fatalf("context %d tokens over the hard limit", cx.Tokens)
+	}
+}
+
+// Invariant 5: a compaction that does not shrink the context enough is declined and
+// not asked for again until the conversation grows.
+func TestDeclinedCompactionDoesNotLoop(t *testing.T) {
+	env := testEnv(t, 4000)
+	env.MinProgress = 0.99 // nothing can shrink the context by 99%
+	llm := newFakeLLM(t)
+	s := startStack(t, env, llm)
+	events := collectEvents(t, s.nc, s.st.Config().EventSubject("stuck"))
+	msgs, _ := needleConversation(8)
+	replay(t, s, "stuck", msgs, 0)
+	settle(t, s)
+	eventually(t, 10*time.Second, "a declined event", func() bool { return events.count(schemas.EventDeclined) >= 1 })
+	before, calls := events.count(schemas.EventDeclined), llm.callCount()
+	time.Sleep(2 * time.Second) // several trigger retry delays
+	if after := events.count(schemas.EventDeclined); after != before || llm.callCount() != calls {
+		t.Fatalf("declined %d → %d, LLM calls %d → %d while the conversation did not grow: a loop", before, after, calls, llm.callCount())
+	}
+	v, _, err := s.st.GetResult(ctxFor(t, 5*time.Second), "stuck", true)
+	if err != nil || v == nil || v.DeclinedAtSeq == 0 || v.Generation != 0 {
+		t.Fatalf("value after decline = %+v, %v; want declined_at_seq set and no generation", v, err)
+	}
+	// Growth asks again.
+	more, _ := needleConversation(3)
+	replay(t, s, "stuck", more[1:], 0)
+	eventually(t, 10*time.Second, "a request after growth", func() bool { return events.count(schemas.EventDeclined) > before })
+}
