@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
@@ -82,14 +83,17 @@ func (e Env) validate() error {
 	if e.Replicas < 1 || e.Replicas > 5 {
 		return bad("REPLICAS", "must be 1 to 5, got %d", e.Replicas)
 	}
-	if err := e.budget().Validate(); err != nil {
-		return fmt.Errorf("configuration: COMPACTOR_CONTEXT_WINDOW, _THRESHOLD, _TARGET, _HARD_LIMIT or _MAX_SUMMARY_TOKENS: %w", err)
-	}
 	checks := []struct {
 		ok   bool
 		name string
 		msg  string
 	}{
+		{e.ContextWindow >= 1000, "CONTEXT_WINDOW", fmt.Sprintf("must be at least 1000 tokens, got %d", e.ContextWindow)},
+		{e.Target > 0 && e.Target < 1, "TARGET", fmt.Sprintf("must be between 0 and 1, got %g", e.Target)},
+		{e.Threshold > e.Target && e.Threshold < 1, "THRESHOLD", fmt.Sprintf("must be above COMPACTOR_TARGET (%g) and below 1, got %g", e.Target, e.Threshold)},
+		{e.HardLimit > e.Threshold && e.HardLimit <= 1, "HARD_LIMIT", fmt.Sprintf("must be above COMPACTOR_THRESHOLD (%g) and at most 1, got %g", e.Threshold, e.HardLimit)},
+		{e.MaxSummaryTokens >= 0 && e.MaxSummaryTokens < e.budget().TargetTokens(), "MAX_SUMMARY_TOKENS",
+			fmt.Sprintf("must be 0 (scaled) or below the target of %d tokens, got %d", e.budget().TargetTokens(), e.MaxSummaryTokens)},
 		{e.Workers >= 1, "WORKERS", "must be at least 1"},
 		{e.KeepLastN >= 1, "KEEP_LAST_N", "must be at least 1"},
 		{e.MinProgress >= 0 && e.MinProgress < 1, "MIN_PROGRESS", "must be in [0, 1)"},
@@ -110,6 +114,9 @@ func (e Env) validate() error {
 		if !c.ok {
 			return bad(c.name, "%s", c.msg)
 		}
+	}
+	if err := e.budget().Validate(); err != nil {
+		return fmt.Errorf("configuration: %w", err)
 	}
 	if _, err := parseLevel(e.LogLevel); err != nil {
 		return bad("LOG_LEVEL", "%v", err)
@@ -178,5 +185,10 @@ func (e Env) usesLLM() bool { return e.LLMBaseURL != "" || e.LLMAPIKey != "" }
 // printEnvHelp lists every variable with its default.
 func printEnvHelp(w io.Writer) error {
 	var e Env
-	return envconfig.Usagef(envPrefix, &e, w, "  {{range .}}{{usage_key .}}\t{{usage_default .}}\t{{usage_description .}}\n{{end}}")
+	tw := tabwriter.NewWriter(w, 2, 0, 2, ' ', 0)
+	if err := envconfig.Usagef(envPrefix, &e, tw, "{{range .}}  {{usage_key .}}\t{{usage_default .}}\t{{usage_description .}}\n{{end}}"); err != nil {
+		return err
+	}
+	fmt.Fprintf(tw, "  OPENAI_BASE_URL, OPENAI_API_KEY\t\tused when the COMPACTOR_LLM_ ones are empty\n")
+	return tw.Flush()
 }

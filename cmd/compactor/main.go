@@ -96,9 +96,5 @@ func help(w io.Writer) error {
 	if _, err := io.WriteString(w, usageText); err != nil {
 		return err
 	}
-	if err := printEnvHelp(w); err != nil {
-		return err
-	}
-	_, err := io.WriteString(w, "  OPENAI_BASE_URL, OPENAI_API_KEY\t\tused when the COMPACTOR_LLM_ ones are empty\n")
-	return err
+	return printEnvHelp(w)
 }

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func cli(t *testing.T, stdin string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := run(ctx, args, stdio{in: strings.NewReader(stdin), out: &out, err: &errOut}, func(string) (string, bool) { return "", false })
+	return out.String(), errOut.String(), err
+}
+
+// The default run: serve with the embedded server, driven by the CLI as a user would.
+func TestServeAndCLI(t *testing.T) {
+	testEnv(t, 128000)
+	t.Setenv("COMPACTOR_LISTEN", freeAddr(t))
+	t.Setenv("COMPACTOR_DATA_DIR", filepath.Join(t.TempDir(), "data"))
+	t.Setenv("COMPACTOR_CONTEXT_WINDOW", "6000")
+	t.Setenv("COMPACTOR_KEEP_LAST_N", "4")
+	t.Setenv("COMPACTOR_LOG_LEVEL", "warn")
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	var logs strings.Builder
+	go func() {
+		served <- run(ctx, nil, stdio{in: strings.NewReader(""), out: &strings.Builder{}, err: &logs}, func(string) (string, bool) { return "", false })
+	}()
+	eventually(t, 10*time.Second, "serve to listen", func() bool {
+		c, err := net.Dial("tcp", os.Getenv("COMPACTOR_LISTEN"))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+
+	msgs, _ := needleConversation(4)
+	var in strings.Builder
+	for _, m := range msgs {
+		b, _ := m.Encode()
+		in.Write(b)
+		in.WriteByte('\n')
+	}
+	in.WriteString(`{"role":"robot","content":"x"}` + "\n")
+	out, errOut, err := cli(t, in.String(), "publish", "cli-conv")
+	if err == nil || !strings.Contains(errOut, "line 18") || !strings.Contains(errOut, "unknown role") {
+		t.Fatalf("publish with one bad line: err %v, stderr %q; want line 18 reported", err, errOut)
+	}
+	if n := len(strings.Fields(out)); n != len(msgs) {
+		t.Fatalf("publish printed %d sequences; want %d", n, len(msgs))
+	}
+
+	out, _, err = cli(t, "", "compact", "cli-conv", "--instructions", "keep the needles", "--wait", "20s")
+	if err != nil {
+		t.Fatalf("compact: %v", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	var status map[string]string
+	var ev map[string]any
+	if err := dec.Decode(&status); err != nil || status["status"] != "queued" {
+		t.Fatalf("compact status = %v, %v", status, err)
+	}
+	if err := dec.Decode(&ev); err != nil || ev["type"] != "completed" || ev["request_id"] != status["request_id"] {
+		t.Fatalf("compact outcome = %v, %v", ev, err)
+	}
+
+	out, errOut, err = cli(t, "", "context", "cli-conv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.Contains(lines[0], `"role":"system"`) || !strings.Contains(lines[1], "Summary of the earlier conversation") {
+		t.Fatalf("context does not start with the pinned prompt and the summary:\n%s", out)
+	}
+	if !strings.Contains(errOut, "generation 1") {
+		t.Fatalf("context summary line = %q", errOut)
+	}
+
+	out, _, err = cli(t, "", "status", "cli-conv")
+	if err != nil || !strings.Contains(out, `"generation": 1`) || !strings.Contains(out, `"trigger": "manual"`) {
+		t.Fatalf("status cli-conv = %s, %v", out, err)
+	}
+	out, _, err = cli(t, "", "status")
+	if err != nil || !strings.Contains(out, `"name": "CHAT"`) {
+		t.Fatalf("status = %s, %v", out, err)
+	}
+	if _, _, err := cli(t, "", "context", "bad id"); err == nil || !strings.Contains(err.Error(), "[A-Za-z0-9_-]") {
+		t.Fatalf("context with a bad id: %v", err)
+	}
+
+	stop() // SIGINT
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("serve stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not drain")
+	}
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestBadVariableStopsStartUpNamingIt(t *testing.T) {
+	tests := []struct {
+		name, key, value string
+	}{
+		{"not a number", "COMPACTOR_WORKERS", "many"},
+		{"zero workers", "COMPACTOR_WORKERS", "0"},
+		{"threshold under target", "COMPACTOR_THRESHOLD", "0.3"},
+		{"hard limit over one", "COMPACTOR_HARD_LIMIT", "1.5"},
+		{"window too small", "COMPACTOR_CONTEXT_WINDOW", "10"},
+		{"summary over target", "COMPACTOR_MAX_SUMMARY_TOKENS", "90000"},
+		{"unknown role", "COMPACTOR_ROLES", "trigger,chef"},
+		{"bad duration", "COMPACTOR_LLM_TIMEOUT", "soon"},
+		{"bad log level", "COMPACTOR_LOG_LEVEL", "loud"},
+		{"bad strategy", "COMPACTOR_STRATEGY", "magic"},
+		{"bad summary role", "COMPACTOR_SUMMARY_ROLE", "tool"},
+		{"backoff max under base", "COMPACTOR_BACKOFF_MAX", "1s"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			testEnv(t, 128000) // clears the environment
+			t.Setenv(tc.key, tc.value)
+			err := run(t.Context(), []string{"serve"}, stdio{in: strings.NewReader(""), out: &strings.Builder{}, err: &strings.Builder{}}, func(string) (string, bool) { return "", false })
+			if err == nil || !strings.Contains(err.Error(), tc.key) {
+				t.Fatalf("got %v; want an error naming %s", err, tc.key)
+			}
+		})
+	}
+}
+
+func TestHelpListsEveryVariable(t *testing.T) {
+	var out strings.Builder
+	if err := run(t.Context(), []string{"help"}, stdio{out: &out, err: &out}, func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"COMPACTOR_NATS_URL", "COMPACTOR_LISTEN", "127.0.0.1:4222", "COMPACTOR_THRESHOLD", "0.75",
+		"COMPACTOR_CONTEXT_WINDOW", "128000", "COMPACTOR_WORKERS", "COMPACTOR_KEEP_LAST_N", "COMPACTOR_LLM_BASE_URL",
+		"COMPACTOR_LLM_API_KEY", "COMPACTOR_LLM_MODEL", "OPENAI_API_KEY", "publish <conv>", "compact <conv>"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help does not mention %q", want)
+		}
+	}
+}
+
+func TestOpenAIVariablesAreHonoured(t *testing.T) {
+	testEnv(t, 128000)
+	env, err := loadEnv(func(k string) (string, bool) {
+		return map[string]string{"OPENAI_BASE_URL": "http://llm.local/v1", "OPENAI_API_KEY": "sk-test"}[k], true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.LLMBaseURL != "http://llm.local/v1" || env.LLMAPIKey != "sk-test" || !env.usesLLM() {
+		t.Fatalf("env = %+v", env)
+	}
+	t.Setenv("COMPACTOR_LLM_BASE_URL", "http://mine/v1")
+	env, _ = loadEnv(func(k string) (string, bool) { return "http://other/v1", true })
+	if env.LLMBaseURL != "http://mine/v1" {
+		t.Fatalf("COMPACTOR_LLM_BASE_URL lost to OPENAI_BASE_URL: %q", env.LLMBaseURL)
+	}
+}
