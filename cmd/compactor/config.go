@@ -31,7 +31,7 @@ type Env struct {
 	Threshold        float64 `envconfig:"THRESHOLD" default:"0.75" desc:"compact when the context reaches this fraction of W"`
 	Target           float64 `envconfig:"TARGET" default:"0.5" desc:"a compaction brings the context to at most this fraction of W"`
 	HardLimit        float64 `envconfig:"HARD_LIMIT" default:"0.95" desc:"past this fraction of W with the LLM failing, a fallback summary keeps the bound"`
-	MaxSummaryTokens int     `envconfig:"MAX_SUMMARY_TOKENS" default:"0" desc:"summary length cap; 0 = 2048 per 128k of W, at most W/8"`
+	MaxSummaryTokens int     `envconfig:"MAX_SUMMARY_TOKENS" default:"0" desc:"summary length cap; 0 = 2048, scaled up for windows over 128k, at most W/8"`
 
 	Workers       int           `envconfig:"WORKERS" default:"4" desc:"summarizer jobs this process runs at once"`
 	Strategy      string        `envconfig:"STRATEGY" default:"keep-last-n" desc:"split strategy"`
