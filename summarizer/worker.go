@@ -201,7 +201,7 @@ type job struct {
 	start   time.Time
 	// fallbackFor is the summarizer error a fallback summary stands in for.
 	fallbackFor error
-	log     zerolog.Logger
+	log         zerolog.Logger
 }
 
 // handle maps the outcome of one delivery to JetStream: done → the job acked itself;

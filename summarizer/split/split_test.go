@@ -17,8 +17,12 @@ func entries(ms ...schemas.Message) []schemas.Entry {
 	return es
 }
 
-func user(s string) schemas.Message { return schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(s)} }
-func sys(s string) schemas.Message  { return schemas.Message{Role: schemas.RoleSystem, Content: schemas.Text(s)} }
+func user(s string) schemas.Message {
+	return schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(s)}
+}
+func sys(s string) schemas.Message {
+	return schemas.Message{Role: schemas.RoleSystem, Content: schemas.Text(s)}
+}
 func reply(s string) schemas.Message {
 	return schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(s)}
 }
