@@ -122,3 +122,34 @@ func (c *Content) UnmarshalJSON(data []byte) error {
 	c.raw = bytes.Clone(data)
 	return nil
 }
+
+// Placeholder names a non-text part in a text rendering: [image], [audio], [file] (with
+// its file name when it has one), [refusal: text], or the part's type in brackets.
+func (p ContentPart) Placeholder() string {
+	oneLine := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	switch p.Type {
+	case "image_url", "image":
+		return "[image]"
+	case "input_audio", "audio":
+		return "[audio]"
+	case "file":
+		var f struct {
+			File struct {
+				Filename string `json:"filename"`
+			} `json:"file"`
+		}
+		if json.Unmarshal(p.Raw, &f) == nil && f.File.Filename != "" {
+			return "[file: " + oneLine(f.File.Filename) + "]"
+		}
+		return "[file]"
+	case "refusal":
+		var r struct {
+			Refusal string `json:"refusal"`
+		}
+		if json.Unmarshal(p.Raw, &r) == nil && r.Refusal != "" {
+			return "[refusal: " + r.Refusal + "]"
+		}
+		return "[refusal]"
+	}
+	return "[" + oneLine(p.Type) + "]"
+}

@@ -19,41 +19,6 @@ import (
 	"github.com/compactor/compactor/schemas/tokens"
 )
 
-// checkToolPairs is invariant 1: no tool message without its call, no call without all
-// its results, parallel calls together.
-func checkToolPairs(msgs []schemas.Message) error {
-	open := map[string]bool{}
-	for i, m := range msgs {
-		switch {
-		case m.Role == schemas.RoleTool:
-			if !open[m.ToolCallID] {
-				return fmt.Errorf("message %d: tool result %q without its call", i, m.ToolCallID)
-			}
-			delete(open, m.ToolCallID)
-		case len(open) > 0:
-			return fmt.Errorf("message %d (%s) lands while calls %v are unanswered", i, m.Role, keys(open))
-		}
-		if m.HasToolCalls() {
-			for _, tc := range m.ToolCalls {
-				open[tc.ID] = true
-			}
-		}
-	}
-	if len(open) > 0 {
-		return fmt.Errorf("calls %v have no result", keys(open))
-	}
-	return nil
-}
-
-func keys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // history records every KV value of one conversation, in order.
 type history struct {
 	mu     sync.Mutex
@@ -178,7 +143,7 @@ func invariants(t *testing.T, s *stack, conv string, env Env, values []*schemas.
 			k = i
 		}
 		cx := assemble.Assemble(assemble.Input{Value: v, Pinned: pinned, Tail: all[k:]}, assemble.Options{})
-		if err := checkToolPairs(cx.Messages); err != nil {
+		if err := rounds.CheckPairs(cx.Messages); err != nil {
 			t.Fatalf("generation %d: %v", v.Generation, err)
 		}
 		prev = v
@@ -254,7 +219,7 @@ func TestCorpusReplayKeepsInvariants(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := checkToolPairs(cx.Messages); err != nil {
+			if err := rounds.CheckPairs(cx.Messages); err != nil {
 				t.Fatal(err)
 			}
 			if len(cx.Skipped) > 0 {
@@ -483,7 +448,7 @@ func TestBadInputInTheStreamIsSkippedAndReported(t *testing.T) {
 		cx, err = s.client.Context(ctxFor(t, 10*time.Second), "mixed")
 		return err == nil && cx.Generation > 0 && cx.Tokens < env.budget().ThresholdTokens()
 	})
-	if err := checkToolPairs(cx.Messages); err != nil {
+	if err := rounds.CheckPairs(cx.Messages); err != nil {
 		t.Fatal(err)
 	}
 	text := ""

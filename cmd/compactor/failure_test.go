@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/rounds"
 )
 
 // eventLog collects the events of one conversation.
@@ -148,7 +149,7 @@ func TestHardLimitHoldsWithTheLLMDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkToolPairs(cx.Messages); err != nil {
+	if err := rounds.CheckPairs(cx.Messages); err != nil {
 		t.Fatal(err)
 	}
 	if cx.Tokens > env.budget().HardLimitTokens() {

@@ -3,7 +3,6 @@ package assemble
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -86,78 +85,6 @@ func loadCorpus(t *testing.T) []conversation {
 	return out
 }
 
-// checkToolPairs checks invariant 1 on assembled messages: every assistant tool call is
-// followed, before anything else, by exactly one result for each of its calls, and no
-// tool message appears without its call.
-func checkToolPairs(msgs []schemas.Message) error {
-	open := map[string]bool{}
-	var openAt int
-	for i := range msgs {
-		m := &msgs[i]
-		if len(open) > 0 {
-			if m.Role != schemas.RoleTool || !open[m.ToolCallID] {
-				return fmt.Errorf("message %d (%s %q) comes before the results of %v called at %d", i, m.Role, m.ToolCallID, keys(open), openAt)
-			}
-			delete(open, m.ToolCallID)
-			continue
-		}
-		switch {
-		case m.Role == schemas.RoleTool:
-			return fmt.Errorf("message %d: tool result %q without its call", i, m.ToolCallID)
-		case len(m.ToolCalls) > 0 && m.Role != schemas.RoleAssistant:
-			return fmt.Errorf("message %d: %s message with tool calls", i, m.Role)
-		case m.HasToolCalls():
-			for _, tc := range m.ToolCalls {
-				open[tc.ID] = true
-			}
-			openAt = i
-		}
-	}
-	if len(open) > 0 {
-		return fmt.Errorf("calls %v at message %d have no result", keys(open), openAt)
-	}
-	return nil
-}
-
-func keys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
-func TestCheckToolPairs(t *testing.T) {
-	call := func(ids ...string) schemas.Message {
-		m := schemas.Message{Role: schemas.RoleAssistant}
-		for _, id := range ids {
-			m.ToolCalls = append(m.ToolCalls, schemas.ToolCall{ID: id, Type: "function", Function: schemas.FunctionCall{Name: "f"}})
-		}
-		return m
-	}
-	res := func(id string) schemas.Message { return schemas.Message{Role: schemas.RoleTool, ToolCallID: id} }
-	user := schemas.Message{Role: schemas.RoleUser}
-	tests := []struct {
-		name    string
-		give    []schemas.Message
-		wantErr bool
-	}{
-		{name: "empty", give: nil},
-		{name: "paired", give: []schemas.Message{user, call("a", "b"), res("b"), res("a"), user}},
-		{name: "orphan result", give: []schemas.Message{user, res("a")}, wantErr: true},
-		{name: "missing result", give: []schemas.Message{call("a", "b"), res("a")}, wantErr: true},
-		{name: "message inside a round", give: []schemas.Message{call("a", "b"), res("a"), user, res("b")}, wantErr: true},
-		{name: "duplicate result", give: []schemas.Message{call("a"), res("a"), res("a")}, wantErr: true},
-		{name: "calls on a user", give: []schemas.Message{{Role: schemas.RoleUser, ToolCalls: call("a").ToolCalls}}, wantErr: true},
-	}
-	for _, tt := range tests {
-		if err := checkToolPairs(tt.give); (err != nil) != tt.wantErr {
-			t.Errorf("%s: got %v; want error %v", tt.name, err, tt.wantErr)
-		}
-	}
-}
-
 func TestCorpusRounds(t *testing.T) {
 	for _, c := range loadCorpus(t) {
 		t.Run(c.name, func(t *testing.T) {
@@ -188,7 +115,7 @@ func TestCorpusRounds(t *testing.T) {
 					for i, e := range kept {
 						msgs[i] = e.Message
 					}
-					if err := checkToolPairs(msgs); err != nil {
+					if err := rounds.CheckPairs(msgs); err != nil {
 						t.Fatalf("tail from inside a round at index %d: %v", k, err)
 					}
 					continue
@@ -198,7 +125,7 @@ func TestCorpusRounds(t *testing.T) {
 					in.Value.TailStartSeq = es[k].Seq
 				}
 				ctx := Assemble(in, Options{})
-				if err := checkToolPairs(ctx.Messages); err != nil {
+				if err := rounds.CheckPairs(ctx.Messages); err != nil {
 					t.Fatalf("tail from boundary %d: %v", k, err)
 				}
 				if len(ctx.Skipped) > 0 || len(ctx.Messages) != len(es)-k+1 {
@@ -218,7 +145,7 @@ func TestCorpusMaxTokens(t *testing.T) {
 			in := Input{Tail: c.entries}
 			full := Assemble(in, Options{})
 			got := Assemble(in, Options{MaxTokens: budget})
-			if err := checkToolPairs(got.Messages); err != nil {
+			if err := rounds.CheckPairs(got.Messages); err != nil {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got.Seqs, full.Seqs) {

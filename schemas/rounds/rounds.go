@@ -8,6 +8,7 @@ package rounds
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/compactor/compactor/schemas"
 )
@@ -236,4 +237,46 @@ func Normalize(es []schemas.Entry) (kept []schemas.Entry, skipped []Skipped) {
 		}
 	}
 	return kept, skipped
+}
+
+// CheckPairs checks invariant 1 on a context about to be sent to a model: every tool
+// message follows the assistant message that called it, every call has its result, and
+// a round's results come right after its calls (parallel calls together).
+func CheckPairs(msgs []schemas.Message) error {
+	open := map[string]bool{}
+	var openAt int
+	for i := range msgs {
+		m := &msgs[i]
+		if len(open) > 0 {
+			if m.Role != schemas.RoleTool || !open[m.ToolCallID] {
+				return fmt.Errorf("message %d (%s %q) comes before the results of %v called at %d", i, m.Role, m.ToolCallID, keys(open), openAt)
+			}
+			delete(open, m.ToolCallID)
+			continue
+		}
+		switch {
+		case m.Role == schemas.RoleTool:
+			return fmt.Errorf("message %d: tool result %q without its call", i, m.ToolCallID)
+		case len(m.ToolCalls) > 0 && m.Role != schemas.RoleAssistant:
+			return fmt.Errorf("message %d: %s message with tool calls", i, m.Role)
+		case m.HasToolCalls():
+			for _, tc := range m.ToolCalls {
+				open[tc.ID] = true
+			}
+			openAt = i
+		}
+	}
+	if len(open) > 0 {
+		return fmt.Errorf("calls %v at message %d have no result", keys(open), openAt)
+	}
+	return nil
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }

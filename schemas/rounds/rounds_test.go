@@ -343,3 +343,36 @@ func TestNormalizeKeepsEntries(t *testing.T) {
 		t.Fatalf("got %+v; want the entries unchanged %+v", kept, give)
 	}
 }
+
+// TestCheckPairs: CheckPairs checks invariant 1 on assembled messages: every assistant tool call is
+// followed, before anything else, by exactly one result for each of its calls, and no
+// tool message appears without its call.
+func TestCheckPairs(t *testing.T) {
+	call := func(ids ...string) schemas.Message {
+		m := schemas.Message{Role: schemas.RoleAssistant}
+		for _, id := range ids {
+			m.ToolCalls = append(m.ToolCalls, schemas.ToolCall{ID: id, Type: "function", Function: schemas.FunctionCall{Name: "f"}})
+		}
+		return m
+	}
+	res := func(id string) schemas.Message { return schemas.Message{Role: schemas.RoleTool, ToolCallID: id} }
+	user := schemas.Message{Role: schemas.RoleUser}
+	tests := []struct {
+		name    string
+		give    []schemas.Message
+		wantErr bool
+	}{
+		{name: "empty", give: nil},
+		{name: "paired", give: []schemas.Message{user, call("a", "b"), res("b"), res("a"), user}},
+		{name: "orphan result", give: []schemas.Message{user, res("a")}, wantErr: true},
+		{name: "missing result", give: []schemas.Message{call("a", "b"), res("a")}, wantErr: true},
+		{name: "message inside a round", give: []schemas.Message{call("a", "b"), res("a"), user, res("b")}, wantErr: true},
+		{name: "duplicate result", give: []schemas.Message{call("a"), res("a"), res("a")}, wantErr: true},
+		{name: "calls on a user", give: []schemas.Message{{Role: schemas.RoleUser, ToolCalls: call("a").ToolCalls}}, wantErr: true},
+	}
+	for _, tt := range tests {
+		if err := rounds.CheckPairs(tt.give); (err != nil) != tt.wantErr {
+			t.Errorf("%s: got %v; want error %v", tt.name, err, tt.wantErr)
+		}
+	}
+}

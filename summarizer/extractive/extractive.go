@@ -2,7 +2,6 @@ package extractive
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode"
@@ -310,34 +309,10 @@ func excerptSource(m *schemas.Message) (string, int) {
 			b.WriteString(p.Text)
 			n += utf8.RuneCountInString(p.Text)
 		} else {
-			b.WriteString(placeholder(p))
+			b.WriteString(p.Placeholder())
 		}
 	}
 	return b.String(), n
-}
-
-// placeholder names a non-text content part: [image], [audio], [file] (with its file
-// name when it has one) or [type] for other types.
-func placeholder(p schemas.ContentPart) string {
-	switch p.Type {
-	case "image_url", "image":
-		return "[image]"
-	case "input_audio", "audio":
-		return "[audio]"
-	case "file":
-		var f struct {
-			File struct {
-				Filename string `json:"filename"`
-			} `json:"file"`
-		}
-		if json.Unmarshal(p.Raw, &f) == nil && f.File.Filename != "" {
-			return "[file: " + oneLine(f.File.Filename) + "]"
-		}
-		return "[file]"
-	case "refusal":
-		return "[refusal]"
-	}
-	return "[" + oneLine(p.Type) + "]"
 }
 
 func who(m *schemas.Message) string {

@@ -3,7 +3,6 @@ package llm
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -178,38 +177,8 @@ func content(c schemas.Content) string {
 		if p.Type == "text" {
 			out = append(out, p.Text)
 		} else {
-			out = append(out, placeholder(p))
+			out = append(out, p.Placeholder())
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// placeholder names a non-text content part: [image], [audio], [file] (with its file
-// name when it has one), or the part's type.
-func placeholder(p schemas.ContentPart) string {
-	switch p.Type {
-	case "image_url", "image":
-		return "[image]"
-	case "input_audio", "audio":
-		return "[audio]"
-	case "file":
-		var f struct {
-			File struct {
-				Filename string `json:"filename"`
-			} `json:"file"`
-		}
-		if json.Unmarshal(p.Raw, &f) == nil && f.File.Filename != "" {
-			return "[file: " + strings.Join(strings.Fields(f.File.Filename), " ") + "]"
-		}
-		return "[file]"
-	case "refusal":
-		var r struct {
-			Refusal string `json:"refusal"`
-		}
-		if json.Unmarshal(p.Raw, &r) == nil && r.Refusal != "" {
-			return "[refusal: " + r.Refusal + "]"
-		}
-		return "[refusal]"
-	}
-	return "[" + strings.Join(strings.Fields(p.Type), " ") + "]"
 }
