@@ -44,11 +44,17 @@ func TestServeAndCLI(t *testing.T) {
 	go func() {
 		served <- run(ctx, nil, stdio{in: strings.NewReader(""), out: &strings.Builder{}, err: &logs}, func(string) (string, bool) { return "", false })
 	}()
-	eventually(t, 10*time.Second, "serve to listen", func() bool {
+	t.Cleanup(func() {
+		stop()
+		<-served
+	})
+	eventually(t, 10*time.Second, "serve to listen and provision", func() bool {
 		c, err := net.Dial("tcp", os.Getenv("COMPACTOR_LISTEN"))
-		if err == nil {
-			c.Close()
+		if err != nil {
+			return false
 		}
+		c.Close()
+		_, _, err = cli(t, "", "status")
 		return err == nil
 	})
 
@@ -109,6 +115,7 @@ func TestServeAndCLI(t *testing.T) {
 	stop() // SIGINT
 	select {
 	case err := <-served:
+		served <- nil // for the cleanup
 		if err != nil {
 			t.Fatalf("serve stopped with %v", err)
 		}
