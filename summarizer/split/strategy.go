@@ -1,0 +1,129 @@
+package split
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/budget"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// The strategies, by the names users choose them with (COMPACTOR_STRATEGY or the policy
+// key strategy).
+const (
+	// StrategyKeepLastN keeps the last N messages within the tail budget, in whole tool
+	// rounds (FabrCore).
+	StrategyKeepLastN = "keep-last-n"
+	// StrategyToolRounds keeps the last K complete rounds (AgentSmith).
+	StrategyToolRounds = "tool-rounds"
+	// StrategyUserMessages keeps real user messages newest first up to a token budget and
+	// summarizes everything else; the summary follows them (Codex CLI).
+	StrategyUserMessages = "user-messages"
+	// StrategyTokenFraction keeps the newest fraction of tokens, split just before a user
+	// message (Gemini CLI).
+	StrategyTokenFraction = "token-fraction"
+	// StrategyRecentTurns keeps the last N turns within a share of the usable context
+	// (OpenCode).
+	StrategyRecentTurns = "recent-turns"
+	// StrategyAll summarizes the whole history (Crabtalk).
+	StrategyAll = "all"
+)
+
+// Strategies lists every strategy name.
+var Strategies = []string{StrategyKeepLastN, StrategyToolRounds, StrategyUserMessages,
+	StrategyTokenFraction, StrategyRecentTurns, StrategyAll}
+
+// ErrUnknownStrategy is returned by Apply for a name not in Strategies.
+var ErrUnknownStrategy = errors.New("unknown strategy")
+
+// Knobs are the strategies' settings; DefaultKnobs gives the field's defaults.
+type Knobs struct {
+	KeepLastN         int     // keep-last-n: messages kept (20)
+	ToolRounds        int     // tool-rounds: complete rounds kept (2)
+	UserMessageTokens int     // user-messages: tokens of user messages kept (20,000)
+	TokenFraction     float64 // token-fraction: share of the tokens kept (0.3)
+	RecentTurns       int     // recent-turns: turns kept (2)
+	RecentTurnsShare  float64 // recent-turns: share of the usable context (0.25)
+	RecentTurnsMin    int     // recent-turns: lower clamp in tokens (2,000)
+	RecentTurnsMax    int     // recent-turns: upper clamp in tokens (8,000)
+}
+
+// DefaultKnobs returns the defaults of the README.
+func DefaultKnobs() Knobs {
+	return Knobs{KeepLastN: 20, ToolRounds: 2, UserMessageTokens: 20000, TokenFraction: 0.3,
+		RecentTurns: 2, RecentTurnsShare: 0.25, RecentTurnsMin: 2000, RecentTurnsMax: 8000}
+}
+
+// Validate checks the knobs.
+func (k Knobs) Validate() error {
+	switch {
+	case k.KeepLastN < 1:
+		return fmt.Errorf("keep_last_n must be at least 1, got %d", k.KeepLastN)
+	case k.ToolRounds < 1:
+		return fmt.Errorf("tool_rounds must be at least 1, got %d", k.ToolRounds)
+	case k.UserMessageTokens < 0:
+		return fmt.Errorf("user_message_tokens must not be negative, got %d", k.UserMessageTokens)
+	case !(k.TokenFraction > 0 && k.TokenFraction < 1):
+		return fmt.Errorf("token_fraction must be between 0 and 1, got %g", k.TokenFraction)
+	case k.RecentTurns < 1:
+		return fmt.Errorf("recent_turns must be at least 1, got %d", k.RecentTurns)
+	case !(k.RecentTurnsShare > 0 && k.RecentTurnsShare <= 1):
+		return fmt.Errorf("recent_turns_share must be in (0, 1], got %g", k.RecentTurnsShare)
+	case k.RecentTurnsMin < 0 || k.RecentTurnsMax < k.RecentTurnsMin:
+		return fmt.Errorf("recent_turns clamp [%d, %d] is not a range", k.RecentTurnsMin, k.RecentTurnsMax)
+	}
+	return nil
+}
+
+// Input is what a strategy chooses from.
+type Input struct {
+	// Entries are the candidates, in sequence order: the messages a previous
+	// user-messages split kept ahead of the summary, then everything from the current
+	// tail start on.
+	Entries []schemas.Entry
+	// Pinned marks the entries that stay verbatim whatever the strategy (see Pinned).
+	Pinned []bool
+	// OtherPinnedTokens counts pinned messages outside Entries (pinned by earlier
+	// generations).
+	OtherPinnedTokens int
+	Budget            budget.Budget
+	Knobs             Knobs
+}
+
+// Split is a strategy's answer.
+type Split struct {
+	// TailStart is the index in Entries where the verbatim tail starts; len(Entries)
+	// leaves no tail.
+	TailStart int
+	// Keep lists indices below TailStart, not pinned, that stay verbatim ahead of the
+	// summary (user-messages); in order.
+	Keep []int
+	// Overrides truncate kept messages (by sequence) so they fit.
+	Overrides []schemas.Override
+}
+
+// TailBudget is what the tail and the kept messages may use together:
+// target × W − every pinned message − the summary cap.
+func (in Input) TailBudget() int {
+	pinned := in.OtherPinnedTokens
+	for i := range in.Entries {
+		if i < len(in.Pinned) && in.Pinned[i] && in.Entries[i].Err == nil {
+			pinned += messageTokens(&in.Entries[i])
+		}
+	}
+	return in.Budget.TailBudget(pinned)
+}
+
+func messageTokens(e *schemas.Entry) int { return tokens.Message(&e.Message) }
+
+// Apply runs the named strategy. Every strategy keeps the pinned entries out of the
+// summary, never splits a tool round (a round still waiting for results at the end
+// always stays in the tail), and keeps tail + kept messages within TailBudget.
+func Apply(strategy string, in Input) (Split, error) {
+	switch strategy {
+	case StrategyKeepLastN:
+		return Split{TailStart: LastN(in.Entries, Params{KeepLastN: in.Knobs.KeepLastN, TailBudget: in.TailBudget()})}, nil
+	}
+	return Split{}, fmt.Errorf("%w %q (known: %v)", ErrUnknownStrategy, strategy, Strategies)
+}
