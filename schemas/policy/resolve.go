@@ -1,0 +1,325 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/compactor/compactor/schemas/budget"
+)
+
+// ErrPolicy is matched by every policy error.
+var ErrPolicy = errors.New("invalid policy")
+
+func bad(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrPolicy, fmt.Sprintf(format, args...))
+}
+
+// Layer is one tier's values: key → value as it would be written in the environment.
+type Layer map[string]string
+
+// ProfileKey is the conversation-policy key that chooses a profile.
+const ProfileKey = "profile"
+
+// Tokenizers lists the values of the tokenizer key.
+var Tokenizers = []string{"chars4", "cl100k_base", "o200k_base"}
+
+// Validate checks every value's range.
+func (s Settings) Validate() error {
+	if err := s.Budget().Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrPolicy, err)
+	}
+	checks := []struct {
+		ok  bool
+		key string
+		msg string
+	}{
+		{s.Strategy != "", "strategy", "must not be empty"},
+		{s.KeepLastN >= 1, "keep_last_n", "must be at least 1"},
+		{s.ToolRounds >= 1, "tool_rounds", "must be at least 1"},
+		{s.UserMessageTokens >= 0, "user_message_tokens", "must not be negative"},
+		{s.TokenFraction > 0 && s.TokenFraction < 1, "token_fraction", "must be between 0 and 1"},
+		{s.RecentTurns >= 1, "recent_turns", "must be at least 1"},
+		{s.MinProgress >= 0 && s.MinProgress < 1, "min_progress", "must be in [0, 1)"},
+		{s.ToolOutputCap >= 0, "tool_output_cap", "must not be negative"},
+		{s.ToolOutputBudget >= 0, "tool_output_budget", "must not be negative"},
+		{s.SummaryRole == "user" || s.SummaryRole == "system" || s.SummaryRole == "assistant", "summary_role", "must be user, system or assistant"},
+		{contains(Tokenizers, s.Tokenizer), "tokenizer", "must be one of " + strings.Join(Tokenizers, ", ")},
+		{s.SummarizerContextWindow >= 1000, "summarizer_context_window", "must be at least 1000 tokens"},
+		{s.LLMModel != "", "llm_model", "must not be empty"},
+		{s.LLMTimeout > 0, "llm_timeout", "must be positive"},
+	}
+	for _, c := range checks {
+		if !c.ok {
+			return bad("%s %s", c.key, c.msg)
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Budget returns the settings' budget.
+func (s Settings) Budget() budget.Budget {
+	return budget.Budget{ContextWindow: s.ContextWindow, Threshold: s.Threshold, Target: s.Target,
+		HardLimit: s.HardLimit, MaxSummaryTokens: s.MaxSummaryTokens}
+}
+
+// apply sets every key of l, in Keys order (so errors are stable).
+func (s *Settings) apply(l Layer, tier string) error {
+	for _, k := range Keys {
+		v, ok := l[k.Name]
+		if !ok {
+			continue
+		}
+		if err := s.set(k, v); err != nil {
+			return bad("%s: %v", tier, err)
+		}
+	}
+	for name := range l {
+		if _, ok := Lookup(name); !ok && name != ProfileKey {
+			return bad("%s: unknown key %q", tier, name)
+		}
+	}
+	return nil
+}
+
+// Defaults returns the built-in defaults.
+func Defaults() Settings {
+	var s Settings
+	for _, k := range Keys {
+		if err := s.set(k, k.Default); err != nil && k.Default != "" {
+			panic(err) // a broken default is a bug caught by the tests
+		}
+	}
+	return s
+}
+
+// Resolver resolves conversations' settings from the lower tiers it was built with.
+type Resolver struct {
+	env            Layer
+	profiles       map[string]Layer
+	defaultProfile string
+	check          func(Settings) error
+	base           Settings
+}
+
+// File is the operator's config file: named profiles of settings (any key, endpoints
+// and models included; keys only by the name of the variable holding them).
+type File struct {
+	// DefaultProfile applies to conversations whose policy names none.
+	DefaultProfile string `json:"default_profile,omitempty"`
+	// Profiles maps a name to key → value.
+	Profiles map[string]map[string]any `json:"profiles"`
+}
+
+// ParseFile reads a JSON config file.
+func ParseFile(data []byte) (*File, error) {
+	var f File
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&f); err != nil {
+		return nil, bad("config file: %v", err)
+	}
+	if f.DefaultProfile != "" {
+		if _, ok := f.Profiles[f.DefaultProfile]; !ok {
+			return nil, bad("config file: default_profile %q is not a profile", f.DefaultProfile)
+		}
+	}
+	return &f, nil
+}
+
+// NewResolver checks the environment tier and every profile; check (optional) adds
+// checks the caller knows, such as the strategy names. Errors name the tier and key.
+func NewResolver(env Layer, f *File, check func(Settings) error) (*Resolver, error) {
+	r := &Resolver{env: env, profiles: map[string]Layer{}, check: check}
+	base := Defaults()
+	if err := base.apply(env, "environment"); err != nil {
+		return nil, err
+	}
+	if err := r.validate(base, "environment"); err != nil {
+		return nil, err
+	}
+	r.base = base
+	if f != nil {
+		r.defaultProfile = f.DefaultProfile
+		for name, values := range f.Profiles {
+			l := Layer{}
+			for k, v := range values {
+				s, err := text(v)
+				if err != nil {
+					return nil, bad("profile %q: %s: %v", name, k, err)
+				}
+				l[k] = s
+			}
+			if _, ok := l[ProfileKey]; ok {
+				return nil, bad("profile %q: a profile cannot name another profile", name)
+			}
+			r.profiles[name] = l
+			if _, err := r.resolve(name, nil); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r, nil
+}
+
+func (r *Resolver) validate(s Settings, tier string) error {
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", tier, err)
+	}
+	if r.check != nil {
+		if err := r.check(s); err != nil {
+			return bad("%s: %v", tier, err)
+		}
+	}
+	return nil
+}
+
+// Base returns the settings of a conversation without a policy and without a profile
+// (defaults and environment).
+func (r *Resolver) Base() Settings { return r.base }
+
+// Profiles returns the profile names, sorted.
+func (r *Resolver) Profiles() []string {
+	names := make([]string, 0, len(r.profiles))
+	for n := range r.profiles {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Resolve returns the settings of a conversation whose policy is conv (nil: none).
+func (r *Resolver) Resolve(conv Layer) (Settings, error) {
+	profile := r.defaultProfile
+	if p, ok := conv[ProfileKey]; ok && p != "" {
+		profile = p
+	}
+	return r.resolve(profile, conv)
+}
+
+func (r *Resolver) resolve(profile string, conv Layer) (Settings, error) {
+	s := r.base
+	if profile != "" {
+		l, ok := r.profiles[profile]
+		if !ok {
+			return Settings{}, bad("profile %q does not exist (profiles: %s)", profile, strings.Join(r.Profiles(), ", "))
+		}
+		if err := s.apply(l, fmt.Sprintf("profile %q", profile)); err != nil {
+			return Settings{}, err
+		}
+		s.Profile = profile
+	}
+	if conv != nil {
+		if err := CheckConversation(conv); err != nil {
+			return Settings{}, err
+		}
+		rest := Layer{}
+		for k, v := range conv {
+			if k != ProfileKey {
+				rest[k] = v
+			}
+		}
+		if err := s.apply(rest, "conversation policy"); err != nil {
+			return Settings{}, err
+		}
+	}
+	tier := "conversation policy"
+	if conv == nil {
+		tier = fmt.Sprintf("profile %q", profile)
+	}
+	if err := r.validate(s, tier); err != nil {
+		return Settings{}, err
+	}
+	return s, nil
+}
+
+// CheckConversation refuses keys a conversation may not set.
+func CheckConversation(conv Layer) error {
+	for name := range conv {
+		if name == ProfileKey {
+			continue
+		}
+		k, ok := Lookup(name)
+		if !ok {
+			return bad("unknown key %q", name)
+		}
+		if k.Scope != Conversation {
+			return bad("%s cannot be set per conversation: endpoints, models and keys come only from the operator's profiles", name)
+		}
+	}
+	return nil
+}
+
+// text turns a JSON value of a config file or policy into its text form.
+func text(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case json.Number:
+		return x.String(), nil
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64), nil
+	case bool:
+		return "", errors.New("booleans are not used by any key")
+	case nil:
+		return "", errors.New("null is not a value; leave the key out")
+	}
+	return "", fmt.Errorf("must be a string or a number, not %T", v)
+}
+
+// DecodeConversation reads a conversation policy (a JSON object of key → value, the
+// value of KV compaction-policy) and checks its keys.
+func DecodeConversation(data []byte) (Layer, error) {
+	var raw map[string]any
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, bad("policy must be a JSON object: %v", err)
+	}
+	l := Layer{}
+	for k, v := range raw {
+		if k == "schema_version" {
+			continue
+		}
+		s, err := text(v)
+		if err != nil {
+			return nil, bad("%s: %v", k, err)
+		}
+		l[k] = s
+	}
+	if err := CheckConversation(l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// EncodeConversation writes a conversation policy as JSON, numbers as numbers.
+func EncodeConversation(l Layer) ([]byte, error) {
+	out := map[string]any{"schema_version": 1}
+	for name, v := range l {
+		k, ok := Lookup(name)
+		switch {
+		case name == ProfileKey || (ok && (k.Kind == String || k.Kind == Duration)):
+			out[name] = v
+		case ok:
+			out[name] = json.Number(strings.TrimSpace(v))
+		default:
+			return nil, bad("unknown key %q", name)
+		}
+	}
+	return json.Marshal(out)
+}
