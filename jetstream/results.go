@@ -157,3 +157,39 @@ func (s *Store) WorkerConsumer(ctx context.Context) (natsjs.Consumer, error) {
 	}
 	return c, nil
 }
+
+// GetPolicy reads a conversation's policy (nil when it has none).
+func (s *Store) GetPolicy(ctx context.Context, conv string) ([]byte, uint64, error) {
+	kv, err := s.js.KeyValue(ctx, s.cfg.PolicyBucket)
+	if err != nil {
+		return nil, 0, fmt.Errorf("bucket %s: %w", s.cfg.PolicyBucket, err)
+	}
+	e, err := kv.Get(ctx, conv)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("get %s/%s: %w", s.cfg.PolicyBucket, conv, err)
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+// PutPolicy writes a conversation's policy; nil data deletes it.
+func (s *Store) PutPolicy(ctx context.Context, conv string, data []byte) error {
+	kv, err := s.js.KeyValue(ctx, s.cfg.PolicyBucket)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", s.cfg.PolicyBucket, err)
+	}
+	if data == nil {
+		err = kv.Delete(ctx, conv)
+	} else {
+		_, err = kv.Put(ctx, conv, data)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s/%s: %w", s.cfg.PolicyBucket, conv, err)
+	}
+	return nil
+}
+
+// PolicySubject matches every update of the policy bucket, for watchers.
+func (s *Store) PolicySubject() string { return "$KV." + s.cfg.PolicyBucket + ".>" }

@@ -63,19 +63,23 @@ type Override struct {
 // Result is the KV value of key <conv> in bucket "compaction": one summary plus the
 // sequence where the verbatim tail starts.
 type Result struct {
-	SchemaVersion     int        `json:"schema_version"`
-	Conversation      string     `json:"conversation"`
-	Generation        uint64     `json:"generation"`
-	Summary           string     `json:"summary"`
-	SummaryRole       Role       `json:"summary_role,omitempty"`
-	TailStartSeq      uint64     `json:"tail_start_seq"`
-	CoveredThroughSeq uint64     `json:"covered_through_seq"`
-	PinnedSeqs        []uint64   `json:"pinned_seqs,omitempty"`
-	Overrides         []Override `json:"overrides,omitempty"`
-	Strategy          string     `json:"strategy,omitempty"`
-	Trigger           string     `json:"trigger,omitempty"`
-	Reason            string     `json:"reason,omitempty"`
-	RequestID         string     `json:"request_id,omitempty"`
+	SchemaVersion     int      `json:"schema_version"`
+	Conversation      string   `json:"conversation"`
+	Generation        uint64   `json:"generation"`
+	Summary           string   `json:"summary"`
+	SummaryRole       Role     `json:"summary_role,omitempty"`
+	TailStartSeq      uint64   `json:"tail_start_seq"`
+	CoveredThroughSeq uint64   `json:"covered_through_seq"`
+	PinnedSeqs        []uint64 `json:"pinned_seqs,omitempty"`
+	// KeptSeqs is the part of PinnedSeqs a strategy kept ahead of the summary for now
+	// (user-messages) rather than pinned forever; the next compaction reconsiders them.
+	// Readers need not know it: they read PinnedSeqs.
+	KeptSeqs  []uint64   `json:"kept_seqs,omitempty"`
+	Overrides []Override `json:"overrides,omitempty"`
+	Strategy  string     `json:"strategy,omitempty"`
+	Trigger   string     `json:"trigger,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	RequestID string     `json:"request_id,omitempty"`
 	// RequestSeq is the work-queue sequence of the request, stable across redeliveries.
 	RequestSeq uint64 `json:"request_seq,omitempty"`
 	// LLMBaseGeneration is the last LLM-written generation this one builds on.

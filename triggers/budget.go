@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,12 +17,13 @@ import (
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/budget"
+	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
 )
 
-// Config sets up the budget trigger.
+// Config sets up the budget trigger. Each conversation's budget comes from its
+// policy.Settings.
 type Config struct {
-	Budget budget.Budget
 	// RetryDelay is how long to wait before asking again when a request was refused
 	// because one is already pending (or the queue could not be reached).
 	RetryDelay time.Duration
@@ -42,7 +44,6 @@ type Config struct {
 // DefaultConfig returns the defaults of the README.
 func DefaultConfig() Config {
 	return Config{
-		Budget:            budget.Default(),
 		RetryDelay:        5 * time.Second,
 		InFlightTimeout:   10 * time.Minute,
 		FailureBackoff:    time.Minute,
@@ -60,9 +61,6 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
 	}
-	if err := c.Budget.Validate(); err != nil {
-		return err
-	}
 	switch {
 	case c.RetryDelay <= 0:
 		return bad("retry delay must be positive")
@@ -78,14 +76,21 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// PolicySource resolves a conversation's settings (defaults, environment, profile and
+// the conversation's own policy).
+type PolicySource interface {
+	Settings(ctx context.Context, conv string) (policy.Settings, error)
+}
+
 // Budget is the budget trigger: the one active consumer of CHAT (other processes stand
 // by on the same pinned consumer) that queues a compaction when a conversation's
 // context estimate reaches the threshold.
 type Budget struct {
-	cfg   Config
-	store *jetstream.Store
-	log   zerolog.Logger
-	now   func() time.Time
+	cfg      Config
+	store    *jetstream.Store
+	policies PolicySource
+	log      zerolog.Logger
+	now      func() time.Time
 
 	mu    sync.Mutex
 	convs map[string]*conv
@@ -99,6 +104,7 @@ type conv struct {
 	tokens    int    // pinned + summary + tail, estimated
 	open      map[string]bool
 	stale     bool
+	budget    budget.Budget // from the conversation's settings
 	lastSeen  time.Time
 
 	declinedAtSeq   uint64
@@ -110,11 +116,14 @@ type conv struct {
 }
 
 // NewBudget returns a budget trigger; Run starts it.
-func NewBudget(cfg Config, store *jetstream.Store, log zerolog.Logger) (*Budget, error) {
+func NewBudget(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.Logger) (*Budget, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Budget{cfg: cfg, store: store, log: log.With().Str("component", "trigger").Logger(),
+	if policies == nil {
+		return nil, fmt.Errorf("%w: a policy source is required", ErrConfig)
+	}
+	return &Budget{cfg: cfg, store: store, policies: policies, log: log.With().Str("component", "trigger").Logger(),
 		now: time.Now, convs: map[string]*conv{}}, nil
 }
 
@@ -133,6 +142,11 @@ func (b *Budget) Run(ctx context.Context) error {
 		return fmt.Errorf("subscribe to events: %w", err)
 	}
 	defer func() { _ = events.Unsubscribe() }()
+	policies, err := b.store.Conn().Subscribe(b.store.PolicySubject(), b.onPolicy)
+	if err != nil {
+		return fmt.Errorf("subscribe to policy changes: %w", err)
+	}
+	defer func() { _ = policies.Unsubscribe() }()
 	cc, err := cons.Consume(func(msg natsjs.Msg) { b.onMessage(ctx, msg) },
 		natsjs.PullPriorityGroup(cfg.TriggerGroup),
 		natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
@@ -143,7 +157,7 @@ func (b *Budget) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", cfg.ChatStream, err)
 	}
-	b.log.Info().Int("threshold_tokens", b.cfg.Budget.ThresholdTokens()).Msg("budget trigger started (active or standby)")
+	b.log.Info().Msg("budget trigger started (active or standby)")
 	evict := time.NewTicker(max(b.cfg.EvictAfter/4, time.Second))
 	defer evict.Stop()
 	for {
@@ -247,11 +261,15 @@ func (c *conv) add(m *schemas.Message) {
 // rebuild reads the conversation's value and tail up to upTo into a fresh state. The
 // timers and backoffs of an old state carry over.
 func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv) (*conv, error) {
+	s, err := b.policies.Settings(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("settings: %w", err)
+	}
 	v, _, err := b.store.GetResult(ctx, id, false)
 	if err != nil {
 		return nil, err
 	}
-	c := &conv{id: id, watermark: upTo}
+	c := &conv{id: id, watermark: upTo, budget: s.Budget()}
 	if old != nil {
 		c.retry, c.failures, c.backoffUntil = old.retry, old.failures, old.backoffUntil
 	}
@@ -298,7 +316,7 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 // evaluate queues a compaction when the conversation needs one. Callers hold b.mu.
 func (b *Budget) evaluate(ctx context.Context, c *conv, log zerolog.Logger) {
 	now := b.now()
-	threshold := b.cfg.Budget.ThresholdTokens()
+	threshold := c.budget.ThresholdTokens()
 	switch {
 	case c.tokens < threshold:
 		return
@@ -306,12 +324,12 @@ func (b *Budget) evaluate(ctx context.Context, c *conv, log zerolog.Logger) {
 		return
 	case now.Before(c.inFlightUntil), now.Before(c.backoffUntil), c.retry != nil:
 		return
-	case c.declinedAtSeq > 0 && c.tokens < c.tokensAtDecline+int(b.cfg.Regrow*float64(b.cfg.Budget.ContextWindow)):
+	case c.declinedAtSeq > 0 && c.tokens < c.tokensAtDecline+int(b.cfg.Regrow*float64(c.budget.ContextWindow)):
 		return
 	}
 	req := schemas.Request{
 		RequestID: schemas.NewRequestID(), Conversation: c.id, Trigger: schemas.TriggerBudget,
-		Reason:      fmt.Sprintf("context %d tokens ≥ threshold %d (%g × %d)", c.tokens, threshold, b.cfg.Budget.Threshold, b.cfg.Budget.ContextWindow),
+		Reason:      fmt.Sprintf("context %d tokens ≥ threshold %d (%g × %d)", c.tokens, threshold, c.budget.Threshold, c.budget.ContextWindow),
 		RequestedAt: now.UTC(), UpToSeq: c.watermark,
 	}
 	_, err := b.store.Enqueue(ctx, req)
@@ -360,6 +378,17 @@ func (b *Budget) scheduleRetry(ctx context.Context, c *conv) {
 		}
 		b.evaluate(ctx, c, b.log.With().Str("conversation", id).Logger())
 	})
+}
+
+// onPolicy makes a conversation's state stale when its policy changes, so its next
+// message is counted against the new settings.
+func (b *Budget) onPolicy(m *nats.Msg) {
+	id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c := b.convs[id]; c != nil {
+		c.stale = true
+	}
 }
 
 // onEvent follows the outcome of requests: a new value makes the state stale (it is

@@ -14,16 +14,24 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/budget"
+	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/triggers"
 )
 
 func testConfig() triggers.Config {
 	c := triggers.DefaultConfig()
-	c.Budget = budget.Budget{ContextWindow: 4000, Threshold: 0.75, Target: 0.5, HardLimit: 0.95}
 	c.RetryDelay = 100 * time.Millisecond
 	return c
+}
+
+// fixed gives every conversation the same settings: a 4,000-token window.
+type fixed struct{}
+
+func (fixed) Settings(context.Context, string) (policy.Settings, error) {
+	s := policy.Defaults()
+	s.ContextWindow = 4000
+	return s, nil
 }
 
 // setup provisions the contract with a short pinned TTL, so a standby takes over fast.
@@ -49,7 +57,7 @@ type running struct {
 
 func start(t *testing.T, st *jetstream.Store) *running {
 	t.Helper()
-	b, err := triggers.NewBudget(testConfig(), st, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	b, err := triggers.NewBudget(testConfig(), st, fixed{}, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
 	}

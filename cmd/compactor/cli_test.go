@@ -26,7 +26,7 @@ func cli(t *testing.T, stdin string, args ...string) (string, string, error) {
 	var out, errOut strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := run(ctx, args, stdio{in: strings.NewReader(stdin), out: &out, err: &errOut}, func(string) (string, bool) { return "", false })
+	err := run(ctx, args, stdio{in: strings.NewReader(stdin), out: &out, err: &errOut}, os.LookupEnv)
 	return out.String(), errOut.String(), err
 }
 
@@ -42,7 +42,7 @@ func TestServeAndCLI(t *testing.T) {
 	served := make(chan error, 1)
 	var logs strings.Builder
 	go func() {
-		served <- run(ctx, nil, stdio{in: strings.NewReader(""), out: &strings.Builder{}, err: &logs}, func(string) (string, bool) { return "", false })
+		served <- run(ctx, nil, stdio{in: strings.NewReader(""), out: &strings.Builder{}, err: &logs}, os.LookupEnv)
 	}()
 	t.Cleanup(func() {
 		stop()

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/compactor/compactor/summarizer/llm"
 )
 
 func TestBadVariableStopsStartUpNamingIt(t *testing.T) {
@@ -26,7 +29,7 @@ func TestBadVariableStopsStartUpNamingIt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			testEnv(t, 128000) // clears the environment
 			t.Setenv(tc.key, tc.value)
-			err := run(t.Context(), []string{"serve"}, stdio{in: strings.NewReader(""), out: &strings.Builder{}, err: &strings.Builder{}}, func(string) (string, bool) { return "", false })
+			err := run(t.Context(), []string{"serve"}, stdio{in: strings.NewReader(""), out: &strings.Builder{}, err: &strings.Builder{}}, os.LookupEnv)
 			if err == nil || !strings.Contains(err.Error(), tc.key) {
 				t.Fatalf("got %v; want an error naming %s", err, tc.key)
 			}
@@ -36,7 +39,7 @@ func TestBadVariableStopsStartUpNamingIt(t *testing.T) {
 
 func TestHelpListsEveryVariable(t *testing.T) {
 	var out strings.Builder
-	if err := run(t.Context(), []string{"help"}, stdio{out: &out, err: &out}, func(string) (string, bool) { return "", false }); err != nil {
+	if err := run(t.Context(), []string{"help"}, stdio{out: &out, err: &out}, os.LookupEnv); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"COMPACTOR_NATS_URL", "COMPACTOR_LISTEN", "127.0.0.1:4222", "COMPACTOR_THRESHOLD", "0.75",
@@ -56,12 +59,25 @@ func TestOpenAIVariablesAreHonoured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env.LLMBaseURL != "http://llm.local/v1" || env.LLMAPIKey != "sk-test" || !env.usesLLM() {
-		t.Fatalf("env = %+v", env)
+	if env.Policy["llm_base_url"] != "http://llm.local/v1" {
+		t.Fatalf("OPENAI_BASE_URL not used: %+v", env.Policy)
 	}
-	t.Setenv("COMPACTOR_LLM_BASE_URL", "http://mine/v1")
-	env, _ = loadEnv(func(k string) (string, bool) { return "http://other/v1", true })
-	if env.LLMBaseURL != "http://mine/v1" {
-		t.Fatalf("COMPACTOR_LLM_BASE_URL lost to OPENAI_BASE_URL: %q", env.LLMBaseURL)
+	sums := &summarizers{lookup: env.lookup, cache: map[llm.Config]*llm.Summarizer{}}
+	r, err := env.resolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sums.For(r.Base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.(*llm.Summarizer).Config(); got.APIKey != "sk-test" || got.BaseURL != "http://llm.local/v1" {
+		t.Fatalf("summarizer config = %+v; want OPENAI_API_KEY and OPENAI_BASE_URL", got)
+	}
+	env, _ = loadEnv(func(k string) (string, bool) {
+		return map[string]string{"COMPACTOR_LLM_BASE_URL": "http://mine/v1", "OPENAI_BASE_URL": "http://other/v1"}[k], true
+	})
+	if env.Policy["llm_base_url"] != "http://mine/v1" {
+		t.Fatalf("COMPACTOR_LLM_BASE_URL lost to OPENAI_BASE_URL: %q", env.Policy["llm_base_url"])
 	}
 }

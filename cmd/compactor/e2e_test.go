@@ -212,7 +212,7 @@ func TestCorpusReplayKeepsInvariants(t *testing.T) {
 				gens = max(gens, int(v.Generation))
 			}
 			if gens < 3 {
-				t.Fatalf("only %d generations for %d messages in a window of %d", gens, len(msgs), env.ContextWindow)
+				t.Fatalf("only %d generations for %d messages in a window of %d", gens, len(msgs), env.budget().ContextWindow)
 			}
 			invariants(t, s, conv, env, values, llm)
 			cx, err := s.client.Context(ctxFor(t, 10*time.Second), conv)

@@ -161,7 +161,7 @@ func TestHardLimitHoldsWithTheLLMDown(t *testing.T) {
 // not asked for again until the conversation grows.
 func TestDeclinedCompactionDoesNotLoop(t *testing.T) {
 	env := testEnv(t, 4000)
-	env.MinProgress = 0.99 // nothing can shrink the context by 99%
+	env.Policy["min_progress"] = "0.99" // nothing can shrink the context by 99%
 	llm := newFakeLLM(t)
 	s := startStack(t, env, llm)
 	events := collectEvents(t, s.nc, s.st.Config().EventSubject("stuck"))

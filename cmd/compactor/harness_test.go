@@ -11,12 +11,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -142,11 +142,11 @@ func testEnv(t *testing.T, window int) Env {
 			os.Unsetenv(k)
 		}
 	}
-	var e Env
-	if err := envconfig.Process(envPrefix, &e); err != nil {
+	e, err := loadEnv(func(string) (string, bool) { return "", false })
+	if err != nil {
 		t.Fatal(err)
 	}
-	e.ContextWindow = window
+	e.Policy["context_window"] = strconv.Itoa(window)
 	e.RetryDelay = 200 * time.Millisecond
 	e.LogLevel = "warn"
 	return e
@@ -174,8 +174,8 @@ func startStack(t *testing.T, env Env, llm *fakeLLM) *stack {
 func runStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, env Env, llm *fakeLLM) *stack {
 	t.Helper()
 	if llm != nil {
-		env.LLMBaseURL = llm.srv.URL
-		env.LLMAPIKey = "test-key"
+		env.Policy["llm_base_url"] = llm.srv.URL
+		env.lookup = func(k string) (string, bool) { return "test-key", k == "COMPACTOR_LLM_API_KEY" }
 	}
 	if err := env.validate(); err != nil {
 		t.Fatal(err)

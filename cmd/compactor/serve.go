@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -11,10 +12,10 @@ import (
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/embedded"
+	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/extractive"
 	"github.com/compactor/compactor/summarizer/llm"
-	"github.com/compactor/compactor/summarizer/pretrim"
 	"github.com/compactor/compactor/triggers"
 )
 
@@ -94,9 +95,14 @@ func serve(ctx context.Context, env Env, std stdio) error {
 // build wires the roles of this process.
 func build(env Env, st *jetstream.Store, log zerolog.Logger) ([]component, error) {
 	roles, _ := env.roles()
+	r, err := env.resolver()
+	if err != nil {
+		return nil, err
+	}
+	policies := policySource{store: st, resolver: r}
 	var comps []component
 	if roles.trigger {
-		t, err := triggers.NewBudget(env.triggers(), st, log)
+		t, err := triggers.NewBudget(env.triggers(), st, policies, log)
 		if err != nil {
 			return nil, err
 		}
@@ -104,27 +110,89 @@ func build(env Env, st *jetstream.Store, log zerolog.Logger) ([]component, error
 	}
 	if roles.worker {
 		fallback := extractive.New()
-		opts := summarizer.Options{Summarizer: fallback, Fallback: fallback, PreTrim: pretrim.ToolOutputs, Logger: log}
-		if env.usesLLM() {
-			baseURL := env.LLMBaseURL
-			if baseURL == "" {
-				baseURL = "https://api.openai.com/v1"
-			}
-			s, err := llm.New(llm.Config{BaseURL: baseURL, APIKey: env.LLMAPIKey, Model: env.LLMModel, Timeout: env.LLMTimeout})
-			if err != nil {
-				return nil, fmt.Errorf("configuration: COMPACTOR_LLM_BASE_URL/COMPACTOR_LLM_MODEL: %w", err)
-			}
-			opts.Summarizer = s
-			opts.Retryable = llm.Retryable
-			log.Info().Str("llm_base_url", redactURL(baseURL)).Str("model", env.LLMModel).Msg("summaries by LLM")
-		} else {
-			log.Warn().Msg("no COMPACTOR_LLM_BASE_URL or API key: summaries are extractive (no LLM), marked fallback")
+		sums := &summarizers{lookup: env.lookup, fallback: fallback, cache: map[llm.Config]*llm.Summarizer{}, log: log}
+		// Build the default profile's summarizer now, so a bad endpoint stops start-up.
+		if _, err := sums.For(r.Base()); err != nil {
+			return nil, err
 		}
-		p, err := summarizer.NewPool(env.summarizer(), st, opts)
+		for _, name := range r.Profiles() {
+			s, err := r.Resolve(policy.Layer{policy.ProfileKey: name})
+			if err != nil {
+				return nil, fmt.Errorf("configuration: %w", err)
+			}
+			if _, err := sums.For(s); err != nil {
+				return nil, fmt.Errorf("configuration: profile %q: %w", name, err)
+			}
+		}
+		p, err := summarizer.NewPool(env.summarizer(), st, summarizer.Options{
+			Policies: policies, Summarizers: sums.For, Fallback: fallback, Retryable: llm.Retryable, Logger: log})
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, p)
 	}
 	return comps, nil
+}
+
+// policySource resolves a conversation's settings: the resolver's tiers plus the
+// conversation's policy in KV compaction-policy.
+type policySource struct {
+	store    *jetstream.Store
+	resolver *policy.Resolver
+}
+
+func (ps policySource) Settings(ctx context.Context, conv string) (policy.Settings, error) {
+	data, _, err := ps.store.GetPolicy(ctx, conv)
+	if err != nil {
+		return policy.Settings{}, err
+	}
+	var l policy.Layer
+	if data != nil {
+		if l, err = policy.DecodeConversation(data); err != nil {
+			return policy.Settings{}, fmt.Errorf("policy of %s: %w", conv, err)
+		}
+	}
+	s, err := ps.resolver.Resolve(l)
+	if err != nil {
+		return policy.Settings{}, fmt.Errorf("policy of %s: %w", conv, err)
+	}
+	return s, nil
+}
+
+// summarizers hands out one summarizer per endpoint, model, key and timeout: the
+// extractive one when a profile has neither endpoint nor key.
+type summarizers struct {
+	lookup   func(string) (string, bool)
+	fallback summarizer.Summarizer
+	log      zerolog.Logger
+
+	mu    sync.Mutex
+	cache map[llm.Config]*llm.Summarizer
+}
+
+func (f *summarizers) For(s policy.Settings) (summarizer.Summarizer, error) {
+	key, _ := f.lookup(s.LLMAPIKeyEnv)
+	if key == "" {
+		key, _ = f.lookup("OPENAI_API_KEY")
+	}
+	base := s.LLMBaseURL
+	if base == "" && key == "" {
+		return f.fallback, nil
+	}
+	if base == "" {
+		base = "https://api.openai.com/v1"
+	}
+	cfg := llm.Config{BaseURL: base, APIKey: key, Model: s.LLMModel, Timeout: s.LLMTimeout}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if sum, ok := f.cache[cfg]; ok {
+		return sum, nil
+	}
+	sum, err := llm.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("COMPACTOR_LLM_BASE_URL/COMPACTOR_LLM_MODEL: %w", err)
+	}
+	f.cache[cfg] = sum
+	f.log.Info().Str("llm_base_url", redactURL(base)).Str("model", s.LLMModel).Str("profile", s.Profile).Msg("summaries by LLM")
+	return sum, nil
 }

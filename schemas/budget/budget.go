@@ -36,17 +36,17 @@ func (b Budget) Validate() error {
 	}
 	switch {
 	case b.ContextWindow < 1000:
-		return bad("context window must be at least 1000 tokens, got %d", b.ContextWindow)
+		return bad("context_window must be at least 1000 tokens, got %d", b.ContextWindow)
 	case !(b.Target > 0 && b.Target < 1):
 		return bad("target must be between 0 and 1, got %g", b.Target)
 	case !(b.Threshold > b.Target && b.Threshold < 1):
 		return bad("threshold must be above target (%g) and below 1, got %g", b.Target, b.Threshold)
 	case !(b.HardLimit > b.Threshold && b.HardLimit <= 1):
-		return bad("hard limit must be above threshold (%g) and at most 1, got %g", b.Threshold, b.HardLimit)
+		return bad("hard_limit must be above threshold (%g) and at most 1, got %g", b.Threshold, b.HardLimit)
 	case b.MaxSummaryTokens < 0:
-		return bad("max summary tokens must not be negative")
+		return bad("max_summary_tokens must not be negative")
 	case b.MaxSummaryTokens >= b.TargetTokens():
-		return bad("max summary tokens (%d) must be below the target (%d tokens)", b.MaxSummaryTokens, b.TargetTokens())
+		return bad("max_summary_tokens (%d) must be below the target (%d tokens)", b.MaxSummaryTokens, b.TargetTokens())
 	}
 	return nil
 }

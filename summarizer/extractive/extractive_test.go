@@ -88,14 +88,35 @@ Messages since then:
 - user: "hi"`,
 		},
 		{
-			name: "header of an earlier extractive summary is not repeated",
+			name: "bullets of an earlier extractive summary are carried under one header",
 			give: summarizer.Input{
 				PreviousSummary: "Extractive summary, written without an LLM: excerpts of 1 message in order.\n- user: \"hi\"",
 				Messages:        []schemas.Message{user("again")},
 			},
-			want: `Extractive summary, written without an LLM: excerpts of 1 message in order.
+			want: `Extractive summary, written without an LLM: excerpts of 2 messages in order.
 - user: "hi"
+- user: "again"`,
+		},
+		{
+			name: "an earlier extractive summary with no new messages",
+			give: summarizer.Input{
+				PreviousSummary: "Extractive summary, written without an LLM: excerpts of 1 message in order.\n- user: \"hi\"",
+			},
+			want: `Extractive summary, written without an LLM: excerpts of 1 message in order.
+- user: "hi"`,
+		},
+		{
+			name: "a foreign summary carried in an extractive one stays before the bullets",
+			give: summarizer.Input{
+				PreviousSummary: "Extractive summary, written without an LLM: excerpts of 1 message in order.\n" +
+					"## Goal\n- Ship 1.2\nMessages since then:\n- user: \"hi\"",
+				Messages: []schemas.Message{user("again")},
+			},
+			want: `Extractive summary, written without an LLM: excerpts of 2 messages in order.
+## Goal
+- Ship 1.2
 Messages since then:
+- user: "hi"
 - user: "again"`,
 		},
 		{
@@ -182,28 +203,28 @@ func TestLeavesOutDetailFirst(t *testing.T) {
 			max:       3500,
 			wantIn:    []string{"X-0", "X-29", "ASSISTANT-0", `called fetch({"page":0,`, "PREV-OLDEST", "TOOL-OUTPUT-29"},
 			wantNotIn: []string{"TOOL-OUTPUT-0 "},
-			wantLeft:  "tool results)",
+			wantLeft:  "tool results.]",
 		},
 		{
 			name:      "then the oldest tool calls",
 			max:       2500,
 			wantIn:    []string{"X-0", "X-29", "ASSISTANT-0", `called fetch({"page":29,`, "PREV-OLDEST"},
 			wantNotIn: []string{"TOOL-OUTPUT", `called fetch({"page":0,`},
-			wantLeft:  "tool calls, 30 tool results)",
+			wantLeft:  "tool calls, 30 tool results.]",
 		},
 		{
 			name:      "then the oldest assistant replies",
 			max:       1200,
 			wantIn:    []string{"X-0", "X-29", "ASSISTANT-29", "PREV-OLDEST"},
 			wantNotIn: []string{"TOOL-OUTPUT", "called fetch", "ASSISTANT-0 "},
-			wantLeft:  "assistant replies, 30 tool calls, 30 tool results)",
+			wantLeft:  "assistant replies, 30 tool calls, 30 tool results.]",
 		},
 		{
 			name:      "then the oldest part of the previous summary",
 			max:       420,
 			wantIn:    []string{"X-0", "X-29", "PREV-NEWEST decision: use Postgres 16"},
 			wantNotIn: []string{"TOOL-OUTPUT", "called fetch", "ASSISTANT-", "PREV-OLDEST"},
-			wantLeft:  "30 assistant replies, 30 tool calls, 30 tool results) and the oldest 313 characters of the earlier summary.]",
+			wantLeft:  "30 assistant replies, 30 tool calls, 30 tool results, the oldest 313 characters of the earlier summary.]",
 		},
 		{
 			name:      "user messages last, oldest first",

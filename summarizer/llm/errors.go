@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/compactor/compactor/summarizer"
 )
 
 var (
@@ -23,7 +25,7 @@ var (
 	// ErrContextLength means the endpoint refused the request as longer than the model's
 	// context window. Asking again with the same input cannot succeed: summarize fewer
 	// messages or cut them further.
-	ErrContextLength = errors.New("llm context length exceeded")
+	ErrContextLength = summarizer.ErrContextLength
 )
 
 // Retryable reports whether asking again may succeed after err: true for network

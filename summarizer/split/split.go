@@ -1,12 +1,12 @@
 // Package split chooses where a compaction cuts a conversation: everything before the
-// split is summarized (pinned messages excepted), everything from it on stays verbatim.
-// Strategies are pure functions over entries; a split never lands inside a tool round.
+// split is summarized (pinned messages, and messages a strategy keeps ahead of the
+// summary, excepted), everything from it on stays verbatim. Strategies (Apply) are pure
+// functions over entries; a split never lands inside a tool round.
 package split
 
 import (
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/rounds"
-	"github.com/compactor/compactor/schemas/tokens"
 )
 
 // Strategy names.
@@ -26,23 +26,10 @@ type Params struct {
 // the tail budget, taken in whole units (a tool round with all its results, or a single
 // message), newest first. A round still waiting for results at the end always stays in
 // the tail, whatever its size: its results would otherwise arrive without their call.
+// Pinned entries count like any other here; Apply(StrategyKeepLastN) leaves them out of
+// the tail's tokens, as TailBudget has counted them already.
 func LastN(es []schemas.Entry, p Params) int {
-	us := rounds.Units(es)
-	k := len(es)
-	count, tok := 0, 0
-	for i := len(us) - 1; i >= 0; i-- {
-		u := us[i]
-		size := u.End - u.Start
-		t := tokens.Entries(es[u.Start:u.End])
-		open := u.Kind == rounds.Round && !u.Complete && u.End == len(es)
-		if !open && (count+size > p.KeepLastN || tok+t > p.TailBudget) {
-			break
-		}
-		count += size
-		tok += t
-		k = u.Start
-	}
-	return k
+	return newView(es, nil, p.TailBudget).lastN(p.KeepLastN)
 }
 
 // Pinned marks the entries that stay verbatim forever: those the producer pinned

@@ -1,11 +1,13 @@
 package split
 
 import (
-	"errors"
+	"cmp"
 	"fmt"
+	"slices"
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/budget"
+	"github.com/compactor/compactor/schemas/rounds"
 	"github.com/compactor/compactor/schemas/tokens"
 )
 
@@ -34,9 +36,6 @@ const (
 var Strategies = []string{StrategyKeepLastN, StrategyToolRounds, StrategyUserMessages,
 	StrategyTokenFraction, StrategyRecentTurns, StrategyAll}
 
-// ErrUnknownStrategy is returned by Apply for a name not in Strategies.
-var ErrUnknownStrategy = errors.New("unknown strategy")
-
 // Knobs are the strategies' settings; DefaultKnobs gives the field's defaults.
 type Knobs struct {
 	KeepLastN         int     // keep-last-n: messages kept (20)
@@ -44,7 +43,7 @@ type Knobs struct {
 	UserMessageTokens int     // user-messages: tokens of user messages kept (20,000)
 	TokenFraction     float64 // token-fraction: share of the tokens kept (0.3)
 	RecentTurns       int     // recent-turns: turns kept (2)
-	RecentTurnsShare  float64 // recent-turns: share of the usable context (0.25)
+	RecentTurnsShare  float64 // recent-turns: share of the usable context W − summary cap (0.25)
 	RecentTurnsMin    int     // recent-turns: lower clamp in tokens (2,000)
 	RecentTurnsMax    int     // recent-turns: upper clamp in tokens (8,000)
 }
@@ -84,6 +83,12 @@ type Input struct {
 	Entries []schemas.Entry
 	// Pinned marks the entries that stay verbatim whatever the strategy (see Pinned).
 	Pinned []bool
+	// Carried is how many entries Entries starts with that a previous user-messages
+	// split kept ahead of the summary (they come before the current tail start, with
+	// older sequences than it). The tail never starts among them: when a strategy's tail
+	// would reach into them, the ones it reaches are kept again (in Keep) and the tail
+	// starts at index Carried, so tail_start_seq never moves back. 0 when there are none.
+	Carried int
 	// OtherPinnedTokens counts pinned messages outside Entries (pinned by earlier
 	// generations).
 	OtherPinnedTokens int
@@ -96,10 +101,14 @@ type Split struct {
 	// TailStart is the index in Entries where the verbatim tail starts; len(Entries)
 	// leaves no tail.
 	TailStart int
-	// Keep lists indices below TailStart, not pinned, that stay verbatim ahead of the
-	// summary (user-messages); in order.
+	// Keep lists indices below TailStart, not pinned and valid, that stay verbatim ahead
+	// of the summary (user-messages, or carried entries a tail would reach); in order.
+	// Writers list their sequences in pinned_seqs, so readers show them before the
+	// summary.
 	Keep []int
-	// Overrides truncate kept messages (by sequence) so they fit.
+	// Overrides truncate kept messages (by sequence) so they fit. They are the whole
+	// answer for the sequences of Entries: an override an earlier generation wrote for
+	// one of them no longer applies.
 	Overrides []schemas.Override
 }
 
@@ -117,13 +126,69 @@ func (in Input) TailBudget() int {
 
 func messageTokens(e *schemas.Entry) int { return tokens.Message(&e.Message) }
 
-// Apply runs the named strategy. Every strategy keeps the pinned entries out of the
-// summary, never splits a tool round (a round still waiting for results at the end
-// always stays in the tail), and keeps tail + kept messages within TailBudget.
+// Apply runs the named strategy (see Strategies; each is documented on its function in
+// strategies.go). Every strategy keeps the pinned entries out of the summary and out of
+// Keep, starts the tail at a unit boundary (rounds.IsBoundary), keeps a round still
+// waiting for results at the end in the tail whatever its size, never keeps an invalid
+// entry, and keeps the tail (pinned entries excepted) plus the kept messages (after their
+// overrides) within TailBudget, unless that open round alone is over it.
+//
+// Knobs must pass Validate (start from DefaultKnobs); a bad knob or Carried is an
+// ErrInvalidInput, an unknown name an ErrUnknownStrategy.
 func Apply(strategy string, in Input) (Split, error) {
+	if !slices.Contains(Strategies, strategy) {
+		return Split{}, fmt.Errorf("%w %q (known: %v)", ErrUnknownStrategy, strategy, Strategies)
+	}
+	if err := in.Knobs.Validate(); err != nil {
+		return Split{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	v := newView(in.Entries, in.Pinned, in.TailBudget())
+	if err := v.checkCarried(in.Carried); err != nil {
+		return Split{}, err
+	}
+	k := in.Knobs
+	var s Split
 	switch strategy {
 	case StrategyKeepLastN:
-		return Split{TailStart: LastN(in.Entries, Params{KeepLastN: in.Knobs.KeepLastN, TailBudget: in.TailBudget()})}, nil
+		s.TailStart = v.lastN(k.KeepLastN)
+	case StrategyToolRounds:
+		s.TailStart = v.toolRounds(k.ToolRounds)
+	case StrategyUserMessages:
+		s = v.userMessages(k.UserMessageTokens)
+	case StrategyTokenFraction:
+		s.TailStart = v.tokenFraction(k.TokenFraction)
+	case StrategyRecentTurns:
+		s.TailStart = v.recentTurns(k.RecentTurns, recentTurnsLimit(in.Budget, k, v.budget))
+	case StrategyAll:
+		s.TailStart = v.all()
 	}
-	return Split{}, fmt.Errorf("%w %q (known: %v)", ErrUnknownStrategy, strategy, Strategies)
+	return v.carry(s, in.Carried), nil
+}
+
+// checkCarried checks that the carried entries end at a unit boundary before the round
+// that must stay.
+func (v *view) checkCarried(carried int) error {
+	if carried < 0 || carried > v.open {
+		return fmt.Errorf("%w: carried %d is outside [0, %d]", ErrInvalidInput, carried, v.open)
+	}
+	_, found := slices.BinarySearchFunc(v.units, carried, func(u rounds.Unit, k int) int { return cmp.Compare(u.Start, k) })
+	if !found && carried != 0 && carried != len(v.es) {
+		return fmt.Errorf("%w: the %d carried entries end inside a tool round", ErrInvalidInput, carried)
+	}
+	return nil
+}
+
+// carry moves a tail that starts among the carried entries to the first entry after
+// them, keeping the carried entries it reached ahead of the summary again.
+func (v *view) carry(s Split, carried int) Split {
+	if s.TailStart >= carried {
+		return s
+	}
+	for i := s.TailStart; i < carried; i++ {
+		if v.es[i].Err == nil && !v.isPinned(i) {
+			s.Keep = append(s.Keep, i)
+		}
+	}
+	s.TailStart = carried
+	return s
 }
