@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
@@ -20,8 +22,9 @@ const PromptOverhead = 1500
 // under-counts code and JSON, and the model counts its own tokens.
 const fitMargin = 0.75
 
-// maxShrinks bounds how often a refused request is retried with smaller chunks.
-const maxShrinks = 4
+// maxShrinks bounds how often a refused request is retried with chunks half the size
+// (the floor of four summaries per chunk usually ends it first).
+const maxShrinks = 10
 
 // summarizeToFit summarizes in with sum so that no request exceeds the summarizer's
 // window: input too large for one request is split into chunks that fit, each chunk is
@@ -80,6 +83,9 @@ func (p *Pool) mapReduce(ctx context.Context, j *job, sum Summarizer, in Input, 
 	}
 	j.log.Info().Int("chunks", len(chunks)).Int("chunk_tokens", room).Msg("input over the summarizer's window; summarizing in chunks")
 	parts := make([]Output, len(chunks))
+	if len(chunks) == 1 && in.PreviousSummary == "" && tokens.Messages(chunks[0]) >= tokens.Messages(in.Messages) {
+		return Output{}, fmt.Errorf("%w: the messages cannot be cut to fit %d tokens", ErrContextLength, room)
+	}
 	for i, c := range chunks {
 		part := in
 		part.PreviousSummary = ""
@@ -122,9 +128,7 @@ func chunk(msgs []schemas.Message, room int) [][]schemas.Message {
 	for _, m := range msgs {
 		t := tokens.Message(&m)
 		if t > room {
-			keep := max(room*4-400, 400) // characters; room for the marker and the fixed costs
-			m = assemble.ApplyOverride(m, schemas.Override{KeepHead: keep / 2, KeepTail: keep - keep/2,
-				Note: "cut so the summarizer can read it in one request"})
+			m = cutToFit(m, room)
 			t = tokens.Message(&m)
 		}
 		if size+t > room && len(cur) > 0 {
@@ -138,6 +142,41 @@ func chunk(msgs []schemas.Message, room int) [][]schemas.Message {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// cutNote marks what was cut so a message fits one summarizer request.
+const cutNote = "cut so the summarizer can read it in one request"
+
+// cutToFit shortens a message to about room tokens: its text, its reasoning and its
+// tool calls' arguments each keep their head and tail, in proportion to their size.
+func cutToFit(m schemas.Message, room int) schemas.Message {
+	m.Tokens = 0
+	chars := max(room*4-600, 400) // characters in all; room for markers and fixed costs
+	text := utf8.RuneCountInString(m.Content.String())
+	total := text + utf8.RuneCountInString(m.Reasoning)
+	for _, tc := range m.ToolCalls {
+		total += utf8.RuneCountInString(tc.Function.Arguments)
+	}
+	if total <= chars {
+		return m
+	}
+	share := func(n int) (int, int) {
+		keep := max(n*chars/total, 100)
+		return keep / 2, keep - keep/2
+	}
+	h, tl := share(text)
+	m = assemble.ApplyOverride(m, schemas.Override{KeepHead: h, KeepTail: tl, Note: cutNote})
+	h, tl = share(utf8.RuneCountInString(m.Reasoning))
+	m.Reasoning, _ = assemble.Truncate(m.Reasoning, h, tl, cutNote)
+	if len(m.ToolCalls) > 0 {
+		calls := slices.Clone(m.ToolCalls)
+		for i := range calls {
+			h, tl = share(utf8.RuneCountInString(calls[i].Function.Arguments))
+			calls[i].Function.Arguments, _ = assemble.Truncate(calls[i].Function.Arguments, h, tl, cutNote)
+		}
+		m.ToolCalls = calls
+	}
+	return m
 }
 
 func addUsage(a, b *schemas.Usage) *schemas.Usage {

@@ -38,6 +38,10 @@ type fakeLLM struct {
 	delay    time.Duration
 	failures int // the next failures requests answer 500
 	status   int // when non-zero, every request answers this status
+	// maxChars, when non-zero, refuses requests whose messages hold more characters,
+	// as an endpoint does with context_length_exceeded.
+	maxChars int
+	refused  int
 }
 
 var needleRE = regexp.MustCompile(`NEEDLE-[0-9a-z]+`)
@@ -79,8 +83,23 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 			input += m.Content
 		}
 	}
-	f.inputs = append(f.inputs, input)
+	total := 0
+	for _, m := range req.Messages {
+		total += len(m.Content)
+	}
+	tooLong := f.maxChars > 0 && total > f.maxChars
+	if tooLong {
+		f.refused++
+	} else {
+		f.inputs = append(f.inputs, input)
+	}
 	f.mu.Unlock()
+	if tooLong {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":{"message":"This model's maximum context length is %d characters; your messages resulted in %d.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, f.maxChars, total)
+		return
+	}
 	if delay > 0 {
 		select {
 		case <-time.After(delay):

@@ -68,6 +68,8 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 		return compactCmd(ctx, env, args, std)
 	case "status":
 		return statusCmd(ctx, env, args, std)
+	case "policy":
+		return policyCmd(ctx, env, args, std)
 	}
 	return usagef("unknown command %q", cmd)
 }
@@ -87,6 +89,11 @@ Usage:
                                     ask for a compaction now; --wait waits up to D for
                                     its outcome
   compactor status [<conv>]         the pipeline's streams, or one conversation's value
+  compactor policy get <conv>       the conversation's policy and the settings it resolves to
+  compactor policy set <conv> key=value...
+                                    set safe keys of the conversation's policy (an empty
+                                    value removes a key); profile=<name> picks a profile
+  compactor policy clear <conv>     remove the conversation's policy
   compactor help                    this text
 
 Environment (variable, default, meaning):

@@ -1,0 +1,141 @@
+package summarizer
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/tokens"
+	"github.com/compactor/compactor/summarizer/pretrim"
+)
+
+// windowed is a summarizer with a context window: it refuses (ErrContextLength) any
+// request whose input, with the prompt overhead, is over the window, and records every
+// input it accepted.
+type windowed struct {
+	window int
+	mu     sync.Mutex
+	inputs []Input
+	max    int
+}
+
+func (w *windowed) Summarize(_ context.Context, in Input) (Output, error) {
+	size := inputTokens(in) + PromptOverhead + in.MaxSummaryTokens
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if size > w.window {
+		return Output{}, fmt.Errorf("%d tokens: %w", size, ErrContextLength)
+	}
+	w.inputs = append(w.inputs, in)
+	w.max = max(w.max, size)
+	return Output{Summary: fmt.Sprintf("summary of %d messages", len(in.Messages)), Model: "windowed"}, nil
+}
+
+func corpus(t *testing.T) map[string][]schemas.Message {
+	t.Helper()
+	dir, _ := os.Getwd()
+	for ; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		if dir == filepath.Dir(dir) {
+			t.Skip("no module root")
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "..", "shared", "corpus", "*.jsonl"))
+	if len(files) == 0 {
+		t.Skip("../shared/corpus is absent")
+	}
+	out := map[string][]schemas.Message{}
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(nil, 64<<20)
+		for sc.Scan() {
+			if m, err := schemas.DecodeMessage(sc.Bytes()); err == nil {
+				out[filepath.Base(f)] = append(out[filepath.Base(f)], m.StripMetadata())
+			}
+		}
+		fh.Close()
+	}
+	return out
+}
+
+// Over every corpus conversation, summarized whole into small summarizer windows: no
+// request is over the window, every user message reaches the summarizer (cut at most),
+// and the result is one summary.
+func TestSummarizeToFitNeverOverflowsTheSummarizer(t *testing.T) {
+	convs := corpus(t)
+	p := &Pool{cfg: DefaultConfig(), log: zerolog.Nop(), now: time.Now}
+	for _, window := range []int{4000, 16000, 128000} {
+		for name, msgs := range convs {
+			sum := &windowed{window: window}
+			in := Input{Conversation: "c", Messages: pretrim.TotalBudget(pretrim.ToolOutputs(msgs, 2000), 50000), MaxSummaryTokens: 256,
+				PreviousSummary: strings.Repeat("earlier facts ", 60)}
+			j := &job{log: zerolog.Nop()}
+			out, err := p.summarizeToFit(context.Background(), j, sum, in, window)
+			if err != nil {
+				t.Fatalf("%s in a window of %d: %v", name, window, err)
+			}
+			if out.Summary == "" {
+				t.Fatalf("%s: empty summary", name)
+			}
+			if sum.max > window {
+				t.Fatalf("%s: a request of %d tokens in a window of %d", name, sum.max, window)
+			}
+			var seen strings.Builder
+			for _, in := range sum.inputs {
+				for _, m := range in.Messages {
+					seen.WriteString(m.Content.String())
+				}
+				seen.WriteString(in.PreviousSummary)
+			}
+			for i, m := range msgs {
+				if m.Role != schemas.RoleUser {
+					continue
+				}
+				head := []rune(strings.TrimSpace(m.Content.String()))
+				if len(head) > 60 {
+					head = head[:60]
+				}
+				if !strings.Contains(seen.String(), string(head)) {
+					t.Fatalf("%s, window %d: user message %d never reached the summarizer", name, window, i)
+				}
+			}
+			if !strings.Contains(seen.String(), "earlier facts") {
+				t.Fatalf("%s: the previous summary never reached the summarizer", name)
+			}
+		}
+	}
+}
+
+func TestChunkKeepsOrderAndCutsOnlyTheOversized(t *testing.T) {
+	small := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("short")}
+	huge := schemas.Message{Role: schemas.RoleTool, ToolCallID: "x", Content: schemas.Text(strings.Repeat("y", 40000))}
+	chunks := chunk([]schemas.Message{small, huge, small, small}, 1000)
+	var flat []schemas.Message
+	for _, c := range chunks {
+		if tokens.Messages(c) > 1000 {
+			t.Fatalf("a chunk of %d tokens over the room of 1000", tokens.Messages(c))
+		}
+		flat = append(flat, c...)
+	}
+	if len(flat) != 4 || flat[0].Content.String() != "short" || flat[3].Content.String() != "short" {
+		t.Fatalf("order or count changed: %d messages", len(flat))
+	}
+	if !strings.Contains(flat[1].Content.String(), "characters cut by Compactor") {
+		t.Fatal("the oversized message was not cut with a marker")
+	}
+}
