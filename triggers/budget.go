@@ -105,7 +105,9 @@ type conv struct {
 	open      map[string]bool
 	stale     bool
 	budget    budget.Budget // from the conversation's settings
-	lastSeen  time.Time
+	// generation is the compaction generation of the value the estimate builds on.
+	generation uint64
+	lastSeen   time.Time
 
 	declinedAtSeq   uint64
 	tokensAtDecline int
@@ -243,8 +245,17 @@ func (b *Budget) onMessage(ctx context.Context, msg natsjs.Msg) {
 }
 
 // add counts one message and follows the open tool calls of the newest round.
+//
+// A reply that carries the usage its model reported, measured on the context of the
+// conversation's current generation (context_generation), resets the estimate to what
+// the model counted: prompt_tokens + completion_tokens. Usage measured on an older
+// generation's context is ignored.
 func (c *conv) add(m *schemas.Message) {
-	c.tokens += tokens.Message(m)
+	if u := m.Usage; u != nil && m.ContextGeneration != nil && *m.ContextGeneration == c.generation && u.PromptTokens > 0 {
+		c.tokens = u.PromptTokens + u.CompletionTokens
+	} else {
+		c.tokens += tokens.Message(m)
+	}
 	switch {
 	case m.HasToolCalls():
 		c.open = make(map[string]bool, len(m.ToolCalls))
@@ -285,6 +296,7 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 			pinned = append(pinned, m.Entry())
 		}
 		c.declinedAtSeq = v.DeclinedAtSeq
+		c.generation = v.Generation
 	}
 	var tail []schemas.Entry
 	if upTo >= from {

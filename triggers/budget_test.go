@@ -230,3 +230,23 @@ func TestInvalidMessagesAreSkippedWithoutStoppingTheTrigger(t *testing.T) {
 	waitFor(t, "valid messages to be counted", func() bool { got, _ := tr.b.TokensOf("bad"); return got == 3*per })
 	waitFor(t, "a request", func() bool { return reqs.count() == 1 })
 }
+
+func TestUsageOfTheCurrentGenerationWins(t *testing.T) {
+	_, st := setup(t)
+	tr := start(t, st)
+	m := text(400)
+	per := tokens.Message(&m)
+	publish(t, st, "u", m)
+	gen0, stale := uint64(0), uint64(7)
+	reply := schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("ok"),
+		Usage: &schemas.Usage{PromptTokens: 1500, CompletionTokens: 20}, ContextGeneration: &gen0}
+	publish(t, st, "u", reply)
+	waitFor(t, "the reported usage to replace the estimate", func() bool { got, _ := tr.b.TokensOf("u"); return got == 1520 })
+	publish(t, st, "u", m)
+	waitFor(t, "newer messages to add their estimate", func() bool { got, _ := tr.b.TokensOf("u"); return got == 1520+per })
+	old := reply
+	old.ContextGeneration = &stale
+	publish(t, st, "u", old)
+	want := 1520 + per + tokens.Message(&old)
+	waitFor(t, "usage of another generation to be ignored", func() bool { got, _ := tr.b.TokensOf("u"); return got == want })
+}
