@@ -46,7 +46,7 @@ func loadSchemas(t *testing.T) map[string]map[string]any {
 
 func TestFilesAreSchemas(t *testing.T) {
 	docs := loadSchemas(t)
-	want := []string{"dead-letter.v1.json", "event.v1.json", "message.v1.json", "request.v1.json", "result.v1.json"}
+	want := []string{"dead-letter.v1.json", "event.v1.json", "message.v1.json", "policy.v1.json", "request.v1.json", "result.v1.json"}
 	got := make([]string, 0, len(docs))
 	for name := range docs {
 		got = append(got, name)

@@ -77,7 +77,8 @@ func (c Config) Validate() error {
 }
 
 // PolicySource resolves a conversation's settings (defaults, environment, profile and
-// the conversation's own policy).
+// the conversation's own policy). When the conversation's policy is invalid, it returns
+// an error matching policy.ErrPolicy together with the settings without that policy.
 type PolicySource interface {
 	Settings(ctx context.Context, conv string) (policy.Settings, error)
 }
@@ -273,7 +274,11 @@ func (c *conv) add(m *schemas.Message) {
 // timers and backoffs of an old state carry over.
 func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv) (*conv, error) {
 	s, err := b.policies.Settings(ctx, id)
-	if err != nil {
+	if errors.Is(err, policy.ErrPolicy) {
+		// Keep counting against the settings without the policy; the worker reports
+		// the bad policy on the request (failed event, dead letter).
+		b.log.Warn().Err(err).Str("conversation", id).Msg("invalid conversation policy; using the defaults for the trigger")
+	} else if err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
 	v, _, err := b.store.GetResult(ctx, id, false)

@@ -141,6 +141,8 @@ type policySource struct {
 	resolver *policy.Resolver
 }
 
+// Settings resolves conv's settings. When its policy is invalid, the error matches
+// policy.ErrPolicy and the settings returned are those without the policy.
 func (ps policySource) Settings(ctx context.Context, conv string) (policy.Settings, error) {
 	data, _, err := ps.store.GetPolicy(ctx, conv)
 	if err != nil {
@@ -148,13 +150,18 @@ func (ps policySource) Settings(ctx context.Context, conv string) (policy.Settin
 	}
 	var l policy.Layer
 	if data != nil {
-		if l, err = policy.DecodeConversation(data); err != nil {
-			return policy.Settings{}, fmt.Errorf("policy of %s: %w", conv, err)
-		}
+		l, err = policy.DecodeConversation(data)
 	}
-	s, err := ps.resolver.Resolve(l)
+	var s policy.Settings
+	if err == nil {
+		s, err = ps.resolver.Resolve(l)
+	}
 	if err != nil {
-		return policy.Settings{}, fmt.Errorf("policy of %s: %w", conv, err)
+		base, berr := ps.resolver.Resolve(nil)
+		if berr != nil {
+			base = ps.resolver.Base()
+		}
+		return base, fmt.Errorf("policy of %s: %w", conv, err)
 	}
 	return s, nil
 }

@@ -141,4 +141,18 @@ func TestConversationPolicy(t *testing.T) {
 	if _, err := policy.DecodeConversation([]byte(`{"llm_base_url":"http://attacker"}`)); err == nil {
 		t.Fatal("an endpoint was accepted in a conversation policy")
 	}
+	// A policy that went bad after it was written (its profile is gone): the trigger
+	// keeps counting with the defaults, the request fails with the reason, nothing loops.
+	if err := s.st.PutPolicy(ctx, "ghostly", []byte(`{"profile":"ghost"}`)); err != nil {
+		t.Fatal(err)
+	}
+	events := collectEvents(t, s.nc, s.st.Config().EventSubject("ghostly"))
+	replay(t, s, "ghostly", msgs, 0)
+	eventually(t, 30*time.Second, "a failed event naming the profile", func() bool {
+		ev := events.last(schemas.EventFailed)
+		return strings.Contains(ev.Error, `profile "ghost" does not exist`)
+	})
+	if n := events.count(schemas.EventFailed); n != 1 {
+		t.Fatalf("%d failed events; want 1 (a bad policy is not retried)", n)
+	}
 }
