@@ -32,6 +32,10 @@ type Request struct {
 	// UpToSeq is the newest CHAT sequence the requester had seen; workers compact at
 	// least this far and may include anything newer.
 	UpToSeq uint64 `json:"up_to_seq"`
+	// Escalation asks for a more aggressive split than the policy's: 1 halves what the
+	// strategy keeps, 2 summarizes everything. Set when a conversation is still over
+	// budget right after a compaction.
+	Escalation int `json:"escalation,omitempty"`
 }
 
 // Validate checks a request.
@@ -42,6 +46,9 @@ func (r *Request) Validate() error {
 	if err := ValidateConversationID(r.Conversation); err != nil {
 		return err
 	}
+	if r.Escalation < 0 || r.Escalation > MaxEscalation {
+		return invalid("escalation", "must be 0 to %d, got %d", MaxEscalation, r.Escalation)
+	}
 	switch r.Trigger {
 	case TriggerBudget, TriggerStructural, TriggerTemporal, TriggerManual:
 	default:
@@ -49,6 +56,9 @@ func (r *Request) Validate() error {
 	}
 	return nil
 }
+
+// MaxEscalation is the most aggressive split a request may ask for.
+const MaxEscalation = 2
 
 // Override is a per-sequence change every reader applies to a tail or pinned message.
 // A truncation keeps the first KeepHead and the last KeepTail characters (Unicode code
@@ -83,17 +93,20 @@ type Result struct {
 	// RequestSeq is the work-queue sequence of the request, stable across redeliveries.
 	RequestSeq uint64 `json:"request_seq,omitempty"`
 	// LLMBaseGeneration is the last LLM-written generation this one builds on.
-	LLMBaseGeneration uint64    `json:"llm_base_generation"`
-	Fallback          bool      `json:"fallback"`
-	Model             string    `json:"model,omitempty"`
-	PromptHash        string    `json:"prompt_hash,omitempty"`
-	TokensBefore      int       `json:"tokens_before"`
-	TokensAfter       int       `json:"tokens_after"`
-	MessagesBefore    int       `json:"messages_before"`
-	MessagesAfter     int       `json:"messages_after"`
-	Usage             *Usage    `json:"usage,omitempty"`
-	DeclinedAtSeq     uint64    `json:"declined_at_seq,omitempty"`
-	CreatedAt         time.Time `json:"created_at"`
+	LLMBaseGeneration uint64 `json:"llm_base_generation"`
+	Fallback          bool   `json:"fallback"`
+	Model             string `json:"model,omitempty"`
+	PromptHash        string `json:"prompt_hash,omitempty"`
+	TokensBefore      int    `json:"tokens_before"`
+	TokensAfter       int    `json:"tokens_after"`
+	MessagesBefore    int    `json:"messages_before"`
+	MessagesAfter     int    `json:"messages_after"`
+	Usage             *Usage `json:"usage,omitempty"`
+	DeclinedAtSeq     uint64 `json:"declined_at_seq,omitempty"`
+	// LoadedThroughSeq is the newest CHAT sequence the compaction read: rounds and idle
+	// time are counted from there.
+	LoadedThroughSeq uint64    `json:"loaded_through_seq,omitempty"`
+	CreatedAt        time.Time `json:"created_at"`
 
 	// Unknown keeps fields written by a newer writer, so a rewrite does not drop them.
 	Unknown map[string]json.RawMessage `json:"-"`

@@ -64,7 +64,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
-	pl, err := p.plan(ld, s)
+	pl, err := p.plan(ld, escalate(s, j.req.Escalation))
 	if err != nil {
 		return fmt.Errorf("%w: %v", errPermanent, err)
 	}
@@ -222,6 +222,24 @@ type plan struct {
 	systemPrompt string
 }
 
+// escalate makes the split more aggressive for a conversation still over budget right
+// after a compaction: level 1 halves what the strategy keeps, level 2 summarizes
+// everything (strategy all).
+func escalate(s policy.Settings, level int) policy.Settings {
+	switch {
+	case level >= 2:
+		s.Strategy = split.StrategyAll
+	case level == 1:
+		s.KeepLastN = max(s.KeepLastN/2, 1)
+		s.ToolRounds = max(s.ToolRounds/2, 1)
+		s.UserMessageTokens /= 2
+		s.TokenFraction /= 2
+		s.RecentTurns = max(s.RecentTurns/2, 1)
+		s.Target /= 2 // halves the tail budget
+	}
+	return s
+}
+
 // plan runs the conversation's strategy over the kept messages and everything from
 // the tail start, and sorts every entry into pinned, kept, covered or tail.
 func (p *Pool) plan(ld *loaded, s policy.Settings) (plan, error) {
@@ -340,6 +358,10 @@ func (p *Pool) result(j *job, ld *loaded, pl plan, out Output, before assemble.C
 	next.Usage = out.Usage
 	next.TokensBefore = before.Tokens
 	next.MessagesBefore = len(before.Messages)
+	next.LoadedThroughSeq = ld.lastSeq
+	if j.req.Escalation > 0 {
+		next.Reason = fmt.Sprintf("%s (escalation %d)", next.Reason, j.req.Escalation)
+	}
 	next.CreatedAt = p.now().UTC()
 	return next
 }
@@ -409,8 +431,13 @@ func (p *Pool) reevaluate(ctx context.Context, j *job, r *schemas.Result, loaded
 	if total < threshold {
 		return
 	}
+	level := j.req.Escalation + 1
+	if level > schemas.MaxEscalation {
+		j.log.Warn().Int("tokens", total).Msg("still over the threshold after the most aggressive compaction; waiting for the trigger")
+		return
+	}
 	req := schemas.Request{
-		RequestID: schemas.NewRequestID(), Conversation: conv, Trigger: schemas.TriggerBudget,
+		RequestID: schemas.NewRequestID(), Conversation: conv, Trigger: schemas.TriggerBudget, Escalation: level,
 		Reason:      fmt.Sprintf("re-evaluation after generation %d: %d tokens ≥ threshold %d", r.Generation, total, threshold),
 		RequestedAt: p.now().UTC(), UpToSeq: newer[len(newer)-1].Seq,
 	}
@@ -418,5 +445,5 @@ func (p *Pool) reevaluate(ctx context.Context, j *job, r *schemas.Result, loaded
 		j.log.Warn().Err(err).Msg("queue compaction after re-evaluation")
 		return
 	}
-	j.log.Info().Int("tokens", total).Msg("still over the threshold after compaction; queued another")
+	j.log.Info().Int("tokens", total).Int("escalation", level).Msg("still over the threshold after compaction; queued a more aggressive one")
 }

@@ -57,6 +57,12 @@ var Keys = []Key{
 	{"threshold", Float, "0.75", Conversation, "compact when the context reaches this fraction of W"},
 	{"target", Float, "0.5", Conversation, "a compaction brings the context to at most this fraction of W"},
 	{"hard_limit", Float, "0.95", Conversation, "past this fraction of W with the LLM failing, a fallback summary keeps the bound"},
+	{"soft_threshold", Float, "0", Conversation, "start compaction early at this fraction of W (between target and threshold), so a result is ready before the threshold; 0 = off"},
+	{"token_limit", Int, "0", Conversation, "also compact when the context reaches this many tokens; 0 = off"},
+	{"max_rounds", Int, "0", Conversation, "also compact after this many assistant rounds since the last compaction; 0 = off"},
+	{"tool_output_trigger_tokens", Int, "0", Conversation, "compact early after a tool output larger than this many tokens; 0 = off"},
+	{"idle_after", Duration, "0s", Conversation, "compact a conversation idle this long (e.g. 10m) and over idle_threshold; 0s = off"},
+	{"idle_threshold", Float, "0.4", Conversation, "idle compaction only above this fraction of W"},
 	{"max_summary_tokens", Int, "0", Conversation, "summary cap; 0 = 2048, scaled up for windows over 128k, at most W/8"},
 	{"strategy", String, "keep-last-n", Conversation, "split strategy: keep-last-n, tool-rounds, user-messages, token-fraction, recent-turns or all"},
 	{"keep_last_n", Int, "20", Conversation, "keep-last-n: messages kept verbatim"},
@@ -94,6 +100,12 @@ type Settings struct {
 	Threshold               float64
 	Target                  float64
 	HardLimit               float64
+	SoftThreshold           float64
+	TokenLimit              int
+	MaxRounds               int
+	ToolOutputTriggerTokens int
+	IdleAfter               time.Duration
+	IdleThreshold           float64
 	MaxSummaryTokens        int
 	Strategy                string
 	KeepLastN               int
@@ -148,6 +160,18 @@ func (s *Settings) set(k Key, v string) error {
 		s.Target = f
 	case "hard_limit":
 		s.HardLimit = f
+	case "soft_threshold":
+		s.SoftThreshold = f
+	case "token_limit":
+		s.TokenLimit = i
+	case "max_rounds":
+		s.MaxRounds = i
+	case "tool_output_trigger_tokens":
+		s.ToolOutputTriggerTokens = i
+	case "idle_after":
+		s.IdleAfter = d
+	case "idle_threshold":
+		s.IdleThreshold = f
 	case "max_summary_tokens":
 		s.MaxSummaryTokens = i
 	case "strategy":

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/compactor/compactor/schemas/budget"
 )
@@ -38,6 +39,13 @@ func (s Settings) Validate() error {
 		key string
 		msg string
 	}{
+		{s.SoftThreshold == 0 || (s.SoftThreshold > s.Target && s.SoftThreshold < s.Threshold), "soft_threshold", "must be 0 (off) or between target and threshold"},
+		{s.TokenLimit >= 0, "token_limit", "must not be negative"},
+		{s.TokenLimit == 0 || s.TokenLimit > s.Budget().TargetTokens(), "token_limit", "must be above the target (target × context_window), or compactions could not get under it"},
+		{s.MaxRounds >= 0, "max_rounds", "must not be negative"},
+		{s.ToolOutputTriggerTokens >= 0, "tool_output_trigger_tokens", "must not be negative"},
+		{s.IdleAfter == 0 || s.IdleAfter >= time.Second, "idle_after", "must be 0s (off) or at least 1s"},
+		{s.IdleThreshold > 0 && s.IdleThreshold < 1, "idle_threshold", "must be between 0 and 1"},
 		{s.Strategy != "", "strategy", "must not be empty"},
 		{s.KeepLastN >= 1, "keep_last_n", "must be at least 1"},
 		{s.ToolRounds >= 1, "tool_rounds", "must be at least 1"},
