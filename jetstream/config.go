@@ -25,6 +25,7 @@ type Names struct {
 	TriggerConsumer string // durable consumer of the active trigger on CHAT
 	TriggerGroup    string // priority group of the trigger consumer
 	WorkerConsumer  string // durable consumer of the summarizer pool on COMPACT_REQUESTS
+	IdleConsumer    string // durable consumer of the active trigger on ACTIVITY
 }
 
 // DefaultNames returns the contract's names.
@@ -37,7 +38,7 @@ func DefaultNames() Names {
 		ActivityStream: "ACTIVITY", ActivityPrefix: "activity",
 		ResultsBucket: "compaction", PolicyBucket: "compaction-policy",
 		TriggerConsumer: "compactor-trigger", TriggerGroup: "trigger",
-		WorkerConsumer: "compactor-workers",
+		WorkerConsumer: "compactor-workers", IdleConsumer: "compactor-idle",
 	}
 }
 
@@ -126,7 +127,7 @@ func (c Config) Validate() error {
 		"request prefix": c.RequestPrefix, "events stream": c.EventsStream, "event prefix": c.EventPrefix,
 		"dead stream": c.DeadStream, "dead prefix": c.DeadPrefix, "activity stream": c.ActivityStream,
 		"activity prefix": c.ActivityPrefix, "results bucket": c.ResultsBucket, "policy bucket": c.PolicyBucket,
-		"trigger consumer": c.TriggerConsumer, "trigger group": c.TriggerGroup, "worker consumer": c.WorkerConsumer,
+		"trigger consumer": c.TriggerConsumer, "trigger group": c.TriggerGroup, "worker consumer": c.WorkerConsumer, "idle consumer": c.IdleConsumer,
 	} {
 		if v == "" {
 			return bad("%s name is empty", name)

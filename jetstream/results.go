@@ -149,6 +149,15 @@ func (s *Store) TriggerConsumer(ctx context.Context) (natsjs.Consumer, error) {
 	return c, nil
 }
 
+// IdleConsumer returns the durable consumer the trigger reads idle markers with.
+func (s *Store) IdleConsumer(ctx context.Context) (natsjs.Consumer, error) {
+	c, err := s.js.Consumer(ctx, s.cfg.ActivityStream, s.cfg.IdleConsumer)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s on %s: %w", s.cfg.IdleConsumer, s.cfg.ActivityStream, err)
+	}
+	return c, nil
+}
+
 // WorkerConsumer returns the durable consumer the summarizer pool shares.
 func (s *Store) WorkerConsumer(ctx context.Context) (natsjs.Consumer, error) {
 	c, err := s.js.Consumer(ctx, s.cfg.RequestsStream, s.cfg.WorkerConsumer)

@@ -39,6 +39,9 @@ type Config struct {
 	// EvictAfter drops the state of a conversation that saw no message for this long; it
 	// is rebuilt from KV and the stream on its next message.
 	EvictAfter time.Duration
+	// SweepEvery is how often idle conversations are looked for, besides the idle
+	// markers of ACTIVITY (which catch them on time, also after a restart).
+	SweepEvery time.Duration
 }
 
 // DefaultConfig returns the defaults of the README.
@@ -50,6 +53,7 @@ func DefaultConfig() Config {
 		FailureBackoffMax: 30 * time.Minute,
 		Regrow:            0.05,
 		EvictAfter:        15 * time.Minute,
+		SweepEvery:        30 * time.Second,
 	}
 }
 
@@ -72,6 +76,8 @@ func (c Config) Validate() error {
 		return bad("regrow must be in [0, 1), got %g", c.Regrow)
 	case c.EvictAfter <= 0:
 		return bad("evict-after must be positive")
+	case c.SweepEvery <= 0:
+		return bad("sweep interval must be positive")
 	}
 	return nil
 }
@@ -105,10 +111,24 @@ type conv struct {
 	tokens    int    // pinned + summary + tail, estimated
 	open      map[string]bool
 	stale     bool
-	budget    budget.Budget // from the conversation's settings
+	settings  policy.Settings // the conversation's resolved policy
+	budget    budget.Budget   // settings.Budget()
 	// generation is the compaction generation of the value the estimate builds on.
 	generation uint64
-	lastSeen   time.Time
+	lastSeen   time.Time // when the trigger last handled the conversation (for eviction)
+
+	// rounds counts assistant messages after loadedThrough, the newest sequence the last
+	// compaction read (max_rounds).
+	rounds        int
+	loadedThrough uint64
+	// structural is the reason of a pending structural trigger (a large tool output).
+	structural string
+	// lastMsgAt is the stream time of the newest message (idle detection); lastArm when
+	// the idle timer was last re-armed; idleFiredFor the lastMsgAt of the quiet period an
+	// idle request was already made for.
+	lastMsgAt    time.Time
+	lastArm      time.Time
+	idleFiredFor time.Time
 
 	declinedAtSeq   uint64
 	tokensAtDecline int
@@ -160,14 +180,34 @@ func (b *Budget) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", cfg.ChatStream, err)
 	}
-	b.log.Info().Msg("budget trigger started (active or standby)")
+	idleCons, err := b.store.IdleConsumer(ctx)
+	if err != nil {
+		cc.Stop()
+		return err
+	}
+	ic, err := idleCons.Consume(func(msg natsjs.Msg) { b.onIdle(ctx, msg) },
+		natsjs.PullPriorityGroup(cfg.TriggerGroup),
+		natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
+			if ctx.Err() == nil && !errors.Is(err, natsjs.ErrNoHeartbeat) {
+				b.log.Debug().Err(err).Msg("idle consumer")
+			}
+		}))
+	if err != nil {
+		cc.Stop()
+		return fmt.Errorf("consume %s: %w", cfg.ActivityStream, err)
+	}
+	b.log.Info().Msg("trigger started (active or standby)")
 	evict := time.NewTicker(max(b.cfg.EvictAfter/4, time.Second))
 	defer evict.Stop()
+	sweep := time.NewTicker(b.cfg.SweepEvery)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			cc.Drain()
+			ic.Drain()
 			<-cc.Closed()
+			<-ic.Closed()
 			b.mu.Lock()
 			for _, c := range b.convs {
 				if c.retry != nil {
@@ -175,10 +215,12 @@ func (b *Budget) Run(ctx context.Context) error {
 				}
 			}
 			b.mu.Unlock()
-			b.log.Info().Msg("budget trigger stopped")
+			b.log.Info().Msg("trigger stopped")
 			return nil
 		case <-evict.C:
 			b.evict()
+		case <-sweep.C:
+			b.sweep(ctx)
 		}
 	}
 }
@@ -235,13 +277,15 @@ func (b *Budget) onMessage(ctx context.Context, msg natsjs.Msg) {
 	}
 	e := jetstream.StoredMsg{Seq: seq, Data: msg.Data()}.Entry()
 	c.watermark = seq
+	c.lastMsgAt = md.Timestamp
 	if e.Err != nil {
 		log.Warn().Err(e.Err).Msg("invalid chat message skipped")
 		_ = msg.Ack()
 		return
 	}
-	c.add(&e.Message)
+	c.add(&e.Message, seq)
 	b.evaluate(ctx, c, log)
+	b.arm(c)
 	_ = msg.Ack()
 }
 
@@ -251,11 +295,21 @@ func (b *Budget) onMessage(ctx context.Context, msg natsjs.Msg) {
 // conversation's current generation (context_generation), resets the estimate to what
 // the model counted: prompt_tokens + completion_tokens. Usage measured on an older
 // generation's context is ignored.
-func (c *conv) add(m *schemas.Message) {
+//
+// It also counts assistant rounds since the last compaction, and marks a tool output
+// over tool_output_trigger_tokens for a structural trigger.
+func (c *conv) add(m *schemas.Message, seq uint64) {
+	t := tokens.Message(m)
 	if u := m.Usage; u != nil && m.ContextGeneration != nil && *m.ContextGeneration == c.generation && u.PromptTokens > 0 {
 		c.tokens = u.PromptTokens + u.CompletionTokens
 	} else {
-		c.tokens += tokens.Message(m)
+		c.tokens += t
+	}
+	if m.Role == schemas.RoleAssistant && seq > c.loadedThrough {
+		c.rounds++
+	}
+	if lim := c.settings.ToolOutputTriggerTokens; lim > 0 && m.Role == schemas.RoleTool && t > lim {
+		c.structural = fmt.Sprintf("tool output of %d tokens at seq %d > tool_output_trigger_tokens %d", t, seq, lim)
 	}
 	switch {
 	case m.HasToolCalls():
@@ -285,7 +339,7 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 	if err != nil {
 		return nil, err
 	}
-	c := &conv{id: id, watermark: upTo, budget: s.Budget()}
+	c := &conv{id: id, watermark: upTo, settings: s, budget: s.Budget()}
 	if old != nil {
 		c.retry, c.failures, c.backoffUntil = old.retry, old.failures, old.backoffUntil
 	}
@@ -302,6 +356,7 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 		}
 		c.declinedAtSeq = v.DeclinedAtSeq
 		c.generation = v.Generation
+		c.loadedThrough = v.LoadedThroughSeq
 	}
 	var tail []schemas.Entry
 	if upTo >= from {
@@ -316,8 +371,12 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 	}
 	for i := range tail {
 		if tail[i].Err == nil {
-			c.add(&tail[i].Message)
+			c.add(&tail[i].Message, tail[i].Seq)
 		}
+	}
+	c.structural = "" // a large output already covered by a compaction, or counted before a restart
+	if n := len(tail); n > 0 {
+		c.lastMsgAt = tail[n-1].Time
 	}
 	if c.declinedAtSeq > 0 {
 		c.tokensAtDecline = c.tokens
@@ -330,13 +389,39 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 	return c, nil
 }
 
+// decide says whether the conversation needs compacting and why: the kinds are OR-ed,
+// structural first, then the budget rules.
+func (c *conv) decide() (kind, reason string) {
+	b, s := c.budget, c.settings
+	switch {
+	case c.structural != "":
+		return schemas.TriggerStructural, c.structural
+	case c.tokens >= b.ThresholdTokens():
+		return schemas.TriggerBudget, fmt.Sprintf("context %d tokens ≥ threshold %d (%g × %d)", c.tokens, b.ThresholdTokens(), b.Threshold, b.ContextWindow)
+	case s.TokenLimit > 0 && c.tokens >= s.TokenLimit:
+		return schemas.TriggerBudget, fmt.Sprintf("context %d tokens ≥ token_limit %d", c.tokens, s.TokenLimit)
+	case s.SoftThreshold > 0 && c.tokens >= int(s.SoftThreshold*float64(b.ContextWindow)):
+		return schemas.TriggerBudget, fmt.Sprintf("context %d tokens ≥ soft threshold %d (%g × %d): compacting ahead of time",
+			c.tokens, int(s.SoftThreshold*float64(b.ContextWindow)), s.SoftThreshold, b.ContextWindow)
+	case s.MaxRounds > 0 && c.rounds >= s.MaxRounds:
+		return schemas.TriggerBudget, fmt.Sprintf("%d assistant rounds since the last compaction ≥ max_rounds %d", c.rounds, s.MaxRounds)
+	}
+	return "", ""
+}
+
 // evaluate queues a compaction when the conversation needs one. Callers hold b.mu.
 func (b *Budget) evaluate(ctx context.Context, c *conv, log zerolog.Logger) {
+	kind, reason := c.decide()
+	if kind != "" {
+		b.request(ctx, c, kind, reason, log)
+	}
+}
+
+// request queues a compaction of kind for reason unless the guard or a backoff says
+// not now. Callers hold b.mu.
+func (b *Budget) request(ctx context.Context, c *conv, kind, reason string, log zerolog.Logger) {
 	now := b.now()
-	threshold := c.budget.ThresholdTokens()
 	switch {
-	case c.tokens < threshold:
-		return
 	case len(c.open) > 0: // never while the newest tool calls are unanswered
 		return
 	case now.Before(c.inFlightUntil), now.Before(c.backoffUntil), c.retry != nil:
@@ -345,15 +430,15 @@ func (b *Budget) evaluate(ctx context.Context, c *conv, log zerolog.Logger) {
 		return
 	}
 	req := schemas.Request{
-		RequestID: schemas.NewRequestID(), Conversation: c.id, Trigger: schemas.TriggerBudget,
-		Reason:      fmt.Sprintf("context %d tokens ≥ threshold %d (%g × %d)", c.tokens, threshold, c.budget.Threshold, c.budget.ContextWindow),
+		RequestID: schemas.NewRequestID(), Conversation: c.id, Trigger: kind, Reason: reason,
 		RequestedAt: now.UTC(), UpToSeq: c.watermark,
 	}
 	_, err := b.store.Enqueue(ctx, req)
 	switch {
 	case err == nil:
 		c.inFlightUntil = now.Add(b.cfg.InFlightTimeout)
-		log.Info().Int("tokens", c.tokens).Str("request_id", req.RequestID).Msg("compaction requested")
+		c.structural = ""
+		log.Info().Int("tokens", c.tokens).Str("trigger", kind).Str("reason", reason).Str("request_id", req.RequestID).Msg("compaction requested")
 		ev := schemas.Event{Type: schemas.EventRequested, Conversation: c.id, RequestID: req.RequestID,
 			Trigger: req.Trigger, Reason: req.Reason, TokensBefore: c.tokens, At: now.UTC()}
 		if err := b.store.PublishEvent(ctx, ev); err != nil {
@@ -437,5 +522,101 @@ func (b *Budget) onEvent(m *nats.Msg) {
 			d *= 2
 		}
 		c.backoffUntil = b.now().Add(min(d, b.cfg.FailureBackoffMax))
+	}
+}
+
+// armEvery is how often a busy conversation's idle timer is re-armed: every few
+// seconds at most, never more often than a quarter of the idle time.
+func armEvery(idle time.Duration) time.Duration {
+	return min(max(idle/4, time.Second), 5*time.Second)
+}
+
+// arm re-arms the conversation's idle timer: a message on activity.<conv> with a TTL of
+// idle_after. When it expires, the server leaves a delete marker, which the idle
+// consumer reads as the idle signal, also after a restart. Callers hold b.mu.
+func (b *Budget) arm(c *conv) {
+	idle := c.settings.IdleAfter
+	if idle <= 0 || b.now().Sub(c.lastArm) < armEvery(idle) {
+		return
+	}
+	b.armFor(c, idle)
+}
+
+func (b *Budget) armFor(c *conv, ttl time.Duration) {
+	ttl = max(ttl.Round(time.Second), time.Second)
+	m := nats.NewMsg(b.store.Config().ActivitySubject(c.id))
+	m.Header.Set(natsjs.MsgTTLHeader, ttl.String())
+	m.Data = fmt.Appendf(nil, `{"seq":%d}`, c.watermark)
+	if err := b.store.Conn().PublishMsg(m); err != nil {
+		b.log.Warn().Err(err).Str("conversation", c.id).Msg("re-arm idle timer")
+		return
+	}
+	c.lastArm = b.now()
+}
+
+// onIdle handles ACTIVITY: the delete marker an expired idle timer leaves is the idle
+// signal; the timer messages themselves are only acknowledged.
+func (b *Budget) onIdle(ctx context.Context, msg natsjs.Msg) {
+	defer func() { _ = msg.Ack() }()
+	if msg.Headers().Get("Nats-Marker-Reason") == "" {
+		return
+	}
+	prefix := b.store.Config().ActivityPrefix + "."
+	id, ok := strings.CutPrefix(msg.Subject(), prefix)
+	if !ok || schemas.ValidateConversationID(id) != nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.convs[id]
+	if c == nil || c.stale {
+		last, err := b.store.LastSeq(ctx, id)
+		if err != nil {
+			b.log.Warn().Err(err).Str("conversation", id).Msg("idle signal: read the conversation")
+			return
+		}
+		if c, err = b.rebuild(ctx, id, last, c); err != nil {
+			b.log.Warn().Err(err).Str("conversation", id).Msg("idle signal: rebuild the conversation")
+			return
+		}
+		c.lastSeen = b.now()
+		b.convs[id] = c
+	}
+	b.idle(ctx, c)
+}
+
+// idle compacts a conversation that has been quiet for idle_after when it is over
+// idle_threshold, once per quiet period. A conversation that was active more recently
+// than the timer knew (re-arming is rate-limited) gets the rest of its time. Callers
+// hold b.mu.
+func (b *Budget) idle(ctx context.Context, c *conv) {
+	idle := c.settings.IdleAfter
+	if idle <= 0 || c.lastMsgAt.IsZero() || !c.idleFiredFor.Before(c.lastMsgAt) {
+		return
+	}
+	quiet := b.now().Sub(c.lastMsgAt)
+	if quiet < idle-time.Second {
+		b.armFor(c, idle-quiet)
+		return
+	}
+	c.idleFiredFor = c.lastMsgAt
+	limit := int(c.settings.IdleThreshold * float64(c.budget.ContextWindow))
+	if c.tokens < limit {
+		return
+	}
+	log := b.log.With().Str("conversation", c.id).Logger()
+	b.request(ctx, c, schemas.TriggerTemporal,
+		fmt.Sprintf("idle for %s with %d tokens ≥ idle_threshold %d (%g × %d)", quiet.Round(time.Second), c.tokens, limit,
+			c.settings.IdleThreshold, c.budget.ContextWindow), log)
+}
+
+// sweep looks for idle conversations among those tracked, in case a marker was missed.
+func (b *Budget) sweep(ctx context.Context) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.convs {
+		if !c.stale && c.settings.IdleAfter > 0 && b.now().Sub(c.lastMsgAt) >= c.settings.IdleAfter {
+			b.idle(ctx, c)
+		}
 	}
 }

@@ -25,13 +25,17 @@ func testConfig() triggers.Config {
 	return c
 }
 
-// fixed gives every conversation the same settings: a 4,000-token window.
-type fixed struct{}
+// fixed gives every conversation the same settings: a 4,000-token window, changed by
+// the functions given.
+type fixed []func(*policy.Settings)
 
-func (fixed) Settings(context.Context, string) (policy.Settings, error) {
+func (f fixed) Settings(context.Context, string) (policy.Settings, error) {
 	s := policy.Defaults()
 	s.ContextWindow = 4000
-	return s, nil
+	for _, fn := range f {
+		fn(&s)
+	}
+	return s, s.Validate()
 }
 
 // setup provisions the contract with a short pinned TTL, so a standby takes over fast.
@@ -55,9 +59,9 @@ type running struct {
 	done   chan error
 }
 
-func start(t *testing.T, st *jetstream.Store) *running {
+func start(t *testing.T, st *jetstream.Store, settings ...func(*policy.Settings)) *running {
 	t.Helper()
-	b, err := triggers.NewBudget(testConfig(), st, fixed{}, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	b, err := triggers.NewBudget(testConfig(), st, fixed(settings), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,125 @@
+package triggers_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+)
+
+// Each kind of trigger, alone, with the reason it records.
+func TestTriggerKinds(t *testing.T) {
+	big := schemas.Message{Role: schemas.RoleTool, ToolCallID: "c1", Content: schemas.Text(strings.Repeat("o", 2400))} // ~604 tokens
+	call := schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: "c1", Type: "function", Function: schemas.FunctionCall{Name: "f", Arguments: "{}"}}}}
+	reply := schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("done")}
+	tests := []struct {
+		name       string
+		settings   func(*policy.Settings)
+		msgs       []schemas.Message
+		wantKind   string
+		wantReason string
+	}{
+		{"token limit", func(s *policy.Settings) { s.TokenLimit = 2200 },
+			repeat(text(800), 11), schemas.TriggerBudget, "token_limit 2200"},
+		{"soft threshold", func(s *policy.Settings) { s.SoftThreshold = 0.6 },
+			repeat(text(800), 12), schemas.TriggerBudget, "compacting ahead of time"},
+		{"max rounds", func(s *policy.Settings) { s.MaxRounds = 3 },
+			repeat(reply, 3), schemas.TriggerBudget, "3 assistant rounds since the last compaction"},
+		{"large tool output", func(s *policy.Settings) { s.ToolOutputTriggerTokens = 500 },
+			[]schemas.Message{text(40), call, big}, schemas.TriggerStructural, "tool_output_trigger_tokens 500"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			nc, st := setup(t)
+			reqs := watchRequests(t, nc, st)
+			start(t, st, tc.settings)
+			for i, m := range tc.msgs {
+				publish(t, st, "k", m)
+				if i < len(tc.msgs)-1 {
+					time.Sleep(20 * time.Millisecond)
+					if reqs.count() != 0 {
+						t.Fatalf("requested after %d of %d messages", i+1, len(tc.msgs))
+					}
+				}
+			}
+			waitFor(t, "a request", func() bool { return reqs.count() == 1 })
+			got := reqs.got[0]
+			if got.Trigger != tc.wantKind || !strings.Contains(got.Reason, tc.wantReason) {
+				t.Fatalf("request %s %q; want %s with %q", got.Trigger, got.Reason, tc.wantKind, tc.wantReason)
+			}
+		})
+	}
+}
+
+// The structural trigger waits for the round to complete, like every kind.
+func TestStructuralTriggerRespectsTheGuard(t *testing.T) {
+	nc, st := setup(t)
+	reqs := watchRequests(t, nc, st)
+	start(t, st, func(s *policy.Settings) { s.ToolOutputTriggerTokens = 500 })
+	call := schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{
+		{ID: "a", Type: "function", Function: schemas.FunctionCall{Name: "f", Arguments: "{}"}},
+		{ID: "b", Type: "function", Function: schemas.FunctionCall{Name: "f", Arguments: "{}"}}}}
+	publish(t, st, "g", call)
+	publish(t, st, "g", schemas.Message{Role: schemas.RoleTool, ToolCallID: "a", Content: schemas.Text(strings.Repeat("o", 4000))})
+	time.Sleep(300 * time.Millisecond)
+	if reqs.count() != 0 {
+		t.Fatal("structural request while call b is open")
+	}
+	publish(t, st, "g", schemas.Message{Role: schemas.RoleTool, ToolCallID: "b", Content: schemas.Text("ok")})
+	waitFor(t, "the structural request once the round is whole", func() bool { return reqs.count() == 1 })
+	if reqs.got[0].Trigger != schemas.TriggerStructural {
+		t.Fatalf("trigger %s; want structural", reqs.got[0].Trigger)
+	}
+}
+
+func TestIdleTriggerFiresAfterRestart(t *testing.T) {
+	nc, st := setup(t)
+	reqs := watchRequests(t, nc, st)
+	idle := func(s *policy.Settings) { s.IdleAfter = 2 * time.Second; s.IdleThreshold = 0.1 }
+	first := start(t, st, idle)
+	for range 3 {
+		publish(t, st, "quiet", text(800)) // ~600 tokens > 0.1 × 4000
+	}
+	publish(t, st, "tiny", text(4)) // under idle_threshold: never compacted when idle
+	waitFor(t, "the trigger to count the messages", func() bool { got, _ := first.b.TokensOf("quiet"); return got > 400 })
+	first.stop() // the trigger process dies before the conversation goes quiet
+	time.Sleep(3 * time.Second)
+	if reqs.count() != 0 {
+		t.Fatal("requested while no trigger was running")
+	}
+	start(t, st, idle) // a new process: the marker left by the expired timer is waiting
+	waitFor(t, "the idle request", func() bool { return reqs.count() >= 1 })
+	time.Sleep(500 * time.Millisecond)
+	if n := reqs.count(); n != 1 {
+		t.Fatalf("%d requests; want one for the quiet conversation only", n)
+	}
+	got := reqs.got[0]
+	if got.Trigger != schemas.TriggerTemporal || got.Conversation != "quiet" || !strings.Contains(got.Reason, "idle for") {
+		t.Fatalf("request = %+v", got)
+	}
+}
+
+func TestIdleTriggerWaitsForQuiet(t *testing.T) {
+	nc, st := setup(t)
+	reqs := watchRequests(t, nc, st)
+	start(t, st, func(s *policy.Settings) { s.IdleAfter = 2 * time.Second; s.IdleThreshold = 0.1 })
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) { // busy for longer than idle_after
+		publish(t, st, "busy", text(400))
+		time.Sleep(250 * time.Millisecond)
+		if reqs.count() != 0 {
+			t.Fatal("idle request while messages keep arriving")
+		}
+	}
+	waitFor(t, "the idle request once quiet", func() bool { return reqs.count() == 1 })
+}
+
+func repeat(m schemas.Message, n int) []schemas.Message {
+	out := make([]schemas.Message, n)
+	for i := range out {
+		out[i] = m
+	}
+	return out
+}
