@@ -1,9 +1,3 @@
-// Package tokens estimates how many tokens messages take in a model's context.
-//
-// The estimate is the one every Compactor client shares: a quarter of the number of
-// characters (Unicode code points) of the text, rounded up, plus a fixed cost per
-// message and per non-text content part. A message's own `tokens` field, when the
-// producer set it, wins over the estimate.
 package tokens
 
 import (
@@ -21,32 +15,53 @@ const (
 	PerToolCall = 4
 )
 
+// Counter counts the tokens of a text. Implementations must be safe for concurrent use.
+type Counter interface {
+	Count(text string) int
+}
+
+// Chars4 is the default Counter: ceil(characters / 4), the same as [Text].
+type Chars4 struct{}
+
+// Count returns Text(text).
+func (Chars4) Count(text string) int { return Text(text) }
+
 // Text estimates the tokens of a string: ceil(characters / 4).
 func Text(s string) int {
 	return (utf8.RuneCountInString(s) + 3) / 4
 }
 
-// Message returns m.Tokens when the producer set it, else the estimate.
-func Message(m *schemas.Message) int {
+// Message returns m.Tokens when the producer set it, else the chars/4 estimate.
+func Message(m *schemas.Message) int { return MessageWith(Chars4{}, m) }
+
+// MessageWith returns m.Tokens when the producer set it, else EstimateWith(c, m).
+func MessageWith(c Counter, m *schemas.Message) int {
 	if m.Tokens > 0 {
 		return m.Tokens
 	}
-	return Estimate(m)
+	return EstimateWith(c, m)
 }
 
-// Estimate ignores m.Tokens and estimates from the content: text parts by characters,
-// a fixed cost per non-text part, the reasoning, the name and every tool call.
-func Estimate(m *schemas.Message) int {
-	n := PerMessage + Text(m.Name) + Text(m.Reasoning)
+// Estimate ignores m.Tokens and estimates from the content with chars/4.
+func Estimate(m *schemas.Message) int { return EstimateWith(Chars4{}, m) }
+
+// EstimateWith ignores m.Tokens and estimates from the content: text parts counted by c
+// (nil means Chars4), a fixed cost per non-text part, the reasoning, the name and every
+// tool call (a fixed cost plus its name and arguments counted by c).
+func EstimateWith(c Counter, m *schemas.Message) int {
+	if c == nil {
+		c = Chars4{}
+	}
+	n := PerMessage + c.Count(m.Name) + c.Count(m.Reasoning)
 	switch {
 	case m.Content.IsString():
-		n += Text(m.Content.String())
+		n += c.Count(m.Content.String())
 	case m.Content.IsParts():
 		parts, err := m.Content.Parts()
 		if err == nil {
 			for _, p := range parts {
 				if p.Type == "text" {
-					n += Text(p.Text)
+					n += c.Count(p.Text)
 				} else {
 					n += PerNonTextPart
 				}
@@ -54,26 +69,33 @@ func Estimate(m *schemas.Message) int {
 		}
 	}
 	for _, tc := range m.ToolCalls {
-		n += PerToolCall + Text(tc.Function.Name) + Text(tc.Function.Arguments)
+		n += PerToolCall + c.Count(tc.Function.Name) + c.Count(tc.Function.Arguments)
 	}
 	return n
 }
 
 // Messages sums Message over ms.
-func Messages(ms []schemas.Message) int {
+func Messages(ms []schemas.Message) int { return MessagesWith(Chars4{}, ms) }
+
+// MessagesWith sums MessageWith(c, ·) over ms.
+func MessagesWith(c Counter, ms []schemas.Message) int {
 	n := 0
 	for i := range ms {
-		n += Message(&ms[i])
+		n += MessageWith(c, &ms[i])
 	}
 	return n
 }
 
 // Entries sums Message over the valid entries of es; invalid ones count nothing.
-func Entries(es []schemas.Entry) int {
+func Entries(es []schemas.Entry) int { return EntriesWith(Chars4{}, es) }
+
+// EntriesWith sums MessageWith(c, ·) over the valid entries of es; invalid ones count
+// nothing.
+func EntriesWith(c Counter, es []schemas.Entry) int {
 	n := 0
 	for i := range es {
 		if es[i].Err == nil {
-			n += Message(&es[i].Message)
+			n += MessageWith(c, &es[i].Message)
 		}
 	}
 	return n
