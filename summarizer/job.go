@@ -44,7 +44,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	}
 	if cur != nil && cur.RequestSeq == j.seq {
 		j.log.Info().Uint64("generation", cur.Generation).Msg("request already done before a restart; acking")
-		return p.finish(ctx, j, cur, 0, policy.Settings{})
+		return p.finish(ctx, j, cur, 0, policy.Settings{}, nil)
 	}
 	s, err := p.policies.Settings(ctx, conv)
 	if err != nil {
@@ -57,6 +57,10 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err != nil {
 		return fmt.Errorf("%w: summarizer of profile %q: %v", errPermanent, s.Profile, err)
 	}
+	count, err := p.cfg.counter(s.Tokenizer)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errPermanent, err)
+	}
 	p.event(ctx, j, schemas.Event{Type: schemas.EventStarted, Generation: genOf(cur)})
 
 	// 3. Load, split, pre-trim, summarize.
@@ -64,14 +68,14 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
-	pl, err := p.plan(ld, escalate(s, j.req.Escalation))
+	pl, err := p.plan(ld, escalate(s, j.req.Escalation), count)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errPermanent, err)
 	}
 	for _, sk := range pl.skipped {
 		j.log.Warn().Uint64("seq", sk.Seq).Str("reason", sk.Reason).Msg("message not summarized")
 	}
-	before := assemble.Assemble(assemble.Input{Value: ld.cur, Pinned: sortedBySeq(ld.pinned, ld.kept), Tail: ld.entries}, assemble.Options{})
+	before := assemble.Assemble(assemble.Input{Value: ld.cur, Pinned: sortedBySeq(ld.pinned, ld.kept), Tail: ld.entries}, assemble.Options{Counter: count})
 	if len(pl.covered) == 0 {
 		return p.decline(ctx, j, ld, before.Tokens, before.Tokens, "nothing to compact: every message is pinned, kept or must stay in the tail")
 	}
@@ -107,9 +111,9 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 
 	// 4. Guard.
 	next := p.result(j, ld, pl, out, before, s)
-	after := assemble.Assemble(assemble.Input{Value: next, Pinned: pl.pinned, Tail: pl.tail}, assemble.Options{})
+	after := assemble.Assemble(assemble.Input{Value: next, Pinned: pl.pinned, Tail: pl.tail}, assemble.Options{Counter: count})
 	next.TokensAfter, next.MessagesAfter = after.Tokens, len(after.Messages)
-	if st, limit := tokens.Text(out.Summary), b.SummaryCap(); st > limit {
+	if st, limit := count.Count(out.Summary), b.SummaryCap(); st > limit {
 		return p.decline(ctx, j, ld, before.Tokens, after.Tokens,
 			fmt.Sprintf("summary has %d tokens, over max_summary_tokens %d", st, limit))
 	}
@@ -136,7 +140,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		Int("tokens_after", next.TokensAfter).Uint64("tail_start_seq", next.TailStartSeq).
 		Str("strategy", next.Strategy).Bool("fallback", next.Fallback).Msg("compacted")
 	// 6. Ack, report, re-evaluate.
-	return p.finish(ctx, j, next, ld.lastSeq, s)
+	return p.finish(ctx, j, next, ld.lastSeq, s, count)
 }
 
 func joinInstructions(parts ...string) string {
@@ -242,7 +246,7 @@ func escalate(s policy.Settings, level int) policy.Settings {
 
 // plan runs the conversation's strategy over the kept messages and everything from
 // the tail start, and sorts every entry into pinned, kept, covered or tail.
-func (p *Pool) plan(ld *loaded, s policy.Settings) (plan, error) {
+func (p *Pool) plan(ld *loaded, s policy.Settings, count tokens.Counter) (plan, error) {
 	var pl plan
 	cand := append(slices.Clone(ld.kept), ld.entries...)
 	flags := make([]bool, len(cand))
@@ -251,7 +255,7 @@ func (p *Pool) plan(ld *loaded, s policy.Settings) (plan, error) {
 	knobs.KeepLastN, knobs.ToolRounds, knobs.UserMessageTokens = s.KeepLastN, s.ToolRounds, s.UserMessageTokens
 	knobs.TokenFraction, knobs.RecentTurns = s.TokenFraction, s.RecentTurns
 	sp, err := split.Apply(s.Strategy, split.Input{Entries: cand, Pinned: flags, Carried: len(ld.kept),
-		OtherPinnedTokens: tokens.Entries(ld.pinned), Budget: s.Budget(), Knobs: knobs})
+		OtherPinnedTokens: tokens.EntriesWith(count, ld.pinned), Budget: s.Budget(), Knobs: knobs, Counter: count})
 	if err != nil {
 		return pl, err
 	}
@@ -392,7 +396,7 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 // finish acks the request (freeing the conversation's slot), publishes completed and,
 // when loadedThrough > 0, queues another compaction if messages that arrived meanwhile
 // put the conversation over its threshold again.
-func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings) error {
+func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings, count tokens.Counter) error {
 	if err := j.msg.DoubleAck(ctx); err != nil {
 		return fmt.Errorf("ack completed request: %w", err)
 	}
@@ -403,14 +407,14 @@ func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThro
 	}
 	p.event(ctx, j, ev)
 	if loadedThrough > 0 {
-		p.reevaluate(ctx, j, r, loadedThrough, s)
+		p.reevaluate(ctx, j, r, loadedThrough, s, count)
 	}
 	return nil
 }
 
 // reevaluate reads what arrived after the job loaded the conversation and queues the
 // next request when the context is over the threshold again and no tool call is open.
-func (p *Pool) reevaluate(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings) {
+func (p *Pool) reevaluate(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings, count tokens.Counter) {
 	conv := j.req.Conversation
 	tail, err := p.store.LoadEntries(ctx, conv, r.TailStartSeq, 0)
 	if err != nil {
@@ -427,7 +431,7 @@ func (p *Pool) reevaluate(ctx context.Context, j *job, r *schemas.Result, loaded
 		return
 	}
 	threshold := s.Budget().ThresholdTokens()
-	total := r.TokensAfter + tokens.Entries(newer)
+	total := r.TokensAfter + tokens.EntriesWith(count, newer)
 	if total < threshold {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/tokens"
 )
 
 // Config sets up a worker pool. Everything about how a conversation is compacted
@@ -32,6 +33,9 @@ type Config struct {
 	InProgressEvery time.Duration
 	// FetchWait is how long one fetch waits for a request.
 	FetchWait time.Duration
+	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
+	// nil knows chars4 only.
+	Counters func(name string) (tokens.Counter, error)
 }
 
 // DefaultConfig returns the defaults of the README.
@@ -64,6 +68,17 @@ func (c Config) Validate() error {
 		return bad("fetch wait must be at least 100ms")
 	}
 	return nil
+}
+
+// counter returns the counter of a tokenizer name.
+func (c Config) counter(name string) (tokens.Counter, error) {
+	if c.Counters != nil {
+		return c.Counters(name)
+	}
+	if name == "" || name == "chars4" {
+		return tokens.Chars4{}, nil
+	}
+	return nil, fmt.Errorf("tokenizer %q is not available in this process", name)
 }
 
 // PolicySource resolves a conversation's settings (defaults, environment, profile and

@@ -1,12 +1,18 @@
 package triggers_test
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/tokens"
+	"github.com/compactor/compactor/triggers"
 )
 
 // Each kind of trigger, alone, with the reason it records.
@@ -122,4 +128,32 @@ func repeat(m schemas.Message, n int) []schemas.Message {
 		out[i] = m
 	}
 	return out
+}
+
+// words counts one token per word: a stand-in for an exact tokenizer.
+type words struct{}
+
+func (words) Count(s string) int { return len(strings.Fields(s)) }
+
+// A conversation whose policy names a tokenizer is counted with it.
+func TestTokenizerFromThePolicy(t *testing.T) {
+	_, st := setup(t)
+	cfg := testConfig()
+	cfg.Counters = func(name string) (tokens.Counter, error) {
+		if name != "o200k_base" {
+			return nil, fmt.Errorf("unknown %q", name)
+		}
+		return words{}, nil
+	}
+	b, err := triggers.NewBudget(cfg, st, fixed{func(s *policy.Settings) { s.Tokenizer = "o200k_base" }}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	publish(t, st, "w", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("one two three four five")})
+	want := tokens.PerMessage + 5
+	waitFor(t, "the policy's tokenizer to count", func() bool { got, _ := b.TokensOf("w"); return got == want })
 }

@@ -42,6 +42,9 @@ type Config struct {
 	// SweepEvery is how often idle conversations are looked for, besides the idle
 	// markers of ACTIVITY (which catch them on time, also after a restart).
 	SweepEvery time.Duration
+	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
+	// nil knows chars4 only.
+	Counters func(name string) (tokens.Counter, error)
 }
 
 // DefaultConfig returns the defaults of the README.
@@ -111,6 +114,7 @@ type conv struct {
 	tokens    int    // pinned + summary + tail, estimated
 	open      map[string]bool
 	stale     bool
+	count     tokens.Counter  // the conversation's tokenizer
 	settings  policy.Settings // the conversation's resolved policy
 	budget    budget.Budget   // settings.Budget()
 	// generation is the compaction generation of the value the estimate builds on.
@@ -299,7 +303,7 @@ func (b *Budget) onMessage(ctx context.Context, msg natsjs.Msg) {
 // It also counts assistant rounds since the last compaction, and marks a tool output
 // over tool_output_trigger_tokens for a structural trigger.
 func (c *conv) add(m *schemas.Message, seq uint64) {
-	t := tokens.Message(m)
+	t := tokens.MessageWith(c.count, m)
 	if u := m.Usage; u != nil && m.ContextGeneration != nil && *m.ContextGeneration == c.generation && u.PromptTokens > 0 {
 		c.tokens = u.PromptTokens + u.CompletionTokens
 	} else {
@@ -339,7 +343,16 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 	if err != nil {
 		return nil, err
 	}
-	c := &conv{id: id, watermark: upTo, settings: s, budget: s.Budget()}
+	count := tokens.Counter(tokens.Chars4{})
+	if s.Tokenizer != "" && s.Tokenizer != "chars4" {
+		if b.cfg.Counters == nil {
+			return nil, fmt.Errorf("tokenizer %q is not available in this process", s.Tokenizer)
+		}
+		if count, err = b.cfg.Counters(s.Tokenizer); err != nil {
+			return nil, err
+		}
+	}
+	c := &conv{id: id, watermark: upTo, settings: s, budget: s.Budget(), count: count}
 	if old != nil {
 		c.retry, c.failures, c.backoffUntil = old.retry, old.failures, old.backoffUntil
 	}
@@ -364,10 +377,10 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 			return nil, err
 		}
 	}
-	c.tokens = tokens.Entries(pinned)
+	c.tokens = tokens.EntriesWith(count, pinned)
 	if v != nil && v.Summary != "" {
 		sm := assemble.SummaryMessage(v)
-		c.tokens += tokens.Message(&sm)
+		c.tokens += tokens.MessageWith(count, &sm)
 	}
 	for i := range tail {
 		if tail[i].Err == nil {
@@ -382,7 +395,7 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 		c.tokensAtDecline = c.tokens
 		for i := range tail {
 			if tail[i].Err == nil && tail[i].Seq > c.declinedAtSeq {
-				c.tokensAtDecline -= tokens.Message(&tail[i].Message)
+				c.tokensAtDecline -= tokens.MessageWith(count, &tail[i].Message)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas/budget"
 	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/tokens"
+	"github.com/compactor/compactor/schemas/tokens/bpe"
 	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/split"
 	"github.com/compactor/compactor/triggers"
@@ -49,7 +52,32 @@ type Env struct {
 	// Profiles is the parsed COMPACTOR_CONFIG file (nil: none).
 	Profiles *policy.File `ignored:"true"`
 
-	lookup func(string) (string, bool)
+	lookup   func(string) (string, bool)
+	counters *counterSet
+}
+
+// counterSet builds each token counter once and shares it.
+type counterSet struct {
+	mu   sync.Mutex
+	bpes map[string]*bpe.Counter
+}
+
+// get returns the counter of a tokenizer name: chars4, or an exact BPE encoding.
+func (cs *counterSet) get(name string) (tokens.Counter, error) {
+	if name == "" || name == "chars4" {
+		return tokens.Chars4{}, nil
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if c, ok := cs.bpes[name]; ok {
+		return c, nil
+	}
+	c, err := bpe.New(name)
+	if err != nil {
+		return nil, err
+	}
+	cs.bpes[name] = c
+	return c, nil
 }
 
 // loadEnv reads and checks every variable; an error names the variable at fault.
@@ -59,6 +87,7 @@ func loadEnv(lookup func(string) (string, bool)) (Env, error) {
 		return e, fmt.Errorf("configuration: %w", err)
 	}
 	e.lookup = lookup
+	e.counters = &counterSet{bpes: map[string]*bpe.Counter{}}
 	e.Policy = policy.Layer{}
 	for _, k := range policy.Keys {
 		if v, ok := lookup(k.Env()); ok && v != "" {
@@ -199,12 +228,14 @@ func (e Env) summarizer() summarizer.Config {
 	c.MaxAttempts = e.MaxAttempts
 	c.BackoffBase = e.BackoffBase
 	c.BackoffMax = e.BackoffMax
+	c.Counters = e.counters.get
 	return c
 }
 
 func (e Env) triggers() triggers.Config {
 	c := triggers.DefaultConfig()
 	c.RetryDelay = e.RetryDelay
+	c.Counters = e.counters.get
 	return c
 }
 

@@ -38,6 +38,8 @@ type Options struct {
 	// first, then head and tail of any message still over budget. The result is flagged
 	// Degraded.
 	MaxTokens int
+	// Counter counts tokens for Context.Tokens and MaxTokens (nil: chars/4).
+	Counter tokens.Counter
 }
 
 // Context is the assembled context.
@@ -57,7 +59,8 @@ type Context struct {
 // builder is a Context being assembled, with the tokens of each of its messages.
 type builder struct {
 	Context
-	toks []int
+	toks  []int
+	count tokens.Counter
 }
 
 // SummaryMessage returns the message that carries a summary.
@@ -71,7 +74,7 @@ func SummaryMessage(v *schemas.Result) schemas.Message {
 // there, and pinned entries go through the same tool-round rules as the tail, so a
 // pinned tool call without its pinned results (or the reverse) is skipped and reported.
 func Assemble(in Input, opts Options) Context {
-	var c builder
+	c := builder{count: opts.Counter}
 	var overrides map[uint64]schemas.Override
 	if v := in.Value; v != nil {
 		c.Generation = v.Generation
@@ -106,7 +109,7 @@ func Assemble(in Input, opts Options) Context {
 		m := SummaryMessage(v)
 		c.Messages = append(c.Messages, m)
 		c.Seqs = append(c.Seqs, 0)
-		c.toks = append(c.toks, tokens.Message(&m))
+		c.toks = append(c.toks, tokens.MessageWith(c.count, &m))
 		c.HasSummary = true
 	}
 	kept, skipped := rounds.Normalize(in.Tail)
@@ -130,7 +133,7 @@ func (c *builder) add(e schemas.Entry, overrides map[uint64]schemas.Override, ra
 	if o, ok := overrides[e.Seq]; ok {
 		m = ApplyOverride(m, o)
 	}
-	t := tokens.Message(&m)
+	t := tokens.MessageWith(c.count, &m)
 	if !raw {
 		m = m.StripMetadata()
 	}
@@ -236,7 +239,7 @@ func (c *builder) shrink(budget int) {
 		keep = max(keep, 2*minKeep)
 		kept[i] = keep
 		m := ApplyOverride(orig[i], schemas.Override{KeepHead: keep / 2, KeepTail: keep - keep/2, Note: readTimeNote})
-		t := tokens.Message(&m)
+		t := tokens.MessageWith(c.count, &m)
 		c.Tokens += t - c.toks[i]
 		c.Messages[i], c.toks[i] = m, t
 	}

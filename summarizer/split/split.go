@@ -29,7 +29,7 @@ type Params struct {
 // Pinned entries count like any other here; Apply(StrategyKeepLastN) leaves them out of
 // the tail's tokens, as TailBudget has counted them already.
 func LastN(es []schemas.Entry, p Params) int {
-	return newView(es, nil, p.TailBudget).lastN(p.KeepLastN)
+	return newView(es, nil, p.TailBudget, nil).lastN(p.KeepLastN)
 }
 
 // Pinned marks the entries that stay verbatim forever: those the producer pinned

@@ -58,7 +58,7 @@ func (v *view) userMessages(limit int) Split {
 			left -= c
 			continue
 		}
-		if o, ok := truncateToFit(&v.es[i], left); ok {
+		if o, ok := truncateToFit(&v.es[i], left, v.count); ok {
 			s.Keep = append(s.Keep, i)
 			s.Overrides = append(s.Overrides, o)
 		}
@@ -71,17 +71,17 @@ func (v *view) userMessages(limit int) Split {
 // truncateToFit returns the override that keeps the head and tail of e's text so that
 // the message, as a reader shows it (assemble.ApplyOverride), takes at most left tokens;
 // false when fewer than minKeptChars characters of text would remain.
-func truncateToFit(e *schemas.Entry, left int) (schemas.Override, bool) {
+func truncateToFit(e *schemas.Entry, left int, count tokens.Counter) (schemas.Override, bool) {
 	o := schemas.Override{Seq: e.Seq, Note: truncatedNote}
 	stub := assemble.ApplyOverride(e.Message, o) // the marker alone, nothing kept
-	keep := 4 * (left - tokens.Message(&stub))
+	keep := 4 * (left - tokens.MessageWith(count, &stub))
 	keep = min(keep, utf8.RuneCountInString(e.Message.Content.String())-1)
 	if keep < minKeptChars {
 		return o, false
 	}
 	o.KeepHead, o.KeepTail = keep/2, keep-keep/2
 	cut := assemble.ApplyOverride(e.Message, o)
-	return o, tokens.Message(&cut) <= left
+	return o, tokens.MessageWith(count, &cut) <= left
 }
 
 // tokenFraction is token-fraction (Gemini CLI). Choose it for long conversations of

@@ -94,6 +94,8 @@ type Input struct {
 	OtherPinnedTokens int
 	Budget            budget.Budget
 	Knobs             Knobs
+	// Counter counts tokens (nil: chars/4); OtherPinnedTokens must be counted with it.
+	Counter tokens.Counter
 }
 
 // Split is a strategy's answer.
@@ -118,13 +120,13 @@ func (in Input) TailBudget() int {
 	pinned := in.OtherPinnedTokens
 	for i := range in.Entries {
 		if i < len(in.Pinned) && in.Pinned[i] && in.Entries[i].Err == nil {
-			pinned += messageTokens(&in.Entries[i])
+			pinned += messageTokens(in.Counter, &in.Entries[i])
 		}
 	}
 	return in.Budget.TailBudget(pinned)
 }
 
-func messageTokens(e *schemas.Entry) int { return tokens.Message(&e.Message) }
+func messageTokens(c tokens.Counter, e *schemas.Entry) int { return tokens.MessageWith(c, &e.Message) }
 
 // Apply runs the named strategy (see Strategies; each is documented on its function in
 // strategies.go). Every strategy keeps the pinned entries out of the summary and out of
@@ -142,7 +144,7 @@ func Apply(strategy string, in Input) (Split, error) {
 	if err := in.Knobs.Validate(); err != nil {
 		return Split{}, fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
-	v := newView(in.Entries, in.Pinned, in.TailBudget())
+	v := newView(in.Entries, in.Pinned, in.TailBudget(), in.Counter)
 	if err := v.checkCarried(in.Carried); err != nil {
 		return Split{}, err
 	}

@@ -3,6 +3,7 @@ package split
 import (
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/rounds"
+	"github.com/compactor/compactor/schemas/tokens"
 )
 
 // view is what every strategy reads, computed once per call: the units of the
@@ -21,10 +22,12 @@ type view struct {
 	open, openUnit int
 	// budget is what the tail and the kept messages may use together.
 	budget int
+	// count counts tokens (nil: chars/4).
+	count tokens.Counter
 }
 
-func newView(es []schemas.Entry, pinned []bool, budget int) *view {
-	v := &view{es: es, pinned: pinned, units: rounds.Units(es), suffix: make([]int, len(es)+1), budget: budget}
+func newView(es []schemas.Entry, pinned []bool, budget int, count tokens.Counter) *view {
+	v := &view{es: es, pinned: pinned, units: rounds.Units(es), suffix: make([]int, len(es)+1), budget: budget, count: count}
 	v.open, v.openUnit = len(es), len(v.units)
 	if n := len(v.units); n > 0 {
 		// The last unit ends at len(es); an incomplete round there still waits for results.
@@ -35,7 +38,7 @@ func newView(es []schemas.Entry, pinned []bool, budget int) *view {
 	for i := len(es) - 1; i >= 0; i-- {
 		v.suffix[i] = v.suffix[i+1]
 		if es[i].Err == nil && !v.isPinned(i) {
-			v.suffix[i] += messageTokens(&es[i])
+			v.suffix[i] += messageTokens(count, &es[i])
 		}
 	}
 	return v
