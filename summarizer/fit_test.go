@@ -1,11 +1,9 @@
 package summarizer
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
+	"github.com/compactor/compactor/schemas/corpustest"
 	"strings"
 	"sync"
 	"testing"
@@ -40,47 +38,18 @@ func (w *windowed) Summarize(_ context.Context, in Input) (Output, error) {
 	return Output{Summary: fmt.Sprintf("summary of %d messages", len(in.Messages)), Model: "windowed"}, nil
 }
 
-func corpus(t *testing.T) map[string][]schemas.Message {
-	t.Helper()
-	dir, _ := os.Getwd()
-	for ; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		if dir == filepath.Dir(dir) {
-			t.Skip("no module root")
-		}
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "..", "shared", "corpus", "*.jsonl"))
-	if len(files) == 0 {
-		t.Skip("../shared/corpus is absent")
-	}
-	out := map[string][]schemas.Message{}
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(fh)
-		sc.Buffer(nil, 64<<20)
-		for sc.Scan() {
-			if m, err := schemas.DecodeMessage(sc.Bytes()); err == nil {
-				out[filepath.Base(f)] = append(out[filepath.Base(f)], m.StripMetadata())
-			}
-		}
-		fh.Close()
-	}
-	return out
-}
-
 // Over every corpus conversation, summarized whole into small summarizer windows: no
 // request is over the window, every user message reaches the summarizer (cut at most),
 // and the result is one summary.
 func TestSummarizeToFitNeverOverflowsTheSummarizer(t *testing.T) {
-	convs := corpus(t)
+	convs := corpustest.Load(t)
 	p := &Pool{cfg: DefaultConfig(), log: zerolog.Nop(), now: time.Now}
 	for _, window := range []int{4000, 16000, 128000} {
-		for name, msgs := range convs {
+		for _, c := range convs {
+			name, msgs := c.Name, c.Messages()
+			for i := range msgs {
+				msgs[i] = msgs[i].StripMetadata()
+			}
 			sum := &windowed{window: window}
 			in := Input{Conversation: "c", Messages: pretrim.TotalBudget(pretrim.ToolOutputs(msgs, 2000), 50000), MaxSummaryTokens: 256,
 				PreviousSummary: strings.Repeat("earlier facts ", 60)}

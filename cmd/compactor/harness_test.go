@@ -1,14 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/compactor/compactor/schemas/corpustest"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -231,60 +230,13 @@ func (s *stack) stop(t *testing.T) {
 	}
 }
 
-// corpusDir finds ../shared/corpus beside the module; "" when it is absent.
-func corpusDir() string {
-	dir, _ := os.Getwd()
-	for i := 0; i < 6; i++ {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			c := filepath.Join(dir, "..", "shared", "corpus")
-			if st, err := os.Stat(c); err == nil && st.IsDir() {
-				return c
-			}
-			return ""
-		}
-		dir = filepath.Dir(dir)
-	}
-	return ""
-}
-
-// loadCorpus returns the n largest conversations of the corpus, skipping the test when
-// the corpus is absent.
+// loadCorpus returns the n largest conversations of the corpus, by name, skipping the
+// test when the corpus is absent.
 func loadCorpus(t *testing.T, n int) map[string][]schemas.Message {
 	t.Helper()
-	dir := corpusDir()
-	if dir == "" {
-		t.Skip("../shared/corpus is absent")
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
-	sort.Slice(files, func(i, j int) bool {
-		a, _ := os.Stat(files[i])
-		b, _ := os.Stat(files[j])
-		return a.Size() > b.Size()
-	})
-	if len(files) > n {
-		files = files[:n]
-	}
 	out := map[string][]schemas.Message{}
-	for _, f := range files {
-		fh, err := os.Open(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(fh)
-		sc.Buffer(nil, maxLine)
-		var msgs []schemas.Message
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == "" {
-				continue
-			}
-			m, err := schemas.DecodeMessage(sc.Bytes())
-			if err != nil {
-				t.Fatalf("%s: %v", filepath.Base(f), err)
-			}
-			msgs = append(msgs, m)
-		}
-		fh.Close()
-		out[filepath.Base(f)] = msgs
+	for _, c := range corpustest.Largest(t, n) {
+		out[c.Name] = c.Messages()
 	}
 	return out
 }

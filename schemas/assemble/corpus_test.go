@@ -1,12 +1,8 @@
 package assemble
 
 import (
-	"bufio"
-	"bytes"
-	"os"
-	"path/filepath"
+	"github.com/compactor/compactor/schemas/corpustest"
 	"reflect"
-	"slices"
 	"testing"
 	"unicode/utf8"
 
@@ -15,81 +11,11 @@ import (
 	"github.com/compactor/compactor/schemas/tokens"
 )
 
-// corpusDir finds shared/corpus, the shared fixtures that sit beside the module root,
-// by walking up from the test's working directory. It returns "" when there is none.
-func corpusDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		c := filepath.Join(dir, "shared", "corpus")
-		if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-			return c
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
-
-type conversation struct {
-	name    string
-	entries []schemas.Entry
-}
-
-// loadCorpus decodes every conversation of the corpus; a line that does not decode and
-// validate fails the test. It skips the test when the corpus is absent.
-func loadCorpus(t *testing.T) []conversation {
-	t.Helper()
-	dir := corpusDir(t)
-	if dir == "" {
-		t.Skip("no shared/corpus above the working directory")
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Skipf("no *.jsonl in %s", dir)
-	}
-	slices.Sort(files)
-	var out []conversation
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := conversation{name: filepath.Base(f)}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		sc.Buffer(nil, len(b)+1)
-		for line := 1; sc.Scan(); line++ {
-			if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-				continue
-			}
-			m, err := schemas.DecodeMessage(sc.Bytes())
-			if err != nil {
-				t.Errorf("%s:%d: %v", c.name, line, err)
-				continue
-			}
-			c.entries = append(c.entries, schemas.Entry{Seq: uint64(line), Message: m})
-		}
-		if err := sc.Err(); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
 func TestCorpusRounds(t *testing.T) {
-	for _, c := range loadCorpus(t) {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range corpustest.Load(t) {
+		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
-			es := c.entries
+			es := c.Entries
 			us := rounds.Units(es)
 			next := 0
 			for _, u := range us {
@@ -140,9 +66,9 @@ func TestCorpusRounds(t *testing.T) {
 func TestCorpusMaxTokens(t *testing.T) {
 	const budget = 2000
 	fit, notFit := 0, 0
-	for _, c := range loadCorpus(t) {
-		t.Run(c.name, func(t *testing.T) {
-			in := Input{Tail: c.entries}
+	for _, c := range corpustest.Load(t) {
+		t.Run(c.Name, func(t *testing.T) {
+			in := Input{Tail: c.Entries}
 			full := Assemble(in, Options{})
 			got := Assemble(in, Options{MaxTokens: budget})
 			if err := rounds.CheckPairs(got.Messages); err != nil {

@@ -1,10 +1,8 @@
 package split
 
 import (
-	"bufio"
 	"bytes"
-	"os"
-	"path/filepath"
+	"github.com/compactor/compactor/schemas/corpustest"
 	"reflect"
 	"slices"
 	"testing"
@@ -12,78 +10,6 @@ import (
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/budget"
 )
-
-// corpusDir finds the shared corpus: ../shared/corpus beside the module root, the first
-// directory above the working directory that holds a go.mod. "" when there is none.
-func corpusDir(tb testing.TB) string {
-	tb.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			c := filepath.Join(dir, "..", "shared", "corpus")
-			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-				return c
-			}
-			return ""
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-}
-
-type conversation struct {
-	name    string
-	entries []schemas.Entry
-}
-
-// loadCorpus decodes every *.jsonl of the corpus, one message a line, sequence = line
-// number. It skips the test when there is no corpus; a line that does not decode fails.
-func loadCorpus(tb testing.TB) []conversation {
-	tb.Helper()
-	dir := corpusDir(tb)
-	if dir == "" {
-		tb.Skip("no ../shared/corpus beside the module root")
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if len(files) == 0 {
-		tb.Skipf("no *.jsonl in %s", dir)
-	}
-	slices.Sort(files)
-	out := make([]conversation, 0, len(files))
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		c := conversation{name: filepath.Base(f)}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		sc.Buffer(nil, len(b)+1)
-		for line := 1; sc.Scan(); line++ {
-			if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-				continue
-			}
-			m, err := schemas.DecodeMessage(sc.Bytes())
-			if err != nil {
-				tb.Fatalf("%s:%d: %v", c.name, line, err)
-			}
-			c.entries = append(c.entries, schemas.Entry{Seq: uint64(line), Message: m})
-		}
-		if err := sc.Err(); err != nil {
-			tb.Fatalf("%s: %v", c.name, err)
-		}
-		out = append(out, c)
-	}
-	return out
-}
 
 // corpusWindows are the context windows the corpus is split for.
 var corpusWindows = []int{4000, 16000, 128000}
@@ -94,12 +20,12 @@ func corpusInput(es []schemas.Entry, window int) Input {
 }
 
 func TestCorpusStrategies(t *testing.T) {
-	convs := loadCorpus(t)
+	convs := corpustest.Load(t)
 	for _, c := range convs {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
-			variants := [][]schemas.Entry{c.entries}
-			if open := waitingAtEnd(c.entries); open != nil {
+			variants := [][]schemas.Entry{c.Entries}
+			if open := waitingAtEnd(c.Entries); open != nil {
 				variants = append(variants, open)
 			}
 			for _, strategy := range Strategies {
@@ -174,9 +100,9 @@ func TestVerifyCatches(t *testing.T) {
 // BenchmarkApply runs every strategy over the largest conversation of the corpus (the
 // most entries) with a 128,000-token window.
 func BenchmarkApply(b *testing.B) {
-	convs := loadCorpus(b)
-	largest := slices.MaxFunc(convs, func(x, y conversation) int { return len(x.entries) - len(y.entries) })
-	in := corpusInput(largest.entries, 128000)
+	convs := corpustest.Load(b)
+	largest := slices.MaxFunc(convs, func(x, y corpustest.Conversation) int { return len(x.Entries) - len(y.Entries) })
+	in := corpusInput(largest.Entries, 128000)
 	for _, strategy := range Strategies {
 		b.Run(strategy, func(b *testing.B) {
 			b.ReportAllocs()

@@ -1,13 +1,10 @@
 package bpe_test
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
+	"github.com/compactor/compactor/schemas/corpustest"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,78 +13,6 @@ import (
 	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/schemas/tokens/bpe"
 )
-
-// corpusDir returns ../shared/corpus beside the module root, or "" when it is absent.
-func corpusDir(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-	corpus := filepath.Join(dir, "..", "shared", "corpus")
-	if fi, err := os.Stat(corpus); err != nil || !fi.IsDir() {
-		return ""
-	}
-	return corpus
-}
-
-// conversation is one corpus file: its source (the file name before "__") and messages.
-type conversation struct {
-	source   string
-	messages []schemas.Message
-}
-
-func loadCorpus(t testing.TB) []conversation {
-	t.Helper()
-	dir := corpusDir(t)
-	if dir == "" {
-		t.Skip("no ../shared/corpus beside the module root")
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Skipf("no conversations in %s", dir)
-	}
-	var convs []conversation
-	for _, file := range files {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		source, _, _ := strings.Cut(filepath.Base(file), "__")
-		c := conversation{source: source}
-		s := bufio.NewScanner(bytes.NewReader(b))
-		s.Buffer(nil, 16<<20)
-		for line := 1; s.Scan(); line++ {
-			if len(bytes.TrimSpace(s.Bytes())) == 0 {
-				continue
-			}
-			m, err := schemas.DecodeMessage(s.Bytes())
-			if err != nil {
-				t.Errorf("%s:%d: %v", filepath.Base(file), line, err)
-				continue
-			}
-			c.messages = append(c.messages, m)
-		}
-		if err := s.Err(); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		convs = append(convs, c)
-	}
-	return convs
-}
 
 // fixedOnly counts no text, so EstimateWith(fixedOnly{}, m) is m's fixed costs alone.
 type fixedOnly struct{}
@@ -152,23 +77,23 @@ func TestCorpus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("tokenizes the whole corpus twice")
 	}
-	convs := loadCorpus(t)
+	convs := corpustest.Load(t)
 	o200k, cl100k := newCounter(t, bpe.O200kBase), newCounter(t, bpe.Cl100kBase)
 	bySource := map[string]*tally{}
 	var all tally
 	for _, c := range convs {
 		chars4, exact := 0, [2]int{}
-		for i := range c.messages {
-			m := &c.messages[i]
+		for i := range c.Messages() {
+			m := &c.Messages()[i]
 			chars4 += textTokens(tokens.Chars4{}, m)
 			exact[0] += textTokens(o200k, m)
 			exact[1] += textTokens(cl100k, m)
 		}
-		if bySource[c.source] == nil {
-			bySource[c.source] = &tally{}
+		if bySource[c.Source] == nil {
+			bySource[c.Source] = &tally{}
 		}
-		bySource[c.source].add(chars4, exact, len(c.messages))
-		all.add(chars4, exact, len(c.messages))
+		bySource[c.Source].add(chars4, exact, len(c.Messages()))
+		all.add(chars4, exact, len(c.Messages()))
 	}
 
 	var b strings.Builder
@@ -208,11 +133,11 @@ func TestCorpus(t *testing.T) {
 
 // BenchmarkCount tokenizes every text of the corpus once per iteration.
 func BenchmarkCount(b *testing.B) {
-	convs := loadCorpus(b)
+	convs := corpustest.Load(b)
 	var texts []string
 	size := 0
 	for _, c := range convs {
-		for _, m := range c.messages {
+		for _, m := range c.Messages() {
 			for _, s := range append([]string{m.Content.String()}, toolTexts(m)...) {
 				texts = append(texts, s)
 				size += len(s)

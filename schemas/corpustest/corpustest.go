@@ -1,0 +1,112 @@
+// Package corpustest loads the shared corpus of real agent transcripts
+// (../shared/corpus beside the module root, one OpenAI chat message a line) for tests
+// and benchmarks. A test that uses it skips when the corpus is absent.
+package corpustest
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// Conversation is one corpus file.
+type Conversation struct {
+	// Name is the file name; Source the repository it came from (the name up to "__").
+	Name, Source string
+	// Entries are its messages with Seq = line number.
+	Entries []schemas.Entry
+	// Bytes is the file's size.
+	Bytes int
+}
+
+// Messages returns the conversation's messages.
+func (c Conversation) Messages() []schemas.Message {
+	out := make([]schemas.Message, len(c.Entries))
+	for i := range c.Entries {
+		out[i] = c.Entries[i].Message
+	}
+	return out
+}
+
+// Dir returns the corpus directory, or "" when there is none: it walks up from the
+// working directory to the module root (the first folder with a go.mod) and looks for
+// ../shared/corpus beside it.
+func Dir() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			c := filepath.Join(dir, "..", "shared", "corpus")
+			if st, err := os.Stat(c); err == nil && st.IsDir() {
+				return c
+			}
+			return ""
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
+}
+
+// Load decodes every conversation of the corpus, sorted by name; a line that does not
+// decode and validate fails tb. It skips tb when the corpus is absent.
+func Load(tb testing.TB) []Conversation {
+	tb.Helper()
+	dir := Dir()
+	if dir == "" {
+		tb.Skip("../shared/corpus is absent")
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(files) == 0 {
+		tb.Skipf("no *.jsonl in %s", dir)
+	}
+	slices.Sort(files)
+	out := make([]Conversation, 0, len(files))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		name := filepath.Base(f)
+		source, _, _ := strings.Cut(name, "__")
+		c := Conversation{Name: name, Source: source, Bytes: len(b)}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		sc.Buffer(nil, len(b)+1)
+		for line := 1; sc.Scan(); line++ {
+			if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+				continue
+			}
+			m, err := schemas.DecodeMessage(sc.Bytes())
+			if err != nil {
+				tb.Fatalf("%s:%d: %v", name, line, err)
+			}
+			c.Entries = append(c.Entries, schemas.Entry{Seq: uint64(line), Message: m})
+		}
+		if err := sc.Err(); err != nil {
+			tb.Fatalf("%s: %v", name, err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// Largest returns the n largest conversations by bytes, largest first.
+func Largest(tb testing.TB, n int) []Conversation {
+	tb.Helper()
+	all := Load(tb)
+	slices.SortStableFunc(all, func(a, b Conversation) int { return b.Bytes - a.Bytes })
+	return all[:min(n, len(all))]
+}
