@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
@@ -379,44 +381,145 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 // Skipped lists messages a read left out and why.
 type Skipped = rounds.Skipped
 
-// Compaction statuses answered by RequestCompaction.
+// Statuses of a compaction request, as the compactor service answers them.
 const (
-	StatusQueued = "queued"
-	StatusBusy   = "busy"
+	StatusQueued    = "queued"
+	StatusBusy      = "busy"
+	StatusCompleted = schemas.EventCompleted
+	StatusDeclined  = schemas.EventDeclined
+	StatusFailed    = schemas.EventFailed
 )
+
+// CompactSubject is the endpoint of the compactor service (NATS micro) that queues
+// compactions.
+const CompactSubject = "compactor.compact"
+
+// ErrNoService is matched when no compactor service answers: no `compactor serve` is
+// running on this NATS.
+var ErrNoService = errors.New("no compactor service answered on " + CompactSubject +
+	": run `compactor serve` (any COMPACTOR_ROLES) against this NATS")
+
+// ServiceError is an error answer of the compactor service. A 400 (bad input; the
+// description names the field and the rule) matches schemas.ErrInvalid.
+type ServiceError struct {
+	Subject     string
+	Code        int
+	Description string
+}
+
+func (e *ServiceError) Error() string {
+	return fmt.Sprintf("%s: %s (code %d)", e.Subject, e.Description, e.Code)
+}
+
+// Is makes a 400 match schemas.ErrInvalid.
+func (e *ServiceError) Is(target error) bool { return target == schemas.ErrInvalid && e.Code == 400 }
+
+// CompactOption configures one Compact call.
+type CompactOption func(*compactOptions)
+
+type compactOptions struct {
+	instructions string
+	requestID    string
+	wait         time.Duration
+}
+
+// Instructions are extra wishes for the summarizer (data, never overriding its rules).
+func Instructions(s string) CompactOption { return func(o *compactOptions) { o.instructions = s } }
+
+// Wait waits up to d for the request's outcome (the service caps it, 5 minutes by
+// default); without it Compact answers as soon as the request is queued.
+func Wait(d time.Duration) CompactOption { return func(o *compactOptions) { o.wait = d } }
+
+// RequestID names the request (1-128 characters of [A-Za-z0-9_-]) instead of a new
+// random id. Sending the same id again within the queue's duplicate window (2 minutes)
+// is a retry of the same request, not a second one.
+func RequestID(id string) CompactOption { return func(o *compactOptions) { o.requestID = id } }
+
+// CompactResponse is the compactor service's answer to a compaction request.
+type CompactResponse struct {
+	// Status is queued, busy (a request was already pending: this one, with its
+	// instructions, was NOT queued; ask again when the pending one completes), or with
+	// Wait the outcome: completed, declined or failed. A wait that ends first, or a
+	// service that stops meanwhile, answers queued with Error saying so.
+	Status string `json:"status"`
+	// RequestID is the request's id; for busy, the id of the pending request (when the
+	// service could read it), whose outcome WaitForOutcome can wait for.
+	RequestID string `json:"request_id,omitempty"`
+	// Result is the conversation's KV value after a completed request.
+	Result *schemas.Result `json:"result,omitempty"`
+	// Error explains busy, failed and a queued answer after a wait, and carries the
+	// outcome event's error (e.g. the LLM failure behind a fallback summary).
+	Error string `json:"error,omitempty"`
+}
+
+// serviceTimeout is how long a call waits for the service beyond its own wait.
+const serviceTimeout = 15 * time.Second
+
+// Compact asks the compactor service (compactor.compact) for a manual compaction of
+// conv and returns its answer. With Wait it answers once the request has an outcome.
+// It returns ErrNoService when no compactor answers, and a *ServiceError matching
+// schemas.ErrInvalid for bad input.
+func (c *Client) Compact(ctx context.Context, conv string, opts ...CompactOption) (CompactResponse, error) {
+	var o compactOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return CompactResponse{}, err
+	}
+	if o.wait < 0 {
+		return CompactResponse{}, &schemas.ValidationError{Field: "wait_ms", Rule: "must not be negative"}
+	}
+	waitMS := o.wait.Milliseconds()
+	if o.wait > 0 && waitMS == 0 {
+		waitMS = 1
+	}
+	body, err := json.Marshal(map[string]any{"conversation": conv, "request_id": o.requestID,
+		"instructions": o.instructions, "wait_ms": waitMS})
+	if err != nil {
+		return CompactResponse{}, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.wait+serviceTimeout)
+		defer cancel()
+	}
+	m, err := c.store.Conn().RequestWithContext(ctx, CompactSubject, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return CompactResponse{}, fmt.Errorf("%w (%w)", ErrNoService, err)
+		}
+		return CompactResponse{}, fmt.Errorf("%s: %w", CompactSubject, err)
+	}
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+		n, _ := strconv.Atoi(code)
+		return CompactResponse{}, &ServiceError{Subject: CompactSubject, Code: n, Description: m.Header.Get(micro.ErrorHeader)}
+	}
+	var r CompactResponse
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return CompactResponse{}, fmt.Errorf("%s: undecodable answer: %w", CompactSubject, err)
+	}
+	return r, nil
+}
 
 // CompactionRequest is the answer to RequestCompaction.
 type CompactionRequest struct {
 	// Status is queued, or busy when a request is already pending for the conversation
 	// (the instructions were not queued; ask again when it completes).
-	Status    string
+	Status string
+	// RequestID is the queued request's id; for busy, the pending request's (when known).
 	RequestID string
 }
 
 // RequestCompaction queues a manual compaction with optional instructions for the
-// summarizer. It does not wait; WaitForOutcome does.
+// summarizer through the compactor service. It does not wait; WaitForOutcome does (or
+// Compact with Wait).
 func (c *Client) RequestCompaction(ctx context.Context, conv, instructions string) (CompactionRequest, error) {
-	if err := schemas.ValidateConversationID(conv); err != nil {
-		return CompactionRequest{}, err
-	}
-	last, err := c.store.LastSeq(ctx, conv)
+	r, err := c.Compact(ctx, conv, Instructions(instructions))
 	if err != nil {
 		return CompactionRequest{}, err
 	}
-	req := schemas.Request{
-		RequestID: schemas.NewRequestID(), Conversation: conv, Trigger: schemas.TriggerManual,
-		Reason: "requested by a client", Instructions: instructions, RequestedAt: time.Now().UTC(), UpToSeq: last,
-	}
-	if _, err := c.store.Enqueue(ctx, req); err != nil {
-		if errors.Is(err, jetstream.ErrRequestPending) {
-			return CompactionRequest{Status: StatusBusy}, nil
-		}
-		return CompactionRequest{}, err
-	}
-	ev := schemas.Event{Type: schemas.EventRequested, Conversation: conv, RequestID: req.RequestID,
-		Trigger: req.Trigger, Reason: req.Reason, At: req.RequestedAt}
-	_ = c.store.PublishEvent(ctx, ev) // informational; the request is queued either way
-	return CompactionRequest{Status: StatusQueued, RequestID: req.RequestID}, nil
+	return CompactionRequest{Status: r.Status, RequestID: r.RequestID}, nil
 }
 
 // WaitForOutcome waits for the completed, declined or failed event of a request.

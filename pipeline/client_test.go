@@ -3,15 +3,19 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/triggers"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -139,17 +143,54 @@ func TestContextStripsMetadataUnlessRaw(t *testing.T) {
 	})
 }
 
+// startService runs the compactor service on st's connection until the test ends.
+func startService(t *testing.T, st *jetstream.Store) {
+	t.Helper()
+	r, err := policy.NewResolver(nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := triggers.NewService(triggers.ServiceConfig{}, st, basePolicies{r}, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("service: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := st.Conn().Request("compactor.status", nil, time.Second); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("compactor service did not start: %v", err)
+		}
+	}
+}
+
+// basePolicies gives every conversation the resolver's base settings.
+type basePolicies struct{ r *policy.Resolver }
+
+func (p basePolicies) Settings(context.Context, string) (policy.Settings, error) {
+	return p.r.Base(), nil
+}
+
 func TestRequestCompactionIsBusyWhilePending(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
+		startService(t, st)
 		c := pipeline.NewWithStore(st)
 		r1, err := c.RequestCompaction(ctx, "busy", "keep the numbers")
 		if err != nil || r1.Status != pipeline.StatusQueued || r1.RequestID == "" {
 			t.Fatalf("first request = %+v, %v; want queued with an id", r1, err)
 		}
-		r2, err := c.RequestCompaction(ctx, "busy", "other instructions")
-		if err != nil || r2.Status != pipeline.StatusBusy {
-			t.Fatalf("second request = %+v, %v; want busy", r2, err)
+		r2, err := c.Compact(ctx, "busy", pipeline.Instructions("other instructions"))
+		if err != nil || r2.Status != pipeline.StatusBusy || r2.RequestID != r1.RequestID || !strings.Contains(r2.Error, "NOT queued") {
+			t.Fatalf("second request = %+v, %v; want busy naming the pending request and saying the instructions were not queued", r2, err)
 		}
 		// An outcome published before the wait starts is still found.
 		ev := schemas.Event{Type: schemas.EventDeclined, Conversation: "busy", RequestID: r1.RequestID, At: time.Now()}
@@ -164,6 +205,62 @@ func TestRequestCompactionIsBusyWhilePending(t *testing.T) {
 		defer cancel()
 		if _, err := c.WaitForOutcome(short, "busy", "someone-else"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("wait for another request's outcome: got %v; want a deadline", err)
+		}
+	})
+}
+
+func TestCompactWaitsForTheOutcome(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := ctxT(t)
+		startService(t, st)
+		requested := make(chan *nats.Msg, 8)
+		sub, err := nc.ChanSubscribe("compact.event.waited", requested)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		worker := make(chan struct{})
+		defer func() { <-worker }()
+		go func() {
+			defer close(worker)
+			select { // the service queued the request: play the worker
+			case <-requested:
+			case <-ctx.Done():
+				return
+			}
+			v := &schemas.Result{SchemaVersion: 1, Conversation: "waited", Generation: 1, Summary: "short",
+				TailStartSeq: 1, RequestID: "job-1", CreatedAt: time.Now().UTC()}
+			if _, err := st.PutResult(ctx, v, 0); err != nil {
+				t.Error(err)
+			}
+			_ = st.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "waited", RequestID: "job-1", Generation: 1, At: time.Now()})
+		}()
+		c := pipeline.NewWithStore(st)
+		r, err := c.Compact(ctx, "waited", pipeline.RequestID("job-1"), pipeline.Instructions("keep it short"), pipeline.Wait(10*time.Second))
+		if err != nil || r.Status != pipeline.StatusCompleted || r.RequestID != "job-1" || r.Result == nil || r.Result.Summary != "short" {
+			t.Fatalf("Compact with Wait = %+v, %v; want completed with the value", r, err)
+		}
+	})
+}
+
+func TestCompactErrors(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := ctxT(t)
+		c := pipeline.NewWithStore(st)
+		if _, err := c.Compact(ctx, "c"); !errors.Is(err, pipeline.ErrNoService) || !strings.Contains(err.Error(), "compactor serve") {
+			t.Fatalf("Compact without a service: %v; want ErrNoService", err)
+		}
+		if _, err := c.RequestCompaction(ctx, "c", ""); !errors.Is(err, pipeline.ErrNoService) {
+			t.Fatalf("RequestCompaction without a service: %v; want ErrNoService", err)
+		}
+		startService(t, st)
+		_, err := c.Compact(ctx, "c", pipeline.RequestID("not/an/id"))
+		var se *pipeline.ServiceError
+		if !errors.Is(err, schemas.ErrInvalid) || !errors.As(err, &se) || se.Code != 400 || !strings.Contains(se.Description, "request_id") {
+			t.Fatalf("Compact with a bad request id: %v; want a 400 naming request_id", err)
+		}
+		if _, err := c.Compact(ctx, "bad id"); !errors.Is(err, schemas.ErrInvalid) {
+			t.Fatalf("Compact with a bad conversation id: %v", err)
 		}
 	})
 }

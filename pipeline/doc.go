@@ -9,4 +9,9 @@
 //	seq, _ := c.Publish(ctx, "conv-1", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hi")})
 //	cx, _ := c.Context(ctx, "conv-1", pipeline.AtLeastSeq(seq))
 //	// send cx.Messages to the model
+//	r, _ := c.Compact(ctx, "conv-1", pipeline.Instructions("keep every path"), pipeline.Wait(30*time.Second))
+//	// r.Status: queued, busy, completed, declined or failed; r.Result: the new value
+//
+// Compact (and RequestCompaction) ask the compactor service, compactor.compact, which
+// any `compactor serve` process runs; ErrNoService says when none answers.
 package pipeline

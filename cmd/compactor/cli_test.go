@@ -9,6 +9,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/triggers"
 )
 
 func freeAddr(t *testing.T) string {
@@ -78,14 +84,58 @@ func TestServeAndCLI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("compact: %v", err)
 	}
+	// One JSON answer: the outcome, with the new value.
 	dec := json.NewDecoder(strings.NewReader(out))
-	var status map[string]string
-	var ev map[string]any
-	if err := dec.Decode(&status); err != nil || status["status"] != "queued" {
-		t.Fatalf("compact status = %v, %v", status, err)
+	var answer struct {
+		Status    string `json:"status"`
+		RequestID string `json:"request_id"`
+		Result    *struct {
+			Generation int    `json:"generation"`
+			RequestID  string `json:"request_id"`
+			Trigger    string `json:"trigger"`
+		} `json:"result"`
 	}
-	if err := dec.Decode(&ev); err != nil || ev["type"] != "completed" || ev["request_id"] != status["request_id"] {
-		t.Fatalf("compact outcome = %v, %v", ev, err)
+	if err := dec.Decode(&answer); err != nil || answer.Status != "completed" || answer.RequestID == "" {
+		t.Fatalf("compact --wait answered %s (%v); want status completed", out, err)
+	}
+	if answer.Result == nil || answer.Result.Generation != 1 || answer.Result.RequestID != answer.RequestID || answer.Result.Trigger != "manual" {
+		t.Fatalf("compact --wait result = %+v; want generation 1 of this manual request", answer.Result)
+	}
+	if dec.More() {
+		t.Fatalf("compact --wait printed more than one JSON answer:\n%s", out)
+	}
+
+	// Without --wait: queued, or busy (an error) while another request is pending.
+	// Which one depends on how fast the worker is, so both are accepted.
+	for range 2 {
+		out, _, err = cli(t, "", "compact", "cli-conv", "--instructions", "more")
+		queued, busy := strings.Contains(out, `"status": "queued"`), strings.Contains(out, `"status": "busy"`)
+		if !(queued && err == nil) && !(busy && err != nil && strings.Contains(err.Error(), "not queued")) {
+			t.Fatalf("compact = %s, %v; want queued, or busy with an error saying the instructions were not queued", out, err)
+		}
+	}
+
+	// Any NATS client can use the service; the context endpoint answers pointers only.
+	nc, err := nats.Connect("nats://" + os.Getenv("COMPACTOR_LISTEN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	m, err := nc.Request("compactor.context", []byte(`{"conversation":"cli-conv"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cx struct {
+		Value        map[string]any `json:"value"`
+		TailStartSeq uint64         `json:"tail_start_seq"`
+		LastSeq      uint64         `json:"last_seq"`
+	}
+	if err := json.Unmarshal(m.Data, &cx); err != nil || cx.Value == nil || cx.TailStartSeq <= 1 || cx.LastSeq != uint64(len(msgs)) {
+		t.Fatalf("compactor.context = %s, %v", m.Data, err)
+	}
+	if m, err := nc.Request("compactor.compact", []byte(`{"conversation":"bad id"}`), 10*time.Second); err != nil ||
+		m.Header.Get("Nats-Service-Error-Code") != "400" || !strings.Contains(m.Header.Get("Nats-Service-Error"), "conversation") {
+		t.Fatalf("compactor.compact with a bad id = %v, %v; want a 400 naming the conversation", m, err)
 	}
 
 	out, errOut, err = cli(t, "", "context", "cli-conv")
@@ -121,5 +171,27 @@ func TestServeAndCLI(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not drain")
+	}
+}
+
+// Every serve process runs the compactor service, whatever its roles.
+func TestEveryRoleRunsTheService(t *testing.T) {
+	for _, roles := range []string{"trigger", "worker", "trigger,worker"} {
+		env := testEnv(t, 8000)
+		env.Roles = roles
+		st := &jetstream.Store{}
+		comps, err := build(env, st, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, c := range comps {
+			if _, ok := c.(*triggers.Service); ok {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("roles %q: %d compactor services; want 1", roles, n)
+		}
 	}
 }

@@ -183,43 +183,36 @@ func contextCmd(ctx context.Context, env Env, args []string, std stdio) error {
 func compactCmd(ctx context.Context, env Env, args []string, std stdio) error {
 	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
 	instructions := fs.String("instructions", "", "extra wishes for the summarizer (data, never overriding its rules)")
-	wait := fs.Duration("wait", 0, "wait up to this long for the outcome")
+	wait := fs.Duration("wait", 0, "wait up to this long for the outcome (the service caps it at 5m)")
 	conv, err := oneConversation(fs, args)
 	if err != nil {
 		return err
+	}
+	if *wait < 0 {
+		return usagef("--wait must not be negative")
 	}
 	c, nc, err := connect(ctx, env)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	r, err := c.RequestCompaction(ctx, conv, *instructions)
+	opts := []pipeline.CompactOption{pipeline.Instructions(*instructions), pipeline.Wait(*wait)}
+	r, err := c.Compact(ctx, conv, opts...)
 	if err != nil {
 		return err
 	}
-	if err := writeJSON(std.out, map[string]string{"status": r.Status, "request_id": r.RequestID}); err != nil {
+	if err := writeJSON(std.out, r); err != nil {
 		return err
 	}
-	if r.Status == pipeline.StatusBusy {
+	switch r.Status {
+	case pipeline.StatusBusy:
 		return errors.New("a compaction is already pending for this conversation; your instructions were not queued: ask again when it completes")
-	}
-	if *wait <= 0 {
-		return nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, *wait)
-	defer cancel()
-	ev, err := c.WaitForOutcome(wctx, conv, r.RequestID)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("no outcome within %s; the request stays queued", *wait)
+	case pipeline.StatusFailed:
+		return fmt.Errorf("compaction failed: %s", r.Error)
+	case pipeline.StatusQueued:
+		if *wait > 0 {
+			return fmt.Errorf("no outcome yet: %s", r.Error)
 		}
-		return err
-	}
-	if err := writeJSON(std.out, ev); err != nil {
-		return err
-	}
-	if ev.Type == schemas.EventFailed {
-		return fmt.Errorf("compaction failed: %s", ev.Error)
 	}
 	return nil
 }

@@ -100,7 +100,13 @@ func build(env Env, st *jetstream.Store, log zerolog.Logger) ([]component, error
 		return nil, err
 	}
 	policies := policySource{store: st, resolver: r}
-	var comps []component
+	// The compactor service runs in every process, whatever its roles: the instances
+	// share the endpoints' queue group.
+	svc, err := triggers.NewService(triggers.DefaultServiceConfig(), st, policies, r.Resolve, log)
+	if err != nil {
+		return nil, err
+	}
+	comps := []component{svc}
 	if roles.trigger {
 		t, err := triggers.NewBudget(env.triggers(), st, policies, log)
 		if err != nil {

@@ -1,0 +1,585 @@
+package triggers_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/triggers"
+)
+
+// kvPolicies resolves settings from the resolver's tiers and the conversation's policy
+// in KV, as the command does.
+type kvPolicies struct {
+	st *jetstream.Store
+	r  *policy.Resolver
+}
+
+func (p kvPolicies) Settings(ctx context.Context, conv string) (policy.Settings, error) {
+	data, _, err := p.st.GetPolicy(ctx, conv)
+	if err != nil || data == nil {
+		return p.r.Base(), err
+	}
+	l, err := policy.DecodeConversation(data)
+	if err == nil {
+		var s policy.Settings
+		if s, err = p.r.Resolve(l); err == nil {
+			return s, nil
+		}
+	}
+	return p.r.Base(), fmt.Errorf("policy of %s: %w", conv, err)
+}
+
+// svcStack is a running compactor service on a fresh server; client is a connection
+// of its own, as another service's would be.
+type svcStack struct {
+	st     *jetstream.Store
+	client *nats.Conn
+	cancel context.CancelFunc
+	done   chan error
+	subs   int // the service connection's subscriptions before the service started
+}
+
+func startService(t *testing.T, cfg triggers.ServiceConfig) *svcStack {
+	t.Helper()
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	r, err := policy.NewResolver(policy.Layer{"context_window": "4000"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := triggers.NewService(cfg, st, kvPolicies{st: st, r: r}, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &svcStack{st: st, client: jstest.Conn(t, srv), cancel: cancel, done: make(chan error, 1), subs: nc.NumSubscriptions()}
+	go func() { s.done <- svc.Run(ctx) }()
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := s.client.Request(triggers.StatusSubject, nil, time.Second)
+		if err == nil {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service did not answer: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop cancels Run and waits for it.
+func (s *svcStack) stop(t *testing.T) {
+	t.Helper()
+	if s.cancel == nil {
+		return
+	}
+	s.cancel()
+	s.cancel = nil
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("Run returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+}
+
+func svcCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// svcCall sends a request and returns the answer; a micro error answer fails the test.
+func svcCall(t *testing.T, nc *nats.Conn, subj, body string, out any) {
+	t.Helper()
+	m, err := nc.Request(subj, []byte(body), 20*time.Second)
+	if err != nil {
+		t.Fatalf("%s %s: %v", subj, body, err)
+	}
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+		t.Fatalf("%s %s: error %s: %s", subj, body, code, m.Header.Get(micro.ErrorHeader))
+	}
+	if err := json.Unmarshal(m.Data, out); err != nil {
+		t.Fatalf("%s answer %s: %v", subj, m.Data, err)
+	}
+}
+
+// svcError sends a request that must fail and returns the code and description.
+func svcError(t *testing.T, nc *nats.Conn, subj, body string) (string, string) {
+	t.Helper()
+	m, err := nc.Request(subj, []byte(body), 20*time.Second)
+	if err != nil {
+		t.Fatalf("%s %s: %v", subj, body, err)
+	}
+	code := m.Header.Get(micro.ErrorCodeHeader)
+	if code == "" {
+		t.Fatalf("%s %s answered %s; want an error", subj, body, m.Data)
+	}
+	var b struct {
+		Error string `json:"error"`
+		Code  int    `json:"code"`
+	}
+	if err := json.Unmarshal(m.Data, &b); err != nil || b.Error != m.Header.Get(micro.ErrorHeader) || fmt.Sprint(b.Code) != code {
+		t.Errorf("error body %s does not repeat the headers (%v)", m.Data, err)
+	}
+	return code, m.Header.Get(micro.ErrorHeader)
+}
+
+// asyncCall sends a request whose answer comes later.
+func asyncCall(nc *nats.Conn, subj, body string) <-chan *nats.Msg {
+	ch := make(chan *nats.Msg, 1)
+	go func() {
+		m, err := nc.Request(subj, []byte(body), 60*time.Second)
+		if err != nil {
+			m = &nats.Msg{Header: nats.Header{micro.ErrorCodeHeader: {"client"}, micro.ErrorHeader: {err.Error()}}}
+		}
+		ch <- m
+	}()
+	return ch
+}
+
+func compactAnswer(t *testing.T, ch <-chan *nats.Msg) triggers.CompactResponse {
+	t.Helper()
+	select {
+	case m := <-ch:
+		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+			t.Fatalf("compact: error %s: %s", code, m.Header.Get(micro.ErrorHeader))
+		}
+		var r triggers.CompactResponse
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatalf("compact answer %s: %v", m.Data, err)
+		}
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatal("no compact answer")
+	}
+	return triggers.CompactResponse{}
+}
+
+// eventWatch collects the events of every conversation.
+type eventWatch struct{ ch chan schemas.Event }
+
+func watchEvents(t *testing.T, nc *nats.Conn) *eventWatch {
+	t.Helper()
+	w := &eventWatch{ch: make(chan schemas.Event, 256)}
+	sub, err := nc.Subscribe("compact.event.*", func(m *nats.Msg) {
+		var ev schemas.Event
+		if json.Unmarshal(m.Data, &ev) == nil {
+			w.ch <- ev
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return w
+}
+
+// next waits for the event of that type and conversation.
+func (w *eventWatch) next(t *testing.T, typ, conv string) schemas.Event {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-w.ch:
+			if ev.Type == typ && ev.Conversation == conv {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %s event for %s", typ, conv)
+		}
+	}
+}
+
+func pendingRequest(t *testing.T, st *jetstream.Store, conv string) schemas.Request {
+	t.Helper()
+	ctx := svcCtx(t)
+	s, err := st.JetStream().Stream(ctx, st.Config().RequestsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, st.Config().RequestSubject(conv))
+	if err != nil {
+		t.Fatalf("no request queued for %s: %v", conv, err)
+	}
+	var r schemas.Request
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestServiceCompactIsQueuedThenBusy(t *testing.T) {
+	s := startService(t, triggers.ServiceConfig{})
+	events := watchEvents(t, s.client)
+	var first triggers.CompactResponse
+	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"c1","instructions":"keep every path"}`, &first)
+	if first.Status != triggers.CompactQueued || first.RequestID == "" || first.Error != "" {
+		t.Fatalf("first compact = %+v; want queued with a request id", first)
+	}
+	req := pendingRequest(t, s.st, "c1")
+	if req.RequestID != first.RequestID || req.Trigger != schemas.TriggerManual || req.Instructions != "keep every path" ||
+		req.Reason != "requested through compactor.compact" {
+		t.Fatalf("queued request = %+v", req)
+	}
+	if ev := events.next(t, schemas.EventRequested, "c1"); ev.RequestID != first.RequestID || ev.Trigger != schemas.TriggerManual {
+		t.Fatalf("requested event = %+v", ev)
+	}
+
+	var busy triggers.CompactResponse
+	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"c1","instructions":"other wishes"}`, &busy)
+	if busy.Status != triggers.CompactBusy || !strings.Contains(busy.Error, "NOT queued") || !strings.Contains(busy.Error, "retry after the pending one completes") {
+		t.Fatalf("second compact = %+v; want busy saying the instructions were not queued", busy)
+	}
+	if busy.RequestID != first.RequestID {
+		t.Fatalf("busy names request %q; want the pending %q", busy.RequestID, first.RequestID)
+	}
+	if req := pendingRequest(t, s.st, "c1"); req.Instructions != "keep every path" {
+		t.Fatalf("pending request's instructions changed to %q", req.Instructions)
+	}
+
+	// A retry of the same request is the same request, not a busy one.
+	var again triggers.CompactResponse
+	svcCall(t, s.client, triggers.CompactSubject, fmt.Sprintf(`{"conversation":"c1","request_id":%q}`, first.RequestID), &again)
+	if again.Status != triggers.CompactQueued || again.RequestID != first.RequestID {
+		t.Fatalf("retry with the same request_id = %+v; want queued", again)
+	}
+
+	var st triggers.ConversationStatus
+	svcCall(t, s.client, triggers.StatusSubject, `{"conversation":"c1"}`, &st)
+	if !st.Pending || st.PendingRequestID != first.RequestID || st.Value != nil {
+		t.Fatalf("status = %+v; want pending %s", st, first.RequestID)
+	}
+}
+
+func TestServiceWaitAnswersItsOwnOutcome(t *testing.T) {
+	s := startService(t, triggers.ServiceConfig{})
+	ctx := svcCtx(t)
+	events := watchEvents(t, s.client)
+
+	ch := asyncCall(s.client, triggers.CompactSubject, `{"conversation":"c2","request_id":"mine","wait_ms":20000}`)
+	events.next(t, schemas.EventRequested, "c2")
+	// Another request's outcome arrives first; it must not answer this wait.
+	publishEvent(t, s.st, schemas.Event{Type: schemas.EventCompleted, Conversation: "c2", RequestID: "other", Generation: 1})
+	v := &schemas.Result{SchemaVersion: 1, Conversation: "c2", Generation: 1, Summary: "the summary",
+		TailStartSeq: 5, CoveredThroughSeq: 4, RequestID: "mine", Fallback: true, CreatedAt: time.Now().UTC()}
+	if _, err := s.st.PutResult(ctx, v, 0); err != nil {
+		t.Fatal(err)
+	}
+	publishEvent(t, s.st, schemas.Event{Type: schemas.EventCompleted, Conversation: "c2", RequestID: "mine", Generation: 1,
+		Error: "llm: 503 from the endpoint; extractive fallback written"})
+	got := compactAnswer(t, ch)
+	if got.Status != triggers.CompactCompleted || got.RequestID != "mine" {
+		t.Fatalf("wait = %+v; want completed for request mine", got)
+	}
+	if got.Result == nil || got.Result.RequestID != "mine" || got.Result.Summary != "the summary" || got.Result.TailStartSeq != 5 {
+		t.Fatalf("result = %+v; want the KV value", got.Result)
+	}
+	if !strings.Contains(got.Error, "extractive fallback") {
+		t.Fatalf("error = %q; want the event's error", got.Error)
+	}
+
+	// failed and declined answer with the event's error and no result.
+	for _, typ := range []string{schemas.EventFailed, schemas.EventDeclined} {
+		conv := "c3-" + typ
+		ch := asyncCall(s.client, triggers.CompactSubject, fmt.Sprintf(`{"conversation":%q,"wait_ms":20000}`, conv))
+		req := events.next(t, schemas.EventRequested, conv)
+		publishEvent(t, s.st, schemas.Event{Type: typ, Conversation: conv, RequestID: req.RequestID, Error: "why: " + typ})
+		got := compactAnswer(t, ch)
+		if got.Status != typ || got.RequestID != req.RequestID || got.Error != "why: "+typ || got.Result != nil {
+			t.Fatalf("%s wait = %+v", typ, got)
+		}
+	}
+
+	// A retried request_id whose outcome is already stored answers at once.
+	var again triggers.CompactResponse
+	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"c2","request_id":"mine","wait_ms":20000}`, &again)
+	if again.Status != triggers.CompactCompleted || again.Result == nil || again.Result.RequestID != "mine" {
+		t.Fatalf("retried wait = %+v; want the stored completed outcome", again)
+	}
+}
+
+func publishEvent(t *testing.T, st *jetstream.Store, ev schemas.Event) {
+	t.Helper()
+	ev.At = time.Now().UTC()
+	if err := st.PublishEvent(svcCtx(t), ev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServiceWaitTimeoutAnswersQueued(t *testing.T) {
+	s := startService(t, triggers.ServiceConfig{MaxWait: 300 * time.Millisecond})
+	var got triggers.CompactResponse
+	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"slow","wait_ms":600000}`, &got)
+	if got.Status != triggers.CompactQueued || got.RequestID == "" {
+		t.Fatalf("wait without outcome = %+v; want queued", got)
+	}
+	if !strings.Contains(got.Error, "no outcome within 300ms") || !strings.Contains(got.Error, "capped at 300") {
+		t.Fatalf("error = %q; want it to say the wait ended (capped) without an outcome", got.Error)
+	}
+	if req := pendingRequest(t, s.st, "slow"); req.RequestID != got.RequestID {
+		t.Fatalf("queued request %s; want %s", req.RequestID, got.RequestID)
+	}
+}
+
+func TestServiceContextStatusAndPolicy(t *testing.T) {
+	s := startService(t, triggers.ServiceConfig{})
+	ctx := svcCtx(t)
+	var last uint64
+	for i := range 3 {
+		m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("message %d", i))}
+		data, err := m.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last, err = s.st.PublishMessage(ctx, "ctx", data, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	m, err := s.client.Request(triggers.ContextSubject, []byte(`{"conversation":"ctx"}`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`{"conversation":"ctx","value":null,"tail_start_seq":1,"last_seq":%d}`, last); string(m.Data) != want {
+		t.Fatalf("context before any compaction = %s; want %s", m.Data, want)
+	}
+	v := &schemas.Result{SchemaVersion: 1, Conversation: "ctx", Generation: 1, Summary: "s", TailStartSeq: last,
+		CoveredThroughSeq: last - 1, CreatedAt: time.Now().UTC(), Unknown: map[string]json.RawMessage{"future": []byte(`"kept"`)}}
+	if _, err := s.st.PutResult(ctx, v, 0); err != nil {
+		t.Fatal(err)
+	}
+	var cx triggers.ContextResponse
+	svcCall(t, s.client, triggers.ContextSubject, `{"conversation":"ctx"}`, &cx)
+	if cx.TailStartSeq != last || cx.LastSeq != last || cx.Value == nil || cx.Value.Generation != 1 || string(cx.Value.Unknown["future"]) != `"kept"` {
+		t.Fatalf("context = %+v", cx)
+	}
+
+	var cs triggers.ConversationStatus
+	svcCall(t, s.client, triggers.StatusSubject, `{"conversation":"ctx"}`, &cs)
+	if cs.Pending || cs.LastSeq != last || cs.Value == nil || cs.Value.Generation != 1 {
+		t.Fatalf("status of ctx = %+v", cs)
+	}
+	var all jetstream.Status
+	svcCall(t, s.client, triggers.StatusSubject, `{}`, &all)
+	if len(all.Streams) == 0 || all.Streams[0].Name != "CHAT" || all.Streams[0].Messages != 3 || len(all.Consumers) == 0 {
+		t.Fatalf("status = %+v", all)
+	}
+
+	// policy: get, set (merge), remove a key, clear.
+	var p triggers.PolicyResponse
+	svcCall(t, s.client, triggers.PolicySubject, `{"conversation":"ctx"}`, &p)
+	if len(p.Policy) != 0 || p.Settings["threshold"] != 0.75 || p.Settings["context_window"] != 4000.0 {
+		t.Fatalf("policy get = %+v", p)
+	}
+	want := []string{policy.ProfileKey}
+	for _, k := range policy.Keys {
+		want = append(want, k.Name)
+	}
+	var got []string
+	for k := range p.Settings {
+		got = append(got, k)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("settings keys = %v; want every policy key: %v", got, want)
+	}
+	svcCall(t, s.client, triggers.PolicySubject, `{"conversation":"ctx","set":{"threshold":0.6,"strategy":"tool-rounds"}}`, &p)
+	if p.Policy["threshold"] != "0.6" || p.Policy["strategy"] != "tool-rounds" || p.Settings["threshold"] != 0.6 {
+		t.Fatalf("policy set = %+v", p)
+	}
+	p = triggers.PolicyResponse{} // a fresh map: Unmarshal merges into an existing one
+	svcCall(t, s.client, triggers.PolicySubject, `{"conversation":"ctx","set":{"strategy":"","keep_last_n":"8"}}`, &p)
+	if _, ok := p.Policy["strategy"]; ok || p.Policy["threshold"] != "0.6" || p.Policy["keep_last_n"] != "8" {
+		t.Fatalf("policy merge = %+v; want strategy removed, threshold kept, keep_last_n added", p.Policy)
+	}
+	data, _, err := s.st.GetPolicy(ctx, "ctx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := policy.DecodeConversation(data)
+	if err != nil || len(stored) != 2 || stored["keep_last_n"] != "8" {
+		t.Fatalf("stored policy = %v, %v", stored, err)
+	}
+	p = triggers.PolicyResponse{}
+	svcCall(t, s.client, triggers.PolicySubject, `{"conversation":"ctx","clear":true}`, &p)
+	if len(p.Policy) != 0 || p.Settings["threshold"] != 0.75 {
+		t.Fatalf("policy clear = %+v", p)
+	}
+	if data, _, _ := s.st.GetPolicy(ctx, "ctx"); data != nil {
+		t.Fatalf("policy still stored after clear: %s", data)
+	}
+}
+
+func TestServiceRefusesBadInputNamingTheField(t *testing.T) {
+	s := startService(t, triggers.ServiceConfig{})
+	long := strings.Repeat("x", triggers.MaxInstructionsBytes+1)
+	for _, tc := range []struct {
+		name, subj, body string
+		want             string
+	}{
+		{"malformed", triggers.CompactSubject, `{"conversation":`, "request: malformed JSON"},
+		{"empty", triggers.CompactSubject, ``, "request: body is empty"},
+		{"not an object", triggers.CompactSubject, `["c1"]`, "request: must be a JSON object"},
+		{"trailing data", triggers.CompactSubject, `{"conversation":"c"} {}`, "request: must be one JSON object"},
+		{"bad id", triggers.CompactSubject, `{"conversation":"bad id"}`, "conversation: character ' ' at position 3"},
+		{"missing id", triggers.CompactSubject, `{"wait_ms":10}`, "conversation: must not be empty"},
+		{"wait type", triggers.CompactSubject, `{"conversation":"c","wait_ms":"soon"}`, "wait_ms: must be an integer"},
+		{"negative wait", triggers.CompactSubject, `{"conversation":"c","wait_ms":-1}`, "wait_ms: must not be negative"},
+		{"bad request id", triggers.CompactSubject, `{"conversation":"c","request_id":"a/b"}`, "request_id: character '/'"},
+		{"unknown field", triggers.CompactSubject, `{"conversation":"c","priority":1}`, "priority: unknown field"},
+		{"long instructions", triggers.CompactSubject, `{"conversation":"c","instructions":"` + long + `"}`, "instructions: is 8193 bytes long"},
+		{"context without id", triggers.ContextSubject, `{}`, "conversation: must not be empty"},
+		{"status bad id", triggers.StatusSubject, `{"conversation":"x.y"}`, "conversation: character '.'"},
+		{"endpoint", triggers.PolicySubject, `{"conversation":"c","set":{"llm_base_url":"http://elsewhere"}}`, "set.llm_base_url: cannot be set per conversation"},
+		{"model", triggers.PolicySubject, `{"conversation":"c","set":{"llm_model":"big"}}`, "set.llm_model: cannot be set per conversation"},
+		{"key variable", triggers.PolicySubject, `{"conversation":"c","set":{"llm_api_key_env":"HOME"}}`, "set.llm_api_key_env: cannot be set per conversation"},
+		{"unknown key", triggers.PolicySubject, `{"conversation":"c","set":{"colour":"red"}}`, "set.colour: unknown key"},
+		{"bool value", triggers.PolicySubject, `{"conversation":"c","set":{"threshold":true}}`, "set.threshold: must be a string or a number"},
+		{"out of range", triggers.PolicySubject, `{"conversation":"c","set":{"threshold":"2"}}`, "threshold"},
+		{"unknown profile", triggers.PolicySubject, `{"conversation":"c","set":{"profile":"gold"}}`, `profile "gold" does not exist`},
+		{"clear type", triggers.PolicySubject, `{"conversation":"c","clear":"yes"}`, "clear: must be true or false"},
+	} {
+		code, desc := svcError(t, s.client, tc.subj, tc.body)
+		if code != "400" || !strings.Contains(desc, tc.want) {
+			t.Errorf("%s: got %s %q; want 400 containing %q", tc.name, code, desc, tc.want)
+		}
+	}
+	ctx := svcCtx(t)
+	if data, _, _ := s.st.GetPolicy(ctx, "c"); data != nil {
+		t.Errorf("a refused policy was stored: %s", data)
+	}
+	if st, _ := s.st.JetStream().Stream(ctx, "COMPACT_REQUESTS"); st != nil {
+		if info, err := st.Info(ctx); err != nil || info.State.Msgs != 0 {
+			t.Errorf("refused requests were queued: %d, %v", info.State.Msgs, err)
+		}
+	}
+}
+
+func TestServiceRefusesCompactWhenThePolicyIsInvalid(t *testing.T) {
+	s := startService(t, triggers.ServiceConfig{})
+	// Written past the service (an older tool, by hand): the worker would fail it.
+	if err := s.st.PutPolicy(svcCtx(t), "broken", []byte(`{"profile":"gone"}`)); err != nil {
+		t.Fatal(err)
+	}
+	code, desc := svcError(t, s.client, triggers.CompactSubject, `{"conversation":"broken"}`)
+	if code != "409" || !strings.Contains(desc, `profile "gone" does not exist`) || !strings.Contains(desc, "nothing was queued") {
+		t.Fatalf("compact with an invalid policy: %s %q", code, desc)
+	}
+	var p triggers.PolicyResponse
+	svcCall(t, s.client, triggers.PolicySubject, `{"conversation":"broken","clear":true,"set":{"threshold":0.8}}`, &p)
+	if len(p.Policy) != 1 || p.Policy["threshold"] != "0.8" {
+		t.Fatalf("policy replaced = %+v", p.Policy)
+	}
+}
+
+func TestServiceWaitsDoNotBlockOtherRequests(t *testing.T) {
+	s := startService(t, triggers.ServiceConfig{MaxConcurrentWaits: 3})
+	events := watchEvents(t, s.client)
+	var waits []<-chan *nats.Msg
+	for i := range 3 {
+		conv := fmt.Sprintf("w%d", i)
+		waits = append(waits, asyncCall(s.client, triggers.CompactSubject, fmt.Sprintf(`{"conversation":%q,"wait_ms":60000}`, conv)))
+		events.next(t, schemas.EventRequested, conv)
+	}
+	// Every wait slot is taken and nobody answers the waits; the other requests go on.
+	var cx triggers.ContextResponse
+	svcCall(t, s.client, triggers.ContextSubject, `{"conversation":"w0"}`, &cx)
+	if cx.Conversation != "w0" || cx.TailStartSeq != 1 {
+		t.Fatalf("context = %+v", cx)
+	}
+	var q triggers.CompactResponse
+	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"nowait"}`, &q)
+	if q.Status != triggers.CompactQueued {
+		t.Fatalf("compact without wait = %+v", q)
+	}
+	code, desc := svcError(t, s.client, triggers.CompactSubject, `{"conversation":"w9","wait_ms":1000}`)
+	if code != "503" || !strings.Contains(desc, "too many") || !strings.Contains(desc, "nothing was queued") {
+		t.Fatalf("a wait beyond the limit: %s %q; want 503", code, desc)
+	}
+	for i, ch := range waits {
+		select {
+		case m := <-ch:
+			t.Fatalf("wait %d answered before any outcome: %s", i, m.Data)
+		default:
+		}
+	}
+	// An outcome frees a slot.
+	req := pendingRequest(t, s.st, "w1")
+	publishEvent(t, s.st, schemas.Event{Type: schemas.EventDeclined, Conversation: "w1", RequestID: req.RequestID})
+	if got := compactAnswer(t, waits[1]); got.Status != triggers.CompactDeclined {
+		t.Fatalf("w1 = %+v", got)
+	}
+	var later triggers.CompactResponse
+	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"w9","wait_ms":1}`, &later)
+	if later.Status != triggers.CompactQueued {
+		t.Fatalf("a wait after a slot freed = %+v", later)
+	}
+}
+
+func TestServiceShutdownAnswersWaitsInFlight(t *testing.T) {
+	s := startService(t, triggers.ServiceConfig{})
+	events := watchEvents(t, s.client)
+	ch := asyncCall(s.client, triggers.CompactSubject, `{"conversation":"down","request_id":"r1","wait_ms":60000}`)
+	events.next(t, schemas.EventRequested, "down")
+	s.stop(t) // Run returns only after the wait was answered
+	select {
+	case m := <-ch:
+		var got triggers.CompactResponse
+		if err := json.Unmarshal(m.Data, &got); err != nil {
+			t.Fatalf("answer %s: %v", m.Data, err)
+		}
+		if got.Status != triggers.CompactQueued || got.RequestID != "r1" || !strings.Contains(got.Error, "service is stopping") {
+			t.Fatalf("wait at shutdown = %+v; want queued, saying the service is stopping", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait in flight was not answered at shutdown")
+	}
+	// Nothing is left behind: the service's subscriptions are gone (the drained ones
+	// are removed asynchronously) and nobody answers any more.
+	nc := s.st.Conn()
+	deadline := time.Now().Add(5 * time.Second)
+	for nc.NumSubscriptions() != s.subs {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d subscriptions after stop; want %d as before start", nc.NumSubscriptions(), s.subs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := s.client.Request(triggers.StatusSubject, nil, 2*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("status after stop: %v; want no responders", err)
+	}
+}
+
+func TestServiceConfigIsChecked(t *testing.T) {
+	r, _ := policy.NewResolver(nil, nil, nil)
+	for _, cfg := range []triggers.ServiceConfig{{MaxWait: -1}, {MaxConcurrentWaits: -1}} {
+		if _, err := triggers.NewService(cfg, &jetstream.Store{}, kvPolicies{r: r}, r.Resolve, zerolog.Nop()); !errors.Is(err, triggers.ErrConfig) {
+			t.Errorf("NewService(%+v) = %v; want ErrConfig", cfg, err)
+		}
+	}
+	if _, err := triggers.NewService(triggers.ServiceConfig{}, &jetstream.Store{}, nil, r.Resolve, zerolog.Nop()); !errors.Is(err, triggers.ErrConfig) {
+		t.Errorf("NewService without policies = %v; want ErrConfig", err)
+	}
+}
