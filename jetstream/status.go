@@ -49,7 +49,8 @@ func (s *Store) Status(ctx context.Context) Status {
 		}
 		out.Streams = append(out.Streams, ss)
 	}
-	for _, c := range [][2]string{{s.cfg.ChatStream, s.cfg.TriggerConsumer}, {s.cfg.RequestsStream, s.cfg.WorkerConsumer}} {
+	for _, c := range [][2]string{{s.cfg.ChatStream, s.cfg.TriggerConsumer}, {s.cfg.ActivityStream, s.cfg.IdleConsumer},
+		{s.cfg.RequestsStream, s.cfg.WorkerConsumer}} {
 		cs := ConsumerStatus{Stream: c[0], Name: c[1]}
 		cons, err := s.js.Consumer(ctx, c[0], c[1])
 		if err == nil {

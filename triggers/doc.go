@@ -1,9 +1,17 @@
 // Package triggers decides when a conversation needs compacting and queues a request on
-// the work queue. The budget trigger is the one active consumer of CHAT (standby
-// processes wait on the same pinned consumer and take over when it dies); it keeps a
-// per-conversation estimate of pinned + summary + tail with a sequence watermark, so a
-// redelivered message is never counted twice, and it never queues while the newest
-// tool calls are unanswered.
+// the work queue.
+//
+// The trigger (Budget) is the one active consumer of CHAT and of ACTIVITY's idle markers
+// (standby processes wait on the same pinned consumers and take over when it dies). Per
+// conversation it keeps an estimate of pinned + summary + tail with a sequence watermark,
+// so a redelivered message is never counted twice, and asks for a compaction when a
+// budget rule (threshold, token limit, soft threshold, assistant rounds), a structural
+// rule (a large tool output) or a temporal rule (an idle conversation) says so — never
+// while the newest tool calls are unanswered.
+//
+// The Service is the NATS micro service "compactor": compactor.compact (manual
+// compactions, with instructions and an optional wait for the outcome),
+// compactor.context, compactor.status and compactor.policy, for clients in any language.
 //
 // triggers never imports the summarizer: they meet only on the work queue, the events
 // and the KV bucket.
