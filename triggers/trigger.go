@@ -158,20 +158,17 @@ func NewBudget(cfg Config, store *jetstream.Store, policies PolicySource, log ze
 func (b *Budget) Run(ctx context.Context) error {
 	cons, err := b.store.TriggerConsumer(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped before it started
-		}
-		return err
+		return stopped(ctx, err)
 	}
 	cfg := b.store.Config()
 	events, err := b.store.Conn().Subscribe(cfg.EventPrefix+".*", b.onEvent)
 	if err != nil {
-		return fmt.Errorf("subscribe to events: %w", err)
+		return stopped(ctx, fmt.Errorf("subscribe to events: %w", err))
 	}
 	defer func() { _ = events.Unsubscribe() }()
 	policies, err := b.store.Conn().Subscribe(b.store.PolicySubject(), b.onPolicy)
 	if err != nil {
-		return fmt.Errorf("subscribe to policy changes: %w", err)
+		return stopped(ctx, fmt.Errorf("subscribe to policy changes: %w", err))
 	}
 	defer func() { _ = policies.Unsubscribe() }()
 	cc, err := cons.Consume(func(msg natsjs.Msg) { b.onMessage(ctx, msg) },
@@ -182,12 +179,12 @@ func (b *Budget) Run(ctx context.Context) error {
 			}
 		}))
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", cfg.ChatStream, err)
+		return stopped(ctx, fmt.Errorf("consume %s: %w", cfg.ChatStream, err))
 	}
 	idleCons, err := b.store.IdleConsumer(ctx)
 	if err != nil {
 		cc.Stop()
-		return err
+		return stopped(ctx, err)
 	}
 	ic, err := idleCons.Consume(func(msg natsjs.Msg) { b.onIdle(ctx, msg) },
 		natsjs.PullPriorityGroup(cfg.TriggerGroup),
@@ -198,7 +195,7 @@ func (b *Budget) Run(ctx context.Context) error {
 		}))
 	if err != nil {
 		cc.Stop()
-		return fmt.Errorf("consume %s: %w", cfg.ActivityStream, err)
+		return stopped(ctx, fmt.Errorf("consume %s: %w", cfg.ActivityStream, err))
 	}
 	b.log.Info().Msg("trigger started (active or standby)")
 	evict := time.NewTicker(max(b.cfg.EvictAfter/4, time.Second))
@@ -227,6 +224,14 @@ func (b *Budget) Run(ctx context.Context) error {
 			b.sweep(ctx)
 		}
 	}
+}
+
+// stopped turns an error met while ctx was being cancelled into a clean stop.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // Tracked returns how many conversations the trigger holds state for.
