@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
 )
 
 // The Node.js example publishes a real transcript with the plain NATS client, Compactor
@@ -27,16 +31,6 @@ func TestNodeExampleReadsTheSameContext(t *testing.T) {
 	convs := loadCorpus(t, 1)
 	env := testEnv(t, 8000)
 	s := startStack(t, env, newFakeLLM(t))
-	var jsonl bytes.Buffer
-	var n int
-	for _, msgs := range convs {
-		for _, m := range msgs {
-			b, _ := m.Encode()
-			jsonl.Write(b)
-			jsonl.WriteByte('\n')
-			n++
-		}
-	}
 	url := s.nc.ConnectedUrl()
 	runNode := func(stdin []byte, args ...string) string {
 		cmd := exec.Command(node, append([]string{"compactor.mjs"}, args...)...)
@@ -50,32 +44,64 @@ func TestNodeExampleReadsTheSameContext(t *testing.T) {
 		}
 		return out.String()
 	}
-	seqs := strings.Fields(runNode(jsonl.Bytes(), "publish", "from-node"))
-	if len(seqs) != n {
-		t.Fatalf("node published %d messages; want %d", len(seqs), n)
+	// The corpus's largest transcript with the default strategy, and long user messages
+	// under user-messages, whose kept messages are pinned and one truncated by an override.
+	var long []schemas.Message
+	for i := range 30 {
+		long = append(long,
+			schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("request %d: %s", i, strings.Repeat("details of what I want. ", 40)))},
+			schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("working on it")})
 	}
-	settle(t, s)
-	eventually(t, 30*time.Second, "compaction of the node conversation", func() bool {
-		cx, err := s.client.Context(ctxFor(t, 10*time.Second), "from-node")
-		return err == nil && cx.Generation > 0 && cx.Tokens < env.budget().ThresholdTokens()
-	})
-	settle(t, s)
-	cx, err := s.client.Context(ctxFor(t, 10*time.Second), "from-node")
-	if err != nil {
+	cases := map[string][]schemas.Message{"from-node": nil, "node-user-messages": long}
+	for _, msgs := range convs {
+		cases["from-node"] = msgs
+	}
+	data, _ := policy.EncodeConversation(policy.Layer{"strategy": "user-messages", "user_message_tokens": "700"})
+	if err := s.st.PutPolicy(ctxFor(t, 5*time.Second), "node-user-messages", data); err != nil {
 		t.Fatal(err)
 	}
-	got := strings.Split(strings.TrimSpace(runNode(nil, "context", "from-node")), "\n")
-	if len(got) != len(cx.Messages) {
-		t.Fatalf("node read %d messages; Go read %d", len(got), len(cx.Messages))
-	}
-	for i, line := range got {
-		want, _ := cx.Messages[i].Encode()
-		var a, b any
-		_ = json.Unmarshal([]byte(line), &a)
-		_ = json.Unmarshal(want, &b)
-		if !jsonEqual(a, b) {
-			t.Fatalf("message %d differs:\nnode: %.300s\ngo:   %.300s", i, line, want)
-		}
+	for conv, msgs := range cases {
+		t.Run(conv, func(t *testing.T) {
+			var jsonl bytes.Buffer
+			for _, m := range msgs {
+				b, _ := m.Encode()
+				jsonl.Write(b)
+				jsonl.WriteByte('\n')
+			}
+			seqs := strings.Fields(runNode(jsonl.Bytes(), "publish", conv))
+			if len(seqs) != len(msgs) {
+				t.Fatalf("node published %d messages; want %d", len(seqs), len(msgs))
+			}
+			settle(t, s)
+			eventually(t, 30*time.Second, "compaction of the node conversation", func() bool {
+				cx, err := s.client.Context(ctxFor(t, 10*time.Second), conv)
+				return err == nil && cx.Generation > 0 && cx.Tokens < env.budget().ThresholdTokens()
+			})
+			settle(t, s)
+			cx, err := s.client.Context(ctxFor(t, 10*time.Second), conv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := strings.Split(strings.TrimSpace(runNode(nil, "context", conv)), "\n")
+			if len(got) != len(cx.Messages) {
+				t.Fatalf("node read %d messages; Go read %d", len(got), len(cx.Messages))
+			}
+			for i, line := range got {
+				want, _ := cx.Messages[i].Encode()
+				var a, b any
+				_ = json.Unmarshal([]byte(line), &a)
+				_ = json.Unmarshal(want, &b)
+				if !jsonEqual(a, b) {
+					t.Fatalf("message %d differs:\nnode: %.300s\ngo:   %.300s", i, line, want)
+				}
+			}
+			if conv == "node-user-messages" {
+				v, _, _ := s.st.GetResult(ctxFor(t, 5*time.Second), conv, false)
+				if len(v.KeptSeqs) == 0 || len(v.Overrides) == 0 {
+					t.Fatalf("user-messages kept %v with overrides %v; the test needs both", v.KeptSeqs, v.Overrides)
+				}
+			}
+		})
 	}
 }
 

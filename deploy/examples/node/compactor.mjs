@@ -61,11 +61,12 @@ async function readContext(nc, conv) {
   if (value && value.schema_version > 1) throw new Error(`schema_version ${value.schema_version} is newer than this reader`);
   const context = [];
   const skipped = [];
-  // 2. Pinned messages, by sequence.
+  const overrides = new Map((value?.overrides ?? []).map((o) => [o.seq, o]));
+  // 2. Pinned messages (and those a strategy keeps ahead of the summary), by sequence.
   const jsm = await nc.jetstreamManager();
   for (const seq of value?.pinned_seqs ?? []) {
     const sm = await jsm.streams.getMessage("CHAT", { seq });
-    context.push(JSON.parse(sc.decode(sm.data)));
+    context.push(shape(JSON.parse(sc.decode(sm.data)), overrides.get(seq)));
   }
   // 3. The summary as one message.
   if (value?.summary) context.push({ role: value.summary_role || "user", content: SUMMARY_PREFIX + value.summary });
@@ -86,24 +87,40 @@ async function readContext(nc, conv) {
   }
   // 5. Overrides, tool pairs (a round moves as a whole; incomplete rounds and orphans
   //    are skipped), metadata stripped.
-  const overrides = new Map((value?.overrides ?? []).map((o) => [o.seq, o]));
   for (const unit of toolRounds(tail, skipped)) {
-    for (const { seq, msg } of unit) {
-      const o = overrides.get(seq);
-      if (o && typeof msg.content === "string") {
-        const chars = [...msg.content];
-        if (chars.length > o.keep_head + o.keep_tail) {
-          const cut = chars.length - o.keep_head - o.keep_tail;
-          msg.content = chars.slice(0, o.keep_head).join("") +
-            `\n[… ${cut} characters cut by Compactor${o.note ? ": " + o.note : ""} …]\n` +
-            chars.slice(chars.length - o.keep_tail).join("");
-        }
-      }
-      delete msg.tokens; delete msg.usage; delete msg.context_generation; delete msg.meta;
-      context.push(msg);
-    }
+    for (const { seq, msg } of unit) context.push(shape(msg, overrides.get(seq)));
   }
   return { context, skipped, generation: value?.generation ?? 0 };
+}
+
+// shape applies an override (a truncation: head and tail kept, in code points, with a
+// marker between) and strips Compactor's metadata. Array content has its text parts
+// joined, cut and put back as one text part where the first was; other parts stay.
+function shape(msg, o) {
+  if (o) {
+    const parts = Array.isArray(msg.content) ? msg.content : null;
+    const text = parts ? parts.filter((p) => p.type === "text").map((p) => p.text).join("\n") : msg.content ?? "";
+    const chars = [...text];
+    if (chars.length > o.keep_head + o.keep_tail) {
+      const cut = chars.length - o.keep_head - o.keep_tail;
+      const kept = chars.slice(0, o.keep_head).join("") +
+        `\n[… ${cut} characters cut by Compactor${o.note ? ": " + o.note : ""} …]\n` +
+        chars.slice(chars.length - o.keep_tail).join("");
+      if (!parts) msg.content = kept;
+      else {
+        let placed = false;
+        msg.content = parts.flatMap((p) => {
+          if (p.type !== "text") return [p];
+          if (placed) return [];
+          placed = true;
+          return [{ type: "text", text: kept }];
+        });
+      }
+      delete msg.tokens;
+    }
+  }
+  delete msg.tokens; delete msg.usage; delete msg.context_generation; delete msg.meta;
+  return msg;
 }
 
 // toolRounds groups the tail into units: a single message, or an assistant message with
