@@ -381,18 +381,19 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 // Skipped lists messages a read left out and why.
 type Skipped = rounds.Skipped
 
-// Statuses of a compaction request, as the compactor service answers them.
+// Statuses of a compaction request, as the compactor service answers them
+// (schemas.CompactQueued, ...).
 const (
-	StatusQueued    = "queued"
-	StatusBusy      = "busy"
-	StatusCompleted = schemas.EventCompleted
-	StatusDeclined  = schemas.EventDeclined
-	StatusFailed    = schemas.EventFailed
+	StatusQueued    = schemas.CompactQueued
+	StatusBusy      = schemas.CompactBusy
+	StatusCompleted = schemas.CompactCompleted
+	StatusDeclined  = schemas.CompactDeclined
+	StatusFailed    = schemas.CompactFailed
 )
 
 // CompactSubject is the endpoint of the compactor service (NATS micro) that queues
 // compactions.
-const CompactSubject = "compactor.compact"
+const CompactSubject = schemas.CompactSubject
 
 // ErrNoService is matched when no compactor service answers: no `compactor serve` is
 // running on this NATS.
@@ -435,22 +436,12 @@ func Wait(d time.Duration) CompactOption { return func(o *compactOptions) { o.wa
 // is a retry of the same request, not a second one.
 func RequestID(id string) CompactOption { return func(o *compactOptions) { o.requestID = id } }
 
-// CompactResponse is the compactor service's answer to a compaction request.
-type CompactResponse struct {
-	// Status is queued, busy (a request was already pending: this one, with its
-	// instructions, was NOT queued; ask again when the pending one completes), or with
-	// Wait the outcome: completed, declined or failed. A wait that ends first, or a
-	// service that stops meanwhile, answers queued with Error saying so.
-	Status string `json:"status"`
-	// RequestID is the request's id; for busy, the id of the pending request (when the
-	// service could read it), whose outcome WaitForOutcome can wait for.
-	RequestID string `json:"request_id,omitempty"`
-	// Result is the conversation's KV value after a completed request.
-	Result *schemas.Result `json:"result,omitempty"`
-	// Error explains busy, failed and a queued answer after a wait, and carries the
-	// outcome event's error (e.g. the LLM failure behind a fallback summary).
-	Error string `json:"error,omitempty"`
-}
+// CompactResponse is the compactor service's answer to a compaction request. Status
+// is queued, busy (a request was already pending: this one, with its instructions, was
+// NOT queued; ask again when the pending one completes), or with Wait the outcome:
+// completed (with the KV value in Result), declined or failed. For busy, RequestID is
+// the pending request's, whose outcome WaitForOutcome can wait for.
+type CompactResponse = schemas.CompactResponse
 
 // serviceTimeout is how long a call waits for the service beyond its own wait.
 const serviceTimeout = 15 * time.Second
@@ -474,8 +465,8 @@ func (c *Client) Compact(ctx context.Context, conv string, opts ...CompactOption
 	if o.wait > 0 && waitMS == 0 {
 		waitMS = 1
 	}
-	body, err := json.Marshal(map[string]any{"conversation": conv, "request_id": o.requestID,
-		"instructions": o.instructions, "wait_ms": waitMS})
+	body, err := json.Marshal(schemas.CompactRequest{Conversation: conv, RequestID: o.requestID,
+		Instructions: o.instructions, WaitMS: waitMS})
 	if err != nil {
 		return CompactResponse{}, err
 	}

@@ -12,6 +12,10 @@
 //     sequence where the verbatim tail starts. Unknown fields survive a rewrite, and
 //     [DecodeResult] refuses a newer schema_version with [*ErrNewerSchema].
 //   - [Event] on compact.event.<conv> and [DeadLetter] on compact.dead.<conv>.
+//   - The compactor service's requests and answers ([CompactRequest], [CompactResponse],
+//     [ConversationRequest], [ContextResponse], [ConversationStatus], [PolicyRequest],
+//     [PolicyResponse]) on [CompactSubject], [ContextSubject], [StatusSubject] and
+//     [PolicySubject].
 //
 // Every validation error is a [*ValidationError] that names the field and the rule it
 // broke, and matches [ErrInvalid] with errors.Is. Conversation ids (1–128 characters of

@@ -46,7 +46,10 @@ func loadSchemas(t *testing.T) map[string]map[string]any {
 
 func TestFilesAreSchemas(t *testing.T) {
 	docs := loadSchemas(t)
-	want := []string{"dead-letter.v1.json", "event.v1.json", "message.v1.json", "policy.v1.json", "request.v1.json", "result.v1.json"}
+	want := []string{"dead-letter.v1.json", "event.v1.json", "message.v1.json", "policy.v1.json", "request.v1.json", "result.v1.json",
+		"service-compact-request.v1.json", "service-compact-response.v1.json", "service-context-response.v1.json",
+		"service-conversation-request.v1.json", "service-policy-request.v1.json", "service-policy-response.v1.json",
+		"service-status-response.v1.json"}
 	got := make([]string, 0, len(docs))
 	for name := range docs {
 		got = append(got, name)
@@ -92,6 +95,13 @@ func TestSchemaPropertiesMatchGoTypes(t *testing.T) {
 		{name: "result usage", file: "result.v1.json", def: "usage", give: reflect.TypeFor[schemas.Usage](), wantRequired: true},
 		{name: "event", file: "event.v1.json", give: reflect.TypeFor[schemas.Event](), wantRequired: true},
 		{name: "dead letter", file: "dead-letter.v1.json", give: reflect.TypeFor[schemas.DeadLetter](), wantRequired: true},
+		{name: "compact request", file: "service-compact-request.v1.json", give: reflect.TypeFor[schemas.CompactRequest](), wantRequired: true},
+		{name: "compact response", file: "service-compact-response.v1.json", give: reflect.TypeFor[schemas.CompactResponse](), wantRequired: true},
+		{name: "conversation request", file: "service-conversation-request.v1.json", give: reflect.TypeFor[schemas.ConversationRequest](), wantRequired: true},
+		{name: "context response", file: "service-context-response.v1.json", give: reflect.TypeFor[schemas.ContextResponse](), wantRequired: true},
+		{name: "status response", file: "service-status-response.v1.json", give: reflect.TypeFor[schemas.ConversationStatus](), wantRequired: true},
+		{name: "policy request", file: "service-policy-request.v1.json", give: reflect.TypeFor[schemas.PolicyRequest](), wantRequired: true},
+		{name: "policy response", file: "service-policy-response.v1.json", give: reflect.TypeFor[schemas.PolicyResponse](), wantRequired: true},
 	}
 	// $defs that describe no Go type of their own.
 	untyped := map[string]bool{"message.v1.json#content_part": true, "request.v1.json#conversation": true}

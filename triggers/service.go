@@ -7,8 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
-	"reflect"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -23,99 +22,6 @@ import (
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
 )
-
-// The service's name, its endpoints' group and subjects (wire contract v1).
-const (
-	ServiceName    = "compactor"
-	CompactSubject = ServiceName + ".compact"
-	ContextSubject = ServiceName + ".context"
-	StatusSubject  = ServiceName + ".status"
-	PolicySubject  = ServiceName + ".policy"
-)
-
-// Statuses of a compactor.compact answer. completed, declined and failed are the
-// outcome events' types.
-const (
-	CompactQueued    = "queued"
-	CompactBusy      = "busy"
-	CompactCompleted = schemas.EventCompleted
-	CompactDeclined  = schemas.EventDeclined
-	CompactFailed    = schemas.EventFailed
-)
-
-// MaxInstructionsBytes bounds the instructions of one compaction request.
-const MaxInstructionsBytes = 8192
-
-// CompactRequest is the payload of compactor.compact.
-type CompactRequest struct {
-	Conversation string `json:"conversation"`
-	// RequestID names the request (1-128 characters of [A-Za-z0-9_-]); empty: a new
-	// one. The same id sent again within the queue's duplicate window is the same
-	// request, not a second one.
-	RequestID    string `json:"request_id,omitempty"`
-	Instructions string `json:"instructions,omitempty"`
-	// WaitMS > 0 waits up to that many milliseconds (capped by the service) for the
-	// request's outcome.
-	WaitMS int64 `json:"wait_ms,omitempty"`
-}
-
-// CompactResponse is the answer of compactor.compact.
-type CompactResponse struct {
-	// Status is queued, busy, completed, declined or failed.
-	Status string `json:"status"`
-	// RequestID is the request's id; for busy, the id of the request already pending
-	// (when it could be read).
-	RequestID string `json:"request_id,omitempty"`
-	// Result is the KV value after a completed request.
-	Result *schemas.Result `json:"result,omitempty"`
-	// Error says why a request is busy, failed or still queued after a wait, and
-	// carries the outcome event's error.
-	Error string `json:"error,omitempty"`
-}
-
-// ConversationRequest is the payload of compactor.context and compactor.status.
-type ConversationRequest struct {
-	Conversation string `json:"conversation"`
-}
-
-// ContextResponse is the answer of compactor.context: where the context starts, not
-// the messages (readers fetch the tail with batched direct gets).
-type ContextResponse struct {
-	Conversation string `json:"conversation"`
-	// Value is the KV value, null when the conversation was never compacted.
-	Value *schemas.Result `json:"value"`
-	// TailStartSeq is the first CHAT sequence of the verbatim tail (1 without a value).
-	TailStartSeq uint64 `json:"tail_start_seq"`
-	// LastSeq is the conversation's newest CHAT sequence (0: no messages).
-	LastSeq uint64 `json:"last_seq"`
-}
-
-// ConversationStatus is the answer of compactor.status for one conversation.
-type ConversationStatus struct {
-	Conversation string          `json:"conversation"`
-	Value        *schemas.Result `json:"value"`
-	LastSeq      uint64          `json:"last_seq"`
-	// Pending says whether a compaction request waits in the queue (or is being worked on).
-	Pending          bool   `json:"pending"`
-	PendingRequestID string `json:"pending_request_id,omitempty"`
-}
-
-// PolicyRequest is the payload of compactor.policy. Without set or clear it reads.
-type PolicyRequest struct {
-	Conversation string `json:"conversation"`
-	// Set merges keys into the policy: a string or a number each; "" removes the key.
-	Set map[string]any `json:"set,omitempty"`
-	// Clear removes the policy (before Set is applied, so both replace it).
-	Clear bool `json:"clear,omitempty"`
-}
-
-// PolicyResponse is the answer of compactor.policy.
-type PolicyResponse struct {
-	Conversation string       `json:"conversation"`
-	Policy       policy.Layer `json:"policy"`
-	// Settings are the settings the policy resolves to, by key name, plus "profile".
-	Settings map[string]any `json:"settings"`
-}
 
 // ServiceConfig sets up the compactor service.
 type ServiceConfig struct {
@@ -165,7 +71,9 @@ func (c ServiceConfig) Validate() error {
 // Service is the NATS micro service "compactor": any client, in any language, asks
 // for a compaction (and may wait for its outcome), reads where a conversation's context
 // starts, its status, and reads or changes its policy. Every serve process may run it:
-// the endpoints share a queue group, so requests are spread over the instances.
+// the endpoints share a queue group, so requests are spread over the instances. Its
+// name, subjects and payloads are the wire contract in package schemas
+// (schemas.CompactSubject, schemas.CompactRequest, ... and the service-*.v1.json files).
 type Service struct {
 	cfg      ServiceConfig
 	store    *jetstream.Store
@@ -211,7 +119,7 @@ func NewService(cfg ServiceConfig, store *jetstream.Store, policies PolicySource
 func (s *Service) Run(ctx context.Context) error {
 	nc := s.store.Conn()
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        ServiceName,
+		Name:        schemas.ServiceName,
 		Version:     s.cfg.Version,
 		Description: "Compactor: compaction requests, context pointers, status and policies of LLM conversations",
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
@@ -220,9 +128,9 @@ func (s *Service) Run(ctx context.Context) error {
 	})
 	if err != nil {
 		s.shutdown(nc, nil)
-		return fmt.Errorf("add service %s: %w", ServiceName, err)
+		return fmt.Errorf("add service %s: %w", schemas.ServiceName, err)
 	}
-	g := svc.AddGroup(ServiceName)
+	g := svc.AddGroup(schemas.ServiceName)
 	for _, ep := range []struct {
 		name, request string
 		h             handler
@@ -235,7 +143,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := g.AddEndpoint(ep.name, s.wrap(ep.name, ep.h),
 			micro.WithEndpointMetadata(map[string]string{"format": "application/json", "request": ep.request})); err != nil {
 			s.shutdown(nc, svc)
-			return fmt.Errorf("add endpoint %s.%s: %w", ServiceName, ep.name, err)
+			return fmt.Errorf("add endpoint %s.%s: %w", schemas.ServiceName, ep.name, err)
 		}
 	}
 	s.log.Info().Str("id", svc.Info().ID).Msg("compactor service started")
@@ -407,54 +315,32 @@ func jsonKind(goKind string) string {
 	return "a " + goKind
 }
 
-// validateID checks a request id: 1-128 characters of [A-Za-z0-9_-].
-func validateID(id string) error {
-	if len(id) > schemas.MaxConversationIDLen {
-		return invalid("request_id", "is %d characters long; at most %d of [A-Za-z0-9_-] are allowed", len(id), schemas.MaxConversationIDLen)
+// badRequest turns a payload's validation error (a *schemas.ValidationError naming the
+// field and the rule) into a 400.
+func badRequest(err error) error {
+	var ve *schemas.ValidationError
+	if errors.As(err, &ve) {
+		return &apiError{code: 400, msg: ve.Error()}
 	}
-	for i, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return invalid("request_id", "character %q at position %d is not allowed; use only [A-Za-z0-9_-] (1-128 characters)", r, i)
-		}
-	}
-	return nil
-}
-
-// conversationID checks a conversation id and turns the rule into a 400.
-func conversationID(id string) error {
-	if err := schemas.ValidateConversationID(id); err != nil {
-		return &apiError{code: 400, msg: err.Error()}
-	}
-	return nil
+	return err
 }
 
 const compactExample = `{"conversation":"c1","instructions":"keep every file path","wait_ms":30000}`
 
 // onCompact queues a manual compaction and, with wait_ms, answers with its outcome.
 func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error) {
-	var in CompactRequest
+	var in schemas.CompactRequest
 	if err := decode(req.Data(), &in, false, compactExample); err != nil {
 		return nil, err
 	}
+	if err := in.Validate(); err != nil {
+		return nil, badRequest(err)
+	}
 	conv := in.Conversation
-	if err := conversationID(conv); err != nil {
-		return nil, err
-	}
-	if in.RequestID != "" {
-		if err := validateID(in.RequestID); err != nil {
-			return nil, err
-		}
-	}
-	if n := len(in.Instructions); n > MaxInstructionsBytes {
-		return nil, invalid("instructions", "is %d bytes long; at most %d are allowed", n, MaxInstructionsBytes)
-	}
-	if in.WaitMS < 0 {
-		return nil, invalid("wait_ms", "must not be negative (0: do not wait)")
-	}
 	// A request whose policy cannot be resolved would fail in the worker: say so now.
 	if _, err := s.policies.Settings(ctx, conv); err != nil {
 		if errors.Is(err, policy.ErrPolicy) {
-			return nil, &apiError{code: 409, msg: fmt.Sprintf("policy: %v; fix it with %s (set or clear); nothing was queued", err, PolicySubject)}
+			return nil, &apiError{code: 409, msg: fmt.Sprintf("policy: %v; fix it with %s (set or clear); nothing was queued", err, schemas.PolicySubject)}
 		}
 		return nil, internal(conv, err)
 	}
@@ -487,7 +373,7 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 	}
 	now := time.Now().UTC()
 	r := schemas.Request{RequestID: id, Conversation: conv, Trigger: schemas.TriggerManual,
-		Reason: "requested through " + CompactSubject, Instructions: in.Instructions, RequestedAt: now, UpToSeq: last}
+		Reason: "requested through " + schemas.CompactSubject, Instructions: in.Instructions, RequestedAt: now, UpToSeq: last}
 	seq, err := s.store.Enqueue(ctx, r)
 	duplicate := false
 	switch {
@@ -503,7 +389,7 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 			duplicate = true // a retry of the pending request itself
 			break
 		}
-		busy := CompactResponse{Status: CompactBusy, Error: busyMessage(conv, s.store.Config().EventSubject(conv), in.Instructions != "")}
+		busy := schemas.CompactResponse{Status: schemas.CompactBusy, Error: busyMessage(conv, s.store.Config().EventSubject(conv), in.Instructions != "")}
 		if pending != nil {
 			busy.RequestID = pending.RequestID
 		}
@@ -519,7 +405,7 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 		s.log.Info().Str("conversation", conv).Str("request_id", id).Msg("compaction requested through the service")
 	}
 	if w == nil {
-		return CompactResponse{Status: CompactQueued, RequestID: id}, nil
+		return schemas.CompactResponse{Status: schemas.CompactQueued, RequestID: id}, nil
 	}
 	if duplicate {
 		// Its outcome may be in the past: look at the stored events first.
@@ -607,10 +493,10 @@ func (s *Service) await(req micro.Request, w *waiter, id string, wait time.Durat
 			if capped {
 				msg += fmt.Sprintf(" (wait_ms is capped at %d)", s.cfg.MaxWait.Milliseconds())
 			}
-			s.answer(req, CompactResponse{Status: CompactQueued, RequestID: id, Error: msg})
+			s.answer(req, schemas.CompactResponse{Status: schemas.CompactQueued, RequestID: id, Error: msg})
 			return
 		case <-s.stopping:
-			s.answer(req, CompactResponse{Status: CompactQueued, RequestID: id, Error: stoppingMessage(w.sub.Subject, id)})
+			s.answer(req, schemas.CompactResponse{Status: schemas.CompactQueued, RequestID: id, Error: stoppingMessage(w.sub.Subject, id)})
 			return
 		}
 	}
@@ -620,15 +506,15 @@ func stoppingMessage(events, id string) string {
 	return fmt.Sprintf("the compactor service is stopping; the request stays queued and will be worked on: its outcome will be published on %s with request_id %s", events, id)
 }
 
-func (s *Service) answer(req micro.Request, resp CompactResponse) {
+func (s *Service) answer(req micro.Request, resp schemas.CompactResponse) {
 	if err := req.RespondJSON(resp); err != nil {
 		s.log.Warn().Err(err).Str("endpoint", "compact").Msg("answer request")
 	}
 }
 
 // outcome turns an outcome event into the answer; completed carries the KV value.
-func (s *Service) outcome(ctx context.Context, conv string, ev schemas.Event) CompactResponse {
-	resp := CompactResponse{Status: ev.Type, RequestID: ev.RequestID, Error: ev.Error}
+func (s *Service) outcome(ctx context.Context, conv string, ev schemas.Event) schemas.CompactResponse {
+	resp := schemas.CompactResponse{Status: ev.Type, RequestID: ev.RequestID, Error: ev.Error}
 	if ev.Type != schemas.EventCompleted {
 		return resp
 	}
@@ -707,18 +593,18 @@ func (s *Service) storedOutcome(ctx context.Context, conv, id string) (*schemas.
 
 // onContext answers where a conversation's context starts.
 func (s *Service) onContext(ctx context.Context, req micro.Request) (any, error) {
-	var in ConversationRequest
+	var in schemas.ConversationRequest
 	if err := decode(req.Data(), &in, false, `{"conversation":"c1"}`); err != nil {
 		return nil, err
 	}
-	if err := conversationID(in.Conversation); err != nil {
-		return nil, err
+	if err := in.Validate(); err != nil {
+		return nil, badRequest(err)
 	}
 	v, last, err := s.valueAndLast(ctx, in.Conversation)
 	if err != nil {
 		return nil, err
 	}
-	out := ContextResponse{Conversation: in.Conversation, Value: v, TailStartSeq: 1, LastSeq: last}
+	out := schemas.ContextResponse{Conversation: in.Conversation, Value: v, TailStartSeq: 1, LastSeq: last}
 	if v != nil && v.TailStartSeq > 0 {
 		out.TailStartSeq = v.TailStartSeq
 	}
@@ -741,21 +627,21 @@ func (s *Service) valueAndLast(ctx context.Context, conv string) (*schemas.Resul
 // onStatus answers one conversation's state, or without one the pipeline's streams and
 // consumers.
 func (s *Service) onStatus(ctx context.Context, req micro.Request) (any, error) {
-	var in ConversationRequest
+	var in schemas.ConversationRequest
 	if err := decode(req.Data(), &in, true, `{"conversation":"c1"} or {}`); err != nil {
 		return nil, err
 	}
 	if in.Conversation == "" {
 		return s.store.Status(ctx), nil
 	}
-	if err := conversationID(in.Conversation); err != nil {
-		return nil, err
+	if err := in.Validate(); err != nil {
+		return nil, badRequest(err)
 	}
 	v, last, err := s.valueAndLast(ctx, in.Conversation)
 	if err != nil {
 		return nil, err
 	}
-	out := ConversationStatus{Conversation: in.Conversation, Value: v, LastSeq: last}
+	out := schemas.ConversationStatus{Conversation: in.Conversation, Value: v, LastSeq: last}
 	p, err := s.pendingRequest(ctx, in.Conversation)
 	if err != nil {
 		return nil, internal(in.Conversation, err)
@@ -770,17 +656,46 @@ const policyExample = `{"conversation":"c1","set":{"threshold":0.7,"strategy":"t
 
 // onPolicy reads, merges into or clears a conversation's policy.
 func (s *Service) onPolicy(ctx context.Context, req micro.Request) (any, error) {
-	var in PolicyRequest
+	var in schemas.PolicyRequest
 	if err := decode(req.Data(), &in, false, policyExample); err != nil {
 		return nil, err
 	}
+	if err := in.Validate(); err != nil {
+		return nil, badRequest(err)
+	}
 	conv := in.Conversation
-	if err := conversationID(conv); err != nil {
+	set, err := policyChange(in.Set)
+	if err != nil {
 		return nil, err
 	}
+	var resp schemas.PolicyResponse
+	err = s.store.UpdatePolicy(ctx, conv, func(data []byte) ([]byte, bool, error) {
+		r, next, write, err := s.applyPolicy(conv, data, in.Clear, set)
+		resp = r
+		return next, write, err
+	})
+	switch {
+	case err == nil:
+		if in.Clear || len(set) > 0 {
+			s.log.Info().Str("conversation", conv).Bool("cleared", in.Clear).Strs("keys", slices.Sorted(maps.Keys(set))).Msg("conversation policy changed through the service")
+		}
+		return resp, nil
+	case errors.Is(err, jetstream.ErrRevisionMismatch):
+		return nil, &apiError{code: 409, msg: "policy: " + err.Error()}
+	}
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return nil, ae
+	}
+	return nil, internal(conv, err)
+}
+
+// policyChange checks the keys of a policy request's set (its values are checked by
+// schemas.PolicyRequest.Validate) and returns them as text.
+func policyChange(in map[string]any) (policy.Layer, error) {
 	set := policy.Layer{}
-	keys := make([]string, 0, len(in.Set))
-	for k := range in.Set {
+	keys := make([]string, 0, len(in))
+	for k := range in {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
@@ -790,126 +705,55 @@ func (s *Service) onPolicy(ctx context.Context, req micro.Request) (any, error) 
 			key, ok := policy.Lookup(k)
 			switch {
 			case !ok:
-				return nil, invalid(field, "unknown key; a conversation may set %s", strings.Join(conversationKeys(), ", "))
+				return nil, invalid(field, "unknown key; a conversation may set %s", strings.Join(policy.ConversationKeys(), ", "))
 			case key.Scope != policy.Conversation:
 				return nil, invalid(field, "cannot be set per conversation: endpoints, models and keys come only from the operator's profiles")
 			}
 		}
-		switch v := in.Set[k].(type) {
+		switch v := in[k].(type) {
 		case string:
 			set[k] = v
 		case json.Number:
 			set[k] = v.String()
-		default:
-			return nil, invalid(field, "must be a string or a number (\"\" removes the key)")
+		default: // another number type (Validate refused the rest)
+			set[k] = fmt.Sprint(v)
 		}
 	}
+	return set, nil
+}
 
+// applyPolicy applies clear and set to the stored policy data and checks the result
+// against the server's tiers. It returns the answer, the data to write (nil: delete)
+// and whether to write at all.
+func (s *Service) applyPolicy(conv string, data []byte, clear bool, set policy.Layer) (schemas.PolicyResponse, []byte, bool, error) {
+	var none schemas.PolicyResponse
 	current := policy.Layer{}
-	data, _, err := s.store.GetPolicy(ctx, conv)
-	if err != nil {
-		return nil, internal(conv, err)
-	}
-	if data != nil && !in.Clear {
+	if data != nil && !clear {
+		var err error
 		if current, err = policy.DecodeConversation(data); err != nil {
-			return nil, &apiError{code: 409, msg: fmt.Sprintf("policy: the stored policy of %s is invalid (%v); send \"clear\": true (with \"set\" to replace it)", conv, err)}
+			return none, nil, false, &apiError{code: 409, msg: fmt.Sprintf("policy: the stored policy of %s is invalid (%v); send \"clear\": true (with \"set\" to replace it)", conv, err)}
 		}
 	}
-	changed := in.Clear || len(set) > 0
-	for k, v := range set {
-		if v == "" {
-			delete(current, k)
-		} else {
-			current[k] = v
-		}
-	}
-	if err := policy.CheckConversation(current); err != nil {
-		return nil, invalid("set", "%v", err)
-	}
-	settings, err := s.check(current)
+	changed := clear || len(set) > 0
+	next, err := policy.Merge(current, clear, set)
 	if err != nil {
-		if errors.Is(err, policy.ErrPolicy) {
-			if changed {
-				return nil, invalid("set", "%v", err)
-			}
-			return nil, &apiError{code: 409, msg: fmt.Sprintf("policy: the stored policy of %s does not resolve (%v); change it with \"set\" or \"clear\"", conv, err)}
-		}
-		return nil, internal(conv, err)
+		return none, nil, false, invalid("set", "%v", err)
 	}
-	if changed {
-		var data []byte
-		if len(current) > 0 {
-			if data, err = policy.EncodeConversation(current); err != nil {
-				return nil, invalid("set", "%v", err)
-			}
-		}
-		if err := s.store.PutPolicy(ctx, conv, data); err != nil {
-			return nil, internal(conv, err)
-		}
-		s.log.Info().Str("conversation", conv).Bool("cleared", in.Clear).Strs("keys", keys).Msg("conversation policy changed through the service")
-	}
-	return PolicyResponse{Conversation: conv, Policy: current, Settings: settingsJSON(settings)}, nil
-}
-
-// conversationKeys are the keys a conversation's policy may set.
-func conversationKeys() []string {
-	keys := []string{policy.ProfileKey}
-	for _, k := range policy.Keys {
-		if k.Scope == policy.Conversation {
-			keys = append(keys, k.Name)
-		}
-	}
-	return keys
-}
-
-// settingsJSON shows settings by key name (each key's field of policy.Settings, the
-// key in CamelCase), plus "profile"; durations as text, an endpoint URL without its
-// credentials.
-func settingsJSON(s policy.Settings) map[string]any {
-	v := reflect.ValueOf(s)
-	out := map[string]any{policy.ProfileKey: s.Profile}
-	for _, k := range policy.Keys {
-		f := v.FieldByName(settingsField(k.Name))
-		if !f.IsValid() {
-			continue
-		}
-		switch x := f.Interface().(type) {
-		case time.Duration:
-			out[k.Name] = x.String()
-		default:
-			out[k.Name] = x
-		}
-	}
-	out["llm_base_url"] = redactURL(s.LLMBaseURL)
-	return out
-}
-
-// settingsField is the field of policy.Settings that holds a key: llm_api_key_env →
-// LLMAPIKeyEnv.
-func settingsField(key string) string {
-	var b strings.Builder
-	for _, part := range strings.Split(key, "_") {
-		switch part {
-		case "llm", "api", "url":
-			b.WriteString(strings.ToUpper(part))
-		case "":
-		default:
-			b.WriteString(strings.ToUpper(part[:1]) + part[1:])
-		}
-	}
-	return b.String()
-}
-
-// redactURL drops credentials and the query of an endpoint URL.
-func redactURL(s string) string {
-	if s == "" {
-		return ""
-	}
-	u, err := url.Parse(s)
+	settings, err := s.check(next)
 	if err != nil {
-		return "(unparseable url)"
+		if !errors.Is(err, policy.ErrPolicy) {
+			return none, nil, false, err
+		}
+		if changed {
+			return none, nil, false, invalid("set", "%v", err)
+		}
+		return none, nil, false, &apiError{code: 409, msg: fmt.Sprintf("policy: the stored policy of %s does not resolve (%v); change it with \"set\" or \"clear\"", conv, err)}
 	}
-	u.User = nil
-	u.RawQuery = ""
-	return u.String()
+	var out []byte
+	if changed && len(next) > 0 {
+		if out, err = policy.EncodeConversation(next); err != nil {
+			return none, nil, false, invalid("set", "%v", err)
+		}
+	}
+	return schemas.PolicyResponse{Conversation: conv, Policy: next, Settings: settings.ByKey()}, out, changed, nil
 }

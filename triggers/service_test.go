@@ -72,7 +72,7 @@ func startService(t *testing.T, cfg triggers.ServiceConfig) *svcStack {
 	t.Cleanup(func() { s.stop(t) })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		_, err := s.client.Request(triggers.StatusSubject, nil, time.Second)
+		_, err := s.client.Request(schemas.StatusSubject, nil, time.Second)
 		if err == nil {
 			return s
 		}
@@ -156,14 +156,14 @@ func asyncCall(nc *nats.Conn, subj, body string) <-chan *nats.Msg {
 	return ch
 }
 
-func compactAnswer(t *testing.T, ch <-chan *nats.Msg) triggers.CompactResponse {
+func compactAnswer(t *testing.T, ch <-chan *nats.Msg) schemas.CompactResponse {
 	t.Helper()
 	select {
 	case m := <-ch:
 		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
 			t.Fatalf("compact: error %s: %s", code, m.Header.Get(micro.ErrorHeader))
 		}
-		var r triggers.CompactResponse
+		var r schemas.CompactResponse
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			t.Fatalf("compact answer %s: %v", m.Data, err)
 		}
@@ -171,7 +171,7 @@ func compactAnswer(t *testing.T, ch <-chan *nats.Msg) triggers.CompactResponse {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no compact answer")
 	}
-	return triggers.CompactResponse{}
+	return schemas.CompactResponse{}
 }
 
 // eventWatch collects the events of every conversation.
@@ -233,9 +233,9 @@ func pendingRequest(t *testing.T, st *jetstream.Store, conv string) schemas.Requ
 func TestServiceCompactIsQueuedThenBusy(t *testing.T) {
 	s := startService(t, triggers.ServiceConfig{})
 	events := watchEvents(t, s.client)
-	var first triggers.CompactResponse
-	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"c1","instructions":"keep every path"}`, &first)
-	if first.Status != triggers.CompactQueued || first.RequestID == "" || first.Error != "" {
+	var first schemas.CompactResponse
+	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"c1","instructions":"keep every path"}`, &first)
+	if first.Status != schemas.CompactQueued || first.RequestID == "" || first.Error != "" {
 		t.Fatalf("first compact = %+v; want queued with a request id", first)
 	}
 	req := pendingRequest(t, s.st, "c1")
@@ -247,9 +247,9 @@ func TestServiceCompactIsQueuedThenBusy(t *testing.T) {
 		t.Fatalf("requested event = %+v", ev)
 	}
 
-	var busy triggers.CompactResponse
-	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"c1","instructions":"other wishes"}`, &busy)
-	if busy.Status != triggers.CompactBusy || !strings.Contains(busy.Error, "NOT queued") || !strings.Contains(busy.Error, "retry after the pending one completes") {
+	var busy schemas.CompactResponse
+	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"c1","instructions":"other wishes"}`, &busy)
+	if busy.Status != schemas.CompactBusy || !strings.Contains(busy.Error, "NOT queued") || !strings.Contains(busy.Error, "retry after the pending one completes") {
 		t.Fatalf("second compact = %+v; want busy saying the instructions were not queued", busy)
 	}
 	if busy.RequestID != first.RequestID {
@@ -260,14 +260,14 @@ func TestServiceCompactIsQueuedThenBusy(t *testing.T) {
 	}
 
 	// A retry of the same request is the same request, not a busy one.
-	var again triggers.CompactResponse
-	svcCall(t, s.client, triggers.CompactSubject, fmt.Sprintf(`{"conversation":"c1","request_id":%q}`, first.RequestID), &again)
-	if again.Status != triggers.CompactQueued || again.RequestID != first.RequestID {
+	var again schemas.CompactResponse
+	svcCall(t, s.client, schemas.CompactSubject, fmt.Sprintf(`{"conversation":"c1","request_id":%q}`, first.RequestID), &again)
+	if again.Status != schemas.CompactQueued || again.RequestID != first.RequestID {
 		t.Fatalf("retry with the same request_id = %+v; want queued", again)
 	}
 
-	var st triggers.ConversationStatus
-	svcCall(t, s.client, triggers.StatusSubject, `{"conversation":"c1"}`, &st)
+	var st schemas.ConversationStatus
+	svcCall(t, s.client, schemas.StatusSubject, `{"conversation":"c1"}`, &st)
 	if !st.Pending || st.PendingRequestID != first.RequestID || st.Value != nil {
 		t.Fatalf("status = %+v; want pending %s", st, first.RequestID)
 	}
@@ -278,7 +278,7 @@ func TestServiceWaitAnswersItsOwnOutcome(t *testing.T) {
 	ctx := svcCtx(t)
 	events := watchEvents(t, s.client)
 
-	ch := asyncCall(s.client, triggers.CompactSubject, `{"conversation":"c2","request_id":"mine","wait_ms":20000}`)
+	ch := asyncCall(s.client, schemas.CompactSubject, `{"conversation":"c2","request_id":"mine","wait_ms":20000}`)
 	events.next(t, schemas.EventRequested, "c2")
 	// Another request's outcome arrives first; it must not answer this wait.
 	publishEvent(t, s.st, schemas.Event{Type: schemas.EventCompleted, Conversation: "c2", RequestID: "other", Generation: 1})
@@ -290,7 +290,7 @@ func TestServiceWaitAnswersItsOwnOutcome(t *testing.T) {
 	publishEvent(t, s.st, schemas.Event{Type: schemas.EventCompleted, Conversation: "c2", RequestID: "mine", Generation: 1,
 		Error: "llm: 503 from the endpoint; extractive fallback written"})
 	got := compactAnswer(t, ch)
-	if got.Status != triggers.CompactCompleted || got.RequestID != "mine" {
+	if got.Status != schemas.CompactCompleted || got.RequestID != "mine" {
 		t.Fatalf("wait = %+v; want completed for request mine", got)
 	}
 	if got.Result == nil || got.Result.RequestID != "mine" || got.Result.Summary != "the summary" || got.Result.TailStartSeq != 5 {
@@ -303,7 +303,7 @@ func TestServiceWaitAnswersItsOwnOutcome(t *testing.T) {
 	// failed and declined answer with the event's error and no result.
 	for _, typ := range []string{schemas.EventFailed, schemas.EventDeclined} {
 		conv := "c3-" + typ
-		ch := asyncCall(s.client, triggers.CompactSubject, fmt.Sprintf(`{"conversation":%q,"wait_ms":20000}`, conv))
+		ch := asyncCall(s.client, schemas.CompactSubject, fmt.Sprintf(`{"conversation":%q,"wait_ms":20000}`, conv))
 		req := events.next(t, schemas.EventRequested, conv)
 		publishEvent(t, s.st, schemas.Event{Type: typ, Conversation: conv, RequestID: req.RequestID, Error: "why: " + typ})
 		got := compactAnswer(t, ch)
@@ -313,9 +313,9 @@ func TestServiceWaitAnswersItsOwnOutcome(t *testing.T) {
 	}
 
 	// A retried request_id whose outcome is already stored answers at once.
-	var again triggers.CompactResponse
-	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"c2","request_id":"mine","wait_ms":20000}`, &again)
-	if again.Status != triggers.CompactCompleted || again.Result == nil || again.Result.RequestID != "mine" {
+	var again schemas.CompactResponse
+	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"c2","request_id":"mine","wait_ms":20000}`, &again)
+	if again.Status != schemas.CompactCompleted || again.Result == nil || again.Result.RequestID != "mine" {
 		t.Fatalf("retried wait = %+v; want the stored completed outcome", again)
 	}
 }
@@ -330,9 +330,9 @@ func publishEvent(t *testing.T, st *jetstream.Store, ev schemas.Event) {
 
 func TestServiceWaitTimeoutAnswersQueued(t *testing.T) {
 	s := startService(t, triggers.ServiceConfig{MaxWait: 300 * time.Millisecond})
-	var got triggers.CompactResponse
-	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"slow","wait_ms":600000}`, &got)
-	if got.Status != triggers.CompactQueued || got.RequestID == "" {
+	var got schemas.CompactResponse
+	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"slow","wait_ms":600000}`, &got)
+	if got.Status != schemas.CompactQueued || got.RequestID == "" {
 		t.Fatalf("wait without outcome = %+v; want queued", got)
 	}
 	if !strings.Contains(got.Error, "no outcome within 300ms") || !strings.Contains(got.Error, "capped at 300") {
@@ -358,7 +358,7 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 		}
 	}
 
-	m, err := s.client.Request(triggers.ContextSubject, []byte(`{"conversation":"ctx"}`), 10*time.Second)
+	m, err := s.client.Request(schemas.ContextSubject, []byte(`{"conversation":"ctx"}`), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,26 +370,26 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 	if _, err := s.st.PutResult(ctx, v, 0); err != nil {
 		t.Fatal(err)
 	}
-	var cx triggers.ContextResponse
-	svcCall(t, s.client, triggers.ContextSubject, `{"conversation":"ctx"}`, &cx)
+	var cx schemas.ContextResponse
+	svcCall(t, s.client, schemas.ContextSubject, `{"conversation":"ctx"}`, &cx)
 	if cx.TailStartSeq != last || cx.LastSeq != last || cx.Value == nil || cx.Value.Generation != 1 || string(cx.Value.Unknown["future"]) != `"kept"` {
 		t.Fatalf("context = %+v", cx)
 	}
 
-	var cs triggers.ConversationStatus
-	svcCall(t, s.client, triggers.StatusSubject, `{"conversation":"ctx"}`, &cs)
+	var cs schemas.ConversationStatus
+	svcCall(t, s.client, schemas.StatusSubject, `{"conversation":"ctx"}`, &cs)
 	if cs.Pending || cs.LastSeq != last || cs.Value == nil || cs.Value.Generation != 1 {
 		t.Fatalf("status of ctx = %+v", cs)
 	}
 	var all jetstream.Status
-	svcCall(t, s.client, triggers.StatusSubject, `{}`, &all)
+	svcCall(t, s.client, schemas.StatusSubject, `{}`, &all)
 	if len(all.Streams) == 0 || all.Streams[0].Name != "CHAT" || all.Streams[0].Messages != 3 || len(all.Consumers) == 0 {
 		t.Fatalf("status = %+v", all)
 	}
 
 	// policy: get, set (merge), remove a key, clear.
-	var p triggers.PolicyResponse
-	svcCall(t, s.client, triggers.PolicySubject, `{"conversation":"ctx"}`, &p)
+	var p schemas.PolicyResponse
+	svcCall(t, s.client, schemas.PolicySubject, `{"conversation":"ctx"}`, &p)
 	if len(p.Policy) != 0 || p.Settings["threshold"] != 0.75 || p.Settings["context_window"] != 4000.0 {
 		t.Fatalf("policy get = %+v", p)
 	}
@@ -406,12 +406,12 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("settings keys = %v; want every policy key: %v", got, want)
 	}
-	svcCall(t, s.client, triggers.PolicySubject, `{"conversation":"ctx","set":{"threshold":0.6,"strategy":"tool-rounds"}}`, &p)
+	svcCall(t, s.client, schemas.PolicySubject, `{"conversation":"ctx","set":{"threshold":0.6,"strategy":"tool-rounds"}}`, &p)
 	if p.Policy["threshold"] != "0.6" || p.Policy["strategy"] != "tool-rounds" || p.Settings["threshold"] != 0.6 {
 		t.Fatalf("policy set = %+v", p)
 	}
-	p = triggers.PolicyResponse{} // a fresh map: Unmarshal merges into an existing one
-	svcCall(t, s.client, triggers.PolicySubject, `{"conversation":"ctx","set":{"strategy":"","keep_last_n":"8"}}`, &p)
+	p = schemas.PolicyResponse{} // a fresh map: Unmarshal merges into an existing one
+	svcCall(t, s.client, schemas.PolicySubject, `{"conversation":"ctx","set":{"strategy":"","keep_last_n":"8"}}`, &p)
 	if _, ok := p.Policy["strategy"]; ok || p.Policy["threshold"] != "0.6" || p.Policy["keep_last_n"] != "8" {
 		t.Fatalf("policy merge = %+v; want strategy removed, threshold kept, keep_last_n added", p.Policy)
 	}
@@ -423,8 +423,8 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 	if err != nil || len(stored) != 2 || stored["keep_last_n"] != "8" {
 		t.Fatalf("stored policy = %v, %v", stored, err)
 	}
-	p = triggers.PolicyResponse{}
-	svcCall(t, s.client, triggers.PolicySubject, `{"conversation":"ctx","clear":true}`, &p)
+	p = schemas.PolicyResponse{}
+	svcCall(t, s.client, schemas.PolicySubject, `{"conversation":"ctx","clear":true}`, &p)
 	if len(p.Policy) != 0 || p.Settings["threshold"] != 0.75 {
 		t.Fatalf("policy clear = %+v", p)
 	}
@@ -435,32 +435,32 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 
 func TestServiceRefusesBadInputNamingTheField(t *testing.T) {
 	s := startService(t, triggers.ServiceConfig{})
-	long := strings.Repeat("x", triggers.MaxInstructionsBytes+1)
+	long := strings.Repeat("x", schemas.MaxInstructionsBytes+1)
 	for _, tc := range []struct {
 		name, subj, body string
 		want             string
 	}{
-		{"malformed", triggers.CompactSubject, `{"conversation":`, "request: malformed JSON"},
-		{"empty", triggers.CompactSubject, ``, "request: body is empty"},
-		{"not an object", triggers.CompactSubject, `["c1"]`, "request: must be a JSON object"},
-		{"trailing data", triggers.CompactSubject, `{"conversation":"c"} {}`, "request: must be one JSON object"},
-		{"bad id", triggers.CompactSubject, `{"conversation":"bad id"}`, "conversation: character ' ' at position 3"},
-		{"missing id", triggers.CompactSubject, `{"wait_ms":10}`, "conversation: must not be empty"},
-		{"wait type", triggers.CompactSubject, `{"conversation":"c","wait_ms":"soon"}`, "wait_ms: must be an integer"},
-		{"negative wait", triggers.CompactSubject, `{"conversation":"c","wait_ms":-1}`, "wait_ms: must not be negative"},
-		{"bad request id", triggers.CompactSubject, `{"conversation":"c","request_id":"a/b"}`, "request_id: character '/'"},
-		{"unknown field", triggers.CompactSubject, `{"conversation":"c","priority":1}`, "priority: unknown field"},
-		{"long instructions", triggers.CompactSubject, `{"conversation":"c","instructions":"` + long + `"}`, "instructions: is 8193 bytes long"},
-		{"context without id", triggers.ContextSubject, `{}`, "conversation: must not be empty"},
-		{"status bad id", triggers.StatusSubject, `{"conversation":"x.y"}`, "conversation: character '.'"},
-		{"endpoint", triggers.PolicySubject, `{"conversation":"c","set":{"llm_base_url":"http://elsewhere"}}`, "set.llm_base_url: cannot be set per conversation"},
-		{"model", triggers.PolicySubject, `{"conversation":"c","set":{"llm_model":"big"}}`, "set.llm_model: cannot be set per conversation"},
-		{"key variable", triggers.PolicySubject, `{"conversation":"c","set":{"llm_api_key_env":"HOME"}}`, "set.llm_api_key_env: cannot be set per conversation"},
-		{"unknown key", triggers.PolicySubject, `{"conversation":"c","set":{"colour":"red"}}`, "set.colour: unknown key"},
-		{"bool value", triggers.PolicySubject, `{"conversation":"c","set":{"threshold":true}}`, "set.threshold: must be a string or a number"},
-		{"out of range", triggers.PolicySubject, `{"conversation":"c","set":{"threshold":"2"}}`, "threshold"},
-		{"unknown profile", triggers.PolicySubject, `{"conversation":"c","set":{"profile":"gold"}}`, `profile "gold" does not exist`},
-		{"clear type", triggers.PolicySubject, `{"conversation":"c","clear":"yes"}`, "clear: must be true or false"},
+		{"malformed", schemas.CompactSubject, `{"conversation":`, "request: malformed JSON"},
+		{"empty", schemas.CompactSubject, ``, "request: body is empty"},
+		{"not an object", schemas.CompactSubject, `["c1"]`, "request: must be a JSON object"},
+		{"trailing data", schemas.CompactSubject, `{"conversation":"c"} {}`, "request: must be one JSON object"},
+		{"bad id", schemas.CompactSubject, `{"conversation":"bad id"}`, "conversation: character ' ' at position 3"},
+		{"missing id", schemas.CompactSubject, `{"wait_ms":10}`, "conversation: must not be empty"},
+		{"wait type", schemas.CompactSubject, `{"conversation":"c","wait_ms":"soon"}`, "wait_ms: must be an integer"},
+		{"negative wait", schemas.CompactSubject, `{"conversation":"c","wait_ms":-1}`, "wait_ms: must not be negative"},
+		{"bad request id", schemas.CompactSubject, `{"conversation":"c","request_id":"a/b"}`, "request_id: character '/'"},
+		{"unknown field", schemas.CompactSubject, `{"conversation":"c","priority":1}`, "priority: unknown field"},
+		{"long instructions", schemas.CompactSubject, `{"conversation":"c","instructions":"` + long + `"}`, "instructions: is 8193 bytes long"},
+		{"context without id", schemas.ContextSubject, `{}`, "conversation: must not be empty"},
+		{"status bad id", schemas.StatusSubject, `{"conversation":"x.y"}`, "conversation: character '.'"},
+		{"endpoint", schemas.PolicySubject, `{"conversation":"c","set":{"llm_base_url":"http://elsewhere"}}`, "set.llm_base_url: cannot be set per conversation"},
+		{"model", schemas.PolicySubject, `{"conversation":"c","set":{"llm_model":"big"}}`, "set.llm_model: cannot be set per conversation"},
+		{"key variable", schemas.PolicySubject, `{"conversation":"c","set":{"llm_api_key_env":"HOME"}}`, "set.llm_api_key_env: cannot be set per conversation"},
+		{"unknown key", schemas.PolicySubject, `{"conversation":"c","set":{"colour":"red"}}`, "set.colour: unknown key"},
+		{"bool value", schemas.PolicySubject, `{"conversation":"c","set":{"threshold":true}}`, "set.threshold: must be a string or a number"},
+		{"out of range", schemas.PolicySubject, `{"conversation":"c","set":{"threshold":"2"}}`, "threshold"},
+		{"unknown profile", schemas.PolicySubject, `{"conversation":"c","set":{"profile":"gold"}}`, `profile "gold" does not exist`},
+		{"clear type", schemas.PolicySubject, `{"conversation":"c","clear":"yes"}`, "clear: must be true or false"},
 	} {
 		code, desc := svcError(t, s.client, tc.subj, tc.body)
 		if code != "400" || !strings.Contains(desc, tc.want) {
@@ -481,15 +481,15 @@ func TestServiceRefusesBadInputNamingTheField(t *testing.T) {
 func TestServiceRefusesCompactWhenThePolicyIsInvalid(t *testing.T) {
 	s := startService(t, triggers.ServiceConfig{})
 	// Written past the service (an older tool, by hand): the worker would fail it.
-	if err := s.st.PutPolicy(svcCtx(t), "broken", []byte(`{"profile":"gone"}`)); err != nil {
+	if err := s.st.PutPolicy(svcCtx(t), "broken", []byte(`{"profile":"gone"}`), 0); err != nil {
 		t.Fatal(err)
 	}
-	code, desc := svcError(t, s.client, triggers.CompactSubject, `{"conversation":"broken"}`)
+	code, desc := svcError(t, s.client, schemas.CompactSubject, `{"conversation":"broken"}`)
 	if code != "409" || !strings.Contains(desc, `profile "gone" does not exist`) || !strings.Contains(desc, "nothing was queued") {
 		t.Fatalf("compact with an invalid policy: %s %q", code, desc)
 	}
-	var p triggers.PolicyResponse
-	svcCall(t, s.client, triggers.PolicySubject, `{"conversation":"broken","clear":true,"set":{"threshold":0.8}}`, &p)
+	var p schemas.PolicyResponse
+	svcCall(t, s.client, schemas.PolicySubject, `{"conversation":"broken","clear":true,"set":{"threshold":0.8}}`, &p)
 	if len(p.Policy) != 1 || p.Policy["threshold"] != "0.8" {
 		t.Fatalf("policy replaced = %+v", p.Policy)
 	}
@@ -501,21 +501,21 @@ func TestServiceWaitsDoNotBlockOtherRequests(t *testing.T) {
 	var waits []<-chan *nats.Msg
 	for i := range 3 {
 		conv := fmt.Sprintf("w%d", i)
-		waits = append(waits, asyncCall(s.client, triggers.CompactSubject, fmt.Sprintf(`{"conversation":%q,"wait_ms":60000}`, conv)))
+		waits = append(waits, asyncCall(s.client, schemas.CompactSubject, fmt.Sprintf(`{"conversation":%q,"wait_ms":60000}`, conv)))
 		events.next(t, schemas.EventRequested, conv)
 	}
 	// Every wait slot is taken and nobody answers the waits; the other requests go on.
-	var cx triggers.ContextResponse
-	svcCall(t, s.client, triggers.ContextSubject, `{"conversation":"w0"}`, &cx)
+	var cx schemas.ContextResponse
+	svcCall(t, s.client, schemas.ContextSubject, `{"conversation":"w0"}`, &cx)
 	if cx.Conversation != "w0" || cx.TailStartSeq != 1 {
 		t.Fatalf("context = %+v", cx)
 	}
-	var q triggers.CompactResponse
-	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"nowait"}`, &q)
-	if q.Status != triggers.CompactQueued {
+	var q schemas.CompactResponse
+	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"nowait"}`, &q)
+	if q.Status != schemas.CompactQueued {
 		t.Fatalf("compact without wait = %+v", q)
 	}
-	code, desc := svcError(t, s.client, triggers.CompactSubject, `{"conversation":"w9","wait_ms":1000}`)
+	code, desc := svcError(t, s.client, schemas.CompactSubject, `{"conversation":"w9","wait_ms":1000}`)
 	if code != "503" || !strings.Contains(desc, "too many") || !strings.Contains(desc, "nothing was queued") {
 		t.Fatalf("a wait beyond the limit: %s %q; want 503", code, desc)
 	}
@@ -529,12 +529,12 @@ func TestServiceWaitsDoNotBlockOtherRequests(t *testing.T) {
 	// An outcome frees a slot.
 	req := pendingRequest(t, s.st, "w1")
 	publishEvent(t, s.st, schemas.Event{Type: schemas.EventDeclined, Conversation: "w1", RequestID: req.RequestID})
-	if got := compactAnswer(t, waits[1]); got.Status != triggers.CompactDeclined {
+	if got := compactAnswer(t, waits[1]); got.Status != schemas.CompactDeclined {
 		t.Fatalf("w1 = %+v", got)
 	}
-	var later triggers.CompactResponse
-	svcCall(t, s.client, triggers.CompactSubject, `{"conversation":"w9","wait_ms":1}`, &later)
-	if later.Status != triggers.CompactQueued {
+	var later schemas.CompactResponse
+	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"w9","wait_ms":1}`, &later)
+	if later.Status != schemas.CompactQueued {
 		t.Fatalf("a wait after a slot freed = %+v", later)
 	}
 }
@@ -542,16 +542,16 @@ func TestServiceWaitsDoNotBlockOtherRequests(t *testing.T) {
 func TestServiceShutdownAnswersWaitsInFlight(t *testing.T) {
 	s := startService(t, triggers.ServiceConfig{})
 	events := watchEvents(t, s.client)
-	ch := asyncCall(s.client, triggers.CompactSubject, `{"conversation":"down","request_id":"r1","wait_ms":60000}`)
+	ch := asyncCall(s.client, schemas.CompactSubject, `{"conversation":"down","request_id":"r1","wait_ms":60000}`)
 	events.next(t, schemas.EventRequested, "down")
 	s.stop(t) // Run returns only after the wait was answered
 	select {
 	case m := <-ch:
-		var got triggers.CompactResponse
+		var got schemas.CompactResponse
 		if err := json.Unmarshal(m.Data, &got); err != nil {
 			t.Fatalf("answer %s: %v", m.Data, err)
 		}
-		if got.Status != triggers.CompactQueued || got.RequestID != "r1" || !strings.Contains(got.Error, "service is stopping") {
+		if got.Status != schemas.CompactQueued || got.RequestID != "r1" || !strings.Contains(got.Error, "service is stopping") {
 			t.Fatalf("wait at shutdown = %+v; want queued, saying the service is stopping", got)
 		}
 	case <-time.After(10 * time.Second):
@@ -567,7 +567,7 @@ func TestServiceShutdownAnswersWaitsInFlight(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := s.client.Request(triggers.StatusSubject, nil, 2*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := s.client.Request(schemas.StatusSubject, nil, 2*time.Second); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("status after stop: %v; want no responders", err)
 	}
 }
@@ -581,5 +581,99 @@ func TestServiceConfigIsChecked(t *testing.T) {
 	}
 	if _, err := triggers.NewService(triggers.ServiceConfig{}, &jetstream.Store{}, nil, r.Resolve, zerolog.Nop()); !errors.Is(err, triggers.ErrConfig) {
 		t.Errorf("NewService without policies = %v; want ErrConfig", err)
+	}
+}
+
+// Policy writes are compare-and-set on the revision read: a write on a stale revision
+// is refused with ErrRevisionMismatch, whatever it does (create, update or delete).
+func TestPolicyWritesAreCompareAndSet(t *testing.T) {
+	s := startService(t, triggers.ServiceConfig{})
+	ctx := svcCtx(t)
+	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.6}`), 0); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.7}`), 0); !errors.Is(err, jetstream.ErrRevisionMismatch) {
+		t.Fatalf("create over a policy: %v; want ErrRevisionMismatch", err)
+	}
+	_, rev, err := s.st.GetPolicy(ctx, "cas")
+	if err != nil || rev == 0 {
+		t.Fatalf("get: revision %d, %v", rev, err)
+	}
+	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.7}`), rev); err != nil {
+		t.Fatalf("update on the current revision: %v", err)
+	}
+	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.8}`), rev); !errors.Is(err, jetstream.ErrRevisionMismatch) {
+		t.Fatalf("update on a stale revision: %v; want ErrRevisionMismatch", err)
+	}
+	if err := s.st.PutPolicy(ctx, "cas", nil, rev); !errors.Is(err, jetstream.ErrRevisionMismatch) {
+		t.Fatalf("delete on a stale revision: %v; want ErrRevisionMismatch", err)
+	}
+	data, rev, err := s.st.GetPolicy(ctx, "cas")
+	if err != nil || string(data) != `{"threshold":0.7}` {
+		t.Fatalf("policy after refused writes = %s, %v; want the update", data, err)
+	}
+	if err := s.st.PutPolicy(ctx, "cas", nil, rev); err != nil {
+		t.Fatalf("delete on the current revision: %v", err)
+	}
+	if data, rev, err := s.st.GetPolicy(ctx, "cas"); data != nil || rev != 0 || err != nil {
+		t.Fatalf("policy after delete = %s at %d, %v; want none", data, rev, err)
+	}
+	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.9}`), 0); err != nil {
+		t.Fatalf("create after delete: %v", err)
+	}
+}
+
+// Concurrent policy sets on different keys all survive: each write is compare-and-set,
+// and a write that lost the race is applied again on top of the winner's.
+func TestServiceConcurrentPolicySetsAllSurvive(t *testing.T) {
+	s := startService(t, triggers.ServiceConfig{})
+	// More instances of the service, so requests are handled at the same time (one
+	// instance handles the requests of an endpoint one after the other).
+	r, err := policy.NewResolver(policy.Layer{"context_window": "4000"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		svc, err := triggers.NewService(triggers.ServiceConfig{}, s.st, kvPolicies{st: s.st, r: r}, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run returned %v", err)
+			}
+		})
+	}
+	ctx := svcCtx(t)
+	sets := map[string]string{"threshold": "0.7", "keep_last_n": "8", "tool_rounds": "3"}
+	for round := range 10 {
+		conv := fmt.Sprintf("race%d", round)
+		var answers []<-chan *nats.Msg
+		for k, v := range sets {
+			answers = append(answers, asyncCall(s.client, schemas.PolicySubject, fmt.Sprintf(`{"conversation":%q,"set":{%q:%q}}`, conv, k, v)))
+		}
+		for _, ch := range answers {
+			m := <-ch
+			if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+				t.Fatalf("%s: policy set: error %s: %s", conv, code, m.Header.Get(micro.ErrorHeader))
+			}
+		}
+		data, _, err := s.st.GetPolicy(ctx, conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := policy.DecodeConversation(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range sets {
+			if got[k] != v {
+				t.Fatalf("%s: stored policy %v; want every concurrent set %v (an update was lost)", conv, got, sets)
+			}
+		}
 	}
 }

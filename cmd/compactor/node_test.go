@@ -57,7 +57,7 @@ func TestNodeExampleReadsTheSameContext(t *testing.T) {
 		cases["from-node"] = msgs
 	}
 	data, _ := policy.EncodeConversation(policy.Layer{"strategy": "user-messages", "user_message_tokens": "700"})
-	if err := s.st.PutPolicy(ctxFor(t, 5*time.Second), "node-user-messages", data); err != nil {
+	if err := s.st.PutPolicy(ctxFor(t, 5*time.Second), "node-user-messages", data, 0); err != nil {
 		t.Fatal(err)
 	}
 	for conv, msgs := range cases {

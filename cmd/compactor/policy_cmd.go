@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/compactor/compactor/jetstream"
@@ -11,7 +12,8 @@ import (
 
 // policyCmd reads and writes a conversation's policy in KV compaction-policy. Values are
 // checked against the tiers this process sees (its environment and COMPACTOR_CONFIG), so
-// run it with the same configuration as the compactor.
+// run it with the same configuration as the compactor. It prints what compactor.policy
+// answers (schemas.PolicyResponse).
 func policyCmd(ctx context.Context, env Env, args []string, std stdio) error {
 	if len(args) < 2 {
 		return usagef("policy needs a verb (get, set or clear) and a conversation id")
@@ -19,6 +21,26 @@ func policyCmd(ctx context.Context, env Env, args []string, std stdio) error {
 	verb, conv, pairs := args[0], args[1], args[2:]
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return usagef("%v", err)
+	}
+	set := policy.Layer{}
+	switch verb {
+	case "get", "clear":
+		if len(pairs) > 0 {
+			return usagef("policy %s takes no key=value pairs", verb)
+		}
+	case "set":
+		if len(pairs) == 0 {
+			return usagef("policy set needs key=value pairs (keys: %s)", strings.Join(policy.ConversationKeys(), ", "))
+		}
+		for _, kv := range pairs {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return usagef("%q is not key=value", kv)
+			}
+			set[k] = v
+		}
+	default:
+		return usagef("unknown policy verb %q (get, set or clear)", verb)
 	}
 	r, err := env.resolver()
 	if err != nil {
@@ -33,81 +55,39 @@ func policyCmd(ctx context.Context, env Env, args []string, std stdio) error {
 	if err != nil {
 		return err
 	}
-	current := policy.Layer{}
-	if data, _, err := st.GetPolicy(ctx, conv); err != nil {
-		return err
-	} else if data != nil {
-		if current, err = policy.DecodeConversation(data); err != nil {
-			return err
-		}
-	}
-	switch verb {
-	case "get":
-		if len(pairs) > 0 {
-			return usagef("policy get takes no key=value pairs")
-		}
-	case "clear":
-		if len(pairs) > 0 {
-			return usagef("policy clear takes no key=value pairs")
-		}
-		if err := st.PutPolicy(ctx, conv, nil); err != nil {
-			return err
-		}
-		current = policy.Layer{}
-	case "set":
-		if len(pairs) == 0 {
-			return usagef("policy set needs key=value pairs (keys: %s)", strings.Join(safeKeys(), ", "))
-		}
-		for _, kv := range pairs {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return usagef("%q is not key=value", kv)
-			}
-			if v == "" {
-				delete(current, k)
-			} else {
-				current[k] = v
+	var next policy.Layer
+	err = st.UpdatePolicy(ctx, conv, func(data []byte) ([]byte, bool, error) {
+		current := policy.Layer{}
+		if data != nil && verb != "clear" {
+			var err error
+			if current, err = policy.DecodeConversation(data); err != nil {
+				return nil, false, fmt.Errorf("the stored policy of %s is invalid (%w); use policy clear", conv, err)
 			}
 		}
-		if err := policy.CheckConversation(current); err != nil {
-			return err
+		var err error
+		if next, err = policy.Merge(current, verb == "clear", set); err != nil {
+			return nil, false, err
 		}
-		if _, err := r.Resolve(current); err != nil {
-			return err
+		if verb == "get" {
+			return nil, false, nil
 		}
-		data, err := policy.EncodeConversation(current)
-		if err != nil {
-			return err
+		if _, err := r.Resolve(next); err != nil {
+			return nil, false, err
 		}
-		if err := st.PutPolicy(ctx, conv, data); err != nil {
-			return err
+		var out []byte
+		if len(next) > 0 {
+			if out, err = policy.EncodeConversation(next); err != nil {
+				return nil, false, err
+			}
 		}
-	default:
-		return usagef("unknown policy verb %q (get, set or clear)", verb)
-	}
-	s, err := r.Resolve(current)
+		return out, true, nil
+	})
 	if err != nil {
 		return err
 	}
-	return writeJSON(std.out, map[string]any{"conversation": conv, "policy": current, "settings": redacted(s)})
-}
-
-// safeKeys are the keys a conversation may set.
-func safeKeys() []string {
-	keys := []string{policy.ProfileKey}
-	for _, k := range policy.Keys {
-		if k.Scope == policy.Conversation {
-			keys = append(keys, k.Name)
-		}
+	s, err := r.Resolve(next)
+	if err != nil {
+		return err
 	}
-	return keys
-}
-
-// redacted shows settings without anything secret (the key itself is never in
-// Settings; the endpoint may carry credentials in its URL).
-func redacted(s policy.Settings) policy.Settings {
-	if s.LLMBaseURL != "" {
-		s.LLMBaseURL = redactURL(s.LLMBaseURL)
-	}
-	return s
+	return writeJSON(std.out, schemas.PolicyResponse{Conversation: conv, Policy: next, Settings: s.ByKey()})
 }

@@ -118,8 +118,10 @@ func build(env Env, st *jetstream.Store, log zerolog.Logger) ([]component, error
 		fallback := extractive.New()
 		sums := &summarizers{lookup: env.lookup, fallback: fallback, cache: map[llm.Config]*llm.Summarizer{}, log: log}
 		// Build the default profile's summarizer now, so a bad endpoint stops start-up.
-		if _, err := sums.For(r.Base()); err != nil {
+		if sum, err := sums.For(r.Base()); err != nil {
 			return nil, err
+		} else if sum == summarizer.Summarizer(fallback) {
+			log.Warn().Msg("no COMPACTOR_LLM_BASE_URL or API key: summaries are extractive (no LLM) and marked fallback")
 		}
 		for _, name := range r.Profiles() {
 			s, err := r.Resolve(policy.Layer{policy.ProfileKey: name})

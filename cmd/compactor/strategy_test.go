@@ -22,7 +22,7 @@ func TestEveryStrategyEndToEnd(t *testing.T) {
 			conv := "strategy-" + strings.ReplaceAll(strategy, "-", "_")
 			t.Run(strategy, func(t *testing.T) {
 				data, _ := policy.EncodeConversation(policy.Layer{"strategy": strategy})
-				if err := s.st.PutPolicy(ctxFor(t, 5*time.Second), conv, data); err != nil {
+				if err := s.st.PutPolicy(ctxFor(t, 5*time.Second), conv, data, 0); err != nil {
 					t.Fatal(err)
 				}
 				h := watchValues(t, s, conv)
@@ -117,7 +117,7 @@ func TestConversationPolicy(t *testing.T) {
 	s := startStack(t, env, llm)
 	ctx := ctxFor(t, time.Minute)
 	data, _ := policy.EncodeConversation(policy.Layer{"threshold": "0.9", "strategy": "all"})
-	if err := s.st.PutPolicy(ctx, "lenient", data); err != nil {
+	if err := s.st.PutPolicy(ctx, "lenient", data, 0); err != nil {
 		t.Fatal(err)
 	}
 	msgs, _ := needleConversation(14) // ~6,700 tokens: over 0.75 × 8,000, under 0.9 × 8,000
@@ -143,7 +143,7 @@ func TestConversationPolicy(t *testing.T) {
 	}
 	// A policy that went bad after it was written (its profile is gone): the trigger
 	// keeps counting with the defaults, the request fails with the reason, nothing loops.
-	if err := s.st.PutPolicy(ctx, "ghostly", []byte(`{"profile":"ghost"}`)); err != nil {
+	if err := s.st.PutPolicy(ctx, "ghostly", []byte(`{"profile":"ghost"}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	events := collectEvents(t, s.nc, s.st.Config().EventSubject("ghostly"))

@@ -331,3 +331,26 @@ func EncodeConversation(l Layer) ([]byte, error) {
 	}
 	return json.Marshal(out)
 }
+
+// Merge applies a change to a conversation policy: clear empties it first, then every
+// key of set is set (an empty value removes the key). It refuses keys a conversation may
+// not set; the values are checked by resolving the result.
+func Merge(current Layer, clear bool, set Layer) (Layer, error) {
+	next := Layer{}
+	if !clear {
+		for k, v := range current {
+			next[k] = v
+		}
+	}
+	for k, v := range set {
+		if v == "" {
+			delete(next, k)
+		} else {
+			next[k] = v
+		}
+	}
+	if err := CheckConversation(next); err != nil {
+		return nil, err
+	}
+	return next, nil
+}

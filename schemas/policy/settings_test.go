@@ -1,0 +1,64 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// ByKey shows every key, each with the value set put there: a key added to Keys and
+// set but forgotten in value shows as null and fails here.
+func TestByKeyShowsEverySetting(t *testing.T) {
+	var s Settings
+	want := map[string]any{ProfileKey: "gold"}
+	s.Profile = "gold"
+	for i, k := range Keys {
+		var text string
+		switch k.Kind {
+		case Int:
+			text, want[k.Name] = fmt.Sprint(1000+i), 1000+i
+		case Float:
+			f := float64(i) / 100
+			text, want[k.Name] = fmt.Sprint(f), f
+		case Duration:
+			d := time.Duration(i+1) * time.Second
+			text, want[k.Name] = d.String(), d.String()
+		case String:
+			text, want[k.Name] = "v-"+k.Name, "v-"+k.Name
+		}
+		if k.Name == "llm_base_url" {
+			text, want[k.Name] = "https://user:secret@llm.example/v1?key=x", "https://llm.example/v1"
+		}
+		if err := s.set(k, text); err != nil {
+			t.Fatalf("set %s: %v", k.Name, err)
+		}
+	}
+	got := s.ByKey()
+	if len(got) != len(want) {
+		t.Errorf("ByKey has %d keys; want %d", len(got), len(want))
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s = %#v; want %#v", name, got[name], w)
+		}
+	}
+	b, _ := json.Marshal(got)
+	if strings.Contains(string(b), "secret") {
+		t.Fatalf("credentials shown: %s", b)
+	}
+}
+
+func TestConversationKeys(t *testing.T) {
+	keys := ConversationKeys()
+	if keys[0] != ProfileKey || slices.Contains(keys, "llm_model") || !slices.Contains(keys, "threshold") {
+		t.Fatalf("ConversationKeys() = %v", keys)
+	}
+	for _, k := range keys[1:] {
+		if err := CheckConversation(Layer{k: "x"}); err != nil {
+			t.Errorf("%s: %v", k, err)
+		}
+	}
+}

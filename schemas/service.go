@@ -1,0 +1,163 @@
+package schemas
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+)
+
+// The compactor service (NATS micro): its name, which is also its endpoints' group, and
+// the subjects of its endpoints (wire contract v1).
+const (
+	ServiceName    = "compactor"
+	CompactSubject = ServiceName + ".compact"
+	ContextSubject = ServiceName + ".context"
+	StatusSubject  = ServiceName + ".status"
+	PolicySubject  = ServiceName + ".policy"
+)
+
+// Statuses of a compactor.compact answer. completed, declined and failed are the
+// outcome events' types.
+const (
+	CompactQueued    = "queued"
+	CompactBusy      = "busy"
+	CompactCompleted = EventCompleted
+	CompactDeclined  = EventDeclined
+	CompactFailed    = EventFailed
+)
+
+// MaxInstructionsBytes bounds the instructions of one compaction request.
+const MaxInstructionsBytes = 8192
+
+// CompactRequest is the payload of compactor.compact (service-compact-request.v1.json).
+type CompactRequest struct {
+	Conversation string `json:"conversation"`
+	// RequestID names the request (1-128 characters of [A-Za-z0-9_-]); empty: a new
+	// one. The same id sent again within the queue's duplicate window is the same
+	// request, not a second one.
+	RequestID    string `json:"request_id,omitempty"`
+	Instructions string `json:"instructions,omitempty"`
+	// WaitMS > 0 waits up to that many milliseconds (capped by the service) for the
+	// request's outcome.
+	WaitMS int64 `json:"wait_ms,omitempty"`
+}
+
+// Validate checks the request against the wire contract; an error is a
+// *ValidationError naming the field and the rule.
+func (r *CompactRequest) Validate() error {
+	if err := ValidateConversationID(r.Conversation); err != nil {
+		return err
+	}
+	if r.RequestID != "" {
+		if err := ValidateConversationID(r.RequestID); err != nil {
+			// The same rule as a conversation id, named for this field.
+			var ve *ValidationError
+			errors.As(err, &ve)
+			return &ValidationError{Field: "request_id", Rule: ve.Rule}
+		}
+	}
+	if n := len(r.Instructions); n > MaxInstructionsBytes {
+		return invalid("instructions", "is %d bytes long; at most %d are allowed", n, MaxInstructionsBytes)
+	}
+	if r.WaitMS < 0 {
+		return invalid("wait_ms", "must not be negative (0: do not wait)")
+	}
+	return nil
+}
+
+// CompactResponse is the answer of compactor.compact (service-compact-response.v1.json).
+type CompactResponse struct {
+	// Status is queued, busy (a request was already pending: this one, with its
+	// instructions, was NOT queued; ask again when the pending one completes), or after
+	// a wait the outcome: completed, declined or failed. A wait that ends first, or a
+	// service that stops meanwhile, answers queued with Error saying so.
+	Status string `json:"status"`
+	// RequestID is the request's id; for busy, the id of the request already pending
+	// (when the service could read it).
+	RequestID string `json:"request_id,omitempty"`
+	// Result is the conversation's KV value after a completed request.
+	Result *Result `json:"result,omitempty"`
+	// Error explains busy, failed and a queued answer after a wait, and carries the
+	// outcome event's error (e.g. the LLM failure behind a fallback summary).
+	Error string `json:"error,omitempty"`
+}
+
+// ConversationRequest is the payload of compactor.context and compactor.status
+// (service-conversation-request.v1.json). compactor.status without a conversation
+// answers the pipeline's streams and consumers instead.
+type ConversationRequest struct {
+	Conversation string `json:"conversation,omitempty"`
+}
+
+// Validate checks the conversation id (required: compactor.status checks a request
+// only when it names one).
+func (r *ConversationRequest) Validate() error { return ValidateConversationID(r.Conversation) }
+
+// ContextResponse is the answer of compactor.context (service-context-response.v1.json):
+// where the context starts, not the messages (readers fetch the tail with batched
+// direct gets, which keeps the answer under the max payload).
+type ContextResponse struct {
+	Conversation string `json:"conversation"`
+	// Value is the KV value, null when the conversation was never compacted.
+	Value *Result `json:"value"`
+	// TailStartSeq is the first CHAT sequence of the verbatim tail (1 without a value).
+	TailStartSeq uint64 `json:"tail_start_seq"`
+	// LastSeq is the conversation's newest CHAT sequence (0: no messages).
+	LastSeq uint64 `json:"last_seq"`
+}
+
+// ConversationStatus is the answer of compactor.status for one conversation
+// (service-status-response.v1.json).
+type ConversationStatus struct {
+	Conversation string `json:"conversation"`
+	// Value is the KV value, null when the conversation was never compacted.
+	Value   *Result `json:"value"`
+	LastSeq uint64  `json:"last_seq"`
+	// Pending says whether a compaction request waits in the queue (or is being worked on).
+	Pending          bool   `json:"pending"`
+	PendingRequestID string `json:"pending_request_id,omitempty"`
+}
+
+// PolicyRequest is the payload of compactor.policy (service-policy-request.v1.json).
+// Without set or clear it reads.
+type PolicyRequest struct {
+	Conversation string `json:"conversation"`
+	// Set merges keys into the policy: a string or a number each; "" removes the key.
+	// Which keys a conversation may set is the policy's rule (package schemas/policy).
+	Set map[string]any `json:"set,omitempty"`
+	// Clear removes the policy (before Set is applied, so both replace it).
+	Clear bool `json:"clear,omitempty"`
+}
+
+// Validate checks the conversation id and that every value of Set is a string or a
+// number; an error is a *ValidationError naming the field (set.<key>) and the rule.
+func (r *PolicyRequest) Validate() error {
+	if err := ValidateConversationID(r.Conversation); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(r.Set))
+	for k := range r.Set {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		switch r.Set[k].(type) {
+		case string, json.Number, float64, float32, int, int8, int16, int32, int64,
+			uint, uint8, uint16, uint32, uint64:
+		default:
+			return invalid("set."+k, "must be a string or a number (\"\" removes the key)")
+		}
+	}
+	return nil
+}
+
+// PolicyResponse is the answer of compactor.policy (service-policy-response.v1.json),
+// and what `compactor policy` prints.
+type PolicyResponse struct {
+	Conversation string `json:"conversation"`
+	// Policy is the conversation's own policy: key → value as text.
+	Policy map[string]string `json:"policy"`
+	// Settings are the settings the policy resolves to, by key name, plus "profile"
+	// (policy.Settings.ByKey).
+	Settings map[string]any `json:"settings"`
+}

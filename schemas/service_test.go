@@ -1,0 +1,145 @@
+package schemas_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// TestCompactRequestValidate checks each rule, and that the JSON Schema refuses what
+// Validate refuses (except the byte limit of instructions, which JSON Schema cannot
+// count).
+func TestCompactRequestValidate(t *testing.T) {
+	v := newValidator(t)
+	tests := []struct {
+		name       string
+		give       schemas.CompactRequest
+		wantField  string // "" = valid
+		wantRule   string
+		schemaSees bool // the schema refuses it too
+	}{
+		{name: "minimal", give: schemas.CompactRequest{Conversation: "c1"}},
+		{name: "full", give: schemas.CompactRequest{Conversation: "c1", RequestID: "job-1", Instructions: "keep paths", WaitMS: 30000}},
+		{name: "longest instructions", give: schemas.CompactRequest{Conversation: "c", Instructions: strings.Repeat("x", schemas.MaxInstructionsBytes)}},
+		{name: "no conversation", give: schemas.CompactRequest{}, wantField: "conversation", wantRule: "must not be empty", schemaSees: true},
+		{name: "bad conversation", give: schemas.CompactRequest{Conversation: "a.b"}, wantField: "conversation", wantRule: "character '.' at position 1", schemaSees: true},
+		{name: "bad request id", give: schemas.CompactRequest{Conversation: "c", RequestID: "a/b"}, wantField: "request_id", wantRule: "character '/' at position 1", schemaSees: true},
+		{name: "long request id", give: schemas.CompactRequest{Conversation: "c", RequestID: strings.Repeat("r", 129)}, wantField: "request_id", wantRule: "is 129 characters long", schemaSees: true},
+		{name: "long instructions", give: schemas.CompactRequest{Conversation: "c", Instructions: strings.Repeat("é", schemas.MaxInstructionsBytes/2+1)}, wantField: "instructions", wantRule: "is 8194 bytes long"},
+		{name: "negative wait", give: schemas.CompactRequest{Conversation: "c", WaitMS: -1}, wantField: "wait_ms", wantRule: "must not be negative", schemaSees: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.give.Validate()
+			if tt.wantField == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v; want nil", err)
+				}
+			} else {
+				var ve *schemas.ValidationError
+				if !errors.As(err, &ve) || ve.Field != tt.wantField || !strings.Contains(ve.Rule, tt.wantRule) || !errors.Is(err, schemas.ErrInvalid) {
+					t.Fatalf("Validate() = %#v; want a *ValidationError on %s containing %q", err, tt.wantField, tt.wantRule)
+				}
+			}
+			b, err := json.Marshal(tt.give)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if serr := v.validateJSON("service-compact-request.v1.json", b); (serr != nil) != tt.schemaSees {
+				t.Fatalf("schema error %v for %s; want an error: %v", serr, b, tt.schemaSees)
+			}
+		})
+	}
+}
+
+func TestConversationAndPolicyRequestValidate(t *testing.T) {
+	if err := (&schemas.ConversationRequest{Conversation: "c1"}).Validate(); err != nil {
+		t.Fatalf("valid conversation request: %v", err)
+	}
+	if err := (&schemas.ConversationRequest{}).Validate(); !errors.Is(err, schemas.ErrInvalid) || !strings.HasPrefix(err.Error(), "conversation: ") {
+		t.Fatalf("empty conversation request: %v; want conversation: must not be empty", err)
+	}
+	ok := schemas.PolicyRequest{Conversation: "c1", Set: map[string]any{
+		"threshold": 0.6, "keep_last_n": json.Number("8"), "strategy": "all", "max_rounds": 3, "instructions": ""}}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid policy request: %v", err)
+	}
+	for _, tc := range []struct {
+		give schemas.PolicyRequest
+		want string
+	}{
+		{schemas.PolicyRequest{Conversation: "c d"}, "conversation: character ' '"},
+		{schemas.PolicyRequest{Conversation: "c", Set: map[string]any{"threshold": true}}, "set.threshold: must be a string or a number"},
+		{schemas.PolicyRequest{Conversation: "c", Set: map[string]any{"b": nil, "a": []any{}}}, "set.a: must be a string or a number"},
+	} {
+		if err := tc.give.Validate(); !errors.Is(err, schemas.ErrInvalid) || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v; want %q", tc.give, err, tc.want)
+		}
+	}
+}
+
+// TestServiceSchemasAcceptGoOutput checks that what the Go types write is valid under
+// their schema, and that the schemas refuse what the service refuses.
+func TestServiceSchemasAcceptGoOutput(t *testing.T) {
+	v := newValidator(t)
+	at := time.Date(2025, 5, 6, 7, 8, 9, 0, time.UTC)
+	value := &schemas.Result{SchemaVersion: 1, Conversation: "c", Generation: 1, Summary: "s", TailStartSeq: 9, CreatedAt: at}
+	tests := []struct {
+		name    string
+		file    string
+		give    any
+		wantErr bool
+	}{
+		{name: "queued", file: "service-compact-response.v1.json", give: schemas.CompactResponse{Status: schemas.CompactQueued, RequestID: "r"}},
+		{name: "completed", file: "service-compact-response.v1.json", give: schemas.CompactResponse{Status: schemas.CompactCompleted, RequestID: "r", Result: value}},
+		{name: "busy", file: "service-compact-response.v1.json", give: schemas.CompactResponse{Status: schemas.CompactBusy, Error: "pending"}},
+		{name: "unknown status", file: "service-compact-response.v1.json", give: schemas.CompactResponse{Status: "lost"}, wantErr: true},
+		{name: "newer result", file: "service-compact-response.v1.json", give: schemas.CompactResponse{Status: schemas.CompactCompleted,
+			Result: &schemas.Result{SchemaVersion: 2, Conversation: "c"}}, wantErr: true},
+		{name: "conversation request", file: "service-conversation-request.v1.json", give: schemas.ConversationRequest{Conversation: "c1"}},
+		{name: "pipeline status request", file: "service-conversation-request.v1.json", give: schemas.ConversationRequest{}},
+		{name: "conversation request bad id", file: "service-conversation-request.v1.json", give: schemas.ConversationRequest{Conversation: "x.y"}, wantErr: true},
+		{name: "context never compacted", file: "service-context-response.v1.json", give: schemas.ContextResponse{Conversation: "c", TailStartSeq: 1, LastSeq: 3}},
+		{name: "context", file: "service-context-response.v1.json", give: schemas.ContextResponse{Conversation: "c", Value: value, TailStartSeq: 9, LastSeq: 12}},
+		{name: "status", file: "service-status-response.v1.json", give: schemas.ConversationStatus{Conversation: "c", Value: value, LastSeq: 12, Pending: true, PendingRequestID: "r"}},
+		{name: "status never compacted", file: "service-status-response.v1.json", give: schemas.ConversationStatus{Conversation: "c"}},
+		{name: "policy read", file: "service-policy-request.v1.json", give: schemas.PolicyRequest{Conversation: "c"}},
+		{name: "policy set", file: "service-policy-request.v1.json", give: schemas.PolicyRequest{Conversation: "c", Clear: true,
+			Set: map[string]any{"threshold": 0.6, "keep_last_n": "8", "strategy": ""}}},
+		{name: "policy set bool", file: "service-policy-request.v1.json", give: schemas.PolicyRequest{Conversation: "c", Set: map[string]any{"threshold": true}}, wantErr: true},
+		{name: "policy answer", file: "service-policy-response.v1.json", give: schemas.PolicyResponse{Conversation: "c",
+			Policy: map[string]string{"threshold": "0.6"}, Settings: map[string]any{"profile": "", "threshold": 0.6, "idle_after": "0s", "keep_last_n": 20}}},
+		{name: "policy answer without profile", file: "service-policy-response.v1.json", give: schemas.PolicyResponse{Conversation: "c",
+			Policy: map[string]string{}, Settings: map[string]any{"threshold": 0.6}}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := json.Marshal(tt.give)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := v.validateJSON(tt.file, b); (err != nil) != tt.wantErr {
+				t.Fatalf("schema error %v for %s; want error %v", err, b, tt.wantErr)
+			}
+			if r, ok := tt.give.(schemas.PolicyRequest); ok && (r.Validate() != nil) != tt.wantErr {
+				t.Fatalf("PolicyRequest.Validate got %v; want error %v", r.Validate(), tt.wantErr)
+			}
+		})
+	}
+}
+
+func ExampleCompactRequest_Validate() {
+	r := schemas.CompactRequest{Conversation: "support-42", RequestID: "job/1"}
+	err := r.Validate()
+	var ve *schemas.ValidationError
+	fmt.Println(errors.As(err, &ve), ve.Field)
+	fmt.Println(err)
+	// Output:
+	// true request_id
+	// request_id: character '/' at position 3 is not allowed; use only [A-Za-z0-9_-] (1-128 characters)
+}
