@@ -118,6 +118,27 @@ func (s *Store) Enqueue(ctx context.Context, req schemas.Request) (uint64, error
 	return ack.Sequence, nil
 }
 
+// PendingRequest returns the request waiting (or being worked on) for a conversation,
+// nil when there is none.
+func (s *Store) PendingRequest(ctx context.Context, conv string) (*schemas.Request, error) {
+	st, err := s.js.Stream(ctx, s.cfg.RequestsStream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", s.cfg.RequestsStream, err)
+	}
+	m, err := st.GetLastMsgForSubject(ctx, s.cfg.RequestSubject(conv))
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the pending request of %s: %w", conv, err)
+	}
+	var r schemas.Request
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return nil, fmt.Errorf("decode the pending request of %s: %w", conv, err)
+	}
+	return &r, nil
+}
+
 // PublishEvent publishes an event on compact.event.<conv>.
 func (s *Store) PublishEvent(ctx context.Context, ev schemas.Event) error {
 	data, err := json.Marshal(ev)

@@ -295,9 +295,10 @@ func (c *Client) forget(conv string, m *schemas.Message) {
 type ContextOption func(*contextOptions)
 
 type contextOptions struct {
-	atLeast   uint64
-	raw       bool
-	maxTokens int
+	atLeast     uint64
+	raw         bool
+	maxTokens   int
+	waitPending time.Duration
 }
 
 // AtLeastSeq makes the read include sequence n (the one a Publish returned): it
@@ -310,6 +311,12 @@ func Raw() ContextOption { return func(o *contextOptions) { o.raw = true } }
 // MaxTokens cuts the context at read time to fit n tokens (deterministic; the result is
 // flagged Degraded).
 func MaxTokens(n int) ContextOption { return func(o *contextOptions) { o.maxTokens = n } }
+
+// WaitPending makes the read wait, up to d, for the outcome of a compaction that is
+// pending or running for the conversation, then read. Without it Context never waits
+// for a compaction: with compaction ahead of time (soft_threshold) the result is usually
+// in KV before it is needed.
+func WaitPending(d time.Duration) ContextOption { return func(o *contextOptions) { o.waitPending = d } }
 
 // Context is what a model should be sent for a conversation.
 type Context = assemble.Context
@@ -326,6 +333,11 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 	}
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
+	}
+	if o.waitPending > 0 {
+		if err := c.waitPending(ctx, conv, o.waitPending); err != nil {
+			return nil, err
+		}
 	}
 	leader := false
 	for attempt := 0; ; attempt++ {
@@ -376,6 +388,22 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 		case <-time.After(time.Duration(attempt+1) * 20 * time.Millisecond):
 		}
 	}
+}
+
+// waitPending waits up to d for the outcome of the conversation's pending request, if
+// it has one. Running out of time is not an error: the read then shows the context as
+// it is.
+func (c *Client) waitPending(ctx context.Context, conv string, d time.Duration) error {
+	req, err := c.store.PendingRequest(ctx, conv)
+	if err != nil || req == nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if _, err := c.WaitForOutcome(wctx, conv, req.RequestID); err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return nil
 }
 
 // Skipped lists messages a read left out and why.

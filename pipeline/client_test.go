@@ -264,3 +264,36 @@ func TestCompactErrors(t *testing.T) {
 		}
 	})
 }
+
+func TestContextWaitsForAPendingCompactionOnlyWhenAsked(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := ctxT(t)
+		c := pipeline.NewWithStore(st)
+		for range 3 {
+			if _, err := c.Publish(ctx, "w", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("m")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		req := schemas.Request{RequestID: "r1", Conversation: "w", Trigger: schemas.TriggerManual, RequestedAt: time.Now()}
+		if _, err := st.Enqueue(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		// A worker finishes the request a moment later.
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			v := &schemas.Result{SchemaVersion: 1, Conversation: "w", Generation: 1, Summary: "s", TailStartSeq: 3, CoveredThroughSeq: 2, RequestID: "r1"}
+			if _, err := st.PutResult(ctx, v, 0); err != nil {
+				t.Error(err)
+			}
+			_ = st.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "w", RequestID: "r1", Generation: 1, At: time.Now()})
+		}()
+		now, err := c.Context(ctx, "w")
+		if err != nil || now.Generation != 0 {
+			t.Fatalf("a plain read = generation %d, %v; want the current context at once (generation 0)", now.Generation, err)
+		}
+		waited, err := c.Context(ctx, "w", pipeline.WaitPending(10*time.Second))
+		if err != nil || waited.Generation != 1 || !waited.HasSummary {
+			t.Fatalf("a read with WaitPending = generation %d, %v; want the pending compaction's result", waited.Generation, err)
+		}
+	})
+}

@@ -381,7 +381,7 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 		// The same request_id within the duplicate window: this request, queued before.
 		duplicate = true
 	case errors.Is(err, jetstream.ErrRequestPending):
-		pending, perr := s.pendingRequest(ctx, conv)
+		pending, perr := s.store.PendingRequest(ctx, conv)
 		if perr != nil {
 			s.log.Debug().Err(perr).Str("conversation", conv).Msg("read the pending request")
 		}
@@ -528,27 +528,6 @@ func (s *Service) outcome(ctx context.Context, conv string, ev schemas.Event) sc
 	return resp
 }
 
-// pendingRequest returns the request waiting in the queue for conv, nil when none.
-func (s *Service) pendingRequest(ctx context.Context, conv string) (*schemas.Request, error) {
-	cfg := s.store.Config()
-	st, err := s.store.JetStream().Stream(ctx, cfg.RequestsStream)
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", cfg.RequestsStream, err)
-	}
-	m, err := st.GetLastMsgForSubject(ctx, cfg.RequestSubject(conv))
-	if errors.Is(err, natsjs.ErrMsgNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read the pending request of %s: %w", conv, err)
-	}
-	var r schemas.Request
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return nil, fmt.Errorf("decode the pending request of %s: %w", conv, err)
-	}
-	return &r, nil
-}
-
 // duplicateLookback covers the work queue's duplicate window (2 minutes by default):
 // a request id seen again was queued within it.
 const duplicateLookback = 10 * time.Minute
@@ -642,7 +621,7 @@ func (s *Service) onStatus(ctx context.Context, req micro.Request) (any, error) 
 		return nil, err
 	}
 	out := schemas.ConversationStatus{Conversation: in.Conversation, Value: v, LastSeq: last}
-	p, err := s.pendingRequest(ctx, in.Conversation)
+	p, err := s.store.PendingRequest(ctx, in.Conversation)
 	if err != nil {
 		return nil, internal(in.Conversation, err)
 	}
