@@ -2,6 +2,8 @@ package jetstream
 
 import (
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,21 +39,19 @@ func Connect(url, name string, log zerolog.Logger, opts ...nats.Option) (*nats.C
 	return nc, nil
 }
 
-// redact hides credentials in a URL for logs and errors.
-func redact(url string) string {
-	for i := 0; i+3 <= len(url); i++ {
-		if url[i:i+3] == "://" {
-			rest := url[i+3:]
-			for j := 0; j < len(rest); j++ {
-				if rest[j] == '@' {
-					return url[:i+3] + "***@" + rest[j+1:]
-				}
-				if rest[j] == '/' {
-					break
-				}
-			}
-			break
+// redact hides credentials in a comma-separated list of URLs for logs and errors.
+func redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			parts[i] = "(unparseable url)"
+			continue
 		}
+		if u.User != nil {
+			u.User = url.User("redacted")
+		}
+		parts[i] = u.String()
 	}
-	return url
+	return strings.Join(parts, ",")
 }
