@@ -152,7 +152,11 @@ func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, o
 		return nil, po, err
 	}
 	if err := c.checkToolPairing(ctx, conv, m); err != nil {
-		return nil, po, err
+		// A retry with the same MsgID of a tool result that was stored (its ack lost) is
+		// the stream's to de-duplicate: it answers with the first copy's sequence.
+		if po.msgID == "" || !errors.Is(err, errAnswered) {
+			return nil, po, err
+		}
 	}
 	data, err := m.Encode()
 	if err != nil {
@@ -198,7 +202,10 @@ func (c *Client) checkToolPairing(ctx context.Context, conv string, m *schemas.M
 	return c.answer(oc, m.ToolCallID)
 }
 
-var errUnknownCall = errors.New("unknown call")
+var (
+	errUnknownCall = errors.New("unknown call")
+	errAnswered    = errors.New("answered")
+)
 
 func (c *Client) answer(oc *openCalls, id string) error {
 	c.mu.Lock()
@@ -211,7 +218,7 @@ func (c *Client) answer(oc *openCalls, id string) error {
 			Cause: errors.Join(ErrToolResultWithoutCall, errUnknownCall)}
 	case answered:
 		return &schemas.ValidationError{Field: "tool_call_id",
-			Rule: fmt.Sprintf("tool call %q was already answered", id), Cause: ErrToolResultWithoutCall}
+			Rule: fmt.Sprintf("tool call %q was already answered", id), Cause: errors.Join(ErrToolResultWithoutCall, errAnswered)}
 	}
 	oc.answered[id] = true
 	return nil

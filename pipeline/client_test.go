@@ -297,3 +297,33 @@ func TestContextWaitsForAPendingCompactionOnlyWhenAsked(t *testing.T) {
 		}
 	})
 }
+
+// A tool result whose publish was stored but whose ack was lost is retried with the
+// same MsgID: the stream answers with the first copy's sequence instead of the client
+// refusing it as answered twice.
+func TestRetriedToolResultWithMsgIDIsDeduplicated(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := ctxT(t)
+		c := pipeline.NewWithStore(st)
+		if _, err := c.Publish(ctx, "r", call("x"), pipeline.MsgID("m1")); err != nil {
+			t.Fatal(err)
+		}
+		first, err := c.Publish(ctx, "r", result("x"), pipeline.MsgID("m2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, client := range []*pipeline.Client{c, pipeline.NewWithStore(st)} {
+			again, err := client.Publish(ctx, "r", result("x"), pipeline.MsgID("m2"))
+			if err != nil || again != first {
+				t.Fatalf("retry = %d, %v; want the first copy's sequence %d", again, err, first)
+			}
+		}
+		if _, err := c.Publish(ctx, "r", result("x")); !errors.Is(err, pipeline.ErrToolResultWithoutCall) {
+			t.Fatalf("a second answer without MsgID: got %v; want it refused", err)
+		}
+		es, _ := st.LoadEntries(ctx, "r", 0, 0)
+		if len(es) != 2 {
+			t.Fatalf("%d messages stored; want 2", len(es))
+		}
+	})
+}

@@ -222,20 +222,42 @@ func (p *Pool) handle(ctx context.Context, msg natsjs.Msg) {
 	if !permanent && j.attempt < uint64(p.cfg.MaxAttempts) {
 		delay := p.backoff(j.attempt)
 		j.log.Warn().Err(err).Dur("retry_in", delay).Msg("compaction attempt failed")
-		if nerr := msg.NakWithDelay(delay); nerr != nil {
-			j.log.Error().Err(nerr).Msg("nak compaction request")
+		if nerr := p.settle(ctx, msg, fmt.Appendf(nil, "-NAK {\"delay\": %d}", delay.Nanoseconds())); nerr != nil {
+			j.log.Error().Err(nerr).Msg("nak compaction request; it is redelivered after the ack wait")
 		}
 		return
 	}
 	j.log.Error().Err(err).Bool("permanent", permanent).Msg("compaction failed; request dead-lettered")
-	if terr := msg.TermWithReason(truncateReason(err.Error())); terr != nil {
-		j.log.Error().Err(terr).Msg("term compaction request")
+	if terr := p.settle(ctx, msg, []byte("+TERM "+truncateReason(err.Error()))); terr != nil {
+		j.log.Error().Err(terr).Msg("term compaction request; it is redelivered after the ack wait")
 	}
 	if derr := p.store.PublishDead(ctx, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}); derr != nil {
 		j.log.Error().Err(derr).Msg("record dead letter")
 	}
 	p.event(ctx, j, schemas.Event{Type: schemas.EventFailed, Error: err.Error()})
 }
+
+// settle sends an acknowledgement (a nak with its delay, or a term) as a request and
+// retries until the consumer's leader confirms it. A fire-and-forget nak is lost while
+// the consumer has no leader (a server died), and the conversation would then wait for
+// the whole ack wait before its request is tried again.
+func (p *Pool) settle(ctx context.Context, msg natsjs.Msg, body []byte) error {
+	nc := p.store.Conn()
+	var err error
+	for attempt := 1; attempt <= settleAttempts; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err = nc.RequestWithContext(actx, msg.Reply(), body)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		sleep(ctx, time.Duration(attempt)*250*time.Millisecond)
+	}
+	return err
+}
+
+// settleAttempts bounds the tries of settle: enough to outlast a leader election.
+const settleAttempts = 6
 
 func truncateReason(s string) string {
 	if len(s) > 512 {
