@@ -100,34 +100,10 @@ func Provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		stream string
 		cfg    natsjs.ConsumerConfig
 	}{
-		{cfg.ChatStream, natsjs.ConsumerConfig{
-			Durable:        cfg.TriggerConsumer,
-			Description:    "Compactor trigger: one active process, the others stand by",
-			FilterSubject:  cfg.ChatWildcard(),
-			DeliverPolicy:  natsjs.DeliverAllPolicy,
-			AckPolicy:      natsjs.AckExplicitPolicy,
-			AckWait:        cfg.TriggerAckWait,
-			MaxDeliver:     -1,
-			MaxAckPending:  4096,
-			PriorityPolicy: natsjs.PriorityPolicyPinned,
-			PriorityGroups: []string{cfg.TriggerGroup},
-			PinnedTTL:      cfg.TriggerPinnedTTL,
-			Replicas:       cfg.Replicas,
-		}},
-		{cfg.ActivityStream, natsjs.ConsumerConfig{
-			Durable:        cfg.IdleConsumer,
-			Description:    "Compactor idle timers: the active trigger reads the markers expired timers leave",
-			FilterSubject:  cfg.ActivityPrefix + ".*",
-			DeliverPolicy:  natsjs.DeliverAllPolicy,
-			AckPolicy:      natsjs.AckExplicitPolicy,
-			AckWait:        cfg.TriggerAckWait,
-			MaxDeliver:     -1,
-			MaxAckPending:  4096,
-			PriorityPolicy: natsjs.PriorityPolicyPinned,
-			PriorityGroups: []string{cfg.TriggerGroup},
-			PinnedTTL:      cfg.TriggerPinnedTTL,
-			Replicas:       cfg.Replicas,
-		}},
+		{cfg.ChatStream, triggerConsumer(cfg, cfg.TriggerConsumer, cfg.ChatWildcard(),
+			"Compactor trigger: one active process, the others stand by")},
+		{cfg.ActivityStream, triggerConsumer(cfg, cfg.IdleConsumer, cfg.ActivityPrefix+".*",
+			"Compactor idle timers: the active trigger reads the markers expired timers leave")},
 		{cfg.RequestsStream, natsjs.ConsumerConfig{
 			Durable:       cfg.WorkerConsumer,
 			Description:   "Compactor summarizer pool, shared by every worker process",
@@ -144,6 +120,25 @@ func Provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		}
 	}
 	return &Store{nc: nc, js: js, cfg: cfg, results: results}, nil
+}
+
+// triggerConsumer is a consumer only the active trigger process reads: pinned to one
+// client of the trigger group, the others standing by until it goes silent.
+func triggerConsumer(cfg Config, durable, filter, description string) natsjs.ConsumerConfig {
+	return natsjs.ConsumerConfig{
+		Durable:        durable,
+		Description:    description,
+		FilterSubject:  filter,
+		DeliverPolicy:  natsjs.DeliverAllPolicy,
+		AckPolicy:      natsjs.AckExplicitPolicy,
+		AckWait:        cfg.TriggerAckWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  4096,
+		PriorityPolicy: natsjs.PriorityPolicyPinned,
+		PriorityGroups: []string{cfg.TriggerGroup},
+		PinnedTTL:      cfg.TriggerPinnedTTL,
+		Replicas:       cfg.Replicas,
+	}
 }
 
 // Open binds to streams and buckets that Provision created, without changing them.
