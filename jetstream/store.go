@@ -298,6 +298,19 @@ func (s *Store) GetMessage(ctx context.Context, seq uint64) (StoredMsg, error) {
 	return StoredMsg{Seq: raw.Sequence, Subject: raw.Subject, Time: raw.Time, Header: raw.Header, Data: raw.Data}, nil
 }
 
+// LoadPinned reads the messages at seqs (a value's pinned_seqs) by sequence, as entries.
+func (s *Store) LoadPinned(ctx context.Context, seqs []uint64) ([]schemas.Entry, error) {
+	out := make([]schemas.Entry, 0, len(seqs))
+	for _, seq := range seqs {
+		m, err := s.GetMessage(ctx, seq)
+		if err != nil {
+			return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
+		}
+		out = append(out, m.Entry())
+	}
+	return out, nil
+}
+
 // LastSeq returns the sequence of a conversation's newest message, 0 when it has none.
 func (s *Store) LastSeq(ctx context.Context, conv string) (uint64, error) {
 	m, err := s.leaderGet(ctx, s.cfg.ChatStream, map[string]any{"last_by_subj": s.cfg.ChatSubject(conv)})

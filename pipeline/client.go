@@ -354,12 +354,8 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 		}
 		in := assemble.Input{Value: v}
 		if v != nil {
-			for _, seq := range v.PinnedSeqs {
-				m, err := c.store.GetMessage(ctx, seq)
-				if err != nil {
-					return nil, fmt.Errorf("read pinned message %d: %w", seq, err)
-				}
-				in.Pinned = append(in.Pinned, m.Entry())
+			if in.Pinned, err = c.store.LoadPinned(ctx, v.PinnedSeqs); err != nil {
+				return nil, err
 			}
 		}
 		from := uint64(1)

@@ -186,15 +186,15 @@ func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev u
 	}
 	ld.leading = cur == nil || cur.CoveredThroughSeq == 0
 	if cur != nil {
-		for _, seq := range cur.PinnedSeqs {
-			m, err := p.store.GetMessage(ctx, seq)
-			if err != nil {
-				return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
-			}
-			if slices.Contains(cur.KeptSeqs, seq) {
-				ld.kept = append(ld.kept, m.Entry())
+		pinned, err := p.store.LoadPinned(ctx, cur.PinnedSeqs)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range pinned {
+			if slices.Contains(cur.KeptSeqs, e.Seq) {
+				ld.kept = append(ld.kept, e)
 			} else {
-				ld.pinned = append(ld.pinned, m.Entry())
+				ld.pinned = append(ld.pinned, e)
 			}
 		}
 	}

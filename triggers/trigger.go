@@ -365,12 +365,8 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 	var pinned []schemas.Entry
 	if v != nil {
 		from = max(v.TailStartSeq, 1)
-		for _, seq := range v.PinnedSeqs {
-			m, err := b.store.GetMessage(ctx, seq)
-			if err != nil {
-				return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
-			}
-			pinned = append(pinned, m.Entry())
+		if pinned, err = b.store.LoadPinned(ctx, v.PinnedSeqs); err != nil {
+			return nil, err
 		}
 		c.declinedAtSeq = v.DeclinedAtSeq
 		c.generation = v.Generation

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"strings"
 	"time"
 
@@ -19,17 +18,6 @@ import (
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
-
-// redactURL drops credentials and query strings from a URL before it is logged.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparseable url)"
-	}
-	u.User = nil
-	u.RawQuery = ""
-	return u.String()
-}
 
 // clientURL is where the client commands connect: COMPACTOR_NATS_URL, or the embedded
 // server a local `compactor serve` runs on COMPACTOR_LISTEN.

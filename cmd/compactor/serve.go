@@ -208,6 +208,6 @@ func (f *summarizers) For(s policy.Settings) (summarizer.Summarizer, error) {
 		return nil, fmt.Errorf("COMPACTOR_LLM_BASE_URL/COMPACTOR_LLM_MODEL: %w", err)
 	}
 	f.cache[cfg] = sum
-	f.log.Info().Str("llm_base_url", redactURL(base)).Str("model", s.LLMModel).Str("profile", s.Profile).Msg("summaries by LLM")
+	f.log.Info().Str("llm_base_url", policy.RedactURL(base)).Str("model", s.LLMModel).Str("profile", s.Profile).Msg("summaries by LLM")
 	return sum, nil
 }

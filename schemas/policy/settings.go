@@ -32,7 +32,7 @@ func (s Settings) ByKey() map[string]any {
 		}
 		out[k.Name] = v
 	}
-	out["llm_base_url"] = redactURL(s.LLMBaseURL)
+	out["llm_base_url"] = RedactURL(s.LLMBaseURL)
 	return out
 }
 
@@ -99,8 +99,9 @@ func (s Settings) value(name string) any {
 	return nil
 }
 
-// redactURL drops the credentials and the query of an endpoint URL.
-func redactURL(s string) string {
+// RedactURL drops the credentials and the query of an endpoint URL, for logs and
+// answers.
+func RedactURL(s string) string {
 	if s == "" {
 		return ""
 	}
