@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/compactor/compactor/schemas"
 )
 
 // Names are the stream, subject, bucket and consumer names of the wire contract.
@@ -42,36 +44,69 @@ func DefaultNames() Names {
 	}
 }
 
+// Subject builders refuse an id that breaks the conversation id rule
+// (schemas.ValidateConversationID): an id such as "*" or "a.b" would otherwise name
+// another subject, or every conversation's.
+
 // ChatSubject is the subject a conversation's messages are published on.
-func (n Names) ChatSubject(conv string) string { return n.ChatPrefix + "." + conv + ".msg" }
+func (n Names) ChatSubject(conv string) (string, error) {
+	return subject(n.ChatPrefix+".", conv, ".msg")
+}
 
 // ChatWildcard matches every conversation's messages.
 func (n Names) ChatWildcard() string { return n.ChatPrefix + ".*.msg" }
 
-// ConversationOf returns the conversation id of a chat subject.
+// ConversationOf returns the conversation id of a chat subject; false when the
+// subject is not a chat subject or its id breaks the id rule.
 func (n Names) ConversationOf(subject string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, n.ChatPrefix+".")
 	if !ok {
 		return "", false
 	}
 	conv, ok := strings.CutSuffix(rest, ".msg")
-	if !ok || conv == "" || strings.Contains(conv, ".") {
+	if !ok || schemas.ValidateConversationID(conv) != nil {
+		return "", false
+	}
+	return conv, true
+}
+
+// conversationAfter returns the id that follows prefix + "." in subject (the last
+// token of a request, event, dead-letter or activity subject); false when it breaks the
+// id rule.
+func conversationAfter(prefix, subject string) (string, bool) {
+	conv, ok := strings.CutPrefix(subject, prefix+".")
+	if !ok || schemas.ValidateConversationID(conv) != nil {
 		return "", false
 	}
 	return conv, true
 }
 
 // RequestSubject is where a conversation's compaction request waits.
-func (n Names) RequestSubject(conv string) string { return n.RequestPrefix + "." + conv }
+func (n Names) RequestSubject(conv string) (string, error) {
+	return subject(n.RequestPrefix+".", conv, "")
+}
 
 // EventSubject is where a conversation's compaction events are published.
-func (n Names) EventSubject(conv string) string { return n.EventPrefix + "." + conv }
+func (n Names) EventSubject(conv string) (string, error) {
+	return subject(n.EventPrefix+".", conv, "")
+}
 
 // DeadSubject is where a conversation's dead letters go.
-func (n Names) DeadSubject(conv string) string { return n.DeadPrefix + "." + conv }
+func (n Names) DeadSubject(conv string) (string, error) {
+	return subject(n.DeadPrefix+".", conv, "")
+}
 
 // ActivitySubject carries a conversation's idle timer.
-func (n Names) ActivitySubject(conv string) string { return n.ActivityPrefix + "." + conv }
+func (n Names) ActivitySubject(conv string) (string, error) {
+	return subject(n.ActivityPrefix+".", conv, "")
+}
+
+func subject(prefix, conv, suffix string) (string, error) {
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return "", err
+	}
+	return prefix + conv + suffix, nil
+}
 
 // Config sets up the streams, buckets and consumers.
 type Config struct {

@@ -28,47 +28,7 @@ type Store struct {
 // Config returns the store's config.
 func (s *Store) Config() Config { return s.cfg }
 
-// Conn returns the NATS connection.
-func (s *Store) Conn() *nats.Conn { return s.nc }
-
-// JetStream returns the JetStream context.
-func (s *Store) JetStream() natsjs.JetStream { return s.js }
-
-// Results returns the results bucket.
-func (s *Store) Results() natsjs.KeyValue { return s.results }
-
 const apiPrefix = "$JS.API."
-
-// PublishMessage stores one encoded chat message and returns its CHAT sequence. A
-// non-empty msgID sets Nats-Msg-Id, so a retried publish is stored once; the duplicate's
-// ack carries the first copy's sequence.
-func (s *Store) PublishMessage(ctx context.Context, conv string, data []byte, msgID string) (uint64, error) {
-	var opts []natsjs.PublishOpt
-	if msgID != "" {
-		opts = append(opts, natsjs.WithMsgID(msgID))
-	}
-	ack, err := s.js.Publish(ctx, s.cfg.ChatSubject(conv), data, append(opts, natsjs.WithExpectStream(s.cfg.ChatStream))...)
-	if err != nil {
-		return 0, fmt.Errorf("publish to %s: %w", s.cfg.ChatSubject(conv), err)
-	}
-	return ack.Sequence, nil
-}
-
-// PublishMessageAsync is PublishMessage without waiting for the ack.
-func (s *Store) PublishMessageAsync(conv string, data []byte, msgID string) (natsjs.PubAckFuture, error) {
-	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(s.cfg.ChatStream)}
-	if msgID != "" {
-		opts = append(opts, natsjs.WithMsgID(msgID))
-	}
-	f, err := s.js.PublishAsync(s.cfg.ChatSubject(conv), data, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("publish to %s: %w", s.cfg.ChatSubject(conv), err)
-	}
-	return f, nil
-}
-
-// PublishAsyncComplete is closed when every async publish has been acked.
-func (s *Store) PublishAsyncComplete() <-chan struct{} { return s.js.PublishAsyncComplete() }
 
 // StoredMsg is a message read back from a stream.
 type StoredMsg struct {
@@ -90,50 +50,6 @@ func (m StoredMsg) Entry() schemas.Entry {
 	}
 	e.Message = msg
 	return e
-}
-
-// DirectBatchSize is how many messages one batched direct get asks for.
-const DirectBatchSize = 256
-
-// LoadConversation reads a conversation's messages with sequence in [fromSeq, upToSeq]
-// (upToSeq 0: to the end) using batched direct gets, paging from the last returned
-// sequence + 1. Any replica may answer a direct get; use LoadConversationLeader when a
-// read must see the newest writes.
-func (s *Store) LoadConversation(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
-	if fromSeq == 0 {
-		fromSeq = 1
-	}
-	subj := s.cfg.ChatSubject(conv)
-	var out []StoredMsg
-	for {
-		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, fromSeq, DirectBatchSize)
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range page {
-			if upToSeq > 0 && m.Seq > upToSeq {
-				return out, nil
-			}
-			out = append(out, m)
-		}
-		if !more || len(page) == 0 {
-			return out, nil
-		}
-		fromSeq = page[len(page)-1].Seq + 1
-	}
-}
-
-// LoadEntries is LoadConversation decoded into entries.
-func (s *Store) LoadEntries(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]schemas.Entry, error) {
-	msgs, err := s.LoadConversation(ctx, conv, fromSeq, upToSeq)
-	if err != nil {
-		return nil, err
-	}
-	es := make([]schemas.Entry, len(msgs))
-	for i, m := range msgs {
-		es[i] = m.Entry()
-	}
-	return es, nil
 }
 
 // directBatch sends one batched direct get and collects the answers up to the end-of-
@@ -259,66 +175,4 @@ func decodeHeaders(b []byte) (nats.Header, error) {
 		}
 	}
 	return h, nil
-}
-
-// LoadConversationLeader is LoadConversation answered by the stream leader, one message
-// per request: slower, but it sees every acknowledged write (read-your-writes).
-func (s *Store) LoadConversationLeader(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
-	if fromSeq == 0 {
-		fromSeq = 1
-	}
-	var out []StoredMsg
-	for upToSeq == 0 || fromSeq <= upToSeq {
-		m, err := s.leaderGet(ctx, s.cfg.ChatStream, map[string]any{"seq": fromSeq, "next_by_subj": s.cfg.ChatSubject(conv)})
-		if errors.Is(err, errNoMessage) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if upToSeq > 0 && m.Seq > upToSeq {
-			return out, nil
-		}
-		out = append(out, m)
-		fromSeq = m.Seq + 1
-	}
-	return out, nil
-}
-
-// GetMessage reads one CHAT message by sequence (direct get).
-func (s *Store) GetMessage(ctx context.Context, seq uint64) (StoredMsg, error) {
-	st, err := s.js.Stream(ctx, s.cfg.ChatStream)
-	if err != nil {
-		return StoredMsg{}, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
-	}
-	raw, err := st.GetMsg(ctx, seq)
-	if err != nil {
-		return StoredMsg{}, fmt.Errorf("get %s seq %d: %w", s.cfg.ChatStream, seq, err)
-	}
-	return StoredMsg{Seq: raw.Sequence, Subject: raw.Subject, Time: raw.Time, Header: raw.Header, Data: raw.Data}, nil
-}
-
-// LoadPinned reads the messages at seqs (a value's pinned_seqs) by sequence, as entries.
-func (s *Store) LoadPinned(ctx context.Context, seqs []uint64) ([]schemas.Entry, error) {
-	out := make([]schemas.Entry, 0, len(seqs))
-	for _, seq := range seqs {
-		m, err := s.GetMessage(ctx, seq)
-		if err != nil {
-			return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
-		}
-		out = append(out, m.Entry())
-	}
-	return out, nil
-}
-
-// LastSeq returns the sequence of a conversation's newest message, 0 when it has none.
-func (s *Store) LastSeq(ctx context.Context, conv string) (uint64, error) {
-	m, err := s.leaderGet(ctx, s.cfg.ChatStream, map[string]any{"last_by_subj": s.cfg.ChatSubject(conv)})
-	if errors.Is(err, errNoMessage) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	return m.Seq, nil
 }

@@ -161,18 +161,19 @@ func TestEnqueueKeepsOnePendingPerConversation(t *testing.T) {
 		if _, err := st.Enqueue(ctx, req("r4", "bad.id")); !errors.Is(err, schemas.ErrInvalid) {
 			t.Fatalf("bad id: got %v; want ErrInvalid", err)
 		}
-		cons, err := st.WorkerConsumer(ctx)
+		q, err := st.Requests(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := cons.Fetch(1)
-		if err != nil {
-			t.Fatal(err)
+		d, err := q.Next(ctx, 5*time.Second)
+		if err != nil || d == nil {
+			t.Fatalf("next request: %v, %v", d, err)
 		}
-		for m := range b.Messages() {
-			if err := m.DoubleAck(ctx); err != nil {
-				t.Fatal(err)
-			}
+		if d.Conversation != "c" && d.Conversation != "other" {
+			t.Fatalf("delivery conversation %q; want the subject's", d.Conversation)
+		}
+		if err := d.AckSync(ctx); err != nil {
+			t.Fatal(err)
 		}
 		var pending error
 		for i := 0; i < 2; i++ { // the freed slot is for whichever conversation was fetched

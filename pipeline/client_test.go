@@ -13,9 +13,9 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/pipeline/service"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
-	"github.com/compactor/compactor/triggers"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -44,7 +44,7 @@ func TestNewWithoutProvisionNeedsARunningCompactor(t *testing.T) {
 func TestToolResultsArePairedAcrossClients(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
-		a, b := pipeline.NewWithStore(st), pipeline.NewWithStore(st)
+		a, b := pipeline.NewWithStore(nc, st), pipeline.NewWithStore(nc, st)
 		if _, err := a.Publish(ctx, "c", call("x")); err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestToolResultsArePairedAcrossClients(t *testing.T) {
 			m    schemas.Message
 		}{
 			{"answered twice, same client", b, result("x")},
-			{"unknown call", pipeline.NewWithStore(st), result("y")},
+			{"unknown call", pipeline.NewWithStore(nc, st), result("y")},
 		} {
 			if _, err := tc.c.Publish(ctx, "c", tc.m); !errors.Is(err, schemas.ErrInvalid) || !errors.Is(err, pipeline.ErrToolResultWithoutCall) {
 				t.Errorf("%s: got %v; want ErrInvalid and ErrToolResultWithoutCall", tc.name, err)
@@ -81,7 +81,7 @@ func TestToolResultsArePairedAcrossClients(t *testing.T) {
 		if _, err := a.Publish(ctx, "c", call("z")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pipeline.NewWithStore(st).Publish(ctx, "c", result("z")); err != nil {
+		if _, err := pipeline.NewWithStore(nc, st).Publish(ctx, "c", result("z")); err != nil {
 			t.Fatalf("result of the newest round: %v", err)
 		}
 	})
@@ -90,7 +90,7 @@ func TestToolResultsArePairedAcrossClients(t *testing.T) {
 func TestPublishAsyncAndReadYourWrites(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
-		c := pipeline.NewWithStore(st)
+		c := pipeline.NewWithStore(nc, st)
 		var acks []<-chan pipeline.PubAck
 		for i := 0; i < 50; i++ {
 			ch, err := c.PublishAsync(ctx, "async", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("m")})
@@ -123,7 +123,7 @@ func TestPublishAsyncAndReadYourWrites(t *testing.T) {
 func TestContextStripsMetadataUnlessRaw(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
-		c := pipeline.NewWithStore(st)
+		c := pipeline.NewWithStore(nc, st)
 		m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hi"), Tokens: 7, Meta: map[string]string{"pin": "true"}}
 		seq, err := c.Publish(ctx, "meta", m, pipeline.MsgID("one"))
 		if err != nil {
@@ -144,13 +144,13 @@ func TestContextStripsMetadataUnlessRaw(t *testing.T) {
 }
 
 // startService runs the compactor service on st's connection until the test ends.
-func startService(t *testing.T, st *jetstream.Store) {
+func startService(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 	t.Helper()
 	r, err := policy.NewResolver(nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := triggers.NewService(triggers.ServiceConfig{}, st, basePolicies{r}, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	svc, err := service.New(service.Config{}, nc, st, basePolicies{r}, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func startService(t *testing.T, st *jetstream.Store) {
 		}
 	})
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := st.Conn().Request("compactor.status", nil, time.Second); err == nil {
+		if _, err := nc.Request("compactor.status", nil, time.Second); err == nil {
 			return
 		} else if time.Now().After(deadline) {
 			t.Fatalf("compactor service did not start: %v", err)
@@ -182,8 +182,8 @@ func (p basePolicies) Settings(context.Context, string) (policy.Settings, error)
 func TestRequestCompactionIsBusyWhilePending(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
-		startService(t, st)
-		c := pipeline.NewWithStore(st)
+		startService(t, nc, st)
+		c := pipeline.NewWithStore(nc, st)
 		r1, err := c.RequestCompaction(ctx, "busy", "keep the numbers")
 		if err != nil || r1.Status != pipeline.StatusQueued || r1.RequestID == "" {
 			t.Fatalf("first request = %+v, %v; want queued with an id", r1, err)
@@ -212,7 +212,7 @@ func TestRequestCompactionIsBusyWhilePending(t *testing.T) {
 func TestCompactWaitsForTheOutcome(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
-		startService(t, st)
+		startService(t, nc, st)
 		requested := make(chan *nats.Msg, 8)
 		sub, err := nc.ChanSubscribe("compact.event.waited", requested)
 		if err != nil {
@@ -235,7 +235,7 @@ func TestCompactWaitsForTheOutcome(t *testing.T) {
 			}
 			_ = st.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "waited", RequestID: "job-1", Generation: 1, At: time.Now()})
 		}()
-		c := pipeline.NewWithStore(st)
+		c := pipeline.NewWithStore(nc, st)
 		r, err := c.Compact(ctx, "waited", pipeline.RequestID("job-1"), pipeline.Instructions("keep it short"), pipeline.Wait(10*time.Second))
 		if err != nil || r.Status != pipeline.StatusCompleted || r.RequestID != "job-1" || r.Result == nil || r.Result.Summary != "short" {
 			t.Fatalf("Compact with Wait = %+v, %v; want completed with the value", r, err)
@@ -246,14 +246,14 @@ func TestCompactWaitsForTheOutcome(t *testing.T) {
 func TestCompactErrors(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
-		c := pipeline.NewWithStore(st)
+		c := pipeline.NewWithStore(nc, st)
 		if _, err := c.Compact(ctx, "c"); !errors.Is(err, pipeline.ErrNoService) || !strings.Contains(err.Error(), "compactor serve") {
 			t.Fatalf("Compact without a service: %v; want ErrNoService", err)
 		}
 		if _, err := c.RequestCompaction(ctx, "c", ""); !errors.Is(err, pipeline.ErrNoService) {
 			t.Fatalf("RequestCompaction without a service: %v; want ErrNoService", err)
 		}
-		startService(t, st)
+		startService(t, nc, st)
 		_, err := c.Compact(ctx, "c", pipeline.RequestID("not/an/id"))
 		var se *pipeline.ServiceError
 		if !errors.Is(err, schemas.ErrInvalid) || !errors.As(err, &se) || se.Code != 400 || !strings.Contains(se.Description, "request_id") {
@@ -268,7 +268,7 @@ func TestCompactErrors(t *testing.T) {
 func TestContextWaitsForAPendingCompactionOnlyWhenAsked(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
-		c := pipeline.NewWithStore(st)
+		c := pipeline.NewWithStore(nc, st)
 		for range 3 {
 			if _, err := c.Publish(ctx, "w", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("m")}); err != nil {
 				t.Fatal(err)
@@ -304,7 +304,7 @@ func TestContextWaitsForAPendingCompactionOnlyWhenAsked(t *testing.T) {
 func TestRetriedToolResultWithMsgIDIsDeduplicated(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
-		c := pipeline.NewWithStore(st)
+		c := pipeline.NewWithStore(nc, st)
 		if _, err := c.Publish(ctx, "r", call("x"), pipeline.MsgID("m1")); err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +312,7 @@ func TestRetriedToolResultWithMsgIDIsDeduplicated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, client := range []*pipeline.Client{c, pipeline.NewWithStore(st)} {
+		for _, client := range []*pipeline.Client{c, pipeline.NewWithStore(nc, st)} {
 			again, err := client.Publish(ctx, "r", result("x"), pipeline.MsgID("m2"))
 			if err != nil || again != first {
 				t.Fatalf("retry = %d, %v; want the first copy's sequence %d", again, err, first)

@@ -202,7 +202,7 @@ func (j *job) keepAlive(every time.Duration) (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				if err := j.msg.InProgress(); err != nil {
+				if err := j.d.InProgress(); err != nil {
 					j.log.Warn().Err(err).Msg("in-progress ack")
 				}
 			}

@@ -103,7 +103,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		if ferr != nil {
 			return fmt.Errorf("%w; fallback summary: %v", err, ferr)
 		}
-		_ = p.store.PublishDead(ctx, schemas.DeadLetter{Request: j.req, Error: err.Error() + " (fallback summary written)", Attempts: j.attempt, At: p.now()})
+		_ = p.store.PublishDead(ctx, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error() + " (fallback summary written)", Attempts: j.attempt, At: p.now()})
 		out = fb
 		out.Fallback = true
 		j.fallbackFor = err
@@ -186,7 +186,7 @@ func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev u
 	}
 	ld.leading = cur == nil || cur.CoveredThroughSeq == 0
 	if cur != nil {
-		pinned, err := p.store.LoadPinned(ctx, cur.PinnedSeqs)
+		pinned, err := p.store.LoadPinned(ctx, conv, cur.PinnedSeqs)
 		if err != nil {
 			return nil, err
 		}
@@ -385,7 +385,7 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 		return err
 	}
 	j.log.Info().Str("reason", reason).Int("tokens_before", before).Int("tokens_after", after).Msg("compaction declined")
-	if err := j.msg.DoubleAck(ctx); err != nil {
+	if err := j.d.AckSync(ctx); err != nil {
 		return fmt.Errorf("ack declined request: %w", err)
 	}
 	p.event(ctx, j, schemas.Event{Type: schemas.EventDeclined, Generation: next.Generation,
@@ -397,7 +397,7 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 // when loadedThrough > 0, queues another compaction if messages that arrived meanwhile
 // put the conversation over its threshold again.
 func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings, count tokens.Counter) error {
-	if err := j.msg.DoubleAck(ctx); err != nil {
+	if err := j.d.AckSync(ctx); err != nil {
 		return fmt.Errorf("ack completed request: %w", err)
 	}
 	ev := schemas.Event{Type: schemas.EventCompleted, Generation: r.Generation,

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
@@ -133,7 +132,7 @@ func NewPool(cfg Config, store *jetstream.Store, opts Options) (*Pool, error) {
 // Run works on requests until ctx is done, then waits for the jobs in flight to finish
 // (they are not cancelled: a drained job acks or naks its request).
 func (p *Pool) Run(ctx context.Context) error {
-	cons, err := p.store.WorkerConsumer(ctx)
+	q, err := p.store.Requests(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before it started
@@ -143,7 +142,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	p.log.Info().Int("workers", p.cfg.Workers).Msg("summarizer pool started")
 	var wg sync.WaitGroup
 	for i := 0; i < p.cfg.Workers; i++ {
-		wg.Go(func() { p.slot(ctx, cons) })
+		wg.Go(func() { p.slot(ctx, q) })
 	}
 	wg.Wait()
 	p.log.Info().Msg("summarizer pool drained")
@@ -152,23 +151,20 @@ func (p *Pool) Run(ctx context.Context) error {
 
 // slot is one worker: it fetches a request only when it is free, so a process never
 // holds more requests than it has workers.
-func (p *Pool) slot(ctx context.Context, cons natsjs.Consumer) {
+func (p *Pool) slot(ctx context.Context, q *jetstream.Requests) {
 	for ctx.Err() == nil {
-		fctx, cancel := context.WithTimeout(ctx, p.cfg.FetchWait)
-		batch, err := cons.Fetch(1, natsjs.FetchContext(fctx))
+		d, err := q.Next(ctx, p.cfg.FetchWait)
 		if err != nil {
-			cancel()
 			if ctx.Err() == nil {
 				p.log.Warn().Err(err).Msg("fetch compaction request")
 				sleep(ctx, time.Second)
 			}
 			continue
 		}
-		for msg := range batch.Messages() {
+		if d != nil {
 			// The job outlives ctx: shutdown drains it instead of abandoning it.
-			p.handle(context.WithoutCancel(ctx), msg)
+			p.handle(context.WithoutCancel(ctx), d)
 		}
-		cancel()
 	}
 }
 
@@ -183,7 +179,7 @@ func sleep(ctx context.Context, d time.Duration) {
 
 // job is one delivery of one request.
 type job struct {
-	msg     natsjs.Msg
+	d       *jetstream.Delivery
 	req     schemas.Request
 	seq     uint64 // work-queue sequence: stable across redeliveries
 	attempt uint64
@@ -193,25 +189,50 @@ type job struct {
 	log         zerolog.Logger
 }
 
+// decodeRequest reads and validates a request before anything acts on it: it must
+// decode, pass schemas.Request.Validate, and name the conversation of its subject.
+func decodeRequest(d *jetstream.Delivery) (schemas.Request, error) {
+	var req schemas.Request
+	if d.Conversation == "" {
+		return req, fmt.Errorf("subject %q does not name a valid conversation", d.Subject)
+	}
+	if err := json.Unmarshal(d.Data(), &req); err != nil {
+		return req, fmt.Errorf("undecodable request: %w", err)
+	}
+	if err := req.Validate(); err != nil {
+		return req, err
+	}
+	if req.Conversation != d.Conversation {
+		return req, fmt.Errorf("the request names conversation %q but was queued for %q", req.Conversation, d.Conversation)
+	}
+	return req, nil
+}
+
 // handle maps the outcome of one delivery to JetStream: done → the job acked itself;
 // retryable → NakWithDelay; last attempt or permanent → Term, dead letter, failed event.
-func (p *Pool) handle(ctx context.Context, msg natsjs.Msg) {
-	md, err := msg.Metadata()
-	if err != nil {
-		p.log.Error().Err(err).Msg("request without metadata")
-		_ = msg.Term()
+// An invalid request is terminated with a dead letter saying why, and nothing of any
+// conversation is read.
+func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
+	if d.MetadataErr != nil {
+		p.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("request without metadata")
+		_ = d.Term(ctx, "no metadata")
 		return
 	}
-	j := &job{msg: msg, seq: md.Sequence.Stream, attempt: md.NumDelivered, start: p.now()}
-	if err := json.Unmarshal(msg.Data(), &j.req); err == nil {
-		err = j.req.Validate()
-	}
+	j := &job{d: d, seq: d.Seq, attempt: d.Attempt, start: p.now()}
+	req, err := decodeRequest(d)
 	if err != nil {
-		p.log.Error().Err(err).Str("subject", msg.Subject()).Msg("invalid compaction request dropped")
-		_ = msg.TermWithReason("invalid request: " + err.Error())
-		_ = p.store.PublishDead(ctx, schemas.DeadLetter{Request: j.req, Error: "invalid request: " + err.Error(), Attempts: j.attempt, At: p.now()})
+		reason := "invalid request: " + err.Error()
+		p.log.Error().Err(err).Str("subject", d.Subject).Uint64("seq", d.Seq).Msg("invalid compaction request dropped")
+		if terr := d.Term(ctx, reason); terr != nil {
+			p.log.Error().Err(terr).Msg("term invalid request; it is redelivered after the ack wait")
+		}
+		dead := schemas.DeadLetter{Request: req, Error: reason, Attempts: d.Attempt, At: p.now()}
+		if derr := p.store.PublishDead(ctx, d.Conversation, dead); derr != nil {
+			p.log.Error().Err(derr).Msg("record dead letter")
+		}
 		return
 	}
+	j.req = req
 	j.log = p.log.With().Str("conversation", j.req.Conversation).Str("request_id", j.req.RequestID).
 		Uint64("attempt", j.attempt).Logger()
 	err = p.process(ctx, j)
@@ -222,48 +243,19 @@ func (p *Pool) handle(ctx context.Context, msg natsjs.Msg) {
 	if !permanent && j.attempt < uint64(p.cfg.MaxAttempts) {
 		delay := p.backoff(j.attempt)
 		j.log.Warn().Err(err).Dur("retry_in", delay).Msg("compaction attempt failed")
-		if nerr := p.settle(ctx, msg, fmt.Appendf(nil, "-NAK {\"delay\": %d}", delay.Nanoseconds())); nerr != nil {
+		if nerr := d.NakAfter(ctx, delay); nerr != nil {
 			j.log.Error().Err(nerr).Msg("nak compaction request; it is redelivered after the ack wait")
 		}
 		return
 	}
 	j.log.Error().Err(err).Bool("permanent", permanent).Msg("compaction failed; request dead-lettered")
-	if terr := p.settle(ctx, msg, []byte("+TERM "+truncateReason(err.Error()))); terr != nil {
+	if terr := d.Term(ctx, err.Error()); terr != nil {
 		j.log.Error().Err(terr).Msg("term compaction request; it is redelivered after the ack wait")
 	}
-	if derr := p.store.PublishDead(ctx, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}); derr != nil {
+	if derr := p.store.PublishDead(ctx, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}); derr != nil {
 		j.log.Error().Err(derr).Msg("record dead letter")
 	}
 	p.event(ctx, j, schemas.Event{Type: schemas.EventFailed, Error: err.Error()})
-}
-
-// settle sends an acknowledgement (a nak with its delay, or a term) as a request and
-// retries until the consumer's leader confirms it. A fire-and-forget nak is lost while
-// the consumer has no leader (a server died), and the conversation would then wait for
-// the whole ack wait before its request is tried again.
-func (p *Pool) settle(ctx context.Context, msg natsjs.Msg, body []byte) error {
-	nc := p.store.Conn()
-	var err error
-	for attempt := 1; attempt <= settleAttempts; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = nc.RequestWithContext(actx, msg.Reply(), body)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		sleep(ctx, time.Duration(attempt)*250*time.Millisecond)
-	}
-	return err
-}
-
-// settleAttempts bounds the tries of settle: enough to outlast a leader election.
-const settleAttempts = 6
-
-func truncateReason(s string) string {
-	if len(s) > 512 {
-		return s[:512]
-	}
-	return s
 }
 
 // backoff is exponential from BackoffBase, capped at BackoffMax, with ±25% jitter.

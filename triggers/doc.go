@@ -1,7 +1,7 @@
 // Package triggers decides when a conversation needs compacting and queues a request on
 // the work queue.
 //
-// The trigger (Budget) is the one active consumer of CHAT and of ACTIVITY's idle markers
+// The Trigger is the one active consumer of CHAT and of ACTIVITY's idle markers
 // (standby processes wait on the same pinned consumers and take over when it dies). Per
 // conversation it keeps an estimate of pinned + summary + tail with a sequence watermark,
 // so a redelivered message is never counted twice, and asks for a compaction when a
@@ -9,9 +9,8 @@
 // rule (a large tool output) or a temporal rule (an idle conversation) says so — never
 // while the newest tool calls are unanswered.
 //
-// The Service is the NATS micro service "compactor": compactor.compact (manual
-// compactions, with instructions and an optional wait for the outcome),
-// compactor.context, compactor.status and compactor.policy, for clients in any language.
+// Per-conversation state and its rules (state.go) are pure; the network calls live in
+// trigger.go and go through package jetstream.
 //
 // triggers never imports the summarizer: they meet only on the work queue, the events
 // and the KV bucket.

@@ -1,12 +1,15 @@
 package triggers
 
 // TokensOf returns the trigger's estimate for a conversation, and whether it tracks it.
-func (b *Budget) TokensOf(conv string) (int, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c, ok := b.convs[conv]
-	if !ok {
+func (t *Trigger) TokensOf(conv string) (int, bool) {
+	tr := t.lookup(conv)
+	if tr == nil {
 		return 0, false
 	}
-	return c.tokens, true
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.st == nil {
+		return 0, false
+	}
+	return tr.st.tokens, true
 }

@@ -23,10 +23,11 @@ func BenchmarkTrackedConversationHeap(b *testing.B) {
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		convs := make(map[string]*conv, n)
+		convs := make(map[string]*convState, n)
 		for i := range n {
 			id := fmt.Sprintf("conversation-%08d", i)
-			c := &conv{id: id, settings: s, budget: s.Budget(), lastSeen: time.Now(), lastMsgAt: time.Now()}
+			c := &convState{id: id, settings: s, budget: s.Budget(), lastMsgAt: time.Now()}
+			c.lastSeen = time.Now()
 			c.add(&reply, 1)
 			c.add(&call, 2) // one open tool call
 			convs[id] = c

@@ -145,7 +145,7 @@ func TestTokenizerFromThePolicy(t *testing.T) {
 		}
 		return words{}, nil
 	}
-	b, err := triggers.NewBudget(cfg, st, fixed{func(s *policy.Settings) { s.Tokenizer = "o200k_base" }}, zerolog.Nop())
+	b, err := triggers.New(cfg, st, fixed{func(s *policy.Settings) { s.Tokenizer = "o200k_base" }}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,26 +2,21 @@ package triggers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
-	"github.com/compactor/compactor/schemas/budget"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
 )
 
-// Config sets up the budget trigger. Each conversation's budget comes from its
+// Config sets up the trigger. Each conversation's budget comes from its
 // policy.Settings.
 type Config struct {
 	// RetryDelay is how long to wait before asking again when a request was refused
@@ -42,6 +37,13 @@ type Config struct {
 	// SweepEvery is how often idle conversations are looked for, besides the idle
 	// markers of ACTIVITY (which catch them on time, also after a restart).
 	SweepEvery time.Duration
+	// RebuildAttempts bounds the deliveries of one message whose conversation state
+	// cannot be rebuilt (its value does not decode, a tokenizer is missing, NATS is
+	// unreachable). Then the conversation is reported (failed event, error log) and set
+	// aside for BrokenRetry: its messages are acknowledged without counting, so it holds
+	// no consumer slot; the next rebuild reads them from the stream.
+	RebuildAttempts int
+	BrokenRetry     time.Duration
 	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
 	// nil knows chars4 only.
 	Counters func(name string) (tokens.Counter, error)
@@ -57,6 +59,8 @@ func DefaultConfig() Config {
 		Regrow:            0.05,
 		EvictAfter:        15 * time.Minute,
 		SweepEvery:        30 * time.Second,
+		RebuildAttempts:   3,
+		BrokenRetry:       time.Minute,
 	}
 }
 
@@ -81,6 +85,10 @@ func (c Config) Validate() error {
 		return bad("evict-after must be positive")
 	case c.SweepEvery <= 0:
 		return bad("sweep interval must be positive")
+	case c.RebuildAttempts < 1:
+		return bad("rebuild attempts must be at least 1")
+	case c.BrokenRetry <= 0:
+		return bad("broken retry must be positive")
 	}
 	return nil
 }
@@ -92,136 +100,137 @@ type PolicySource interface {
 	Settings(ctx context.Context, conv string) (policy.Settings, error)
 }
 
-// Budget is the budget trigger: the one active consumer of CHAT (other processes stand
-// by on the same pinned consumer) that queues a compaction when a conversation's
-// context estimate reaches the threshold.
-type Budget struct {
+// Trigger is the one active consumer of CHAT and of ACTIVITY's idle markers (other
+// processes stand by on the same pinned consumers). It runs every trigger kind: budget
+// (threshold, token limit, soft threshold, assistant rounds), structural (a large tool
+// output) and temporal (an idle conversation), and queues a compaction request when one
+// says so.
+//
+// No lock that other conversations need is held across a network call: the map of
+// conversations has its own short lock, each conversation its own (held while its
+// messages are counted, its state rebuilt and its request queued), and the event and
+// policy subscriptions only leave signals that the conversation's next handler applies.
+type Trigger struct {
 	cfg      Config
 	store    *jetstream.Store
 	policies PolicySource
 	log      zerolog.Logger
 	now      func() time.Time
 
-	mu    sync.Mutex
-	convs map[string]*conv
+	mu    sync.Mutex // guards convs only; never held during a network call
+	convs map[string]*tracked
 }
 
-// conv is the trigger's cached view of one conversation. It is a cache: dropped when
-// idle or stale, rebuilt from KV and the stream on the next message.
-type conv struct {
-	id        string
-	watermark uint64 // the newest CHAT sequence already counted
-	tokens    int    // pinned + summary + tail, estimated
-	open      map[string]bool
-	stale     bool
-	count     tokens.Counter  // the conversation's tokenizer
-	settings  policy.Settings // the conversation's resolved policy
-	budget    budget.Budget   // settings.Budget()
-	// generation is the compaction generation of the value the estimate builds on.
-	generation uint64
-	lastSeen   time.Time // when the trigger last handled the conversation (for eviction)
+// tracked is one conversation the trigger holds state for.
+type tracked struct {
+	// mu is held while the conversation is worked on, network calls included: only this
+	// conversation's handlers wait on it.
+	mu sync.Mutex
+	st *convState // nil until built; under mu
+	// stale, under mu: the state must be rebuilt before it is used again.
+	stale bool
+	// brokenUntil and broken, under mu: the state could not be rebuilt; until then its
+	// messages are acknowledged without counting.
+	brokenUntil time.Time
+	broken      error
 
-	// rounds counts assistant messages after loadedThrough, the newest sequence the last
-	// compaction read (max_rounds).
-	rounds        int
-	loadedThrough uint64
-	// structural is the reason of a pending structural trigger (a large tool output).
-	structural string
-	// lastMsgAt is the stream time of the newest message (idle detection); lastArm when
-	// the idle timer was last re-armed; idleFiredFor the lastMsgAt of the quiet period an
-	// idle request was already made for.
-	lastMsgAt    time.Time
-	lastArm      time.Time
-	idleFiredFor time.Time
+	// touched, under Trigger.mu: when a handler last took the conversation (eviction).
+	touched time.Time
 
-	declinedAtSeq   uint64
-	tokensAtDecline int
-	inFlightUntil   time.Time
-	failures        int
-	backoffUntil    time.Time
-	retry           *time.Timer
+	// sigMu guards what events and policy changes report. It is never held during a
+	// network call, so the subscriptions never wait on a conversation's work.
+	sigMu sync.Mutex
+	sig   signals
 }
 
-// NewBudget returns a budget trigger; Run starts it.
-func NewBudget(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.Logger) (*Budget, error) {
+// signals are what arrived for a conversation since its handler last looked.
+type signals struct {
+	stale     bool // the policy changed, or a new value was written
+	outcome   bool // the request in flight ended
+	completed bool // ... with a new value: failures are forgotten
+	failures  int  // failed events
+}
+
+func (tr *tracked) signal(fn func(*signals)) {
+	tr.sigMu.Lock()
+	fn(&tr.sig)
+	tr.sigMu.Unlock()
+}
+
+func (tr *tracked) takeSignals() signals {
+	tr.sigMu.Lock()
+	defer tr.sigMu.Unlock()
+	s := tr.sig
+	tr.sig = signals{}
+	return s
+}
+
+// New returns a trigger; Run starts it.
+func New(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.Logger) (*Trigger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if policies == nil {
-		return nil, fmt.Errorf("%w: a policy source is required", ErrConfig)
+	if store == nil || policies == nil {
+		return nil, fmt.Errorf("%w: a store and a policy source are required", ErrConfig)
 	}
-	return &Budget{cfg: cfg, store: store, policies: policies, log: log.With().Str("component", "trigger").Logger(),
-		now: time.Now, convs: map[string]*conv{}}, nil
+	return &Trigger{cfg: cfg, store: store, policies: policies, log: log.With().Str("component", "trigger").Logger(),
+		now: time.Now, convs: map[string]*tracked{}}, nil
 }
 
-// Run consumes CHAT until ctx is done, then drains the message in hand and returns.
-func (b *Budget) Run(ctx context.Context) error {
-	cons, err := b.store.TriggerConsumer(ctx)
+// Run consumes CHAT and ACTIVITY until ctx is done, then drains the messages in hand
+// and returns.
+func (t *Trigger) Run(ctx context.Context) error {
+	events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(ctx, ev) }, func(err error) {
+		t.log.Warn().Err(err).Msg("compaction event skipped")
+	})
 	if err != nil {
 		return stopped(ctx, err)
 	}
-	cfg := b.store.Config()
-	events, err := b.store.Conn().Subscribe(cfg.EventPrefix+".*", b.onEvent)
+	defer events.Stop()
+	policies, err := t.store.WatchPolicies(t.onPolicy)
 	if err != nil {
-		return stopped(ctx, fmt.Errorf("subscribe to events: %w", err))
-	}
-	defer func() { _ = events.Unsubscribe() }()
-	policies, err := b.store.Conn().Subscribe(b.store.PolicySubject(), b.onPolicy)
-	if err != nil {
-		return stopped(ctx, fmt.Errorf("subscribe to policy changes: %w", err))
-	}
-	defer func() { _ = policies.Unsubscribe() }()
-	cc, err := cons.Consume(func(msg natsjs.Msg) { b.onMessage(ctx, msg) },
-		natsjs.PullPriorityGroup(cfg.TriggerGroup),
-		natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
-			if ctx.Err() == nil && !errors.Is(err, natsjs.ErrNoHeartbeat) {
-				b.log.Debug().Err(err).Msg("trigger consumer")
-			}
-		}))
-	if err != nil {
-		return stopped(ctx, fmt.Errorf("consume %s: %w", cfg.ChatStream, err))
-	}
-	idleCons, err := b.store.IdleConsumer(ctx)
-	if err != nil {
-		cc.Stop()
 		return stopped(ctx, err)
 	}
-	ic, err := idleCons.Consume(func(msg natsjs.Msg) { b.onIdle(ctx, msg) },
-		natsjs.PullPriorityGroup(cfg.TriggerGroup),
-		natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
-			if ctx.Err() == nil && !errors.Is(err, natsjs.ErrNoHeartbeat) {
-				b.log.Debug().Err(err).Msg("idle consumer")
+	defer policies.Stop()
+	consumerErr := func(what string) func(error) {
+		return func(err error) {
+			if ctx.Err() == nil {
+				t.log.Warn().Err(err).Msg(what)
 			}
-		}))
-	if err != nil {
-		cc.Stop()
-		return stopped(ctx, fmt.Errorf("consume %s: %w", cfg.ActivityStream, err))
+		}
 	}
-	b.log.Info().Msg("trigger started (active or standby)")
-	evict := time.NewTicker(max(b.cfg.EvictAfter/4, time.Second))
+	chat, err := t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(ctx, d) }, consumerErr("trigger consumer"))
+	if err != nil {
+		return stopped(ctx, err)
+	}
+	idle, err := t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(ctx, d) }, consumerErr("idle consumer"))
+	if err != nil {
+		chat.Drain()
+		return stopped(ctx, err)
+	}
+	t.log.Info().Msg("trigger started (active or standby)")
+	evict := time.NewTicker(max(t.cfg.EvictAfter/4, time.Second))
 	defer evict.Stop()
-	sweep := time.NewTicker(b.cfg.SweepEvery)
+	sweep := time.NewTicker(t.cfg.SweepEvery)
 	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			cc.Drain()
-			ic.Drain()
-			<-cc.Closed()
-			<-ic.Closed()
-			b.mu.Lock()
-			for _, c := range b.convs {
-				if c.retry != nil {
-					c.retry.Stop()
+			chat.Drain()
+			idle.Drain()
+			for _, tr := range t.snapshot() {
+				tr.mu.Lock()
+				if tr.st != nil && tr.st.retry != nil {
+					tr.st.retry.Stop()
 				}
+				tr.mu.Unlock()
 			}
-			b.mu.Unlock()
-			b.log.Info().Msg("trigger stopped")
+			t.log.Info().Msg("trigger stopped")
 			return nil
 		case <-evict.C:
-			b.evict()
+			t.evict()
 		case <-sweep.C:
-			b.sweep(ctx)
+			t.sweep(ctx)
 		}
 	}
 }
@@ -235,137 +244,142 @@ func stopped(ctx context.Context, err error) error {
 }
 
 // Tracked returns how many conversations the trigger holds state for.
-func (b *Budget) Tracked() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.convs)
+func (t *Trigger) Tracked() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.convs)
 }
 
-func (b *Budget) evict() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	cutoff := b.now().Add(-b.cfg.EvictAfter)
-	for id, c := range b.convs {
-		if c.lastSeen.Before(cutoff) && c.retry == nil && !b.now().Before(c.inFlightUntil) && !b.now().Before(c.backoffUntil) {
-			delete(b.convs, id)
+// get returns the conversation's entry, created empty when it has none.
+func (t *Trigger) get(id string) *tracked {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr := t.convs[id]
+	if tr == nil {
+		tr = &tracked{}
+		t.convs[id] = tr
+	}
+	tr.touched = t.now()
+	return tr
+}
+
+// lookup returns the conversation's entry, nil when it is not tracked.
+func (t *Trigger) lookup(id string) *tracked {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.convs[id]
+}
+
+func (t *Trigger) snapshot() []*tracked {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*tracked, 0, len(t.convs))
+	for _, tr := range t.convs {
+		out = append(out, tr)
+	}
+	return out
+}
+
+// evict drops the state of conversations untouched for EvictAfter, unless a request,
+// a retry or a backoff is pending. A conversation being worked on is left alone.
+func (t *Trigger) evict() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	cutoff := now.Add(-t.cfg.EvictAfter)
+	for id, tr := range t.convs {
+		if !tr.touched.Before(cutoff) || !tr.mu.TryLock() {
+			continue
+		}
+		c := tr.st
+		if c == nil || (c.retry == nil && !now.Before(c.inFlightUntil) && !now.Before(c.backoffUntil)) {
+			delete(t.convs, id)
+		}
+		tr.mu.Unlock()
+	}
+}
+
+// ready returns the conversation's state with the signals applied, rebuilt when it has
+// none or it is stale. through is the newest sequence to count on a rebuild (0: the
+// conversation's newest, asked from the stream leader). Callers hold tr.mu.
+func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uint64) (*convState, error) {
+	sig := tr.takeSignals()
+	now := t.now()
+	if sig.stale {
+		tr.stale, tr.broken, tr.brokenUntil = true, nil, time.Time{}
+	}
+	if c := tr.st; c != nil {
+		if sig.outcome {
+			c.inFlightUntil = time.Time{}
+		}
+		if sig.completed {
+			c.failures, c.backoffUntil = 0, time.Time{}
+		}
+		for range sig.failures {
+			c.failed(now, t.cfg.FailureBackoff, t.cfg.FailureBackoffMax)
 		}
 	}
-}
-
-func (b *Budget) onMessage(ctx context.Context, msg natsjs.Msg) {
-	md, err := msg.Metadata()
-	if err != nil {
-		b.log.Error().Err(err).Msg("chat message without metadata")
-		_ = msg.Term()
-		return
+	if tr.st != nil && !tr.stale {
+		return tr.st, nil
 	}
-	seq := md.Sequence.Stream
-	id, ok := b.store.Config().ConversationOf(msg.Subject())
-	if !ok || schemas.ValidateConversationID(id) != nil {
-		b.log.Warn().Str("subject", msg.Subject()).Uint64("seq", seq).Msg("message on a subject with an invalid conversation id skipped")
-		_ = msg.Ack()
-		return
+	if tr.broken != nil && now.Before(tr.brokenUntil) {
+		return nil, tr.broken
 	}
-	log := b.log.With().Str("conversation", id).Uint64("seq", seq).Logger()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c := b.convs[id]
-	if c == nil || c.stale {
-		c, err = b.rebuild(ctx, id, seq-1, c)
+	if through == 0 {
+		last, err := t.store.LastSeq(ctx, id)
 		if err != nil {
-			log.Warn().Err(err).Msg("rebuild conversation state; retrying")
-			_ = msg.NakWithDelay(time.Second)
-			return
+			return nil, err
 		}
-		b.convs[id] = c
+		through = last
 	}
-	c.lastSeen = b.now()
-	if seq <= c.watermark {
-		_ = msg.Ack() // a redelivery: already counted
-		return
+	var old *timers
+	if tr.st != nil {
+		old = &tr.st.timers
 	}
-	e := jetstream.StoredMsg{Seq: seq, Data: msg.Data()}.Entry()
-	c.watermark = seq
-	c.lastMsgAt = md.Timestamp
-	if e.Err != nil {
-		log.Warn().Err(e.Err).Msg("invalid chat message skipped")
-		_ = msg.Ack()
-		return
+	c, err := t.rebuild(ctx, id, through, old)
+	if err != nil {
+		return nil, err
 	}
-	c.add(&e.Message, seq)
-	b.evaluate(ctx, c, log)
-	b.arm(c)
-	_ = msg.Ack()
+	tr.st, tr.stale, tr.broken = c, false, nil
+	return c, nil
 }
 
-// add counts one message and follows the open tool calls of the newest round.
-//
-// A reply that carries the usage its model reported, measured on the context of the
-// conversation's current generation (context_generation), resets the estimate to what
-// the model counted: prompt_tokens + completion_tokens. Usage measured on an older
-// generation's context is ignored.
-//
-// It also counts assistant rounds since the last compaction, and marks a tool output
-// over tool_output_trigger_tokens for a structural trigger.
-func (c *conv) add(m *schemas.Message, seq uint64) {
-	t := tokens.MessageWith(c.count, m)
-	if u := m.Usage; u != nil && m.ContextGeneration != nil && *m.ContextGeneration == c.generation && u.PromptTokens > 0 {
-		c.tokens = u.PromptTokens + u.CompletionTokens
-	} else {
-		c.tokens += t
-	}
-	if m.Role == schemas.RoleAssistant && seq > c.loadedThrough {
-		c.rounds++
-	}
-	if lim := c.settings.ToolOutputTriggerTokens; lim > 0 && m.Role == schemas.RoleTool && t > lim {
-		c.structural = fmt.Sprintf("tool output of %d tokens at seq %d > tool_output_trigger_tokens %d", t, seq, lim)
-	}
-	switch {
-	case m.HasToolCalls():
-		c.open = make(map[string]bool, len(m.ToolCalls))
-		for _, tc := range m.ToolCalls {
-			c.open[tc.ID] = true
-		}
-	case m.Role == schemas.RoleTool:
-		delete(c.open, m.ToolCallID)
-	case m.Role == schemas.RoleAssistant:
-		c.open = nil // the agent moved on; the round stays incomplete forever
-	}
-}
-
-// rebuild reads the conversation's value and tail up to upTo into a fresh state. The
-// timers and backoffs of an old state carry over.
-func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv) (*conv, error) {
-	s, err := b.policies.Settings(ctx, id)
+// rebuild reads the conversation's value and messages through the sequence through
+// into a fresh state (the message at through counted). The timers of an old state
+// carry over.
+func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *timers) (*convState, error) {
+	s, err := t.policies.Settings(ctx, id)
 	if errors.Is(err, policy.ErrPolicy) {
 		// Keep counting against the settings without the policy; the worker reports
 		// the bad policy on the request (failed event, dead letter).
-		b.log.Warn().Err(err).Str("conversation", id).Msg("invalid conversation policy; using the defaults for the trigger")
+		t.log.Warn().Err(err).Str("conversation", id).Msg("invalid conversation policy; using the defaults for the trigger")
 	} else if err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
-	v, _, err := b.store.GetResult(ctx, id, false)
+	// From the leader: a rebuild follows a new value, which a lagging replica may not
+	// have yet.
+	v, _, err := t.store.GetResult(ctx, id, true)
 	if err != nil {
 		return nil, err
 	}
 	count := tokens.Counter(tokens.Chars4{})
 	if s.Tokenizer != "" && s.Tokenizer != "chars4" {
-		if b.cfg.Counters == nil {
+		if t.cfg.Counters == nil {
 			return nil, fmt.Errorf("tokenizer %q is not available in this process", s.Tokenizer)
 		}
-		if count, err = b.cfg.Counters(s.Tokenizer); err != nil {
+		if count, err = t.cfg.Counters(s.Tokenizer); err != nil {
 			return nil, err
 		}
 	}
-	c := &conv{id: id, watermark: upTo, settings: s, budget: s.Budget(), count: count}
+	c := &convState{id: id, watermark: through, settings: s, budget: s.Budget(), count: count}
 	if old != nil {
-		c.retry, c.failures, c.backoffUntil = old.retry, old.failures, old.backoffUntil
+		c.timers = *old
 	}
 	from := uint64(1)
 	var pinned []schemas.Entry
 	if v != nil {
 		from = max(v.TailStartSeq, 1)
-		if pinned, err = b.store.LoadPinned(ctx, v.PinnedSeqs); err != nil {
+		if pinned, err = t.store.LoadPinned(ctx, id, v.PinnedSeqs); err != nil {
 			return nil, err
 		}
 		c.declinedAtSeq = v.DeclinedAtSeq
@@ -373,12 +387,16 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 		c.loadedThrough = v.LoadedThroughSeq
 	}
 	var tail []schemas.Entry
-	if upTo >= from {
-		if tail, err = b.store.LoadEntries(ctx, id, from, upTo); err != nil {
+	if through >= from {
+		if tail, err = t.store.LoadEntriesThrough(ctx, id, from, through); err != nil {
 			return nil, err
 		}
 	}
-	c.tokens = tokens.EntriesWith(count, pinned)
+	for _, e := range pinned {
+		if e.Err == nil {
+			c.tokens += tokens.MessageWith(count, &e.Message)
+		}
+	}
 	if v != nil && v.Summary != "" {
 		sm := assemble.SummaryMessage(v)
 		c.tokens += tokens.MessageWith(count, &sm)
@@ -403,139 +421,212 @@ func (b *Budget) rebuild(ctx context.Context, id string, upTo uint64, old *conv)
 	return c, nil
 }
 
-// decide says whether the conversation needs compacting and why: the kinds are OR-ed,
-// structural first, then the budget rules.
-func (c *conv) decide() (kind, reason string) {
-	b, s := c.budget, c.settings
-	switch {
-	case c.structural != "":
-		return schemas.TriggerStructural, c.structural
-	case c.tokens >= b.ThresholdTokens():
-		return schemas.TriggerBudget, fmt.Sprintf("context %d tokens ≥ threshold %d (%g × %d)", c.tokens, b.ThresholdTokens(), b.Threshold, b.ContextWindow)
-	case s.TokenLimit > 0 && c.tokens >= s.TokenLimit:
-		return schemas.TriggerBudget, fmt.Sprintf("context %d tokens ≥ token_limit %d", c.tokens, s.TokenLimit)
-	case s.SoftThreshold > 0 && c.tokens >= int(s.SoftThreshold*float64(b.ContextWindow)):
-		return schemas.TriggerBudget, fmt.Sprintf("context %d tokens ≥ soft threshold %d (%g × %d): compacting ahead of time",
-			c.tokens, int(s.SoftThreshold*float64(b.ContextWindow)), s.SoftThreshold, b.ContextWindow)
-	case s.MaxRounds > 0 && c.rounds >= s.MaxRounds:
-		return schemas.TriggerBudget, fmt.Sprintf("%d assistant rounds since the last compaction ≥ max_rounds %d", c.rounds, s.MaxRounds)
+// cannotRebuild settles a delivery whose conversation state could not be rebuilt: a
+// redelivery after a pause while attempts remain, then the conversation is reported
+// and set aside for BrokenRetry, and the delivery acknowledged. It never naks forever.
+func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *jetstream.Delivery, err error, log zerolog.Logger) {
+	if tr.broken != nil && t.now().Before(tr.brokenUntil) {
+		_ = d.Ack() // set aside: the next rebuild reads this message from the stream
+		return
 	}
-	return "", ""
+	if d.Attempt < uint64(t.cfg.RebuildAttempts) {
+		delay := t.cfg.RetryDelay * time.Duration(d.Attempt)
+		log.Warn().Err(err).Uint64("attempt", d.Attempt).Dur("retry_in", delay).Msg("rebuild conversation state; retrying")
+		if nerr := d.NakAfter(ctx, delay); nerr != nil {
+			log.Warn().Err(nerr).Msg("nak chat message; it is redelivered after the ack wait")
+		}
+		return
+	}
+	tr.broken, tr.brokenUntil = err, t.now().Add(t.cfg.BrokenRetry)
+	log.Error().Err(err).Dur("retry_in", t.cfg.BrokenRetry).Msg("conversation state cannot be rebuilt; not counting it until then")
+	ev := schemas.Event{Type: schemas.EventFailed, Conversation: id, RequestID: schemas.NewRequestID(),
+		Reason: "the trigger cannot read the conversation", Error: err.Error(), At: t.now().UTC()}
+	if perr := t.store.PublishEvent(ctx, ev); perr != nil {
+		log.Warn().Err(perr).Msg("publish failed event")
+	}
+	_ = d.Ack()
 }
 
-// evaluate queues a compaction when the conversation needs one. Callers hold b.mu.
-func (b *Budget) evaluate(ctx context.Context, c *conv, log zerolog.Logger) {
-	kind, reason := c.decide()
-	if kind != "" {
-		b.request(ctx, c, kind, reason, log)
+func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
+	if d.MetadataErr != nil {
+		t.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("chat message without metadata")
+		_ = d.Term(ctx, "no metadata")
+		return
 	}
+	id := d.Conversation
+	if id == "" {
+		t.log.Warn().Str("subject", d.Subject).Uint64("seq", d.Seq).Msg("message on a subject with an invalid conversation id skipped")
+		_ = d.Ack()
+		return
+	}
+	log := t.log.With().Str("conversation", id).Uint64("seq", d.Seq).Logger()
+	tr := t.get(id)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	c, err := t.ready(ctx, tr, id, d.Seq)
+	if err != nil {
+		t.cannotRebuild(ctx, tr, id, d, err, log)
+		return
+	}
+	c.lastSeen = t.now()
+	if d.Seq > c.watermark {
+		e := jetstream.StoredMsg{Seq: d.Seq, Data: d.Data()}.Entry()
+		c.watermark = d.Seq
+		c.lastMsgAt = d.Time
+		if e.Err != nil {
+			log.Warn().Err(e.Err).Msg("invalid chat message skipped")
+			_ = d.Ack()
+			return
+		}
+		c.add(&e.Message, d.Seq)
+	} else if d.Time.After(c.lastMsgAt) {
+		c.lastMsgAt = d.Time // counted by the rebuild
+	}
+	// A redelivery (already counted) is evaluated again too: it was not acknowledged
+	// because its request could not be queued.
+	if err := t.evaluate(ctx, c, log); err != nil {
+		log.Warn().Err(err).Dur("retry_in", t.cfg.RetryDelay).Msg("queue compaction; the message is redelivered")
+		if nerr := d.NakAfter(ctx, t.cfg.RetryDelay); nerr != nil {
+			log.Warn().Err(nerr).Msg("nak chat message; it is redelivered after the ack wait")
+		}
+		return
+	}
+	t.arm(c)
+	_ = d.Ack()
+}
+
+// evaluate queues a compaction when the conversation needs one. An error means the
+// queue could not be reached: nothing was queued or scheduled. Callers hold the
+// conversation's lock.
+func (t *Trigger) evaluate(ctx context.Context, c *convState, log zerolog.Logger) error {
+	kind, reason := c.decide()
+	if kind == "" {
+		return nil
+	}
+	return t.request(ctx, c, kind, reason, log)
 }
 
 // request queues a compaction of kind for reason unless the guard or a backoff says
-// not now. Callers hold b.mu.
-func (b *Budget) request(ctx context.Context, c *conv, kind, reason string, log zerolog.Logger) {
-	now := b.now()
-	switch {
-	case len(c.open) > 0: // never while the newest tool calls are unanswered
-		return
-	case now.Before(c.inFlightUntil), now.Before(c.backoffUntil), c.retry != nil:
-		return
-	case c.declinedAtSeq > 0 && c.tokens < c.tokensAtDecline+int(b.cfg.Regrow*float64(c.budget.ContextWindow)):
-		return
+// not now. A request refused because one is pending is asked for again after
+// RetryDelay. Callers hold the conversation's lock.
+func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string, log zerolog.Logger) error {
+	now := t.now()
+	if c.hold(now, t.cfg.Regrow) != "" {
+		return nil
 	}
 	req := schemas.Request{
 		RequestID: schemas.NewRequestID(), Conversation: c.id, Trigger: kind, Reason: reason,
 		RequestedAt: now.UTC(), UpToSeq: c.watermark,
 	}
-	_, err := b.store.Enqueue(ctx, req)
+	_, err := t.store.Enqueue(ctx, req)
 	switch {
 	case err == nil:
-		c.inFlightUntil = now.Add(b.cfg.InFlightTimeout)
+		c.inFlightUntil = now.Add(t.cfg.InFlightTimeout)
 		c.structural = ""
 		log.Info().Int("tokens", c.tokens).Str("trigger", kind).Str("reason", reason).Str("request_id", req.RequestID).Msg("compaction requested")
 		ev := schemas.Event{Type: schemas.EventRequested, Conversation: c.id, RequestID: req.RequestID,
 			Trigger: req.Trigger, Reason: req.Reason, TokensBefore: c.tokens, At: now.UTC()}
-		if err := b.store.PublishEvent(ctx, ev); err != nil {
+		if err := t.store.PublishEvent(ctx, ev); err != nil {
 			log.Warn().Err(err).Msg("publish requested event")
 		}
+		return nil
 	case errors.Is(err, jetstream.ErrRequestPending):
-		b.scheduleRetry(ctx, c)
-	default:
-		log.Warn().Err(err).Msg("queue compaction; will retry")
-		b.scheduleRetry(ctx, c)
+		t.scheduleRetry(ctx, c.id, c, t.cfg.RetryDelay)
+		return nil
 	}
+	return err
 }
 
-// scheduleRetry re-evaluates the conversation after RetryDelay, so a request refused
-// while another was pending is asked for again when the slot frees.
-func (b *Budget) scheduleRetry(ctx context.Context, c *conv) {
-	id := c.id
-	c.retry = time.AfterFunc(b.cfg.RetryDelay, func() {
+// scheduleRetry evaluates the conversation again after d (a pending request may have
+// freed its slot, or a backoff ended). Callers hold the conversation's lock.
+func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d time.Duration) {
+	if c.retry != nil {
+		return
+	}
+	c.retry = time.AfterFunc(d, func() {
 		if ctx.Err() != nil {
 			return
 		}
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		c := b.convs[id]
-		if c == nil {
+		tr := t.lookup(id)
+		if tr == nil {
 			return
 		}
-		c.retry = nil
-		if c.stale {
-			fresh, err := b.rebuild(ctx, id, c.watermark, c)
-			if err != nil {
-				b.log.Warn().Err(err).Str("conversation", id).Msg("rebuild conversation state")
-				b.scheduleRetry(ctx, c)
-				return
-			}
-			fresh.lastSeen = c.lastSeen
-			b.convs[id] = fresh
-			c = fresh
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		if tr.st != nil {
+			tr.st.retry = nil
 		}
-		b.evaluate(ctx, c, b.log.With().Str("conversation", id).Logger())
+		log := t.log.With().Str("conversation", id).Logger()
+		var through uint64
+		if tr.st != nil {
+			through = tr.st.watermark
+		}
+		c, err := t.ready(ctx, tr, id, through)
+		if err != nil {
+			log.Warn().Err(err).Msg("rebuild conversation state")
+			if tr.st != nil {
+				t.scheduleRetry(ctx, id, tr.st, t.cfg.RetryDelay)
+			}
+			return
+		}
+		if err := t.evaluate(ctx, c, log); err != nil {
+			log.Warn().Err(err).Msg("queue compaction; will retry")
+			t.scheduleRetry(ctx, id, c, t.cfg.RetryDelay)
+		}
 	})
 }
 
-// onPolicy makes a conversation's state stale when its policy changes, so its next
-// message is counted against the new settings.
-func (b *Budget) onPolicy(m *nats.Msg) {
-	id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c := b.convs[id]; c != nil {
-		c.stale = true
+// onPolicy makes a conversation's state stale when its policy changes, so it is
+// counted against the new settings.
+func (t *Trigger) onPolicy(id string) {
+	if tr := t.lookup(id); tr != nil {
+		tr.signal(func(s *signals) { s.stale = true })
 	}
 }
 
 // onEvent follows the outcome of requests: a new value makes the state stale (it is
-// rebuilt from KV), a failure spaces the next request out.
-func (b *Budget) onEvent(m *nats.Msg) {
-	var ev schemas.Event
-	if err := json.Unmarshal(m.Data, &ev); err != nil {
-		b.log.Warn().Err(err).Str("subject", m.Subject).Msg("undecodable compaction event skipped")
-		return
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c := b.convs[ev.Conversation]
-	if c == nil {
+// rebuilt from KV), a failure spaces the next request out. The event's conversation is
+// the one its subject names (the store checks the payload against it). A failure also
+// wakes the conversation when its backoff ends, so a quiet conversation still over its
+// budget is asked for again.
+func (t *Trigger) onEvent(ctx context.Context, ev schemas.Event) {
+	tr := t.lookup(ev.Conversation)
+	if tr == nil {
 		return
 	}
 	switch ev.Type {
 	case schemas.EventCompleted, schemas.EventDeclined:
-		c.stale = true
-		c.inFlightUntil = time.Time{}
-		if ev.Type == schemas.EventCompleted {
-			c.failures, c.backoffUntil = 0, time.Time{}
-		}
+		tr.signal(func(s *signals) {
+			s.stale, s.outcome = true, true
+			if ev.Type == schemas.EventCompleted {
+				s.completed, s.failures = true, 0
+			}
+		})
 	case schemas.EventFailed:
-		c.inFlightUntil = time.Time{}
-		c.failures++
-		d := b.cfg.FailureBackoff
-		for i := 1; i < c.failures && d < b.cfg.FailureBackoffMax; i++ {
-			d *= 2
-		}
-		c.backoffUntil = b.now().Add(min(d, b.cfg.FailureBackoffMax))
+		tr.signal(func(s *signals) { s.outcome, s.failures = true, s.failures+1 })
+		go t.wakeAfterFailure(ctx, ev.Conversation)
+	}
+}
+
+// wakeAfterFailure applies a failure's backoff and schedules the conversation's next
+// evaluation for when it ends.
+func (t *Trigger) wakeAfterFailure(ctx context.Context, id string) {
+	tr := t.lookup(id)
+	if tr == nil || ctx.Err() != nil {
+		return
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.st == nil {
+		return
+	}
+	through := tr.st.watermark
+	c, err := t.ready(ctx, tr, id, through)
+	if err != nil {
+		return // the next message rebuilds it
+	}
+	if kind, _ := c.decide(); kind != "" {
+		t.scheduleRetry(ctx, id, c, max(c.backoffUntil.Sub(t.now()), t.cfg.RetryDelay))
 	}
 }
 
@@ -545,92 +636,98 @@ func armEvery(idle time.Duration) time.Duration {
 	return min(max(idle/4, time.Second), 5*time.Second)
 }
 
-// arm re-arms the conversation's idle timer: a message on activity.<conv> with a TTL of
-// idle_after. When it expires, the server leaves a delete marker, which the idle
-// consumer reads as the idle signal, also after a restart. Callers hold b.mu.
-func (b *Budget) arm(c *conv) {
+// arm re-arms the conversation's idle timer (see jetstream.Store.ArmIdle). Callers
+// hold the conversation's lock.
+func (t *Trigger) arm(c *convState) {
 	idle := c.settings.IdleAfter
-	if idle <= 0 || b.now().Sub(c.lastArm) < armEvery(idle) {
+	if idle <= 0 || t.now().Sub(c.lastArm) < armEvery(idle) {
 		return
 	}
-	b.armFor(c, idle)
+	t.armFor(c, idle)
 }
 
-func (b *Budget) armFor(c *conv, ttl time.Duration) {
-	ttl = max(ttl.Round(time.Second), time.Second)
-	m := nats.NewMsg(b.store.Config().ActivitySubject(c.id))
-	m.Header.Set(natsjs.MsgTTLHeader, ttl.String())
-	m.Data = fmt.Appendf(nil, `{"seq":%d}`, c.watermark)
-	if err := b.store.Conn().PublishMsg(m); err != nil {
-		b.log.Warn().Err(err).Str("conversation", c.id).Msg("re-arm idle timer")
+func (t *Trigger) armFor(c *convState, ttl time.Duration) {
+	if err := t.store.ArmIdle(c.id, ttl, c.watermark); err != nil {
+		t.log.Warn().Err(err).Str("conversation", c.id).Msg("re-arm idle timer")
 		return
 	}
-	c.lastArm = b.now()
+	c.lastArm = t.now()
 }
 
 // onIdle handles ACTIVITY: the delete marker an expired idle timer leaves is the idle
-// signal; the timer messages themselves are only acknowledged.
-func (b *Budget) onIdle(ctx context.Context, msg natsjs.Msg) {
-	defer func() { _ = msg.Ack() }()
-	if msg.Headers().Get("Nats-Marker-Reason") == "" {
+// signal; the timer messages themselves are only acknowledged. A signal whose request
+// could not be queued is delivered again.
+func (t *Trigger) onIdle(ctx context.Context, d *jetstream.Delivery) {
+	if !d.IsIdleSignal() || d.Conversation == "" {
+		_ = d.Ack()
 		return
 	}
-	prefix := b.store.Config().ActivityPrefix + "."
-	id, ok := strings.CutPrefix(msg.Subject(), prefix)
-	if !ok || schemas.ValidateConversationID(id) != nil {
+	id := d.Conversation
+	log := t.log.With().Str("conversation", id).Logger()
+	tr := t.get(id)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	c, err := t.ready(ctx, tr, id, 0)
+	if err == nil {
+		c.lastSeen = t.now()
+		err = t.idle(ctx, c)
+	}
+	if err == nil {
+		_ = d.Ack()
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	c := b.convs[id]
-	if c == nil || c.stale {
-		last, err := b.store.LastSeq(ctx, id)
-		if err != nil {
-			b.log.Warn().Err(err).Str("conversation", id).Msg("idle signal: read the conversation")
-			return
-		}
-		if c, err = b.rebuild(ctx, id, last, c); err != nil {
-			b.log.Warn().Err(err).Str("conversation", id).Msg("idle signal: rebuild the conversation")
-			return
-		}
-		c.lastSeen = b.now()
-		b.convs[id] = c
+	if d.Attempt >= uint64(t.cfg.RebuildAttempts) {
+		log.Error().Err(err).Uint64("attempts", d.Attempt).Msg("idle signal dropped")
+		_ = d.Ack()
+		return
 	}
-	b.idle(ctx, c)
+	log.Warn().Err(err).Msg("idle signal; retrying")
+	if nerr := d.NakAfter(ctx, t.cfg.RetryDelay*time.Duration(d.Attempt)); nerr != nil {
+		log.Warn().Err(nerr).Msg("nak idle signal")
+	}
 }
 
 // idle compacts a conversation that has been quiet for idle_after when it is over
 // idle_threshold, once per quiet period. A conversation that was active more recently
 // than the timer knew (re-arming is rate-limited) gets the rest of its time. Callers
-// hold b.mu.
-func (b *Budget) idle(ctx context.Context, c *conv) {
+// hold the conversation's lock.
+func (t *Trigger) idle(ctx context.Context, c *convState) error {
 	idle := c.settings.IdleAfter
 	if idle <= 0 || c.lastMsgAt.IsZero() || !c.idleFiredFor.Before(c.lastMsgAt) {
-		return
+		return nil
 	}
-	quiet := b.now().Sub(c.lastMsgAt)
+	quiet := t.now().Sub(c.lastMsgAt)
 	if quiet < idle-time.Second {
-		b.armFor(c, idle-quiet)
-		return
+		t.armFor(c, idle-quiet)
+		return nil
 	}
-	c.idleFiredFor = c.lastMsgAt
 	limit := int(c.settings.IdleThreshold * float64(c.budget.ContextWindow))
 	if c.tokens < limit {
-		return
+		c.idleFiredFor = c.lastMsgAt
+		return nil
 	}
-	log := b.log.With().Str("conversation", c.id).Logger()
-	b.request(ctx, c, schemas.TriggerTemporal,
+	log := t.log.With().Str("conversation", c.id).Logger()
+	err := t.request(ctx, c, schemas.TriggerTemporal,
 		fmt.Sprintf("idle for %s with %d tokens ≥ idle_threshold %d (%g × %d)", quiet.Round(time.Second), c.tokens, limit,
 			c.settings.IdleThreshold, c.budget.ContextWindow), log)
+	if err == nil {
+		c.idleFiredFor = c.lastMsgAt
+	}
+	return err
 }
 
 // sweep looks for idle conversations among those tracked, in case a marker was missed.
-func (b *Budget) sweep(ctx context.Context) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, c := range b.convs {
-		if !c.stale && c.settings.IdleAfter > 0 && b.now().Sub(c.lastMsgAt) >= c.settings.IdleAfter {
-			b.idle(ctx, c)
+func (t *Trigger) sweep(ctx context.Context) {
+	for _, tr := range t.snapshot() {
+		if ctx.Err() != nil {
+			return
 		}
+		tr.mu.Lock()
+		if c := tr.st; c != nil && !tr.stale && c.settings.IdleAfter > 0 && t.now().Sub(c.lastMsgAt) >= c.settings.IdleAfter {
+			if err := t.idle(ctx, c); err != nil {
+				t.log.Warn().Err(err).Str("conversation", c.id).Msg("idle conversation; the next sweep retries")
+			}
+		}
+		tr.mu.Unlock()
 	}
 }

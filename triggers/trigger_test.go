@@ -54,14 +54,14 @@ func setup(t *testing.T) (*nats.Conn, *jetstream.Store) {
 }
 
 type running struct {
-	b      *triggers.Budget
+	b      *triggers.Trigger
 	cancel context.CancelFunc
 	done   chan error
 }
 
 func start(t *testing.T, st *jetstream.Store, settings ...func(*policy.Settings)) *running {
 	t.Helper()
-	b, err := triggers.NewBudget(testConfig(), st, fixed(settings), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	b, err := triggers.New(testConfig(), st, fixed(settings), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func TestStillOverBudgetEscalates(t *testing.T) {
 	llm.set(func(f *fakeLLM) { f.delay = time.Second })
 	s := startStack(t, env, llm)
 	ctx := ctxFor(t, time.Minute)
-	events := collectEvents(t, s.nc, s.st.Config().EventSubject("burst"))
+	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("burst")))
 	h := watchValues(t, s, "burst")
 	msgs, _ := needleConversation(14) // over the threshold
 	replay(t, s, "burst", msgs, 0)

@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
-	"github.com/compactor/compactor/triggers"
+	"github.com/compactor/compactor/pipeline/service"
 )
 
 func freeAddr(t *testing.T) string {
@@ -180,13 +180,13 @@ func TestEveryRoleRunsTheService(t *testing.T) {
 		env := testEnv(t, 8000)
 		env.Roles = roles
 		st := &jetstream.Store{}
-		comps, err := build(env, st, zerolog.Nop())
+		comps, err := build(env, &nats.Conn{}, st, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
 		n := 0
 		for _, c := range comps {
-			if _, ok := c.(*triggers.Service); ok {
+			if _, ok := c.(*service.Service); ok {
 				n++
 			}
 		}

@@ -37,7 +37,7 @@ func TestClusterNeedlesSurviveManyGenerations(t *testing.T) {
 	llm := newFakeLLM(t)
 	nc := connectTo(t, cluster, nil, "compactor")
 	st := provisionCluster(t, nc, env.jetstream())
-	checkReplicas(t, st, clusterReplicas)
+	checkReplicas(t, nc, st.Config(), clusterReplicas)
 	s := runStack(t, nc, st, env, llm)
 
 	const conv = "cluster-needles"
@@ -108,7 +108,8 @@ func testFailover(t *testing.T, env Env, cfg jetstream.Config, kill func(*jstest
 
 	admin := cluster.Conn(t)
 	adminSt := provisionCluster(t, admin, cfg)
-	js := adminSt.JetStream()
+	js := jsFor(t, admin)
+	adminKV := resultsFor(t, admin, cfg)
 	kvStream := "KV_" + cfg.ResultsBucket
 	victimName := streamLeader(t, js, cfg.ChatStream)
 	moveLeader(t, admin, kvStream, victimName, func() (string, error) { return currentLeader(js, kvStream) })
@@ -124,13 +125,13 @@ func testFailover(t *testing.T, env Env, cfg jetstream.Config, kill func(*jstest
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := pipeline.NewWithStore(clientSt)
+	client := pipeline.NewWithStore(clientNC, clientSt)
 	reader := &stack{nc: clientNC, st: clientSt, client: client} // runs no roles
 
 	const conv = "cluster-failover"
 	msgs, needles := needleConversation(40)
 	vlog := &valueLog{values: map[uint64]*schemas.Result{}}
-	vlog.watch(t, adminSt, conv, natsjs.UpdatesOnly())
+	vlog.watch(t, adminKV, conv, natsjs.UpdatesOnly())
 	generation := func() uint64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -171,7 +172,7 @@ func testFailover(t *testing.T, env Env, cfg jetstream.Config, kill func(*jstest
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		stopWatch, watchErr = vlog.tryWatch(adminSt, conv, natsjs.IncludeHistory())
+		stopWatch, watchErr = vlog.tryWatch(adminKV, conv, natsjs.IncludeHistory())
 	}()
 	t.Cleanup(func() {
 		<-watched
@@ -245,7 +246,7 @@ func testFailover(t *testing.T, env Env, cfg jetstream.Config, kill func(*jstest
 	for _, v := range values {
 		gens[v.Generation] = true
 	}
-	for _, ev := range conversationEvents(t, clientSt, conv) {
+	for _, ev := range conversationEvents(t, clientNC, cfg, conv) {
 		if ev.Type == schemas.EventCompleted && !gens[ev.Generation] {
 			t.Fatalf("completed event for generation %d (request %s), which the bucket never held", ev.Generation, ev.RequestID)
 		}
@@ -310,11 +311,10 @@ func connectTo(t *testing.T, c *jstest.Cluster, first *server.Server, name strin
 
 // checkReplicas asserts that every stream (the buckets' too) and every durable
 // consumer of the contract runs at want replicas.
-func checkReplicas(t *testing.T, st *jetstream.Store, want int) {
+func checkReplicas(t *testing.T, nc *nats.Conn, cfg jetstream.Config, want int) {
 	t.Helper()
 	ctx := ctxFor(t, 30*time.Second)
-	cfg := st.Config()
-	js := st.JetStream()
+	js := jsFor(t, nc)
 	for _, name := range []string{cfg.ChatStream, cfg.RequestsStream, cfg.EventsStream, cfg.DeadStream,
 		cfg.ActivityStream, "KV_" + cfg.ResultsBucket, "KV_" + cfg.PolicyBucket} {
 		stream, err := js.Stream(ctx, name)
@@ -432,9 +432,9 @@ type valueLog struct {
 }
 
 // watch adds a watcher of conv, or fails the test.
-func (l *valueLog) watch(t *testing.T, st *jetstream.Store, conv string, opts ...natsjs.WatchOpt) {
+func (l *valueLog) watch(t *testing.T, kv natsjs.KeyValue, conv string, opts ...natsjs.WatchOpt) {
 	t.Helper()
-	stop, err := l.tryWatch(st, conv, opts...)
+	stop, err := l.tryWatch(kv, conv, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +444,7 @@ func (l *valueLog) watch(t *testing.T, st *jetstream.Store, conv string, opts ..
 // tryWatch adds a watcher of conv and returns what stops it. Creating one is retried
 // for up to 30s: a request that reaches the bucket while it has no leader is never
 // answered, so each attempt is bounded.
-func (l *valueLog) tryWatch(st *jetstream.Store, conv string, opts ...natsjs.WatchOpt) (stop func(), err error) {
+func (l *valueLog) tryWatch(kv natsjs.KeyValue, conv string, opts ...natsjs.WatchOpt) (stop func(), err error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		// The context is the watcher's lifetime, not only its creation's.
@@ -455,7 +455,7 @@ func (l *valueLog) tryWatch(st *jetstream.Store, conv string, opts ...natsjs.Wat
 		}
 		ch := make(chan made, 1)
 		go func() {
-			w, err := st.Results().Watch(ctx, conv, opts...)
+			w, err := kv.Watch(ctx, conv, opts...)
 			ch <- made{w, err}
 		}()
 		var m made
@@ -614,12 +614,11 @@ func readBack(t *testing.T, c *pipeline.Client, conv string, seq uint64, m schem
 }
 
 // conversationEvents reads every event of a conversation from COMPACT_EVENTS.
-func conversationEvents(t *testing.T, st *jetstream.Store, conv string) []schemas.Event {
+func conversationEvents(t *testing.T, nc *nats.Conn, cfg jetstream.Config, conv string) []schemas.Event {
 	t.Helper()
 	ctx := ctxFor(t, 20*time.Second)
-	cfg := st.Config()
-	subj := cfg.EventSubject(conv)
-	stream, err := st.JetStream().Stream(ctx, cfg.EventsStream)
+	subj := must(cfg.EventSubject(conv))
+	stream, err := jsFor(t, nc).Stream(ctx, cfg.EventsStream)
 	if err != nil {
 		t.Fatal(err)
 	}

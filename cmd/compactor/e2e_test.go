@@ -29,7 +29,7 @@ type history struct {
 func watchValues(t *testing.T, s *stack, conv string) *history {
 	t.Helper()
 	h := &history{}
-	w, err := s.st.Results().Watch(ctxFor(t, 10*time.Minute), conv, natsjs.UpdatesOnly())
+	w, err := resultsFor(t, s.nc, s.st.Config()).Watch(ctxFor(t, 10*time.Minute), conv, natsjs.UpdatesOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func settle(t *testing.T, s *stack) {
 	eventually(t, time.Minute, "the work queue to drain", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		st, err := s.st.JetStream().Stream(ctx, s.st.Config().RequestsStream)
+		st, err := jsFor(t, s.nc).Stream(ctx, s.st.Config().RequestsStream)
 		if err != nil {
 			return false
 		}
@@ -428,18 +428,18 @@ func TestBadInputInTheStreamIsSkippedAndReported(t *testing.T) {
 	llm := newFakeLLM(t)
 	s := startStack(t, env, llm)
 	ctx := ctxFor(t, time.Minute)
-	subj := s.st.Config().ChatSubject("mixed")
+	subj := must(s.st.Config().ChatSubject("mixed"))
 	// Another producer, bypassing validation.
 	var badSeqs []uint64
 	for _, raw := range []string{`not json`, `{"role":"robot","content":"x"}`, `{"role":"tool","tool_call_id":"ghost","content":"x"}`} {
-		ack, err := s.st.JetStream().Publish(ctx, subj, []byte(raw))
+		ack, err := jsFor(t, s.nc).Publish(ctx, subj, []byte(raw))
 		if err != nil {
 			t.Fatal(err)
 		}
 		badSeqs = append(badSeqs, ack.Sequence)
 	}
 	// A bad message on another conversation's subject must not poison this one.
-	if _, err := s.st.JetStream().Publish(ctx, s.st.Config().ChatSubject("other"), []byte(`{]`)); err != nil {
+	if _, err := jsFor(t, s.nc).Publish(ctx, must(s.st.Config().ChatSubject("other")), []byte(`{]`)); err != nil {
 		t.Fatal(err)
 	}
 	msgs, needles := needleConversation(20)

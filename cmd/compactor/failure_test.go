@@ -75,7 +75,7 @@ func TestFailingLLMIsRetriedThenDeadLettered(t *testing.T) {
 	llm := newFakeLLM(t)
 	llm.set(func(f *fakeLLM) { f.status = http.StatusServiceUnavailable })
 	s := startStack(t, env, llm)
-	events := collectEvents(t, s.nc, s.st.Config().EventSubject("down"))
+	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("down")))
 	msgs, _ := needleConversation(7) // over the threshold, under the hard limit
 	replay(t, s, "down", msgs, 0)
 	eventually(t, 30*time.Second, "a failed event", func() bool { return events.count(schemas.EventFailed) == 1 })
@@ -89,11 +89,11 @@ func TestFailingLLMIsRetriedThenDeadLettered(t *testing.T) {
 	if v, _, err := s.st.GetResult(ctx, "down", true); err != nil || v != nil {
 		t.Fatalf("a failed compaction wrote a value: %+v, %v", v, err)
 	}
-	dead, err := s.st.JetStream().Stream(ctx, s.st.Config().DeadStream)
+	dead, err := jsFor(t, s.nc).Stream(ctx, s.st.Config().DeadStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := dead.GetLastMsgForSubject(ctx, s.st.Config().DeadSubject("down"))
+	m, err := dead.GetLastMsgForSubject(ctx, must(s.st.Config().DeadSubject("down")))
 	if err != nil {
 		t.Fatalf("no dead letter: %v", err)
 	}
@@ -125,7 +125,7 @@ func TestHardLimitHoldsWithTheLLMDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	events := collectEvents(t, s.nc, s.st.Config().EventSubject("hard"))
+	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("hard")))
 	s2 := runStack(t, s.nc, s.st, env, llm)
 	eventually(t, 30*time.Second, "a completed event", func() bool { return events.count(schemas.EventCompleted) >= 1 })
 	v, _, err := s2.st.GetResult(ctx, "hard", true)
@@ -164,7 +164,7 @@ func TestDeclinedCompactionDoesNotLoop(t *testing.T) {
 	env.Policy["min_progress"] = "0.99" // nothing can shrink the context by 99%
 	llm := newFakeLLM(t)
 	s := startStack(t, env, llm)
-	events := collectEvents(t, s.nc, s.st.Config().EventSubject("stuck"))
+	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("stuck")))
 	msgs, _ := needleConversation(8)
 	replay(t, s, "stuck", msgs, 0)
 	settle(t, s)

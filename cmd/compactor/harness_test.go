@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/compactor/compactor/schemas/corpustest"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,12 +16,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/corpustest"
 )
 
 // fakeLLM is an OpenAI-compatible endpoint for tests, spoken to by the real go-openai
@@ -198,12 +199,12 @@ func runStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, env Env, llm *fa
 	if err := env.validate(); err != nil {
 		t.Fatal(err)
 	}
-	comps, err := build(env, st, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	comps, err := build(env, nc, st, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stack{nc: nc, st: st, client: pipeline.NewWithStore(st), cancel: cancel, done: make(chan error, len(comps))}
+	s := &stack{nc: nc, st: st, client: pipeline.NewWithStore(nc, st), cancel: cancel, done: make(chan error, len(comps))}
 	for _, c := range comps {
 		go func() { s.done <- c.Run(ctx) }()
 	}
@@ -257,4 +258,32 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// must returns a subject a builder made of a valid conversation id.
+func must(subject string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return subject
+}
+
+// jsFor is a JetStream context of the test's own, to look at what the pipeline did.
+func jsFor(t *testing.T, nc *nats.Conn) natsjs.JetStream {
+	t.Helper()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// resultsFor is the results bucket, as the test sees it.
+func resultsFor(t *testing.T, nc *nats.Conn, cfg jetstream.Config) natsjs.KeyValue {
+	t.Helper()
+	kv, err := jsFor(t, nc).KeyValue(ctxFor(t, 10*time.Second), cfg.ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }

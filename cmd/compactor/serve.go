@@ -7,11 +7,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/embedded"
+	"github.com/compactor/compactor/pipeline/service"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/extractive"
@@ -62,7 +64,7 @@ func serve(ctx context.Context, env Env, std stdio) error {
 	if err != nil {
 		return err
 	}
-	comps, err := build(env, st, log)
+	comps, err := build(env, nc, st, log)
 	if err != nil {
 		return err
 	}
@@ -93,7 +95,7 @@ func serve(ctx context.Context, env Env, std stdio) error {
 }
 
 // build wires the roles of this process.
-func build(env Env, st *jetstream.Store, log zerolog.Logger) ([]component, error) {
+func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) ([]component, error) {
 	roles, _ := env.roles()
 	r, err := env.resolver()
 	if err != nil {
@@ -102,13 +104,13 @@ func build(env Env, st *jetstream.Store, log zerolog.Logger) ([]component, error
 	policies := policySource{store: st, resolver: r}
 	// The compactor service runs in every process, whatever its roles: the instances
 	// share the endpoints' queue group.
-	svc, err := triggers.NewService(triggers.DefaultServiceConfig(), st, policies, r.Resolve, log)
+	svc, err := service.New(service.DefaultConfig(), nc, st, policies, r.Resolve, log)
 	if err != nil {
 		return nil, err
 	}
 	comps := []component{svc}
 	if roles.trigger {
-		t, err := triggers.NewBudget(env.triggers(), st, policies, log)
+		t, err := triggers.New(env.triggers(), st, policies, log)
 		if err != nil {
 			return nil, err
 		}

@@ -146,7 +146,7 @@ func TestConversationPolicy(t *testing.T) {
 	if err := s.st.PutPolicy(ctx, "ghostly", []byte(`{"profile":"ghost"}`), 0); err != nil {
 		t.Fatal(err)
 	}
-	events := collectEvents(t, s.nc, s.st.Config().EventSubject("ghostly"))
+	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("ghostly")))
 	replay(t, s, "ghostly", msgs, 0)
 	eventually(t, 30*time.Second, "a failed event naming the profile", func() bool {
 		ev := events.last(schemas.EventFailed)

@@ -1,4 +1,4 @@
-package triggers_test
+package service_test
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/pipeline/service"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
-	"github.com/compactor/compactor/triggers"
 )
 
 // kvPolicies resolves settings from the resolver's tiers and the conversation's policy
@@ -46,6 +46,7 @@ func (p kvPolicies) Settings(ctx context.Context, conv string) (policy.Settings,
 // svcStack is a running compactor service on a fresh server; client is a connection
 // of its own, as another service's would be.
 type svcStack struct {
+	nc     *nats.Conn // the service's connection
 	st     *jetstream.Store
 	client *nats.Conn
 	cancel context.CancelFunc
@@ -53,7 +54,7 @@ type svcStack struct {
 	subs   int // the service connection's subscriptions before the service started
 }
 
-func startService(t *testing.T, cfg triggers.ServiceConfig) *svcStack {
+func startService(t *testing.T, cfg service.Config) *svcStack {
 	t.Helper()
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
@@ -62,12 +63,12 @@ func startService(t *testing.T, cfg triggers.ServiceConfig) *svcStack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := triggers.NewService(cfg, st, kvPolicies{st: st, r: r}, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	svc, err := service.New(cfg, nc, st, kvPolicies{st: st, r: r}, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &svcStack{st: st, client: jstest.Conn(t, srv), cancel: cancel, done: make(chan error, 1), subs: nc.NumSubscriptions()}
+	s := &svcStack{nc: nc, st: st, client: jstest.Conn(t, srv), cancel: cancel, done: make(chan error, 1), subs: nc.NumSubscriptions()}
 	go func() { s.done <- svc.Run(ctx) }()
 	t.Cleanup(func() { s.stop(t) })
 	deadline := time.Now().Add(10 * time.Second)
@@ -215,23 +216,15 @@ func (w *eventWatch) next(t *testing.T, typ, conv string) schemas.Event {
 func pendingRequest(t *testing.T, st *jetstream.Store, conv string) schemas.Request {
 	t.Helper()
 	ctx := svcCtx(t)
-	s, err := st.JetStream().Stream(ctx, st.Config().RequestsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := s.GetLastMsgForSubject(ctx, st.Config().RequestSubject(conv))
-	if err != nil {
+	r, err := st.PendingRequest(ctx, conv)
+	if err != nil || r == nil {
 		t.Fatalf("no request queued for %s: %v", conv, err)
 	}
-	var r schemas.Request
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r
+	return *r
 }
 
 func TestServiceCompactIsQueuedThenBusy(t *testing.T) {
-	s := startService(t, triggers.ServiceConfig{})
+	s := startService(t, service.Config{})
 	events := watchEvents(t, s.client)
 	var first schemas.CompactResponse
 	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"c1","instructions":"keep every path"}`, &first)
@@ -274,7 +267,7 @@ func TestServiceCompactIsQueuedThenBusy(t *testing.T) {
 }
 
 func TestServiceWaitAnswersItsOwnOutcome(t *testing.T) {
-	s := startService(t, triggers.ServiceConfig{})
+	s := startService(t, service.Config{})
 	ctx := svcCtx(t)
 	events := watchEvents(t, s.client)
 
@@ -329,7 +322,7 @@ func publishEvent(t *testing.T, st *jetstream.Store, ev schemas.Event) {
 }
 
 func TestServiceWaitTimeoutAnswersQueued(t *testing.T) {
-	s := startService(t, triggers.ServiceConfig{MaxWait: 300 * time.Millisecond})
+	s := startService(t, service.Config{MaxWait: 300 * time.Millisecond})
 	var got schemas.CompactResponse
 	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"slow","wait_ms":600000}`, &got)
 	if got.Status != schemas.CompactQueued || got.RequestID == "" {
@@ -344,7 +337,7 @@ func TestServiceWaitTimeoutAnswersQueued(t *testing.T) {
 }
 
 func TestServiceContextStatusAndPolicy(t *testing.T) {
-	s := startService(t, triggers.ServiceConfig{})
+	s := startService(t, service.Config{})
 	ctx := svcCtx(t)
 	var last uint64
 	for i := range 3 {
@@ -434,7 +427,7 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 }
 
 func TestServiceRefusesBadInputNamingTheField(t *testing.T) {
-	s := startService(t, triggers.ServiceConfig{})
+	s := startService(t, service.Config{})
 	long := strings.Repeat("x", schemas.MaxInstructionsBytes+1)
 	for _, tc := range []struct {
 		name, subj, body string
@@ -471,15 +464,15 @@ func TestServiceRefusesBadInputNamingTheField(t *testing.T) {
 	if data, _, _ := s.st.GetPolicy(ctx, "c"); data != nil {
 		t.Errorf("a refused policy was stored: %s", data)
 	}
-	if st, _ := s.st.JetStream().Stream(ctx, "COMPACT_REQUESTS"); st != nil {
-		if info, err := st.Info(ctx); err != nil || info.State.Msgs != 0 {
-			t.Errorf("refused requests were queued: %d, %v", info.State.Msgs, err)
+	for _, ss := range s.st.Status(ctx).Streams {
+		if ss.Name == "COMPACT_REQUESTS" && (ss.Error != "" || ss.Messages != 0) {
+			t.Errorf("refused requests were queued: %d, %s", ss.Messages, ss.Error)
 		}
 	}
 }
 
 func TestServiceRefusesCompactWhenThePolicyIsInvalid(t *testing.T) {
-	s := startService(t, triggers.ServiceConfig{})
+	s := startService(t, service.Config{})
 	// Written past the service (an older tool, by hand): the worker would fail it.
 	if err := s.st.PutPolicy(svcCtx(t), "broken", []byte(`{"profile":"gone"}`), 0); err != nil {
 		t.Fatal(err)
@@ -496,7 +489,7 @@ func TestServiceRefusesCompactWhenThePolicyIsInvalid(t *testing.T) {
 }
 
 func TestServiceWaitsDoNotBlockOtherRequests(t *testing.T) {
-	s := startService(t, triggers.ServiceConfig{MaxConcurrentWaits: 3})
+	s := startService(t, service.Config{MaxConcurrentWaits: 3})
 	events := watchEvents(t, s.client)
 	var waits []<-chan *nats.Msg
 	for i := range 3 {
@@ -540,7 +533,7 @@ func TestServiceWaitsDoNotBlockOtherRequests(t *testing.T) {
 }
 
 func TestServiceShutdownAnswersWaitsInFlight(t *testing.T) {
-	s := startService(t, triggers.ServiceConfig{})
+	s := startService(t, service.Config{})
 	events := watchEvents(t, s.client)
 	ch := asyncCall(s.client, schemas.CompactSubject, `{"conversation":"down","request_id":"r1","wait_ms":60000}`)
 	events.next(t, schemas.EventRequested, "down")
@@ -559,7 +552,7 @@ func TestServiceShutdownAnswersWaitsInFlight(t *testing.T) {
 	}
 	// Nothing is left behind: the service's subscriptions are gone (the drained ones
 	// are removed asynchronously) and nobody answers any more.
-	nc := s.st.Conn()
+	nc := s.nc
 	deadline := time.Now().Add(5 * time.Second)
 	for nc.NumSubscriptions() != s.subs {
 		if time.Now().After(deadline) {
@@ -574,20 +567,20 @@ func TestServiceShutdownAnswersWaitsInFlight(t *testing.T) {
 
 func TestServiceConfigIsChecked(t *testing.T) {
 	r, _ := policy.NewResolver(nil, nil, nil)
-	for _, cfg := range []triggers.ServiceConfig{{MaxWait: -1}, {MaxConcurrentWaits: -1}} {
-		if _, err := triggers.NewService(cfg, &jetstream.Store{}, kvPolicies{r: r}, r.Resolve, zerolog.Nop()); !errors.Is(err, triggers.ErrConfig) {
-			t.Errorf("NewService(%+v) = %v; want ErrConfig", cfg, err)
+	for _, cfg := range []service.Config{{MaxWait: -1}, {MaxConcurrentWaits: -1}} {
+		if _, err := service.New(cfg, &nats.Conn{}, &jetstream.Store{}, kvPolicies{r: r}, r.Resolve, zerolog.Nop()); !errors.Is(err, service.ErrConfig) {
+			t.Errorf("New(%+v) = %v; want ErrConfig", cfg, err)
 		}
 	}
-	if _, err := triggers.NewService(triggers.ServiceConfig{}, &jetstream.Store{}, nil, r.Resolve, zerolog.Nop()); !errors.Is(err, triggers.ErrConfig) {
-		t.Errorf("NewService without policies = %v; want ErrConfig", err)
+	if _, err := service.New(service.Config{}, &nats.Conn{}, &jetstream.Store{}, nil, r.Resolve, zerolog.Nop()); !errors.Is(err, service.ErrConfig) {
+		t.Errorf("New without policies = %v; want ErrConfig", err)
 	}
 }
 
 // Policy writes are compare-and-set on the revision read: a write on a stale revision
 // is refused with ErrRevisionMismatch, whatever it does (create, update or delete).
 func TestPolicyWritesAreCompareAndSet(t *testing.T) {
-	s := startService(t, triggers.ServiceConfig{})
+	s := startService(t, service.Config{})
 	ctx := svcCtx(t)
 	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.6}`), 0); err != nil {
 		t.Fatalf("create: %v", err)
@@ -626,7 +619,7 @@ func TestPolicyWritesAreCompareAndSet(t *testing.T) {
 // Concurrent policy sets on different keys all survive: each write is compare-and-set,
 // and a write that lost the race is applied again on top of the winner's.
 func TestServiceConcurrentPolicySetsAllSurvive(t *testing.T) {
-	s := startService(t, triggers.ServiceConfig{})
+	s := startService(t, service.Config{})
 	// More instances of the service, so requests are handled at the same time (one
 	// instance handles the requests of an endpoint one after the other).
 	r, err := policy.NewResolver(policy.Layer{"context_window": "4000"}, nil, nil)
@@ -634,7 +627,7 @@ func TestServiceConcurrentPolicySetsAllSurvive(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		svc, err := triggers.NewService(triggers.ServiceConfig{}, s.st, kvPolicies{st: s.st, r: r}, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+		svc, err := service.New(service.Config{}, s.nc, s.st, kvPolicies{st: s.st, r: r}, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,270 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// ErrMissingMessage is the error of a pinned entry whose message is no longer in CHAT
+// (it left by age, a purge or a delete) or belongs to another conversation. Readers skip
+// and report such an entry, like any invalid one.
+var ErrMissingMessage = errors.New("message is not in the conversation's history")
+
+// PublishMessage stores one encoded chat message and returns its CHAT sequence. A
+// non-empty msgID sets Nats-Msg-Id, so a retried publish is stored once; the duplicate's
+// ack carries the first copy's sequence.
+func (s *Store) PublishMessage(ctx context.Context, conv string, data []byte, msgID string) (uint64, error) {
+	subj, err := s.cfg.ChatSubject(conv)
+	if err != nil {
+		return 0, err
+	}
+	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(s.cfg.ChatStream)}
+	if msgID != "" {
+		opts = append(opts, natsjs.WithMsgID(msgID))
+	}
+	ack, err := s.js.Publish(ctx, subj, data, opts...)
+	if err != nil {
+		return 0, fmt.Errorf("publish to %s: %w", subj, err)
+	}
+	return ack.Sequence, nil
+}
+
+// PublishAsyncTimeout bounds how long an asynchronous publish waits for its ack; after
+// it the publish fails with a timeout (it may still have been stored: retry with the
+// same message id).
+const PublishAsyncTimeout = 30 * time.Second
+
+// PubAckFuture is the outcome of an asynchronous publish.
+type PubAckFuture = natsjs.PubAckFuture
+
+// PublishMessageAsync is PublishMessage without waiting for the ack. The future always
+// resolves: with the ack, an error, or a timeout after PublishAsyncTimeout (also when
+// the connection closes meanwhile).
+func (s *Store) PublishMessageAsync(conv string, data []byte, msgID string) (PubAckFuture, error) {
+	subj, err := s.cfg.ChatSubject(conv)
+	if err != nil {
+		return nil, err
+	}
+	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(s.cfg.ChatStream)}
+	if msgID != "" {
+		opts = append(opts, natsjs.WithMsgID(msgID))
+	}
+	f, err := s.js.PublishAsync(subj, data, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("publish to %s: %w", subj, err)
+	}
+	return f, nil
+}
+
+// PublishAsyncComplete is closed when every async publish has been acked.
+func (s *Store) PublishAsyncComplete() <-chan struct{} { return s.js.PublishAsyncComplete() }
+
+// DirectBatchSize is how many messages one batched direct get asks for.
+const DirectBatchSize = 256
+
+// LoadConversation reads a conversation's messages with sequence in [fromSeq, upToSeq]
+// (upToSeq 0: to the end) using batched direct gets, paging from the last returned
+// sequence + 1. Any replica may answer a direct get; use LoadConversationLeader when a
+// read must see the newest writes. Messages that left the stream are simply not there.
+func (s *Store) LoadConversation(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
+	subj, err := s.cfg.ChatSubject(conv)
+	if err != nil {
+		return nil, err
+	}
+	if fromSeq == 0 {
+		fromSeq = 1
+	}
+	var out []StoredMsg
+	for {
+		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, fromSeq, DirectBatchSize)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range page {
+			if upToSeq > 0 && m.Seq > upToSeq {
+				return out, nil
+			}
+			out = append(out, m)
+		}
+		if !more || len(page) == 0 {
+			return out, nil
+		}
+		fromSeq = page[len(page)-1].Seq + 1
+	}
+}
+
+// LoadEntries is LoadConversation decoded into entries.
+func (s *Store) LoadEntries(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]schemas.Entry, error) {
+	msgs, err := s.LoadConversation(ctx, conv, fromSeq, upToSeq)
+	if err != nil {
+		return nil, err
+	}
+	es := make([]schemas.Entry, len(msgs))
+	for i, m := range msgs {
+		es[i] = m.Entry()
+	}
+	return es, nil
+}
+
+// LoadEntriesThrough is LoadEntries for [fromSeq, through], where through is a sequence
+// the caller knows the conversation has (a message just delivered, or the newest the
+// leader reported). A direct get may be answered by a replica that lags behind; when
+// the answer stops short of through, the rest is read from the stream leader, so the
+// entries are never fewer than what the stream held at through.
+func (s *Store) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, through uint64) ([]schemas.Entry, error) {
+	msgs, err := s.LoadConversation(ctx, conv, fromSeq, through)
+	if err != nil {
+		return nil, err
+	}
+	next := max(fromSeq, 1)
+	if n := len(msgs); n > 0 {
+		next = msgs[n-1].Seq + 1
+	}
+	if next <= through {
+		rest, err := s.LoadConversationLeader(ctx, conv, next, through)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, rest...)
+	}
+	es := make([]schemas.Entry, len(msgs))
+	for i, m := range msgs {
+		es[i] = m.Entry()
+	}
+	return es, nil
+}
+
+// LoadConversationLeader is LoadConversation answered by the stream leader, one message
+// per request: slower, but it sees every acknowledged write (read-your-writes).
+func (s *Store) LoadConversationLeader(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
+	subj, err := s.cfg.ChatSubject(conv)
+	if err != nil {
+		return nil, err
+	}
+	if fromSeq == 0 {
+		fromSeq = 1
+	}
+	var out []StoredMsg
+	for upToSeq == 0 || fromSeq <= upToSeq {
+		m, err := s.leaderGet(ctx, s.cfg.ChatStream, map[string]any{"seq": fromSeq, "next_by_subj": subj})
+		if errors.Is(err, errNoMessage) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if upToSeq > 0 && m.Seq > upToSeq {
+			return out, nil
+		}
+		out = append(out, m)
+		fromSeq = m.Seq + 1
+	}
+	return out, nil
+}
+
+// LoadPinned reads the messages at seqs (a value's pinned_seqs) of conversation conv,
+// as entries, with one batched direct get each. A message that is no longer in CHAT,
+// or that belongs to another conversation, gives an entry whose Err matches
+// ErrMissingMessage: readers skip and report it instead of failing the whole read. Any
+// other failure is an error.
+func (s *Store) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]schemas.Entry, error) {
+	subj, err := s.cfg.ChatSubject(conv)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]schemas.Entry, 0, len(seqs))
+	for _, seq := range seqs {
+		if seq == 0 {
+			out = append(out, schemas.Entry{Seq: seq, Err: fmt.Errorf("pinned sequence 0: %w", ErrMissingMessage)})
+			continue
+		}
+		// The next message of this conversation at or after seq: it is the pinned one
+		// only when its sequence is seq (a gap means it left the stream, or was never
+		// this conversation's).
+		page, _, err := s.directBatch(ctx, s.cfg.ChatStream, subj, seq, 1)
+		if err != nil {
+			return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
+		}
+		if len(page) == 0 || page[0].Seq != seq {
+			out = append(out, schemas.Entry{Seq: seq, Err: fmt.Errorf("pinned message %d: %w", seq, ErrMissingMessage)})
+			continue
+		}
+		out = append(out, page[0].Entry())
+	}
+	return out, nil
+}
+
+// LastSeq returns the sequence of a conversation's newest message, 0 when it has none.
+func (s *Store) LastSeq(ctx context.Context, conv string) (uint64, error) {
+	subj, err := s.cfg.ChatSubject(conv)
+	if err != nil {
+		return 0, err
+	}
+	m, err := s.leaderGet(ctx, s.cfg.ChatStream, map[string]any{"last_by_subj": subj})
+	if errors.Is(err, errNoMessage) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Seq, nil
+}
+
+// ConsumeChat delivers CHAT's messages to the active trigger: every process calls it
+// with the same durable consumer and priority group, one is pinned and gets the
+// messages, the others stand by and take over when it goes silent. handle settles each
+// delivery; onErr hears the consumer's errors (missed heartbeats are not reported).
+func (s *Store) ConsumeChat(ctx context.Context, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
+	return s.consume(ctx, s.cfg.ChatStream, s.cfg.TriggerConsumer, func(subject string) (string, bool) {
+		return s.cfg.ConversationOf(subject)
+	}, handle, onErr)
+}
+
+// consume runs a pull consumer of the trigger's priority group.
+func (s *Store) consume(ctx context.Context, stream, durable string, convOf func(string) (string, bool),
+	handle func(*Delivery), onErr func(error)) (*Consumption, error) {
+	c, err := s.js.Consumer(ctx, stream, durable)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s on %s: %w", durable, stream, err)
+	}
+	cc, err := c.Consume(func(msg natsjs.Msg) {
+		handle(s.delivery(msg, convOf))
+	},
+		natsjs.PullPriorityGroup(s.cfg.TriggerGroup),
+		natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
+			if onErr != nil && !errors.Is(err, natsjs.ErrNoHeartbeat) {
+				onErr(err)
+			}
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("consume %s: %w", stream, err)
+	}
+	return &Consumption{cc: cc}, nil
+}
+
+// Consumption is a running consumer.
+type Consumption struct{ cc natsjs.ConsumeContext }
+
+// Drain stops taking messages, lets the handler finish those in hand and returns once
+// it has.
+func (c *Consumption) Drain() {
+	c.cc.Drain()
+	<-c.cc.Closed()
+}
+
+// Subscription is a core NATS subscription of the store's.
+type Subscription struct{ sub *nats.Subscription }
+
+// Stop ends the subscription.
+func (s *Subscription) Stop() {
+	if s != nil && s.sub != nil {
+		_ = s.sub.Unsubscribe()
+	}
+}

@@ -1,0 +1,189 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// PublishEvent publishes an event on compact.event.<conv>.
+func (s *Store) PublishEvent(ctx context.Context, ev schemas.Event) error {
+	subj, err := s.cfg.EventSubject(ev.Conversation)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	if _, err := s.js.Publish(ctx, subj, data); err != nil {
+		return fmt.Errorf("publish %s event for %s: %w", ev.Type, ev.Conversation, err)
+	}
+	return nil
+}
+
+// PublishDead records a request that used up its attempts, or could not be worked on.
+// A request whose conversation id breaks the id rule is recorded under conv, the
+// conversation its subject named ("" for none: it goes to compact.dead.invalid).
+func (s *Store) PublishDead(ctx context.Context, conv string, d schemas.DeadLetter) error {
+	if schemas.ValidateConversationID(conv) != nil {
+		conv = "invalid"
+	}
+	subj, _ := s.cfg.DeadSubject(conv)
+	data, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	if _, err := s.js.Publish(ctx, subj, data); err != nil {
+		return fmt.Errorf("publish dead letter for %s: %w", conv, err)
+	}
+	return nil
+}
+
+// ErrForeignEvent is the error of an event whose payload names another conversation
+// than its subject, or that does not decode: it is not acted on.
+var ErrForeignEvent = errors.New("invalid compaction event")
+
+// decodeEvent decodes an event and checks it against the conversation its subject
+// names.
+func (s *Store) decodeEvent(subject string, data []byte) (schemas.Event, error) {
+	conv, ok := conversationAfter(s.cfg.EventPrefix, subject)
+	if !ok {
+		return schemas.Event{}, fmt.Errorf("%w: subject %q does not name a valid conversation", ErrForeignEvent, subject)
+	}
+	var ev schemas.Event
+	if err := json.Unmarshal(data, &ev); err != nil {
+		return schemas.Event{}, fmt.Errorf("%w on %s: %v", ErrForeignEvent, subject, err)
+	}
+	if ev.Conversation != conv {
+		return schemas.Event{}, fmt.Errorf("%w on %s: the payload names conversation %q", ErrForeignEvent, subject, ev.Conversation)
+	}
+	return ev, nil
+}
+
+// SubscribeEvents calls fn with every event published from now on, of conversation conv
+// ("" for every conversation), in order. An event whose payload does not decode, or
+// names another conversation than its subject, goes to bad instead (which may be nil).
+// fn runs on the subscription's goroutine: it must not block for long.
+func (s *Store) SubscribeEvents(conv string, fn func(schemas.Event), bad func(error)) (*Subscription, error) {
+	subj := s.cfg.EventPrefix + ".*"
+	if conv != "" {
+		var err error
+		if subj, err = s.cfg.EventSubject(conv); err != nil {
+			return nil, err
+		}
+	}
+	sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) {
+		ev, err := s.decodeEvent(m.Subject, m.Data)
+		if err != nil {
+			if bad != nil {
+				bad(err)
+			}
+			return
+		}
+		fn(ev)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", subj, err)
+	}
+	return &Subscription{sub: sub}, nil
+}
+
+// IsOutcome reports whether an event ends a request: completed, declined or failed.
+func IsOutcome(ev schemas.Event) bool {
+	switch ev.Type {
+	case schemas.EventCompleted, schemas.EventDeclined, schemas.EventFailed:
+		return true
+	}
+	return false
+}
+
+// FindOutcome looks through the conversation's stored events since since for the
+// outcome of request id; nil when it has none yet. It does not wait.
+func (s *Store) FindOutcome(ctx context.Context, conv, id string, since time.Time) (*schemas.Event, error) {
+	oc, err := s.eventReplay(ctx, conv, since)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		batch, err := oc.FetchNoWait(256)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			if ev, err := s.decodeEvent(m.Subject(), m.Data()); err == nil && ev.RequestID == id && IsOutcome(ev) {
+				return &ev, nil
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, nil
+		}
+	}
+}
+
+// WaitOutcome waits for the outcome of request id: it reads the conversation's stored
+// events since since (zero: all of them), so an outcome that came first is not missed,
+// then the new ones, until the outcome or ctx's end.
+func (s *Store) WaitOutcome(ctx context.Context, conv, id string, since time.Time) (schemas.Event, error) {
+	oc, err := s.eventReplay(ctx, conv, since)
+	if err != nil {
+		return schemas.Event{}, err
+	}
+	it, err := oc.Messages()
+	if err != nil {
+		return schemas.Event{}, fmt.Errorf("watch events of %s: %w", conv, err)
+	}
+	defer it.Stop()
+	results := make(chan schemas.Event, 1)
+	errs := make(chan error, 1)
+	go func() {
+		for {
+			m, err := it.Next()
+			if err != nil {
+				errs <- err
+				return
+			}
+			if ev, err := s.decodeEvent(m.Subject(), m.Data()); err == nil && ev.RequestID == id && IsOutcome(ev) {
+				results <- ev
+				return
+			}
+		}
+	}()
+	select {
+	case ev := <-results:
+		return ev, nil
+	case err := <-errs:
+		return schemas.Event{}, err
+	case <-ctx.Done():
+		return schemas.Event{}, ctx.Err()
+	}
+}
+
+// eventReplay is an ordered consumer over one conversation's events since since.
+func (s *Store) eventReplay(ctx context.Context, conv string, since time.Time) (natsjs.Consumer, error) {
+	subj, err := s.cfg.EventSubject(conv)
+	if err != nil {
+		return nil, err
+	}
+	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{subj}, DeliverPolicy: natsjs.DeliverAllPolicy}
+	if !since.IsZero() {
+		cfg.DeliverPolicy, cfg.OptStartTime = natsjs.DeliverByStartTimePolicy, &since
+	}
+	oc, err := s.js.OrderedConsumer(ctx, s.cfg.EventsStream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("read events of %s: %w", conv, err)
+	}
+	return oc, nil
+}

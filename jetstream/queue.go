@@ -1,0 +1,122 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// ErrRequestPending means a request for the conversation already waits in the queue.
+var ErrRequestPending = errors.New("a compaction request is already pending")
+
+// errCodeStoreFailed is the server's JSStreamStoreFailedF: storing a message failed,
+// the description saying why. With DiscardNew per subject, "maximum messages per
+// subject exceeded" is the queue's answer while a request is pending.
+const errCodeStoreFailed natsjs.ErrorCode = 10077
+
+// maxPerSubjectDescription is the server's text for a per-subject limit reached.
+const maxPerSubjectDescription = "maximum messages per subject exceeded"
+
+// isRequestPending tells the queue's "one is pending" refusal from any other error,
+// by the API error code and the server's description of the cause.
+func isRequestPending(err error) bool {
+	var apiErr *natsjs.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeStoreFailed &&
+		apiErr.Description == maxPerSubjectDescription
+}
+
+// Enqueue puts a request on the work queue and returns its queue sequence. It returns
+// ErrRequestPending when one already waits for the conversation (the queue keeps at
+// most one per conversation); with a sequence > 0 when it is this very request (its id
+// was seen within the duplicate window). Any other error is an error.
+func (s *Store) Enqueue(ctx context.Context, req schemas.Request) (uint64, error) {
+	if err := req.Validate(); err != nil {
+		return 0, err
+	}
+	subj, err := s.cfg.RequestSubject(req.Conversation)
+	if err != nil {
+		return 0, err
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := s.js.Publish(ctx, subj, data, natsjs.WithMsgID(req.RequestID), natsjs.WithExpectStream(s.cfg.RequestsStream))
+	if err != nil {
+		if isRequestPending(err) {
+			return 0, ErrRequestPending
+		}
+		return 0, fmt.Errorf("queue compaction of %s: %w", req.Conversation, err)
+	}
+	if ack.Duplicate {
+		return ack.Sequence, ErrRequestPending
+	}
+	return ack.Sequence, nil
+}
+
+// PendingRequest returns the request waiting (or being worked on) for a conversation,
+// nil when there is none. A pending message that does not decode is an error.
+func (s *Store) PendingRequest(ctx context.Context, conv string) (*schemas.Request, error) {
+	subj, err := s.cfg.RequestSubject(conv)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.leaderGet(ctx, s.cfg.RequestsStream, map[string]any{"last_by_subj": subj})
+	if errors.Is(err, errNoMessage) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the pending request of %s: %w", conv, err)
+	}
+	var r schemas.Request
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return nil, fmt.Errorf("decode the pending request of %s: %w", conv, err)
+	}
+	return &r, nil
+}
+
+// Requests is the work queue as the summarizer pool sees it: one durable consumer
+// shared by every worker process.
+type Requests struct {
+	s    *Store
+	cons natsjs.Consumer
+}
+
+// Requests binds to the workers' durable consumer.
+func (s *Store) Requests(ctx context.Context) (*Requests, error) {
+	c, err := s.js.Consumer(ctx, s.cfg.RequestsStream, s.cfg.WorkerConsumer)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s on %s: %w", s.cfg.WorkerConsumer, s.cfg.RequestsStream, err)
+	}
+	return &Requests{s: s, cons: c}, nil
+}
+
+// Next fetches one request, waiting up to wait; (nil, nil) when none came. It is
+// called only by a free worker, so a process never holds more requests than it has
+// workers.
+func (r *Requests) Next(ctx context.Context, wait time.Duration) (*Delivery, error) {
+	fctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	batch, err := r.cons.Fetch(1, natsjs.FetchContext(fctx))
+	if err != nil {
+		return nil, err
+	}
+	var d *Delivery
+	for msg := range batch.Messages() {
+		d = r.s.delivery(msg, func(subject string) (string, bool) {
+			return conversationAfter(r.s.cfg.RequestPrefix, subject)
+		})
+	}
+	if d == nil {
+		if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, natsjs.ErrNoMessages) {
+			return nil, err
+		}
+	}
+	return d, nil
+}

@@ -1,0 +1,181 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// Statuses of a compaction request, as the compactor service answers them
+// (schemas.CompactQueued, ...).
+const (
+	StatusQueued    = schemas.CompactQueued
+	StatusBusy      = schemas.CompactBusy
+	StatusCompleted = schemas.CompactCompleted
+	StatusDeclined  = schemas.CompactDeclined
+	StatusFailed    = schemas.CompactFailed
+)
+
+// CompactSubject is the endpoint of the compactor service (NATS micro) that queues
+// compactions.
+const CompactSubject = schemas.CompactSubject
+
+// ErrNoService is matched when no compactor service answers: no `compactor serve` is
+// running on this NATS.
+var ErrNoService = errors.New("no compactor service answered on " + CompactSubject +
+	": run `compactor serve` (any COMPACTOR_ROLES) against this NATS")
+
+// ServiceError is an error answer of the compactor service. A 400 (bad input; the
+// description names the field and the rule) matches schemas.ErrInvalid.
+type ServiceError struct {
+	Subject     string
+	Code        int
+	Description string
+}
+
+func (e *ServiceError) Error() string {
+	return fmt.Sprintf("%s: %s (code %d)", e.Subject, e.Description, e.Code)
+}
+
+// Is makes a 400 match schemas.ErrInvalid.
+func (e *ServiceError) Is(target error) bool { return target == schemas.ErrInvalid && e.Code == 400 }
+
+// CompactOption configures one Compact call.
+type CompactOption func(*compactOptions)
+
+type compactOptions struct {
+	instructions string
+	requestID    string
+	wait         time.Duration
+}
+
+// Instructions are extra wishes for the summarizer (data, never overriding its rules).
+func Instructions(s string) CompactOption { return func(o *compactOptions) { o.instructions = s } }
+
+// Wait waits up to d for the request's outcome (the service caps it, 5 minutes by
+// default); without it Compact answers as soon as the request is queued.
+func Wait(d time.Duration) CompactOption { return func(o *compactOptions) { o.wait = d } }
+
+// RequestID names the request (1-128 characters of [A-Za-z0-9_-]) instead of a new
+// random id. Sending the same id again within the queue's duplicate window (2 minutes)
+// is a retry of the same request, not a second one.
+func RequestID(id string) CompactOption { return func(o *compactOptions) { o.requestID = id } }
+
+// CompactResponse is the compactor service's answer to a compaction request. Status
+// is queued, busy (a request was already pending: this one, with its instructions, was
+// NOT queued; ask again when the pending one completes), or with Wait the outcome:
+// completed (with the KV value in Result), declined or failed. For busy, RequestID is
+// the pending request's, whose outcome WaitForOutcome can wait for.
+type CompactResponse = schemas.CompactResponse
+
+// serviceTimeout is how long a call waits for the service beyond its own wait.
+const serviceTimeout = 15 * time.Second
+
+// Compact asks the compactor service (compactor.compact) for a manual compaction of
+// conv and returns its answer. With Wait it answers once the request has an outcome.
+// It returns ErrNoService when no compactor answers, and a *ServiceError matching
+// schemas.ErrInvalid for bad input.
+func (c *Client) Compact(ctx context.Context, conv string, opts ...CompactOption) (CompactResponse, error) {
+	var o compactOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return CompactResponse{}, err
+	}
+	if o.wait < 0 {
+		return CompactResponse{}, &schemas.ValidationError{Field: "wait_ms", Rule: "must not be negative"}
+	}
+	waitMS := o.wait.Milliseconds()
+	if o.wait > 0 && waitMS == 0 {
+		waitMS = 1
+	}
+	var r CompactResponse
+	err := c.call(ctx, CompactSubject, o.wait, schemas.CompactRequest{Conversation: conv, RequestID: o.requestID,
+		Instructions: o.instructions, WaitMS: waitMS}, &r)
+	return r, err
+}
+
+// Policy asks the compactor service (compactor.policy) to read, change or clear a
+// conversation's policy. The service checks the change against its own tiers
+// (environment and profiles): the ones that will apply it.
+func (c *Client) Policy(ctx context.Context, req schemas.PolicyRequest) (schemas.PolicyResponse, error) {
+	var r schemas.PolicyResponse
+	if err := req.Validate(); err != nil {
+		return r, err
+	}
+	err := c.call(ctx, schemas.PolicySubject, 0, req, &r)
+	return r, err
+}
+
+// call sends one request to the compactor service and decodes its answer into out.
+func (c *Client) call(ctx context.Context, subject string, wait time.Duration, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait+serviceTimeout)
+		defer cancel()
+	}
+	m, err := c.nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("%w (%w)", ErrNoService, err)
+		}
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+		n, _ := strconv.Atoi(code)
+		return &ServiceError{Subject: subject, Code: n, Description: m.Header.Get(micro.ErrorHeader)}
+	}
+	if err := json.Unmarshal(m.Data, out); err != nil {
+		return fmt.Errorf("%s: undecodable answer: %w", subject, err)
+	}
+	return nil
+}
+
+// CompactionRequest is the answer to RequestCompaction.
+type CompactionRequest struct {
+	// Status is queued, or busy when a request is already pending for the conversation
+	// (the instructions were not queued; ask again when it completes).
+	Status string
+	// RequestID is the queued request's id; for busy, the pending request's (when known).
+	RequestID string
+}
+
+// RequestCompaction queues a manual compaction with optional instructions for the
+// summarizer through the compactor service. It does not wait; WaitForOutcome does (or
+// Compact with Wait).
+func (c *Client) RequestCompaction(ctx context.Context, conv, instructions string) (CompactionRequest, error) {
+	r, err := c.Compact(ctx, conv, Instructions(instructions))
+	if err != nil {
+		return CompactionRequest{}, err
+	}
+	return CompactionRequest{Status: r.Status, RequestID: r.RequestID}, nil
+}
+
+// WaitForOutcome waits for the completed, declined or failed event of a request.
+// Events already in COMPACT_EVENTS are read too, so an outcome that came before the
+// call is not missed.
+func (c *Client) WaitForOutcome(ctx context.Context, conv, requestID string) (schemas.Event, error) {
+	return c.store.WaitOutcome(ctx, conv, requestID, time.Time{})
+}
+
+// Result returns a conversation's current compaction value (nil when never compacted).
+func (c *Client) Result(ctx context.Context, conv string) (*schemas.Result, error) {
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return nil, err
+	}
+	v, _, err := c.store.GetResult(ctx, conv, false)
+	return v, err
+}

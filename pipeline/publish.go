@@ -1,0 +1,241 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
+)
+
+// PublishOption configures one publish.
+type PublishOption func(*publishOptions)
+
+type publishOptions struct{ msgID string }
+
+// MsgID makes the publish idempotent: a retry with the same id within the stream's
+// duplicate window (2 minutes by default) is stored once.
+func MsgID(id string) PublishOption { return func(o *publishOptions) { o.msgID = id } }
+
+// Publish validates m and appends it to the conversation, returning its stream
+// sequence (pass it to AtLeastSeq to read your own write). A tool message must answer
+// an open call of the conversation's newest tool round.
+func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, opts ...PublishOption) (uint64, error) {
+	data, po, err := c.prepare(ctx, conv, &m, opts)
+	if err != nil {
+		return 0, err
+	}
+	seq, err := c.store.PublishMessage(ctx, conv, data, po.msgID)
+	if err != nil {
+		c.forget(conv, &m)
+		return 0, err
+	}
+	return seq, nil
+}
+
+// PubAck is the outcome of an asynchronous publish.
+type PubAck struct {
+	Seq uint64
+	Err error
+}
+
+// PublishAsync validates m and publishes it without waiting; the returned channel
+// yields the outcome once, at the latest when ctx is done or after
+// jetstream.PublishAsyncTimeout. Checking a tool message against the stream may read the
+// conversation first (unless this client published the call itself).
+func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Message, opts ...PublishOption) (<-chan PubAck, error) {
+	data, po, err := c.prepare(ctx, conv, &m, opts)
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.store.PublishMessageAsync(conv, data, po.msgID)
+	if err != nil {
+		c.forget(conv, &m)
+		return nil, err
+	}
+	out := make(chan PubAck, 1)
+	go func() {
+		// nats.go resolves a future only when an ack, an error or its own timeout comes;
+		// a closed connection resolves nothing. The caller's ctx and a timeout bound the
+		// wait, so the channel always yields.
+		timer := time.NewTimer(jetstream.PublishAsyncTimeout)
+		defer timer.Stop()
+		var err error
+		select {
+		case ack := <-f.Ok():
+			out <- PubAck{Seq: ack.Sequence}
+			return
+		case err = <-f.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-timer.C:
+			err = fmt.Errorf("no ack within %s (the message may still be stored: retry with the same MsgID)", jetstream.PublishAsyncTimeout)
+		}
+		c.forget(conv, &m)
+		out <- PubAck{Err: fmt.Errorf("publish to %s: %w", conv, err)}
+	}()
+	return out, nil
+}
+
+// PublishAsyncComplete is closed when every asynchronous publish has been acked.
+func (c *Client) PublishAsyncComplete() <-chan struct{} { return c.store.PublishAsyncComplete() }
+
+func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, opts []PublishOption) ([]byte, publishOptions, error) {
+	var po publishOptions
+	for _, o := range opts {
+		o(&po)
+	}
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return nil, po, err
+	}
+	if err := m.Validate(); err != nil {
+		return nil, po, err
+	}
+	if err := c.checkToolPairing(ctx, conv, m); err != nil {
+		// A retry with the same MsgID of a tool result that was stored (its ack lost) is
+		// the stream's to de-duplicate: it answers with the first copy's sequence.
+		if po.msgID == "" || !errors.Is(err, errAnswered) {
+			return nil, po, err
+		}
+	}
+	data, err := m.Encode()
+	if err != nil {
+		return nil, po, err
+	}
+	return data, po, nil
+}
+
+// ErrToolResultWithoutCall is matched by the error for a tool message whose call is not
+// open in the conversation.
+var ErrToolResultWithoutCall = errors.New("tool message answers no open tool call")
+
+// checkToolPairing keeps the client's view of the open tool calls and refuses a tool
+// message that answers none. When the client did not see the call itself, it reads
+// the conversation's tail.
+func (c *Client) checkToolPairing(ctx context.Context, conv string, m *schemas.Message) error {
+	switch {
+	case m.HasToolCalls():
+		oc := &openCalls{conv: conv, answered: make(map[string]bool, len(m.ToolCalls))}
+		for _, tc := range m.ToolCalls {
+			oc.answered[tc.ID] = false
+		}
+		c.remember(oc)
+		return nil
+	case m.Role == schemas.RoleAssistant:
+		c.remember(&openCalls{conv: conv})
+		return nil
+	case m.Role != schemas.RoleTool:
+		return nil
+	}
+	// The client's own view settles the common case (it published the call); an id it
+	// does not know may belong to a round another client published, so the stream decides.
+	if oc := c.lookup(conv); oc != nil {
+		if err := c.answer(oc, m.ToolCallID); err == nil || !errors.Is(err, errUnknownCall) {
+			return err
+		}
+	}
+	oc, err := c.openCallsFromStream(ctx, conv)
+	if err != nil {
+		return err
+	}
+	c.remember(oc)
+	return c.answer(oc, m.ToolCallID)
+}
+
+var (
+	errUnknownCall = errors.New("unknown call")
+	errAnswered    = errors.New("answered")
+)
+
+func (c *Client) answer(oc *openCalls, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	answered, ok := oc.answered[id]
+	switch {
+	case !ok:
+		return &schemas.ValidationError{Field: "tool_call_id",
+			Rule:  fmt.Sprintf("%q answers no tool call of the conversation's newest assistant tool round", id),
+			Cause: errors.Join(ErrToolResultWithoutCall, errUnknownCall)}
+	case answered:
+		return &schemas.ValidationError{Field: "tool_call_id",
+			Rule: fmt.Sprintf("tool call %q was already answered", id), Cause: errors.Join(ErrToolResultWithoutCall, errAnswered)}
+	}
+	oc.answered[id] = true
+	return nil
+}
+
+// openCallsFromStream reads the conversation's tail to find the newest tool round.
+func (c *Client) openCallsFromStream(ctx context.Context, conv string) (*openCalls, error) {
+	from := uint64(1)
+	v, _, err := c.store.GetResult(ctx, conv, true)
+	if err != nil {
+		return nil, err
+	}
+	if v != nil && v.TailStartSeq > 0 {
+		from = v.TailStartSeq
+	}
+	es, err := c.store.LoadEntries(ctx, conv, from, 0)
+	if err != nil {
+		return nil, err
+	}
+	oc := &openCalls{conv: conv, answered: map[string]bool{}}
+	for i := range es {
+		m := &es[i].Message
+		switch {
+		case es[i].Err != nil:
+		case m.HasToolCalls():
+			oc.answered = make(map[string]bool, len(m.ToolCalls))
+			for _, tc := range m.ToolCalls {
+				oc.answered[tc.ID] = false
+			}
+		case m.Role == schemas.RoleTool:
+			if _, ok := oc.answered[m.ToolCallID]; ok {
+				oc.answered[m.ToolCallID] = true
+			}
+		case m.Role == schemas.RoleAssistant:
+			oc.answered = map[string]bool{}
+		}
+	}
+	return oc, nil
+}
+
+func (c *Client) remember(oc *openCalls) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.calls[oc.conv]; ok {
+		el.Value = oc
+		c.lru.MoveToFront(el)
+		return
+	}
+	c.calls[oc.conv] = c.lru.PushFront(oc)
+	for c.lru.Len() > maxTrackedConversations {
+		old := c.lru.Back()
+		c.lru.Remove(old)
+		delete(c.calls, old.Value.(*openCalls).conv)
+	}
+}
+
+func (c *Client) lookup(conv string) *openCalls {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.calls[conv]; ok {
+		c.lru.MoveToFront(el)
+		return el.Value.(*openCalls)
+	}
+	return nil
+}
+
+// forget drops what a failed publish taught the client; the next check reads the stream.
+func (c *Client) forget(conv string, m *schemas.Message) {
+	if m.Role != schemas.RoleTool && m.Role != schemas.RoleAssistant {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.calls[conv]; ok {
+		c.lru.Remove(el)
+		delete(c.calls, conv)
+	}
+}

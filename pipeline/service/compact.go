@@ -1,0 +1,221 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+)
+
+const compactExample = `{"conversation":"c1","instructions":"keep every file path","wait_ms":30000}`
+
+// onCompact queues a manual compaction and, with wait_ms, answers with its outcome.
+func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error) {
+	var in schemas.CompactRequest
+	if err := decode(req.Data(), &in, false, compactExample); err != nil {
+		return nil, err
+	}
+	if err := in.Validate(); err != nil {
+		return nil, badRequest(err)
+	}
+	conv := in.Conversation
+	// A request whose policy cannot be resolved would fail in the worker: say so now.
+	if _, err := s.policies.Settings(ctx, conv); err != nil {
+		if errors.Is(err, policy.ErrPolicy) {
+			return nil, &apiError{code: 409, msg: fmt.Sprintf("policy: %v; fix it with %s (set or clear); nothing was queued", err, schemas.PolicySubject)}
+		}
+		return nil, internal(conv, err)
+	}
+	wait, capped := time.Duration(in.WaitMS)*time.Millisecond, false
+	if in.WaitMS > s.cfg.MaxWait.Milliseconds() {
+		wait, capped = s.cfg.MaxWait, true
+	}
+	id := in.RequestID
+	if id == "" {
+		id = schemas.NewRequestID()
+	}
+
+	events, err := s.store.Config().EventSubject(conv)
+	if err != nil {
+		return nil, badRequest(err)
+	}
+	// With a wait, subscribe before queueing, so a fast outcome is not missed.
+	var w *waiter
+	if wait > 0 {
+		if w, err = s.newWaiter(conv, id, events); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if w != nil { // not handed to a goroutine
+				w.close()
+			}
+		}()
+	}
+
+	last, err := s.store.LastSeq(ctx, conv)
+	if err != nil {
+		return nil, internal(conv, err)
+	}
+	now := time.Now().UTC()
+	r := schemas.Request{RequestID: id, Conversation: conv, Trigger: schemas.TriggerManual,
+		Reason: "requested through " + schemas.CompactSubject, Instructions: in.Instructions, RequestedAt: now, UpToSeq: last}
+	seq, err := s.store.Enqueue(ctx, r)
+	duplicate := false
+	switch {
+	case errors.Is(err, jetstream.ErrRequestPending) && seq > 0:
+		// The same request_id within the duplicate window: this request, queued before.
+		duplicate = true
+	case errors.Is(err, jetstream.ErrRequestPending):
+		pending, perr := s.store.PendingRequest(ctx, conv)
+		if perr != nil {
+			s.log.Warn().Err(perr).Str("conversation", conv).Msg("read the pending request")
+		}
+		if pending != nil && pending.RequestID == id {
+			duplicate = true // a retry of the pending request itself
+			break
+		}
+		busy := schemas.CompactResponse{Status: schemas.CompactBusy, Error: busyMessage(conv, events, in.Instructions != "")}
+		if pending != nil {
+			busy.RequestID = pending.RequestID
+		}
+		return busy, nil
+	case err != nil:
+		return nil, internal(conv, err)
+	default:
+		ev := schemas.Event{Type: schemas.EventRequested, Conversation: conv, RequestID: id,
+			Trigger: r.Trigger, Reason: r.Reason, At: now}
+		if err := s.store.PublishEvent(ctx, ev); err != nil {
+			s.log.Warn().Err(err).Str("conversation", conv).Str("request_id", id).Msg("publish requested event")
+		}
+		s.log.Info().Str("conversation", conv).Str("request_id", id).Msg("compaction requested through the service")
+	}
+	if w == nil {
+		return schemas.CompactResponse{Status: schemas.CompactQueued, RequestID: id}, nil
+	}
+	if duplicate {
+		// Its outcome may be in the past: look at the stored events first.
+		if ev, err := s.store.FindOutcome(ctx, conv, id, time.Now().Add(-duplicateLookback)); err != nil {
+			s.log.Warn().Err(err).Str("conversation", conv).Msg("read stored events")
+		} else if ev != nil {
+			return s.outcome(ctx, conv, *ev), nil
+		}
+	}
+	// The wait runs on its own goroutine, so it blocks no other request. The handler
+	// still counts as in flight here, so the service cannot have started waiting for
+	// the requests in hand to finish: Add is safe.
+	handed := w
+	w = nil
+	s.inFlight.Add(1)
+	go s.await(req, handed, id, wait, capped)
+	return nil, nil
+}
+
+func busyMessage(conv, events string, instructions bool) string {
+	what := "this request was not queued"
+	if instructions {
+		what = "this request and its instructions were NOT queued"
+	}
+	return fmt.Sprintf("a compaction of %s is already pending; %s: retry after the pending one completes (its outcome is published on %s)", conv, what, events)
+}
+
+// waiter holds what one waiting compact request owns: a wait slot and a subscription
+// to the conversation's events, which passes on the outcome of its request.
+type waiter struct {
+	s       *Service
+	conv    string
+	events  string // the subject of the conversation's events
+	sub     *jetstream.Subscription
+	outcome chan schemas.Event
+}
+
+// newWaiter takes a wait slot (503 when none is free) and subscribes to the
+// conversation's events; close gives both back.
+func (s *Service) newWaiter(conv, id, events string) (*waiter, error) {
+	select {
+	case s.waits <- struct{}{}:
+	default:
+		return nil, &apiError{code: 503, msg: fmt.Sprintf(
+			"too many compact requests are waiting for their outcome (limit %d); nothing was queued: retry later, or send no wait_ms and watch %s",
+			s.cfg.MaxConcurrentWaits, events)}
+	}
+	w := &waiter{s: s, conv: conv, events: events, outcome: make(chan schemas.Event, 1)}
+	sub, err := s.store.SubscribeEvents(conv, func(ev schemas.Event) {
+		if ev.RequestID == id && jetstream.IsOutcome(ev) {
+			select {
+			case w.outcome <- ev:
+			default: // one outcome is enough
+			}
+		}
+	}, nil)
+	if err != nil {
+		<-s.waits
+		return nil, internal(conv, fmt.Errorf("subscribe to the events of %s: %w", conv, err))
+	}
+	w.sub = sub
+	return w, nil
+}
+
+func (w *waiter) close() {
+	w.sub.Stop()
+	<-w.s.waits
+}
+
+// await answers a waiting compact request with its outcome, or with queued when the
+// wait ends first or the service stops. It owns w and one count of s.inFlight.
+func (s *Service) await(req micro.Request, w *waiter, id string, wait time.Duration, capped bool) {
+	defer s.inFlight.Done()
+	defer w.close()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case ev := <-w.outcome:
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		s.answer(req, s.outcome(ctx, w.conv, ev))
+		cancel()
+	case <-timer.C:
+		msg := fmt.Sprintf("no outcome within %s; the request stays queued (or in progress): its outcome will be published on %s with request_id %s", wait, w.events, id)
+		if capped {
+			msg += fmt.Sprintf(" (wait_ms is capped at %d)", s.cfg.MaxWait.Milliseconds())
+		}
+		s.answer(req, schemas.CompactResponse{Status: schemas.CompactQueued, RequestID: id, Error: msg})
+	case <-s.stopping:
+		s.answer(req, schemas.CompactResponse{Status: schemas.CompactQueued, RequestID: id, Error: stoppingMessage(w.events, id)})
+	}
+}
+
+func stoppingMessage(events, id string) string {
+	return fmt.Sprintf("the compactor service is stopping; the request stays queued and will be worked on: its outcome will be published on %s with request_id %s", events, id)
+}
+
+func (s *Service) answer(req micro.Request, resp schemas.CompactResponse) {
+	if err := req.RespondJSON(resp); err != nil {
+		s.log.Warn().Err(err).Str("endpoint", "compact").Msg("answer request")
+	}
+}
+
+// outcome turns an outcome event into the answer; completed carries the KV value.
+func (s *Service) outcome(ctx context.Context, conv string, ev schemas.Event) schemas.CompactResponse {
+	resp := schemas.CompactResponse{Status: ev.Type, RequestID: ev.RequestID, Error: ev.Error}
+	if ev.Type != schemas.EventCompleted {
+		return resp
+	}
+	v, _, err := s.store.GetResult(ctx, conv, true)
+	if err != nil {
+		s.log.Error().Err(err).Str("conversation", conv).Str("request_id", ev.RequestID).Msg("read the result of a completed request")
+		resp.Error = strings.TrimPrefix(resp.Error+"; ", "; ") + "completed, but reading the result failed: " + err.Error()
+		return resp
+	}
+	resp.Result = v
+	return resp
+}
+
+// duplicateLookback covers the work queue's duplicate window (2 minutes by default):
+// a request id seen again was queued within it.
+const duplicateLookback = 10 * time.Minute

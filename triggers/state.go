@@ -1,0 +1,142 @@
+package triggers
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/budget"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// convState is the trigger's cached view of one conversation: the estimate of pinned +
+// summary + tail and what the trigger rules need besides it. It is a cache: dropped when
+// idle or stale, rebuilt from KV and the stream on the next message. Its methods are pure:
+// no NATS, no clock (the caller passes the time).
+type convState struct {
+	id        string
+	watermark uint64 // the newest CHAT sequence already counted
+	tokens    int    // pinned + summary + tail, estimated
+	open      map[string]bool
+	count     tokens.Counter  // the conversation's tokenizer
+	settings  policy.Settings // the conversation's resolved policy
+	budget    budget.Budget   // settings.Budget()
+	// generation is the compaction generation of the value the estimate builds on.
+	generation uint64
+
+	// rounds counts assistant messages after loadedThrough, the newest sequence the last
+	// compaction read (max_rounds).
+	rounds        int
+	loadedThrough uint64
+	// structural is the reason of a pending structural trigger (a large tool output).
+	structural string
+	// lastMsgAt is the stream time of the newest message (idle detection).
+	lastMsgAt time.Time
+
+	declinedAtSeq   uint64
+	tokensAtDecline int
+	// timers carries what outlives a rebuild: backoffs, the request in flight, the
+	// retry timer.
+	timers
+}
+
+// timers is the part of a conversation's state that a rebuild keeps.
+type timers struct {
+	lastSeen      time.Time // when the trigger last handled the conversation (eviction)
+	inFlightUntil time.Time
+	failures      int
+	backoffUntil  time.Time
+	retry         *time.Timer
+	// lastArm is when the idle timer was last re-armed; idleFiredFor the lastMsgAt of
+	// the quiet period an idle request was already made for.
+	lastArm      time.Time
+	idleFiredFor time.Time
+}
+
+// add counts one message and follows the open tool calls of the newest round.
+//
+// A reply that carries the usage its model reported, measured on the context of the
+// conversation's current generation (context_generation), resets the estimate to what
+// the model counted: prompt_tokens + completion_tokens. Usage measured on an older
+// generation's context is ignored.
+//
+// It also counts assistant rounds since the last compaction, and marks a tool output
+// over tool_output_trigger_tokens for a structural trigger.
+func (c *convState) add(m *schemas.Message, seq uint64) {
+	t := tokens.MessageWith(c.count, m)
+	if u := m.Usage; u != nil && m.ContextGeneration != nil && *m.ContextGeneration == c.generation && u.PromptTokens > 0 {
+		c.tokens = u.PromptTokens + u.CompletionTokens
+	} else {
+		c.tokens += t
+	}
+	if m.Role == schemas.RoleAssistant && seq > c.loadedThrough {
+		c.rounds++
+	}
+	if lim := c.settings.ToolOutputTriggerTokens; lim > 0 && m.Role == schemas.RoleTool && t > lim {
+		c.structural = fmt.Sprintf("tool output of %d tokens at seq %d > tool_output_trigger_tokens %d", t, seq, lim)
+	}
+	switch {
+	case m.HasToolCalls():
+		c.open = make(map[string]bool, len(m.ToolCalls))
+		for _, tc := range m.ToolCalls {
+			c.open[tc.ID] = true
+		}
+	case m.Role == schemas.RoleTool:
+		delete(c.open, m.ToolCallID)
+	case m.Role == schemas.RoleAssistant:
+		c.open = nil // the agent moved on; the round stays incomplete forever
+	}
+}
+
+// decide says whether the conversation needs compacting and why: the kinds are OR-ed,
+// structural first, then the budget rules.
+func (c *convState) decide() (kind, reason string) {
+	b, s := c.budget, c.settings
+	switch {
+	case c.structural != "":
+		return schemas.TriggerStructural, c.structural
+	case c.tokens >= b.ThresholdTokens():
+		return schemas.TriggerBudget, fmt.Sprintf("context %d tokens ≥ threshold %d (%g × %d)", c.tokens, b.ThresholdTokens(), b.Threshold, b.ContextWindow)
+	case s.TokenLimit > 0 && c.tokens >= s.TokenLimit:
+		return schemas.TriggerBudget, fmt.Sprintf("context %d tokens ≥ token_limit %d", c.tokens, s.TokenLimit)
+	case s.SoftThreshold > 0 && c.tokens >= int(s.SoftThreshold*float64(b.ContextWindow)):
+		return schemas.TriggerBudget, fmt.Sprintf("context %d tokens ≥ soft threshold %d (%g × %d): compacting ahead of time",
+			c.tokens, int(s.SoftThreshold*float64(b.ContextWindow)), s.SoftThreshold, b.ContextWindow)
+	case s.MaxRounds > 0 && c.rounds >= s.MaxRounds:
+		return schemas.TriggerBudget, fmt.Sprintf("%d assistant rounds since the last compaction ≥ max_rounds %d", c.rounds, s.MaxRounds)
+	}
+	return "", ""
+}
+
+// hold says why a request must wait now, "" when it may be queued. regrow is the
+// fraction of the window a declined conversation must grow by first. Past the hard
+// limit a failure backoff does not hold the request back: the worker keeps the bound
+// with its fallback.
+func (c *convState) hold(now time.Time, regrow float64) string {
+	switch {
+	case len(c.open) > 0:
+		return "tool calls unanswered"
+	case now.Before(c.inFlightUntil):
+		return "a request is in flight"
+	case c.retry != nil:
+		return "a retry is scheduled"
+	case now.Before(c.backoffUntil) && c.tokens < c.budget.HardLimitTokens():
+		return "backing off after a failure"
+	case c.declinedAtSeq > 0 && c.tokens < c.tokensAtDecline+int(regrow*float64(c.budget.ContextWindow)):
+		return "declined; waiting for the conversation to grow"
+	}
+	return ""
+}
+
+// failed spaces the next request out after a failed compaction: base doubled per
+// failure in a row, at most max.
+func (c *convState) failed(now time.Time, base, maxBackoff time.Duration) {
+	c.inFlightUntil = time.Time{}
+	c.failures++
+	d := base
+	for i := 1; i < c.failures && d < maxBackoff; i++ {
+		d *= 2
+	}
+	c.backoffUntil = now.Add(min(d, maxBackoff))
+}
