@@ -30,7 +30,7 @@ func (s *Store) GetResult(ctx context.Context, conv string, fromLeader bool) (*s
 		if err != nil {
 			return nil, 0, fmt.Errorf("get %s/%s: %w", s.cfg.ResultsBucket, conv, err)
 		}
-		r, err := schemas.DecodeResult(e.Value())
+		r, err := decodeResultOf(conv, e.Value())
 		if err != nil {
 			return nil, 0, err
 		}
@@ -48,11 +48,24 @@ func (s *Store) GetResult(ctx context.Context, conv string, fromLeader bool) (*s
 	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 		return nil, 0, nil
 	}
-	r, err := schemas.DecodeResult(m.Data)
+	r, err := decodeResultOf(conv, m.Data)
 	if err != nil {
 		return nil, 0, err
 	}
 	return r, m.Seq, nil
+}
+
+// decodeResultOf decodes the value stored under conv's key, which must be conv's.
+func decodeResultOf(conv string, data []byte) (*schemas.Result, error) {
+	r, err := schemas.DecodeResult(data)
+	if err != nil {
+		return nil, fmt.Errorf("compaction value of %s: %w", conv, err)
+	}
+	if r.Conversation != conv {
+		return nil, fmt.Errorf("compaction value of %s: %w", conv,
+			&schemas.ValidationError{Field: "conversation", Rule: fmt.Sprintf("is %q, not the key's", r.Conversation)})
+	}
+	return r, nil
 }
 
 // PutResult writes a value with compare-and-set: revision 0 creates the key (it must

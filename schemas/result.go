@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
@@ -213,9 +214,28 @@ func DecodeResult(data []byte) (*Result, error) {
 	}
 	var r Result
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("decode compaction value: %w", err)
+		return nil, invalid("value", "does not decode: %v", err)
+	}
+	if err := r.validate(); err != nil {
+		return nil, err
 	}
 	return &r, nil
+}
+
+// validate checks what readers compute with: a value that breaks it would make them
+// read the wrong messages (tail_start_seq 0 underflows, for one).
+func (r *Result) validate() error {
+	switch {
+	case ValidateConversationID(r.Conversation) != nil:
+		return invalid("conversation", "%v", ValidateConversationID(r.Conversation))
+	case r.TailStartSeq < 1:
+		return invalid("tail_start_seq", "must be at least 1, got %d", r.TailStartSeq)
+	case r.CoveredThroughSeq >= r.TailStartSeq:
+		return invalid("covered_through_seq", "must be below tail_start_seq %d, got %d", r.TailStartSeq, r.CoveredThroughSeq)
+	case slices.Contains(r.PinnedSeqs, 0):
+		return invalid("pinned_seqs", "sequences start at 1")
+	}
+	return nil
 }
 
 // SummaryRoleOrDefault returns the role the summary message is given (default user).

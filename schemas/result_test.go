@@ -58,6 +58,10 @@ func TestDecodeResult(t *testing.T) {
 		{name: "v1 with a field of the wrong type", give: `{"schema_version":1,"generation":"x"}`, wantErr: true},
 		{name: "not JSON", give: `{`, wantErr: true},
 		{name: "not an object", give: `[1]`, wantErr: true},
+		{name: "tail_start_seq 0", give: `{"schema_version":1,"conversation":"c1","tail_start_seq":0}`, wantInvalid: true},
+		{name: "covered through the tail start", give: `{"schema_version":1,"conversation":"c1","tail_start_seq":5,"covered_through_seq":5}`, wantInvalid: true},
+		{name: "pinned sequence 0", give: `{"schema_version":1,"conversation":"c1","tail_start_seq":5,"pinned_seqs":[0]}`, wantInvalid: true},
+		{name: "conversation id that breaks the rule", give: `{"schema_version":1,"conversation":"a.*","tail_start_seq":1}`, wantInvalid: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,7 +142,7 @@ func TestResultUnknownRoundTrip(t *testing.T) {
 }
 
 func TestResultMarshalKnownWins(t *testing.T) {
-	r := schemas.Result{SchemaVersion: 1, Conversation: "c", Summary: "real",
+	r := schemas.Result{SchemaVersion: 1, Conversation: "c", Summary: "real", TailStartSeq: 1,
 		Unknown: map[string]json.RawMessage{"summary": json.RawMessage(`"stale"`), "x": json.RawMessage(`1`)}}
 	b, err := json.Marshal(r)
 	if err != nil {

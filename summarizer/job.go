@@ -24,25 +24,30 @@ type loaded struct {
 	rev     uint64
 	pinned  []schemas.Entry // pinned forever: cur.PinnedSeqs without cur.KeptSeqs
 	kept    []schemas.Entry // kept ahead of the summary by the last split: cur.KeptSeqs
+	missing []schemas.Entry // pinned or kept messages no longer in CHAT: dropped
 	entries []schemas.Entry // everything from the current tail start
 	leading bool            // entries start at the conversation's first message
 	lastSeq uint64
 }
 
 // process runs steps 2–6 of the job protocol. A nil error means the request was acked.
+// JetStream hears that the job is alive from the start: loading and planning a huge
+// conversation count as work too.
 func (p *Pool) process(ctx context.Context, j *job) error {
+	stop := j.keepAlive(p.cfg.InProgressEvery)
+	defer stop()
 	conv := j.req.Conversation
-	// 2. The current value, from the leader. Holding this request's sequence means the
-	// work was done before a crash: report it and ack.
+	// 2. The current value, from the leader. Holding this request (its queue sequence
+	// and its id) means the work was done before a crash: report it and ack.
 	cur, rev, err := p.store.GetResult(ctx, conv, true)
 	if err != nil {
 		var newer *schemas.ErrNewerSchema
-		if errors.As(err, &newer) {
+		if errors.As(err, &newer) || errors.Is(err, schemas.ErrInvalid) {
 			return fmt.Errorf("%w: %v", errPermanent, err)
 		}
 		return err
 	}
-	if cur != nil && cur.RequestSeq == j.seq {
+	if cur != nil && cur.RequestSeq == j.seq && cur.RequestID == j.req.RequestID {
 		j.log.Info().Uint64("generation", cur.Generation).Msg("request already done before a restart; acking")
 		return p.finish(ctx, j, cur, 0, policy.Settings{}, nil)
 	}
@@ -64,9 +69,12 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	p.event(ctx, j, schemas.Event{Type: schemas.EventStarted, Generation: genOf(cur)})
 
 	// 3. Load, split, pre-trim, summarize.
-	ld, err := p.load(ctx, conv, cur, rev)
+	ld, err := p.load(ctx, conv, cur, rev, j.req.UpToSeq)
 	if err != nil {
 		return err
+	}
+	for _, e := range ld.missing {
+		j.log.Warn().Err(e.Err).Uint64("seq", e.Seq).Msg("pinned message is gone; dropped from the value")
 	}
 	pl, err := p.plan(ld, escalate(s, j.req.Escalation), count)
 	if err != nil {
@@ -87,23 +95,29 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		Messages:        pretrim.TotalBudget(pretrim.ToolOutputs(pl.covered, s.ToolOutputCap), s.ToolOutputBudget),
 		Instructions:    joinInstructions(s.Instructions, j.req.Instructions),
 		// Ask for less than the cap: the model counts its own tokens, the guard counts
-		// chars/4, and a summary a little over the cap would be declined.
+		// with the conversation's counter, and a summary a little over the cap would be
+		// declined.
 		MaxSummaryTokens: b.SummaryCap() * 85 / 100,
 	}
+	pastHard := before.Tokens >= b.HardLimitTokens()
 	out, err := p.summarizeToFit(ctx, j, sum, in, s.SummarizerContextWindow)
+	if err == nil {
+		out, err = p.firmer(ctx, j, sum, in, out, b.SummaryCap(), s.SummarizerContextWindow, count)
+	}
 	if err != nil {
-		lastTry := j.attempt >= uint64(p.cfg.MaxAttempts) || errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
-		if !lastTry || before.Tokens < b.HardLimitTokens() {
+		lastTry := j.attempt >= uint64(p.cfg.MaxAttempts) || errors.Is(err, errPermanent) || errors.Is(err, errSummaryTooLong) ||
+			(p.retryable != nil && !p.retryable(err))
+		if !pastHard && !(lastTry && errors.Is(err, errSummaryTooLong)) {
 			return err
 		}
-		// The LLM is down and the context is past the hard limit: keep the bound with
-		// the deterministic summary, and still report the failure.
-		j.log.Warn().Err(err).Msg("summarizer failed on the last attempt past the hard limit; writing the fallback summary")
+		// The bound wins: past the hard limit the deterministic summary is written at
+		// once, whatever the attempt; a summary that stays over its cap is replaced by it
+		// too. The failure is still reported (completed event with the error, dead letter).
+		j.log.Warn().Err(err).Bool("past_hard_limit", pastHard).Msg("writing the fallback summary")
 		fb, ferr := p.fallback.Summarize(ctx, in)
 		if ferr != nil {
 			return fmt.Errorf("%w; fallback summary: %v", err, ferr)
 		}
-		_ = p.store.PublishDead(ctx, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error() + " (fallback summary written)", Attempts: j.attempt, At: p.now()})
 		out = fb
 		out.Fallback = true
 		j.fallbackFor = err
@@ -131,7 +145,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		if rerr != nil {
 			return rerr
 		}
-		if now == nil || now.RequestSeq != j.seq {
+		if now == nil || now.RequestSeq != j.seq || now.RequestID != j.req.RequestID {
 			return fmt.Errorf("compaction value changed while summarizing; result discarded: %w", err)
 		}
 		next = now // our own write, acknowledged before a lost reply
@@ -139,8 +153,40 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	j.log.Info().Uint64("generation", next.Generation).Int("tokens_before", next.TokensBefore).
 		Int("tokens_after", next.TokensAfter).Uint64("tail_start_seq", next.TailStartSeq).
 		Str("strategy", next.Strategy).Bool("fallback", next.Fallback).Msg("compacted")
+	if j.fallbackFor != nil {
+		// Recorded once the fallback is in KV: the LLM's failure is on file for operators.
+		dead := schemas.DeadLetter{Request: j.req, Error: j.fallbackFor.Error() + " (fallback summary written)", Attempts: j.attempt, At: p.now()}
+		if derr := p.store.PublishDead(ctx, conv, dead); derr != nil {
+			j.log.Warn().Err(derr).Msg("record dead letter")
+		}
+	}
 	// 6. Ack, report, re-evaluate.
 	return p.finish(ctx, j, next, ld.lastSeq, s, count)
+}
+
+// errSummaryTooLong means the summarizer kept writing summaries over their cap.
+var errSummaryTooLong = errors.New("summary over max_summary_tokens")
+
+// firmer asks once more, with a firmer and smaller cap, when a summary came back over
+// its cap; a summary still over it is errSummaryTooLong (the caller falls back).
+func (p *Pool) firmer(ctx context.Context, j *job, sum Summarizer, in Input, out Output, limit, window int, count tokens.Counter) (Output, error) {
+	got := count.Count(out.Summary)
+	if got <= limit {
+		return out, nil
+	}
+	j.log.Warn().Int("summary_tokens", got).Int("max_summary_tokens", limit).Msg("summary over its cap; asking again with a firmer one")
+	in.MaxSummaryTokens = max(limit/2, 1)
+	in.Instructions = joinInstructions(in.Instructions, fmt.Sprintf(
+		"The previous attempt was %d tokens long; the summary MUST be shorter than %d tokens. Drop detail before exceeding it.", got, in.MaxSummaryTokens))
+	again, err := p.summarizeToFit(ctx, j, sum, in, window)
+	if err != nil {
+		return Output{}, err
+	}
+	if n := count.Count(again.Summary); n > limit {
+		return Output{}, fmt.Errorf("%w: %d then %d tokens, over max_summary_tokens %d", errSummaryTooLong, got, n, limit)
+	}
+	again.Usage = addUsage(out.Usage, again.Usage)
+	return again, nil
 }
 
 func joinInstructions(parts ...string) string {
@@ -177,8 +223,11 @@ func sortedBySeq(lists ...[]schemas.Entry) []schemas.Entry {
 	return out
 }
 
-// load reads the pinned and kept messages and everything from the current tail start.
-func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev uint64) (*loaded, error) {
+// load reads the pinned and kept messages and everything from the current tail start,
+// at least through upTo (the newest message the request was made for): a replica that
+// lags behind is caught up from the stream leader. A pinned or kept message that left
+// the stream is reported in missing and dropped from the next value.
+func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev, upTo uint64) (*loaded, error) {
 	ld := &loaded{cur: cur, rev: rev}
 	from := uint64(1)
 	if cur != nil && cur.TailStartSeq > 0 {
@@ -191,23 +240,32 @@ func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev u
 			return nil, err
 		}
 		for _, e := range pinned {
-			if slices.Contains(cur.KeptSeqs, e.Seq) {
+			switch {
+			case errors.Is(e.Err, jetstream.ErrMissingMessage):
+				ld.missing = append(ld.missing, e)
+			case slices.Contains(cur.KeptSeqs, e.Seq):
 				ld.kept = append(ld.kept, e)
-			} else {
+			default:
 				ld.pinned = append(ld.pinned, e)
 			}
 		}
 	}
-	msgs, err := p.store.LoadConversation(ctx, conv, from, 0)
+	var err error
+	if upTo >= from {
+		ld.entries, err = p.store.LoadEntriesThrough(ctx, conv, from, upTo)
+		if err == nil {
+			var more []schemas.Entry
+			more, err = p.store.LoadEntries(ctx, conv, upTo+1, 0)
+			ld.entries = append(ld.entries, more...)
+		}
+	} else {
+		ld.entries, err = p.store.LoadEntries(ctx, conv, from, 0)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load conversation: %w", err)
 	}
-	ld.entries = make([]schemas.Entry, len(msgs))
-	for i, m := range msgs {
-		ld.entries[i] = m.Entry()
-	}
-	if n := len(msgs); n > 0 {
-		ld.lastSeq = msgs[n-1].Seq
+	if n := len(ld.entries); n > 0 {
+		ld.lastSeq = ld.entries[n-1].Seq
 	} else if cur != nil {
 		ld.lastSeq = cur.TailStartSeq - 1
 	}
@@ -303,10 +361,8 @@ func (p *Pool) plan(ld *loaded, s policy.Settings, count tokens.Counter) (plan, 
 	return pl, nil
 }
 
-// summarize calls one summarizer, telling JetStream the job is alive while it works.
+// summarize calls one summarizer (process tells JetStream the job is alive meanwhile).
 func (p *Pool) summarize(ctx context.Context, j *job, sum Summarizer, in Input) (Output, error) {
-	stop := j.keepAlive(p.cfg.InProgressEvery)
-	defer stop()
 	out, err := sum.Summarize(ctx, in)
 	if err != nil {
 		return Output{}, err
@@ -371,22 +427,30 @@ func (p *Pool) result(j *job, ld *loaded, pl plan, out Output, before assemble.C
 }
 
 // decline records that this state of the conversation cannot be compacted usefully, so
-// triggers wait for it to grow, then acks.
+// triggers wait for it to grow, then acks. A marker that stands alone (no compaction
+// yet) carries the figures of this decline, not of the first one. When the value
+// changed meanwhile, nothing is recorded and the request is tried again on the new one.
 func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after int, reason string) error {
 	var next schemas.Result
 	if ld.cur != nil {
 		next = *ld.cur
 	} else {
-		next = schemas.Result{SchemaVersion: schemas.SchemaVersion, Conversation: j.req.Conversation,
-			TailStartSeq: 1, TokensBefore: before, TokensAfter: before, CreatedAt: p.now().UTC()}
+		next = schemas.Result{SchemaVersion: schemas.SchemaVersion, Conversation: j.req.Conversation, TailStartSeq: 1}
+	}
+	if next.Generation == 0 {
+		next.TokensBefore, next.TokensAfter, next.CreatedAt = before, before, p.now().UTC()
 	}
 	next.DeclinedAtSeq = ld.lastSeq
-	if _, err := p.store.PutResult(ctx, &next, ld.rev); err != nil && !errors.Is(err, jetstream.ErrRevisionMismatch) {
+	if _, err := p.store.PutResult(ctx, &next, ld.rev); err != nil {
+		if errors.Is(err, jetstream.ErrRevisionMismatch) {
+			return fmt.Errorf("compaction value changed while deciding to decline; trying again on the new one: %w", err)
+		}
 		return err
 	}
 	j.log.Info().Str("reason", reason).Int("tokens_before", before).Int("tokens_after", after).Msg("compaction declined")
 	if err := j.d.AckSync(ctx); err != nil {
-		return fmt.Errorf("ack declined request: %w", err)
+		// The marker is written; a redelivery declines again on the same state.
+		j.log.Warn().Err(err).Msg("ack declined request; it will be redelivered")
 	}
 	p.event(ctx, j, schemas.Event{Type: schemas.EventDeclined, Generation: next.Generation,
 		TokensBefore: before, TokensAfter: after, Error: reason})
@@ -396,9 +460,12 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 // finish acks the request (freeing the conversation's slot), publishes completed and,
 // when loadedThrough > 0, queues another compaction if messages that arrived meanwhile
 // put the conversation over its threshold again.
+//
+// The result is in KV when finish runs: an ack that fails is logged, not reported as a
+// failure (a redelivery finds the value holding this request and acks then).
 func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings, count tokens.Counter) error {
 	if err := j.d.AckSync(ctx); err != nil {
-		return fmt.Errorf("ack completed request: %w", err)
+		j.log.Warn().Err(err).Uint64("generation", r.Generation).Msg("ack completed request failed; a redelivery will find it done")
 	}
 	ev := schemas.Event{Type: schemas.EventCompleted, Generation: r.Generation,
 		TokensBefore: r.TokensBefore, TokensAfter: r.TokensAfter}

@@ -32,6 +32,10 @@ type Config struct {
 	InProgressEvery time.Duration
 	// FetchWait is how long one fetch waits for a request.
 	FetchWait time.Duration
+	// DrainTimeout is how long Run waits, once stopped, for the jobs in flight; the
+	// requests of those still unfinished then are handed back (nak without delay), so
+	// another worker takes them at once instead of after the ack wait. 0 waits forever.
+	DrainTimeout time.Duration
 	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
 	// nil knows chars4 only.
 	Counters func(name string) (tokens.Counter, error)
@@ -65,6 +69,8 @@ func (c Config) Validate() error {
 		return bad("in-progress interval must be positive")
 	case c.FetchWait < 100*time.Millisecond:
 		return bad("fetch wait must be at least 100ms")
+	case c.DrainTimeout < 0:
+		return bad("drain timeout must not be negative")
 	}
 	return nil
 }
@@ -97,6 +103,9 @@ type Pool struct {
 	retryable func(error) bool
 	log       zerolog.Logger
 	now       func() time.Time
+
+	mu       sync.Mutex
+	inFlight map[*job]bool // the jobs being worked on, for a drain that times out
 }
 
 // Options are a pool's collaborators.
@@ -126,11 +135,13 @@ func NewPool(cfg Config, store *jetstream.Store, opts Options) (*Pool, error) {
 		cfg: cfg, store: store, policies: opts.Policies, summarizers: opts.Summarizers,
 		fallback: opts.Fallback, retryable: opts.Retryable,
 		log: opts.Logger.With().Str("component", "summarizer").Logger(), now: time.Now,
+		inFlight: map[*job]bool{},
 	}, nil
 }
 
 // Run works on requests until ctx is done, then waits for the jobs in flight to finish
-// (they are not cancelled: a drained job acks or naks its request).
+// (they are not cancelled: a drained job acks or naks its request). After DrainTimeout
+// the unfinished ones are handed back to the queue and Run returns.
 func (p *Pool) Run(ctx context.Context) error {
 	q, err := p.store.Requests(ctx)
 	if err != nil {
@@ -144,9 +155,45 @@ func (p *Pool) Run(ctx context.Context) error {
 	for i := 0; i < p.cfg.Workers; i++ {
 		wg.Go(func() { p.slot(ctx, q) })
 	}
-	wg.Wait()
-	p.log.Info().Msg("summarizer pool drained")
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	<-ctx.Done()
+	var timeout <-chan time.Time
+	if p.cfg.DrainTimeout > 0 {
+		t := time.NewTimer(p.cfg.DrainTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-done:
+		p.log.Info().Msg("summarizer pool drained")
+	case <-timeout:
+		p.handBack()
+	}
 	return nil
+}
+
+// handBack naks the requests of the jobs still in flight, so the queue delivers them
+// again at once. A job that still finishes writes its result with compare-and-set; its
+// redelivery then finds the value holding the request and only acks.
+func (p *Pool) handBack() {
+	p.mu.Lock()
+	jobs := make([]*job, 0, len(p.inFlight))
+	for j := range p.inFlight {
+		jobs = append(jobs, j)
+	}
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, j := range jobs {
+		if err := j.d.NakAfter(ctx, 0); err != nil {
+			p.log.Warn().Err(err).Uint64("seq", j.seq).Msg("hand back unfinished request; it is redelivered after the ack wait")
+		}
+	}
+	p.log.Warn().Int("unfinished", len(jobs)).Dur("drain_timeout", p.cfg.DrainTimeout).Msg("drain timed out; unfinished requests handed back to the queue")
 }
 
 // slot is one worker: it fetches a request only when it is free, so a process never
@@ -233,6 +280,14 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 		return
 	}
 	j.req = req
+	p.mu.Lock()
+	p.inFlight[j] = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.inFlight, j)
+		p.mu.Unlock()
+	}()
 	j.log = p.log.With().Str("conversation", j.req.Conversation).Str("request_id", j.req.RequestID).
 		Uint64("attempt", j.attempt).Logger()
 	err = p.process(ctx, j)

@@ -43,7 +43,8 @@ type Env struct {
 	RetryDelay   time.Duration `envconfig:"RETRY_DELAY" default:"5s" desc:"trigger: wait before asking again when a request is already pending"`
 	LLMAPIKey    string        `envconfig:"LLM_API_KEY" desc:"the summarizer's API key (falls back to OPENAI_API_KEY); never logged"`
 	ChatMaxAge   time.Duration `envconfig:"CHAT_MAX_AGE" default:"0" desc:"how long CHAT keeps raw history; 0 = forever"`
-	DrainTimeout time.Duration `envconfig:"DRAIN_TIMEOUT" default:"3m" desc:"on SIGINT/SIGTERM, how long in-flight work may take to finish"`
+	DrainTimeout time.Duration `envconfig:"DRAIN_TIMEOUT" default:"3m" desc:"on SIGINT/SIGTERM, how long in-flight work may take to finish; what is unfinished then is handed back to the queue"`
+	AckWait      time.Duration `envconfig:"WORKER_ACK_WAIT" default:"30s" desc:"how long a request may go without a worker's heartbeat before it is delivered again (what a crashed worker costs); heartbeats go every third of it"`
 	LogLevel     string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
 	LogFormat    string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
 
@@ -132,6 +133,7 @@ func (e Env) validate() error {
 		{e.BackoffMax >= e.BackoffBase, "BACKOFF_MAX", "must be at least COMPACTOR_BACKOFF_BASE"},
 		{e.ChatMaxAge >= 0, "CHAT_MAX_AGE", "must not be negative"},
 		{e.DrainTimeout > 0, "DRAIN_TIMEOUT", "must be positive"},
+		{e.AckWait >= 3*time.Second, "WORKER_ACK_WAIT", "must be at least 3s (heartbeats go every third of it)"},
 		{e.LogFormat == "json" || e.LogFormat == "console", "LOG_FORMAT", "must be json or console"},
 	}
 	for _, c := range checks {
@@ -219,6 +221,7 @@ func (e Env) jetstream() jetstream.Config {
 	c := jetstream.DefaultConfig()
 	c.Replicas = e.Replicas
 	c.ChatMaxAge = e.ChatMaxAge
+	c.WorkerAckWait = e.AckWait
 	return c
 }
 
@@ -229,6 +232,10 @@ func (e Env) summarizer() summarizer.Config {
 	c.BackoffBase = e.BackoffBase
 	c.BackoffMax = e.BackoffMax
 	c.Counters = e.counters.get
+	// Three heartbeats per ack wait: one lost heartbeat does not cost a redelivery.
+	c.InProgressEvery = max(e.AckWait/3, time.Second)
+	// The pool hands back what is unfinished a little before serve gives up.
+	c.DrainTimeout = max(e.DrainTimeout*9/10, time.Second)
 	return c
 }
 
