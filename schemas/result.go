@@ -198,7 +198,7 @@ func DecodeResult(data []byte) (*Result, error) {
 	// The version is read first: a newer value may have changed any other field.
 	var head map[string]json.RawMessage
 	if err := json.Unmarshal(data, &head); err != nil {
-		return nil, fmt.Errorf("decode compaction value: %w", err)
+		return nil, invalid("value", "does not decode: %v", err)
 	}
 	var version int
 	if v, ok := head["schema_version"]; ok {

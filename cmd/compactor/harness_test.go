@@ -42,6 +42,11 @@ type fakeLLM struct {
 	// as an endpoint does with context_length_exceeded.
 	maxChars int
 	refused  int
+	// hook, when set, runs at the start of every request (outside the lock).
+	hook func()
+	// pad, when non-zero, appends that many characters to every summary (a model that
+	// ignores its length cap).
+	pad int
 }
 
 var needleRE = regexp.MustCompile(`NEEDLE-[0-9a-z]+`)
@@ -71,8 +76,14 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
+	hook := f.hook
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	f.mu.Lock()
 	f.calls++
-	delay, status := f.delay, f.status
+	delay, status, pad := f.delay, f.status, f.pad
 	if f.failures > 0 {
 		f.failures--
 		status = http.StatusInternalServerError
@@ -123,6 +134,9 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Strings(needles)
 	summary := "## Goal\nContinue the task.\n## Facts and identifiers\n" + strings.Join(needles, "\n")
+	if pad > 0 {
+		summary += "\n" + strings.Repeat("padding ", pad/8+1)[:pad]
+	}
 	resp := map[string]any{
 		"id": "cmpl-1", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model + "-fake",
 		"choices": []map[string]any{{"index": 0, "finish_reason": "stop",

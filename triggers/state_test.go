@@ -1,0 +1,101 @@
+package triggers
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// state is a conversation state with a 4,000-token window and the given tokens.
+func state(toks int, change ...func(*policy.Settings)) *convState {
+	s := policy.Defaults()
+	s.ContextWindow = 4000
+	for _, fn := range change {
+		fn(&s)
+	}
+	return &convState{id: "c", tokens: toks, settings: s, budget: s.Budget(), count: tokens.Chars4{}}
+}
+
+func TestDecide(t *testing.T) {
+	tests := []struct {
+		name     string
+		give     *convState
+		wantKind string
+		wantWhy  string
+	}{
+		{"under every rule", state(100), "", ""},
+		{"threshold", state(3000), schemas.TriggerBudget, "threshold 3000"},
+		{"token limit", state(2200, func(s *policy.Settings) { s.TokenLimit = 2000 }), schemas.TriggerBudget, "token_limit 2000"},
+		{"soft threshold", state(2500, func(s *policy.Settings) { s.SoftThreshold = 0.6 }), schemas.TriggerBudget, "ahead of time"},
+		{"structural first", func() *convState { c := state(3000); c.structural = "big output"; return c }(), schemas.TriggerStructural, "big output"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kind, why := tt.give.decide()
+			if kind != tt.wantKind || !strings.Contains(why, tt.wantWhy) {
+				t.Errorf("decide() = %q, %q; want %q containing %q", kind, why, tt.wantKind, tt.wantWhy)
+			}
+		})
+	}
+}
+
+func TestHold(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name string
+		give func() *convState
+		want string // part of the reason; "" when a request may go
+	}{
+		{"nothing holds", func() *convState { return state(3000) }, ""},
+		{"open tool call", func() *convState { c := state(3000); c.open = map[string]bool{"a": true}; return c }, "tool calls"},
+		{"in flight", func() *convState { c := state(3000); c.inFlightUntil = now.Add(time.Minute); return c }, "in flight"},
+		{"backing off under the hard limit", func() *convState {
+			c := state(3000)
+			c.failed(now, time.Minute, time.Hour)
+			return c
+		}, "backing off"},
+		{"past the hard limit a backoff does not hold", func() *convState {
+			c := state(3900)
+			c.failed(now, time.Minute, time.Hour)
+			return c
+		}, ""},
+		{"declined, not grown", func() *convState {
+			c := state(3000)
+			c.declinedAtSeq, c.tokensAtDecline = 10, 2950
+			return c
+		}, "declined"},
+		{"declined, grown past regrow", func() *convState {
+			c := state(3300)
+			c.declinedAtSeq, c.tokensAtDecline = 10, 3000
+			return c
+		}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.give().hold(now, 0.05)
+			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
+				t.Errorf("hold() = %q; want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFailureBackoffDoublesToItsMax(t *testing.T) {
+	now := time.Now()
+	c := state(3000)
+	var got []time.Duration
+	for range 5 {
+		c.failed(now, time.Minute, 5*time.Minute)
+		got = append(got, c.backoffUntil.Sub(now))
+	}
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute, 5 * time.Minute}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("backoffs %v; want %v", got, want)
+		}
+	}
+}
