@@ -150,7 +150,9 @@ func TestPinnedMessageGoneByAgeIsSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read with a pinned message gone: %v", err)
 	}
-	if !slices.ContainsFunc(cx.Skipped, func(sk rounds.Skipped) bool { return sk.Seq == 1 && strings.Contains(sk.Reason, "not in the conversation") }) {
+	if !slices.ContainsFunc(cx.Skipped, func(sk rounds.Skipped) bool {
+		return sk.Seq == 1 && strings.Contains(sk.Reason, "not in the conversation")
+	}) {
 		t.Fatalf("skipped = %+v; want seq 1 reported as gone", cx.Skipped)
 	}
 	// The conversation goes on, and the next compaction drops the gone sequence.
@@ -324,8 +326,12 @@ func TestAlreadyDoneNeedsTheRequestID(t *testing.T) {
 	if err != nil || v == nil || v.Generation != 2 || v.RequestID == old.RequestID {
 		t.Fatalf("value %+v, %v; want generation 2 written by the new request", v, err)
 	}
-	if llm.callCount() == 0 {
-		t.Fatal("the request was taken as done; the LLM was never called")
+	events.mu.Lock()
+	defer events.mu.Unlock()
+	for _, ev := range events.events {
+		if ev.Type == schemas.EventCompleted && ev.Generation == old.Generation {
+			t.Fatalf("request %s was taken as done by the earlier queue's value (completed at generation %d)", ev.RequestID, ev.Generation)
+		}
 	}
 }
 
