@@ -42,10 +42,14 @@ type Env struct {
 	BackoffMax   time.Duration `envconfig:"BACKOFF_MAX" default:"2m" desc:"longest delay between attempts"`
 	RetryDelay   time.Duration `envconfig:"RETRY_DELAY" default:"5s" desc:"trigger: wait before asking again when a request is already pending"`
 	LLMAPIKey    string        `envconfig:"LLM_API_KEY" desc:"the summarizer's API key (falls back to OPENAI_API_KEY); never logged"`
-	ChatMaxAge   time.Duration `envconfig:"CHAT_MAX_AGE" default:"0" desc:"how long CHAT keeps raw history; 0 = forever"`
+	ChatMaxAge   time.Duration `envconfig:"CHAT_MAX_AGE" default:"0" desc:"how long CHAT keeps raw history; 0 = forever (applied to an existing CHAT only with COMPACTOR_UPDATE_STREAMS)"`
 	DrainTimeout time.Duration `envconfig:"DRAIN_TIMEOUT" default:"3m" desc:"on SIGINT/SIGTERM, how long in-flight work may take to finish"`
 	LogLevel     string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
 	LogFormat    string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
+
+	// UpdateStreams applies this process's settings to existing streams, buckets and
+	// consumers (also serve --update-streams).
+	UpdateStreams bool `envconfig:"UPDATE_STREAMS" default:"false" desc:"serve: change existing streams, buckets and consumers whose settings differ from this process's (e.g. COMPACTOR_CHAT_MAX_AGE, COMPACTOR_REPLICAS); false: leave them and refuse to start, naming each difference (same as serve --update-streams)"`
 
 	// Policy is the environment tier of the policy keys: COMPACTOR_<KEY> by key.
 	Policy policy.Layer `ignored:"true"`
@@ -131,6 +135,8 @@ func (e Env) validate() error {
 		{e.BackoffBase > 0, "BACKOFF_BASE", "must be positive"},
 		{e.BackoffMax >= e.BackoffBase, "BACKOFF_MAX", "must be at least COMPACTOR_BACKOFF_BASE"},
 		{e.ChatMaxAge >= 0, "CHAT_MAX_AGE", "must not be negative"},
+		{e.ChatMaxAge == 0 || e.ChatMaxAge >= jetstream.DefaultConfig().DuplicateWindow, "CHAT_MAX_AGE",
+			"must be 0 (forever) or at least the duplicate window of " + jetstream.DefaultConfig().DuplicateWindow.String()},
 		{e.DrainTimeout > 0, "DRAIN_TIMEOUT", "must be positive"},
 		{e.LogFormat == "json" || e.LogFormat == "console", "LOG_FORMAT", "must be json or console"},
 	}
@@ -219,6 +225,7 @@ func (e Env) jetstream() jetstream.Config {
 	c := jetstream.DefaultConfig()
 	c.Replicas = e.Replicas
 	c.ChatMaxAge = e.ChatMaxAge
+	c.UpdateExisting = e.UpdateStreams
 	return c
 }
 

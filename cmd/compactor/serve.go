@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -59,7 +60,11 @@ func serve(ctx context.Context, env Env, std stdio) error {
 	}
 	defer nc.Close()
 	st, err := jetstream.Provision(ctx, nc, env.jetstream())
-	if err != nil {
+	switch {
+	case errors.Is(err, jetstream.ErrConflict):
+		return fmt.Errorf("%w. Fix this process's settings, or, to change the existing ones for every process "+
+			"on purpose, run once with COMPACTOR_UPDATE_STREAMS=true or serve --update-streams", err)
+	case err != nil:
 		return err
 	}
 	comps, err := build(env, st, log)
