@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -141,6 +144,89 @@ func TestProvisionCreatesWhatIsMissing(t *testing.T) {
 	if got := c.CachedInfo().Config.AckWait; got != base.WorkerAckWait {
 		t.Fatalf("worker ack wait after the refused provision: %s; want %s", got, base.WorkerAckWait)
 	}
+}
+
+// lines is a zerolog writer that hands each log line to the test.
+type lines chan string
+
+func (l lines) Write(p []byte) (int, error) {
+	select {
+	case l <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+// ProvisionRetrying waits for JetStream (here: a server whose JetStream is enabled only
+// after the first retries were logged) and returns a permanent error at once.
+func TestProvisionRetrying(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	fast := jetstream.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond}
+
+	t.Run("permanent error at once", func(t *testing.T) {
+		logged := make(lines, 100)
+		bad := jetstream.DefaultConfig()
+		bad.Replicas = 0
+		_, err := jetstream.ProvisionRetrying(ctxT(t), nc, bad, fast, zerolog.New(logged))
+		if !errors.Is(err, jetstream.ErrConfig) {
+			t.Fatalf("invalid config: %v; want ErrConfig", err)
+		}
+		if len(logged) > 0 {
+			t.Fatalf("an invalid config was retried: %s", <-logged)
+		}
+	})
+
+	t.Run("jetstream ready later", func(t *testing.T) {
+		logged := make(lines, 1000)
+		done := make(chan error, 1)
+		go func() {
+			_, err := jetstream.ProvisionRetrying(ctxT(t), nc, jetstream.DefaultConfig(), fast, zerolog.New(logged))
+			done <- err
+		}()
+		for range 3 {
+			select {
+			case line := <-logged:
+				if !strings.Contains(line, "retrying provisioning") {
+					t.Fatalf("log line %s; want a retry", line)
+				}
+			case err := <-done:
+				t.Fatalf("provision returned before JetStream was enabled: %v", err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no retry logged within 10s")
+			}
+		}
+		if err := ns.EnableJetStream(&server.JetStreamConfig{StoreDir: t.TempDir()}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("provision after JetStream was enabled: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("provision did not finish within 20s of JetStream being enabled")
+		}
+		js, _ := natsjs.New(nc)
+		if _, err := js.Stream(ctxT(t), "CHAT"); err != nil {
+			t.Fatalf("CHAT after provisioning: %v", err)
+		}
+	})
 }
 
 // At 3 replicas on a cluster, provisioning again with the same settings finds no

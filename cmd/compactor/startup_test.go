@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/embedded"
 )
 
 // logBuffer collects serve's log lines; safe for the goroutines that write them.
@@ -66,7 +67,47 @@ func startServe(t *testing.T, logs *logBuffer, args ...string) <-chan error {
 	return served
 }
 
-// Existing streams whose retention differs from this process's COMPACTOR_CHAT_MAX_AGE. With
+// serve keeps retrying while JetStream is not ready, logging each retry, and runs once it
+// is: an orchestrator's start order or a cluster still electing its leader is no reason
+// to exit.
+func TestServeWaitsForJetStream(t *testing.T) {
+	testEnv(t, 128000)
+	ns := natsWithoutJetStream(t)
+	t.Setenv("COMPACTOR_NATS_URL", ns.ClientURL())
+	t.Setenv("COMPACTOR_LOG_LEVEL", "warn")
+	logs := &logBuffer{}
+	served := startServe(t, logs)
+	eventually(t, 20*time.Second, "serve to log a retry", func() bool {
+		select {
+		case err := <-served:
+			t.Fatalf("serve returned before JetStream was ready: %v\n%s", err, logs)
+		default:
+		}
+		return strings.Count(logs.String(), "retrying provisioning") >= 2
+	})
+	first, _, _ := strings.Cut(logs.String(), "\n")
+	t.Logf("serve logged: %s", first)
+	if err := ns.EnableJetStream(&server.JetStreamConfig{StoreDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	eventually(t, 60*time.Second, "the compactor service to answer once JetStream is ready", func() bool {
+		select {
+		case err := <-served:
+			t.Fatalf("serve returned: %v\n%s", err, logs)
+		default:
+		}
+		m, err := nc.Request("compactor.status", []byte(`{}`), time.Second)
+		return err == nil && m.Header.Get("Nats-Service-Error") == ""
+	})
+}
+
+// A permanent error is returned at once, without retries: here, existing streams whose
+// retention differs from this process's COMPACTOR_CHAT_MAX_AGE. With
 // COMPACTOR_UPDATE_STREAMS the change is applied on purpose.
 func TestServeRefusesToChangeExistingStreams(t *testing.T) {
 	testEnv(t, 128000)
@@ -100,6 +141,9 @@ func TestServeRefusesToChangeExistingStreams(t *testing.T) {
 			t.Errorf("serve error %q does not mention %q", err2, want)
 		}
 	}
+	if strings.Contains(logs.String(), "retrying") {
+		t.Errorf("a permanent error was retried:\n%s", logs)
+	}
 	js, _ := nc.JetStream()
 	if si, err := js.StreamInfo("CHAT"); err != nil || si.Config.MaxAge != 0 {
 		t.Fatalf("CHAT after the refused start: %v, %v; want max age 0", si, err)
@@ -115,5 +159,44 @@ func TestServeRefusesToChangeExistingStreams(t *testing.T) {
 		}
 		si, err := js.StreamInfo("CHAT")
 		return err == nil && si.Config.MaxAge == 3*time.Minute
+	})
+}
+
+// serve started before its NATS server waits for it too.
+func TestServeWaitsForNATS(t *testing.T) {
+	testEnv(t, 128000)
+	addr := freeAddr(t)
+	t.Setenv("COMPACTOR_NATS_URL", "nats://"+addr)
+	t.Setenv("COMPACTOR_LOG_LEVEL", "warn")
+	logs := &logBuffer{}
+	served := startServe(t, logs)
+	eventually(t, 30*time.Second, "serve to log a retry", func() bool {
+		select {
+		case err := <-served:
+			t.Fatalf("serve returned before NATS was up: %v\n%s", err, logs)
+		default:
+		}
+		return strings.Contains(logs.String(), "retrying provisioning")
+	})
+	first, _, _ := strings.Cut(logs.String(), "\n")
+	t.Logf("serve logged: %s", first)
+	srv, err := embedded.Start(embedded.Config{Listen: addr, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	eventually(t, 60*time.Second, "the compactor service to answer once NATS is up", func() bool {
+		select {
+		case err := <-served:
+			t.Fatalf("serve returned: %v\n%s", err, logs)
+		default:
+		}
+		m, err := nc.Request("compactor.status", []byte(`{}`), time.Second)
+		return err == nil && m.Header.Get("Nats-Service-Error") == ""
 	})
 }
