@@ -131,6 +131,11 @@ type Config struct {
 	TriggerPinnedTTL time.Duration
 	// ActivityMarkerTTL is how long the idle markers of ACTIVITY outlive their messages.
 	ActivityMarkerTTL time.Duration
+	// UpdateExisting lets Provision change existing streams, buckets and consumers whose
+	// settings differ from this config (say, CHAT's max age, which deletes raw history
+	// older than it for every process). Off, Provision changes nothing that exists and
+	// reports every difference as an ErrConflict. Set it only on purpose, in one process.
+	UpdateExisting bool
 }
 
 // DefaultConfig returns the contract's defaults for a single server.
@@ -142,7 +147,7 @@ func DefaultConfig() Config {
 		EventsMaxAge:      7 * 24 * time.Hour,
 		DeadMaxAge:        30 * 24 * time.Hour,
 		ResultHistory:     5,
-		WorkerAckWait:     time.Minute,
+		WorkerAckWait:     30 * time.Second,
 		TriggerAckWait:    30 * time.Second,
 		TriggerPinnedTTL:  10 * time.Second,
 		ActivityMarkerTTL: 24 * time.Hour,
@@ -178,6 +183,8 @@ func (c Config) Validate() error {
 		return bad("chat max age must not be negative")
 	case c.DuplicateWindow <= 0:
 		return bad("duplicate window must be positive")
+	case c.ChatMaxAge > 0 && c.ChatMaxAge < c.DuplicateWindow:
+		return bad("chat max age %s must not be shorter than the duplicate window %s", c.ChatMaxAge, c.DuplicateWindow)
 	case c.ResultHistory < 1 || c.ResultHistory > 64:
 		return bad("result history must be 1 to 64, got %d", c.ResultHistory)
 	case c.WorkerAckWait < time.Second:

@@ -2,23 +2,38 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// Provision creates or updates every stream, bucket and consumer of the contract. It is
-// idempotent: every process may call it at start-up, and a changed setting (retention,
-// replicas) is applied to what exists.
+// Provision makes sure every stream, bucket and consumer of the contract exists; every
+// process may call it at start-up. What is missing is created. What exists is compared
+// with cfg and, by default, never changed: a process must not rewrite what other
+// processes (other versions, other settings) rely on, such as how long CHAT keeps raw
+// history. When a setting differs (subjects, retention, storage, replicas, max age,
+// duplicate window, per-subject limits, TTLs, bucket history, consumer settings), the
+// error is a *ConflictError, matching ErrConflict, that names each difference, and
+// nothing was changed. With cfg.UpdateExisting the differing settings are applied
+// instead, except those that cannot be changed in place (storage, retention, a
+// consumer's policies), which stay a conflict.
 func Provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
+	st, _, err := provision(ctx, nc, cfg)
+	return st, err
+}
+
+// provision is Provision; it also returns the differences it applied.
+func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Difference, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	js, err := natsjs.New(nc)
+	js, err := natsjs.New(nc, natsjs.WithPublishAsyncTimeout(PublishAsyncTimeout))
 	if err != nil {
-		return nil, fmt.Errorf("jetstream context: %w", err)
+		return nil, nil, fmt.Errorf("jetstream context: %w", err)
 	}
+	p := &provisioner{js: js, update: cfg.UpdateExisting}
 	streams := []natsjs.StreamConfig{
 		{
 			Name:        cfg.ChatStream,
@@ -73,28 +88,30 @@ func Provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		},
 	}
 	for _, sc := range streams {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return nil, fmt.Errorf("create or update stream %s: %w", sc.Name, err)
+		if err := p.stream(ctx, sc); err != nil {
+			return nil, nil, err
 		}
 	}
-	results, err := js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
-		Bucket:      cfg.ResultsBucket,
-		Description: "Compactor results: summary plus tail-start pointer per conversation",
-		History:     cfg.ResultHistory,
-		Storage:     natsjs.FileStorage,
-		Replicas:    cfg.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create or update bucket %s: %w", cfg.ResultsBucket, err)
+	buckets := []natsjs.KeyValueConfig{
+		{
+			Bucket:      cfg.ResultsBucket,
+			Description: "Compactor results: summary plus tail-start pointer per conversation",
+			History:     cfg.ResultHistory,
+			Storage:     natsjs.FileStorage,
+			Replicas:    cfg.Replicas,
+		},
+		{
+			Bucket:      cfg.PolicyBucket,
+			Description: "Compactor per-conversation policy: profile and safe knobs",
+			History:     1,
+			Storage:     natsjs.FileStorage,
+			Replicas:    cfg.Replicas,
+		},
 	}
-	if _, err := js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
-		Bucket:      cfg.PolicyBucket,
-		Description: "Compactor per-conversation policy: profile and safe knobs",
-		History:     1,
-		Storage:     natsjs.FileStorage,
-		Replicas:    cfg.Replicas,
-	}); err != nil {
-		return nil, fmt.Errorf("create or update bucket %s: %w", cfg.PolicyBucket, err)
+	for _, kc := range buckets {
+		if err := p.bucket(ctx, kc); err != nil {
+			return nil, nil, err
+		}
 	}
 	consumers := []struct {
 		stream string
@@ -115,11 +132,129 @@ func Provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 		}},
 	}
 	for _, c := range consumers {
-		if _, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg); err != nil {
-			return nil, fmt.Errorf("create or update consumer %s on %s: %w", c.cfg.Durable, c.stream, err)
+		if err := p.consumer(ctx, c.stream, c.cfg); err != nil {
+			return nil, nil, err
 		}
 	}
-	return &Store{nc: nc, js: js, cfg: cfg, results: results}, nil
+	if len(p.conflicts) > 0 {
+		return nil, nil, &ConflictError{Differences: p.conflicts}
+	}
+	results, err := js.KeyValue(ctx, cfg.ResultsBucket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bucket %s: %w", cfg.ResultsBucket, err)
+	}
+	return &Store{nc: nc, js: js, cfg: cfg, results: results}, p.applied, nil
+}
+
+// provisioner creates what is missing and compares what exists.
+type provisioner struct {
+	js        natsjs.JetStream
+	update    bool
+	conflicts []Difference // left alone
+	applied   []Difference // changed (update only)
+}
+
+// resolve records the differences of one existing stream, bucket or consumer: as
+// conflicts, or, when updating and every one can be changed in place, as applied by
+// apply.
+func (p *provisioner) resolve(diffs []Difference, apply func() error) error {
+	if len(diffs) == 0 {
+		return nil
+	}
+	if !p.update {
+		p.conflicts = append(p.conflicts, diffs...)
+		return nil
+	}
+	if fixed := fixedDiffs(diffs); len(fixed) > 0 {
+		p.conflicts = append(p.conflicts, fixed...)
+		return nil
+	}
+	if err := apply(); err != nil {
+		return err
+	}
+	p.applied = append(p.applied, diffs...)
+	return nil
+}
+
+// stream creates sc, or compares it with the existing stream. A stream another process
+// created between the look-up and the create is looked up again and compared.
+func (p *provisioner) stream(ctx context.Context, sc natsjs.StreamConfig) error {
+	for try := 0; ; try++ {
+		s, err := p.js.Stream(ctx, sc.Name)
+		if errors.Is(err, natsjs.ErrStreamNotFound) {
+			_, err = p.js.CreateStream(ctx, sc)
+			if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) && try == 0 {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("create stream %s: %w", sc.Name, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", sc.Name, err)
+		}
+		have := s.CachedInfo().Config
+		return p.resolve(streamDiff(sc, have), func() error {
+			if _, err := p.js.UpdateStream(ctx, mergeStream(sc, have)); err != nil {
+				return fmt.Errorf("update stream %s: %w", sc.Name, err)
+			}
+			return nil
+		})
+	}
+}
+
+// bucket creates kc, or compares it with the stream behind the existing bucket.
+func (p *provisioner) bucket(ctx context.Context, kc natsjs.KeyValueConfig) error {
+	for try := 0; ; try++ {
+		s, err := p.js.Stream(ctx, "KV_"+kc.Bucket)
+		if errors.Is(err, natsjs.ErrStreamNotFound) {
+			_, err = p.js.CreateKeyValue(ctx, kc)
+			if (errors.Is(err, natsjs.ErrBucketExists) || errors.Is(err, natsjs.ErrStreamNameAlreadyInUse)) && try == 0 {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("create bucket %s: %w", kc.Bucket, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", kc.Bucket, err)
+		}
+		return p.resolve(bucketDiff(kc, s.CachedInfo().Config), func() error {
+			if _, err := p.js.UpdateKeyValue(ctx, kc); err != nil {
+				return fmt.Errorf("update bucket %s: %w", kc.Bucket, err)
+			}
+			return nil
+		})
+	}
+}
+
+// consumer creates the durable cc on stream, or compares it with the existing one.
+func (p *provisioner) consumer(ctx context.Context, stream string, cc natsjs.ConsumerConfig) error {
+	for try := 0; ; try++ {
+		c, err := p.js.Consumer(ctx, stream, cc.Durable)
+		if errors.Is(err, natsjs.ErrConsumerNotFound) {
+			_, err = p.js.CreateConsumer(ctx, stream, cc)
+			if errors.Is(err, natsjs.ErrConsumerExists) && try == 0 {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("create consumer %s on %s: %w", cc.Durable, stream, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("consumer %s on %s: %w", cc.Durable, stream, err)
+		}
+		have := c.CachedInfo().Config
+		return p.resolve(consumerDiff(stream, cc, have), func() error {
+			if _, err := p.js.UpdateConsumer(ctx, stream, mergeConsumer(cc, have)); err != nil {
+				return fmt.Errorf("update consumer %s on %s: %w", cc.Durable, stream, err)
+			}
+			return nil
+		})
+	}
 }
 
 // triggerConsumer is a consumer only the active trigger process reads: pinned to one
@@ -146,7 +281,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	js, err := natsjs.New(nc)
+	js, err := natsjs.New(nc, natsjs.WithPublishAsyncTimeout(PublishAsyncTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream context: %w", err)
 	}

@@ -73,7 +73,7 @@ const maxLine = 64 << 20
 
 func publishCmd(ctx context.Context, env Env, args []string, std stdio) error {
 	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
-	idPrefix := fs.String("msg-id-prefix", "", "make publishes idempotent: line N gets Nats-Msg-Id <prefix>-N")
+	idPrefix := fs.String("msg-id-prefix", "", "make a re-run of the same input idempotent: line N gets Nats-Msg-Id <prefix>-N; ids are de-duplicated across the whole CHAT stream, so use a fresh prefix (a UUID) for every other input")
 	conv, err := oneConversation(fs, args)
 	if err != nil {
 		return err

@@ -42,11 +42,15 @@ type Env struct {
 	BackoffMax   time.Duration `envconfig:"BACKOFF_MAX" default:"2m" desc:"longest delay between attempts"`
 	RetryDelay   time.Duration `envconfig:"RETRY_DELAY" default:"5s" desc:"trigger: wait before asking again when a request is already pending"`
 	LLMAPIKey    string        `envconfig:"LLM_API_KEY" desc:"the summarizer's API key (falls back to OPENAI_API_KEY); never logged"`
-	ChatMaxAge   time.Duration `envconfig:"CHAT_MAX_AGE" default:"0" desc:"how long CHAT keeps raw history; 0 = forever"`
+	ChatMaxAge   time.Duration `envconfig:"CHAT_MAX_AGE" default:"0" desc:"how long CHAT keeps raw history; 0 = forever (applied to an existing CHAT only with COMPACTOR_UPDATE_STREAMS)"`
 	DrainTimeout time.Duration `envconfig:"DRAIN_TIMEOUT" default:"3m" desc:"on SIGINT/SIGTERM, how long in-flight work may take to finish; what is unfinished then is handed back to the queue"`
-	AckWait      time.Duration `envconfig:"WORKER_ACK_WAIT" default:"30s" desc:"how long a request may go without a worker's heartbeat before it is delivered again (what a crashed worker costs); heartbeats go every third of it"`
+	AckWait      time.Duration `envconfig:"WORKER_ACK_WAIT" default:"30s" desc:"how long a request may go without a worker's heartbeat before it is delivered again (what a crashed worker costs); heartbeats go every third of it (applied to an existing consumer only with COMPACTOR_UPDATE_STREAMS)"`
 	LogLevel     string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
 	LogFormat    string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
+
+	// UpdateStreams applies this process's settings to existing streams, buckets and
+	// consumers (also serve --update-streams).
+	UpdateStreams bool `envconfig:"UPDATE_STREAMS" default:"false" desc:"serve: change existing streams, buckets and consumers whose settings differ from this process's (e.g. COMPACTOR_CHAT_MAX_AGE, COMPACTOR_REPLICAS); false: leave them and refuse to start, naming each difference (same as serve --update-streams)"`
 
 	// Policy is the environment tier of the policy keys: COMPACTOR_<KEY> by key.
 	Policy policy.Layer `ignored:"true"`
@@ -132,6 +136,8 @@ func (e Env) validate() error {
 		{e.BackoffBase > 0, "BACKOFF_BASE", "must be positive"},
 		{e.BackoffMax >= e.BackoffBase, "BACKOFF_MAX", "must be at least COMPACTOR_BACKOFF_BASE"},
 		{e.ChatMaxAge >= 0, "CHAT_MAX_AGE", "must not be negative"},
+		{e.ChatMaxAge == 0 || e.ChatMaxAge >= jetstream.DefaultConfig().DuplicateWindow, "CHAT_MAX_AGE",
+			"must be 0 (forever) or at least the duplicate window of " + jetstream.DefaultConfig().DuplicateWindow.String()},
 		{e.DrainTimeout > 0, "DRAIN_TIMEOUT", "must be positive"},
 		{e.AckWait >= 3*time.Second, "WORKER_ACK_WAIT", "must be at least 3s (heartbeats go every third of it)"},
 		{e.LogFormat == "json" || e.LogFormat == "console", "LOG_FORMAT", "must be json or console"},
@@ -222,6 +228,7 @@ func (e Env) jetstream() jetstream.Config {
 	c.Replicas = e.Replicas
 	c.ChatMaxAge = e.ChatMaxAge
 	c.WorkerAckWait = e.AckWait
+	c.UpdateExisting = e.UpdateStreams
 	return c
 }
 

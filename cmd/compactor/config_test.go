@@ -44,7 +44,7 @@ func TestHelpListsEveryVariable(t *testing.T) {
 	}
 	for _, want := range []string{"COMPACTOR_NATS_URL", "COMPACTOR_LISTEN", "127.0.0.1:4222", "COMPACTOR_THRESHOLD", "0.75",
 		"COMPACTOR_CONTEXT_WINDOW", "128000", "COMPACTOR_WORKERS", "COMPACTOR_KEEP_LAST_N", "COMPACTOR_LLM_BASE_URL",
-		"COMPACTOR_LLM_API_KEY", "COMPACTOR_LLM_MODEL", "OPENAI_API_KEY", "publish <conv>", "compact <conv>"} {
+		"COMPACTOR_LLM_API_KEY", "COMPACTOR_LLM_MODEL", "OPENAI_API_KEY", "publish <conv>", "compact <conv>", "COMPACTOR_UPDATE_STREAMS", "--update-streams"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("help does not mention %q", want)
 		}

@@ -6,10 +6,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -43,11 +45,11 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 // run parses the command and runs it; lookup reads the environment.
 func run(ctx context.Context, args []string, std stdio, lookup func(string) (string, bool)) error {
 	cmd := "serve"
-	if len(args) > 0 {
+	// Flags without a command are serve's (compactor --update-streams).
+	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || isHelp(args[0])) {
 		cmd, args = args[0], args[1:]
 	}
-	switch cmd {
-	case "help", "-h", "--help":
+	if isHelp(cmd) {
 		return help(std.out)
 	}
 	env, err := loadEnv(lookup)
@@ -56,8 +58,17 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 	}
 	switch cmd {
 	case "serve":
-		if len(args) > 0 {
-			return usagef("serve takes no arguments")
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		update := fs.Bool("update-streams", false, "")
+		if err := fs.Parse(args); err != nil {
+			return usagef("serve: %v", err)
+		}
+		if fs.NArg() > 0 {
+			return usagef("serve takes no arguments besides --update-streams")
+		}
+		if *update {
+			env.UpdateStreams = true
 		}
 		return serve(ctx, env, std)
 	case "publish":
@@ -74,12 +85,20 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 	return usagef("unknown command %q", cmd)
 }
 
+func isHelp(arg string) bool { return arg == "help" || arg == "-h" || arg == "--help" }
+
 const usageText = `Compactor keeps LLM agent conversations inside their context window.
 
 Usage:
-  compactor [serve]                 run the pipeline (trigger and summarizer workers);
+  compactor [serve] [--update-streams]
+                                    run the pipeline (trigger and summarizer workers);
                                     with no COMPACTOR_NATS_URL, an embedded NATS server
-                                    listens on COMPACTOR_LISTEN
+                                    listens on COMPACTOR_LISTEN. Missing streams, buckets
+                                    and consumers are created; existing ones are never
+                                    changed: a setting that differs stops start-up,
+                                    naming it, unless --update-streams (or
+                                    COMPACTOR_UPDATE_STREAMS=true) applies it on purpose.
+                                    While JetStream is not ready, serve retries.
   compactor publish <conv>          publish JSONL chat messages read from stdin; prints
                                     one stream sequence per line
   compactor context <conv> [--raw] [--max-tokens N] [--at-least-seq N]

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
 )
@@ -20,14 +21,7 @@ import (
 // same context as the Go reader. Skips unless node and the example's modules are there
 // (.ci/run installs them when npm is available).
 func TestNodeExampleReadsTheSameContext(t *testing.T) {
-	dir, _ := filepath.Abs(filepath.Join("..", "..", "deploy", "examples", "node"))
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "nats")); err != nil {
-		t.Skip("run npm ci in deploy/examples/node to enable this test")
-	}
+	node, dir := nodeExample(t)
 	convs := loadCorpus(t, 1)
 	env := testEnv(t, 8000)
 	s := startStack(t, env, newFakeLLM(t))
@@ -102,6 +96,62 @@ func TestNodeExampleReadsTheSameContext(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// nodeExample returns the node binary and the example's directory. Without node or the
+// example's modules the test skips, except in CI (CI=true), where it fails: CI must not
+// pass without running the example.
+func nodeExample(t *testing.T) (node, dir string) {
+	t.Helper()
+	skip := t.Skip
+	if os.Getenv("CI") == "true" {
+		skip = t.Fatal
+	}
+	dir, _ = filepath.Abs(filepath.Join("..", "..", "deploy", "examples", "node"))
+	node, err := exec.LookPath("node")
+	if err != nil {
+		skip("node is not installed")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "nats")); err != nil {
+		skip("run npm ci in deploy/examples/node to enable this test")
+	}
+	return node, dir
+}
+
+// Three runs of the Node.js example, each publishing one line to the same conversation
+// within the duplicate window, store three messages: the example's message ids are unique
+// per message, not per line number.
+func TestNodeExampleSeparatePublishesAreAllStored(t *testing.T) {
+	node, dir := nodeExample(t)
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	const conv = "node-turns"
+	var seqs []string
+	for i := range 3 {
+		cmd := exec.Command(node, "compactor.mjs", "publish", conv)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL())
+		cmd.Stdin = strings.NewReader(fmt.Sprintf(`{"role":"user","content":"turn %d"}`+"\n", i))
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("node publish %d: %v\n%s", i, err, errOut.String())
+		}
+		seqs = append(seqs, strings.TrimSpace(out.String()))
+	}
+	es, err := st.LoadEntries(ctxFor(t, 10*time.Second), conv, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 3 {
+		t.Fatalf("stored %d messages of 3 separate publishes (node printed sequences %v); want 3", len(es), seqs)
+	}
+	for i, e := range es {
+		if want := fmt.Sprintf("turn %d", i); e.Message.Content.String() != want {
+			t.Errorf("message %d is %q; want %q", i, e.Message.Content.String(), want)
+		}
 	}
 }
 

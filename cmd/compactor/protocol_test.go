@@ -115,11 +115,11 @@ func TestInvalidRequestsAreRefusedBeforeAnythingIsRead(t *testing.T) {
 // readers, dropped by the next compaction, and never wedges the trigger.
 func TestPinnedMessageGoneByAgeIsSkipped(t *testing.T) {
 	env := testEnv(t, 4000)
-	env.ChatMaxAge = 3 * time.Second
 	llm := newFakeLLM(t)
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
 	cfg := env.jetstream()
+	cfg.ChatMaxAge = 3 * time.Second
 	cfg.DuplicateWindow = time.Second // at most the age limit
 	st, err := jetstream.Provision(ctxFor(t, 10*time.Second), nc, cfg)
 	if err != nil {

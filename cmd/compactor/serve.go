@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -55,13 +56,22 @@ func serve(ctx context.Context, env Env, std stdio) error {
 		url = srv.ClientURL()
 		log.Info().Str("url", url).Str("data_dir", env.DataDir).Msg("embedded NATS server started")
 	}
-	nc, err := jetstream.Connect(url, "compactor", log)
+	// A service waits for NATS and JetStream instead of exiting: an orchestrator may
+	// start it first, and a cluster has no JetStream until it elects a meta leader.
+	nc, err := jetstream.Connect(url, "compactor", log, nats.RetryOnFailedConnect(true))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	st, err := jetstream.Provision(ctx, nc, env.jetstream())
-	if err != nil {
+	st, err := jetstream.ProvisionRetrying(ctx, nc, env.jetstream(), jetstream.DefaultBackoff(), log)
+	switch {
+	case errors.Is(err, jetstream.ErrConflict):
+		return fmt.Errorf("%w. Fix this process's settings, or, to change the existing ones for every process "+
+			"on purpose, run once with COMPACTOR_UPDATE_STREAMS=true or serve --update-streams", err)
+	case err != nil && ctx.Err() != nil:
+		log.Info().Err(err).Msg("stopped before JetStream was ready")
+		return nil
+	case err != nil:
 		return err
 	}
 	comps, err := build(env, nc, st, log)

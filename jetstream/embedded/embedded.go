@@ -17,7 +17,9 @@ import (
 type Config struct {
 	// Listen is host:port for clients; port -1 picks a free one. Default 127.0.0.1:4222.
 	Listen string
-	// DataDir holds JetStream's files; it is created if missing.
+	// DataDir holds JetStream's files; it is created if missing. A server locks it
+	// (the file compactor.lock in it) until Shutdown: a second server on the same
+	// directory fails to start with ErrDataDirInUse.
 	DataDir string
 	// ServerName names the server in logs and cluster views.
 	ServerName string
@@ -56,10 +58,13 @@ func splitListen(listen string) (string, int, error) {
 
 // Server is a running embedded nats-server.
 type Server struct {
-	ns *server.Server
+	ns   *server.Server
+	lock *dirLock
 }
 
-// Start starts the server and waits until it accepts connections.
+// Start locks the data directory, starts the server and waits until it accepts
+// connections. A data directory locked by another process is an error matching
+// ErrDataDirInUse.
 func Start(cfg Config) (*Server, error) {
 	if cfg.Listen == "" {
 		cfg.Listen = "127.0.0.1:4222"
@@ -74,6 +79,10 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	host, port, _ := splitListen(cfg.Listen)
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	opts := &server.Options{
 		ServerName: cfg.ServerName,
 		Host:       host,
@@ -84,15 +93,18 @@ func Start(cfg Config) (*Server, error) {
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
+		lock.release()
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	ns.SetLoggerV2(&logAdapter{log: cfg.Logger}, false, false, false)
 	ns.Start()
 	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
 		ns.Shutdown()
+		ns.WaitForShutdown()
+		lock.release()
 		return nil, fmt.Errorf("embedded nats: not ready after %s (is %s already in use? set COMPACTOR_LISTEN or COMPACTOR_NATS_URL)", cfg.ReadyTimeout, cfg.Listen)
 	}
-	return &Server{ns: ns}, nil
+	return &Server{ns: ns, lock: lock}, nil
 }
 
 // ClientURL is the URL clients connect to.
@@ -101,10 +113,11 @@ func (s *Server) ClientURL() string { return s.ns.ClientURL() }
 // NATS returns the underlying server, for tests that need to inspect it.
 func (s *Server) NATS() *server.Server { return s.ns }
 
-// Shutdown stops the server and waits until it is down.
+// Shutdown stops the server, waits until it is down and releases the data directory.
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+	s.lock.release()
 }
 
 // logAdapter sends the server's log lines to zerolog.

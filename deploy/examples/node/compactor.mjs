@@ -6,7 +6,8 @@
 //   node compactor.mjs context <conv>
 //
 // NATS_URL defaults to nats://127.0.0.1:4222 (the embedded server of `compactor serve`).
-import { connect, createInbox, headers, StringCodec } from "nats";
+import { connect, createInbox, StringCodec } from "nats";
+import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 
 const SUMMARY_PREFIX =
@@ -14,18 +15,37 @@ const SUMMARY_PREFIX =
 const ID_RULE = /^[A-Za-z0-9_-]{1,128}$/;
 const sc = StringCodec();
 
+// Every message gets its own Nats-Msg-Id: this run's random id plus the line number.
+// Within the stream's duplicate window (2 minutes) a second message with an id the stream
+// has seen is discarded, so an id must never be reused for a different message (another
+// run, another line). A retry of the same line sends the same id, so a publish whose
+// acknowledgement was lost is stored once.
 async function publish(nc, conv) {
   const js = nc.jetstream();
+  const run = randomUUID();
   const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
   let n = 0;
   for await (const line of lines) {
     if (!line.trim()) continue;
     n++;
     JSON.parse(line); // refuse malformed JSON before it reaches the stream
-    const h = headers();
-    h.set("Nats-Msg-Id", `${conv}-${n}`); // idempotent: a retried line is stored once
-    const ack = await js.publish(`chat.${conv}.msg`, sc.encode(line), { headers: h });
+    const ack = await publishRetrying(js, `chat.${conv}.msg`, sc.encode(line), `${run}-${n}`);
+    if (ack.duplicate) console.error(`line ${n}: stored once at seq ${ack.seq} (a retry of it was discarded)`);
     console.log(ack.seq);
+  }
+}
+
+// publishRetrying retries a publish that got no acknowledgement (a timeout, no responders
+// during a leader election) with the same message id, well inside the duplicate window.
+async function publishRetrying(js, subject, data, msgID, attempts = 5) {
+  for (let i = 1; ; i++) {
+    try {
+      return await js.publish(subject, data, { msgID });
+    } catch (e) {
+      if (i >= attempts) throw e;
+      console.error(`publish ${msgID}: ${e.message}; retrying`);
+      await new Promise((r) => setTimeout(r, 250 * 2 ** i));
+    }
   }
 }
 

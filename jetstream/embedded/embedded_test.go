@@ -1,0 +1,48 @@
+package embedded
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+)
+
+// A second server on a data directory in use fails at start with an error naming the
+// directory; once the first is shut down, the directory can be used again.
+func TestDataDirIsLockedWhileInUse(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Start(Config{Listen: "127.0.0.1:-1", DataDir: dir})
+	if err != nil {
+		t.Fatalf("first server: %v", err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			first.Shutdown()
+		}
+	})
+	second, err := Start(Config{Listen: "127.0.0.1:-1", DataDir: dir})
+	if err == nil {
+		second.Shutdown()
+		t.Fatal("a second server started on a data dir in use; want an error")
+	}
+	if !errors.Is(err, ErrDataDirInUse) || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "another compactor") {
+		t.Fatalf("second server: %v; want an error naming %s and another compactor", err, dir)
+	}
+	t.Logf("second server: %v", err)
+	// The first server is untouched.
+	nc, err := nats.Connect(first.ClientURL())
+	if err != nil {
+		t.Fatalf("first server after the refused second: %v", err)
+	}
+	nc.Close()
+
+	first.Shutdown()
+	stopped = true
+	again, err := Start(Config{Listen: "127.0.0.1:-1", DataDir: dir})
+	if err != nil {
+		t.Fatalf("start after the first server stopped: %v", err)
+	}
+	again.Shutdown()
+}

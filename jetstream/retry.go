@@ -1,0 +1,98 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Backoff is the delay between attempts: Base, doubling up to Max, each delay with
+// ±25% jitter so processes started together do not retry in step.
+type Backoff struct {
+	Base time.Duration
+	Max  time.Duration
+}
+
+// DefaultBackoff is the start-up backoff of serve: 500ms doubling to 30s.
+func DefaultBackoff() Backoff { return Backoff{Base: 500 * time.Millisecond, Max: 30 * time.Second} }
+
+// delay is the jittered delay before retry n (1 = the first retry).
+func (b Backoff) delay(n int) time.Duration {
+	d := b.Base
+	for i := 1; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
+}
+
+// ProvisionRetrying is Provision for a service: while JetStream is not ready (no
+// responders, JetStream not enabled yet, no meta leader, too few peers for the replicas,
+// timeouts), it logs the error and tries again after b's delay, until it succeeds, ctx
+// is done or the error is permanent. Permanent errors are returned at once: an invalid
+// config (ErrConfig), a conflict with existing settings (ErrConflict), a closed
+// connection, and requests JetStream refuses for what they ask. Differences applied
+// with cfg.UpdateExisting are logged, one line each.
+func ProvisionRetrying(ctx context.Context, nc *nats.Conn, cfg Config, b Backoff, log zerolog.Logger) (*Store, error) {
+	for attempt := 1; ; attempt++ {
+		st, applied, err := provision(ctx, nc, cfg)
+		if err == nil {
+			for _, d := range applied {
+				log.Warn().Str(d.Kind, d.Name).Str("setting", d.Setting).Str("was", d.Existing).Str("now", d.Wanted).
+					Msg("changed an existing setting (update of existing streams requested)")
+			}
+			return st, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("provision stopped: %w (last error: %v)", ctx.Err(), err)
+		}
+		if !transient(err) {
+			return nil, err
+		}
+		wait := b.delay(attempt)
+		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("jetstream not ready; retrying provisioning")
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("provision stopped: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// transientCodes are JetStream API errors that go away when the cluster is ready.
+var transientCodes = map[natsjs.ErrorCode]bool{
+	10005:                               true, // no suitable peers for placement (peers still joining)
+	10008:                               true, // JetStream system temporarily unavailable
+	10009:                               true, // JetStream cluster can not handle request (no leader yet)
+	10023:                               true, // insufficient resources (peers still joining)
+	natsjs.JSErrCodeJetStreamNotEnabled: true,
+	natsjs.JSErrCodeJetStreamNotEnabledForAccount: true,
+}
+
+// transient reports whether err, from Provision, may go away by itself: JetStream not
+// (yet) answering or not ready. Config errors, conflicts, a closed connection and
+// requests JetStream refuses for their content are not.
+func transient(err error) bool {
+	switch {
+	case err == nil,
+		errors.Is(err, ErrConfig),
+		errors.Is(err, ErrConflict),
+		errors.Is(err, context.Canceled),
+		errors.Is(err, nats.ErrConnectionClosed):
+		return false
+	}
+	var jsErr natsjs.JetStreamError
+	if errors.As(err, &jsErr) && jsErr.APIError() != nil {
+		api := jsErr.APIError()
+		return api.Code == 503 || transientCodes[api.ErrorCode]
+	}
+	// Not an answer of the JetStream API: a timeout, no responders, a connection that is
+	// not (yet) up.
+	return true
+}
