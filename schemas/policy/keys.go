@@ -63,7 +63,7 @@ var Keys = []Key{
 	{"tool_output_trigger_tokens", Int, "0", Conversation, "compact early after a tool output larger than this many tokens; 0 = off"},
 	{"idle_after", Duration, "0s", Conversation, "compact a conversation idle this long (e.g. 10m) and over idle_threshold; 0s = off"},
 	{"idle_threshold", Float, "0.4", Conversation, "idle compaction only above this fraction of W"},
-	{"max_summary_tokens", Int, "0", Conversation, "summary cap; 0 = 2048, scaled up for windows over 128k, at most W/8"},
+	{"max_summary_tokens", Int, "0", Conversation, "summary cap; 0 = 2048, scaled up for windows over 128k, at most W/8; never more than summarizer_context_window/8"},
 	{"strategy", String, "keep-last-n", Conversation, "split strategy: keep-last-n, tool-rounds, user-messages, token-fraction, recent-turns or all"},
 	{"keep_last_n", Int, "20", Conversation, "keep-last-n: messages kept verbatim"},
 	{"tool_rounds", Int, "2", Conversation, "tool-rounds: complete rounds kept verbatim"},
