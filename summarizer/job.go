@@ -93,12 +93,13 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	out, err := p.summarizeToFit(ctx, j, sum, in, s.SummarizerContextWindow)
 	if err != nil {
 		lastTry := j.attempt >= uint64(p.cfg.MaxAttempts) || errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
-		if !lastTry || before.Tokens < b.HardLimitTokens() {
+		if !errors.Is(err, ErrNothingFits) && (!lastTry || before.Tokens < b.HardLimitTokens()) {
 			return err
 		}
-		// The LLM is down and the context is past the hard limit: keep the bound with
-		// the deterministic summary, and still report the failure.
-		j.log.Warn().Err(err).Msg("summarizer failed on the last attempt past the hard limit; writing the fallback summary")
+		// The LLM is down and the context is past the hard limit, or nothing fits the
+		// summarizer's window: keep the bound with the deterministic summary, and still
+		// report the failure.
+		j.log.Warn().Err(err).Msg("summarizer failed for good (nothing fits its window, or the last attempt past the hard limit); writing the fallback summary")
 		fb, ferr := p.fallback.Summarize(ctx, in)
 		if ferr != nil {
 			return fmt.Errorf("%w; fallback summary: %v", err, ferr)
