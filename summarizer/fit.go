@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -14,44 +15,50 @@ import (
 	"github.com/compactor/compactor/schemas/tokens"
 )
 
-// PromptOverhead is what a summarization request costs besides its input: the
-// summarizer's own prompt, the tags around each block and the model's formatting.
+// PromptOverhead is what a summarization request costs besides its input, for a
+// Summarizer that cannot size its own requests (see requestSizer): the summarizer's
+// own prompt, the tags around each block and the model's formatting.
 const PromptOverhead = 1500
 
-// fitMargin is the share of the summarizer's window that chars/4 input may fill: chars/4
-// under-counts code and JSON, and the model counts its own tokens.
+// fitMargin is the share of the summarizer's window one request may fill, as counted
+// (chars/4): chars/4 under-counts code and JSON, and the model counts its own tokens.
 const fitMargin = 0.75
 
-// maxShrinks bounds how often a refused request is retried with chunks half the size
-// (the floor of four summaries per chunk usually ends it first).
+// messageOverhead is what planning a chunk adds to tokens.Message for each message:
+// its tag and attributes in the transcript. It only plans: every chunk is then
+// measured whole before it is sent.
+const messageOverhead = 16
+
+// labelOverhead is what the label of a summary costs when summaries are merged.
+const labelOverhead = 16
+
+// defaultSummaryTokens is the cap a Summarizer applies when Input.MaxSummaryTokens is
+// not positive (llm and extractive both use 2,048).
+const defaultSummaryTokens = 2048
+
+// maxShrinks bounds how often a refused request is retried with a budget half the size
+// of the request refused (the floor usually ends it first).
 const maxShrinks = 10
 
-// summarizeToFit summarizes in with sum so that no request exceeds the summarizer's
-// window: input too large for one request is split into chunks that fit, each chunk is
-// summarized, and the chunk summaries are merged with the previous summary (map-reduce).
-// When the endpoint still refuses a request as too long (ErrContextLength), it tries
-// again with chunks half the size. Nothing is dropped: a single message too large for a
-// chunk is cut to its head and tail, with a marker.
-func (p *Pool) summarizeToFit(ctx context.Context, j *job, sum Summarizer, in Input, window int) (Output, error) {
-	limit := int(float64(window)*fitMargin) - in.MaxSummaryTokens - PromptOverhead
-	var lastErr error
-	for range maxShrinks {
-		if limit < 4*in.MaxSummaryTokens {
-			break
-		}
-		out, err := p.mapReduce(ctx, j, sum, in, limit, 0)
-		if !errors.Is(err, ErrContextLength) {
-			return out, err
-		}
-		j.log.Warn().Err(err).Int("chunk_tokens", limit).Msg("summarizer refused the input as too long; retrying with smaller chunks")
-		lastErr = err
-		limit /= 2
+// maxLevels bounds the levels of merging. Each level must shrink the summaries, so it
+// is only a backstop.
+const maxLevels = 32
+
+// requestSizer is a Summarizer that can tell what a request for in takes of its model's
+// window: everything it sends (its prompt, the instructions, the transcript's markup,
+// the chat format) plus the completion tokens it reserves. *llm.Summarizer has it.
+type requestSizer interface {
+	RequestTokens(in Input) int
+}
+
+// requestTokens is the size of the request sum makes for in: what sum says, or an
+// estimate (PromptOverhead, the summary's cap, the input and messageOverhead per
+// message) for a Summarizer that cannot say.
+func requestTokens(sum Summarizer, in Input) int {
+	if rs, ok := sum.(requestSizer); ok {
+		return rs.RequestTokens(in)
 	}
-	if lastErr == nil {
-		lastErr = ErrContextLength
-	}
-	return Output{}, fmt.Errorf("%w: summarizer_context_window %d leaves too little room for input besides a %d-token summary: %v",
-		errPermanent, window, in.MaxSummaryTokens, lastErr)
+	return PromptOverhead + in.MaxSummaryTokens + inputTokens(in) + messageOverhead*len(in.Messages)
 }
 
 // inputTokens is the size of a request's input, prompt overhead excluded.
@@ -59,88 +66,362 @@ func inputTokens(in Input) int {
 	return tokens.Text(in.PreviousSummary) + tokens.Text(in.SystemPrompt) + tokens.Text(in.Instructions) + tokens.Messages(in.Messages)
 }
 
-// maxDepth bounds the levels of merging (each level merges at least two summaries
-// into one, so it is never reached with a sane window).
-const maxDepth = 8
+// summarizeToFit summarizes in with sum so that no request exceeds fitMargin of the
+// summarizer's window, counting everything a request holds (see requestTokens). Input
+// too large for one request is split into chunks that fit, each chunk is summarized,
+// and the chunk summaries are merged with the previous summary, in as many levels as it
+// takes (map-reduce); every level must shrink the summaries. Nothing is dropped: a
+// single message too large for a chunk is cut to its head and tail, with a marker.
+//
+// When the endpoint still refuses a request as too long (ErrContextLength), it tries
+// again with requests of at most half the size of the one refused, so every retry sends
+// strictly less. When the room a request leaves for messages falls below what merging
+// needs (two summaries), it fails with ErrNothingFits, a permanent failure.
+func (p *Pool) summarizeToFit(ctx context.Context, j *job, sum Summarizer, in Input, window int) (Output, error) {
+	budget := int(float64(window) * fitMargin)
+	var lastErr error
+	for range maxShrinks {
+		f := &fitter{p: p, j: j, sum: sum, budget: budget}
+		fitIn := in
+		fitIn.SystemPrompt = cutText(in.SystemPrompt, budget/4, "cut so the summarizer can read it beside the conversation")
+		if err := f.checkFloor(fitIn); err != nil {
+			return Output{}, withLast(err, lastErr)
+		}
+		out, err := f.reduce(ctx, fitIn)
+		if err == nil || errors.Is(err, ErrNothingFits) || !errors.Is(err, ErrContextLength) || f.refused == 0 {
+			return out, withLast(err, lastErr)
+		}
+		lastErr = err
+		budget = min(budget, f.refused) / 2
+		j.log.Warn().Err(err).Int("refused_tokens", f.refused).Int("request_tokens", budget).
+			Msg("summarizer refused a request as too long; retrying with requests of at most half its size")
+	}
+	return Output{}, fmt.Errorf("%w: refused %d times as too long, down to requests of %d tokens: %w: %w",
+		ErrNothingFits, maxShrinks, budget, errPermanent, lastErr)
+}
 
-// mapReduce summarizes in directly when it fits limit, otherwise in chunks.
-func (p *Pool) mapReduce(ctx context.Context, j *job, sum Summarizer, in Input, limit, depth int) (Output, error) {
-	if inputTokens(in) <= limit {
-		return p.summarize(ctx, j, sum, in)
+// withLast adds the refusal that led to err, when err is ErrNothingFits after one.
+func withLast(err, last error) error {
+	if last == nil || !errors.Is(err, ErrNothingFits) {
+		return err
 	}
-	if depth >= maxDepth {
-		return Output{}, fmt.Errorf("%w: still over the window after %d levels of merging", ErrContextLength, depth)
+	return fmt.Errorf("%w; after the endpoint refused: %w", err, last)
+}
+
+// fitter is one try of summarizeToFit, at one request budget.
+type fitter struct {
+	p   *Pool
+	j   *job
+	sum Summarizer
+	// budget is the most tokens one request may take, as requestTokens counts them.
+	budget int
+	// refused is the size of the last request the summarizer refused as too long.
+	refused int
+	usage   *schemas.Usage
+}
+
+func (f *fitter) cost(in Input) int { return requestTokens(f.sum, in) }
+
+// nothingFits is a permanent ErrNothingFits.
+func (f *fitter) nothingFits(format string, args ...any) error {
+	return fmt.Errorf("%w: %s (requests of at most %d tokens): %w", ErrNothingFits, fmt.Sprintf(format, args...), f.budget, errPermanent)
+}
+
+// summaryTokens is the summary's cap as a Summarizer applies it.
+func summaryTokens(in Input) int {
+	if in.MaxSummaryTokens > 0 {
+		return in.MaxSummaryTokens
 	}
-	room := limit - tokens.Text(in.SystemPrompt) - tokens.Text(in.Instructions)
-	if room < 3*in.MaxSummaryTokens {
-		return Output{}, fmt.Errorf("%w: no room for messages beside the system prompt and instructions", ErrContextLength)
+	return defaultSummaryTokens
+}
+
+// The instructions added to a chunk: which part of the messages it holds, or that it
+// holds summaries to merge.
+func partLine(i, n int) string {
+	if n <= 1 {
+		return ""
 	}
-	chunks := chunk(in.Messages, room)
-	if len(chunks) < 2 && tokens.Text(in.PreviousSummary) > 0 {
-		// The messages fit alone; it is the previous summary that tips it over: summarize
-		// them alone and merge below.
-		chunks = [][]schemas.Message{in.Messages}
+	return fmt.Sprintf("This is part %d of %d of the newly covered messages; summarize this part only.", i, n)
+}
+
+func groupLine(i, n int) string {
+	return fmt.Sprintf("The transcript holds summaries of consecutive parts of the conversation, in order (group %d of %d); merge them into one summary that keeps the facts of each.", i, n)
+}
+
+// finalLine asks for the last merge, with the previous summary when there is one (a
+// previous summary merged like a part is the first summary of the transcript).
+func finalLine(withPrevious bool) string {
+	if withPrevious {
+		return "The transcript holds summaries of consecutive parts of the new messages, in order; merge them with the previous summary into one."
 	}
-	j.log.Info().Int("chunks", len(chunks)).Int("chunk_tokens", room).Msg("input over the summarizer's window; summarizing in chunks")
-	parts := make([]Output, len(chunks))
-	if len(chunks) == 1 && in.PreviousSummary == "" && tokens.Messages(chunks[0]) >= tokens.Messages(in.Messages) {
-		return Output{}, fmt.Errorf("%w: the messages cannot be cut to fit %d tokens", ErrContextLength, room)
+	return "The transcript holds summaries of consecutive parts of the conversation, in order; merge them into one."
+}
+
+// room is what a request leaves for messages beside base (its system prompt and
+// instructions, with the longest line any chunk adds): the budget less the request
+// without messages and without a previous summary.
+func (f *fitter) room(base Input, line string) int {
+	probe := base
+	probe.PreviousSummary, probe.Messages = "", nil
+	probe.Instructions = joinInstructions(base.Instructions, line)
+	return f.budget - f.cost(probe)
+}
+
+// checkFloor fails with ErrNothingFits when a request leaves too little room to merge
+// two summaries, so merging could never shrink them.
+func (f *fitter) checkFloor(in Input) error {
+	longest := max(len(partLine(len(in.Messages), len(in.Messages))), len(groupLine(len(in.Messages), len(in.Messages))), len(finalLine(true)))
+	room := f.room(in, strings.Repeat("x", longest))
+	if floor := 2 * (summaryTokens(in) + messageOverhead + labelOverhead); room < floor {
+		return f.nothingFits("a request leaves %d tokens for input beside the prompt and a %d-token summary, fewer than the %d that merging two summaries needs",
+			room, summaryTokens(in), floor)
 	}
+	return nil
+}
+
+// call summarizes one request.
+func (f *fitter) call(ctx context.Context, in Input) (Output, error) {
+	out, err := f.p.summarize(ctx, f.j, f.sum, in)
+	if err != nil {
+		if errors.Is(err, ErrContextLength) {
+			f.refused = f.cost(in)
+		}
+		return Output{}, err
+	}
+	f.usage = addUsage(f.usage, out.Usage)
+	out.Usage = f.usage
+	return out, nil
+}
+
+// reduce summarizes in in one request when it fits, otherwise its messages in chunks
+// (without the previous summary), then merges.
+func (f *fitter) reduce(ctx context.Context, in Input) (Output, error) {
+	if f.cost(in) <= f.budget {
+		return f.call(ctx, in)
+	}
+	base := in
+	base.PreviousSummary = ""
+	chunks, err := f.pack(base, in.Messages, partLine)
+	if err != nil {
+		return Output{}, err
+	}
+	f.j.log.Info().Int("chunks", len(chunks)).Int("request_tokens", f.budget).Msg("input over the summarizer's window; summarizing in chunks")
+	parts := make([]piece, len(chunks))
 	for i, c := range chunks {
-		part := in
-		part.PreviousSummary = ""
-		part.Messages = c
-		part.Instructions = joinInstructions(in.Instructions,
-			fmt.Sprintf("This is part %d of %d of the newly covered messages; summarize this part only.", i+1, len(chunks)))
-		out, err := p.mapReduce(ctx, j, sum, part, limit, depth+1)
+		out, err := f.call(ctx, c)
 		if err != nil {
 			return Output{}, fmt.Errorf("chunk %d of %d: %w", i+1, len(chunks), err)
 		}
-		parts[i] = out
+		parts[i] = piece{out: out}
 	}
-	if len(parts) == 1 && in.PreviousSummary == "" {
-		return parts[0], nil
+	return f.merge(ctx, in, parts)
+}
+
+// piece is a summary waiting to be merged; previous marks the previous summary, when it
+// had to be merged like a part because it did not fit beside the others.
+type piece struct {
+	out      Output
+	previous bool
+}
+
+// merge merges the summaries of consecutive parts with in's previous summary: in one
+// request when they fit, otherwise level by level, each level merging groups of at least
+// two summaries, until they do. A level that does not shrink them fails.
+func (f *fitter) merge(ctx context.Context, in Input, parts []piece) (Output, error) {
+	prev := in.PreviousSummary
+	base := in
+	base.PreviousSummary, base.Messages = "", nil
+	half := max(f.room(base, groupLine(len(parts)+1, len(parts)+1))/2-labelOverhead-messageOverhead, 1)
+	for level := 1; ; level++ {
+		if prev == "" && len(parts) == 1 && !parts[0].previous {
+			return parts[0].out, nil
+		}
+		final := in
+		final.PreviousSummary = prev
+		final.Messages = labelled(parts, 0)
+		final.Instructions = joinInstructions(in.Instructions, finalLine(prev != ""))
+		if f.cost(final) <= f.budget {
+			out, err := f.call(ctx, final)
+			if err != nil {
+				return Output{}, fmt.Errorf("merge of %d summaries: %w", len(parts), err)
+			}
+			return out, nil
+		}
+		if level > maxLevels {
+			return Output{}, f.nothingFits("%d summaries still over the window after %d levels of merging", len(parts), maxLevels)
+		}
+		if prev != "" && (len(parts) <= 1 || tokens.Text(prev) > half) {
+			// The previous summary does not fit beside the others: merge it like a part.
+			parts = append([]piece{{out: Output{Summary: prev}, previous: true}}, parts...)
+			prev = ""
+		}
+		items := labelled(parts, half)
+		chunks, err := f.pack(base, items, groupLine)
+		if err != nil {
+			return Output{}, err
+		}
+		f.j.log.Info().Int("level", level).Int("summaries", len(parts)).Int("groups", len(chunks)).Msg("merging chunk summaries")
+		merged := make([]piece, len(chunks))
+		for i, c := range chunks {
+			out, err := f.call(ctx, c)
+			if err != nil {
+				return Output{}, fmt.Errorf("merge level %d, group %d of %d: %w", level, i+1, len(chunks), err)
+			}
+			merged[i] = piece{out: out}
+		}
+		before, after := summaryTokensOf(parts), summaryTokensOf(merged)
+		if after >= before {
+			return Output{}, f.nothingFits("merge level %d turned %d summaries of %d tokens into %d of %d tokens: the summaries do not shrink",
+				level, len(parts), before, len(merged), after)
+		}
+		parts = merged
 	}
-	merge := in
-	merge.Messages = make([]schemas.Message, len(parts))
-	for i, part := range parts {
-		merge.Messages[i] = schemas.Message{Role: schemas.RoleUser,
-			Content: schemas.Text(fmt.Sprintf("[Summary of part %d of %d of the newly covered messages]\n\n%s", i+1, len(parts), part.Summary))}
+}
+
+func summaryTokensOf(parts []piece) int {
+	n := 0
+	for _, p := range parts {
+		n += tokens.Text(p.out.Summary)
 	}
-	merge.Instructions = joinInstructions(in.Instructions,
-		"The transcript holds summaries of consecutive parts of the new messages, in order; merge them with the previous summary into one.")
-	out, err := p.mapReduce(ctx, j, sum, merge, limit, depth+1)
-	if err != nil {
-		return Output{}, fmt.Errorf("merge of %d chunk summaries: %w", len(parts), err)
+	return n
+}
+
+// labelled turns summaries into transcript messages, each with a label saying what it
+// summarizes. With most > 0, a summary over most tokens is split at line ends into
+// pieces of at most most tokens, so any two fit one request together.
+func labelled(parts []piece, most int) []schemas.Message {
+	var out []schemas.Message
+	for i, p := range parts {
+		label := fmt.Sprintf("[Summary of part %d of %d of the newly covered messages", i+1, len(parts))
+		if p.previous {
+			label = "[The previous summary: the conversation before the newly covered messages"
+		}
+		texts := []string{p.out.Summary}
+		if most > 0 {
+			texts = splitText(p.out.Summary, most)
+		}
+		for k, t := range texts {
+			l := label
+			if len(texts) > 1 {
+				l += fmt.Sprintf(", piece %d of %d", k+1, len(texts))
+			}
+			out = append(out, schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(l + "]\n\n" + t)})
+		}
 	}
-	for _, part := range parts {
-		out.Usage = addUsage(out.Usage, part.Usage)
+	return out
+}
+
+// splitText splits s into pieces of at most most tokens, at line ends where it can, at
+// rune boundaries where a line is longer. Nothing is lost.
+func splitText(s string, most int) []string {
+	if tokens.Text(s) <= most {
+		return []string{s}
+	}
+	limit := most * 4 // runes
+	var out []string
+	var cur strings.Builder
+	n := 0
+	flush := func() {
+		if cur.Len() > 0 {
+			out = append(out, cur.String())
+			cur.Reset()
+			n = 0
+		}
+	}
+	for line := range strings.SplitAfterSeq(s, "\n") {
+		for line != "" {
+			r := utf8.RuneCountInString(line)
+			if n+r <= limit {
+				cur.WriteString(line)
+				n += r
+				break
+			}
+			if n > 0 {
+				flush()
+				continue
+			}
+			head := string([]rune(line)[:limit])
+			out = append(out, head)
+			line = line[len(head):]
+		}
+	}
+	flush()
+	return out
+}
+
+// pack splits msgs, in order, into requests like base, each with line(i, n) added to
+// its instructions, that fit the budget. Chunks are planned with tokens.Message plus
+// messageOverhead, then each is measured whole (sized with the longest line) and
+// trimmed until it fits; a message that does not fit alone is cut to its head and tail.
+func (f *fitter) pack(base Input, msgs []schemas.Message, line func(i, n int) string) ([]Input, error) {
+	widest := line(len(msgs), len(msgs))
+	room := f.room(base, widest)
+	if room <= messageOverhead {
+		return nil, f.nothingFits("no room for messages beside the prompt, the system prompt and the instructions")
+	}
+	probe := base
+	probe.PreviousSummary = ""
+	probe.Instructions = joinInstructions(base.Instructions, widest)
+	plan := func(m *schemas.Message) int { return tokens.Message(m) + messageOverhead }
+	var chunks [][]schemas.Message
+	for i := 0; i < len(msgs); {
+		k, size := i, 0
+		for k < len(msgs) {
+			t := plan(&msgs[k])
+			if k > i && size+t > room {
+				break
+			}
+			size += t
+			k++
+		}
+		c := slices.Clone(msgs[i:k])
+		if len(c) == 1 && size > room {
+			c[0] = cutToFit(c[0], room-messageOverhead)
+		}
+		for {
+			probe.Messages = c
+			cost := f.cost(probe)
+			if cost <= f.budget {
+				break
+			}
+			over := cost - f.budget
+			if len(c) > 1 {
+				// Drop about as many messages from the end as the excess, at least one.
+				drop, n := 0, 0
+				for drop < len(c)-1 && n < over {
+					n += plan(&c[len(c)-1-drop])
+					drop++
+				}
+				c = c[:len(c)-max(drop, 1)]
+				continue
+			}
+			t := tokens.Message(&c[0])
+			cut := cutToFit(c[0], t-over-messageOverhead)
+			if tokens.Message(&cut) >= t {
+				return nil, f.nothingFits("a message cannot be cut to fit")
+			}
+			c[0] = cut
+		}
+		chunks = append(chunks, c)
+		i += len(c)
+	}
+	out := make([]Input, len(chunks))
+	for i, c := range chunks {
+		out[i] = base
+		out[i].PreviousSummary = ""
+		out[i].Messages = c
+		out[i].Instructions = joinInstructions(base.Instructions, line(i+1, len(chunks)))
 	}
 	return out, nil
 }
 
-// chunk splits msgs, in order, into runs of at most room tokens; a message larger than
-// room is cut to its head and tail so it fits alone.
-func chunk(msgs []schemas.Message, room int) [][]schemas.Message {
-	var out [][]schemas.Message
-	var cur []schemas.Message
-	size := 0
-	for _, m := range msgs {
-		t := tokens.Message(&m)
-		if t > room {
-			m = cutToFit(m, room)
-			t = tokens.Message(&m)
-		}
-		if size+t > room && len(cur) > 0 {
-			out = append(out, cur)
-			cur, size = nil, 0
-		}
-		cur = append(cur, m)
-		size += t
+// cutText shortens s to about most tokens, keeping its head and tail, with a marker.
+func cutText(s string, most int, note string) string {
+	if tokens.Text(s) <= most {
+		return s
 	}
-	if len(cur) > 0 {
-		out = append(out, cur)
-	}
+	chars := max(most*4-200, 400)
+	out, _ := assemble.Truncate(s, chars/2, chars-chars/2, note)
 	return out
 }
 

@@ -90,21 +90,56 @@ func TestSummarizeToFitNeverOverflowsTheSummarizer(t *testing.T) {
 	}
 }
 
-func TestChunkKeepsOrderAndCutsOnlyTheOversized(t *testing.T) {
+func TestPackKeepsOrderAndCutsOnlyTheOversized(t *testing.T) {
 	small := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("short")}
 	huge := schemas.Message{Role: schemas.RoleTool, ToolCallID: "x", Content: schemas.Text(strings.Repeat("y", 40000))}
-	chunks := chunk([]schemas.Message{small, huge, small, small}, 1000)
+	sum := &windowed{window: 100000}
+	f := &fitter{p: &Pool{cfg: DefaultConfig()}, j: &job{log: zerolog.Nop()}, sum: sum, budget: 3000}
+	base := Input{MaxSummaryTokens: 200}
+	chunks, err := f.pack(base, []schemas.Message{small, huge, small, small}, partLine)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var flat []schemas.Message
 	for _, c := range chunks {
-		if tokens.Messages(c) > 1000 {
-			t.Fatalf("a chunk of %d tokens over the room of 1000", tokens.Messages(c))
+		if got := requestTokens(sum, c); got > f.budget {
+			t.Fatalf("a request of %d tokens over the budget of %d", got, f.budget)
 		}
-		flat = append(flat, c...)
+		flat = append(flat, c.Messages...)
 	}
-	if len(flat) != 4 || flat[0].Content.String() != "short" || flat[3].Content.String() != "short" {
+	if len(flat) != 4 || flat[0].Content.String() != "short" || flat[2].Content.String() != "short" || flat[3].Content.String() != "short" {
 		t.Fatalf("order or count changed: %d messages", len(flat))
 	}
 	if !strings.Contains(flat[1].Content.String(), "characters cut by Compactor") {
 		t.Fatal("the oversized message was not cut with a marker")
+	}
+	if !strings.Contains(chunks[0].Instructions, fmt.Sprintf("part 1 of %d", len(chunks))) {
+		t.Fatalf("chunk 1 has instructions %q; want its part line", chunks[0].Instructions)
+	}
+}
+
+func TestSplitTextLosesNothing(t *testing.T) {
+	tests := []struct {
+		name string
+		give string
+		most int
+	}{
+		{"short", "one line", 10},
+		{"lines", strings.Repeat("a line of text\n", 50), 20},
+		{"one long line", strings.Repeat("é", 1000), 30},
+		{"mixed", "short\n" + strings.Repeat("z", 500) + "\nend", 16},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := splitText(tc.give, tc.most)
+			if strings.Join(got, "") != tc.give {
+				t.Fatal("pieces do not join to the text")
+			}
+			for _, p := range got {
+				if tokens.Text(p) > tc.most {
+					t.Fatalf("a piece of %d tokens; want at most %d", tokens.Text(p), tc.most)
+				}
+			}
+		})
 	}
 }

@@ -105,14 +105,14 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		out, err = p.firmer(ctx, j, sum, in, out, b.SummaryCap(), s.SummarizerContextWindow, count)
 	}
 	if err != nil {
-		lastTry := j.attempt >= uint64(p.cfg.MaxAttempts) || errors.Is(err, errPermanent) || errors.Is(err, errSummaryTooLong) ||
-			(p.retryable != nil && !p.retryable(err))
-		if !pastHard && !(lastTry && errors.Is(err, errSummaryTooLong)) {
+		giveUp := errors.Is(err, errSummaryTooLong) || errors.Is(err, ErrNothingFits)
+		if !pastHard && !giveUp {
 			return err
 		}
 		// The bound wins: past the hard limit the deterministic summary is written at
-		// once, whatever the attempt; a summary that stays over its cap is replaced by it
-		// too. The failure is still reported (completed event with the error, dead letter).
+		// once, whatever the attempt; so it is when the summarizer cannot do the job at
+		// all (its summaries stay over their cap, or nothing fits its window). The failure
+		// is still reported (completed event with the error, dead letter).
 		j.log.Warn().Err(err).Bool("past_hard_limit", pastHard).Msg("writing the fallback summary")
 		fb, ferr := p.fallback.Summarize(ctx, in)
 		if ferr != nil {

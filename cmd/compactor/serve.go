@@ -209,7 +209,7 @@ func (f *summarizers) For(s policy.Settings) (summarizer.Summarizer, error) {
 	if base == "" {
 		base = "https://api.openai.com/v1"
 	}
-	cfg := llm.Config{BaseURL: base, APIKey: key, Model: s.LLMModel, Timeout: s.LLMTimeout}
+	cfg := llm.Config{BaseURL: base, APIKey: key, Model: s.LLMModel, Timeout: s.LLMTimeout, MaxTokensField: s.LLMMaxTokensField}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if sum, ok := f.cache[cfg]; ok {

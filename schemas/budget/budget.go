@@ -19,7 +19,15 @@ type Budget struct {
 	HardLimit float64
 	// MaxSummaryTokens caps a summary; 0 scales it with W (see SummaryCap).
 	MaxSummaryTokens int
+	// SummarizerContextWindow is the summarizer model's window; 0 = no bound. The
+	// summary cap never takes more than SummarizerShare of it (see SummaryCap).
+	SummarizerContextWindow int
 }
+
+// SummarizerShare is the largest share of the summarizer's window a summary may take:
+// 1/SummarizerShare. The rest is for the summarizer's prompt and its input, so that
+// map-reduce can merge at least two summaries in one request.
+const SummarizerShare = 8
 
 // Default returns the design's defaults for a 128,000-token window.
 func Default() Budget {
@@ -60,17 +68,25 @@ func (b Budget) TargetTokens() int { return int(b.Target * float64(b.ContextWind
 // HardLimitTokens is HardLimit × W.
 func (b Budget) HardLimitTokens() int { return int(b.HardLimit * float64(b.ContextWindow)) }
 
-// SummaryCap is MaxSummaryTokens when set; otherwise 2,048 tokens per 128,000 of window
-// (never fewer than 2,048), and never more than W/8, so small windows keep room for a tail.
+// SummaryCap is the effective summary cap, the one every user of the budget applies
+// (the split's tail budget, the request to the summarizer, the worker's guard):
+// MaxSummaryTokens when set; otherwise 2,048 tokens per 128,000 of window (never fewer
+// than 2,048) and never more than W/8, so small windows keep room for a tail. Either
+// way it is never more than SummarizerContextWindow/SummarizerShare, so a summarizer
+// with a small window can still write it and read its input beside it.
 func (b Budget) SummaryCap() int {
-	if b.MaxSummaryTokens > 0 {
-		return b.MaxSummaryTokens
+	n := b.MaxSummaryTokens
+	if n <= 0 {
+		n = 2048
+		if b.ContextWindow > 128000 {
+			n = int(int64(2048) * int64(b.ContextWindow) / 128000)
+		}
+		n = min(n, b.ContextWindow/8)
 	}
-	n := 2048
-	if b.ContextWindow > 128000 {
-		n = int(int64(2048) * int64(b.ContextWindow) / 128000)
+	if b.SummarizerContextWindow > 0 {
+		n = min(n, b.SummarizerContextWindow/SummarizerShare)
 	}
-	return min(n, b.ContextWindow/8)
+	return n
 }
 
 // TailBudget is what the verbatim tail may use: Target × W − pinned − SummaryCap.

@@ -43,6 +43,9 @@ func TestTokens(t *testing.T) {
 		{"small window caps the summary at W/8", Budget{ContextWindow: 8000, Threshold: 0.75, Target: 0.5, HardLimit: 0.95}, 6000, 4000, 7600, 1000, 4000 - 1000 - 1000},
 		{"large window scales the summary", Budget{ContextWindow: 1024000, Threshold: 0.75, Target: 0.5, HardLimit: 0.95}, 768000, 512000, 972800, 16384, 512000 - 16384 - 1000},
 		{"explicit summary cap", Budget{ContextWindow: 128000, Threshold: 0.75, Target: 0.5, HardLimit: 0.95, MaxSummaryTokens: 500}, 96000, 64000, 121600, 500, 64000 - 500 - 1000},
+		{"small summarizer bounds the scaled cap", Budget{ContextWindow: 1000000, Threshold: 0.75, Target: 0.5, HardLimit: 0.95, SummarizerContextWindow: 5000}, 750000, 500000, 950000, 625, 500000 - 625 - 1000},
+		{"small summarizer bounds an explicit cap", Budget{ContextWindow: 128000, Threshold: 0.75, Target: 0.5, HardLimit: 0.95, MaxSummaryTokens: 4000, SummarizerContextWindow: 16000}, 96000, 64000, 121600, 2000, 64000 - 2000 - 1000},
+		{"large summarizer leaves the cap alone", Budget{ContextWindow: 1024000, Threshold: 0.75, Target: 0.5, HardLimit: 0.95, SummarizerContextWindow: 1024000}, 768000, 512000, 972800, 16384, 512000 - 16384 - 1000},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

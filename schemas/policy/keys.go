@@ -63,7 +63,7 @@ var Keys = []Key{
 	{"tool_output_trigger_tokens", Int, "0", Conversation, "compact early after a tool output larger than this many tokens; 0 = off"},
 	{"idle_after", Duration, "0s", Conversation, "compact a conversation idle this long (e.g. 10m) and over idle_threshold; 0s = off"},
 	{"idle_threshold", Float, "0.4", Conversation, "idle compaction only above this fraction of W"},
-	{"max_summary_tokens", Int, "0", Conversation, "summary cap; 0 = 2048, scaled up for windows over 128k, at most W/8"},
+	{"max_summary_tokens", Int, "0", Conversation, "summary cap; 0 = 2048, scaled up for windows over 128k, at most W/8; never more than summarizer_context_window/8"},
 	{"strategy", String, "keep-last-n", Conversation, "split strategy: keep-last-n, tool-rounds, user-messages, token-fraction, recent-turns or all"},
 	{"keep_last_n", Int, "20", Conversation, "keep-last-n: messages kept verbatim"},
 	{"tool_rounds", Int, "2", Conversation, "tool-rounds: complete rounds kept verbatim"},
@@ -80,6 +80,7 @@ var Keys = []Key{
 	{"llm_base_url", String, "", Operator, "OpenAI-compatible endpoint of the summarizer (falls back to OPENAI_BASE_URL); empty with no key = extractive summaries"},
 	{"llm_api_key_env", String, "COMPACTOR_LLM_API_KEY", Operator, "name of the variable that holds the summarizer's key (falls back to OPENAI_API_KEY); the key itself never goes in a file"},
 	{"llm_model", String, "gpt-4o-mini", Operator, "summarizer model"},
+	{"llm_max_tokens_field", String, "max_tokens", Operator, "request field of the summary's token cap: max_tokens (vLLM, llama.cpp, Ollama, older Azure) or max_completion_tokens (newer OpenAI models); reasoning models always get max_completion_tokens"},
 	{"llm_timeout", Duration, "2m", Operator, "timeout of one summarization call"},
 }
 
@@ -123,6 +124,7 @@ type Settings struct {
 	LLMBaseURL              string
 	LLMAPIKeyEnv            string
 	LLMModel                string
+	LLMMaxTokensField       string
 	LLMTimeout              time.Duration
 }
 
@@ -206,6 +208,8 @@ func (s *Settings) set(k Key, v string) error {
 		s.LLMAPIKeyEnv = strings.TrimSpace(v)
 	case "llm_model":
 		s.LLMModel = strings.TrimSpace(v)
+	case "llm_max_tokens_field":
+		s.LLMMaxTokensField = strings.TrimSpace(v)
 	case "llm_timeout":
 		s.LLMTimeout = d
 	default:

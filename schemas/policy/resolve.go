@@ -29,6 +29,10 @@ const ProfileKey = "profile"
 // Tokenizers lists the values of the tokenizer key.
 var Tokenizers = []string{"chars4", "cl100k_base", "o200k_base"}
 
+// MaxTokensFields lists the values of the llm_max_tokens_field key: the request field
+// that carries the summary's token cap.
+var MaxTokensFields = []string{"max_tokens", "max_completion_tokens"}
+
 // Validate checks every value's range.
 func (s Settings) Validate() error {
 	if err := s.Budget().Validate(); err != nil {
@@ -59,6 +63,7 @@ func (s Settings) Validate() error {
 		{contains(Tokenizers, s.Tokenizer), "tokenizer", "must be one of " + strings.Join(Tokenizers, ", ")},
 		{s.SummarizerContextWindow >= 1000, "summarizer_context_window", "must be at least 1000 tokens"},
 		{s.LLMModel != "", "llm_model", "must not be empty"},
+		{contains(MaxTokensFields, s.LLMMaxTokensField), "llm_max_tokens_field", "must be one of " + strings.Join(MaxTokensFields, ", ")},
 		{s.LLMTimeout > 0, "llm_timeout", "must be positive"},
 	}
 	for _, c := range checks {
@@ -81,7 +86,7 @@ func contains(list []string, s string) bool {
 // Budget returns the settings' budget.
 func (s Settings) Budget() budget.Budget {
 	return budget.Budget{ContextWindow: s.ContextWindow, Threshold: s.Threshold, Target: s.Target,
-		HardLimit: s.HardLimit, MaxSummaryTokens: s.MaxSummaryTokens}
+		HardLimit: s.HardLimit, MaxSummaryTokens: s.MaxSummaryTokens, SummarizerContextWindow: s.SummarizerContextWindow}
 }
 
 // apply sets every key of l, in Keys order (so errors are stable).

@@ -93,6 +93,8 @@ func (s Settings) value(name string) any {
 		return s.LLMAPIKeyEnv
 	case "llm_model":
 		return s.LLMModel
+	case "llm_max_tokens_field":
+		return s.LLMMaxTokensField
 	case "llm_timeout":
 		return s.LLMTimeout
 	}

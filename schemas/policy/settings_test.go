@@ -62,3 +62,36 @@ func TestConversationKeys(t *testing.T) {
 		}
 	}
 }
+
+// The summary cap is one function of the settings, bounded by the agent's window and by
+// the summarizer's: a 1M-token agent model beside a small local summarizer gets a cap
+// the summarizer can write and still read its input (issue 3).
+func TestSummaryCapFitsBothWindows(t *testing.T) {
+	tests := []struct {
+		name string
+		give Layer
+		want int
+	}{
+		{"defaults", Layer{}, 2048},
+		{"1M agent, default summarizer", Layer{"context_window": "1000000"}, 16000},
+		{"1M agent, 5k summarizer", Layer{"context_window": "1000000", "summarizer_context_window": "5000"}, 625},
+		{"small agent window caps at W/8", Layer{"context_window": "8000"}, 1000},
+		{"explicit cap within both", Layer{"max_summary_tokens": "500", "summarizer_context_window": "5000"}, 500},
+		{"explicit cap over the summarizer's share", Layer{"max_summary_tokens": "4000", "summarizer_context_window": "16000"}, 2000},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := NewResolver(tc.give, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := r.Base()
+			if got := s.Budget().SummaryCap(); got != tc.want {
+				t.Fatalf("SummaryCap() = %d; want %d", got, tc.want)
+			}
+			if got, limit := s.Budget().SummaryCap(), s.SummarizerContextWindow/8; got > limit {
+				t.Fatalf("SummaryCap() = %d; over 1/8 of summarizer_context_window %d", got, s.SummarizerContextWindow)
+			}
+		})
+	}
+}

@@ -13,6 +13,16 @@ const (
 	DefaultTimeout = 2 * time.Minute
 )
 
+// The request fields that can carry the completion cap (Config.MaxTokensField).
+const (
+	// FieldMaxTokens is "max_tokens", which OpenAI deprecated but vLLM, llama.cpp,
+	// Ollama, LiteLLM and older Azure deployments still read. The default.
+	FieldMaxTokens = "max_tokens"
+	// FieldMaxCompletionTokens is "max_completion_tokens", which OpenAI's newer models
+	// want (and its reasoning models require).
+	FieldMaxCompletionTokens = "max_completion_tokens"
+)
+
 // Config is the endpoint and model one Summarizer uses.
 type Config struct {
 	// BaseURL is the endpoint's root. Both "http://host:port" and "http://host:port/v1"
@@ -30,15 +40,23 @@ type Config struct {
 	// Temperature is the sampling temperature, 0 to 2. Zero is not sent, so the
 	// endpoint's default applies (reasoning models accept only that or 1).
 	Temperature float32
+	// MaxTokensField is the request field that carries the completion cap:
+	// FieldMaxTokens (default; "" means it) or FieldMaxCompletionTokens. Models go-openai knows as
+	// reasoning models (o1, o3, o4, gpt-5, …) get max_completion_tokens either way.
+	MaxTokensField string
 }
 
-// WithDefaults returns c with its zero Model and Timeout set to the defaults.
+// WithDefaults returns c with its zero Model, Timeout and MaxTokensField set to the
+// defaults.
 func (c Config) WithDefaults() Config {
 	if c.Model == "" {
 		c.Model = DefaultModel
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.MaxTokensField == "" {
+		c.MaxTokensField = FieldMaxTokens
 	}
 	return c
 }
@@ -55,6 +73,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: timeout must not be negative, got %s", ErrConfig, c.Timeout)
 	case c.Temperature < 0 || c.Temperature > 2:
 		return fmt.Errorf("%w: temperature must be between 0 and 2, got %g", ErrConfig, c.Temperature)
+	case c.MaxTokensField != "" && c.MaxTokensField != FieldMaxTokens && c.MaxTokensField != FieldMaxCompletionTokens:
+		return fmt.Errorf("%w: max tokens field must be %s or %s, got %q", ErrConfig, FieldMaxTokens, FieldMaxCompletionTokens, c.MaxTokensField)
 	}
 	return nil
 }

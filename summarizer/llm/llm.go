@@ -11,6 +11,7 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/summarizer"
 )
 
@@ -67,25 +68,7 @@ func (s *Summarizer) Config() Config { return s.cfg }
 // ErrEmptySummary, an answer cut off at the token cap with ErrSummaryTruncated, and a
 // request the endpoint refuses as too long for the model with ErrContextLength.
 func (s *Summarizer) Summarize(ctx context.Context, in summarizer.Input) (summarizer.Output, error) {
-	maxTokens := in.MaxSummaryTokens
-	if maxTokens <= 0 {
-		maxTokens = DefaultMaxSummaryTokens
-	}
-	req := openai.ChatCompletionRequest{
-		Model: s.cfg.Model,
-		Messages: []openai.ChatCompletionMessage{
-			{Role: openai.ChatMessageRoleSystem, Content: systemMessage(maxTokens)},
-			{Role: openai.ChatMessageRoleUser, Content: userMessage(in, maxTokens)},
-		},
-		MaxTokens:   maxTokens,
-		Temperature: s.cfg.Temperature,
-	}
-	if errors.Is(openai.NewReasoningValidator().Validate(req), openai.ErrReasoningModelMaxTokensDeprecated) {
-		// Reasoning models refuse max_tokens; their max_completion_tokens also counts
-		// the reasoning, so it gets headroom. The summary's own cap is in the prompt.
-		req.MaxTokens, req.MaxCompletionTokens = 0, maxTokens+reasoningHeadroom
-	}
-
+	req, maxTokens := s.request(in)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	resp, err := s.client.CreateChatCompletion(ctx, req)
@@ -126,6 +109,70 @@ func (s *Summarizer) Summarize(ctx context.Context, in summarizer.Input) (summar
 		out.Usage = &schemas.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
 	}
 	return out, nil
+}
+
+// request is the chat completion Summarize sends for in, and the summary's cap.
+//
+// The completion cap goes in the field Config.MaxTokensField names. go-openai marks
+// max_tokens deprecated, but vLLM, llama.cpp, Ollama and older Azure deployments read
+// only max_tokens, so it stays the default. Models go-openai knows as reasoning models
+// refuse max_tokens; they always get max_completion_tokens, with headroom, because it
+// also counts their hidden reasoning (the summary's own cap is in the prompt).
+func (s *Summarizer) request(in summarizer.Input) (openai.ChatCompletionRequest, int) {
+	maxTokens := in.MaxSummaryTokens
+	if maxTokens <= 0 {
+		maxTokens = DefaultMaxSummaryTokens
+	}
+	req := openai.ChatCompletionRequest{
+		Model: s.cfg.Model,
+		Messages: []openai.ChatCompletionMessage{
+			{Role: openai.ChatMessageRoleSystem, Content: systemMessage(maxTokens)},
+			{Role: openai.ChatMessageRoleUser, Content: userMessage(in, maxTokens)},
+		},
+		Temperature: s.cfg.Temperature,
+	}
+	switch {
+	case s.reasoning():
+		req.MaxCompletionTokens = maxTokens + reasoningHeadroom
+	case s.cfg.MaxTokensField == FieldMaxCompletionTokens:
+		req.MaxCompletionTokens = maxTokens
+	default:
+		//lint:ignore SA1019 deliberate: OpenAI-compatible servers (vLLM, llama.cpp, older Azure) read only max_tokens; Config.MaxTokensField chooses.
+		req.MaxTokens = maxTokens
+	}
+	return req, maxTokens
+}
+
+// reasoning reports whether go-openai knows the model as a reasoning model, which
+// refuses max_tokens.
+func (s *Summarizer) reasoning() bool {
+	//lint:ignore SA1019 probes go-openai's own check for the models that refuse max_tokens
+	probe := openai.ChatCompletionRequest{Model: s.cfg.Model, MaxTokens: 1}
+	return errors.Is(openai.NewReasoningValidator().Validate(probe), openai.ErrReasoningModelMaxTokensDeprecated)
+}
+
+// Chat-format costs besides the text: per message (role and separators), and the
+// priming of the reply. What OpenAI documents for its chat models; other servers' chat
+// templates cost about as much.
+const (
+	tokensPerMessage = 4
+	tokensPerReply   = 3
+)
+
+// RequestTokens is what the request Summarize sends for in takes of the model's
+// window: every message of it (the prompt, the blocks, the tags and each transcript
+// message's markup, counted as chars/4 like every estimate of Compactor), the chat
+// format's overhead, and the completion tokens the request reserves. The pool's
+// map-reduce sizes chunks with it, so a chunk's "part i of n" line, instructions and
+// previous summary are counted too.
+func (s *Summarizer) RequestTokens(in summarizer.Input) int {
+	req, _ := s.request(in)
+	//lint:ignore SA1019 reads back the cap request set, in whichever field it went
+	n := tokensPerReply + req.MaxCompletionTokens + req.MaxTokens
+	for _, m := range req.Messages {
+		n += tokensPerMessage + tokens.Text(m.Content)
+	}
+	return n
 }
 
 var (

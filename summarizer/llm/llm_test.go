@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -159,9 +160,9 @@ func TestSummarizeRequestAndOutput(t *testing.T) {
 	if req.Auth != "Bearer sk-test" {
 		t.Errorf("got authorization %q; want the bearer key", req.Auth)
 	}
-	if req.Body.Model != "small-model" || req.Body.MaxTokens != 512 || req.Body.Temperature != 0.2 {
-		t.Errorf("got model %q, max_tokens %d, temperature %g; want small-model, 512, 0.2",
-			req.Body.Model, req.Body.MaxTokens, req.Body.Temperature)
+	if req.Body.Model != "small-model" || string(req.Raw["max_tokens"]) != "512" || req.Body.Temperature != 0.2 {
+		t.Errorf("got model %q, max_tokens %s, temperature %g; want small-model, 512, 0.2",
+			req.Body.Model, req.Raw["max_tokens"], req.Body.Temperature)
 	}
 	if _, ok := req.Raw["max_completion_tokens"]; ok {
 		t.Error("got max_completion_tokens; want only max_tokens")
@@ -245,8 +246,8 @@ func TestEmptyBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := e.last(t)
-	if req.Body.Model != DefaultModel || req.Body.MaxTokens != DefaultMaxSummaryTokens {
-		t.Errorf("got model %q, max_tokens %d; want the defaults", req.Body.Model, req.Body.MaxTokens)
+	if req.Body.Model != DefaultModel || string(req.Raw["max_tokens"]) != fmt.Sprint(DefaultMaxSummaryTokens) {
+		t.Errorf("got model %q, max_tokens %s; want the defaults", req.Body.Model, req.Raw["max_tokens"])
 	}
 	if _, ok := req.Raw["temperature"]; ok {
 		t.Error("got a temperature; want the endpoint's default")
@@ -579,6 +580,62 @@ func TestReasoningModel(t *testing.T) {
 	}
 }
 
+// The completion cap goes in the field the operator chose; reasoning models always get
+// max_completion_tokens with headroom. Exactly one of the two fields is sent.
+func TestMaxTokensField(t *testing.T) {
+	tests := []struct {
+		name, field, model string
+		wantField          string
+		want               int
+	}{
+		{"default is max_tokens", "", "qwen2.5-7b-instruct", "max_tokens", 700},
+		{"max_tokens", FieldMaxTokens, "gpt-4o-mini", "max_tokens", 700},
+		{"max_completion_tokens", FieldMaxCompletionTokens, "gpt-4.1", "max_completion_tokens", 700},
+		{"reasoning model under max_tokens", FieldMaxTokens, "o4-mini", "max_completion_tokens", 700 + reasoningHeadroom},
+		{"reasoning model under max_completion_tokens", FieldMaxCompletionTokens, "gpt-5-mini", "max_completion_tokens", 700 + reasoningHeadroom},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEndpoint(t, nil)
+			s := newSummarizer(t, Config{BaseURL: e.srv.URL, Model: tc.model, MaxTokensField: tc.field})
+			in := summarizer.Input{Messages: conversation(), MaxSummaryTokens: 700}
+			if _, err := s.Summarize(context.Background(), in); err != nil {
+				t.Fatal(err)
+			}
+			raw := e.last(t).Raw
+			other := map[string]string{"max_tokens": "max_completion_tokens", "max_completion_tokens": "max_tokens"}[tc.wantField]
+			if got := string(raw[tc.wantField]); got != fmt.Sprint(tc.want) {
+				t.Errorf("got %s %q; want %d", tc.wantField, got, tc.want)
+			}
+			if _, ok := raw[other]; ok {
+				t.Errorf("got %s too; want only %s", other, tc.wantField)
+			}
+		})
+	}
+}
+
+// RequestTokens counts what Summarize sends: every message's text with its chat
+// overhead, and the completion tokens reserved, whichever field carries them.
+func TestRequestTokensCountsWhatIsSent(t *testing.T) {
+	for _, model := range []string{"small-model", "o3-mini"} {
+		e := newEndpoint(t, nil)
+		s := newSummarizer(t, Config{BaseURL: e.srv.URL, Model: model})
+		in := summarizer.Input{PreviousSummary: "## Goal\nShip 4512.", SystemPrompt: "You are Ops Bot.", Messages: conversation(),
+			Instructions: "This is part 1 of 3 of the newly covered messages; summarize this part only.", MaxSummaryTokens: 300}
+		if _, err := s.Summarize(context.Background(), in); err != nil {
+			t.Fatal(err)
+		}
+		body := e.last(t).Body
+		want := tokensPerReply + body.MaxCompletionTokens + body.MaxTokens //lint:ignore SA1019 reads what was sent
+		for _, m := range body.Messages {
+			want += tokensPerMessage + (utf8.RuneCountInString(m.Content)+3)/4
+		}
+		if got := s.RequestTokens(in); got != want {
+			t.Errorf("%s: RequestTokens = %d; the request sent holds %d", model, got, want)
+		}
+	}
+}
+
 func TestModelFallsBackToConfig(t *testing.T) {
 	e := newEndpoint(t, reply(http.StatusOK, `{"choices":[{"index":0,"message":{"role":"assistant","content":"## Goal\nx"}}]}`))
 	s := newSummarizer(t, Config{BaseURL: e.srv.URL, Model: "local-llama"})
@@ -634,6 +691,8 @@ func TestConfig(t *testing.T) {
 		{name: "negative timeout", give: Config{BaseURL: "https://example.com", Model: "m", Timeout: -time.Second}, wantErr: true},
 		{name: "temperature too high", give: Config{BaseURL: "https://example.com", Model: "m", Temperature: 2.5}, wantErr: true},
 		{name: "negative temperature", give: Config{BaseURL: "https://example.com", Model: "m", Temperature: -1}, wantErr: true},
+		{name: "max_completion_tokens", give: Config{BaseURL: "https://example.com", Model: "m", MaxTokensField: FieldMaxCompletionTokens}},
+		{name: "unknown max tokens field", give: Config{BaseURL: "https://example.com", Model: "m", MaxTokensField: "max_new_tokens"}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -655,8 +714,8 @@ func TestConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Config(); got.Model != DefaultModel || got.Timeout != DefaultTimeout {
-		t.Errorf("got model %q, timeout %s; want the defaults", got.Model, got.Timeout)
+	if got := s.Config(); got.Model != DefaultModel || got.Timeout != DefaultTimeout || got.MaxTokensField != FieldMaxTokens {
+		t.Errorf("got model %q, timeout %s, max tokens field %q; want the defaults", got.Model, got.Timeout, got.MaxTokensField)
 	}
 }
 

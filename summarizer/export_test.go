@@ -1,0 +1,15 @@
+package summarizer
+
+import (
+	"context"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// SummarizeToFit runs the pool's map-reduce for the tests of package summarizer_test,
+// which drive it through the real llm summarizer (a package that imports this one).
+func SummarizeToFit(ctx context.Context, sum Summarizer, in Input, window int) (Output, error) {
+	p := &Pool{cfg: DefaultConfig(), log: zerolog.Nop(), now: time.Now}
+	return p.summarizeToFit(ctx, &job{log: zerolog.Nop()}, sum, in, window)
+}
