@@ -278,6 +278,10 @@ func TestContextWaitsForAPendingCompactionOnlyWhenAsked(t *testing.T) {
 		if _, err := st.Enqueue(ctx, req); err != nil {
 			t.Fatal(err)
 		}
+		now, err := c.Context(ctx, "w")
+		if err != nil || now.Generation != 0 {
+			t.Fatalf("a plain read = generation %d, %v; want the current context at once (generation 0)", now.Generation, err)
+		}
 		// A worker finishes the request a moment later.
 		go func() {
 			time.Sleep(300 * time.Millisecond)
@@ -287,10 +291,6 @@ func TestContextWaitsForAPendingCompactionOnlyWhenAsked(t *testing.T) {
 			}
 			_ = st.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "w", RequestID: "r1", Generation: 1, At: time.Now()})
 		}()
-		now, err := c.Context(ctx, "w")
-		if err != nil || now.Generation != 0 {
-			t.Fatalf("a plain read = generation %d, %v; want the current context at once (generation 0)", now.Generation, err)
-		}
 		waited, err := c.Context(ctx, "w", pipeline.WaitPending(10*time.Second))
 		if err != nil || waited.Generation != 1 || !waited.HasSummary {
 			t.Fatalf("a read with WaitPending = generation %d, %v; want the pending compaction's result", waited.Generation, err)

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
@@ -40,14 +42,15 @@ func TestTriggerKinds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			nc, st := setup(t)
 			reqs := watchRequests(t, nc, st)
-			start(t, st, tc.settings)
+			tr := start(t, st, tc.settings)
+			sum := 0
 			for i, m := range tc.msgs {
 				publish(t, st, "k", m)
+				sum += tokens.Message(&m)
 				if i < len(tc.msgs)-1 {
-					time.Sleep(20 * time.Millisecond)
-					if reqs.count() != 0 {
-						t.Fatalf("requested after %d of %d messages", i+1, len(tc.msgs))
-					}
+					// The count shows the message once the trigger decided on it.
+					waitFor(t, fmt.Sprintf("message %d to be counted", i+1), func() bool { got, _ := tr.b.TokensOf("k"); return got == sum })
+					noRequest(t, nc, st, reqs, fmt.Sprintf("after %d of %d messages", i+1, len(tc.msgs)))
 				}
 			}
 			waitFor(t, "a request", func() bool { return reqs.count() == 1 })
@@ -63,16 +66,16 @@ func TestTriggerKinds(t *testing.T) {
 func TestStructuralTriggerRespectsTheGuard(t *testing.T) {
 	nc, st := setup(t)
 	reqs := watchRequests(t, nc, st)
-	start(t, st, func(s *policy.Settings) { s.ToolOutputTriggerTokens = 500 })
+	tr := start(t, st, func(s *policy.Settings) { s.ToolOutputTriggerTokens = 500 })
 	call := schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{
 		{ID: "a", Type: "function", Function: schemas.FunctionCall{Name: "f", Arguments: "{}"}},
 		{ID: "b", Type: "function", Function: schemas.FunctionCall{Name: "f", Arguments: "{}"}}}}
+	result := schemas.Message{Role: schemas.RoleTool, ToolCallID: "a", Content: schemas.Text(strings.Repeat("o", 4000))}
 	publish(t, st, "g", call)
-	publish(t, st, "g", schemas.Message{Role: schemas.RoleTool, ToolCallID: "a", Content: schemas.Text(strings.Repeat("o", 4000))})
-	time.Sleep(300 * time.Millisecond)
-	if reqs.count() != 0 {
-		t.Fatal("structural request while call b is open")
-	}
+	publish(t, st, "g", result)
+	want := tokens.Message(&call) + tokens.Message(&result)
+	waitFor(t, "the large output to be counted", func() bool { got, _ := tr.b.TokensOf("g"); return got == want })
+	noRequest(t, nc, st, reqs, "structural request while call b is open")
 	publish(t, st, "g", schemas.Message{Role: schemas.RoleTool, ToolCallID: "b", Content: schemas.Text("ok")})
 	waitFor(t, "the structural request once the round is whole", func() bool { return reqs.count() == 1 })
 	if reqs.got[0].Trigger != schemas.TriggerStructural {
@@ -88,18 +91,19 @@ func TestIdleTriggerFiresAfterRestart(t *testing.T) {
 	for range 3 {
 		publish(t, st, "quiet", text(800)) // ~600 tokens > 0.1 × 4000
 	}
-	publish(t, st, "tiny", text(4)) // under idle_threshold: never compacted when idle
-	waitFor(t, "the trigger to count the messages", func() bool { got, _ := first.b.TokensOf("quiet"); return got > 400 })
-	first.stop() // the trigger process dies before the conversation goes quiet
-	time.Sleep(3 * time.Second)
-	if reqs.count() != 0 {
-		t.Fatal("requested while no trigger was running")
-	}
-	start(t, st, idle) // a new process: the marker left by the expired timer is waiting
+	last := publish(t, st, "tiny", text(4)) // under idle_threshold: never compacted when idle
+	handled(t, nc, st, last)                // every message counted and its idle timer armed
+	first.stop()                            // the trigger process dies before the conversations go quiet
+	// The timers expire while no trigger runs: each leaves its marker in ACTIVITY.
+	markers := idleMarkers(t, nc, st, "quiet", "tiny")
+	noRequest(t, nc, st, reqs, "while no trigger was running")
+	start(t, st, idle) // a new process: the markers left by the expired timers are waiting
 	waitFor(t, "the idle request", func() bool { return reqs.count() >= 1 })
-	time.Sleep(500 * time.Millisecond)
-	if n := reqs.count(); n != 1 {
-		t.Fatalf("%d requests; want one for the quiet conversation only", n)
+	// Both markers handled: the tiny conversation's decided too.
+	acked(t, nc, st.Config().ActivityStream, st.Config().IdleConsumer, markers)
+	reqs.sync(t)
+	if n, q := reqs.count(), stored(t, nc, st); n != 1 || q != 1 {
+		t.Fatalf("%d requests published, %d stored; want one for the quiet conversation only", n, q)
 	}
 	got := reqs.got[0]
 	if got.Trigger != schemas.TriggerTemporal || got.Conversation != "quiet" || !strings.Contains(got.Reason, "idle for") {
@@ -107,19 +111,69 @@ func TestIdleTriggerFiresAfterRestart(t *testing.T) {
 	}
 }
 
+// idleMarkers waits until the idle timer of each conversation expired, leaving its
+// delete marker (the idle signal) in ACTIVITY, and returns the newest marker's sequence.
+func idleMarkers(t *testing.T, nc *nats.Conn, st *jetstream.Store, convs ...string) uint64 {
+	t.Helper()
+	cfg := st.Config()
+	stream, err := testJS(t, nc).Stream(context.Background(), cfg.ActivityStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var newest uint64
+	for _, conv := range convs {
+		subj, err := cfg.ActivitySubject(conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the idle marker of "+conv, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			m, err := stream.GetLastMsgForSubject(ctx, subj)
+			if err != nil || m.Header.Get("Nats-Marker-Reason") == "" {
+				return false
+			}
+			newest = max(newest, m.Sequence)
+			return true
+		})
+	}
+	return newest
+}
+
+// A conversation that keeps receiving messages is not idle: the idle request comes
+// only once it has been quiet for idle_after (less the second the trigger allows for
+// re-arming its timer at most every few seconds).
 func TestIdleTriggerWaitsForQuiet(t *testing.T) {
 	nc, st := setup(t)
 	reqs := watchRequests(t, nc, st)
-	start(t, st, func(s *policy.Settings) { s.IdleAfter = 2 * time.Second; s.IdleThreshold = 0.1 })
-	deadline := time.Now().Add(3 * time.Second)
+	const idleAfter = 3 * time.Second
+	start(t, st, func(s *policy.Settings) { s.IdleAfter = idleAfter; s.IdleThreshold = 0.1 })
+	var last uint64
+	deadline := time.Now().Add(4 * time.Second)
 	for time.Now().Before(deadline) { // busy for longer than idle_after
-		publish(t, st, "busy", text(400))
-		time.Sleep(250 * time.Millisecond)
-		if reqs.count() != 0 {
-			t.Fatal("idle request while messages keep arriving")
-		}
+		last = publish(t, st, "busy", text(400))
+		time.Sleep(250 * time.Millisecond) // the pace of the conversation, not a wait for a condition
 	}
-	waitFor(t, "the idle request once quiet", func() bool { return reqs.count() == 1 })
+	waitFor(t, "the idle request once quiet", func() bool { return reqs.count() >= 1 })
+	reqs.sync(t)
+	if n := reqs.count(); n != 1 {
+		t.Fatalf("%d idle requests; want 1", n)
+	}
+	got := reqs.got[0]
+	m, err := testJS(t, nc).Stream(context.Background(), st.Config().ChatStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastMsg, err := m.GetMsg(context.Background(), last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Trigger != schemas.TriggerTemporal || got.UpToSeq != last {
+		t.Fatalf("request = %+v; want a temporal request covering the last message %d", got, last)
+	}
+	if quiet := got.RequestedAt.Sub(lastMsg.Time); quiet < idleAfter-time.Second {
+		t.Fatalf("idle request %s after the last message; want ≥ %s: it came while messages kept arriving", quiet, idleAfter-time.Second)
+	}
 }
 
 func repeat(m schemas.Message, n int) []schemas.Message {

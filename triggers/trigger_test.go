@@ -3,12 +3,14 @@ package triggers_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
@@ -61,7 +63,12 @@ type running struct {
 
 func start(t *testing.T, st *jetstream.Store, settings ...func(*policy.Settings)) *running {
 	t.Helper()
-	b, err := triggers.New(testConfig(), st, fixed(settings), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	return startWith(t, st, testConfig(), settings...)
+}
+
+func startWith(t *testing.T, st *jetstream.Store, cfg triggers.Config, settings ...func(*policy.Settings)) *running {
+	t.Helper()
+	b, err := triggers.New(cfg, st, fixed(settings), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,20 +101,32 @@ func text(n int) schemas.Message {
 	return schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", n))}
 }
 
-// requests records every request queued, by conversation.
+// requests records every request the trigger published, by conversation: each publish
+// on a request subject, including one the queue refused because a request is pending.
 type requests struct {
-	mu  sync.Mutex
-	got []schemas.Request
+	nc    *nats.Conn
+	syncs string // the subject of sync's markers: matched by the subscription, kept by no stream
+
+	mu     sync.Mutex
+	got    []schemas.Request
+	synced int
 }
 
+// watchRequests subscribes on nc, the connection the trigger under test publishes on
+// (setup gives the store nc), so sync can order its marker after the trigger's publishes.
 func watchRequests(t *testing.T, nc *nats.Conn, st *jetstream.Store) *requests {
-	r := &requests{}
-	sub, err := nc.Subscribe(st.Config().RequestPrefix+".*", func(m *nats.Msg) {
+	prefix := st.Config().RequestPrefix
+	r := &requests{nc: nc, syncs: prefix + ".sync.marker"}
+	sub, err := nc.Subscribe(prefix+".>", func(m *nats.Msg) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if m.Subject == r.syncs {
+			r.synced++
+			return
+		}
 		var req schemas.Request
 		if json.Unmarshal(m.Data, &req) == nil {
-			r.mu.Lock()
 			r.got = append(r.got, req)
-			r.mu.Unlock()
 		}
 	})
 	if err != nil {
@@ -121,6 +140,87 @@ func (r *requests) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.got)
+}
+
+// sync returns once the subscription has seen everything published on nc before it
+// was called: it publishes a marker on nc and waits for it, and NATS delivers one
+// connection's messages to a subscriber in order. After the trigger demonstrably
+// handled a message (TokensOf, or handled), count then includes any request that
+// handling published.
+func (r *requests) sync(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	want := r.synced + 1
+	r.mu.Unlock()
+	if err := r.nc.Publish(r.syncs, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the request watcher to catch up", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.synced >= want
+	})
+}
+
+// testJS is a JetStream context of the test's own, to look at what the trigger did.
+func testJS(t testing.TB, nc *nats.Conn) natsjs.JetStream {
+	t.Helper()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// handled waits until the active trigger acknowledged every chat message through seq
+// (its consumer's ack floor reached seq). The trigger acknowledges a message only after
+// counting it and queueing the request it called for, if any: a request it queued is
+// in the work queue when handled returns.
+func handled(t *testing.T, nc *nats.Conn, st *jetstream.Store, seq uint64) {
+	t.Helper()
+	acked(t, nc, st.Config().ChatStream, st.Config().TriggerConsumer, seq)
+}
+
+// acked waits until a consumer's ack floor reached seq.
+func acked(t *testing.T, nc *nats.Conn, stream, consumer string, seq uint64) {
+	t.Helper()
+	cons, err := testJS(t, nc).Consumer(context.Background(), stream, consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("%s to acknowledge %s seq %d", consumer, stream, seq), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		info, err := cons.Info(ctx)
+		return err == nil && info.AckFloor.Stream >= seq
+	})
+}
+
+// stored is how many requests the work queue ever stored (its last sequence): the
+// trigger tests run no worker, so a stored request stays until the test takes it.
+func stored(t *testing.T, nc *nats.Conn, st *jetstream.Store) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := testJS(t, nc).Stream(ctx, st.Config().RequestsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// noRequest fails the test when a request was queued or attempted by now: callers
+// first wait until the trigger demonstrably handled the messages in question.
+func noRequest(t *testing.T, nc *nats.Conn, st *jetstream.Store, reqs *requests, why string) {
+	t.Helper()
+	reqs.sync(t)
+	if n, q := reqs.count(), stored(t, nc, st); n != 0 || q != 0 {
+		t.Fatalf("%s: %d requests published, %d stored; want none", why, n, q)
+	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -144,22 +244,24 @@ func TestBudgetTriggerQueuesAtTheThreshold(t *testing.T) {
 	for ; (n+1)*per < 3000; n++ {
 		publish(t, st, "c", m)
 	}
+	// TokensOf takes the conversation's lock, which the trigger holds while it counts a
+	// message and queues what it calls for: once the count shows message n, the
+	// decision on it was made.
 	waitFor(t, "the trigger to count every message", func() bool { got, _ := tr.b.TokensOf("c"); return got == n*per })
-	time.Sleep(200 * time.Millisecond)
-	if reqs.count() != 0 {
-		t.Fatalf("queued under the threshold (%d tokens)", n*per)
-	}
+	noRequest(t, nc, st, reqs, fmt.Sprintf("under the threshold (%d tokens)", n*per))
 	last := publish(t, st, "c", m)
 	waitFor(t, "a request", func() bool { return reqs.count() == 1 })
 	req := reqs.got[0]
 	if req.Trigger != schemas.TriggerBudget || req.UpToSeq != last || !strings.Contains(req.Reason, "threshold 3000") {
 		t.Fatalf("request = %+v", req)
 	}
-	// Pending: more messages do not queue a second request.
-	publish(t, st, "c", m)
-	time.Sleep(300 * time.Millisecond)
-	if reqs.count() != 1 {
-		t.Fatalf("%d requests while one is pending; want 1", reqs.count())
+	// Pending: more messages do not queue, nor try to queue, a second request.
+	more := publish(t, st, "c", m)
+	handled(t, nc, st, more)
+	waitFor(t, "the trigger to count the later message", func() bool { got, _ := tr.b.TokensOf("c"); return got == (n+2)*per })
+	reqs.sync(t)
+	if got, q := reqs.count(), stored(t, nc, st); got != 1 || q != 1 {
+		t.Fatalf("%d requests published, %d stored while one is pending; want 1", got, q)
 	}
 }
 
@@ -173,10 +275,7 @@ func TestNoRequestWhileToolCallsAreOpen(t *testing.T) {
 	publish(t, st, "tools", call)
 	publish(t, st, "tools", schemas.Message{Role: schemas.RoleTool, ToolCallID: "a", Content: schemas.Text(strings.Repeat("r", 16000))})
 	waitFor(t, "the result to be counted", func() bool { got, _ := tr.b.TokensOf("tools"); return got > 3000 })
-	time.Sleep(300 * time.Millisecond)
-	if reqs.count() != 0 {
-		t.Fatal("queued while call b is unanswered")
-	}
+	noRequest(t, nc, st, reqs, "while call b is unanswered")
 	publish(t, st, "tools", schemas.Message{Role: schemas.RoleTool, ToolCallID: "b", Content: schemas.Text("ok")})
 	waitFor(t, "a request once the round is complete", func() bool { return reqs.count() == 1 })
 }

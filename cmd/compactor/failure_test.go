@@ -101,13 +101,24 @@ func TestFailingLLMIsRetriedThenDeadLettered(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &d); err != nil || d.Attempts != uint64(env.MaxAttempts) || d.Request.Conversation != "down" {
 		t.Fatalf("dead letter = %+v, %v", d, err)
 	}
-	// The trigger backs off: more messages do not start another round of failures at once.
+	// The trigger backs off: more messages do not start another round of failures at
+	// once. Once the trigger acknowledged them, a request they called for would have
+	// its requested event stored.
 	more, _ := needleConversation(1)
-	replay(t, s, "down", more[1:], 0)
-	time.Sleep(time.Second)
-	if n := events.count(schemas.EventRequested); n != 1 {
+	seqs := replay(t, s, "down", more[1:], 0)
+	triggerHandled(t, s, seqs[len(seqs)-1])
+	if n := storedEvents(t, s, "down", schemas.EventRequested); n != 1 {
 		t.Fatalf("%d requests after a failure; want 1 (the trigger backs off)", n)
 	}
+}
+
+func publishOne(t *testing.T, s *stack, conv string, m schemas.Message) uint64 {
+	t.Helper()
+	seq, err := s.client.Publish(ctxFor(t, 10*time.Second), conv, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq
 }
 
 // Invariant 9 with the LLM down: past the hard limit, the deterministic fallback keeps
@@ -168,25 +179,34 @@ func TestDeclinedCompactionDoesNotLoop(t *testing.T) {
 	s := startStack(t, env, llm)
 	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("stuck")))
 	msgs, _ := needleConversation(8)
-	replay(t, s, "stuck", msgs, 0)
+	seqs := replay(t, s, "stuck", msgs, 0)
 	settle(t, s)
 	eventually(t, 10*time.Second, "a declined event", func() bool { return events.count(schemas.EventDeclined) >= 1 })
 	// Messages that arrived after the worker loaded the conversation are growth and may
-	// be asked for once more; wait until the outcomes stop changing.
-	stable := events.count(schemas.EventDeclined)
-	eventually(t, 20*time.Second, "the declines to settle", func() bool {
-		time.Sleep(500 * time.Millisecond)
-		now := events.count(schemas.EventDeclined)
-		defer func() { stable = now }()
-		return now == stable
+	// be asked for once more. Wait until every message was handled by the trigger and
+	// every request it made has its outcome, with none queued or being worked on.
+	triggerHandled(t, s, seqs[len(seqs)-1])
+	outcomes := func() (requested, declined int) {
+		return storedEvents(t, s, "stuck", schemas.EventRequested), storedEvents(t, s, "stuck", schemas.EventDeclined)
+	}
+	eventually(t, time.Minute, "every request to have its outcome", func() bool {
+		r, d := outcomes()
+		return idleWorkers(t, s) && r == d
 	})
-	before, calls := events.count(schemas.EventDeclined), llm.callCount()
+	_, before := outcomes()
+	calls := llm.callCount()
 	if before > 3 {
 		t.Fatalf("%d declines for one burst of messages", before)
 	}
-	time.Sleep(2 * time.Second) // several trigger retry delays
-	if after := events.count(schemas.EventDeclined); after != before || llm.callCount() != calls {
-		t.Fatalf("declined %d → %d, LLM calls %d → %d while the conversation did not grow: a loop", before, after, calls, llm.callCount())
+	// A small message is no growth: the trigger handles it, with the decline known,
+	// and holds.
+	tiny := publishOne(t, s, "stuck", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("ok")})
+	triggerHandled(t, s, tiny)
+	// A loop would ask again within one retry delay of the trigger (200 ms here): no
+	// state says "no retry is scheduled", so watch ten of them.
+	time.Sleep(10 * env.RetryDelay)
+	if r, d := outcomes(); r != d || d != before || llm.callCount() != calls || !idleWorkers(t, s) {
+		t.Fatalf("requested %d, declined %d → %d, LLM calls %d → %d while the conversation did not grow: a loop", r, before, d, calls, llm.callCount())
 	}
 	v, _, err := s.st.GetResult(ctxFor(t, 5*time.Second), "stuck", true)
 	if err != nil || v == nil || v.DeclinedAtSeq == 0 || v.Generation != 0 {

@@ -47,6 +47,10 @@ type fakeLLM struct {
 	// pad, when non-zero, appends that many characters to every summary (a model that
 	// ignores its length cap).
 	pad int
+	// block, when set, holds every request until it is closed (see release); held
+	// counts the requests that reached it.
+	block chan struct{}
+	held  int
 }
 
 var needleRE = regexp.MustCompile(`NEEDLE-[0-9a-z]+`)
@@ -104,12 +108,23 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 	} else {
 		f.inputs = append(f.inputs, input)
 	}
+	block := f.block
+	if block != nil && !tooLong {
+		f.held++
+	}
 	f.mu.Unlock()
 	if tooLong {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
 		fmt.Fprintf(w, `{"error":{"message":"This model's maximum context length is %d characters; your messages resulted in %d.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, f.maxChars, total)
 		return
+	}
+	if block != nil {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+			return
+		}
 	}
 	if delay > 0 {
 		select {
@@ -151,6 +166,27 @@ func (f *fakeLLM) set(fn func(f *fakeLLM)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f)
+}
+
+// heldCount is how many requests reached block so far.
+func (f *fakeLLM) heldCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.held
+}
+
+// release lets every request held so far answer; later ones are held again when
+// holdAgain, and not at all otherwise.
+func (f *fakeLLM) release(holdAgain bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.block != nil {
+		close(f.block)
+	}
+	f.block = nil
+	if holdAgain {
+		f.block = make(chan struct{})
+	}
 }
 
 func (f *fakeLLM) allInputs() string {
@@ -300,4 +336,69 @@ func resultsFor(t *testing.T, nc *nats.Conn, cfg jetstream.Config) natsjs.KeyVal
 		t.Fatal(err)
 	}
 	return kv
+}
+
+// triggerHandled waits until the trigger acknowledged every chat message through seq
+// (the ack floor of its consumer). The trigger acknowledges a message after counting it
+// and queueing the request it called for, whose requested event is then stored.
+func triggerHandled(t *testing.T, s *stack, seq uint64) {
+	t.Helper()
+	cfg := s.st.Config()
+	cons, err := jsFor(t, s.nc).Consumer(ctxFor(t, 10*time.Second), cfg.ChatStream, cfg.TriggerConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, fmt.Sprintf("the trigger to acknowledge seq %d", seq), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		info, err := cons.Info(ctx)
+		return err == nil && info.AckFloor.Stream >= seq
+	})
+}
+
+// storedEvents counts the events of one type stored in COMPACT_EVENTS for conv: what
+// was published, whether or not a subscription has seen it yet.
+func storedEvents(t *testing.T, s *stack, conv, typ string) int {
+	t.Helper()
+	ctx := ctxFor(t, 30*time.Second)
+	oc, err := jsFor(t, s.nc).OrderedConsumer(ctx, s.st.Config().EventsStream, natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{must(s.st.Config().EventSubject(conv))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		batch, err := oc.FetchNoWait(256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			var ev schemas.Event
+			if json.Unmarshal(m.Data(), &ev) == nil && ev.Type == typ {
+				n++
+			}
+		}
+		if err := batch.Error(); err != nil {
+			t.Fatal(err)
+		}
+		if got == 0 {
+			return n
+		}
+	}
+}
+
+// idleWorkers reports whether no request waits in the work queue or is being worked on.
+func idleWorkers(t *testing.T, s *stack) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	cfg := s.st.Config()
+	cons, err := jsFor(t, s.nc).Consumer(ctx, cfg.RequestsStream, cfg.WorkerConsumer)
+	if err != nil {
+		return false
+	}
+	info, err := cons.Info(ctx)
+	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 }

@@ -1,6 +1,7 @@
 // Package corpustest loads the shared corpus of real agent transcripts
 // (../shared/corpus beside the module root, one OpenAI chat message a line) for tests
-// and benchmarks. A test that uses it skips when the corpus is absent.
+// and benchmarks. A test that uses it skips when the corpus is absent, and fails
+// instead in CI (CI=true), so CI never passes by skipping the corpus replays.
 package corpustest
 
 import (
@@ -59,19 +60,19 @@ func Dir() string {
 }
 
 // Load decodes every conversation of the corpus, sorted by name; a line that does not
-// decode and validate fails tb. It skips tb when the corpus is absent.
+// decode and validate fails tb. It skips tb when the corpus is absent, or fails it in CI.
 func Load(tb testing.TB) []Conversation {
 	tb.Helper()
 	dir := Dir()
 	if dir == "" {
-		tb.Skip("../shared/corpus is absent")
+		absent(tb, "../shared/corpus is absent")
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {
 		tb.Fatal(err)
 	}
 	if len(files) == 0 {
-		tb.Skipf("no *.jsonl in %s", dir)
+		absent(tb, "no *.jsonl in "+dir)
 	}
 	slices.Sort(files)
 	out := make([]Conversation, 0, len(files))
@@ -101,6 +102,15 @@ func Load(tb testing.TB) []Conversation {
 		out = append(out, c)
 	}
 	return out
+}
+
+// absent skips tb, or fails it when the environment says CI=true.
+func absent(tb testing.TB, why string) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" {
+		tb.Fatal(why + " (CI=true: a test that needs the corpus fails instead of skipping)")
+	}
+	tb.Skip(why)
 }
 
 // Largest returns the n largest conversations by bytes, largest first.

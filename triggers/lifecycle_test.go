@@ -1,0 +1,172 @@
+package triggers_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// The trigger's state is a cache: a conversation untouched for EvictAfter is dropped,
+// unless a request is in flight for it, and rebuilt from KV and the stream on its next
+// message, counting each message once.
+func TestIdleStateIsEvictedAndRebuilt(t *testing.T) {
+	nc, st := setup(t)
+	reqs := watchRequests(t, nc, st)
+	cfg := testConfig()
+	cfg.EvictAfter = 500 * time.Millisecond
+	tr := startWith(t, st, cfg)
+	m := text(800)
+	per := tokens.Message(&m)
+	// "held" crosses the threshold first: its request is in flight, so its state stays
+	// although it is the older of the two.
+	for range 15 {
+		publish(t, st, "held", m)
+	}
+	waitFor(t, "held's request", func() bool { return reqs.count() == 1 })
+	var seqs []uint64
+	for range 3 {
+		seqs = append(seqs, publish(t, st, "quiet", m))
+	}
+	waitFor(t, "quiet's messages to be counted", func() bool { got, _ := tr.b.TokensOf("quiet"); return got == 3*per })
+	if n := tr.b.Tracked(); n != 2 {
+		t.Fatalf("tracking %d conversations; want 2", n)
+	}
+	waitFor(t, "the quiet conversation to be evicted", func() bool { return tr.b.Tracked() == 1 })
+	if _, ok := tr.b.TokensOf("quiet"); ok {
+		t.Fatal("the evicted conversation is still tracked")
+	}
+	if got, ok := tr.b.TokensOf("held"); !ok || got != 15*per {
+		t.Fatalf("held: %d tokens, tracked %v; want its state kept (%d) while its request is in flight", got, ok, 15*per)
+	}
+	// While it was evicted, a compaction covered its first two messages: the rebuild
+	// starts from that value and counts the tail from the stream.
+	v := &schemas.Result{SchemaVersion: 1, Conversation: "quiet", Generation: 1, Summary: "what the first two messages said",
+		TailStartSeq: seqs[2], CoveredThroughSeq: seqs[1], LoadedThroughSeq: seqs[2], CreatedAt: time.Now().UTC()}
+	if _, err := st.PutResult(context.Background(), v, 0); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, st, "quiet", m)
+	sm := assemble.SummaryMessage(v)
+	want := tokens.Message(&sm) + 2*per // the summary, the third and the new message
+	waitFor(t, "the state to be rebuilt from KV and the stream", func() bool { got, _ := tr.b.TokensOf("quiet"); return got == want })
+	if n := tr.b.Tracked(); n != 2 {
+		t.Fatalf("tracking %d conversations after the rebuild; want 2", n)
+	}
+	reqs.sync(t)
+	if n := reqs.count(); n != 1 {
+		t.Fatalf("%d requests; want only held's", n)
+	}
+}
+
+// takeRequest takes the next request off the work queue as a worker whose attempts all
+// failed does (Term), so the conversation's slot is free again.
+func takeRequest(t *testing.T, st *jetstream.Store) schemas.Request {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := st.Requests(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		d, err := q.Next(ctx, time.Second)
+		if ctx.Err() != nil {
+			t.Fatal("timed out waiting for a request")
+		}
+		if err != nil || d == nil {
+			continue
+		}
+		var req schemas.Request
+		if err := json.Unmarshal(d.Data(), &req); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Term(ctx, "taken by the test"); err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+}
+
+func failed(req schemas.Request) schemas.Event {
+	return schemas.Event{Type: schemas.EventFailed, Conversation: req.Conversation, RequestID: req.RequestID,
+		Trigger: req.Trigger, Error: "the summarizer is down", At: time.Now().UTC()}
+}
+
+// A failed compaction spaces the conversation's next request by FailureBackoff, doubled
+// per failure in a row; the conversation, quiet meanwhile, is still asked for again
+// when the backoff ends.
+func TestFailedCompactionSpacesTheNextRequest(t *testing.T) {
+	_, st := setup(t)
+	cfg := testConfig()
+	cfg.FailureBackoff = time.Second
+	cfg.FailureBackoffMax = 10 * time.Second
+	startWith(t, st, cfg)
+	for range 15 { // over the threshold
+		publish(t, st, "fb", text(800))
+	}
+	req := takeRequest(t, st)
+	for i, want := range []time.Duration{cfg.FailureBackoff, 2 * cfg.FailureBackoff} {
+		at := time.Now()
+		if err := st.PublishEvent(context.Background(), failed(req)); err != nil {
+			t.Fatal(err)
+		}
+		next := takeRequest(t, st)
+		if gap := next.RequestedAt.Sub(at); gap < want {
+			t.Fatalf("failure %d: the next request came %s after it; want ≥ %s", i+1, gap, want)
+		}
+		req = next
+	}
+}
+
+// A failed event whose payload names another conversation than its subject is not
+// acted on: it neither backs off the conversation its payload names nor the one its
+// subject names.
+func TestForeignFailedEventsAreIgnored(t *testing.T) {
+	nc, st := setup(t)
+	cfg := testConfig()
+	cfg.FailureBackoff = time.Hour // a failure applied would hold the next request for the test's whole run
+	cfg.FailureBackoffMax = time.Hour
+	startWith(t, st, cfg)
+	for range 15 {
+		publish(t, st, "x", text(800))
+	}
+	first := takeRequest(t, st)
+	pub := func(subject string, ev schemas.Event) {
+		data, _ := json.Marshal(ev)
+		if err := nc.Publish(subject, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfgJS := st.Config()
+	onY, onX := failed(first), failed(first)
+	onX.Conversation = "y"
+	pub(must(cfgJS.EventSubject("y")), onY) // names x in its payload only
+	pub(must(cfgJS.EventSubject("x")), onX) // names x in its subject only
+	// The request's real outcome: declined without a value, so no growth is owed.
+	declined := schemas.Event{Type: schemas.EventDeclined, Conversation: "x", RequestID: first.RequestID, At: time.Now().UTC()}
+	if err := st.PublishEvent(context.Background(), declined); err != nil {
+		t.Fatal(err)
+	}
+	// The trigger learns of the outcome asynchronously: publish small messages until it
+	// asks again. A failure applied from a foreign event would hold it for an hour.
+	deadline := time.Now().Add(15 * time.Second)
+	for stored(t, nc, st) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no request after the outcome: a foreign failed event backed the conversation off")
+		}
+		handled(t, nc, st, publish(t, st, "x", text(4)))
+	}
+}
+
+func must(subject string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return subject
+}
