@@ -1,13 +1,17 @@
 package summarizer
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/compactor/compactor/summarizer/summary"
+)
 
 // ErrConfig is matched by every configuration error of this package.
 var ErrConfig = errors.New("invalid summarizer config")
 
-// ErrContextLength is what a Summarizer returns (wrapped) when its model refused the
-// input as longer than its context window. The pool then summarizes smaller chunks.
-var ErrContextLength = errors.New("summarizer context length exceeded")
+// ErrContextLength is summary.ErrContextLength: a model refused the input as longer than
+// its context window. The pool then sends less.
+var ErrContextLength = summary.ErrContextLength
 
 // ErrNothingFits is matched by the error of a summarization that cannot fit the
 // summarizer's window however it is cut: a request leaves too little room beside the

@@ -25,6 +25,7 @@ type event struct {
 func main() {
 	outputs := map[string][]string{} // package + "\x00" + test → output lines
 	var failed, skipped, summaries []string
+	passed, failedTests := 0, 0 // tests (subtests included), for the closing line
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -43,8 +44,15 @@ func main() {
 			if ev.Test == "" && isSummary(ev.Output) {
 				summaries = append(summaries, strings.TrimRight(ev.Output, "\n"))
 			}
+		case "pass":
+			if ev.Test != "" {
+				passed++
+			}
 		case "fail":
 			failed = append(failed, key)
+			if ev.Test != "" {
+				failedTests++
+			}
 		case "skip":
 			if ev.Test != "" {
 				skipped = append(skipped, key)
@@ -72,6 +80,7 @@ func main() {
 		fmt.Printf("SKIP %s %s: %s\n", pkg, test, skipReason(outputs[k]))
 	}
 	fmt.Println(strings.Join(summaries, "\n"))
+	fmt.Printf("tests: %d passed, %d failed, %d skipped\n", passed, failedTests, len(skipped))
 	status := 0
 	if len(failed) > 0 {
 		fmt.Printf("%d failures\n", len(failed))

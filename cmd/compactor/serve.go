@@ -19,6 +19,7 @@ import (
 	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/extractive"
 	"github.com/compactor/compactor/summarizer/llm"
+	"github.com/compactor/compactor/summarizer/summary"
 	"github.com/compactor/compactor/triggers"
 )
 
@@ -132,7 +133,7 @@ func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) ([]c
 		// Build the default profile's summarizer now, so a bad endpoint stops start-up.
 		if sum, err := sums.For(r.Base()); err != nil {
 			return nil, err
-		} else if sum == summarizer.Summarizer(fallback) {
+		} else if sum == summary.Summarizer(fallback) {
 			log.Warn().Msg("no COMPACTOR_LLM_BASE_URL or API key: summaries are extractive (no LLM) and marked fallback")
 		}
 		for _, name := range r.Profiles() {
@@ -190,14 +191,14 @@ func (ps policySource) Settings(ctx context.Context, conv string) (policy.Settin
 // extractive one when a profile has neither endpoint nor key.
 type summarizers struct {
 	lookup   func(string) (string, bool)
-	fallback summarizer.Summarizer
+	fallback summary.Summarizer
 	log      zerolog.Logger
 
 	mu    sync.Mutex
 	cache map[llm.Config]*llm.Summarizer
 }
 
-func (f *summarizers) For(s policy.Settings) (summarizer.Summarizer, error) {
+func (f *summarizers) For(s policy.Settings) (summary.Summarizer, error) {
 	key, _ := f.lookup(s.LLMAPIKeyEnv)
 	if key == "" {
 		key, _ = f.lookup("OPENAI_API_KEY")

@@ -12,7 +12,7 @@ import (
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/tokens"
-	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 // Model is the Output.Model of every extractive summary.
@@ -41,7 +41,7 @@ const sinceLabel = "Messages since then:"
 // Summarizer is the extractive summarizer. The zero value is ready to use.
 type Summarizer struct{}
 
-var _ summarizer.Summarizer = (*Summarizer)(nil)
+var _ summary.Summarizer = (*Summarizer)(nil)
 
 // New returns an extractive summarizer.
 func New() *Summarizer { return &Summarizer{} }
@@ -49,15 +49,15 @@ func New() *Summarizer { return &Summarizer{} }
 // Summarize writes an extractive summary of in.PreviousSummary and in.Messages within
 // in.MaxSummaryTokens (DefaultMaxSummaryTokens when not positive). It fails only when
 // ctx is already done. in.SystemPrompt and in.Instructions are not used.
-func (*Summarizer) Summarize(ctx context.Context, in summarizer.Input) (summarizer.Output, error) {
+func (*Summarizer) Summarize(ctx context.Context, in summary.Input) (summary.Output, error) {
 	if err := ctx.Err(); err != nil {
-		return summarizer.Output{}, fmt.Errorf("extractive: %w", err)
+		return summary.Output{}, fmt.Errorf("extractive: %w", err)
 	}
 	maxTokens := in.MaxSummaryTokens
 	if maxTokens <= 0 {
 		maxTokens = DefaultMaxSummaryTokens
 	}
-	return summarizer.Output{Summary: summarize(in.PreviousSummary, in.Messages, maxTokens), Model: Model, Fallback: true}, nil
+	return summary.Output{Summary: summarize(in.PreviousSummary, in.Messages, maxTokens), Model: Model, Fallback: true}, nil
 }
 
 // kind orders what is left out first: lower kinds go first.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/tokens"
-	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/extractive"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 func user(s string) schemas.Message {
@@ -31,7 +31,7 @@ func tool(id, s string) schemas.Message {
 	return schemas.Message{Role: schemas.RoleTool, ToolCallID: id, Content: schemas.Text(s)}
 }
 
-func summarize(t *testing.T, in summarizer.Input) string {
+func summarize(t *testing.T, in summary.Input) string {
 	t.Helper()
 	out, err := extractive.New().Summarize(context.Background(), in)
 	if err != nil {
@@ -52,22 +52,22 @@ func TestSummarize(t *testing.T) {
 	long := strings.Repeat("a", 1000)
 	tests := []struct {
 		name string
-		give summarizer.Input
+		give summary.Input
 		want string
 	}{
 		{
 			name: "empty input",
-			give: summarizer.Input{},
+			give: summary.Input{},
 			want: "Extractive summary, written without an LLM: no new messages.",
 		},
 		{
 			name: "previous summary only",
-			give: summarizer.Input{PreviousSummary: "## Goal\nShip 1.2.\n"},
+			give: summary.Input{PreviousSummary: "## Goal\nShip 1.2.\n"},
 			want: "Extractive summary, written without an LLM: no new messages.\n## Goal\nShip 1.2.",
 		},
 		{
 			name: "one line per message in order",
-			give: summarizer.Input{Messages: []schemas.Message{
+			give: summary.Input{Messages: []schemas.Message{
 				user("Deploy build 4512\n to   staging, not prod."),
 				call("c1", "deploy", `{"build":4512,"env":"staging"}`),
 				tool("c1", "ok: staging now runs 4512 (rev 9f3c2e)"),
@@ -81,7 +81,7 @@ func TestSummarize(t *testing.T) {
 		},
 		{
 			name: "previous summary carried forward before the new lines",
-			give: summarizer.Input{PreviousSummary: "The user is Ana.", Messages: []schemas.Message{user("hi")}},
+			give: summary.Input{PreviousSummary: "The user is Ana.", Messages: []schemas.Message{user("hi")}},
 			want: `Extractive summary, written without an LLM: excerpts of 1 message in order.
 The user is Ana.
 Messages since then:
@@ -89,7 +89,7 @@ Messages since then:
 		},
 		{
 			name: "bullets of an earlier extractive summary are carried under one header",
-			give: summarizer.Input{
+			give: summary.Input{
 				PreviousSummary: "Extractive summary, written without an LLM: excerpts of 1 message in order.\n- user: \"hi\"",
 				Messages:        []schemas.Message{user("again")},
 			},
@@ -99,7 +99,7 @@ Messages since then:
 		},
 		{
 			name: "an earlier extractive summary with no new messages",
-			give: summarizer.Input{
+			give: summary.Input{
 				PreviousSummary: "Extractive summary, written without an LLM: excerpts of 1 message in order.\n- user: \"hi\"",
 			},
 			want: `Extractive summary, written without an LLM: excerpts of 1 message in order.
@@ -107,7 +107,7 @@ Messages since then:
 		},
 		{
 			name: "a foreign summary carried in an extractive one stays before the bullets",
-			give: summarizer.Input{
+			give: summary.Input{
 				PreviousSummary: "Extractive summary, written without an LLM: excerpts of 1 message in order.\n" +
 					"## Goal\n- Ship 1.2\nMessages since then:\n- user: \"hi\"",
 				Messages: []schemas.Message{user("again")},
@@ -121,7 +121,7 @@ Messages since then:
 		},
 		{
 			name: "long texts are cut",
-			give: summarizer.Input{Messages: []schemas.Message{
+			give: summary.Input{Messages: []schemas.Message{
 				user(long), assistant(long), call("c1", "f", long), tool("c1", long),
 			}},
 			want: "Extractive summary, written without an LLM: excerpts of 4 messages in order.\n" +
@@ -132,7 +132,7 @@ Messages since then:
 		},
 		{
 			name: "names, unknown call ids and system messages",
-			give: summarizer.Input{Messages: []schemas.Message{
+			give: summary.Input{Messages: []schemas.Message{
 				{Role: schemas.RoleSystem, Content: schemas.Text("Be brief.")},
 				{Role: schemas.RoleUser, Name: "ana", Content: schemas.Text("hello")},
 				tool("call_9", "orphan result"),
@@ -144,7 +144,7 @@ Messages since then:
 		},
 		{
 			name: "non-text parts are placeholders",
-			give: summarizer.Input{Messages: []schemas.Message{
+			give: summary.Input{Messages: []schemas.Message{
 				{Role: schemas.RoleUser, Content: schemas.Parts(text, image, audio, file)},
 				{Role: schemas.RoleUser, Content: schemas.Parts(image)},
 			}},
@@ -154,7 +154,7 @@ Messages since then:
 		},
 		{
 			name: "assistant text and parallel calls",
-			give: summarizer.Input{Messages: []schemas.Message{
+			give: summary.Input{Messages: []schemas.Message{
 				{Role: schemas.RoleAssistant, Content: schemas.Text("Checking both."), ToolCalls: []schemas.ToolCall{
 					{ID: "a", Type: "function", Function: schemas.FunctionCall{Name: "ls", Arguments: `{"dir":"/srv"}`}},
 					{ID: "b", Type: "function", Function: schemas.FunctionCall{Name: "df", Arguments: `{}`}},
@@ -236,7 +236,7 @@ func TestLeavesOutDetailFirst(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := summarize(t, summarizer.Input{PreviousSummary: prev, Messages: msgs, MaxSummaryTokens: tt.max})
+			got := summarize(t, summary.Input{PreviousSummary: prev, Messages: msgs, MaxSummaryTokens: tt.max})
 			if n := tokens.Text(got); n > tt.max {
 				t.Fatalf("got %d tokens; want at most %d", n, tt.max)
 			}
@@ -265,7 +265,7 @@ func TestUserTextPreferredOverToolOutput(t *testing.T) {
 		tool("c1", strings.Repeat("server { listen 80; }\n", 200)),
 		user("and keep TLS 1.3 only"),
 	}
-	got := summarize(t, summarizer.Input{Messages: msgs, MaxSummaryTokens: 60})
+	got := summarize(t, summary.Input{Messages: msgs, MaxSummaryTokens: 60})
 	for _, s := range []string{"8443", "TLS 1.3 only"} {
 		if !strings.Contains(got, s) {
 			t.Errorf("summary misses the user's %q:\n%s", s, got)
@@ -278,7 +278,7 @@ func TestUserTextPreferredOverToolOutput(t *testing.T) {
 
 func TestPreviousSummaryCarriedForwardWhenRoom(t *testing.T) {
 	prev := "## Decisions\n- Use Postgres 16 (ops knows it)\n## Facts and identifiers\n- repo: github.com/acme/shop"
-	got := summarize(t, summarizer.Input{PreviousSummary: prev, Messages: []schemas.Message{user("next: migrations")}})
+	got := summarize(t, summary.Input{PreviousSummary: prev, Messages: []schemas.Message{user("next: migrations")}})
 	if !strings.Contains(got, prev) {
 		t.Errorf("previous summary not carried forward whole:\n%s", got)
 	}
@@ -293,7 +293,7 @@ func TestDefaultCap(t *testing.T) {
 		msgs = append(msgs, user(fmt.Sprint(i, strings.Repeat(" words", 100))))
 	}
 	for _, max := range []int{0, -3} {
-		got := summarize(t, summarizer.Input{Messages: msgs, MaxSummaryTokens: max})
+		got := summarize(t, summary.Input{Messages: msgs, MaxSummaryTokens: max})
 		if n := tokens.Text(got); n > extractive.DefaultMaxSummaryTokens || n < extractive.DefaultMaxSummaryTokens-150 {
 			t.Errorf("max %d: got %d tokens; want just under %d", max, n, extractive.DefaultMaxSummaryTokens)
 		}
@@ -305,7 +305,7 @@ func TestBound(t *testing.T) {
 	caps := []int{1, 2, 5, 10, 17, 40, 100, 333, 1000, 2048, 8000}
 	for seed := range uint64(30) {
 		r := rand.New(rand.NewPCG(seed, seed*7919))
-		in := summarizer.Input{
+		in := summary.Input{
 			PreviousSummary: randText(r, r.IntN(3)*r.IntN(4000)),
 			Messages:        randConversation(r, r.IntN(int(seed%5+1)*40)),
 		}
@@ -323,9 +323,9 @@ func TestBound(t *testing.T) {
 }
 
 func TestDeterministic(t *testing.T) {
-	build := func() summarizer.Input {
+	build := func() summary.Input {
 		r := rand.New(rand.NewPCG(1, 2))
-		return summarizer.Input{PreviousSummary: randText(r, 3000), Messages: randConversation(r, 200), MaxSummaryTokens: 700}
+		return summary.Input{PreviousSummary: randText(r, 3000), Messages: randConversation(r, 200), MaxSummaryTokens: 700}
 	}
 	a := summarize(t, build())
 	b := summarize(t, build())
@@ -337,7 +337,7 @@ func TestDeterministic(t *testing.T) {
 func TestCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := extractive.New().Summarize(ctx, summarizer.Input{}); err == nil {
+	if _, err := extractive.New().Summarize(ctx, summary.Input{}); err == nil {
 		t.Error("got no error from a canceled context")
 	}
 }
@@ -381,7 +381,7 @@ func randConversation(r *rand.Rand, n int) []schemas.Message {
 }
 
 func ExampleSummarizer_Summarize() {
-	in := summarizer.Input{
+	in := summary.Input{
 		PreviousSummary: "The user is Ana; the service is shop-api.",
 		Messages: []schemas.Message{
 			{Role: schemas.RoleUser, Content: schemas.Text("Deploy build 4512 to staging, not prod.")},

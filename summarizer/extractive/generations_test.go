@@ -10,8 +10,8 @@ import (
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/tokens"
-	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/extractive"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 // agentRun is a synthetic agent run: the user's task first, then tool rounds with big
@@ -65,7 +65,7 @@ func TestGenerations(t *testing.T) {
 			for g := range generations {
 				chunk := msgs[g*len(msgs)/generations : (g+1)*len(msgs)/generations]
 				end := (g + 1) * len(msgs) / generations
-				in := summarizer.Input{PreviousSummary: prev, Messages: chunk, MaxSummaryTokens: tt.max}
+				in := summary.Input{PreviousSummary: prev, Messages: chunk, MaxSummaryTokens: tt.max}
 				got := summarize(t, in)
 				if again := summarize(t, in); again != got {
 					t.Fatalf("generation %d: same input gave a different summary", g)
@@ -231,7 +231,7 @@ func TestCarriedForward(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := summarize(t, summarizer.Input{PreviousSummary: tt.prev, Messages: news, MaxSummaryTokens: tt.max})
+			got := summarize(t, summary.Input{PreviousSummary: tt.prev, Messages: news, MaxSummaryTokens: tt.max})
 			if n := tokens.Text(got); n > tt.max {
 				t.Fatalf("got %d tokens; want at most %d:\n%s", n, tt.max, got)
 			}
@@ -308,7 +308,7 @@ func TestLeftOutLineIsCumulative(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := summarize(t, summarizer.Input{PreviousSummary: tt.prev, Messages: tt.give, MaxSummaryTokens: tt.max})
+			got := summarize(t, summary.Input{PreviousSummary: tt.prev, Messages: tt.give, MaxSummaryTokens: tt.max})
 			if got != tt.want {
 				t.Errorf("got\n%s\nwant\n%s", got, tt.want)
 			}
@@ -318,7 +318,7 @@ func TestLeftOutLineIsCumulative(t *testing.T) {
 
 func TestOneUserBulletCutLast(t *testing.T) {
 	task := "TASK " + strings.Repeat("word ", 100)
-	got := summarize(t, summarizer.Input{Messages: []schemas.Message{user(task), tool("c1", "big "+strings.Repeat("y", 900))}, MaxSummaryTokens: 60})
+	got := summarize(t, summary.Input{Messages: []schemas.Message{user(task), tool("c1", "big "+strings.Repeat("y", 900))}, MaxSummaryTokens: 60})
 	if n := tokens.Text(got); n != 60 {
 		t.Errorf("got %d tokens; want the whole cap of 60", n)
 	}
@@ -329,7 +329,7 @@ func TestOneUserBulletCutLast(t *testing.T) {
 	}
 
 	// Cut again in the next generation, it is still counted once.
-	got = summarize(t, summarizer.Input{PreviousSummary: got, Messages: []schemas.Message{tool("c2", strings.Repeat("y", 900))}, MaxSummaryTokens: 60})
+	got = summarize(t, summary.Input{PreviousSummary: got, Messages: []schemas.Message{tool("c2", strings.Repeat("y", 900))}, MaxSummaryTokens: 60})
 	lines = strings.Split(got, "\n")
 	want = "[Left out to fit 60 tokens, counting earlier extractive summaries: 2 tool results, the end of 1 user or system message.]"
 	if n := tokens.Text(got); len(lines) != 3 || lines[1] != want || !strings.HasPrefix(lines[2], `- user: "TASK word`) || n > 60 {
@@ -345,7 +345,7 @@ func TestBoundAcrossGenerations(t *testing.T) {
 		max := []int{1, 5, 30, 80, 200, 700}[seed%6]
 		prev := randText(r, r.IntN(3000))
 		for g := range 15 {
-			in := summarizer.Input{PreviousSummary: prev, Messages: randConversation(r, r.IntN(40)), MaxSummaryTokens: max}
+			in := summary.Input{PreviousSummary: prev, Messages: randConversation(r, r.IntN(40)), MaxSummaryTokens: max}
 			got := summarize(t, in)
 			if n := tokens.Text(got); n > max {
 				t.Fatalf("seed %d, generation %d, cap %d: got %d tokens:\n%s", seed, g, max, n, got)

@@ -9,7 +9,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
-	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 var (
@@ -25,7 +25,7 @@ var (
 	// ErrContextLength means the endpoint refused the request as longer than the model's
 	// context window. Asking again with the same input cannot succeed: summarize fewer
 	// messages or cut them further.
-	ErrContextLength = summarizer.ErrContextLength
+	ErrContextLength = summary.ErrContextLength
 )
 
 // Retryable reports whether asking again may succeed after err: true for network

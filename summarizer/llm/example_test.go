@@ -8,8 +8,8 @@ import (
 	"net/http/httptest"
 
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/llm"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 func Example() {
@@ -27,7 +27,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	out, err := s.Summarize(context.Background(), summarizer.Input{
+	out, err := s.Summarize(context.Background(), summary.Input{
 		SystemPrompt: "You are Ops Bot.",
 		Messages: []schemas.Message{
 			{Role: schemas.RoleUser, Content: schemas.Text("Deploy build 4512 to staging.")},

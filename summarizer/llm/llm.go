@@ -12,7 +12,7 @@ import (
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/tokens"
-	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 // DefaultMaxSummaryTokens is the cap used when Input.MaxSummaryTokens is not positive.
@@ -33,7 +33,7 @@ type Summarizer struct {
 	client chatCompleter
 }
 
-var _ summarizer.Summarizer = (*Summarizer)(nil)
+var _ summary.Summarizer = (*Summarizer)(nil)
 
 // New returns a summarizer for cfg, after WithDefaults and Validate. It makes no
 // request: an endpoint that is down shows in the first Summarize.
@@ -67,23 +67,23 @@ func (s *Summarizer) Config() Config { return s.cfg }
 // fence around the whole answer are removed. An answer without text fails with
 // ErrEmptySummary, an answer cut off at the token cap with ErrSummaryTruncated, and a
 // request the endpoint refuses as too long for the model with ErrContextLength.
-func (s *Summarizer) Summarize(ctx context.Context, in summarizer.Input) (summarizer.Output, error) {
+func (s *Summarizer) Summarize(ctx context.Context, in summary.Input) (summary.Output, error) {
 	req, maxTokens := s.request(in)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	resp, err := s.client.CreateChatCompletion(ctx, req)
 	if err != nil {
 		if isContextLength(err) {
-			return summarizer.Output{}, fmt.Errorf("llm: model %s: %w: %w", s.cfg.Model, ErrContextLength, err)
+			return summary.Output{}, fmt.Errorf("llm: model %s: %w: %w", s.cfg.Model, ErrContextLength, err)
 		}
-		return summarizer.Output{}, fmt.Errorf("llm: model %s: %w", s.cfg.Model, err)
+		return summary.Output{}, fmt.Errorf("llm: model %s: %w", s.cfg.Model, err)
 	}
 	if len(resp.Choices) == 0 {
-		return summarizer.Output{}, fmt.Errorf("llm: model %s: %w: no choices in the response", s.cfg.Model, ErrEmptySummary)
+		return summary.Output{}, fmt.Errorf("llm: model %s: %w: no choices in the response", s.cfg.Model, ErrEmptySummary)
 	}
 	choice := resp.Choices[0]
-	summary := clean(choice.Message.Content)
-	if summary == "" {
+	text := clean(choice.Message.Content)
+	if text == "" {
 		why := "empty content"
 		if choice.Message.Refusal != "" {
 			why = "refusal: " + choice.Message.Refusal
@@ -91,14 +91,14 @@ func (s *Summarizer) Summarize(ctx context.Context, in summarizer.Input) (summar
 		if choice.FinishReason != "" {
 			why += ", finish reason " + string(choice.FinishReason)
 		}
-		return summarizer.Output{}, fmt.Errorf("llm: model %s: %w: %s", s.cfg.Model, ErrEmptySummary, why)
+		return summary.Output{}, fmt.Errorf("llm: model %s: %w: %s", s.cfg.Model, ErrEmptySummary, why)
 	}
 	if choice.FinishReason == openai.FinishReasonLength {
-		return summarizer.Output{}, fmt.Errorf("llm: model %s: %w (%d characters written)",
-			s.cfg.Model, ErrSummaryTruncated, utf8.RuneCountInString(summary))
+		return summary.Output{}, fmt.Errorf("llm: model %s: %w (%d characters written)",
+			s.cfg.Model, ErrSummaryTruncated, utf8.RuneCountInString(text))
 	}
-	out := summarizer.Output{
-		Summary:    summary,
+	out := summary.Output{
+		Summary:    text,
 		Model:      resp.Model,
 		PromptHash: PromptHash(maxTokens, in.Instructions),
 	}
@@ -118,7 +118,7 @@ func (s *Summarizer) Summarize(ctx context.Context, in summarizer.Input) (summar
 // only max_tokens, so it stays the default. Models go-openai knows as reasoning models
 // refuse max_tokens; they always get max_completion_tokens, with headroom, because it
 // also counts their hidden reasoning (the summary's own cap is in the prompt).
-func (s *Summarizer) request(in summarizer.Input) (openai.ChatCompletionRequest, int) {
+func (s *Summarizer) request(in summary.Input) (openai.ChatCompletionRequest, int) {
 	maxTokens := in.MaxSummaryTokens
 	if maxTokens <= 0 {
 		maxTokens = DefaultMaxSummaryTokens
@@ -165,7 +165,7 @@ const (
 // format's overhead, and the completion tokens the request reserves. The pool's
 // map-reduce sizes chunks with it, so a chunk's "part i of n" line, instructions and
 // previous summary are counted too.
-func (s *Summarizer) RequestTokens(in summarizer.Input) int {
+func (s *Summarizer) RequestTokens(in summary.Input) int {
 	req, _ := s.request(in)
 	//lint:ignore SA1019 reads back the cap request set, in whichever field it went
 	n := tokensPerReply + req.MaxCompletionTokens + req.MaxTokens

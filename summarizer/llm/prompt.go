@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 // maxTokensPlaceholder is replaced in Prompt by the summary's cap in tokens.
@@ -109,7 +109,7 @@ func PromptHash(maxTokens int, instructions string) string {
 }
 
 // userMessage renders everything the model summarizes, each part in its block.
-func userMessage(in summarizer.Input, maxTokens int) string {
+func userMessage(in summary.Input, maxTokens int) string {
 	var b strings.Builder
 	block := func(tag, body, empty string) {
 		body = strings.TrimSpace(body)

@@ -1,0 +1,51 @@
+// Package summary is what a summarizer is given and what it returns, and the one-method
+// interface every summarizer implements (the LLM one in summarizer/llm, the extractive
+// fallback in summarizer/extractive). It links no NATS: summarizers know nothing of
+// streams, queues or workers.
+package summary
+
+import (
+	"context"
+	"errors"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// Input is everything one summarization sees.
+type Input struct {
+	Conversation string
+	// PreviousSummary is the summary the new one replaces and must carry forward ("" on
+	// the first compaction).
+	PreviousSummary string
+	// SystemPrompt is the agent's own system prompt, given as context so the summary
+	// keeps the agent's identity; it is never summarized away (it stays pinned).
+	SystemPrompt string
+	// Messages are the newly covered messages, in order, already pre-trimmed.
+	Messages []schemas.Message
+	// Instructions are extra wishes from the request or the policy; they are data
+	// added to the default prompt and never replace it.
+	Instructions string
+	// MaxSummaryTokens caps the summary's length.
+	MaxSummaryTokens int
+}
+
+// Output is one summary.
+type Output struct {
+	Summary string
+	// Model names what wrote the summary ("extractive" for the fallback).
+	Model string
+	// PromptHash is the first 8 hex digits of the SHA-256 of the system prompt used.
+	PromptHash string
+	Usage      *schemas.Usage
+	// Fallback is true when no LLM wrote the summary.
+	Fallback bool
+}
+
+// Summarizer writes a summary. *llm.Summarizer and *extractive.Summarizer implement it.
+type Summarizer interface {
+	Summarize(ctx context.Context, in Input) (Output, error)
+}
+
+// ErrContextLength is what a Summarizer returns (wrapped) when its model refused the
+// input as longer than its context window. The worker then sends less.
+var ErrContextLength = errors.New("summarizer context length exceeded")
