@@ -142,18 +142,24 @@ func testFailover(t *testing.T, env Env, cfg jetstream.Config, kill func(*jstest
 		return v.Generation
 	}
 
-	// Before: a third of the conversation, every publish read back at once.
-	before := len(msgs) / 3
-	seqs := replay(t, reader, conv, msgs[:before], 0)
+	// Before: publish, every message read back at once, until two generations were
+	// written. How many messages that takes depends on how fast the workers are next to
+	// the publisher, so the test publishes until it sees them, not a fixed share.
+	var seqs []uint64
+	i := 0
+	for ; i < len(msgs)/2 && generation() < 2; i++ {
+		seq, _ := publishRetrying(t, clientSt, client, conv, i, msgs[i], 0)
+		readBack(t, client, conv, seq, msgs[i], 0)
+		seqs = append(seqs, seq)
+	}
 	waitFor(t, 30*time.Second, "two generations before the failure", func() error {
 		if g := generation(); g < 2 {
-			return fmt.Errorf("generation %d after %d LLM calls", g, llm.callCount())
+			return fmt.Errorf("generation %d after %d LLM calls and %d messages", g, llm.callCount(), i)
 		}
 		return nil
 	})
 	// Go on until the LLM works on a generation not written yet, then take the victim
 	// down.
-	i := before
 	inFlight := func() bool { return llm.callCount() > int(generation()) }
 	for ; i < 2*len(msgs)/3 && !inFlight(); i++ {
 		seq, _ := publishRetrying(t, clientSt, client, conv, i, msgs[i], 0)
