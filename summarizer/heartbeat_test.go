@@ -1,0 +1,98 @@
+package summarizer_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/extractive"
+)
+
+// slowPolicy resolves like window4000 after a pause: a job whose loading and planning
+// take longer than the ack wait.
+type slowPolicy struct{ pause time.Duration }
+
+func (p slowPolicy) Settings(ctx context.Context, conv string) (policy.Settings, error) {
+	select {
+	case <-time.After(p.pause):
+	case <-ctx.Done():
+	}
+	return window4000{}.Settings(ctx, conv)
+}
+
+// The heartbeat covers the whole job, not only the LLM call: a job that spends three ack
+// waits before it reaches the summarizer keeps its request, which no other worker gets.
+func TestHeartbeatCoversTheWholeJob(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	cfg := jetstream.DefaultConfig()
+	cfg.WorkerAckWait = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := jetstream.Provision(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := range 8 {
+		role := schemas.RoleUser
+		if i%2 == 1 {
+			role = schemas.RoleAssistant
+		}
+		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat("w", 1600))}
+		data, _ := m.Encode()
+		if last, err = st.PublishMessage(ctx, "slow", data, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pcfg := summarizer.DefaultConfig()
+	pcfg.Workers = 2 // a free worker would take a redelivered request
+	pcfg.InProgressEvery = 250 * time.Millisecond
+	pcfg.FetchWait = 200 * time.Millisecond
+	pool, err := summarizer.NewPool(pcfg, st, summarizer.Options{
+		Policies:    slowPolicy{pause: 3 * cfg.WorkerAckWait},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return extractive.New(), nil },
+		Fallback:    extractive.New(),
+		Logger:      zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := schemas.Request{RequestID: schemas.NewRequestID(), Conversation: "slow", Trigger: schemas.TriggerManual,
+		Reason: "test", RequestedAt: time.Now().UTC(), UpToSeq: last}
+	if _, err := st.Enqueue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(pctx) }()
+	defer func() { stop(); <-done }()
+	ev, err := st.WaitOutcome(ctx, "slow", req.RequestID, time.Time{})
+	if err != nil || ev.Type != schemas.EventCompleted {
+		t.Fatalf("outcome %+v, %v; want completed", ev, err)
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, cfg.RequestsStream, cfg.WorkerConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Delivered.Consumer != 1 || info.NumRedelivered != 0 {
+		t.Fatalf("the request was delivered %d times (%d redelivered); want once: the job's heartbeat lapsed", info.Delivered.Consumer, info.NumRedelivered)
+	}
+}
