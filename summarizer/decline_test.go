@@ -1,0 +1,131 @@
+package summarizer_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/extractive"
+)
+
+// strict is window4000 with a progress no compaction reaches: every result is declined.
+type strict struct{}
+
+func (strict) Settings(ctx context.Context, conv string) (policy.Settings, error) {
+	s, err := window4000{}.Settings(ctx, conv)
+	s.MinProgress = 0.99
+	return s, err
+}
+
+// racing summarizes like the extractive summarizer, but the first time it is called
+// another writer changes the conversation's value meanwhile.
+type racing struct {
+	st   *jetstream.Store
+	once sync.Once
+	err  error
+}
+
+func (r *racing) Summarize(ctx context.Context, in summarizer.Input) (summarizer.Output, error) {
+	r.once.Do(func() {
+		cur, rev, err := r.st.GetResult(ctx, in.Conversation, true)
+		if err != nil {
+			r.err = err
+			return
+		}
+		next := &schemas.Result{SchemaVersion: 1, Conversation: in.Conversation, Generation: 1, Summary: "written meanwhile",
+			TailStartSeq: 1, CreatedAt: time.Now().UTC()}
+		if cur != nil {
+			next.Generation = cur.Generation + 1
+		}
+		_, r.err = r.st.PutResult(ctx, next, rev)
+	})
+	return extractive.New().Summarize(ctx, in)
+}
+
+// Crack 8: a decline whose compare-and-set loses to another writer records nothing,
+// publishes no declined event and is tried again on the new value, where it is declined
+// and recorded.
+func TestDeclineAfterARevisionMismatchIsTriedAgain(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var last uint64
+	for i := range 8 {
+		role := schemas.RoleUser
+		if i%2 == 1 {
+			role = schemas.RoleAssistant
+		}
+		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat("w", 1600))}
+		data, _ := m.Encode()
+		var err error
+		if last, err = st.PublishMessage(ctx, "raced", data, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum := &racing{st: st}
+	pcfg := summarizer.DefaultConfig()
+	pcfg.Workers = 1
+	pcfg.BackoffBase, pcfg.BackoffMax = 100*time.Millisecond, time.Second
+	pcfg.FetchWait = 200 * time.Millisecond
+	pool, err := summarizer.NewPool(pcfg, st, summarizer.Options{
+		Policies:    strict{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil },
+		Fallback:    extractive.New(),
+		Logger:      zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var declined []schemas.Event
+	sub, err := st.SubscribeEvents("raced", func(ev schemas.Event) {
+		if ev.Type == schemas.EventDeclined {
+			mu.Lock()
+			declined = append(declined, ev)
+			mu.Unlock()
+		}
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Stop()
+	req := schemas.Request{RequestID: schemas.NewRequestID(), Conversation: "raced", Trigger: schemas.TriggerManual,
+		Reason: "test", RequestedAt: time.Now().UTC(), UpToSeq: last}
+	if _, err := st.Enqueue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(pctx) }()
+	defer func() { stop(); <-done }()
+	ev, err := st.WaitOutcome(ctx, "raced", req.RequestID, time.Time{})
+	if err != nil || ev.Type != schemas.EventDeclined {
+		t.Fatalf("outcome %+v, %v; want declined", ev, err)
+	}
+	if sum.err != nil {
+		t.Fatalf("the competing write failed: %v", sum.err)
+	}
+	v, _, err := st.GetResult(ctx, "raced", true)
+	if err != nil || v == nil {
+		t.Fatal(err)
+	}
+	if v.Summary != "written meanwhile" || v.DeclinedAtSeq != last {
+		t.Fatalf("value summary %q declined_at_seq %d; want the competing value, with the decline recorded on it at %d", v.Summary, v.DeclinedAtSeq, last)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(declined) != 1 {
+		t.Fatalf("%d declined events; want 1 (none for the decline that lost the race)", len(declined))
+	}
+}
