@@ -74,3 +74,26 @@ func TestAHangingConversationHoldsNoLockOthersNeed(t *testing.T) {
 		t.Fatalf("next request for %q; want busy asked for again after its backoff", next.Conversation)
 	}
 }
+
+// Crack 8: a rebuild after a policy change keeps the request in flight: the next
+// message does not queue a second request while the first is being worked on.
+func TestRebuildKeepsTheRequestInFlight(t *testing.T) {
+	nc, st := setup(t)
+	start(t, st)
+	for range 15 { // over the threshold
+		publish(t, st, "inflight", text(800))
+	}
+	takeRequest(t, st) // a worker has it now, no outcome yet
+	first := stored(t, nc, st)
+	// The policy changes (the state goes stale), then the conversation speaks.
+	if err := st.PutPolicy(context.Background(), "inflight", []byte(`{"threshold":"0.7"}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	// The ack floor of the next message shows the trigger handled it, over the rebuilt
+	// state (with the rebuild dropping the request in flight, this queues a second one).
+	seq := publish(t, st, "inflight", text(800))
+	handled(t, nc, st, seq)
+	if n := stored(t, nc, st); n != first {
+		t.Fatalf("%d requests stored after the rebuild; want still %d (one is in flight)", n, first)
+	}
+}
