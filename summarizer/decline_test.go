@@ -4,9 +4,12 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
@@ -128,4 +131,76 @@ func TestDeclineAfterARevisionMismatchIsTriedAgain(t *testing.T) {
 	if len(declined) != 1 {
 		t.Fatalf("%d declined events; want 1 (none for the decline that lost the race)", len(declined))
 	}
+}
+
+// A value with a newer schema_version than this worker knows is not overwritten: the
+// request fails at once (no retry can help) with a dead letter and a failed event that
+// say to upgrade, and the value stays as it was.
+func TestNewerSchemaIsNotOverwritten(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 1600))}
+	data, _ := m.Encode()
+	last, err := st.PublishMessage(ctx, "future", data, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := []byte(`{"schema_version":9,"conversation":"future","generation":"g-12"}`)
+	js := testJetStream(t, nc)
+	kv, err := js.KeyValue(ctx, st.Config().ResultsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "future", newer); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	pcfg := summarizer.DefaultConfig()
+	pcfg.Workers, pcfg.FetchWait = 1, 200*time.Millisecond
+	pool, err := summarizer.NewPool(pcfg, st, summarizer.Options{
+		Policies: window4000{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) {
+			calls.Add(1)
+			return extractive.New(), nil
+		},
+		Fallback: extractive.New(),
+		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := schemas.Request{RequestID: schemas.NewRequestID(), Conversation: "future", Trigger: schemas.TriggerManual,
+		Reason: "test", RequestedAt: time.Now().UTC(), UpToSeq: last}
+	if _, err := st.Enqueue(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(pctx) }()
+	defer func() { stop(); <-done }()
+	ev, err := st.WaitOutcome(ctx, "future", req.RequestID, time.Time{})
+	if err != nil || ev.Type != schemas.EventFailed || !strings.Contains(ev.Error, "schema_version 9") {
+		t.Fatalf("outcome %+v, %v; want failed, naming the newer schema_version", ev, err)
+	}
+	e, err := kv.Get(ctx, "future")
+	if err != nil || string(e.Value()) != string(newer) {
+		t.Fatalf("value after the request: %s, %v; want it untouched", e.Value(), err)
+	}
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("a summarizer was made %d times for a value this worker cannot read", n)
+	}
+}
+
+// testJetStream is a JetStream context of the test's own, to look at and change what
+// the pool works on behind its back.
+func testJetStream(t *testing.T, nc *nats.Conn) natsjs.JetStream {
+	t.Helper()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
