@@ -106,11 +106,16 @@ func (s *Store) LoadEntries(ctx context.Context, conv string, fromSeq, upToSeq u
 	if err != nil {
 		return nil, err
 	}
+	return entries(msgs), nil
+}
+
+// entries decodes stored chat messages.
+func entries(msgs []StoredMsg) []schemas.Entry {
 	es := make([]schemas.Entry, len(msgs))
 	for i, m := range msgs {
 		es[i] = m.Entry()
 	}
-	return es, nil
+	return es
 }
 
 // LoadEntriesThrough is LoadEntries for [fromSeq, through], where through is a sequence
@@ -134,11 +139,7 @@ func (s *Store) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, th
 		}
 		msgs = append(msgs, rest...)
 	}
-	es := make([]schemas.Entry, len(msgs))
-	for i, m := range msgs {
-		es[i] = m.Entry()
-	}
-	return es, nil
+	return entries(msgs), nil
 }
 
 // LoadConversationLeader is LoadConversation answered by the stream leader, one message

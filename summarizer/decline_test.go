@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -63,33 +62,12 @@ func TestDeclineAfterARevisionMismatchIsTriedAgain(t *testing.T) {
 	st := jstest.Provision(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var last uint64
-	for i := range 8 {
-		role := schemas.RoleUser
-		if i%2 == 1 {
-			role = schemas.RoleAssistant
-		}
-		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat("w", 1600))}
-		data, _ := m.Encode()
-		var err error
-		if last, err = st.PublishMessage(ctx, "raced", data, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	last := seed(t, ctx, st, "raced", 8)
 	sum := &racing{st: st}
 	pcfg := summarizer.DefaultConfig()
 	pcfg.Workers = 1
 	pcfg.BackoffBase, pcfg.BackoffMax = 100*time.Millisecond, time.Second
 	pcfg.FetchWait = 200 * time.Millisecond
-	pool, err := summarizer.NewPool(pcfg, st, summarizer.Options{
-		Policies:    strict{},
-		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil },
-		Fallback:    extractive.New(),
-		Logger:      zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var declined []schemas.Event
 	sub, err := st.SubscribeEvents("raced", func(ev schemas.Event) {
@@ -103,15 +81,9 @@ func TestDeclineAfterARevisionMismatchIsTriedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Stop()
-	req := schemas.Request{RequestID: schemas.NewRequestID(), Conversation: "raced", Trigger: schemas.TriggerManual,
-		Reason: "test", RequestedAt: time.Now().UTC(), UpToSeq: last}
-	if _, err := st.Enqueue(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	pctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(pctx) }()
-	defer func() { stop(); <-done }()
+	req := request(t, ctx, st, "raced", last)
+	runPool(t, st, pcfg, summarizer.Options{Policies: strict{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
 	ev, err := st.WaitOutcome(ctx, "raced", req.RequestID, time.Time{})
 	if err != nil || ev.Type != schemas.EventDeclined {
 		t.Fatalf("outcome %+v, %v; want declined", ev, err)
@@ -142,12 +114,7 @@ func TestNewerSchemaIsNotOverwritten(t *testing.T) {
 	st := jstest.Provision(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 1600))}
-	data, _ := m.Encode()
-	last, err := st.PublishMessage(ctx, "future", data, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	last := seed(t, ctx, st, "future", 1)
 	newer := []byte(`{"schema_version":9,"conversation":"future","generation":"g-12"}`)
 	js := testJetStream(t, nc)
 	kv, err := js.KeyValue(ctx, st.Config().ResultsBucket)
@@ -160,27 +127,12 @@ func TestNewerSchemaIsNotOverwritten(t *testing.T) {
 	var calls atomic.Int32
 	pcfg := summarizer.DefaultConfig()
 	pcfg.Workers, pcfg.FetchWait = 1, 200*time.Millisecond
-	pool, err := summarizer.NewPool(pcfg, st, summarizer.Options{
-		Policies: window4000{},
+	req := request(t, ctx, st, "future", last)
+	runPool(t, st, pcfg, summarizer.Options{Policies: window4000{},
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) {
 			calls.Add(1)
 			return extractive.New(), nil
-		},
-		Fallback: extractive.New(),
-		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := schemas.Request{RequestID: schemas.NewRequestID(), Conversation: "future", Trigger: schemas.TriggerManual,
-		Reason: "test", RequestedAt: time.Now().UTC(), UpToSeq: last}
-	if _, err := st.Enqueue(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	pctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(pctx) }()
-	defer func() { stop(); <-done }()
+		}})
 	ev, err := st.WaitOutcome(ctx, "future", req.RequestID, time.Time{})
 	if err != nil || ev.Type != schemas.EventFailed || !strings.Contains(ev.Error, "schema_version 9") {
 		t.Fatalf("outcome %+v, %v; want failed, naming the newer schema_version", ev, err)

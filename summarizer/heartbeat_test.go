@@ -2,12 +2,10 @@ package summarizer_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -42,40 +40,14 @@ func TestHeartbeatCoversTheWholeJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last uint64
-	for i := range 8 {
-		role := schemas.RoleUser
-		if i%2 == 1 {
-			role = schemas.RoleAssistant
-		}
-		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat("w", 1600))}
-		data, _ := m.Encode()
-		if last, err = st.PublishMessage(ctx, "slow", data, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	last := seed(t, ctx, st, "slow", 8)
 	pcfg := summarizer.DefaultConfig()
 	pcfg.Workers = 2 // a free worker would take a redelivered request
 	pcfg.InProgressEvery = 250 * time.Millisecond
 	pcfg.FetchWait = 200 * time.Millisecond
-	pool, err := summarizer.NewPool(pcfg, st, summarizer.Options{
-		Policies:    slowPolicy{pause: 3 * cfg.WorkerAckWait},
-		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return extractive.New(), nil },
-		Fallback:    extractive.New(),
-		Logger:      zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := schemas.Request{RequestID: schemas.NewRequestID(), Conversation: "slow", Trigger: schemas.TriggerManual,
-		Reason: "test", RequestedAt: time.Now().UTC(), UpToSeq: last}
-	if _, err := st.Enqueue(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	pctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(pctx) }()
-	defer func() { stop(); <-done }()
+	req := request(t, ctx, st, "slow", last)
+	runPool(t, st, pcfg, summarizer.Options{Policies: slowPolicy{pause: 3 * cfg.WorkerAckWait},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return extractive.New(), nil }})
 	ev, err := st.WaitOutcome(ctx, "slow", req.RequestID, time.Time{})
 	if err != nil || ev.Type != schemas.EventCompleted {
 		t.Fatalf("outcome %+v, %v; want completed", ev, err)

@@ -10,13 +10,11 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer"
-	"github.com/compactor/compactor/summarizer/extractive"
 )
 
 type window4000 struct{}
@@ -78,41 +76,15 @@ func TestFailingSummarizerIsRetriedWithBackoffThenDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last uint64
-	for i := range 8 { // ~3,200 tokens: over the threshold (3,000), under the hard limit (3,800)
-		role := schemas.RoleUser
-		if i%2 == 1 {
-			role = schemas.RoleAssistant
-		}
-		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat("w", 1600))}
-		data, _ := m.Encode()
-		if last, err = st.PublishMessage(ctx, "w", data, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
+	last := seed(t, ctx, st, "w", 8) // over the threshold, under the hard limit
 	sum := &down{cons: cons}
 	pcfg := summarizer.DefaultConfig()
 	pcfg.Workers, pcfg.MaxAttempts = 1, 3
 	pcfg.BackoffBase, pcfg.BackoffMax = 400*time.Millisecond, 5*time.Second
 	pcfg.FetchWait = 200 * time.Millisecond
-	pool, err := summarizer.NewPool(pcfg, st, summarizer.Options{
-		Policies:    window4000{},
-		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil },
-		Fallback:    extractive.New(),
-		Logger:      zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := schemas.Request{RequestID: schemas.NewRequestID(), Conversation: "w", Trigger: schemas.TriggerManual,
-		Reason: "test", RequestedAt: time.Now().UTC(), UpToSeq: last}
-	if _, err := st.Enqueue(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	pctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(pctx) }()
-	defer func() { stop(); <-done }()
+	req := request(t, ctx, st, "w", last)
+	runPool(t, st, pcfg, summarizer.Options{Policies: window4000{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
 
 	ev, err := st.WaitOutcome(ctx, "w", req.RequestID, time.Time{})
 	if err != nil {
