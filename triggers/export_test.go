@@ -13,3 +13,15 @@ func (t *Trigger) TokensOf(conv string) (int, bool) {
 	}
 	return tr.st.tokens, true
 }
+
+// SignalPending reports whether a policy change or a new value was signalled for a
+// conversation and not yet taken by one of its handlers.
+func (t *Trigger) SignalPending(conv string) bool {
+	tr := t.lookup(conv)
+	if tr == nil {
+		return false
+	}
+	tr.sigMu.Lock()
+	defer tr.sigMu.Unlock()
+	return tr.sig.stale
+}

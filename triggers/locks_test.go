@@ -2,12 +2,15 @@ package triggers_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/triggers"
 )
 
@@ -95,5 +98,57 @@ func TestRebuildKeepsTheRequestInFlight(t *testing.T) {
 	handled(t, nc, st, seq)
 	if n := stored(t, nc, st); n != first {
 		t.Fatalf("%d requests stored after the rebuild; want still %d (one is in flight)", n, first)
+	}
+}
+
+// A message redelivered after later ones were counted (its request could not be
+// queued, so it was not acknowledged) rebuilds a stale state without forgetting them.
+func TestARedeliveryDoesNotForgetLaterMessages(t *testing.T) {
+	nc, st := setup(t)
+	cfg := testConfig()
+	cfg.RetryDelay = 300 * time.Millisecond
+	tr := startWith(t, st, cfg)
+	if err := testJS(t, nc).DeleteStream(context.Background(), st.Config().RequestsStream); err != nil {
+		t.Fatal(err)
+	}
+	m := text(800)
+	for range 20 { // past the threshold from the 15th on: those are naked, the queue is gone
+		publish(t, st, "redelivered", m)
+	}
+	per := tokens.Message(&m)
+	waitFor(t, "every message to be counted", func() bool { got, _ := tr.b.TokensOf("redelivered"); return got == 20*per })
+	if err := st.PutPolicy(context.Background(), "redelivered", []byte(`{"threshold":"0.7"}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the policy change to be signalled", func() bool { return tr.b.SignalPending("redelivered") })
+	// No new message: the next handler is a redelivery of a naked message.
+	waitFor(t, "a redelivery to rebuild the state", func() bool { return !tr.b.SignalPending("redelivered") })
+	if got, _ := tr.b.TokensOf("redelivered"); got != 20*per {
+		t.Fatalf("%d tokens after the rebuild; want %d (every message counted, not only those before the redelivered one)", got, 20*per)
+	}
+}
+
+// A large tool output that is the first message after a compaction (its state rebuilt
+// on it) calls for a structural compaction.
+func TestStructuralTriggerRightAfterARebuild(t *testing.T) {
+	nc, st := setup(t)
+	reqs := watchRequests(t, nc, st)
+	tr := start(t, st, func(s *policy.Settings) { s.ToolOutputTriggerTokens = 500 })
+	call := schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: "c1", Type: "function",
+		Function: schemas.FunctionCall{Name: "read_file", Arguments: `{"path":"big.log"}`}}}}
+	seq := publish(t, st, "structural", call)
+	handled(t, nc, st, seq)
+	if err := st.PutPolicy(context.Background(), "structural", []byte(`{"threshold":"0.7"}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the policy change to be signalled", func() bool { return tr.b.SignalPending("structural") })
+	out := schemas.Message{Role: schemas.RoleTool, ToolCallID: "c1", Content: schemas.Text(strings.Repeat("log line ", 400))}
+	publish(t, st, "structural", out)
+	waitFor(t, "a structural request", func() bool { return reqs.count() == 1 })
+	reqs.mu.Lock()
+	got := reqs.got[0]
+	reqs.mu.Unlock()
+	if got.Trigger != schemas.TriggerStructural {
+		t.Fatalf("request %+v; want a structural one", got)
 	}
 }

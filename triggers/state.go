@@ -43,11 +43,16 @@ type convState struct {
 
 // timers is the part of a conversation's state that a rebuild keeps.
 type timers struct {
-	lastSeen      time.Time // when the trigger last handled the conversation (eviction)
 	inFlightUntil time.Time
 	failures      int
 	backoffUntil  time.Time
-	retry         *time.Timer
+	// retry is the pending re-evaluation, due at retryAt; retryGen tells the timer that
+	// is current from one replaced by a later deadline; retryErrors counts the
+	// re-evaluations in a row that could not rebuild the state.
+	retry       *time.Timer
+	retryAt     time.Time
+	retryGen    uint64
+	retryErrors int
 	// lastArm is when the idle timer was last re-armed; idleFiredFor the lastMsgAt of
 	// the quiet period an idle request was already made for.
 	lastArm      time.Time

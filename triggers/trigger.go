@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -299,9 +300,14 @@ func (t *Trigger) evict() {
 	}
 }
 
+// throughNewest asks ready to count through the conversation's newest message.
+const throughNewest = math.MaxUint64
+
 // ready returns the conversation's state with the signals applied, rebuilt when it has
-// none or it is stale. through is the newest sequence to count on a rebuild (0: the
-// conversation's newest, asked from the stream leader). Callers hold tr.mu.
+// none or it is stale. A rebuild counts the messages through the sequence through
+// (throughNewest: the conversation's newest, asked from the stream leader), and never fewer than the
+// old state had counted: a redelivered message older than the watermark does not make
+// the trigger forget what it counted since. Callers hold tr.mu.
 func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uint64) (*convState, error) {
 	sig := tr.takeSignals()
 	now := t.now()
@@ -325,7 +331,7 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 	if tr.broken != nil && now.Before(tr.brokenUntil) {
 		return nil, tr.broken
 	}
-	if through == 0 {
+	if through == throughNewest {
 		last, err := t.store.LastSeq(ctx, id)
 		if err != nil {
 			return nil, err
@@ -335,6 +341,7 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 	var old *timers
 	if tr.st != nil {
 		old = &tr.st.timers
+		through = max(through, tr.st.watermark)
 	}
 	c, err := t.rebuild(ctx, id, through, old)
 	if err != nil {
@@ -463,12 +470,14 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 	tr := t.get(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	c, err := t.ready(ctx, tr, id, d.Seq)
+	// A rebuild counts what came before this message; the message itself is counted
+	// below like any other, so a large tool output that arrives right after a
+	// compaction still calls for a structural compaction.
+	c, err := t.ready(ctx, tr, id, d.Seq-1)
 	if err != nil {
 		t.cannotRebuild(ctx, tr, id, d, err, log)
 		return
 	}
-	c.lastSeen = t.now()
 	if d.Seq > c.watermark {
 		e := jetstream.StoredMsg{Seq: d.Seq, Data: d.Data()}.Entry()
 		c.watermark = d.Seq
@@ -479,8 +488,6 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 			return
 		}
 		c.add(&e.Message, d.Seq)
-	} else if d.Time.After(c.lastMsgAt) {
-		c.lastMsgAt = d.Time // counted by the rebuild
 	}
 	// A redelivery (already counted) is evaluated again too: it was not acknowledged
 	// because its request could not be queued.
@@ -503,22 +510,28 @@ func (t *Trigger) evaluate(ctx context.Context, c *convState, log zerolog.Logger
 	if kind == "" {
 		return nil
 	}
-	return t.request(ctx, c, kind, reason, log)
+	_, err := t.request(ctx, c, kind, reason, log)
+	return err
 }
 
 // request queues a compaction of kind for reason unless the guard or a backoff says
-// not now. A request refused because one is pending is asked for again after
-// RetryDelay. Callers hold the conversation's lock.
-func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string, log zerolog.Logger) error {
+// not now; asked reports whether a request is now pending (this one, or one queued
+// before). A request refused because one is pending is asked for again after
+// RetryDelay; one held back by a failure's backoff when the backoff ends. Callers hold
+// the conversation's lock.
+func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string, log zerolog.Logger) (asked bool, err error) {
 	now := t.now()
 	if c.hold(now, t.cfg.Regrow) != "" {
-		return nil
+		if c.retry == nil && now.Before(c.backoffUntil) {
+			t.scheduleRetry(ctx, c.id, c, c.backoffUntil.Sub(now))
+		}
+		return false, nil
 	}
 	req := schemas.Request{
 		RequestID: schemas.NewRequestID(), Conversation: c.id, Trigger: kind, Reason: reason,
 		RequestedAt: now.UTC(), UpToSeq: c.watermark,
 	}
-	_, err := t.store.Enqueue(ctx, req)
+	_, err = t.store.Enqueue(ctx, req)
 	switch {
 	case err == nil:
 		c.inFlightUntil = now.Add(t.cfg.InFlightTimeout)
@@ -529,20 +542,30 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 		if err := t.store.PublishEvent(ctx, ev); err != nil {
 			log.Warn().Err(err).Msg("publish requested event")
 		}
-		return nil
+		return true, nil
 	case errors.Is(err, jetstream.ErrRequestPending):
 		t.scheduleRetry(ctx, c.id, c, t.cfg.RetryDelay)
-		return nil
+		return true, nil
 	}
-	return err
+	return false, err
 }
 
 // scheduleRetry evaluates the conversation again after d (a pending request may have
-// freed its slot, or a backoff ended). Callers hold the conversation's lock.
+// freed its slot, or a backoff ended). A retry already pending for later stays; one
+// pending for sooner is moved to the new deadline. A re-evaluation that cannot rebuild
+// the state is tried again RebuildAttempts times, then left to the next message.
+// Callers hold the conversation's lock.
 func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d time.Duration) {
+	at := t.now().Add(d)
 	if c.retry != nil {
-		return
+		if !at.After(c.retryAt) {
+			return
+		}
+		c.retry.Stop()
 	}
+	c.retryGen++
+	gen := c.retryGen
+	c.retryAt = at
 	c.retry = time.AfterFunc(d, func() {
 		if ctx.Err() != nil {
 			return
@@ -553,22 +576,25 @@ func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d 
 		}
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
-		if tr.st != nil {
-			tr.st.retry = nil
+		if tr.st == nil || tr.st.retryGen != gen {
+			return // replaced by a later deadline, or the state is gone
 		}
+		tr.st.retry = nil
 		log := t.log.With().Str("conversation", id).Logger()
-		var through uint64
-		if tr.st != nil {
-			through = tr.st.watermark
-		}
-		c, err := t.ready(ctx, tr, id, through)
+		c, err := t.ready(ctx, tr, id, tr.st.watermark)
 		if err != nil {
-			log.Warn().Err(err).Msg("rebuild conversation state")
-			if tr.st != nil {
-				t.scheduleRetry(ctx, id, tr.st, t.cfg.RetryDelay)
+			st := tr.st
+			st.retryErrors++
+			if st.retryErrors >= t.cfg.RebuildAttempts {
+				log.Error().Err(err).Int("attempts", st.retryErrors).Msg("rebuild conversation state; giving up until its next message")
+				st.retryErrors = 0
+				return
 			}
+			log.Warn().Err(err).Msg("rebuild conversation state; will retry")
+			t.scheduleRetry(ctx, id, st, t.cfg.RetryDelay*time.Duration(st.retryErrors))
 			return
 		}
+		c.retryErrors = 0
 		if err := t.evaluate(ctx, c, log); err != nil {
 			log.Warn().Err(err).Msg("queue compaction; will retry")
 			t.scheduleRetry(ctx, id, c, t.cfg.RetryDelay)
@@ -667,9 +693,8 @@ func (t *Trigger) onIdle(ctx context.Context, d *jetstream.Delivery) {
 	tr := t.get(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	c, err := t.ready(ctx, tr, id, 0)
+	c, err := t.ready(ctx, tr, id, throughNewest)
 	if err == nil {
-		c.lastSeen = t.now()
 		err = t.idle(ctx, c)
 	}
 	if err == nil {
@@ -707,10 +732,12 @@ func (t *Trigger) idle(ctx context.Context, c *convState) error {
 		return nil
 	}
 	log := t.log.With().Str("conversation", c.id).Logger()
-	err := t.request(ctx, c, schemas.TriggerTemporal,
+	asked, err := t.request(ctx, c, schemas.TriggerTemporal,
 		fmt.Sprintf("idle for %s with %d tokens ≥ idle_threshold %d (%g × %d)", quiet.Round(time.Second), c.tokens, limit,
 			c.settings.IdleThreshold, c.budget.ContextWindow), log)
-	if err == nil {
+	if asked {
+		// Once per quiet period; one held back (in flight, backing off) is looked at
+		// again by the sweep.
 		c.idleFiredFor = c.lastMsgAt
 	}
 	return err
