@@ -159,7 +159,9 @@ func TestIdleTriggerWaitsForQuiet(t *testing.T) {
 	if n := reqs.count(); n != 1 {
 		t.Fatalf("%d idle requests; want 1", n)
 	}
+	reqs.mu.Lock()
 	got := reqs.got[0]
+	reqs.mu.Unlock()
 	m, err := testJS(t, nc).Stream(context.Background(), st.Config().ChatStream)
 	if err != nil {
 		t.Fatal(err)
