@@ -171,9 +171,9 @@ func (s *Store) LoadConversationLeader(ctx context.Context, conv string, fromSeq
 }
 
 // LoadPinned reads the messages at seqs (a value's pinned_seqs) of conversation conv,
-// as entries, with one batched direct get each. A message that is no longer in CHAT,
-// or that belongs to another conversation, gives an entry whose Err matches
-// ErrMissingMessage: readers skip and report it instead of failing the whole read. Any
+// as entries, with one batched direct get each. A message that is no longer in CHAT
+// (the stream leader confirms it), or that belongs to another conversation, gives an
+// entry whose Err matches ErrMissingMessage: readers skip and report it instead of failing the whole read. Any
 // other failure is an error.
 func (s *Store) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]schemas.Entry, error) {
 	subj, err := s.cfg.ChatSubject(conv)
@@ -194,7 +194,17 @@ func (s *Store) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]s
 			return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
 		}
 		if len(page) == 0 || page[0].Seq != seq {
-			out = append(out, schemas.Entry{Seq: seq, Err: fmt.Errorf("pinned message %d: %w", seq, ErrMissingMessage)})
+			// A replica may lag or lose a message it should have: only the stream leader
+			// says a pinned message is gone.
+			m, err := s.leaderGet(ctx, s.cfg.ChatStream, map[string]any{"seq": seq, "next_by_subj": subj})
+			switch {
+			case err == nil && m.Seq == seq:
+				out = append(out, m.Entry())
+			case err == nil || errors.Is(err, errNoMessage):
+				out = append(out, schemas.Entry{Seq: seq, Err: fmt.Errorf("pinned message %d: %w", seq, ErrMissingMessage)})
+			default:
+				return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
+			}
 			continue
 		}
 		out = append(out, page[0].Entry())

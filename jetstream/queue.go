@@ -61,7 +61,8 @@ func (s *Store) Enqueue(ctx context.Context, req schemas.Request) (uint64, error
 }
 
 // PendingRequest returns the request waiting (or being worked on) for a conversation,
-// nil when there is none. A pending message that does not decode is an error.
+// nil when there is none. A pending message that does not decode, is invalid or names
+// another conversation is an error (the worker dead-letters it).
 func (s *Store) PendingRequest(ctx context.Context, conv string) (*schemas.Request, error) {
 	subj, err := s.cfg.RequestSubject(conv)
 	if err != nil {
@@ -77,6 +78,12 @@ func (s *Store) PendingRequest(ctx context.Context, conv string) (*schemas.Reque
 	var r schemas.Request
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return nil, fmt.Errorf("decode the pending request of %s: %w", conv, err)
+	}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("the pending request of %s: %w", conv, err)
+	}
+	if r.Conversation != conv {
+		return nil, fmt.Errorf("the pending request of %s names conversation %q", conv, r.Conversation)
 	}
 	return &r, nil
 }

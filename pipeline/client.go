@@ -40,8 +40,10 @@ type options struct {
 // WithConfig uses other stream, subject and bucket names than the contract's defaults.
 func WithConfig(cfg jetstream.Config) Option { return func(o *options) { o.cfg = cfg } }
 
-// WithProvision creates or updates the streams and buckets at start instead of
-// expecting a running compactor to have done it.
+// WithProvision creates the streams, buckets and consumers that are missing at start
+// instead of expecting a running compactor to have done it. Existing ones are left as
+// they are: when their settings differ from the client's config, New fails naming each
+// difference (jetstream.ErrConflict), as a compactor process does.
 func WithProvision() Option { return func(o *options) { o.provision = true } }
 
 // New binds a client to a NATS connection. By default it expects the streams and

@@ -156,3 +156,58 @@ func testJetStream(t *testing.T, nc *nats.Conn) natsjs.JetStream {
 	}
 	return js
 }
+
+// A request is never terminated without its dead letter: when the record cannot be
+// written, the request comes back and is dead-lettered once the record can be.
+func TestNoTermWithoutADeadLetter(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	cfg := st.Config()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js := testJetStream(t, nc)
+	if err := js.DeleteStream(ctx, cfg.DeadStream); err != nil {
+		t.Fatal(err)
+	}
+	last := seed(t, ctx, st, "unrecorded", 8)
+	cons, err := js.Consumer(ctx, cfg.RequestsStream, cfg.WorkerConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := &down{cons: cons}
+	pcfg := summarizer.DefaultConfig()
+	pcfg.Workers, pcfg.MaxAttempts = 1, 1
+	pcfg.BackoffBase, pcfg.BackoffMax = 100*time.Millisecond, time.Second
+	pcfg.FetchWait = 200 * time.Millisecond
+	req := request(t, ctx, st, "unrecorded", last)
+	runPool(t, st, pcfg, summarizer.Options{Policies: window4000{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
+	// The last attempt failed and its dead letter could not be written: the request is
+	// delivered again rather than terminated.
+	for {
+		if at, _ := sum.calls(); len(at) >= 2 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the request was not delivered again after its dead letter failed")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if _, err := jetstream.Provision(ctx, nc, cfg); err != nil { // COMPACT_DEAD is back
+		t.Fatal(err)
+	}
+	ev, err := st.WaitOutcome(ctx, "unrecorded", req.RequestID, time.Time{})
+	if err != nil || ev.Type != schemas.EventFailed {
+		t.Fatalf("outcome %+v, %v; want failed", ev, err)
+	}
+	subj, _ := cfg.DeadSubject("unrecorded")
+	dead, err := js.Stream(ctx, cfg.DeadStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.GetLastMsgForSubject(ctx, subj); err != nil {
+		t.Fatalf("no dead letter once the stream was back: %v", err)
+	}
+}

@@ -138,17 +138,19 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 
 	// 5. Compare-and-set on the revision read in step 2.
 	if _, err := p.store.PutResult(ctx, next, ld.rev); err != nil {
-		if !errors.Is(err, jetstream.ErrRevisionMismatch) {
+		// A write whose answer was lost (a timeout while the bucket's leader changed)
+		// may have been stored: the leader says whether the value is ours.
+		now, _, rerr := p.store.GetResult(ctx, conv, true)
+		switch {
+		case rerr != nil:
+			return fmt.Errorf("%w; reading the value back: %v", err, rerr)
+		case now != nil && now.RequestSeq == j.seq && now.RequestID == j.req.RequestID:
+			next = now // our own write, acknowledged before a lost reply
+		case errors.Is(err, jetstream.ErrRevisionMismatch):
+			return fmt.Errorf("compaction value changed while summarizing; result discarded: %w", err)
+		default:
 			return err
 		}
-		now, _, rerr := p.store.GetResult(ctx, conv, true)
-		if rerr != nil {
-			return rerr
-		}
-		if now == nil || now.RequestSeq != j.seq || now.RequestID != j.req.RequestID {
-			return fmt.Errorf("compaction value changed while summarizing; result discarded: %w", err)
-		}
-		next = now // our own write, acknowledged before a lost reply
 	}
 	j.log.Info().Uint64("generation", next.Generation).Int("tokens_before", next.TokensBefore).
 		Int("tokens_after", next.TokensAfter).Uint64("tail_start_seq", next.TailStartSeq).

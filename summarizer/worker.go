@@ -270,13 +270,7 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 	if err != nil {
 		reason := "invalid request: " + err.Error()
 		p.log.Error().Err(err).Str("subject", d.Subject).Uint64("seq", d.Seq).Msg("invalid compaction request dropped")
-		if terr := d.Term(ctx, reason); terr != nil {
-			p.log.Error().Err(terr).Msg("term invalid request; it is redelivered after the ack wait")
-		}
-		dead := schemas.DeadLetter{Request: req, Error: reason, Attempts: d.Attempt, At: p.now()}
-		if derr := p.store.PublishDead(ctx, d.Conversation, dead); derr != nil {
-			p.log.Error().Err(derr).Msg("record dead letter")
-		}
+		p.deadLetter(ctx, d, d.Conversation, schemas.DeadLetter{Request: req, Error: reason, Attempts: d.Attempt, At: p.now()}, p.log)
 		return
 	}
 	j.req = req
@@ -304,13 +298,27 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 		return
 	}
 	j.log.Error().Err(err).Bool("permanent", permanent).Msg("compaction failed; request dead-lettered")
-	if terr := d.Term(ctx, err.Error()); terr != nil {
-		j.log.Error().Err(terr).Msg("term compaction request; it is redelivered after the ack wait")
-	}
-	if derr := p.store.PublishDead(ctx, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}); derr != nil {
-		j.log.Error().Err(derr).Msg("record dead letter")
+	if !p.deadLetter(ctx, d, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}, j.log) {
+		return
 	}
 	p.event(ctx, j, schemas.Event{Type: schemas.EventFailed, Error: err.Error()})
+}
+
+// deadLetter records d in COMPACT_DEAD, then terminates it: a request is never gone
+// without its record. When the record cannot be written, the request is delivered again
+// after a pause instead (and dead-lettered then); ok reports whether it was terminated.
+func (p *Pool) deadLetter(ctx context.Context, d *jetstream.Delivery, conv string, dead schemas.DeadLetter, log zerolog.Logger) (ok bool) {
+	if err := p.store.PublishDead(ctx, conv, dead); err != nil {
+		log.Error().Err(err).Msg("record dead letter; the request is delivered again to record it")
+		if nerr := d.NakAfter(ctx, p.cfg.BackoffBase); nerr != nil {
+			log.Error().Err(nerr).Msg("nak request; it is redelivered after the ack wait")
+		}
+		return false
+	}
+	if err := d.Term(ctx, dead.Error); err != nil {
+		log.Error().Err(err).Msg("term request; it is redelivered after the ack wait")
+	}
+	return true
 }
 
 // backoff is exponential from BackoffBase, capped at BackoffMax, with ±25% jitter.
