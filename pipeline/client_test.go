@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
@@ -282,9 +283,24 @@ func TestContextWaitsForAPendingCompactionOnlyWhenAsked(t *testing.T) {
 		if err != nil || now.Generation != 0 {
 			t.Fatalf("a plain read = generation %d, %v; want the current context at once (generation 0)", now.Generation, err)
 		}
-		// A worker finishes the request a moment later.
+		// A worker finishes the request once the reader waits for it (its watch of the
+		// events is a consumer on COMPACT_EVENTS): a read that did not wait would have
+		// returned generation 0 by then.
+		js, err := natsjs.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
 		go func() {
-			time.Sleep(300 * time.Millisecond)
+			for {
+				s, err := js.Stream(ctx, st.Config().EventsStream)
+				if err == nil && s.CachedInfo().State.Consumers > 0 {
+					break
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			v := &schemas.Result{SchemaVersion: 1, Conversation: "w", Generation: 1, Summary: "s", TailStartSeq: 3, CoveredThroughSeq: 2, RequestID: "r1"}
 			if _, err := st.PutResult(ctx, v, 0); err != nil {
 				t.Error(err)
