@@ -77,13 +77,7 @@ func (c Config) Validate() error {
 
 // counter returns the counter of a tokenizer name.
 func (c Config) counter(name string) (tokens.Counter, error) {
-	if c.Counters != nil {
-		return c.Counters(name)
-	}
-	if name == "" || name == "chars4" {
-		return tokens.Chars4{}, nil
-	}
-	return nil, fmt.Errorf("tokenizer %q is not available in this process", name)
+	return tokens.Lookup(name, c.Counters)
 }
 
 // PolicySource resolves a conversation's settings (defaults, environment, profile and

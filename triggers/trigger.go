@@ -369,14 +369,9 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	if err != nil {
 		return nil, err
 	}
-	count := tokens.Counter(tokens.Chars4{})
-	if s.Tokenizer != "" && s.Tokenizer != "chars4" {
-		if t.cfg.Counters == nil {
-			return nil, fmt.Errorf("tokenizer %q is not available in this process", s.Tokenizer)
-		}
-		if count, err = t.cfg.Counters(s.Tokenizer); err != nil {
-			return nil, err
-		}
+	count, err := tokens.Lookup(s.Tokenizer, t.cfg.Counters)
+	if err != nil {
+		return nil, err
 	}
 	c := &convState{id: id, watermark: through, settings: s, budget: s.Budget(), count: count}
 	if old != nil {

@@ -1,6 +1,8 @@
 package tokens
 
 import (
+	"errors"
+	"fmt"
 	"unicode/utf8"
 
 	"github.com/compactor/compactor/schemas"
@@ -18,6 +20,22 @@ const (
 // Counter counts the tokens of a text. Implementations must be safe for concurrent use.
 type Counter interface {
 	Count(text string) int
+}
+
+// ErrTokenizerUnavailable is matched when a policy names a tokenizer the process
+// cannot count with.
+var ErrTokenizerUnavailable = errors.New("tokenizer is not available in this process")
+
+// Lookup returns the counter of a tokenizer name (policy key tokenizer): chars/4 for ""
+// and "chars4", otherwise what exact gives (nil: only chars4 is known).
+func Lookup(name string, exact func(name string) (Counter, error)) (Counter, error) {
+	if name == "" || name == "chars4" {
+		return Chars4{}, nil
+	}
+	if exact == nil {
+		return nil, fmt.Errorf("%w: %q", ErrTokenizerUnavailable, name)
+	}
+	return exact(name)
 }
 
 // Chars4 is the default Counter: ceil(characters / 4), the same as [Text].
