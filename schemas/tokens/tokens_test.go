@@ -143,3 +143,25 @@ func ExampleText() {
 	// 4
 	// 2
 }
+
+func TestLookup(t *testing.T) {
+	exact := func(name string) (tokens.Counter, error) { return words{}, nil }
+	for _, tc := range []struct {
+		name    string
+		exact   func(string) (tokens.Counter, error)
+		wantErr bool
+	}{
+		{"", nil, false},
+		{"chars4", nil, false},
+		{"o200k_base", nil, true},
+		{"o200k_base", exact, false},
+	} {
+		c, err := tokens.Lookup(tc.name, tc.exact)
+		if (err != nil) != tc.wantErr || (err == nil && c == nil) {
+			t.Errorf("Lookup(%q) = %v, %v", tc.name, c, err)
+		}
+		if tc.wantErr && !errors.Is(err, tokens.ErrTokenizerUnavailable) {
+			t.Errorf("Lookup(%q) error %v; want ErrTokenizerUnavailable", tc.name, err)
+		}
+	}
+}
