@@ -135,7 +135,8 @@ func NewPool(cfg Config, store *jetstream.Store, opts Options) (*Pool, error) {
 
 // Run works on requests until ctx is done, then waits for the jobs in flight to finish
 // (they are not cancelled: a drained job acks or naks its request). After DrainTimeout
-// the unfinished ones are handed back to the queue and Run returns.
+// the unfinished ones are handed back to the queue and aborted, and Run returns once
+// they have stopped.
 func (p *Pool) Run(ctx context.Context) error {
 	q, err := p.store.Requests(ctx)
 	if err != nil {
@@ -145,9 +146,13 @@ func (p *Pool) Run(ctx context.Context) error {
 		return err
 	}
 	p.log.Info().Int("workers", p.cfg.Workers).Msg("summarizer pool started")
+	// Jobs outlive ctx: shutdown drains them instead of abandoning them, until the drain
+	// times out and they are aborted.
+	jobs, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
 	var wg sync.WaitGroup
 	for i := 0; i < p.cfg.Workers; i++ {
-		wg.Go(func() { p.slot(ctx, q) })
+		wg.Go(func() { p.slot(ctx, jobs, q) })
 	}
 	done := make(chan struct{})
 	go func() {
@@ -166,13 +171,16 @@ func (p *Pool) Run(ctx context.Context) error {
 		p.log.Info().Msg("summarizer pool drained")
 	case <-timeout:
 		p.handBack()
+		abort() // the jobs stop at their next network call; none is left running
+		<-done
 	}
 	return nil
 }
 
 // handBack naks the requests of the jobs still in flight, so the queue delivers them
-// again at once. A job that still finishes writes its result with compare-and-set; its
-// redelivery then finds the value holding the request and only acks.
+// again at once. The jobs are then aborted; one that wrote its result just before was
+// right to (compare-and-set), and its redelivery finds the value holding the request
+// and only acks.
 func (p *Pool) handBack() {
 	p.mu.Lock()
 	jobs := make([]*job, 0, len(p.inFlight))
@@ -192,7 +200,7 @@ func (p *Pool) handBack() {
 
 // slot is one worker: it fetches a request only when it is free, so a process never
 // holds more requests than it has workers.
-func (p *Pool) slot(ctx context.Context, q *jetstream.Requests) {
+func (p *Pool) slot(ctx, jobs context.Context, q *jetstream.Requests) {
 	for ctx.Err() == nil {
 		d, err := q.Next(ctx, p.cfg.FetchWait)
 		if err != nil {
@@ -203,8 +211,7 @@ func (p *Pool) slot(ctx context.Context, q *jetstream.Requests) {
 			continue
 		}
 		if d != nil {
-			// The job outlives ctx: shutdown drains it instead of abandoning it.
-			p.handle(context.WithoutCancel(ctx), d)
+			p.handle(jobs, d)
 		}
 	}
 }
@@ -280,6 +287,10 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 		Uint64("attempt", j.attempt).Logger()
 	err = p.process(ctx, j)
 	if err == nil {
+		return
+	}
+	if ctx.Err() != nil {
+		j.log.Warn().Err(err).Msg("job aborted at the drain timeout; its request was handed back to the queue")
 		return
 	}
 	permanent := errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
