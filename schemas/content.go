@@ -90,7 +90,9 @@ func (c Content) String() string {
 	return ""
 }
 
-// Parts decodes an array content. It returns nil for string or null content.
+// Parts decodes an array content. It returns nil for string or null content. Like
+// Validate it reads only the exact keys "type" and, of a text part, "text": a part of
+// another type is kept whatever its other fields hold.
 func (c Content) Parts() ([]ContentPart, error) {
 	if !c.IsParts() {
 		return nil, nil
@@ -101,8 +103,19 @@ func (c Content) Parts() ([]ContentPart, error) {
 	}
 	parts := make([]ContentPart, len(raws))
 	for i, r := range raws {
-		if err := json.Unmarshal(r, &parts[i]); err != nil {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(r, &fields); err != nil {
 			return nil, err
+		}
+		if v, ok := fields["type"]; ok {
+			if err := json.Unmarshal(v, &parts[i].Type); err != nil {
+				return nil, err
+			}
+		}
+		if v, ok := fields["text"]; ok && parts[i].Type == "text" {
+			if err := json.Unmarshal(v, &parts[i].Text); err != nil {
+				return nil, err
+			}
 		}
 		parts[i].Raw = r
 	}

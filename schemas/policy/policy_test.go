@@ -149,3 +149,50 @@ func TestConversationRoundTrip(t *testing.T) {
 		t.Fatal("a non-object was accepted")
 	}
 }
+
+// TestEncodeConversationStoresWhatResolves: a number the resolver reads that is not a
+// JSON number (".7", "+20", "020") is stored as the number it means, so a policy that
+// resolves can always be written (found by FuzzDecodeConversation: compactor.policy
+// refused such a value with "invalid number literal" after resolving it).
+func TestEncodeConversationStoresWhatResolves(t *testing.T) {
+	r, err := NewResolver(nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		give Layer
+		want string // in the JSON written
+	}{
+		{"leading dot", Layer{"threshold": ".7"}, `"threshold":0.7`},
+		{"plus sign", Layer{"keep_last_n": "+20"}, `"keep_last_n":20`},
+		{"leading zero", Layer{"keep_last_n": "020"}, `"keep_last_n":20`},
+		{"spaces", Layer{"target": " 0.4 "}, `"target":0.4`},
+		{"JSON numbers as written", Layer{"target": "0.40", "token_limit": "100000"}, `"target":0.40`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := r.Resolve(tc.give)
+			if err != nil {
+				t.Fatalf("Resolve: %v", err)
+			}
+			b, err := EncodeConversation(tc.give)
+			if err != nil {
+				t.Fatalf("EncodeConversation: %v; want a policy that resolves stored", err)
+			}
+			if !strings.Contains(string(b), tc.want) {
+				t.Fatalf("wrote %s; want it to hold %s", b, tc.want)
+			}
+			back, err := DecodeConversation(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := r.Resolve(back); err != nil || got != want {
+				t.Fatalf("read back as %v, resolves to %+v (%v); want %+v", back, got, err, want)
+			}
+		})
+	}
+	if _, err := EncodeConversation(Layer{"threshold": "high"}); !errors.Is(err, ErrPolicy) || !strings.Contains(err.Error(), "threshold") {
+		t.Fatalf("got %v; want an ErrPolicy naming threshold", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -329,12 +330,38 @@ func EncodeConversation(l Layer) ([]byte, error) {
 		case name == ProfileKey || (ok && (k.Kind == String || k.Kind == Duration)):
 			out[name] = v
 		case ok:
-			out[name] = json.Number(strings.TrimSpace(v))
+			n, err := jsonNumber(k, v)
+			if err != nil {
+				return nil, bad("%s: %v", name, err)
+			}
+			out[name] = n
 		default:
 			return nil, bad("unknown key %q", name)
 		}
 	}
 	return json.Marshal(out)
+}
+
+// jsonNumber returns the value of a number key as a JSON number: as written when it is
+// one, else the number it parses to (".7" is 0.7, "+20" is 20), so every value the
+// resolver reads can be stored.
+func jsonNumber(k Key, v string) (json.Number, error) {
+	s := strings.TrimSpace(v)
+	if s != "" && (s[0] == '-' || s[0] >= '0' && s[0] <= '9') && json.Valid([]byte(s)) {
+		return json.Number(s), nil
+	}
+	if k.Kind == Int {
+		i, err := strconv.Atoi(s)
+		if err != nil {
+			return "", fmt.Errorf("%q is not an integer", v)
+		}
+		return json.Number(strconv.Itoa(i)), nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+		return "", fmt.Errorf("%q is not a number", v)
+	}
+	return json.Number(strconv.FormatFloat(f, 'g', -1, 64)), nil
 }
 
 // Merge applies a change to a conversation policy: clear empties it first, then every
