@@ -296,6 +296,12 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 	permanent := errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
 	if !permanent && j.attempt < uint64(p.cfg.MaxAttempts) {
 		delay := p.backoff(j.attempt)
+		// An endpoint that said when to ask again (HTTP Retry-After, which the llm
+		// summarizer's errors carry) is not asked sooner.
+		var hint interface{ RetryAfter() time.Duration }
+		if errors.As(err, &hint) {
+			delay = max(delay, hint.RetryAfter())
+		}
 		j.log.Warn().Err(err).Dur("retry_in", delay).Msg("compaction attempt failed")
 		if nerr := d.NakAfter(ctx, delay); nerr != nil {
 			j.log.Error().Err(nerr).Msg("nak compaction request; it is redelivered after the ack wait")

@@ -129,7 +129,7 @@ func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) ([]c
 	}
 	if roles.worker {
 		fallback := extractive.New()
-		sums := &summarizers{lookup: env.lookup, fallback: fallback, cache: map[llm.Config]*llm.Summarizer{}, log: log}
+		sums := newSummarizers(env, r, fallback, log)
 		// Build the default profile's summarizer now, so a bad endpoint stops start-up.
 		if sum, err := sums.For(r.Base()); err != nil {
 			return nil, err
@@ -187,28 +187,44 @@ func (ps policySource) Settings(ctx context.Context, conv string) (policy.Settin
 	return s, nil
 }
 
+// defaultEndpoint is where summaries go when no endpoint is configured but a key is.
+const defaultEndpoint = "https://api.openai.com/v1"
+
 // summarizers hands out one summarizer per endpoint, model, key and timeout: the
 // extractive one when a profile has neither endpoint nor key.
+//
+// Keys go only to the endpoint they were configured for. The default key (the variable
+// the environment tier's llm_api_key_env names, COMPACTOR_LLM_API_KEY by default, falling
+// back to OPENAI_API_KEY) goes only to the default endpoint: the environment tier's
+// llm_base_url, or defaultEndpoint when none. A profile with an endpoint of its own gets
+// only the key of the variable its own llm_api_key_env names, and no key when it names
+// none or that variable is empty: never another endpoint's key.
 type summarizers struct {
 	lookup   func(string) (string, bool)
 	fallback summary.Summarizer
 	log      zerolog.Logger
+	// base is the settings without a profile: its endpoint is the default endpoint.
+	base policy.Settings
+	// profiles is the profiles file (nil: none): which profile names a key variable.
+	profiles *policy.File
 
 	mu    sync.Mutex
 	cache map[llm.Config]*llm.Summarizer
 }
 
+// newSummarizers returns the summarizers of env's tiers, as resolved by r.
+func newSummarizers(env Env, r *policy.Resolver, fallback summary.Summarizer, log zerolog.Logger) *summarizers {
+	return &summarizers{lookup: env.lookup, fallback: fallback, log: log, base: r.Base(), profiles: env.Profiles,
+		cache: map[llm.Config]*llm.Summarizer{}}
+}
+
 func (f *summarizers) For(s policy.Settings) (summary.Summarizer, error) {
-	key, _ := f.lookup(s.LLMAPIKeyEnv)
-	if key == "" {
-		key, _ = f.lookup("OPENAI_API_KEY")
-	}
-	base := s.LLMBaseURL
+	base, key := f.endpointAndKey(s)
 	if base == "" && key == "" {
 		return f.fallback, nil
 	}
 	if base == "" {
-		base = "https://api.openai.com/v1"
+		base = defaultEndpoint
 	}
 	cfg := llm.Config{BaseURL: base, APIKey: key, Model: s.LLMModel, Timeout: s.LLMTimeout, MaxTokensField: s.LLMMaxTokensField}
 	f.mu.Lock()
@@ -221,6 +237,52 @@ func (f *summarizers) For(s policy.Settings) (summary.Summarizer, error) {
 		return nil, fmt.Errorf("COMPACTOR_LLM_BASE_URL/COMPACTOR_LLM_MODEL: %w", err)
 	}
 	f.cache[cfg] = sum
-	f.log.Info().Str("llm_base_url", policy.RedactURL(base)).Str("model", s.LLMModel).Str("profile", s.Profile).Msg("summaries by LLM")
+	f.log.Info().Str("llm_base_url", policy.RedactURL(base)).Str("model", s.LLMModel).Str("profile", s.Profile).
+		Bool("api_key", key != "").Msg("summaries by LLM")
 	return sum, nil
+}
+
+// endpointAndKey is the endpoint of s ("" for none configured) and the key it may be
+// sent (see summarizers).
+func (f *summarizers) endpointAndKey(s policy.Settings) (base, key string) {
+	get := func(name string) string {
+		if name == "" {
+			return ""
+		}
+		v, _ := f.lookup(name)
+		return v
+	}
+	base = s.LLMBaseURL
+	if s.Profile != "" && orDefault(base) != orDefault(f.base.LLMBaseURL) {
+		// The profile's own endpoint: only the variable the profile itself names.
+		if f.profileSets(s.Profile, "llm_api_key_env") {
+			key = get(s.LLMAPIKeyEnv)
+		}
+		return base, key
+	}
+	// The default endpoint: the profile's variable (when it names one), then the
+	// default key.
+	for _, name := range []string{s.LLMAPIKeyEnv, f.base.LLMAPIKeyEnv, "OPENAI_API_KEY"} {
+		if key = get(name); key != "" {
+			break
+		}
+	}
+	return base, key
+}
+
+// orDefault is the endpoint a base URL setting calls.
+func orDefault(base string) string {
+	if base == "" {
+		return defaultEndpoint
+	}
+	return base
+}
+
+// profileSets reports whether the profiles file gives profile a value of key.
+func (f *summarizers) profileSets(profile, key string) bool {
+	if f.profiles == nil {
+		return false
+	}
+	_, ok := f.profiles.Profiles[profile][key]
+	return ok
 }

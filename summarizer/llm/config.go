@@ -1,10 +1,13 @@
 package llm
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/compactor/compactor/schemas/policy"
 )
 
 // Defaults of Config.
@@ -79,23 +82,51 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// String shows c without its secrets: the key only as set or not, the endpoint without
+// its credentials, query and fragment. fmt uses it for every verb (GoString for %#v), so
+// a Config in a log line or an error shows no secret.
+func (c Config) String() string {
+	key := "none"
+	if c.APIKey != "" {
+		key = "set"
+	}
+	return fmt.Sprintf("{base url %s, api key %s, model %s, timeout %s, temperature %g, max tokens field %s}",
+		redactURL(c.BaseURL), key, c.Model, c.Timeout, c.Temperature, c.MaxTokensField)
+}
+
+// GoString is String, for %#v.
+func (c Config) GoString() string { return "llm.Config" + c.String() }
+
+// redactURL is s for logs and errors: policy.RedactURL (no credentials, no query),
+// without a fragment either.
+func redactURL(s string) string {
+	r, _, _ := strings.Cut(policy.RedactURL(s), "#")
+	return r
+}
+
 // endpoint is BaseURL as go-openai wants it: the URL its "/chat/completions" is
-// appended to.
+// appended to. Its errors show the URL only through RedactURL: a base URL may carry a
+// password, or a key in its query.
 func (c Config) endpoint() (string, error) {
 	if c.BaseURL == "" {
 		return "", fmt.Errorf("%w: base url is required (e.g. https://api.openai.com/v1)", ErrConfig)
 	}
 	u, err := url.Parse(c.BaseURL)
 	if err != nil {
-		return "", fmt.Errorf("%w: base url %q: %v", ErrConfig, c.BaseURL, err)
+		// url.Parse's error quotes the whole URL; its cause alone does not.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return "", fmt.Errorf("%w: base url cannot be parsed: %v", ErrConfig, err)
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return "", fmt.Errorf("%w: base url %q must start with http:// or https://", ErrConfig, u.Redacted())
+		return "", fmt.Errorf("%w: base url %q must start with http:// or https://", ErrConfig, redactURL(c.BaseURL))
 	case u.Host == "":
-		return "", fmt.Errorf("%w: base url %q has no host", ErrConfig, u.Redacted())
+		return "", fmt.Errorf("%w: base url %q has no host", ErrConfig, redactURL(c.BaseURL))
 	case u.RawQuery != "" || u.Fragment != "":
-		return "", fmt.Errorf("%w: base url %q must not have a query or a fragment", ErrConfig, u.Redacted())
+		return "", fmt.Errorf("%w: base url %q must not have a query or a fragment", ErrConfig, redactURL(c.BaseURL))
 	}
 	p := strings.TrimRight(u.Path, "/")
 	p = strings.TrimSuffix(p, "/chat/completions")

@@ -8,9 +8,14 @@
 // agent's identity), the previous summary, the newly covered messages as a transcript,
 // and the operator's instructions, which are data that cannot override the prompt.
 // Text inside a block can never close it: every occurrence of one of the tag names
-// after a '<' is escaped to "&lt;".
+// after a '<' (also through invisible characters, and after a fullwidth or small '<')
+// is escaped to "&lt;", and so is the '<' of chat-template control tokens ("<|…|>",
+// "<s>", "</s>", "<start_of_turn>"), which could otherwise end the user message on a
+// server that reads them inside text.
 //
-// Errors are wrapped with %w. ErrEmptySummary, ErrSummaryTruncated and
+// Errors are wrapped with %w, and their text never shows the key or the base URL's
+// credentials. A failed call carries the wait the endpoint asked for (Retry-After):
+// see RetryAfter. ErrEmptySummary, ErrSummaryTruncated and
 // ErrContextLength name the failures a caller may handle specially, and Retryable tells a passing failure (network,
 // timeout, 429, 5xx) from a permanent one (bad request, auth, context length).
 package llm

@@ -3,9 +3,12 @@ package llm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	openai "github.com/sashabaranov/go-openai"
 
@@ -127,4 +130,89 @@ func saysContextLength(s string) bool {
 		}
 	}
 	return false
+}
+
+// MaxRetryAfter bounds the wait an endpoint may ask for: a longer Retry-After counts as
+// this long.
+const MaxRetryAfter = time.Hour
+
+// callError is every error Summarize returns: err, with the summarizer's secrets (the
+// key, the base URL's password) cut from its text, since that text reaches logs, events
+// and dead letters, and an endpoint may echo what it was sent. errors.Is and errors.As
+// see err as it is. retryAfter is the wait the endpoint asked for, 0 when it did not.
+type callError struct {
+	err        error
+	secrets    []string
+	retryAfter time.Duration
+}
+
+func (e *callError) Error() string {
+	msg := e.err.Error()
+	for _, s := range e.secrets {
+		msg = strings.ReplaceAll(msg, s, "[redacted]")
+	}
+	if e.retryAfter > 0 {
+		msg += fmt.Sprintf(" (the endpoint asked to retry after %s)", e.retryAfter)
+	}
+	return msg
+}
+
+func (e *callError) Unwrap() error { return e.err }
+
+// RetryAfter is how long the endpoint asked the caller to wait before asking again
+// (its Retry-After or retry-after-ms header, at most MaxRetryAfter), 0 when it did not
+// ask. The worker pool finds it through errors.As with an interface of this one method,
+// and waits at least this long before the next attempt.
+func (e *callError) RetryAfter() time.Duration { return e.retryAfter }
+
+// RetryAfter is the wait the endpoint asked for with a failed call's error (see
+// callError.RetryAfter): ok is false when it asked for none.
+func RetryAfter(err error) (d time.Duration, ok bool) {
+	var hint interface{ RetryAfter() time.Duration }
+	if errors.As(err, &hint) && hint.RetryAfter() > 0 {
+		return hint.RetryAfter(), true
+	}
+	return 0, false
+}
+
+// retryAfterHeader reads the wait a failed response asks for: retry-after-ms (OpenAI,
+// Azure; milliseconds), else Retry-After (seconds or an HTTP date), capped at
+// MaxRetryAfter; 0 when neither is there or readable.
+func retryAfterHeader(h http.Header, now time.Time) time.Duration {
+	var d time.Duration
+	if v := strings.TrimSpace(h.Get("Retry-After-Ms")); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms > 0 {
+			d = time.Duration(min(ms, float64(MaxRetryAfter/time.Millisecond)) * float64(time.Millisecond))
+		}
+	}
+	if v := strings.TrimSpace(h.Get("Retry-After")); d == 0 && v != "" {
+		if s, err := strconv.ParseFloat(v, 64); err == nil {
+			if s > 0 {
+				d = time.Duration(min(s, MaxRetryAfter.Seconds()) * float64(time.Second))
+			}
+		} else if at, err := http.ParseTime(v); err == nil {
+			d = at.Sub(now)
+		}
+	}
+	return min(max(d, 0), MaxRetryAfter)
+}
+
+// retryAfterKey keys the *time.Duration in a call's context where retryAfterDoer puts
+// the wait a failed response asked for.
+type retryAfterKey struct{}
+
+// retryAfterDoer is the HTTP client of go-openai, which keeps no header of a failed
+// response: it notes the wait such a response asks for in the request's context.
+type retryAfterDoer struct {
+	client *http.Client
+}
+
+func (d retryAfterDoer) Do(req *http.Request) (*http.Response, error) {
+	resp, err := d.client.Do(req)
+	if err == nil && resp.StatusCode >= http.StatusBadRequest {
+		if p, ok := req.Context().Value(retryAfterKey{}).(*time.Duration); ok {
+			*p = retryAfterHeader(resp.Header, time.Now())
+		}
+	}
+	return resp, err
 }

@@ -2,10 +2,14 @@ package llm
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -31,6 +35,8 @@ type chatCompleter interface {
 type Summarizer struct {
 	cfg    Config
 	client chatCompleter
+	// secrets are cut from the text of every error (see callError).
+	secrets []string
 }
 
 var _ summary.Summarizer = (*Summarizer)(nil)
@@ -48,8 +54,24 @@ func New(cfg Config) (*Summarizer, error) {
 	}
 	cc := openai.DefaultConfig(cfg.APIKey)
 	cc.BaseURL = endpoint
+	cc.HTTPClient = retryAfterDoer{client: &http.Client{}}
 	cfg.BaseURL = endpoint
-	return &Summarizer{cfg: cfg, client: openai.NewClientWithConfig(cc)}, nil
+	return &Summarizer{cfg: cfg, client: openai.NewClientWithConfig(cc), secrets: secrets(cfg)}, nil
+}
+
+// secrets are what of cfg must never show in an error: the key, and the base URL's
+// password as itself and as the basic authentication Go sends for it without a key.
+func secrets(cfg Config) []string {
+	var out []string
+	if cfg.APIKey != "" {
+		out = append(out, cfg.APIKey)
+	}
+	if u, err := url.Parse(cfg.BaseURL); err == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			out = append(out, p, base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+p)))
+		}
+	}
+	return out
 }
 
 // Config returns the configuration in use, with defaults applied and BaseURL as it is
@@ -67,7 +89,19 @@ func (s *Summarizer) Config() Config { return s.cfg }
 // fence around the whole answer are removed. An answer without text fails with
 // ErrEmptySummary, an answer cut off at the token cap with ErrSummaryTruncated, and a
 // request the endpoint refuses as too long for the model with ErrContextLength.
+//
+// The text of an error never shows the key or the base URL's password, and an endpoint
+// that said when to ask again (Retry-After) is heard: see RetryAfter.
 func (s *Summarizer) Summarize(ctx context.Context, in summary.Input) (summary.Output, error) {
+	var retryAfter time.Duration
+	out, err := s.summarize(context.WithValue(ctx, retryAfterKey{}, &retryAfter), in)
+	if err != nil {
+		return summary.Output{}, &callError{err: err, secrets: s.secrets, retryAfter: retryAfter}
+	}
+	return out, nil
+}
+
+func (s *Summarizer) summarize(ctx context.Context, in summary.Input) (summary.Output, error) {
 	req, maxTokens := s.request(in)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
