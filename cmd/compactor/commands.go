@@ -30,9 +30,9 @@ func clientURL(env Env) string {
 
 // connect opens a client of a running compactor.
 func connect(ctx context.Context, env Env) (*pipeline.Client, *nats.Conn, error) {
-	nc, err := jetstream.Connect(clientURL(env), "compactor-cli", zerolog.Nop(), nats.Timeout(5*time.Second))
+	nc, err := jetstream.Connect(clientURL(env), "compactor-cli", zerolog.Nop(), env.natsAuth().Option(), nats.Timeout(5*time.Second))
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (is `compactor serve` running, or COMPACTOR_NATS_URL set?)", err)
+		return nil, nil, connectError(err)
 	}
 	c, err := pipeline.New(ctx, nc, pipeline.WithConfig(env.jetstream()))
 	if err != nil {
@@ -40,6 +40,23 @@ func connect(ctx context.Context, env Env) (*pipeline.Client, *nats.Conn, error)
 		return nil, nil, err
 	}
 	return c, nc, nil
+}
+
+// connectError adds to a failed connection what to check: whether NATS runs, or the
+// variables of the credentials or TLS it refused.
+func connectError(err error) error {
+	switch {
+	case jetstream.Unreachable(err):
+		return fmt.Errorf("%w (is `compactor serve` running, or COMPACTOR_NATS_URL set?)", err)
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
+		errors.Is(err, nats.ErrAccountAuthExpired):
+		return fmt.Errorf("%w (check COMPACTOR_NATS_CREDS, COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN, "+
+			"COMPACTOR_NATS_USER and COMPACTOR_NATS_PASSWORD, or the user in COMPACTOR_NATS_URL)", err)
+	case jetstream.Refused(err):
+		return fmt.Errorf("%w (check COMPACTOR_NATS_CA, COMPACTOR_NATS_CERT and COMPACTOR_NATS_KEY, "+
+			"and whether COMPACTOR_NATS_URL should be tls://)", err)
+	}
+	return err
 }
 
 // oneConversation parses "<conv> [flags]" (flags may also come first).

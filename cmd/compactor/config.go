@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -35,6 +36,16 @@ type Env struct {
 	Roles    string `envconfig:"ROLES" default:"trigger,worker" desc:"roles serve runs: trigger, worker, or both"`
 	Replicas int    `envconfig:"REPLICAS" default:"1" desc:"replicas of every stream and bucket (3 in a cluster)"`
 	Config   string `envconfig:"CONFIG" desc:"JSON file of named profiles (see README); empty: none"`
+
+	// How the connections to an external NATS authenticate and use TLS (jetstream.Auth).
+	NATSCreds    string `envconfig:"NATS_CREDS" desc:"NATS credentials file (user JWT and NKey seed, as nsc writes it); one way to authenticate, like COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN, COMPACTOR_NATS_USER or user info in the URL"`
+	NATSNKey     string `envconfig:"NATS_NKEY" desc:"file holding a NATS user NKey seed (SU...); the seed is never logged"`
+	NATSToken    string `envconfig:"NATS_TOKEN" desc:"NATS authentication token; never logged"`
+	NATSUser     string `envconfig:"NATS_USER" desc:"NATS user name, with COMPACTOR_NATS_PASSWORD (or nats://user:password@host in the URL)"`
+	NATSPassword string `envconfig:"NATS_PASSWORD" desc:"password of COMPACTOR_NATS_USER; never logged"`
+	NATSCA       string `envconfig:"NATS_CA" desc:"PEM file of the CA(s) that signed the NATS server's certificate (default: the system's roots); implies TLS, like a tls:// URL"`
+	NATSCert     string `envconfig:"NATS_CERT" desc:"PEM client certificate for a NATS server that verifies clients, with COMPACTOR_NATS_KEY; implies TLS"`
+	NATSKey      string `envconfig:"NATS_KEY" desc:"PEM private key of COMPACTOR_NATS_CERT"`
 
 	Workers      int           `envconfig:"WORKERS" default:"4" desc:"summarizer jobs this process runs at once"`
 	MaxAttempts  int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"deliveries of one request before it is dead-lettered"`
@@ -147,6 +158,9 @@ func (e Env) validate() error {
 			return bad(c.name, "%s", c.msg)
 		}
 	}
+	if err := e.validateAuth(); err != nil {
+		return err
+	}
 	if _, err := parseLevel(e.LogLevel); err != nil {
 		return bad("LOG_LEVEL", "%v", err)
 	}
@@ -154,6 +168,50 @@ func (e Env) validate() error {
 		return err
 	}
 	return nil
+}
+
+// authVars names the variable of each jetstream.Auth field.
+var authVars = map[string]string{
+	"URL": "NATS_URL", "CredsFile": "NATS_CREDS", "NKeyFile": "NATS_NKEY", "Token": "NATS_TOKEN",
+	"User": "NATS_USER", "Password": "NATS_PASSWORD", "CAFile": "NATS_CA", "CertFile": "NATS_CERT", "KeyFile": "NATS_KEY",
+}
+
+// natsAuth is how every command's connection authenticates and uses TLS.
+func (e Env) natsAuth() jetstream.Auth {
+	return jetstream.Auth{
+		CredsFile: e.NATSCreds, NKeyFile: e.NATSNKey, Token: e.NATSToken, User: e.NATSUser,
+		Password: e.NATSPassword, CAFile: e.NATSCA, CertFile: e.NATSCert, KeyFile: e.NATSKey,
+	}
+}
+
+// validateAuth checks the NATS authentication and TLS variables together with
+// COMPACTOR_NATS_URL. Errors name the variables, never their secret values.
+func (e Env) validateAuth() error {
+	a := e.natsAuth()
+	if e.NATSURL == "" {
+		// The embedded server (serve) and a local one (other commands) take no
+		// authentication or TLS.
+		for _, f := range []string{"CredsFile", "NKeyFile", "Token", "User", "Password", "CAFile", "CertFile", "KeyFile"} {
+			if authValue(a, f) != "" {
+				return bad(authVars[f], "is set but COMPACTOR_NATS_URL is empty: the embedded NATS server takes no authentication or TLS; set COMPACTOR_NATS_URL to the secured server")
+			}
+		}
+		return nil
+	}
+	var ae *jetstream.AuthError
+	if err := a.Validate(e.NATSURL); errors.As(err, &ae) {
+		return fmt.Errorf("configuration: %s", ae.Message(func(f string) string { return envPrefix + "_" + authVars[f] }))
+	} else if err != nil {
+		return fmt.Errorf("configuration: NATS authentication: %w", err)
+	}
+	return nil
+}
+
+func authValue(a jetstream.Auth, field string) string {
+	return map[string]string{
+		"CredsFile": a.CredsFile, "NKeyFile": a.NKeyFile, "Token": a.Token, "User": a.User,
+		"Password": a.Password, "CAFile": a.CAFile, "CertFile": a.CertFile, "KeyFile": a.KeyFile,
+	}[field]
 }
 
 // resolver builds the policy resolver of the environment and profiles. Errors in the

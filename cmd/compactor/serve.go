@@ -58,10 +58,15 @@ func serve(ctx context.Context, env Env, std stdio) error {
 		log.Info().Str("url", url).Str("data_dir", env.DataDir).Msg("embedded NATS server started")
 	}
 	// A service waits for NATS and JetStream instead of exiting: an orchestrator may
-	// start it first, and a cluster has no JetStream until it elects a meta leader.
-	nc, err := jetstream.Connect(url, "compactor", log, nats.RetryOnFailedConnect(true))
-	if err != nil {
-		return err
+	// start it first, and a cluster has no JetStream until it elects a meta leader. A
+	// server that refuses the credentials or TLS stops it at once.
+	nc, err := jetstream.ConnectRetrying(ctx, url, "compactor", jetstream.DefaultBackoff(), log, env.natsAuth().Option())
+	switch {
+	case err != nil && ctx.Err() != nil:
+		log.Info().Err(err).Msg("stopped before NATS was reachable")
+		return nil
+	case err != nil:
+		return connectError(err)
 	}
 	defer nc.Close()
 	st, err := jetstream.ProvisionRetrying(ctx, nc, env.jetstream(), jetstream.DefaultBackoff(), log)
