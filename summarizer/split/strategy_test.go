@@ -193,8 +193,12 @@ func verify(in Input, s Split) error {
 	for _, e := range given {
 		seen[e.Seq] = true
 	}
+	// A kept message is shown, unless no split could show it: a reader skips it in the
+	// whole conversation too (a tool result that answers no call, carried over as it was).
+	_, skippedAnyway := rounds.Normalize(es)
 	for _, i := range s.Keep {
-		if !slices.Contains(ctx.Seqs, es[i].Seq) {
+		if !slices.Contains(ctx.Seqs, es[i].Seq) &&
+			!slices.ContainsFunc(skippedAnyway, func(sk rounds.Skipped) bool { return sk.Seq == es[i].Seq }) {
 			return fmt.Errorf("kept message %d is not shown: %+v", es[i].Seq, ctx.Skipped)
 		}
 	}
