@@ -607,9 +607,11 @@ func (t *Trigger) onPolicy(id string) {
 
 // onEvent follows the outcome of requests: a new value makes the state stale (it is
 // rebuilt from KV), a failure spaces the next request out. The event's conversation is
-// the one its subject names (the store checks the payload against it). A failure also
-// wakes the conversation when its backoff ends, so a quiet conversation still over its
-// budget is asked for again.
+// the one its subject names (the store checks the payload against it). A decline or a
+// failure also wakes the conversation, so one that went quiet is not left over its
+// budget: after a decline, messages that arrived while the worker summarized may be
+// growth enough to ask again; after a failure, it is asked again when the backoff ends.
+// (After completed, the worker itself re-evaluates.)
 func (t *Trigger) onEvent(ctx context.Context, ev schemas.Event) {
 	tr := t.lookup(ev.Conversation)
 	if tr == nil {
@@ -623,15 +625,19 @@ func (t *Trigger) onEvent(ctx context.Context, ev schemas.Event) {
 				s.completed, s.failures = true, 0
 			}
 		})
+		if ev.Type == schemas.EventDeclined {
+			go t.wake(ctx, ev.Conversation)
+		}
 	case schemas.EventFailed:
 		tr.signal(func(s *signals) { s.outcome, s.failures = true, s.failures+1 })
-		go t.wakeAfterFailure(ctx, ev.Conversation)
+		go t.wake(ctx, ev.Conversation)
 	}
 }
 
-// wakeAfterFailure applies a failure's backoff and schedules the conversation's next
-// evaluation for when it ends.
-func (t *Trigger) wakeAfterFailure(ctx context.Context, id string) {
+// wake applies what an outcome event signalled and evaluates the conversation: a
+// request goes now if the rules allow it, or when a failure's backoff ends (request
+// schedules that).
+func (t *Trigger) wake(ctx context.Context, id string) {
 	tr := t.lookup(id)
 	if tr == nil || ctx.Err() != nil {
 		return
@@ -641,13 +647,14 @@ func (t *Trigger) wakeAfterFailure(ctx context.Context, id string) {
 	if tr.st == nil {
 		return
 	}
-	through := tr.st.watermark
-	c, err := t.ready(ctx, tr, id, through)
+	log := t.log.With().Str("conversation", id).Logger()
+	c, err := t.ready(ctx, tr, id, tr.st.watermark)
 	if err != nil {
 		return // the next message rebuilds it
 	}
-	if kind, _ := c.decide(); kind != "" {
-		t.scheduleRetry(ctx, id, c, max(c.backoffUntil.Sub(t.now()), t.cfg.RetryDelay))
+	if err := t.evaluate(ctx, c, log); err != nil {
+		log.Warn().Err(err).Msg("queue compaction; will retry")
+		t.scheduleRetry(ctx, id, c, t.cfg.RetryDelay)
 	}
 }
 
