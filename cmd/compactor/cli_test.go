@@ -174,11 +174,21 @@ func TestServeAndCLI(t *testing.T) {
 	}
 }
 
-// Every serve process runs the compactor service, whatever its roles.
-func TestEveryRoleRunsTheService(t *testing.T) {
-	for _, roles := range []string{"trigger", "worker", "trigger,worker"} {
+// A serve process runs the compactor service when it has the api role (the default
+// roles include it), and only then: a worker or trigger process may run as a NATS user
+// that cannot write policies.
+func TestOnlyTheAPIRoleRunsTheService(t *testing.T) {
+	for _, tc := range []struct {
+		roles string
+		want  int
+	}{
+		{"trigger", 0}, {"worker", 0}, {"trigger,worker", 0},
+		{"api", 1}, {"worker,api", 1}, {"trigger,worker,api", 1}, {"", 1},
+	} {
 		env := testEnv(t, 8000)
-		env.Roles = roles
+		if tc.roles != "" {
+			env.Roles = tc.roles
+		}
 		st := &jetstream.Store{}
 		comps, err := build(env, &nats.Conn{}, st, zerolog.Nop())
 		if err != nil {
@@ -190,8 +200,8 @@ func TestEveryRoleRunsTheService(t *testing.T) {
 				n++
 			}
 		}
-		if n != 1 {
-			t.Errorf("roles %q: %d compactor services; want 1", roles, n)
+		if n != tc.want {
+			t.Errorf("roles %q: %d compactor services; want %d", tc.roles, n, tc.want)
 		}
 	}
 }

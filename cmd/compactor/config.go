@@ -33,7 +33,7 @@ type Env struct {
 	NATSURL  string `envconfig:"NATS_URL" desc:"NATS server URL(s), comma separated; empty runs an embedded server (serve) or connects to COMPACTOR_LISTEN (other commands)"`
 	Listen   string `envconfig:"LISTEN" default:"127.0.0.1:4222" desc:"host:port the embedded NATS server listens on"`
 	DataDir  string `envconfig:"DATA_DIR" default:"compactor-data" desc:"where the embedded NATS server stores JetStream data"`
-	Roles    string `envconfig:"ROLES" default:"trigger,worker" desc:"roles serve runs: trigger, worker, or both"`
+	Roles    string `envconfig:"ROLES" default:"trigger,worker,api" desc:"roles serve runs, comma-separated: trigger, worker, api (the compactor service)"`
 	Replicas int    `envconfig:"REPLICAS" default:"1" desc:"replicas of every stream and bucket (3 in a cluster)"`
 	Config   string `envconfig:"CONFIG" desc:"JSON file of named profiles (see README); empty: none"`
 
@@ -247,7 +247,7 @@ func checkSettings(s policy.Settings) error {
 	return nil
 }
 
-type roles struct{ trigger, worker bool }
+type roles struct{ trigger, worker, api bool }
 
 func (e Env) roles() (roles, error) {
 	var r roles
@@ -257,13 +257,15 @@ func (e Env) roles() (roles, error) {
 			r.trigger = true
 		case "worker":
 			r.worker = true
+		case "api":
+			r.api = true
 		case "":
 		default:
-			return r, bad("ROLES", "has unknown role %q (known: trigger, worker)", s)
+			return r, bad("ROLES", "has unknown role %q (known: trigger, worker, api)", s)
 		}
 	}
-	if !r.trigger && !r.worker {
-		return r, bad("ROLES", "names no role (use trigger, worker or both)")
+	if !r.trigger && !r.worker && !r.api {
+		return r, bad("ROLES", "names no role (use trigger, worker, api or several)")
 	}
 	return r, nil
 }

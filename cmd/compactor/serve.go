@@ -118,13 +118,17 @@ func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) ([]c
 		return nil, err
 	}
 	policies := policySource{store: st, resolver: r}
-	// The compactor service runs in every process, whatever its roles: the instances
-	// share the endpoints' queue group.
-	svc, err := service.New(service.DefaultConfig(), nc, st, policies, r.Resolve, log)
-	if err != nil {
-		return nil, err
+	var comps []component
+	// The compactor service runs in the processes with the api role; the instances
+	// share the endpoints' queue group. It is a role of its own because it writes
+	// policies: a worker or trigger process runs without that right (deploy/nats).
+	if roles.api {
+		svc, err := service.New(service.DefaultConfig(), nc, st, policies, r.Resolve, log)
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, svc)
 	}
-	comps := []component{svc}
 	if roles.trigger {
 		t, err := triggers.New(env.triggers(), st, policies, log)
 		if err != nil {

@@ -44,6 +44,32 @@ func ServerWith(t testing.TB, configure func(o *server.Options)) *server.Server 
 	return ns
 }
 
+// ServerFromFile starts a nats-server from a configuration file (server.ProcessConfigFile:
+// its accounts, users and permissions), listening on a free port of 127.0.0.1 with its
+// JetStream store in t's temp dir whatever the file says, and shuts it down at cleanup.
+func ServerFromFile(t testing.TB, path string) *server.Server {
+	t.Helper()
+	o, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("nats-server config %s: %v", path, err)
+	}
+	o.Host, o.Port, o.HTTPPort, o.Cluster.Port, o.LeafNode.Port = "127.0.0.1", -1, 0, 0, 0
+	o.StoreDir, o.NoLog, o.NoSigs = t.TempDir(), true, true
+	ns, err := server.NewServer(o)
+	if err != nil {
+		t.Fatalf("nats-server options of %s: %v", path, err)
+	}
+	ns.Start()
+	t.Cleanup(func() {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+	})
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return ns
+}
+
 // HostPort is the address clients dial, for URLs of any scheme (tls://…).
 func HostPort(ns *server.Server) string { return ns.Addr().(*net.TCPAddr).String() }
 

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas"
+)
+
+// accountsConf is the configuration deploy/nats ships, tested as it is.
+const accountsConf = "../../deploy/nats/accounts.conf"
+
+// roleConn is a connection as one user of accounts.conf, with the asynchronous errors
+// the server sent it (a refused publish or subscription arrives only there).
+type roleConn struct {
+	user string
+	nc   *nats.Conn
+	mu   sync.Mutex
+	errs []string
+}
+
+// violations returns the permissions violations the server reported so far.
+func (c *roleConn) violations() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.errs, "\n")
+}
+
+// rolesServer starts a nats-server from accounts.conf with a fresh password per user
+// (the file reads them from the environment) and returns a function that connects as
+// a user, through the same jetstream.Auth the commands use.
+func rolesServer(t *testing.T) (url string, connect func(user string) *roleConn) {
+	t.Helper()
+	passwords := map[string]string{}
+	for _, u := range []string{"sys", "admin", "trigger", "worker", "api", "producer", "reader"} {
+		passwords[u] = "pw-" + u + "-" + rand.Text()
+		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", passwords[u])
+	}
+	ns := jstest.ServerFromFile(t, accountsConf)
+	url = ns.ClientURL()
+	return url, func(user string) *roleConn {
+		t.Helper()
+		c := &roleConn{user: user}
+		nc, err := nats.Connect(url, nats.Name("compactor-"+user),
+			jetstream.Auth{User: user, Password: passwords[user]}.Option(),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.errs = append(c.errs, err.Error())
+			}))
+		if err != nil {
+			t.Fatalf("connect as %s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		c.nc = nc
+		return c
+	}
+}
+
+// refused runs op with a short deadline and checks that it fails and that the server
+// reported a permissions violation naming subject (a refused publish gets no answer, so
+// the operation itself only times out).
+func refused(t *testing.T, c *roleConn, what, subject string, op func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 750*time.Millisecond)
+	defer cancel()
+	if err := op(ctx); err == nil {
+		t.Errorf("%s could %s", c.user, what)
+		return
+	}
+	want := fmt.Sprintf("Permissions Violation for Publish to %q", subject)
+	deadline := time.Now().Add(2 * time.Second)
+	for !strings.Contains(c.violations(), want) {
+		if time.Now().After(deadline) {
+			t.Errorf("%s %s: no %q among the async errors:\n%s", c.user, what, want, c.violations())
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The roles of deploy/nats/accounts.conf against a server started from that file: the
+// admin provisions, then trigger, worker and api run their serve roles as their own
+// users, a producer publishes a conversation past its budget, and it is compacted and
+// read back by a reader; each role is refused what belongs to the others.
+func TestRolesOfAccountsConf(t *testing.T) {
+	_, connect := rolesServer(t)
+	cfg := jetstream.DefaultConfig()
+	conv := "roles-1"
+
+	admin := connect("admin")
+	ctx := ctxFor(t, 2*time.Minute)
+	if _, err := jetstream.Provision(ctx, admin.nc, cfg); err != nil {
+		t.Fatalf("provision as admin: %v", err)
+	}
+
+	// Every serve role provisions at start: with everything in place that only reads.
+	stores := map[string]*jetstream.Store{}
+	conns := map[string]*roleConn{}
+	for _, role := range []string{"api", "trigger", "worker"} {
+		c := connect(role)
+		st, err := jetstream.Provision(ctx, c.nc, cfg)
+		if err != nil {
+			t.Fatalf("provision as %s after the admin: %v", role, err)
+		}
+		env := testEnv(t, 8000)
+		env.Roles = role
+		runStack(t, c.nc, st, env, nil) // nil: the extractive summarizer
+		stores[role], conns[role] = st, c
+	}
+
+	producer := connect("producer")
+	pc, err := pipeline.New(ctx, producer.nc)
+	if err != nil {
+		t.Fatalf("producer client: %v", err)
+	}
+	reader := connect("reader")
+	rc, err := pipeline.New(ctx, reader.nc)
+	if err != nil {
+		t.Fatalf("reader client: %v", err)
+	}
+
+	t.Run("producer publishes and reads its context", func(t *testing.T) {
+		msgs, _ := needleConversation(20)
+		var last uint64
+		for i, m := range msgs {
+			if last, err = pc.Publish(ctx, conv, m); err != nil {
+				t.Fatalf("publish %d as producer: %v", i, err)
+			}
+		}
+		cx, err := pc.Context(ctx, conv, pipeline.AtLeastSeq(last))
+		if err != nil {
+			t.Fatalf("context as producer: %v", err)
+		}
+		if cx.Seqs[len(cx.Seqs)-1] != last {
+			t.Fatalf("producer's context ends at %d; want its last write %d", cx.Seqs[len(cx.Seqs)-1], last)
+		}
+	})
+
+	t.Run("trigger queues and worker compacts; reader reads the summary", func(t *testing.T) {
+		eventually(t, time.Minute, "a compaction written by the worker", func() bool {
+			cx, err := rc.Context(ctx, conv)
+			return err == nil && cx.HasSummary && cx.Generation >= 1
+		})
+		v, err := rc.Result(ctx, conv)
+		if err != nil || v == nil || v.Trigger != "budget" { // queued by the trigger, not the api
+			t.Fatalf("result as reader: %+v, %v", v, err)
+		}
+	})
+
+	t.Run("api answers status and policy", func(t *testing.T) {
+		ac := pipeline.NewWithStore(admin.nc, stores["api"]) // the admin calls the service
+		var status schemas.ConversationStatus
+		m, err := admin.nc.Request(schemas.StatusSubject, fmt.Appendf(nil, `{"conversation":%q}`, conv), 10*time.Second)
+		if err != nil {
+			t.Fatalf("compactor.status: %v", err)
+		}
+		if err := json.Unmarshal(m.Data, &status); err != nil || status.LastSeq == 0 || status.Value == nil {
+			t.Fatalf("compactor.status answered %s (%v)", m.Data, err)
+		}
+		p, err := ac.Policy(ctx, schemas.PolicyRequest{Conversation: conv, Set: map[string]any{"threshold": 0.8}})
+		if err != nil || p.Policy["threshold"] != "0.8" {
+			t.Fatalf("compactor.policy set as api: %+v, %v", p, err)
+		}
+		// A manual compaction: the api queues it, a worker does it, and the api finds
+		// its outcome on COMPACT_EVENTS (ordered consumers).
+		var last pipeline.CompactResponse
+		eventually(t, time.Minute, "a manual compaction's outcome", func() bool {
+			last, err = ac.Compact(ctx, conv, pipeline.Instructions("keep the codes"), pipeline.Wait(10*time.Second))
+			return err == nil && (last.Status == "completed" || last.Status == "declined")
+		})
+		data, _, err := stores["worker"].GetPolicy(ctx, conv) // the worker reads it
+		if err != nil || !strings.Contains(string(data), "0.8") {
+			t.Fatalf("policy read as worker: %s, %v", data, err)
+		}
+	})
+
+	// Doing their jobs, no role touched a subject it may not.
+	for _, c := range []*roleConn{admin, producer, reader, conns["trigger"], conns["worker"], conns["api"]} {
+		if v := c.violations(); v != "" {
+			t.Errorf("%s was refused subjects while doing its job:\n%s", c.user, v)
+		}
+	}
+
+	result := func(st *jetstream.Store) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := st.PutResult(ctx, &schemas.Result{SchemaVersion: 1, Conversation: "forged", Summary: "forged"}, 0)
+			return err
+		}
+	}
+	policy := func(st *jetstream.Store) func(context.Context) error {
+		return func(ctx context.Context) error { return st.PutPolicy(ctx, conv, []byte(`{"threshold":"0.9"}`), 0) }
+	}
+	event := func(st *jetstream.Store) func(context.Context) error {
+		return func(ctx context.Context) error {
+			return st.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: conv, RequestID: "forged"})
+		}
+	}
+	chat := func(c *pipeline.Client) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := c.Publish(ctx, conv, schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("forged")})
+			return err
+		}
+	}
+	readPolicy := func(st *jetstream.Store) func(context.Context) error {
+		return func(ctx context.Context) error { _, _, err := st.GetPolicy(ctx, conv); return err }
+	}
+	enqueue := func(st *jetstream.Store) func(context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := st.Enqueue(ctx, schemas.Request{RequestID: "forged", Conversation: conv, Trigger: "manual",
+				RequestedAt: time.Now()})
+			return err
+		}
+	}
+	// The producer's and reader's stores: the clients bind through Open.
+	pst, err := jetstream.Open(ctx, producer.nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rst, err := jetstream.Open(ctx, reader.nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("producer is refused results, policy and events", func(t *testing.T) {
+		refused(t, producer, "write a result", "$KV.compaction.forged", result(pst))
+		refused(t, producer, "read the policy bucket", "$JS.API.STREAM.MSG.GET.KV_compaction-policy", readPolicy(pst))
+		refused(t, producer, "post an event", "compact.event."+conv, event(pst))
+		refused(t, producer, "queue a request", "compact.request."+conv, enqueue(pst))
+		refused(t, producer, "write a policy", "$JS.API.STREAM.INFO.KV_compaction-policy", policy(pst))
+	})
+	t.Run("reader is refused writes", func(t *testing.T) {
+		refused(t, reader, "publish chat", "chat."+conv+".msg", chat(rc))
+		refused(t, reader, "write a result", "$KV.compaction.forged", result(rst))
+		refused(t, reader, "read the policy bucket", "$JS.API.STREAM.MSG.GET.KV_compaction-policy", readPolicy(rst))
+	})
+	t.Run("worker is refused policy changes and chat", func(t *testing.T) {
+		refused(t, conns["worker"], "change a policy", "$KV.compaction-policy."+conv, policy(stores["worker"]))
+		refused(t, conns["worker"], "publish chat", "chat."+conv+".msg", chat(pipeline.NewWithStore(conns["worker"].nc, stores["worker"])))
+	})
+	t.Run("trigger is refused results and policy changes", func(t *testing.T) {
+		refused(t, conns["trigger"], "write a result", "$KV.compaction.forged", result(stores["trigger"]))
+		refused(t, conns["trigger"], "change a policy", "$KV.compaction-policy."+conv, policy(stores["trigger"]))
+	})
+	t.Run("api is refused results and chat", func(t *testing.T) {
+		refused(t, conns["api"], "write a result", "$KV.compaction.forged", result(stores["api"]))
+		refused(t, conns["api"], "publish chat", "chat."+conv+".msg", chat(pipeline.NewWithStore(conns["api"].nc, stores["api"])))
+	})
+	t.Run("no role but admin creates or deletes streams", func(t *testing.T) {
+		for _, c := range []*roleConn{producer, reader, conns["trigger"], conns["worker"], conns["api"]} {
+			refused(t, c, "delete a stream", "$JS.API.STREAM.DELETE.CHAT", func(ctx context.Context) error {
+				_, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.DELETE.CHAT", nil)
+				return err
+			})
+		}
+	})
+	if err := ctx.Err(); errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+}
+
+// A role without create rights that starts before the admin provisioned waits: its
+// creates are refused (reported as permissions violations, retried like a JetStream
+// that is not ready) until the admin has created everything, then it binds.
+func TestRolesWaitForTheAdminToProvision(t *testing.T) {
+	_, connect := rolesServer(t)
+	cfg := jetstream.DefaultConfig()
+	worker := connect("worker")
+	ctx, cancel := context.WithCancel(context.Background()) // no deadline: each attempt times out on its own
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() {
+		_, err := jetstream.ProvisionRetrying(ctx, worker.nc, cfg, jetstream.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond},
+			zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel))
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "the worker's create to be refused", func() bool {
+		return strings.Contains(worker.violations(), `Permissions Violation for Publish to "$JS.API.STREAM.CREATE.CHAT"`)
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the worker provisioned without the admin: %v", err)
+	default:
+	}
+	if _, err := jetstream.Provision(ctxFor(t, 30*time.Second), connect("admin").nc, cfg); err != nil {
+		t.Fatalf("provision as admin: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("worker after the admin provisioned: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker did not bind within 30s of the admin provisioning")
+	}
+}
