@@ -2,6 +2,8 @@
 // (../shared/corpus beside the module root, one OpenAI chat message a line) for tests
 // and benchmarks. A test that uses it skips when the corpus is absent, and fails
 // instead in CI (CI=true), so CI never passes by skipping the corpus replays.
+// FuzzEntries builds the conversations the fuzz targets of the reader and the split
+// strategies share.
 package corpustest
 
 import (
