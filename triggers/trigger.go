@@ -305,9 +305,9 @@ const throughNewest = math.MaxUint64
 
 // ready returns the conversation's state with the signals applied, rebuilt when it has
 // none or it is stale. A rebuild counts the messages through the sequence through
-// (throughNewest: the conversation's newest, asked from the stream leader), and never fewer than the
-// old state had counted: a redelivered message older than the watermark does not make
-// the trigger forget what it counted since. Callers hold tr.mu.
+// (throughNewest: the conversation's newest, asked from the stream leader), and never
+// fewer than the old state had counted: a redelivered message older than the watermark
+// does not make the trigger forget what it counted since. Callers hold tr.mu.
 func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uint64) (*convState, error) {
 	sig := tr.takeSignals()
 	now := t.now()
@@ -352,8 +352,7 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 }
 
 // rebuild reads the conversation's value and messages through the sequence through
-// into a fresh state (the message at through counted). The timers of an old state
-// carry over.
+// into a fresh state. The timers of an old state carry over.
 func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *timers) (*convState, error) {
 	s, err := t.policies.Settings(ctx, id)
 	if errors.Is(err, policy.ErrPolicy) {
