@@ -160,18 +160,7 @@ func (l lines) Write(p []byte) (int, error) {
 // ProvisionRetrying waits for JetStream (here: a server whose JetStream is enabled only
 // after the first retries were logged) and returns a permanent error at once.
 func TestProvisionRetrying(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	ns := jstest.ServerWith(t, func(o *server.Options) { o.JetStream = false })
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/embedded"
+	"github.com/compactor/compactor/jetstream/jstest"
 )
 
 // logBuffer collects serve's log lines; safe for the goroutines that write them.
@@ -39,19 +40,7 @@ func (b *logBuffer) String() string {
 // enables it, as a cluster's is until it has a meta leader.
 func natsWithoutJetStream(t *testing.T) *server.Server {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	return ns
+	return jstest.ServerWith(t, func(o *server.Options) { o.JetStream = false })
 }
 
 // startServe runs `compactor serve` with args until the test ends; its result arrives

@@ -29,19 +29,7 @@ func ServerWith(t testing.TB, configure func(o *server.Options)) *server.Server 
 	if configure != nil {
 		configure(o)
 	}
-	ns, err := server.NewServer(o)
-	if err != nil {
-		t.Fatalf("nats-server options: %v", err)
-	}
-	ns.Start()
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	return ns
+	return start(t, o, "options")
 }
 
 // ServerFromFile starts a nats-server from a configuration file (server.ProcessConfigFile:
@@ -55,9 +43,16 @@ func ServerFromFile(t testing.TB, path string) *server.Server {
 	}
 	o.Host, o.Port, o.HTTPPort, o.Cluster.Port, o.LeafNode.Port = "127.0.0.1", -1, 0, 0, 0
 	o.StoreDir, o.NoLog, o.NoSigs = t.TempDir(), true, true
+	return start(t, o, "options of "+path)
+}
+
+// start starts a nats-server with o, waits until it takes clients and shuts it down at
+// cleanup; what names o in a failure.
+func start(t testing.TB, o *server.Options, what string) *server.Server {
+	t.Helper()
 	ns, err := server.NewServer(o)
 	if err != nil {
-		t.Fatalf("nats-server options of %s: %v", path, err)
+		t.Fatalf("nats-server %s: %v", what, err)
 	}
 	ns.Start()
 	t.Cleanup(func() {
