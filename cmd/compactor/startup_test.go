@@ -79,20 +79,7 @@ func TestServeWaitsForJetStream(t *testing.T) {
 	if err := ns.EnableJetStream(&server.JetStreamConfig{StoreDir: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	eventually(t, 60*time.Second, "the compactor service to answer once JetStream is ready", func() bool {
-		select {
-		case err := <-served:
-			t.Fatalf("serve returned: %v\n%s", err, logs)
-		default:
-		}
-		m, err := nc.Request("compactor.status", []byte(`{}`), time.Second)
-		return err == nil && m.Header.Get("Nats-Service-Error") == ""
-	})
+	waitForService(t, ns.ClientURL(), served, logs, "JetStream is ready")
 }
 
 // A permanent error is returned at once, without retries: here, existing streams whose
@@ -174,12 +161,19 @@ func TestServeWaitsForNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
+	waitForService(t, srv.ClientURL(), served, logs, "NATS is up")
+}
+
+// waitForService waits until the compactor service started by startServe answers on
+// url, failing the test at once if serve returns meanwhile.
+func waitForService(t *testing.T, url string, served <-chan error, logs *logBuffer, when string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	eventually(t, 60*time.Second, "the compactor service to answer once NATS is up", func() bool {
+	eventually(t, 60*time.Second, "the compactor service to answer once "+when, func() bool {
 		select {
 		case err := <-served:
 			t.Fatalf("serve returned: %v\n%s", err, logs)
