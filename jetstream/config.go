@@ -24,6 +24,8 @@ type Names struct {
 	ActivityPrefix  string // activity
 	ResultsBucket   string // compaction
 	PolicyBucket    string // compaction-policy
+	ObjectsBucket   string // compaction-objects: object store of message contents over the max payload, named <conv>/<id>
+	ForgetBucket    string // compaction-forgotten: short-lived tombstones of forgotten conversations
 	TriggerConsumer string // durable consumer of the active trigger on CHAT
 	TriggerGroup    string // priority group of the trigger consumer
 	WorkerConsumer  string // durable consumer of the summarizer pool on COMPACT_REQUESTS
@@ -39,6 +41,7 @@ func DefaultNames() Names {
 		DeadStream: "COMPACT_DEAD", DeadPrefix: "compact.dead",
 		ActivityStream: "ACTIVITY", ActivityPrefix: "activity",
 		ResultsBucket: "compaction", PolicyBucket: "compaction-policy",
+		ObjectsBucket: "compaction-objects", ForgetBucket: "compaction-forgotten",
 		TriggerConsumer: "compactor-trigger", TriggerGroup: "trigger",
 		WorkerConsumer: "compactor-workers", IdleConsumer: "compactor-idle",
 	}
@@ -167,6 +170,7 @@ func (c Config) Validate() error {
 		"request prefix": c.RequestPrefix, "events stream": c.EventsStream, "event prefix": c.EventPrefix,
 		"dead stream": c.DeadStream, "dead prefix": c.DeadPrefix, "activity stream": c.ActivityStream,
 		"activity prefix": c.ActivityPrefix, "results bucket": c.ResultsBucket, "policy bucket": c.PolicyBucket,
+		"objects bucket": c.ObjectsBucket, "forget bucket": c.ForgetBucket,
 		"trigger consumer": c.TriggerConsumer, "trigger group": c.TriggerGroup, "worker consumer": c.WorkerConsumer, "idle consumer": c.IdleConsumer,
 	} {
 		if v == "" {
