@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"unicode/utf8"
 )
 
 // Content is a message's content: a string, an array of content parts, or null.
@@ -22,9 +23,26 @@ type ContentPart struct {
 }
 
 // Text returns a string content.
+//
+// Invalid UTF-8 in s is kept as it is, not replaced with U+FFFD as encoding/json would,
+// so that Validate refuses the message instead of it being changed silently.
 func Text(s string) Content {
-	b, _ := json.Marshal(s)
-	return Content{raw: b}
+	if utf8.ValidString(s) {
+		b, _ := json.Marshal(s)
+		return Content{raw: b}
+	}
+	b := []byte{'"'}
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && n == 1 {
+			b = append(b, s[0])
+		} else {
+			enc, _ := json.Marshal(s[:n])
+			b = append(b, enc[1:len(enc)-1]...)
+		}
+		s = s[n:]
+	}
+	return Content{raw: append(b, '"')}
 }
 
 // Parts returns an array content made of the given raw JSON parts.

@@ -258,6 +258,10 @@ func (m *Message) Encode() ([]byte, error) {
 // DecodeMessage parses and validates one wire message. Every error it returns is a
 // *ValidationError (errors.Is(err, ErrInvalid)) naming the field and the rule broken.
 func DecodeMessage(data []byte) (Message, error) {
+	// Checked before decoding: encoding/json would turn invalid bytes into U+FFFD.
+	if off := badUTF8(data); off >= 0 {
+		return Message{}, invalid("message", "is not valid UTF-8 (first bad byte at offset %d)", off)
+	}
 	var m Message
 	if err := json.Unmarshal(data, &m); err != nil {
 		var ve *ValidationError

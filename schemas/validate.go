@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // ErrInvalid is matched by every validation error (errors.Is(err, ErrInvalid)).
@@ -61,6 +62,9 @@ func (m *Message) Validate() error {
 	}
 	if !m.Role.Valid() {
 		return invalid("role", "unknown role %q; must be system, user, assistant or tool", string(m.Role))
+	}
+	if err := m.validateUTF8(); err != nil {
+		return err
 	}
 	if err := validateContent(m); err != nil {
 		return err
@@ -162,4 +166,58 @@ func validatePart(field string, raw json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// validateUTF8 refuses text that is not valid UTF-8. JSON cannot carry it: encoding/json
+// (and every other reader's decoder) would replace it with U+FFFD, so the bytes stored
+// would differ from the producer's without anyone being told. NUL is valid UTF-8 and is
+// kept as data.
+func (m *Message) validateUTF8() error {
+	bad := func(field string, off int) error {
+		return invalid(field, "is not valid UTF-8 (first bad byte at offset %d); encode binary data, e.g. as base64", off)
+	}
+	if off := badUTF8(m.Content.raw); off >= 0 {
+		return bad("content", off)
+	}
+	if off := badUTF8(m.Extra); off >= 0 {
+		return bad("extra", off)
+	}
+	for field, s := range map[string]string{"name": m.Name, "tool_call_id": m.ToolCallID, "reasoning": m.Reasoning} {
+		if off := badUTF8([]byte(s)); off >= 0 {
+			return bad(field, off)
+		}
+	}
+	for i, tc := range m.ToolCalls {
+		for field, s := range map[string]string{"id": tc.ID, "type": tc.Type, "function.name": tc.Function.Name, "function.arguments": tc.Function.Arguments} {
+			if off := badUTF8([]byte(s)); off >= 0 {
+				return bad(fmt.Sprintf("tool_calls[%d].%s", i, field), off)
+			}
+		}
+	}
+	for k, v := range m.Meta {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return invalid("meta", "key or value is not valid UTF-8")
+		}
+	}
+	for k, v := range m.Unknown {
+		if off := badUTF8(v); off >= 0 || !utf8.ValidString(k) {
+			return invalid("message", "unknown field %q is not valid UTF-8", k)
+		}
+	}
+	return nil
+}
+
+// badUTF8 returns the offset of the first byte of b that is not valid UTF-8, or -1.
+func badUTF8(b []byte) int {
+	if utf8.Valid(b) {
+		return -1
+	}
+	for off := 0; off < len(b); {
+		r, n := utf8.DecodeRune(b[off:])
+		if r == utf8.RuneError && n <= 1 {
+			return off
+		}
+		off += n
+	}
+	return -1
 }
