@@ -431,7 +431,14 @@ func TestBadInputInTheStreamIsSkippedAndReported(t *testing.T) {
 	subj := must(s.st.Config().ChatSubject("mixed"))
 	// Another producer, bypassing validation.
 	var badSeqs []uint64
-	for _, raw := range []string{`not json`, `{"role":"robot","content":"x"}`, `{"role":"tool","tool_call_id":"ghost","content":"x"}`} {
+	for _, raw := range []string{
+		`not json`, `{"role":"robot","content":"x"}`, `{"role":"tool","tool_call_id":"ghost","content":"x"}`,
+		``, `{}`, `[]`, `null`, `{"role":"user"}`, `{"role":"user","content":{"a":1}}`,
+		"{\"role\":\"user\",\"content\":\"bad \xff\xfe utf-8\"}", "{\"role\":\"user\",\"content\":\"raw \x00 NUL\"}",
+		strings.Repeat("[", 20000) + strings.Repeat("]", 20000), // deeper than any decoder allows
+		// A call never answered: the agent moved on, so the round stays incomplete.
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"never","type":"function","function":{"name":"f","arguments":"{}"}}]}`,
+	} {
 		ack, err := jsFor(t, s.nc).Publish(ctx, subj, []byte(raw))
 		if err != nil {
 			t.Fatal(err)
