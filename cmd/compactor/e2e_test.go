@@ -401,6 +401,7 @@ func TestBadInputIsRefusedAtPublish(t *testing.T) {
 		{"invalid id with space", "a b", `{"role":"user","content":"x"}`, "[A-Za-z0-9_-]"},
 		{"unknown role", "c1", `{"role":"robot","content":"x"}`, `unknown role "robot"`},
 		{"tool without its call", "c1", `{"role":"tool","tool_call_id":"nope","content":"x"}`, "answers no tool call"},
+		{"invalid UTF-8", "c1", "{\"role\":\"user\",\"content\":\"\xff\"}", "not valid UTF-8"},
 		{"tool call on a user message", "c1", `{"role":"user","content":"x","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]}`, "tool_calls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
