@@ -140,6 +140,11 @@ func Refused(err error) bool {
 // roots), CertFile with KeyFile (a client certificate, for servers that verify
 // clients). Any TLS file, or a tls:// URL, makes the connection use TLS. Secrets
 // (Token, Password, the seeds in the files) never appear in errors.
+//
+// InboxPrefix replaces "_INBOX" as the prefix of the connection's reply subjects. Every
+// answer this connection gets (API replies, publish acks, pulled messages, service
+// responses) comes on it, so a server that lets each user subscribe only to its own
+// prefix keeps one user from reading the replies another asked for.
 type Auth struct {
 	CredsFile string
 	NKeyFile  string
@@ -149,6 +154,8 @@ type Auth struct {
 	CAFile    string
 	CertFile  string
 	KeyFile   string
+
+	InboxPrefix string
 }
 
 // AuthError is an Auth that cannot work: the field at fault (an Auth field name, or
@@ -174,6 +181,8 @@ const (
 	FileProblem
 	// InvalidURL: a server URL does not parse.
 	InvalidURL
+	// InvalidValue: Field's value is not allowed (Err says why).
+	InvalidValue
 )
 
 func (e *AuthError) Error() string { return e.Message(func(f string) string { return f }) }
@@ -258,6 +267,13 @@ func (a Auth) options(urls string) ([]nats.Option, error) {
 	}
 
 	var opts []nats.Option
+	if a.InboxPrefix != "" {
+		opt := nats.CustomInboxPrefix(a.InboxPrefix)
+		if err := opt(&nats.Options{}); err != nil {
+			return nil, &AuthError{Field: "InboxPrefix", Problem: InvalidValue, Err: err}
+		}
+		opts = append(opts, opt)
+	}
 	switch {
 	case a.CredsFile != "":
 		opt := nats.UserCredentials(a.CredsFile)

@@ -72,6 +72,9 @@ func TestAuthValidate(t *testing.T) {
 		{name: "nkey file holds no seed", give: Auth{NKeyFile: seed}, wantField: "NKeyFile", wantProblem: FileProblem},
 		{name: "creds file missing", give: Auth{CredsFile: missing}, wantField: "CredsFile", wantProblem: FileProblem},
 		{name: "creds file holds no credentials", give: Auth{CredsFile: creds}, wantField: "CredsFile", wantProblem: FileProblem},
+		{name: "inbox prefix", give: Auth{InboxPrefix: "_INBOX_worker"}, urls: "nats://a:4222"},
+		{name: "inbox prefix with a wildcard", give: Auth{InboxPrefix: "_INBOX.*"}, wantField: "InboxPrefix", wantProblem: InvalidValue},
+		{name: "inbox prefix ending in a dot", give: Auth{InboxPrefix: "_INBOX_x."}, wantField: "InboxPrefix", wantProblem: InvalidValue},
 		{name: "url with a bad password", give: Auth{}, urls: "nats://u:" + secret + "%zz@a:4222", wantField: "URL", wantProblem: InvalidURL},
 	}
 	for _, tc := range tests {

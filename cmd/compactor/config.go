@@ -46,6 +46,7 @@ type Env struct {
 	NATSCA       string `envconfig:"NATS_CA" desc:"PEM file of the CA(s) that signed the NATS server's certificate (default: the system's roots); implies TLS, like a tls:// URL"`
 	NATSCert     string `envconfig:"NATS_CERT" desc:"PEM client certificate for a NATS server that verifies clients, with COMPACTOR_NATS_KEY; implies TLS"`
 	NATSKey      string `envconfig:"NATS_KEY" desc:"PEM private key of COMPACTOR_NATS_CERT"`
+	NATSInbox    string `envconfig:"NATS_INBOX_PREFIX" desc:"prefix of this process's reply subjects instead of _INBOX, e.g. _INBOX_worker; with a server that lets each user subscribe only to its own prefix (deploy/nats/accounts.conf), no user reads the replies of another"`
 
 	Workers      int           `envconfig:"WORKERS" default:"4" desc:"summarizer jobs this process runs at once"`
 	MaxAttempts  int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"deliveries of one request before it is dead-lettered"`
@@ -174,6 +175,7 @@ func (e Env) validate() error {
 var authVars = map[string]string{
 	"URL": "NATS_URL", "CredsFile": "NATS_CREDS", "NKeyFile": "NATS_NKEY", "Token": "NATS_TOKEN",
 	"User": "NATS_USER", "Password": "NATS_PASSWORD", "CAFile": "NATS_CA", "CertFile": "NATS_CERT", "KeyFile": "NATS_KEY",
+	"InboxPrefix": "NATS_INBOX_PREFIX",
 }
 
 // natsAuth is how every command's connection authenticates and uses TLS.
@@ -181,6 +183,7 @@ func (e Env) natsAuth() jetstream.Auth {
 	return jetstream.Auth{
 		CredsFile: e.NATSCreds, NKeyFile: e.NATSNKey, Token: e.NATSToken, User: e.NATSUser,
 		Password: e.NATSPassword, CAFile: e.NATSCA, CertFile: e.NATSCert, KeyFile: e.NATSKey,
+		InboxPrefix: e.NATSInbox,
 	}
 }
 
