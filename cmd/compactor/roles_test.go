@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
@@ -30,6 +32,19 @@ type roleConn struct {
 	nc   *nats.Conn
 	mu   sync.Mutex
 	errs []string
+}
+
+// lastOn is the last message of stream on subject, read as this user.
+func (c *roleConn) lastOn(ctx context.Context, stream, subject string) (*natsjs.RawStreamMsg, error) {
+	str, err := natsjs.New(c.nc)
+	if err != nil {
+		return nil, err
+	}
+	s, err := str.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return s.GetLastMsgForSubject(ctx, subject)
 }
 
 // violations returns the permissions violations the server reported so far.
@@ -55,7 +70,8 @@ func rolesServer(t *testing.T) (url string, connect func(user string) *roleConn)
 		t.Helper()
 		c := &roleConn{user: user}
 		nc, err := nats.Connect(url, nats.Name("compactor-"+user),
-			jetstream.Auth{User: user, Password: passwords[user]}.Option(),
+			// Each user's replies come on its own prefix, the only inbox it may read.
+			jetstream.Auth{User: user, Password: passwords[user], InboxPrefix: "_INBOX_" + user}.Option(),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				c.mu.Lock()
 				defer c.mu.Unlock()
@@ -110,6 +126,7 @@ func TestRolesOfAccountsConf(t *testing.T) {
 	// Every serve role provisions at start: with everything in place that only reads.
 	stores := map[string]*jetstream.Store{}
 	conns := map[string]*roleConn{}
+	llm := newFakeLLM(t)
 	for _, role := range []string{"api", "trigger", "worker"} {
 		c := connect(role)
 		st, err := jetstream.Provision(ctx, c.nc, cfg)
@@ -118,7 +135,8 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		}
 		env := testEnv(t, 8000)
 		env.Roles = role
-		runStack(t, c.nc, st, env, nil) // nil: the extractive summarizer
+		env.MaxAttempts = 2
+		runStack(t, c.nc, st, env, llm)
 		stores[role], conns[role] = st, c
 	}
 
@@ -188,12 +206,67 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		}
 	})
 
+	t.Run("worker naks, terms and dead-letters a failing compaction", func(t *testing.T) {
+		llm.set(func(f *fakeLLM) { f.status = http.StatusInternalServerError })
+		defer llm.set(func(f *fakeLLM) { f.status = 0 })
+		const dead = "roles-dead"
+		msgs, _ := needleConversation(20)
+		for i, m := range msgs {
+			if _, err := pc.Publish(ctx, dead, m); err != nil {
+				t.Fatalf("publish %d as producer: %v", i, err)
+			}
+		}
+		// Two failed attempts (a nak between them), then the dead letter, the term and
+		// the fallback summary.
+		eventually(t, time.Minute, "a dead letter for "+dead, func() bool {
+			m, err := admin.lastOn(ctx, cfg.DeadStream, "compact.dead."+dead)
+			return err == nil && m != nil
+		})
+		eventually(t, time.Minute, "the fallback summary for "+dead, func() bool {
+			v, err := rc.Result(ctx, dead)
+			return err == nil && v != nil && v.Fallback
+		})
+	})
+
+	t.Run("trigger arms and acts on idle timers", func(t *testing.T) {
+		const idle = "roles-idle"
+		ac := pipeline.NewWithStore(admin.nc, stores["api"])
+		if _, err := ac.Policy(ctx, schemas.PolicyRequest{Conversation: idle,
+			Set: map[string]any{"idle_after": "1s", "idle_threshold": 0.1}}); err != nil {
+			t.Fatalf("set the idle policy: %v", err)
+		}
+		msgs, _ := needleConversation(8) // over 10% of the window, under its threshold
+		for i, m := range msgs {
+			if _, err := pc.Publish(ctx, idle, m); err != nil {
+				t.Fatalf("publish %d as producer: %v", i, err)
+			}
+		}
+		eventually(t, time.Minute, "an idle compaction of "+idle, func() bool {
+			v, err := rc.Result(ctx, idle)
+			return err == nil && v != nil && v.Trigger == schemas.TriggerTemporal && v.Generation >= 1
+		})
+	})
+
 	// Doing their jobs, no role touched a subject it may not.
 	for _, c := range []*roleConn{admin, producer, reader, conns["trigger"], conns["worker"], conns["api"]} {
 		if v := c.violations(); v != "" {
 			t.Errorf("%s was refused subjects while doing its job:\n%s", c.user, v)
 		}
 	}
+
+	t.Run("no role subscribes to the replies of another", func(t *testing.T) {
+		for _, subj := range []string{"_INBOX.>", "_INBOX_reader.>", "_INBOX_api.>", ">"} {
+			sub, err := producer.nc.SubscribeSync(subj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := fmt.Sprintf("Permissions Violation for Subscription to %q", subj)
+			eventually(t, 5*time.Second, "the server to refuse "+subj, func() bool {
+				return strings.Contains(producer.violations(), want)
+			})
+			_ = sub.Unsubscribe()
+		}
+	})
 
 	result := func(st *jetstream.Store) func(context.Context) error {
 		return func(ctx context.Context) error {
