@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -291,5 +292,65 @@ func TestResolveEntries(t *testing.T) {
 	again := []schemas.Entry{{Seq: 2, Message: stub}}
 	if err := st.ResolveEntries(ctx, "c", again); err == nil || again[0].Err != nil {
 		t.Fatalf("resolve without a connection to the server: %v, entry error %v; want an error and the entry untouched", err, again[0].Err)
+	}
+}
+
+// With a finite CHAT max age, the objects bucket keeps objects for that age plus the
+// duplicate window, and an object stored more than half a duplicate window ago is
+// stored again when a message refers to it anew (its age starts over, so it outlives
+// the new message); within that time a retry reuses it.
+func TestObjectStoredAgainUnderAFiniteMaxAge(t *testing.T) {
+	ns := jstest.ServerWith(t, jstest.MaxPayload(smallPayload))
+	nc := jstest.ConnTo(t, ns.ClientURL())
+	cfg := jetstream.DefaultConfig()
+	cfg.DuplicateWindow, cfg.ChatMaxAge = 2*time.Second, time.Hour
+	st, err := jetstream.Provision(ctxT(t), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := testJS(t, nc).Stream(ctxT(t), "OBJ_"+cfg.ObjectsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.MaxAge; got != time.Hour+2*time.Second {
+		t.Fatalf("objects bucket keeps objects %s; want CHAT's max age plus the duplicate window", got)
+	}
+	obs, err := testJS(t, nc).ObjectStore(ctxT(t), cfg.ObjectsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, ref := object("c", 2*smallPayload, "aging ")
+	if err := st.PutObject(ctxT(t), "c", ref.Name, body); err != nil {
+		t.Fatal(err)
+	}
+	first, err := obs.GetInfo(ctxT(t), ref.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutObject(ctxT(t), "c", ref.Name, body); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := obs.GetInfo(ctxT(t), ref.Name); again.NUID != first.NUID {
+		t.Fatal("an object stored again within half a duplicate window; want it reused")
+	}
+	for time.Since(first.ModTime) <= cfg.DuplicateWindow/2 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := st.PutObject(ctxT(t), "c", ref.Name, body); err != nil {
+		t.Fatal(err)
+	}
+	later, err := obs.GetInfo(ctxT(t), ref.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if later.NUID == first.NUID || !later.ModTime.After(first.ModTime) {
+		t.Fatalf("object after half a duplicate window: stored at %s as %s; want it stored again", later.ModTime, later.NUID)
+	}
+	if got, err := st.ReadObject(ctxT(t), "c", ref); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("read after storing again: %d bytes, %v", len(got), err)
+	}
+	// The old chunks went with the old description: one object's chunks and description.
+	if n := objectsStreamMsgs(t, nc); n != uint64(later.Chunks)+1 {
+		t.Fatalf("objects stream holds %d messages; want the %d chunks and the description of one object", n, later.Chunks)
 	}
 }
