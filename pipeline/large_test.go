@@ -341,3 +341,27 @@ func TestHostileStubIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkLargeMessage publishes a 4 MiB user message on a server with the default max
+// payload (1 MiB), as an object and a stub, and reads it back whole with Context.
+func BenchmarkLargeMessage(b *testing.B) {
+	srv := jstest.Server(b)
+	nc := jstest.Conn(b, srv)
+	st := jstest.Provision(b, nc)
+	c := pipeline.NewWithStore(nc, st)
+	ctx := b.Context()
+	const size = 4 << 20
+	b.SetBytes(size)
+	for i := 0; b.Loop(); i++ {
+		conv := "bench-" + strconv.Itoa(i)
+		m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strconv.Itoa(i) + strings.Repeat("x", size))}
+		seq, err := c.Publish(ctx, conv, m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cx, err := c.Context(ctx, conv, pipeline.AtLeastSeq(seq))
+		if err != nil || len(cx.Messages) != 1 {
+			b.Fatalf("read %v, %v", cx, err)
+		}
+	}
+}
