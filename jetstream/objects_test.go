@@ -67,6 +67,13 @@ func TestObjectRoundTripInChunks(t *testing.T) {
 	if stored < 4 { // three chunks at least, and the description
 		t.Fatalf("%d messages in the objects stream; want chunks under the max payload", stored)
 	}
+	var inStatus bool
+	for _, ss := range st.Status(ctxT(t)).Streams {
+		inStatus = inStatus || ss.Name == "OBJ_"+st.Config().ObjectsBucket && ss.Messages == stored && ss.Error == ""
+	}
+	if !inStatus {
+		t.Errorf("status %+v does not show the objects bucket's %d messages", st.Status(ctxT(t)).Streams, stored)
+	}
 	got, err := st.ReadObject(ctxT(t), "c", ref)
 	if err != nil {
 		t.Fatal(err)
