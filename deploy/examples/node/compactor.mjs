@@ -6,6 +6,8 @@
 //   node compactor.mjs context <conv>
 //
 // NATS_URL defaults to nats://127.0.0.1:4222 (the embedded server of `compactor serve`).
+// A message over the server's max payload is stored as an object and published as a stub;
+// the reader restores stubs, and skips and reports one whose object is gone or refused.
 import { connect, createInbox, StringCodec } from "nats";
 import { createHash, randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
