@@ -47,6 +47,17 @@ func DefaultNames() Names {
 	}
 }
 
+// ObjectsTTL is how long the objects bucket keeps an object: forever when CHAT keeps
+// its messages forever, else CHAT's max age plus the duplicate window. A client reuses
+// an object only within the duplicate window of storing it (and stores it again later),
+// so every object outlives the messages that refer to it.
+func (c Config) ObjectsTTL() time.Duration {
+	if c.ChatMaxAge <= 0 {
+		return 0
+	}
+	return c.ChatMaxAge + c.DuplicateWindow
+}
+
 // Subject builders refuse an id that breaks the conversation id rule
 // (schemas.ValidateConversationID): an id such as "*" or "a.b" would otherwise name
 // another subject, or every conversation's.
@@ -134,6 +145,10 @@ type Config struct {
 	TriggerPinnedTTL time.Duration
 	// ActivityMarkerTTL is how long the idle markers of ACTIVITY outlive their messages.
 	ActivityMarkerTTL time.Duration
+	// MaxObjectSize bounds the object of one message over the max payload (its content,
+	// reasoning, extra and unknown fields as JSON): a client refuses to store a larger
+	// one, and a reader refuses to fetch one, before reading a byte of it.
+	MaxObjectSize int64
 	// UpdateExisting lets Provision change existing streams, buckets and consumers whose
 	// settings differ from this config (say, CHAT's max age, which deletes raw history
 	// older than it for every process). Off, Provision changes nothing that exists and
@@ -154,8 +169,12 @@ func DefaultConfig() Config {
 		TriggerAckWait:    30 * time.Second,
 		TriggerPinnedTTL:  10 * time.Second,
 		ActivityMarkerTTL: 24 * time.Hour,
+		MaxObjectSize:     DefaultMaxObjectSize,
 	}
 }
+
+// DefaultMaxObjectSize is 16 MiB, about 4 million tokens: more than any model's window.
+const DefaultMaxObjectSize = 16 << 20
 
 // ErrConfig is matched by every configuration error.
 var ErrConfig = errors.New("invalid jetstream config")
@@ -199,6 +218,8 @@ func (c Config) Validate() error {
 		return bad("trigger pinned TTL must be at least 1s")
 	case c.ActivityMarkerTTL < time.Second:
 		return bad("activity marker TTL must be at least 1s")
+	case c.MaxObjectSize < 1<<10 || c.MaxObjectSize > 1<<30:
+		return bad("max object size must be 1 KiB to 1 GiB, got %d bytes", c.MaxObjectSize)
 	}
 	return nil
 }

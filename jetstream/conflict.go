@@ -158,6 +158,15 @@ func bucketDiff(want natsjs.KeyValueConfig, have natsjs.StreamConfig) []Differen
 	return d.out
 }
 
+// objectStoreDiff compares an object store's config with the stream that backs it.
+func objectStoreDiff(want natsjs.ObjectStoreConfig, have natsjs.StreamConfig) []Difference {
+	d := &differ{kind: "object store", name: want.Bucket}
+	d.check("ttl", age(have.MaxAge), age(want.TTL), false)
+	d.check("storage", have.Storage, want.Storage, true)
+	d.check("replicas", have.Replicas, want.Replicas, false)
+	return d.out
+}
+
 // consumerDiff compares the settings Provision sets on a durable consumer.
 func consumerDiff(stream string, want, have natsjs.ConsumerConfig) []Difference {
 	d := &differ{kind: "consumer", name: stream + "/" + want.Durable}

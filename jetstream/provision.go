@@ -113,6 +113,15 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			return nil, nil, err
 		}
 	}
+	if err := p.objectStore(ctx, natsjs.ObjectStoreConfig{
+		Bucket:      cfg.ObjectsBucket,
+		Description: "Compactor objects: contents of messages over the max payload, named <conv>/<sha256>",
+		TTL:         cfg.ObjectsTTL(),
+		Storage:     natsjs.FileStorage,
+		Replicas:    cfg.Replicas,
+	}); err != nil {
+		return nil, nil, err
+	}
 	consumers := []struct {
 		stream string
 		cfg    natsjs.ConsumerConfig
@@ -224,6 +233,37 @@ func (p *provisioner) bucket(ctx context.Context, kc natsjs.KeyValueConfig) erro
 		return p.resolve(bucketDiff(kc, s.CachedInfo().Config), func() error {
 			if _, err := p.js.UpdateKeyValue(ctx, kc); err != nil {
 				return fmt.Errorf("update bucket %s: %w", kc.Bucket, err)
+			}
+			return nil
+		})
+	}
+}
+
+// objectStore creates oc, or compares it with the stream behind the existing bucket.
+func (p *provisioner) objectStore(ctx context.Context, oc natsjs.ObjectStoreConfig) error {
+	for try := 0; ; try++ {
+		s, err := p.js.Stream(ctx, objectsStream(oc.Bucket))
+		if errors.Is(err, natsjs.ErrStreamNotFound) {
+			_, err = p.js.CreateObjectStore(ctx, oc)
+			if (errors.Is(err, natsjs.ErrBucketExists) || errors.Is(err, natsjs.ErrStreamNameAlreadyInUse)) && try == 0 {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("create object store %s: %w", oc.Bucket, err)
+			}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("object store %s: %w", oc.Bucket, err)
+		}
+		have := s.CachedInfo().Config
+		return p.resolve(objectStoreDiff(oc, have), func() error {
+			// Only what objectStoreDiff compares changes: an operator's other settings
+			// (a byte limit, placement) stay.
+			m := have
+			m.MaxAge, m.Replicas = oc.TTL, oc.Replicas
+			if _, err := p.js.UpdateStream(ctx, m); err != nil {
+				return fmt.Errorf("update object store %s: %w", oc.Bucket, err)
 			}
 			return nil
 		})

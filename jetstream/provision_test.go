@@ -61,8 +61,8 @@ func TestProvisionKeepsExistingStreams(t *testing.T) {
 		t.Fatalf("bucket history after the refused provision: %d; want %d", got, base.ResultHistory)
 	}
 	var ce *jetstream.ConflictError
-	if !errors.As(conflict, &ce) || len(ce.Differences) != 2 {
-		t.Fatalf("differences: %v; want max_age of CHAT and history of compaction", conflict)
+	if !errors.As(conflict, &ce) || len(ce.Differences) != 3 {
+		t.Fatalf("differences: %v; want max_age of CHAT, history of compaction and the objects' ttl, which follows CHAT's max age", conflict)
 	}
 	for _, d := range ce.Differences {
 		switch d.Setting {
@@ -73,6 +73,10 @@ func TestProvisionKeepsExistingStreams(t *testing.T) {
 		case "history":
 			if d.Kind != "bucket" || d.Name != "compaction" || d.Existing != "5" || d.Wanted != "2" {
 				t.Errorf("history difference: %+v", d)
+			}
+		case "ttl": // the max age plus the duplicate window, so objects outlive their stubs
+			if d.Kind != "object store" || d.Name != base.ObjectsBucket || d.Existing != "0s (kept forever)" || d.Wanted != "5m0s" {
+				t.Errorf("objects ttl difference: %+v", d)
 			}
 		default:
 			t.Errorf("unexpected difference %+v", d)
@@ -104,6 +108,13 @@ func TestProvisionKeepsExistingStreams(t *testing.T) {
 	if got := kv.CachedInfo().Config.MaxMsgsPerSubject; got != int64(other.ResultHistory) {
 		t.Fatalf("bucket history after the update: %d; want %d", got, other.ResultHistory)
 	}
+	obj, err := testJS(t, nc).Stream(ctxT(t), "OBJ_"+base.ObjectsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := obj.CachedInfo().Config.MaxAge; got != other.ObjectsTTL() {
+		t.Fatalf("objects ttl after the update: %s; want %s", got, other.ObjectsTTL())
+	}
 	// And now a process with the old settings is the one that differs.
 	if _, err := jetstream.Provision(ctxT(t), nc, base); !errors.Is(err, jetstream.ErrConflict) {
 		t.Fatalf("provision with the old settings after the update: %v; want ErrConflict", err)
@@ -126,6 +137,9 @@ func TestProvisionCreatesWhatIsMissing(t *testing.T) {
 	if err := js.DeleteStream(ctxT(t), base.DeadStream); err != nil {
 		t.Fatal(err)
 	}
+	if err := js.DeleteObjectStore(ctxT(t), base.ObjectsBucket); err != nil {
+		t.Fatal(err)
+	}
 	other := base
 	other.WorkerAckWait = 2 * time.Minute
 	_, err = jetstream.Provision(ctxT(t), nc, other)
@@ -136,6 +150,9 @@ func TestProvisionCreatesWhatIsMissing(t *testing.T) {
 	}
 	if _, err := js.Stream(ctxT(t), base.DeadStream); err != nil {
 		t.Fatalf("the missing stream was not created: %v", err)
+	}
+	if _, err := js.ObjectStore(ctxT(t), base.ObjectsBucket); err != nil {
+		t.Fatalf("the missing object store was not created: %v", err)
 	}
 	c, err := js.Consumer(ctxT(t), base.RequestsStream, base.WorkerConsumer)
 	if err != nil {

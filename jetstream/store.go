@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +24,9 @@ type Store struct {
 	js      natsjs.JetStream
 	cfg     Config
 	results natsjs.KeyValue
+
+	objMu   sync.Mutex
+	objects natsjs.ObjectStore // bound on the first object stored
 }
 
 // Config returns the store's config.

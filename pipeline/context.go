@@ -92,6 +92,14 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 			for i, m := range msgs {
 				in.Tail[i] = m.Entry()
 			}
+			// Stubs of messages over the max payload are shown whole; one whose object
+			// is gone or refused is skipped and reported in Skipped.
+			if err := c.store.ResolveEntries(ctx, conv, in.Pinned); err != nil {
+				return nil, err
+			}
+			if err := c.store.ResolveEntries(ctx, conv, in.Tail); err != nil {
+				return nil, err
+			}
 			out := assemble.Assemble(in, assemble.Options{Raw: o.raw, MaxTokens: o.maxTokens})
 			return &out, nil
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/tokens"
 )
 
 // PublishOption configures one publish.
@@ -93,6 +94,11 @@ func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, o
 	if err := m.Validate(); err != nil {
 		return nil, po, err
 	}
+	if m.ContentRef != nil {
+		// A stub is made here, from the whole message, after its object is stored: one
+		// handed in names an object this client never saw stored.
+		return nil, po, &schemas.ValidationError{Field: "content_ref", Rule: "is set by the client for a message over the max payload; publish the whole message"}
+	}
 	if err := c.checkToolPairing(ctx, conv, m); err != nil {
 		// A retry with the same MsgID of a tool result that was stored (its ack lost) is
 		// the stream's to de-duplicate: it answers with the first copy's sequence.
@@ -101,10 +107,52 @@ func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, o
 		}
 	}
 	data, err := m.Encode()
+	if err == nil && len(data) > c.store.InlineLimit(po.msgID) {
+		data, err = c.offload(ctx, conv, m, len(data), po.msgID)
+	}
 	if err != nil {
+		// What checkToolPairing learnt from m is not true of the stream: the next
+		// check reads it.
+		c.forget(conv, m)
 		return nil, po, err
 	}
 	return data, po, nil
+}
+
+// ErrTooLarge is matched by the error of a message no publish can carry: over the
+// server's max payload even with its content stored as an object (tool calls, name and
+// metadata must fit), or with an object over jetstream.Config.MaxObjectSize.
+var ErrTooLarge = jetstream.ErrTooLarge
+
+// offload stores what makes m large (its content, reasoning, extra and unknown fields)
+// as an object and returns the stub to publish in its place, which keeps role, name,
+// tool calls, tool_call_id and metadata and names the object. The object is stored
+// before the stub is published, so a reader never sees a stub before its object; a
+// retry stores nothing twice (its name is its content's hash).
+func (c *Client) offload(ctx context.Context, conv string, m *schemas.Message, size int, msgID string) ([]byte, error) {
+	limit := c.store.InlineLimit(msgID)
+	cfg := c.store.Config()
+	stub, object, err := m.Offload(conv, cfg.ObjectsBucket, tokens.Stored(m))
+	if err != nil {
+		return nil, err
+	}
+	data, err := stub.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > limit {
+		return nil, fmt.Errorf("%w: the message is %d bytes, over the limit of %d bytes (the server's max_payload %d less %d for headers), "+
+			"and still %d bytes with its content stored as an object: its tool calls, name and metadata must fit in the limit",
+			ErrTooLarge, size, limit, c.store.MaxPayload(), c.store.MaxPayload()-int64(limit), len(data))
+	}
+	if int64(len(object)) > cfg.MaxObjectSize {
+		return nil, fmt.Errorf("%w: the message is %d bytes, over the limit of %d bytes (the server's max_payload), "+
+			"and its content of %d bytes is over the max object size of %d bytes", ErrTooLarge, size, limit, len(object), cfg.MaxObjectSize)
+	}
+	if err := c.store.PutObject(ctx, conv, stub.ContentRef.Name, object); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 // ErrToolResultWithoutCall is matched by the error for a tool message whose call is not

@@ -31,6 +31,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		`{"role":"system","content":"a","meta":{},"tool_calls":[],"extra":null,"name":""}`,
 		`{"role":"user","content":"\u00e9\ud800","name":"\u003c"}`,
 		`{"role":"user","content":"a","tokens":-1}`,
+		`{"role":"tool","content":"[stored]","tool_call_id":"c1","content_ref":{"bucket":"compaction-objects","name":"c/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","size":99,"sha256":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","tokens":3}}`,
 		`[1]`,
 	} {
 		f.Add([]byte(s))

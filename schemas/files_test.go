@@ -89,6 +89,7 @@ func TestSchemaPropertiesMatchGoTypes(t *testing.T) {
 		{name: "tool call", file: "message.v1.json", def: "tool_call", give: reflect.TypeFor[schemas.ToolCall]()},
 		{name: "function call", file: "message.v1.json", def: "function_call", give: reflect.TypeFor[schemas.FunctionCall]()},
 		{name: "message usage", file: "message.v1.json", def: "usage", give: reflect.TypeFor[schemas.Usage]()},
+		{name: "content ref", file: "message.v1.json", def: "content_ref", give: reflect.TypeFor[schemas.ContentRef](), wantRequired: true},
 		{name: "request", file: "request.v1.json", give: reflect.TypeFor[schemas.Request](), wantRequired: true},
 		{name: "result", file: "result.v1.json", give: reflect.TypeFor[schemas.Result](), wantRequired: true},
 		{name: "override", file: "result.v1.json", def: "override", give: reflect.TypeFor[schemas.Override](), wantRequired: true},

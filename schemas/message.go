@@ -58,6 +58,10 @@ type Message struct {
 	// Meta is free-form string metadata; Meta["pin"] == "true" pins the message.
 	Meta map[string]string `json:"meta,omitempty"`
 
+	// ContentRef, on a stub, points at the object that holds the message's content (see
+	// ContentRef): readers restore the message from it before showing it.
+	ContentRef *ContentRef `json:"content_ref,omitempty"`
+
 	// Unknown holds top-level fields this version does not know, kept verbatim.
 	Unknown map[string]json.RawMessage `json:"-"`
 }
@@ -102,7 +106,7 @@ func (m Message) StripMetadata() Message {
 // Encode writes them (and UnmarshalJSON reads them, so its first error is stable).
 var messageFieldOrder = []string{
 	"role", "content", "name", "tool_calls", "tool_call_id", "reasoning", "extra",
-	"tokens", "usage", "context_generation", "meta",
+	"tokens", "usage", "context_generation", "meta", "content_ref",
 }
 
 // messageFieldWant says what each field must hold, for decode errors.
@@ -116,6 +120,7 @@ var messageFieldWant = map[string]string{
 	"usage":              "must be an object {prompt_tokens, completion_tokens}",
 	"context_generation": "must be a non-negative integer",
 	"meta":               "must be an object of string values",
+	"content_ref":        "must be an object {bucket, name, size, sha256, tokens}",
 }
 
 // UnmarshalJSON decodes a message. Only the exact (lower-case) field names of the wire
@@ -174,6 +179,8 @@ func (m *Message) decodeField(k string, v json.RawMessage) error {
 		return json.Unmarshal(v, &m.ContextGeneration)
 	case "meta":
 		return json.Unmarshal(v, &m.Meta)
+	case "content_ref":
+		return json.Unmarshal(v, &m.ContentRef)
 	}
 	return nil
 }
@@ -237,6 +244,11 @@ func (m *Message) Encode() ([]byte, error) {
 		mm, _ := json.Marshal(m.Meta)
 		b.WriteString(`,"meta":`)
 		b.Write(mm)
+	}
+	if m.ContentRef != nil {
+		r, _ := json.Marshal(m.ContentRef)
+		b.WriteString(`,"content_ref":`)
+		b.Write(r)
 	}
 	if len(m.Unknown) > 0 {
 		keys := make([]string, 0, len(m.Unknown))

@@ -103,6 +103,11 @@ func (m *Message) Validate() error {
 	if m.Tokens < 0 {
 		return invalid("tokens", "must not be negative")
 	}
+	if m.ContentRef != nil {
+		if err := m.ContentRef.validate(); err != nil {
+			return err
+		}
+	}
 	if m.Usage != nil && (m.Usage.PromptTokens < 0 || m.Usage.CompletionTokens < 0 || m.Usage.TotalTokens < 0) {
 		return invalid("usage", "token counts must not be negative")
 	}

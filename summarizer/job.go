@@ -271,6 +271,14 @@ func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev, 
 	} else if cur != nil {
 		ld.lastSeq = cur.TailStartSeq - 1
 	}
+	// The summarizer and the split see messages over the max payload whole, as readers
+	// do; a stub whose object is gone or refused is an invalid entry, reported and not
+	// summarized.
+	for _, es := range [][]schemas.Entry{ld.pinned, ld.kept, ld.entries} {
+		if err := p.store.ResolveEntries(ctx, conv, es); err != nil {
+			return nil, fmt.Errorf("load conversation: %w", err)
+		}
+	}
 	return ld, nil
 }
 

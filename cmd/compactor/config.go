@@ -55,6 +55,7 @@ type Env struct {
 	RetryDelay   time.Duration `envconfig:"RETRY_DELAY" default:"5s" desc:"trigger: wait before asking again when a request is already pending"`
 	LLMAPIKey    string        `envconfig:"LLM_API_KEY" desc:"the summarizer's API key (falls back to OPENAI_API_KEY); never logged"`
 	ChatMaxAge   time.Duration `envconfig:"CHAT_MAX_AGE" default:"0" desc:"how long CHAT keeps raw history; 0 = forever (applied to an existing CHAT only with COMPACTOR_UPDATE_STREAMS)"`
+	MaxObject    int64         `envconfig:"MAX_OBJECT_SIZE" default:"16777216" desc:"bytes: the largest object a message over the NATS max payload is stored as (its content, reasoning, extra); larger ones are refused by publish and not fetched by readers and workers"`
 	DrainTimeout time.Duration `envconfig:"DRAIN_TIMEOUT" default:"3m" desc:"on SIGINT/SIGTERM, how long in-flight work may take to finish; what is unfinished then is handed back to the queue"`
 	AckWait      time.Duration `envconfig:"WORKER_ACK_WAIT" default:"30s" desc:"how long a request may go without a worker's heartbeat before it is delivered again (what a crashed worker costs); heartbeats go every third of it (applied to an existing consumer only with COMPACTOR_UPDATE_STREAMS)"`
 	LogLevel     string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
@@ -150,6 +151,7 @@ func (e Env) validate() error {
 		{e.ChatMaxAge >= 0, "CHAT_MAX_AGE", "must not be negative"},
 		{e.ChatMaxAge == 0 || e.ChatMaxAge >= jetstream.DefaultConfig().DuplicateWindow, "CHAT_MAX_AGE",
 			"must be 0 (forever) or at least the duplicate window of " + jetstream.DefaultConfig().DuplicateWindow.String()},
+		{e.MaxObject >= 1<<10 && e.MaxObject <= 1<<30, "MAX_OBJECT_SIZE", "must be 1024 to 1073741824 bytes"},
 		{e.DrainTimeout > 0, "DRAIN_TIMEOUT", "must be positive"},
 		{e.AckWait >= 3*time.Second, "WORKER_ACK_WAIT", "must be at least 3s (heartbeats go every third of it)"},
 		{e.LogFormat == "json" || e.LogFormat == "console", "LOG_FORMAT", "must be json or console"},
@@ -290,6 +292,7 @@ func (e Env) jetstream() jetstream.Config {
 	c := jetstream.DefaultConfig()
 	c.Replicas = e.Replicas
 	c.ChatMaxAge = e.ChatMaxAge
+	c.MaxObjectSize = e.MaxObject
 	c.WorkerAckWait = e.AckWait
 	c.UpdateExisting = e.UpdateStreams
 	return c

@@ -24,6 +24,7 @@ func TestBadVariableStopsStartUpNamingIt(t *testing.T) {
 		{"bad strategy", "COMPACTOR_STRATEGY", "magic"},
 		{"bad summary role", "COMPACTOR_SUMMARY_ROLE", "tool"},
 		{"backoff max under base", "COMPACTOR_BACKOFF_MAX", "1s"},
+		{"object size too small", "COMPACTOR_MAX_OBJECT_SIZE", "100"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,11 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
 )
@@ -159,4 +162,195 @@ func jsonEqual(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
 	return bytes.Equal(x, y)
+}
+
+// runNodeExample runs the Node.js example against the NATS server at url.
+func runNodeExample(t *testing.T, node, dir, url string, stdin []byte, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	cmd := exec.Command(node, append([]string{"compactor.mjs"}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NATS_URL="+url)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+// Messages over the max payload between the Node.js example and the Go client: what
+// Node publishes (a stub and its object) the Go reader restores, what Go publishes the
+// Node reader restores, both the same as what was published; both skip and report a
+// message whose object is gone and a stub naming another conversation's object, and
+// Node refuses a message too large even without its content, naming the limit.
+func TestNodeExampleLargeMessages(t *testing.T) {
+	node, dir := nodeExample(t)
+	const maxPayload = 16 << 10
+	ns := jstest.ServerWith(t, jstest.MaxPayload(maxPayload))
+	nc := jstest.ConnTo(t, ns.ClientURL())
+	st := jstest.Provision(t, nc)
+	client := pipeline.NewWithStore(nc, st)
+	ctx := ctxFor(t, time.Minute)
+	url := ns.ClientURL()
+
+	big := func(id string) schemas.Message {
+		m := schemas.Message{Role: schemas.RoleTool, ToolCallID: id, Reasoning: "checked the build",
+			Content: schemas.Text("NEEDLE-head " + strings.Repeat("línea del registro de compilación\n", 3*maxPayload/34) + " NEEDLE-tail"),
+			Extra:   json.RawMessage(`{"sig":"abc=="}`), Unknown: map[string]json.RawMessage{"x-trace": json.RawMessage(`{"id":7}`)}}
+		return m
+	}
+	conversation := func(id string) []schemas.Message {
+		return []schemas.Message{
+			{Role: schemas.RoleUser, Content: schemas.Text("build it")},
+			{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: id, Type: "function", Function: schemas.FunctionCall{Name: "make", Arguments: "{}"}}}},
+			big(id),
+			{Role: schemas.RoleAssistant, Content: schemas.Text("built")},
+		}
+	}
+	jsonl := func(msgs []schemas.Message) []byte {
+		var b bytes.Buffer
+		for _, m := range msgs {
+			e, _ := m.Encode()
+			b.Write(e)
+			b.WriteByte('\n')
+		}
+		return b.Bytes()
+	}
+	// same checks that lines (JSON messages) equal msgs, whatever the key order.
+	same := func(t *testing.T, who string, lines []string, msgs []schemas.Message) {
+		t.Helper()
+		if len(lines) != len(msgs) {
+			t.Fatalf("%s read %d messages; want %d", who, len(lines), len(msgs))
+		}
+		for i, line := range lines {
+			want, _ := msgs[i].Encode()
+			var a, b any
+			_ = json.Unmarshal([]byte(line), &a)
+			_ = json.Unmarshal(want, &b)
+			if !jsonEqual(a, b) {
+				t.Fatalf("%s message %d:\n%.300s\nwant\n%.300s", who, i, line, want)
+			}
+		}
+	}
+	goRead := func(t *testing.T, conv string) (*pipeline.Context, []string) {
+		t.Helper()
+		last, err := st.LastSeq(ctx, conv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cx, err := client.Context(ctx, conv, pipeline.AtLeastSeq(last))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		for _, m := range cx.Messages {
+			b, _ := m.Encode()
+			lines = append(lines, string(b))
+		}
+		return cx, lines
+	}
+	nodeRead := func(t *testing.T, conv string) (lines []string, stderr string) {
+		t.Helper()
+		out, errOut, err := runNodeExample(t, node, dir, url, nil, "context", conv)
+		if err != nil {
+			t.Fatalf("node context %s: %v\n%s", conv, err, errOut)
+		}
+		if out = strings.TrimSpace(out); out != "" {
+			lines = strings.Split(out, "\n")
+		}
+		return lines, errOut
+	}
+
+	t.Run("node publishes, go reads", func(t *testing.T) {
+		msgs := conversation("n1")
+		out, errOut, err := runNodeExample(t, node, dir, url, jsonl(msgs), "publish", "from-node-large")
+		if err != nil || len(strings.Fields(out)) != len(msgs) {
+			t.Fatalf("node publish: %v, printed %q\n%s", err, out, errOut)
+		}
+		es, err := st.LoadEntries(ctx, "from-node-large", 0, 0)
+		if err != nil || es[2].Message.ContentRef == nil {
+			t.Fatalf("CHAT holds %+v (%v); want a stub for the large output", es, err)
+		}
+		_, lines := goRead(t, "from-node-large")
+		same(t, "go", lines, msgs)
+		nodeLines, _ := nodeRead(t, "from-node-large")
+		same(t, "node", nodeLines, msgs)
+	})
+
+	t.Run("go publishes, node reads", func(t *testing.T) {
+		msgs := conversation("g1")
+		for _, m := range msgs {
+			if _, err := client.Publish(ctx, "from-go-large", m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		lines, errOut := nodeRead(t, "from-go-large")
+		if strings.Contains(errOut, "skipped") {
+			t.Fatalf("node skipped messages:\n%s", errOut)
+		}
+		same(t, "node", lines, msgs)
+	})
+
+	t.Run("both skip a missing object and a foreign stub", func(t *testing.T) {
+		msgs := conversation("m1")
+		for _, m := range msgs {
+			if _, err := client.Publish(ctx, "gap-large", m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		es, err := st.LoadEntries(ctx, "gap-large", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs, err := jsFor(t, nc).ObjectStore(ctx, st.Config().ObjectsBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := obs.Delete(ctx, es[2].Message.ContentRef.Name); err != nil {
+			t.Fatal(err)
+		}
+		// A stub of another conversation naming an object of from-go-large that exists.
+		victim, err := st.LoadEntries(ctx, "from-go-large", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostile, _ := victim[2].Message.Encode()
+		if _, err := st.PublishMessage(ctx, "gap-large", hostile, ""); err != nil {
+			t.Fatal(err)
+		}
+		want := []schemas.Message{msgs[0], msgs[3]} // the round without its result is left out
+		cx, lines := goRead(t, "gap-large")
+		same(t, "go", lines, want)
+		nodeLines, errOut := nodeRead(t, "gap-large")
+		same(t, "node", nodeLines, want)
+		for _, reason := range []string{"missing", "outside conversation"} {
+			if !skippedWith(cx.Skipped, reason) {
+				t.Errorf("go skipped %v; want one with %q", cx.Skipped, reason)
+			}
+			if !strings.Contains(errOut, reason) {
+				t.Errorf("node reported:\n%s\nwant a skip with %q", errOut, reason)
+			}
+		}
+	})
+
+	t.Run("node refuses a message too large without its content", func(t *testing.T) {
+		m := schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: "x", Type: "function",
+			Function: schemas.FunctionCall{Name: "patch", Arguments: `{"diff":"` + strings.Repeat("+", 2*maxPayload) + `"}`}}}}
+		_, errOut, err := runNodeExample(t, node, dir, url, jsonl([]schemas.Message{m}), "publish", "too-large")
+		limit := strconv.Itoa(maxPayload - jetstream.HeaderRoom - len("00000000-0000-0000-0000-000000000000-1"))
+		if err == nil || !strings.Contains(errOut, "max_payload") || !strings.Contains(errOut, limit) {
+			t.Fatalf("node publish of huge tool call arguments: %v\n%s\nwant a refusal naming the limit %s", err, errOut, limit)
+		}
+		if last, err := st.LastSeq(ctx, "too-large"); err != nil || last != 0 {
+			t.Fatalf("CHAT holds a message of too-large at %d (%v); want none", last, err)
+		}
+	})
+}
+
+func skippedWith(sk []pipeline.Skipped, reason string) bool {
+	for _, s := range sk {
+		if strings.Contains(s.Reason, reason) {
+			return true
+		}
+	}
+	return false
 }

@@ -54,6 +54,9 @@ func (c *roleConn) violations() string {
 	return strings.Join(c.errs, "\n")
 }
 
+// rolesMaxPayload is the max payload of the roles' server.
+const rolesMaxPayload = 16 << 10
+
 // rolesServer starts a nats-server from accounts.conf with a fresh password per user
 // (the file reads them from the environment) and returns a function that connects as
 // a user, through the same jetstream.Auth the commands use.
@@ -64,7 +67,8 @@ func rolesServer(t *testing.T) (url string, connect func(user string) *roleConn)
 		passwords[u] = "pw-" + u + "-" + rand.Text()
 		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", passwords[u])
 	}
-	ns := jstest.ServerFromFile(t, accountsConf)
+	// A small max payload, so the roles' test of messages over it stays small.
+	ns := jstest.ServerFromFile(t, accountsConf, jstest.MaxPayload(rolesMaxPayload))
 	url = ns.ClientURL()
 	return url, func(user string) *roleConn {
 		t.Helper()
@@ -126,7 +130,7 @@ func TestRolesOfAccountsConf(t *testing.T) {
 	// Every serve role provisions at start: with everything in place that only reads.
 	stores := map[string]*jetstream.Store{}
 	conns := map[string]*roleConn{}
-	llm := newFakeLLM(t)
+	llm := newFakeLLM(t) // the worker's: what it was given to summarize
 	for _, role := range []string{"api", "trigger", "worker"} {
 		c := connect(role)
 		st, err := jetstream.Provision(ctx, c.nc, cfg)
@@ -136,7 +140,11 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		env := testEnv(t, 8000)
 		env.Roles = role
 		env.MaxAttempts = 2
-		runStack(t, c.nc, st, env, llm)
+		var summarizer *fakeLLM // nil: the extractive summarizer
+		if role == "worker" {
+			summarizer = llm
+		}
+		runStack(t, c.nc, st, env, summarizer)
 		stores[role], conns[role] = st, c
 	}
 
@@ -247,6 +255,41 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		})
 	})
 
+	t.Run("producer stores messages over the max payload; reader and worker restore them", func(t *testing.T) {
+		const conv = "roles-large"
+		// A pinned message stays verbatim after the compaction, so the reader shows it
+		// whole then; the tool output is summarized, so the worker must restore it.
+		pinned := schemas.Message{Role: schemas.RoleUser, Meta: map[string]string{"pin": "true"},
+			Content: schemas.Text("NEEDLE-pinned " + strings.Repeat("keep this verbatim. ", rolesMaxPayload/20+10))}
+		output := schemas.Message{Role: schemas.RoleTool, ToolCallID: "big-1",
+			Content: schemas.Text("NEEDLE-outhead " + strings.Repeat("compiler output line\n", 3*rolesMaxPayload/22) + " NEEDLE-outtail")}
+		msgs := []schemas.Message{pinned,
+			{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: "big-1", Type: "function", Function: schemas.FunctionCall{Name: "make", Arguments: "{}"}}}},
+			output, {Role: schemas.RoleAssistant, Content: schemas.Text("built")}}
+		for i, m := range msgs {
+			if _, err := pc.Publish(ctx, conv, m); err != nil {
+				t.Fatalf("publish %d as producer: %v", i, err)
+			}
+		}
+		es, err := stores["worker"].LoadEntries(ctx, conv, 0, 0)
+		if err != nil || len(es) != 4 || es[0].Message.ContentRef == nil || es[2].Message.ContentRef == nil {
+			t.Fatalf("CHAT holds %d entries (%v); want the two large ones as stubs", len(es), err)
+		}
+		var cx *pipeline.Context
+		eventually(t, time.Minute, "a compaction of the large conversation", func() bool {
+			cx, err = rc.Context(ctx, conv)
+			return err == nil && cx.Generation >= 1
+		})
+		stripped := pinned.StripMetadata()
+		want, _ := stripped.Encode()
+		if got, _ := cx.Messages[0].Encode(); len(cx.Skipped) > 0 || string(got) != string(want) {
+			t.Fatalf("reader's context starts with %.100s (skipped %v); want the pinned message whole", got, cx.Skipped)
+		}
+		if in := llm.allInputs(); !strings.Contains(in, "NEEDLE-outhead") || !strings.Contains(in, "NEEDLE-outtail") {
+			t.Fatalf("the worker's summarizer was not given the tool output's head and tail")
+		}
+	})
+
 	// Doing their jobs, no role touched a subject it may not.
 	for _, c := range []*roleConn{admin, producer, reader, conns["trigger"], conns["worker"], conns["api"]} {
 		if v := c.violations(); v != "" {
@@ -308,6 +351,16 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	object := func(c *roleConn) func(context.Context) error {
+		return func(ctx context.Context) error {
+			js, err := natsjs.New(c.nc)
+			if err != nil {
+				return err
+			}
+			_, err = js.Publish(ctx, "$O."+cfg.ObjectsBucket+".C.forged", []byte("forged"))
+			return err
+		}
+	}
 	t.Run("producer is refused results, policy and events", func(t *testing.T) {
 		refused(t, producer, "write a result", "$KV.compaction.forged", result(pst))
 		refused(t, producer, "read the policy bucket", "$JS.API.STREAM.MSG.GET.KV_compaction-policy", readPolicy(pst))
@@ -319,10 +372,12 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		refused(t, reader, "publish chat", "chat."+conv+".msg", chat(rc))
 		refused(t, reader, "write a result", "$KV.compaction.forged", result(rst))
 		refused(t, reader, "read the policy bucket", "$JS.API.STREAM.MSG.GET.KV_compaction-policy", readPolicy(rst))
+		refused(t, reader, "write an object", "$O."+cfg.ObjectsBucket+".C.forged", object(reader))
 	})
 	t.Run("worker is refused policy changes and chat", func(t *testing.T) {
 		refused(t, conns["worker"], "change a policy", "$KV.compaction-policy."+conv, policy(stores["worker"]))
 		refused(t, conns["worker"], "publish chat", "chat."+conv+".msg", chat(pipeline.NewWithStore(conns["worker"].nc, stores["worker"])))
+		refused(t, conns["worker"], "write an object", "$O."+cfg.ObjectsBucket+".C.forged", object(conns["worker"]))
 	})
 	t.Run("trigger is refused results and policy changes", func(t *testing.T) {
 		refused(t, conns["trigger"], "write a result", "$KV.compaction.forged", result(stores["trigger"]))

@@ -34,8 +34,9 @@ func ServerWith(t testing.TB, configure func(o *server.Options)) *server.Server 
 
 // ServerFromFile starts a nats-server from a configuration file (server.ProcessConfigFile:
 // its accounts, users and permissions), listening on a free port of 127.0.0.1 with its
-// JetStream store in t's temp dir whatever the file says, and shuts it down at cleanup.
-func ServerFromFile(t testing.TB, path string) *server.Server {
+// JetStream store in t's temp dir whatever the file says, with its options then changed
+// by configure (e.g. MaxPayload), and shuts it down at cleanup.
+func ServerFromFile(t testing.TB, path string, configure ...func(o *server.Options)) *server.Server {
 	t.Helper()
 	o, err := server.ProcessConfigFile(path)
 	if err != nil {
@@ -43,6 +44,9 @@ func ServerFromFile(t testing.TB, path string) *server.Server {
 	}
 	o.Host, o.Port, o.HTTPPort, o.Cluster.Port, o.LeafNode.Port = "127.0.0.1", -1, 0, 0, 0
 	o.StoreDir, o.NoLog, o.NoSigs = t.TempDir(), true, true
+	for _, c := range configure {
+		c(o)
+	}
 	return start(t, o, "options of "+path)
 }
 

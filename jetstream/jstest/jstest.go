@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/jetstream"
@@ -55,4 +56,21 @@ func Provision(t testing.TB, nc *nats.Conn) *jetstream.Store {
 		t.Fatalf("provision: %v", err)
 	}
 	return st
+}
+
+// MaxPayload is a ServerWith option: the server takes messages of at most n bytes (its
+// max_payload, 1 MiB by default), so tests of messages over it stay small and fast.
+func MaxPayload(n int32) func(o *server.Options) {
+	return func(o *server.Options) { o.MaxPayload = n }
+}
+
+// ConnTo connects to the server at url and closes the connection at cleanup.
+func ConnTo(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

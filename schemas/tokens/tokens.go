@@ -65,12 +65,31 @@ func Estimate(m *schemas.Message) int { return EstimateWith(Chars4{}, m) }
 
 // EstimateWith ignores m.Tokens and estimates from the content: text parts counted by c
 // (nil means Chars4), a fixed cost per non-text part, the reasoning, the name and every
-// tool call (a fixed cost plus its name and arguments counted by c).
+// tool call (a fixed cost plus its name and arguments counted by c). A stub (a message
+// whose content is stored as an object) counts its reference's tokens in place of its
+// content and reasoning, so it weighs what the whole message does without a fetch.
 func EstimateWith(c Counter, m *schemas.Message) int {
 	if c == nil {
 		c = Chars4{}
 	}
-	n := PerMessage + c.Count(m.Name) + c.Count(m.Reasoning)
+	n := PerMessage + c.Count(m.Name)
+	if m.ContentRef != nil {
+		n += m.ContentRef.Tokens
+	} else {
+		n += stored(c, m)
+	}
+	for _, tc := range m.ToolCalls {
+		n += PerToolCall + c.Count(tc.Function.Name) + c.Count(tc.Function.Arguments)
+	}
+	return n
+}
+
+// Stored is the chars/4 estimate of what Offload moves into an object (the content and
+// the reasoning): the tokens a stub's ContentRef carries.
+func Stored(m *schemas.Message) int { return stored(Chars4{}, m) }
+
+func stored(c Counter, m *schemas.Message) int {
+	n := c.Count(m.Reasoning)
 	switch {
 	case m.Content.IsString():
 		n += c.Count(m.Content.String())
@@ -85,9 +104,6 @@ func EstimateWith(c Counter, m *schemas.Message) int {
 				}
 			}
 		}
-	}
-	for _, tc := range m.ToolCalls {
-		n += PerToolCall + c.Count(tc.Function.Name) + c.Count(tc.Function.Arguments)
 	}
 	return n
 }

@@ -165,3 +165,27 @@ func TestLookup(t *testing.T) {
 		}
 	}
 }
+
+// A stub whose reference carries Stored of the message it replaces counts as that
+// message does: the trigger weighs a large message without fetching its object.
+func TestStubCountsAsTheMessageItReplaces(t *testing.T) {
+	for _, give := range []string{
+		`{"role":"tool","content":"` + strings.Repeat("output ", 5000) + `","tool_call_id":"c1"}`,
+		`{"role":"assistant","content":[{"type":"text","text":"abc"},{"type":"image_url","image_url":{"url":"u"}}],"reasoning":"because","name":"n","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}`,
+	} {
+		m, err := schemas.DecodeMessage([]byte(give))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stub, _, err := m.Offload("c", "b", tokens.Stored(&m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := tokens.Message(&stub), tokens.Message(&m); got != want {
+			t.Errorf("stub counts %d tokens; the message it replaces %d", got, want)
+		}
+		if tokens.Message(&stub) <= tokens.Estimate(&schemas.Message{Role: m.Role, Content: stub.Content}) {
+			t.Errorf("stub counted as its placeholder text")
+		}
+	}
+}

@@ -6,14 +6,27 @@
 //   node compactor.mjs context <conv>
 //
 // NATS_URL defaults to nats://127.0.0.1:4222 (the embedded server of `compactor serve`).
+// A message over the server's max payload is stored as an object and published as a stub;
+// the reader restores stubs, and skips and reports one whose object is gone or refused.
 import { connect, createInbox, StringCodec } from "nats";
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 
 const SUMMARY_PREFIX =
   "[Summary of the earlier conversation, written by Compactor. The messages it replaces are not shown.]\n\n";
 const ID_RULE = /^[A-Za-z0-9_-]{1,128}$/;
 const sc = StringCodec();
+
+// Messages over the server's max payload (README, "Large messages"): their content,
+// reasoning, extra and unknown fields are stored as one object of this bucket, named
+// <conv>/<sha256>, and a stub with a content_ref is published in their place.
+const OBJECTS = "compaction-objects";
+const OBJECTS_STREAM = `OBJ_${OBJECTS}`;
+const HEADER_ROOM = 512; // of the max payload, for a publish's headers besides the message id
+const MAX_OBJECT = 16 << 20; // jetstream.DefaultMaxObjectSize
+// The fields a stub keeps; every other field moves into the object.
+const STUB_FIELDS = ["role", "name", "tool_calls", "tool_call_id", "tokens", "usage", "context_generation", "meta"];
+const CONTRACT_FIELDS = new Set([...STUB_FIELDS, "content", "reasoning", "extra", "content_ref"]);
 
 // Every message gets its own Nats-Msg-Id: this run's random id plus the line number.
 // Within the stream's duplicate window (2 minutes) a second message with an id the stream
@@ -28,8 +41,12 @@ async function publish(nc, conv) {
   for await (const line of lines) {
     if (!line.trim()) continue;
     n++;
-    JSON.parse(line); // refuse malformed JSON before it reaches the stream
-    const ack = await publishRetrying(js, `chat.${conv}.msg`, sc.encode(line), `${run}-${n}`);
+    const msg = JSON.parse(line); // refuse malformed JSON before it reaches the stream
+    const msgID = `${run}-${n}`;
+    let data = sc.encode(line);
+    const limit = nc.info.max_payload - HEADER_ROOM - msgID.length;
+    if (data.length > limit) data = sc.encode(await offload(nc, conv, msg, data.length, limit));
+    const ack = await publishRetrying(js, `chat.${conv}.msg`, data, msgID);
     if (ack.duplicate) console.error(`line ${n}: stored once at seq ${ack.seq} (a retry of it was discarded)`);
     console.log(ack.seq);
   }
@@ -49,12 +66,189 @@ async function publishRetrying(js, subject, data, msgID, attempts = 5) {
   }
 }
 
+// offload stores what makes msg large as an object and returns the stub to publish:
+// role, name, tool calls, tool_call_id and metadata, a note for content, and a
+// content_ref. It refuses, naming the limit and the size, a message whose stub is still
+// over the limit (huge tool call arguments) or whose object is over MAX_OBJECT.
+async function offload(nc, conv, msg, size, limit) {
+  if (msg.content_ref != null) throw new Error("content_ref is set by the client for a message over the max payload; publish the whole message");
+  const object = { content: msg.content ?? null };
+  if (msg.reasoning) object.reasoning = msg.reasoning;
+  if (msg.extra != null) object.extra = msg.extra;
+  for (const k of Object.keys(msg).sort()) if (!CONTRACT_FIELDS.has(k)) object[k] = msg[k];
+  const bytes = Buffer.from(JSON.stringify(object));
+  const sha256 = createHash("sha256").update(bytes).digest("hex");
+  const name = `${conv}/${sha256}`;
+  const stub = { role: msg.role, content: `[content of ${bytes.length} bytes stored as object ${name} of bucket ${OBJECTS}]` };
+  for (const k of STUB_FIELDS) if (msg[k] != null) stub[k] = msg[k];
+  stub.content_ref = { bucket: OBJECTS, name, size: bytes.length, sha256, tokens: storedTokens(msg) };
+  const data = JSON.stringify(stub);
+  const max = nc.info.max_payload;
+  if (Buffer.byteLength(data) > limit) {
+    throw new Error(`message too large: the message is ${size} bytes, over the limit of ${limit} bytes (the server's max_payload ${max} less ${max - limit} for headers), ` +
+      `and still ${Buffer.byteLength(data)} bytes with its content stored as an object: its tool calls, name and metadata must fit in the limit`);
+  }
+  if (bytes.length > MAX_OBJECT) {
+    throw new Error(`message too large: the message is ${size} bytes, over the limit of ${limit} bytes (the server's max_payload), ` +
+      `and its content of ${bytes.length} bytes is over the max object size of ${MAX_OBJECT} bytes`);
+  }
+  await putObject(nc, name, bytes, sha256);
+  return data;
+}
+
+// The chars/4 estimate of what the object holds (content text, 256 per non-text part,
+// reasoning): the stub's weight, so the trigger counts it without fetching the object.
+function storedTokens(msg) {
+  const t = (s) => Math.ceil([...(typeof s === "string" ? s : "")].length / 4);
+  let n = t(msg.reasoning);
+  if (typeof msg.content === "string") n += t(msg.content);
+  else if (Array.isArray(msg.content)) for (const p of msg.content) n += p?.type === "text" ? t(p.text) : 256;
+  return n;
+}
+
+// putObject stores bytes as object name unless the bucket holds the same bytes already
+// (names are content addressed, so a retry stores nothing twice). When the bucket ages
+// objects out (CHAT has a max age), one stored more than a minute ago (half the duplicate
+// window) is stored again, so it outlives the new message that refers to it.
+async function putObject(nc, name, bytes, sha256) {
+  const jsm = await nc.jetstreamManager();
+  let si;
+  try {
+    si = await jsm.streams.info(OBJECTS_STREAM); // never let the client create it with other settings
+  } catch (e) {
+    throw new Error(`objects bucket ${OBJECTS} does not exist (a compactor of this version creates it at start): ${e.message}`);
+  }
+  const have = await objectInfo(jsm, name).catch(() => null);
+  const fresh = si.config.max_age === 0 || Date.now() - Date.parse(have?.mtime) < 60_000;
+  if (have && checkInfo(have, { name, size: bytes.length, sha256 }) === null && fresh) return;
+  const os = await nc.jetstream().views.os(OBJECTS);
+  const chunk = Math.min(128 * 1024, nc.info.max_payload - HEADER_ROOM);
+  await os.putBlob({ name, options: { max_chunk_size: chunk } }, bytes);
+}
+
+// objectInfo reads an object's description from the stream leader; null when the
+// bucket holds no such object (or no bucket).
+async function objectInfo(jsm, name) {
+  const subj = `$O.${OBJECTS}.M.${Buffer.from(name).toString("base64url")}${"=".repeat((3 - (Buffer.byteLength(name) % 3)) % 3)}`;
+  try {
+    const sm = await jsm.streams.getMessage(OBJECTS_STREAM, { last_by_subj: subj });
+    const info = JSON.parse(sc.decode(sm.data));
+    info.mtime = sm.time?.toISOString?.() ?? info.mtime;
+    return info;
+  } catch (e) {
+    if (e.code === "404") return null;
+    throw e;
+  }
+}
+
+// checkInfo compares an object's description with a reference before anything of it is
+// read; it returns why they differ, or null.
+function checkInfo(info, ref) {
+  const digest = "SHA-256=" + Buffer.from(ref.sha256, "hex").toString("base64url") + "=";
+  if (info.deleted) return `missing: ${ref.name} was deleted`;
+  if (info.options?.link) return `refused: ${ref.name} is a link; links are not followed`;
+  if (info.name !== ref.name || info.bucket !== OBJECTS) return `corrupt: ${ref.name}: its description names another object`;
+  if (info.size !== ref.size) return `corrupt: ${ref.name} holds ${info.size} bytes, the reference says ${ref.size}`;
+  if (info.digest !== digest) return `corrupt: ${ref.name}: its digest is not the reference's sha256`;
+  if (!/^[A-Za-z0-9]{1,64}$/.test(info.nuid ?? "") || !(info.chunks >= 1 && info.chunks <= info.size)) return `corrupt: ${ref.name}: its chunks are not described`;
+  return null;
+}
+
+// A message the reader skips and reports: its object is missing, corrupt or refused.
+class Gap extends Error {}
+
+// readObject fetches the object a stub of conversation conv names: refused before any
+// request when it is another conversation's, another bucket's or too large, bounded by
+// its size, checked against its sha256. The same steps as the Go reader.
+async function readObject(nc, jsm, conv, ref) {
+  if (ref === null || typeof ref !== "object" || Array.isArray(ref)) throw new Gap("content_ref refused: must be an object");
+  if (ref.bucket !== OBJECTS) throw new Gap(`content_ref refused: names bucket ${JSON.stringify(ref.bucket)}; objects of this conversation are in ${OBJECTS}`);
+  if (typeof ref.name !== "string" || !ref.name.startsWith(`${conv}/`)) {
+    throw new Gap(`content_ref refused: names object ${JSON.stringify(ref.name)} outside conversation ${JSON.stringify(conv)}`);
+  }
+  if (!/^[0-9a-f]{64}$/.test(ref.sha256) || ref.name !== `${conv}/${ref.sha256}` || !Number.isInteger(ref.size) || ref.size < 14) {
+    throw new Gap("content_ref refused: must be {bucket, name: <conversation>/<sha256>, size, sha256, tokens}");
+  }
+  if (ref.size > MAX_OBJECT) throw new Gap(`content_ref refused: ${ref.name} of ${ref.size} bytes is over the max object size of ${MAX_OBJECT} bytes`);
+  const info = await objectInfo(jsm, ref.name);
+  if (!info) throw new Gap(`stored object is missing: ${ref.name} of bucket ${OBJECTS} (deleted, purged, aged out or never stored)`);
+  const why = checkInfo(info, ref);
+  if (why) throw new Gap(`stored object ${why}`);
+  const subj = `$O.${OBJECTS}.C.${info.nuid}`;
+  const parts = [];
+  let got = 0;
+  let from = 1;
+  const add = (seq, data) => {
+    if (parts.length + 1 > info.chunks || got + data.length > info.size) throw new Gap(`stored object corrupt: ${ref.name} has more than its ${info.size} bytes`);
+    parts.push(data);
+    got += data.length;
+    from = seq + 1;
+  };
+  while (got < info.size) {
+    const { msgs, more } = await directBatch(nc, subj, from, 16, OBJECTS_STREAM);
+    for (const m of msgs) add(m.seq, m.data);
+    if (!more || msgs.length === 0) break;
+  }
+  while (got < info.size) { // a replica behind: the leader has every chunk
+    let sm;
+    try {
+      sm = await jsm.streams.getMessage(OBJECTS_STREAM, { seq: from, next_by_subj: subj });
+    } catch (e) {
+      if (e.code === "404") throw new Gap(`stored object corrupt: ${ref.name}: its chunks end at ${got} of ${info.size} bytes`);
+      throw e;
+    }
+    add(sm.seq, sm.data);
+  }
+  const bytes = Buffer.concat(parts);
+  if (createHash("sha256").update(bytes).digest("hex") !== ref.sha256) {
+    throw new Gap(`stored object corrupt: ${ref.name}: its bytes do not hash to the reference's sha256`);
+  }
+  return bytes;
+}
+
+// restore puts a stub and its object back together: the stub's fields, with what the
+// object holds; an object may not change the stub's role, tool round or metadata.
+function restore(stub, bytes) {
+  let object;
+  try {
+    object = JSON.parse(sc.decode(bytes));
+  } catch {
+    throw new Gap(`content_ref refused: object ${stub.content_ref.name} is not a JSON object`);
+  }
+  if (object === null || typeof object !== "object" || Array.isArray(object) || !("content" in object)) {
+    throw new Gap(`content_ref refused: object ${stub.content_ref.name} holds no content`);
+  }
+  const msg = { ...stub };
+  delete msg.content_ref;
+  delete msg.reasoning;
+  delete msg.extra;
+  for (const [k, v] of Object.entries(object)) {
+    if (CONTRACT_FIELDS.has(k) && !["content", "reasoning", "extra"].includes(k)) {
+      throw new Gap(`content_ref refused: object ${stub.content_ref.name} holds "${k}", which only the stub may carry`);
+    }
+    msg[k] = v;
+  }
+  return msg;
+}
+
+// resolve returns a message with its stored object put back, or throws a Gap.
+async function resolve(nc, jsm, conv, msg) {
+  if (msg?.content_ref == null) return msg;
+  const ref = msg.content_ref;
+  try {
+    return restore(msg, await readObject(nc, jsm, conv, ref));
+  } catch (e) {
+    if (e instanceof Gap) throw new Gap(`content_ref ${typeof ref?.name === "string" ? ref.name : "?"}: ${e.message}`);
+    throw e;
+  }
+}
+
 // One batched direct get: every message of subject from seq on, up to batch of them,
 // answered by any replica and closed by a 204 "EOB" status.
-async function directBatch(nc, subject, seq, batch = 256) {
+async function directBatch(nc, subject, seq, batch = 256, stream = "CHAT") {
   const inbox = createInbox();
   const sub = nc.subscribe(inbox, { timeout: 10000 });
-  nc.publish("$JS.API.DIRECT.GET.CHAT", sc.encode(JSON.stringify({ seq, next_by_subj: subject, batch })), {
+  nc.publish(`$JS.API.DIRECT.GET.${stream}`, sc.encode(JSON.stringify({ seq, next_by_subj: subject, batch })), {
     reply: inbox,
   });
   const out = [];
@@ -66,7 +260,7 @@ async function directBatch(nc, subject, seq, batch = 256) {
       else if (status !== 404) throw new Error(`direct get: ${status} ${m.headers.description}`);
       break;
     }
-    out.push({ seq: Number(m.headers.get("Nats-Sequence")), data: sc.decode(m.data) });
+    out.push({ seq: Number(m.headers.get("Nats-Sequence")), data: m.data });
   }
   sub.unsubscribe();
   return { msgs: out, more };
@@ -83,10 +277,17 @@ async function readContext(nc, conv) {
   const skipped = [];
   const overrides = new Map((value?.overrides ?? []).map((o) => [o.seq, o]));
   // 2. Pinned messages (and those a strategy keeps ahead of the summary), by sequence.
+  //    A message over the max payload is a stub: its object is fetched and the message
+  //    put back together; a missing, corrupt or refused object is skipped and reported.
   const jsm = await nc.jetstreamManager();
   for (const seq of value?.pinned_seqs ?? []) {
     const sm = await jsm.streams.getMessage("CHAT", { seq });
-    context.push(shape(JSON.parse(sc.decode(sm.data)), overrides.get(seq)));
+    try {
+      context.push(shape(await resolve(nc, jsm, conv, JSON.parse(sc.decode(sm.data))), overrides.get(seq)));
+    } catch (e) {
+      if (!(e instanceof Gap)) throw e;
+      skipped.push({ seq, reason: `pinned: invalid message: ${e.message}` });
+    }
   }
   // 3. The summary as one message.
   if (value?.summary) context.push({ role: value.summary_role || "user", content: SUMMARY_PREFIX + value.summary });
@@ -96,10 +297,18 @@ async function readContext(nc, conv) {
   for (;;) {
     const { msgs, more } = await directBatch(nc, `chat.${conv}.msg`, from);
     for (const m of msgs) {
+      let msg;
       try {
-        tail.push({ seq: m.seq, msg: JSON.parse(m.data) });
+        msg = JSON.parse(sc.decode(m.data));
       } catch (e) {
         skipped.push({ seq: m.seq, reason: `invalid JSON: ${e.message}` });
+        continue;
+      }
+      try {
+        tail.push({ seq: m.seq, msg: await resolve(nc, jsm, conv, msg) });
+      } catch (e) {
+        if (!(e instanceof Gap)) throw e;
+        skipped.push({ seq: m.seq, reason: `invalid message: ${e.message}` });
       }
     }
     if (!more || msgs.length === 0) break;
@@ -198,6 +407,9 @@ try {
     for (const s of skipped) console.error(`skipped seq ${s.seq}: ${s.reason}`);
     console.error(`${conv}: generation ${generation}, ${context.length} messages`);
   }
+} catch (e) {
+  console.error(`${cmd} ${conv}: ${e.message}`);
+  process.exitCode = 1;
 } finally {
   await nc.drain();
 }

@@ -1,0 +1,307 @@
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// Messages over the server's max payload: a client stores what makes them large as an
+// object of the objects bucket and publishes a stub with a schemas.ContentRef instead
+// (schemas.Message.Offload); readers fetch the object and restore the message. Objects
+// are written with nats.go's object store, in the format every NATS client reads, and
+// read here with batched direct gets of their chunks: bounded by the reference's size
+// before a byte is read, without an ephemeral consumer (a reader needs get rights only),
+// never following a link to another object or bucket, and with the stream leader's word
+// when a replica has not caught up.
+
+var (
+	// ErrObjectMissing is matched by the error of a stub whose object is gone (deleted,
+	// purged, aged out, never stored) or corrupt (not the length or SHA-256 the
+	// reference names). ResolveEntries turns such a stub into an invalid entry:
+	// readers skip and report it, like a pinned message that left CHAT.
+	ErrObjectMissing = errors.New("stored object is missing")
+	// ErrObjectRefused is matched by the error of a reference no reader follows: to
+	// another conversation's object or another bucket, to an object over
+	// Config.MaxObjectSize, to a link, or to an object that does not restore a valid
+	// message. ResolveEntries turns such a stub into an invalid entry too.
+	ErrObjectRefused = errors.New("content reference refused")
+	// ErrTooLarge is matched by the error of a message no publish can carry: still over
+	// the max payload without its content, or with an object over Config.MaxObjectSize.
+	ErrTooLarge = errors.New("message too large")
+)
+
+// HeaderRoom is what a chat publish keeps of the server's max payload for its headers
+// (Nats-Expected-Stream, Nats-Msg-Id's name), besides the message id itself.
+const HeaderRoom = 512
+
+// maxChunk is the chunk size of nats.go's object store, used unless the max payload is
+// smaller.
+const maxChunk = 128 << 10
+
+// chunkBatch is how many chunks one batched direct get asks for.
+const chunkBatch = 16
+
+func objectsStream(bucket string) string { return "OBJ_" + bucket }
+
+// MaxPayload is the largest message the connected server takes (its max_payload).
+func (s *Store) MaxPayload() int64 { return s.nc.MaxPayload() }
+
+// InlineLimit is the longest encoded chat message that PublishMessage may send with
+// message id msgID: the server's max payload less HeaderRoom and the id. A longer one
+// must be offloaded into an object.
+func (s *Store) InlineLimit(msgID string) int {
+	return int(s.nc.MaxPayload()) - HeaderRoom - len(msgID)
+}
+
+func (s *Store) objectMetaSubject(name string) string {
+	return "$O." + s.cfg.ObjectsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+}
+
+// PutObject stores object under name, an object of conversation conv (<conv>/<sha256>,
+// see schemas.Message.Offload). Names are content addressed, so when the bucket holds
+// the same bytes already nothing is written: a retried publish stores nothing twice.
+// With a finite CHAT max age an object stored more than half a duplicate window ago is
+// written again, which restarts its age: the bucket keeps objects for the max age plus
+// the duplicate window (Config.ObjectsTTL), so each outlives every message that refers
+// to it. An object over Config.MaxObjectSize is refused with ErrTooLarge.
+func (s *Store) PutObject(ctx context.Context, conv, name string, object []byte) error {
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return err
+	}
+	if name != schemas.ObjectName(conv, object) {
+		return fmt.Errorf("object name %q is not %s/<sha256 of the object>", name, conv)
+	}
+	if n := int64(len(object)); n > s.cfg.MaxObjectSize {
+		return fmt.Errorf("%w: its object of %d bytes is over the max object size of %d bytes", ErrTooLarge, n, s.cfg.MaxObjectSize)
+	}
+	info, at, err := s.objectInfo(ctx, name)
+	switch {
+	case err == nil && s.sameObject(info, name, object) && (s.cfg.ChatMaxAge == 0 || time.Since(at) < s.cfg.DuplicateWindow/2):
+		return nil
+	case err != nil && !errors.Is(err, ErrObjectMissing):
+		return err
+	}
+	obs, err := s.objectStore(ctx)
+	if err != nil {
+		return err
+	}
+	chunk := min(maxChunk, int(s.nc.MaxPayload())-HeaderRoom)
+	if _, err := obs.Put(ctx, natsjs.ObjectMeta{Name: name, Opts: &natsjs.ObjectMetaOptions{ChunkSize: uint32(max(chunk, 1))}},
+		bytes.NewReader(object)); err != nil {
+		return fmt.Errorf("store object %s: %w", name, err)
+	}
+	return nil
+}
+
+// sameObject reports whether info describes object, stored whole under name.
+func (s *Store) sameObject(info *natsjs.ObjectInfo, name string, object []byte) bool {
+	sum := sha256.Sum256(object)
+	return s.checkInfo(info, &schemas.ContentRef{Name: name, Size: int64(len(object)), SHA256: hex.EncodeToString(sum[:])}) == nil
+}
+
+// objectStore binds the objects bucket for writing, once.
+func (s *Store) objectStore(ctx context.Context) (natsjs.ObjectStore, error) {
+	s.objMu.Lock()
+	defer s.objMu.Unlock()
+	if s.objects != nil {
+		return s.objects, nil
+	}
+	obs, err := s.js.ObjectStore(ctx, s.cfg.ObjectsBucket)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		return nil, fmt.Errorf("objects bucket %s does not exist (a compactor of this version creates it at start, or an admin with its settings): %w",
+			s.cfg.ObjectsBucket, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("objects bucket %s: %w", s.cfg.ObjectsBucket, err)
+	}
+	s.objects = obs
+	return obs, nil
+}
+
+// objectInfo reads the description of object name from the stream leader, so an object
+// stored just before its stub was published is found; a name the bucket does not hold,
+// a deleted object and a missing bucket are ErrObjectMissing. at is when it was stored.
+func (s *Store) objectInfo(ctx context.Context, name string) (info *natsjs.ObjectInfo, at time.Time, err error) {
+	m, err := s.leaderGet(ctx, objectsStream(s.cfg.ObjectsBucket), map[string]any{"last_by_subj": s.objectMetaSubject(name)})
+	if errors.Is(err, errNoMessage) {
+		return nil, time.Time{}, fmt.Errorf("%w: %s of bucket %s (deleted, purged, aged out or never stored)", ErrObjectMissing, name, s.cfg.ObjectsBucket)
+	}
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("object %s: %w", name, err)
+	}
+	info = &natsjs.ObjectInfo{}
+	if err := json.Unmarshal(m.Data, info); err != nil {
+		return nil, time.Time{}, fmt.Errorf("%w: %s: its description does not decode (corrupt)", ErrObjectMissing, name)
+	}
+	if info.Deleted {
+		return nil, time.Time{}, fmt.Errorf("%w: %s was deleted", ErrObjectMissing, name)
+	}
+	return info, m.Time, nil
+}
+
+// checkInfo checks an object's description against the reference before anything of
+// it is read: a link (to another object or bucket) is refused, and an object whose
+// description is not the reference's (another length or digest, another name, chunks
+// on a subject with wildcards) is corrupt.
+func (s *Store) checkInfo(info *natsjs.ObjectInfo, ref *schemas.ContentRef) error {
+	corrupt := func(what string) error {
+		return fmt.Errorf("%w: %s is corrupt: %s", ErrObjectMissing, ref.Name, what)
+	}
+	want, _ := hex.DecodeString(ref.SHA256)
+	digest, err := natsjs.DecodeObjectDigest(info.Digest)
+	switch {
+	case info.Opts != nil && info.Opts.Link != nil:
+		return fmt.Errorf("%w: %s is a link; links are not followed", ErrObjectRefused, ref.Name)
+	case info.Name != ref.Name || info.Bucket != s.cfg.ObjectsBucket:
+		return corrupt(fmt.Sprintf("its description names %s of bucket %s", info.Name, info.Bucket))
+	case info.Size != uint64(ref.Size):
+		return corrupt(fmt.Sprintf("it holds %d bytes, the reference says %d", info.Size, ref.Size))
+	case err != nil || !strings.HasPrefix(info.Digest, "SHA-256=") || !bytes.Equal(digest, want):
+		return corrupt("its digest is not the reference's sha256")
+	case !validNUID(info.NUID) || info.Chunks == 0 || uint64(info.Chunks) > info.Size:
+		return corrupt("its chunks are not described")
+	}
+	return nil
+}
+
+func validNUID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// errIncomplete is an object whose chunks end before its size: it was replaced or
+// purged while it was read, or its chunks are gone.
+var errIncomplete = errors.New("object chunks end before its size")
+
+// ReadObject fetches the object ref names, for a stub of conversation conv. It refuses
+// (ErrObjectRefused) a reference to another conversation's object or another bucket
+// and one over Config.MaxObjectSize before sending anything, and reads no more than the
+// reference's size; an object that is gone, or not the bytes the reference names, is
+// ErrObjectMissing. Any other error is a failure to read (no answer, no permission).
+func (s *Store) ReadObject(ctx context.Context, conv string, ref *schemas.ContentRef) ([]byte, error) {
+	if err := ref.CheckOwner(conv, s.cfg.ObjectsBucket); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrObjectRefused, err)
+	}
+	if ref.Size > s.cfg.MaxObjectSize {
+		return nil, fmt.Errorf("%w: %s of %d bytes is over the max object size of %d bytes", ErrObjectRefused, ref.Name, ref.Size, s.cfg.MaxObjectSize)
+	}
+	for attempt := 0; ; attempt++ {
+		info, _, err := s.objectInfo(ctx, ref.Name)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.checkInfo(info, ref); err != nil {
+			return nil, err
+		}
+		object, err := s.readChunks(ctx, info)
+		if errors.Is(err, errIncomplete) && attempt == 0 {
+			continue // stored again while read (a refresh): its new chunks are whole
+		}
+		if errors.Is(err, errIncomplete) {
+			return nil, fmt.Errorf("%w: %s is corrupt: %v", ErrObjectMissing, ref.Name, err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if sum := sha256.Sum256(object); hex.EncodeToString(sum[:]) != ref.SHA256 {
+			return nil, fmt.Errorf("%w: %s is corrupt: its bytes do not hash to the reference's sha256", ErrObjectMissing, ref.Name)
+		}
+		return object, nil
+	}
+}
+
+// readChunks reads the chunks info describes, with batched direct gets (any replica),
+// then from the stream leader when a replica's answer ends short. It never holds more
+// than info.Size bytes or reads more than info.Chunks chunks.
+func (s *Store) readChunks(ctx context.Context, info *natsjs.ObjectInfo) ([]byte, error) {
+	stream := objectsStream(s.cfg.ObjectsBucket)
+	subj := "$O." + s.cfg.ObjectsBucket + ".C." + info.NUID
+	size := int(info.Size)
+	out := make([]byte, 0, size)
+	chunks := 0
+	from := uint64(1)
+	add := func(m StoredMsg) error {
+		chunks++
+		if chunks > int(info.Chunks) || len(out)+len(m.Data) > size {
+			return fmt.Errorf("%w: %s has more than its %d bytes in %d chunks", ErrObjectMissing, info.Name, size, info.Chunks)
+		}
+		out = append(out, m.Data...)
+		from = m.Seq + 1
+		return nil
+	}
+	for len(out) < size {
+		page, more, err := s.directBatch(ctx, stream, subj, from, chunkBatch)
+		if err != nil {
+			return nil, fmt.Errorf("read object %s: %w", info.Name, err)
+		}
+		for _, m := range page {
+			if err := add(m); err != nil {
+				return nil, err
+			}
+		}
+		if !more || len(page) == 0 {
+			break
+		}
+	}
+	for len(out) < size {
+		m, err := s.leaderGet(ctx, stream, map[string]any{"seq": from, "next_by_subj": subj})
+		if errors.Is(err, errNoMessage) {
+			return nil, fmt.Errorf("%w: %d of %d bytes", errIncomplete, len(out), size)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read object %s: %w", info.Name, err)
+		}
+		if err := add(m); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ResolveEntries restores, in place, every valid stub among es (entries of conversation
+// conv) from its object. A stub whose object is missing or corrupt, or whose reference
+// is refused, becomes an invalid entry whose Err says why and matches ErrObjectMissing
+// or ErrObjectRefused: readers skip and report it instead of failing the read or
+// blocking the conversation. Any other failure (no answer, no permission) is returned.
+func (s *Store) ResolveEntries(ctx context.Context, conv string, es []schemas.Entry) error {
+	for i := range es {
+		e := &es[i]
+		if e.Err != nil || e.Message.ContentRef == nil {
+			continue
+		}
+		ref := e.Message.ContentRef
+		object, err := s.ReadObject(ctx, conv, ref)
+		if err == nil {
+			var m schemas.Message
+			if m, err = e.Message.Restore(object); err == nil {
+				e.Message = m
+				continue
+			}
+			err = fmt.Errorf("%w: %v", ErrObjectRefused, err)
+		}
+		if !errors.Is(err, ErrObjectMissing) && !errors.Is(err, ErrObjectRefused) {
+			return fmt.Errorf("resolve message %d: %w", e.Seq, err)
+		}
+		e.Message, e.Err = schemas.Message{}, fmt.Errorf("content_ref %s: %w", ref.Name, err)
+	}
+	return nil
+}
