@@ -134,6 +134,11 @@ type Config struct {
 	TriggerPinnedTTL time.Duration
 	// ActivityMarkerTTL is how long the idle markers of ACTIVITY outlive their messages.
 	ActivityMarkerTTL time.Duration
+	// ForgetTTL is how long the tombstone of a forgotten conversation stays in the forget
+	// bucket: longer than any job or trigger request can be in flight (a summarizer call,
+	// its retries and backoffs), so a late write of the forgotten conversation is still
+	// recognised and taken back.
+	ForgetTTL time.Duration
 	// UpdateExisting lets Provision change existing streams, buckets and consumers whose
 	// settings differ from this config (say, CHAT's max age, which deletes raw history
 	// older than it for every process). Off, Provision changes nothing that exists and
@@ -154,6 +159,7 @@ func DefaultConfig() Config {
 		TriggerAckWait:    30 * time.Second,
 		TriggerPinnedTTL:  10 * time.Second,
 		ActivityMarkerTTL: 24 * time.Hour,
+		ForgetTTL:         24 * time.Hour,
 	}
 }
 
@@ -199,6 +205,8 @@ func (c Config) Validate() error {
 		return bad("trigger pinned TTL must be at least 1s")
 	case c.ActivityMarkerTTL < time.Second:
 		return bad("activity marker TTL must be at least 1s")
+	case c.ForgetTTL < time.Minute:
+		return bad("forget TTL must be at least 1m, got %s: tombstones must outlive the jobs in flight", c.ForgetTTL)
 	}
 	return nil
 }
