@@ -26,9 +26,9 @@ import (
 //     above T and starts a new conversation.
 //  2. It writes the tombstone {through_seq: T} under schemas.ForgetKey(conv) in the
 //     forget bucket, then publishes a forgotten event for live subscribers.
-//  3. Only then it purges: the pending request, the idle timer, the CHAT messages up to
-//     T, every revision of the KV value and of the policy, the stored objects, the dead
-//     letters and the events.
+//  3. Only then it deletes: the pending request, the idle timer, the CHAT messages up
+//     to T (each erased: overwritten in the store), every revision of the KV value and
+//     of the policy, the stored objects, the dead letters and the events.
 //
 // Every other writer of the conversation (a worker job, the trigger's requests, the
 // service's manual requests) writes first and checks after, reading the tombstone
@@ -117,10 +117,20 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		{name: "events", stream: s.cfg.EventsStream, subject: subj(s.cfg.EventSubject), counted: &d.Events, eventsOf: true},
 	}
 	for _, st := range steps {
-		var n uint64
-		if st.objects {
+		var n, erased uint64
+		switch {
+		case st.objects:
 			n, err = s.forgetObjects(ctx, conv)
-		} else {
+		case st.stream == s.cfg.ChatStream:
+			// Raw history is most of a conversation's bytes: each message is
+			// overwritten in the store, not only unlinked; the purge then takes what
+			// the erase missed.
+			if erased, err = s.eraseChat(ctx, conv, out.ThroughSeq, time.Now().Add(EraseBudget)); err == nil {
+				n, err = s.purge(ctx, st.stream, st.subject, st.before)
+				n += erased
+				d.ChatMessagesErased = erased
+			}
+		default:
 			n, err = s.purge(ctx, st.stream, st.subject, st.before)
 		}
 		if err != nil {
@@ -296,9 +306,12 @@ func (s *Store) purge(ctx context.Context, stream, subject string, before uint64
 	return out.Purged, nil
 }
 
-// errCodeNoMessageFound is the server's JSNoMessageFoundErr: a delete of a sequence
-// that holds no message (any more).
-const errCodeNoMessageFound = 10057
+// The server's answers to a delete of a sequence that holds no message (any more):
+// JSNoMessageFoundErr and JSSequenceNotFoundErrF.
+const (
+	errCodeNoMessageFound   = 10057
+	errCodeSequenceNotFound = 10043
+)
 
 // eraseMsg deletes one message and overwrites its bytes in the store; a message
 // already gone is no error.
@@ -306,13 +319,52 @@ func (s *Store) eraseMsg(ctx context.Context, stream string, seq uint64) error {
 	var out struct{}
 	err := s.apiRequest(ctx, apiPrefix+"STREAM.MSG.DELETE."+stream, map[string]any{"seq": seq}, &out)
 	var ae *apiError
-	if errors.As(err, &ae) && (ae.ErrCode == int(natsjs.JSErrCodeMessageNotFound) || ae.ErrCode == errCodeNoMessageFound || ae.Code == 404) {
+	if errors.As(err, &ae) && (ae.ErrCode == int(natsjs.JSErrCodeMessageNotFound) || ae.ErrCode == errCodeNoMessageFound ||
+		ae.ErrCode == errCodeSequenceNotFound || ae.Code == 404) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("delete message %d of %s: %w", seq, stream, err)
 	}
 	return nil
+}
+
+// EraseBudget bounds how long a forget erases raw history message by message (about a
+// millisecond each on one server); what is left then is purged: deleted, but its bytes
+// stay in the server's files until it compacts them.
+const EraseBudget = 20 * time.Second
+
+// eraseChat erases (overwrites, then deletes) the messages of conv up to through,
+// found with batched direct gets, until the deadline, and returns how many it erased.
+func (s *Store) eraseChat(ctx context.Context, conv string, through uint64, deadline time.Time) (uint64, error) {
+	subj, err := s.cfg.ChatSubject(conv)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for from := uint64(1); from <= through && time.Now().Before(deadline); {
+		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, from, DirectBatchSize)
+		if err != nil {
+			return n, err
+		}
+		for _, m := range page {
+			if m.Seq > through {
+				return n, nil
+			}
+			if time.Now().After(deadline) {
+				return n, nil
+			}
+			if err := s.eraseMsg(ctx, s.cfg.ChatStream, m.Seq); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if !more || len(page) == 0 {
+			return n, nil
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+	return n, nil
 }
 
 // forgetObjects deletes every object of the objects bucket whose name starts with

@@ -2,8 +2,12 @@ package jetstream_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +16,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/embedded"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
 )
@@ -94,7 +99,7 @@ func TestForgetDeletesEverythingOfTheConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("forget answered %+v", out)
-	want := schemas.ForgetCounts{ChatMessages: 4, ResultRevisions: 3, PolicyRevisions: 1, Requests: 1, Events: 2,
+	want := schemas.ForgetCounts{ChatMessages: 4, ChatMessagesErased: 4, ResultRevisions: 3, PolicyRevisions: 1, Requests: 1, Events: 2,
 		DeadLetters: 1, ActivityMarkers: 1, Objects: 2}
 	if out.Deleted != want || out.Conversation != "forget-me" || out.ThroughSeq < last {
 		t.Fatalf("forget answered %+v; want deleted %+v through seq ≥ %d", out, want, last)
@@ -220,4 +225,78 @@ func TestRemoveResultAndTakeBack(t *testing.T) {
 			t.Fatalf("value after the take-back: %+v", v)
 		}
 	})
+}
+
+// The forgotten conversation's raw history is overwritten in the server's files, not
+// only unlinked: no CHAT file holds its bytes afterwards, while the other
+// conversation's are still there. (KV buckets deny message deletes: a value's bytes
+// stay in its stream's file until the server compacts that block; see the README.)
+func TestForgetErasesRawHistoryOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx := ctxT(t)
+	for i := range 300 { // more than one batch of direct gets
+		for _, c := range []string{"disk-gone", "disk-kept"} {
+			if _, err := st.PublishMessage(ctx, c, fmt.Appendf(nil, `{"role":"user","content":"NEEDLE-%s %d"}`, c, i), ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	onDisk := func(needle string) int {
+		n := 0
+		err := filepath.WalkDir(filepath.Join(dir, "jetstream"), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.Contains(p, string(filepath.Separator)+"CHAT"+string(filepath.Separator)) {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			n += bytes.Count(b, []byte(needle))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := onDisk("NEEDLE-disk-gone"); n != 300 {
+		t.Fatalf("before the forget CHAT's files hold the needle %d times; want 300", n)
+	}
+	out, err := st.Forget(ctx, "disk-gone")
+	if err != nil || out.Deleted.ChatMessages != 300 || out.Deleted.ChatMessagesErased != 300 {
+		t.Fatalf("forget: %+v, %v; want 300 messages, all erased", out, err)
+	}
+	if n := onDisk("NEEDLE-disk-gone"); n != 0 {
+		t.Fatalf("after the forget CHAT's files still hold the forgotten messages %d times", n)
+	}
+	if n := onDisk("NEEDLE-disk-kept"); n != 300 {
+		t.Fatalf("after the forget CHAT's files hold the other conversation %d times; want 300", n)
+	}
+}
+
+// BenchmarkForget forgets a conversation of 1,000 messages among as many of another:
+// the erase of each message, the purges and the tombstone.
+func BenchmarkForget(b *testing.B) {
+	srv := jstest.Server(b)
+	nc := jstest.Conn(b, srv)
+	st := jstest.Provision(b, nc)
+	ctx := context.Background()
+	for b.Loop() {
+		b.StopTimer()
+		for i := range 1000 {
+			for _, c := range []string{"bench-gone", "bench-kept"} {
+				if _, err := st.PublishMessage(ctx, c, fmt.Appendf(nil, `{"role":"user","content":"message %d of %s"}`, i, c), ""); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.StartTimer()
+		if out, err := st.Forget(ctx, "bench-gone"); err != nil || out.Deleted.ChatMessages != 1000 {
+			b.Fatalf("forget: %+v, %v", out, err)
+		}
+	}
 }

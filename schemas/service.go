@@ -190,6 +190,10 @@ type ForgetResponse struct {
 // ForgetCounts are the stored messages and objects a forget deleted, by place.
 type ForgetCounts struct {
 	ChatMessages uint64 `json:"chat_messages"`
+	// ChatMessagesErased is the part of ChatMessages overwritten in the server's files;
+	// the rest (past the forget's erase budget) is deleted, its bytes left in the files
+	// until the server compacts them.
+	ChatMessagesErased uint64 `json:"chat_messages_erased"`
 	// ResultRevisions and PolicyRevisions count the KV revisions (history included).
 	ResultRevisions uint64 `json:"result_revisions"`
 	PolicyRevisions uint64 `json:"policy_revisions"`
