@@ -102,13 +102,14 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		subject  string
 		before   uint64 // 0: every message of the subject
 		counted  *uint64
-		objects  bool
+		erase    bool // each message is erased before the purge
+		objects  bool // the objects bucket, not one subject
 		eventsOf bool
 	}{
 		// Work first, so no new job starts on a pending request and no idle timer fires.
 		{name: "pending request", stream: s.cfg.RequestsStream, subject: subj(s.cfg.RequestSubject), counted: &d.Requests},
 		{name: "idle timer", stream: s.cfg.ActivityStream, subject: subj(s.cfg.ActivitySubject), counted: &d.ActivityMarkers},
-		{name: "messages", stream: s.cfg.ChatStream, subject: subj(s.cfg.ChatSubject), before: out.ThroughSeq + 1, counted: &d.ChatMessages},
+		{name: "messages", stream: s.cfg.ChatStream, subject: subj(s.cfg.ChatSubject), before: out.ThroughSeq + 1, counted: &d.ChatMessages, erase: true},
 		{name: "value", stream: "KV_" + s.cfg.ResultsBucket, subject: "$KV." + s.cfg.ResultsBucket + "." + conv, counted: &d.ResultRevisions},
 		{name: "policy", stream: "KV_" + s.cfg.PolicyBucket, subject: "$KV." + s.cfg.PolicyBucket + "." + conv, counted: &d.PolicyRevisions},
 		{name: "objects", objects: true, counted: &d.Objects},
@@ -121,7 +122,7 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		switch {
 		case st.objects:
 			n, err = s.forgetObjects(ctx, conv)
-		case st.stream == s.cfg.ChatStream:
+		case st.erase:
 			// Raw history is most of a conversation's bytes: each message is
 			// overwritten in the store, not only unlinked; the purge then takes what
 			// the erase missed.

@@ -269,7 +269,8 @@ func decodeRequest(d *jetstream.Delivery) (schemas.Request, error) {
 // handle maps the outcome of one delivery to JetStream: done → the job acked itself;
 // retryable → NakWithDelay; last attempt or permanent → Term, dead letter, failed event.
 // An invalid request is terminated with a dead letter saying why, and nothing of any
-// conversation is read.
+// conversation is read. A request of a conversation forgotten before or while the job
+// ran is acked, whatever the outcome, and what the job wrote is taken back.
 func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 	if d.MetadataErr != nil {
 		p.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("request without metadata")
