@@ -132,6 +132,8 @@ func (c *convState) decide() (kind, reason string) {
 // with its fallback.
 func (c *convState) hold(now time.Time, regrow float64) string {
 	switch {
+	case c.forgotten:
+		return "the conversation was forgotten: the state is rebuilt before it asks again"
 	case len(c.open) > 0:
 		return "tool calls unanswered"
 	case now.Before(c.inFlightUntil):

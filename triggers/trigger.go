@@ -569,7 +569,7 @@ func (t *Trigger) evaluate(ctx context.Context, c *convState, log zerolog.Logger
 func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string, log zerolog.Logger) (asked bool, err error) {
 	now := t.now()
 	if c.hold(now, t.cfg.Regrow) != "" {
-		if c.retry == nil && now.Before(c.backoffUntil) {
+		if c.retry == nil && !c.forgotten && now.Before(c.backoffUntil) {
 			t.scheduleRetry(ctx, c.id, c, c.backoffUntil.Sub(now))
 		}
 		return false, nil

@@ -200,7 +200,9 @@ func TestRolesOfAccountsConf(t *testing.T) {
 			if err := st.PublishEventRecorded(ctx, schemas.Event{Type: schemas.EventRequested, Conversation: other, RequestID: role}, &w); err != nil {
 				t.Fatalf("%s event: %v", role, err)
 			}
-			seq, err := stores["trigger"].Enqueue(ctx, schemas.Request{RequestID: role + "-req", Conversation: other,
+			// The running workers take this request: it names another conversation, so
+			// their job does not write the value written below.
+			seq, err := stores["trigger"].Enqueue(ctx, schemas.Request{RequestID: role + "-req", Conversation: other + "-q",
 				Trigger: "manual", RequestedAt: time.Now()})
 			if err != nil && !errors.Is(err, jetstream.ErrRequestPending) {
 				t.Fatal(err)
