@@ -149,6 +149,11 @@ type Config struct {
 	// reasoning, extra and unknown fields as JSON): a client refuses to store a larger
 	// one, and a reader refuses to fetch one, before reading a byte of it.
 	MaxObjectSize int64
+	// ForgetTTL is how long the tombstone of a forgotten conversation stays in the forget
+	// bucket: longer than any job or trigger request can be in flight (a summarizer call,
+	// its retries and backoffs), so a late write of the forgotten conversation is still
+	// recognised and taken back.
+	ForgetTTL time.Duration
 	// UpdateExisting lets Provision change existing streams, buckets and consumers whose
 	// settings differ from this config (say, CHAT's max age, which deletes raw history
 	// older than it for every process). Off, Provision changes nothing that exists and
@@ -170,6 +175,7 @@ func DefaultConfig() Config {
 		TriggerPinnedTTL:  10 * time.Second,
 		ActivityMarkerTTL: 24 * time.Hour,
 		MaxObjectSize:     DefaultMaxObjectSize,
+		ForgetTTL:         24 * time.Hour,
 	}
 }
 
@@ -220,6 +226,8 @@ func (c Config) Validate() error {
 		return bad("activity marker TTL must be at least 1s")
 	case c.MaxObjectSize < 1<<10 || c.MaxObjectSize > 1<<30:
 		return bad("max object size must be 1 KiB to 1 GiB, got %d bytes", c.MaxObjectSize)
+	case c.ForgetTTL < time.Minute:
+		return bad("forget TTL must be at least 1m, got %s: tombstones must outlive the jobs in flight", c.ForgetTTL)
 	}
 	return nil
 }

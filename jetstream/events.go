@@ -15,6 +15,11 @@ import (
 
 // PublishEvent publishes an event on compact.event.<conv>.
 func (s *Store) PublishEvent(ctx context.Context, ev schemas.Event) error {
+	return s.PublishEventRecorded(ctx, ev, nil)
+}
+
+// PublishEventRecorded is PublishEvent recording the stored event in w (see TakeBack).
+func (s *Store) PublishEventRecorded(ctx context.Context, ev schemas.Event, w *Writes) error {
 	subj, err := s.cfg.EventSubject(ev.Conversation)
 	if err != nil {
 		return err
@@ -23,9 +28,11 @@ func (s *Store) PublishEvent(ctx context.Context, ev schemas.Event) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.js.Publish(ctx, subj, data); err != nil {
+	ack, err := s.js.Publish(ctx, subj, data)
+	if err != nil {
 		return fmt.Errorf("publish %s event for %s: %w", ev.Type, ev.Conversation, err)
 	}
+	w.add(func(w *Writes) *[]uint64 { return &w.events }, ack.Sequence)
 	return nil
 }
 
@@ -33,6 +40,12 @@ func (s *Store) PublishEvent(ctx context.Context, ev schemas.Event) error {
 // A request whose conversation id breaks the id rule is recorded under conv, the
 // conversation its subject named ("" for none: it goes to compact.dead.invalid).
 func (s *Store) PublishDead(ctx context.Context, conv string, d schemas.DeadLetter) error {
+	return s.PublishDeadRecorded(ctx, conv, d, nil)
+}
+
+// PublishDeadRecorded is PublishDead recording the stored dead letter in w (see
+// TakeBack).
+func (s *Store) PublishDeadRecorded(ctx context.Context, conv string, d schemas.DeadLetter, w *Writes) error {
 	if schemas.ValidateConversationID(conv) != nil {
 		conv = "invalid"
 	}
@@ -41,9 +54,11 @@ func (s *Store) PublishDead(ctx context.Context, conv string, d schemas.DeadLett
 	if err != nil {
 		return err
 	}
-	if _, err := s.js.Publish(ctx, subj, data); err != nil {
+	ack, err := s.js.Publish(ctx, subj, data)
+	if err != nil {
 		return fmt.Errorf("publish dead letter for %s: %w", conv, err)
 	}
+	w.add(func(w *Writes) *[]uint64 { return &w.dead }, ack.Sequence)
 	return nil
 }
 
@@ -135,7 +150,9 @@ func (s *Store) FindOutcome(ctx context.Context, conv, id string, since time.Tim
 
 // WaitOutcome waits for the outcome of request id: it reads the conversation's stored
 // events since since (zero: all of them), so an outcome that came first is not missed,
-// then the new ones, until the outcome or ctx's end.
+// then the new ones, until the outcome or ctx's end. A forgotten event (the
+// conversation was forgotten meanwhile: no outcome will come) ends the wait too, when
+// it is seen before the forget deletes it.
 func (s *Store) WaitOutcome(ctx context.Context, conv, id string, since time.Time) (schemas.Event, error) {
 	oc, err := s.eventReplay(ctx, conv, since)
 	if err != nil {
@@ -155,7 +172,8 @@ func (s *Store) WaitOutcome(ctx context.Context, conv, id string, since time.Tim
 				errs <- err
 				return
 			}
-			if ev, err := s.decodeEvent(m.Subject(), m.Data()); err == nil && ev.RequestID == id && IsOutcome(ev) {
+			if ev, err := s.decodeEvent(m.Subject(), m.Data()); err == nil &&
+				(ev.RequestID == id && IsOutcome(ev) || ev.Type == schemas.EventForgotten) {
 				results <- ev
 				return
 			}

@@ -107,6 +107,14 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			Storage:     natsjs.FileStorage,
 			Replicas:    cfg.Replicas,
 		},
+		{
+			Bucket:      cfg.ForgetBucket,
+			Description: "Compactor tombstones of forgotten conversations, keyed by the SHA-256 of the id",
+			History:     1,
+			TTL:         cfg.ForgetTTL,
+			Storage:     natsjs.FileStorage,
+			Replicas:    cfg.Replicas,
+		},
 	}
 	for _, kc := range buckets {
 		if err := p.bucket(ctx, kc); err != nil {

@@ -35,7 +35,7 @@ type Status struct {
 func (s *Store) Status(ctx context.Context) Status {
 	var out Status
 	for _, name := range []string{s.cfg.ChatStream, s.cfg.RequestsStream, s.cfg.EventsStream, s.cfg.DeadStream,
-		s.cfg.ActivityStream, "KV_" + s.cfg.ResultsBucket, "KV_" + s.cfg.PolicyBucket, objectsStream(s.cfg.ObjectsBucket)} {
+		s.cfg.ActivityStream, "KV_" + s.cfg.ResultsBucket, "KV_" + s.cfg.PolicyBucket, objectsStream(s.cfg.ObjectsBucket), "KV_" + s.cfg.ForgetBucket} {
 		ss := StreamStatus{Name: name}
 		st, err := s.js.Stream(ctx, name)
 		if err == nil {

@@ -116,6 +116,29 @@ func (c *Client) Policy(ctx context.Context, req schemas.PolicyRequest) (schemas
 	return r, err
 }
 
+// ForgetResponse is the compactor service's answer to Forget: the sequence the
+// conversation was forgotten through and what was deleted, by place.
+type ForgetResponse = schemas.ForgetResponse
+
+// Forget asks the compactor service (compactor.forget) to delete a conversation
+// everywhere, for good: its messages, its value and history, policy, pending request,
+// idle timer, events, dead letters and stored objects. Work in flight for it does not
+// bring it back; messages published to the same id afterwards start a new
+// conversation. Forgetting a conversation with nothing stored is no error (every count
+// is 0). It returns ErrNoService when no compactor answers, and an error matching
+// schemas.ErrInvalid for an invalid id (checked before anything is sent).
+func (c *Client) Forget(ctx context.Context, conv string) (ForgetResponse, error) {
+	var r ForgetResponse
+	req := schemas.ForgetRequest{Conversation: conv}
+	if err := req.Validate(); err != nil {
+		return r, err
+	}
+	// A forget deletes from every stream and lists the objects bucket: it may take
+	// longer than the other calls.
+	err := c.call(ctx, schemas.ForgetSubject, time.Minute, req, &r)
+	return r, err
+}
+
 // call sends one request to the compactor service and decodes its answer into out.
 func (c *Client) call(ctx context.Context, subject string, wait time.Duration, in, out any) error {
 	body, err := json.Marshal(in)
@@ -166,7 +189,8 @@ func (c *Client) RequestCompaction(ctx context.Context, conv, instructions strin
 
 // WaitForOutcome waits for the completed, declined or failed event of a request.
 // Events already in COMPACT_EVENTS are read too, so an outcome that came before the
-// call is not missed.
+// call is not missed. A forgotten event (type schemas.EventForgotten: the conversation
+// was forgotten meanwhile and no outcome will come) ends the wait too.
 func (c *Client) WaitForOutcome(ctx context.Context, conv, requestID string) (schemas.Event, error) {
 	return c.store.WaitOutcome(ctx, conv, requestID, time.Time{})
 }

@@ -13,5 +13,6 @@
 //	// r.Status: queued, busy, completed, declined or failed; r.Result: the new value
 //
 // Compact (and RequestCompaction) ask the compactor service, compactor.compact, which
-// any `compactor serve` process runs; ErrNoService says when none answers.
+// any `compactor serve` process runs; ErrNoService says when none answers. Forget asks
+// it (compactor.forget) to delete a conversation everywhere, for good.
 package pipeline

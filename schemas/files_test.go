@@ -48,8 +48,9 @@ func TestFilesAreSchemas(t *testing.T) {
 	docs := loadSchemas(t)
 	want := []string{"dead-letter.v1.json", "event.v1.json", "message.v1.json", "policy.v1.json", "request.v1.json", "result.v1.json",
 		"service-compact-request.v1.json", "service-compact-response.v1.json", "service-context-response.v1.json",
-		"service-conversation-request.v1.json", "service-policy-request.v1.json", "service-policy-response.v1.json",
-		"service-status-response.v1.json"}
+		"service-conversation-request.v1.json", "service-forget-request.v1.json", "service-forget-response.v1.json",
+		"service-policy-request.v1.json", "service-policy-response.v1.json",
+		"service-status-response.v1.json", "tombstone.v1.json"}
 	got := make([]string, 0, len(docs))
 	for name := range docs {
 		got = append(got, name)
@@ -103,6 +104,10 @@ func TestSchemaPropertiesMatchGoTypes(t *testing.T) {
 		{name: "status response", file: "service-status-response.v1.json", give: reflect.TypeFor[schemas.ConversationStatus](), wantRequired: true},
 		{name: "policy request", file: "service-policy-request.v1.json", give: reflect.TypeFor[schemas.PolicyRequest](), wantRequired: true},
 		{name: "policy response", file: "service-policy-response.v1.json", give: reflect.TypeFor[schemas.PolicyResponse](), wantRequired: true},
+		{name: "forget request", file: "service-forget-request.v1.json", give: reflect.TypeFor[schemas.ForgetRequest](), wantRequired: true},
+		{name: "forget response", file: "service-forget-response.v1.json", give: reflect.TypeFor[schemas.ForgetResponse](), wantRequired: true},
+		{name: "forget counts", file: "service-forget-response.v1.json", def: "counts", give: reflect.TypeFor[schemas.ForgetCounts](), wantRequired: true},
+		{name: "tombstone", file: "tombstone.v1.json", give: reflect.TypeFor[schemas.Tombstone](), wantRequired: true},
 	}
 	// $defs that describe no Go type of their own.
 	untyped := map[string]bool{"message.v1.json#content_part": true, "request.v1.json#conversation": true}
@@ -220,7 +225,7 @@ func TestSchemasAcceptGoOutput(t *testing.T) {
 			TailStartSeq: 9, CoveredThroughSeq: 8, PinnedSeqs: []uint64{1}, Overrides: []schemas.Override{{Seq: 9, KeepHead: 1, KeepTail: 2, Note: "n"}},
 			Strategy: "last_n", Trigger: "budget", Reason: "r", RequestID: "q", RequestSeq: 3, LLMBaseGeneration: 1,
 			Fallback: true, Model: "m", PromptHash: "h", TokensBefore: 9, TokensAfter: 3, MessagesBefore: 5, MessagesAfter: 2,
-			Usage: &schemas.Usage{PromptTokens: 1, CompletionTokens: 2, TotalTokens: 3}, DeclinedAtSeq: 7, CreatedAt: at,
+			Usage: &schemas.Usage{PromptTokens: 1, CompletionTokens: 2, TotalTokens: 3}, DeclinedAtSeq: 7, LoadedThroughSeq: 12, FirstSeq: 1, CreatedAt: at,
 			Unknown: map[string]json.RawMessage{"future": json.RawMessage(`{"x":1}`)},
 		}},
 		{name: "newer result", file: "result.v1.json", give: schemas.Result{SchemaVersion: 2, Conversation: "c"}, wantErr: true},
@@ -228,6 +233,9 @@ func TestSchemasAcceptGoOutput(t *testing.T) {
 			Generation: 1, Trigger: schemas.TriggerBudget, Reason: "r", TokensBefore: 9, TokensAfter: 3, DurationMS: 12, At: at}},
 		{name: "failed event", file: "event.v1.json", give: schemas.Event{Type: schemas.EventFailed, Conversation: "c", RequestID: "r", Error: "boom", At: at}},
 		{name: "event unknown type", file: "event.v1.json", give: schemas.Event{Type: "exploded", Conversation: "c", At: at}, wantErr: true},
+		{name: "forgotten event", file: "event.v1.json", give: schemas.Event{Type: schemas.EventForgotten, Conversation: "c", RequestID: "r", At: at}},
+		{name: "tombstone", file: "tombstone.v1.json", give: schemas.Tombstone{ThroughSeq: 42, ForgottenAt: at}},
+		{name: "tombstone without sequence", file: "tombstone.v1.json", give: map[string]any{"forgotten_at": at}, wantErr: true},
 		{name: "dead letter", file: "dead-letter.v1.json", give: schemas.DeadLetter{Request: req, Error: "llm down", Attempts: 5, At: at}},
 		{name: "dead letter bad request", file: "dead-letter.v1.json", give: schemas.DeadLetter{Request: schemas.Request{Conversation: "c"}, At: at}, wantErr: true},
 		{name: "message", file: "message.v1.json", give: schemas.Message{Role: schemas.RoleTool, Content: schemas.Text("x"), ToolCallID: "c",

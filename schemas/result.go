@@ -106,8 +106,14 @@ type Result struct {
 	DeclinedAtSeq     uint64 `json:"declined_at_seq,omitempty"`
 	// LoadedThroughSeq is the newest CHAT sequence the compaction read: rounds and idle
 	// time are counted from there.
-	LoadedThroughSeq uint64    `json:"loaded_through_seq,omitempty"`
-	CreatedAt        time.Time `json:"created_at"`
+	LoadedThroughSeq uint64 `json:"loaded_through_seq,omitempty"`
+	// FirstSeq is the lowest CHAT sequence the value depends on: its oldest input
+	// message, the previous value's FirstSeq, or the newest sequence its request had
+	// seen, whichever is lowest (0 when unknown, as in values of older writers). A
+	// forget of the conversation through sequence T covers every value with
+	// FirstSeq <= T: such a value holds something of the forgotten conversation.
+	FirstSeq  uint64    `json:"first_seq,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 
 	// Unknown keeps fields written by a newer writer, so a rewrite does not drop them.
 	Unknown map[string]json.RawMessage `json:"-"`
@@ -253,6 +259,10 @@ const (
 	EventCompleted = "completed"
 	EventDeclined  = "declined"
 	EventFailed    = "failed"
+	// EventForgotten says the conversation was forgotten (compactor.forget): whoever
+	// holds state of it drops that state. It is published before the conversation's
+	// events are deleted, so it is seen live, never stored for long.
+	EventForgotten = "forgotten"
 )
 
 // Event reports one step of a compaction request.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"time"
 )
 
 // The compactor service (NATS micro): its name, which is also its endpoints' group, and
@@ -14,6 +15,7 @@ const (
 	ContextSubject = ServiceName + ".context"
 	StatusSubject  = ServiceName + ".status"
 	PolicySubject  = ServiceName + ".policy"
+	ForgetSubject  = ServiceName + ".forget"
 )
 
 // Statuses of a compactor.compact answer. completed, declined and failed are the
@@ -161,3 +163,58 @@ type PolicyResponse struct {
 	// (policy.Settings.ByKey).
 	Settings map[string]any `json:"settings"`
 }
+
+// ForgetRequest is the payload of compactor.forget (service-forget-request.v1.json).
+type ForgetRequest struct {
+	Conversation string `json:"conversation"`
+}
+
+// Validate checks the conversation id; an error is a *ValidationError naming the field
+// and the rule.
+func (r *ForgetRequest) Validate() error { return ValidateConversationID(r.Conversation) }
+
+// ForgetResponse is the answer of compactor.forget (service-forget-response.v1.json),
+// and what `compactor forget` prints. Forgetting a conversation that has nothing
+// stored is not an error: every count is 0.
+type ForgetResponse struct {
+	Conversation string `json:"conversation"`
+	// ThroughSeq is the CHAT sequence the conversation was forgotten through: its
+	// messages up to it are deleted; messages published to the same id afterwards are a
+	// new conversation.
+	ThroughSeq  uint64    `json:"through_seq"`
+	ForgottenAt time.Time `json:"forgotten_at"`
+	// Deleted counts what was deleted, by place.
+	Deleted ForgetCounts `json:"deleted"`
+}
+
+// ForgetCounts are the stored messages and objects a forget deleted, by place.
+type ForgetCounts struct {
+	ChatMessages uint64 `json:"chat_messages"`
+	// ChatMessagesErased is the part of ChatMessages overwritten in the server's files;
+	// the rest (past the forget's erase budget) is deleted, its bytes left in the files
+	// until the server compacts them.
+	ChatMessagesErased uint64 `json:"chat_messages_erased"`
+	// ResultRevisions and PolicyRevisions count the KV revisions (history included).
+	ResultRevisions uint64 `json:"result_revisions"`
+	PolicyRevisions uint64 `json:"policy_revisions"`
+	Requests        uint64 `json:"requests"`
+	Events          uint64 `json:"events"`
+	DeadLetters     uint64 `json:"dead_letters"`
+	ActivityMarkers uint64 `json:"activity_markers"`
+	Objects         uint64 `json:"objects"`
+}
+
+// Tombstone is the value a forget leaves, for a while, in KV bucket
+// compaction-forgotten under ForgetKey(conversation) (tombstone.v1.json): the
+// conversation's messages up to ThroughSeq were deleted. Processes that were working on
+// the conversation when it was forgotten find it there and take back what they wrote.
+// It holds no byte of the conversation: its key is a hash of the id.
+type Tombstone struct {
+	ThroughSeq  uint64    `json:"through_seq"`
+	ForgottenAt time.Time `json:"forgotten_at"`
+}
+
+// Covers reports whether something that depends on CHAT sequence seq (a value's
+// FirstSeq, a request's UpToSeq) belongs to the forgotten conversation. A nil
+// tombstone covers nothing.
+func (t *Tombstone) Covers(seq uint64) bool { return t != nil && seq <= t.ThroughSeq }

@@ -57,6 +57,36 @@ func TestCompactRequestValidate(t *testing.T) {
 	}
 }
 
+func TestForgetRequestValidate(t *testing.T) {
+	if err := (&schemas.ForgetRequest{Conversation: "c-1_x"}).Validate(); err != nil {
+		t.Fatalf("valid forget request: %v", err)
+	}
+	for _, tc := range []struct{ give, want string }{
+		{"", "conversation: must not be empty"},
+		{"a.b", "conversation: character '.' at position 1"},
+		{"*", "conversation: character '*' at position 0"},
+		{strings.Repeat("c", 129), "conversation: is 129 characters long"},
+	} {
+		err := (&schemas.ForgetRequest{Conversation: tc.give}).Validate()
+		if !errors.Is(err, schemas.ErrInvalid) || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("Validate(%q) = %v; want %q", tc.give, err, tc.want)
+		}
+	}
+}
+
+// The tombstone's key is the SHA-256 of the id, never the id; it is a valid KV key.
+func TestForgetKey(t *testing.T) {
+	// sha256sum of the 10 bytes "support-42", as any language computes it.
+	if got, want := schemas.ForgetKey("support-42"), "b35e253286455d42d8c2fdea8dbaf3356a209334cfc56462089044ee588a88d6"; got != want {
+		t.Fatalf("ForgetKey = %q; want %q", got, want)
+	}
+	tomb := &schemas.Tombstone{ThroughSeq: 10}
+	var none *schemas.Tombstone
+	if !tomb.Covers(10) || !tomb.Covers(0) || tomb.Covers(11) || none.Covers(1) {
+		t.Fatal("Covers: want seq <= through_seq, and nothing for a nil tombstone")
+	}
+}
+
 func TestConversationAndPolicyRequestValidate(t *testing.T) {
 	if err := (&schemas.ConversationRequest{Conversation: "c1"}).Validate(); err != nil {
 		t.Fatalf("valid conversation request: %v", err)
@@ -114,6 +144,14 @@ func TestServiceSchemasAcceptGoOutput(t *testing.T) {
 		{name: "policy set bool", file: "service-policy-request.v1.json", give: schemas.PolicyRequest{Conversation: "c", Set: map[string]any{"threshold": true}}, wantErr: true},
 		{name: "policy answer", file: "service-policy-response.v1.json", give: schemas.PolicyResponse{Conversation: "c",
 			Policy: map[string]string{"threshold": "0.6"}, Settings: map[string]any{"profile": "", "threshold": 0.6, "idle_after": "0s", "keep_last_n": 20}}},
+		{name: "forget request", file: "service-forget-request.v1.json", give: schemas.ForgetRequest{Conversation: "c1"}},
+		{name: "forget request without conversation", file: "service-forget-request.v1.json", give: schemas.ForgetRequest{}, wantErr: true},
+		{name: "forget request bad id", file: "service-forget-request.v1.json", give: schemas.ForgetRequest{Conversation: "a.b"}, wantErr: true},
+		{name: "forget request unknown field", file: "service-forget-request.v1.json", give: map[string]any{"conversation": "c", "everything": true}, wantErr: true},
+		{name: "forget answer", file: "service-forget-response.v1.json", give: schemas.ForgetResponse{Conversation: "c", ThroughSeq: 42, ForgottenAt: at,
+			Deleted: schemas.ForgetCounts{ChatMessages: 40, ResultRevisions: 3, Events: 9, Objects: 2}}},
+		{name: "forget answer of nothing", file: "service-forget-response.v1.json", give: schemas.ForgetResponse{Conversation: "c", ForgottenAt: at}},
+		{name: "forget answer without counts", file: "service-forget-response.v1.json", give: map[string]any{"conversation": "c", "through_seq": 1, "forgotten_at": at}, wantErr: true},
 		{name: "policy answer without profile", file: "service-policy-response.v1.json", give: schemas.PolicyResponse{Conversation: "c",
 			Policy: map[string]string{}, Settings: map[string]any{"threshold": 0.6}}, wantErr: true},
 	}

@@ -37,6 +37,15 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	stop := j.keepAlive(p.cfg.InProgressEvery)
 	defer stop()
 	conv := j.req.Conversation
+	// A request made before its conversation was forgotten is dropped.
+	tomb, err := p.store.Forgotten(ctx, conv)
+	if err != nil {
+		return err
+	}
+	j.tomb = tomb
+	if tomb.Covers(j.req.UpToSeq) {
+		return errForgotten
+	}
 	// 2. The current value, from the leader. Holding this request (its queue sequence
 	// and its id) means the work was done before a crash: report it and ack.
 	cur, rev, err := p.store.GetResult(ctx, conv, true)
@@ -46,6 +55,19 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 			return fmt.Errorf("%w: %v", errPermanent, err)
 		}
 		return err
+	}
+	if cur != nil && tomb.Covers(cur.FirstSeq) {
+		// A value of the forgotten conversation is still there: the forget has not
+		// reached it yet, or the process that wrote it died before taking it back. The new
+		// conversation does not build on it.
+		if err := p.store.RemoveResult(ctx, conv, rev); err != nil {
+			return err
+		}
+		j.log.Warn().Uint64("revision", rev).Msg("removed a value of the forgotten conversation")
+		cur, rev = nil, 0
+	}
+	if cur != nil {
+		j.firstSeq = min(j.firstSeq, cur.FirstSeq)
 	}
 	if cur != nil && cur.RequestSeq == j.seq && cur.RequestID == j.req.RequestID {
 		j.log.Info().Uint64("generation", cur.Generation).Msg("request already done before a restart; acking")
@@ -69,9 +91,18 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	p.event(ctx, j, schemas.Event{Type: schemas.EventStarted, Generation: genOf(cur)})
 
 	// 3. Load, split, pre-trim, summarize.
-	ld, err := p.load(ctx, conv, cur, rev, j.req.UpToSeq)
+	var forgottenThrough uint64 // the forgotten conversation's messages are not read
+	if tomb != nil {
+		forgottenThrough = tomb.ThroughSeq
+	}
+	ld, err := p.load(ctx, conv, cur, rev, j.req.UpToSeq, forgottenThrough)
 	if err != nil {
 		return err
+	}
+	for _, l := range [][]schemas.Entry{ld.pinned, ld.kept, ld.entries} {
+		for _, e := range l {
+			j.firstSeq = min(j.firstSeq, e.Seq)
+		}
 	}
 	for _, e := range ld.missing {
 		j.log.Warn().Err(e.Err).Uint64("seq", e.Seq).Msg("pinned message is gone; dropped from the value")
@@ -137,15 +168,18 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	}
 
 	// 5. Compare-and-set on the revision read in step 2.
-	if _, err := p.store.PutResult(ctx, next, ld.rev); err != nil {
+	if rev, err := p.store.PutResult(ctx, next, ld.rev); err == nil {
+		j.writes.Result(rev)
+	} else {
 		// A write whose answer was lost (a timeout while the bucket's leader changed)
 		// may have been stored: the leader says whether the value is ours.
-		now, _, rerr := p.store.GetResult(ctx, conv, true)
+		now, nowRev, rerr := p.store.GetResult(ctx, conv, true)
 		switch {
 		case rerr != nil:
 			return fmt.Errorf("%w; reading the value back: %v", err, rerr)
 		case now != nil && now.RequestSeq == j.seq && now.RequestID == j.req.RequestID:
 			next = now // our own write, acknowledged before a lost reply
+			j.writes.Result(nowRev)
 		case errors.Is(err, jetstream.ErrRevisionMismatch):
 			return fmt.Errorf("compaction value changed while summarizing; result discarded: %w", err)
 		default:
@@ -158,7 +192,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if j.fallbackFor != nil {
 		// Recorded once the fallback is in KV: the LLM's failure is on file for operators.
 		dead := schemas.DeadLetter{Request: j.req, Error: j.fallbackFor.Error() + " (fallback summary written)", Attempts: j.attempt, At: p.now()}
-		if derr := p.store.PublishDead(ctx, conv, dead); derr != nil {
+		if derr := p.store.PublishDeadRecorded(ctx, conv, dead, &j.writes); derr != nil {
 			j.log.Warn().Err(derr).Msg("record dead letter")
 		}
 	}
@@ -228,12 +262,14 @@ func sortedBySeq(lists ...[]schemas.Entry) []schemas.Entry {
 // load reads the pinned and kept messages and everything from the current tail start,
 // at least through upTo (the newest message the request was made for): a replica that
 // lags behind is caught up from the stream leader. A pinned or kept message that left
-// the stream is reported in missing and dropped from the next value.
-func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev, upTo uint64) (*loaded, error) {
+// the stream is reported in missing and dropped from the next value. Nothing at or
+// below forgottenThrough is read: those are a forgotten conversation's messages, which
+// the forget may not have deleted yet.
+func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev, upTo, forgottenThrough uint64) (*loaded, error) {
 	ld := &loaded{cur: cur, rev: rev}
-	from := uint64(1)
+	from := forgottenThrough + 1
 	if cur != nil && cur.TailStartSeq > 0 {
-		from = cur.TailStartSeq
+		from = max(from, cur.TailStartSeq)
 	}
 	ld.leading = cur == nil || cur.CoveredThroughSeq == 0
 	if cur != nil {
@@ -429,6 +465,7 @@ func (p *Pool) result(j *job, ld *loaded, pl plan, out Output, before assemble.C
 	next.TokensBefore = before.Tokens
 	next.MessagesBefore = len(before.Messages)
 	next.LoadedThroughSeq = ld.lastSeq
+	next.FirstSeq = j.firstSeq
 	if j.req.Escalation > 0 {
 		next.Reason = fmt.Sprintf("%s (escalation %d)", next.Reason, j.req.Escalation)
 	}
@@ -451,12 +488,15 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 		next.TokensBefore, next.TokensAfter, next.CreatedAt = before, before, p.now().UTC()
 	}
 	next.DeclinedAtSeq = ld.lastSeq
-	if _, err := p.store.PutResult(ctx, &next, ld.rev); err != nil {
+	next.FirstSeq = j.firstSeq
+	rev, err := p.store.PutResult(ctx, &next, ld.rev)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrRevisionMismatch) {
 			return fmt.Errorf("compaction value changed while deciding to decline; trying again on the new one: %w", err)
 		}
 		return err
 	}
+	j.writes.Result(rev)
 	j.log.Info().Str("reason", reason).Int("tokens_before", before).Int("tokens_after", after).Msg("compaction declined")
 	if err := j.d.AckSync(ctx); err != nil {
 		// The marker is written; a redelivery declines again on the same state.
@@ -522,9 +562,13 @@ func (p *Pool) reevaluate(ctx context.Context, j *job, r *schemas.Result, loaded
 		Reason:      fmt.Sprintf("re-evaluation after generation %d: %d tokens ≥ threshold %d", r.Generation, total, threshold),
 		RequestedAt: p.now().UTC(), UpToSeq: newer[len(newer)-1].Seq,
 	}
-	if _, err := p.store.Enqueue(ctx, req); err != nil && !errors.Is(err, jetstream.ErrRequestPending) {
+	seq, err := p.store.Enqueue(ctx, req)
+	if err != nil && !errors.Is(err, jetstream.ErrRequestPending) {
 		j.log.Warn().Err(err).Msg("queue compaction after re-evaluation")
 		return
+	}
+	if err == nil {
+		j.writes.Request(seq)
 	}
 	j.log.Info().Int("tokens", total).Int("escalation", level).Msg("still over the threshold after compaction; queued a more aggressive one")
 }

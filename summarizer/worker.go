@@ -235,6 +235,16 @@ type job struct {
 	// fallbackFor is the summarizer error a fallback summary stands in for.
 	fallbackFor error
 	log         zerolog.Logger
+	// firstSeq is the lowest CHAT sequence the job depends on: its request's up_to_seq,
+	// the value it builds on, the messages it read (schemas.Result.FirstSeq). A
+	// tombstone through it means the job worked on a forgotten conversation.
+	firstSeq uint64
+	// tomb is the conversation's tombstone when it was forgotten before the job
+	// started: the job reads CHAT only above it.
+	tomb *schemas.Tombstone
+	// writes is what the job stored, taken back if the conversation was forgotten
+	// meanwhile.
+	writes jetstream.Writes
 }
 
 // decodeRequest reads and validates a request before anything acts on it: it must
@@ -259,7 +269,8 @@ func decodeRequest(d *jetstream.Delivery) (schemas.Request, error) {
 // handle maps the outcome of one delivery to JetStream: done → the job acked itself;
 // retryable → NakWithDelay; last attempt or permanent → Term, dead letter, failed event.
 // An invalid request is terminated with a dead letter saying why, and nothing of any
-// conversation is read.
+// conversation is read. A request of a conversation forgotten before or while the job
+// ran is acked, whatever the outcome, and what the job wrote is taken back.
 func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 	if d.MetadataErr != nil {
 		p.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("request without metadata")
@@ -271,10 +282,11 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 	if err != nil {
 		reason := "invalid request: " + err.Error()
 		p.log.Error().Err(err).Str("subject", d.Subject).Uint64("seq", d.Seq).Msg("invalid compaction request dropped")
-		p.deadLetter(ctx, d, d.Conversation, schemas.DeadLetter{Request: req, Error: reason, Attempts: d.Attempt, At: p.now()}, p.log)
+		p.deadLetter(ctx, d, d.Conversation, schemas.DeadLetter{Request: req, Error: reason, Attempts: d.Attempt, At: p.now()}, nil, p.log)
 		return
 	}
 	j.req = req
+	j.firstSeq = req.UpToSeq
 	p.mu.Lock()
 	p.inFlight[j] = true
 	p.mu.Unlock()
@@ -286,11 +298,23 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 	j.log = p.log.With().Str("conversation", j.req.Conversation).Str("request_id", j.req.RequestID).
 		Uint64("attempt", j.attempt).Logger()
 	err = p.process(ctx, j)
-	if err == nil {
+	switch {
+	case errors.Is(err, errForgotten):
+		j.log.Info().Uint64("up_to_seq", j.req.UpToSeq).Uint64("through_seq", j.tomb.ThroughSeq).
+			Msg("request made before its conversation was forgotten; dropped")
+		_ = d.Ack()
+		return
+	case err == nil:
+		p.forgottenMeanwhile(j) // after the job's last write
+		return
+	case ctx.Err() != nil:
+		j.log.Warn().Err(err).Msg("job aborted at the drain timeout; its request was handed back to the queue")
+		p.forgottenMeanwhile(j)
 		return
 	}
-	if ctx.Err() != nil {
-		j.log.Warn().Err(err).Msg("job aborted at the drain timeout; its request was handed back to the queue")
+	// A conversation forgotten while the job worked on it: the failure does not matter,
+	// nothing is retried, dead-lettered or reported.
+	if p.forgottenMeanwhile(j) {
 		return
 	}
 	permanent := errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
@@ -309,17 +333,56 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 		return
 	}
 	j.log.Error().Err(err).Bool("permanent", permanent).Msg("compaction failed; request dead-lettered")
-	if !p.deadLetter(ctx, d, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}, j.log) {
+	defer p.forgottenMeanwhile(j) // after the dead letter and the event
+	if !p.deadLetter(ctx, d, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}, &j.writes, j.log) {
 		return
 	}
 	p.event(ctx, j, schemas.Event{Type: schemas.EventFailed, Error: err.Error()})
 }
 
+// errForgotten is the outcome of a job whose request was made before its conversation
+// was forgotten: it is dropped, with nothing written.
+var errForgotten = errors.New("the conversation was forgotten after this request was made")
+
+// forgottenMeanwhile checks, after the job's writes, whether its conversation was
+// forgotten while it worked on it (a tombstone through the job's firstSeq, read from
+// the bucket's leader), and if so takes back everything the job stored and acks its
+// request. It reports whether it did. Checking after writing leaves no gap: a forget
+// whose tombstone came later deletes the writes itself (see jetstream.Store.Forget).
+func (p *Pool) forgottenMeanwhile(j *job) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var (
+		tomb *schemas.Tombstone
+		err  error
+	)
+	for attempt := 1; attempt <= 3; attempt++ {
+		if tomb, err = p.store.Forgotten(ctx, j.req.Conversation); err == nil {
+			break
+		}
+		sleep(ctx, time.Duration(attempt)*250*time.Millisecond)
+	}
+	if err != nil {
+		j.log.Error().Err(err).Msg("cannot tell whether the conversation was forgotten meanwhile; what this job wrote stays")
+		return false
+	}
+	if !tomb.Covers(j.firstSeq) {
+		return false
+	}
+	if err := p.store.TakeBack(ctx, j.req.Conversation, &j.writes); err != nil {
+		j.log.Error().Err(err).Msg("conversation forgotten while compacting; taking back what this job wrote failed: forget it again")
+	} else {
+		j.log.Info().Uint64("through_seq", tomb.ThroughSeq).Msg("conversation forgotten while compacting; what this job wrote was taken back")
+	}
+	_ = j.d.Ack()
+	return true
+}
+
 // deadLetter records d in COMPACT_DEAD, then terminates it: a request is never gone
 // without its record. When the record cannot be written, the request is delivered again
 // after a pause instead (and dead-lettered then); ok reports whether it was terminated.
-func (p *Pool) deadLetter(ctx context.Context, d *jetstream.Delivery, conv string, dead schemas.DeadLetter, log zerolog.Logger) (ok bool) {
-	if err := p.store.PublishDead(ctx, conv, dead); err != nil {
+func (p *Pool) deadLetter(ctx context.Context, d *jetstream.Delivery, conv string, dead schemas.DeadLetter, w *jetstream.Writes, log zerolog.Logger) (ok bool) {
+	if err := p.store.PublishDeadRecorded(ctx, conv, dead, w); err != nil {
 		log.Error().Err(err).Msg("record dead letter; the request is delivered again to record it")
 		if nerr := d.NakAfter(ctx, p.cfg.BackoffBase); nerr != nil {
 			log.Error().Err(nerr).Msg("nak request; it is redelivered after the ack wait")
@@ -356,7 +419,7 @@ func (p *Pool) event(ctx context.Context, j *job, ev schemas.Event) {
 	}
 	ev.DurationMS = p.now().Sub(j.start).Milliseconds()
 	ev.At = p.now()
-	if err := p.store.PublishEvent(ctx, ev); err != nil {
+	if err := p.store.PublishEventRecorded(ctx, ev, &j.writes); err != nil {
 		j.log.Warn().Err(err).Str("event", ev.Type).Msg("publish event")
 	}
 }

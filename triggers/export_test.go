@@ -25,3 +25,15 @@ func (t *Trigger) SignalPending(conv string) bool {
 	defer tr.sigMu.Unlock()
 	return tr.sig.stale
 }
+
+// RetryScheduled reports whether a re-evaluation of the conversation is scheduled: a
+// timer that will ask for a compaction again.
+func (t *Trigger) RetryScheduled(conv string) bool {
+	tr := t.lookup(conv)
+	if tr == nil {
+		return false
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.st != nil && tr.st.retry != nil
+}

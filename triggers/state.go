@@ -36,6 +36,17 @@ type convState struct {
 
 	declinedAtSeq   uint64
 	tokensAtDecline int
+
+	// base is the lowest CHAT sequence the state depends on: the value's FirstSeq, the
+	// messages it counted (math.MaxUint64 when none). A tombstone through it means the
+	// state holds a forgotten conversation.
+	base uint64
+	// forgottenThrough is the tombstone's sequence when the state was built after a
+	// forget: messages at or below it are the forgotten conversation's, not counted.
+	forgottenThrough uint64
+	// forgotten marks a state found to hold a forgotten conversation: it is dropped and
+	// rebuilt before it is used again.
+	forgotten bool
 	// timers carries what outlives a rebuild: backoffs, the request in flight, the
 	// retry timer.
 	timers
@@ -69,6 +80,7 @@ type timers struct {
 // It also counts assistant rounds since the last compaction, and marks a tool output
 // over tool_output_trigger_tokens for a structural trigger.
 func (c *convState) add(m *schemas.Message, seq uint64) {
+	c.base = min(c.base, seq)
 	t := tokens.MessageWith(c.count, m)
 	if u := m.Usage; u != nil && m.ContextGeneration != nil && *m.ContextGeneration == c.generation && u.PromptTokens > 0 {
 		c.tokens = u.PromptTokens + u.CompletionTokens
@@ -120,6 +132,8 @@ func (c *convState) decide() (kind, reason string) {
 // with its fallback.
 func (c *convState) hold(now time.Time, regrow float64) string {
 	switch {
+	case c.forgotten:
+		return "the conversation was forgotten: the state is rebuilt before it asks again"
 	case len(c.open) > 0:
 		return "tool calls unanswered"
 	case now.Before(c.inFlightUntil):

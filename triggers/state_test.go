@@ -73,6 +73,11 @@ func TestHold(t *testing.T) {
 			c.declinedAtSeq, c.tokensAtDecline = 10, 3000
 			return c
 		}, ""},
+		{"forgotten, even past the hard limit", func() *convState {
+			c := state(3900)
+			c.forgotten = true
+			return c
+		}, "forgotten"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

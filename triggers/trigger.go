@@ -150,6 +150,7 @@ type signals struct {
 	outcome   bool // the request in flight ended
 	completed bool // ... with a new value: failures are forgotten
 	failures  int  // failed events
+	forgotten bool // the conversation was forgotten: the state is dropped
 }
 
 func (tr *tracked) signal(fn func(*signals)) {
@@ -311,6 +312,14 @@ const throughNewest = math.MaxUint64
 func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uint64) (*convState, error) {
 	sig := tr.takeSignals()
 	now := t.now()
+	if sig.forgotten || (tr.st != nil && tr.st.forgotten) {
+		// Nothing of the forgotten conversation is kept, timers included: no retry asks
+		// for it again; the rebuild below starts after the tombstone.
+		if tr.st != nil && tr.st.retry != nil {
+			tr.st.retry.Stop()
+		}
+		tr.st, tr.stale, tr.broken, tr.brokenUntil = nil, false, nil, time.Time{}
+	}
 	if sig.stale {
 		tr.stale, tr.broken, tr.brokenUntil = true, nil, time.Time{}
 	}
@@ -362,24 +371,37 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	} else if err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
+	// A forgotten conversation's messages and value are not counted, even before the
+	// forget has deleted them: the conversation starts again after the tombstone.
+	tomb, err := t.store.Forgotten(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	// From the leader: a rebuild follows a new value, which a lagging replica may not
 	// have yet.
 	v, _, err := t.store.GetResult(ctx, id, true)
 	if err != nil {
 		return nil, err
 	}
+	if v != nil && tomb.Covers(v.FirstSeq) {
+		v = nil
+	}
 	count, err := tokens.Lookup(s.Tokenizer, t.cfg.Counters)
 	if err != nil {
 		return nil, err
 	}
-	c := &convState{id: id, watermark: through, settings: s, budget: s.Budget(), count: count}
+	c := &convState{id: id, watermark: through, settings: s, budget: s.Budget(), count: count, base: math.MaxUint64}
 	if old != nil {
 		c.timers = *old
 	}
 	from := uint64(1)
+	if tomb != nil {
+		from, c.forgottenThrough = tomb.ThroughSeq+1, tomb.ThroughSeq
+	}
 	var pinned []schemas.Entry
 	if v != nil {
-		from = max(v.TailStartSeq, 1)
+		from = max(v.TailStartSeq, from)
+		c.base = v.FirstSeq
 		if pinned, err = t.store.LoadPinned(ctx, id, v.PinnedSeqs); err != nil {
 			return nil, err
 		}
@@ -403,6 +425,7 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 		c.tokens += tokens.MessageWith(count, &sm)
 	}
 	for i := range tail {
+		c.base = min(c.base, tail[i].Seq)
 		if tail[i].Err == nil {
 			c.add(&tail[i].Message, tail[i].Seq)
 		}
@@ -442,10 +465,33 @@ func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *
 	log.Error().Err(err).Dur("retry_in", t.cfg.BrokenRetry).Msg("conversation state cannot be rebuilt; not counting it until then")
 	ev := schemas.Event{Type: schemas.EventFailed, Conversation: id, RequestID: schemas.NewRequestID(),
 		Reason: "the trigger cannot read the conversation", Error: err.Error(), At: t.now().UTC()}
-	if perr := t.store.PublishEvent(ctx, ev); perr != nil {
+	var w jetstream.Writes
+	if perr := t.store.PublishEventRecorded(ctx, ev, &w); perr != nil {
 		log.Warn().Err(perr).Msg("publish failed event")
 	}
+	t.forgottenMeanwhile(ctx, id, d.Seq, &w, log)
 	_ = d.Ack()
+}
+
+// forgottenMeanwhile checks, after a write, whether the conversation was forgotten
+// through base (the lowest sequence the write depended on) and if so takes back what
+// w recorded. It reads the tombstone from the leader: a forget whose tombstone comes
+// later deletes the writes itself (see jetstream.Store.Forget).
+func (t *Trigger) forgottenMeanwhile(ctx context.Context, id string, base uint64, w *jetstream.Writes, log zerolog.Logger) bool {
+	tomb, err := t.store.Forgotten(ctx, id)
+	if err != nil {
+		log.Warn().Err(err).Msg("cannot tell whether the conversation was forgotten meanwhile; a worker drops a request made before a forget")
+		return false
+	}
+	if !tomb.Covers(base) {
+		return false
+	}
+	if err := t.store.TakeBack(ctx, id, w); err != nil {
+		log.Error().Err(err).Msg("conversation forgotten; taking back the trigger's writes failed: forget it again")
+		return true
+	}
+	log.Info().Uint64("through_seq", tomb.ThroughSeq).Msg("conversation forgotten; the trigger's writes were taken back and its state dropped")
+	return true
 }
 
 func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
@@ -472,9 +518,14 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		t.cannotRebuild(ctx, tr, id, d, err, log)
 		return
 	}
+	if d.Seq <= c.forgottenThrough {
+		_ = d.Ack() // a forgotten conversation's message, delivered before the forget deleted it
+		return
+	}
 	if d.Seq > c.watermark {
 		e := jetstream.StoredMsg{Seq: d.Seq, Data: d.Data()}.Entry()
 		c.watermark = d.Seq
+		c.base = min(c.base, d.Seq)
 		c.lastMsgAt = d.Time
 		if e.Err != nil {
 			log.Warn().Err(e.Err).Msg("invalid chat message skipped")
@@ -492,7 +543,9 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		}
 		return
 	}
-	t.arm(c)
+	if !c.forgotten {
+		t.arm(c)
+	}
 	_ = d.Ack()
 }
 
@@ -516,7 +569,7 @@ func (t *Trigger) evaluate(ctx context.Context, c *convState, log zerolog.Logger
 func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string, log zerolog.Logger) (asked bool, err error) {
 	now := t.now()
 	if c.hold(now, t.cfg.Regrow) != "" {
-		if c.retry == nil && now.Before(c.backoffUntil) {
+		if c.retry == nil && !c.forgotten && now.Before(c.backoffUntil) {
 			t.scheduleRetry(ctx, c.id, c, c.backoffUntil.Sub(now))
 		}
 		return false, nil
@@ -525,17 +578,26 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 		RequestID: schemas.NewRequestID(), Conversation: c.id, Trigger: kind, Reason: reason,
 		RequestedAt: now.UTC(), UpToSeq: c.watermark,
 	}
-	_, err = t.store.Enqueue(ctx, req)
+	seq, err := t.store.Enqueue(ctx, req)
 	switch {
 	case err == nil:
+		var w jetstream.Writes
+		w.Request(seq)
+		ev := schemas.Event{Type: schemas.EventRequested, Conversation: c.id, RequestID: req.RequestID,
+			Trigger: req.Trigger, Reason: req.Reason, TokensBefore: c.tokens, At: now.UTC()}
+		if err := t.store.PublishEventRecorded(ctx, ev, &w); err != nil {
+			log.Warn().Err(err).Msg("publish requested event")
+		}
+		// A state built before a forget would otherwise ask again and again for what is
+		// gone (its retries, its wake-ups): checked after writing, so no forget slips
+		// in between.
+		if t.forgottenMeanwhile(ctx, c.id, min(c.base, c.watermark), &w, log) {
+			c.forgotten = true
+			return false, nil
+		}
 		c.inFlightUntil = now.Add(t.cfg.InFlightTimeout)
 		c.structural = ""
 		log.Info().Int("tokens", c.tokens).Str("trigger", kind).Str("reason", reason).Str("request_id", req.RequestID).Msg("compaction requested")
-		ev := schemas.Event{Type: schemas.EventRequested, Conversation: c.id, RequestID: req.RequestID,
-			Trigger: req.Trigger, Reason: req.Reason, TokensBefore: c.tokens, At: now.UTC()}
-		if err := t.store.PublishEvent(ctx, ev); err != nil {
-			log.Warn().Err(err).Msg("publish requested event")
-		}
 		return true, nil
 	case errors.Is(err, jetstream.ErrRequestPending):
 		t.scheduleRetry(ctx, c.id, c, t.cfg.RetryDelay)
@@ -629,6 +691,11 @@ func (t *Trigger) onEvent(ctx context.Context, ev schemas.Event) {
 		}
 	case schemas.EventFailed:
 		tr.signal(func(s *signals) { s.outcome, s.failures = true, s.failures+1 })
+		go t.wake(ctx, ev.Conversation)
+	case schemas.EventForgotten:
+		// What the trigger holds of the conversation is dropped at once, timers included.
+		// (A trigger that misses this event finds the tombstone when it next asks.)
+		tr.signal(func(s *signals) { s.forgotten = true })
 		go t.wake(ctx, ev.Conversation)
 	}
 }

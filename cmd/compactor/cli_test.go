@@ -54,14 +54,23 @@ func TestServeAndCLI(t *testing.T) {
 		stop()
 		<-served
 	})
-	eventually(t, 10*time.Second, "serve to listen and provision", func() bool {
+	// status reads the streams itself; the service (compact below) registers after them.
+	eventually(t, 10*time.Second, "serve to listen, provision and run its service", func() bool {
 		c, err := net.Dial("tcp", os.Getenv("COMPACTOR_LISTEN"))
 		if err != nil {
 			return false
 		}
 		c.Close()
-		_, _, err = cli(t, "", "status")
-		return err == nil
+		if _, _, err = cli(t, "", "status"); err != nil {
+			return false
+		}
+		nc, err := nats.Connect("nats://" + os.Getenv("COMPACTOR_LISTEN"))
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		m, err := nc.Request("compactor.status", []byte(`{}`), time.Second)
+		return err == nil && m.Header.Get("Nats-Service-Error") == ""
 	})
 
 	msgs, _ := needleConversation(4)

@@ -222,6 +222,26 @@ func compactCmd(ctx context.Context, env Env, args []string, std stdio) error {
 	return nil
 }
 
+// forgetCmd deletes a conversation everywhere through the compactor service
+// (compactor.forget), which holds the purge rights, and prints what was deleted
+// (schemas.ForgetResponse).
+func forgetCmd(ctx context.Context, env Env, args []string, std stdio) error {
+	conv, err := oneConversation(flag.NewFlagSet("forget", flag.ContinueOnError), args)
+	if err != nil {
+		return err
+	}
+	c, nc, err := connect(ctx, env)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := c.Forget(ctx, conv)
+	if err != nil {
+		return err
+	}
+	return writeJSON(std.out, r)
+}
+
 func statusCmd(ctx context.Context, env Env, args []string, std stdio) error {
 	if len(args) > 1 {
 		return usagef("status takes at most one conversation id")

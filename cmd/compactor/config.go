@@ -57,6 +57,7 @@ type Env struct {
 	ChatMaxAge   time.Duration `envconfig:"CHAT_MAX_AGE" default:"0" desc:"how long CHAT keeps raw history; 0 = forever (applied to an existing CHAT only with COMPACTOR_UPDATE_STREAMS)"`
 	MaxObject    int64         `envconfig:"MAX_OBJECT_SIZE" default:"16777216" desc:"bytes: the largest object a message over the NATS max payload is stored as (its content, reasoning, extra); larger ones are refused by publish and not fetched by readers and workers"`
 	DrainTimeout time.Duration `envconfig:"DRAIN_TIMEOUT" default:"3m" desc:"on SIGINT/SIGTERM, how long in-flight work may take to finish; what is unfinished then is handed back to the queue"`
+	ForgetTTL    time.Duration `envconfig:"FORGET_TTL" default:"24h" desc:"how long the tombstone of a forgotten conversation is kept: longer than any compaction can be in flight (summarizer calls, retries, backoffs), so a late write of it is recognised and taken back (applied to an existing bucket only with COMPACTOR_UPDATE_STREAMS)"`
 	AckWait      time.Duration `envconfig:"WORKER_ACK_WAIT" default:"30s" desc:"how long a request may go without a worker's heartbeat before it is delivered again (what a crashed worker costs); heartbeats go every third of it (applied to an existing consumer only with COMPACTOR_UPDATE_STREAMS)"`
 	LogLevel     string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
 	LogFormat    string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
@@ -154,6 +155,7 @@ func (e Env) validate() error {
 		{e.MaxObject >= 1<<10 && e.MaxObject <= 1<<30, "MAX_OBJECT_SIZE", "must be 1024 to 1073741824 bytes"},
 		{e.DrainTimeout > 0, "DRAIN_TIMEOUT", "must be positive"},
 		{e.AckWait >= 3*time.Second, "WORKER_ACK_WAIT", "must be at least 3s (heartbeats go every third of it)"},
+		{e.ForgetTTL >= time.Minute, "FORGET_TTL", "must be at least 1m (tombstones must outlive the compactions in flight)"},
 		{e.LogFormat == "json" || e.LogFormat == "console", "LOG_FORMAT", "must be json or console"},
 	}
 	for _, c := range checks {
@@ -294,6 +296,7 @@ func (e Env) jetstream() jetstream.Config {
 	c.ChatMaxAge = e.ChatMaxAge
 	c.MaxObjectSize = e.MaxObject
 	c.WorkerAckWait = e.AckWait
+	c.ForgetTTL = e.ForgetTTL
 	c.UpdateExisting = e.UpdateStreams
 	return c
 }

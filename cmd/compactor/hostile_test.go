@@ -37,9 +37,9 @@ func chatLastSeq(t *testing.T, s *stack) uint64 {
 	return info.State.LastSeq
 }
 
-// compacted waits until conv has a summary and its context fits under the threshold,
+// compactedUnder waits until conv has a summary and its context fits under the threshold,
 // with its tool pairs whole, and returns the context.
-func compacted(t *testing.T, s *stack, env Env, conv string) *pipeline.Context {
+func compactedUnder(t *testing.T, s *stack, env Env, conv string) *pipeline.Context {
 	t.Helper()
 	var cx *pipeline.Context
 	eventually(t, 2*time.Minute, conv+" to be compacted under its threshold", func() bool {
@@ -83,7 +83,7 @@ func TestAFloodOfTinyMessagesIsCompactedAndStarvesNoOne(t *testing.T) {
 	// Another conversation, published during the flood's compaction, is compacted too.
 	msgs, needles := needleConversation(20)
 	replay(t, s, "neighbour", msgs, 0)
-	cx := compacted(t, s, env, "neighbour")
+	cx := compactedUnder(t, s, env, "neighbour")
 	text := ""
 	for _, m := range cx.Messages {
 		text += m.Content.String()
@@ -93,7 +93,7 @@ func TestAFloodOfTinyMessagesIsCompactedAndStarvesNoOne(t *testing.T) {
 			t.Errorf("needle %s of the neighbour lost", nd)
 		}
 	}
-	fl := compacted(t, s, env, "flood")
+	fl := compactedUnder(t, s, env, "flood")
 	settle(t, s)
 	if len(fl.Skipped) > 0 {
 		t.Errorf("flood: skipped %v", fl.Skipped[:min(3, len(fl.Skipped))])
@@ -131,7 +131,7 @@ func TestMessagesAtAndOverTheMaxPayload(t *testing.T) {
 	if _, err := s.client.Publish(ctx, "big", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("and now?")}); err != nil {
 		t.Fatal(err)
 	}
-	cx := compacted(t, s, env, "big")
+	cx := compactedUnder(t, s, env, "big")
 	if cx.TailStartSeq <= ack.Sequence {
 		t.Errorf("the tail starts at %d; want the %d-byte output (seq %d) summarized", cx.TailStartSeq, max, ack.Sequence)
 	}
@@ -223,5 +223,5 @@ func TestUnusualConversationIDsOnTheSubjects(t *testing.T) {
 	triggerHandled(t, s, last)
 	msgs, _ := needleConversation(20)
 	replay(t, s, "after-odd-ids", msgs, 0)
-	compacted(t, s, env, "after-odd-ids")
+	compactedUnder(t, s, env, "after-odd-ids")
 }

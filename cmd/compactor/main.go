@@ -1,6 +1,6 @@
 // Command compactor runs the Compactor pipeline (serve) and talks to a running one
-// (publish, context, compact, status). Run `compactor help` for the commands and every
-// COMPACTOR_ variable.
+// (publish, context, compact, status, policy, forget). Run `compactor help` for the
+// commands and every COMPACTOR_ variable.
 package main
 
 import (
@@ -81,6 +81,8 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 		return statusCmd(ctx, env, args, std)
 	case "policy":
 		return policyCmd(ctx, env, args, std)
+	case "forget":
+		return forgetCmd(ctx, env, args, std)
 	}
 	return usagef("unknown command %q", cmd)
 }
@@ -113,6 +115,13 @@ Usage:
                                     set safe keys of the conversation's policy (an empty
                                     value removes a key); profile=<name> picks a profile
   compactor policy clear <conv>     remove the conversation's policy
+  compactor forget <conv>           delete the conversation everywhere, for good: its
+                                    messages, value and history, policy, pending
+                                    request, idle timer, events, dead letters and stored
+                                    objects (through the compactor service); work in
+                                    flight does not bring it back; messages published
+                                    to the same id afterwards start a new conversation.
+                                    Prints what was deleted; nothing stored is no error
   compactor help                    this text
 
 Environment (variable, default, meaning):

@@ -354,3 +354,38 @@ func skippedWith(sk []pipeline.Skipped, reason string) bool {
 	}
 	return false
 }
+
+// The Node.js example forgets a conversation through compactor.forget: its answer says
+// what was deleted, nothing of the conversation is stored afterwards, another one is
+// untouched, and an invalid id is refused with the rule.
+func TestNodeExampleForgets(t *testing.T) {
+	node, dir := nodeExample(t)
+	s := startStack(t, testEnv(t, 8000), nil)
+	runNode := func(stdin string, args ...string) (string, string, error) {
+		return runNodeExample(t, node, dir, s.nc.ConnectedUrl(), []byte(stdin), args...)
+	}
+	for _, conv := range []string{"node-gone", "node-kept"} {
+		lines := fmt.Sprintf("{\"role\":\"user\",\"content\":\"NEEDLE-%s one\"}\n{\"role\":\"assistant\",\"content\":\"NEEDLE-%s two\"}\n", conv, conv)
+		if _, errOut, err := runNode(lines, "publish", conv); err != nil {
+			t.Fatalf("node publish %s: %v\n%s", conv, err, errOut)
+		}
+	}
+	out, errOut, err := runNode("", "forget", "node-gone")
+	if err != nil {
+		t.Fatalf("node forget: %v\n%s", err, errOut)
+	}
+	var r schemas.ForgetResponse
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Conversation != "node-gone" || r.Deleted.ChatMessages != 2 || r.ThroughSeq < 2 {
+		t.Fatalf("node forget printed %s (%v); want 2 messages deleted", out, err)
+	}
+	if found, _ := jstest.Scan(t, s.nc, "node-gone"); len(found) > 0 {
+		t.Fatalf("after node forget: %v", found)
+	}
+	cx, err := s.client.Context(ctxFor(t, 10*time.Second), "node-kept")
+	if err != nil || len(cx.Messages) != 2 {
+		t.Fatalf("the other conversation after the forget: %d messages, %v; want 2", len(cx.Messages), err)
+	}
+	if _, errOut, err := runNode("", "forget", "a.b"); err == nil || !strings.Contains(errOut, "[A-Za-z0-9_-]") {
+		t.Fatalf("node forget a.b: %v, %q; want the id rule", err, errOut)
+	}
+}

@@ -290,6 +290,71 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		}
 	})
 
+	t.Run("worker and trigger take back what they wrote for a forgotten conversation", func(t *testing.T) {
+		const other = "roles-taken-back"
+		for _, role := range []string{"worker", "trigger"} {
+			st := stores[role]
+			if _, err := st.Forgotten(ctx, other); err != nil {
+				t.Fatalf("%s reads a tombstone: %v", role, err)
+			}
+			var w jetstream.Writes
+			if err := st.PublishEventRecorded(ctx, schemas.Event{Type: schemas.EventRequested, Conversation: other, RequestID: role}, &w); err != nil {
+				t.Fatalf("%s event: %v", role, err)
+			}
+			// The running workers take this request: it names another conversation, so
+			// their job does not write the value written below.
+			seq, err := stores["trigger"].Enqueue(ctx, schemas.Request{RequestID: role + "-req", Conversation: other + "-q",
+				Trigger: "manual", RequestedAt: time.Now()})
+			if err != nil && !errors.Is(err, jetstream.ErrRequestPending) {
+				t.Fatal(err)
+			}
+			w.Request(seq)
+			if role == "worker" {
+				if err := st.PublishDeadRecorded(ctx, other, schemas.DeadLetter{Request: schemas.Request{RequestID: role}}, &w); err != nil {
+					t.Fatal(err)
+				}
+				rev, err := st.PutResult(ctx, &schemas.Result{SchemaVersion: 1, Conversation: other, TailStartSeq: 1}, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				w.Result(rev)
+			}
+			if err := st.TakeBack(ctx, other, &w); err != nil {
+				t.Fatalf("%s takes back its writes: %v", role, err)
+			}
+		}
+	})
+
+	t.Run("producer forgets its conversation through the service", func(t *testing.T) {
+		// Objects of the conversation, as large messages leave them, and another's.
+		obs, err := natsjs.New(admin.nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, err := obs.ObjectStore(ctx, cfg.ObjectsBucket) // provisioned by the admin
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{conv + "/big", "roles-other/big"} {
+			if _, err := store.PutString(ctx, name, "a large tool output of "+name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := pc.Forget(ctx, conv)
+		if err != nil {
+			t.Fatalf("forget as producer: %v", err)
+		}
+		if out.Deleted.ChatMessages < 20 || out.Deleted.ResultRevisions == 0 || out.Deleted.Objects != 1 {
+			t.Fatalf("forget as producer deleted %+v; want the messages, the value and the object", out.Deleted)
+		}
+		if found, _ := jstest.Scan(t, admin.nc, conv); len(found) > 0 {
+			t.Fatalf("after the forget: %v", found)
+		}
+		if _, err := store.GetInfo(ctx, "roles-other/big"); err != nil {
+			t.Fatalf("another conversation's object after the forget: %v", err)
+		}
+	})
+
 	// Doing their jobs, no role touched a subject it may not.
 	for _, c := range []*roleConn{admin, producer, reader, conns["trigger"], conns["worker"], conns["api"]} {
 		if v := c.violations(); v != "" {
@@ -386,6 +451,22 @@ func TestRolesOfAccountsConf(t *testing.T) {
 	t.Run("api is refused results and chat", func(t *testing.T) {
 		refused(t, conns["api"], "write a result", "$KV.compaction.forged", result(stores["api"]))
 		refused(t, conns["api"], "publish chat", "chat."+conv+".msg", chat(pipeline.NewWithStore(conns["api"].nc, stores["api"])))
+	})
+	t.Run("only the api purges; the reader may not ask to forget", func(t *testing.T) {
+		for _, c := range []*roleConn{producer, reader, conns["trigger"], conns["worker"]} {
+			refused(t, c, "purge CHAT", "$JS.API.STREAM.PURGE.CHAT", func(ctx context.Context) error {
+				_, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE.CHAT", []byte(`{"filter":"chat.`+conv+`.msg"}`))
+				return err
+			})
+		}
+		refused(t, producer, "write a tombstone", "$KV.compaction-forgotten.x", func(ctx context.Context) error {
+			_, err := producer.nc.RequestWithContext(ctx, "$KV.compaction-forgotten.x", []byte(`{"through_seq":1}`))
+			return err
+		})
+		refused(t, reader, "ask to forget", schemas.ForgetSubject, func(ctx context.Context) error {
+			_, err := rc.Forget(ctx, conv)
+			return err
+		})
 	})
 	t.Run("no role but admin creates or deletes streams", func(t *testing.T) {
 		for _, c := range []*roleConn{producer, reader, conns["trigger"], conns["worker"], conns["api"]} {

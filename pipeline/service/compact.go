@@ -89,10 +89,15 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 	case err != nil:
 		return nil, internal(conv, err)
 	default:
+		var writes jetstream.Writes
+		writes.Request(seq)
 		ev := schemas.Event{Type: schemas.EventRequested, Conversation: conv, RequestID: id,
 			Trigger: r.Trigger, Reason: r.Reason, At: now}
-		if err := s.store.PublishEvent(ctx, ev); err != nil {
+		if err := s.store.PublishEventRecorded(ctx, ev, &writes); err != nil {
 			s.log.Warn().Err(err).Str("conversation", conv).Str("request_id", id).Msg("publish requested event")
+		}
+		if err := s.forgottenMeanwhile(ctx, conv, r.UpToSeq, &writes); err != nil {
+			return nil, err
 		}
 		s.log.Info().Str("conversation", conv).Str("request_id", id).Msg("compaction requested through the service")
 	}
@@ -147,7 +152,7 @@ func (s *Service) newWaiter(conv, id, events string) (*waiter, error) {
 	}
 	w := &waiter{s: s, conv: conv, events: events, outcome: make(chan schemas.Event, 1)}
 	sub, err := s.store.SubscribeEvents(conv, func(ev schemas.Event) {
-		if ev.RequestID == id && jetstream.IsOutcome(ev) {
+		if ev.RequestID == id && jetstream.IsOutcome(ev) || ev.Type == schemas.EventForgotten {
 			select {
 			case w.outcome <- ev:
 			default: // one outcome is enough
@@ -176,6 +181,10 @@ func (s *Service) await(req micro.Request, w *waiter, id string, wait time.Durat
 	defer timer.Stop()
 	select {
 	case ev := <-w.outcome:
+		if ev.Type == schemas.EventForgotten {
+			s.respondError(req, "compact", forgottenError(w.conv))
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		s.answer(req, s.outcome(ctx, w.conv, ev))
 		cancel()
@@ -219,3 +228,27 @@ func (s *Service) outcome(ctx context.Context, conv string, ev schemas.Event) sc
 // duplicateLookback covers the work queue's duplicate window (2 minutes by default):
 // a request id seen again was queued within it.
 const duplicateLookback = 10 * time.Minute
+
+// forgottenMeanwhile checks, after the request was queued, whether the conversation
+// was forgotten through upTo (the newest sequence the request was made for) and if so
+// takes the request and its event back and answers 409. Checked after writing, so no
+// forget slips in between (see jetstream.Store.Forget).
+func (s *Service) forgottenMeanwhile(ctx context.Context, conv string, upTo uint64, w *jetstream.Writes) error {
+	tomb, err := s.store.Forgotten(ctx, conv)
+	if err != nil {
+		return internal(conv, err)
+	}
+	if !tomb.Covers(upTo) {
+		return nil
+	}
+	if err := s.store.TakeBack(ctx, conv, w); err != nil {
+		return internal(conv, err)
+	}
+	return forgottenError(conv)
+}
+
+// forgottenError answers a compact request whose conversation was forgotten.
+func forgottenError(conv string) error {
+	return &apiError{code: 409, msg: fmt.Sprintf("%s was forgotten (%s) while this request was made; nothing was queued: publish to it again to start a new conversation",
+		conv, schemas.ForgetSubject)}
+}

@@ -454,6 +454,11 @@ func TestServiceRefusesBadInputNamingTheField(t *testing.T) {
 		{"out of range", schemas.PolicySubject, `{"conversation":"c","set":{"threshold":"2"}}`, "threshold"},
 		{"unknown profile", schemas.PolicySubject, `{"conversation":"c","set":{"profile":"gold"}}`, `profile "gold" does not exist`},
 		{"clear type", schemas.PolicySubject, `{"conversation":"c","clear":"yes"}`, "clear: must be true or false"},
+		{"forget without id", schemas.ForgetSubject, `{}`, "conversation: must not be empty"},
+		{"forget empty", schemas.ForgetSubject, ``, "request: body is empty"},
+		{"forget wildcard", schemas.ForgetSubject, `{"conversation":"*"}`, "conversation: character '*' at position 0"},
+		{"forget subject", schemas.ForgetSubject, `{"conversation":"a.b"}`, "conversation: character '.' at position 1"},
+		{"forget unknown field", schemas.ForgetSubject, `{"conversation":"c","everything":true}`, "everything: unknown field"},
 	} {
 		code, desc := svcError(t, s.client, tc.subj, tc.body)
 		if code != "400" || !strings.Contains(desc, tc.want) {
@@ -668,5 +673,90 @@ func TestServiceConcurrentPolicySetsAllSurvive(t *testing.T) {
 				t.Fatalf("%s: stored policy %v; want every concurrent set %v (an update was lost)", conv, got, sets)
 			}
 		}
+	}
+}
+
+// compactor.forget deletes a conversation and answers what it deleted; forgetting it
+// again, or one that never existed, deletes nothing and is no error.
+func TestServiceForget(t *testing.T) {
+	s := startService(t, service.Config{})
+	ctx := svcCtx(t)
+	for i := range 3 {
+		for _, conv := range []string{"gone", "stays"} {
+			if _, err := s.st.PublishMessage(ctx, conv, fmt.Appendf(nil, `{"role":"user","content":"%s %d"}`, conv, i), ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var p schemas.PolicyResponse
+	svcCall(t, s.client, schemas.PolicySubject, `{"conversation":"gone","set":{"instructions":"keep gone"}}`, &p)
+	var out schemas.ForgetResponse
+	svcCall(t, s.client, schemas.ForgetSubject, `{"conversation":"gone"}`, &out)
+	if out.Conversation != "gone" || out.ThroughSeq != 6 || out.Deleted.ChatMessages != 3 || out.Deleted.PolicyRevisions != 1 || out.ForgottenAt.IsZero() {
+		t.Fatalf("forget answered %+v; want 3 messages and 1 policy deleted through seq 6", out)
+	}
+	if found, _ := jstest.Scan(t, s.client, "gone"); len(found) > 0 {
+		t.Fatalf("after the forget: %v", found)
+	}
+	if es, err := s.st.LoadEntries(ctx, "stays", 0, 0); err != nil || len(es) != 3 {
+		t.Fatalf("the other conversation: %d messages, %v; want 3", len(es), err)
+	}
+	for _, conv := range []string{"gone", "never-there"} {
+		var again schemas.ForgetResponse
+		svcCall(t, s.client, schemas.ForgetSubject, fmt.Sprintf(`{"conversation":%q}`, conv), &again)
+		if again.Deleted != (schemas.ForgetCounts{}) {
+			t.Errorf("forget %s: %+v; want nothing deleted", conv, again)
+		}
+	}
+}
+
+// A compaction asked for a forgotten conversation (with nothing newer than the forget)
+// is not queued: the service takes its request back and answers 409; a compact request
+// waiting for its outcome when the conversation is forgotten answers 409 at once.
+func TestServiceCompactOfAForgottenConversation(t *testing.T) {
+	s := startService(t, service.Config{})
+	ctx := svcCtx(t)
+	if _, err := s.st.PublishMessage(ctx, "waits", []byte(`{"role":"user","content":"hello"}`), ""); err != nil {
+		t.Fatal(err)
+	}
+	waiting := asyncCall(s.client, schemas.CompactSubject, `{"conversation":"waits","wait_ms":30000}`)
+	for deadline := time.Now().Add(10 * time.Second); ; { // queued: the service now waits for its outcome
+		if r, err := s.st.PendingRequest(ctx, "waits"); err == nil && r != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the compact request was not queued")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var out schemas.ForgetResponse
+	svcCall(t, s.client, schemas.ForgetSubject, `{"conversation":"waits"}`, &out)
+	select {
+	case m := <-waiting:
+		if code := m.Header.Get(micro.ErrorCodeHeader); code != "409" || !strings.Contains(m.Header.Get(micro.ErrorHeader), "was forgotten") {
+			t.Fatalf("the waiting compact answered %s %q %s; want 409 forgotten", code, m.Header.Get(micro.ErrorHeader), m.Data)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting compact request was not answered when its conversation was forgotten")
+	}
+
+	code, desc := svcError(t, s.client, schemas.CompactSubject, `{"conversation":"waits","instructions":"keep hello"}`)
+	if code != "409" || !strings.Contains(desc, "was forgotten") {
+		t.Fatalf("compact after the forget: %s %q; want 409 forgotten", code, desc)
+	}
+	if r, err := s.st.PendingRequest(ctx, "waits"); r != nil || err != nil {
+		t.Fatalf("a request is queued for the forgotten conversation: %+v, %v", r, err)
+	}
+	if found, _ := jstest.Scan(t, s.client, "waits"); len(found) > 0 {
+		t.Fatalf("the refused request left: %v", found)
+	}
+	// A message after the forget starts a new conversation, which compacts as any other.
+	if _, err := s.st.PublishMessage(ctx, "waits", []byte(`{"role":"user","content":"again"}`), ""); err != nil {
+		t.Fatal(err)
+	}
+	var r schemas.CompactResponse
+	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"waits"}`, &r)
+	if r.Status != schemas.CompactQueued {
+		t.Fatalf("compact of the new conversation: %+v; want queued", r)
 	}
 }

@@ -4,6 +4,7 @@
 //   npm install
 //   node compactor.mjs publish <conv> < conversation.jsonl
 //   node compactor.mjs context <conv>
+//   node compactor.mjs forget <conv>     (deletes it everywhere, through the service)
 //
 // NATS_URL defaults to nats://127.0.0.1:4222 (the embedded server of `compactor serve`).
 // A message over the server's max payload is stored as an object and published as a stub;
@@ -322,6 +323,18 @@ async function readContext(nc, conv) {
   return { context, skipped, generation: value?.generation ?? 0 };
 }
 
+// forget asks the compactor service (compactor.forget) to delete a conversation
+// everywhere, for good, and returns its answer: the sequence it was forgotten through
+// and what was deleted, by place. A service error (a bad id: 400) comes back in the
+// Nats-Service-Error-Code and Nats-Service-Error headers.
+async function forget(nc, conv) {
+  if (!ID_RULE.test(conv)) throw new Error("conversation id must be 1-128 characters of [A-Za-z0-9_-]");
+  const m = await nc.request("compactor.forget", sc.encode(JSON.stringify({ conversation: conv })), { timeout: 75000 });
+  const code = m.headers?.get("Nats-Service-Error-Code");
+  if (code) throw new Error(`compactor.forget: ${m.headers.get("Nats-Service-Error")} (code ${code})`);
+  return JSON.parse(sc.decode(m.data));
+}
+
 // shape applies an override (a truncation: head and tail kept, in code points, with a
 // marker between) and strips Compactor's metadata. Array content has its text parts
 // joined, cut and put back as one text part where the first was; other parts stay.
@@ -394,13 +407,14 @@ function toolRounds(tail, skipped) {
 }
 
 const [cmd, conv] = process.argv.slice(2);
-if (!["publish", "context"].includes(cmd) || !conv) {
-  console.error("usage: node compactor.mjs publish|context <conversation>");
+if (!["publish", "context", "forget"].includes(cmd) || !conv) {
+  console.error("usage: node compactor.mjs publish|context|forget <conversation>");
   process.exit(2);
 }
 const nc = await connect({ servers: process.env.NATS_URL || "nats://127.0.0.1:4222" });
 try {
   if (cmd === "publish") await publish(nc, conv);
+  else if (cmd === "forget") console.log(JSON.stringify(await forget(nc, conv)));
   else {
     const { context, skipped, generation } = await readContext(nc, conv);
     for (const m of context) console.log(JSON.stringify(m));

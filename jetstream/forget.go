@@ -1,0 +1,412 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// Forgetting a conversation deletes it from every stream, bucket and object store, and
+// leaves a tombstone so that work in flight cannot bring it back.
+//
+// The order, and why no interleaving resurrects anything:
+//
+//  1. Forget reads CHAT's last sequence T. The conversation's messages up to T are the
+//     forgotten conversation; a message published to the same id later gets a sequence
+//     above T and starts a new conversation.
+//  2. It writes the tombstone {through_seq: T} under schemas.ForgetKey(conv) in the
+//     forget bucket, then publishes a forgotten event for live subscribers.
+//  3. Only then it deletes: the pending request, the idle timer, the CHAT messages up
+//     to T (each erased: overwritten in the store), every revision of the KV value and
+//     of the policy, the stored objects, the dead letters and the events.
+//
+// Every other writer of the conversation (a worker job, the trigger's requests, the
+// service's manual requests) writes first and checks after, reading the tombstone
+// from the bucket's stream leader (Forgotten), then takes back what it wrote
+// (TakeBack) when the tombstone covers it: a value whose FirstSeq is ≤ T, or work
+// asked for with up_to_seq ≤ T. For one such write W followed by its check C:
+//
+//   - W before the purges of step 3: the purges delete it (they delete everything of
+//     the conversation, not only what was there at step 1).
+//   - W after them: then C comes after step 2 as well, sees the tombstone and takes W
+//     back. Since C follows W, there is no third case: no check-then-write race.
+//
+// A KV value adds one more way back: another job may build on a forgotten value V
+// before V's writer took it back. It inherits V's FirstSeq (≤ T), so its own check
+// covers it too. A write with compare-and-set on a revision the purge deleted fails.
+// And a job that starts after step 2 finds the tombstone first: it drops a request made
+// before the forget, does not build on a forgotten value (and removes one it finds) and
+// reads CHAT only above T, so the new conversation is compacted from scratch.
+//
+// What this does not cover: a process that dies between a write and its check, while
+// the conversation is being forgotten, leaves that write (a job's value is removed by
+// the next job of the same id; a request is dropped by the worker that gets it; an
+// event or a dead letter stays until its stream's max age). Forget again to remove it.
+
+// ForgetStepError is the error of a forget that stopped at one step; the tombstone is
+// written and the steps before were done. Forgetting again is safe and finishes it.
+type ForgetStepError struct {
+	Step string
+	Err  error
+}
+
+func (e *ForgetStepError) Error() string {
+	return fmt.Sprintf("forget: %s: %v (forget again to finish)", e.Step, e.Err)
+}
+
+func (e *ForgetStepError) Unwrap() error { return e.Err }
+
+// Forget deletes a conversation everywhere, for good: its CHAT messages, every revision
+// of its KV value and policy, its pending request, idle timer, dead letters and events,
+// and its objects (every object named <conv>/... in the objects bucket, when that bucket
+// exists). A conversation with nothing stored is not an error: every count is 0. See
+// the comment above for the order and why work in flight does not bring it back.
+func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse, error) {
+	out := schemas.ForgetResponse{Conversation: conv}
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return out, err
+	}
+	subj := func(b func(string) (string, error)) string { v, _ := b(conv); return v }
+	chat, err := s.js.Stream(ctx, s.cfg.ChatStream)
+	if err != nil {
+		return out, &ForgetStepError{Step: "read the last sequence of " + s.cfg.ChatStream, Err: err}
+	}
+	out.ThroughSeq = chat.CachedInfo().State.LastSeq
+	out.ForgottenAt = time.Now().UTC()
+
+	tomb, _ := json.Marshal(schemas.Tombstone{ThroughSeq: out.ThroughSeq, ForgottenAt: out.ForgottenAt})
+	if _, err := s.js.Publish(ctx, "$KV."+s.cfg.ForgetBucket+"."+schemas.ForgetKey(conv), tomb,
+		natsjs.WithExpectStream("KV_"+s.cfg.ForgetBucket)); err != nil {
+		return out, &ForgetStepError{Step: "write the tombstone", Err: err}
+	}
+	// For live subscribers (the trigger drops its state, a waiting compact request
+	// answers): best effort, as every writer checks the tombstone anyway. The purge of
+	// the events below removes it.
+	notified := s.PublishEvent(ctx, schemas.Event{Type: schemas.EventForgotten, Conversation: conv,
+		RequestID: schemas.NewRequestID(), At: out.ForgottenAt}) == nil
+
+	d := &out.Deleted
+	steps := []struct {
+		name     string
+		stream   string
+		subject  string
+		before   uint64 // 0: every message of the subject
+		counted  *uint64
+		erase    bool // each message is erased before the purge
+		objects  bool // the objects bucket, not one subject
+		eventsOf bool
+	}{
+		// Work first, so no new job starts on a pending request and no idle timer fires.
+		{name: "pending request", stream: s.cfg.RequestsStream, subject: subj(s.cfg.RequestSubject), counted: &d.Requests},
+		{name: "idle timer", stream: s.cfg.ActivityStream, subject: subj(s.cfg.ActivitySubject), counted: &d.ActivityMarkers},
+		{name: "messages", stream: s.cfg.ChatStream, subject: subj(s.cfg.ChatSubject), before: out.ThroughSeq + 1, counted: &d.ChatMessages, erase: true},
+		{name: "value", stream: "KV_" + s.cfg.ResultsBucket, subject: "$KV." + s.cfg.ResultsBucket + "." + conv, counted: &d.ResultRevisions},
+		{name: "policy", stream: "KV_" + s.cfg.PolicyBucket, subject: "$KV." + s.cfg.PolicyBucket + "." + conv, counted: &d.PolicyRevisions},
+		{name: "objects", objects: true, counted: &d.Objects},
+		// Last: jobs in flight may still report until they see the tombstone.
+		{name: "dead letters", stream: s.cfg.DeadStream, subject: subj(s.cfg.DeadSubject), counted: &d.DeadLetters},
+		{name: "events", stream: s.cfg.EventsStream, subject: subj(s.cfg.EventSubject), counted: &d.Events, eventsOf: true},
+	}
+	for _, st := range steps {
+		var n, erased uint64
+		switch {
+		case st.objects:
+			n, err = s.forgetObjects(ctx, conv)
+		case st.erase:
+			// Raw history is most of a conversation's bytes: each message is
+			// overwritten in the store, not only unlinked; the purge then takes what
+			// the erase missed.
+			if erased, err = s.eraseChat(ctx, conv, out.ThroughSeq, time.Now().Add(EraseBudget)); err == nil {
+				n, err = s.purge(ctx, st.stream, st.subject, st.before)
+				n += erased
+				d.ChatMessagesErased = erased
+			}
+		default:
+			n, err = s.purge(ctx, st.stream, st.subject, st.before)
+		}
+		if err != nil {
+			return out, &ForgetStepError{Step: "delete the " + st.name, Err: err}
+		}
+		if st.eventsOf && notified && n > 0 {
+			n-- // the forgotten event of this forget is not the conversation's
+		}
+		*st.counted = n
+	}
+	return out, nil
+}
+
+// Forgotten returns the tombstone of a forgotten conversation, nil when it was not
+// forgotten within the forget bucket's TTL. It reads from the bucket's stream leader,
+// so a check made after a write sees every tombstone written before it.
+func (s *Store) Forgotten(ctx context.Context, conv string) (*schemas.Tombstone, error) {
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return nil, err
+	}
+	m, err := s.leaderGet(ctx, "KV_"+s.cfg.ForgetBucket, map[string]any{
+		"last_by_subj": "$KV." + s.cfg.ForgetBucket + "." + schemas.ForgetKey(conv),
+	})
+	if errors.Is(err, errNoMessage) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the tombstone of %s: %w", conv, err)
+	}
+	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return nil, nil
+	}
+	var t schemas.Tombstone
+	if err := json.Unmarshal(m.Data, &t); err != nil {
+		return nil, fmt.Errorf("the tombstone of %s does not decode: %w", conv, err)
+	}
+	return &t, nil
+}
+
+// RemoveResult deletes the revisions of a conversation's value up to and including
+// rev, and none written after it: a job takes back its own write, or a value of a
+// forgotten conversation it found, without touching a newer one. No delete marker is
+// left (it would keep the key, the conversation id).
+func (s *Store) RemoveResult(ctx context.Context, conv string, rev uint64) error {
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return err
+	}
+	if _, err := s.purge(ctx, "KV_"+s.cfg.ResultsBucket, "$KV."+s.cfg.ResultsBucket+"."+conv, rev+1); err != nil {
+		return fmt.Errorf("remove the value of %s through revision %d: %w", conv, rev, err)
+	}
+	return nil
+}
+
+// Writes is what one job, or one request of the trigger or the service, stored for a
+// conversation: events, dead letters, requests and revisions of the value. When the
+// conversation turns out to have been forgotten meanwhile, TakeBack deletes them. Safe
+// for concurrent use; a nil *Writes records nothing.
+type Writes struct {
+	mu      sync.Mutex
+	events  []uint64
+	dead    []uint64
+	reqs    []uint64
+	results []uint64
+}
+
+// add records seq in the list pick chooses.
+func (w *Writes) add(pick func(*Writes) *[]uint64, seq uint64) {
+	if w == nil || seq == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := pick(w)
+	*l = append(*l, seq)
+}
+
+// Request records a request Enqueue stored at seq.
+func (w *Writes) Request(seq uint64) { w.add(func(w *Writes) *[]uint64 { return &w.reqs }, seq) }
+
+// Result records a revision of the value PutResult wrote.
+func (w *Writes) Result(rev uint64) { w.add(func(w *Writes) *[]uint64 { return &w.results }, rev) }
+
+// Empty reports whether nothing was recorded.
+func (w *Writes) Empty() bool {
+	if w == nil {
+		return true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.events)+len(w.dead)+len(w.reqs)+len(w.results) == 0
+}
+
+// TakeBack deletes what w recorded for conv: the value's revisions up to the newest one
+// recorded, and each event, dead letter and request (a request a worker holds is then
+// simply gone; its job finds the tombstone). What is already gone (the forget deleted
+// it) is no error. Messages are erased, not only unlinked.
+func (s *Store) TakeBack(ctx context.Context, conv string, w *Writes) error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	results, reqs, dead, events := append([]uint64(nil), w.results...), append([]uint64(nil), w.reqs...),
+		append([]uint64(nil), w.dead...), append([]uint64(nil), w.events...)
+	w.mu.Unlock()
+	var errs []error
+	if len(results) > 0 {
+		errs = append(errs, s.RemoveResult(ctx, conv, slices.Max(results)))
+	}
+	for _, l := range []struct {
+		stream string
+		seqs   []uint64
+	}{{s.cfg.RequestsStream, reqs}, {s.cfg.DeadStream, dead}, {s.cfg.EventsStream, events}} {
+		for _, seq := range l.seqs {
+			errs = append(errs, s.eraseMsg(ctx, l.stream, seq))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("take back what was written for %s: %w", conv, err)
+	}
+	return nil
+}
+
+// apiError is the error of a JetStream API answer.
+type apiError struct {
+	Code        int    `json:"code"`
+	ErrCode     int    `json:"err_code"`
+	Description string `json:"description"`
+}
+
+func (e *apiError) Error() string { return fmt.Sprintf("%s (code %d)", e.Description, e.ErrCode) }
+
+// apiRequest sends a JetStream API request and decodes its answer into out; an error
+// answer is returned as an *apiError.
+func (s *Store) apiRequest(ctx context.Context, subject string, req, out any) error {
+	body, _ := json.Marshal(req)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	resp, err := s.nc.RequestWithContext(ctx, subject, body)
+	if err != nil {
+		return err
+	}
+	var r struct {
+		Error *apiError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return fmt.Errorf("undecodable answer: %w", err)
+	}
+	if r.Error != nil {
+		return r.Error
+	}
+	return json.Unmarshal(resp.Data, out)
+}
+
+// purge deletes the messages of one subject of a stream (those with a sequence below
+// before, when before > 0) and returns how many it deleted. The purge request names
+// the subject in its body: the stream's purge permission cannot be limited to one
+// conversation, which is why only the service (and a worker, on the results bucket)
+// may purge.
+func (s *Store) purge(ctx context.Context, stream, subject string, before uint64) (uint64, error) {
+	req := map[string]any{"filter": subject}
+	if before > 0 {
+		req["seq"] = before
+	}
+	var out struct {
+		Purged uint64 `json:"purged"`
+	}
+	if err := s.apiRequest(ctx, apiPrefix+"STREAM.PURGE."+stream, req, &out); err != nil {
+		return 0, fmt.Errorf("purge %s of %s: %w", subject, stream, err)
+	}
+	return out.Purged, nil
+}
+
+// The server's answers to a delete of a sequence that holds no message (any more):
+// JSNoMessageFoundErr and JSSequenceNotFoundErrF.
+const (
+	errCodeNoMessageFound   = 10057
+	errCodeSequenceNotFound = 10043
+)
+
+// eraseMsg deletes one message and overwrites its bytes in the store; a message
+// already gone is no error.
+func (s *Store) eraseMsg(ctx context.Context, stream string, seq uint64) error {
+	var out struct{}
+	err := s.apiRequest(ctx, apiPrefix+"STREAM.MSG.DELETE."+stream, map[string]any{"seq": seq}, &out)
+	var ae *apiError
+	if errors.As(err, &ae) && (ae.ErrCode == int(natsjs.JSErrCodeMessageNotFound) || ae.ErrCode == errCodeNoMessageFound ||
+		ae.ErrCode == errCodeSequenceNotFound || ae.Code == 404) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete message %d of %s: %w", seq, stream, err)
+	}
+	return nil
+}
+
+// EraseBudget bounds how long a forget erases raw history message by message (about a
+// millisecond each on one server); what is left then is purged: deleted, but its bytes
+// stay in the server's files until it compacts them.
+const EraseBudget = 20 * time.Second
+
+// eraseChat erases (overwrites, then deletes) the messages of conv up to through,
+// found with batched direct gets, until the deadline, and returns how many it erased.
+func (s *Store) eraseChat(ctx context.Context, conv string, through uint64, deadline time.Time) (uint64, error) {
+	subj, err := s.cfg.ChatSubject(conv)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for from := uint64(1); from <= through && time.Now().Before(deadline); {
+		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, from, DirectBatchSize)
+		if err != nil {
+			return n, err
+		}
+		for _, m := range page {
+			if m.Seq > through {
+				return n, nil
+			}
+			if time.Now().After(deadline) {
+				return n, nil
+			}
+			if err := s.eraseMsg(ctx, s.cfg.ChatStream, m.Seq); err != nil {
+				return n, err
+			}
+			n++
+		}
+		if !more || len(page) == 0 {
+			return n, nil
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+	return n, nil
+}
+
+// forgetObjects deletes every object of the objects bucket whose name starts with
+// <conv>/, with its chunks and its metadata, and returns how many it deleted. A missing
+// bucket holds nothing. A deleted object leaves a metadata marker that still names it
+// (for watchers); that marker is purged too, as are the markers of objects deleted
+// before.
+func (s *Store) forgetObjects(ctx context.Context, conv string) (uint64, error) {
+	obs, err := s.js.ObjectStore(ctx, s.cfg.ObjectsBucket)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("bucket %s: %w", s.cfg.ObjectsBucket, err)
+	}
+	list, err := obs.List(ctx, natsjs.ListObjectsShowDeleted())
+	if errors.Is(err, natsjs.ErrNoObjectsFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", s.cfg.ObjectsBucket, err)
+	}
+	var n uint64
+	prefix := conv + "/"
+	for _, info := range list {
+		if !strings.HasPrefix(info.Name, prefix) {
+			continue
+		}
+		if !info.Deleted {
+			// A link has no chunks of its own: its metadata is all there is.
+			if info.Opts == nil || info.Opts.Link == nil {
+				if err := obs.Delete(ctx, info.Name); err != nil && !errors.Is(err, natsjs.ErrObjectNotFound) {
+					return n, fmt.Errorf("delete object %s: %w", info.Name, err)
+				}
+			}
+			n++
+		}
+		meta := "$O." + s.cfg.ObjectsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(info.Name))
+		if _, err := s.purge(ctx, "OBJ_"+s.cfg.ObjectsBucket, meta, 0); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
