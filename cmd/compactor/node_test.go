@@ -167,9 +167,15 @@ func jsonEqual(a, b any) bool {
 // runNodeExample runs the Node.js example against the NATS server at url.
 func runNodeExample(t *testing.T, node, dir, url string, stdin []byte, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	return runNodeExampleEnv(t, node, dir, []string{"NATS_URL=" + url}, stdin, args...)
+}
+
+// runNodeExampleEnv runs the Node.js example with env added to the test's environment.
+func runNodeExampleEnv(t *testing.T, node, dir string, env []string, stdin []byte, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
 	cmd := exec.Command(node, append([]string{"compactor.mjs"}, args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "NATS_URL="+url)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = bytes.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -387,5 +393,49 @@ func TestNodeExampleForgets(t *testing.T) {
 	}
 	if _, errOut, err := runNode("", "forget", "a.b"); err == nil || !strings.Contains(errOut, "[A-Za-z0-9_-]") {
 		t.Fatalf("node forget a.b: %v, %q; want the id rule", err, errOut)
+	}
+}
+
+// The Node.js example under the users of deploy/nats/accounts.conf: it publishes as the
+// producer and reads as the reader, each on its own inbox prefix; without the prefix its
+// replies are refused. It decodes strictly as the Go reader does: a line that is not
+// UTF-8 stops the publish at that line, and a stored message that is not UTF-8 is skipped
+// and reported by both readers.
+func TestNodeExampleUnderRoles(t *testing.T) {
+	node, dir := nodeExample(t)
+	url, connect := rolesServer(t)
+	admin := connect("admin")
+	ctx := ctxFor(t, time.Minute)
+	st, err := jetstream.Provision(ctx, admin.nc, jetstream.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := func(user string, prefix bool) []string {
+		env := []string{"NATS_URL=" + url, "NATS_USER=" + user, "NATS_PASSWORD=" + os.Getenv("NATS_"+strings.ToUpper(user)+"_PASSWORD")}
+		if prefix {
+			env = append(env, "NATS_INBOX_PREFIX=_INBOX_"+user)
+		}
+		return env
+	}
+	const conv = "node-roles"
+	in := []byte("{\"role\":\"user\",\"content\":\"NEEDLE-node-roles\"}\n{\"role\":\"user\",\"content\":\"bad \xff\"}\n")
+	out, errOut, err := runNodeExampleEnv(t, node, dir, as("producer", true), in, "publish", conv)
+	if err == nil || !strings.Contains(errOut, "line 2: not valid UTF-8") || strings.TrimSpace(out) != "1" {
+		t.Fatalf("node publish as producer: %v, printed %q\n%s\nwant line 1 stored and line 2 refused as not UTF-8", err, out, errOut)
+	}
+	// Another producer skips the checks: the reader must cope.
+	if _, err := st.PublishMessage(ctx, conv, []byte("{\"role\":\"user\",\"content\":\"raw \xff\"}"), ""); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err = runNodeExampleEnv(t, node, dir, as("reader", true), nil, "context", conv)
+	if err != nil || !strings.Contains(out, "NEEDLE-node-roles") || !strings.Contains(errOut, "skipped seq 2: invalid message: not valid UTF-8") {
+		t.Fatalf("node context as reader: %v\n%s\n%s\nwant the message and seq 2 skipped as not UTF-8", err, out, errOut)
+	}
+	cx, err := pipeline.NewWithStore(admin.nc, st).Context(ctx, conv)
+	if err != nil || len(cx.Skipped) != 1 || cx.Skipped[0].Seq != 2 || !strings.Contains(cx.Skipped[0].Reason, "UTF-8") {
+		t.Fatalf("go reader: %+v, %v; want seq 2 skipped as not UTF-8", cx, err)
+	}
+	if _, errOut, err := runNodeExampleEnv(t, node, dir, as("reader", false), nil, "context", conv); err == nil {
+		t.Fatalf("node context as reader on the shared _INBOX: no error; want its replies refused\n%s", errOut)
 	}
 }

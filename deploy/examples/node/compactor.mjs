@@ -9,14 +9,28 @@
 // NATS_URL defaults to nats://127.0.0.1:4222 (the embedded server of `compactor serve`).
 // A message over the server's max payload is stored as an object and published as a stub;
 // the reader restores stubs, and skips and reports one whose object is gone or refused.
-import { connect, createInbox, StringCodec } from "nats";
+import { connect, createInbox, credsAuthenticator, StringCodec } from "nats";
+import { readFileSync } from "node:fs";
 import { createHash, randomUUID } from "node:crypto";
-import { createInterface } from "node:readline";
 
 const SUMMARY_PREFIX =
   "[Summary of the earlier conversation, written by Compactor. The messages it replaces are not shown.]\n\n";
 const ID_RULE = /^[A-Za-z0-9_-]{1,128}$/;
 const sc = StringCodec();
+// Stored messages are decoded strictly: invalid UTF-8 is refused as the Go reader refuses
+// it, instead of being turned into U+FFFD (a silent change of the producer's bytes).
+const strictUTF8 = new TextDecoder("utf-8", { fatal: true });
+// JetStream contexts skip nats.js's account-info check ($JS.API.INFO): the users of
+// deploy/nats/accounts.conf are allowed only the requests their role needs.
+function decodeJSON(bytes) {
+  let text;
+  try {
+    text = strictUTF8.decode(bytes);
+  } catch {
+    throw new SyntaxError("not valid UTF-8");
+  }
+  return JSON.parse(text);
+}
 
 // Messages over the server's max payload (README, "Large messages"): their content,
 // reasoning, extra and unknown fields are stored as one object of this bucket, named
@@ -35,11 +49,18 @@ const CONTRACT_FIELDS = new Set([...STUB_FIELDS, "content", "reasoning", "extra"
 // run, another line). A retry of the same line sends the same id, so a publish whose
 // acknowledgement was lost is stored once.
 async function publish(nc, conv) {
-  const js = nc.jetstream();
+  const js = nc.jetstream({ checkAPI: false });
   const run = randomUUID();
-  const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
+  // Each line is decoded strictly: invalid UTF-8 stops the run at its line, as Go's
+  // Publish refuses it, rather than being stored as U+FFFD.
   let n = 0;
-  for await (const line of lines) {
+  for await (const bytes of byteLines(process.stdin)) {
+    let line;
+    try {
+      line = strictUTF8.decode(bytes).replace(/\r$/, "");
+    } catch {
+      throw new Error(`line ${n + 1}: not valid UTF-8`);
+    }
     if (!line.trim()) continue;
     n++;
     const msg = JSON.parse(line); // refuse malformed JSON before it reaches the stream
@@ -51,6 +72,21 @@ async function publish(nc, conv) {
     if (ack.duplicate) console.error(`line ${n}: stored once at seq ${ack.seq} (a retry of it was discarded)`);
     console.log(ack.seq);
   }
+}
+
+// byteLines yields the lines of a byte stream, undecoded.
+async function* byteLines(stream) {
+  let parts = [];
+  for await (const chunk of stream) {
+    let start = 0;
+    for (let i; (i = chunk.indexOf(10, start)) >= 0; start = i + 1) {
+      parts.push(chunk.subarray(start, i));
+      yield Buffer.concat(parts);
+      parts = [];
+    }
+    if (start < chunk.length) parts.push(chunk.subarray(start));
+  }
+  if (parts.length) yield Buffer.concat(parts);
 }
 
 // publishRetrying retries a publish that got no acknowledgement (a timeout, no responders
@@ -112,7 +148,7 @@ function storedTokens(msg) {
 // objects out (CHAT has a max age), one stored more than a minute ago (half the duplicate
 // window) is stored again, so it outlives the new message that refers to it.
 async function putObject(nc, name, bytes, sha256) {
-  const jsm = await nc.jetstreamManager();
+  const jsm = await nc.jetstreamManager({ checkAPI: false });
   let si;
   try {
     si = await jsm.streams.info(OBJECTS_STREAM); // never let the client create it with other settings
@@ -122,7 +158,7 @@ async function putObject(nc, name, bytes, sha256) {
   const have = await objectInfo(jsm, name).catch(() => null);
   const fresh = si.config.max_age === 0 || Date.now() - Date.parse(have?.mtime) < 60_000;
   if (have && checkInfo(have, { name, size: bytes.length, sha256 }) === null && fresh) return;
-  const os = await nc.jetstream().views.os(OBJECTS);
+  const os = await nc.jetstream({ checkAPI: false }).views.os(OBJECTS);
   const chunk = Math.min(128 * 1024, nc.info.max_payload - HEADER_ROOM);
   await os.putBlob({ name, options: { max_chunk_size: chunk } }, bytes);
 }
@@ -212,7 +248,7 @@ async function readObject(nc, jsm, conv, ref) {
 function restore(stub, bytes) {
   let object;
   try {
-    object = JSON.parse(sc.decode(bytes));
+    object = decodeJSON(bytes);
   } catch {
     throw new Gap(`content_ref refused: object ${stub.content_ref.name} is not a JSON object`);
   }
@@ -247,7 +283,7 @@ async function resolve(nc, jsm, conv, msg) {
 // One batched direct get: every message of subject from seq on, up to batch of them,
 // answered by any replica and closed by a 204 "EOB" status.
 async function directBatch(nc, subject, seq, batch = 256, stream = "CHAT") {
-  const inbox = createInbox();
+  const inbox = createInbox(inboxPrefix);
   const sub = nc.subscribe(inbox, { timeout: 10000 });
   nc.publish(`$JS.API.DIRECT.GET.${stream}`, sc.encode(JSON.stringify({ seq, next_by_subj: subject, batch })), {
     reply: inbox,
@@ -270,7 +306,7 @@ async function directBatch(nc, subject, seq, batch = 256, stream = "CHAT") {
 async function readContext(nc, conv) {
   if (!ID_RULE.test(conv)) throw new Error("conversation id must be 1-128 characters of [A-Za-z0-9_-]");
   // 1. The compaction value (none: the whole history is the tail).
-  const kv = await nc.jetstream().views.kv("compaction");
+  const kv = await nc.jetstream({ checkAPI: false }).views.kv("compaction");
   const entry = await kv.get(conv);
   const value = entry && entry.operation === "PUT" ? entry.json() : null;
   if (value && value.schema_version > 1) throw new Error(`schema_version ${value.schema_version} is newer than this reader`);
@@ -280,11 +316,11 @@ async function readContext(nc, conv) {
   // 2. Pinned messages (and those a strategy keeps ahead of the summary), by sequence.
   //    A message over the max payload is a stub: its object is fetched and the message
   //    put back together; a missing, corrupt or refused object is skipped and reported.
-  const jsm = await nc.jetstreamManager();
+  const jsm = await nc.jetstreamManager({ checkAPI: false });
   for (const seq of value?.pinned_seqs ?? []) {
     const sm = await jsm.streams.getMessage("CHAT", { seq });
     try {
-      context.push(shape(await resolve(nc, jsm, conv, JSON.parse(sc.decode(sm.data))), overrides.get(seq)));
+      context.push(shape(await resolve(nc, jsm, conv, decodeJSON(sm.data)), overrides.get(seq)));
     } catch (e) {
       if (!(e instanceof Gap)) throw e;
       skipped.push({ seq, reason: `pinned: invalid message: ${e.message}` });
@@ -300,9 +336,9 @@ async function readContext(nc, conv) {
     for (const m of msgs) {
       let msg;
       try {
-        msg = JSON.parse(sc.decode(m.data));
+        msg = decodeJSON(m.data);
       } catch (e) {
-        skipped.push({ seq: m.seq, reason: `invalid JSON: ${e.message}` });
+        skipped.push({ seq: m.seq, reason: `invalid message: ${e.message}` });
         continue;
       }
       try {
@@ -411,7 +447,18 @@ if (!["publish", "context", "forget"].includes(cmd) || !conv) {
   console.error("usage: node compactor.mjs publish|context|forget <conversation>");
   process.exit(2);
 }
-const nc = await connect({ servers: process.env.NATS_URL || "nats://127.0.0.1:4222" });
+// Connection settings from the environment, named like Compactor's own without the
+// COMPACTOR_ prefix: NATS_URL, one of NATS_USER with NATS_PASSWORD, NATS_TOKEN or
+// NATS_CREDS (a credentials file), NATS_CA for TLS, and NATS_INBOX_PREFIX: with the
+// accounts.conf of deploy/nats each user may read replies only on _INBOX_<user>.
+const env = process.env;
+const inboxPrefix = env.NATS_INBOX_PREFIX || undefined;
+const options = { servers: env.NATS_URL || "nats://127.0.0.1:4222", inboxPrefix };
+if (env.NATS_USER) Object.assign(options, { user: env.NATS_USER, pass: env.NATS_PASSWORD ?? "" });
+if (env.NATS_TOKEN) options.token = env.NATS_TOKEN;
+if (env.NATS_CREDS) options.authenticator = credsAuthenticator(readFileSync(env.NATS_CREDS));
+if (env.NATS_CA) options.tls = { caFile: env.NATS_CA };
+const nc = await connect(options);
 try {
   if (cmd === "publish") await publish(nc, conv);
   else if (cmd === "forget") console.log(JSON.stringify(await forget(nc, conv)));
