@@ -86,7 +86,7 @@ func TestRebuildKeepsTheRequestInFlight(t *testing.T) {
 	for range 15 { // over the threshold
 		publish(t, st, "inflight", text(800))
 	}
-	takeRequest(t, st) // a worker has it now, no outcome yet
+	fetchRequest(t, st) // a worker has it now, no outcome yet
 	first := stored(t, nc, st)
 	// The policy changes (the state goes stale), then the conversation speaks.
 	if err := st.PutPolicy(context.Background(), "inflight", []byte(`{"threshold":"0.7"}`), 0); err != nil {
