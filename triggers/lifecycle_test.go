@@ -3,13 +3,21 @@ package triggers_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/tokens"
+	"github.com/compactor/compactor/triggers"
 )
 
 // The trigger's state is a cache: a conversation untouched for EvictAfter is dropped,
@@ -206,4 +214,65 @@ func TestMissedOutcomeDoesNotHoldTheConversation(t *testing.T) {
 	waitFor(t, "a request after the first one left the queue without an outcome event", func() bool {
 		return stored(t, nc, st) > first
 	})
+}
+
+// A trigger started while JetStream does not answer (a cluster still electing the
+// leaders of its consumers, a server restarting) waits for its consumers, logging each
+// attempt, instead of returning an error that stops the whole process; once JetStream
+// answers, it runs.
+func TestTriggerWaitsForItsConsumers(t *testing.T) {
+	ns := jstest.ServerWith(t, nil)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	st := jstest.Provision(t, nc)
+	dir := ns.JetStreamConfig().StoreDir
+	if err := ns.DisableJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logLines{}
+	b, err := triggers.New(testConfig(), st, fixed(nil), zerolog.New(logs).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() { runErr = b.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the trigger to log a retry", func() bool {
+		select {
+		case <-done:
+			t.Fatalf("the trigger returned while JetStream was away: %v", runErr)
+		default:
+		}
+		return strings.Contains(logs.String(), "retrying")
+	})
+	if err := ns.EnableJetStream(&server.JetStreamConfig{StoreDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	for range 15 { // over the threshold
+		publish(t, st, "late", text(800))
+	}
+	waitFor(t, "a request once JetStream answers", func() bool { return stored(t, nc, st) > 0 })
+}
+
+// logLines collects log lines; safe for concurrent writers.
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

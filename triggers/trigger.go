@@ -200,11 +200,17 @@ func (t *Trigger) Run(ctx context.Context) error {
 			}
 		}
 	}
-	chat, err := t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(ctx, d) }, consumerErr("trigger consumer"))
+	// The consumers may not answer yet (a cluster electing their leaders, a server
+	// restarting): that is waited for, not a reason to stop the process.
+	chat, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
+		return t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(ctx, d) }, consumerErr("trigger consumer"))
+	})
 	if err != nil {
 		return stopped(ctx, err)
 	}
-	idle, err := t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(ctx, d) }, consumerErr("idle consumer"))
+	idle, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
+		return t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(ctx, d) }, consumerErr("idle consumer"))
+	})
 	if err != nil {
 		chat.Drain()
 		return stopped(ctx, err)
