@@ -82,6 +82,7 @@ type checkFigures struct {
 	MinGeneration  uint64
 	MaxGeneration  uint64
 	Declines       int
+	DeclineReasons map[string]int // declined events by their reason
 	Fallbacks      int
 	Needles        int
 	Requests       int // distinct requests seen started
@@ -310,18 +311,17 @@ func (c *checker) explainStuck(t *testing.T, ids []string) {
 // failing t at the first one broken, and returns the figures.
 func (c *checker) verify(t *testing.T) checkFigures {
 	t.Helper()
-	ctx := ctxFor(t, 5*time.Minute)
 	c.mu.Lock()
 	convs := slices.Clone(c.convs)
 	c.mu.Unlock()
 	stored := map[string][]schemas.Entry{}
 	for _, cv := range convs {
-		stored[cv.id] = c.checkStored(t, ctx, cv)
+		stored[cv.id] = c.checkStored(t, cv)
 	}
-	values := c.checkRevisions(t, ctx)
-	c.checkEvents(t, ctx, values)
+	values := c.checkRevisions(t)
+	c.checkEvents(t, values)
 	for _, cv := range convs {
-		c.checkConversation(t, ctx, cv, stored[cv.id], values[cv.id])
+		c.checkConversation(t, cv, stored[cv.id], values[cv.id])
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -332,12 +332,13 @@ func (c *checker) verify(t *testing.T) checkFigures {
 // checkStored checks that every message of cv is stored exactly once, at the sequence
 // its publish returned, with its message id and content, and returns the entries.
 // Read from the stream leader: what it holds is what every reader may be given.
-func (c *checker) checkStored(t *testing.T, ctx context.Context, cv *checkedConv) []schemas.Entry {
+func (c *checker) checkStored(t *testing.T, cv *checkedConv) []schemas.Entry {
 	t.Helper()
-	msgs, err := c.st.LoadConversationLeader(ctx, cv.id, 1, 0)
-	if err != nil {
-		t.Fatalf("%s: read the stored messages: %v", cv.id, err)
-	}
+	var msgs []jetstream.StoredMsg
+	read(t, "the stored messages of "+cv.id, func(ctx context.Context) (err error) {
+		msgs, err = c.st.LoadConversationLeader(ctx, cv.id, 1, 0)
+		return err
+	})
 	if len(msgs) != len(cv.msgs) {
 		t.Fatalf("%s: %d messages stored; %d published (a retried publish stored twice, or one lost)", cv.id, len(msgs), len(cv.msgs))
 	}
@@ -366,13 +367,16 @@ func (c *checker) checkStored(t *testing.T, ctx context.Context, cv *checkedConv
 // checkRevisions checks that the watcher saw every revision the results bucket ever
 // held, 1 to its last, each a value of a known conversation that decodes, and returns
 // the values of each conversation in revision order.
-func (c *checker) checkRevisions(t *testing.T, ctx context.Context) map[string][]*schemas.Result {
+func (c *checker) checkRevisions(t *testing.T) map[string][]*schemas.Result {
 	t.Helper()
-	stream, err := jsFor(t, c.nc).Stream(ctx, "KV_"+c.cfg.ResultsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := stream.CachedInfo().State.LastSeq
+	var last uint64
+	read(t, "the last revision of the results bucket", func(ctx context.Context) error {
+		stream, err := jsFor(t, c.nc).Stream(ctx, "KV_"+c.cfg.ResultsBucket)
+		if err == nil {
+			last = stream.CachedInfo().State.LastSeq
+		}
+		return err
+	})
 	waitFor(t, 30*time.Second, fmt.Sprintf("the watcher to see revision %d", last), func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -408,7 +412,7 @@ func (c *checker) checkRevisions(t *testing.T, ctx context.Context) map[string][
 // event names a generation the bucket held, made by its request; every request that
 // was started has an outcome (a value that holds it, an outcome event or a dead
 // letter); every failed event and dead letter names its cause.
-func (c *checker) checkEvents(t *testing.T, ctx context.Context, values map[string][]*schemas.Result) {
+func (c *checker) checkEvents(t *testing.T, values map[string][]*schemas.Result) {
 	t.Helper()
 	made := map[string]map[uint64]string{} // conv → generation → request id
 	done := map[string]bool{}              // request ids a value holds
@@ -422,7 +426,7 @@ func (c *checker) checkEvents(t *testing.T, ctx context.Context, values map[stri
 		}
 	}
 	started := map[string]int{}
-	for _, m := range streamMessages(t, ctx, c.nc, c.cfg.EventsStream) {
+	for _, m := range streamMessages(t, c.nc, c.cfg.EventsStream) {
 		var ev schemas.Event
 		if err := json.Unmarshal(m.Data(), &ev); err != nil {
 			t.Fatalf("event on %s does not decode: %v", m.Subject(), err)
@@ -438,6 +442,10 @@ func (c *checker) checkEvents(t *testing.T, ctx context.Context, values map[stri
 			done[ev.RequestID] = true
 		case schemas.EventDeclined:
 			done[ev.RequestID] = true
+			if c.fig.DeclineReasons == nil {
+				c.fig.DeclineReasons = map[string]int{}
+			}
+			c.fig.DeclineReasons[ev.Error]++
 		case schemas.EventFailed:
 			if ev.Error == "" {
 				t.Fatalf("%s: failed event of request %s names no cause", ev.Conversation, ev.RequestID)
@@ -446,7 +454,7 @@ func (c *checker) checkEvents(t *testing.T, ctx context.Context, values map[stri
 			c.fig.Failed++
 		}
 	}
-	for _, m := range streamMessages(t, ctx, c.nc, c.cfg.DeadStream) {
+	for _, m := range streamMessages(t, c.nc, c.cfg.DeadStream) {
 		var d schemas.DeadLetter
 		if err := json.Unmarshal(m.Data(), &d); err != nil {
 			t.Fatalf("dead letter on %s does not decode: %v", m.Subject(), err)
@@ -478,7 +486,7 @@ func (c *checker) checkEvents(t *testing.T, ctx context.Context, values map[stri
 // every revision, every planted fact the values cover in their summary) and the
 // context a reader is given at the end: under the threshold, tool pairs whole, the
 // pinned system prompt first, every planted fact there.
-func (c *checker) checkConversation(t *testing.T, ctx context.Context, cv *checkedConv, stored []schemas.Entry, values []*schemas.Result) {
+func (c *checker) checkConversation(t *testing.T, cv *checkedConv, stored []schemas.Entry, values []*schemas.Result) {
 	t.Helper()
 	var inputs *string
 	if c.llm != nil {
@@ -512,10 +520,11 @@ func (c *checker) checkConversation(t *testing.T, ctx context.Context, cv *check
 	if last != nil {
 		gen = last.Generation
 	}
-	cx, err := c.client.Context(ctx, cv.id)
-	if err != nil {
-		t.Fatalf("%s: read the context: %v", cv.id, err)
-	}
+	var cx *pipeline.Context
+	read(t, "the context of "+cv.id, func(ctx context.Context) (err error) {
+		cx, err = c.client.Context(ctx, cv.id)
+		return err
+	})
 	if cx.Generation != gen {
 		t.Fatalf("%s: the context is of generation %d; the last value the watcher saw is %d", cv.id, cx.Generation, gen)
 	}
@@ -549,32 +558,56 @@ func (c *checker) checkConversation(t *testing.T, ctx context.Context, cv *check
 	c.fig.MaxGeneration = max(c.fig.MaxGeneration, gen)
 }
 
-// streamMessages reads every message of a stream with an ordered consumer.
-func streamMessages(t *testing.T, ctx context.Context, nc *nats.Conn, name string) []natsjs.Msg {
+// streamMessages reads every message of a stream with an ordered consumer, started
+// again from the next sequence when a fetch fails.
+func streamMessages(t *testing.T, nc *nats.Conn, name string) []natsjs.Msg {
 	t.Helper()
-	stream, err := jsFor(t, nc).Stream(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var stream natsjs.Stream
+	read(t, "the stream "+name, func(ctx context.Context) (err error) {
+		stream, err = jsFor(t, nc).Stream(ctx, name)
+		return err
+	})
 	want := int(stream.CachedInfo().State.Msgs)
-	oc, err := stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []natsjs.Msg
-	for len(out) < want {
-		batch, err := oc.Fetch(min(want-len(out), 256), natsjs.FetchMaxWait(5*time.Second))
+	next := uint64(1)
+	read(t, fmt.Sprintf("the %d messages of %s", want, name), func(ctx context.Context) error {
+		oc, err := stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
+			DeliverPolicy: natsjs.DeliverByStartSequencePolicy, OptStartSeq: next})
 		if err != nil {
-			t.Fatalf("read %s: %v", name, err)
+			return err
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			out = append(out, m)
+		for len(out) < want {
+			batch, err := oc.Fetch(min(want-len(out), 256), natsjs.FetchMaxWait(5*time.Second))
+			if err != nil {
+				return err
+			}
+			n := 0
+			for m := range batch.Messages() {
+				meta, err := m.Metadata()
+				if err != nil {
+					return err
+				}
+				next = meta.Sequence.Stream + 1
+				out = append(out, m)
+				n++
+			}
+			if n == 0 {
+				return fmt.Errorf("%d of %d read: %v", len(out), want, batch.Error())
+			}
 		}
-		if n == 0 {
-			t.Fatalf("read %d of %d messages of %s: %v", len(out), want, name, batch.Error())
-		}
-	}
+		return nil
+	})
 	return out
+}
+
+// read runs a read of the checker's until it succeeds, each attempt with 10 s, and
+// fails t after 30 s: on a cluster whose servers were just killed and started again, a
+// read may find a leader being elected.
+func read(t *testing.T, what string, fn func(ctx context.Context) error) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "a read of "+what, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return fn(ctx)
+	})
 }

@@ -207,15 +207,36 @@ type soakFigures struct {
 }
 
 const (
+	// soakAckWait is how long the requests of a SIGKILLed worker wait before another
+	// worker gets them (COMPACTOR_WORKER_ACK_WAIT, its minimum).
 	soakAckWait = 3 * time.Second
-	soakDrain   = 4 * time.Second
+	// soakDrain is COMPACTOR_DRAIN_TIMEOUT: a SIGTERMed process holding summaries hands
+	// them back at 9/10 of it, and the rest is what its other roles have to stop in
+	// before serve gives up and exits 1.
+	soakDrain = 10 * time.Second
 )
 
+// TestSoakNothingLost is the soak on one nats-server process, SIGKILLed and started
+// again in the middle of the run.
 func TestSoakNothingLost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs nats-server and the binary for a minute or more")
 	}
 	runSoak(t, soakFormFor(t, 50), 1)
+}
+
+// The soak on a three-node cluster of nats-server processes, every stream, bucket and
+// consumer at three replicas: the leader of CHAT, then of the results bucket, then of
+// the work queue is SIGKILLed mid-run and started again once the others elected a new
+// one. Half the conversations of the single-server soak, for the machine runs three
+// servers now.
+func TestSoakClusterLeaders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs nats-server and the binary for a minute or more")
+	}
+	form := soakFormFor(t, 25)
+	form.serverKillEvery = max(form.publishFor/3, form.serverKillEvery)
+	runSoak(t, form, 3)
 }
 
 // newSoak builds the binaries and the conversations, and starts nodes nats-servers
@@ -427,6 +448,9 @@ func runSoak(t *testing.T, form soakForm, nodes int) {
 		fig.Reads, fig.Revisions, fig.Generations, fig.MinGeneration, fig.MaxGeneration, fig.Declines, fig.Fallbacks,
 		fig.Needles, fig.Requests, fig.StartedAgain, fig.Failed, fig.DeadLetters,
 		publishedIn.Round(time.Second), settledIn.Round(time.Second), time.Since(s.start).Round(time.Second))
+	for reason, n := range fig.DeclineReasons {
+		t.Logf("declined %d times: %s", n, reason)
+	}
 }
 
 func leaders(l []string) string {
@@ -503,24 +527,21 @@ func (s *soak) killProcess() {
 // for it, and starts it again on the same port and data.
 func (s *soak) killServer() {
 	t := s.t
-	n := s.nodes[0]
-	what := ""
+	n, what, asset := s.nodes[0], "", ""
+	js := jsFor(t, s.chk.nc)
 	if len(s.nodes) > 1 {
 		cfg := s.chk.cfg
-		asset := []string{cfg.ChatStream, "KV_" + cfg.ResultsBucket, cfg.RequestsStream}[s.fig.ServerKills%3]
-		js := jsFor(t, s.chk.nc)
+		asset = []string{cfg.ChatStream, "KV_" + cfg.ResultsBucket, cfg.RequestsStream}[s.fig.ServerKills%3]
 		leader := streamLeader(t, js, asset)
 		n = s.node(leader)
 		what = fmt.Sprintf("%s (leader of %s)", leader, asset)
+		s.fig.Leaders = append(s.fig.Leaders, what)
 	}
 	failedBefore := s.chk.attemptsFailed.Load()
 	down := time.Now()
 	n.proc.kill(t)
 	s.fig.ServerKills++
-	if what != "" {
-		s.fig.Leaders = append(s.fig.Leaders, what)
-	}
-	if len(s.nodes) == 1 {
+	if asset == "" {
 		// Down until a producer has felt it, as a crashed server is until its
 		// supervisor starts it again.
 		waitFor(t, 30*time.Second, "a publish to fail with the server down", func() error {
@@ -531,8 +552,6 @@ func (s *soak) killServer() {
 		})
 	} else {
 		// Down until the others elected a new leader of what it led.
-		asset := []string{s.chk.cfg.ChatStream, "KV_" + s.chk.cfg.ResultsBucket, s.chk.cfg.RequestsStream}[(s.fig.ServerKills-1)%3]
-		js := jsFor(t, s.chk.nc)
 		waitFor(t, 30*time.Second, "a new leader of "+asset, func() error {
 			l, err := currentLeader(js, asset, n.name)
 			if err == nil && l == n.name {
@@ -546,7 +565,10 @@ func (s *soak) killServer() {
 	jetStreamReady(t, n.url(), time.Minute)
 	took := time.Since(down)
 	s.fig.ServerDown += took
-	t.Logf("%s: SIGKILLed nats-server %s%s; back after %s", s.since(), n.name, what, took.Round(time.Millisecond))
+	if what == "" {
+		what = n.name
+	}
+	t.Logf("%s: SIGKILLed nats-server %s; back after %s", s.since(), what, took.Round(time.Millisecond))
 }
 
 func (s *soak) node(name string) *natsNode {
