@@ -496,6 +496,13 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 	tr := t.get(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	// A redelivery at or below the watermark was counted and its ack lost, or it never
+	// reached this process: its first delivery was lost in transit when the connection
+	// died, and later messages were delivered and counted before it came back. Only the
+	// stream can tell, so the state is rebuilt, through the watermark.
+	if tr.st != nil && d.Attempt > 1 && d.Seq <= tr.st.watermark {
+		tr.stale = true
+	}
 	// A rebuild counts what came before this message; the message itself is counted
 	// below like any other, so a large tool output that arrives right after a
 	// compaction still calls for a structural compaction.
