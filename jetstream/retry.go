@@ -65,6 +65,27 @@ func ProvisionRetrying(ctx context.Context, nc *nats.Conn, cfg Config, b Backoff
 	}
 }
 
+// Retry calls fn until it succeeds, ctx is done, or it fails with an error that is not
+// transient (as in ProvisionRetrying): a component that binds its consumers while its
+// cluster is still electing their leaders, or while its server restarts, waits for them
+// instead of failing its process. Each failure is logged once, as "<what>; retrying".
+// The last error is returned when ctx is done.
+func Retry[T any](ctx context.Context, b Backoff, log zerolog.Logger, what string, fn func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		v, err := fn()
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			return v, err
+		}
+		wait := b.delay(attempt)
+		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg(what + "; retrying")
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(wait):
+		}
+	}
+}
+
 // transientCodes are JetStream API errors that go away when the cluster is ready.
 var transientCodes = map[natsjs.ErrorCode]bool{
 	10005:                               true, // no suitable peers for placement (peers still joining)

@@ -3,13 +3,18 @@ package summarizer_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/extractive"
 )
@@ -62,4 +67,79 @@ func request(t *testing.T, ctx context.Context, st *jetstream.Store, conv string
 		t.Fatal(err)
 	}
 	return req
+}
+
+// A pool started while JetStream does not answer (a cluster electing the leader of the
+// workers' consumer, a server restarting) waits for its consumer, logging each attempt,
+// instead of returning an error that stops the whole process; once JetStream answers,
+// it works.
+func TestPoolWaitsForItsConsumer(t *testing.T) {
+	ns := jstest.ServerWith(t, nil)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	request(t, ctx, st, "late", seed(t, ctx, st, "late", 8))
+	dir := ns.JetStreamConfig().StoreDir
+	if err := ns.DisableJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	pool, err := summarizer.NewPool(summarizer.DefaultConfig(), st, summarizer.Options{Policies: window4000{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return extractive.New(), nil },
+		Fallback:    extractive.New(), Logger: zerolog.New(logs).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() { runErr = pool.Run(runCtx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	for !strings.Contains(logs.String(), "retrying") {
+		select {
+		case <-done:
+			t.Fatalf("the pool returned while JetStream was away: %v", runErr)
+		case <-ctx.Done():
+			t.Fatal("no retry logged")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := ns.EnableJetStream(&server.JetStreamConfig{StoreDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if v, _, err := st.GetResult(ctx, "late", true); err == nil && v != nil && v.Generation == 1 {
+			return
+		}
+		select {
+		case <-done:
+			t.Fatalf("the pool returned: %v", runErr)
+		case <-ctx.Done():
+			t.Fatal("no compaction once JetStream answered")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// lockedBuffer collects log lines; safe for concurrent writers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -138,7 +138,11 @@ func NewPool(cfg Config, store *jetstream.Store, opts Options) (*Pool, error) {
 // the unfinished ones are handed back to the queue and aborted, and Run returns once
 // they have stopped.
 func (p *Pool) Run(ctx context.Context) error {
-	q, err := p.store.Requests(ctx)
+	// The consumer may not answer yet (a cluster electing its leader, a server
+	// restarting): that is waited for, not a reason to stop the process.
+	q, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), p.log, "bind the workers' consumer", func() (*jetstream.Requests, error) {
+		return p.store.Requests(ctx)
+	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before it started

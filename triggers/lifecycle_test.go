@@ -3,13 +3,21 @@ package triggers_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/tokens"
+	"github.com/compactor/compactor/triggers"
 )
 
 // The trigger's state is a cache: a conversation untouched for EvictAfter is dropped,
@@ -68,6 +76,17 @@ func TestIdleStateIsEvictedAndRebuilt(t *testing.T) {
 // failed does (Term), so the conversation's slot is free again.
 func takeRequest(t *testing.T, st *jetstream.Store) schemas.Request {
 	t.Helper()
+	d, req := fetchRequest(t, st)
+	if err := d.Term(context.Background(), "taken by the test"); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// fetchRequest fetches the next request off the work queue, as a worker does; it stays
+// in the queue until the caller settles it (or its ack wait passes).
+func fetchRequest(t *testing.T, st *jetstream.Store) (*jetstream.Delivery, schemas.Request) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	q, err := st.Requests(ctx)
@@ -86,10 +105,7 @@ func takeRequest(t *testing.T, st *jetstream.Store) schemas.Request {
 		if err := json.Unmarshal(d.Data(), &req); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.Term(ctx, "taken by the test"); err != nil {
-			t.Fatal(err)
-		}
-		return req
+		return d, req
 	}
 }
 
@@ -169,4 +185,94 @@ func must(subject string, err error) string {
 		panic(err)
 	}
 	return subject
+}
+
+// A request whose outcome event never reaches the trigger does not hold its
+// conversation for InFlightTimeout. Events are plain NATS messages: one published while
+// the trigger's connection is down (a NATS server restarting, a cluster failing over)
+// is lost to it, and a worker that dies between its ack and its event never sends one.
+// Once the request has left the queue, the trigger, finding nothing in flight, queues
+// the next request the conversation needs, also when no message comes after.
+func TestMissedOutcomeDoesNotHoldTheConversation(t *testing.T) {
+	nc, st := setup(t)
+	start(t, st) // InFlightTimeout is the default: 10 minutes
+	// Over the threshold.
+	for range 15 {
+		publish(t, st, "missed", text(800))
+	}
+	d, _ := fetchRequest(t, st) // a worker has it
+	first := stored(t, nc, st)
+	// The conversation grows while the request is in flight, then goes quiet.
+	handled(t, nc, st, publish(t, st, "missed", text(800)))
+	if n := stored(t, nc, st); n != first {
+		t.Fatalf("%d requests stored while one is in flight; want still %d", n, first)
+	}
+	// The worker finished (its ack frees the slot) and died before its event.
+	if err := d.AckSync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a request after the first one left the queue without an outcome event", func() bool {
+		return stored(t, nc, st) > first
+	})
+}
+
+// A trigger started while JetStream does not answer (a cluster still electing the
+// leaders of its consumers, a server restarting) waits for its consumers, logging each
+// attempt, instead of returning an error that stops the whole process; once JetStream
+// answers, it runs.
+func TestTriggerWaitsForItsConsumers(t *testing.T) {
+	ns := jstest.ServerWith(t, nil)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	st := jstest.Provision(t, nc)
+	dir := ns.JetStreamConfig().StoreDir
+	if err := ns.DisableJetStream(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logLines{}
+	b, err := triggers.New(testConfig(), st, fixed(nil), zerolog.New(logs).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() { runErr = b.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "the trigger to log a retry", func() bool {
+		select {
+		case <-done:
+			t.Fatalf("the trigger returned while JetStream was away: %v", runErr)
+		default:
+		}
+		return strings.Contains(logs.String(), "retrying")
+	})
+	if err := ns.EnableJetStream(&server.JetStreamConfig{StoreDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	for range 15 { // over the threshold
+		publish(t, st, "late", text(800))
+	}
+	waitFor(t, "a request once JetStream answers", func() bool { return stored(t, nc, st) > 0 })
+}
+
+// logLines collects log lines; safe for concurrent writers.
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

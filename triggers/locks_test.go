@@ -2,12 +2,18 @@ package triggers_test
 
 import (
 	"context"
+	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
@@ -86,7 +92,7 @@ func TestRebuildKeepsTheRequestInFlight(t *testing.T) {
 	for range 15 { // over the threshold
 		publish(t, st, "inflight", text(800))
 	}
-	takeRequest(t, st) // a worker has it now, no outcome yet
+	fetchRequest(t, st) // a worker has it now, no outcome yet
 	first := stored(t, nc, st)
 	// The policy changes (the state goes stale), then the conversation speaks.
 	if err := st.PutPolicy(context.Background(), "inflight", []byte(`{"threshold":"0.7"}`), 0); err != nil {
@@ -151,4 +157,140 @@ func TestStructuralTriggerRightAfterARebuild(t *testing.T) {
 	if got.Trigger != schemas.TriggerStructural {
 		t.Fatalf("request %+v; want a structural one", got)
 	}
+}
+
+// A message whose first delivery was lost in transit (sent while the trigger's
+// connection died: its server was killed, a cluster failed over), and that comes back
+// only after later messages were counted, is counted too. Before, a redelivery older
+// than the watermark was taken as counted already, and the estimate stayed short of
+// the conversation: the soak found one left over its threshold that way, with nothing
+// queued.
+func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	cfg := jetstream.DefaultConfig()
+	cfg.TriggerPinnedTTL = time.Second
+	cfg.TriggerAckWait = 5 * time.Second // the lost delivery comes back after it
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := jetstream.Provision(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The trigger's own connection runs through a relay that can lose what the server
+	// sends it, then break.
+	r := newRelay(t, strings.TrimPrefix(srv.ClientURL(), "nats://"))
+	tnc, err := nats.Connect("nats://"+r.addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tnc.Close)
+	tst, err := jetstream.Open(ctx, tnc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := start(t, tst)
+	w, x, y := text(400), text(800), text(1200)
+	tw, tx, ty := tokens.Message(&w), tokens.Message(&x), tokens.Message(&y)
+	publish(t, st, "lost", w)
+	waitFor(t, "the first message to be counted", func() bool { got, _ := tr.b.TokensOf("lost"); return got == tw })
+
+	r.lose(true)
+	xs := publish(t, st, "lost", x)
+	cons, err := testJS(t, nc).Consumer(ctx, cfg.ChatStream, cfg.TriggerConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second message to be sent to the trigger", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.Delivered.Stream >= xs
+	})
+	r.breakConns()
+	waitFor(t, "the trigger to reconnect", func() bool { return tnc.Stats().Reconnects > 0 && tnc.IsConnected() })
+	ys := publish(t, st, "lost", y)
+	waitFor(t, "the third message to be counted before the lost one comes back", func() bool {
+		got, _ := tr.b.TokensOf("lost")
+		return got == tw+ty
+	})
+	handled(t, nc, st, ys) // the lost one came back and was acknowledged
+	if got, _ := tr.b.TokensOf("lost"); got != tw+tx+ty {
+		t.Fatalf("%d tokens counted; want %d (all three messages)", got, tw+tx+ty)
+	}
+}
+
+// relay is a TCP relay to a NATS server that can lose what the server sends.
+type relay struct {
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	losing bool
+	conns  []net.Conn
+}
+
+func newRelay(t *testing.T, target string) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln, target: target}
+	go r.accept()
+	t.Cleanup(func() { _ = ln.Close(); r.breakConns() })
+	return r
+}
+
+func (r *relay) addr() string { return r.ln.Addr().String() }
+
+func (r *relay) accept() {
+	for {
+		in, err := r.ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", r.target)
+		if err != nil {
+			_ = in.Close()
+			continue
+		}
+		r.mu.Lock()
+		r.conns = append(r.conns, in, out)
+		r.mu.Unlock()
+		go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := out.Read(buf)
+				r.mu.Lock()
+				losing := r.losing
+				r.mu.Unlock()
+				if n > 0 && !losing {
+					if _, werr := in.Write(buf[:n]); werr != nil {
+						break
+					}
+				}
+				if err != nil {
+					break
+				}
+			}
+			_ = in.Close()
+		}()
+	}
+}
+
+// lose makes the relay drop what servers send to clients, or stop dropping it.
+func (r *relay) lose(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.losing = on
+}
+
+// breakConns closes every relayed connection; new ones relay everything.
+func (r *relay) breakConns() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.conns {
+		_ = c.Close()
+	}
+	r.conns, r.losing = nil, false
 }

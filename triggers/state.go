@@ -68,6 +68,10 @@ type timers struct {
 	// the quiet period an idle request was already made for.
 	lastArm      time.Time
 	idleFiredFor time.Time
+
+	// inFlightCheckAt is when the work queue may next be asked whether the request in
+	// flight is still there (its outcome event may never come).
+	inFlightCheckAt time.Time
 }
 
 // add counts one message and follows the open tool calls of the newest round.

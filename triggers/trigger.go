@@ -201,11 +201,17 @@ func (t *Trigger) Run(ctx context.Context) error {
 			}
 		}
 	}
-	chat, err := t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(ctx, d) }, consumerErr("trigger consumer"))
+	// The consumers may not answer yet (a cluster electing their leaders, a server
+	// restarting): that is waited for, not a reason to stop the process.
+	chat, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
+		return t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(ctx, d) }, consumerErr("trigger consumer"))
+	})
 	if err != nil {
 		return stopped(ctx, err)
 	}
-	idle, err := t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(ctx, d) }, consumerErr("idle consumer"))
+	idle, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
+		return t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(ctx, d) }, consumerErr("idle consumer"))
+	})
 	if err != nil {
 		chat.Drain()
 		return stopped(ctx, err)
@@ -333,6 +339,7 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 		for range sig.failures {
 			c.failed(now, t.cfg.FailureBackoff, t.cfg.FailureBackoffMax)
 		}
+		t.checkInFlight(ctx, tr, c, id, now)
 	}
 	if tr.st != nil && !tr.stale {
 		return tr.st, nil
@@ -358,6 +365,31 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 	}
 	tr.st, tr.stale, tr.broken = c, false, nil
 	return c, nil
+}
+
+// checkInFlight asks the work queue, at most every RetryDelay, whether the request in
+// flight is still there. When it is gone, its outcome event never reached this trigger
+// and never will: events are plain NATS messages, lost while this process's connection
+// is down (a server restarting, a cluster failing over), and a worker that dies between
+// its ack and its event sends none. Without this the conversation would wait for
+// InFlightTimeout, and a quiet one for its next message. The request is then no longer
+// in flight and the state is rebuilt, since a value may have been written. Callers hold
+// tr.mu.
+func (t *Trigger) checkInFlight(ctx context.Context, tr *tracked, c *convState, id string, now time.Time) {
+	if !now.Before(c.inFlightUntil) || now.Before(c.inFlightCheckAt) {
+		return
+	}
+	c.inFlightCheckAt = now.Add(t.cfg.RetryDelay)
+	pending, err := t.store.PendingRequest(ctx, id)
+	switch {
+	case err != nil:
+		// Unknown: the request stays in flight until the next check.
+		t.log.Debug().Err(err).Str("conversation", id).Msg("look for the request in flight")
+	case pending == nil:
+		t.log.Info().Str("conversation", id).Msg("the request in flight left the queue without an outcome event reaching the trigger; looking again")
+		c.inFlightUntil, c.inFlightCheckAt = time.Time{}, time.Time{}
+		tr.stale = true
+	}
 }
 
 // rebuild reads the conversation's value and messages through the sequence through
@@ -510,6 +542,13 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 	tr := t.get(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	// A redelivery at or below the watermark was counted and its ack lost, or it never
+	// reached this process: its first delivery was lost in transit when the connection
+	// died, and later messages were delivered and counted before it came back. Only the
+	// stream can tell, so the state is rebuilt, through the watermark.
+	if tr.st != nil && d.Attempt > 1 && d.Seq <= tr.st.watermark {
+		tr.stale = true
+	}
 	// A rebuild counts what came before this message; the message itself is counted
 	// below like any other, so a large tool output that arrives right after a
 	// compaction still calls for a structural compaction.
@@ -569,7 +608,13 @@ func (t *Trigger) evaluate(ctx context.Context, c *convState, log zerolog.Logger
 func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string, log zerolog.Logger) (asked bool, err error) {
 	now := t.now()
 	if c.hold(now, t.cfg.Regrow) != "" {
-		if c.retry == nil && !c.forgotten && now.Before(c.backoffUntil) {
+		switch {
+		case c.retry != nil, c.forgotten:
+		case now.Before(c.inFlightUntil):
+			// Looked at again when the queue may be asked whether the request is
+			// still there (see checkInFlight), in case its outcome never comes.
+			t.scheduleRetry(ctx, c.id, c, max(c.inFlightCheckAt.Sub(now), t.cfg.RetryDelay/4))
+		case now.Before(c.backoffUntil):
 			t.scheduleRetry(ctx, c.id, c, c.backoffUntil.Sub(now))
 		}
 		return false, nil
@@ -595,7 +640,7 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 			c.forgotten = true
 			return false, nil
 		}
-		c.inFlightUntil = now.Add(t.cfg.InFlightTimeout)
+		c.inFlightUntil, c.inFlightCheckAt = now.Add(t.cfg.InFlightTimeout), now.Add(t.cfg.RetryDelay)
 		c.structural = ""
 		log.Info().Int("tokens", c.tokens).Str("trigger", kind).Str("reason", reason).Str("request_id", req.RequestID).Msg("compaction requested")
 		return true, nil

@@ -61,35 +61,47 @@ func (h *history) snapshot() []*schemas.Result {
 // conversation had, against the messages published to it (seq → message).
 func invariants(t *testing.T, s *stack, conv string, env Env, values []*schemas.Result, llm *fakeLLM) {
 	t.Helper()
-	ctx := ctxFor(t, time.Minute)
-	all, err := s.st.LoadEntries(ctx, conv, 0, 0)
+	all, err := s.st.LoadEntries(ctxFor(t, time.Minute), conv, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var inputs *string
+	if llm != nil {
+		in := llm.allInputs()
+		inputs = &in
+	}
+	checkValues(t, all, env, values, inputs)
+}
+
+// checkValues is invariants over the conversation's stored messages all. inputs is
+// what the summarizer was given (nil: no LLM, nothing to check it against).
+func checkValues(t *testing.T, all []schemas.Entry, env Env, values []*schemas.Result, inputs *string) {
+	t.Helper()
 	index := map[uint64]int{}
 	for i, e := range all {
 		index[e.Seq] = i
 	}
 	b := env.budget()
-	inputs := ""
-	if llm != nil {
-		inputs = strings.ReplaceAll(llm.allInputs(), "&lt;", "<")
+	given := ""
+	if inputs != nil {
+		given = strings.ReplaceAll(*inputs, "&lt;", "<")
 	}
 	var prev *schemas.Result
 	requestSeqs := map[uint64]uint64{}
 	for _, v := range values {
-		if prev != nil && v.Generation == prev.Generation {
-			// A decline: nothing but declined_at_seq may change.
-			if v.TailStartSeq != prev.TailStartSeq || v.Summary != prev.Summary {
+		prevGen, prevTail, prevSummary := uint64(0), uint64(1), ""
+		var prevPinned []uint64
+		if prev != nil {
+			prevGen, prevTail, prevSummary, prevPinned = prev.Generation, max(prev.TailStartSeq, 1), prev.Summary, prev.PinnedSeqs
+		}
+		if v.Generation == prevGen {
+			// A decline (the first one writes a marker of generation 0): nothing but
+			// declined_at_seq and its figures may change.
+			if max(v.TailStartSeq, 1) != prevTail || v.Summary != prevSummary {
 				t.Fatalf("generation %d rewritten without a new generation", v.Generation)
 			}
 			prev = v
 			continue
-		}
-		prevGen, prevTail := uint64(0), uint64(1)
-		var prevPinned []uint64
-		if prev != nil {
-			prevGen, prevTail, prevPinned = prev.Generation, max(prev.TailStartSeq, 1), prev.PinnedSeqs
 		}
 		// 3. One generation per request, monotonic.
 		if v.Generation != prevGen+1 {
@@ -122,14 +134,14 @@ func invariants(t *testing.T, s *stack, conv string, env Env, values []*schemas.
 			if !slices.Contains(v.PinnedSeqs, seq) && all[i].Message.Role == schemas.RoleSystem && i == 0 {
 				t.Fatalf("generation %d: the leading system prompt (seq %d) is not pinned", v.Generation, seq)
 			}
-			if llm == nil || v.Fallback {
+			if inputs == nil || v.Fallback {
 				continue
 			}
 			text := strings.TrimSpace(all[i].Message.Content.String())
 			if r := []rune(text); len(r) > 40 {
 				text = string(r[:40])
 			}
-			if text != "" && !strings.Contains(inputs, text) {
+			if text != "" && !strings.Contains(given, text) {
 				t.Fatalf("generation %d: seq %d (%s) was covered but never given to the summarizer: %q",
 					v.Generation, seq, all[i].Message.Role, text)
 			}

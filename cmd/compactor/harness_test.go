@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,10 +33,12 @@ import (
 type fakeLLM struct {
 	srv *httptest.Server
 
-	mu       sync.Mutex
-	inputs   []string // the user message of every request
-	calls    int
-	delay    time.Duration
+	mu     sync.Mutex
+	inputs []string // the user message of every request
+	calls  int
+	delay  time.Duration
+	// jitter, when non-zero, adds a random part of up to jitter to every delay.
+	jitter   time.Duration
 	failures int // the next failures requests answer 500
 	status   int // when non-zero, every request answers this status
 	// maxChars, when non-zero, refuses requests whose messages hold more characters,
@@ -88,6 +91,9 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	f.calls++
 	delay, status, pad := f.delay, f.status, f.pad
+	if f.jitter > 0 {
+		delay += rand.N(f.jitter)
+	}
 	if f.failures > 0 {
 		f.failures--
 		status = http.StatusInternalServerError
@@ -193,6 +199,19 @@ func (f *fakeLLM) allInputs() string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return strings.Join(f.inputs, "\n")
+}
+
+// inputsWith is allInputs of the requests whose input holds marker.
+func (f *fakeLLM) inputsWith(marker string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, in := range f.inputs {
+		if strings.Contains(in, marker) {
+			out = append(out, in)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func (f *fakeLLM) callCount() int {

@@ -1,0 +1,643 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/corpustest"
+	"github.com/compactor/compactor/schemas/rounds"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// The soak: three `compactor serve` processes of the real binary and a standalone
+// nats-server process, fifty conversations of real transcripts published at once, a
+// slow fake LLM, while the test SIGKILLs a random serve process every 10–20 s and starts
+// it again, SIGKILLs the nats-server and starts it again on the same port and data,
+// and SIGTERMs a process whose summaries it holds in flight. The checker (checker_test.go)
+// then finds every message stored once, every revision of every value in order, and
+// every conversation inside its bound with its planted facts.
+//
+// The default is the short form CI runs (about a minute and a half); COMPACTOR_SOAK=10m
+// publishes for ten minutes instead, with the same checks.
+
+// soakForm is how long and how hard the soak runs.
+type soakForm struct {
+	name       string
+	publishFor time.Duration // how long the conversations are published
+	convs      int
+	minTokens  int // each conversation holds at least this many tokens
+	needles    int // facts planted in each conversation
+	// serverKillEvery spaces the nats-server kills; 0: one, in the middle.
+	serverKillEvery time.Duration
+	// termEvery spaces the SIGTERMs; 0: two, at a quarter and three quarters.
+	termEvery time.Duration
+}
+
+// soakWindow is the agent's context window of the soak: small, so that every
+// conversation is compacted several times.
+const soakWindow = 4000
+
+// soakFormFor returns the short form, or the long one COMPACTOR_SOAK asks for (a
+// duration: how long to publish). It is read before testEnv clears COMPACTOR_ variables.
+func soakFormFor(t *testing.T, convs int) soakForm {
+	t.Helper()
+	short := soakForm{name: "short", publishFor: 45 * time.Second, convs: convs, minTokens: 12000, needles: 8}
+	v := os.Getenv("COMPACTOR_SOAK")
+	if v == "" {
+		return short
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < time.Minute {
+		t.Fatalf("COMPACTOR_SOAK=%q: want how long to publish, at least 1m (e.g. 10m)", v)
+	}
+	long := short
+	long.name = "long"
+	long.publishFor = d
+	// The same pace of tokens per conversation as the short form: more generations.
+	long.minTokens = int(float64(short.minTokens) * d.Seconds() / short.publishFor.Seconds())
+	long.needles = 12
+	long.serverKillEvery = 150 * time.Second
+	long.termEvery = 60 * time.Second
+	return long
+}
+
+// soakConv is one conversation of the soak.
+type soakConv struct {
+	id, marker string
+	msgs       []schemas.Message
+	needles    []string
+}
+
+// soakConversations builds n conversations of at least minTokens each from the corpus
+// (failing in CI when it is absent). Conversation c starts at a transcript of its own
+// and goes on through the next ones, unit by unit, until it is long enough (a huge tool
+// output, compacted at once, counts for little); tool call ids are made unique per copy
+// of a transcript. Each starts with a system prompt of its own, pinned, that names it:
+// its marker, which the summarizer sees in every request of it. The corpus's own
+// system prompts are left out, and so are units a producer would not publish (tool
+// results that answer no call, rounds missing results). needles user messages with a
+// planted fact each go between units, spread over the conversation.
+func soakConversations(t *testing.T, n, minTokens, needles int) []soakConv {
+	t.Helper()
+	corpus := corpustest.Load(t)
+	var transcripts [][][]schemas.Message // transcript → units → messages
+	for _, c := range corpus {
+		var units [][]schemas.Message
+		for _, u := range rounds.Units(c.Entries) {
+			first := c.Entries[u.Start].Message
+			switch {
+			case u.Kind == rounds.Single && first.Role != schemas.RoleSystem,
+				u.Kind == rounds.Round && u.Complete:
+				var msgs []schemas.Message
+				for _, e := range c.Entries[u.Start:u.End] {
+					if e.Message.Role != schemas.RoleSystem {
+						msgs = append(msgs, e.Message)
+					}
+				}
+				units = append(units, msgs)
+			}
+		}
+		if len(units) > 0 {
+			transcripts = append(transcripts, units)
+		}
+	}
+	if len(transcripts) == 0 {
+		t.Fatal("no usable transcript in the corpus")
+	}
+	out := make([]soakConv, n)
+	for c := range out {
+		id := fmt.Sprintf("soak-%02d", c)
+		cv := soakConv{id: id, marker: "[conversation " + id + "]"}
+		var body [][]schemas.Message
+		total := 0
+		for k := 0; total < minTokens; k++ {
+			for _, u := range transcripts[(c*3+k)%len(transcripts)] {
+				if total >= minTokens {
+					break
+				}
+				u = renameCalls(u, fmt.Sprintf("k%d_", k))
+				body = append(body, u)
+				total += min(tokens.Messages(u), soakWindow/4)
+			}
+		}
+		cv.msgs = []schemas.Message{{Role: schemas.RoleSystem, Content: schemas.Text(
+			fmt.Sprintf("You are the coding agent of %s: careful, brief, exact. %s", id, cv.marker))}}
+		stride := max(1, len(body)/max(needles, 1))
+		for j, u := range body {
+			if len(cv.needles) < needles && j%stride == stride/2 {
+				needle := fmt.Sprintf("NEEDLE-s%02dk%03d", c, len(cv.needles))
+				cv.needles = append(cv.needles, needle)
+				cv.msgs = append(cv.msgs, schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(
+					fmt.Sprintf("Before you go on, note this for later: the access code of step %d is %s.", len(cv.needles), needle))})
+			}
+			cv.msgs = append(cv.msgs, u...)
+		}
+		out[c] = cv
+	}
+	return out
+}
+
+// renameCalls returns msgs with every tool call id prefixed.
+func renameCalls(msgs []schemas.Message, prefix string) []schemas.Message {
+	out := slices.Clone(msgs)
+	for i := range out {
+		if len(out[i].ToolCalls) > 0 {
+			out[i].ToolCalls = slices.Clone(out[i].ToolCalls)
+			for j := range out[i].ToolCalls {
+				out[i].ToolCalls[j].ID = prefix + out[i].ToolCalls[j].ID
+			}
+		}
+		if out[i].ToolCallID != "" {
+			out[i].ToolCallID = prefix + out[i].ToolCallID
+		}
+	}
+	return out
+}
+
+// soak is one run: its processes, its chaos and its figures.
+type soak struct {
+	t     *testing.T
+	form  soakForm
+	rng   *rand.Rand
+	bin   string
+	nodes []*natsNode
+	llm   *fakeLLM
+	env   []string
+	slots []*soakSlot
+	chk   *checker
+	start time.Time
+
+	mu    sync.Mutex
+	procs []*proc // every process started, to find one that exited on its own
+	fig   soakFigures
+}
+
+// soakSlot is the place of one serve process, started again after each kill.
+type soakSlot struct {
+	name  string
+	route *llmRoute
+	proc  *serveProc
+	runs  int
+}
+
+// soakFigures are the faults the soak injected.
+type soakFigures struct {
+	Kills         int   // serve processes SIGKILLed
+	CallsAtKills  int32 // LLM calls in flight at those kills
+	Terms         int   // serve processes SIGTERMed with summaries held in flight
+	TermsFinished int   // …whose held summaries were let go and finished before the exit
+	HeldFinished  int32
+	TermsHanded   int // …that held on past the drain and handed their requests back
+	HeldHanded    int32
+	ServerKills   int // nats-server processes SIGKILLed
+	ServerDown    time.Duration
+	Leaders       []string // what each server kill took down
+}
+
+const (
+	// soakAckWait is how long the requests of a SIGKILLed worker wait before another
+	// worker gets them (COMPACTOR_WORKER_ACK_WAIT, its minimum).
+	soakAckWait = 3 * time.Second
+	// soakDrain is COMPACTOR_DRAIN_TIMEOUT: a SIGTERMed process holding summaries hands
+	// them back at 9/10 of it, and the rest is what its other roles have to stop in
+	// before serve gives up and exits 1.
+	soakDrain = 10 * time.Second
+)
+
+// TestSoakNothingLost is the soak on one nats-server process, SIGKILLed and started
+// again in the middle of the run.
+func TestSoakNothingLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs nats-server and the binary for a minute or more")
+	}
+	runSoak(t, soakFormFor(t, 50), 1)
+}
+
+// The soak on a three-node cluster of nats-server processes, every stream, bucket and
+// consumer at three replicas: the leader of CHAT, then of the results bucket, then of
+// the work queue is SIGKILLed mid-run and started again once the others elected a new
+// one. Half the conversations of the single-server soak, for the machine runs three
+// servers now.
+func TestSoakClusterLeaders(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs nats-server and the binary for a minute or more")
+	}
+	form := soakFormFor(t, 25)
+	form.serverKillEvery = max(form.publishFor/3, form.serverKillEvery)
+	runSoak(t, form, 3)
+}
+
+// newSoak builds the binaries and the conversations, and starts nodes nats-servers
+// (a cluster when more than one, everything at that many replicas), the fake LLM and
+// three serve processes.
+func newSoak(t *testing.T, form soakForm, nodes int) *soak {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	s := &soak{t: t, form: form, rng: rand.New(rand.NewPCG(seed, seed>>1))}
+	convs := soakConversations(t, form.convs, form.minTokens, form.needles)
+	env := testEnv(t, soakWindow)
+	env.AckWait = soakAckWait
+	env.Replicas = nodes
+	s.bin = buildCompactor(t)
+	natsBin := natsServerBinary(t)
+	t.Logf("soak %s form, seed %d: %d conversations published for %s, %d nats-server node(s)", form.name, seed, form.convs, form.publishFor, nodes)
+
+	if nodes == 1 {
+		s.nodes = []*natsNode{newNATSNode(t, natsBin, "soak-nats")}
+	} else {
+		clusterPorts := make([]int, nodes)
+		for i := range clusterPorts {
+			clusterPorts[i] = freePort(t)
+		}
+		for i := range nodes {
+			var routes []string
+			for j, p := range clusterPorts {
+				if j != i {
+					routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+				}
+			}
+			s.nodes = append(s.nodes, newNATSNode(t, natsBin, fmt.Sprintf("soak-nats-%d", i+1),
+				"--cluster_name", "soak", "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", clusterPorts[i]),
+				"--routes", strings.Join(routes, ",")))
+		}
+	}
+	for _, n := range s.nodes {
+		n.start(t)
+		s.track(n.proc)
+	}
+	jetStreamReady(t, s.urls(), time.Minute)
+
+	s.llm = newFakeLLM(t)
+	s.llm.set(func(f *fakeLLM) { f.delay, f.jitter = 300*time.Millisecond, 500*time.Millisecond })
+	s.env = []string{
+		fmt.Sprintf("COMPACTOR_CONTEXT_WINDOW=%d", soakWindow),
+		fmt.Sprintf("COMPACTOR_REPLICAS=%d", nodes),
+		"COMPACTOR_LLM_API_KEY=test-key",
+		"COMPACTOR_LOG_LEVEL=info",
+		"COMPACTOR_RETRY_DELAY=200ms",
+		"COMPACTOR_WORKER_ACK_WAIT=" + soakAckWait.String(),
+		"COMPACTOR_DRAIN_TIMEOUT=" + soakDrain.String(),
+	}
+	for i := range 3 {
+		sl := &soakSlot{name: fmt.Sprintf("serve-%d", i+1), route: newLLMRoute(t, s.llm, nil)}
+		s.slots = append(s.slots, sl)
+		s.run(sl)
+	}
+
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
+	nc, err := jetstream.Connect(s.urls(), "soak-checker", log, nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	var procs []*proc
+	for _, sl := range s.slots {
+		procs = append(procs, sl.proc.proc)
+	}
+	s.chk = newChecker(t, nc, env, s.llm, procs...)
+	for _, cv := range convs {
+		s.chk.add(t, cv.id, cv.msgs, cv.needles, cv.marker)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.logsOf(s.chk.stuck)
+		}
+	})
+	return s
+}
+
+// logsOf logs every line of every process's output that names one of the conversations.
+func (s *soak) logsOf(ids []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		for _, p := range s.procs {
+			var lines []string
+			for _, l := range strings.Split(p.logs.String(), "\n") {
+				if strings.Contains(l, `"`+id+`"`) {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) > 0 {
+				s.t.Logf("%s in the output of %s:\n%s", id, p.name, strings.Join(lines, "\n"))
+			}
+		}
+	}
+}
+
+// urls is the client URL of every node.
+func (s *soak) urls() string {
+	var urls []string
+	for _, n := range s.nodes {
+		urls = append(urls, n.url())
+	}
+	return strings.Join(urls, ",")
+}
+
+func (s *soak) track(p *proc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.procs = append(s.procs, p)
+}
+
+// run starts the slot's serve process (again).
+func (s *soak) run(sl *soakSlot) {
+	s.t.Helper()
+	sl.runs++
+	sl.proc = startServeProc(s.t, s.bin, fmt.Sprintf("%s (run %d)", sl.name, sl.runs), s.urls(), sl.route, s.env)
+	s.track(sl.proc.proc)
+}
+
+// unexpectedExits fails the test for every process that exited without being stopped.
+func (s *soak) unexpectedExits() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.procs {
+		if msg := p.unexpectedExit(); msg != "" {
+			s.t.Fatal(msg)
+		}
+	}
+}
+
+// runSoak runs the soak on nodes nats-servers.
+func runSoak(t *testing.T, form soakForm, nodes int) {
+	s := newSoak(t, form, nodes)
+	s.start = time.Now()
+
+	// Publishers: every conversation at once, each message at its time so that every
+	// conversation is published over the whole run.
+	var wg sync.WaitGroup
+	for _, cv := range s.chk.convs {
+		wg.Go(func() {
+			pace := form.publishFor / time.Duration(len(cv.msgs))
+			for i := range cv.msgs {
+				// Pacing: the load is spread over the run, it is no wait for a condition.
+				time.Sleep(time.Until(s.start.Add(time.Duration(i) * pace)))
+				if _, err := s.chk.publish(cv.id, i, 2*time.Minute); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	published := make(chan struct{})
+	go func() { wg.Wait(); close(published) }()
+
+	// Chaos, on the test's goroutine, until the publishers are done.
+	for _, a := range s.plan() {
+		select {
+		case <-published:
+		case <-time.After(time.Until(s.start.Add(a.at))):
+		}
+		if t.Failed() || isClosed(published) {
+			break
+		}
+		s.unexpectedExits()
+		a.do()
+	}
+	<-published
+	if t.Failed() {
+		t.FailNow()
+	}
+	publishedIn := time.Since(s.start)
+	s.unexpectedExits()
+
+	// Nothing pending forever: the trigger read every message, the queue drains, every
+	// conversation is under its threshold.
+	s.chk.settled(t, 2*time.Minute)
+	settledIn := time.Since(s.start)
+	s.unexpectedExits()
+	// Every serve process drains and exits 0 on SIGTERM.
+	for _, sl := range s.slots {
+		sl.proc.signal(t, syscall.SIGTERM)
+	}
+	for _, sl := range s.slots {
+		if err := sl.proc.wait(t, soakDrain+10*time.Second, "SIGTERM"); err != nil {
+			t.Fatalf("%s exited with %v after SIGTERM", sl.proc.name, err)
+		}
+	}
+	fig := s.chk.verify(t)
+
+	if s.fig.Kills == 0 || s.fig.ServerKills == 0 || s.fig.Terms == 0 {
+		t.Fatalf("the soak injected too little: %d process kills, %d server kills, %d SIGTERMs", s.fig.Kills, s.fig.ServerKills, s.fig.Terms)
+	}
+	if fig.Failed > 0 || fig.DeadLetters > 0 {
+		t.Fatalf("%d failed events and %d dead letters with a working LLM: %v", fig.Failed, fig.DeadLetters, fig.DeadCauses)
+	}
+	t.Logf("soak %s: %d conversations; faults: %d serve processes SIGKILLed (%d LLM calls in flight), "+
+		"%d SIGTERMed with summaries in flight (%d let finish: %d calls; %d handed back: %d calls), "+
+		"%d nats-server SIGKILLs (%s down in all%s); %d messages published, each stored once and checked (%d attempts retried), "+
+		"%d contexts read back; %d revisions and %d generations checked (%d–%d per conversation, %d declines, %d fallbacks), "+
+		"%d facts kept; %d requests (%d started again), %d failed, %d dead letters; lost: 0; published in %s, settled at %s, %s in all",
+		form.name, fig.Conversations, s.fig.Kills, s.fig.CallsAtKills,
+		s.fig.Terms, s.fig.TermsFinished, s.fig.HeldFinished, s.fig.TermsHanded, s.fig.HeldHanded,
+		s.fig.ServerKills, s.fig.ServerDown.Round(time.Millisecond), leaders(s.fig.Leaders), fig.Published, fig.FailedAttempts,
+		fig.Reads, fig.Revisions, fig.Generations, fig.MinGeneration, fig.MaxGeneration, fig.Declines, fig.Fallbacks,
+		fig.Needles, fig.Requests, fig.StartedAgain, fig.Failed, fig.DeadLetters,
+		publishedIn.Round(time.Second), settledIn.Round(time.Second), time.Since(s.start).Round(time.Second))
+	for reason, n := range fig.DeclineReasons {
+		t.Logf("declined %d times: %s", n, reason)
+	}
+}
+
+func leaders(l []string) string {
+	if len(l) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(l, ", ")
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// soakAction is one fault, at its time from the start.
+type soakAction struct {
+	at time.Duration
+	do func()
+}
+
+// plan is the faults of the run, in time order: a serve process SIGKILLed every
+// 10–20 s, nats-server kills and SIGTERMs with summaries in flight, all before the last
+// few seconds of publishing.
+func (s *soak) plan() []soakAction {
+	end := s.form.publishFor - 5*time.Second
+	var plan []soakAction
+	for at := s.between(10, 20); at < end; at += s.between(10, 20) {
+		plan = append(plan, soakAction{at: at, do: s.killProcess})
+	}
+	if s.form.serverKillEvery == 0 {
+		plan = append(plan, soakAction{at: s.form.publishFor / 2, do: s.killServer})
+	} else {
+		for at := s.form.serverKillEvery / 2; at < end; at += s.form.serverKillEvery {
+			plan = append(plan, soakAction{at: at, do: s.killServer})
+		}
+	}
+	if s.form.termEvery == 0 {
+		plan = append(plan, soakAction{at: s.form.publishFor / 4, do: func() { s.term(true) }},
+			soakAction{at: s.form.publishFor * 3 / 4, do: func() { s.term(false) }})
+	} else {
+		finish := true
+		for at := s.form.termEvery / 3; at < end; at += s.form.termEvery {
+			plan = append(plan, soakAction{at: at, do: func() { s.term(finish) }})
+			finish = !finish
+		}
+	}
+	slices.SortStableFunc(plan, func(a, b soakAction) int { return int(a.at - b.at) })
+	return plan
+}
+
+// between is a random duration of lo to hi seconds.
+func (s *soak) between(lo, hi int) time.Duration {
+	return time.Duration(lo)*time.Second + time.Duration(s.rng.Int64N(int64(time.Duration(hi-lo)*time.Second)))
+}
+
+// killProcess SIGKILLs a random serve process and starts it again at once.
+func (s *soak) killProcess() {
+	t := s.t
+	sl := s.slots[s.rng.IntN(len(s.slots))]
+	inFlight := sl.route.inFlight.Load()
+	sl.proc.kill(t)
+	s.fig.Kills++
+	s.fig.CallsAtKills += inFlight
+	t.Logf("%s: SIGKILLed %s with %d LLM calls in flight", s.since(), sl.proc.name, inFlight)
+	s.run(sl)
+}
+
+// killServer SIGKILLs a nats-server (for a cluster, the leader of CHAT, of the
+// results bucket or of the work queue, in turn), waits until a publish has failed
+// for it, and starts it again on the same port and data.
+func (s *soak) killServer() {
+	t := s.t
+	n, what, asset := s.nodes[0], "", ""
+	js := jsFor(t, s.chk.nc)
+	if len(s.nodes) > 1 {
+		cfg := s.chk.cfg
+		asset = []string{cfg.ChatStream, "KV_" + cfg.ResultsBucket, cfg.RequestsStream}[s.fig.ServerKills%3]
+		leader := streamLeader(t, js, asset)
+		n = s.node(leader)
+		what = fmt.Sprintf("%s (leader of %s)", leader, asset)
+		s.fig.Leaders = append(s.fig.Leaders, what)
+	}
+	failedBefore := s.chk.attemptsFailed.Load()
+	down := time.Now()
+	n.proc.kill(t)
+	s.fig.ServerKills++
+	if asset == "" {
+		// Down until a producer has felt it, as a crashed server is until its
+		// supervisor starts it again.
+		waitFor(t, 30*time.Second, "a publish to fail with the server down", func() error {
+			if n := s.chk.attemptsFailed.Load(); n == failedBefore {
+				return fmt.Errorf("%d failed attempts", n)
+			}
+			return nil
+		})
+	} else {
+		// Down until the others elected a new leader of what it led.
+		waitFor(t, 30*time.Second, "a new leader of "+asset, func() error {
+			l, err := currentLeader(js, asset, n.name)
+			if err == nil && l == n.name {
+				return fmt.Errorf("still led by %s", l)
+			}
+			return err
+		})
+	}
+	n.start(t)
+	s.track(n.proc)
+	jetStreamReady(t, n.url(), time.Minute)
+	took := time.Since(down)
+	s.fig.ServerDown += took
+	if what == "" {
+		what = n.name
+	}
+	t.Logf("%s: SIGKILLed nats-server %s; back after %s", s.since(), what, took.Round(time.Millisecond))
+}
+
+func (s *soak) node(name string) *natsNode {
+	for _, n := range s.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	s.t.Fatalf("no node %s", name)
+	return nil
+}
+
+// term holds the LLM calls of a random serve process until one is held, then SIGTERMs
+// it. With finish, the held calls are let go once it drains, and its jobs finish before
+// it exits; without, they are held past its drain timeout, and it hands their requests
+// back to the queue. Either way it exits 0, and the checker finds every request it had
+// finished or done again by another process.
+func (s *soak) term(finish bool) {
+	t := s.t
+	sl := s.slots[s.rng.IntN(len(s.slots))]
+	r, p := sl.route, sl.proc
+	heldBefore, answeredBefore, abandonedBefore := r.held.Load(), r.answered.Load(), r.abandoned.Load()
+	r.holdCalls()
+	waitFor(t, 30*time.Second, "an LLM call of "+p.name+" in flight", func() error {
+		if r.held.Load() == heldBefore {
+			return fmt.Errorf("none held after %d calls", r.calls.Load())
+		}
+		return nil
+	})
+	p.signal(t, syscall.SIGTERM)
+	if finish {
+		waitFor(t, 10*time.Second, p.name+" to drain", func() error {
+			if !strings.Contains(p.logs.String(), "shutting down; draining in-flight work") {
+				return fmt.Errorf("no drain logged")
+			}
+			return nil
+		})
+		r.release()
+	}
+	if err := p.wait(t, soakDrain+10*time.Second, "SIGTERM"); err != nil {
+		t.Fatalf("%s exited with %v after SIGTERM with summaries in flight; want 0\n%s", p.name, err, p.logs.tail(16<<10))
+	}
+	held := r.held.Load() - heldBefore
+	logs := p.logs.String()
+	if finish {
+		answered := r.answered.Load() - answeredBefore
+		if answered != held || strings.Contains(logs, "drain timed out") || !strings.Contains(logs, "summarizer pool drained") {
+			t.Fatalf("%s: %d calls held, %d let finish before the exit; want all, and a drain that did not time out\n%s", p.name, held, answered, p.logs.tail(16<<10))
+		}
+		s.fig.TermsFinished++
+		s.fig.HeldFinished += held
+	} else {
+		// The process aborted the held calls when it handed their requests back.
+		waitFor(t, 10*time.Second, "the held calls of "+p.name+" to be given up", func() error {
+			if a := r.abandoned.Load() - abandonedBefore; a != held {
+				return fmt.Errorf("%d of %d given up", a, held)
+			}
+			return nil
+		})
+		if !strings.Contains(logs, "drain timed out; unfinished requests handed back to the queue") {
+			t.Fatalf("%s: no hand-back logged with %d calls held past the drain timeout\n%s", p.name, held, p.logs.tail(16<<10))
+		}
+		r.release()
+		s.fig.TermsHanded++
+		s.fig.HeldHanded += held
+	}
+	s.fig.Terms++
+	t.Logf("%s: SIGTERMed %s with %d LLM calls held (let finish: %v); exit 0", s.since(), p.name, held, finish)
+	s.run(sl)
+}
+
+func (s *soak) since() string { return time.Since(s.start).Round(100 * time.Millisecond).String() }
