@@ -64,6 +64,10 @@ type timers struct {
 	retryAt     time.Time
 	retryGen    uint64
 	retryErrors int
+	// retryInFlight marks a retry scheduled only to look for a request in flight whose
+	// outcome may never come: the outcome, when it does come, cancels it, so that the
+	// next message may ask at once instead of waiting for it.
+	retryInFlight bool
 	// lastArm is when the idle timer was last re-armed; idleFiredFor the lastMsgAt of
 	// the quiet period an idle request was already made for.
 	lastArm      time.Time

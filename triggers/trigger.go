@@ -332,6 +332,10 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 	if c := tr.st; c != nil {
 		if sig.outcome {
 			c.inFlightUntil = time.Time{}
+			if c.retry != nil && c.retryInFlight {
+				c.retry.Stop()
+				c.retry, c.retryInFlight = nil, false
+			}
 		}
 		if sig.completed {
 			c.failures, c.backoffUntil = 0, time.Time{}
@@ -614,6 +618,7 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 			// Looked at again when the queue may be asked whether the request is
 			// still there (see checkInFlight), in case its outcome never comes.
 			t.scheduleRetry(ctx, c.id, c, max(c.inFlightCheckAt.Sub(now), t.cfg.RetryDelay/4))
+			c.retryInFlight = true
 		case now.Before(c.backoffUntil):
 			t.scheduleRetry(ctx, c.id, c, c.backoffUntil.Sub(now))
 		}
@@ -666,7 +671,7 @@ func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d 
 	}
 	c.retryGen++
 	gen := c.retryGen
-	c.retryAt = at
+	c.retryAt, c.retryInFlight = at, false
 	c.retry = time.AfterFunc(d, func() {
 		if ctx.Err() != nil {
 			return
@@ -680,7 +685,7 @@ func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d 
 		if tr.st == nil || tr.st.retryGen != gen {
 			return // replaced by a later deadline, or the state is gone
 		}
-		tr.st.retry = nil
+		tr.st.retry, tr.st.retryInFlight = nil, false
 		log := t.log.With().Str("conversation", id).Logger()
 		c, err := t.ready(ctx, tr, id, tr.st.watermark)
 		if err != nil {

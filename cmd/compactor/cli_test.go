@@ -36,6 +36,25 @@ func cli(t *testing.T, stdin string, args ...string) (string, string, error) {
 	return out.String(), errOut.String(), err
 }
 
+// serveAnswers waits until the serve started by a test on COMPACTOR_LISTEN has
+// provisioned (the status command reads the streams itself) and runs its service,
+// which registers after them.
+func serveAnswers(t *testing.T) {
+	t.Helper()
+	eventually(t, 10*time.Second, "serve to listen, provision and run its service", func() bool {
+		if _, _, err := cli(t, "", "status"); err != nil {
+			return false
+		}
+		nc, err := nats.Connect("nats://" + os.Getenv("COMPACTOR_LISTEN"))
+		if err != nil {
+			return false
+		}
+		defer nc.Close()
+		m, err := nc.Request("compactor.status", []byte(`{}`), time.Second)
+		return err == nil && m.Header.Get("Nats-Service-Error") == ""
+	})
+}
+
 // The default run: serve with the embedded server, driven by the CLI as a user would.
 func TestServeAndCLI(t *testing.T) {
 	testEnv(t, 128000)
@@ -54,24 +73,7 @@ func TestServeAndCLI(t *testing.T) {
 		stop()
 		<-served
 	})
-	// status reads the streams itself; the service (compact below) registers after them.
-	eventually(t, 10*time.Second, "serve to listen, provision and run its service", func() bool {
-		c, err := net.Dial("tcp", os.Getenv("COMPACTOR_LISTEN"))
-		if err != nil {
-			return false
-		}
-		c.Close()
-		if _, _, err = cli(t, "", "status"); err != nil {
-			return false
-		}
-		nc, err := nats.Connect("nats://" + os.Getenv("COMPACTOR_LISTEN"))
-		if err != nil {
-			return false
-		}
-		defer nc.Close()
-		m, err := nc.Request("compactor.status", []byte(`{}`), time.Second)
-		return err == nil && m.Header.Get("Nats-Service-Error") == ""
-	})
+	serveAnswers(t)
 
 	msgs, _ := needleConversation(4)
 	var in strings.Builder

@@ -444,10 +444,7 @@ func TestPolicyCommandAsksTheService(t *testing.T) {
 		stop()
 		<-served
 	})
-	eventually(t, 10*time.Second, "serve to answer", func() bool {
-		_, _, err := cli(t, "", "status")
-		return err == nil
-	})
+	serveAnswers(t)
 	// The CLI's own configuration disagrees with the server's.
 	t.Setenv("COMPACTOR_CONTEXT_WINDOW", "128000")
 	profiles := filepath.Join(t.TempDir(), "profiles.json")
