@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
