@@ -250,21 +250,24 @@ func (m *Message) Encode() ([]byte, error) {
 		b.WriteString(`,"content_ref":`)
 		b.Write(r)
 	}
-	if len(m.Unknown) > 0 {
-		keys := make([]string, 0, len(m.Unknown))
-		for k := range m.Unknown {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			b.WriteByte(',')
-			writeJSONString(&b, k)
-			b.WriteByte(':')
-			b.Write(m.Unknown[k])
-		}
-	}
+	writeUnknown(&b, m.Unknown)
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// writeUnknown writes unknown top-level fields as `,"key":value` pairs, in key order.
+func writeUnknown(b *bytes.Buffer, unknown map[string]json.RawMessage) {
+	keys := make([]string, 0, len(unknown))
+	for k := range unknown {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b.WriteByte(',')
+		writeJSONString(b, k)
+		b.WriteByte(':')
+		b.Write(unknown[k])
+	}
 }
 
 // DecodeMessage parses and validates one wire message. Every error it returns is a

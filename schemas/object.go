@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -131,17 +130,7 @@ func (m *Message) Offload(conv, bucket string, storedTokens int) (stub Message, 
 		b.WriteString(`,"extra":`)
 		b.Write(m.Extra)
 	}
-	keys := make([]string, 0, len(m.Unknown))
-	for k := range m.Unknown {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		b.WriteByte(',')
-		writeJSONString(&b, k)
-		b.WriteByte(':')
-		b.Write(m.Unknown[k])
-	}
+	writeUnknown(&b, m.Unknown)
 	b.WriteByte('}')
 	object = b.Bytes()
 	if !json.Valid(object) {
