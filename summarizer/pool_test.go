@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -84,10 +83,7 @@ func TestPoolWaitsForItsConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	request(t, ctx, st, "late", seed(t, ctx, st, "late", 8))
-	dir := ns.JetStreamConfig().StoreDir
-	if err := ns.DisableJetStream(); err != nil {
-		t.Fatal(err)
-	}
+	restart := jstest.Stop(t, ns)
 	logs := &lockedBuffer{}
 	pool, err := summarizer.NewPool(summarizer.DefaultConfig(), st, summarizer.Options{Policies: window4000{},
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return extractive.New(), nil },
@@ -109,9 +105,7 @@ func TestPoolWaitsForItsConsumer(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	if err := ns.EnableJetStream(&server.JetStreamConfig{StoreDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	restart()
 	for {
 		if v, _, err := st.GetResult(ctx, "late", true); err == nil && v != nil && v.Generation == 1 {
 			return

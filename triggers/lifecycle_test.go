@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -228,10 +227,7 @@ func TestTriggerWaitsForItsConsumers(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 	st := jstest.Provision(t, nc)
-	dir := ns.JetStreamConfig().StoreDir
-	if err := ns.DisableJetStream(); err != nil {
-		t.Fatal(err)
-	}
+	restart := jstest.Stop(t, ns)
 	logs := &logLines{}
 	b, err := triggers.New(testConfig(), st, fixed(nil), zerolog.New(logs).Level(zerolog.WarnLevel))
 	if err != nil {
@@ -250,9 +246,7 @@ func TestTriggerWaitsForItsConsumers(t *testing.T) {
 		}
 		return strings.Contains(logs.String(), "retrying")
 	})
-	if err := ns.EnableJetStream(&server.JetStreamConfig{StoreDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	restart()
 	for range 15 { // over the threshold
 		publish(t, st, "late", text(800))
 	}

@@ -332,3 +332,19 @@ func (op *Operator) Creds(t testing.TB) (file, contents string) {
 	}
 	return WriteFile(t, "user.creds", creds), string(creds)
 }
+
+// Stop shuts ns down, as a crash or a restart would, and returns a function that
+// starts it again on the same address with the same JetStream store: clients of the
+// first reconnect to the second. (Enabling JetStream on a running server instead races
+// with the API requests it is serving, inside nats-server.)
+func Stop(t testing.TB, ns *server.Server) (restart func() *server.Server) {
+	t.Helper()
+	port := ns.Addr().(*net.TCPAddr).Port
+	dir := ns.JetStreamConfig().StoreDir
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	return func() *server.Server {
+		t.Helper()
+		return ServerWith(t, func(o *server.Options) { o.Port, o.StoreDir = port, dir })
+	}
+}
