@@ -2,10 +2,7 @@ package triggers_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -179,8 +176,8 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 	}
 	// The trigger's own connection runs through a relay that can lose what the server
 	// sends it, then break.
-	r := newRelay(t, strings.TrimPrefix(srv.ClientURL(), "nats://"))
-	tnc, err := nats.Connect("nats://"+r.addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	r := jstest.NewRelay(t, srv.NATS().Addr().String())
+	tnc, err := nats.Connect(r.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +192,7 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 	publish(t, st, "lost", w)
 	waitFor(t, "the first message to be counted", func() bool { got, _ := tr.b.TokensOf("lost"); return got == tw })
 
-	r.lose(true)
+	r.Mute(true)
 	xs := publish(t, st, "lost", x)
 	cons, err := testJS(t, nc).Consumer(ctx, cfg.ChatStream, cfg.TriggerConsumer)
 	if err != nil {
@@ -205,7 +202,7 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.Delivered.Stream >= xs
 	})
-	r.breakConns()
+	r.Break()
 	waitFor(t, "the trigger to reconnect", func() bool { return tnc.Stats().Reconnects > 0 && tnc.IsConnected() })
 	ys := publish(t, st, "lost", y)
 	waitFor(t, "the third message to be counted before the lost one comes back", func() bool {
@@ -216,81 +213,4 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 	if got, _ := tr.b.TokensOf("lost"); got != tw+tx+ty {
 		t.Fatalf("%d tokens counted; want %d (all three messages)", got, tw+tx+ty)
 	}
-}
-
-// relay is a TCP relay to a NATS server that can lose what the server sends.
-type relay struct {
-	ln     net.Listener
-	target string
-
-	mu     sync.Mutex
-	losing bool
-	conns  []net.Conn
-}
-
-func newRelay(t *testing.T, target string) *relay {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{ln: ln, target: target}
-	go r.accept()
-	t.Cleanup(func() { _ = ln.Close(); r.breakConns() })
-	return r
-}
-
-func (r *relay) addr() string { return r.ln.Addr().String() }
-
-func (r *relay) accept() {
-	for {
-		in, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", r.target)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		r.mu.Lock()
-		r.conns = append(r.conns, in, out)
-		r.mu.Unlock()
-		go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
-		go func() {
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := out.Read(buf)
-				r.mu.Lock()
-				losing := r.losing
-				r.mu.Unlock()
-				if n > 0 && !losing {
-					if _, werr := in.Write(buf[:n]); werr != nil {
-						break
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-			_ = in.Close()
-		}()
-	}
-}
-
-// lose makes the relay drop what servers send to clients, or stop dropping it.
-func (r *relay) lose(on bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.losing = on
-}
-
-// breakConns closes every relayed connection; new ones relay everything.
-func (r *relay) breakConns() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.conns {
-		_ = c.Close()
-	}
-	r.conns, r.losing = nil, false
 }

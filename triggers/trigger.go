@@ -554,7 +554,8 @@ func (t *Trigger) evaluate(ctx context.Context, c *convState, log zerolog.Logger
 // the conversation's lock.
 func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string, log zerolog.Logger) (asked bool, err error) {
 	now := t.now()
-	if c.hold(now, t.cfg.Regrow) != "" {
+	if why := c.hold(now, t.cfg.Regrow); why != "" {
+		log.Debug().Int("tokens", c.tokens).Str("held", why).Msg("compaction wanted, not asked for now")
 		switch {
 		case c.retry != nil:
 		case now.Before(c.inFlightUntil):
