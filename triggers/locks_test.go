@@ -12,6 +12,7 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/triggers"
@@ -212,5 +213,60 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 	handled(t, nc, st, ys) // the lost one came back and was acknowledged
 	if got, _ := tr.b.TokensOf("lost"); got != tw+tx+ty {
 		t.Fatalf("%d tokens counted; want %d (all three messages)", got, tw+tx+ty)
+	}
+}
+
+// A message whose first delivery was lost in transit, and that a compaction covered
+// before it came back, is not counted again when it does: the trigger, holding no
+// state for the conversation yet, rebuilds it from the value and the stream instead of
+// adding a summarized message to the summary. Counted again, such messages made it
+// ask for compactions with nothing to compact (the cluster soak's declined events),
+// and a decline holds the conversation until it grows.
+func TestARedeliveryACompactionCoveredIsNotCountedAgain(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	cfg := jetstream.DefaultConfig()
+	cfg.TriggerPinnedTTL = time.Second
+	cfg.TriggerAckWait = 3 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := jetstream.Provision(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := jstest.NewRelay(t, srv.NATS().Addr().String())
+	tnc, err := nats.Connect(r.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tnc.Close)
+	tst, err := jetstream.Open(ctx, tnc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := start(t, tst)
+	handled(t, nc, st, publish(t, st, "warm", text(40))) // the trigger is pinned and reading
+
+	r.Mute(true)
+	seq := publish(t, st, "covered", text(800))
+	cons, err := testJS(t, nc).Consumer(ctx, cfg.ChatStream, cfg.TriggerConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message to be sent to the trigger", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.Delivered.Stream >= seq
+	})
+	// Meanwhile a compaction summarized it.
+	v := &schemas.Result{SchemaVersion: 1, Conversation: "covered", Generation: 1, Summary: "what it said",
+		TailStartSeq: seq + 1, CoveredThroughSeq: seq, LoadedThroughSeq: seq, CreatedAt: time.Now().UTC()}
+	if _, err := st.PutResult(ctx, v, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.Break()
+	handled(t, nc, st, seq) // redelivered after the ack wait, and acknowledged
+	sm := assemble.SummaryMessage(v)
+	if got, want := func() int { n, _ := tr.b.TokensOf("covered"); return n }(), tokens.Message(&sm); got != want {
+		t.Fatalf("%d tokens counted; want %d (the summary alone)", got, want)
 	}
 }
