@@ -224,9 +224,18 @@ func (c *Client) openCallsFromStream(ctx context.Context, conv string) (*openCal
 	if v != nil && v.TailStartSeq > 0 {
 		from = v.TailStartSeq
 	}
-	es, err := c.store.LoadEntries(ctx, conv, from, 0)
+	// Through the newest message the stream leader knows: a direct get may be answered
+	// by a replica still catching up (a failover), and a call it does not hold yet
+	// would refuse a valid tool message for good.
+	last, err := c.store.LastSeq(ctx, conv)
 	if err != nil {
 		return nil, err
+	}
+	var es []schemas.Entry
+	if last >= from {
+		if es, err = c.store.LoadEntriesThrough(ctx, conv, from, last); err != nil {
+			return nil, err
+		}
 	}
 	oc := &openCalls{conv: conv, answered: map[string]bool{}}
 	for i := range es {

@@ -3,101 +3,24 @@ package pipeline_test
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
 
-// silencer relays one client's TCP connection to the server and can stop passing the
-// server's bytes back: the client's publishes reach the server, its acks never return.
-type silencer struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	muted  bool
-	conns  []net.Conn
-}
-
-func newSilencer(t *testing.T, target string) *silencer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &silencer{ln: ln, target: target}
-	t.Cleanup(s.close)
-	go s.accept()
-	return s
-}
-
-func (s *silencer) url() string { return "nats://" + s.ln.Addr().String() }
-
-func (s *silencer) mute() {
-	s.mu.Lock()
-	s.muted = true
-	s.mu.Unlock()
-}
-
-func (s *silencer) accept() {
-	for {
-		in, err := s.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", s.target)
-		if err != nil {
-			in.Close()
-			return
-		}
-		s.mu.Lock()
-		s.conns = append(s.conns, in, out)
-		s.mu.Unlock()
-		go func() { _, _ = io.Copy(out, in) }()
-		go func() {
-			buf := make([]byte, 32*1024)
-			for {
-				n, err := out.Read(buf)
-				if err != nil {
-					in.Close()
-					return
-				}
-				s.mu.Lock()
-				muted := s.muted
-				s.mu.Unlock()
-				if !muted {
-					if _, err := in.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-			}
-		}()
-	}
-}
-
-func (s *silencer) close() {
-	s.ln.Close()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range s.conns {
-		c.Close()
-	}
-}
-
 // Crack 7: an asynchronous publish whose ack never comes (the connection went quiet,
 // then closed) still yields its outcome: the caller's context ends the wait.
 func TestPublishAsyncAlwaysResolves(t *testing.T) {
 	srv := jstest.Server(t)
 	jstest.Provision(t, jstest.Conn(t, srv))
-	relay := newSilencer(t, srv.NATS().Addr().String())
-	nc, err := nats.Connect(relay.url(), nats.MaxReconnects(0))
+	relay := jstest.NewRelay(t, srv.NATS().Addr().String())
+	nc, err := nats.Connect(relay.URL(), nats.MaxReconnects(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +37,7 @@ func TestPublishAsyncAlwaysResolves(t *testing.T) {
 	if a := <-ack; a.Err != nil || a.Seq == 0 {
 		t.Fatalf("first publish = %+v; want stored", a)
 	}
-	relay.mute()
+	relay.Mute(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	ack, err = c.PublishAsync(ctx, "quiet", msg)
@@ -129,5 +52,73 @@ func TestPublishAsyncAlwaysResolves(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("PublishAsync never yielded an outcome")
+	}
+}
+
+// A tool result from a client that did not see its call (another producer, or this one
+// after a failed publish made it forget) is checked against the stream, and that read
+// may be answered by a copy of CHAT that does not hold the call yet: a replica catching
+// up during a failover (the cluster soak found a valid tool result refused that way,
+// for good, with ErrInvalid). The check reads on from the stream leader instead. The
+// lagging copy here is a mirror that answers CHAT's direct gets and holds another
+// conversation only.
+func TestToolResultIsCheckedPastALaggingCopy(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx := ctxT(t)
+	a := pipeline.NewWithStore(nc, st)
+	for _, m := range []schemas.Message{{Role: schemas.RoleUser, Content: schemas.Text("read a.go")}, call("c1")} {
+		if _, err := a.Publish(ctx, "lag", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.Config()
+	mirror, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: "LAGGING",
+		Mirror: &natsjs.StreamSource{Name: cfg.ChatStream, FilterSubject: "chat.other.msg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A message of its own makes the mirror answer CHAT's direct gets; then CHAT
+	// stops answering them itself.
+	if _, err := a.Publish(ctx, "other", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the mirror to hold its message", func() bool {
+		info, err := mirror.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	})
+	chat, err := js.Stream(ctx, cfg.ChatStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := chat.CachedInfo().Config
+	sc.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "direct gets to be answered by the mirror only", func() bool {
+		r, err := nc.Request("$JS.API.DIRECT.GET."+cfg.ChatStream, []byte(`{"last_by_subj":"chat.lag.msg"}`), time.Second)
+		return err == nil && r.Header.Get("Status") == "404"
+	})
+	b := pipeline.NewWithStore(nc, st) // it did not see the call
+	if _, err := b.Publish(ctx, "lag", result("c1")); err != nil {
+		t.Fatalf("valid tool result refused: %v", err)
+	}
+}
+
+// eventually polls cond every 20ms for up to 10s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

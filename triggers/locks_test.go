@@ -2,10 +2,7 @@ package triggers_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/triggers"
@@ -179,8 +177,8 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 	}
 	// The trigger's own connection runs through a relay that can lose what the server
 	// sends it, then break.
-	r := newRelay(t, strings.TrimPrefix(srv.ClientURL(), "nats://"))
-	tnc, err := nats.Connect("nats://"+r.addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	r := jstest.NewRelay(t, srv.NATS().Addr().String())
+	tnc, err := nats.Connect(r.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +193,7 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 	publish(t, st, "lost", w)
 	waitFor(t, "the first message to be counted", func() bool { got, _ := tr.b.TokensOf("lost"); return got == tw })
 
-	r.lose(true)
+	r.Mute(true)
 	xs := publish(t, st, "lost", x)
 	cons, err := testJS(t, nc).Consumer(ctx, cfg.ChatStream, cfg.TriggerConsumer)
 	if err != nil {
@@ -205,7 +203,7 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.Delivered.Stream >= xs
 	})
-	r.breakConns()
+	r.Break()
 	waitFor(t, "the trigger to reconnect", func() bool { return tnc.Stats().Reconnects > 0 && tnc.IsConnected() })
 	ys := publish(t, st, "lost", y)
 	waitFor(t, "the third message to be counted before the lost one comes back", func() bool {
@@ -218,79 +216,57 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 	}
 }
 
-// relay is a TCP relay to a NATS server that can lose what the server sends.
-type relay struct {
-	ln     net.Listener
-	target string
-
-	mu     sync.Mutex
-	losing bool
-	conns  []net.Conn
-}
-
-func newRelay(t *testing.T, target string) *relay {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// A message whose first delivery was lost in transit, and that a compaction covered
+// before it came back, is not counted again when it does: the trigger, holding no
+// state for the conversation yet, rebuilds it from the value and the stream instead of
+// adding a summarized message to the summary. Counted again, such messages made it
+// ask for compactions with nothing to compact (the cluster soak's declined events),
+// and a decline holds the conversation until it grows.
+func TestARedeliveryACompactionCoveredIsNotCountedAgain(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	cfg := jetstream.DefaultConfig()
+	cfg.TriggerPinnedTTL = time.Second
+	cfg.TriggerAckWait = 3 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := jetstream.Provision(ctx, nc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &relay{ln: ln, target: target}
-	go r.accept()
-	t.Cleanup(func() { _ = ln.Close(); r.breakConns() })
-	return r
-}
-
-func (r *relay) addr() string { return r.ln.Addr().String() }
-
-func (r *relay) accept() {
-	for {
-		in, err := r.ln.Accept()
-		if err != nil {
-			return
-		}
-		out, err := net.Dial("tcp", r.target)
-		if err != nil {
-			_ = in.Close()
-			continue
-		}
-		r.mu.Lock()
-		r.conns = append(r.conns, in, out)
-		r.mu.Unlock()
-		go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
-		go func() {
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := out.Read(buf)
-				r.mu.Lock()
-				losing := r.losing
-				r.mu.Unlock()
-				if n > 0 && !losing {
-					if _, werr := in.Write(buf[:n]); werr != nil {
-						break
-					}
-				}
-				if err != nil {
-					break
-				}
-			}
-			_ = in.Close()
-		}()
+	r := jstest.NewRelay(t, srv.NATS().Addr().String())
+	tnc, err := nats.Connect(r.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-// lose makes the relay drop what servers send to clients, or stop dropping it.
-func (r *relay) lose(on bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.losing = on
-}
-
-// breakConns closes every relayed connection; new ones relay everything.
-func (r *relay) breakConns() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, c := range r.conns {
-		_ = c.Close()
+	t.Cleanup(tnc.Close)
+	tst, err := jetstream.Open(ctx, tnc, cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
-	r.conns, r.losing = nil, false
+	tr := start(t, tst)
+	handled(t, nc, st, publish(t, st, "warm", text(40))) // the trigger is pinned and reading
+
+	r.Mute(true)
+	seq := publish(t, st, "covered", text(800))
+	cons, err := testJS(t, nc).Consumer(ctx, cfg.ChatStream, cfg.TriggerConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message to be sent to the trigger", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.Delivered.Stream >= seq
+	})
+	// Meanwhile a compaction summarized it.
+	v := &schemas.Result{SchemaVersion: 1, Conversation: "covered", Generation: 1, Summary: "what it said",
+		TailStartSeq: seq + 1, CoveredThroughSeq: seq, LoadedThroughSeq: seq, CreatedAt: time.Now().UTC()}
+	if _, err := st.PutResult(ctx, v, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.Break()
+	handled(t, nc, st, seq) // redelivered after the ack wait, and acknowledged
+	sm := assemble.SummaryMessage(v)
+	if got, want := func() int { n, _ := tr.b.TokensOf("covered"); return n }(), tokens.Message(&sm); got != want {
+		t.Fatalf("%d tokens counted; want %d (the summary alone)", got, want)
+	}
 }

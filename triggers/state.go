@@ -34,6 +34,13 @@ type convState struct {
 	// lastMsgAt is the stream time of the newest message (idle detection).
 	lastMsgAt time.Time
 
+	// tailStart is where the value the state was built on starts its tail: a message
+	// before it is in the summary (or pinned), never counted on its own.
+	tailStart uint64
+	// rebuiltThrough is the newest sequence the last rebuild read: a redelivery at or
+	// below it is counted already.
+	rebuiltThrough uint64
+
 	declinedAtSeq   uint64
 	tokensAtDecline int
 

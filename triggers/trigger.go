@@ -426,7 +426,7 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	if err != nil {
 		return nil, err
 	}
-	c := &convState{id: id, watermark: through, settings: s, budget: s.Budget(), count: count, base: math.MaxUint64}
+	c := &convState{id: id, watermark: through, rebuiltThrough: through, settings: s, budget: s.Budget(), count: count, base: math.MaxUint64}
 	if old != nil {
 		c.timers = *old
 	}
@@ -438,6 +438,7 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	if v != nil {
 		from = max(v.TailStartSeq, from)
 		c.base = v.FirstSeq
+		c.tailStart = v.TailStartSeq
 		if pinned, err = t.store.LoadPinned(ctx, id, v.PinnedSeqs); err != nil {
 			return nil, err
 		}
@@ -546,17 +547,19 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 	tr := t.get(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	// A redelivery at or below the watermark was counted and its ack lost, or it never
-	// reached this process: its first delivery was lost in transit when the connection
-	// died, and later messages were delivered and counted before it came back. Only the
-	// stream can tell, so the state is rebuilt, through the watermark.
-	if tr.st != nil && d.Attempt > 1 && d.Seq <= tr.st.watermark {
-		tr.stale = true
-	}
 	// A rebuild counts what came before this message; the message itself is counted
 	// below like any other, so a large tool output that arrives right after a
 	// compaction still calls for a structural compaction.
-	c, err := t.ready(ctx, tr, id, d.Seq-1)
+	through := d.Seq - 1
+	if d.Attempt > 1 && (tr.st == nil || d.Seq > tr.st.rebuiltThrough) {
+		// A redelivery may come after later messages: its first delivery was lost in
+		// transit when the connection died (a server killed, a failover), or it was
+		// counted and its ack was lost. It may also be older than the tail of a value
+		// written meanwhile. Only the stream can tell, so the state is rebuilt through
+		// the newest message, which counts this one if it is not in the summary.
+		through, tr.stale = throughNewest, true
+	}
+	c, err := t.ready(ctx, tr, id, through)
 	if err != nil {
 		t.cannotRebuild(ctx, tr, id, d, err, log)
 		return
@@ -575,7 +578,10 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 			_ = d.Ack()
 			return
 		}
-		c.add(&e.Message, d.Seq)
+		// One the trigger reads late, after a compaction covered it, is in the summary.
+		if d.Seq >= c.tailStart {
+			c.add(&e.Message, d.Seq)
+		}
 	}
 	// A redelivery (already counted) is evaluated again too: it was not acknowledged
 	// because its request could not be queued.
@@ -611,7 +617,8 @@ func (t *Trigger) evaluate(ctx context.Context, c *convState, log zerolog.Logger
 // the conversation's lock.
 func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string, log zerolog.Logger) (asked bool, err error) {
 	now := t.now()
-	if c.hold(now, t.cfg.Regrow) != "" {
+	if why := c.hold(now, t.cfg.Regrow); why != "" {
+		log.Debug().Int("tokens", c.tokens).Str("held", why).Msg("compaction wanted, not asked for now")
 		switch {
 		case c.retry != nil, c.forgotten:
 		case now.Before(c.inFlightUntil):

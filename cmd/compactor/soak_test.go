@@ -285,7 +285,7 @@ func newSoak(t *testing.T, form soakForm, nodes int) *soak {
 		fmt.Sprintf("COMPACTOR_CONTEXT_WINDOW=%d", soakWindow),
 		fmt.Sprintf("COMPACTOR_REPLICAS=%d", nodes),
 		"COMPACTOR_LLM_API_KEY=test-key",
-		"COMPACTOR_LOG_LEVEL=info",
+		"COMPACTOR_LOG_LEVEL=debug",
 		"COMPACTOR_RETRY_DELAY=200ms",
 		"COMPACTOR_WORKER_ACK_WAIT=" + soakAckWait.String(),
 		"COMPACTOR_DRAIN_TIMEOUT=" + soakDrain.String(),

@@ -146,6 +146,15 @@ func (c *Cluster) Conn(t testing.TB, opts ...nats.Option) *nats.Conn {
 // find out by missing heartbeats and elect new leaders; then it shuts down, dropping
 // its clients.
 func (c *Cluster) Crash(s *server.Server) {
+	c.Partition(s)
+	s.Shutdown()
+	s.WaitForShutdown()
+}
+
+// Partition cuts s off the other servers, as a network partition does: it keeps
+// running and serving its own clients from what it has, while the others go on
+// without it. Nothing heals the partition.
+func (c *Cluster) Partition(s *server.Server) {
 	i := -1
 	for k, srv := range c.Servers {
 		if srv == s {
@@ -157,8 +166,6 @@ func (c *Cluster) Crash(s *server.Server) {
 			l.cut()
 		}
 	}
-	s.Shutdown()
-	s.WaitForShutdown()
 }
 
 // WaitForMetaLeader waits until every running server has a route to every other one,
