@@ -53,8 +53,8 @@ import (
 // the next job of the same id; a request is dropped by the worker that gets it; an
 // event or a dead letter stays until its stream's max age). Forget again to remove it.
 
-// ForgetStepError is the error of a forget that stopped at one step; the tombstone is
-// written and the steps before were done. Forgetting again is safe and finishes it.
+// ForgetStepError is the error of one step of a forget; the tombstone is written and
+// the other steps still ran. Forgetting again is safe and finishes what it can.
 type ForgetStepError struct {
 	Step string
 	Err  error
@@ -117,6 +117,7 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		{name: "dead letters", stream: s.cfg.DeadStream, subject: subj(s.cfg.DeadSubject), counted: &d.DeadLetters},
 		{name: "events", stream: s.cfg.EventsStream, subject: subj(s.cfg.EventSubject), counted: &d.Events, eventsOf: true},
 	}
+	var stepErrs []error
 	for _, st := range steps {
 		var n, erased uint64
 		switch {
@@ -135,14 +136,16 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 			n, err = s.purge(ctx, st.stream, st.subject, st.before)
 		}
 		if err != nil {
-			return out, &ForgetStepError{Step: "delete the " + st.name, Err: err}
+			// The other places are still deleted: a step that fails (a hostile object
+			// description, a timeout) must not keep the rest of the conversation.
+			stepErrs = append(stepErrs, &ForgetStepError{Step: "delete the " + st.name, Err: err})
 		}
 		if st.eventsOf && notified && n > 0 {
 			n-- // the forgotten event of this forget is not the conversation's
 		}
 		*st.counted = n
 	}
-	return out, nil
+	return out, errors.Join(stepErrs...)
 }
 
 // Forgotten returns the tombstone of a forgotten conversation, nil when it was not
@@ -388,25 +391,43 @@ func (s *Store) forgetObjects(ctx context.Context, conv string) (uint64, error) 
 	if err != nil {
 		return 0, fmt.Errorf("list %s: %w", s.cfg.ObjectsBucket, err)
 	}
-	var n uint64
+	// Descriptions are written by producers and may be hostile: the chunks are purged
+	// by their chunk id only when it is a plain id of this bucket that no object of
+	// another conversation names (a copied id would delete another conversation's
+	// content, a wildcard every object's). nats.go's Delete would trust the description.
 	prefix := conv + "/"
+	others := map[string]bool{}
+	for _, info := range list {
+		if !strings.HasPrefix(info.Name, prefix) {
+			others[info.NUID] = true
+		}
+	}
+	var n uint64
+	var failed []error
 	for _, info := range list {
 		if !strings.HasPrefix(info.Name, prefix) {
 			continue
 		}
 		if !info.Deleted {
-			// A link has no chunks of its own: its metadata is all there is.
-			if info.Opts == nil || info.Opts.Link == nil {
-				if err := obs.Delete(ctx, info.Name); err != nil && !errors.Is(err, natsjs.ErrObjectNotFound) {
-					return n, fmt.Errorf("delete object %s: %w", info.Name, err)
-				}
-			}
 			n++
+		}
+		switch {
+		case info.Opts != nil && info.Opts.Link != nil, info.Deleted:
+			// A link has no chunks of its own; a deleted object's are gone.
+		case info.Bucket != s.cfg.ObjectsBucket || !validNUID(info.NUID) || others[info.NUID]:
+			failed = append(failed, fmt.Errorf("object %s: its chunks (bucket %q, chunk id %q) are not its own; only its description is deleted", info.Name, info.Bucket, info.NUID))
+		default:
+			if _, err := s.purge(ctx, "OBJ_"+s.cfg.ObjectsBucket, "$O."+s.cfg.ObjectsBucket+".C."+info.NUID, 0); err != nil {
+				failed = append(failed, fmt.Errorf("chunks of %s: %w", info.Name, err))
+			}
 		}
 		meta := "$O." + s.cfg.ObjectsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(info.Name))
 		if _, err := s.purge(ctx, "OBJ_"+s.cfg.ObjectsBucket, meta, 0); err != nil {
-			return n, err
+			failed = append(failed, fmt.Errorf("description of %s: %w", info.Name, err))
 		}
+	}
+	if len(failed) > 0 {
+		return n, errors.Join(failed...)
 	}
 	return n, nil
 }

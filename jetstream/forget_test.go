@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"context"
 	"errors"
 	"fmt"
@@ -300,3 +301,48 @@ func BenchmarkForget(b *testing.B) {
 		}
 	}
 }
+
+// Object descriptions are written by producers: one in the forgotten conversation's
+// prefix that names another conversation's chunks, or every chunk with a wildcard, must
+// not make forget delete them. The forget reports it and still deletes everything else.
+func TestForgetTrustsNoObjectDescription(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx := ctxT(t)
+	cfg := st.Config()
+	obs, err := testJS(t, nc).ObjectStore(ctx, cfg.ObjectsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := obs.PutString(ctx, "victim/big", "NEEDLE-victim's large tool output")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedConversation(t, st, obs, "hostile", "NEEDLE-hostile")
+	// Descriptions in hostile's prefix pointing at the victim's chunks, and at all chunks.
+	for name, nuid := range map[string]string{"hostile/copied": victim.NUID, "hostile/wild": ">", "hostile/empty": ""} {
+		meta := fmt.Sprintf(`{"name":%q,"bucket":%q,"nuid":%q,"size":33,"chunks":1,"digest":"SHA-256=x"}`, name, cfg.ObjectsBucket, nuid)
+		subj := "$O." + cfg.ObjectsBucket + ".M." + base64URL(name)
+		if _, err := testJS(t, nc).Publish(ctx, subj, []byte(meta), natsjs.WithMsgID(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := st.Forget(ctx, "hostile")
+	var step *jetstream.ForgetStepError
+	if !errors.As(err, &step) || step.Step != "delete the objects" || !strings.Contains(err.Error(), "hostile/copied") {
+		t.Fatalf("forget: %v; want the objects step to report the descriptions it did not trust", err)
+	}
+	if got, err := obs.GetString(ctx, "victim/big"); err != nil || !strings.Contains(got, "NEEDLE-victim") {
+		t.Fatalf("the victim's object after the forget: %q, %v; want it whole", got, err)
+	}
+	// Every other place was still deleted, the dead letters and events after the objects too.
+	if out.Deleted.ChatMessages == 0 || out.Deleted.DeadLetters == 0 || out.Deleted.Events == 0 {
+		t.Fatalf("deleted %+v; want the messages, dead letters and events too", out.Deleted)
+	}
+	if found, _ := jstest.Scan(t, nc, "hostile/", "NEEDLE-hostile"); len(found) > 0 {
+		t.Fatalf("after the forget: %v", found)
+	}
+}
+
+func base64URL(s string) string { return base64.URLEncoding.EncodeToString([]byte(s)) }
