@@ -36,9 +36,13 @@ func (s *Store) PublishEventRecorded(ctx context.Context, ev schemas.Event, w *W
 	return nil
 }
 
+// invalidToken is the last subject token of dead letters that name no valid conversation.
+const invalidToken = "~invalid"
+
 // PublishDead records a request that used up its attempts, or could not be worked on.
 // A request whose conversation id breaks the id rule is recorded under conv, the
-// conversation its subject named ("" for none: it goes to compact.dead.invalid).
+// conversation its subject named ("" for none: it goes to compact.dead.~invalid, a
+// token no conversation id can be).
 func (s *Store) PublishDead(ctx context.Context, conv string, d schemas.DeadLetter) error {
 	return s.PublishDeadRecorded(ctx, conv, d, nil)
 }
@@ -46,10 +50,12 @@ func (s *Store) PublishDead(ctx context.Context, conv string, d schemas.DeadLett
 // PublishDeadRecorded is PublishDead recording the stored dead letter in w (see
 // TakeBack).
 func (s *Store) PublishDeadRecorded(ctx context.Context, conv string, d schemas.DeadLetter, w *Writes) error {
-	if schemas.ValidateConversationID(conv) != nil {
-		conv = "invalid"
+	subj, err := s.cfg.DeadSubject(conv)
+	if err != nil {
+		// Not a conversation id, so that no conversation (one named "invalid", say)
+		// reads or forgets these.
+		conv, subj = invalidToken, s.cfg.DeadPrefix+"."+invalidToken
 	}
-	subj, _ := s.cfg.DeadSubject(conv)
 	data, err := json.Marshal(d)
 	if err != nil {
 		return err

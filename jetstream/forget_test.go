@@ -346,3 +346,26 @@ func TestForgetTrustsNoObjectDescription(t *testing.T) {
 }
 
 func base64URL(s string) string { return base64.URLEncoding.EncodeToString([]byte(s)) }
+
+// Dead letters of requests that named no valid conversation are no conversation's:
+// forgetting one named "invalid" leaves them.
+func TestForgetLeavesTheDeadLettersOfInvalidRequests(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx := ctxT(t)
+	if err := st.PublishDead(ctx, "", schemas.DeadLetter{Error: "request does not decode"}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := st.Forget(ctx, "invalid")
+	if err != nil || out.Deleted.DeadLetters != 0 {
+		t.Fatalf("forget invalid: %+v, %v; want no dead letter deleted", out.Deleted, err)
+	}
+	str, err := testJS(t, nc).Stream(ctx, st.Config().DeadStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := str.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("dead letters after the forget: %+v, %v; want the invalid request's", info, err)
+	}
+}

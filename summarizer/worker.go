@@ -360,11 +360,13 @@ func (p *Pool) forgottenMeanwhile(j *job) bool {
 		tomb *schemas.Tombstone
 		err  error
 	)
-	for attempt := 1; attempt <= 3; attempt++ {
+	// Asked until it answers or 30 s pass: long enough for the forget bucket's stream to
+	// elect a leader (a few seconds), since an unanswered check leaves the writes.
+	for attempt := 1; ctx.Err() == nil; attempt++ {
 		if tomb, err = p.store.Forgotten(ctx, j.req.Conversation); err == nil {
 			break
 		}
-		sleep(ctx, time.Duration(attempt)*250*time.Millisecond)
+		sleep(ctx, min(time.Duration(attempt)*250*time.Millisecond, 2*time.Second))
 	}
 	if err != nil {
 		j.log.Error().Err(err).Msg("cannot tell whether the conversation was forgotten meanwhile; what this job wrote stays")
