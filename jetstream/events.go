@@ -156,9 +156,10 @@ func (s *Store) FindOutcome(ctx context.Context, conv, id string, since time.Tim
 
 // WaitOutcome waits for the outcome of request id: it reads the conversation's stored
 // events since since (zero: all of them), so an outcome that came first is not missed,
-// then the new ones, until the outcome or ctx's end. A forgotten event (the
-// conversation was forgotten meanwhile: no outcome will come) ends the wait too, when
-// it is seen before the forget deletes it.
+// then the new ones, until the outcome or ctx's end. A forgotten event after the
+// request's requested event (the conversation was forgotten meanwhile: no outcome will
+// come) ends the wait too, when it is seen before the forget deletes it; one before it
+// is an older forget of the id.
 func (s *Store) WaitOutcome(ctx context.Context, conv, id string, since time.Time) (schemas.Event, error) {
 	oc, err := s.eventReplay(ctx, conv, since)
 	if err != nil {
@@ -172,14 +173,21 @@ func (s *Store) WaitOutcome(ctx context.Context, conv, id string, since time.Tim
 	results := make(chan schemas.Event, 1)
 	errs := make(chan error, 1)
 	go func() {
+		// A forget ends the wait only after the request's own requested event: an
+		// older forget (of the conversation this id had before) does not concern it.
+		requested := false
 		for {
 			m, err := it.Next()
 			if err != nil {
 				errs <- err
 				return
 			}
-			if ev, err := s.decodeEvent(m.Subject(), m.Data()); err == nil &&
-				(ev.RequestID == id && IsOutcome(ev) || ev.Type == schemas.EventForgotten) {
+			ev, err := s.decodeEvent(m.Subject(), m.Data())
+			if err != nil {
+				continue
+			}
+			requested = requested || (ev.RequestID == id && ev.Type == schemas.EventRequested)
+			if ev.RequestID == id && IsOutcome(ev) || ev.Type == schemas.EventForgotten && requested {
 				results <- ev
 				return
 			}
