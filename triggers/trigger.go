@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -120,6 +121,9 @@ type Trigger struct {
 
 	mu    sync.Mutex // guards convs only; never held during a network call
 	convs map[string]*tracked
+
+	// lastDelivery is the consumer sequence of the chat message delivered last.
+	lastDelivery atomic.Uint64
 }
 
 // tracked is one conversation the trigger holds state for.
@@ -404,7 +408,7 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	if err != nil {
 		return nil, err
 	}
-	c := &convState{id: id, watermark: through, rebuiltThrough: through, settings: s, budget: s.Budget(), count: count}
+	c := &convState{id: id, watermark: through, settings: s, budget: s.Budget(), count: count}
 	if old != nil {
 		c.timers = *old
 	}
@@ -487,6 +491,16 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		_ = d.Term(ctx, "no metadata")
 		return
 	}
+	if prev := t.lastDelivery.Swap(d.ConsumerSeq); prev != 0 && d.ConsumerSeq != prev+1 {
+		// Deliveries this process did not get came in between: another trigger process
+		// held the pin for a while (a failover, the pin moving with a consumer leader),
+		// or they were lost on the way. Any conversation may have messages this process
+		// did not count, so every state is rebuilt from the stream before it is used.
+		t.log.Info().Uint64("after", prev).Uint64("delivery", d.ConsumerSeq).Msg("deliveries missed; every conversation is counted again")
+		for _, tr := range t.snapshot() {
+			tr.signal(func(s *signals) { s.stale = true })
+		}
+	}
 	id := d.Conversation
 	if id == "" {
 		t.log.Warn().Str("subject", d.Subject).Uint64("seq", d.Seq).Msg("message on a subject with an invalid conversation id skipped")
@@ -500,16 +514,7 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 	// A rebuild counts what came before this message; the message itself is counted
 	// below like any other, so a large tool output that arrives right after a
 	// compaction still calls for a structural compaction.
-	through := d.Seq - 1
-	if d.Attempt > 1 && (tr.st == nil || d.Seq > tr.st.rebuiltThrough) {
-		// A redelivery may come after later messages: its first delivery was lost in
-		// transit when the connection died (a server killed, a failover), or it was
-		// counted and its ack was lost. It may also be older than the tail of a value
-		// written meanwhile. Only the stream can tell, so the state is rebuilt through
-		// the newest message, which counts this one if it is not in the summary.
-		through, tr.stale = throughNewest, true
-	}
-	c, err := t.ready(ctx, tr, id, through)
+	c, err := t.ready(ctx, tr, id, d.Seq-1)
 	if err != nil {
 		t.cannotRebuild(ctx, tr, id, d, err, log)
 		return
@@ -523,7 +528,8 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 			_ = d.Ack()
 			return
 		}
-		// One the trigger reads late, after a compaction covered it, is in the summary.
+		// One read late (redelivered after a failover, or by a trigger behind the
+		// workers), after a compaction covered it, is in the summary.
 		if d.Seq >= c.tailStart {
 			c.add(&e.Message, d.Seq)
 		}
