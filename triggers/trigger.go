@@ -46,6 +46,9 @@ type Config struct {
 	// no consumer slot; the next rebuild reads them from the stream.
 	RebuildAttempts int
 	BrokenRetry     time.Duration
+	// DrainTimeout bounds how long a stopping trigger works on the messages in hand;
+	// 0 waits until they are settled.
+	DrainTimeout time.Duration
 	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
 	// nil knows chars4 only.
 	Counters func(name string) (tokens.Counter, error)
@@ -91,6 +94,8 @@ func (c Config) Validate() error {
 		return bad("rebuild attempts must be at least 1")
 	case c.BrokenRetry <= 0:
 		return bad("broken retry must be positive")
+	case c.DrainTimeout < 0:
+		return bad("drain timeout must not be negative")
 	}
 	return nil
 }
@@ -183,9 +188,15 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.
 }
 
 // Run consumes CHAT and ACTIVITY until ctx is done, then drains the messages in hand
-// and returns.
+// (for at most DrainTimeout) and returns.
 func (t *Trigger) Run(ctx context.Context) error {
-	events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(ctx, ev) }, func(err error) {
+	// Handlers outlive ctx by the drain: the messages in hand when the trigger stops are
+	// counted and settled with a live context (and queue the requests they call for),
+	// not failed at once and left to the consumer's ack wait, during which no trigger
+	// would count them.
+	hctx, stopHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHandlers()
+	events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
 		t.log.Warn().Err(err).Msg("compaction event skipped")
 	})
 	if err != nil {
@@ -207,13 +218,13 @@ func (t *Trigger) Run(ctx context.Context) error {
 	// The consumers may not answer yet (a cluster electing their leaders, a server
 	// restarting): that is waited for, not a reason to stop the process.
 	chat, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(ctx, d) }, consumerErr("trigger consumer"))
+		return t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
 	})
 	if err != nil {
 		return stopped(ctx, err)
 	}
 	idle, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(ctx, d) }, consumerErr("idle consumer"))
+		return t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
 	})
 	if err != nil {
 		chat.Drain()
@@ -227,6 +238,10 @@ func (t *Trigger) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			if t.cfg.DrainTimeout > 0 {
+				// What is still in hand then fails and waits for its ack wait.
+				time.AfterFunc(t.cfg.DrainTimeout, stopHandlers)
+			}
 			chat.Drain()
 			idle.Drain()
 			for _, tr := range t.snapshot() {
@@ -241,7 +256,7 @@ func (t *Trigger) Run(ctx context.Context) error {
 		case <-evict.C:
 			t.evict()
 		case <-sweep.C:
-			t.sweep(ctx)
+			t.sweep(hctx)
 		}
 	}
 }
