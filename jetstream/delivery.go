@@ -24,6 +24,10 @@ type Delivery struct {
 	// Seq is the stream sequence; Attempt the number of deliveries so far (1 first).
 	Seq     uint64
 	Attempt uint64
+	// ConsumerSeq is the consumer's delivery sequence: one more for each delivery to
+	// any of its clients, so the deliveries one client gets are consecutive while it is
+	// the only one given messages and nothing is lost on the way.
+	ConsumerSeq uint64
 	// Time is when the message was stored.
 	Time time.Time
 	// MetadataErr is set when the delivery had no JetStream metadata (Seq and Attempt
@@ -39,7 +43,7 @@ func (s *Store) delivery(msg natsjs.Msg, convOf func(string) (string, bool)) *De
 		d.MetadataErr = err
 		return d
 	}
-	d.Seq, d.Attempt, d.Time = md.Sequence.Stream, md.NumDelivered, md.Timestamp
+	d.Seq, d.Attempt, d.ConsumerSeq, d.Time = md.Sequence.Stream, md.NumDelivered, md.Sequence.Consumer, md.Timestamp
 	return d
 }
 

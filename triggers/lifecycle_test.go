@@ -270,3 +270,57 @@ func (l *logLines) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A trigger that is stopped settles the chat messages it has in hand, with a context
+// of their own, instead of failing them all at once and leaving them to the consumer's
+// ack wait, 30 s in which no trigger counts them (the soak's SIGTERMed trigger left
+// dozens so): every message is acknowledged, and a request one calls for is queued.
+func TestAStoppedTriggerSettlesTheMessagesInHand(t *testing.T) {
+	nc, st := setup(t)
+	g := &gated{conv: "first", entered: make(chan struct{}, 1), release: make(chan struct{})}
+	b, err := triggers.New(testConfig(), st, g, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	publish(t, st, "first", text(10)) // its handler hangs in the policy read
+	select {
+	case <-g.entered:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the first handler never started")
+	}
+	var last uint64
+	for range 15 { // over the threshold, in hand behind the hanging one
+		last = publish(t, st, "behind", text(800))
+	}
+	cons, err := testJS(t, nc).Consumer(context.Background(), st.Config().ChatStream, st.Config().TriggerConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the messages to be in the trigger's hands", func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.Delivered.Stream >= last
+	})
+	cancel()
+	close(g.release) // the policy read answers after the stop
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the trigger did not stop")
+	}
+	info, err := cons.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending > 0 || info.AckFloor.Stream < last {
+		t.Fatalf("%d messages left unacknowledged (ack floor %d of %d) by a stopped trigger", info.NumAckPending, info.AckFloor.Stream, last)
+	}
+	if n := stored(t, nc, st); n == 0 {
+		t.Fatal("no request for the conversation over its threshold")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
@@ -159,10 +160,10 @@ func TestStructuralTriggerRightAfterARebuild(t *testing.T) {
 
 // A message whose first delivery was lost in transit (sent while the trigger's
 // connection died: its server was killed, a cluster failed over), and that comes back
-// only after later messages were counted, is counted too. Before, a redelivery older
-// than the watermark was taken as counted already, and the estimate stayed short of
-// the conversation: the soak found one left over its threshold that way, with nothing
-// queued.
+// only after later messages were counted, is counted too: the gap in the deliveries
+// makes the trigger count the conversation again from the stream. Before, the
+// redelivery, older than the watermark, was taken as counted already, and the estimate
+// stayed short of the conversation.
 func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
@@ -206,22 +207,24 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 	r.Break()
 	waitFor(t, "the trigger to reconnect", func() bool { return tnc.Stats().Reconnects > 0 && tnc.IsConnected() })
 	ys := publish(t, st, "lost", y)
-	waitFor(t, "the third message to be counted before the lost one comes back", func() bool {
+	// The third message is delivered before the lost one comes back (after the ack
+	// wait), and counted; handled waits for the lost one too.
+	waitFor(t, "the third message to be counted", func() bool {
 		got, _ := tr.b.TokensOf("lost")
-		return got == tw+ty
+		return got >= tw+ty
 	})
-	handled(t, nc, st, ys) // the lost one came back and was acknowledged
+	handled(t, nc, st, ys)
 	if got, _ := tr.b.TokensOf("lost"); got != tw+tx+ty {
 		t.Fatalf("%d tokens counted; want %d (all three messages)", got, tw+tx+ty)
 	}
 }
 
 // A message whose first delivery was lost in transit, and that a compaction covered
-// before it came back, is not counted again when it does: the trigger, holding no
-// state for the conversation yet, rebuilds it from the value and the stream instead of
-// adding a summarized message to the summary. Counted again, such messages made it
-// ask for compactions with nothing to compact (the cluster soak's declined events),
-// and a decline holds the conversation until it grows.
+// before it came back, is not counted again when it does: it is older than the tail
+// of the value the trigger's state is built on, so it is in the summary. Counted
+// again, such messages made the trigger ask for compactions with nothing to compact
+// (the cluster soak's declined events), and a decline holds the conversation until it
+// grows.
 func TestARedeliveryACompactionCoveredIsNotCountedAgain(t *testing.T) {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
@@ -268,5 +271,83 @@ func TestARedeliveryACompactionCoveredIsNotCountedAgain(t *testing.T) {
 	sm := assemble.SummaryMessage(v)
 	if got, want := func() int { n, _ := tr.b.TokensOf("covered"); return n }(), tokens.Message(&sm); got != want {
 		t.Fatalf("%d tokens counted; want %d (the summary alone)", got, want)
+	}
+}
+
+// Messages another trigger process was given while it held the pin for a moment (a
+// failover, or the pin moving when a consumer leader changed) are counted by this one
+// once it is given messages again: the gap in its deliveries tells it that every state
+// it holds may lack messages, and each is rebuilt from the stream before it is used.
+// Before, the two processes each counted part of the conversation, neither reached
+// the threshold, and the cluster soak found conversations left over it.
+func TestMessagesAnotherTriggerHandledAreCounted(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	cfg := jetstream.DefaultConfig()
+	cfg.TriggerPinnedTTL = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := jetstream.Provision(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := jstest.NewRelay(t, srv.NATS().Addr().String())
+	tnc, err := nats.Connect(r.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tnc.Close)
+	tst, err := jetstream.Open(ctx, tnc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := start(t, tst)
+	m := text(800)
+	per := tokens.Message(&m)
+	for range 3 {
+		publish(t, st, "split", m)
+	}
+	waitFor(t, "three messages to be counted", func() bool { got, _ := tr.b.TokensOf("split"); return got == 3*per })
+
+	// This process's pulls are held while another client takes the pin and handles two
+	// messages.
+	r.Pause(true)
+	js := testJS(t, nc)
+	chat, err := js.Stream(ctx, cfg.ChatStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, cfg.ChatStream, cfg.TriggerConsumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chat.UnpinConsumer(ctx, cfg.TriggerConsumer, cfg.TriggerGroup); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, st, "split", m)
+	last := publish(t, st, "split", m)
+	taken := 0
+	waitFor(t, "the other client to take two messages", func() bool {
+		batch, err := cons.Fetch(2-taken, natsjs.FetchPriorityGroup(cfg.TriggerGroup), natsjs.FetchMaxWait(time.Second))
+		if err != nil {
+			return false
+		}
+		for msg := range batch.Messages() {
+			if err := msg.DoubleAck(ctx); err != nil {
+				t.Fatal(err)
+			}
+			taken++
+		}
+		return taken == 2
+	})
+	if err := chat.UnpinConsumer(ctx, cfg.TriggerConsumer, cfg.TriggerGroup); err != nil {
+		t.Fatal(err)
+	}
+	r.Pause(false)
+	handled(t, nc, st, last)
+	seq := publish(t, st, "split", m)
+	handled(t, nc, st, seq)
+	if got, _ := tr.b.TokensOf("split"); got != 6*per {
+		t.Fatalf("%d tokens counted; want %d (six messages, two of them handled by another process)", got, 6*per)
 	}
 }

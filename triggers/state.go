@@ -37,9 +37,6 @@ type convState struct {
 	// tailStart is where the value the state was built on starts its tail: a message
 	// before it is in the summary (or pinned), never counted on its own.
 	tailStart uint64
-	// rebuiltThrough is the newest sequence the last rebuild read: a redelivery at or
-	// below it is counted already.
-	rebuiltThrough uint64
 
 	declinedAtSeq   uint64
 	tokensAtDecline int

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -45,6 +46,9 @@ type Config struct {
 	// no consumer slot; the next rebuild reads them from the stream.
 	RebuildAttempts int
 	BrokenRetry     time.Duration
+	// DrainTimeout bounds how long a stopping trigger works on the messages in hand;
+	// 0 waits until they are settled.
+	DrainTimeout time.Duration
 	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
 	// nil knows chars4 only.
 	Counters func(name string) (tokens.Counter, error)
@@ -90,6 +94,8 @@ func (c Config) Validate() error {
 		return bad("rebuild attempts must be at least 1")
 	case c.BrokenRetry <= 0:
 		return bad("broken retry must be positive")
+	case c.DrainTimeout < 0:
+		return bad("drain timeout must not be negative")
 	}
 	return nil
 }
@@ -120,6 +126,9 @@ type Trigger struct {
 
 	mu    sync.Mutex // guards convs only; never held during a network call
 	convs map[string]*tracked
+
+	// lastDelivery is the consumer sequence of the chat message delivered last.
+	lastDelivery atomic.Uint64
 }
 
 // tracked is one conversation the trigger holds state for.
@@ -180,9 +189,15 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.
 }
 
 // Run consumes CHAT and ACTIVITY until ctx is done, then drains the messages in hand
-// and returns.
+// (for at most DrainTimeout) and returns.
 func (t *Trigger) Run(ctx context.Context) error {
-	events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(ctx, ev) }, func(err error) {
+	// Handlers outlive ctx by the drain: the messages in hand when the trigger stops are
+	// counted and settled with a live context (and queue the requests they call for),
+	// not failed at once and left to the consumer's ack wait, during which no trigger
+	// would count them.
+	hctx, stopHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHandlers()
+	events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
 		t.log.Warn().Err(err).Msg("compaction event skipped")
 	})
 	if err != nil {
@@ -204,13 +219,13 @@ func (t *Trigger) Run(ctx context.Context) error {
 	// The consumers may not answer yet (a cluster electing their leaders, a server
 	// restarting): that is waited for, not a reason to stop the process.
 	chat, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(ctx, d) }, consumerErr("trigger consumer"))
+		return t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
 	})
 	if err != nil {
 		return stopped(ctx, err)
 	}
 	idle, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(ctx, d) }, consumerErr("idle consumer"))
+		return t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
 	})
 	if err != nil {
 		chat.Drain()
@@ -224,6 +239,10 @@ func (t *Trigger) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			if t.cfg.DrainTimeout > 0 {
+				// What is still in hand then fails and waits for its ack wait.
+				time.AfterFunc(t.cfg.DrainTimeout, stopHandlers)
+			}
 			chat.Drain()
 			idle.Drain()
 			for _, tr := range t.snapshot() {
@@ -238,7 +257,7 @@ func (t *Trigger) Run(ctx context.Context) error {
 		case <-evict.C:
 			t.evict()
 		case <-sweep.C:
-			t.sweep(ctx)
+			t.sweep(hctx)
 		}
 	}
 }
@@ -426,7 +445,7 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	if err != nil {
 		return nil, err
 	}
-	c := &convState{id: id, watermark: through, rebuiltThrough: through, settings: s, budget: s.Budget(), count: count, base: math.MaxUint64}
+	c := &convState{id: id, watermark: through, settings: s, budget: s.Budget(), count: count, base: math.MaxUint64}
 	if old != nil {
 		c.timers = *old
 	}
@@ -537,6 +556,16 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		_ = d.Term(ctx, "no metadata")
 		return
 	}
+	if prev := t.lastDelivery.Swap(d.ConsumerSeq); prev != 0 && d.ConsumerSeq != prev+1 {
+		// Deliveries this process did not get came in between: another trigger process
+		// held the pin for a while (a failover, the pin moving with a consumer leader),
+		// or they were lost on the way. Any conversation may have messages this process
+		// did not count, so every state is rebuilt from the stream before it is used.
+		t.log.Info().Uint64("after", prev).Uint64("delivery", d.ConsumerSeq).Msg("deliveries missed; every conversation is counted again")
+		for _, tr := range t.snapshot() {
+			tr.signal(func(s *signals) { s.stale = true })
+		}
+	}
 	id := d.Conversation
 	if id == "" {
 		t.log.Warn().Str("subject", d.Subject).Uint64("seq", d.Seq).Msg("message on a subject with an invalid conversation id skipped")
@@ -550,16 +579,7 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 	// A rebuild counts what came before this message; the message itself is counted
 	// below like any other, so a large tool output that arrives right after a
 	// compaction still calls for a structural compaction.
-	through := d.Seq - 1
-	if d.Attempt > 1 && (tr.st == nil || d.Seq > tr.st.rebuiltThrough) {
-		// A redelivery may come after later messages: its first delivery was lost in
-		// transit when the connection died (a server killed, a failover), or it was
-		// counted and its ack was lost. It may also be older than the tail of a value
-		// written meanwhile. Only the stream can tell, so the state is rebuilt through
-		// the newest message, which counts this one if it is not in the summary.
-		through, tr.stale = throughNewest, true
-	}
-	c, err := t.ready(ctx, tr, id, through)
+	c, err := t.ready(ctx, tr, id, d.Seq-1)
 	if err != nil {
 		t.cannotRebuild(ctx, tr, id, d, err, log)
 		return
@@ -578,7 +598,8 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 			_ = d.Ack()
 			return
 		}
-		// One the trigger reads late, after a compaction covered it, is in the summary.
+		// One read late (redelivered after a failover, or by a trigger behind the
+		// workers), after a compaction covered it, is in the summary.
 		if d.Seq >= c.tailStart {
 			c.add(&e.Message, d.Seq)
 		}

@@ -319,6 +319,8 @@ func (e Env) triggers() triggers.Config {
 	c := triggers.DefaultConfig()
 	c.RetryDelay = e.RetryDelay
 	c.Counters = e.counters.get
+	// Like the workers, done before serve gives up.
+	c.DrainTimeout = max(e.DrainTimeout*9/10, time.Second)
 	return c
 }
 

@@ -179,9 +179,10 @@ type soak struct {
 	chk   *checker
 	start time.Time
 
-	mu    sync.Mutex
-	procs []*proc // every process started, to find one that exited on its own
-	fig   soakFigures
+	mu      sync.Mutex
+	procs   []*proc // every process started, to find one that exited on its own
+	fig     soakFigures
+	planned soakFigures // the server kills and SIGTERMs of the plan
 }
 
 // soakSlot is the place of one serve process, started again after each kill.
@@ -235,7 +236,8 @@ func TestSoakClusterLeaders(t *testing.T) {
 		t.Skip("builds and runs nats-server and the binary for a minute or more")
 	}
 	form := soakFormFor(t, 25)
-	form.serverKillEvery = max(form.publishFor/3, form.serverKillEvery)
+	// Three kills, one per leader, early enough to be back before publishing ends.
+	form.serverKillEvery = (form.publishFor - 5*time.Second) / 3
 	runSoak(t, form, 3)
 }
 
@@ -396,13 +398,11 @@ func runSoak(t *testing.T, form soakForm, nodes int) {
 	published := make(chan struct{})
 	go func() { wg.Wait(); close(published) }()
 
-	// Chaos, on the test's goroutine, until the publishers are done.
+	// Chaos, on the test's goroutine, each fault at its time (or at once when the one
+	// before took longer): all are planned before publishing ends.
 	for _, a := range s.plan() {
-		select {
-		case <-published:
-		case <-time.After(time.Until(s.start.Add(a.at))):
-		}
-		if t.Failed() || isClosed(published) {
+		time.Sleep(time.Until(s.start.Add(a.at))) // the plan's time, not a wait for a condition
+		if t.Failed() {
 			break
 		}
 		s.unexpectedExits()
@@ -431,8 +431,9 @@ func runSoak(t *testing.T, form soakForm, nodes int) {
 	}
 	fig := s.chk.verify(t)
 
-	if s.fig.Kills == 0 || s.fig.ServerKills == 0 || s.fig.Terms == 0 {
-		t.Fatalf("the soak injected too little: %d process kills, %d server kills, %d SIGTERMs", s.fig.Kills, s.fig.ServerKills, s.fig.Terms)
+	if s.fig.Kills == 0 || s.fig.ServerKills != s.planned.ServerKills || s.fig.Terms != s.planned.Terms {
+		t.Fatalf("the soak injected too little: %d process kills, %d of %d server kills, %d of %d SIGTERMs before publishing ended",
+			s.fig.Kills, s.fig.ServerKills, s.planned.ServerKills, s.fig.Terms, s.planned.Terms)
 	}
 	if fig.Failed > 0 || fig.DeadLetters > 0 {
 		t.Fatalf("%d failed events and %d dead letters with a working LLM: %v", fig.Failed, fig.DeadLetters, fig.DeadCauses)
@@ -460,15 +461,6 @@ func leaders(l []string) string {
 	return "; " + strings.Join(l, ", ")
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // soakAction is one fault, at its time from the start.
 type soakAction struct {
 	at time.Duration
@@ -486,19 +478,21 @@ func (s *soak) plan() []soakAction {
 	}
 	if s.form.serverKillEvery == 0 {
 		plan = append(plan, soakAction{at: s.form.publishFor / 2, do: s.killServer})
+		s.planned.ServerKills++
 	} else {
 		for at := s.form.serverKillEvery / 2; at < end; at += s.form.serverKillEvery {
 			plan = append(plan, soakAction{at: at, do: s.killServer})
+			s.planned.ServerKills++
 		}
 	}
 	if s.form.termEvery == 0 {
 		plan = append(plan, soakAction{at: s.form.publishFor / 4, do: func() { s.term(true) }},
 			soakAction{at: s.form.publishFor * 3 / 4, do: func() { s.term(false) }})
+		s.planned.Terms += 2
 	} else {
-		finish := true
-		for at := s.form.termEvery / 3; at < end; at += s.form.termEvery {
-			plan = append(plan, soakAction{at: at, do: func() { s.term(finish) }})
-			finish = !finish
+		for i, at := 0, s.form.termEvery/3; at < end; i, at = i+1, at+s.form.termEvery {
+			plan = append(plan, soakAction{at: at, do: func() { s.term(i%2 == 0) }})
+			s.planned.Terms++
 		}
 	}
 	slices.SortStableFunc(plan, func(a, b soakAction) int { return int(a.at - b.at) })

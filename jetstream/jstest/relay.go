@@ -1,22 +1,24 @@
 package jstest
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
 )
 
 // Relay is a TCP relay between clients and a NATS server that can lose what the server
-// sends, as a connection does in the moment it dies: the server believes it delivered,
-// the client never reads it.
+// sends, as a connection does in the moment it dies (the server believes it delivered,
+// the client never reads it), and hold what the clients send, as a stalled network
+// does.
 type Relay struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	muted bool
-	conns []net.Conn
+	mu     sync.Mutex
+	muted  bool
+	paused bool
+	resume *sync.Cond
+	conns  []net.Conn
 }
 
 // NewRelay relays connections made to its URL to target (host:port) until cleanup.
@@ -27,6 +29,7 @@ func NewRelay(t testing.TB, target string) *Relay {
 		t.Fatalf("jstest: relay: %v", err)
 	}
 	r := &Relay{ln: ln, target: target}
+	r.resume = sync.NewCond(&r.mu)
 	go r.accept()
 	t.Cleanup(r.close)
 	return r
@@ -43,6 +46,17 @@ func (r *Relay) Mute(on bool) {
 	r.muted = on
 }
 
+// Pause holds, from now on, what the clients send (nothing is lost: it is passed on
+// once paused is false again), or lets it go.
+func (r *Relay) Pause(on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = on
+	if !on {
+		r.resume.Broadcast()
+	}
+}
+
 // Break closes every relayed connection, as a dying server or network does; clients
 // that reconnect get a relay that passes everything.
 func (r *Relay) Break() {
@@ -51,7 +65,8 @@ func (r *Relay) Break() {
 	for _, c := range r.conns {
 		_ = c.Close()
 	}
-	r.conns, r.muted = nil, false
+	r.conns, r.muted, r.paused = nil, false, false
+	r.resume.Broadcast()
 }
 
 func (r *Relay) close() {
@@ -73,7 +88,26 @@ func (r *Relay) accept() {
 		r.mu.Lock()
 		r.conns = append(r.conns, in, out)
 		r.mu.Unlock()
-		go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
+		go func() {
+			defer out.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := in.Read(buf)
+				r.mu.Lock()
+				for r.paused {
+					r.resume.Wait()
+				}
+				r.mu.Unlock()
+				if n > 0 {
+					if _, werr := out.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
 		go func() {
 			defer in.Close()
 			buf := make([]byte, 32<<10)
