@@ -165,30 +165,8 @@ func TestStructuralTriggerRightAfterARebuild(t *testing.T) {
 // redelivery, older than the watermark, was taken as counted already, and the estimate
 // stayed short of the conversation.
 func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
-	srv := jstest.Server(t)
-	nc := jstest.Conn(t, srv)
-	cfg := jetstream.DefaultConfig()
-	cfg.TriggerPinnedTTL = time.Second
-	cfg.TriggerAckWait = 5 * time.Second // the lost delivery comes back after it
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := jetstream.Provision(ctx, nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The trigger's own connection runs through a relay that can lose what the server
-	// sends it, then break.
-	r := jstest.NewRelay(t, srv.NATS().Addr().String())
-	tnc, err := nats.Connect(r.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tnc.Close)
-	tst, err := jetstream.Open(ctx, tnc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := start(t, tst)
+	rt := relayedTrigger(t, 5*time.Second) // the lost delivery comes back after it
+	ctx, nc, st, cfg, r, tnc, tr := rt.ctx, rt.nc, rt.st, rt.cfg, rt.relay, rt.tnc, rt.tr
 	w, x, y := text(400), text(800), text(1200)
 	tw, tx, ty := tokens.Message(&w), tokens.Message(&x), tokens.Message(&y)
 	publish(t, st, "lost", w)
@@ -226,28 +204,8 @@ func TestRedeliveryOfAMessageLostInTransitIsCounted(t *testing.T) {
 // (the cluster soak's declined events), and a decline holds the conversation until it
 // grows.
 func TestARedeliveryACompactionCoveredIsNotCountedAgain(t *testing.T) {
-	srv := jstest.Server(t)
-	nc := jstest.Conn(t, srv)
-	cfg := jetstream.DefaultConfig()
-	cfg.TriggerPinnedTTL = time.Second
-	cfg.TriggerAckWait = 3 * time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := jetstream.Provision(ctx, nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := jstest.NewRelay(t, srv.NATS().Addr().String())
-	tnc, err := nats.Connect(r.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tnc.Close)
-	tst, err := jetstream.Open(ctx, tnc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := start(t, tst)
+	rt := relayedTrigger(t, 3*time.Second)
+	ctx, nc, st, cfg, r, _, tr := rt.ctx, rt.nc, rt.st, rt.cfg, rt.relay, rt.tnc, rt.tr
 	handled(t, nc, st, publish(t, st, "warm", text(40))) // the trigger is pinned and reading
 
 	r.Mute(true)
@@ -281,27 +239,8 @@ func TestARedeliveryACompactionCoveredIsNotCountedAgain(t *testing.T) {
 // Before, the two processes each counted part of the conversation, neither reached
 // the threshold, and the cluster soak found conversations left over it.
 func TestMessagesAnotherTriggerHandledAreCounted(t *testing.T) {
-	srv := jstest.Server(t)
-	nc := jstest.Conn(t, srv)
-	cfg := jetstream.DefaultConfig()
-	cfg.TriggerPinnedTTL = time.Second
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := jetstream.Provision(ctx, nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := jstest.NewRelay(t, srv.NATS().Addr().String())
-	tnc, err := nats.Connect(r.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tnc.Close)
-	tst, err := jetstream.Open(ctx, tnc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := start(t, tst)
+	rt := relayedTrigger(t, 0)
+	ctx, nc, st, cfg, r, _, tr := rt.ctx, rt.nc, rt.st, rt.cfg, rt.relay, rt.tnc, rt.tr
 	m := text(800)
 	per := tokens.Message(&m)
 	for range 3 {
@@ -350,4 +289,46 @@ func TestMessagesAnotherTriggerHandledAreCounted(t *testing.T) {
 	if got, _ := tr.b.TokensOf("split"); got != 6*per {
 		t.Fatalf("%d tokens counted; want %d (six messages, two of them handled by another process)", got, 6*per)
 	}
+}
+
+// relayedRun is a trigger whose connection goes through a relay that can lose what the
+// server sends it, next to the test's own connection to the same server.
+type relayedRun struct {
+	ctx   context.Context
+	nc    *nats.Conn // the test's
+	st    *jetstream.Store
+	cfg   jetstream.Config
+	relay *jstest.Relay
+	tnc   *nats.Conn // the trigger's, through the relay
+	tr    *running
+}
+
+// relayedTrigger provisions a server (the trigger's pin expiring after 1 s, its ack
+// wait ackWait unless 0) and starts a trigger on a connection through a relay.
+func relayedTrigger(t *testing.T, ackWait time.Duration) relayedRun {
+	t.Helper()
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	cfg := jetstream.DefaultConfig()
+	cfg.TriggerPinnedTTL = time.Second
+	if ackWait > 0 {
+		cfg.TriggerAckWait = ackWait
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	st, err := jetstream.Provision(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := jstest.NewRelay(t, srv.NATS().Addr().String())
+	tnc, err := nats.Connect(r.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tnc.Close)
+	tst, err := jetstream.Open(ctx, tnc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return relayedRun{ctx: ctx, nc: nc, st: st, cfg: cfg, relay: r, tnc: tnc, tr: start(t, tst)}
 }
