@@ -1,6 +1,7 @@
 package jetstream_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -246,10 +247,16 @@ func TestProvisionOnAClusterIsIdempotent(t *testing.T) {
 	nc := c.Conn(t)
 	cfg := jetstream.DefaultConfig()
 	cfg.Replicas = 3
-	for i := range 2 {
-		if _, err := jetstream.Provision(ctxT(t), nc, cfg); err != nil {
-			t.Fatalf("provision %d at 3 replicas: %v", i, err)
-		}
+	// The first creation at 3 replicas waits for each new stream's leader election, which
+	// on a loaded machine can outlast one request: retry as serve does.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fast := jetstream.Backoff{Base: 100 * time.Millisecond, Max: time.Second}
+	if _, err := jetstream.ProvisionRetrying(ctx, nc, cfg, fast, zerolog.Nop()); err != nil {
+		t.Fatalf("provision at 3 replicas: %v", err)
+	}
+	if _, err := jetstream.Provision(ctxT(t), nc, cfg); err != nil {
+		t.Fatalf("provision again at 3 replicas: %v", err)
 	}
 	one := jetstream.DefaultConfig()
 	_, err := jetstream.Provision(ctxT(t), nc, one)

@@ -32,16 +32,24 @@ func (b Backoff) delay(n int) time.Duration {
 	return time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
 }
 
+// ProvisionAttemptTimeout bounds one attempt of ProvisionRetrying: a request that gets
+// no answer (a cluster still electing the new stream's leader, a request lost while a
+// server starts) is asked again instead of taking the caller's whole deadline.
+const ProvisionAttemptTimeout = 20 * time.Second
+
 // ProvisionRetrying is Provision for a service: while JetStream is not ready (no
 // responders, JetStream not enabled yet, no meta leader, too few peers for the replicas,
 // timeouts), it logs the error and tries again after b's delay, until it succeeds, ctx
-// is done or the error is permanent. Permanent errors are returned at once: an invalid
+// is done or the error is permanent. Each attempt is bounded by ProvisionAttemptTimeout;
+// asking again is safe, as creating what exists with the same settings changes nothing. Permanent errors are returned at once: an invalid
 // config (ErrConfig), a conflict with existing settings (ErrConflict), a closed
 // connection, and requests JetStream refuses for what they ask. Differences applied
 // with cfg.UpdateExisting are logged, one line each.
 func ProvisionRetrying(ctx context.Context, nc *nats.Conn, cfg Config, b Backoff, log zerolog.Logger) (*Store, error) {
 	for attempt := 1; ; attempt++ {
-		st, applied, err := provision(ctx, nc, cfg)
+		actx, cancel := context.WithTimeout(ctx, ProvisionAttemptTimeout)
+		st, applied, err := provision(actx, nc, cfg)
+		cancel()
 		if err == nil {
 			for _, d := range applied {
 				log.Warn().Str(d.Kind, d.Name).Str("setting", d.Setting).Str("was", d.Existing).Str("now", d.Wanted).

@@ -283,7 +283,10 @@ func drained(t *testing.T, js natsjs.JetStream, queue string, within time.Durati
 // provisionCluster provisions the contract the way serve does.
 func provisionCluster(t *testing.T, nc *nats.Conn, cfg jetstream.Config) *jetstream.Store {
 	t.Helper()
-	st, err := jetstream.Provision(ctxFor(t, 30*time.Second), nc, cfg)
+	// A new stream at 3 replicas answers once its leader is elected, which on a loaded
+	// machine can outlast one request: retry as serve does.
+	fast := jetstream.Backoff{Base: 100 * time.Millisecond, Max: time.Second}
+	st, err := jetstream.ProvisionRetrying(ctxFor(t, 2*time.Minute), nc, cfg, fast, zerolog.Nop())
 	if err != nil {
 		t.Fatalf("provision at %d replicas: %v", cfg.Replicas, err)
 	}
