@@ -236,6 +236,51 @@ func TestProvisionRetrying(t *testing.T) {
 	})
 }
 
+// A request that gets no answer at all (lost while a server starts, a cluster still
+// electing) costs one attempt, not the caller's whole deadline: the next attempt asks
+// again. (CI once failed when creating CHAT at 3 replicas outlasted its one request.)
+func TestProvisionRetryingAsksAgainAfterASilentAttempt(t *testing.T) {
+	ns := jstest.ServerWith(t, func(o *server.Options) { o.JetStream = false })
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	// Something that takes JetStream API requests and never answers, until JetStream is up.
+	swallowed := make(chan struct{}, 1)
+	silent, err := nc.Subscribe("$JS.API.>", func(*nats.Msg) {
+		select {
+		case swallowed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		b := jetstream.Backoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond, Attempt: 500 * time.Millisecond}
+		_, err := jetstream.ProvisionRetrying(ctx, nc, jetstream.DefaultConfig(), b, zerolog.Nop())
+		done <- err
+	}()
+	select {
+	case <-swallowed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no JetStream API request within 10s")
+	}
+	if err := silent.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.EnableJetStream(&server.JetStreamConfig{StoreDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("provision after a silent attempt: %v", err)
+	}
+}
+
 // At 3 replicas on a cluster, provisioning again with the same settings finds no
 // difference (the server's normalised configs compare equal), and a process asking for
 // fewer replicas is refused.

@@ -13,10 +13,12 @@ import (
 )
 
 // Backoff is the delay between attempts: Base, doubling up to Max, each delay with
-// ±25% jitter so processes started together do not retry in step.
+// ±25% jitter so processes started together do not retry in step. Attempt bounds one
+// attempt of ProvisionRetrying (0: ProvisionAttemptTimeout).
 type Backoff struct {
-	Base time.Duration
-	Max  time.Duration
+	Base    time.Duration
+	Max     time.Duration
+	Attempt time.Duration
 }
 
 // DefaultBackoff is the start-up backoff of serve: 500ms doubling to 30s.
@@ -40,14 +42,18 @@ const ProvisionAttemptTimeout = 20 * time.Second
 // ProvisionRetrying is Provision for a service: while JetStream is not ready (no
 // responders, JetStream not enabled yet, no meta leader, too few peers for the replicas,
 // timeouts), it logs the error and tries again after b's delay, until it succeeds, ctx
-// is done or the error is permanent. Each attempt is bounded by ProvisionAttemptTimeout;
+// is done or the error is permanent. Each attempt is bounded by b.Attempt;
 // asking again is safe, as creating what exists with the same settings changes nothing. Permanent errors are returned at once: an invalid
 // config (ErrConfig), a conflict with existing settings (ErrConflict), a closed
 // connection, and requests JetStream refuses for what they ask. Differences applied
 // with cfg.UpdateExisting are logged, one line each.
 func ProvisionRetrying(ctx context.Context, nc *nats.Conn, cfg Config, b Backoff, log zerolog.Logger) (*Store, error) {
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, ProvisionAttemptTimeout)
+		bound := b.Attempt
+		if bound <= 0 {
+			bound = ProvisionAttemptTimeout
+		}
+		actx, cancel := context.WithTimeout(ctx, bound)
 		st, applied, err := provision(actx, nc, cfg)
 		cancel()
 		if err == nil {
