@@ -52,6 +52,10 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 	if isHelp(cmd) {
 		return help(std.out)
 	}
+	if cmd == "bench" {
+		// The bench runs its own servers and pipeline: the environment's are not its.
+		return benchCmd(ctx, args, std)
+	}
 	env, err := loadEnv(lookup)
 	if err != nil {
 		return err
@@ -122,6 +126,18 @@ Usage:
                                     flight does not bring it back; messages published
                                     to the same id afterwards start a new conversation.
                                     Prints what was deleted; nothing stored is no error
+  compactor bench [--quick] [--json] [--charts DIR] [--nats-url URL] [--nats-server PATH]
+                  [--corpus DIR] [--seed N] [--only m1,m2]
+                                    measure Compactor against plain JetStream on the
+                                    same server (docs/benchmarks.md): progress on
+                                    stderr, a Markdown table (or --json, one object) on
+                                    stdout, PNG charts into --charts. Without
+                                    --nats-url it starts --nats-server (default
+                                    nats-server on PATH), else an embedded server,
+                                    which the output notes. --corpus defaults to
+                                    ../shared/corpus beside the module. --quick: under
+                                    a minute. --only: ingest, latency, read, cost,
+                                    scaleout, heap, tokens
   compactor help                    this text
 
 Environment (variable, default, meaning):
