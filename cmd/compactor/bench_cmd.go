@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/compactor/compactor/cmd/compactor/bench"
@@ -23,13 +25,15 @@ func benchCmd(ctx context.Context, args []string, std stdio) error {
 	charts := fs.String("charts", "", "")
 	seed := fs.Uint64("seed", 1, "")
 	only := fs.String("only", "", "")
+	cpuProfile := fs.String("cpuprofile", "", "")
+	heapProfile := fs.String("heapprofile", "", "")
 	if err := fs.Parse(args); err != nil {
 		return usagef("bench: %v", err)
 	}
 	if fs.NArg() > 0 {
 		return usagef("bench takes no arguments, only flags")
 	}
-	cfg := bench.Config{Quick: *quick, NATSURL: *url, NATSServer: *server, Corpus: *corpus, Seed: *seed, Progress: std.err}
+	cfg := bench.Config{Quick: *quick, NATSURL: *url, NATSServer: *server, Corpus: *corpus, Seed: *seed, Progress: std.err, HeapProfile: *heapProfile}
 	if cfg.Corpus == "" {
 		cfg.Corpus = bench.DefaultCorpus()
 	}
@@ -40,6 +44,17 @@ func benchCmd(ctx context.Context, args []string, std stdio) error {
 				return usagef("bench: --only: unknown measurement %q (known: %s)", m, strings.Join(bench.Measurements, ", "))
 			}
 		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {

@@ -127,7 +127,8 @@ Usage:
                                     to the same id afterwards start a new conversation.
                                     Prints what was deleted; nothing stored is no error
   compactor bench [--quick] [--json] [--charts DIR] [--nats-url URL] [--nats-server PATH]
-                  [--corpus DIR] [--seed N] [--only m1,m2]
+                  [--corpus DIR] [--seed N] [--only m1,m2] [--cpuprofile FILE]
+                  [--heapprofile FILE]
                                     measure Compactor against plain JetStream on the
                                     same server (docs/benchmarks.md): progress on
                                     stderr, a Markdown table (or --json, one object) on
@@ -137,7 +138,10 @@ Usage:
                                     which the output notes. --corpus defaults to
                                     ../shared/corpus beside the module. --quick: under
                                     a minute. --only: ingest, latency, read, cost,
-                                    scaleout, heap, tokens
+                                    scaleout, heap, tokens. --cpuprofile: a CPU profile
+                                    of this process (client, trigger, workers) for
+                                    go tool pprof; --heapprofile: the heap once the
+                                    trigger tracks every conversation (heap measurement)
   compactor help                    this text
 
 Environment (variable, default, meaning):

@@ -31,9 +31,15 @@ type Config struct {
 	Seed uint64
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
+	// HeapProfile, when set, is where the heap measurement writes a heap profile once
+	// the trigger tracks every conversation.
+	HeapProfile string
 	// Only, when set, runs only the named measurements (ingest, latency, read, cost,
 	// scaleout, heap, tokens); for tests and profiling.
 	Only []string
+
+	// sizes, when set, replace the sizes of Quick (the tests' tiny runs).
+	sizes *sizes
 }
 
 // sizes are the workloads of a run.
@@ -74,6 +80,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	sz := sizesFor(cfg.Quick)
+	if cfg.sizes != nil {
+		sz = *cfg.sizes
+	}
 	rep := &Report{Quick: cfg.Quick, Seed: cfg.Seed, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Started: time.Now().UTC(), CorpusMessages: corpus.Messages()}
 	want := func(name string) bool { return len(cfg.Only) == 0 || slices.Contains(cfg.Only, name) }
@@ -107,7 +116,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			{"read", func() error { return measureRead(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"cost", func() error { return measureCost(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"scaleout", func() error { return measureScaleOut(ctx, srv.URL, corpus, sz, rep, progress) }},
-			{"heap", func() error { return measureHeap(ctx, srv.URL, sz, rep, progress) }},
+			{"heap", func() error { return measureHeap(ctx, srv.URL, sz, cfg.HeapProfile, rep, progress) }},
 		}
 		for _, s := range steps {
 			if !want(s.name) {

@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/compactor/compactor/jetstream"
@@ -25,7 +27,7 @@ type HeapReport struct {
 	ServerInProcess bool    `json:"server_in_process"`
 }
 
-func measureHeap(ctx context.Context, url string, sz sizes, rep *Report, progress func(string, ...any)) error {
+func measureHeap(ctx context.Context, url string, sz sizes, profile string, rep *Report, progress func(string, ...any)) error {
 	hr := &rep.Heap
 	n := sz.heapConversations
 	hr.Conversations, hr.ServerInProcess = n, rep.Server == "embedded"
@@ -84,6 +86,19 @@ func measureHeap(ctx context.Context, url string, sz sizes, rep *Report, progres
 	hr.NewPerSec = float64(n) / time.Since(start).Seconds()
 	after := liveHeap()
 	hr.BytesPerConversation = float64(int64(after)-int64(before)) / float64(n)
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		err = pprof.WriteHeapProfile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
 	progress("heap: %.0f bytes per conversation, %.0f new conversations/s", hr.BytesPerConversation, hr.NewPerSec)
 	return nil
 }

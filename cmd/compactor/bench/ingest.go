@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/triggers"
 )
 
@@ -48,6 +49,11 @@ type IngestRow struct {
 	MaxLag int `json:"max_lag"`
 	// Compactions is how many completed while the messages were ingested.
 	Compactions int `json:"compactions"`
+	// PublishMsgsPerSec is the pipeline client's publishing alone (every ack in), in the
+	// same run; TriggerDrainMsgsPerSec the trigger's consumption alone, of the same
+	// messages stored beforehand (a run of its own). They tell which side a gap is on.
+	PublishMsgsPerSec      float64 `json:"publish_msgs_per_sec"`
+	TriggerDrainMsgsPerSec float64 `json:"trigger_drain_msgs_per_sec"`
 }
 
 // IngestReport compares ingest through the pipeline with raw JetStream.
@@ -81,9 +87,13 @@ func measureIngest(ctx context.Context, url string, c *Corpus, sz sizes, rep *Re
 			return fmt.Errorf("pipeline, %d partitions: %w", parts, err)
 		}
 		row.Ratio = row.MsgsPerSec / raw
+		if row.TriggerDrainMsgsPerSec, err = triggerDrain(ctx, url, load, parts); err != nil {
+			return fmt.Errorf("trigger drain, %d partitions: %w", parts, err)
+		}
 		ir.Rows = append(ir.Rows, row)
-		progress("ingest: pipeline, %d partition(s): %.0f msgs/s (%.2f of raw), max lag %d, %d compactions",
-			parts, row.MsgsPerSec, row.Ratio, row.MaxLag, row.Compactions)
+		progress("ingest: pipeline, %d partition(s): %.0f msgs/s (%.2f of raw), max lag %d, %d compactions; "+
+			"client publishing alone %.0f msgs/s, trigger draining alone %.0f msgs/s",
+			parts, row.MsgsPerSec, row.Ratio, row.MaxLag, row.Compactions, row.PublishMsgsPerSec, row.TriggerDrainMsgsPerSec)
 	}
 	return nil
 }
@@ -243,6 +253,7 @@ func pipelineIngest(ctx context.Context, url string, load []published, partition
 			return row, err
 		}
 	}
+	row.PublishMsgsPerSec = float64(len(load)) / time.Since(start).Seconds()
 	last := stored.Load()
 	err = wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool {
 		ci, err := cons.Info(ctx)
@@ -272,4 +283,51 @@ func (r *rig) countEvents(typ string) (*atomic.Int64, func(), error) {
 		return nil, nil, err
 	}
 	return &n, func() { _ = sub.Unsubscribe() }, nil
+}
+
+// triggerDrain stores load first (raw async publishes of the same payloads), then
+// starts a trigger and times it until it acknowledged the last message.
+func triggerDrain(ctx context.Context, url string, load []published, partitions int) (float64, error) {
+	r, err := newRig(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer r.close()
+	var last uint64
+	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
+	for i, p := range load {
+		f, err := r.store.PublishMessageAsync(fmt.Sprintf("c%d", p.conv), p.msg.Payload, "")
+		if err != nil {
+			return 0, err
+		}
+		futures = append(futures, f)
+		if len(futures) == asyncWindow || i == len(load)-1 {
+			for _, f := range futures {
+				select {
+				case a := <-f.Ok():
+					last = max(last, a.Sequence)
+				case err := <-f.Err():
+					return 0, err
+				}
+			}
+			futures = futures[:0]
+		}
+	}
+	cons, err := r.js.Consumer(ctx, r.cfg.ChatStream, r.cfg.TriggerConsumer)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	_, stop, err := r.startTriggerWith(ctx, settings(benchWindow), func(cfg *triggers.Config) error { return setPartitions(cfg, partitions) })
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
+	if err := wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.AckFloor.Stream >= last
+	}); err != nil {
+		return 0, err
+	}
+	return float64(len(load)) / time.Since(start).Seconds(), nil
 }
