@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"strings"
 
@@ -23,6 +24,7 @@ func benchCmd(ctx context.Context, args []string, std stdio) error {
 	server := fs.String("nats-server", "", "")
 	corpus := fs.String("corpus", "", "")
 	charts := fs.String("charts", "", "")
+	doc := fs.String("doc", "", "")
 	seed := fs.Uint64("seed", 1, "")
 	only := fs.String("only", "", "")
 	cpuProfile := fs.String("cpuprofile", "", "")
@@ -60,6 +62,7 @@ func benchCmd(ctx context.Context, args []string, std stdio) error {
 	if err != nil {
 		return err
 	}
+	rep.Command = "go run ./cmd/compactor bench " + strings.Join(args, " ")
 	if *charts != "" {
 		files, err := rep.WriteCharts(*charts)
 		if err != nil {
@@ -68,6 +71,23 @@ func benchCmd(ctx context.Context, args []string, std stdio) error {
 		for _, f := range files {
 			fmt.Fprintf(std.err, "chart: %s\n", f)
 		}
+	}
+	if *doc != "" {
+		if err := os.MkdirAll(filepath.Dir(*doc), 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(*doc)
+		if err != nil {
+			return err
+		}
+		err = rep.WriteMarkdown(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("doc: %w", err)
+		}
+		fmt.Fprintf(std.err, "doc: %s\n", *doc)
 	}
 	if *asJSON {
 		return rep.WriteJSON(std.out)

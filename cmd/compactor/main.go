@@ -126,15 +126,17 @@ Usage:
                                     flight does not bring it back; messages published
                                     to the same id afterwards start a new conversation.
                                     Prints what was deleted; nothing stored is no error
-  compactor bench [--quick] [--json] [--charts DIR] [--nats-url URL] [--nats-server PATH]
+  compactor bench [--quick] [--json] [--charts DIR] [--doc FILE] [--nats-url URL] [--nats-server PATH]
                   [--corpus DIR] [--seed N] [--only m1,m2] [--cpuprofile FILE]
                   [--heapprofile FILE]
                                     measure Compactor against plain JetStream on the
                                     same server (docs/benchmarks.md): progress on
                                     stderr, a Markdown table (or --json, one object) on
-                                    stdout, PNG charts into --charts. Without
+                                    stdout, PNG charts into --charts, the whole
+                                    docs/benchmarks.md into --doc. Without
                                     --nats-url it starts --nats-server (default
-                                    nats-server on PATH), else an embedded server,
+                                    nats-server on PATH, else one go build makes of
+                                    the version go.mod pins), else an embedded server,
                                     which the output notes. --corpus defaults to
                                     ../shared/corpus beside the module. --quick: under
                                     a minute. --only: ingest, latency, read, cost,

@@ -54,6 +54,9 @@ type IngestRow struct {
 	// messages stored beforehand (a run of its own). They tell which side a gap is on.
 	PublishMsgsPerSec      float64 `json:"publish_msgs_per_sec"`
 	TriggerDrainMsgsPerSec float64 `json:"trigger_drain_msgs_per_sec"`
+	// TriggerDrainCores is the CPU this process (the trigger, nothing else running) used
+	// while it drained, in cores: well under the machine's means it waits, not works.
+	TriggerDrainCores float64 `json:"trigger_drain_cores"`
 }
 
 // IngestReport compares ingest through the pipeline with raw JetStream.
@@ -87,13 +90,13 @@ func measureIngest(ctx context.Context, url string, c *Corpus, sz sizes, rep *Re
 			return fmt.Errorf("pipeline, %d partitions: %w", parts, err)
 		}
 		row.Ratio = row.MsgsPerSec / raw
-		if row.TriggerDrainMsgsPerSec, err = triggerDrain(ctx, url, load, parts); err != nil {
+		if row.TriggerDrainMsgsPerSec, row.TriggerDrainCores, err = triggerDrain(ctx, url, load, parts); err != nil {
 			return fmt.Errorf("trigger drain, %d partitions: %w", parts, err)
 		}
 		ir.Rows = append(ir.Rows, row)
 		progress("ingest: pipeline, %d partition(s): %.0f msgs/s (%.2f of raw), max lag %d, %d compactions; "+
-			"client publishing alone %.0f msgs/s, trigger draining alone %.0f msgs/s",
-			parts, row.MsgsPerSec, row.Ratio, row.MaxLag, row.Compactions, row.PublishMsgsPerSec, row.TriggerDrainMsgsPerSec)
+			"client publishing alone %.0f msgs/s, trigger draining alone %.0f msgs/s using %.2f cores",
+			parts, row.MsgsPerSec, row.Ratio, row.MaxLag, row.Compactions, row.PublishMsgsPerSec, row.TriggerDrainMsgsPerSec, row.TriggerDrainCores)
 	}
 	return nil
 }
@@ -287,10 +290,10 @@ func (r *rig) countEvents(typ string) (*atomic.Int64, func(), error) {
 
 // triggerDrain stores load first (raw async publishes of the same payloads), then
 // starts a trigger and times it until it acknowledged the last message.
-func triggerDrain(ctx context.Context, url string, load []published, partitions int) (float64, error) {
+func triggerDrain(ctx context.Context, url string, load []published, partitions int) (perSec, cores float64, err error) {
 	r, err := newRig(ctx, url)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer r.close()
 	var last uint64
@@ -298,7 +301,7 @@ func triggerDrain(ctx context.Context, url string, load []published, partitions 
 	for i, p := range load {
 		f, err := r.store.PublishMessageAsync(fmt.Sprintf("c%d", p.conv), p.msg.Payload, "")
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		futures = append(futures, f)
 		if len(futures) == asyncWindow || i == len(load)-1 {
@@ -307,7 +310,7 @@ func triggerDrain(ctx context.Context, url string, load []published, partitions 
 				case a := <-f.Ok():
 					last = max(last, a.Sequence)
 				case err := <-f.Err():
-					return 0, err
+					return 0, 0, err
 				}
 			}
 			futures = futures[:0]
@@ -315,19 +318,23 @@ func triggerDrain(ctx context.Context, url string, load []published, partitions 
 	}
 	cons, err := r.js.Consumer(ctx, r.cfg.ChatStream, r.cfg.TriggerConsumer)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	_, stop, err := r.startTriggerWith(ctx, settings(benchWindow), func(cfg *triggers.Config) error { return setPartitions(cfg, partitions) })
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer stop()
 	if err := wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool {
 		ci, err := cons.Info(ctx)
 		return err == nil && ci.AckFloor.Stream >= last
 	}); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(len(load)) / time.Since(start).Seconds(), nil
+	elapsed := time.Since(start)
+	if cpu0 >= 0 {
+		cores = float64(cpuTime()-cpu0) / float64(elapsed)
+	}
+	return float64(len(load)) / elapsed.Seconds(), cores, nil
 }

@@ -20,6 +20,7 @@ import (
 // the least any reader must do (one KV get and one batched direct get).
 type ReadReport struct {
 	Messages     int     `json:"messages"`
+	Repeats      int     `json:"repeats"`
 	TailMessages int     `json:"tail_messages"`
 	ReadMs       float64 `json:"read_ms"`
 	ReplayMs     float64 `json:"replay_ms"`
@@ -80,7 +81,7 @@ func (r *rig) compact(ctx context.Context, conv string, upTo uint64) (schemas.Ev
 
 func measureRead(ctx context.Context, url string, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
 	rr := &rep.Read
-	rr.Messages = sz.readMessages
+	rr.Messages, rr.Repeats = sz.readMessages, sz.readRepeats
 	r, err := newRig(ctx, url)
 	if err != nil {
 		return err

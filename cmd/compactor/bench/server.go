@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -44,6 +45,12 @@ func startServer(cfg Config) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	var buildErr error
+	built := false
+	if bin == "" {
+		bin, buildErr = buildNATSServer(dir, cfg.Progress)
+		built = bin != ""
+	}
 	if bin == "" {
 		srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: dir})
 		if err != nil {
@@ -51,7 +58,8 @@ func startServer(cfg Config) (*server, error) {
 			return nil, err
 		}
 		return &server{URL: srv.ClientURL(), Kind: "embedded",
-			Note: "no nats-server found (--nats-server PATH, or nats-server on PATH): the server runs inside this process, sharing its CPU and heap; the heap per conversation includes the server's share",
+			Note: fmt.Sprintf("no nats-server (--nats-server PATH, nats-server on PATH, or go build of the module's: %v): "+
+				"the server runs inside this process, sharing its CPU and heap; the heap per conversation includes the server's share", buildErr),
 			stop: func() { srv.Shutdown(); os.RemoveAll(dir) }}, nil
 	}
 	port, err := freePort()
@@ -96,7 +104,15 @@ func startServer(cfg Config) (*server, error) {
 			return nil, errors.New(bin + " did not accept connections within 20s")
 		}
 	}
-	return &server{URL: url, Kind: "process", Note: "nats-server " + bin + " in its own process", stop: stop}, nil
+	version := "nats-server"
+	if out, err := exec.Command(bin, "--version").Output(); err == nil {
+		version = string(bytes.TrimSpace(out))
+	}
+	how := bin
+	if built {
+		how = "built by go build from the version go.mod pins"
+	}
+	return &server{URL: url, Kind: "process", Note: fmt.Sprintf("%s (%s) in its own process", version, how), stop: stop}, nil
 }
 
 func freePort() (int, error) {
@@ -122,4 +138,25 @@ func wait(ctx context.Context, d time.Duration, what string, cond func() bool) e
 		}
 	}
 	return nil
+}
+
+// buildNATSServer builds the nats-server go.mod pins (the go tool, in the module the
+// working directory is in) into dir: the version the embedded server and the tests
+// run.
+func buildNATSServer(dir string, progress io.Writer) (string, error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
+	}
+	if progress != nil {
+		fmt.Fprintln(progress, "building nats-server (the version go.mod pins)")
+	}
+	bin := filepath.Join(dir, "nats-server")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build nats-server: %v: %s", err, bytes.TrimSpace(out))
+	}
+	return bin, nil
 }
