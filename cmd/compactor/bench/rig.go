@@ -41,7 +41,9 @@ var rigs atomic.Int64
 
 // newRig provisions a fresh namespace.
 func newRig(ctx context.Context, url string) (*rig, error) {
-	ns := fmt.Sprintf("bench%d%d", time.Now().UnixNano()%1e6, rigs.Add(1))
+	// Fixed width and a terminator: no namespace is a substring of another, so close
+	// deletes only its own streams.
+	ns := fmt.Sprintf("bench%06d%03dx", time.Now().UnixNano()/1e3%1e6, rigs.Add(1)%1000)
 	up := strings.ToUpper(ns)
 	cfg := jetstream.DefaultConfig()
 	cfg.Names = jetstream.Names{
