@@ -36,6 +36,9 @@ func benchCmd(ctx context.Context, args []string, std stdio) error {
 		return usagef("bench takes no arguments, only flags")
 	}
 	cfg := bench.Config{Quick: *quick, NATSURL: *url, NATSServer: *server, Corpus: *corpus, Seed: *seed, Progress: std.err, HeapProfile: *heapProfile}
+	if self, err := os.Executable(); err == nil {
+		cfg.Self = self
+	}
 	if cfg.Corpus == "" {
 		cfg.Corpus = bench.DefaultCorpus()
 	}

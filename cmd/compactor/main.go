@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/compactor/compactor/cmd/compactor/bench"
 )
 
 func main() {
@@ -52,9 +54,13 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 	if isHelp(cmd) {
 		return help(std.out)
 	}
-	if cmd == "bench" {
+	switch cmd {
+	case "bench":
 		// The bench runs its own servers and pipeline: the environment's are not its.
 		return benchCmd(ctx, args, std)
+	case bench.WorkerCommand:
+		// Hidden: a worker process the bench starts for its scale-out measurement.
+		return bench.RunWorker(ctx, args, std.out)
 	}
 	env, err := loadEnv(lookup)
 	if err != nil {

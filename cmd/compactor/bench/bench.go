@@ -31,6 +31,10 @@ type Config struct {
 	Seed uint64
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
+	// Self is the compactor binary, started as the worker processes of the scale-out
+	// measurement (its hidden bench-worker command); empty runs those workers as pools
+	// in this process, which the report says.
+	Self string
 	// HeapProfile, when set, is where the heap measurement writes a heap profile once
 	// the trigger tracks every conversation.
 	HeapProfile string
@@ -115,7 +119,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			{"latency", func() error { return measureLatency(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"read", func() error { return measureRead(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"cost", func() error { return measureCost(ctx, srv.URL, corpus, sz, rep, progress) }},
-			{"scaleout", func() error { return measureScaleOut(ctx, srv.URL, corpus, sz, rep, progress) }},
+			{"scaleout", func() error { return measureScaleOut(ctx, srv.URL, cfg.Self, corpus, sz, rep, progress) }},
 			{"heap", func() error { return measureHeap(ctx, srv.URL, sz, cfg.HeapProfile, rep, progress) }},
 		}
 		for _, s := range steps {

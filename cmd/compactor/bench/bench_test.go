@@ -158,3 +158,46 @@ func TestSummaryLength(t *testing.T) {
 		}
 	}
 }
+
+// The worker process's entry (compactor bench-worker) runs a pool in the namespace it
+// is given: a request queued there is compacted.
+func TestRunWorker(t *testing.T) {
+	c, _ := corpus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := startServer(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop()
+	r, err := newRig(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	llm := newFakeLLM(0, 300)
+	defer llm.close()
+	wctx, stop := context.WithCancel(ctx)
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- RunWorker(wctx, []string{"--nats-url", srv.URL, "--namespace", r.ns, "--slots", "2", "--llm-url", llm.srv.URL}, &out)
+	}()
+	last, err := r.publishHistory(ctx, "w1", c.historyFrom(3, 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.compact(ctx, "w1", last); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("RunWorker: %v", err)
+	}
+	if out.String() != "ready\n" {
+		t.Errorf("RunWorker wrote %q; want \"ready\\n\"", out.String())
+	}
+	if err := RunWorker(ctx, []string{"--nats-url", srv.URL, "--namespace", "CHAT"}, &out); err == nil {
+		t.Error("RunWorker outside a bench namespace: nil error; want a refusal")
+	}
+}

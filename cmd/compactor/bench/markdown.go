@@ -140,6 +140,7 @@ small sizes in under a minute; ` + "`--json`" + ` prints every figure as one JSO
 | machine | {{.CPUs}} CPUs (nproc){{with .CPUModel}}, {{.}}{{end}}, {{.GOOS}}/{{.GOARCH}} |
 | Go | {{.GoVersion}} |
 | server | {{.Server}}: {{.ServerNote}} |
+| scale-out processes | {{.ScaleOutProcesses}} |
 | corpus | {{.CorpusMessages}} messages of ../shared/corpus; seed {{.Seed}} |
 | sizes | {{if .Quick}}--quick{{else}}full{{end}}; the whole run took {{.Elapsed}} |
 
@@ -180,9 +181,11 @@ small sizes in under a minute; ` + "`--json`" + ` prints every figure as one JSO
    once (every message new), then five times after 40 more messages each (median). The time
    from queueing the request to its completed event, less the time the go-openai calls took
    (the LLM answers at once; the HTTP round trips are counted as LLM time).
-5. **Worker scale-out.** Fresh 30-message conversations, one queued request each (8 per slot),
-   then pools started with 1 to 16 slots (and 16 slots as two pools on two connections, as two
-   processes would be); the LLM answers every call after 200 ms.
+5. **Worker scale-out.** Pools of 1 to 16 slots started first, in the bench's process, and the
+   largest also as two worker processes of half the slots each (the binary's hidden
+   ` + "`bench-worker`" + ` command, a real pool on its own connection); then one request each for fresh
+   30-message conversations (8 per slot) is queued, and the time runs until every one
+   completed. The LLM answers every call after 200 ms.
 6. **Trigger heap.** {{.Heap.Conversations}} conversations of one message each stored first; the
    live heap after GC before a trigger starts and once it tracks every conversation and
    acknowledged every message, per conversation. The rate it takes them on is the new

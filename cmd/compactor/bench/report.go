@@ -33,8 +33,10 @@ type Report struct {
 	Read     ReadReport    `json:"read"`
 	Cost     []CostRow     `json:"cost"`
 	ScaleOut []ScaleRow    `json:"scaleout"`
-	Heap     HeapReport    `json:"heap"`
-	Tokens   TokenReport   `json:"tokens"`
+	// ScaleOutProcesses says what the scale-out's multi-process row ran as.
+	ScaleOutProcesses string      `json:"scaleout_processes"`
+	Heap              HeapReport  `json:"heap"`
+	Tokens            TokenReport `json:"tokens"`
 }
 
 // Headline holds the figures the issue names, each against its baseline of the same

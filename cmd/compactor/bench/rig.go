@@ -44,19 +44,7 @@ func newRig(ctx context.Context, url string) (*rig, error) {
 	// Fixed width and a terminator: no namespace is a substring of another, so close
 	// deletes only its own streams.
 	ns := fmt.Sprintf("bench%06d%03dx", time.Now().UnixNano()/1e3%1e6, rigs.Add(1)%1000)
-	up := strings.ToUpper(ns)
-	cfg := jetstream.DefaultConfig()
-	cfg.Names = jetstream.Names{
-		ChatStream: up + "_CHAT", ChatPrefix: ns + ".chat",
-		RequestsStream: up + "_REQUESTS", RequestPrefix: ns + ".request",
-		EventsStream: up + "_EVENTS", EventPrefix: ns + ".event",
-		DeadStream: up + "_DEAD", DeadPrefix: ns + ".dead",
-		ActivityStream: up + "_ACTIVITY", ActivityPrefix: ns + ".activity",
-		ResultsBucket: ns + "-compaction", PolicyBucket: ns + "-policy",
-		ObjectsBucket: ns + "-objects", ForgetBucket: ns + "-forgotten",
-		TriggerConsumer: ns + "-trigger", TriggerGroup: "trigger",
-		WorkerConsumer: ns + "-workers", IdleConsumer: ns + "-idle",
-	}
+	cfg := configFor(ns)
 	r := &rig{ns: ns, url: url, cfg: cfg}
 	nc, err := r.conn("bench")
 	if err != nil {
@@ -72,6 +60,25 @@ func newRig(ctx context.Context, url string) (*rig, error) {
 		return nil, fmt.Errorf("provision: %w", err)
 	}
 	return r, nil
+}
+
+// configFor is the jetstream config of namespace ns: every name of the contract
+// prefixed with it.
+func configFor(ns string) jetstream.Config {
+	up := strings.ToUpper(ns)
+	cfg := jetstream.DefaultConfig()
+	cfg.Names = jetstream.Names{
+		ChatStream: up + "_CHAT", ChatPrefix: ns + ".chat",
+		RequestsStream: up + "_REQUESTS", RequestPrefix: ns + ".request",
+		EventsStream: up + "_EVENTS", EventPrefix: ns + ".event",
+		DeadStream: up + "_DEAD", DeadPrefix: ns + ".dead",
+		ActivityStream: up + "_ACTIVITY", ActivityPrefix: ns + ".activity",
+		ResultsBucket: ns + "-compaction", PolicyBucket: ns + "-policy",
+		ObjectsBucket: ns + "-objects", ForgetBucket: ns + "-forgotten",
+		TriggerConsumer: ns + "-trigger", TriggerGroup: "trigger",
+		WorkerConsumer: ns + "-workers", IdleConsumer: ns + "-idle",
+	}
+	return cfg
 }
 
 // conn opens one more connection, closed with the rig: a second worker pool or
@@ -164,19 +171,24 @@ func (r *rig) startPool(ctx context.Context, s policy.Settings, slots int, sum s
 	if err != nil {
 		return nil, err
 	}
+	p, err := newPool(st, s, slots, sum)
+	if err != nil {
+		return nil, err
+	}
+	return runComponent(ctx, p.Run), nil
+}
+
+// newPool is the bench's summarizer pool over st.
+func newPool(st *jetstream.Store, s policy.Settings, slots int, sum summary.Summarizer) (*summarizer.Pool, error) {
 	cfg := summarizer.DefaultConfig()
 	cfg.Workers = slots
 	cfg.BackoffBase = 100 * time.Millisecond
 	cfg.BackoffMax = time.Second
 	cfg.DrainTimeout = 10 * time.Second
-	p, err := summarizer.NewPool(cfg, st, summarizer.Options{
+	return summarizer.NewPool(cfg, st, summarizer.Options{
 		Policies:    fixedPolicy(s),
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil },
 		Fallback:    extractive.New(), Retryable: llm.Retryable, Logger: zerolog.Nop()})
-	if err != nil {
-		return nil, err
-	}
-	return runComponent(ctx, p.Run), nil
 }
 
 // runComponent runs run in a goroutine; the returned stop cancels it and waits.
@@ -246,8 +258,11 @@ func (f *fakeLLM) close() { f.srv.Close() }
 
 // summarizer is the real go-openai summarizer against f, timed: llmTime adds up the
 // time spent in its calls.
-func (f *fakeLLM) summarizer() (*timedSummarizer, error) {
-	s, err := llm.New(llm.Config{BaseURL: f.srv.URL + "/v1", APIKey: "bench", Model: "bench-model", Timeout: time.Minute})
+func (f *fakeLLM) summarizer() (*timedSummarizer, error) { return llmSummarizer(f.srv.URL) }
+
+// llmSummarizer is the real go-openai summarizer against the endpoint at url, timed.
+func llmSummarizer(url string) (*timedSummarizer, error) {
+	s, err := llm.New(llm.Config{BaseURL: url + "/v1", APIKey: "bench", Model: "bench-model", Timeout: time.Minute})
 	if err != nil {
 		return nil, err
 	}

@@ -11,8 +11,8 @@ import (
 
 // ScaleRow is the compaction throughput of one worker layout.
 type ScaleRow struct {
-	// Slots is the worker slots in all; Processes how many pools (each on its own
-	// connection, as separate processes would be) share them.
+	// Slots is the worker slots in all; Processes how many processes share them (see
+	// Report.ScaleOutProcesses).
 	Slots     int     `json:"slots"`
 	Processes int     `json:"processes"`
 	Jobs      int     `json:"jobs"`
@@ -28,7 +28,11 @@ const scaleLLMDelay = 200 * time.Millisecond
 // well over its target, so every job compacts.
 const scaleWindow = 4000
 
-func measureScaleOut(ctx context.Context, url string, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
+func measureScaleOut(ctx context.Context, url, self string, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
+	rep.ScaleOutProcesses = "two worker processes started from " + self
+	if self == "" {
+		rep.ScaleOutProcesses = "no binary to start (Config.Self): the two processes are two pools in this process, each on its own connection"
+	}
 	type layout struct{ slots, procs int }
 	var layouts []layout
 	for _, s := range sz.scaleSlots {
@@ -40,7 +44,7 @@ func measureScaleOut(ctx context.Context, url string, c *Corpus, sz sizes, rep *
 	for _, l := range layouts {
 		jobs := l.slots * sz.scaleJobsPerSlot
 		progress("scale-out: %d slots in %d process(es), %d compactions, LLM answering in %s", l.slots, l.procs, jobs, scaleLLMDelay)
-		perSec, err := scaleRun(ctx, url, c, l.slots, l.procs, jobs)
+		perSec, err := scaleRun(ctx, url, self, c, l.slots, l.procs, jobs)
 		if err != nil {
 			return fmt.Errorf("%d slots, %d processes: %w", l.slots, l.procs, err)
 		}
@@ -57,24 +61,20 @@ func measureScaleOut(ctx context.Context, url string, c *Corpus, sz sizes, rep *
 	return nil
 }
 
-// scaleRun queues jobs compactions of fresh conversations, then starts procs pools of
-// slots/procs workers each and times them until every compaction completed.
-func scaleRun(ctx context.Context, url string, c *Corpus, slots, procs, jobs int) (float64, error) {
+// scaleRun starts procs pools of slots/procs workers each (in this process when procs
+// is 1 or there is no self binary to start, else each in a process of its own), then
+// queues jobs compactions of fresh conversations and times them until every one
+// completed.
+func scaleRun(ctx context.Context, url, self string, c *Corpus, slots, procs, jobs int) (float64, error) {
 	r, err := newRig(ctx, url)
 	if err != nil {
 		return 0, err
 	}
 	defer r.close()
 	s := settings(scaleWindow)
+	lasts := make([]uint64, jobs)
 	for k := range jobs {
-		msgs := c.historyFrom(k, 30)
-		conv := "s" + strconv.Itoa(k)
-		last, err := r.publishHistory(ctx, conv, msgs)
-		if err != nil {
-			return 0, err
-		}
-		if _, err := r.store.Enqueue(ctx, schemas.Request{RequestID: "scale-" + conv, Conversation: conv, Trigger: "manual",
-			Reason: "bench", RequestedAt: time.Now().UTC(), UpToSeq: last}); err != nil {
+		if lasts[k], err = r.publishHistory(ctx, "s"+strconv.Itoa(k), c.historyFrom(k, 30)); err != nil {
 			return 0, err
 		}
 	}
@@ -83,15 +83,22 @@ func scaleRun(ctx context.Context, url string, c *Corpus, slots, procs, jobs int
 		return 0, err
 	}
 	defer unsub()
-	failed, unsubF, err := r.countEvents("declined")
+	declined, unsubD, err := r.countEvents("declined")
 	if err != nil {
 		return 0, err
 	}
-	defer unsubF()
+	defer unsubD()
 	llm := newFakeLLM(scaleLLMDelay, 300)
 	defer llm.close()
-	start := time.Now()
 	for range procs {
+		if procs > 1 && self != "" {
+			w, err := r.startWorkerProcess(self, llm.srv.URL, slots/procs, scaleWindow)
+			if err != nil {
+				return 0, err
+			}
+			defer w.stop()
+			continue
+		}
 		sum, err := llm.summarizer()
 		if err != nil {
 			return 0, err
@@ -102,13 +109,21 @@ func scaleRun(ctx context.Context, url string, c *Corpus, slots, procs, jobs int
 		}
 		defer stop()
 	}
+	start := time.Now()
+	for k := range jobs {
+		conv := "s" + strconv.Itoa(k)
+		if _, err := r.store.Enqueue(ctx, schemas.Request{RequestID: "scale-" + conv, Conversation: conv, Trigger: "manual",
+			Reason: "bench", RequestedAt: time.Now().UTC(), UpToSeq: lasts[k]}); err != nil {
+			return 0, err
+		}
+	}
 	if err := wait(ctx, 10*time.Minute, "every compaction to complete", func() bool {
-		return done.Load()+failed.Load() >= int64(jobs)
+		return done.Load()+declined.Load() >= int64(jobs)
 	}); err != nil {
 		return 0, err
 	}
 	elapsed := time.Since(start)
-	if n := failed.Load(); n > 0 {
+	if n := declined.Load(); n > 0 {
 		return 0, fmt.Errorf("%d of %d compactions declined", n, jobs)
 	}
 	return float64(jobs) / elapsed.Seconds(), nil
