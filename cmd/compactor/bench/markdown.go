@@ -130,7 +130,10 @@ regenerate this file and its charts, from the module root:
 Without ` + "`--nats-url`" + ` the bench starts a standalone nats-server process (` + "`--nats-server PATH`" + `,
 else ` + "`nats-server`" + ` on PATH, else it builds the version go.mod pins with the go tool), so
 the process measured holds only the client, the trigger and the workers. ` + "`--quick`" + ` runs
-small sizes in under a minute; ` + "`--json`" + ` prints every figure as one JSON object.
+small sizes in under a minute; ` + "`--json`" + ` prints every figure as one JSON object. The
+machine is shared, so absolute rates move between runs (by a third, on the two cores these
+were measured on); the two sides of each ratio ran on it at nearly the same moment, so the
+ratios move less.
 
 ## This run
 

@@ -29,7 +29,7 @@ const scaleLLMDelay = 200 * time.Millisecond
 const scaleWindow = 4000
 
 func measureScaleOut(ctx context.Context, url, self string, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
-	rep.ScaleOutProcesses = "two worker processes started from " + self
+	rep.ScaleOutProcesses = "two worker processes (the compactor binary's bench-worker command)"
 	if self == "" {
 		rep.ScaleOutProcesses = "no binary to start (Config.Self): the two processes are two pools in this process, each on its own connection"
 	}
