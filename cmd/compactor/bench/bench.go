@@ -88,7 +88,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		sz = *cfg.sizes
 	}
 	rep := &Report{Quick: cfg.Quick, Seed: cfg.Seed, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
-		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Started: time.Now().UTC(), CorpusMessages: corpus.Messages()}
+		GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Started: time.Now().UTC(), CorpusMessages: corpus.Messages(),
+		LoadStart: loadAverage()}
 	want := func(name string) bool { return len(cfg.Only) == 0 || slices.Contains(cfg.Only, name) }
 	progress := func(format string, args ...any) {
 		fmt.Fprintf(cfg.Progress, "[%6.1fs] %s\n", time.Since(rep.Started).Seconds(), fmt.Sprintf(format, args...))
@@ -132,6 +133,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.Finish()
+	rep.LoadEnd = loadAverage()
 	rep.Elapsed = time.Since(rep.Started).Round(time.Millisecond).String()
 	return rep, nil
 }

@@ -23,6 +23,19 @@ func cpuModel() string {
 	return ""
 }
 
+// loadAverage is the first field of /proc/loadavg (the last minute), or "" elsewhere.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
 // gap is a target the run did not meet: what was measured, why, and the plan.
 type gap struct {
 	Title, Cause, Plan string
@@ -145,7 +158,8 @@ ratios move less.
 | server | {{.Server}}: {{.ServerNote}} |
 | scale-out processes | {{.ScaleOutProcesses}} |
 | corpus | {{.CorpusMessages}} messages of ../shared/corpus; seed {{.Seed}} |
-| sizes | {{if .Quick}}--quick{{else}}full{{end}}; the whole run took {{.Elapsed}} |
+| sizes | {{if .Quick}}--quick{{else}}full{{end}}; the whole run took {{.Elapsed}} |{{if .LoadStart}}
+| load average (1 min) | {{.LoadStart}} at the start, {{.LoadEnd}} at the end: other work on the machine meanwhile shows here |{{end}}
 
 ## Results
 

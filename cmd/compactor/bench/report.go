@@ -27,6 +27,10 @@ type Report struct {
 	CorpusMessages int       `json:"corpus_messages"`
 	Started        time.Time `json:"started"`
 	Elapsed        string    `json:"elapsed"`
+	// LoadStart and LoadEnd are the machine's load average (1 minute) when the run started
+	// and ended ("" where unknown): other work on a shared machine moves the figures.
+	LoadStart string `json:"load_start,omitempty"`
+	LoadEnd   string `json:"load_end,omitempty"`
 
 	Ingest   IngestReport  `json:"ingest"`
 	Latency  LatencyReport `json:"latency"`
