@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -61,6 +62,7 @@ type Env struct {
 	AckWait      time.Duration `envconfig:"WORKER_ACK_WAIT" default:"30s" desc:"how long a request may go without a worker's heartbeat before it is delivered again (what a crashed worker costs); heartbeats go every third of it (applied to an existing consumer only with COMPACTOR_UPDATE_STREAMS)"`
 	LogLevel     string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
 	LogFormat    string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
+	HTTPListen   string        `envconfig:"HTTP_LISTEN" desc:"serve: host:port of an HTTP listener for operators with /healthz and /debug/pprof/ (profiles of this process); empty: off. Bind it to localhost or a private network only"`
 
 	// UpdateStreams applies this process's settings to existing streams, buckets and
 	// consumers (also serve --update-streams).
@@ -161,6 +163,11 @@ func (e Env) validate() error {
 	for _, c := range checks {
 		if !c.ok {
 			return bad(c.name, "%s", c.msg)
+		}
+	}
+	if e.HTTPListen != "" {
+		if _, _, err := net.SplitHostPort(e.HTTPListen); err != nil {
+			return bad("HTTP_LISTEN", "must be host:port (e.g. 127.0.0.1:9090): %v", err)
 		}
 	}
 	if err := e.validateAuth(); err != nil {

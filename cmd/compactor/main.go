@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/compactor/compactor/cmd/compactor/bench"
 )
 
 func main() {
@@ -51,6 +53,14 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 	}
 	if isHelp(cmd) {
 		return help(std.out)
+	}
+	switch cmd {
+	case "bench":
+		// The bench runs its own servers and pipeline: the environment's are not its.
+		return benchCmd(ctx, args, std)
+	case bench.WorkerCommand:
+		// Hidden: a worker process the bench starts for its scale-out measurement.
+		return bench.RunWorker(ctx, args, std.out)
 	}
 	env, err := loadEnv(lookup)
 	if err != nil {
@@ -122,6 +132,24 @@ Usage:
                                     flight does not bring it back; messages published
                                     to the same id afterwards start a new conversation.
                                     Prints what was deleted; nothing stored is no error
+  compactor bench [--quick] [--json] [--charts DIR] [--doc FILE] [--nats-url URL] [--nats-server PATH]
+                  [--corpus DIR] [--seed N] [--only m1,m2] [--cpuprofile FILE]
+                  [--heapprofile FILE]
+                                    measure Compactor against plain JetStream on the
+                                    same server (docs/benchmarks.md): progress on
+                                    stderr, a Markdown table (or --json, one object) on
+                                    stdout, PNG charts into --charts, the whole
+                                    docs/benchmarks.md into --doc. Without
+                                    --nats-url it starts --nats-server (default
+                                    nats-server on PATH, else one go build makes of
+                                    the version go.mod pins), else an embedded server,
+                                    which the output notes. --corpus defaults to
+                                    ../shared/corpus beside the module. --quick: under
+                                    a minute. --only: ingest, latency, read, cost,
+                                    scaleout, heap, tokens. --cpuprofile: a CPU profile
+                                    of this process (client, trigger, workers) for
+                                    go tool pprof; --heapprofile: the heap once the
+                                    trigger tracks every conversation (heap measurement)
   compactor help                    this text
 
 Environment (variable, default, meaning):

@@ -84,6 +84,13 @@ func serve(ctx context.Context, env Env, std stdio) error {
 	if err != nil {
 		return err
 	}
+	if env.HTTPListen != "" {
+		ops, err := newOpsServer(env.HTTPListen, log)
+		if err != nil {
+			return err
+		}
+		comps = append(comps, ops)
+	}
 	// Components stop taking work when ctx is done; their in-flight jobs finish on
 	// their own. The group's context only stops the others when one fails.
 	g, gctx := errgroup.WithContext(ctx)

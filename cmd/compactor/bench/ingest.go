@@ -1,0 +1,340 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/triggers"
+)
+
+// asyncWindow bounds the publishes in flight, for the baseline and the pipeline alike.
+const asyncWindow = 2000
+
+// benchWindow is the context window of the bench's conversations: small enough that
+// the corpus's conversations cross the threshold while they are published, so the
+// workers compact while the trigger counts.
+const benchWindow = 16000
+
+// Trigger partitions come from another branch (a TriggerPartitions setting,
+// COMPACTOR_TRIGGER_PARTITIONS). This is the one place to wire them: list the counts
+// to measure in triggerPartitions, and set the trigger config in setPartitions. Until
+// then only the single partition of today's trigger is measured.
+var triggerPartitions = []int{1}
+
+// setPartitions configures cfg for n trigger partitions.
+func setPartitions(cfg *triggers.Config, n int) error {
+	if n != 1 {
+		return fmt.Errorf("this build's trigger has one partition, not %d", n)
+	}
+	return nil
+}
+
+// IngestRow is one ingest measurement.
+type IngestRow struct {
+	Partitions int `json:"partitions"`
+	// MsgsPerSec is publish-until-trigger-drained: messages ÷ the time from the first
+	// publish until the trigger had acknowledged the last one.
+	MsgsPerSec float64 `json:"msgs_per_sec"`
+	// Ratio is MsgsPerSec ÷ the baseline's.
+	Ratio float64 `json:"ratio"`
+	// MaxLag is the most messages stored but not yet acknowledged by the trigger, sampled.
+	MaxLag int `json:"max_lag"`
+	// Compactions is how many completed while the messages were ingested.
+	Compactions int `json:"compactions"`
+	// PublishMsgsPerSec is the pipeline client's publishing alone (every ack in), in the
+	// same run; TriggerDrainMsgsPerSec the trigger's consumption alone, of the same
+	// messages stored beforehand (a run of its own). They tell which side a gap is on.
+	PublishMsgsPerSec      float64 `json:"publish_msgs_per_sec"`
+	TriggerDrainMsgsPerSec float64 `json:"trigger_drain_msgs_per_sec"`
+	// TriggerDrainCores is the CPU this process (the trigger, nothing else running) used
+	// while it drained, in cores: well under the machine's means it waits, not works.
+	TriggerDrainCores float64 `json:"trigger_drain_cores"`
+}
+
+// IngestReport compares ingest through the pipeline with raw JetStream.
+type IngestReport struct {
+	Messages      int     `json:"messages"`
+	Conversations int     `json:"conversations"`
+	PayloadBytes  int     `json:"payload_bytes"`
+	RawMsgsPerSec float64 `json:"raw_msgs_per_sec"`
+	// PublishOnlyMsgsPerSec is the raw baseline's publishing alone (all acks in).
+	RawPublishMsgsPerSec float64     `json:"raw_publish_msgs_per_sec"`
+	Rows                 []IngestRow `json:"rows"`
+}
+
+func measureIngest(ctx context.Context, url string, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
+	load := c.interleaved(sz.ingestMessages, sz.ingestConversations)
+	ir := &rep.Ingest
+	ir.Messages, ir.Conversations = len(load), sz.ingestConversations
+	for _, p := range load {
+		ir.PayloadBytes += len(p.msg.Payload)
+	}
+	progress("ingest: raw JetStream, %d messages over %d conversations", len(load), sz.ingestConversations)
+	raw, pub, err := rawIngest(ctx, url, load)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	ir.RawMsgsPerSec, ir.RawPublishMsgsPerSec = raw, pub
+	progress("ingest: raw %.0f msgs/s (publishing alone %.0f msgs/s)", raw, pub)
+	for _, parts := range triggerPartitions {
+		row, err := pipelineIngest(ctx, url, load, parts)
+		if err != nil {
+			return fmt.Errorf("pipeline, %d partitions: %w", parts, err)
+		}
+		row.Ratio = row.MsgsPerSec / raw
+		if row.TriggerDrainMsgsPerSec, row.TriggerDrainCores, err = triggerDrain(ctx, url, load, parts); err != nil {
+			return fmt.Errorf("trigger drain, %d partitions: %w", parts, err)
+		}
+		ir.Rows = append(ir.Rows, row)
+		progress("ingest: pipeline, %d partition(s): %.0f msgs/s (%.2f of raw), max lag %d, %d compactions; "+
+			"client publishing alone %.0f msgs/s, trigger draining alone %.0f msgs/s using %.2f cores",
+			parts, row.MsgsPerSec, row.Ratio, row.MaxLag, row.Compactions, row.PublishMsgsPerSec, row.TriggerDrainMsgsPerSec, row.TriggerDrainCores)
+	}
+	return nil
+}
+
+// rawIngest publishes load asynchronously to a plain stream shaped like CHAT, while a
+// bare pull consumer acknowledges every message: messages/s until the last is acked,
+// and publishing's own rate.
+func rawIngest(ctx context.Context, url string, load []published) (drained, publishOnly float64, err error) {
+	r, err := newRig(ctx, url)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer r.close()
+	js, err := natsjs.New(r.nc, natsjs.WithPublishAsyncMaxPending(asyncWindow))
+	if err != nil {
+		return 0, 0, err
+	}
+	stream := "RAW_" + r.ns
+	s, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: stream, Subjects: []string{r.ns + ".raw.*.msg"},
+		Storage: natsjs.FileStorage, AllowDirect: true, Duplicates: 2 * time.Minute})
+	if err != nil {
+		return 0, 0, err
+	}
+	cons, err := s.CreateOrUpdateConsumer(ctx, natsjs.ConsumerConfig{Durable: "bare", AckPolicy: natsjs.AckExplicitPolicy,
+		MaxAckPending: 10000})
+	if err != nil {
+		return 0, 0, err
+	}
+	var acked atomic.Int64
+	all := make(chan struct{})
+	n := int64(len(load))
+	cc, err := cons.Consume(func(m natsjs.Msg) {
+		_ = m.Ack()
+		if acked.Add(1) == n {
+			close(all)
+		}
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cc.Stop()
+	start := time.Now()
+	for _, p := range load {
+		if _, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload); err != nil {
+			return 0, 0, err
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	case <-time.After(5 * time.Minute):
+		return 0, 0, errors.New("publishes not acked within 5m")
+	}
+	published := time.Since(start)
+	select {
+	case <-all:
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	case <-time.After(5 * time.Minute):
+		return 0, 0, fmt.Errorf("bare consumer acked %d of %d within 5m", acked.Load(), n)
+	}
+	return float64(n) / time.Since(start).Seconds(), float64(n) / published.Seconds(), nil
+}
+
+// pipelineIngest publishes load through the pipeline client while a real trigger and a
+// pool of 4 workers (fake LLM answering at once) run: messages/s until the trigger has
+// acknowledged the last message.
+func pipelineIngest(ctx context.Context, url string, load []published, partitions int) (IngestRow, error) {
+	row := IngestRow{Partitions: partitions}
+	r, err := newRig(ctx, url)
+	if err != nil {
+		return row, err
+	}
+	defer r.close()
+	s := settings(benchWindow)
+	llm := newFakeLLM(0, 400)
+	defer llm.close()
+	sum, err := llm.summarizer()
+	if err != nil {
+		return row, err
+	}
+	stopPool, err := r.startPool(ctx, s, 4, sum)
+	if err != nil {
+		return row, err
+	}
+	defer stopPool()
+	_, stopTrigger, err := r.startTriggerWith(ctx, s, func(cfg *triggers.Config) error { return setPartitions(cfg, partitions) })
+	if err != nil {
+		return row, err
+	}
+	defer stopTrigger()
+	completed, unsub, err := r.countEvents("completed")
+	if err != nil {
+		return row, err
+	}
+	defer unsub()
+	cons, err := r.js.Consumer(ctx, r.cfg.ChatStream, r.cfg.TriggerConsumer)
+	if err != nil {
+		return row, err
+	}
+	client := r.client()
+	var stored atomic.Uint64
+	sem := make(chan struct{}, asyncWindow)
+	errc := make(chan error, 1)
+	sampling := make(chan struct{})
+	sampled := make(chan int)
+	// The lag sampler: stored messages the trigger has not acknowledged yet.
+	go func() {
+		maxLag := 0
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-sampling:
+				sampled <- maxLag
+				return
+			case <-t.C:
+				if ci, err := cons.Info(ctx); err == nil {
+					maxLag = max(maxLag, int(stored.Load())-int(ci.AckFloor.Stream))
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	for _, p := range load {
+		select {
+		case sem <- struct{}{}:
+		case err := <-errc:
+			return row, err
+		}
+		ack, err := client.PublishAsync(ctx, fmt.Sprintf("c%d", p.conv), p.msg.Message)
+		if err != nil {
+			return row, err
+		}
+		go func() {
+			a := <-ack
+			if a.Err != nil {
+				select {
+				case errc <- a.Err:
+				default:
+				}
+			}
+			for {
+				cur := stored.Load()
+				if a.Seq <= cur || stored.CompareAndSwap(cur, a.Seq) {
+					break
+				}
+			}
+			<-sem
+		}()
+	}
+	for range asyncWindow {
+		select {
+		case sem <- struct{}{}:
+		case err := <-errc:
+			return row, err
+		}
+	}
+	row.PublishMsgsPerSec = float64(len(load)) / time.Since(start).Seconds()
+	last := stored.Load()
+	err = wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.AckFloor.Stream >= last
+	})
+	elapsed := time.Since(start)
+	close(sampling)
+	row.MaxLag = <-sampled
+	if err != nil {
+		return row, err
+	}
+	row.MsgsPerSec = float64(len(load)) / elapsed.Seconds()
+	row.Compactions = int(completed.Load())
+	return row, nil
+}
+
+// countEvents counts the namespace's events of one type (core subscription).
+func (r *rig) countEvents(typ string) (*atomic.Int64, func(), error) {
+	var n atomic.Int64
+	want := []byte(`"type":"` + typ + `"`)
+	sub, err := r.nc.Subscribe(r.cfg.EventPrefix+".*", func(m *nats.Msg) {
+		if bytes.Contains(m.Data, want) {
+			n.Add(1)
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &n, func() { _ = sub.Unsubscribe() }, nil
+}
+
+// triggerDrain stores load first (raw async publishes of the same payloads), then
+// starts a trigger and times it until it acknowledged the last message.
+func triggerDrain(ctx context.Context, url string, load []published, partitions int) (perSec, cores float64, err error) {
+	r, err := newRig(ctx, url)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer r.close()
+	var last uint64
+	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
+	for i, p := range load {
+		f, err := r.store.PublishMessageAsync(fmt.Sprintf("c%d", p.conv), p.msg.Payload, "")
+		if err != nil {
+			return 0, 0, err
+		}
+		futures = append(futures, f)
+		if len(futures) == asyncWindow || i == len(load)-1 {
+			for _, f := range futures {
+				select {
+				case a := <-f.Ok():
+					last = max(last, a.Sequence)
+				case err := <-f.Err():
+					return 0, 0, err
+				}
+			}
+			futures = futures[:0]
+		}
+	}
+	cons, err := r.js.Consumer(ctx, r.cfg.ChatStream, r.cfg.TriggerConsumer)
+	if err != nil {
+		return 0, 0, err
+	}
+	start, cpu0 := time.Now(), cpuTime()
+	_, stop, err := r.startTriggerWith(ctx, settings(benchWindow), func(cfg *triggers.Config) error { return setPartitions(cfg, partitions) })
+	if err != nil {
+		return 0, 0, err
+	}
+	defer stop()
+	if err := wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool {
+		ci, err := cons.Info(ctx)
+		return err == nil && ci.AckFloor.Stream >= last
+	}); err != nil {
+		return 0, 0, err
+	}
+	elapsed := time.Since(start)
+	if cpu0 >= 0 {
+		cores = float64(cpuTime()-cpu0) / float64(elapsed)
+	}
+	return float64(len(load)) / elapsed.Seconds(), cores, nil
+}

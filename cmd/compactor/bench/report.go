@@ -1,0 +1,220 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+)
+
+// Report is one run's figures. The headline keys come first (see Headline); the
+// measurements' details follow.
+type Report struct {
+	Headline
+
+	// Command is the command line that produced the report (set by the caller).
+	Command        string    `json:"command"`
+	Quick          bool      `json:"quick"`
+	Seed           uint64    `json:"seed"`
+	GoVersion      string    `json:"go_version"`
+	GOOS           string    `json:"goos"`
+	GOARCH         string    `json:"goarch"`
+	CPUs           int       `json:"cpus"`
+	Server         string    `json:"server"`
+	ServerNote     string    `json:"server_note"`
+	CorpusMessages int       `json:"corpus_messages"`
+	Started        time.Time `json:"started"`
+	Elapsed        string    `json:"elapsed"`
+	// LoadStart and LoadEnd are the machine's load average (1 minute) when the run started
+	// and ended ("" where unknown): other work on a shared machine moves the figures.
+	LoadStart string `json:"load_start,omitempty"`
+	LoadEnd   string `json:"load_end,omitempty"`
+
+	Ingest   IngestReport  `json:"ingest"`
+	Latency  LatencyReport `json:"latency"`
+	Read     ReadReport    `json:"read"`
+	Cost     []CostRow     `json:"cost"`
+	ScaleOut []ScaleRow    `json:"scaleout"`
+	// ScaleOutProcesses says what the scale-out's multi-process row ran as.
+	ScaleOutProcesses string      `json:"scaleout_processes"`
+	Heap              HeapReport  `json:"heap"`
+	Tokens            TokenReport `json:"tokens"`
+}
+
+// Headline holds the figures the issue names, each against its baseline of the same
+// run (0 when its measurement did not run).
+type Headline struct {
+	// IngestRatio: pipeline publish-until-trigger-drained ÷ raw publish + bare consumer
+	// (one trigger partition).
+	IngestRatio float64 `json:"ingest_ratio"`
+	// TriggerP99Ratio: the trigger's p99 latency ÷ a bare round trip's, under the same load.
+	TriggerP99Ratio float64 `json:"trigger_p99_ratio"`
+	// ReadSpeedup: ordered-consumer replay time ÷ context read time.
+	ReadSpeedup float64 `json:"read_speedup"`
+	// ReadOverFloor: context read time ÷ (one KV get + one batched direct get).
+	ReadOverFloor float64 `json:"read_over_floor"`
+	// ScaleOut8: compactions/s with 8 worker slots ÷ with 1.
+	ScaleOut8 float64 `json:"scaleout_8"`
+	// BytesPerConversation: the trigger's heap per tracked conversation.
+	BytesPerConversation float64 `json:"bytes_per_conversation"`
+	// NewConversationsPerSec: new conversations the trigger takes on per second.
+	NewConversationsPerSec float64 `json:"new_conversations_per_sec"`
+	// CostGrowth: incremental compaction cost (beyond the LLM) at the largest history
+	// ÷ at the smallest; 1 is flat.
+	CostGrowth float64 `json:"cost_growth"`
+	// TokenReduction1000: cumulative input tokens over 1,000 turns without compaction ÷
+	// with it (summarizer tokens included).
+	TokenReduction1000 float64 `json:"token_reduction_1000"`
+	// SummarizerShare: the summarizer's tokens ÷ all tokens with compaction.
+	SummarizerShare float64 `json:"summarizer_share"`
+}
+
+// Finish fills the headline from the measurements.
+func (r *Report) Finish() {
+	h := &r.Headline
+	if len(r.Ingest.Rows) > 0 {
+		h.IngestRatio = r.Ingest.Rows[0].Ratio
+	}
+	h.TriggerP99Ratio = r.Latency.P99Ratio
+	h.ReadSpeedup, h.ReadOverFloor = r.Read.Speedup, r.Read.OverFloor
+	for _, s := range r.ScaleOut {
+		if s.Slots == 8 && s.Processes == 1 {
+			h.ScaleOut8 = s.Speedup
+		}
+	}
+	h.BytesPerConversation, h.NewConversationsPerSec = r.Heap.BytesPerConversation, r.Heap.NewPerSec
+	if n := len(r.Cost); n > 1 && r.Cost[0].IncrementalMs > 0 {
+		h.CostGrowth = r.Cost[n-1].IncrementalMs / r.Cost[0].IncrementalMs
+	}
+	h.TokenReduction1000, h.SummarizerShare = r.Tokens.Reduction, r.Tokens.SummarizerShare
+}
+
+// WriteJSON writes the report as one JSON object.
+func (r *Report) WriteJSON(w io.Writer) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// target is one figure's goal.
+type target struct {
+	ok   bool
+	text string
+}
+
+func check(ok bool, text string) target { return target{ok, text} }
+
+func (t target) String() string {
+	if t.ok {
+		return "met (" + t.text + ")"
+	}
+	return "NOT MET (" + t.text + ")"
+}
+
+// WriteTable writes the figures as a Markdown table, one row per figure: what was
+// measured, the figure, its baseline, the ratio, and the target.
+func (r *Report) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	row := func(cells ...string) { fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | ")) }
+	row("measurement", "Compactor", "baseline (same run, same server)", "ratio", "target")
+	row("---", "---", "---", "---", "---")
+	if ir := r.Ingest; len(ir.Rows) > 0 {
+		for _, x := range ir.Rows {
+			row(fmt.Sprintf("1. ingest, %d msgs over %d convs, %d trigger partition(s), publish until trigger drained (max lag %d msgs, %d compactions meanwhile)",
+				ir.Messages, ir.Conversations, x.Partitions, x.MaxLag, x.Compactions),
+				rate(x.MsgsPerSec, "msgs/s"), fmt.Sprintf("raw async publish + bare consumer %s (publishing alone %s)", rate(ir.RawMsgsPerSec, "msgs/s"), rate(ir.RawPublishMsgsPerSec, "msgs/s")),
+				f2(x.Ratio), check(x.Ratio >= 0.8, "≥ 0.8").String())
+		}
+	}
+	if lr := r.Latency; lr.Probes > 0 {
+		row(fmt.Sprintf("2. trigger latency (over threshold → request queued), %d probes under %s", lr.Probes, rate(lr.LoadMsgsPerSec, "msgs/s")),
+			fmt.Sprintf("p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", lr.TriggerP50Ms, lr.TriggerP90Ms, lr.TriggerP99Ms),
+			fmt.Sprintf("bare publish → consume p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", lr.RawP50Ms, lr.RawP90Ms, lr.RawP99Ms),
+			fmt.Sprintf("p50 %s, p99 %s", f2(lr.P50Ratio), f2(lr.P99Ratio)), check(lr.P99Ratio <= 3, "p99 ≤ 3").String())
+	}
+	if rr := r.Read; rr.Messages > 0 {
+		row(fmt.Sprintf("3. context read of a %d-message conversation (compacted, tail %d msgs)", rr.Messages, rr.TailMessages),
+			fmt.Sprintf("%.2f ms", rr.ReadMs),
+			fmt.Sprintf("ordered-consumer replay %.1f ms; KV get + one batch %.2f ms", rr.ReplayMs, rr.FloorMs),
+			fmt.Sprintf("%.0fx faster; %.2fx the floor", rr.Speedup, rr.OverFloor),
+			check(rr.Speedup >= 10 && rr.OverFloor <= 3, "≥ 10x replay, ≤ 3x floor").String())
+	}
+	for _, c := range r.Cost {
+		row(fmt.Sprintf("4. compaction cost beyond the LLM, %d-message history", c.History),
+			fmt.Sprintf("incremental (+%d msgs) %.1f ms", c.NewMessages, c.IncrementalMs),
+			fmt.Sprintf("first compaction of the whole history %.1f ms (%d LLM calls)", c.FirstMs, c.FirstLLMCalls),
+			"", "")
+	}
+	if len(r.Cost) > 1 {
+		row("4. incremental cost growth, largest ÷ smallest history", "", "", f2(r.CostGrowth), check(r.CostGrowth <= 1.5, "flat: ≤ 1.5").String())
+	}
+	for _, s := range r.ScaleOut {
+		t := ""
+		if s.Slots == 8 && s.Processes == 1 {
+			t = check(s.Speedup >= 7, "≥ 7").String()
+		}
+		row(fmt.Sprintf("5. worker scale-out, %d slots in %d process(es), LLM 200 ms, %d jobs", s.Slots, s.Processes, s.Jobs),
+			fmt.Sprintf("%.1f compactions/s", s.PerSec), "1 slot", f2(s.Speedup)+"x", t)
+	}
+	if hr := r.Heap; hr.Conversations > 0 {
+		where := "server in another process"
+		if hr.ServerInProcess {
+			where = "server in this process: includes its share"
+		}
+		row(fmt.Sprintf("6. trigger heap after GC per tracked conversation, %d conversations (%s)", hr.Conversations, where),
+			fmt.Sprintf("%.0f B", hr.BytesPerConversation), "", "", check(hr.BytesPerConversation <= 512, "≤ 512 B").String())
+		row("6. new conversations taken on by the trigger", rate(hr.NewPerSec, "convs/s"), "", "", check(hr.NewPerSec >= 10000, "≥ 10,000/s").String())
+	}
+	if tr := r.Tokens; tr.Turns > 0 {
+		row(fmt.Sprintf("7. cumulative input tokens, %d sessions × %d turns, %dk window, %s inline at the threshold", tr.Sessions, tr.Turns, tr.Window/1000, tr.Strategy),
+			fmt.Sprintf("%s (agent %s + summarizer %s in, %s out; %.0f compactions)", tok(tr.With+tr.SummarizerIn+tr.SummarizerOut), tok(tr.With), tok(tr.SummarizerIn), tok(tr.SummarizerOut), tr.Compactions),
+			"without compaction "+tok(tr.Without), fmt.Sprintf("%.1fx fewer", tr.Reduction), check(tr.Reduction >= 8, "≥ 8x").String())
+		row("7. summarizer's share of the tokens", fmt.Sprintf("%.1f%%", 100*tr.SummarizerShare), "", "", check(tr.SummarizerShare <= 0.15, "≤ 15%").String())
+		for _, s := range append(tr.Strategies, tr.Ahead) {
+			row("7. strategy "+s.Strategy, fmt.Sprintf("%s (summarizer %.1f%%, %.0f compactions)", tok(s.With+s.SummarizerIn+s.SummarizerOut), 100*s.SummarizerShare, s.Compactions),
+				"without compaction "+tok(tr.Without), fmt.Sprintf("%.1fx fewer", s.Reduction), "")
+		}
+		row("7. turn latency added by compaction (2 s summarizer), p50 / p99 over the turns a compaction was due",
+			fmt.Sprintf("ahead of time: %.0f / %.0f ms", tr.AheadAddedP50Ms, tr.AheadAddedP99Ms),
+			fmt.Sprintf("inline: %.0f / %.0f ms", tr.InlineAddedP50Ms, tr.InlineAddedP99Ms), "", "")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func f2(x float64) string {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", x)
+}
+
+func rate(x float64, unit string) string { return fmt.Sprintf("%s %s", thousands(x), unit) }
+
+func tok(x float64) string {
+	switch {
+	case x >= 1e6:
+		return fmt.Sprintf("%.1fM", x/1e6)
+	case x >= 1e3:
+		return fmt.Sprintf("%.0fk", x/1e3)
+	}
+	return fmt.Sprintf("%.0f", x)
+}
+
+// thousands formats x rounded, with commas.
+func thousands(x float64) string {
+	s := fmt.Sprintf("%.0f", x)
+	var out []byte
+	for i := range s {
+		if i > 0 && (len(s)-i)%3 == 0 && s[i-1] != '-' {
+			out = append(out, ',')
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
+}

@@ -1,0 +1,286 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/extractive"
+	"github.com/compactor/compactor/summarizer/llm"
+	"github.com/compactor/compactor/summarizer/summary"
+	"github.com/compactor/compactor/triggers"
+)
+
+// rig is one measurement's namespace on the server: its own streams, buckets and
+// consumers (every name prefixed), a connection, and the store over them.
+type rig struct {
+	ns    string
+	url   string
+	cfg   jetstream.Config
+	nc    *nats.Conn
+	js    natsjs.JetStream
+	store *jetstream.Store
+	conns []*nats.Conn
+}
+
+var rigs atomic.Int64
+
+// newRig provisions a fresh namespace.
+func newRig(ctx context.Context, url string) (*rig, error) {
+	// Fixed width and a terminator: no namespace is a substring of another, so close
+	// deletes only its own streams.
+	ns := fmt.Sprintf("bench%06d%03dx", time.Now().UnixNano()/1e3%1e6, rigs.Add(1)%1000)
+	cfg := configFor(ns)
+	r := &rig{ns: ns, url: url, cfg: cfg}
+	nc, err := r.conn("bench")
+	if err != nil {
+		return nil, err
+	}
+	r.nc = nc
+	if r.js, err = natsjs.New(nc); err != nil {
+		r.close()
+		return nil, err
+	}
+	if r.store, err = jetstream.Provision(ctx, nc, cfg); err != nil {
+		r.close()
+		return nil, fmt.Errorf("provision: %w", err)
+	}
+	return r, nil
+}
+
+// configFor is the jetstream config of namespace ns: every name of the contract
+// prefixed with it.
+func configFor(ns string) jetstream.Config {
+	up := strings.ToUpper(ns)
+	cfg := jetstream.DefaultConfig()
+	cfg.Names = jetstream.Names{
+		ChatStream: up + "_CHAT", ChatPrefix: ns + ".chat",
+		RequestsStream: up + "_REQUESTS", RequestPrefix: ns + ".request",
+		EventsStream: up + "_EVENTS", EventPrefix: ns + ".event",
+		DeadStream: up + "_DEAD", DeadPrefix: ns + ".dead",
+		ActivityStream: up + "_ACTIVITY", ActivityPrefix: ns + ".activity",
+		ResultsBucket: ns + "-compaction", PolicyBucket: ns + "-policy",
+		ObjectsBucket: ns + "-objects", ForgetBucket: ns + "-forgotten",
+		TriggerConsumer: ns + "-trigger", TriggerGroup: "trigger",
+		WorkerConsumer: ns + "-workers", IdleConsumer: ns + "-idle",
+	}
+	return cfg
+}
+
+// conn opens one more connection, closed with the rig: a second worker pool or
+// trigger gets its own, as a second process would.
+func (r *rig) conn(name string) (*nats.Conn, error) {
+	nc, err := jetstream.Connect(r.url, name, zerolog.Nop())
+	if err != nil {
+		return nil, err
+	}
+	r.conns = append(r.conns, nc)
+	return nc, nil
+}
+
+// storeOn opens the rig's store over another connection.
+func (r *rig) storeOn(ctx context.Context, name string) (*jetstream.Store, error) {
+	nc, err := r.conn(name)
+	if err != nil {
+		return nil, err
+	}
+	return jetstream.Open(ctx, nc, r.cfg)
+}
+
+// close deletes the namespace's streams (buckets are streams too) and closes the
+// connections.
+func (r *rig) close() {
+	if r.js != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		names := r.js.StreamNames(ctx)
+		var mine []string
+		for n := range names.Name() {
+			if strings.Contains(strings.ToLower(n), r.ns) {
+				mine = append(mine, n)
+			}
+		}
+		for _, n := range mine {
+			_ = r.js.DeleteStream(ctx, n)
+		}
+	}
+	for _, nc := range r.conns {
+		nc.Close()
+	}
+}
+
+func (r *rig) client() *pipeline.Client { return pipeline.NewWithStore(r.nc, r.store) }
+
+// fixedPolicy gives every conversation the same settings.
+type fixedPolicy policy.Settings
+
+func (f fixedPolicy) Settings(context.Context, string) (policy.Settings, error) {
+	return policy.Settings(f), nil
+}
+
+// settings are the bench's policy: the defaults with a window of w tokens.
+func settings(w int) policy.Settings {
+	s := policy.Defaults()
+	s.ContextWindow = w
+	return s
+}
+
+// startTrigger runs a real trigger on its own connection until the returned stop.
+func (r *rig) startTrigger(ctx context.Context, s policy.Settings) (*triggers.Trigger, func() error, error) {
+	return r.startTriggerWith(ctx, s, nil)
+}
+
+// startTriggerWith is startTrigger with configure applied to the trigger's config.
+func (r *rig) startTriggerWith(ctx context.Context, s policy.Settings, configure func(*triggers.Config) error) (*triggers.Trigger, func() error, error) {
+	st, err := r.storeOn(ctx, "bench-trigger")
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := triggers.DefaultConfig()
+	cfg.RetryDelay = 200 * time.Millisecond
+	if configure != nil {
+		if err := configure(&cfg); err != nil {
+			return nil, nil, err
+		}
+	}
+	t, err := triggers.New(cfg, st, fixedPolicy(s), zerolog.Nop())
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, runComponent(ctx, t.Run), nil
+}
+
+// startPool runs a real summarizer pool of slots workers on its own connection,
+// summarizing with sum.
+func (r *rig) startPool(ctx context.Context, s policy.Settings, slots int, sum summary.Summarizer) (func() error, error) {
+	st, err := r.storeOn(ctx, "bench-worker")
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPool(st, s, slots, sum)
+	if err != nil {
+		return nil, err
+	}
+	return runComponent(ctx, p.Run), nil
+}
+
+// newPool is the bench's summarizer pool over st.
+func newPool(st *jetstream.Store, s policy.Settings, slots int, sum summary.Summarizer) (*summarizer.Pool, error) {
+	cfg := summarizer.DefaultConfig()
+	cfg.Workers = slots
+	cfg.BackoffBase = 100 * time.Millisecond
+	cfg.BackoffMax = time.Second
+	cfg.DrainTimeout = 10 * time.Second
+	return summarizer.NewPool(cfg, st, summarizer.Options{
+		Policies:    fixedPolicy(s),
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil },
+		Fallback:    extractive.New(), Retryable: llm.Retryable, Logger: zerolog.Nop()})
+}
+
+// runComponent runs run in a goroutine; the returned stop cancels it and waits.
+func runComponent(ctx context.Context, run func(context.Context) error) func() error {
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- run(cctx) }()
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
+}
+
+// fakeLLM is an OpenAI-compatible endpoint that answers after delay with a summary of
+// about summaryTokens tokens, spoken to by the real go-openai client (llm.Summarizer).
+type fakeLLM struct {
+	srv   *httptest.Server
+	delay time.Duration
+	reply string
+	calls atomic.Int64
+}
+
+func newFakeLLM(delay time.Duration, summaryTokens int) *fakeLLM {
+	f := &fakeLLM{delay: delay}
+	var b strings.Builder
+	b.WriteString("## Goal\nContinue the task.\n## Facts and identifiers\n")
+	for b.Len() < summaryTokens*4 {
+		b.WriteString("- the build of service api passed after fixing the import path in parser.go\n")
+	}
+	f.reply = b.String()
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	return f
+}
+
+func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model string `json:"model"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.calls.Add(1)
+	if f.delay > 0 {
+		select {
+		case <-time.After(f.delay):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	resp := map[string]any{
+		"id": "cmpl-bench", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
+		"choices": []map[string]any{{"index": 0, "finish_reason": "stop",
+			"message": map[string]any{"role": "assistant", "content": f.reply}}},
+		"usage": map[string]int{"prompt_tokens": 1000, "completion_tokens": len(f.reply) / 4, "total_tokens": 1000 + len(f.reply)/4},
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+func (f *fakeLLM) close() { f.srv.Close() }
+
+// summarizer is the real go-openai summarizer against f, timed: llmTime adds up the
+// time spent in its calls.
+func (f *fakeLLM) summarizer() (*timedSummarizer, error) { return llmSummarizer(f.srv.URL) }
+
+// llmSummarizer is the real go-openai summarizer against the endpoint at url, timed.
+func llmSummarizer(url string) (*timedSummarizer, error) {
+	s, err := llm.New(llm.Config{BaseURL: url + "/v1", APIKey: "bench", Model: "bench-model", Timeout: time.Minute})
+	if err != nil {
+		return nil, err
+	}
+	return &timedSummarizer{next: s}, nil
+}
+
+type timedSummarizer struct {
+	next  summary.Summarizer
+	nanos atomic.Int64
+	calls atomic.Int64
+}
+
+func (t *timedSummarizer) Summarize(ctx context.Context, in summary.Input) (summary.Output, error) {
+	start := time.Now()
+	out, err := t.next.Summarize(ctx, in)
+	t.nanos.Add(int64(time.Since(start)))
+	t.calls.Add(1)
+	return out, err
+}
+
+func (t *timedSummarizer) llmTime() time.Duration { return time.Duration(t.nanos.Load()) }

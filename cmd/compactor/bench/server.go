@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/jetstream/embedded"
+)
+
+// server is the NATS server a run measures against.
+type server struct {
+	URL string
+	// Kind says where it runs, for the report: "external", "process" or "embedded".
+	Kind string
+	// Note explains the choice when it matters for the figures.
+	Note string
+	stop func()
+}
+
+// startServer connects to cfg.NATSURL, or starts a nats-server process (cfg.NATSServer,
+// else nats-server on PATH), or, when there is none, an embedded server: then the
+// process's heap holds the server's too, which the report says.
+func startServer(cfg Config) (*server, error) {
+	if cfg.NATSURL != "" {
+		return &server{URL: cfg.NATSURL, Kind: "external", Note: "the server at --nats-url", stop: func() {}}, nil
+	}
+	bin := cfg.NATSServer
+	if bin == "" {
+		if p, err := exec.LookPath("nats-server"); err == nil {
+			bin = p
+		}
+	}
+	dir, err := os.MkdirTemp("", "compactor-bench-")
+	if err != nil {
+		return nil, err
+	}
+	var buildErr error
+	built := false
+	if bin == "" {
+		bin, buildErr = buildNATSServer(dir, cfg.Progress)
+		built = bin != ""
+	}
+	if bin == "" {
+		srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: dir})
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		return &server{URL: srv.ClientURL(), Kind: "embedded",
+			Note: fmt.Sprintf("no nats-server (--nats-server PATH, nats-server on PATH, or go build of the module's: %v): "+
+				"the server runs inside this process, sharing its CPU and heap; the heap per conversation includes the server's share", buildErr),
+			stop: func() { srv.Shutdown(); os.RemoveAll(dir) }}, nil
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js"))
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		os.RemoveAll(dir)
+	}
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nc, err := nats.Connect(url, nats.Timeout(time.Second))
+		if err == nil {
+			nc.Close()
+			break
+		}
+		select {
+		case err := <-exited:
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("%s exited: %v\n%s", bin, err, logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, errors.New(bin + " did not accept connections within 20s")
+		}
+	}
+	version := "nats-server"
+	if out, err := exec.Command(bin, "--version").Output(); err == nil {
+		version = string(bytes.TrimSpace(out))
+	}
+	how := bin
+	if built {
+		how = "built by go build from the version go.mod pins"
+	}
+	return &server{URL: url, Kind: "process", Note: fmt.Sprintf("%s (%s) in its own process", version, how), stop: stop}, nil
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// wait polls cond every few milliseconds until it holds, ctx ends or d passes.
+func wait(ctx context.Context, d time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s waiting for %s", d, what)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// buildNATSServer builds the nats-server go.mod pins (the go tool, in the module the
+// working directory is in) into dir: the version the embedded server and the tests
+// run.
+func buildNATSServer(dir string, progress io.Writer) (string, error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
+	}
+	if progress != nil {
+		fmt.Fprintln(progress, "building nats-server (the version go.mod pins)")
+	}
+	bin := filepath.Join(dir, "nats-server")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build nats-server: %v: %s", err, bytes.TrimSpace(out))
+	}
+	return bin, nil
+}
