@@ -110,6 +110,6 @@ func waitAll(b *testing.B, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			b.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
