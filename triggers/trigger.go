@@ -129,6 +129,21 @@ type Trigger struct {
 
 	// lastDelivery is the consumer sequence of the chat message delivered last.
 	lastDelivery atomic.Uint64
+
+	// handlers bounds the conversations handled at once; workers counts the goroutines
+	// handling them, which a stopping trigger waits for.
+	handlers chan struct{}
+	workers  sync.WaitGroup
+}
+
+// maxHandlers is how many conversations are worked on at once (each holds at most one
+// message in hand): enough to hide the round trips of many new conversations.
+const maxHandlers = 64
+
+// job is one delivery for a conversation's handler: a chat message, or an idle marker.
+type job struct {
+	d    *jetstream.Delivery
+	idle bool
 }
 
 // tracked is one conversation the trigger holds state for.
@@ -146,6 +161,10 @@ type tracked struct {
 
 	// touched, under Trigger.mu: when a handler last took the conversation (eviction).
 	touched time.Time
+	// jobs, under Trigger.mu: the deliveries waiting for the conversation's handler, in
+	// the order they came; working while a goroutine handles them (see dispatch).
+	jobs    []job
+	working bool
 
 	// sigMu guards what events and policy changes report. It is never held during a
 	// network call, so the subscriptions never wait on a conversation's work.
@@ -185,7 +204,7 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.
 		return nil, fmt.Errorf("%w: a store and a policy source are required", ErrConfig)
 	}
 	return &Trigger{cfg: cfg, store: store, policies: policies, log: log.With().Str("component", "trigger").Logger(),
-		now: time.Now, convs: map[string]*tracked{}}, nil
+		now: time.Now, convs: map[string]*tracked{}, handlers: make(chan struct{}, maxHandlers)}, nil
 }
 
 // Run consumes CHAT and ACTIVITY until ctx is done, then drains the messages in hand
@@ -245,6 +264,7 @@ func (t *Trigger) Run(ctx context.Context) error {
 			}
 			chat.Drain()
 			idle.Drain()
+			t.workers.Wait()
 			for _, tr := range t.snapshot() {
 				tr.mu.Lock()
 				if tr.st != nil && tr.st.retry != nil {
@@ -315,7 +335,7 @@ func (t *Trigger) evict() {
 	now := t.now()
 	cutoff := now.Add(-t.cfg.EvictAfter)
 	for id, tr := range t.convs {
-		if !tr.touched.Before(cutoff) || !tr.mu.TryLock() {
+		if !tr.touched.Before(cutoff) || tr.working || !tr.mu.TryLock() {
 			continue
 		}
 		c := tr.st
@@ -550,6 +570,9 @@ func (t *Trigger) forgottenMeanwhile(ctx context.Context, id string, base uint64
 	return true
 }
 
+// onMessage takes a chat message from the consumer: it looks for missed deliveries
+// and hands the message to its conversation's handler (see dispatch), so the consumer
+// goes on to the next message at once.
 func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 	if d.MetadataErr != nil {
 		t.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("chat message without metadata")
@@ -572,8 +595,53 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		_ = d.Ack()
 		return
 	}
+	t.dispatch(ctx, t.get(id), job{d: d})
+}
+
+// dispatch queues a delivery for its conversation's handler, and starts one when the
+// conversation has none. The consumer's callback never waits on a conversation: the
+// round trips of one (a rebuild, queueing a request and its event) hold up only its
+// own later messages, which are handled in order after it. At most maxHandlers
+// conversations are worked on at once.
+func (t *Trigger) dispatch(ctx context.Context, tr *tracked, j job) {
+	t.mu.Lock()
+	tr.jobs = append(tr.jobs, j)
+	start := !tr.working
+	tr.working = true
+	t.mu.Unlock()
+	if !start {
+		return
+	}
+	t.workers.Add(1)
+	go func() {
+		defer t.workers.Done()
+		t.handlers <- struct{}{}
+		defer func() { <-t.handlers }()
+		for {
+			t.mu.Lock()
+			if len(tr.jobs) == 0 {
+				tr.jobs, tr.working = nil, false
+				t.mu.Unlock()
+				return
+			}
+			j := tr.jobs[0]
+			tr.jobs[0] = job{}
+			tr.jobs = tr.jobs[1:]
+			t.mu.Unlock()
+			if j.idle {
+				t.handleIdle(ctx, tr, j.d)
+			} else {
+				t.handleMessage(ctx, tr, j.d)
+			}
+		}
+	}()
+}
+
+// handleMessage counts one chat message of the conversation tr and asks for a
+// compaction when it calls for one.
+func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.Delivery) {
+	id := d.Conversation
 	log := t.log.With().Str("conversation", id).Uint64("seq", d.Seq).Logger()
-	tr := t.get(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	// A rebuild counts what came before this message; the message itself is counted
@@ -827,16 +895,20 @@ func (t *Trigger) armFor(c *convState, ttl time.Duration) {
 }
 
 // onIdle handles ACTIVITY: the delete marker an expired idle timer leaves is the idle
-// signal; the timer messages themselves are only acknowledged. A signal whose request
-// could not be queued is delivered again.
+// signal, handed to the conversation's handler; the timer messages themselves are only
+// acknowledged. A signal whose request could not be queued is delivered again.
 func (t *Trigger) onIdle(ctx context.Context, d *jetstream.Delivery) {
 	if !d.IsIdleSignal() || d.Conversation == "" {
 		_ = d.Ack()
 		return
 	}
+	t.dispatch(ctx, t.get(d.Conversation), job{d: d, idle: true})
+}
+
+// handleIdle handles an idle signal of the conversation tr.
+func (t *Trigger) handleIdle(ctx context.Context, tr *tracked, d *jetstream.Delivery) {
 	id := d.Conversation
 	log := t.log.With().Str("conversation", id).Logger()
-	tr := t.get(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	c, err := t.ready(ctx, tr, id, throughNewest)
