@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -135,5 +136,66 @@ func TestConcurrentBatchedReadsOnACustomInboxPrefix(t *testing.T) {
 	defer mu.Unlock()
 	if len(denied) > 0 {
 		t.Errorf("permission errors: %s", strings.Join(denied, "; "))
+	}
+}
+
+// A read through a sequence whose direct get already found a later message of the
+// conversation does not ask the stream leader: the server that answered holds the
+// stream up to that message. A new conversation's first read (from 1 through the
+// message before the one just delivered) is one request.
+func TestReadThroughAsksTheLeaderOnlyWhenShort(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx := ctxT(t)
+	spy := jstest.Conn(t, srv)
+	var leader atomic.Int64
+	sub, err := spy.Subscribe("$JS.API.STREAM.MSG.GET.>", func(*nats.Msg) { leader.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hello")}
+	data, _ := m.Encode()
+	if _, err := st.PublishMessage(ctx, "other", data, ""); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for range 3 {
+		seq, err := st.PublishMessage(ctx, "c", data, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	for _, tc := range []struct {
+		name          string
+		from, through uint64
+		want          int
+	}{
+		{"new conversation", 1, seqs[0] - 1, 0},
+		{"through the middle", 1, seqs[1], 2},
+		{"after the first", seqs[1], seqs[2] - 1, 1},
+	} {
+		es, err := st.LoadEntriesThrough(ctx, "c", tc.from, tc.through)
+		if err != nil || len(es) != tc.want {
+			t.Fatalf("%s: got %d entries, %v; want %d", tc.name, len(es), err, tc.want)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := leader.Load(); n != 0 {
+		t.Errorf("%d requests to the stream leader; want none", n)
+	}
+	// Through the newest message: the answer reaches it, nothing is missing.
+	if es, err := st.LoadEntriesThrough(ctx, "c", 1, seqs[2]); err != nil || len(es) != 3 {
+		t.Fatalf("through the newest: got %d entries, %v; want 3", len(es), err)
 	}
 }
