@@ -2,11 +2,13 @@ package jetstream
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // replies routes the answers of batched direct gets to the reads waiting for them. A
@@ -23,7 +25,7 @@ type replies struct {
 	nc *nats.Conn
 
 	mu     sync.Mutex
-	sub    *nats.Subscription // nil until the first read, or after it broke
+	sub    *nats.Subscription // made with the store; made again if it broke
 	prefix string             // the subscription's inbox, ending in "."
 	next   uint64
 	reads  map[string]*pendingRead
@@ -39,21 +41,42 @@ type pendingRead struct {
 // errRepliesClosed is the error of a read on a store whose connection is closed.
 var errRepliesClosed = errors.New("connection closed")
 
+// newStore returns a store with its reply subscription made, so the store's
+// subscriptions are all there from the start (a component that counts the connection's
+// subscriptions before and after its run sees none of the store's come or go).
+func newStore(nc *nats.Conn, js natsjs.JetStream, cfg Config, results natsjs.KeyValue) (*Store, error) {
+	st := &Store{nc: nc, js: js, cfg: cfg, results: results, replies: replies{nc: nc}}
+	st.replies.mu.Lock()
+	defer st.replies.mu.Unlock()
+	if err := st.replies.subscribe(); err != nil {
+		return nil, fmt.Errorf("subscribe to the replies of direct gets: %w", err)
+	}
+	return st, nil
+}
+
+// subscribe makes the reply subscription. Callers hold r.mu.
+func (r *replies) subscribe() error {
+	if r.nc.IsClosed() {
+		return errRepliesClosed
+	}
+	prefix := r.nc.NewInbox() + "."
+	sub, err := r.nc.Subscribe(prefix+"*", r.deliver)
+	if err != nil {
+		return err
+	}
+	r.sub, r.prefix, r.reads = sub, prefix, map[string]*pendingRead{}
+	return nil
+}
+
 // open returns a fresh reply subject and the read that collects its answers; done
 // must be called when the read is over.
 func (r *replies) open() (subject string, pr *pendingRead, done func(), err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sub == nil || !r.sub.IsValid() {
-		if r.nc.IsClosed() {
-			return "", nil, nil, errRepliesClosed
-		}
-		prefix := r.nc.NewInbox() + "."
-		sub, err := r.nc.Subscribe(prefix+"*", r.deliver)
-		if err != nil {
+		if err := r.subscribe(); err != nil {
 			return "", nil, nil, err
 		}
-		r.sub, r.prefix, r.reads = sub, prefix, map[string]*pendingRead{}
 	}
 	r.next++
 	token := strconv.FormatUint(r.next, 36)
