@@ -138,7 +138,9 @@ func (c Content) Parts() ([]ContentPart, error) {
 			}
 		}
 		if v, ok := fields["text"]; ok && parts[i].Type == "text" {
-			if err := json.Unmarshal(v, &parts[i].Text); err != nil {
+			if t, ok := unquote(v); ok {
+				parts[i].Text = t // the common case, without a second JSON decoder pass
+			} else if err := json.Unmarshal(v, &parts[i].Text); err != nil {
 				return nil, err
 			}
 		}
