@@ -74,27 +74,33 @@ const DirectBatchSize = 256
 // sequence + 1. Any replica may answer a direct get; use LoadConversationLeader when a
 // read must see the newest writes. Messages that left the stream are simply not there.
 func (s *Store) LoadConversation(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
+	msgs, _, err := s.loadConversation(ctx, conv, fromSeq, upToSeq)
+	return msgs, err
+}
+
+// loadConversation is LoadConversation; past reports that the answer held a message of
+// the conversation after upToSeq.
+func (s *Store) loadConversation(ctx context.Context, conv string, fromSeq, upToSeq uint64) (out []StoredMsg, past bool, err error) {
 	subj, err := s.cfg.ChatSubject(conv)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if fromSeq == 0 {
 		fromSeq = 1
 	}
-	var out []StoredMsg
 	for {
 		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, fromSeq, DirectBatchSize)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		for _, m := range page {
 			if upToSeq > 0 && m.Seq > upToSeq {
-				return out, nil
+				return out, true, nil
 			}
 			out = append(out, m)
 		}
 		if !more || len(page) == 0 {
-			return out, nil
+			return out, false, nil
 		}
 		fromSeq = page[len(page)-1].Seq + 1
 	}
@@ -119,12 +125,12 @@ func entries(msgs []StoredMsg) []schemas.Entry {
 }
 
 // LoadEntriesThrough is LoadEntries for [fromSeq, through], where through is a sequence
-// the caller knows the conversation has (a message just delivered, or the newest the
-// leader reported). A direct get may be answered by a replica that lags behind; when
-// the answer stops short of through, the rest is read from the stream leader, so the
+// the caller knows the stream has (a message just delivered, or the newest the leader
+// reported). A direct get may be answered by a replica that lags behind; when the
+// answer stops short of through, the rest is read from the stream leader, so the
 // entries are never fewer than what the stream held at through.
 func (s *Store) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, through uint64) ([]schemas.Entry, error) {
-	msgs, err := s.LoadConversation(ctx, conv, fromSeq, through)
+	msgs, past, err := s.loadConversation(ctx, conv, fromSeq, through)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +138,11 @@ func (s *Store) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, th
 	if n := len(msgs); n > 0 {
 		next = msgs[n-1].Seq + 1
 	}
-	if next <= through {
+	// A server that answered with a message after through holds the stream up to it (a
+	// replica applies the stream in order): nothing is missing, the leader is not asked.
+	// That is the common case of a new conversation, whose read from 1 finds the message
+	// just delivered.
+	if next <= through && !past {
 		rest, err := s.LoadConversationLeader(ctx, conv, next, through)
 		if err != nil {
 			return nil, err

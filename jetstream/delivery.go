@@ -58,6 +58,11 @@ func (d *Delivery) Header(key string) string { return d.msg.Headers().Get(key) }
 // ignores).
 func (d *Delivery) Ack() error { return d.msg.Ack() }
 
+// FlushAcks returns once the server has received every acknowledgement sent on the
+// store's connection so far (Ack does not wait): a stopping consumer calls it after
+// its last message, so its acks are not left in the client's buffer.
+func (s *Store) FlushAcks(ctx context.Context) error { return s.nc.FlushWithContext(ctx) }
+
 // AckSync acknowledges the delivery and waits until the server confirmed it, so the
 // slot of a work-queue request is free when it returns.
 func (d *Delivery) AckSync(ctx context.Context) error { return d.msg.DoubleAck(ctx) }

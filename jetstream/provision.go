@@ -160,7 +160,8 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 	if err != nil {
 		return nil, nil, fmt.Errorf("bucket %s: %w", cfg.ResultsBucket, err)
 	}
-	return &Store{nc: nc, js: js, cfg: cfg, results: results}, p.applied, nil
+	st, err := newStore(nc, js, cfg, results)
+	return st, p.applied, err
 }
 
 // provisioner creates what is missing and compares what exists.
@@ -337,5 +338,5 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bucket %s (is a compactor serving this NATS?): %w", cfg.ResultsBucket, err)
 	}
-	return &Store{nc: nc, js: js, cfg: cfg, results: results}, nil
+	return newStore(nc, js, cfg, results)
 }

@@ -25,6 +25,9 @@ type Store struct {
 	cfg     Config
 	results natsjs.KeyValue
 
+	// replies routes the answers of batched direct gets (see replies).
+	replies replies
+
 	objMu   sync.Mutex
 	objects natsjs.ObjectStore // bound on the first object stored
 }
@@ -59,12 +62,11 @@ func (m StoredMsg) Entry() schemas.Entry {
 // directBatch sends one batched direct get and collects the answers up to the end-of-
 // batch marker. more reports whether the server said messages are still pending.
 func (s *Store) directBatch(ctx context.Context, stream, subj string, fromSeq uint64, batch int) (msgs []StoredMsg, more bool, err error) {
-	inbox := s.nc.NewRespInbox()
-	sub, err := s.nc.SubscribeSync(inbox)
+	inbox, pr, done, err := s.replies.open()
 	if err != nil {
 		return nil, false, fmt.Errorf("direct get %s: %w", subj, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer done()
 	req, _ := json.Marshal(map[string]any{"seq": fromSeq, "next_by_subj": subj, "batch": batch})
 	if err := s.nc.PublishRequest(apiPrefix+"DIRECT.GET."+stream, inbox, req); err != nil {
 		return nil, false, fmt.Errorf("direct get %s: %w", subj, err)
@@ -75,32 +77,38 @@ func (s *Store) directBatch(ctx context.Context, stream, subj string, fromSeq ui
 		defer cancel()
 	}
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
+		var answers []*nats.Msg
+		select {
+		case <-pr.ready:
+			answers = pr.take()
+		case <-ctx.Done():
+			err := ctx.Err()
 			if errors.Is(err, context.DeadlineExceeded) && len(msgs) == 0 {
 				return nil, false, fmt.Errorf("direct get %s from %d: no answer (is direct get allowed on %s?): %w", subj, fromSeq, stream, err)
 			}
 			return nil, false, fmt.Errorf("direct get %s from %d: %w", subj, fromSeq, err)
 		}
-		if len(m.Data) == 0 {
-			switch status := m.Header.Get("Status"); status {
-			case "404":
-				return msgs, false, nil
-			case "204": // end of batch
-				np, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-				return msgs, np > 0, nil
-			case "":
-			case "503":
-				return nil, false, fmt.Errorf("direct get %s: %w", subj, nats.ErrNoResponders)
-			default:
-				return nil, false, fmt.Errorf("direct get %s: status %s %s", subj, status, m.Header.Get("Description"))
+		for _, m := range answers {
+			if len(m.Data) == 0 {
+				switch status := m.Header.Get("Status"); status {
+				case "404":
+					return msgs, false, nil
+				case "204": // end of batch
+					np, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+					return msgs, np > 0, nil
+				case "":
+				case "503":
+					return nil, false, fmt.Errorf("direct get %s: %w", subj, nats.ErrNoResponders)
+				default:
+					return nil, false, fmt.Errorf("direct get %s: status %s %s", subj, status, m.Header.Get("Description"))
+				}
 			}
+			sm, err := storedFromDirect(m)
+			if err != nil {
+				return nil, false, fmt.Errorf("direct get %s: %w", subj, err)
+			}
+			msgs = append(msgs, sm)
 		}
-		sm, err := storedFromDirect(m)
-		if err != nil {
-			return nil, false, fmt.Errorf("direct get %s: %w", subj, err)
-		}
-		msgs = append(msgs, sm)
 	}
 }
 

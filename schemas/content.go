@@ -3,7 +3,9 @@ package schemas
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -89,6 +91,11 @@ func (c Content) IsParts() bool {
 func (c Content) String() string {
 	switch {
 	case c.IsString():
+		// Most contents are strings without an escape: their text is their bytes, and
+		// a token count (every message the trigger sees) need not run a JSON decoder.
+		if s, ok := unquote(trimJSONSpace(c.raw)); ok {
+			return s
+		}
 		var s string
 		_ = json.Unmarshal(c.raw, &s)
 		return s
@@ -131,7 +138,9 @@ func (c Content) Parts() ([]ContentPart, error) {
 			}
 		}
 		if v, ok := fields["text"]; ok && parts[i].Type == "text" {
-			if err := json.Unmarshal(v, &parts[i].Text); err != nil {
+			if t, ok := unquote(v); ok {
+				parts[i].Text = t // the common case, without a second JSON decoder pass
+			} else if err := json.Unmarshal(v, &parts[i].Text); err != nil {
 				return nil, err
 			}
 		}
@@ -183,4 +192,119 @@ func (p ContentPart) Placeholder() string {
 		return "[refusal]"
 	}
 	return "[" + oneLine(p.Type) + "]"
+}
+
+// What scanJSONString found.
+const (
+	notAString    = iota // not exactly one JSON string literal
+	plainString          // a string literal without an escape sequence
+	escapedString        // a string literal with escape sequences
+)
+
+// scanJSONString tells whether b is exactly one JSON string literal (RFC 8259: no
+// control character unescaped, only the escapes \" \\ \/ \b \f \n \r \t \uXXXX), and
+// whether it holds an escape. Bytes of 0x80 and up are not checked here: invalid UTF-8 is
+// refused by the callers that must refuse it.
+func scanJSONString(b []byte) int {
+	if len(b) < 2 || b[0] != '"' {
+		return notAString
+	}
+	kind := plainString
+	for i := 1; i < len(b); i++ {
+		for i < len(b) && plainByte[b[i]] {
+			i++
+		}
+		if i == len(b) {
+			break
+		}
+		switch c := b[i]; {
+		case c == '"':
+			if i != len(b)-1 {
+				return notAString
+			}
+			return kind
+		case c == '\\':
+			kind = escapedString
+			if i+1 >= len(b) {
+				return notAString
+			}
+			i++
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return notAString
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return notAString
+					}
+				}
+				i += 4
+			default:
+				return notAString
+			}
+		case c < 0x20:
+			return notAString
+		}
+	}
+	return notAString
+}
+
+// trimJSONSpace cuts the white space JSON allows around a value (not all of Unicode's,
+// as bytes.TrimSpace does).
+func trimJSONSpace(b []byte) []byte { return bytes.Trim(b, " \t\r\n") }
+
+// plainByte marks the bytes a JSON string holds as they are: not '"', '\\' or a
+// control character.
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// unquote decodes a JSON string literal of valid UTF-8 as encoding/json does, in one
+// pass; ok is false when b is anything else (not a string literal, invalid UTF-8, a
+// \u escape of a UTF-16 surrogate), which the caller leaves to encoding/json.
+func unquote(b []byte) (s string, ok bool) {
+	kind := scanJSONString(b)
+	if kind == notAString || !utf8.Valid(b) {
+		return "", false
+	}
+	body := b[1 : len(b)-1]
+	if kind == plainString {
+		return string(body), true
+	}
+	out := make([]byte, 0, len(body))
+	for i := 0; i < len(body); i++ {
+		c := body[i]
+		if c != '\\' {
+			out = append(out, c)
+			continue
+		}
+		i++
+		switch body[i] {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r, err := strconv.ParseUint(string(body[i+1:i+5]), 16, 32)
+			if err != nil || utf16.IsSurrogate(rune(r)) {
+				return "", false
+			}
+			out = utf8.AppendRune(out, rune(r))
+			i += 4
+		default: // " \ /
+			out = append(out, body[i])
+		}
+	}
+	return string(out), true
 }

@@ -123,11 +123,15 @@ func validateContent(m *Message) error {
 		}
 		return invalid("content", "is required on a %s message (null is allowed only beside tool_calls)", m.Role)
 	case c.IsString():
+		if scanJSONString(trimJSONSpace(c.raw)) != notAString {
+			return nil
+		}
+		// Not a string literal: the decoder says why.
 		var s string
 		if err := json.Unmarshal(c.raw, &s); err != nil {
 			return invalid("content", "is not a valid JSON string: %v", err)
 		}
-		return nil
+		return invalid("content", "is not a valid JSON string")
 	case c.IsParts():
 		var raws []json.RawMessage
 		if err := json.Unmarshal(c.raw, &raws); err != nil {

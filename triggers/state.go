@@ -2,11 +2,10 @@ package triggers
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/budget"
-	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
 )
 
@@ -18,10 +17,11 @@ type convState struct {
 	id        string
 	watermark uint64 // the newest CHAT sequence already counted
 	tokens    int    // pinned + summary + tail, estimated
-	open      map[string]bool
-	count     tokens.Counter  // the conversation's tokenizer
-	settings  policy.Settings // the conversation's resolved policy
-	budget    budget.Budget   // settings.Budget()
+	// open holds the ids of the newest round's tool calls still unanswered.
+	open []string
+	// shared holds the conversation's resolved policy (settings), its budget and its
+	// tokenizer's counter (count), shared with every conversation of the same policy.
+	*shared
 	// generation is the compaction generation of the value the estimate builds on.
 	generation uint64
 
@@ -32,7 +32,7 @@ type convState struct {
 	// structural is the reason of a pending structural trigger (a large tool output).
 	structural string
 	// lastMsgAt is the stream time of the newest message (idle detection).
-	lastMsgAt time.Time
+	lastMsgAt stamp
 
 	// tailStart is where the value the state was built on starts its tail: a message
 	// before it is in the summary (or pinned), never counted on its own.
@@ -56,16 +56,34 @@ type convState struct {
 	timers
 }
 
+// stamp is a wall-clock instant in Unix nanoseconds, 0 for none: a third of a
+// time.Time, for the many instants every tracked conversation keeps.
+type stamp int64
+
+func stampOf(t time.Time) stamp {
+	if t.IsZero() {
+		return 0
+	}
+	return stamp(t.UnixNano())
+}
+
+func (s stamp) time() time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(s))
+}
+
 // timers is the part of a conversation's state that a rebuild keeps.
 type timers struct {
-	inFlightUntil time.Time
+	inFlightUntil stamp
 	failures      int
-	backoffUntil  time.Time
+	backoffUntil  stamp
 	// retry is the pending re-evaluation, due at retryAt; retryGen tells the timer that
 	// is current from one replaced by a later deadline; retryErrors counts the
 	// re-evaluations in a row that could not rebuild the state.
 	retry       *time.Timer
-	retryAt     time.Time
+	retryAt     stamp
 	retryGen    uint64
 	retryErrors int
 	// retryInFlight marks a retry scheduled only to look for a request in flight whose
@@ -74,12 +92,12 @@ type timers struct {
 	retryInFlight bool
 	// lastArm is when the idle timer was last re-armed; idleFiredFor the lastMsgAt of
 	// the quiet period an idle request was already made for.
-	lastArm      time.Time
-	idleFiredFor time.Time
+	lastArm      stamp
+	idleFiredFor stamp
 
 	// inFlightCheckAt is when the work queue may next be asked whether the request in
 	// flight is still there (its outcome event may never come).
-	inFlightCheckAt time.Time
+	inFlightCheckAt stamp
 }
 
 // add counts one message and follows the open tool calls of the newest round.
@@ -107,12 +125,17 @@ func (c *convState) add(m *schemas.Message, seq uint64) {
 	}
 	switch {
 	case m.HasToolCalls():
-		c.open = make(map[string]bool, len(m.ToolCalls))
-		for _, tc := range m.ToolCalls {
-			c.open[tc.ID] = true
+		// A slice, not a set: a few bytes per call instead of a map's hundreds. An id
+		// listed twice is answered by one result (every copy is removed below), and
+		// adding is linear however many calls a hostile message lists.
+		c.open = make([]string, len(m.ToolCalls))
+		for i, tc := range m.ToolCalls {
+			c.open[i] = tc.ID
 		}
 	case m.Role == schemas.RoleTool:
-		delete(c.open, m.ToolCallID)
+		if c.open = slices.DeleteFunc(c.open, func(id string) bool { return id == m.ToolCallID }); len(c.open) == 0 {
+			c.open = nil
+		}
 	case m.Role == schemas.RoleAssistant:
 		c.open = nil // the agent moved on; the round stays incomplete forever
 	}
@@ -148,11 +171,11 @@ func (c *convState) hold(now time.Time, regrow float64) string {
 		return "the conversation was forgotten: the state is rebuilt before it asks again"
 	case len(c.open) > 0:
 		return "tool calls unanswered"
-	case now.Before(c.inFlightUntil):
+	case now.Before(c.inFlightUntil.time()):
 		return "a request is in flight"
 	case c.retry != nil:
 		return "a retry is scheduled"
-	case now.Before(c.backoffUntil) && c.tokens < c.budget.HardLimitTokens():
+	case now.Before(c.backoffUntil.time()) && c.tokens < c.budget.HardLimitTokens():
 		return "backing off after a failure"
 	case c.declinedAtSeq > 0 && c.tokens < c.tokensAtDecline+int(regrow*float64(c.budget.ContextWindow)):
 		return "declined; waiting for the conversation to grow"
@@ -163,11 +186,11 @@ func (c *convState) hold(now time.Time, regrow float64) string {
 // failed spaces the next request out after a failed compaction: base doubled per
 // failure in a row, at most max.
 func (c *convState) failed(now time.Time, base, maxBackoff time.Duration) {
-	c.inFlightUntil = time.Time{}
+	c.inFlightUntil = 0
 	c.failures++
 	d := base
 	for i := 1; i < c.failures && d < maxBackoff; i++ {
 		d *= 2
 	}
-	c.backoffUntil = now.Add(min(d, maxBackoff))
+	c.backoffUntil = stampOf(now.Add(min(d, maxBackoff)))
 }

@@ -17,7 +17,7 @@ func state(toks int, change ...func(*policy.Settings)) *convState {
 	for _, fn := range change {
 		fn(&s)
 	}
-	return &convState{id: "c", tokens: toks, settings: s, budget: s.Budget(), count: tokens.Chars4{}}
+	return &convState{id: "c", tokens: toks, shared: &shared{settings: s, budget: s.Budget(), count: tokens.Chars4{}}}
 }
 
 func TestDecide(t *testing.T) {
@@ -51,8 +51,8 @@ func TestHold(t *testing.T) {
 		want string // part of the reason; "" when a request may go
 	}{
 		{"nothing holds", func() *convState { return state(3000) }, ""},
-		{"open tool call", func() *convState { c := state(3000); c.open = map[string]bool{"a": true}; return c }, "tool calls"},
-		{"in flight", func() *convState { c := state(3000); c.inFlightUntil = now.Add(time.Minute); return c }, "in flight"},
+		{"open tool call", func() *convState { c := state(3000); c.open = []string{"a"}; return c }, "tool calls"},
+		{"in flight", func() *convState { c := state(3000); c.inFlightUntil = stampOf(now.Add(time.Minute)); return c }, "in flight"},
 		{"backing off under the hard limit", func() *convState {
 			c := state(3000)
 			c.failed(now, time.Minute, time.Hour)
@@ -95,7 +95,7 @@ func TestFailureBackoffDoublesToItsMax(t *testing.T) {
 	var got []time.Duration
 	for range 5 {
 		c.failed(now, time.Minute, 5*time.Minute)
-		got = append(got, c.backoffUntil.Sub(now))
+		got = append(got, c.backoffUntil.time().Sub(now))
 	}
 	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute, 5 * time.Minute}
 	for i := range want {

@@ -129,6 +129,28 @@ type Trigger struct {
 
 	// lastDelivery is the consumer sequence of the chat message delivered last.
 	lastDelivery atomic.Uint64
+	// stopping is set when Run's context is done: the handlers then wait for their acks.
+	stopping atomic.Bool
+
+	// shared holds the policies the tracked conversations share.
+	shared sharedPolicies
+
+	// runq, under mu: the conversations with deliveries waiting for a worker, in the
+	// order they came; running, under mu: the workers (at most maxHandlers). A stopping
+	// trigger waits for workers.
+	runq    []*tracked
+	running int
+	workers sync.WaitGroup
+}
+
+// maxHandlers is how many conversations are worked on at once (each holds at most one
+// delivery in hand): enough to hide the round trips of many new conversations.
+const maxHandlers = 64
+
+// job is one delivery for a conversation's handler: a chat message, or an idle marker.
+type job struct {
+	d    *jetstream.Delivery
+	idle bool
 }
 
 // tracked is one conversation the trigger holds state for.
@@ -139,13 +161,19 @@ type tracked struct {
 	st *convState // nil until built; under mu
 	// stale, under mu: the state must be rebuilt before it is used again.
 	stale bool
+	// working, under Trigger.mu: the conversation waits in the run queue, or a worker
+	// handles it (see dispatch). Beside stale to save a word.
+	working bool
 	// brokenUntil and broken, under mu: the state could not be rebuilt; until then its
 	// messages are acknowledged without counting.
-	brokenUntil time.Time
+	brokenUntil stamp
 	broken      error
 
 	// touched, under Trigger.mu: when a handler last took the conversation (eviction).
-	touched time.Time
+	touched stamp
+	// jobs, under Trigger.mu: the deliveries waiting for the conversation's handler, in
+	// the order they came.
+	jobs []job
 
 	// sigMu guards what events and policy changes report. It is never held during a
 	// network call, so the subscriptions never wait on a conversation's work.
@@ -239,12 +267,21 @@ func (t *Trigger) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			t.stopping.Store(true)
 			if t.cfg.DrainTimeout > 0 {
 				// What is still in hand then fails and waits for its ack wait.
 				time.AfterFunc(t.cfg.DrainTimeout, stopHandlers)
 			}
 			chat.Drain()
 			idle.Drain()
+			t.workers.Wait()
+			// The handlers' acks do not wait for the server; the consumer's drain no
+			// longer follows them (they are sent after it), so they are flushed here.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := t.store.FlushAcks(fctx); err != nil {
+				t.log.Warn().Err(err).Msg("flush the last acknowledgements; their messages are redelivered after the ack wait")
+			}
+			cancel()
 			for _, tr := range t.snapshot() {
 				tr.mu.Lock()
 				if tr.st != nil && tr.st.retry != nil {
@@ -286,7 +323,7 @@ func (t *Trigger) get(id string) *tracked {
 		tr = &tracked{}
 		t.convs[id] = tr
 	}
-	tr.touched = t.now()
+	tr.touched = stampOf(t.now())
 	return tr
 }
 
@@ -315,11 +352,11 @@ func (t *Trigger) evict() {
 	now := t.now()
 	cutoff := now.Add(-t.cfg.EvictAfter)
 	for id, tr := range t.convs {
-		if !tr.touched.Before(cutoff) || !tr.mu.TryLock() {
+		if !tr.touched.time().Before(cutoff) || tr.working || !tr.mu.TryLock() {
 			continue
 		}
 		c := tr.st
-		if c == nil || (c.retry == nil && !now.Before(c.inFlightUntil) && !now.Before(c.backoffUntil)) {
+		if c == nil || (c.retry == nil && !now.Before(c.inFlightUntil.time()) && !now.Before(c.backoffUntil.time())) {
 			delete(t.convs, id)
 		}
 		tr.mu.Unlock()
@@ -343,21 +380,21 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 		if tr.st != nil && tr.st.retry != nil {
 			tr.st.retry.Stop()
 		}
-		tr.st, tr.stale, tr.broken, tr.brokenUntil = nil, false, nil, time.Time{}
+		tr.st, tr.stale, tr.broken, tr.brokenUntil = nil, false, nil, 0
 	}
 	if sig.stale {
-		tr.stale, tr.broken, tr.brokenUntil = true, nil, time.Time{}
+		tr.stale, tr.broken, tr.brokenUntil = true, nil, 0
 	}
 	if c := tr.st; c != nil {
 		if sig.outcome {
-			c.inFlightUntil = time.Time{}
+			c.inFlightUntil = 0
 			if c.retry != nil && c.retryInFlight {
 				c.retry.Stop()
 				c.retry, c.retryInFlight = nil, false
 			}
 		}
 		if sig.completed {
-			c.failures, c.backoffUntil = 0, time.Time{}
+			c.failures, c.backoffUntil = 0, 0
 		}
 		for range sig.failures {
 			c.failed(now, t.cfg.FailureBackoff, t.cfg.FailureBackoffMax)
@@ -367,7 +404,7 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 	if tr.st != nil && !tr.stale {
 		return tr.st, nil
 	}
-	if tr.broken != nil && now.Before(tr.brokenUntil) {
+	if tr.broken != nil && now.Before(tr.brokenUntil.time()) {
 		return nil, tr.broken
 	}
 	if through == throughNewest {
@@ -399,10 +436,10 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 // in flight and the state is rebuilt, since a value may have been written. Callers hold
 // tr.mu.
 func (t *Trigger) checkInFlight(ctx context.Context, tr *tracked, c *convState, id string, now time.Time) {
-	if !now.Before(c.inFlightUntil) || now.Before(c.inFlightCheckAt) {
+	if !now.Before(c.inFlightUntil.time()) || now.Before(c.inFlightCheckAt.time()) {
 		return
 	}
-	c.inFlightCheckAt = now.Add(t.cfg.RetryDelay)
+	c.inFlightCheckAt = stampOf(now.Add(t.cfg.RetryDelay))
 	pending, err := t.store.PendingRequest(ctx, id)
 	switch {
 	case err != nil:
@@ -410,7 +447,7 @@ func (t *Trigger) checkInFlight(ctx context.Context, tr *tracked, c *convState, 
 		t.log.Debug().Err(err).Str("conversation", id).Msg("look for the request in flight")
 	case pending == nil:
 		t.log.Info().Str("conversation", id).Msg("the request in flight left the queue without an outcome event reaching the trigger; looking again")
-		c.inFlightUntil, c.inFlightCheckAt = time.Time{}, time.Time{}
+		c.inFlightUntil, c.inFlightCheckAt = 0, 0
 		tr.stale = true
 	}
 }
@@ -445,7 +482,7 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	if err != nil {
 		return nil, err
 	}
-	c := &convState{id: id, watermark: through, settings: s, budget: s.Budget(), count: count, base: math.MaxUint64}
+	c := &convState{id: id, watermark: through, shared: t.shared.get(s, count), base: math.MaxUint64}
 	if old != nil {
 		c.timers = *old
 	}
@@ -488,7 +525,7 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	}
 	c.structural = "" // a large output already covered by a compaction, or counted before a restart
 	if n := len(tail); n > 0 {
-		c.lastMsgAt = tail[n-1].Time
+		c.lastMsgAt = stampOf(tail[n-1].Time)
 	}
 	if c.declinedAtSeq > 0 {
 		c.tokensAtDecline = c.tokens
@@ -505,8 +542,8 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 // redelivery after a pause while attempts remain, then the conversation is reported
 // and set aside for BrokenRetry, and the delivery acknowledged. It never naks forever.
 func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *jetstream.Delivery, err error, log zerolog.Logger) {
-	if tr.broken != nil && t.now().Before(tr.brokenUntil) {
-		_ = d.Ack() // set aside: the next rebuild reads this message from the stream
+	if tr.broken != nil && t.now().Before(tr.brokenUntil.time()) {
+		t.ack(ctx, d) // set aside: the next rebuild reads this message from the stream
 		return
 	}
 	if d.Attempt < uint64(t.cfg.RebuildAttempts) {
@@ -517,7 +554,7 @@ func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *
 		}
 		return
 	}
-	tr.broken, tr.brokenUntil = err, t.now().Add(t.cfg.BrokenRetry)
+	tr.broken, tr.brokenUntil = err, stampOf(t.now().Add(t.cfg.BrokenRetry))
 	log.Error().Err(err).Dur("retry_in", t.cfg.BrokenRetry).Msg("conversation state cannot be rebuilt; not counting it until then")
 	ev := schemas.Event{Type: schemas.EventFailed, Conversation: id, RequestID: schemas.NewRequestID(),
 		Reason: "the trigger cannot read the conversation", Error: err.Error(), At: t.now().UTC()}
@@ -526,7 +563,7 @@ func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *
 		log.Warn().Err(perr).Msg("publish failed event")
 	}
 	t.forgottenMeanwhile(ctx, id, d.Seq, &w, log)
-	_ = d.Ack()
+	t.ack(ctx, d)
 }
 
 // forgottenMeanwhile checks, after a write, whether the conversation was forgotten
@@ -550,6 +587,24 @@ func (t *Trigger) forgottenMeanwhile(ctx context.Context, id string, base uint64
 	return true
 }
 
+// ack acknowledges a handled delivery. It does not wait for the server, except while
+// the trigger stops: then the process may end as soon as Run returns, and the ack must
+// have been applied by then, or its message waits for the ack wait before another
+// trigger counts it. (The server applies acks in order, so the last one confirmed
+// covers those sent before.)
+func (t *Trigger) ack(ctx context.Context, d *jetstream.Delivery) {
+	if !t.stopping.Load() {
+		_ = d.Ack()
+		return
+	}
+	if err := d.AckSync(ctx); err != nil {
+		t.log.Warn().Err(err).Str("conversation", d.Conversation).Uint64("seq", d.Seq).Msg("acknowledge while stopping; the message is redelivered")
+	}
+}
+
+// onMessage takes a chat message from the consumer: it looks for missed deliveries
+// and hands the message to its conversation's handler (see dispatch), so the consumer
+// goes on to the next message at once.
 func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 	if d.MetadataErr != nil {
 		t.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("chat message without metadata")
@@ -572,8 +627,65 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		_ = d.Ack()
 		return
 	}
+	t.dispatch(ctx, t.get(id), job{d: d})
+}
+
+// dispatch queues a delivery for its conversation's handler. The consumer's callback
+// never waits on a conversation: the round trips of one (a rebuild, queueing a request
+// and its event) hold up only its own later messages, which are handled in order after
+// it. Up to maxHandlers workers take the conversations that have deliveries waiting, one
+// delivery at a time, so each conversation is handled by one worker at a time. Workers
+// exit when no conversation waits (a stopping trigger waits for them).
+func (t *Trigger) dispatch(ctx context.Context, tr *tracked, j job) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr.jobs = append(tr.jobs, j)
+	if tr.working {
+		return // waiting in runq, or being handled: its worker takes this one after
+	}
+	tr.working = true
+	t.runq = append(t.runq, tr)
+	if t.running < maxHandlers {
+		t.running++
+		t.workers.Add(1)
+		go t.work(ctx)
+	}
+}
+
+// work handles deliveries until no conversation waits.
+func (t *Trigger) work(ctx context.Context) {
+	defer t.workers.Done()
+	t.mu.Lock()
+	for len(t.runq) > 0 {
+		tr := t.runq[0]
+		t.runq[0] = nil
+		t.runq = t.runq[1:]
+		j := tr.jobs[0]
+		tr.jobs[0] = job{}
+		tr.jobs = tr.jobs[1:]
+		t.mu.Unlock()
+		if j.idle {
+			t.handleIdle(ctx, tr, j.d)
+		} else {
+			t.handleMessage(ctx, tr, j.d)
+		}
+		t.mu.Lock()
+		if len(tr.jobs) > 0 {
+			t.runq = append(t.runq, tr) // after the others waiting: one busy conversation does not starve them
+		} else {
+			tr.jobs, tr.working = nil, false
+		}
+	}
+	t.runq = nil
+	t.running--
+	t.mu.Unlock()
+}
+
+// handleMessage counts one chat message of the conversation tr and asks for a
+// compaction when it calls for one.
+func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.Delivery) {
+	id := d.Conversation
 	log := t.log.With().Str("conversation", id).Uint64("seq", d.Seq).Logger()
-	tr := t.get(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	// A rebuild counts what came before this message; the message itself is counted
@@ -585,17 +697,17 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		return
 	}
 	if d.Seq <= c.forgottenThrough {
-		_ = d.Ack() // a forgotten conversation's message, delivered before the forget deleted it
+		t.ack(ctx, d) // a forgotten conversation's message, delivered before the forget deleted it
 		return
 	}
 	if d.Seq > c.watermark {
 		e := jetstream.StoredMsg{Seq: d.Seq, Data: d.Data()}.Entry()
 		c.watermark = d.Seq
 		c.base = min(c.base, d.Seq)
-		c.lastMsgAt = d.Time
+		c.lastMsgAt = stampOf(d.Time)
 		if e.Err != nil {
 			log.Warn().Err(e.Err).Msg("invalid chat message skipped")
-			_ = d.Ack()
+			t.ack(ctx, d)
 			return
 		}
 		// One read late (redelivered after a failover, or by a trigger behind the
@@ -616,7 +728,7 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 	if !c.forgotten {
 		t.arm(c)
 	}
-	_ = d.Ack()
+	t.ack(ctx, d)
 }
 
 // evaluate queues a compaction when the conversation needs one. An error means the
@@ -642,13 +754,13 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 		log.Debug().Int("tokens", c.tokens).Str("held", why).Msg("compaction wanted, not asked for now")
 		switch {
 		case c.retry != nil, c.forgotten:
-		case now.Before(c.inFlightUntil):
+		case now.Before(c.inFlightUntil.time()):
 			// Looked at again when the queue may be asked whether the request is
 			// still there (see checkInFlight), in case its outcome never comes.
-			t.scheduleRetry(ctx, c.id, c, max(c.inFlightCheckAt.Sub(now), t.cfg.RetryDelay/4))
+			t.scheduleRetry(ctx, c.id, c, max(c.inFlightCheckAt.time().Sub(now), t.cfg.RetryDelay/4))
 			c.retryInFlight = true
-		case now.Before(c.backoffUntil):
-			t.scheduleRetry(ctx, c.id, c, c.backoffUntil.Sub(now))
+		case now.Before(c.backoffUntil.time()):
+			t.scheduleRetry(ctx, c.id, c, c.backoffUntil.time().Sub(now))
 		}
 		return false, nil
 	}
@@ -673,7 +785,7 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 			c.forgotten = true
 			return false, nil
 		}
-		c.inFlightUntil, c.inFlightCheckAt = now.Add(t.cfg.InFlightTimeout), now.Add(t.cfg.RetryDelay)
+		c.inFlightUntil, c.inFlightCheckAt = stampOf(now.Add(t.cfg.InFlightTimeout)), stampOf(now.Add(t.cfg.RetryDelay))
 		c.structural = ""
 		log.Info().Int("tokens", c.tokens).Str("trigger", kind).Str("reason", reason).Str("request_id", req.RequestID).Msg("compaction requested")
 		return true, nil
@@ -692,14 +804,14 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d time.Duration) {
 	at := t.now().Add(d)
 	if c.retry != nil {
-		if !at.After(c.retryAt) {
+		if !at.After(c.retryAt.time()) {
 			return
 		}
 		c.retry.Stop()
 	}
 	c.retryGen++
 	gen := c.retryGen
-	c.retryAt, c.retryInFlight = at, false
+	c.retryAt, c.retryInFlight = stampOf(at), false
 	c.retry = time.AfterFunc(d, func() {
 		if ctx.Err() != nil {
 			return
@@ -812,7 +924,7 @@ func armEvery(idle time.Duration) time.Duration {
 // hold the conversation's lock.
 func (t *Trigger) arm(c *convState) {
 	idle := c.settings.IdleAfter
-	if idle <= 0 || t.now().Sub(c.lastArm) < armEvery(idle) {
+	if idle <= 0 || t.now().Sub(c.lastArm.time()) < armEvery(idle) {
 		return
 	}
 	t.armFor(c, idle)
@@ -823,20 +935,24 @@ func (t *Trigger) armFor(c *convState, ttl time.Duration) {
 		t.log.Warn().Err(err).Str("conversation", c.id).Msg("re-arm idle timer")
 		return
 	}
-	c.lastArm = t.now()
+	c.lastArm = stampOf(t.now())
 }
 
 // onIdle handles ACTIVITY: the delete marker an expired idle timer leaves is the idle
-// signal; the timer messages themselves are only acknowledged. A signal whose request
-// could not be queued is delivered again.
+// signal, handed to the conversation's handler; the timer messages themselves are only
+// acknowledged. A signal whose request could not be queued is delivered again.
 func (t *Trigger) onIdle(ctx context.Context, d *jetstream.Delivery) {
 	if !d.IsIdleSignal() || d.Conversation == "" {
 		_ = d.Ack()
 		return
 	}
+	t.dispatch(ctx, t.get(d.Conversation), job{d: d, idle: true})
+}
+
+// handleIdle handles an idle signal of the conversation tr.
+func (t *Trigger) handleIdle(ctx context.Context, tr *tracked, d *jetstream.Delivery) {
 	id := d.Conversation
 	log := t.log.With().Str("conversation", id).Logger()
-	tr := t.get(id)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	c, err := t.ready(ctx, tr, id, throughNewest)
@@ -844,12 +960,12 @@ func (t *Trigger) onIdle(ctx context.Context, d *jetstream.Delivery) {
 		err = t.idle(ctx, c)
 	}
 	if err == nil {
-		_ = d.Ack()
+		t.ack(ctx, d)
 		return
 	}
 	if d.Attempt >= uint64(t.cfg.RebuildAttempts) {
 		log.Error().Err(err).Uint64("attempts", d.Attempt).Msg("idle signal dropped")
-		_ = d.Ack()
+		t.ack(ctx, d)
 		return
 	}
 	log.Warn().Err(err).Msg("idle signal; retrying")
@@ -864,10 +980,10 @@ func (t *Trigger) onIdle(ctx context.Context, d *jetstream.Delivery) {
 // hold the conversation's lock.
 func (t *Trigger) idle(ctx context.Context, c *convState) error {
 	idle := c.settings.IdleAfter
-	if idle <= 0 || c.lastMsgAt.IsZero() || !c.idleFiredFor.Before(c.lastMsgAt) {
+	if idle <= 0 || c.lastMsgAt == 0 || c.idleFiredFor >= c.lastMsgAt {
 		return nil
 	}
-	quiet := t.now().Sub(c.lastMsgAt)
+	quiet := t.now().Sub(c.lastMsgAt.time())
 	if quiet < idle-time.Second {
 		t.armFor(c, idle-quiet)
 		return nil
@@ -896,7 +1012,7 @@ func (t *Trigger) sweep(ctx context.Context) {
 			return
 		}
 		tr.mu.Lock()
-		if c := tr.st; c != nil && !tr.stale && c.settings.IdleAfter > 0 && t.now().Sub(c.lastMsgAt) >= c.settings.IdleAfter {
+		if c := tr.st; c != nil && !tr.stale && c.settings.IdleAfter > 0 && t.now().Sub(c.lastMsgAt.time()) >= c.settings.IdleAfter {
 			if err := t.idle(ctx, c); err != nil {
 				t.log.Warn().Err(err).Str("conversation", c.id).Msg("idle conversation; the next sweep retries")
 			}

@@ -146,7 +146,11 @@ func (c *builder) add(e schemas.Entry, overrides map[uint64]schemas.Override, ra
 // place; array content has its text parts joined and cut into one text part, placed
 // where the first text part was, and keeps its non-text parts verbatim.
 func ApplyOverride(m schemas.Message, o schemas.Override) schemas.Message {
-	text := m.Content.String()
+	return applyOverride(m, m.Content.String(), o)
+}
+
+// applyOverride is ApplyOverride given the message's text (m.Content.String()).
+func applyOverride(m schemas.Message, text string, o schemas.Override) schemas.Message {
 	cut, changed := Truncate(text, o.KeepHead, o.KeepTail, o.Note)
 	if !changed {
 		return m
@@ -191,17 +195,29 @@ func Truncate(s string, head, tail int, note string) (string, bool) {
 	if n <= head+tail {
 		return s, false
 	}
-	r := []rune(s)
 	cut := n - head - tail
 	marker := "\n[… " + strconv.Itoa(cut) + " characters cut by Compactor"
 	if note != "" {
 		marker += ": " + note
 	}
 	marker += " …]\n"
+	// Byte offsets of the head's end and the tail's start, found by walking head runes
+	// from the front and tail runes from the back: no copy of s as runes.
+	h := 0
+	for range head {
+		_, size := utf8.DecodeRuneInString(s[h:])
+		h += size
+	}
+	t := len(s)
+	for range tail {
+		_, size := utf8.DecodeLastRuneInString(s[:t])
+		t -= size
+	}
 	var b strings.Builder
-	b.WriteString(string(r[:head]))
+	b.Grow(h + len(marker) + len(s) - t)
+	b.WriteString(s[:h])
 	b.WriteString(marker)
-	b.WriteString(string(r[n-tail:]))
+	b.WriteString(s[t:])
 	return b.String(), true
 }
 
@@ -221,9 +237,15 @@ const readTimeNote = "cut at read time to fit the caller's token budget"
 func (c *builder) shrink(budget int) {
 	c.Degraded = true
 	orig := slices.Clone(c.Messages)
+	// Each message's text and its length in characters, decoded once: a message may be
+	// cut again, and decoding it each time made large contexts slow.
+	texts := make([]string, len(orig))
+	lens := make([]int, len(orig))
 	kept := make([]int, len(orig)) // characters of its text each message still keeps
 	for i := range orig {
-		kept[i] = utf8.RuneCountInString(orig[i].Content.String())
+		texts[i] = orig[i].Content.String()
+		lens[i] = utf8.RuneCountInString(texts[i])
+		kept[i] = lens[i]
 	}
 	over := func() int { return c.Tokens - budget }
 	// cut shortens message i by about need tokens, keeping head and tail.
@@ -231,14 +253,13 @@ func (c *builder) shrink(budget int) {
 		if kept[i] <= 2*minKeep {
 			return
 		}
-		n := utf8.RuneCountInString(orig[i].Content.String())
 		keep := kept[i] - need*4
-		if kept[i] == n {
+		if kept[i] == lens[i] {
 			keep -= markerRoom
 		}
 		keep = max(keep, 2*minKeep)
 		kept[i] = keep
-		m := ApplyOverride(orig[i], schemas.Override{KeepHead: keep / 2, KeepTail: keep - keep/2, Note: readTimeNote})
+		m := applyOverride(orig[i], texts[i], schemas.Override{KeepHead: keep / 2, KeepTail: keep - keep/2, Note: readTimeNote})
 		t := tokens.MessageWith(c.count, &m)
 		c.Tokens += t - c.toks[i]
 		c.Messages[i], c.toks[i] = m, t
