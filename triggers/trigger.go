@@ -123,6 +123,9 @@ type Trigger struct {
 	policies PolicySource
 	log      zerolog.Logger
 	now      func() time.Time
+	// part is the partition whose consumers this trigger reads (see Partitions); the
+	// zero value reads the unpartitioned ones.
+	part jetstream.Partition
 
 	mu    sync.Mutex // guards convs only; never held during a network call
 	convs map[string]*tracked
@@ -219,13 +222,13 @@ func (t *Trigger) Run(ctx context.Context) error {
 	// The consumers may not answer yet (a cluster electing their leaders, a server
 	// restarting): that is waited for, not a reason to stop the process.
 	chat, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
+		return t.store.ConsumeChatPartition(ctx, t.part, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
 	})
 	if err != nil {
 		return stopped(ctx, err)
 	}
 	idle, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
+		return t.store.ConsumeIdlePartition(ctx, t.part, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
 	})
 	if err != nil {
 		chat.Drain()

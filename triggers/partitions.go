@@ -1,0 +1,314 @@
+package triggers
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+)
+
+// Partitions runs the trigger when its work is split into partitions
+// (jetstream.Config.TriggerPartitions > 1). Every trigger process announces itself in
+// the triggers bucket each heartbeat and reads who else is alive; Assign shares the
+// partitions out among them, and each process runs a Trigger on the consumers of the
+// partitions it owns, and only those. A partition that moves away is drained (the
+// messages in hand are settled) and unpinned, so its new owner is pinned at once; the
+// pinned consumer stays the fence, so two processes that briefly both believe they own
+// a partition never both get its messages.
+type Partitions struct {
+	cfg      Config
+	store    *jetstream.Store
+	policies PolicySource
+	log      zerolog.Logger
+	member   string
+	parts    []jetstream.Partition
+	beat     time.Duration
+
+	mu      sync.Mutex
+	running map[int]*partRun // by partition number; under mu
+	ended   chan struct{}    // a partition's trigger stopped
+}
+
+// partRun is one partition's trigger, running.
+type partRun struct {
+	cancel    context.CancelFunc
+	releasing bool // under Partitions.mu: it stops because the partition moved away
+	done      chan struct{}
+}
+
+// NewMemberID returns an id for this process in the triggers bucket: its host name
+// (what an operator recognises in the logs), its pid and a random part, so two
+// processes never share one.
+func NewMemberID() string {
+	host, _ := os.Hostname()
+	clean := make([]rune, 0, len(host))
+	for _, c := range host {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			clean = append(clean, c)
+		}
+	}
+	if len(clean) > 32 {
+		clean = clean[:32]
+	}
+	return fmt.Sprintf("%s-%d-%s", string(clean), os.Getpid(), rand.Text()[:6])
+}
+
+// NewPartitions returns the partitioned trigger of member (NewMemberID when empty);
+// Run starts it. The partition count and heartbeat are the store's
+// (jetstream.Config.TriggerPartitions, TriggerHeartbeat).
+func NewPartitions(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.Logger, member string) (*Partitions, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if store == nil || policies == nil {
+		return nil, fmt.Errorf("%w: a store and a policy source are required", ErrConfig)
+	}
+	if member == "" {
+		member = NewMemberID()
+	}
+	if err := jetstream.ValidateMember(member); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	sc := store.Config()
+	if sc.TriggerPartitions < 2 {
+		return nil, fmt.Errorf("%w: partitions need a store with at least 2 trigger partitions, it has %d", ErrConfig, sc.TriggerPartitions)
+	}
+	return &Partitions{cfg: cfg, store: store, policies: policies, member: member, parts: sc.Partitions(), beat: sc.TriggerHeartbeat,
+		log:     log.With().Str("component", "trigger").Str("member", member).Logger(),
+		running: map[int]*partRun{}, ended: make(chan struct{}, 1)}, nil
+}
+
+// Member is this process's id in the triggers bucket.
+func (ps *Partitions) Member() string { return ps.member }
+
+// Owned returns the partitions this process runs a trigger on, sorted.
+func (ps *Partitions) Owned() []int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	out := make([]int, 0, len(ps.running))
+	for p, r := range ps.running {
+		if !r.releasing {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Run announces this process, follows the assignment and runs the triggers of the
+// partitions it owns until ctx is done; then it leaves the bucket, drains them and
+// unpins their consumers, so the other processes take them over at once.
+func (ps *Partitions) Run(ctx context.Context) error {
+	ms, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), ps.log, "bind the triggers bucket", func() (*jetstream.Membership, error) {
+		return ps.store.Membership(ctx)
+	})
+	if err != nil {
+		return stopped(ctx, err)
+	}
+	ps.log.Info().Int("partitions", len(ps.parts)).Dur("heartbeat", ps.beat).Msg("trigger member started")
+	tick := time.NewTicker(ps.beat)
+	defer tick.Stop()
+	for {
+		ps.follow(ctx, ms)
+		select {
+		case <-ctx.Done():
+			ps.stop(ms)
+			return nil
+		case <-tick.C:
+		case <-ps.ended:
+		}
+	}
+}
+
+// follow announces this process, reads the members and starts or releases partitions
+// to match the assignment. When the bucket cannot be written or read, the assignment
+// stays as it is: the pinned consumers still keep any partition to one process.
+func (ps *Partitions) follow(ctx context.Context, ms *jetstream.Membership) {
+	actx, cancel := context.WithTimeout(ctx, max(ps.beat, time.Second))
+	defer cancel()
+	if err := ms.Announce(actx, ps.member); err != nil {
+		if ctx.Err() == nil {
+			ps.log.Warn().Err(err).Msg("trigger heartbeat; keeping the current partitions")
+		}
+		return
+	}
+	members, err := ms.Members(actx)
+	if err != nil {
+		if ctx.Err() == nil {
+			ps.log.Warn().Err(err).Msg("read the trigger members; keeping the current partitions")
+		}
+		return
+	}
+	if !slices.Contains(members, ps.member) {
+		// Just announced: a replica that answered the read may not have it yet.
+		members = append(members, ps.member)
+	}
+	owners := Assign(members, len(ps.parts))
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, part := range ps.parts {
+		r := ps.running[part.P]
+		switch own := owners[part.P] == ps.member; {
+		case own && r == nil:
+			ps.start(ctx, part, len(members))
+		case !own && r != nil && !r.releasing:
+			r.releasing = true
+			ps.log.Info().Str("partition", part.String()).Str("owner", owners[part.P]).Msg("partition moves away; draining it")
+			r.cancel()
+		}
+	}
+}
+
+// start runs partition part's trigger. Callers hold ps.mu.
+func (ps *Partitions) start(ctx context.Context, part jetstream.Partition, members int) {
+	log := ps.log.With().Str("partition", part.String()).Logger()
+	t, err := New(ps.cfg, ps.store, ps.policies, log)
+	if err != nil {
+		log.Error().Err(err).Msg("partition trigger")
+		return
+	}
+	t.part = part
+	pctx, cancel := context.WithCancel(ctx)
+	r := &partRun{cancel: cancel, done: make(chan struct{})}
+	ps.running[part.P] = r
+	log.Info().Int("members", members).Msg("partition owned")
+	go func() {
+		defer close(r.done)
+		err := t.Run(pctx)
+		cancel()
+		if err != nil {
+			log.Error().Err(err).Msg("partition trigger stopped; started again while the partition is owned")
+		}
+		ps.mu.Lock()
+		released := r.releasing
+		delete(ps.running, part.P)
+		ps.mu.Unlock()
+		if released {
+			// Only after the drain: unpinned while still pulling, this process could
+			// be pinned again.
+			ps.unpin(part, log)
+			log.Info().Msg("partition released")
+		}
+		select {
+		case ps.ended <- struct{}{}:
+		default:
+		}
+	}()
+}
+
+func (ps *Partitions) unpin(part jetstream.Partition, log zerolog.Logger) {
+	uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ps.store.UnpinPartition(uctx, part); err != nil {
+		log.Warn().Err(err).Msg("unpin the partition; its next owner waits for the pinned TTL")
+	}
+}
+
+// stop leaves the bucket (the other processes start pulling this process's
+// partitions), drains every partition and unpins it (they are pinned at once).
+func (ps *Partitions) stop(ms *jetstream.Membership) {
+	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ms.Leave(lctx, ps.member); err != nil {
+		ps.log.Warn().Err(err).Msg("leave the trigger members; the others take the partitions over when the heartbeat expires")
+	}
+	ps.mu.Lock()
+	runs := make([]*partRun, 0, len(ps.running))
+	for _, r := range ps.running {
+		r.releasing = true
+		r.cancel()
+		runs = append(runs, r)
+	}
+	ps.mu.Unlock()
+	for _, r := range runs {
+		<-r.done
+	}
+	ps.log.Info().Msg("trigger member stopped")
+}
+
+// Assign shares n partitions out among members: the owner of each partition, by
+// partition number ("" when there are no members). Every process computes the same
+// answer from the same member set. It is rendezvous hashing with bounded loads: the
+// (member, partition) pairs are taken in the order of their hash, highest first, and a
+// pair is kept while its partition is free and its member holds fewer than its share,
+// so every member owns ⌊n/m⌋ or ⌈n/m⌉ partitions, and a member that joins or leaves
+// moves few partitions other than its own (plain rendezvous hashing, the highest hash
+// only, leaves members without any partition far too often with few partitions).
+func Assign(members []string, n int) []string {
+	owners := make([]string, n)
+	ms := slices.Clone(members)
+	slices.Sort(ms)
+	ms = slices.Compact(ms)
+	if len(ms) == 0 || n <= 0 {
+		return owners
+	}
+	type pair struct {
+		score uint64
+		m     int
+		p     int
+	}
+	pairs := make([]pair, 0, len(ms)*n)
+	for mi, m := range ms {
+		for p := range n {
+			pairs = append(pairs, pair{score: score(m, p), m: mi, p: p})
+		}
+	}
+	slices.SortFunc(pairs, func(a, b pair) int {
+		switch {
+		case a.score != b.score:
+			if a.score > b.score {
+				return -1
+			}
+			return 1
+		case a.m != b.m:
+			return a.m - b.m
+		}
+		return a.p - b.p
+	})
+	floor, extra := n/len(ms), n%len(ms)
+	count := make([]int, len(ms))
+	left := n
+	for _, pr := range pairs {
+		if owners[pr.p] != "" {
+			continue
+		}
+		if c := count[pr.m]; c >= floor {
+			if c > floor || extra == 0 {
+				continue
+			}
+			extra--
+		}
+		owners[pr.p] = ms[pr.m]
+		count[pr.m]++
+		if left--; left == 0 {
+			break
+		}
+	}
+	return owners
+}
+
+// score is the rendezvous hash of member m and partition p.
+func score(m string, p int) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(m))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(strconv.Itoa(p)))
+	// FNV's low bits mix poorly for keys that differ in the last byte: finish with
+	// SplitMix64.
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
