@@ -40,6 +40,7 @@ type Partitions struct {
 
 // partRun is one partition's trigger, running.
 type partRun struct {
+	t         *Trigger
 	cancel    context.CancelFunc
 	releasing bool // under Partitions.mu: it stops because the partition moved away
 	done      chan struct{}
@@ -178,7 +179,7 @@ func (ps *Partitions) start(ctx context.Context, part jetstream.Partition, membe
 	}
 	t.part = part
 	pctx, cancel := context.WithCancel(ctx)
-	r := &partRun{cancel: cancel, done: make(chan struct{})}
+	r := &partRun{t: t, cancel: cancel, done: make(chan struct{})}
 	ps.running[part.P] = r
 	log.Info().Int("members", members).Msg("partition owned")
 	go func() {
