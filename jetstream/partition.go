@@ -229,3 +229,81 @@ func (m *Membership) Members(ctx context.Context) ([]string, error) {
 	slices.Sort(out)
 	return slices.Compact(out), nil
 }
+
+// AssignPartitions shares n partitions out among members: the owner of each partition, by
+// partition number ("" when there are no members). Every process computes the same
+// answer from the same member set. It is rendezvous hashing with bounded loads: the
+// (member, partition) pairs are taken in the order of their hash, highest first, and a
+// pair is kept while its partition is free and its member holds fewer than its share,
+// so every member owns ⌊n/m⌋ or ⌈n/m⌉ partitions, and a member that joins or leaves
+// moves few partitions other than its own (plain rendezvous hashing, the highest hash
+// only, leaves members without any partition far too often with few partitions).
+func AssignPartitions(members []string, n int) []string {
+	owners := make([]string, n)
+	ms := slices.Clone(members)
+	slices.Sort(ms)
+	ms = slices.Compact(ms)
+	if len(ms) == 0 || n <= 0 {
+		return owners
+	}
+	type pair struct {
+		score uint64
+		m     int
+		p     int
+	}
+	pairs := make([]pair, 0, len(ms)*n)
+	for mi, m := range ms {
+		for p := range n {
+			pairs = append(pairs, pair{score: score(m, p), m: mi, p: p})
+		}
+	}
+	slices.SortFunc(pairs, func(a, b pair) int {
+		switch {
+		case a.score != b.score:
+			if a.score > b.score {
+				return -1
+			}
+			return 1
+		case a.m != b.m:
+			return a.m - b.m
+		}
+		return a.p - b.p
+	})
+	floor, extra := n/len(ms), n%len(ms)
+	count := make([]int, len(ms))
+	left := n
+	for _, pr := range pairs {
+		if owners[pr.p] != "" {
+			continue
+		}
+		if c := count[pr.m]; c >= floor {
+			if c > floor || extra == 0 {
+				continue
+			}
+			extra--
+		}
+		owners[pr.p] = ms[pr.m]
+		count[pr.m]++
+		if left--; left == 0 {
+			break
+		}
+	}
+	return owners
+}
+
+// score is the rendezvous hash of member m and partition p.
+func score(m string, p int) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(m))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(strconv.Itoa(p)))
+	// FNV's low bits mix poorly for keys that differ in the last byte: finish with
+	// SplitMix64.
+	x := h.Sum64()
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

@@ -290,6 +290,26 @@ func TestMembership(t *testing.T) {
 	if got, err := m.Members(ctxT(t)); err != nil || !slices.Equal(got, []string{"a-1", "b-2", "c-3"}) {
 		t.Fatalf("members: %v, %v; want a-1 b-2 c-3", got, err)
 	}
+	// Status shows each partition's consumers with the member that owns them.
+	status := st.Status(ctxT(t))
+	if !slices.Equal(status.TriggerMembers, []string{"a-1", "b-2", "c-3"}) {
+		t.Errorf("status members: %v (%s)", status.TriggerMembers, status.TriggerMembersError)
+	}
+	owners := jetstream.AssignPartitions(status.TriggerMembers, 2)
+	parts := 0
+	for _, c := range status.Consumers {
+		if c.Partition == "" {
+			continue
+		}
+		parts++
+		var p int
+		if _, err := fmt.Sscanf(c.Partition, "%d/2", &p); err != nil || c.Owner != owners[p] || c.Error != "" {
+			t.Errorf("status of consumer %s: partition %q, owner %q (want %q), error %q", c.Name, c.Partition, c.Owner, owners[p], c.Error)
+		}
+	}
+	if parts != 4 {
+		t.Errorf("status shows %d partition consumers; want 4 (trigger and idle of 2 partitions)", parts)
+	}
 	if err := m.Leave(ctxT(t), "b-2"); err != nil {
 		t.Fatal(err)
 	}

@@ -101,7 +101,7 @@ func TestPartitionsShareAndMove(t *testing.T) {
 	}
 
 	b := startPartitions(t, st, "member-b")
-	want := triggers.Assign([]string{"member-a", "member-b"}, n)
+	want := jetstream.AssignPartitions([]string{"member-a", "member-b"}, n)
 	var ofA, ofB []int
 	for p, o := range want {
 		if o == "member-a" {

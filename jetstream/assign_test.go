@@ -1,11 +1,11 @@
-package triggers_test
+package jetstream_test
 
 import (
 	"fmt"
 	"slices"
 	"testing"
 
-	"github.com/compactor/compactor/triggers"
+	"github.com/compactor/compactor/jetstream"
 )
 
 func members(prefix string, n int) []string {
@@ -32,10 +32,10 @@ func TestAssignBalance(t *testing.T) {
 	} {
 		for seed := range 20 {
 			ms := members(fmt.Sprintf("host%d", seed), tc.members)
-			owners := triggers.Assign(ms, tc.parts)
+			owners := jetstream.AssignPartitions(ms, tc.parts)
 			rev := slices.Clone(ms)
 			slices.Reverse(rev)
-			if got := triggers.Assign(append(rev, ms[0]), tc.parts); !slices.Equal(got, owners) {
+			if got := jetstream.AssignPartitions(append(rev, ms[0]), tc.parts); !slices.Equal(got, owners) {
 				t.Fatalf("%d partitions, %d members: another member order (and a duplicate) gives %v; want %v", tc.parts, tc.members, got, owners)
 			}
 			lo, hi := tc.parts/tc.members, (tc.parts+tc.members-1)/tc.members
@@ -50,7 +50,7 @@ func TestAssignBalance(t *testing.T) {
 			}
 		}
 	}
-	if got := triggers.Assign(nil, 3); !slices.Equal(got, []string{"", "", ""}) {
+	if got := jetstream.AssignPartitions(nil, 3); !slices.Equal(got, []string{"", "", ""}) {
 		t.Errorf("no members: %q", got)
 	}
 }
@@ -62,10 +62,10 @@ func TestAssignMovement(t *testing.T) {
 		moved, least := 0, 0
 		for seed := range 50 {
 			ms := members(fmt.Sprintf("h%d", seed), tc.members)
-			before := triggers.Assign(ms, tc.parts)
+			before := jetstream.AssignPartitions(ms, tc.parts)
 			// One leaves: its partitions must move, others should mostly stay.
 			gone := ms[seed%len(ms)]
-			after := triggers.Assign(slices.DeleteFunc(slices.Clone(ms), func(m string) bool { return m == gone }), tc.parts)
+			after := jetstream.AssignPartitions(slices.DeleteFunc(slices.Clone(ms), func(m string) bool { return m == gone }), tc.parts)
 			for p := range before {
 				if before[p] != after[p] {
 					moved++
@@ -78,7 +78,7 @@ func TestAssignMovement(t *testing.T) {
 				}
 			}
 			// It joins again: the assignment is the one before (no history).
-			if again := triggers.Assign(ms, tc.parts); !slices.Equal(again, before) {
+			if again := jetstream.AssignPartitions(ms, tc.parts); !slices.Equal(again, before) {
 				t.Fatalf("assignment after rejoining differs")
 			}
 		}
