@@ -7,16 +7,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/triggers"
 )
 
 // setupPartitioned provisions n partitions with a short heartbeat and a pinned TTL
 // longer than any wait of the tests: a partition that changes hands fast was unpinned.
 func setupPartitioned(t *testing.T, n int) *jetstream.Store {
+	_, st := setupPartitionedConn(t, n)
+	return st
+}
+
+func setupPartitionedConn(t *testing.T, n int) (*nats.Conn, *jetstream.Store) {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
 	cfg := jetstream.DefaultConfig()
@@ -29,7 +37,7 @@ func setupPartitioned(t *testing.T, n int) *jetstream.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st
+	return nc, st
 }
 
 type runningParts struct {
@@ -38,9 +46,9 @@ type runningParts struct {
 	done   chan error
 }
 
-func startPartitions(t *testing.T, st *jetstream.Store, member string) *runningParts {
+func startPartitions(t *testing.T, st *jetstream.Store, member string, settings ...func(*policy.Settings)) *runningParts {
 	t.Helper()
-	ps, err := triggers.NewPartitions(testConfig(), st, fixed(nil), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), member)
+	ps, err := triggers.NewPartitions(testConfig(), st, fixed(settings), zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), member)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,5 +157,22 @@ func TestPartitionsNeedPartitions(t *testing.T) {
 	st4 := setupPartitioned(t, 4)
 	if _, err := triggers.NewPartitions(testConfig(), st4, fixed(nil), zerolog.Nop(), "bad.id"); err == nil {
 		t.Fatal("member id bad.id: no error")
+	}
+}
+
+// The idle timers of a partitioned trigger are stored under the conversation's
+// partition, and the marker an expired one leaves reaches the partition's owner.
+func TestPartitionsIdleTrigger(t *testing.T) {
+	nc, st := setupPartitionedConn(t, 3)
+	reqs := watchRequests(t, nc, st)
+	startPartitions(t, st, "member-a", func(s *policy.Settings) { s.IdleAfter = time.Second; s.IdleThreshold = 0.1 })
+	conv := convIn(2, 3, "quiet")
+	for range 3 {
+		publish(t, st, conv, text(800)) // ~600 tokens > 0.1 × 4000, under the threshold
+	}
+	waitUntil(t, 15*time.Second, "the idle request", func() bool { return reqs.count() >= 1 })
+	reqs.sync(t)
+	if got := reqs.got[0]; got.Trigger != schemas.TriggerTemporal || got.Conversation != conv {
+		t.Fatalf("request = %+v; want a temporal one for %s", got, conv)
 	}
 }
