@@ -180,13 +180,25 @@ func (s *Store) Membership(ctx context.Context) (*Membership, error) {
 	return &Membership{s: s, kv: kv}, nil
 }
 
+// key is id's key in the triggers bucket: under the partition count, so processes
+// with another count (while an operator changes it, see README "Scaling the trigger")
+// are not counted among the members of this layout: they would be given partitions
+// they do not consume.
+func (m *Membership) key(id string) (string, error) {
+	if err := ValidateMember(id); err != nil {
+		return "", err
+	}
+	return strconv.Itoa(m.s.cfg.TriggerPartitions) + "." + id, nil
+}
+
 // Announce writes id's heartbeat: it stays a member for TriggersTTL.
 func (m *Membership) Announce(ctx context.Context, id string) error {
-	if err := ValidateMember(id); err != nil {
+	key, err := m.key(id)
+	if err != nil {
 		return err
 	}
 	body, _ := json.Marshal(map[string]any{"at": time.Now().UTC()})
-	if _, err := m.kv.Put(ctx, id, body); err != nil {
+	if _, err := m.kv.Put(ctx, key, body); err != nil {
 		return fmt.Errorf("announce trigger %s: %w", id, err)
 	}
 	return nil
@@ -195,24 +207,25 @@ func (m *Membership) Announce(ctx context.Context, id string) error {
 // Leave removes id at once, so its partitions move without waiting for its heartbeat
 // to expire.
 func (m *Membership) Leave(ctx context.Context, id string) error {
-	if err := ValidateMember(id); err != nil {
+	key, err := m.key(id)
+	if err != nil {
 		return err
 	}
-	if err := m.kv.Delete(ctx, id); err != nil {
+	if err := m.kv.Delete(ctx, key); err != nil {
 		return fmt.Errorf("trigger %s leaves: %w", id, err)
 	}
 	return nil
 }
 
-// Members returns the ids of the live trigger processes, sorted: the keys of the
-// triggers bucket whose heartbeat has not expired, read with one batched direct get of
-// the last message of every key. Deleted keys and keys that break the member rule (a
-// hostile writer) are left out.
+// Members returns the ids of the live trigger processes of this partition count,
+// sorted: the keys of the triggers bucket whose heartbeat has not expired, read with
+// one batched direct get of the last message of every key. Deleted keys and keys that
+// break the member rule (a hostile writer) are left out.
 func (m *Membership) Members(ctx context.Context) ([]string, error) {
-	prefix := "$KV." + m.s.cfg.TriggersBucket + "."
+	prefix := "$KV." + m.s.cfg.TriggersBucket + "." + strconv.Itoa(m.s.cfg.TriggerPartitions) + "."
 	stream := "KV_" + m.s.cfg.TriggersBucket
 	// One batch: a member is one trigger process, far fewer than a batch holds.
-	page, _, err := m.s.directRequest(ctx, stream, map[string]any{"multi_last": []string{prefix + ">"}, "batch": DirectBatchSize}, prefix+">")
+	page, _, err := m.s.directRequest(ctx, stream, map[string]any{"multi_last": []string{prefix + "*"}, "batch": DirectBatchSize}, prefix+"*")
 	if err != nil {
 		return nil, err
 	}

@@ -290,6 +290,28 @@ func TestMembership(t *testing.T) {
 	if got, err := m.Members(ctxT(t)); err != nil || !slices.Equal(got, []string{"a-1", "b-2", "c-3"}) {
 		t.Fatalf("members: %v, %v; want a-1 b-2 c-3", got, err)
 	}
+	// A process with another partition count (an operator changing it) is not a member
+	// of this layout, nor the other way round.
+	other := cfg
+	other.TriggerPartitions = 5
+	other.UpdateExisting = true
+	st5, err := jetstream.Open(ctxT(t), nc, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m5, err := st5.Membership(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m5.Announce(ctxT(t), "d-4"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m5.Members(ctxT(t)); err != nil || !slices.Equal(got, []string{"d-4"}) {
+		t.Fatalf("members of 5 partitions: %v, %v; want d-4", got, err)
+	}
+	if got, err := m.Members(ctxT(t)); err != nil || !slices.Equal(got, []string{"a-1", "b-2", "c-3"}) {
+		t.Fatalf("members of 2 partitions with one of 5: %v, %v; want a-1 b-2 c-3", got, err)
+	}
 	// Status shows each partition's consumers with the member that owns them.
 	status := st.Status(ctxT(t))
 	if !slices.Equal(status.TriggerMembers, []string{"a-1", "b-2", "c-3"}) {
