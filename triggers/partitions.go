@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
 )
 
 // Partitions runs the trigger when its work is split into partitions
@@ -31,6 +32,8 @@ type Partitions struct {
 	member   string
 	parts    []jetstream.Partition
 	beat     time.Duration
+
+	hub *signalHub // one subscription to events and policies for every partition
 
 	mu      sync.Mutex
 	running map[int]*partRun // by partition number; under mu
@@ -84,7 +87,7 @@ func NewPartitions(cfg Config, store *jetstream.Store, policies PolicySource, lo
 	}
 	return &Partitions{cfg: cfg, store: store, policies: policies, member: member, parts: sc.Partitions(), beat: sc.TriggerHeartbeat,
 		log:     log.With().Str("component", "trigger").Str("member", member).Logger(),
-		running: map[int]*partRun{}, ended: make(chan struct{}, 1)}, nil
+		running: map[int]*partRun{}, ended: make(chan struct{}, 1), hub: &signalHub{n: sc.TriggerPartitions, by: map[int]hubHandlers{}}}, nil
 }
 
 // Member is this process's id in the triggers bucket.
@@ -114,6 +117,18 @@ func (ps *Partitions) Run(ctx context.Context) error {
 	if err != nil {
 		return stopped(ctx, err)
 	}
+	events, err := ps.store.SubscribeEvents("", ps.hub.onEvent, func(err error) {
+		ps.log.Warn().Err(err).Msg("compaction event skipped")
+	})
+	if err != nil {
+		return stopped(ctx, err)
+	}
+	defer events.Stop()
+	policies, err := ps.store.WatchPolicies(ps.hub.onPolicy)
+	if err != nil {
+		return stopped(ctx, err)
+	}
+	defer policies.Stop()
 	ps.log.Info().Int("partitions", len(ps.parts)).Dur("heartbeat", ps.beat).Msg("trigger member started")
 	tick := time.NewTicker(ps.beat)
 	defer tick.Stop()
@@ -176,8 +191,11 @@ func (ps *Partitions) start(ctx context.Context, part jetstream.Partition, membe
 		log.Error().Err(err).Msg("partition trigger")
 		return
 	}
-	t.part = part
-	pctx, cancel := context.WithCancel(ctx)
+	t.part, t.hub = part, ps.hub
+	// Stopped only by cancel (a release, or stop after leaving): ended with the
+	// process's ctx, a partition's trigger would stop before stop marked it released,
+	// and never be unpinned.
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &partRun{t: t, cancel: cancel, done: make(chan struct{})}
 	ps.running[part.P] = r
 	log.Info().Int("members", members).Msg("partition owned")
@@ -233,4 +251,49 @@ func (ps *Partitions) stop(ms *jetstream.Membership) {
 		<-r.done
 	}
 	ps.log.Info().Msg("trigger member stopped")
+}
+
+// signalHub hands the events and policy changes of the process's one subscription each
+// to the trigger of the conversation's partition, instead of every partition's trigger
+// subscribing to all of them.
+type signalHub struct {
+	n  int
+	mu sync.RWMutex
+	by map[int]hubHandlers // by partition number
+}
+
+type hubHandlers struct {
+	event  func(schemas.Event)
+	policy func(conv string)
+}
+
+// add routes partition p's signals to event and policy until the returned function is
+// called.
+func (h *signalHub) add(p int, event func(schemas.Event), policy func(string)) (remove func()) {
+	h.mu.Lock()
+	h.by[p] = hubHandlers{event: event, policy: policy}
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.by, p)
+		h.mu.Unlock()
+	}
+}
+
+func (h *signalHub) handlers(conv string) hubHandlers {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.by[jetstream.PartitionOf(conv, h.n)]
+}
+
+func (h *signalHub) onEvent(ev schemas.Event) {
+	if hh := h.handlers(ev.Conversation); hh.event != nil {
+		hh.event(ev)
+	}
+}
+
+func (h *signalHub) onPolicy(conv string) {
+	if hh := h.handlers(conv); hh.policy != nil {
+		hh.policy(conv)
+	}
 }

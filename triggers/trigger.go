@@ -124,8 +124,10 @@ type Trigger struct {
 	log      zerolog.Logger
 	now      func() time.Time
 	// part is the partition whose consumers this trigger reads (see Partitions); the
-	// zero value reads the unpartitioned ones.
+	// zero value reads the unpartitioned ones. hub, for a partition's trigger, delivers
+	// the events and policy changes of its conversations (nil: it subscribes itself).
 	part jetstream.Partition
+	hub  *signalHub
 
 	mu    sync.Mutex // guards convs only; never held during a network call
 	convs map[string]*tracked
@@ -200,18 +202,23 @@ func (t *Trigger) Run(ctx context.Context) error {
 	// would count them.
 	hctx, stopHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHandlers()
-	events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
-		t.log.Warn().Err(err).Msg("compaction event skipped")
-	})
-	if err != nil {
-		return stopped(ctx, err)
+	if t.hub != nil {
+		// A partition's trigger: the process's subscriptions hand it its conversations'.
+		defer t.hub.add(t.part.P, func(ev schemas.Event) { t.onEvent(hctx, ev) }, t.onPolicy)()
+	} else {
+		events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
+			t.log.Warn().Err(err).Msg("compaction event skipped")
+		})
+		if err != nil {
+			return stopped(ctx, err)
+		}
+		defer events.Stop()
+		policies, err := t.store.WatchPolicies(t.onPolicy)
+		if err != nil {
+			return stopped(ctx, err)
+		}
+		defer policies.Stop()
 	}
-	defer events.Stop()
-	policies, err := t.store.WatchPolicies(t.onPolicy)
-	if err != nil {
-		return stopped(ctx, err)
-	}
-	defer policies.Stop()
 	consumerErr := func(what string) func(error) {
 		return func(err error) {
 			if ctx.Err() == nil {
