@@ -177,3 +177,40 @@ func TestPartitionsIdleTrigger(t *testing.T) {
 		t.Fatalf("request = %+v; want a temporal one for %s", got, conv)
 	}
 }
+
+// Changing the partition count: one process applies the new count
+// (UpdateExisting); the processes with the old count go on with the old layout's
+// consumers, those with the new count own the new layout's partitions, and each
+// conversation is counted whole (every layout's messages) by its new owner.
+func TestPartitionsChangeCount(t *testing.T) {
+	nc, st2 := setupPartitionedConn(t, 2)
+	old := startPartitions(t, st2, "old-1")
+	waitUntil(t, 10*time.Second, "old-1 to own both partitions", func() bool { return slices.Equal(old.ps.Owned(), []int{0, 1}) })
+	conv := "change-count"
+	publish(t, st2, conv, text(400))
+	waitUntil(t, 10*time.Second, "old-1 to count "+conv, func() bool { _, ok := old.ps.TokensOf(conv); return ok })
+
+	cfg3 := st2.Config()
+	cfg3.TriggerPartitions = 3
+	cfg3.UpdateExisting = true
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st3, err := jetstream.Provision(ctx, nc, cfg3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := startPartitions(t, st3, "new-1")
+	waitUntil(t, 10*time.Second, "new-1 to own the 3 new partitions", func() bool { return slices.Equal(cur.ps.Owned(), []int{0, 1, 2}) })
+	if got := old.ps.Owned(); !slices.Equal(got, []int{0, 1}) {
+		t.Errorf("old-1 owns %v of the old layout after new-1 came; want [0 1] (members are counted per layout)", got)
+	}
+	publish(t, st3, conv, text(400))
+	waitUntil(t, 10*time.Second, "new-1 to count "+conv+" whole (both layouts)", func() bool {
+		n, ok := cur.ps.TokensOf(conv)
+		return ok && n >= 200
+	})
+	first, _ := old.ps.TokensOf(conv)
+	if n, _ := cur.ps.TokensOf(conv); n < 2*first-10 {
+		t.Errorf("new-1 counts %d tokens of %s; want about twice the %d of its first message", n, conv, first)
+	}
+}
