@@ -144,10 +144,11 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 	}); err != nil {
 		return nil, nil, err
 	}
-	consumers := []struct {
+	type streamConsumer struct {
 		stream string
 		cfg    natsjs.ConsumerConfig
-	}{
+	}
+	consumers := []streamConsumer{
 		{cfg.RequestsStream, natsjs.ConsumerConfig{
 			Durable:       cfg.WorkerConsumer,
 			Description:   "Compactor summarizer pool, shared by every worker process",
@@ -159,20 +160,16 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 		}},
 	}
 	for _, part := range cfg.Partitions() {
-		what := "one active process, the others stand by"
+		// One partition: the descriptions of the wire contract's consumers, unchanged.
+		chatWhat := "Compactor trigger: one active process, the others stand by"
+		idleWhat := "Compactor idle timers: the active trigger reads the markers expired timers leave"
 		if part.Partitioned() {
-			what = fmt.Sprintf("partition %s: its owner is active, the others stand by", part)
+			chatWhat = fmt.Sprintf("Compactor trigger, partition %s: its owner is active, the others stand by", part)
+			idleWhat = fmt.Sprintf("Compactor idle timers, partition %s: its owner reads the markers expired timers leave", part)
 		}
 		consumers = append(consumers,
-			struct {
-				stream string
-				cfg    natsjs.ConsumerConfig
-			}{cfg.ChatStream, triggerConsumer(cfg, cfg.TriggerConsumerOf(part), cfg.chatFilterOf(part), "Compactor trigger, "+what)},
-			struct {
-				stream string
-				cfg    natsjs.ConsumerConfig
-			}{cfg.ActivityStream, triggerConsumer(cfg, cfg.IdleConsumerOf(part), cfg.activityFilterOf(part),
-				"Compactor idle timers (markers of expired timers), "+what)})
+			streamConsumer{cfg.ChatStream, triggerConsumer(cfg, cfg.TriggerConsumerOf(part), cfg.chatFilterOf(part), chatWhat)},
+			streamConsumer{cfg.ActivityStream, triggerConsumer(cfg, cfg.IdleConsumerOf(part), cfg.activityFilterOf(part), idleWhat)})
 	}
 	for _, c := range consumers {
 		if err := p.consumer(ctx, c.stream, c.cfg); err != nil {
