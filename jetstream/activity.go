@@ -37,7 +37,5 @@ func (d *Delivery) IsIdleSignal() bool { return d.Header(markerReasonHeader) != 
 
 // ConsumeIdle delivers ACTIVITY to the active trigger, like ConsumeChat.
 func (s *Store) ConsumeIdle(ctx context.Context, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
-	return s.consume(ctx, s.cfg.ActivityStream, s.cfg.IdleConsumer, func(subject string) (string, bool) {
-		return conversationAfter(s.cfg.ActivityPrefix, subject)
-	}, handle, onErr)
+	return s.ConsumeIdlePartition(ctx, Partition{N: 1}, handle, onErr)
 }

@@ -81,7 +81,7 @@ func (s *Store) LoadConversation(ctx context.Context, conv string, fromSeq, upTo
 // loadConversation is LoadConversation; past reports that the answer held a message of
 // the conversation after upToSeq.
 func (s *Store) loadConversation(ctx context.Context, conv string, fromSeq, upToSeq uint64) (out []StoredMsg, past bool, err error) {
-	subj, err := s.cfg.ChatSubject(conv)
+	subj, err := s.cfg.ChatFilter(conv)
 	if err != nil {
 		return nil, false, err
 	}
@@ -155,7 +155,7 @@ func (s *Store) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, th
 // LoadConversationLeader is LoadConversation answered by the stream leader, one message
 // per request: slower, but it sees every acknowledged write (read-your-writes).
 func (s *Store) LoadConversationLeader(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
-	subj, err := s.cfg.ChatSubject(conv)
+	subj, err := s.cfg.ChatFilter(conv)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,7 @@ func (s *Store) LoadConversationLeader(ctx context.Context, conv string, fromSeq
 // entry whose Err matches ErrMissingMessage: readers skip and report it instead of failing the whole read. Any
 // other failure is an error.
 func (s *Store) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]schemas.Entry, error) {
-	subj, err := s.cfg.ChatSubject(conv)
+	subj, err := s.cfg.ChatFilter(conv)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func (s *Store) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]s
 
 // LastSeq returns the sequence of a conversation's newest message, 0 when it has none.
 func (s *Store) LastSeq(ctx context.Context, conv string) (uint64, error) {
-	subj, err := s.cfg.ChatSubject(conv)
+	subj, err := s.cfg.ChatFilter(conv)
 	if err != nil {
 		return 0, err
 	}
@@ -243,9 +243,7 @@ func (s *Store) LastSeq(ctx context.Context, conv string) (uint64, error) {
 // messages, the others stand by and take over when it goes silent. handle settles each
 // delivery; onErr hears the consumer's errors (missed heartbeats are not reported).
 func (s *Store) ConsumeChat(ctx context.Context, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
-	return s.consume(ctx, s.cfg.ChatStream, s.cfg.TriggerConsumer, func(subject string) (string, bool) {
-		return s.cfg.ConversationOf(subject)
-	}, handle, onErr)
+	return s.ConsumeChatPartition(ctx, Partition{N: 1}, handle, onErr)
 }
 
 // consume runs a pull consumer of the trigger's priority group.

@@ -30,6 +30,9 @@ type Names struct {
 	TriggerGroup    string // priority group of the trigger consumer
 	WorkerConsumer  string // durable consumer of the summarizer pool on COMPACT_REQUESTS
 	IdleConsumer    string // durable consumer of the active trigger on ACTIVITY
+	// TriggersBucket is the KV bucket where trigger processes announce themselves when
+	// the trigger is partitioned (Config.TriggerPartitions > 1).
+	TriggersBucket string // compaction-triggers
 }
 
 // DefaultNames returns the contract's names.
@@ -44,6 +47,7 @@ func DefaultNames() Names {
 		ObjectsBucket: "compaction-objects", ForgetBucket: "compaction-forgotten",
 		TriggerConsumer: "compactor-trigger", TriggerGroup: "trigger",
 		WorkerConsumer: "compactor-workers", IdleConsumer: "compactor-idle",
+		TriggersBucket: "compaction-triggers",
 	}
 }
 
@@ -67,21 +71,62 @@ func (n Names) ChatSubject(conv string) (string, error) {
 	return subject(n.ChatPrefix+".", conv, ".msg")
 }
 
-// ChatWildcard matches every conversation's messages.
+// ChatWildcard matches every conversation's messages as they are published.
 func (n Names) ChatWildcard() string { return n.ChatPrefix + ".*.msg" }
 
-// ConversationOf returns the conversation id of a chat subject; false when the
-// subject is not a chat subject or its id breaks the id rule.
+// ChatFilter matches every stored message of one conversation, in every layout: on
+// chat.<conv>.msg (one partition) and on chat.<conv>.msg.<N>.<p>, where the stream's
+// subject transform stores them when the trigger is partitioned (see
+// Config.TriggerPartitions). Every reader of a conversation's messages filters with it.
+func (n Names) ChatFilter(conv string) (string, error) {
+	return subject(n.ChatPrefix+".", conv, ".>")
+}
+
+// ConversationOf returns the conversation id of a stored chat subject: chat.<conv>.msg
+// or chat.<conv>.msg.<N>.<p> (p < N, both decimal); false for anything else or an id
+// that breaks the id rule.
 func (n Names) ConversationOf(subject string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, n.ChatPrefix+".")
 	if !ok {
 		return "", false
 	}
-	conv, ok := strings.CutSuffix(rest, ".msg")
-	if !ok || schemas.ValidateConversationID(conv) != nil {
+	conv, tail, ok := strings.Cut(rest, ".msg")
+	if !ok || (tail != "" && !partitionSuffix(tail)) || schemas.ValidateConversationID(conv) != nil {
 		return "", false
 	}
 	return conv, true
+}
+
+// partitionSuffix reports whether s is ".<N>.<p>", the tokens a partitioned layout
+// appends, with 2 ≤ N ≤ MaxTriggerPartitions and p < N written without leading zeros
+// (as the server writes them).
+func partitionSuffix(s string) bool {
+	rest, ok := strings.CutPrefix(s, ".")
+	if !ok {
+		return false
+	}
+	ns, ps, ok := strings.Cut(rest, ".")
+	if !ok {
+		return false
+	}
+	n, okN := decimal(ns)
+	p, okP := decimal(ps)
+	return okN && okP && n >= 2 && n <= MaxTriggerPartitions && p < n
+}
+
+// decimal parses a non-negative decimal number without sign or leading zeros.
+func decimal(s string) (int, bool) {
+	if s == "" || len(s) > 4 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	v := 0
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v, true
 }
 
 // conversationAfter returns the id that follows prefix + "." in subject (the last
@@ -110,9 +155,33 @@ func (n Names) DeadSubject(conv string) (string, error) {
 	return subject(n.DeadPrefix+".", conv, "")
 }
 
-// ActivitySubject carries a conversation's idle timer.
+// ActivitySubject carries a conversation's idle timer (published; stored on
+// activity.<conv>.<N>.<p> when the trigger is partitioned).
 func (n Names) ActivitySubject(conv string) (string, error) {
 	return subject(n.ActivityPrefix+".", conv, "")
+}
+
+// activityFilter matches the idle timers of one conversation in the partitioned
+// layouts (activity.<conv>.<N>.<p>); the unpartitioned one is ActivitySubject.
+func (n Names) activityFilter(conv string) (string, error) {
+	return subject(n.ActivityPrefix+".", conv, ".>")
+}
+
+// activityConversationOf returns the conversation id of a stored activity subject:
+// activity.<conv> or activity.<conv>.<N>.<p>.
+func (n Names) activityConversationOf(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, n.ActivityPrefix+".")
+	if !ok {
+		return "", false
+	}
+	conv, tail, _ := strings.Cut(rest, ".")
+	if tail != "" && !partitionSuffix("."+tail) {
+		return "", false
+	}
+	if schemas.ValidateConversationID(conv) != nil {
+		return "", false
+	}
+	return conv, true
 }
 
 func subject(prefix, conv, suffix string) (string, error) {
@@ -154,6 +223,16 @@ type Config struct {
 	// its retries and backoffs), so a late write of the forgotten conversation is still
 	// recognised and taken back.
 	ForgetTTL time.Duration
+	// TriggerPartitions is how many partitions the trigger's work is split into. 1 (the
+	// default) is the wire contract's single pinned trigger consumer. N > 1 adds a
+	// subject transform to CHAT and ACTIVITY that stores each conversation's messages
+	// under the partition the hash of its id falls in, one pinned consumer pair per
+	// partition, and the TriggersBucket where trigger processes share the partitions
+	// out. Every process must use the same N (Provision refuses another).
+	TriggerPartitions int
+	// TriggerHeartbeat is how often a trigger process of a partitioned trigger announces
+	// itself in the TriggersBucket; it stays a member for 3 heartbeats after its last.
+	TriggerHeartbeat time.Duration
 	// UpdateExisting lets Provision change existing streams, buckets and consumers whose
 	// settings differ from this config (say, CHAT's max age, which deletes raw history
 	// older than it for every process). Off, Provision changes nothing that exists and
@@ -176,6 +255,8 @@ func DefaultConfig() Config {
 		ActivityMarkerTTL: 24 * time.Hour,
 		MaxObjectSize:     DefaultMaxObjectSize,
 		ForgetTTL:         24 * time.Hour,
+		TriggerPartitions: 1,
+		TriggerHeartbeat:  2 * time.Second,
 	}
 }
 
@@ -195,7 +276,7 @@ func (c Config) Validate() error {
 		"request prefix": c.RequestPrefix, "events stream": c.EventsStream, "event prefix": c.EventPrefix,
 		"dead stream": c.DeadStream, "dead prefix": c.DeadPrefix, "activity stream": c.ActivityStream,
 		"activity prefix": c.ActivityPrefix, "results bucket": c.ResultsBucket, "policy bucket": c.PolicyBucket,
-		"objects bucket": c.ObjectsBucket, "forget bucket": c.ForgetBucket,
+		"objects bucket": c.ObjectsBucket, "forget bucket": c.ForgetBucket, "triggers bucket": c.TriggersBucket,
 		"trigger consumer": c.TriggerConsumer, "trigger group": c.TriggerGroup, "worker consumer": c.WorkerConsumer, "idle consumer": c.IdleConsumer,
 	} {
 		if v == "" {
@@ -226,6 +307,10 @@ func (c Config) Validate() error {
 		return bad("activity marker TTL must be at least 1s")
 	case c.MaxObjectSize < 1<<10 || c.MaxObjectSize > 1<<30:
 		return bad("max object size must be 1 KiB to 1 GiB, got %d bytes", c.MaxObjectSize)
+	case c.TriggerPartitions < 1 || c.TriggerPartitions > MaxTriggerPartitions:
+		return bad("trigger partitions must be 1 to %d, got %d", MaxTriggerPartitions, c.TriggerPartitions)
+	case c.TriggerHeartbeat < 100*time.Millisecond:
+		return bad("trigger heartbeat must be at least 100ms, got %s", c.TriggerHeartbeat)
 	case c.ForgetTTL < time.Minute:
 		return bad("forget TTL must be at least 1m, got %s: tombstones must outlive the jobs in flight", c.ForgetTTL)
 	}

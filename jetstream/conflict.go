@@ -89,6 +89,8 @@ func show(v any) string {
 		s := slices.Clone(v)
 		slices.Sort(s)
 		return "[" + strings.Join(s, " ") + "]"
+	case transform:
+		return showTransform(v)
 	case limit:
 		if v <= 0 {
 			return "unlimited"
@@ -125,6 +127,9 @@ func streamDiff(want, have natsjs.StreamConfig) []Difference {
 	d.check("allow_direct", have.AllowDirect, want.AllowDirect, false)
 	d.check("allow_msg_ttl", have.AllowMsgTTL, want.AllowMsgTTL, false)
 	d.check("subject_delete_marker_ttl", have.SubjectDeleteMarkerTTL, want.SubjectDeleteMarkerTTL, false)
+	// The partition layout (COMPACTOR_TRIGGER_PARTITIONS): a process with another
+	// count would consume partitions no one else does.
+	d.check("subject_transform", transform(have.SubjectTransform), transform(want.SubjectTransform), false)
 	return d.out
 }
 
@@ -145,7 +150,18 @@ func mergeStream(want, have natsjs.StreamConfig) natsjs.StreamConfig {
 	m.AllowDirect = want.AllowDirect
 	m.AllowMsgTTL = want.AllowMsgTTL
 	m.SubjectDeleteMarkerTTL = want.SubjectDeleteMarkerTTL
+	m.SubjectTransform = want.SubjectTransform
 	return m
+}
+
+// transform shows a stream subject transform.
+type transform *natsjs.SubjectTransformConfig
+
+func showTransform(t transform) string {
+	if t == nil || (t.Source == "" && t.Destination == "") {
+		return "none (one trigger partition)"
+	}
+	return t.Source + " → " + t.Destination
 }
 
 // bucketDiff compares a bucket's config with the stream that backs it.

@@ -16,7 +16,8 @@ import (
 type Delivery struct {
 	msg natsjs.Msg
 	nc  *nats.Conn
-	// Subject is the subject the message was published on.
+	// Subject is the subject the message is stored on: the one it was published on, or
+	// its transform in a partitioned layout (chat.<conv>.msg.<N>.<p>).
 	Subject string
 	// Conversation is the id the subject names; "" when the subject's id breaks the id
 	// rule (the payload must then not be read).

@@ -109,7 +109,9 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		// Work first, so no new job starts on a pending request and no idle timer fires.
 		{name: "pending request", stream: s.cfg.RequestsStream, subject: subj(s.cfg.RequestSubject), counted: &d.Requests},
 		{name: "idle timer", stream: s.cfg.ActivityStream, subject: subj(s.cfg.ActivitySubject), counted: &d.ActivityMarkers},
-		{name: "messages", stream: s.cfg.ChatStream, subject: subj(s.cfg.ChatSubject), before: out.ThroughSeq + 1, counted: &d.ChatMessages, erase: true},
+		// ... and where a partitioned layout stores it (activity.<conv>.<N>.<p>).
+		{name: "idle timer", stream: s.cfg.ActivityStream, subject: subj(s.cfg.activityFilter), counted: &d.ActivityMarkers},
+		{name: "messages", stream: s.cfg.ChatStream, subject: subj(s.cfg.ChatFilter), before: out.ThroughSeq + 1, counted: &d.ChatMessages, erase: true},
 		{name: "value", stream: "KV_" + s.cfg.ResultsBucket, subject: "$KV." + s.cfg.ResultsBucket + "." + conv, counted: &d.ResultRevisions},
 		{name: "policy", stream: "KV_" + s.cfg.PolicyBucket, subject: "$KV." + s.cfg.PolicyBucket + "." + conv, counted: &d.PolicyRevisions},
 		{name: "objects", objects: true, counted: &d.Objects},
@@ -143,7 +145,7 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		if st.eventsOf && notified && n > 0 {
 			n-- // the forgotten event of this forget is not the conversation's
 		}
-		*st.counted = n
+		*st.counted += n
 	}
 	return out, errors.Join(stepErrs...)
 }
@@ -341,7 +343,7 @@ const EraseBudget = 20 * time.Second
 // eraseChat erases (overwrites, then deletes) the messages of conv up to through,
 // found with batched direct gets, until the deadline, and returns how many it erased.
 func (s *Store) eraseChat(ctx context.Context, conv string, through uint64, deadline time.Time) (uint64, error) {
-	subj, err := s.cfg.ChatSubject(conv)
+	subj, err := s.cfg.ChatFilter(conv)
 	if err != nil {
 		return 0, err
 	}

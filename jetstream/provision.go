@@ -45,6 +45,9 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			Duplicates:  cfg.DuplicateWindow,
 			MaxAge:      cfg.ChatMaxAge,
 			Replicas:    cfg.Replicas,
+			// Partitioned: stored under the conversation's partition (see
+			// Config.TriggerPartitions); published on chat.<conv>.msg as always.
+			SubjectTransform: cfg.chatTransform(cfg.TriggerPartitions),
 		},
 		{
 			Name:                 cfg.RequestsStream,
@@ -85,6 +88,7 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			AllowMsgTTL:            true,
 			SubjectDeleteMarkerTTL: cfg.ActivityMarkerTTL,
 			Replicas:               cfg.Replicas,
+			SubjectTransform:       cfg.activityTransform(cfg.TriggerPartitions),
 		},
 	}
 	for _, sc := range streams {
@@ -116,6 +120,16 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			Replicas:    cfg.Replicas,
 		},
 	}
+	if cfg.TriggerPartitions > 1 {
+		buckets = append(buckets, natsjs.KeyValueConfig{
+			Bucket:      cfg.TriggersBucket,
+			Description: "Compactor trigger processes sharing the trigger's partitions: one key per live process",
+			History:     1,
+			TTL:         cfg.TriggersTTL(),
+			Storage:     natsjs.MemoryStorage,
+			Replicas:    cfg.Replicas,
+		})
+	}
 	for _, kc := range buckets {
 		if err := p.bucket(ctx, kc); err != nil {
 			return nil, nil, err
@@ -130,14 +144,11 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 	}); err != nil {
 		return nil, nil, err
 	}
-	consumers := []struct {
+	type streamConsumer struct {
 		stream string
 		cfg    natsjs.ConsumerConfig
-	}{
-		{cfg.ChatStream, triggerConsumer(cfg, cfg.TriggerConsumer, cfg.ChatWildcard(),
-			"Compactor trigger: one active process, the others stand by")},
-		{cfg.ActivityStream, triggerConsumer(cfg, cfg.IdleConsumer, cfg.ActivityPrefix+".*",
-			"Compactor idle timers: the active trigger reads the markers expired timers leave")},
+	}
+	consumers := []streamConsumer{
 		{cfg.RequestsStream, natsjs.ConsumerConfig{
 			Durable:       cfg.WorkerConsumer,
 			Description:   "Compactor summarizer pool, shared by every worker process",
@@ -147,6 +158,18 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			MaxAckPending: 10000,
 			Replicas:      cfg.Replicas,
 		}},
+	}
+	for _, part := range cfg.Partitions() {
+		// One partition: the descriptions of the wire contract's consumers, unchanged.
+		chatWhat := "Compactor trigger: one active process, the others stand by"
+		idleWhat := "Compactor idle timers: the active trigger reads the markers expired timers leave"
+		if part.Partitioned() {
+			chatWhat = fmt.Sprintf("Compactor trigger, partition %s: its owner is active, the others stand by", part)
+			idleWhat = fmt.Sprintf("Compactor idle timers, partition %s: its owner reads the markers expired timers leave", part)
+		}
+		consumers = append(consumers,
+			streamConsumer{cfg.ChatStream, triggerConsumer(cfg, cfg.TriggerConsumerOf(part), cfg.chatFilterOf(part), chatWhat)},
+			streamConsumer{cfg.ActivityStream, triggerConsumer(cfg, cfg.IdleConsumerOf(part), cfg.activityFilterOf(part), idleWhat)})
 	}
 	for _, c := range consumers {
 		if err := p.consumer(ctx, c.stream, c.cfg); err != nil {

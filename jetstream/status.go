@@ -21,13 +21,21 @@ type ConsumerStatus struct {
 	AckPending  int    `json:"ack_pending"`
 	Redelivered int    `json:"redelivered"`
 	Waiting     int    `json:"waiting_pulls"`
-	Error       string `json:"error,omitempty"`
+	// Partition (p/N) and Owner, the member the assignment gives it to, for the
+	// consumers of a partitioned trigger.
+	Partition string `json:"partition,omitempty"`
+	Owner     string `json:"owner,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // Status is a snapshot of the pipeline's streams and consumers.
 type Status struct {
 	Streams   []StreamStatus   `json:"streams"`
 	Consumers []ConsumerStatus `json:"consumers"`
+	// TriggerMembers are the live trigger processes of a partitioned trigger;
+	// TriggerMembersError says why they could not be read.
+	TriggerMembers      []string `json:"trigger_members,omitempty"`
+	TriggerMembersError string   `json:"trigger_members_error,omitempty"`
 }
 
 // Status reads the state of every stream and consumer of the contract. Errors are
@@ -49,10 +57,34 @@ func (s *Store) Status(ctx context.Context) Status {
 		}
 		out.Streams = append(out.Streams, ss)
 	}
-	for _, c := range [][2]string{{s.cfg.ChatStream, s.cfg.TriggerConsumer}, {s.cfg.ActivityStream, s.cfg.IdleConsumer},
-		{s.cfg.RequestsStream, s.cfg.WorkerConsumer}} {
-		cs := ConsumerStatus{Stream: c[0], Name: c[1]}
-		cons, err := s.js.Consumer(ctx, c[0], c[1])
+	type consumer struct {
+		stream, name string
+		part         Partition
+	}
+	var consumers []consumer
+	for _, p := range s.cfg.Partitions() {
+		consumers = append(consumers, consumer{s.cfg.ChatStream, s.cfg.TriggerConsumerOf(p), p}, consumer{s.cfg.ActivityStream, s.cfg.IdleConsumerOf(p), p})
+	}
+	consumers = append(consumers, consumer{stream: s.cfg.RequestsStream, name: s.cfg.WorkerConsumer})
+	var owners []string
+	if s.cfg.TriggerPartitions > 1 {
+		members, err := s.triggerMembers(ctx)
+		if err != nil {
+			out.TriggerMembersError = err.Error()
+		} else {
+			out.TriggerMembers = members
+			owners = AssignPartitions(members, s.cfg.TriggerPartitions)
+		}
+	}
+	for _, c := range consumers {
+		cs := ConsumerStatus{Stream: c.stream, Name: c.name}
+		if c.part.Partitioned() {
+			cs.Partition = c.part.String()
+			if owners != nil {
+				cs.Owner = owners[c.part.P]
+			}
+		}
+		cons, err := s.js.Consumer(ctx, c.stream, c.name)
 		if err == nil {
 			info, ierr := cons.Info(ctx)
 			if err = ierr; err == nil {
@@ -65,4 +97,12 @@ func (s *Store) Status(ctx context.Context) Status {
 		out.Consumers = append(out.Consumers, cs)
 	}
 	return out
+}
+
+func (s *Store) triggerMembers(ctx context.Context) ([]string, error) {
+	m, err := s.Membership(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return m.Members(ctx)
 }

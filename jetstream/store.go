@@ -62,12 +62,22 @@ func (m StoredMsg) Entry() schemas.Entry {
 // directBatch sends one batched direct get and collects the answers up to the end-of-
 // batch marker. more reports whether the server said messages are still pending.
 func (s *Store) directBatch(ctx context.Context, stream, subj string, fromSeq uint64, batch int) (msgs []StoredMsg, more bool, err error) {
+	msgs, more, err = s.directRequest(ctx, stream, map[string]any{"seq": fromSeq, "next_by_subj": subj, "batch": batch}, subj)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w (from %d)", err, fromSeq)
+	}
+	return msgs, more, nil
+}
+
+// directRequest sends one batched direct get request (subj names what it reads, for
+// errors) and collects the answers up to the end-of-batch marker.
+func (s *Store) directRequest(ctx context.Context, stream string, request map[string]any, subj string) (msgs []StoredMsg, more bool, err error) {
 	inbox, pr, done, err := s.replies.open()
 	if err != nil {
 		return nil, false, fmt.Errorf("direct get %s: %w", subj, err)
 	}
 	defer done()
-	req, _ := json.Marshal(map[string]any{"seq": fromSeq, "next_by_subj": subj, "batch": batch})
+	req, _ := json.Marshal(request)
 	if err := s.nc.PublishRequest(apiPrefix+"DIRECT.GET."+stream, inbox, req); err != nil {
 		return nil, false, fmt.Errorf("direct get %s: %w", subj, err)
 	}
@@ -84,9 +94,9 @@ func (s *Store) directBatch(ctx context.Context, stream, subj string, fromSeq ui
 		case <-ctx.Done():
 			err := ctx.Err()
 			if errors.Is(err, context.DeadlineExceeded) && len(msgs) == 0 {
-				return nil, false, fmt.Errorf("direct get %s from %d: no answer (is direct get allowed on %s?): %w", subj, fromSeq, stream, err)
+				return nil, false, fmt.Errorf("direct get %s: no answer (is direct get allowed on %s?): %w", subj, stream, err)
 			}
-			return nil, false, fmt.Errorf("direct get %s from %d: %w", subj, fromSeq, err)
+			return nil, false, fmt.Errorf("direct get %s: %w", subj, err)
 		}
 		for _, m := range answers {
 			if len(m.Data) == 0 {

@@ -46,3 +46,19 @@ func (t *Trigger) DropStates() {
 	clear(t.convs)
 	t.convs = map[string]*tracked{}
 }
+
+// TokensOf returns the estimate of the partition trigger that tracks conv, if any.
+func (ps *Partitions) TokensOf(conv string) (int, bool) {
+	ps.mu.Lock()
+	var ts []*Trigger
+	for _, r := range ps.running {
+		ts = append(ts, r.t)
+	}
+	ps.mu.Unlock()
+	for _, t := range ts {
+		if n, ok := t.TokensOf(conv); ok {
+			return n, true
+		}
+	}
+	return 0, false
+}

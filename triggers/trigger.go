@@ -123,6 +123,11 @@ type Trigger struct {
 	policies PolicySource
 	log      zerolog.Logger
 	now      func() time.Time
+	// part is the partition whose consumers this trigger reads (see Partitions); the
+	// zero value reads the unpartitioned ones. hub, for a partition's trigger, delivers
+	// the events and policy changes of its conversations (nil: it subscribes itself).
+	part jetstream.Partition
+	hub  *signalHub
 
 	mu    sync.Mutex // guards convs only; never held during a network call
 	convs map[string]*tracked
@@ -225,18 +230,23 @@ func (t *Trigger) Run(ctx context.Context) error {
 	// would count them.
 	hctx, stopHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHandlers()
-	events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
-		t.log.Warn().Err(err).Msg("compaction event skipped")
-	})
-	if err != nil {
-		return stopped(ctx, err)
+	if t.hub != nil {
+		// A partition's trigger: the process's subscriptions hand it its conversations'.
+		defer t.hub.add(t.part.P, func(ev schemas.Event) { t.onEvent(hctx, ev) }, t.onPolicy)()
+	} else {
+		events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
+			t.log.Warn().Err(err).Msg("compaction event skipped")
+		})
+		if err != nil {
+			return stopped(ctx, err)
+		}
+		defer events.Stop()
+		policies, err := t.store.WatchPolicies(t.onPolicy)
+		if err != nil {
+			return stopped(ctx, err)
+		}
+		defer policies.Stop()
 	}
-	defer events.Stop()
-	policies, err := t.store.WatchPolicies(t.onPolicy)
-	if err != nil {
-		return stopped(ctx, err)
-	}
-	defer policies.Stop()
 	consumerErr := func(what string) func(error) {
 		return func(err error) {
 			if ctx.Err() == nil {
@@ -247,13 +257,13 @@ func (t *Trigger) Run(ctx context.Context) error {
 	// The consumers may not answer yet (a cluster electing their leaders, a server
 	// restarting): that is waited for, not a reason to stop the process.
 	chat, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeChat(ctx, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
+		return t.store.ConsumeChatPartition(ctx, t.part, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
 	})
 	if err != nil {
 		return stopped(ctx, err)
 	}
 	idle, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeIdle(ctx, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
+		return t.store.ConsumeIdlePartition(ctx, t.part, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
 	})
 	if err != nil {
 		chat.Drain()

@@ -259,12 +259,14 @@ func (c *checker) settled(t *testing.T, within time.Duration) {
 func (c *checker) pending(js natsjs.JetStream, threshold int, convs []*checkedConv, stuck *[]string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	trig, err := js.Consumer(ctx, c.cfg.ChatStream, c.cfg.TriggerConsumer)
-	if err != nil {
-		return err
-	}
-	if ci := trig.CachedInfo(); ci.NumPending > 0 || ci.NumAckPending > 0 {
-		return fmt.Errorf("the trigger has %d chat messages to read and %d unacknowledged", ci.NumPending, ci.NumAckPending)
+	for _, part := range c.cfg.Partitions() {
+		trig, err := js.Consumer(ctx, c.cfg.ChatStream, c.cfg.TriggerConsumerOf(part))
+		if err != nil {
+			return err
+		}
+		if ci := trig.CachedInfo(); ci.NumPending > 0 || ci.NumAckPending > 0 {
+			return fmt.Errorf("the trigger (partition %s) has %d chat messages to read and %d unacknowledged", part, ci.NumPending, ci.NumAckPending)
+		}
 	}
 	queue, err := js.Stream(ctx, c.cfg.RequestsStream)
 	if err != nil {

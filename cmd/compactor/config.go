@@ -60,9 +60,12 @@ type Env struct {
 	DrainTimeout time.Duration `envconfig:"DRAIN_TIMEOUT" default:"3m" desc:"on SIGINT/SIGTERM, how long in-flight work may take to finish; what is unfinished then is handed back to the queue"`
 	ForgetTTL    time.Duration `envconfig:"FORGET_TTL" default:"24h" desc:"how long the tombstone of a forgotten conversation is kept: longer than any compaction can be in flight (summarizer calls, retries, backoffs), so a late write of it is recognised and taken back (applied to an existing bucket only with COMPACTOR_UPDATE_STREAMS)"`
 	AckWait      time.Duration `envconfig:"WORKER_ACK_WAIT" default:"30s" desc:"how long a request may go without a worker's heartbeat before it is delivered again (what a crashed worker costs); heartbeats go every third of it (applied to an existing consumer only with COMPACTOR_UPDATE_STREAMS)"`
-	LogLevel     string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
-	LogFormat    string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
-	HTTPListen   string        `envconfig:"HTTP_LISTEN" desc:"serve: host:port of an HTTP listener for operators with /healthz and /debug/pprof/ (profiles of this process); empty: off. Bind it to localhost or a private network only"`
+	// The trigger's partitions (README, "Scaling the trigger").
+	TriggerPartitions int           `envconfig:"TRIGGER_PARTITIONS" default:"1" desc:"how many partitions the trigger's work is split into, shared out among the trigger processes (1 to 256); 1 is one active trigger process and standbys. Every process must use the same count: change it with COMPACTOR_UPDATE_STREAMS on one process, then roll the others"`
+	TriggerHeartbeat  time.Duration `envconfig:"TRIGGER_HEARTBEAT" default:"2s" desc:"with several trigger partitions: how often a trigger process announces itself; one silent for 3 heartbeats loses its partitions (the bucket's TTL: the same in every process)"`
+	HTTPListen        string        `envconfig:"HTTP_LISTEN" desc:"serve: host:port of an HTTP listener for operators with /healthz and /debug/pprof/ (profiles of this process); empty: off. Bind it to localhost or a private network only"`
+	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
+	LogFormat         string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
 
 	// UpdateStreams applies this process's settings to existing streams, buckets and
 	// consumers (also serve --update-streams).
@@ -158,6 +161,9 @@ func (e Env) validate() error {
 		{e.DrainTimeout > 0, "DRAIN_TIMEOUT", "must be positive"},
 		{e.AckWait >= 3*time.Second, "WORKER_ACK_WAIT", "must be at least 3s (heartbeats go every third of it)"},
 		{e.ForgetTTL >= time.Minute, "FORGET_TTL", "must be at least 1m (tombstones must outlive the compactions in flight)"},
+		{e.TriggerPartitions >= 1 && e.TriggerPartitions <= jetstream.MaxTriggerPartitions, "TRIGGER_PARTITIONS",
+			fmt.Sprintf("must be 1 to %d", jetstream.MaxTriggerPartitions)},
+		{e.TriggerHeartbeat >= 100*time.Millisecond, "TRIGGER_HEARTBEAT", "must be at least 100ms"},
 		{e.LogFormat == "json" || e.LogFormat == "console", "LOG_FORMAT", "must be json or console"},
 	}
 	for _, c := range checks {
@@ -305,6 +311,8 @@ func (e Env) jetstream() jetstream.Config {
 	c.WorkerAckWait = e.AckWait
 	c.ForgetTTL = e.ForgetTTL
 	c.UpdateExisting = e.UpdateStreams
+	c.TriggerPartitions = e.TriggerPartitions
+	c.TriggerHeartbeat = e.TriggerHeartbeat
 	return c
 }
 

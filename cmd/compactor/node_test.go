@@ -439,3 +439,55 @@ func TestNodeExampleUnderRoles(t *testing.T) {
 		t.Fatalf("node context as reader on the shared _INBOX: no error; want its replies refused\n%s", errOut)
 	}
 }
+
+// With a partitioned trigger, CHAT stores messages on chat.<conv>.msg.<N>.<p>: the Node
+// example (which reads chat.<conv>.>) reads the same context as the Go client.
+func TestNodeExampleReadsPartitionedLayout(t *testing.T) {
+	node, dir := nodeExample(t)
+	env := testEnv(t, 4000)
+	env.TriggerPartitions = 4
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st, err := jetstream.Provision(ctxFor(t, 10*time.Second), nc, env.jetstream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := runStack(t, nc, st, env, newFakeLLM(t))
+	msgs, _ := needleConversation(20)
+	conv := "node-partitioned"
+	for _, m := range msgs {
+		if _, err := s.client.Publish(ctxFor(t, 5*time.Second), conv, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 30*time.Second, "compaction of "+conv, func() bool {
+		cx, err := s.client.Context(ctxFor(t, 10*time.Second), conv)
+		return err == nil && cx.Generation > 0 && cx.Tokens < env.budget().ThresholdTokens()
+	})
+	settle(t, s)
+	cx, err := s.client.Context(ctxFor(t, 10*time.Second), conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(node, "compactor.mjs", "context", conv)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL())
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node context: %v\n%s", err, errOut.String())
+	}
+	got := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(got) != len(cx.Messages) {
+		t.Fatalf("node read %d messages; Go read %d", len(got), len(cx.Messages))
+	}
+	for i, line := range got {
+		want, _ := cx.Messages[i].Encode()
+		var a, b any
+		_ = json.Unmarshal([]byte(line), &a)
+		_ = json.Unmarshal(want, &b)
+		if !jsonEqual(a, b) {
+			t.Fatalf("message %d differs:\nnode: %.300s\ngo:   %.300s", i, line, want)
+		}
+	}
+}

@@ -516,3 +516,92 @@ func TestRolesWaitForTheAdminToProvision(t *testing.T) {
 		t.Fatal("the worker did not bind within 30s of the admin provisioning")
 	}
 }
+
+// The trigger user of accounts.conf runs a partitioned trigger (the 4 partitions the
+// file lists): two trigger processes share the partitions (one gives some away to the
+// other: drain and unpin), and a producer's conversation is compacted, with no
+// permissions violation.
+func TestRolesPartitionedTrigger(t *testing.T) {
+	_, connect := rolesServer(t)
+	cfg := jetstream.DefaultConfig()
+	cfg.TriggerPartitions = 4
+	cfg.TriggerHeartbeat = 200 * time.Millisecond
+	ctx := ctxFor(t, 2*time.Minute)
+	if _, err := jetstream.Provision(ctx, connect("admin").nc, cfg); err != nil {
+		t.Fatalf("provision as admin: %v", err)
+	}
+	var triggers []*roleConn
+	var logs []*logBuffer
+	run := func(role string) {
+		c := connect(role)
+		st, err := jetstream.Provision(ctx, c.nc, cfg)
+		if err != nil {
+			t.Fatalf("provision as %s after the admin: %v", role, err)
+		}
+		env := testEnv(t, 8000)
+		env.Roles = role
+		env.TriggerPartitions, env.TriggerHeartbeat = cfg.TriggerPartitions, cfg.TriggerHeartbeat
+		if role != "trigger" {
+			runStack(t, c.nc, st, env, nil)
+			return
+		}
+		// The trigger's log says when it gave a partition away.
+		logs = append(logs, &logBuffer{})
+		comps, err := build(env, c.nc, st, zerolog.New(logs[len(logs)-1]).Level(zerolog.InfoLevel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- comps[0].Run(rctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("trigger: %v", err)
+			}
+		})
+		triggers = append(triggers, c)
+	}
+	run("trigger")
+	run("worker")
+	// The first trigger owns every partition; the second takes its share.
+	eventually(t, 10*time.Second, "the first trigger to own every partition", func() bool {
+		return strings.Count(logs[0].String(), `"partition owned"`) == 4
+	})
+	run("trigger")
+	eventually(t, 15*time.Second, "the first trigger to give partitions away (drained, unpinned)", func() bool {
+		return strings.Contains(logs[0].String(), `"partition released"`)
+	})
+	eventually(t, 10*time.Second, "the second trigger to own partitions", func() bool {
+		return strings.Contains(logs[1].String(), `"partition owned"`)
+	})
+	if l := logs[0].String(); strings.Contains(l, "unpin the partition") {
+		t.Errorf("the first trigger could not unpin:\n%s", l)
+	}
+
+	producer := connect("producer")
+	pc, err := pipeline.New(ctx, producer.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	convs := []string{"roles-p0", "roles-p1", "roles-p2", "roles-p3", "roles-p4", "roles-p5"}
+	msgs, _ := needleConversation(20)
+	for _, conv := range convs {
+		for i, m := range msgs {
+			if _, err := pc.Publish(ctx, conv, m); err != nil {
+				t.Fatalf("publish %d of %s as producer: %v", i, conv, err)
+			}
+		}
+	}
+	for _, conv := range convs {
+		eventually(t, time.Minute, "a compaction of "+conv, func() bool {
+			cx, err := pc.Context(ctx, conv)
+			return err == nil && cx.HasSummary && cx.Generation >= 1
+		})
+	}
+	for _, c := range append(triggers, producer) {
+		if v := c.violations(); v != "" {
+			t.Errorf("%s: permissions violations:\n%s", c.user, v)
+		}
+	}
+}

@@ -137,11 +137,21 @@ func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) ([]c
 		comps = append(comps, svc)
 	}
 	if roles.trigger {
-		t, err := triggers.New(env.triggers(), st, policies, log)
-		if err != nil {
-			return nil, err
+		// One partition: the wire contract's single pinned trigger consumer. More: this
+		// process takes its share of them (README, "Scaling the trigger").
+		if st.Config().TriggerPartitions > 1 {
+			t, err := triggers.NewPartitions(env.triggers(), st, policies, log, "")
+			if err != nil {
+				return nil, err
+			}
+			comps = append(comps, t)
+		} else {
+			t, err := triggers.New(env.triggers(), st, policies, log)
+			if err != nil {
+				return nil, err
+			}
+			comps = append(comps, t)
 		}
-		comps = append(comps, t)
 	}
 	if roles.worker {
 		fallback := extractive.New()

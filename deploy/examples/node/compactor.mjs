@@ -332,7 +332,9 @@ async function readContext(nc, conv) {
   const tail = [];
   let from = Math.max(value?.tail_start_seq ?? 1, 1);
   for (;;) {
-    const { msgs, more } = await directBatch(nc, `chat.${conv}.msg`, from);
+    // chat.<conv>.> matches chat.<conv>.msg and, with a partitioned trigger, the
+    // chat.<conv>.msg.<N>.<p> the stream stores messages on (README, "Scaling the trigger").
+    const { msgs, more } = await directBatch(nc, `chat.${conv}.>`, from);
     for (const m of msgs) {
       let msg;
       try {
