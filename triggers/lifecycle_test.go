@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
@@ -313,12 +314,22 @@ func TestAStoppedTriggerSettlesTheMessagesInHand(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the trigger did not stop")
 	}
-	info, err := cons.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.NumAckPending > 0 || info.AckFloor.Stream < last {
-		t.Fatalf("%d messages left unacknowledged (ack floor %d of %d) by a stopped trigger", info.NumAckPending, info.AckFloor.Stream, last)
+	// Every ack has reached the server when Run returns (flushed), but the server applies
+	// acks to its consumer on its own goroutine: wait for that, not for the ack wait (no
+	// consumer runs any more, so an unsent ack would never come).
+	var info *natsjs.ConsumerInfo
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if info, err = cons.Info(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.AckFloor.Stream >= last {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages left unacknowledged (ack floor %d of %d) by a stopped trigger", info.NumAckPending, info.AckFloor.Stream, last)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if n := stored(t, nc, st); n == 0 {
 		t.Fatal("no request for the conversation over its threshold")
