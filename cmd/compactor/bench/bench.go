@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			name string
 			run  func() error
 		}{
-			{"ingest", func() error { return measureIngest(ctx, srv.URL, corpus, sz, rep, progress) }},
+			{"ingest", func() error { return measureIngest(ctx, srv.URL, srv.cpu, corpus, sz, rep, progress) }},
 			{"latency", func() error { return measureLatency(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"read", func() error { return measureRead(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"cost", func() error { return measureCost(ctx, srv.URL, corpus, sz, rep, progress) }},

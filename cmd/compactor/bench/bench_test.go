@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,8 +56,9 @@ func TestRunReportsEveryFigure(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &obj); err != nil {
 		t.Fatalf("the JSON is not one object: %v\n%s", err, buf.String())
 	}
-	for _, key := range []string{"ingest_ratio", "trigger_p99_ratio", "read_speedup", "read_over_floor", "scaleout_8",
-		"bytes_per_conversation", "new_conversations_per_sec", "cost_growth", "token_reduction_1000", "summarizer_share"} {
+	for _, key := range []string{"ingest_ratio", "ingest_ratio_4", "ingest_ratio_4x2", "trigger_p99_ratio", "read_speedup", "read_over_floor", "scaleout_8",
+		"bytes_per_conversation", "new_conversations_per_sec", "new_conversations_per_sec_4", "new_conversations_per_sec_4x2",
+		"cost_growth", "token_reduction_1000", "summarizer_share"} {
 		v, ok := obj[key].(float64)
 		if !ok {
 			t.Errorf("key %q: %v (%T); want a number", key, obj[key], obj[key])
@@ -65,6 +68,22 @@ func TestRunReportsEveryFigure(t *testing.T) {
 			t.Errorf("%s = %v; want a positive finite number", key, v)
 		}
 	}
+	// Every trigger layout has its ingest and new-conversation rows, each with every figure.
+	if len(rep.Ingest.Rows) != len(triggerLayouts) || len(rep.Heap.NewConversations) != len(triggerLayouts) {
+		t.Fatalf("%d ingest rows and %d new-conversation rows; want one per layout %v", len(rep.Ingest.Rows), len(rep.Heap.NewConversations), triggerLayouts)
+	}
+	for i, l := range triggerLayouts {
+		x, nc := rep.Ingest.Rows[i], rep.Heap.NewConversations[i]
+		if (triggerLayout{x.Partitions, x.Processes}) != l || (triggerLayout{nc.Partitions, nc.Processes}) != l {
+			t.Errorf("rows %d are %+v and %+v; want layout %v", i, x, nc, l)
+		}
+		for name, v := range map[string]float64{"msgs/s": x.MsgsPerSec, "ratio": x.Ratio, "publishing": x.PublishMsgsPerSec,
+			"draining": x.TriggerDrainMsgsPerSec, "new conversations/s": nc.PerSec} {
+			if !(v > 0) || math.IsInf(v, 0) {
+				t.Errorf("%v: %s = %v; want a positive finite number", l, name, v)
+			}
+		}
+	}
 	if s := rep.SummarizerShare; s > 1 {
 		t.Errorf("summarizer_share = %v; want at most 1", s)
 	}
@@ -72,9 +91,23 @@ func TestRunReportsEveryFigure(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []string{"1. ingest", "2. trigger latency", "3. context read", "4. compaction cost", "5. worker scale-out", "6. trigger heap", "7. cumulative input tokens"} {
+	for _, m := range []string{"1. ingest", "4 trigger partition(s) in 2 trigger process(es), publish until trigger drained",
+		"6. new conversations taken on by the trigger, 4 partition(s) in 2 trigger process(es)", "2. trigger latency", "3. context read", "4. compaction cost", "5. worker scale-out", "6. trigger heap", "7. cumulative input tokens"} {
 		if !bytes.Contains(table.Bytes(), []byte(m)) {
 			t.Errorf("the table has no row %q:\n%s", m, table.String())
+		}
+	}
+	// The doc says what the partitioned layouts measured wherever a trigger target was missed.
+	var doc bytes.Buffer
+	if err := rep.WriteMarkdown(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if rep.IngestRatio < 0.8 || rep.NewConversationsPerSec < 10000 {
+		for _, want := range []string{"Trigger partitions, measured in this run: with 4 partitions in one trigger process",
+			"with 4 partitions in two trigger processes"} {
+			if !bytes.Contains(doc.Bytes(), []byte(want)) {
+				t.Errorf("the doc's targets do not say %q:\n%s", want, doc.String())
+			}
 		}
 	}
 	if !bytes.Contains(progress.Bytes(), []byte("server: ")) {
@@ -199,5 +232,41 @@ func TestRunWorker(t *testing.T) {
 	}
 	if err := RunWorker(ctx, []string{"--nats-url", srv.URL, "--namespace", "CHAT"}, &out); err == nil {
 		t.Error("RunWorker outside a bench namespace: nil error; want a refusal")
+	}
+}
+
+// procCPU reads this process's CPU time as getrusage does, to the kernel's tick.
+func TestProcCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("procCPU reads /proc")
+	}
+	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); {
+	}
+	self, own := procCPU(os.Getpid()), cpuTime()
+	if self <= 0 || self > own+20*time.Millisecond || self < own-100*time.Millisecond {
+		t.Errorf("procCPU(self) = %v; getrusage says %v", self, own)
+	}
+	if got := procCPU(-1); got != -1 {
+		t.Errorf("procCPU(-1) = %v; want -1", got)
+	}
+}
+
+// The verdict on partitions counts only changes past the machine's noise, and says
+// which way they went.
+func TestPartitionVerdict(t *testing.T) {
+	tests := []struct {
+		give []float64
+		want string
+	}{
+		{[]float64{1.5, 2}, "raised it"},
+		{[]float64{0.5, 0.7}, "lowered it"},
+		{[]float64{0.9, 1.2}, "Within the machine's noise"},
+		{[]float64{0.5, 1.6}, "The layouts disagree"},
+		{[]float64{1.1, 1.6}, "The layouts disagree"},
+	}
+	for _, tt := range tests {
+		if got := verdict(tt.give); !strings.Contains(got, tt.want) {
+			t.Errorf("verdict(%v) = %q; want it to say %q", tt.give, got, tt.want)
+		}
 	}
 }

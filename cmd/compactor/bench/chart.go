@@ -250,23 +250,35 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 			xLabel: "worker slots", yLabel: "compactions per second", yFormat: plain, xTicks: ticks, series: ss})
 	}
 	if ir := r.Ingest; len(ir.Rows) > 0 {
-		var pts, raw [][2]float64
-		var ticks []float64
+		var one, two, drainOne, drainTwo [][2]float64
+		top := 4.0
 		for _, x := range ir.Rows {
-			pts = append(pts, [2]float64{float64(x.Partitions), x.MsgsPerSec})
-			ticks = append(ticks, float64(x.Partitions))
+			p := float64(x.Partitions)
+			top = max(top, p)
+			if x.Processes == 1 {
+				one = append(one, [2]float64{p, x.MsgsPerSec})
+				drainOne = append(drainOne, [2]float64{p, x.TriggerDrainMsgsPerSec})
+			} else {
+				two = append(two, [2]float64{p, x.MsgsPerSec})
+				drainTwo = append(drainTwo, [2]float64{p, x.TriggerDrainMsgsPerSec})
+			}
 		}
-		top := max(ticks[len(ticks)-1], 4)
-		raw = [][2]float64{{0, ir.RawMsgsPerSec}, {top, ir.RawMsgsPerSec}}
-		if len(ticks) == 1 {
-			ticks = []float64{0, 1, 2, 3, 4}
+		var ticks []float64
+		for t := 0.0; t <= top; t++ {
+			ticks = append(ticks, t)
 		}
-		add("trigger.png", chart{title: "Ingest until the trigger drained, by trigger partitions",
-			xLabel: "trigger partitions", yLabel: "messages per second", yFormat: plain, xTicks: ticks,
-			series: []series{
-				{name: "raw JetStream: async publish + bare consumer", color: dark, points: raw, dashed: true},
-				{name: "Compactor: publish until the trigger drained", color: blue, points: pts, markers: true},
-			}})
+		ss := []series{
+			{name: "raw JetStream: async publish + bare consumer", color: dark, points: [][2]float64{{0, ir.RawMsgsPerSec}, {top, ir.RawMsgsPerSec}}, dashed: true},
+			{name: "one trigger process: publish until drained", color: blue, points: one, markers: true},
+			{name: "one trigger process: draining stored messages", color: blue, points: drainOne, dashed: true, markers: true},
+		}
+		if len(two) > 0 {
+			ss = append(ss,
+				series{name: "two trigger processes: publish until drained", color: green, points: two, markers: true},
+				series{name: "two trigger processes: draining stored messages", color: green, points: drainTwo, dashed: true, markers: true})
+		}
+		add("trigger.png", chart{title: "Ingest until the trigger drained, by trigger partitions and processes",
+			xLabel: "trigger partitions", yLabel: "messages per second", yFormat: plain, xTicks: ticks, series: ss})
 	}
 	var paths []string
 	for _, c := range charts {

@@ -25,6 +25,16 @@ type HeapReport struct {
 	// KV and the stream).
 	NewPerSec       float64 `json:"new_conversations_per_sec"`
 	ServerInProcess bool    `json:"server_in_process"`
+	// NewConversations is the rate of new conversations in every trigger layout (the
+	// first row is NewPerSec's): each its own namespace with the same conversations.
+	NewConversations []NewConvRow `json:"new_conversations"`
+}
+
+// NewConvRow is how fast a trigger of one layout takes on new conversations.
+type NewConvRow struct {
+	Partitions int     `json:"partitions"`
+	Processes  int     `json:"trigger_processes"`
+	PerSec     float64 `json:"new_conversations_per_sec"`
 }
 
 func measureHeap(ctx context.Context, url string, sz sizes, profile string, rep *Report, progress func(string, ...any)) error {
@@ -37,32 +47,10 @@ func measureHeap(ctx context.Context, url string, sz sizes, profile string, rep 
 	}
 	defer r.close()
 	progress("heap: publishing one message to each of %d conversations", n)
-	user := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("please run the build")}
-	data, err := user.Encode()
-	if err != nil {
+	if err := r.publishNewConversations(n); err != nil {
 		return err
 	}
-	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
-	var last uint64
-	for i := range n {
-		f, err := r.store.PublishMessageAsync(fmt.Sprintf("conversation-%08d", i), data, "")
-		if err != nil {
-			return err
-		}
-		futures = append(futures, f)
-		if len(futures) == asyncWindow || i == n-1 {
-			for _, f := range futures {
-				select {
-				case a := <-f.Ok():
-					last = max(last, a.Sequence)
-				case err := <-f.Err():
-					return err
-				}
-			}
-			futures = futures[:0]
-		}
-	}
-	cons, err := r.js.Consumer(ctx, r.cfg.ChatStream, r.cfg.TriggerConsumer)
+	cons, err := r.triggerConsumers(ctx)
 	if err != nil {
 		return err
 	}
@@ -77,13 +65,11 @@ func measureHeap(ctx context.Context, url string, sz sizes, profile string, rep 
 	if err := wait(ctx, 10*time.Minute, "the trigger to track every conversation", func() bool { return t.Tracked() >= n }); err != nil {
 		return err
 	}
-	if err := wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool {
-		ci, err := cons.Info(ctx)
-		return err == nil && ci.AckFloor.Stream >= last
-	}); err != nil {
+	if err := wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool { return drained(ctx, cons) }); err != nil {
 		return err
 	}
 	hr.NewPerSec = float64(n) / time.Since(start).Seconds()
+	hr.NewConversations = append(hr.NewConversations, NewConvRow{Partitions: 1, Processes: 1, PerSec: hr.NewPerSec})
 	after := liveHeap()
 	hr.BytesPerConversation = float64(int64(after)-int64(before)) / float64(n)
 	if profile != "" {
@@ -100,6 +86,76 @@ func measureHeap(ctx context.Context, url string, sz sizes, profile string, rep 
 		}
 	}
 	progress("heap: %.0f bytes per conversation, %.0f new conversations/s", hr.BytesPerConversation, hr.NewPerSec)
+	stop()
+	r.close()
+	for _, l := range triggerLayouts {
+		if l.partitions == 1 {
+			continue
+		}
+		progress("new conversations: a trigger of %s takes on %d new conversations", l, n)
+		perSec, err := newConversations(ctx, url, n, l)
+		if err != nil {
+			return fmt.Errorf("new conversations, %s: %w", l, err)
+		}
+		hr.NewConversations = append(hr.NewConversations, NewConvRow{Partitions: l.partitions, Processes: l.processes, PerSec: perSec})
+		progress("new conversations: %s: %.0f/s", l, perSec)
+	}
+	return nil
+}
+
+// newConversations stores one message each of n conversations, then starts a trigger
+// of layout l and times it until it acknowledged every message (the clock starts
+// before the trigger, as for the unpartitioned trigger's figure).
+func newConversations(ctx context.Context, url string, n int, l triggerLayout) (float64, error) {
+	r, err := newRigParts(ctx, url, l.partitions)
+	if err != nil {
+		return 0, err
+	}
+	defer r.close()
+	if err := r.publishNewConversations(n); err != nil {
+		return 0, err
+	}
+	cons, err := r.triggerConsumers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	trig, err := r.startTriggers(ctx, settings(benchWindow), l.processes)
+	if err != nil {
+		return 0, err
+	}
+	defer trig.stop()
+	if err := wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool { return drained(ctx, cons) }); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// publishNewConversations stores one message of each of n conversations.
+func (r *rig) publishNewConversations(n int) error {
+	user := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("please run the build")}
+	data, err := user.Encode()
+	if err != nil {
+		return err
+	}
+	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
+	for i := range n {
+		f, err := r.store.PublishMessageAsync(fmt.Sprintf("conversation-%08d", i), data, "")
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+		if len(futures) == asyncWindow || i == n-1 {
+			for _, f := range futures {
+				select {
+				case <-f.Ok():
+				case err := <-f.Err():
+					return err
+				}
+			}
+			futures = futures[:0]
+		}
+	}
 	return nil
 }
 

@@ -12,7 +12,6 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream"
-	"github.com/compactor/compactor/triggers"
 )
 
 // asyncWindow bounds the publishes in flight, for the baseline and the pipeline alike.
@@ -23,23 +22,12 @@ const asyncWindow = 2000
 // workers compact while the trigger counts.
 const benchWindow = 16000
 
-// Trigger partitions come from another branch (a TriggerPartitions setting,
-// COMPACTOR_TRIGGER_PARTITIONS). This is the one place to wire them: list the counts
-// to measure in triggerPartitions, and set the trigger config in setPartitions. Until
-// then only the single partition of today's trigger is measured.
-var triggerPartitions = []int{1}
-
-// setPartitions configures cfg for n trigger partitions.
-func setPartitions(cfg *triggers.Config, n int) error {
-	if n != 1 {
-		return fmt.Errorf("this build's trigger has one partition, not %d", n)
-	}
-	return nil
-}
-
 // IngestRow is one ingest measurement.
 type IngestRow struct {
+	// Partitions is the trigger's partitions, Processes the trigger processes sharing
+	// them (each a triggers.Partitions on its own connection, in the bench's process).
 	Partitions int `json:"partitions"`
+	Processes  int `json:"trigger_processes"`
 	// MsgsPerSec is publish-until-trigger-drained: messages ÷ the time from the first
 	// publish until the trigger had acknowledged the last one.
 	MsgsPerSec float64 `json:"msgs_per_sec"`
@@ -57,6 +45,10 @@ type IngestRow struct {
 	// TriggerDrainCores is the CPU this process (the trigger, nothing else running) used
 	// while it drained, in cores: well under the machine's means it waits, not works.
 	TriggerDrainCores float64 `json:"trigger_drain_cores"`
+	// TriggerDrainServerCores is the CPU the nats-server process used meanwhile, in
+	// cores; 0 when the server is not a child process of the bench's (external or
+	// embedded).
+	TriggerDrainServerCores float64 `json:"trigger_drain_server_cores"`
 }
 
 // IngestReport compares ingest through the pipeline with raw JetStream.
@@ -70,7 +62,7 @@ type IngestReport struct {
 	Rows                 []IngestRow `json:"rows"`
 }
 
-func measureIngest(ctx context.Context, url string, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
+func measureIngest(ctx context.Context, url string, serverCPU func() time.Duration, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
 	load := c.interleaved(sz.ingestMessages, sz.ingestConversations)
 	ir := &rep.Ingest
 	ir.Messages, ir.Conversations = len(load), sz.ingestConversations
@@ -84,19 +76,19 @@ func measureIngest(ctx context.Context, url string, c *Corpus, sz sizes, rep *Re
 	}
 	ir.RawMsgsPerSec, ir.RawPublishMsgsPerSec = raw, pub
 	progress("ingest: raw %.0f msgs/s (publishing alone %.0f msgs/s)", raw, pub)
-	for _, parts := range triggerPartitions {
-		row, err := pipelineIngest(ctx, url, load, parts)
+	for _, l := range triggerLayouts {
+		row, err := pipelineIngest(ctx, url, load, l)
 		if err != nil {
-			return fmt.Errorf("pipeline, %d partitions: %w", parts, err)
+			return fmt.Errorf("pipeline, %s: %w", l, err)
 		}
 		row.Ratio = row.MsgsPerSec / raw
-		if row.TriggerDrainMsgsPerSec, row.TriggerDrainCores, err = triggerDrain(ctx, url, load, parts); err != nil {
-			return fmt.Errorf("trigger drain, %d partitions: %w", parts, err)
+		if row.TriggerDrainMsgsPerSec, row.TriggerDrainCores, row.TriggerDrainServerCores, err = triggerDrain(ctx, url, serverCPU, load, l); err != nil {
+			return fmt.Errorf("trigger drain, %s: %w", l, err)
 		}
 		ir.Rows = append(ir.Rows, row)
-		progress("ingest: pipeline, %d partition(s): %.0f msgs/s (%.2f of raw), max lag %d, %d compactions; "+
-			"client publishing alone %.0f msgs/s, trigger draining alone %.0f msgs/s using %.2f cores",
-			parts, row.MsgsPerSec, row.Ratio, row.MaxLag, row.Compactions, row.PublishMsgsPerSec, row.TriggerDrainMsgsPerSec, row.TriggerDrainCores)
+		progress("ingest: pipeline, %s: %.0f msgs/s (%.2f of raw), max lag %d, %d compactions; "+
+			"client publishing alone %.0f msgs/s, trigger draining alone %.0f msgs/s using %.2f cores (the server %.2f)",
+			l, row.MsgsPerSec, row.Ratio, row.MaxLag, row.Compactions, row.PublishMsgsPerSec, row.TriggerDrainMsgsPerSec, row.TriggerDrainCores, row.TriggerDrainServerCores)
 	}
 	return nil
 }
@@ -162,12 +154,13 @@ func rawIngest(ctx context.Context, url string, load []published) (drained, publ
 	return float64(n) / time.Since(start).Seconds(), float64(n) / published.Seconds(), nil
 }
 
-// pipelineIngest publishes load through the pipeline client while a real trigger and a
-// pool of 4 workers (fake LLM answering at once) run: messages/s until the trigger has
-// acknowledged the last message.
-func pipelineIngest(ctx context.Context, url string, load []published, partitions int) (IngestRow, error) {
-	row := IngestRow{Partitions: partitions}
-	r, err := newRig(ctx, url)
+// pipelineIngest publishes load through the pipeline client while a real trigger (of
+// layout l, every partition owned before the clock starts) and a pool of 4 workers
+// (fake LLM answering at once) run: messages/s until the trigger has acknowledged the
+// last message.
+func pipelineIngest(ctx context.Context, url string, load []published, l triggerLayout) (IngestRow, error) {
+	row := IngestRow{Partitions: l.partitions, Processes: l.processes}
+	r, err := newRigParts(ctx, url, l.partitions)
 	if err != nil {
 		return row, err
 	}
@@ -184,22 +177,21 @@ func pipelineIngest(ctx context.Context, url string, load []published, partition
 		return row, err
 	}
 	defer stopPool()
-	_, stopTrigger, err := r.startTriggerWith(ctx, s, func(cfg *triggers.Config) error { return setPartitions(cfg, partitions) })
+	trig, err := r.startTriggers(ctx, s, l.processes)
 	if err != nil {
 		return row, err
 	}
-	defer stopTrigger()
+	defer trig.stop()
 	completed, unsub, err := r.countEvents("completed")
 	if err != nil {
 		return row, err
 	}
 	defer unsub()
-	cons, err := r.js.Consumer(ctx, r.cfg.ChatStream, r.cfg.TriggerConsumer)
+	cons, err := r.triggerConsumers(ctx)
 	if err != nil {
 		return row, err
 	}
 	client := r.client()
-	var stored atomic.Uint64
 	sem := make(chan struct{}, asyncWindow)
 	errc := make(chan error, 1)
 	sampling := make(chan struct{})
@@ -215,8 +207,8 @@ func pipelineIngest(ctx context.Context, url string, load []published, partition
 				sampled <- maxLag
 				return
 			case <-t.C:
-				if ci, err := cons.Info(ctx); err == nil {
-					maxLag = max(maxLag, int(stored.Load())-int(ci.AckFloor.Stream))
+				if n, err := lag(ctx, cons); err == nil {
+					maxLag = max(maxLag, n)
 				}
 			}
 		}
@@ -240,12 +232,6 @@ func pipelineIngest(ctx context.Context, url string, load []published, partition
 				default:
 				}
 			}
-			for {
-				cur := stored.Load()
-				if a.Seq <= cur || stored.CompareAndSwap(cur, a.Seq) {
-					break
-				}
-			}
 			<-sem
 		}()
 	}
@@ -257,11 +243,7 @@ func pipelineIngest(ctx context.Context, url string, load []published, partition
 		}
 	}
 	row.PublishMsgsPerSec = float64(len(load)) / time.Since(start).Seconds()
-	last := stored.Load()
-	err = wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool {
-		ci, err := cons.Info(ctx)
-		return err == nil && ci.AckFloor.Stream >= last
-	})
+	err = wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool { return drained(ctx, cons) })
 	elapsed := time.Since(start)
 	close(sampling)
 	row.MaxLag = <-sampled
@@ -289,52 +271,55 @@ func (r *rig) countEvents(typ string) (*atomic.Int64, func(), error) {
 }
 
 // triggerDrain stores load first (raw async publishes of the same payloads), then
-// starts a trigger and times it until it acknowledged the last message.
-func triggerDrain(ctx context.Context, url string, load []published, partitions int) (perSec, cores float64, err error) {
-	r, err := newRig(ctx, url)
+// starts a trigger of layout l and times it until it acknowledged the last message. The
+// clock starts before the trigger does, in every layout: the messages are there, so the
+// partitions' start-up (binding the triggers bucket, the first heartbeat) is part of
+// the time, a few milliseconds of it.
+func triggerDrain(ctx context.Context, url string, serverCPU func() time.Duration, load []published, l triggerLayout) (perSec, cores, serverCores float64, err error) {
+	r, err := newRigParts(ctx, url, l.partitions)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer r.close()
-	var last uint64
 	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
 	for i, p := range load {
 		f, err := r.store.PublishMessageAsync(fmt.Sprintf("c%d", p.conv), p.msg.Payload, "")
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		futures = append(futures, f)
 		if len(futures) == asyncWindow || i == len(load)-1 {
 			for _, f := range futures {
 				select {
-				case a := <-f.Ok():
-					last = max(last, a.Sequence)
+				case <-f.Ok():
 				case err := <-f.Err():
-					return 0, 0, err
+					return 0, 0, 0, err
 				}
 			}
 			futures = futures[:0]
 		}
 	}
-	cons, err := r.js.Consumer(ctx, r.cfg.ChatStream, r.cfg.TriggerConsumer)
+	cons, err := r.triggerConsumers(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	start, cpu0 := time.Now(), cpuTime()
-	_, stop, err := r.startTriggerWith(ctx, settings(benchWindow), func(cfg *triggers.Config) error { return setPartitions(cfg, partitions) })
+	start, cpu0, server0 := time.Now(), cpuTime(), serverCPU()
+	trig, err := r.startTriggers(ctx, settings(benchWindow), l.processes)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	defer stop()
-	if err := wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool {
-		ci, err := cons.Info(ctx)
-		return err == nil && ci.AckFloor.Stream >= last
-	}); err != nil {
-		return 0, 0, err
+	defer trig.stop()
+	if err := wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool { return drained(ctx, cons) }); err != nil {
+		return 0, 0, 0, err
 	}
 	elapsed := time.Since(start)
 	if cpu0 >= 0 {
 		cores = float64(cpuTime()-cpu0) / float64(elapsed)
 	}
-	return float64(len(load)) / elapsed.Seconds(), cores, nil
+	if server0 >= 0 {
+		if server1 := serverCPU(); server1 >= 0 {
+			serverCores = float64(server1-server0) / float64(elapsed)
+		}
+	}
+	return float64(len(load)) / elapsed.Seconds(), cores, serverCores, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/template"
 )
@@ -41,6 +42,77 @@ type gap struct {
 	Title, Cause, Plan string
 }
 
+// drainServer is what the server's process used while the trigger drained, when read.
+func drainServer(x IngestRow) string {
+	if x.TriggerDrainServerCores <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", while the nats-server process used %.2f", x.TriggerDrainServerCores)
+}
+
+// partitionsChanged says, from this run's ingest rows, what trigger partitions
+// changed in the figure of (what it did, in unit): each partitioned row against the
+// one-partition row.
+func (r *Report) partitionsChanged(of func(IngestRow) float64, did, unit string) string {
+	rows := r.Ingest.Rows
+	if len(rows) < 2 || rows[0].Partitions != 1 {
+		return ""
+	}
+	base := of(rows[0])
+	var parts []string
+	var factors []float64
+	for _, x := range rows[1:] {
+		parts = append(parts, fmt.Sprintf("with %d partitions in %s it %s %s %s (%.2f× one partition's, ingest ratio %.2f)",
+			x.Partitions, processes(x.Processes), did, thousands(of(x)), unit, of(x)/base, x.Ratio))
+		factors = append(factors, of(x)/base)
+	}
+	return "Trigger partitions, measured in this run: " + strings.Join(parts, "; ") + ". " + verdict(factors)
+}
+
+// newConvPartitionsChanged is partitionsChanged for the new conversations' rate.
+func (r *Report) newConvPartitionsChanged() string {
+	rows := r.Heap.NewConversations
+	if len(rows) < 2 || rows[0].Partitions != 1 {
+		return ""
+	}
+	var parts []string
+	var factors []float64
+	for _, x := range rows[1:] {
+		parts = append(parts, fmt.Sprintf("with %d partitions in %s, %s per second (%.2f× one partition's)",
+			x.Partitions, processes(x.Processes), thousands(x.PerSec), x.PerSec/rows[0].PerSec))
+		factors = append(factors, x.PerSec/rows[0].PerSec)
+	}
+	return "Trigger partitions, measured in this run: " + strings.Join(parts, "; ") + ". " + verdict(factors)
+}
+
+func processes(n int) string {
+	switch n {
+	case 1:
+		return "one trigger process"
+	case 2:
+		return "two trigger processes"
+	}
+	return fmt.Sprintf("%d trigger processes", n)
+}
+
+// verdict sums up the factors partitioned rows reached over the one-partition row.
+// The machine's noise between runs is about a third (see the top of the doc), so
+// only a change past that counts.
+func verdict(factors []float64) string {
+	lo, hi := slices.Min(factors), slices.Max(factors)
+	switch {
+	case lo >= 1.35:
+		return "Partitions raised it past the machine's noise: the handlers of one partition were a limit."
+	case hi <= 1/1.35:
+		return "Partitions lowered it past the machine's noise: more consumers and handlers cost more than they overlap."
+	case lo < 1/1.35 || hi > 1.35:
+		return "The layouts disagree: not all of them moved past the machine's noise, or the same way; compare the rows before drawing a conclusion."
+	}
+	return "Within the machine's noise of one partition: more handlers do not help while what they wait on is the " +
+		"server's answers, and the two trigger processes share the same machine's cores and server (they are two " +
+		"triggers.Partitions in the bench's process, each on its own connection)."
+}
+
 // gaps lists the targets this run missed, each with its cause (as profiled when the
 // bench was written: see docs/benchmarks.md) and the plan.
 func (r *Report) gaps() []gap {
@@ -51,19 +123,22 @@ func (r *Report) gaps() []gap {
 			Title: fmt.Sprintf("Ingest: %.2f of raw JetStream (target ≥ 0.8)", r.IngestRatio),
 			Cause: fmt.Sprintf("The trigger is the bottleneck, not publishing: in the same run the pipeline client published at %s msgs/s "+
 				"(%.2f of raw publishing), but the trigger alone drained the same messages, stored beforehand, at %s msgs/s, "+
-				"using %.2f of the machine's %d cores. It waits more than it works: the trigger handles its consumer's messages "+
-				"one at a time, in the consumer's callback, and the first message of a conversation, or the first after a "+
-				"compaction, waits for the conversation's state to be rebuilt from KV and the stream (several round trips, in "+
-				"turn) while every other conversation's messages wait behind it. What it does work on is mostly decoding: every "+
-				"message is decoded and validated in full (schemas.DecodeMessage, about 20 µs for a corpus message, "+
-				"`BenchmarkDecodeMessage`) and counted (`BenchmarkEstimate`, about 5 µs), which alone caps one handler near "+
-				"40,000 messages/s.", thousands(row.PublishMsgsPerSec),
-				row.PublishMsgsPerSec/r.Ingest.RawPublishMsgsPerSec, thousands(row.TriggerDrainMsgsPerSec), row.TriggerDrainCores, r.CPUs),
-			Plan: "Trigger partitions (the TriggerPartitions branch, wired in `triggerPartitions` of cmd/compactor/bench/ingest.go) " +
-				"run one handler per partition, so rebuilds and decoding of different conversations overlap; the 4-partition row " +
-				"then shows how far that goes. Beyond that: a counting decode that reads only role, tool calls and the lengths the " +
-				"estimate needs (the workers and readers keep the full validation), and rebuilds handed to a few goroutines with the " +
-				"conversation's later messages queued behind its own rebuild only."})
+				"using %.2f of the machine's %d cores%s. It waits more than it works, and on the server: the consumer hands each "+
+				"message to its conversation's handler (up to 64 conversations at once, each one's messages in order), and a "+
+				"conversation's first message waits for its state to be rebuilt with three requests in turn: the tombstone "+
+				"(`Store.Forgotten`) and the compaction value (`Store.GetResult`), both message gets answered by the stream "+
+				"leader through the JetStream API, and its messages (`Store.LoadEntriesThrough`, a batched direct get). A block "+
+				"profile of the drain alone (20,000 messages over 1,000 conversations, when the partitions were wired into the "+
+				"bench, in the three layouts) put 80%% of the handlers' waiting in those rebuilds (the tombstone's get about "+
+				"40%%, the messages' about 38%%, the value's about 10%%). %s", thousands(row.PublishMsgsPerSec),
+				row.PublishMsgsPerSec/r.Ingest.RawPublishMsgsPerSec, thousands(row.TriggerDrainMsgsPerSec), row.TriggerDrainCores, r.CPUs,
+				drainServer(row),
+				r.partitionsChanged(func(x IngestRow) float64 { return x.TriggerDrainMsgsPerSec }, "drained", "msgs/s")),
+			Plan: "Fewer and cheaper round trips per new conversation rather than more handlers: ask for the tombstone, " +
+				"the value and the messages together (three requests in flight instead of in turn), and examine whether the " +
+				"rebuild's tombstone and value reads need the leader (a direct get is answered by any replica, outside the " +
+				"JetStream API). Partitions then spread what is left over trigger processes on other machines, each with " +
+				"its own cores; on one machine they share its cores with the server."})
 	}
 	if r.Latency.Probes > 0 && r.TriggerP99Ratio > 3 {
 		out = append(out, gap{
@@ -71,12 +146,12 @@ func (r *Report) gaps() []gap {
 			Cause: fmt.Sprintf("The trigger's path is the baseline's plus a second hop: the chat message reaches the "+
 				"trigger the way it reaches the bare consumer, and then the trigger decodes and counts it, evaluates the "+
 				"conversation and publishes the request through the server again, where the measurement sees it; so even "+
-				"the median is %.1f× the bare round trip (%.2f ms against %.2f ms). The tail above that is the single "+
-				"handler: a probe that arrives while the handler is in another conversation's work (a rebuild, a request "+
-				"publish waiting for the work queue's acknowledgement) waits for it.",
+				"the median is %.1f× the bare round trip (%.2f ms against %.2f ms). The tail above that was not "+
+				"profiled since the trigger hands each conversation to its own handler: a probe waits behind its own "+
+				"conversation's messages only, and on the server it shares with the load's rebuilds (see ingest).",
 				r.Latency.P50Ratio, r.Latency.TriggerP50Ms, r.Latency.RawP50Ms),
-			Plan: "Partitions, so a probe waits only behind its own partition's messages, and rebuilds off the handler's " +
-				"path (as for ingest). The second hop is the design (the request is durable on the work queue before the " +
+			Plan: "A block profile of the latency run, as for ingest; fewer round trips per rebuild (as for ingest) " +
+				"take load off the server the probes go through. The second hop is the design (the request is durable on the work queue before the " +
 				"chat message is acknowledged); a baseline of two hops (publish, consume, publish, consume) would be the " +
 				"like-for-like comparison."})
 	}
@@ -113,12 +188,13 @@ func (r *Report) gaps() []gap {
 	if r.Heap.Conversations > 0 && r.NewConversationsPerSec < 10000 {
 		out = append(out, gap{
 			Title: fmt.Sprintf("New conversations: %s per second (target ≥ 10,000)", thousands(r.NewConversationsPerSec)),
-			Cause: "Every new conversation's state is rebuilt before its first message is counted: its KV value, its " +
-				"tombstone and its messages are read from the server, in turn, by the single handler, so the rate is about " +
-				"one over the sum of those round trips.",
-			Plan: "Partitions multiply it by their number; beyond that, a rebuild that asks for the value, the tombstone " +
-				"and the stream together (three requests in flight instead of in turn), and the rebuilds of different " +
-				"conversations run concurrently with the handler going on with other conversations' messages."})
+			Cause: "Every new conversation's state is rebuilt before its first message is counted: its tombstone, its KV " +
+				"value and its messages are read from the server in turn (see ingest: the same rebuilds are most of the " +
+				"trigger's waiting there), so a conversation costs three round trips, two of them message gets answered by " +
+				"the stream leader, and the handlers of many conversations at once wait on the same server. " +
+				r.newConvPartitionsChanged(),
+			Plan: "The plan of ingest: the three reads in flight together, direct gets if a replica's answer is enough, " +
+				"then partitions over trigger processes on other machines."})
 	}
 	if r.Tokens.Turns > 0 && (r.TokenReduction1000 < 8 || r.SummarizerShare > 0.15) {
 		out = append(out, gap{
@@ -170,7 +246,7 @@ ratios move less.
 
 ![Worker scale-out: compactions per second by worker slots](workers.png)
 
-![Ingest until the trigger drained, by trigger partitions](trigger.png)
+![Ingest until the trigger drained, by trigger partitions and trigger processes](trigger.png)
 
 ## How each figure is measured
 
@@ -182,8 +258,17 @@ ratios move less.
    an httptest LLM answering at once) run, at a 16k window so conversations compact while they
    are published; the time until the trigger acknowledged the last message. The lag (stored,
    not yet acknowledged by the trigger) is sampled every 50 ms. Both sides keep at most 2,000
-   publishes in flight. The trigger's own drain rate (the same messages stored first) and the
-   client's publishing rate are reported beside it.
+   publishes in flight. The trigger's own drain rate (the same messages stored first), with the
+   CPU the bench's process and the nats-server process used meanwhile, and the client's
+   publishing rate are reported beside it. Every row runs in three trigger layouts,
+   each in a namespace of its own, since the partition count is the streams' setting
+   (` + "`jetstream.Config.TriggerPartitions`" + `): one partition (the contract's single trigger), 4
+   partitions in one trigger process, and the 4 shared by two trigger processes (two
+   ` + "`triggers.Partitions`" + ` in the bench's process, each on its own connection, as two processes
+   would be; 500 ms heartbeat). The members are announced before the triggers start, as
+   processes already running would be, so no partition moves during the run, and publishing
+   starts once every partition is owned by exactly one of them (` + "`Partitions.Owned`" + `).
+   Drained means every partition's consumer has nothing pending and nothing unacknowledged.
 2. **Trigger latency.** Background load at half the pipeline's ingest rate over 500 conversations
    (tracked before the probes start), and every 25 ms a probe: a conversation already at 70% of
    its window gets 10% more; the latency is from the publish to its compaction request on the
@@ -206,7 +291,9 @@ ratios move less.
 6. **Trigger heap.** {{.Heap.Conversations}} conversations of one message each stored first; the
    live heap after GC before a trigger starts and once it tracks every conversation and
    acknowledged every message, per conversation. The rate it takes them on is the new
-   conversations per second.
+   conversations per second, measured again, with the same conversations in namespaces of
+   their own, for the 4-partition layouts of figure 1 (the clock starts as the triggers start,
+   for every layout).
 7. **Token economics.** A seeded simulation (` + "`--seed`" + `), no server: {{.Tokens.Sessions}} sessions of
    {{.Tokens.Turns}} turns, each starting with a system prompt of the corpus and each turn one unit of
    the corpus (a single message, or a whole tool round), drawn at random; tokens by the
@@ -248,10 +335,13 @@ cores, the 200 ms LLM leaves the CPU mostly idle, so the slots scale; with a rea
 per job is the non-LLM cost of figure 4, a few milliseconds). **The trigger** is one active
 consumer by design (one pinned consumer, standbys for failover), so ingest past one trigger
 process's rate needs **trigger partitions**: conversations hashed to partitions, one active
-consumer per partition, each in any process, so the drained rate grows with partitions up to
-the server's; the trigger chart has the partition axis ready for them. The trigger's memory is
-per tracked conversation and evicted when idle, so it grows with active conversations, not with
-history. **A JetStream cluster** (R3 streams, ` + "`COMPACTOR_REPLICAS=3`" + `) costs every write a
+consumer per partition, each in any process (` + "`COMPACTOR_TRIGGER_PARTITIONS`" + `, README
+"Scaling the trigger"). Figures 1 and 6 measure 4 partitions in one and in two trigger
+processes; on one machine, sharing its cores with the server, they show what partitions cost
+and whether the server's answers, not the trigger's handlers, are the limit, while the gain
+they are for, processes on machines of their own, needs more than one machine to show. The
+trigger's memory is per tracked conversation and evicted when idle, so it grows with active
+conversations, not with history. **A JetStream cluster** (R3 streams, ` + "`COMPACTOR_REPLICAS=3`" + `) costs every write a
 quorum round trip, so raw and pipeline ingest both drop by about the same factor on the same
 network, while reads scale out: direct gets are answered by any replica
 (` + "`AllowDirect`" + `), so context reads grow with replicas, and the reader's cost stays one KV get

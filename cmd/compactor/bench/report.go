@@ -49,6 +49,10 @@ type Headline struct {
 	// IngestRatio: pipeline publish-until-trigger-drained ÷ raw publish + bare consumer
 	// (one trigger partition).
 	IngestRatio float64 `json:"ingest_ratio"`
+	// IngestRatio4 is IngestRatio with 4 trigger partitions in one trigger process,
+	// IngestRatio4x2 with the 4 shared by two trigger processes.
+	IngestRatio4   float64 `json:"ingest_ratio_4"`
+	IngestRatio4x2 float64 `json:"ingest_ratio_4x2"`
 	// TriggerP99Ratio: the trigger's p99 latency ÷ a bare round trip's, under the same load.
 	TriggerP99Ratio float64 `json:"trigger_p99_ratio"`
 	// ReadSpeedup: ordered-consumer replay time ÷ context read time.
@@ -61,6 +65,10 @@ type Headline struct {
 	BytesPerConversation float64 `json:"bytes_per_conversation"`
 	// NewConversationsPerSec: new conversations the trigger takes on per second.
 	NewConversationsPerSec float64 `json:"new_conversations_per_sec"`
+	// NewConversationsPerSec4 and NewConversationsPerSec4x2: the same with 4 trigger
+	// partitions in one process, and over two.
+	NewConversationsPerSec4   float64 `json:"new_conversations_per_sec_4"`
+	NewConversationsPerSec4x2 float64 `json:"new_conversations_per_sec_4x2"`
 	// CostGrowth: incremental compaction cost (beyond the LLM) at the largest history
 	// ÷ at the smallest; 1 is flat.
 	CostGrowth float64 `json:"cost_growth"`
@@ -74,8 +82,23 @@ type Headline struct {
 // Finish fills the headline from the measurements.
 func (r *Report) Finish() {
 	h := &r.Headline
-	if len(r.Ingest.Rows) > 0 {
-		h.IngestRatio = r.Ingest.Rows[0].Ratio
+	for _, x := range r.Ingest.Rows {
+		switch (triggerLayout{x.Partitions, x.Processes}) {
+		case triggerLayout{1, 1}:
+			h.IngestRatio = x.Ratio
+		case triggerLayout{4, 1}:
+			h.IngestRatio4 = x.Ratio
+		case triggerLayout{4, 2}:
+			h.IngestRatio4x2 = x.Ratio
+		}
+	}
+	for _, x := range r.Heap.NewConversations {
+		switch (triggerLayout{x.Partitions, x.Processes}) {
+		case triggerLayout{4, 1}:
+			h.NewConversationsPerSec4 = x.PerSec
+		case triggerLayout{4, 2}:
+			h.NewConversationsPerSec4x2 = x.PerSec
+		}
 	}
 	h.TriggerP99Ratio = r.Latency.P99Ratio
 	h.ReadSpeedup, h.ReadOverFloor = r.Read.Speedup, r.Read.OverFloor
@@ -125,8 +148,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("---", "---", "---", "---", "---")
 	if ir := r.Ingest; len(ir.Rows) > 0 {
 		for _, x := range ir.Rows {
-			row(fmt.Sprintf("1. ingest, %d msgs over %d convs, %d trigger partition(s), publish until trigger drained (max lag %d msgs, %d compactions meanwhile)",
-				ir.Messages, ir.Conversations, x.Partitions, x.MaxLag, x.Compactions),
+			row(fmt.Sprintf("1. ingest, %d msgs over %d convs, %d trigger partition(s) in %d trigger process(es), publish until trigger drained (max lag %d msgs, %d compactions meanwhile; trigger draining alone %s using %.2f cores%s)",
+				ir.Messages, ir.Conversations, x.Partitions, x.Processes, x.MaxLag, x.Compactions, rate(x.TriggerDrainMsgsPerSec, "msgs/s"), x.TriggerDrainCores, serverCores(x)),
 				rate(x.MsgsPerSec, "msgs/s"), fmt.Sprintf("raw async publish + bare consumer %s (publishing alone %s)", rate(ir.RawMsgsPerSec, "msgs/s"), rate(ir.RawPublishMsgsPerSec, "msgs/s")),
 				f2(x.Ratio), check(x.Ratio >= 0.8, "≥ 0.8").String())
 		}
@@ -168,7 +191,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		row(fmt.Sprintf("6. trigger heap after GC per tracked conversation, %d conversations (%s)", hr.Conversations, where),
 			fmt.Sprintf("%.0f B", hr.BytesPerConversation), "", "", check(hr.BytesPerConversation <= 512, "≤ 512 B").String())
-		row("6. new conversations taken on by the trigger", rate(hr.NewPerSec, "convs/s"), "", "", check(hr.NewPerSec >= 10000, "≥ 10,000/s").String())
+		for _, x := range hr.NewConversations {
+			row(fmt.Sprintf("6. new conversations taken on by the trigger, %d partition(s) in %d trigger process(es)", x.Partitions, x.Processes),
+				rate(x.PerSec, "convs/s"), "", "", check(x.PerSec >= 10000, "≥ 10,000/s").String())
+		}
 	}
 	if tr := r.Tokens; tr.Turns > 0 {
 		row(fmt.Sprintf("7. cumulative input tokens, %d sessions × %d turns, %dk window, %s inline at the threshold", tr.Sessions, tr.Turns, tr.Window/1000, tr.Strategy),
@@ -185,6 +211,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// serverCores is ", the server N" when the server's CPU was read.
+func serverCores(x IngestRow) string {
+	if x.TriggerDrainServerCores <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", the server %.2f", x.TriggerDrainServerCores)
 }
 
 func f2(x float64) string {

@@ -39,12 +39,23 @@ type rig struct {
 
 var rigs atomic.Int64
 
-// newRig provisions a fresh namespace.
-func newRig(ctx context.Context, url string) (*rig, error) {
+// newRig provisions a fresh namespace with the trigger unpartitioned.
+func newRig(ctx context.Context, url string) (*rig, error) { return newRigParts(ctx, url, 1) }
+
+// benchHeartbeat is a partitioned trigger's heartbeat in the bench: short, so the
+// membership answers soon; long enough (a member lives 3 of them) that a busy two-core
+// machine does not drop a member in the middle of a measurement.
+const benchHeartbeat = 500 * time.Millisecond
+
+// newRigParts provisions a fresh namespace whose trigger has partitions partitions:
+// a stream-level setting (CHAT's and ACTIVITY's subject transforms, the consumers), so
+// every layout measured gets a namespace of its own.
+func newRigParts(ctx context.Context, url string, partitions int) (*rig, error) {
 	// Fixed width and a terminator: no namespace is a substring of another, so close
 	// deletes only its own streams.
 	ns := fmt.Sprintf("bench%06d%03dx", time.Now().UnixNano()/1e3%1e6, rigs.Add(1)%1000)
 	cfg := configFor(ns)
+	cfg.TriggerPartitions, cfg.TriggerHeartbeat = partitions, benchHeartbeat
 	r := &rig{ns: ns, url: url, cfg: cfg}
 	nc, err := r.conn("bench")
 	if err != nil {
@@ -77,6 +88,7 @@ func configFor(ns string) jetstream.Config {
 		ObjectsBucket: ns + "-objects", ForgetBucket: ns + "-forgotten",
 		TriggerConsumer: ns + "-trigger", TriggerGroup: "trigger",
 		WorkerConsumer: ns + "-workers", IdleConsumer: ns + "-idle",
+		TriggersBucket: ns + "-triggers",
 	}
 	return cfg
 }
@@ -121,6 +133,7 @@ func (r *rig) close() {
 	for _, nc := range r.conns {
 		nc.Close()
 	}
+	r.js, r.conns = nil, nil // a second close does nothing
 }
 
 func (r *rig) client() *pipeline.Client { return pipeline.NewWithStore(r.nc, r.store) }
@@ -141,27 +154,155 @@ func settings(w int) policy.Settings {
 
 // startTrigger runs a real trigger on its own connection until the returned stop.
 func (r *rig) startTrigger(ctx context.Context, s policy.Settings) (*triggers.Trigger, func() error, error) {
-	return r.startTriggerWith(ctx, s, nil)
-}
-
-// startTriggerWith is startTrigger with configure applied to the trigger's config.
-func (r *rig) startTriggerWith(ctx context.Context, s policy.Settings, configure func(*triggers.Config) error) (*triggers.Trigger, func() error, error) {
 	st, err := r.storeOn(ctx, "bench-trigger")
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := triggers.DefaultConfig()
-	cfg.RetryDelay = 200 * time.Millisecond
-	if configure != nil {
-		if err := configure(&cfg); err != nil {
-			return nil, nil, err
-		}
-	}
-	t, err := triggers.New(cfg, st, fixedPolicy(s), zerolog.Nop())
+	t, err := triggers.New(triggerConfig(), st, fixedPolicy(s), zerolog.Nop())
 	if err != nil {
 		return nil, nil, err
 	}
 	return t, runComponent(ctx, t.Run), nil
+}
+
+func triggerConfig() triggers.Config {
+	cfg := triggers.DefaultConfig()
+	cfg.RetryDelay = 200 * time.Millisecond
+	return cfg
+}
+
+// triggerLayout is how the trigger runs: its partitions, over how many processes.
+type triggerLayout struct{ partitions, processes int }
+
+func (l triggerLayout) String() string {
+	return fmt.Sprintf("%d partition(s) in %d trigger process(es)", l.partitions, l.processes)
+}
+
+// triggerLayouts are the layouts the trigger figures are measured in: today's single
+// partition, 4 partitions in one process, and the same 4 shared by two processes.
+var triggerLayouts = []triggerLayout{{1, 1}, {4, 1}, {4, 2}}
+
+// triggerSet is the trigger of one layout, running.
+type triggerSet struct {
+	one   *triggers.Trigger      // the unpartitioned trigger
+	parts []*triggers.Partitions // else one per process
+	stops []func() error
+}
+
+func (ts *triggerSet) stop() {
+	for _, stop := range ts.stops {
+		_ = stop()
+	}
+}
+
+// ownedOnce reports whether every partition is owned by exactly one process.
+func (ts *triggerSet) ownedOnce(n int) bool {
+	owners := make([]int, n)
+	for _, ps := range ts.parts {
+		for _, p := range ps.Owned() {
+			owners[p]++
+		}
+	}
+	for _, c := range owners {
+		if c != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// startTriggers runs the rig's trigger as processes processes, each on its own
+// connection as separate processes would be: the trigger itself when the rig is
+// unpartitioned, else one triggers.Partitions each. Their member ids are announced in
+// the triggers bucket before they start, as processes already running would have, so
+// each one's first heartbeat already reads every member and takes only its own share:
+// no partition starts in one process and moves to the other. The set is returned once
+// every partition is owned by exactly one of them.
+func (r *rig) startTriggers(ctx context.Context, s policy.Settings, processes int) (*triggerSet, error) {
+	ts := &triggerSet{}
+	if r.cfg.TriggerPartitions == 1 {
+		if processes != 1 {
+			return nil, fmt.Errorf("an unpartitioned trigger is active in one process, not %d", processes)
+		}
+		t, stop, err := r.startTrigger(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		ts.one, ts.stops = t, []func() error{stop}
+		return ts, nil
+	}
+	ms, err := r.store.Membership(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, processes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-trigger-%d", r.ns, i)
+		if err := ms.Announce(ctx, ids[i]); err != nil {
+			return nil, err
+		}
+	}
+	for i, id := range ids {
+		st, err := r.storeOn(ctx, fmt.Sprintf("bench-trigger-%d", i))
+		if err != nil {
+			ts.stop()
+			return nil, err
+		}
+		ps, err := triggers.NewPartitions(triggerConfig(), st, fixedPolicy(s), zerolog.Nop(), id)
+		if err != nil {
+			ts.stop()
+			return nil, err
+		}
+		ts.parts = append(ts.parts, ps)
+		ts.stops = append(ts.stops, runComponent(ctx, ps.Run))
+	}
+	if err := wait(ctx, time.Minute, "every trigger partition to be owned by one process", func() bool {
+		return ts.ownedOnce(r.cfg.TriggerPartitions)
+	}); err != nil {
+		ts.stop()
+		return nil, err
+	}
+	return ts, nil
+}
+
+// triggerConsumers are the trigger's consumers on CHAT, one per partition.
+func (r *rig) triggerConsumers(ctx context.Context) ([]natsjs.Consumer, error) {
+	var out []natsjs.Consumer
+	for _, p := range r.cfg.Partitions() {
+		c, err := r.js.Consumer(ctx, r.cfg.ChatStream, r.cfg.TriggerConsumerOf(p))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// drained reports whether the trigger acknowledged every message stored so far: no
+// partition's consumer has any left to deliver or any delivered and unacknowledged. It
+// stops at the first that has, so a poll while the trigger works costs one request.
+func drained(ctx context.Context, cons []natsjs.Consumer) bool {
+	for _, c := range cons {
+		ci, err := c.Info(ctx)
+		if err != nil || ci.NumPending > 0 || ci.NumAckPending > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// lag is the messages stored that the trigger has not acknowledged yet, over every
+// partition.
+func lag(ctx context.Context, cons []natsjs.Consumer) (int, error) {
+	n := 0
+	for _, c := range cons {
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n += int(ci.NumPending) + ci.NumAckPending
+	}
+	return n, nil
 }
 
 // startPool runs a real summarizer pool of slots workers on its own connection,

@@ -26,14 +26,19 @@ type server struct {
 	// Note explains the choice when it matters for the figures.
 	Note string
 	stop func()
+	// cpu is the CPU time the server's process used so far, -1 when it is not a child
+	// process of the bench's that can be read (an external or embedded server).
+	cpu func() time.Duration
 }
+
+func noCPU() time.Duration { return -1 }
 
 // startServer connects to cfg.NATSURL, or starts a nats-server process (cfg.NATSServer,
 // else nats-server on PATH), or, when there is none, an embedded server: then the
 // process's heap holds the server's too, which the report says.
 func startServer(cfg Config) (*server, error) {
 	if cfg.NATSURL != "" {
-		return &server{URL: cfg.NATSURL, Kind: "external", Note: "the server at --nats-url", stop: func() {}}, nil
+		return &server{URL: cfg.NATSURL, Kind: "external", Note: "the server at --nats-url", stop: func() {}, cpu: noCPU}, nil
 	}
 	bin := cfg.NATSServer
 	if bin == "" {
@@ -60,7 +65,7 @@ func startServer(cfg Config) (*server, error) {
 		return &server{URL: srv.ClientURL(), Kind: "embedded",
 			Note: fmt.Sprintf("no nats-server (--nats-server PATH, nats-server on PATH, or go build of the module's: %v): "+
 				"the server runs inside this process, sharing its CPU and heap; the heap per conversation includes the server's share", buildErr),
-			stop: func() { srv.Shutdown(); os.RemoveAll(dir) }}, nil
+			stop: func() { srv.Shutdown(); os.RemoveAll(dir) }, cpu: noCPU}, nil
 	}
 	port, err := freePort()
 	if err != nil {
@@ -112,7 +117,9 @@ func startServer(cfg Config) (*server, error) {
 	if built {
 		how = "built by go build from the version go.mod pins"
 	}
-	return &server{URL: url, Kind: "process", Note: fmt.Sprintf("%s (%s) in its own process", version, how), stop: stop}, nil
+	pid := cmd.Process.Pid
+	return &server{URL: url, Kind: "process", Note: fmt.Sprintf("%s (%s) in its own process", version, how), stop: stop,
+		cpu: func() time.Duration { return procCPU(pid) }}, nil
 }
 
 func freePort() (int, error) {
