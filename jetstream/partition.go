@@ -12,6 +12,8 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/schemas"
 )
 
 // MaxTriggerPartitions bounds Config.TriggerPartitions: every partition is a pair of
@@ -114,6 +116,34 @@ func (n Names) activityTransform(parts int) *natsjs.SubjectTransformConfig {
 // ConsumeChatPartition is ConsumeChat for partition p's trigger consumer.
 func (s *Store) ConsumeChatPartition(ctx context.Context, p Partition, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
 	return s.consume(ctx, s.cfg.ChatStream, s.cfg.TriggerConsumerOf(p), s.cfg.ConversationOf, handle, onErr)
+}
+
+// PendingConversations returns the conversations of partition p (every conversation
+// when p is not partitioned) with a request in the work queue, sorted. A trigger that
+// takes a partition over adopts them: the old owner's watch on their requests went
+// with it. Subjects that do not name a valid conversation are skipped.
+func (s *Store) PendingConversations(ctx context.Context, p Partition) ([]string, error) {
+	str, err := s.js.Stream(ctx, s.cfg.RequestsStream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", s.cfg.RequestsStream, err)
+	}
+	info, err := str.Info(ctx, natsjs.WithSubjectFilter(s.cfg.RequestPrefix+".*"))
+	if err != nil {
+		return nil, fmt.Errorf("pending requests: %w", err)
+	}
+	var out []string
+	for subj := range info.State.Subjects {
+		conv, ok := strings.CutPrefix(subj, s.cfg.RequestPrefix+".")
+		if !ok || schemas.ValidateConversationID(conv) != nil {
+			continue
+		}
+		if p.Partitioned() && PartitionOf(conv, p.N) != p.P {
+			continue
+		}
+		out = append(out, conv)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // ConsumeIdlePartition is ConsumeIdle for partition p's idle consumer.

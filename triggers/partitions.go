@@ -32,13 +32,29 @@ type Partitions struct {
 	member   string
 	parts    []jetstream.Partition
 	beat     time.Duration
+	// pinnedTTL is the consumers' pinned TTL: a release that drained for longer is
+	// not unpinned (the server pinned the new owner meanwhile).
+	pinnedTTL time.Duration
 
 	hub *signalHub // one subscription to events and policies for every partition
 
 	mu      sync.Mutex
 	running map[int]*partRun // by partition number; under mu
-	ended   chan struct{}    // a partition's trigger stopped
+	ended   chan struct{}    // a released partition's trigger stopped
+	// failed holds, by partition, when a partition whose trigger failed may be started
+	// again, and how often it failed in a row: a permanent error (its consumer deleted)
+	// is retried with a backoff, not in a loop. Under mu.
+	failed map[int]restart
 }
+
+// restart is when a failed partition may start again.
+type restart struct {
+	at    time.Time
+	fails int
+}
+
+// maxRestartBackoff bounds the wait before a failed partition's trigger starts again.
+const maxRestartBackoff = time.Minute
 
 // partRun is one partition's trigger, running.
 type partRun struct {
@@ -46,6 +62,9 @@ type partRun struct {
 	cancel    context.CancelFunc
 	releasing bool // under Partitions.mu: it stops because the partition moved away
 	done      chan struct{}
+	started   time.Time
+	// releaseAt is when the release began (the drain), under Partitions.mu.
+	releaseAt time.Time
 }
 
 // NewMemberID returns an id for this process in the triggers bucket: its host name
@@ -85,9 +104,9 @@ func NewPartitions(cfg Config, store *jetstream.Store, policies PolicySource, lo
 	if sc.TriggerPartitions < 2 {
 		return nil, fmt.Errorf("%w: partitions need a store with at least 2 trigger partitions, it has %d", ErrConfig, sc.TriggerPartitions)
 	}
-	return &Partitions{cfg: cfg, store: store, policies: policies, member: member, parts: sc.Partitions(), beat: sc.TriggerHeartbeat,
+	return &Partitions{cfg: cfg, store: store, policies: policies, member: member, parts: sc.Partitions(), beat: sc.TriggerHeartbeat, pinnedTTL: sc.TriggerPinnedTTL,
 		log:     log.With().Str("component", "trigger").Str("member", member).Logger(),
-		running: map[int]*partRun{}, ended: make(chan struct{}, 1), hub: &signalHub{n: sc.TriggerPartitions, by: map[int]hubHandlers{}}}, nil
+		running: map[int]*partRun{}, ended: make(chan struct{}, 1), failed: map[int]restart{}, hub: &signalHub{n: sc.TriggerPartitions, by: map[int]hubHandlers{}}}, nil
 }
 
 // Member is this process's id in the triggers bucket.
@@ -174,9 +193,12 @@ func (ps *Partitions) follow(ctx context.Context, ms *jetstream.Membership) {
 		r := ps.running[part.P]
 		switch own := owners[part.P] == ps.member; {
 		case own && r == nil:
+			if f, ok := ps.failed[part.P]; ok && time.Now().Before(f.at) {
+				continue
+			}
 			ps.start(ctx, part, len(members))
 		case !own && r != nil && !r.releasing:
-			r.releasing = true
+			r.releasing, r.releaseAt = true, time.Now()
 			ps.log.Info().Str("partition", part.String()).Str("owner", owners[part.P]).Msg("partition moves away; draining it")
 			r.cancel()
 		}
@@ -196,7 +218,7 @@ func (ps *Partitions) start(ctx context.Context, part jetstream.Partition, membe
 	// process's ctx, a partition's trigger would stop before stop marked it released,
 	// and never be unpinned.
 	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &partRun{t: t, cancel: cancel, done: make(chan struct{})}
+	r := &partRun{t: t, cancel: cancel, done: make(chan struct{}), started: time.Now()}
 	ps.running[part.P] = r
 	log.Info().Int("members", members).Msg("partition owned")
 	go func() {
@@ -207,15 +229,33 @@ func (ps *Partitions) start(ctx context.Context, part jetstream.Partition, membe
 			log.Error().Err(err).Msg("partition trigger stopped; started again while the partition is owned")
 		}
 		ps.mu.Lock()
-		released := r.releasing
+		released, releaseAt := r.releasing, r.releaseAt
 		delete(ps.running, part.P)
+		if !released && err != nil {
+			f := ps.failed[part.P]
+			if time.Since(r.started) > maxRestartBackoff {
+				f.fails = 0 // it ran a while: a new failure, not the same one again
+			}
+			f.fails++
+			f.at = time.Now().Add(min(ps.beat<<min(f.fails-1, 16), maxRestartBackoff))
+			ps.failed[part.P] = f
+		} else {
+			delete(ps.failed, part.P)
+		}
 		ps.mu.Unlock()
-		if released {
+		if !released {
+			return // started again by a later heartbeat while it is owned
+		}
+		if time.Since(releaseAt) < ps.pinnedTTL {
 			// Only after the drain: unpinned while still pulling, this process could
 			// be pinned again.
 			ps.unpin(part, log)
-			log.Info().Msg("partition released")
+		} else {
+			// A drain longer than the pinned TTL: the server has pinned the new owner
+			// meanwhile, and an unpin now would take its pin away.
+			log.Info().Msg("partition drained after its pin expired; not unpinned")
 		}
+		log.Info().Msg("partition released")
 		select {
 		case ps.ended <- struct{}{}:
 		default:
@@ -242,7 +282,7 @@ func (ps *Partitions) stop(ms *jetstream.Membership) {
 	ps.mu.Lock()
 	runs := make([]*partRun, 0, len(ps.running))
 	for _, r := range ps.running {
-		r.releasing = true
+		r.releasing, r.releaseAt = true, time.Now()
 		r.cancel()
 		runs = append(runs, r)
 	}

@@ -193,6 +193,20 @@ type signals struct {
 	completed bool // ... with a new value: failures are forgotten
 	failures  int  // failed events
 	forgotten bool // the conversation was forgotten: the state is dropped
+	// gapFrom and gapTo are the stream sequences of the first deliveries after the
+	// earliest and the latest gap in the consumer's deliveries not yet applied: the state
+	// used for a message at or after a gap must be rebuilt first, since the messages
+	// missed in it are older than that message. A delivery from before every gap, still
+	// queued behind its conversation's handler, leaves them for the next one.
+	gapFrom, gapTo uint64
+}
+
+// addGap records a gap before the delivery of stream sequence seq.
+func (s *signals) addGap(seq uint64) {
+	if s.gapFrom == 0 || seq < s.gapFrom {
+		s.gapFrom = seq
+	}
+	s.gapTo = max(s.gapTo, seq)
 }
 
 func (tr *tracked) signal(fn func(*signals)) {
@@ -268,6 +282,15 @@ func (t *Trigger) Run(ctx context.Context) error {
 	if err != nil {
 		chat.Drain()
 		return stopped(ctx, err)
+	}
+	if t.part.Partitioned() {
+		// A partition taken over: the old owner's watch on the requests it had queued
+		// went with its state.
+		t.workers.Add(1)
+		go func() {
+			defer t.workers.Done()
+			t.adoptPending(hctx)
+		}()
 	}
 	t.log.Info().Msg("trigger started (active or standby)")
 	evict := time.NewTicker(max(t.cfg.EvictAfter/4, time.Second))
@@ -383,6 +406,19 @@ const throughNewest = math.MaxUint64
 // does not make the trigger forget what it counted since. Callers hold tr.mu.
 func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uint64) (*convState, error) {
 	sig := tr.takeSignals()
+	if sig.gapFrom > 0 {
+		switch {
+		case through == throughNewest || through+1 >= sig.gapTo:
+			sig.stale = true
+		case through+1 >= sig.gapFrom:
+			// The rebuild covers the gaps before this message; a later one still waits
+			// for the message after it.
+			sig.stale = true
+			tr.signal(func(s *signals) { s.addGap(sig.gapTo) })
+		default:
+			tr.signal(func(s *signals) { s.addGap(sig.gapFrom); s.addGap(sig.gapTo) })
+		}
+	}
 	now := t.now()
 	if sig.forgotten || (tr.st != nil && tr.st.forgotten) {
 		// Nothing of the forgotten conversation is kept, timers included: no retry asks
@@ -435,6 +471,49 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 	}
 	tr.st, tr.stale, tr.broken = c, false, nil
 	return c, nil
+}
+
+// adoptPending takes on the conversations of the trigger's partition that have a
+// request in the work queue. Their old owner watched those requests (checkInFlight,
+// retries, the wake after an outcome); a quiet conversation would otherwise wait for its
+// next message when the request ends without an outcome event reaching this process.
+func (t *Trigger) adoptPending(ctx context.Context) {
+	convs, err := t.store.PendingConversations(ctx, t.part)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.log.Warn().Err(err).Msg("list the partition's pending requests; their conversations are looked at on their next message")
+		}
+		return
+	}
+	for _, id := range convs {
+		if ctx.Err() != nil || t.stopping.Load() {
+			return
+		}
+		t.adopt(ctx, id)
+	}
+}
+
+// adopt builds the state of conversation id, whose request is in the queue, as in
+// flight: its end is checked for like that of a request this trigger queued.
+func (t *Trigger) adopt(ctx context.Context, id string) {
+	tr := t.get(id)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.st != nil {
+		return // a message came first: its request, refused while one is pending, is retried
+	}
+	log := t.log.With().Str("conversation", id).Logger()
+	c, err := t.ready(ctx, tr, id, throughNewest)
+	if err != nil {
+		log.Debug().Err(err).Msg("adopt a pending request; the next message rebuilds the conversation")
+		return
+	}
+	now := t.now()
+	c.inFlightUntil, c.inFlightCheckAt = stampOf(now.Add(t.cfg.InFlightTimeout)), stampOf(now.Add(t.cfg.RetryDelay))
+	if err := t.evaluate(ctx, c, log); err != nil {
+		log.Warn().Err(err).Msg("queue compaction; will retry")
+		t.scheduleRetry(ctx, id, c, t.cfg.RetryDelay)
+	}
 }
 
 // checkInFlight asks the work queue, at most every RetryDelay, whether the request in
@@ -628,7 +707,7 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		// did not count, so every state is rebuilt from the stream before it is used.
 		t.log.Info().Uint64("after", prev).Uint64("delivery", d.ConsumerSeq).Msg("deliveries missed; every conversation is counted again")
 		for _, tr := range t.snapshot() {
-			tr.signal(func(s *signals) { s.stale = true })
+			tr.signal(func(s *signals) { s.addGap(d.Seq) })
 		}
 	}
 	id := d.Conversation
