@@ -46,9 +46,9 @@ func TestConversationOf(t *testing.T) {
 	}
 }
 
-func TestPartitionOfMatchesTheServer(t *testing.T) {
-	// The hash the server's partition() applies, computed here: checked on stored
-	// subjects in TestPartitionedLayout.
+func TestPartitionOfSpreadsIDs(t *testing.T) {
+	// The hash the server's partition() applies, computed here (checked against stored
+	// subjects in TestPartitionedLayout): ids spread over every partition.
 	seen := map[int]bool{}
 	for i := range 200 {
 		p := jetstream.PartitionOf(fmt.Sprintf("conv-%d", i), 4)

@@ -64,6 +64,13 @@ func (r *replies) subscribe() error {
 	if err != nil {
 		return err
 	}
+	// Every read of the store shares this subscription, and its callback never blocks:
+	// the default pending limits would turn a burst of answers into a slow-consumer
+	// drop that stalls every read until its deadline.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		_ = sub.Unsubscribe()
+		return err
+	}
 	r.sub, r.prefix, r.reads = sub, prefix, map[string]*pendingRead{}
 	return nil
 }

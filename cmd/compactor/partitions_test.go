@@ -46,7 +46,7 @@ func ownedPartitions(p *proc) map[string]bool {
 		switch l.Message {
 		case "partition owned":
 			owned[l.Partition] = true
-		case "partition moves away", "partition released":
+		case "partition moves away; draining it", "partition released":
 			delete(owned, l.Partition)
 		}
 	}
