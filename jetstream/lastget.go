@@ -26,6 +26,10 @@ type lastReads struct {
 	s      *Store
 	stream string
 
+	// maxBytes, when set, is the max_bytes of the requests (the server's max pending
+	// otherwise); a test makes the server stop after each answer.
+	maxBytes int
+
 	mu      sync.Mutex
 	queue   []*lastRead
 	running bool // a goroutine sends the batches
@@ -111,8 +115,11 @@ func (l *lastReads) answer(batch []*lastRead) {
 		// has a message: they are answered nil below.
 		var msgs []StoredMsg
 		var more bool
-		msgs, more, err = l.s.directRequest(ctx, l.stream, map[string]any{"multi_last": subjects, "batch": len(subjects)},
-			fmt.Sprintf("%d subjects of %s", len(subjects), l.stream))
+		req := map[string]any{"multi_last": subjects, "batch": len(subjects)}
+		if l.maxBytes > 0 {
+			req["max_bytes"] = l.maxBytes
+		}
+		msgs, more, err = l.s.directRequest(ctx, l.stream, req, fmt.Sprintf("%d subjects of %s", len(subjects), l.stream))
 		if err != nil {
 			break
 		}
