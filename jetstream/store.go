@@ -27,6 +27,9 @@ type Store struct {
 
 	// replies routes the answers of batched direct gets (see replies).
 	replies replies
+	// lastForget and lastResults coalesce the first-sight reads of tombstones and
+	// values (see FirstSight).
+	lastForget, lastResults lastReads
 
 	objMu   sync.Mutex
 	objects natsjs.ObjectStore // bound on the first object stored

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,5 +168,128 @@ func TestTriggerDuringAForgetCountsOnlyTheNewConversation(t *testing.T) {
 	}
 	if r, err := st.PendingRequest(ctx, conv); r != nil || err != nil {
 		t.Fatalf("the trigger asked for a compaction of the forgotten conversation: %+v, %v", r, err)
+	}
+}
+
+// A conversation seen for the first time is read from any replica, which may not have
+// its tombstone yet: the trigger then counts the forgotten messages still in CHAT. The
+// forgotten event, published after the tombstone, drops that state, and the rebuild that
+// follows reads the tombstone from the leader: only the new conversation is counted.
+func TestFirstSightThatMissedTheTombstoneIsCorrectedByTheForgottenEvent(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const conv = "lagging"
+	var old uint64
+	var err error
+	for range 2 {
+		data, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 1600))}).Encode()
+		if old, err = st.PublishMessage(ctx, conv, data, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The forget is under way: its tombstone is written, its purges not yet done.
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, st.Config().ForgetBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tomb, _ := json.Marshal(schemas.Tombstone{ThroughSeq: old, ForgottenAt: time.Now()})
+	if _, err := kv.Put(ctx, schemas.ForgetKey(conv), tomb); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.RetryDelay = 100 * time.Millisecond
+	tr, err := New(cfg, st, window4000{}, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A replica that has neither the tombstone nor a value yet answers the first sight.
+	var sights atomic.Int32
+	tr.firstSight = func(context.Context, string) (*schemas.Tombstone, *schemas.Result, uint64, error) {
+		sights.Add(1)
+		return nil, nil, 0, nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	data, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 400))}).Encode()
+	if _, err := st.PublishMessage(ctx, conv, data, ""); err != nil {
+		t.Fatal(err)
+	}
+	tokens := func() int {
+		e := tr.lookup(conv)
+		if e == nil {
+			return -1
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.st == nil {
+			return -1
+		}
+		return e.st.tokens
+	}
+	waitUntil(t, "the trigger to count the new message", func() bool { return tokens() >= 104 })
+	if got := tokens(); got <= 104 {
+		t.Fatalf("the lagging answer was not used: %d tokens counted", got)
+	}
+	if err := st.PublishEvent(ctx, schemas.Event{Type: schemas.EventForgotten, Conversation: conv,
+		RequestID: schemas.NewRequestID(), At: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the forgotten event to drop the forgotten messages", func() bool { return tokens() == 104 })
+	if r, err := st.PendingRequest(ctx, conv); r != nil || err != nil {
+		t.Fatalf("the trigger asked for a compaction of the forgotten conversation: %+v, %v", r, err)
+	}
+	// A rebuild after a stale signal reads from the leaders too, not as a first sight.
+	tr.onPolicy(conv)
+	if _, err := st.PublishMessage(ctx, conv, data, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the trigger to count the next message", func() bool { return tokens() >= 208 })
+	if got := tokens(); got != 208 {
+		t.Fatalf("after the stale signal the trigger counts %d tokens; want 208", got)
+	}
+	if n := sights.Load(); n != 1 {
+		t.Fatalf("%d first-sight reads; want 1, the first", n)
+	}
+}
+
+// A conversation the trigger holds nothing of yet, but for which a signal came (a
+// policy change, a value written: the events subscription found its entry), is read
+// from the leaders: the signal may be of a write a replica lacks.
+func TestFirstSightNotAfterASignal(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const conv = "signalled"
+	tr, err := New(DefaultConfig(), st, window4000{}, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sights atomic.Int32
+	tr.firstSight = func(context.Context, string) (*schemas.Tombstone, *schemas.Result, uint64, error) {
+		sights.Add(1)
+		return nil, nil, 0, nil
+	}
+	tr.get(conv)
+	tr.onPolicy(conv)
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	data, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 400))}).Encode()
+	if _, err := st.PublishMessage(ctx, conv, data, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the trigger to count the message", func() bool { n, ok := tr.TokensOf(conv); return ok && n == 104 })
+	if n := sights.Load(); n != 0 {
+		t.Fatalf("%d first-sight reads after a signal; want 0", n)
 	}
 }

@@ -128,6 +128,9 @@ type Trigger struct {
 	// the events and policy changes of its conversations (nil: it subscribes itself).
 	part jetstream.Partition
 	hub  *signalHub
+	// firstSight reads the tombstone and value of a conversation seen for the first
+	// time (jetstream.Store.FirstSight; a test stands in for a lagging replica).
+	firstSight func(ctx context.Context, conv string) (*schemas.Tombstone, *schemas.Result, uint64, error)
 
 	mu    sync.Mutex // guards convs only; never held during a network call
 	convs map[string]*tracked
@@ -232,7 +235,7 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.
 		return nil, fmt.Errorf("%w: a store and a policy source are required", ErrConfig)
 	}
 	return &Trigger{cfg: cfg, store: store, policies: policies, log: log.With().Str("component", "trigger").Logger(),
-		now: time.Now, convs: map[string]*tracked{}}, nil
+		now: time.Now, convs: map[string]*tracked{}, firstSight: store.FirstSight}, nil
 }
 
 // Run consumes CHAT and ACTIVITY until ctx is done, then drains the messages in hand
@@ -420,6 +423,9 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 		}
 	}
 	now := t.now()
+	// Seen for the first time: no state, nothing signalled that a replica may not know
+	// of yet (see rebuild).
+	first := tr.st == nil && !tr.stale && !sig.forgotten && !sig.stale
 	if sig.forgotten || (tr.st != nil && tr.st.forgotten) {
 		// Nothing of the forgotten conversation is kept, timers included: no retry asks
 		// for it again; the rebuild below starts after the tombstone.
@@ -465,7 +471,7 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 		old = &tr.st.timers
 		through = max(through, tr.st.watermark)
 	}
-	c, err := t.rebuild(ctx, id, through, old)
+	c, err := t.rebuild(ctx, id, through, old, first)
 	if err != nil {
 		return nil, err
 	}
@@ -542,8 +548,10 @@ func (t *Trigger) checkInFlight(ctx context.Context, tr *tracked, c *convState, 
 }
 
 // rebuild reads the conversation's value and messages through the sequence through
-// into a fresh state. The timers of an old state carry over.
-func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *timers) (*convState, error) {
+// into a fresh state. The timers of an old state carry over. first says the trigger
+// holds nothing of the conversation and nothing was signalled for it: its tombstone and
+// value may then come from any replica (see below).
+func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *timers, first bool) (*convState, error) {
 	s, err := t.policies.Settings(ctx, id)
 	if errors.Is(err, policy.ErrPolicy) {
 		// Keep counting against the settings without the policy; the worker reports
@@ -554,15 +562,37 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	}
 	// A forgotten conversation's messages and value are not counted, even before the
 	// forget has deleted them: the conversation starts again after the tombstone.
-	tomb, err := t.store.Forgotten(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	// From the leader: a rebuild follows a new value, which a lagging replica may not
-	// have yet.
-	v, _, err := t.store.GetResult(ctx, id, true)
-	if err != nil {
-		return nil, err
+	//
+	// Where they are read from: a rebuild that follows an outcome, a stale signal or a
+	// forget reads both from the stream leaders, since it exists because of a write (a
+	// new value, a tombstone) that a lagging replica may not have yet, and the state
+	// built on the write before it would be wrong the other way. A conversation seen
+	// for the first time (most of a busy trigger's rebuilds, each of them two leader
+	// reads through the JetStream API otherwise) reads them with direct gets shared
+	// with the other new conversations, from any replica. Nothing the trigger did
+	// depends on a write there, and an older answer can only make it count from an
+	// earlier tail start, or count messages a tombstone it missed covers: it
+	// over-counts, which is safe. A
+	// request it makes then is checked against the tombstone on the leader
+	// (forgottenMeanwhile) and re-read by the worker from the leader, which declines when
+	// nothing needs doing; a decline or a completion makes the state stale, so it is
+	// rebuilt from the leaders. A tombstone missed this way is still applied without a
+	// request: the forget's forgotten event, published after the tombstone, drops the
+	// state, and the rebuild that follows reads the tombstone from the leader.
+	var tomb *schemas.Tombstone
+	var v *schemas.Result
+	if first {
+		tomb, v, _, err = t.firstSight(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		if tomb, err = t.store.Forgotten(ctx, id); err != nil {
+			return nil, err
+		}
+		if v, _, err = t.store.GetResult(ctx, id, true); err != nil {
+			return nil, err
+		}
 	}
 	if v != nil && tomb.Covers(v.FirstSeq) {
 		v = nil

@@ -1,0 +1,64 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/jetstream/embedded"
+	"github.com/compactor/compactor/schemas"
+)
+
+// A server that stops a batch short (its max bytes reached) says how many answers are
+// pending: the subjects not answered yet are asked again, none is taken for absent.
+func TestFirstSightAsksAgainWhenTheServerStopsShort(t *testing.T) {
+	srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := Provision(ctx, nc, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.lastResults.maxBytes = 1 // one answer per request
+	const n = 40
+	for i := range n {
+		conv := fmt.Sprintf("short-%d", i)
+		r := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: 1, Summary: conv, TailStartSeq: 1, FirstSeq: 1, CreatedAt: time.Now()}
+		if _, err := st.PutResult(ctx, r, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			conv := fmt.Sprintf("short-%d", i)
+			_, v, _, err := st.FirstSight(ctx, conv)
+			switch {
+			case err != nil:
+				errs[i] = err
+			case v == nil || v.Summary != conv:
+				errs[i] = fmt.Errorf("got %+v; want the value of %s", v, conv)
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("reader %d: %v", i, err)
+		}
+	}
+}
