@@ -283,9 +283,28 @@ async function resolve(nc, jsm, conv, msg) {
 // One batched direct get: every message of subject from seq on, up to batch of them,
 // answered by any replica and closed by a 204 "EOB" status.
 async function directBatch(nc, subject, seq, batch = 256, stream = "CHAT") {
+  return directRequest(nc, { seq, next_by_subj: subject, batch }, stream);
+}
+
+// The subjects conversation conv has messages on from seq `from` on: one per partition
+// layout that holds any (README, "Scaling the trigger"), found from the last message of
+// each subject under chat.<conv>.> (one batched direct get, answered from the server's
+// subject index). Each is then read by its literal name: a read of the wildcard from a
+// later sequence makes the server scan the blocks in between once CHAT holds 64Ki subjects.
+async function chatSubjects(nc, conv, from) {
+  const { msgs } = await directRequest(nc, { multi_last: [`chat.${conv}.>`], batch: 16 });
+  const subjects = new Set();
+  for (const m of msgs) {
+    if (!m.subject.startsWith(`chat.${conv}.msg`)) throw new Error(`direct get: answered with subject ${m.subject}`);
+    if (m.seq >= from) subjects.add(m.subject);
+  }
+  return [...subjects];
+}
+
+async function directRequest(nc, request, stream = "CHAT") {
   const inbox = createInbox(inboxPrefix);
   const sub = nc.subscribe(inbox, { timeout: 10000 });
-  nc.publish(`$JS.API.DIRECT.GET.${stream}`, sc.encode(JSON.stringify({ seq, next_by_subj: subject, batch })), {
+  nc.publish(`$JS.API.DIRECT.GET.${stream}`, sc.encode(JSON.stringify(request)), {
     reply: inbox,
   });
   const out = [];
@@ -297,7 +316,7 @@ async function directBatch(nc, subject, seq, batch = 256, stream = "CHAT") {
       else if (status !== 404) throw new Error(`direct get: ${status} ${m.headers.description}`);
       break;
     }
-    out.push({ seq: Number(m.headers.get("Nats-Sequence")), data: m.data });
+    out.push({ seq: Number(m.headers.get("Nats-Sequence")), subject: m.headers.get("Nats-Subject"), data: m.data });
   }
   sub.unsubscribe();
   return { msgs: out, more };
@@ -328,13 +347,24 @@ async function readContext(nc, conv) {
   }
   // 3. The summary as one message.
   if (value?.summary) context.push({ role: value.summary_role || "user", content: SUMMARY_PREFIX + value.summary });
-  // 4. The tail, paging with batched direct gets from tail_start_seq.
+  // 4. The tail, paging with batched direct gets from tail_start_seq, on each subject the
+  //    conversation's messages are stored on (chat.<conv>.msg, or with a partitioned
+  //    trigger chat.<conv>.msg.<N>.<p>), merged in stream order.
+  const start = Math.max(value?.tail_start_seq ?? 1, 1);
+  const stored = [];
+  for (const subject of await chatSubjects(nc, conv, start)) {
+    let from = start;
+    for (;;) {
+      const { msgs, more } = await directBatch(nc, subject, from);
+      stored.push(...msgs);
+      if (!more || msgs.length === 0) break;
+      from = msgs[msgs.length - 1].seq + 1;
+    }
+  }
+  stored.sort((a, b) => a.seq - b.seq);
   const tail = [];
-  let from = Math.max(value?.tail_start_seq ?? 1, 1);
-  for (;;) {
-    // chat.<conv>.> matches chat.<conv>.msg and, with a partitioned trigger, the
-    // chat.<conv>.msg.<N>.<p> the stream stores messages on (README, "Scaling the trigger").
-    const { msgs, more } = await directBatch(nc, `chat.${conv}.>`, from);
+  {
+    const msgs = stored;
     for (const m of msgs) {
       let msg;
       try {
@@ -350,8 +380,6 @@ async function readContext(nc, conv) {
         skipped.push({ seq: m.seq, reason: `invalid message: ${e.message}` });
       }
     }
-    if (!more || msgs.length === 0) break;
-    from = msgs[msgs.length - 1].seq + 1;
   }
   // 5. Overrides, tool pairs (a round moves as a whole; incomplete rounds and orphans
   //    are skipped), metadata stripped.
