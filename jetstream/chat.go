@@ -90,8 +90,8 @@ func (s *Store) loadConversation(ctx context.Context, conv string, fromSeq, upTo
 	if err != nil {
 		return nil, false, err
 	}
-	for _, subj := range subjects {
-		msgs, p, err := s.loadSubject(ctx, subj, fromSeq, upToSeq)
+	for _, sub := range subjects {
+		msgs, p, err := s.loadSubject(ctx, sub.name, fromSeq, upToSeq, sub.last)
 		if err != nil {
 			return nil, false, err
 		}
@@ -110,7 +110,7 @@ func (s *Store) loadConversation(ctx context.Context, conv string, fromSeq, upTo
 // subject index. Reading each subject by its literal name matters: a read of the
 // wildcard from a later sequence makes the server scan every block in between once
 // the stream holds 64Ki subjects (about 50x slower at 100,000 conversations).
-func (s *Store) chatSubjects(ctx context.Context, conv string, fromSeq uint64) ([]string, error) {
+func (s *Store) chatSubjects(ctx context.Context, conv string, fromSeq uint64) ([]chatSubject, error) {
 	filter, err := s.cfg.ChatFilter(conv)
 	if err != nil {
 		return nil, err
@@ -119,7 +119,7 @@ func (s *Store) chatSubjects(ctx context.Context, conv string, fromSeq uint64) (
 	if err != nil {
 		return nil, err
 	}
-	var out []string
+	var out []chatSubject
 	for _, m := range lasts {
 		if m.Seq < fromSeq {
 			continue // nothing on it from fromSeq on
@@ -127,18 +127,36 @@ func (s *Store) chatSubjects(ctx context.Context, conv string, fromSeq uint64) (
 		if c, ok := s.cfg.ConversationOf(m.Subject); !ok || c != conv {
 			return nil, fmt.Errorf("direct get %s: answered with subject %q", filter, m.Subject)
 		}
-		if !slices.Contains(out, m.Subject) {
-			out = append(out, m.Subject)
+		if !slices.ContainsFunc(out, func(c chatSubject) bool { return c.name == m.Subject }) {
+			out = append(out, chatSubject{name: m.Subject, last: m.Seq})
 		}
 	}
 	return out, nil
 }
 
+// chatSubject is a subject a conversation's messages are stored on, with the sequence
+// of its last message (as the server that answered knew it).
+type chatSubject struct {
+	name string
+	last uint64
+}
+
 // loadSubject reads the messages on one literal subject from fromSeq through upToSeq (0:
-// all); past reports that the answer held a message after upToSeq.
-func (s *Store) loadSubject(ctx context.Context, subj string, fromSeq, upToSeq uint64) (out []StoredMsg, past bool, err error) {
+// all); past reports that the answer held a message after upToSeq. last is the subject's
+// last sequence as chatSubjects saw it.
+//
+// A batch goes on past upToSeq (the server has no bound for it), and each message of a
+// conversation costs the server a walk over the messages of others stored in between.
+// So when the subject holds messages past upToSeq, the batches start at one message and
+// grow: a conversation's first message, read through the sequence before it (a trigger's
+// first sight), costs one message, not a batch of them.
+func (s *Store) loadSubject(ctx context.Context, subj string, fromSeq, upToSeq, last uint64) (out []StoredMsg, past bool, err error) {
+	batch := DirectBatchSize
+	if upToSeq > 0 && last > upToSeq {
+		batch = 1
+	}
 	for {
-		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, fromSeq, DirectBatchSize)
+		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, fromSeq, batch)
 		if err != nil {
 			return nil, false, err
 		}
@@ -152,6 +170,7 @@ func (s *Store) loadSubject(ctx context.Context, subj string, fromSeq, upToSeq u
 			return out, false, nil
 		}
 		fromSeq = page[len(page)-1].Seq + 1
+		batch = min(batch*4, DirectBatchSize)
 	}
 }
 

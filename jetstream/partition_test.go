@@ -399,24 +399,7 @@ func TestReadsUseLiteralSubjectsAcrossLayouts(t *testing.T) {
 		publish(st4, "other", i)
 	}
 	// Every direct get the reads send, as the server receives them.
-	var mu sync.Mutex
-	var filters []string
-	sub, err := nc.Subscribe("$JS.API.DIRECT.GET.CHAT", func(m *nats.Msg) {
-		var req struct {
-			Next string   `json:"next_by_subj"`
-			Last []string `json:"multi_last"`
-		}
-		_ = json.Unmarshal(m.Data, &req)
-		mu.Lock()
-		defer mu.Unlock()
-		if req.Next != "" {
-			filters = append(filters, req.Next)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	sub := seeRequests(t, nc, "$JS.API.DIRECT.GET.CHAT")
 	for _, st := range []*jetstream.Store{st1, st4} {
 		for _, from := range []int{0, 1, 4} {
 			msgs, err := st.LoadConversation(ctxT(t), "mixed", want[from], 0)
@@ -432,11 +415,12 @@ func TestReadsUseLiteralSubjectsAcrossLayouts(t *testing.T) {
 			}
 		}
 	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
+	var filters []string
+	for _, req := range sub.requests(t) {
+		if req.Next != "" {
+			filters = append(filters, req.Next)
+		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if len(filters) == 0 {
 		t.Fatal("no batched read seen")
 	}
@@ -445,4 +429,95 @@ func TestReadsUseLiteralSubjectsAcrossLayouts(t *testing.T) {
 			t.Fatalf("a batched read filtered on %q; want literal subjects only", f)
 		}
 	}
+}
+
+// A read bounded by a sequence (a trigger's first sight of a conversation reads through
+// the message before the one delivered) asks for one message first when the subject holds
+// messages past the bound: a batch goes on past the bound, and each message costs the
+// server a walk over the messages stored in between. (Measured in compactor bench: the
+// trigger drained 6,200 msgs/s with batches of 25, 43,500 with this.)
+func TestABoundedReadStartsSmall(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st, err := jetstream.Provision(ctxT(t), nc, jetstream.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := st.PublishMessage(ctxT(t), "y", []byte(`{"role":"user","content":"y"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 30 {
+		if _, err := st.PublishMessage(ctxT(t), "x", fmt.Appendf(nil, `{"role":"user","content":"x%d"}`, i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub := seeRequests(t, nc, "$JS.API.DIRECT.GET.CHAT")
+	es, err := st.LoadEntriesThrough(ctxT(t), "x", 1, first)
+	if err != nil || len(es) != 0 {
+		t.Fatalf("x through %d: %d entries, %v; want none", first, len(es), err)
+	}
+	var batches []int
+	for _, req := range sub.requests(t) {
+		if req.Next != "" {
+			batches = append(batches, req.Batch)
+		}
+	}
+	if !slices.Equal(batches, []int{1}) {
+		t.Fatalf("batches asked for %v; want one batch of 1", batches)
+	}
+	// Unbounded, the whole conversation comes in full batches.
+	msgs, err := st.LoadConversation(ctxT(t), "x", 1, 0)
+	if err != nil || len(msgs) != 30 {
+		t.Fatalf("x: %d messages, %v; want 30", len(msgs), err)
+	}
+}
+
+// requestSpy sees the direct get requests the server receives on a subject.
+type requestSpy struct {
+	nc  *nats.Conn
+	sub *nats.Subscription
+}
+
+type directRequest struct {
+	Next  string   `json:"next_by_subj"`
+	Last  []string `json:"multi_last"`
+	Batch int      `json:"batch"`
+}
+
+func seeRequests(t *testing.T, nc *nats.Conn, subject string) *requestSpy {
+	t.Helper()
+	sub, err := nc.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return &requestSpy{nc: nc, sub: sub}
+}
+
+// requests returns the requests seen so far: after the flush's round trip every copy
+// the server sent before it is in the subscription's queue (the connection reads in
+// order).
+func (r *requestSpy) requests(t *testing.T) []directRequest {
+	t.Helper()
+	if err := r.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n, _, err := r.sub.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]directRequest, 0, n)
+	for range n {
+		m, err := r.sub.NextMsg(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req directRequest
+		if err := json.Unmarshal(m.Data, &req); err != nil {
+			t.Fatalf("request %q: %v", m.Data, err)
+		}
+		out = append(out, req)
+	}
+	return out
 }
