@@ -582,16 +582,33 @@ func (s *soak) node(name string) *natsNode {
 // finished or done again by another process.
 func (s *soak) term(finish bool) {
 	t := s.t
-	sl := s.slots[s.rng.IntN(len(s.slots))]
-	r, p := sl.route, sl.proc
-	heldBefore, answeredBefore, abandonedBefore := r.held.Load(), r.answered.Load(), r.abandoned.Load()
-	r.holdCalls()
-	waitFor(t, 30*time.Second, "an LLM call of "+p.name+" in flight", func() error {
-		if r.held.Load() == heldBefore {
-			return fmt.Errorf("none held after %d calls", r.calls.Load())
+	// Every process's calls are held until one of them has a call in flight: that one
+	// is SIGTERMed. (Waiting on one process picked at random failed when the queue's
+	// requests went to the others for 30 s: a fault planned, not a fault of the system.)
+	type before struct{ held, answered, abandoned int32 }
+	was := make([]before, len(s.slots))
+	for i, sl := range s.slots {
+		was[i] = before{sl.route.held.Load(), sl.route.answered.Load(), sl.route.abandoned.Load()}
+		sl.route.holdCalls()
+	}
+	pick := -1
+	waitFor(t, 30*time.Second, "an LLM call of a serve process in flight", func() error {
+		for _, i := range s.rng.Perm(len(s.slots)) {
+			if s.slots[i].route.held.Load() > was[i].held {
+				pick = i
+				return nil
+			}
 		}
-		return nil
+		return fmt.Errorf("none held")
 	})
+	for i, sl := range s.slots {
+		if i != pick {
+			sl.route.release()
+		}
+	}
+	sl := s.slots[pick]
+	r, p := sl.route, sl.proc
+	heldBefore, answeredBefore, abandonedBefore := was[pick].held, was[pick].answered, was[pick].abandoned
 	p.signal(t, syscall.SIGTERM)
 	if finish {
 		waitFor(t, 10*time.Second, p.name+" to drain", func() error {
