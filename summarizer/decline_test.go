@@ -2,6 +2,7 @@ package summarizer_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,10 +99,24 @@ func TestDeclineAfterARevisionMismatchIsTriedAgain(t *testing.T) {
 	if v.Summary != "written meanwhile" || v.DeclinedAtSeq != last {
 		t.Fatalf("value summary %q declined_at_seq %d; want the competing value, with the decline recorded on it at %d", v.Summary, v.DeclinedAtSeq, last)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(declined) != 1 {
-		t.Fatalf("%d declined events; want 1 (none for the decline that lost the race)", len(declined))
+	// The subscription's callback runs on its own: wait until it has had the outcome's
+	// event. A declined event of the decline that lost the race would have come before it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		seen := slices.ContainsFunc(declined, func(d schemas.Event) bool { return d.At.Equal(ev.At) })
+		n := len(declined)
+		mu.Unlock()
+		if seen {
+			if n != 1 {
+				t.Fatalf("%d declined events; want 1 (none for the decline that lost the race)", n)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the outcome's declined event did not reach the subscription within 10s (%d others did)", n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
