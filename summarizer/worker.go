@@ -313,7 +313,13 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 		return
 	case ctx.Err() != nil:
 		j.log.Warn().Err(err).Msg("job aborted at the drain timeout; its request was handed back to the queue")
-		p.forgottenMeanwhile(j)
+		// Only what it wrote needs the tombstone check. A job aborted before its first
+		// write (in its LLM call, typically) returns at once: the check would wait on
+		// the forget bucket, up to 30 s while its stream elects a leader, past the
+		// process's drain timeout.
+		if !j.writes.Empty() {
+			p.forgottenMeanwhile(j)
+		}
 		return
 	}
 	// A conversation forgotten while the job worked on it: the failure does not matter,
