@@ -325,9 +325,16 @@ func (e Env) summarizer() summarizer.Config {
 	c.Counters = e.counters.get
 	// Three heartbeats per ack wait: one lost heartbeat does not cost a redelivery.
 	c.InProgressEvery = max(e.AckWait/3, time.Second)
-	// The pool hands back what is unfinished a little before serve gives up.
-	c.DrainTimeout = max(e.DrainTimeout*9/10, time.Second)
+	c.DrainTimeout = componentDrain(e.DrainTimeout)
 	return c
+}
+
+// componentDrain is how long the pool and the trigger drain before they hand back what
+// is unfinished: a tenth of COMPACTOR_DRAIN_TIMEOUT before serve gives up, and at least
+// 5 s, since handing back (naks, aborted jobs stopping) can take seconds while a stream
+// elects a leader (the cluster soak saw 1 s fall short).
+func componentDrain(d time.Duration) time.Duration {
+	return max(min(d*9/10, d-5*time.Second), time.Second)
 }
 
 func (e Env) triggers() triggers.Config {
@@ -335,7 +342,7 @@ func (e Env) triggers() triggers.Config {
 	c.RetryDelay = e.RetryDelay
 	c.Counters = e.counters.get
 	// Like the workers, done before serve gives up.
-	c.DrainTimeout = max(e.DrainTimeout*9/10, time.Second)
+	c.DrainTimeout = componentDrain(e.DrainTimeout)
 	return c
 }
 
