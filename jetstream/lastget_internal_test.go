@@ -7,31 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/compactor/compactor/jetstream/embedded"
 	"github.com/compactor/compactor/schemas"
 )
 
 // A server that stops a batch short (its max bytes reached) says how many answers are
 // pending: the subjects not answered yet are asked again, none is taken for absent.
 func TestFirstSightAsksAgainWhenTheServerStopsShort(t *testing.T) {
-	srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	st := internalStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	st, err := Provision(ctx, nc, DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
 	st.lastResults.maxBytes = 1 // one answer per request
 	const n = 40
 	for i := range n {
