@@ -137,3 +137,67 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A drain that times out while NATS answers nothing (a stream electing its leader, the
+// server gone) still returns within DrainTimeout + HandBackTimeout: the naks handing the
+// requests back give up then (the requests wait for the ack wait instead), so the
+// process exits within COMPACTOR_DRAIN_TIMEOUT. Before, each nak had its own 10 s of
+// retries, one after another, and the cluster soak saw serve exit 1 past its timeout.
+func TestDrainTimeoutHandBackIsBoundedWhenNATSDoesNotAnswer(t *testing.T) {
+	ns := jstest.ServerWith(t, nil)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const jobs = 3
+	for i := range jobs {
+		conv := "unanswered-" + string(rune('a'+i))
+		request(t, ctx, st, conv, seed(t, ctx, st, conv, 8))
+	}
+	h := newHeld()
+	logs := &lockedBuffer{}
+	cfg := summarizer.DefaultConfig()
+	cfg.Workers, cfg.FetchWait = jobs, 200*time.Millisecond
+	cfg.DrainTimeout, cfg.HandBackTimeout = 300*time.Millisecond, time.Second
+	pool, err := summarizer.NewPool(cfg, st, summarizer.Options{Policies: window4000{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return h, nil },
+		Fallback:    extractive.New(), Logger: zerolog.New(logs).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(runCtx) }()
+	for range jobs {
+		select {
+		case <-h.entered:
+		case <-ctx.Done():
+			t.Fatal("the jobs did not reach their summarizer calls")
+		}
+	}
+	restart := jstest.Stop(t, ns)
+	defer restart()
+	start := time.Now()
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the pool did not return")
+	}
+	// The bound is the point of the test; the slack covers a loaded machine.
+	if took, bound := time.Since(start), cfg.DrainTimeout+cfg.HandBackTimeout+2*time.Second; took > bound {
+		t.Fatalf("the pool returned %s after it was stopped; want within %s (drain %s + hand-back %s + slack)",
+			took, bound, cfg.DrainTimeout, cfg.HandBackTimeout)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "hand back unfinished request"); n != jobs || !strings.Contains(out, "drain timed out") {
+		t.Fatalf("%d unanswered hand-backs logged; want %d, and the drain's timeout\n%s", n, jobs, out)
+	}
+}

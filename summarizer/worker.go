@@ -36,6 +36,11 @@ type Config struct {
 	// requests of those still unfinished then are handed back (nak without delay), so
 	// another worker takes them at once instead of after the ack wait. 0 waits forever.
 	DrainTimeout time.Duration
+	// HandBackTimeout bounds what follows a drain that timed out: the hand-back naks and
+	// the tombstone checks of the jobs that stop then, so Run returns within
+	// DrainTimeout + HandBackTimeout whatever the cluster does (a stream electing its
+	// leader answers nothing for seconds). 0 means the default, 10 s.
+	HandBackTimeout time.Duration
 	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
 	// nil knows chars4 only.
 	Counters func(name string) (tokens.Counter, error)
@@ -71,9 +76,14 @@ func (c Config) Validate() error {
 		return bad("fetch wait must be at least 100ms")
 	case c.DrainTimeout < 0:
 		return bad("drain timeout must not be negative")
+	case c.HandBackTimeout < 0:
+		return bad("hand-back timeout must not be negative")
 	}
 	return nil
 }
+
+// defaultHandBackTimeout is Config.HandBackTimeout's default.
+const defaultHandBackTimeout = 10 * time.Second
 
 // counter returns the counter of a tokenizer name.
 func (c Config) counter(name string) (tokens.Counter, error) {
@@ -154,9 +164,13 @@ func (p *Pool) Run(ctx context.Context) error {
 	// times out and they are aborted.
 	jobs, abort := context.WithCancel(context.WithoutCancel(ctx))
 	defer abort()
+	// settle is what the jobs' clean-up (tombstone checks, take-backs) runs under: no
+	// limit of its own until a drain times out, then the hand-back's.
+	settle, stopSettling := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSettling()
 	var wg sync.WaitGroup
 	for i := 0; i < p.cfg.Workers; i++ {
-		wg.Go(func() { p.slot(ctx, jobs, q) })
+		wg.Go(func() { p.slot(ctx, jobs, settle, q) })
 	}
 	done := make(chan struct{})
 	go func() {
@@ -174,37 +188,45 @@ func (p *Pool) Run(ctx context.Context) error {
 	case <-done:
 		p.log.Info().Msg("summarizer pool drained")
 	case <-timeout:
-		p.handBack()
+		hb := p.cfg.HandBackTimeout
+		if hb == 0 {
+			hb = defaultHandBackTimeout
+		}
+		stop := time.AfterFunc(hb, stopSettling)
+		defer stop.Stop()
+		p.handBack(settle)
 		abort() // the jobs stop at their next network call; none is left running
 		<-done
 	}
 	return nil
 }
 
-// handBack naks the requests of the jobs still in flight, so the queue delivers them
-// again at once. The jobs are then aborted; one that wrote its result just before was
-// right to (compare-and-set), and its redelivery finds the value holding the request
-// and only acks.
-func (p *Pool) handBack() {
+// handBack naks the requests of the jobs still in flight, all at once, so the queue
+// delivers them again at once; it gives up when ctx is done. The jobs are then
+// aborted; one that wrote its result just before was right to (compare-and-set), and
+// its redelivery finds the value holding the request and only acks.
+func (p *Pool) handBack(ctx context.Context) {
 	p.mu.Lock()
 	jobs := make([]*job, 0, len(p.inFlight))
 	for j := range p.inFlight {
 		jobs = append(jobs, j)
 	}
 	p.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	var wg sync.WaitGroup
 	for _, j := range jobs {
-		if err := j.d.NakAfter(ctx, 0); err != nil {
-			p.log.Warn().Err(err).Uint64("seq", j.seq).Msg("hand back unfinished request; it is redelivered after the ack wait")
-		}
+		wg.Go(func() {
+			if err := j.d.NakAfter(ctx, 0); err != nil {
+				p.log.Warn().Err(err).Uint64("seq", j.seq).Msg("hand back unfinished request; it is redelivered after the ack wait")
+			}
+		})
 	}
+	wg.Wait()
 	p.log.Warn().Int("unfinished", len(jobs)).Dur("drain_timeout", p.cfg.DrainTimeout).Msg("drain timed out; unfinished requests handed back to the queue")
 }
 
 // slot is one worker: it fetches a request only when it is free, so a process never
 // holds more requests than it has workers.
-func (p *Pool) slot(ctx, jobs context.Context, q *jetstream.Requests) {
+func (p *Pool) slot(ctx, jobs, settle context.Context, q *jetstream.Requests) {
 	for ctx.Err() == nil {
 		d, err := q.Next(ctx, p.cfg.FetchWait)
 		if err != nil {
@@ -215,7 +237,7 @@ func (p *Pool) slot(ctx, jobs context.Context, q *jetstream.Requests) {
 			continue
 		}
 		if d != nil {
-			p.handle(jobs, d)
+			p.handle(jobs, settle, d)
 		}
 	}
 }
@@ -275,7 +297,7 @@ func decodeRequest(d *jetstream.Delivery) (schemas.Request, error) {
 // An invalid request is terminated with a dead letter saying why, and nothing of any
 // conversation is read. A request of a conversation forgotten before or while the job
 // ran is acked, whatever the outcome, and what the job wrote is taken back.
-func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
+func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
 	if d.MetadataErr != nil {
 		p.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("request without metadata")
 		_ = d.Term(ctx, "no metadata")
@@ -309,7 +331,7 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 		_ = d.Ack()
 		return
 	case err == nil:
-		p.forgottenMeanwhile(j) // after the job's last write
+		p.forgottenMeanwhile(settle, j) // after the job's last write
 		return
 	case ctx.Err() != nil:
 		j.log.Warn().Err(err).Msg("job aborted at the drain timeout; its request was handed back to the queue")
@@ -318,13 +340,13 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 		// the forget bucket, up to 30 s while its stream elects a leader, past the
 		// process's drain timeout.
 		if !j.writes.Empty() {
-			p.forgottenMeanwhile(j)
+			p.forgottenMeanwhile(settle, j)
 		}
 		return
 	}
 	// A conversation forgotten while the job worked on it: the failure does not matter,
 	// nothing is retried, dead-lettered or reported.
-	if p.forgottenMeanwhile(j) {
+	if p.forgottenMeanwhile(settle, j) {
 		return
 	}
 	permanent := errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
@@ -343,7 +365,7 @@ func (p *Pool) handle(ctx context.Context, d *jetstream.Delivery) {
 		return
 	}
 	j.log.Error().Err(err).Bool("permanent", permanent).Msg("compaction failed; request dead-lettered")
-	defer p.forgottenMeanwhile(j) // after the dead letter and the event
+	defer p.forgottenMeanwhile(settle, j) // after the dead letter and the event
 	if !p.deadLetter(ctx, d, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}, &j.writes, j.log) {
 		return
 	}
@@ -359,8 +381,8 @@ var errForgotten = errors.New("the conversation was forgotten after this request
 // the bucket's leader), and if so takes back everything the job stored and acks its
 // request. It reports whether it did. Checking after writing leaves no gap: a forget
 // whose tombstone came later deletes the writes itself (see jetstream.Store.Forget).
-func (p *Pool) forgottenMeanwhile(j *job) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func (p *Pool) forgottenMeanwhile(settle context.Context, j *job) bool {
+	ctx, cancel := context.WithTimeout(settle, 30*time.Second)
 	defer cancel()
 	var (
 		tomb *schemas.Tombstone

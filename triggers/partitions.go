@@ -264,7 +264,7 @@ func (ps *Partitions) start(ctx context.Context, part jetstream.Partition, membe
 }
 
 func (ps *Partitions) unpin(part jetstream.Partition, log zerolog.Logger) {
-	uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	uctx, cancel := context.WithTimeout(context.Background(), ps.cfg.handBack())
 	defer cancel()
 	if err := ps.store.UnpinPartition(uctx, part); err != nil {
 		log.Warn().Err(err).Msg("unpin the partition; its next owner waits for the pinned TTL")
@@ -274,11 +274,17 @@ func (ps *Partitions) unpin(part jetstream.Partition, log zerolog.Logger) {
 // stop leaves the bucket (the other processes start pulling this process's
 // partitions), drains every partition and unpins it (they are pinned at once).
 func (ps *Partitions) stop(ms *jetstream.Membership) {
-	lctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := ms.Leave(lctx, ps.member); err != nil {
-		ps.log.Warn().Err(err).Msg("leave the trigger members; the others take the partitions over when the heartbeat expires")
-	}
+	// Left while the partitions drain: a bucket that does not answer (its stream
+	// electing a leader) does not hold the drain back.
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
+		lctx, cancel := context.WithTimeout(context.Background(), ps.cfg.handBack())
+		defer cancel()
+		if err := ms.Leave(lctx, ps.member); err != nil {
+			ps.log.Warn().Err(err).Msg("leave the trigger members; the others take the partitions over when the heartbeat expires")
+		}
+	}()
 	ps.mu.Lock()
 	runs := make([]*partRun, 0, len(ps.running))
 	for _, r := range ps.running {
@@ -290,6 +296,7 @@ func (ps *Partitions) stop(ms *jetstream.Membership) {
 	for _, r := range runs {
 		<-r.done
 	}
+	<-left
 	ps.log.Info().Msg("trigger member stopped")
 }
 

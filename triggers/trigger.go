@@ -49,6 +49,9 @@ type Config struct {
 	// DrainTimeout bounds how long a stopping trigger works on the messages in hand;
 	// 0 waits until they are settled.
 	DrainTimeout time.Duration
+	// HandBackTimeout bounds what a stopping trigger does after its drain: flushing the
+	// last acknowledgements, and a partition's unpin. 0 means the default, 5 s.
+	HandBackTimeout time.Duration
 	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
 	// nil knows chars4 only.
 	Counters func(name string) (tokens.Counter, error)
@@ -67,6 +70,14 @@ func DefaultConfig() Config {
 		RebuildAttempts:   3,
 		BrokenRetry:       time.Minute,
 	}
+}
+
+// handBack is HandBackTimeout or its default.
+func (c Config) handBack() time.Duration {
+	if c.HandBackTimeout == 0 {
+		return 5 * time.Second
+	}
+	return c.HandBackTimeout
 }
 
 // ErrConfig is matched by every configuration error of this package.
@@ -96,6 +107,8 @@ func (c Config) Validate() error {
 		return bad("broken retry must be positive")
 	case c.DrainTimeout < 0:
 		return bad("drain timeout must not be negative")
+	case c.HandBackTimeout < 0:
+		return bad("hand-back timeout must not be negative")
 	}
 	return nil
 }
@@ -313,7 +326,7 @@ func (t *Trigger) Run(ctx context.Context) error {
 			t.workers.Wait()
 			// The handlers' acks do not wait for the server; the consumer's drain no
 			// longer follows them (they are sent after it), so they are flushed here.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.handBack())
 			if err := t.store.FlushAcks(fctx); err != nil {
 				t.log.Warn().Err(err).Msg("flush the last acknowledgements; their messages are redelivered after the ack wait")
 			}

@@ -325,16 +325,20 @@ func (e Env) summarizer() summarizer.Config {
 	c.Counters = e.counters.get
 	// Three heartbeats per ack wait: one lost heartbeat does not cost a redelivery.
 	c.InProgressEvery = max(e.AckWait/3, time.Second)
-	c.DrainTimeout = componentDrain(e.DrainTimeout)
+	c.DrainTimeout, c.HandBackTimeout = stopBudgets(e.DrainTimeout)
 	return c
 }
 
-// componentDrain is how long the pool and the trigger drain before they hand back what
-// is unfinished: a tenth of COMPACTOR_DRAIN_TIMEOUT before serve gives up, and at least
-// 5 s, since handing back (naks, aborted jobs stopping) can take seconds while a stream
-// elects a leader (the cluster soak saw 1 s fall short).
-func componentDrain(d time.Duration) time.Duration {
-	return max(min(d*9/10, d-5*time.Second), time.Second)
+// stopBudgets splits COMPACTOR_DRAIN_TIMEOUT d, after which serve gives up, between
+// the drain of the pool and the trigger (their jobs and messages in hand finish) and
+// what follows a drain that timed out (hand-back naks, tombstone checks, flushing
+// acks, unpinning partitions), which can take seconds while a stream elects a leader:
+// the last tenth of d, and at least 5 s (half of d when shorter). Two hand-back steps
+// (a partition's flush, then its unpin) fit into that rest with time to spare, so
+// every component returns before d.
+func stopBudgets(d time.Duration) (drain, handBack time.Duration) {
+	rest := max(d/10, min(5*time.Second, d/2))
+	return d - rest, max(rest*2/5, 1) // never 0, which means the default
 }
 
 func (e Env) triggers() triggers.Config {
@@ -342,7 +346,7 @@ func (e Env) triggers() triggers.Config {
 	c.RetryDelay = e.RetryDelay
 	c.Counters = e.counters.get
 	// Like the workers, done before serve gives up.
-	c.DrainTimeout = componentDrain(e.DrainTimeout)
+	c.DrainTimeout, c.HandBackTimeout = stopBudgets(e.DrainTimeout)
 	return c
 }
 

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compactor/compactor/summarizer/llm"
 )
@@ -80,5 +81,20 @@ func TestOpenAIVariablesAreHonoured(t *testing.T) {
 	})
 	if env.Policy["llm_base_url"] != "http://mine/v1" {
 		t.Fatalf("COMPACTOR_LLM_BASE_URL lost to OPENAI_BASE_URL: %q", env.Policy["llm_base_url"])
+	}
+}
+
+// Every component stops within COMPACTOR_DRAIN_TIMEOUT: the drain, then two hand-back
+// steps (a partition's last acks, then its unpin), leave time to spare, whatever d.
+func TestStopBudgetsFitTheDrainTimeout(t *testing.T) {
+	for _, d := range []time.Duration{time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second,
+		30 * time.Second, time.Minute, 3 * time.Minute, time.Hour} {
+		drain, handBack := stopBudgets(d)
+		if drain <= 0 || handBack <= 0 || drain+2*handBack >= d {
+			t.Errorf("stopBudgets(%s) = drain %s, hand-back %s; want both positive and drain + 2×hand-back under %s", d, drain, handBack, d)
+		}
+		if d >= 10*time.Second && d-drain < 5*time.Second {
+			t.Errorf("stopBudgets(%s): drain %s leaves %s to hand back; want at least 5 s", d, drain, d-drain)
+		}
 	}
 }
