@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -68,18 +69,25 @@ func request(t *testing.T, ctx context.Context, st *jetstream.Store, conv string
 	return req
 }
 
-// A pool started while JetStream does not answer (a cluster electing the leader of the
-// workers' consumer, a server restarting) waits for its consumer, logging each attempt,
-// instead of returning an error that stops the whole process; once JetStream answers,
-// it works.
-func TestPoolWaitsForItsConsumer(t *testing.T) {
+// stoppableStore provisions a store on a server of its own, which the test may stop
+// (jstest.Stop) to stand for a cluster that does not answer.
+func stoppableStore(t *testing.T) (*server.Server, *jetstream.Store) {
+	t.Helper()
 	ns := jstest.ServerWith(t, nil)
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	st := jstest.Provision(t, nc)
+	return ns, jstest.Provision(t, nc)
+}
+
+// A pool started while JetStream does not answer (a cluster electing the leader of the
+// workers' consumer, a server restarting) waits for its consumer, logging each attempt,
+// instead of returning an error that stops the whole process; once JetStream answers,
+// it works.
+func TestPoolWaitsForItsConsumer(t *testing.T) {
+	ns, st := stoppableStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	request(t, ctx, st, "late", seed(t, ctx, st, "late", 8))
@@ -144,13 +152,7 @@ func (l *lockedBuffer) String() string {
 // process exits within COMPACTOR_DRAIN_TIMEOUT. Before, each nak had its own 10 s of
 // retries, one after another, and the cluster soak saw serve exit 1 past its timeout.
 func TestDrainTimeoutHandBackIsBoundedWhenNATSDoesNotAnswer(t *testing.T) {
-	ns := jstest.ServerWith(t, nil)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	st := jstest.Provision(t, nc)
+	ns, st := stoppableStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const jobs = 3
