@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -290,4 +293,233 @@ func TestTSClientUnderRoles(t *testing.T) {
 	}
 	runStack(t, admin.nc, st, testEnv(t, 100000), nil) // the compactor service, for forget
 	runTSTests(t, node, dir, []string{"NATS_ROLES_URL=" + url}, "roles.test.js")
+}
+
+// decodeCases are stored payloads for the decoder comparison: real messages of the
+// corpus, the fuzz seeds, and each field of the contract given every kind of JSON value.
+func decodeCases(t *testing.T) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for _, msgs := range loadCorpus(t, 3) {
+		for _, m := range msgs[:min(len(msgs), 40)] {
+			b, _ := m.Encode()
+			out = append(out, b)
+		}
+	}
+	values := []string{`null`, `0`, `-1`, `1.5`, `1.0`, `1e2`, `-0`, `9007199254740993`, `18446744073709551615`, `""`, `"x"`,
+		`"\ud800"`, `true`, `[]`, `[null]`, `[1]`, `["a"]`, `{}`, `{"a":1}`, `{"pin":"true"}`, `{"pin":null}`, `{"pin":1}`}
+	bases := []string{
+		`{"role":"user","content":"hi"}`,
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"ls","arguments":"{}"}}]}`,
+		`{"role":"tool","content":"42","tool_call_id":"c1"}`,
+	}
+	fields := []string{"role", "content", "name", "tool_calls", "tool_call_id", "reasoning", "extra", "tokens", "usage",
+		"context_generation", "meta", "content_ref", "Role", "TOKENS", "__proto__", "1"}
+	for _, base := range bases {
+		for _, f := range fields {
+			for _, v := range values {
+				out = append(out, []byte(base[:len(base)-1]+`,"`+f+`":`+v+`}`))
+			}
+		}
+	}
+	// Nested fields: tool calls, usage, content parts and references of every shape.
+	for _, tc := range []string{`{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}`,
+		`{"ID":"a","TYPE":"function","Function":{"NAME":"f","Arguments":"x"}}`, `{"id":"a","type":"function","function":{"name":"f","argumentſ":"k"}}`,
+		`{"id":"a","type":"function","function":{"name":"f"},"function":{"arguments":"x"}}`, `{"id":"a","type":"function","function":null}`,
+		`{"id":"a","type":"tool","function":{"name":"f"}}`, `{"id":1,"type":"function","function":{"name":"f"}}`, `{"id":"a","type":"function","function":{"name":"f","arguments":{}}}`,
+		`{"id":"","type":"function","function":{"name":"f"}}`, `{"id":"a","type":"function","function":{"name":""}}`, `null`, `"a"`, `{"id":"a","id":"b","type":"function","function":{"name":"f"}}`} {
+		out = append(out, []byte(`{"role":"assistant","content":null,"tool_calls":[`+tc+`]}`))
+		out = append(out, []byte(`{"role":"assistant","content":"x","tool_calls":[`+tc+`,`+tc+`]}`))
+	}
+	for _, u := range []string{`{"prompt_tokens":1,"completion_tokens":2}`, `{"PROMPT_TOKENS":1}`, `{"prompt_tokens":-1}`, `{"prompt_tokens":1.0}`,
+		`{"prompt_tokens":null,"total_tokens":3}`, `{"cached":{"x":1}}`, `{"prompt_tokens":"1"}`} {
+		out = append(out, []byte(`{"role":"assistant","content":"x","usage":`+u+`}`))
+	}
+	for _, c := range []string{`[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}}]`, `[{"type":"text","text":1}]`,
+		`[{"type":"image_url"}]`, `[{"type":"image_url","image_url":null}]`, `[{"type":"x-new","x":1}]`, `[{"type":""}]`, `[{"Type":"text","text":"a"}]`,
+		`[null]`, `[[]]`, `[]`, `[{"type":"text","text":"a","type":"refusal"}]`, `[{"type":"refusal","refusal":"no"}]`, `[{"type":"file","file":{"filename":"a"}}]`} {
+		out = append(out, []byte(`{"role":"user","content":`+c+`}`))
+	}
+	sha := strings.Repeat("ab", 32)
+	for _, r := range []string{
+		`{"bucket":"compaction-objects","name":"c/` + sha + `","size":99,"sha256":"` + sha + `","tokens":3}`,
+		`{"bucket":"compaction-objects","name":"c/` + sha + `","size":13,"sha256":"` + sha + `","tokens":3}`,
+		`{"bucket":"compaction-objects","name":"c/` + sha + `","size":99,"sha256":"` + strings.ToUpper(sha) + `","tokens":3}`,
+		`{"bucket":"compaction objects","name":"c/` + sha + `","size":99,"sha256":"` + sha + `","tokens":3}`,
+		`{"bucket":"compaction-objects","name":"c.d/` + sha + `","size":99,"sha256":"` + sha + `","tokens":3}`,
+		`{"bucket":"compaction-objects","name":"c/` + sha + `","size":99,"sha256":"` + sha + `"}`,
+		`{"bucket":"compaction-objects","name":"c/` + sha + `","size":"99","sha256":"` + sha + `","tokens":3}`,
+		`{"BUCKET":"compaction-objects","name":"c/` + sha + `","size":99,"sha256":"` + sha + `","tokens":3}`,
+		`{"bucket":"compaction-objects","name":"c/` + sha + `","size":99,"sha256":"` + sha + `","tokens":-3}`,
+		`{"bucket":"compaction-objects","name":"c/` + sha + `","size":99.0,"sha256":"` + sha + `","tokens":3}`,
+	} {
+		out = append(out, []byte(`{"role":"tool","content":"[stored]","tool_call_id":"c1","content_ref":`+r+`}`))
+	}
+	for _, raw := range []string{`null`, `[1]`, `"s"`, `1`, ``, ` {"role":"user","content":"x"} `, `{"role":"user","content":"x"} x`, "{\"role\":\"user\",\"content\":\"\xff\"}",
+		"{\"role\":\"user\",\"content\":\"ok\",\"x\":\"\xed\xa0\x80\"}", `{"role":"user","content":"a","role":"robot"}`, `{"role":"robot","content":"a","role":"user"}`,
+		`{"role":"user","content":"a","extra":"s"}`, `{"role":"user","content":"a","extra":[]}`, `{"role":"system","content":null}`,
+		`{"role":"user","content":"a","tool_call_id":"x"}`, `{"role":"tool","content":"a"}`, `{"role":"user","content":"\u0000"}`} {
+		out = append(out, []byte(raw))
+	}
+	return out
+}
+
+// The TypeScript client decodes every stored payload as the Go reader does: the same
+// payloads accepted, to the same message, and the same refused, naming the same field.
+func TestTSClientDecodesAsGo(t *testing.T) {
+	node, dir := tsClient(t)
+	cases := decodeCases(t)
+	var in bytes.Buffer
+	for _, c := range cases {
+		in.WriteString(base64.StdEncoding.EncodeToString(c))
+		in.WriteByte('\n')
+	}
+	out, errOut, err := runTS(t, node, dir, nil, in.Bytes(), "dist/tools/decode.js")
+	if err != nil {
+		t.Fatalf("ts decode: %v\n%s", err, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(cases) {
+		t.Fatalf("ts decoded %d payloads of %d", len(lines), len(cases))
+	}
+	for i, c := range cases {
+		var got struct {
+			OK      bool            `json:"ok"`
+			Message json.RawMessage `json:"message"`
+			Field   string          `json:"field"`
+			Error   string          `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(lines[i]), &got); err != nil {
+			t.Fatal(err)
+		}
+		m, err := schemas.DecodeMessage(c)
+		var ve *schemas.ValidationError
+		switch {
+		case err != nil && !errors.As(err, &ve):
+			t.Fatalf("go: %v", err)
+		case err != nil && got.OK:
+			t.Errorf("%s\n go refuses it (%v); ts accepts it as %s", c, err, got.Message)
+		case err != nil && got.Field != ve.Field:
+			t.Errorf("%s\n go refuses %s (%v); ts refuses %s (%s)", c, ve.Field, err, got.Field, got.Error)
+		case err == nil && !got.OK:
+			t.Errorf("%s\n go accepts it; ts refuses it: %s", c, got.Error)
+		case err == nil:
+			want, _ := m.Encode()
+			var a, b any
+			_ = json.Unmarshal(got.Message, &a)
+			_ = json.Unmarshal(want, &b)
+			if !jsonEqual(a, noNegativeZero(b)) {
+				t.Errorf("%s\n go: %s\n ts: %s", c, want, got.Message)
+			}
+		}
+	}
+	t.Logf("%d payloads decoded alike", len(cases))
+}
+
+// noNegativeZero turns -0 into 0 in a decoded JSON value: JavaScript reads -0 but
+// JSON.stringify writes it as 0, and both are the number zero.
+func noNegativeZero(v any) any {
+	switch x := v.(type) {
+	case float64:
+		if x == 0 {
+			return 0.0
+		}
+	case []any:
+		for i := range x {
+			x[i] = noNegativeZero(x[i])
+		}
+	case map[string]any:
+		for k := range x {
+			x[k] = noNegativeZero(x[k])
+		}
+	}
+	return v
+}
+
+// The TypeScript client decodes KV values as the Go reader does: the same refused
+// (naming the same field) and the same read, to the same summary, tail start, pinned
+// sequences and overrides.
+func TestTSClientDecodesValuesAsGo(t *testing.T) {
+	node, dir := tsClient(t)
+	const conv = "c"
+	base := `{"schema_version":1,"conversation":"c","generation":2,"summary":"s","summary_role":"system","tail_start_seq":5,"covered_through_seq":4,` +
+		`"pinned_seqs":[1,3],"overrides":[{"seq":5,"keep_head":3,"keep_tail":2,"note":"n"}],"llm_base_generation":1,"fallback":false,` +
+		`"tokens_before":10,"tokens_after":5,"messages_before":4,"messages_after":2,"created_at":"2026-01-02T03:04:05Z"}`
+	cases := []string{base, `null`, `[]`, `{}`, `"x"`, `{"schema_version":2}`, `{"schema_version":"1"}`, `{"schema_version":1.0,"conversation":"c","tail_start_seq":1}`,
+		`{"schema_version":1,"conversation":"c","tail_start_seq":1}`, `{"schema_version":1,"conversation":"d","tail_start_seq":1}`,
+		`{"schema_version":1,"conversation":"a.b","tail_start_seq":1}`}
+	values := []string{`null`, `0`, `-1`, `1.5`, `1.0`, `7`, `9007199254740993`, `""`, `"x"`, `"user"`, `true`, `[]`, `[0]`, `[null]`, `[2,"3"]`, `{}`,
+		`[{"seq":5}]`, `[{"SEQ":6,"Keep_Head":1}]`, `[{"seq":-1}]`, `[{"keep_head":-3,"keep_tail":1.5}]`, `[null]`, `{"prompt_tokens":1}`, `{"prompt_tokens":1.5}`,
+		`"2026-02-29T00:00:00Z"`, `"2024-02-29T00:00:00Z"`, `"0000-02-29T00:00:00Z"`, `"2026-01-02T03:04:05.123456789+02:00"`, `"2026-01-02t03:04:05z"`,
+		`"2026-01-02T24:00:00Z"`, `"2026-01-02T03:04:60Z"`, `"2026-01-02T03:04:05+24:00"`, `"2026-01-02T03:04:05+25:00"`, `"2026-01-02T03:04:05-01:61"`,
+		`"2026-01-02T3:04:05Z"`, `"2026-01-02T03:04:05,5Z"`, `"2026-01-02T03:4:05Z"`, `"2026-04-31T03:04:05Z"`, `"2026-01-02 03:04:05Z"`, `"2026-01-02T03:04:05."`, `"2026-1-02T03:04:05Z"`}
+	for _, f := range []string{"schema_version", "conversation", "generation", "summary", "summary_role", "tail_start_seq", "covered_through_seq",
+		"pinned_seqs", "kept_seqs", "overrides", "fallback", "usage", "created_at", "request_seq", "tokens_before", "Summary", "future"} {
+		for _, v := range values {
+			cases = append(cases, base[:len(base)-1]+`,"`+f+`":`+v+`}`)
+		}
+	}
+	var in bytes.Buffer
+	for _, c := range cases {
+		in.WriteString(base64.StdEncoding.EncodeToString([]byte(c)))
+		in.WriteByte('\n')
+	}
+	out, errOut, err := runTS(t, node, dir, nil, in.Bytes(), "dist/tools/decode.js", "value", conv)
+	if err != nil {
+		t.Fatalf("ts decode: %v\n%s", err, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(cases) {
+		t.Fatalf("ts decoded %d values of %d", len(lines), len(cases))
+	}
+	for i, c := range cases {
+		var got struct {
+			OK    bool   `json:"ok"`
+			Field string `json:"field"`
+			Error string `json:"error"`
+			Value struct {
+				Generation        uint64             `json:"generation"`
+				Summary           string             `json:"summary"`
+				SummaryRole       string             `json:"summaryRole"`
+				TailStartSeq      uint64             `json:"tailStartSeq"`
+				CoveredThroughSeq uint64             `json:"coveredThroughSeq"`
+				PinnedSeqs        []uint64           `json:"pinnedSeqs"`
+				Overrides         []schemas.Override `json:"overrides"`
+			} `json:"value"`
+		}
+		if err := json.Unmarshal([]byte(lines[i]), &got); err != nil {
+			t.Fatal(err)
+		}
+		v, err := schemas.DecodeResult([]byte(c))
+		if err == nil && v.Conversation != conv {
+			err = &schemas.ValidationError{Field: "conversation", Rule: "is not the key's"}
+		}
+		field := ""
+		var ve *schemas.ValidationError
+		var newer *schemas.ErrNewerSchema
+		switch {
+		case errors.As(err, &ve):
+			field = ve.Field
+		case errors.As(err, &newer):
+			field = "schema_version"
+		case err != nil:
+			t.Fatalf("go: %v", err)
+		}
+		switch {
+		case err != nil && (got.OK || got.Field != field):
+			t.Errorf("%s\n go refuses %s (%v); ts: %s", c, field, err, lines[i])
+		case err == nil && !got.OK:
+			t.Errorf("%s\n go reads it; ts refuses it: %s", c, got.Error)
+		case err == nil && strings.Contains(c, "9007199254740993"):
+			// Past 2^53 a JavaScript number is the nearest one (README, "TypeScript client").
+		case err == nil:
+			g := got.Value
+			if g.Generation != v.Generation || g.Summary != v.Summary || g.SummaryRole != string(v.SummaryRole) || g.TailStartSeq != v.TailStartSeq ||
+				g.CoveredThroughSeq != v.CoveredThroughSeq || !slices.Equal(g.PinnedSeqs, v.PinnedSeqs) && len(g.PinnedSeqs)+len(v.PinnedSeqs) > 0 ||
+				!slices.Equal(g.Overrides, v.Overrides) && len(g.Overrides)+len(v.Overrides) > 0 {
+				t.Errorf("%s\n go: %+v\n ts: %+v", c, v, g)
+			}
+		}
+	}
+	t.Logf("%d values decoded alike", len(cases))
 }

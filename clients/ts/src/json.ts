@@ -166,8 +166,9 @@ const MAX_UINT64 = (1n << 64n) - 1n;
 
 /**
  * Reads an integer as Go's encoding/json reads one into an int (signed) or uint64: the
- * text must be a JSON integer (no fraction, no exponent) within the type's range. Values
- * past 2^53 are refused too: JavaScript numbers cannot hold them exactly.
+ * text must be a JSON integer (no fraction, no exponent) within the type's range. One
+ * past 2^53 becomes the nearest JavaScript number, as JSON.parse makes it: the message
+ * is read as Go reads it, its number approximate (refusing it would drop the message).
  */
 export function intFromText(raw: string, unsigned: boolean): number {
   const t = raw.trim();
@@ -175,9 +176,6 @@ export function intFromText(raw: string, unsigned: boolean): number {
   const v = BigInt(t);
   if (unsigned ? t.startsWith("-") || v > MAX_UINT64 : v < MIN_INT64 || v > MAX_INT64) {
     throw new Error(`${t.slice(0, 40)} is out of range`);
-  }
-  if (v > BigInt(Number.MAX_SAFE_INTEGER) || v < BigInt(Number.MIN_SAFE_INTEGER)) {
-    throw new Error(`${t.slice(0, 40)} is beyond what a JavaScript number holds exactly`);
   }
   return Number(v);
 }

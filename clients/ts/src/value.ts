@@ -169,12 +169,17 @@ function decodeOverride(raw: string): Override {
   return o;
 }
 
-/** Whether s is a time as Go's time.Time reads one from JSON (RFC 3339). */
+/**
+ * Whether s is a time as Go's time.Time reads one from JSON: time.Parse with the RFC 3339
+ * layout, which is laxer than RFC 3339 (Go's strict check is disabled): an hour of one
+ * digit, a comma before the fraction, a zone offset up to 24:60.
+ */
 function rfc3339(s: string): boolean {
-  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|([+-])(\d{2}):(\d{2}))$/.exec(s);
+  const m = /^(\d{4})-(\d{2})-(\d{2})T(\d{1,2}):(\d{2}):(\d{2})([.,]\d+)?(Z|[+-](\d{2}):(\d{2}))$/.exec(s);
   if (!m) return false;
   const [y, mo, d, h, mi, se] = [m[1], m[2], m[3], m[4], m[5], m[6]].map(Number) as [number, number, number, number, number, number];
-  const days = new Date(Date.UTC(y, mo, 0)).getUTCDate();
+  const leap = y % 4 === 0 && (y % 100 !== 0 || y % 400 === 0);
+  const days = mo === 2 ? (leap ? 29 : 28) : [4, 6, 9, 11].includes(mo) ? 30 : 31;
   if (mo < 1 || mo > 12 || d < 1 || d > days || h > 23 || mi > 59 || se > 59) return false;
-  return m[8] === "Z" || (Number(m[10]) < 24 && Number(m[11]) < 60);
+  return m[8] === "Z" || (Number(m[9]) <= 24 && Number(m[10]) <= 60);
 }
