@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,9 @@ import (
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/rounds"
 )
 
 // The TypeScript client (clients/ts) runs its test suite with Node against what these
@@ -522,4 +525,177 @@ func TestTSClientDecodesValuesAsGo(t *testing.T) {
 		}
 	}
 	t.Logf("%d values decoded alike", len(cases))
+}
+
+// randomReaderInput makes what a reader loads for conversation "c", from seed: entries
+// of every kind (text, parts, tool rounds answered in any order, orphan and repeated
+// results, invalid payloads, producer counts, pins) at growing sequences with gaps, and
+// a value with a summary, a tail start anywhere, pinned sequences (duplicated, in the
+// tail, missing) and overrides; raw output and a read-time budget at times.
+func randomReaderInput(r *rand.Rand) (in assemble.Input, opts assemble.Options, ts map[string]any) {
+	text := func(n int) string {
+		var b strings.Builder
+		for b.Len() < n {
+			b.WriteString([]string{"word ", "línea ", "✓ ", "😀", "\n", "x"}[r.IntN(6)])
+		}
+		return b.String()
+	}
+	ids := []string{"a", "b", "c", "d"}
+	var stored []map[string]any
+	var es []schemas.Entry
+	seq := uint64(0)
+	for range r.IntN(30) {
+		seq += 1 + uint64(r.IntN(3))
+		var m map[string]any
+		switch r.IntN(9) {
+		case 0, 1:
+			m = map[string]any{"role": "user", "content": text(r.IntN(1500))}
+		case 2:
+			m = map[string]any{"role": "assistant", "content": text(r.IntN(300))}
+		case 3:
+			var calls []any
+			for _, id := range ids[:1+r.IntN(3)] {
+				calls = append(calls, map[string]any{"id": id, "type": "function", "function": map[string]any{"name": "f" + id, "arguments": text(r.IntN(40))}})
+			}
+			m = map[string]any{"role": "assistant", "content": nil, "tool_calls": calls}
+		case 4, 5:
+			m = map[string]any{"role": "tool", "tool_call_id": ids[r.IntN(len(ids))], "content": text(r.IntN(2500))}
+		case 6:
+			m = map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": text(r.IntN(400))},
+				map[string]any{"type": "image_url", "image_url": map[string]any{"url": "u"}}, map[string]any{"type": "text", "text": text(r.IntN(100))}}}
+		case 7:
+			m = map[string]any{"role": "system", "content": text(r.IntN(200)), "meta": map[string]string{"pin": "true"}, "tokens": r.IntN(50)}
+		case 8:
+			m = map[string]any{"role": []string{"robot", ""}[r.IntN(2)], "content": "bad"}
+		}
+		data, _ := json.Marshal(m)
+		stored = append(stored, map[string]any{"seq": seq, "data": base64.StdEncoding.EncodeToString(data)})
+		es = append(es, jetstream.StoredMsg{Seq: seq, Data: data}.Entry())
+	}
+	opts = assemble.Options{Raw: r.IntN(3) == 0}
+	if r.IntN(3) == 0 {
+		opts.MaxTokens = 50 + r.IntN(2000)
+	}
+	ts = map[string]any{"value": nil, "raw": opts.Raw, "max_tokens": opts.MaxTokens}
+	if r.IntN(4) == 0 {
+		in.Tail = es
+		ts["tail"] = stored
+		return in, opts, ts
+	}
+	t := r.IntN(len(es) + 1)
+	v := map[string]any{"schema_version": 1, "conversation": "c", "generation": 1 + r.IntN(5), "summary": text(r.IntN(600)),
+		"summary_role": []string{"", "system", "user", "assistant"}[r.IntN(4)], "tail_start_seq": seq + 1, "covered_through_seq": seq,
+		"created_at": "2026-01-02T03:04:05Z"}
+	if t < len(es) {
+		v["tail_start_seq"], v["covered_through_seq"] = es[t].Seq, es[t].Seq-1
+	}
+	var pinned []uint64
+	var pinnedStored []map[string]any
+	for i := range es {
+		if (i < t || r.IntN(8) == 0) && r.IntN(3) == 0 {
+			pinned = append(pinned, es[i].Seq)
+			in.Pinned = append(in.Pinned, es[i])
+			pinnedStored = append(pinnedStored, stored[i])
+		}
+	}
+	if r.IntN(3) == 0 && len(pinned) > 0 { // a duplicate, and a sequence no longer there
+		pinned = append(pinned, pinned[0], seq+7)
+		in.Pinned = append(in.Pinned, in.Pinned[0], schemas.Entry{Seq: seq + 7, Err: fmt.Errorf("pinned message %d: %w", seq+7, jetstream.ErrMissingMessage)})
+		pinnedStored = append(pinnedStored, pinnedStored[0], map[string]any{"seq": seq + 7, "error": fmt.Sprintf("pinned message %d: %v", seq+7, jetstream.ErrMissingMessage)})
+	}
+	v["pinned_seqs"] = pinned
+	var ovs []map[string]any
+	for range r.IntN(4) {
+		if len(es) > 0 {
+			ovs = append(ovs, map[string]any{"seq": es[r.IntN(len(es))].Seq, "keep_head": r.IntN(300) - 10, "keep_tail": r.IntN(300), "note": []string{"", "cut"}[r.IntN(2)]})
+		}
+	}
+	v["overrides"] = ovs
+	vb, _ := json.Marshal(v)
+	res, err := schemas.DecodeResult(vb)
+	if err != nil {
+		panic(err)
+	}
+	in.Value, in.Tail = res, es[t:]
+	ts["value"], ts["pinned"], ts["tail"] = string(vb), pinnedStored, stored[t:]
+	return in, opts, ts
+}
+
+// The TypeScript reader assembles what the Go reader assembles from the same loaded
+// inputs, on random conversations: the same messages, sequences, token count, cut and
+// skipped entries with the same reasons.
+func TestTSClientAssemblesAsGo(t *testing.T) {
+	node, dir := tsClient(t)
+	r := rand.New(rand.NewPCG(11, 1))
+	const n = 400
+	var in bytes.Buffer
+	var goOut []assemble.Context
+	for range n {
+		input, opts, ts := randomReaderInput(r)
+		goOut = append(goOut, assemble.Assemble(input, opts))
+		b, _ := json.Marshal(ts)
+		in.WriteString(base64.StdEncoding.EncodeToString(b))
+		in.WriteByte('\n')
+	}
+	out, errOut, err := runTS(t, node, dir, nil, in.Bytes(), "dist/tools/decode.js", "assemble", "c")
+	if err != nil {
+		t.Fatalf("ts assemble: %v\n%s", err, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != n {
+		t.Fatalf("ts assembled %d inputs of %d", len(lines), n)
+	}
+	degraded, skipped := 0, 0
+	for i, want := range goOut {
+		var got struct {
+			Context struct {
+				Messages     []json.RawMessage `json:"messages"`
+				Seqs         []uint64          `json:"seqs"`
+				Generation   uint64            `json:"generation"`
+				TailStartSeq uint64            `json:"tailStartSeq"`
+				HasSummary   bool              `json:"hasSummary"`
+				Tokens       int               `json:"tokens"`
+				Degraded     bool              `json:"degraded"`
+				Skipped      []rounds.Skipped  `json:"skipped"`
+			} `json:"context"`
+		}
+		if err := json.Unmarshal([]byte(lines[i]), &got); err != nil {
+			t.Fatal(err)
+		}
+		g := got.Context
+		if !slices.Equal(g.Seqs, want.Seqs) || g.Generation != want.Generation || g.TailStartSeq != want.TailStartSeq ||
+			g.HasSummary != want.HasSummary || g.Tokens != want.Tokens || g.Degraded != want.Degraded {
+			t.Errorf("input %d: ts seqs %v, generation %d, tail %d, summary %v, tokens %d, degraded %v; go %v, %d, %d, %v, %d, %v",
+				i, g.Seqs, g.Generation, g.TailStartSeq, g.HasSummary, g.Tokens, g.Degraded,
+				want.Seqs, want.Generation, want.TailStartSeq, want.HasSummary, want.Tokens, want.Degraded)
+			continue
+		}
+		for k, m := range want.Messages {
+			b, _ := m.Encode()
+			var a, c any
+			_ = json.Unmarshal(g.Messages[k], &a)
+			_ = json.Unmarshal(b, &c)
+			if !jsonEqual(a, c) {
+				t.Errorf("input %d message %d:\n ts %.300s\n go %.300s", i, k, g.Messages[k], b)
+			}
+		}
+		if len(g.Skipped) != len(want.Skipped) {
+			t.Errorf("input %d: ts skipped %v; go %v", i, g.Skipped, want.Skipped)
+			continue
+		}
+		for k, s := range want.Skipped {
+			gs := g.Skipped[k]
+			// An invalid payload's reason names the field and the rule; a JSON parser's
+			// words after it differ between languages.
+			same := gs.Reason == s.Reason || strings.Contains(s.Reason, "invalid message: role:") && strings.HasPrefix(gs.Reason, s.Reason[:strings.Index(s.Reason, "role:")+5])
+			if gs.Seq != s.Seq || !same {
+				t.Errorf("input %d skipped %d: ts %d %q; go %d %q", i, k, gs.Seq, gs.Reason, s.Seq, s.Reason)
+			}
+		}
+		if want.Degraded {
+			degraded++
+		}
+		skipped += len(want.Skipped)
+	}
+	t.Logf("%d random inputs assembled alike (%d cut at read time, %d entries skipped)", n, degraded, skipped)
 }

@@ -17,13 +17,3 @@ export function need(t: TestContext, name: string): string | undefined {
 export function convId(name: string): string {
   return `${name}-${Math.random().toString(36).slice(2, 10)}`;
 }
-
-/** Polls cond until it holds or ms pass. */
-export async function eventually(ms: number, what: string, cond: () => Promise<boolean>): Promise<void> {
-  const end = Date.now() + ms;
-  for (;;) {
-    if (await cond()) return;
-    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
