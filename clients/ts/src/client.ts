@@ -249,7 +249,10 @@ export class Compactor {
           out.push(await this.publish(conv, m, { msgId }));
           break;
         } catch (e) {
-          if (!(e instanceof TimeoutError || (e instanceof NotFoundError && /no responders|no stream/.test(e.message))) || attempt >= attempts) throw e;
+          // No acknowledgement, or no responders (a stream electing its leader): the
+          // message may or may not be stored; the same id makes the retry safe.
+          const noResponders = e instanceof NotFoundError && (e.cause as NatsError | undefined)?.code === "503";
+          if (!(e instanceof TimeoutError || noResponders) || attempt >= attempts) throw e;
           await new Promise((r) => setTimeout(r, 250 * 2 ** attempt));
         }
       }
