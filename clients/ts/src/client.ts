@@ -3,7 +3,7 @@
 
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { connect, credsAuthenticator, type ConnectionOptions, type NatsConnection, type NatsError } from "nats";
+import { connect, credsAuthenticator, type ConnectionOptions, type ConsumerMessages, type NatsConnection, type NatsError } from "nats";
 import {
   BusyError,
   CompactorError,
@@ -398,7 +398,7 @@ export class Compactor {
     const subject = `${this.names.eventPrefix}.${conv}`;
     const timeoutMs = opts.timeoutMs ?? 60_000;
     const js = this.nc.jetstream({ checkAPI: false, timeout: this.timeoutMs });
-    let iter: Awaited<ReturnType<Awaited<ReturnType<typeof js.consumers.get>>["consume"]>>;
+    let iter: ConsumerMessages;
     try {
       const consumer = await js.consumers.get(this.names.eventsStream, { filterSubjects: [subject] });
       iter = await consumer.consume();
