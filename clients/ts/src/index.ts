@@ -1,0 +1,25 @@
+// @compactor/client: the TypeScript client of Compactor (README, "TypeScript client").
+
+export { Compactor, connectOptionsFromEnv } from "./client.js";
+export type {
+  CompactOptions,
+  CompactorOptions,
+  ConnectOptions,
+  ContextOptions,
+  PolicyApi,
+  PublishAllOptions,
+  PublishOptions,
+  PublishResult,
+} from "./client.js";
+export * from "./errors.js";
+export type * from "./types.js";
+export { DEFAULT_NAMES, type Names } from "./store.js";
+export { assemble, applyOverride, truncate, SUMMARY_PREFIX, type AssembleInput, type AssembleOptions } from "./assemble.js";
+export { normalize, checkPairs, type Entry } from "./rounds.js";
+export { decodeMessage, validateConversationId, stripMetadata, contentText } from "./message.js";
+export { decodeValue, type ValueView } from "./value.js";
+export { chars4, messageTokens, estimateTokens, type Counter } from "./tokens.js";
+export { restore, offload, ObjectGap, OBJECTS_BUCKET, MAX_OBJECT_SIZE } from "./objects.js";
+export { readContext, resolveEntries, type ContextSource, type ReadOptions } from "./reader.js";
+export { toEntry, missingPinned } from "./store.js";
+export { checkOwner, checkInfo, checkBytes, objectMetaSubject, type ObjectInfo } from "./objects.js";

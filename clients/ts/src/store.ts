@@ -1,0 +1,478 @@
+// The NATS side of the client: batched direct gets, leader reads, the objects bucket,
+// publishes. Only the requests a role of deploy/nats/accounts.conf may make are sent
+// (no $JS.API.INFO, no stream lookups a reader is not allowed).
+
+import { createInbox, type MsgHdrs, type NatsConnection, type NatsError } from "nats";
+import {
+  CompactorError,
+  InvalidError,
+  NotFoundError,
+  PermissionError,
+  TimeoutError,
+} from "./errors.js";
+import { decodeMessage } from "./message.js";
+import { checkBytes, checkInfo, checkOwner, objectMetaSubject, ObjectGap, type ObjectInfo } from "./objects.js";
+import type { Entry } from "./rounds.js";
+import type { ContentRef } from "./types.js";
+import { decodeValue, type ValueView } from "./value.js";
+import type { ContextSource } from "./reader.js";
+
+/** Stream, subject and bucket names: the contract's defaults unless a deployment renames them. */
+export interface Names {
+  chatStream: string;
+  chatPrefix: string;
+  resultsBucket: string;
+  objectsBucket: string;
+  requestsStream: string;
+  requestPrefix: string;
+  eventsStream: string;
+  eventPrefix: string;
+  /** The compactor service's name: its endpoints are <service>.compact, ... */
+  service: string;
+}
+
+export const DEFAULT_NAMES: Readonly<Names> = Object.freeze({
+  chatStream: "CHAT",
+  chatPrefix: "chat",
+  resultsBucket: "compaction",
+  objectsBucket: "compaction-objects",
+  requestsStream: "COMPACT_REQUESTS",
+  requestPrefix: "compact.request",
+  eventsStream: "COMPACT_EVENTS",
+  eventPrefix: "compact.event",
+  service: "compactor",
+});
+
+/** How many messages one batched direct get asks for. */
+export const DIRECT_BATCH = 256;
+/** What a chat publish keeps of the max payload for its headers, besides the message id. */
+export const HEADER_ROOM = 512;
+const CHUNK_BATCH = 16;
+const MAX_CHUNK = 128 * 1024;
+
+/** A message read back from a stream. */
+export interface StoredMsg {
+  seq: number;
+  subject: string;
+  time: string;
+  headers: Map<string, string>;
+  data: Uint8Array;
+}
+
+/** Turns an error of the nats package into one of ours. */
+export function mapNatsError(e: unknown, what: string): Error {
+  if (e instanceof CompactorError) return e;
+  const ne = e as Partial<NatsError> & Error;
+  switch (ne?.code) {
+    case "TIMEOUT":
+      return new TimeoutError(`${what}: no answer in time`, { cause: e });
+    case "PERMISSIONS_VIOLATION":
+      return new PermissionError(`${what}: ${ne.message}`, { cause: e });
+    case "503":
+      return new NotFoundError(`${what}: no responders`, { cause: e });
+  }
+  if (typeof ne?.isPermissionError === "function" && ne.isPermissionError()) {
+    return new PermissionError(`${what}: ${ne.message}`, { cause: e });
+  }
+  return new CompactorError(`${what}: ${ne?.message ?? String(e)}`, { cause: e });
+}
+
+function headerMap(h: MsgHdrs | undefined): Map<string, string> {
+  const out = new Map<string, string>();
+  if (!h) return out;
+  for (const [k, vs] of h) if (vs.length > 0) out.set(k, vs[vs.length - 1]!);
+  return out;
+}
+
+/** Parses a "NATS/1.0\r\nKey: Value\r\n..." header block (a leader get's hdrs). */
+function parseHeaderBlock(b: Uint8Array): Map<string, string> {
+  const out = new Map<string, string>();
+  const lines = Buffer.from(b).toString("utf8").split("\r\n");
+  if (!lines[0]?.startsWith("NATS/1.0")) return out;
+  for (const l of lines.slice(1)) {
+    const i = l.indexOf(":");
+    if (i > 0) out.set(l.slice(0, i).trim(), l.slice(i + 1).trim());
+  }
+  return out;
+}
+
+const enc = new TextEncoder();
+
+export class Store {
+  constructor(
+    readonly nc: NatsConnection,
+    readonly names: Names,
+    readonly inboxPrefix: string | undefined,
+    readonly timeoutMs: number,
+  ) {}
+
+  /** chat.<conv>.> : every stored message of one conversation, in every layout. */
+  chatFilter(conv: string): string {
+    return `${this.names.chatPrefix}.${conv}.>`;
+  }
+
+  /**
+   * The conversation id of a stored chat subject: chat.<conv>.msg or
+   * chat.<conv>.msg.<N>.<p> (2 ≤ N ≤ 256, p < N, no leading zeros); null otherwise.
+   */
+  conversationOf(subject: string): string | null {
+    const prefix = `${this.names.chatPrefix}.`;
+    if (!subject.startsWith(prefix)) return null;
+    const rest = subject.slice(prefix.length);
+    const i = rest.indexOf(".msg");
+    if (i < 0) return null;
+    const conv = rest.slice(0, i);
+    const tail = rest.slice(i + 4);
+    if (!/^[A-Za-z0-9_-]{1,128}$/.test(conv)) return null;
+    if (tail === "") return conv;
+    const m = /^\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$/.exec(tail);
+    if (!m) return null;
+    const n = Number(m[1]);
+    const p = Number(m[2]);
+    return n >= 2 && n <= 256 && p < n ? conv : null;
+  }
+
+  /**
+   * Sends one direct get and collects its answers: up to the end-of-batch marker for a
+   * batch, the one answer otherwise. more: the server said messages are still pending.
+   */
+  async direct(stream: string, request: object | null, what: string, suffix = ""): Promise<{ msgs: StoredMsg[]; more: boolean }> {
+    const inbox = createInbox(this.inboxPrefix);
+    const sub = this.nc.subscribe(inbox);
+    const timer = setTimeout(() => sub.unsubscribe(), this.timeoutMs);
+    const single = request === null || !("batch" in request);
+    const msgs: StoredMsg[] = [];
+    let more = false;
+    let done = false;
+    try {
+      this.nc.publish(`$JS.API.DIRECT.GET.${stream}${suffix}`, request === null ? new Uint8Array(0) : enc.encode(JSON.stringify(request)), {
+        reply: inbox,
+      });
+      for await (const m of sub) {
+        const code = m.headers?.code ?? 0;
+        if (m.data.length === 0 && code > 0) {
+          if (code === 204) more = Number(m.headers!.get("Nats-Num-Pending") || 0) > 0;
+          else if (code === 503) throw new NotFoundError(`direct get ${what}: no responders (does stream ${stream} exist, with direct gets allowed?)`);
+          else if (code !== 404) throw new CompactorError(`direct get ${what}: status ${code} ${m.headers!.description}`);
+          done = true;
+          break;
+        }
+        const seq = Number(m.headers?.get("Nats-Sequence"));
+        if (!Number.isSafeInteger(seq) || seq < 1) throw new CompactorError(`direct get ${what}: bad Nats-Sequence header`);
+        msgs.push({
+          seq,
+          subject: m.headers?.get("Nats-Subject") ?? "",
+          time: m.headers?.get("Nats-Time-Stamp") ?? "",
+          headers: headerMap(m.headers),
+          data: m.data,
+        });
+        if (single) {
+          done = true;
+          break;
+        }
+      }
+    } catch (e) {
+      throw mapNatsError(e, `direct get ${what}`);
+    } finally {
+      clearTimeout(timer);
+      sub.unsubscribe();
+    }
+    if (!done) {
+      throw new TimeoutError(`direct get ${what}: no answer within ${this.timeoutMs} ms (is direct get allowed on ${stream}, and this user's inbox prefix set?)`);
+    }
+    return { msgs, more };
+  }
+
+  /** Asks the stream leader for one message; null when there is none. */
+  async leaderGet(stream: string, request: object): Promise<StoredMsg | null> {
+    let resp;
+    try {
+      resp = await this.nc.request(`$JS.API.STREAM.MSG.GET.${stream}`, enc.encode(JSON.stringify(request)), { timeout: this.timeoutMs });
+    } catch (e) {
+      throw mapNatsError(e, `leader get on ${stream}`);
+    }
+    let r: { error?: { code?: number; err_code?: number; description?: string }; message?: { subject?: string; seq?: number; hdrs?: string; data?: string; time?: string } };
+    try {
+      r = JSON.parse(Buffer.from(resp.data).toString("utf8"));
+    } catch (e) {
+      throw new CompactorError(`leader get on ${stream}: ${(e as Error).message}`);
+    }
+    if (r.error) {
+      if (r.error.err_code === 10037 || r.error.code === 404) return null;
+      throw new CompactorError(`leader get on ${stream}: ${r.error.description} (code ${r.error.err_code})`);
+    }
+    const m = r.message;
+    if (!m || typeof m.seq !== "number") throw new CompactorError(`leader get on ${stream}: empty answer`);
+    return {
+      seq: m.seq,
+      subject: m.subject ?? "",
+      time: m.time ?? "",
+      headers: m.hdrs ? parseHeaderBlock(Buffer.from(m.hdrs, "base64")) : new Map(),
+      data: m.data ? new Uint8Array(Buffer.from(m.data, "base64")) : new Uint8Array(0),
+    };
+  }
+
+  /** The subjects conv has messages on from seq `from` on (one per layout that holds any). */
+  async chatSubjects(conv: string, from: number): Promise<string[]> {
+    const filter = this.chatFilter(conv);
+    const { msgs } = await this.direct(this.names.chatStream, { multi_last: [filter], batch: DIRECT_BATCH }, filter);
+    const out: string[] = [];
+    for (const m of msgs) {
+      if (m.seq < from) continue;
+      if (this.conversationOf(m.subject) !== conv) throw new CompactorError(`direct get ${filter}: answered with subject ${JSON.stringify(m.subject)}`);
+      if (!out.includes(m.subject)) out.push(m.subject);
+    }
+    return out;
+  }
+
+  /**
+   * Reads conv's messages with sequence in [from, upTo] (upTo 0: to the end) with batched
+   * direct gets, each subject by its literal name (a read of the wildcard from a later
+   * sequence makes the server scan the blocks in between), merged by sequence. past:
+   * the answer held a message after upTo.
+   */
+  async loadConversation(conv: string, from: number, upTo = 0): Promise<{ msgs: StoredMsg[]; past: boolean }> {
+    from = Math.max(from, 1);
+    const out: StoredMsg[] = [];
+    let past = false;
+    const subjects = await this.chatSubjects(conv, from);
+    for (const subject of subjects) {
+      let seq = from;
+      for (;;) {
+        const { msgs, more } = await this.direct(this.names.chatStream, { seq, next_by_subj: subject, batch: DIRECT_BATCH }, subject);
+        let stop = false;
+        for (const m of msgs) {
+          if (upTo > 0 && m.seq > upTo) {
+            past = stop = true;
+            break;
+          }
+          out.push(m);
+        }
+        if (stop || !more || msgs.length === 0) break;
+        seq = msgs[msgs.length - 1]!.seq + 1;
+      }
+    }
+    if (subjects.length > 1) out.sort((a, b) => a.seq - b.seq);
+    return { msgs: out, past };
+  }
+
+  /** loadConversation answered by the stream leader, one message per request: it sees every acknowledged write. */
+  async loadConversationLeader(conv: string, from: number, upTo = 0): Promise<StoredMsg[]> {
+    const out: StoredMsg[] = [];
+    for (let seq = Math.max(from, 1); upTo === 0 || seq <= upTo; ) {
+      const m = await this.leaderGet(this.names.chatStream, { seq, next_by_subj: this.chatFilter(conv) });
+      if (!m || (upTo > 0 && m.seq > upTo)) break;
+      out.push(m);
+      seq = m.seq + 1;
+    }
+    return out;
+  }
+
+  /**
+   * The entries of [from, through], where through is a sequence the stream has: what a
+   * lagging replica left out is read from the leader.
+   */
+  async loadEntriesThrough(conv: string, from: number, through: number): Promise<Entry[]> {
+    const { msgs, past } = await this.loadConversation(conv, from, through);
+    const next = msgs.length > 0 ? msgs[msgs.length - 1]!.seq + 1 : Math.max(from, 1);
+    if (next <= through && !past) msgs.push(...(await this.loadConversationLeader(conv, next, through)));
+    return msgs.map(toEntry);
+  }
+
+  /**
+   * The messages at seqs (a value's pinned_seqs). One that left CHAT (the leader
+   * confirms it) or belongs to another conversation is an entry with an error.
+   */
+  async loadPinned(conv: string, seqs: number[]): Promise<Entry[]> {
+    const filter = this.chatFilter(conv);
+    const out: Entry[] = [];
+    for (const seq of seqs) {
+      const { msgs } = await this.direct(this.names.chatStream, { seq, next_by_subj: filter, batch: 1 }, filter);
+      if (msgs.length > 0 && msgs[0]!.seq === seq) {
+        out.push(toEntry(msgs[0]!));
+        continue;
+      }
+      // A replica may lag: only the stream leader says a pinned message is gone.
+      const m = await this.leaderGet(this.names.chatStream, { seq, next_by_subj: filter });
+      out.push(m && m.seq === seq ? toEntry(m) : missingPinned(seq));
+    }
+    return out;
+  }
+
+  /** The conversation's value (null: never compacted); from the stream leader when asked. */
+  async getValue(conv: string, leader: boolean): Promise<ValueView | null> {
+    const bucket = this.names.resultsBucket;
+    const subject = `$KV.${bucket}.${conv}`;
+    let m: StoredMsg | null;
+    if (leader) m = await this.leaderGet(`KV_${bucket}`, { last_by_subj: subject });
+    else m = (await this.direct(`KV_${bucket}`, null, `${bucket}/${conv}`, `.${subject}`)).msgs[0] ?? null;
+    if (!m) return null;
+    const op = m.headers.get("KV-Operation");
+    if (op === "DEL" || op === "PURGE") return null;
+    return decodeValue(Buffer.from(m.data).toString("utf8"), conv);
+  }
+
+  /** The sequence of conv's newest message, 0 when it has none (the leader's word). */
+  async lastSeq(conv: string): Promise<number> {
+    const m = await this.leaderGet(this.names.chatStream, { last_by_subj: this.chatFilter(conv) });
+    return m?.seq ?? 0;
+  }
+
+  private objectsStream(): string {
+    return `OBJ_${this.names.objectsBucket}`;
+  }
+
+  /** An object's description from the stream leader, and when it was stored. */
+  async objectInfo(name: string): Promise<{ info: ObjectInfo; time: string }> {
+    const bucket = this.names.objectsBucket;
+    const m = await this.leaderGet(this.objectsStream(), { last_by_subj: objectMetaSubject(bucket, name) });
+    if (!m) throw new ObjectGap("missing", `${name} of bucket ${bucket} (deleted, purged, aged out or never stored)`);
+    let info: ObjectInfo;
+    try {
+      info = JSON.parse(Buffer.from(m.data).toString("utf8"));
+    } catch {
+      throw new ObjectGap("missing", `${name}: its description does not decode (corrupt)`);
+    }
+    if (info === null || typeof info !== "object") throw new ObjectGap("missing", `${name}: its description does not decode (corrupt)`);
+    if (info.deleted) throw new ObjectGap("missing", `${name} was deleted`);
+    return { info, time: m.time };
+  }
+
+  /**
+   * Fetches the object a stub of conv names: refused before any request when it is
+   * another conversation's, another bucket's or too large; never more bytes or chunks
+   * than described; checked against its sha256.
+   */
+  async readObject(conv: string, ref: ContentRef, maxSize: number): Promise<Uint8Array> {
+    checkOwner(ref, conv, this.names.objectsBucket, maxSize);
+    for (let attempt = 0; ; attempt++) {
+      const { info } = await this.objectInfo(ref.name);
+      checkInfo(info, ref, this.names.objectsBucket);
+      const bytes = await this.readChunks(info, ref);
+      if (bytes === null && attempt === 0) continue; // stored again while read: its new chunks are whole
+      if (bytes === null) throw new ObjectGap("missing", `${ref.name} is corrupt: its chunks end before its size`);
+      checkBytes(bytes, ref);
+      return bytes;
+    }
+  }
+
+  /** The chunks of an object, batched, then from the leader when a replica ends short; null when they end before its size. */
+  private async readChunks(info: ObjectInfo, ref: ContentRef): Promise<Uint8Array | null> {
+    const subject = `$O.${this.names.objectsBucket}.C.${info.nuid}`;
+    const size = ref.size;
+    const parts: Uint8Array[] = [];
+    let got = 0;
+    let from = 1;
+    const add = (m: StoredMsg) => {
+      if (parts.length + 1 > info.chunks! || got + m.data.length > size) {
+        throw new ObjectGap("missing", `${ref.name} has more than its ${size} bytes in ${info.chunks} chunks`);
+      }
+      parts.push(m.data);
+      got += m.data.length;
+      from = m.seq + 1;
+    };
+    while (got < size) {
+      const { msgs, more } = await this.direct(this.objectsStream(), { seq: from, next_by_subj: subject, batch: CHUNK_BATCH }, subject);
+      msgs.forEach(add);
+      if (!more || msgs.length === 0) break;
+    }
+    while (got < size) {
+      const m = await this.leaderGet(this.objectsStream(), { seq: from, next_by_subj: subject });
+      if (!m) return null;
+      add(m);
+    }
+    return Buffer.concat(parts);
+  }
+
+  /** The objects bucket's stream settings; NotFoundError when it does not exist. */
+  async objectsMaxAgeNanos(): Promise<number> {
+    const stream = this.objectsStream();
+    let resp;
+    try {
+      resp = await this.nc.request(`$JS.API.STREAM.INFO.${stream}`, new Uint8Array(0), { timeout: this.timeoutMs });
+    } catch (e) {
+      throw mapNatsError(e, `stream info ${stream}`);
+    }
+    const r = JSON.parse(Buffer.from(resp.data).toString("utf8")) as { error?: { code?: number; description?: string }; config?: { max_age?: number } };
+    if (r.error) {
+      if (r.error.code === 404) {
+        throw new NotFoundError(`objects bucket ${this.names.objectsBucket} does not exist (a compactor of this version creates it at start): ${r.error.description}`);
+      }
+      throw new CompactorError(`stream info ${stream}: ${r.error.description}`);
+    }
+    return r.config?.max_age ?? 0;
+  }
+
+  /**
+   * Stores object under name unless the bucket holds the same bytes already (names are
+   * content addressed: a retry stores nothing twice). When the bucket ages objects out,
+   * one stored more than a minute ago (half the duplicate window) is stored again, so it
+   * outlives the new message that refers to it.
+   */
+  async putObject(name: string, object: Uint8Array, ref: ContentRef): Promise<void> {
+    const maxAge = await this.objectsMaxAgeNanos(); // never let the client create the bucket with other settings
+    try {
+      const { info, time } = await this.objectInfo(name);
+      checkInfo(info, ref, this.names.objectsBucket);
+      if (maxAge === 0 || Date.now() - Date.parse(time) < 60_000) return;
+    } catch (e) {
+      if (!(e instanceof ObjectGap)) throw e;
+    }
+    try {
+      const os = await this.nc.jetstream({ checkAPI: false }).views.os(this.names.objectsBucket);
+      const chunk = Math.max(1, Math.min(MAX_CHUNK, this.nc.info!.max_payload - HEADER_ROOM));
+      await os.putBlob({ name, options: { max_chunk_size: chunk } }, object);
+    } catch (e) {
+      throw mapNatsError(e, `store object ${name}`);
+    }
+  }
+
+  /** Publishes one encoded chat message; the ack's sequence and whether the stream had it already. */
+  async publish(conv: string, data: Uint8Array, msgId: string): Promise<{ seq: number; duplicate: boolean }> {
+    const subject = `${this.names.chatPrefix}.${conv}.msg`;
+    try {
+      const ack = await this.nc
+        .jetstream({ checkAPI: false, timeout: this.timeoutMs })
+        .publish(subject, data, { msgID: msgId, expect: { streamName: this.names.chatStream } });
+      return { seq: ack.seq, duplicate: ack.duplicate };
+    } catch (e) {
+      const ne = e as NatsError;
+      if (ne?.code === "TIMEOUT") {
+        throw new TimeoutError(`publish to ${subject}: no acknowledgement in time; the message may be stored: retry with the same msgId (${msgId})`, { cause: e });
+      }
+      if (ne?.code === "503") throw new NotFoundError(`publish to ${subject}: no stream stores it (a compactor creates ${this.names.chatStream} at start)`, { cause: e });
+      throw mapNatsError(e, `publish to ${subject}`);
+    }
+  }
+
+  /** Sends one request to the compactor service. */
+  async request(subject: string, body: object, timeoutMs: number) {
+    return this.nc.request(subject, enc.encode(JSON.stringify(body)), { timeout: timeoutMs });
+  }
+}
+
+/** The entry of a pinned sequence that is no longer (or never was) the conversation's. */
+export function missingPinned(seq: number): Entry {
+  return { seq, error: `pinned message ${seq}: message is not in the conversation's history` };
+}
+
+/** Decodes a stored chat message into an entry; a payload that breaks the contract gives an entry with an error. */
+export function toEntry(m: StoredMsg): Entry {
+  try {
+    return { seq: m.seq, message: decodeMessage(m.data) };
+  } catch (e) {
+    if (e instanceof InvalidError) return { seq: m.seq, error: e.message };
+    throw e;
+  }
+}
+
+/** The reader's source on NATS: batched direct gets, the leader when asked. */
+export function natsSource(store: Store, maxObjectSize: number): ContextSource {
+  return {
+    value: (conv, leader) => store.getValue(conv, leader),
+    pinned: (conv, seqs) => store.loadPinned(conv, seqs),
+    tail: async (conv, from, leader) =>
+      (leader ? await store.loadConversationLeader(conv, from) : (await store.loadConversation(conv, from)).msgs).map(toEntry),
+    object: (conv, ref) => store.readObject(conv, ref, maxObjectSize),
+  };
+}

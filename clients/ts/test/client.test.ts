@@ -1,0 +1,226 @@
+// The client against a running Compactor: the Go test TestTSClient starts an embedded
+// server with the compactor's roles (NATS_URL), one whose fake LLM answers after a delay
+// (NATS_HELD_URL), and a provisioned server with a 16 KiB max payload and no compactor
+// (NATS_SMALL_URL).
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  BusyError,
+  checkPairs,
+  Compactor,
+  InvalidError,
+  NoServiceError,
+  NotFoundError,
+  ToolResultWithoutCallError,
+  TooLargeError,
+  type Message,
+} from "../src/index.js";
+import { convId, need } from "./env.js";
+
+async function client(t: import("node:test").TestContext, env: string, opts = {}): Promise<Compactor | undefined> {
+  const url = need(t, env);
+  if (!url) return undefined;
+  const c = await Compactor.connect({ servers: url, ...opts });
+  t.after(() => c.close());
+  return c;
+}
+
+const call = (id: string, name: string) => ({ id, type: "function" as const, function: { name, arguments: "{}" } });
+
+test("publish and read your own writes", async (t) => {
+  const c = await client(t, "NATS_URL");
+  if (!c) return;
+  const conv = convId("ts-rw");
+  const a = await c.publish(conv, { role: "system", content: "You are terse." });
+  const b = await c.publish(conv, { role: "user", content: "Hi", meta: { pin: "true" }, tokens: 3 });
+  assert.equal(b.seq > a.seq, true);
+  assert.notEqual(a.msgId, b.msgId, "every message gets its own id");
+  const cx = await c.context(conv, { atLeastSeq: b.seq });
+  assert.deepStrictEqual(cx.messages, [
+    { role: "system", content: "You are terse." },
+    { role: "user", content: "Hi" },
+  ]);
+  assert.deepStrictEqual(cx.seqs, [a.seq, b.seq]);
+  assert.equal(cx.tokens, 4 + 4 + 3);
+  const raw = await c.context(conv, { format: "raw" });
+  assert.deepStrictEqual(raw.messages[1], { role: "user", content: "Hi", tokens: 3, meta: { pin: "true" } });
+});
+
+test("a retry with the same msgId is stored once", async (t) => {
+  const c = await client(t, "NATS_URL");
+  if (!c) return;
+  const conv = convId("ts-dup");
+  const first = await c.publish(conv, { role: "user", content: "once" }, { msgId: `${conv}-1` });
+  const again = await c.publish(conv, { role: "user", content: "once" }, { msgId: `${conv}-1` });
+  assert.deepStrictEqual(again, { seq: first.seq, msgId: `${conv}-1`, duplicate: true });
+  const all = await c.publishAll(conv, [
+    { role: "assistant", content: "two" },
+    { role: "user", content: "three" },
+  ]);
+  const cx = await c.context(conv, { atLeastSeq: all[1]!.seq });
+  assert.deepStrictEqual(
+    cx.messages.map((m) => m.content),
+    ["once", "two", "three"],
+  );
+});
+
+test("tool results must answer an open call", async (t) => {
+  const c = await client(t, "NATS_URL");
+  if (!c) return;
+  const conv = convId("ts-pairs");
+  await c.publish(conv, { role: "user", content: "look around" });
+  await c.publish(conv, { role: "assistant", content: null, tool_calls: [call("c1", "ls"), call("c2", "pwd")] });
+  await assert.rejects(c.publish(conv, { role: "tool", tool_call_id: "nope", content: "x" }), ToolResultWithoutCallError);
+  const r1 = await c.publish(conv, { role: "tool", tool_call_id: "c1", content: "a b" }, { msgId: `${conv}-c1` });
+  const again = await c.publish(conv, { role: "tool", tool_call_id: "c1", content: "a b" }, { msgId: `${conv}-c1` });
+  assert.equal(again.duplicate, true, "a retry of a stored result goes to the stream, which de-duplicates it");
+  await assert.rejects(c.publish(conv, { role: "tool", tool_call_id: "c1", content: "again" }), (e: ToolResultWithoutCallError) => e.answered);
+  // Another client (another process) did not see the call: it reads the stream.
+  const other = new Compactor(c.nc);
+  const r2 = await other.publish(conv, { role: "tool", tool_call_id: "c2", content: "/w" });
+  await assert.rejects(other.publish(conv, { role: "tool", tool_call_id: "c2", content: "/w" }), ToolResultWithoutCallError);
+  const cx = await c.context(conv, { atLeastSeq: r2.seq });
+  assert.equal(cx.messages.length, 4);
+  assert.equal(checkPairs(cx.messages), null);
+  assert.ok(r1.seq < r2.seq);
+});
+
+test("bad input is refused before anything is sent", async (t) => {
+  const c = await client(t, "NATS_URL");
+  if (!c) return;
+  const conv = convId("ts-bad");
+  const cases: Array<[string, string, () => Promise<unknown>]> = [
+    ["an id with a dot", "conversation", () => c.publish("a.b", { role: "user", content: "x" })],
+    ["a wildcard id", "conversation", () => c.context("*")],
+    ["an unknown role", "role", () => c.publish(conv, { role: "robot" as "user", content: "x" })],
+    ["a lone surrogate", "content", () => c.publish(conv, { role: "user", content: "bad \ud800" })],
+    ["a stub", "content_ref", () => c.publish(conv, { role: "user", content: "x", content_ref: { bucket: "b", name: `${conv}/${"0".repeat(64)}`, size: 20, sha256: "0".repeat(64), tokens: 1 } })],
+    ["tool calls on a user message", "tool_calls", () => c.publish(conv, { role: "user", content: "x", tool_calls: [call("q", "f")] })],
+    ["a fraction as tokens", "tokens", () => c.publish(conv, { role: "user", content: "x", tokens: 1.5 })],
+    ["an infinite number", "tokens", () => c.publish(conv, { role: "user", content: "x", tokens: Infinity })],
+    ["a negative wait", "wait_ms", () => c.compact(conv, { waitMs: -1 })],
+    ["a bad request id", "request_id", () => c.compact(conv, { requestId: "a b" })],
+    ["a policy value that is no string or number", "set.threshold", () => c.policy.set(conv, { threshold: true as unknown as number })],
+  ];
+  for (const [what, field, op] of cases) {
+    await assert.rejects(op, (e: InvalidError) => e instanceof InvalidError && e.field === field, what);
+  }
+  assert.equal(await c.value(conv), null, "nothing was stored");
+});
+
+test("compact, status, policy and forget through the service", async (t) => {
+  const c = await client(t, "NATS_URL");
+  if (!c) return;
+  const conv = convId("ts-service");
+  const msgs: Message[] = [];
+  for (let i = 0; i < 30; i++) {
+    msgs.push({ role: "user", content: `request ${i} NEEDLE-ts${i}: ${"details of what I want. ".repeat(4)}` });
+    msgs.push({ role: "assistant", content: `done ${i}` });
+  }
+  const acks = await c.publishAll(conv, msgs);
+  const last = acks[acks.length - 1]!.seq;
+  const p = await c.policy.set(conv, { keep_last_n: 6 });
+  assert.equal(p.policy?.["keep_last_n"], "6");
+  assert.equal(p.settings["keep_last_n"], 6);
+  await assert.rejects(c.policy.set(conv, { bogus: 1 }), (e: InvalidError) => e instanceof InvalidError && e.field === "set.bogus");
+  const r = await c.compact(conv, { instructions: "keep every NEEDLE", waitMs: 30_000 });
+  assert.equal(r.status, "completed", JSON.stringify(r));
+  assert.equal(r.result?.conversation, conv);
+  const st = await c.status(conv);
+  assert.equal(st.last_seq, last);
+  assert.equal(st.value?.generation, r.result?.generation);
+  const cx = await c.context(conv);
+  assert.equal(cx.hasSummary, true);
+  assert.equal(cx.generation, r.result?.generation);
+  assert.match(cx.messages[0]!.content as string, /NEEDLE-ts0/, "the fake LLM kept the needles");
+  assert.equal(cx.messages.length, 1 + 6);
+  const pointer = await c.contextPointer(conv);
+  assert.equal(pointer.tail_start_seq, cx.tailStartSeq);
+  const overall = await c.status();
+  assert.equal(typeof overall, "object");
+  assert.deepStrictEqual((await c.policy.clear(conv)).policy, {});
+  const gone = await c.forget(conv);
+  assert.equal(gone.deleted.chat_messages, msgs.length);
+  const after = await c.context(conv);
+  assert.deepStrictEqual([after.messages, after.generation], [[], 0]);
+});
+
+test("busy: a second request while one is pending is not queued", async (t) => {
+  const c = await client(t, "NATS_HELD_URL");
+  if (!c) return;
+  const conv = convId("ts-busy");
+  const msgs: Message[] = [];
+  // The first messages are long, so that summarizing them shrinks the context.
+  for (let i = 0; i < 26; i++) {
+    msgs.push({ role: i % 2 ? "assistant" : "user", content: `turn ${i} NEEDLE-b${i} ${i < 6 ? "context ".repeat(50) : ""}` });
+  }
+  await c.publishAll(conv, msgs);
+  const first = await c.compact(conv, { instructions: "first" });
+  assert.equal(first.status, "queued");
+  const busy = await c.compact(conv, { instructions: "second" }).then(
+    () => assert.fail("the second request was queued"),
+    (e: unknown) => e,
+  );
+  assert.ok(busy instanceof BusyError, String(busy));
+  assert.equal(busy.pendingRequestId, first.request_id);
+  assert.match(busy.message, /NOT queued/);
+  // A read that waits for the pending compaction sees its result.
+  const cx = await c.context(conv, { waitPendingMs: 60_000 });
+  assert.equal(cx.generation, 1);
+  const ev = await c.waitForOutcome(conv, first.request_id!, { timeoutMs: 10_000 });
+  assert.equal(ev.type, "completed");
+});
+
+test("messages over the max payload are stored as objects and read back whole", async (t) => {
+  const c = await client(t, "NATS_SMALL_URL");
+  if (!c) return;
+  const conv = convId("ts-large");
+  const big = "NEEDLE-head " + "línea del registro de compilación\n".repeat(1500) + " NEEDLE-tail";
+  const msgs: Message[] = [
+    { role: "user", content: "build it" },
+    { role: "assistant", content: null, tool_calls: [call("b1", "make")] },
+    { role: "tool", tool_call_id: "b1", content: big, reasoning: "checked", extra: { sig: "abc==" }, "x-trace": { id: 7 } },
+    { role: "assistant", content: "built" },
+  ];
+  const acks = await c.publishAll(conv, msgs.slice(0, 3));
+  const again = await c.publish(conv, msgs[2]!, { msgId: acks[2]!.msgId });
+  assert.deepStrictEqual(again, { ...acks[2], duplicate: true }, "a retry stores neither the message nor the object twice");
+  const last = await c.publish(conv, msgs[3]!);
+  const cx = await c.context(conv, { atLeastSeq: last.seq });
+  assert.deepStrictEqual(cx.skipped, []);
+  assert.deepStrictEqual(cx.messages, msgs);
+  const raw = await c.context(conv, { format: "raw" });
+  assert.equal(raw.messages[2]!.content_ref, undefined, "the stub is restored");
+  // Too large even without its content: refused, naming the limit; nothing stored.
+  const huge: Message = { role: "assistant", content: null, tool_calls: [{ id: "x", type: "function", function: { name: "patch", arguments: "+".repeat(40_000) } }] };
+  await assert.rejects(c.publish(conv, huge), (e: Error) => e instanceof TooLargeError && /max_payload 16384/.test(e.message));
+  assert.equal((await c.context(conv)).messages.length, 4);
+});
+
+test("no compactor service, no stream", async (t) => {
+  const c = await client(t, "NATS_SMALL_URL");
+  if (!c) return;
+  await assert.rejects(c.compact(convId("ts-nosvc")), NoServiceError);
+  await assert.rejects(c.forget(convId("ts-nosvc")), NoServiceError);
+  const renamed = new Compactor(c.nc, { names: { chatPrefix: "nochat" } });
+  await assert.rejects(renamed.publish(convId("ts-nostream"), { role: "user", content: "x" }), NotFoundError);
+});
+
+test("a read-time budget cuts the context", async (t) => {
+  const c = await client(t, "NATS_SMALL_URL");
+  if (!c) return;
+  const conv = convId("ts-budget");
+  await c.publishAll(conv, [
+    { role: "user", content: "read the log" },
+    { role: "assistant", content: null, tool_calls: [call("r1", "read_log")] },
+    { role: "tool", tool_call_id: "r1", content: "x".repeat(4000) },
+    { role: "assistant", content: "the log is fine" },
+  ]);
+  const full = await c.context(conv);
+  const cut = await c.context(conv, { maxTokens: 300 });
+  assert.equal(full.degraded, false);
+  assert.equal(cut.degraded, true);
+  assert.ok(cut.tokens <= 300, `${cut.tokens} tokens`);
+  assert.match(cut.messages[2]!.content as string, /characters cut by Compactor/);
+});

@@ -1,0 +1,107 @@
+// The pure parts of the client, without a server.
+
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  checkPairs,
+  connectOptionsFromEnv,
+  decodeMessage,
+  decodeValue,
+  InvalidError,
+  NewerSchemaError,
+  ObjectGap,
+  offload,
+  restore,
+  truncate,
+  validateConversationId,
+  type Message,
+} from "../src/index.js";
+import { badUTF8, intFromText, runeCount } from "../src/json.js";
+import { checkMessage } from "../src/message.js";
+
+const bytes = (s: string) => new TextEncoder().encode(s);
+
+test("truncate counts code points, as Go counts runes", () => {
+  assert.deepStrictEqual(truncate("😀😀abc😀😀", 2, 2, ""), ["😀😀\n[… 3 characters cut by Compactor …]\n😀😀", true]);
+  assert.deepStrictEqual(truncate("short", 3, 3, "x"), ["short", false]);
+  assert.deepStrictEqual(truncate("abcdef", -1, 2, "n"), ["\n[… 4 characters cut by Compactor: n …]\nef", true]);
+  assert.equal(runeCount("a😀é"), 3);
+});
+
+test("UTF-8 is checked as Go checks it", () => {
+  assert.equal(badUTF8(bytes("héllo ✓ 😀")), -1);
+  assert.equal(badUTF8(new Uint8Array([0x61, 0xff])), 1);
+  assert.equal(badUTF8(new Uint8Array([0xed, 0xa0, 0x80])), 0, "an encoded surrogate");
+  assert.equal(badUTF8(new Uint8Array([0xc0, 0xaf])), 0, "an overlong encoding");
+  assert.equal(badUTF8(new Uint8Array([0x61, 0xe2, 0x82])), 1, "a truncated sequence");
+  assert.throws(() => decodeMessage(new Uint8Array([0x7b, 0xff])), /not valid UTF-8 \(first bad byte at offset 1\)/);
+});
+
+test("integers are read from their text", () => {
+  assert.equal(intFromText("42", false), 42);
+  assert.equal(intFromText("-0", false), 0);
+  for (const bad of ["1.0", "1e3", "-1"]) assert.throws(() => intFromText(bad, true), Error, bad);
+  assert.equal(intFromText("9007199254740993", false), 9007199254740992, "the nearest number, as JSON.parse reads it");
+  assert.throws(() => intFromText("9223372036854775808", false), /out of range/);
+});
+
+test("conversation ids follow the rule", () => {
+  validateConversationId("a-B_9");
+  for (const bad of ["", "a.b", "*", ">", "a b", "é", "x".repeat(129)]) {
+    assert.throws(() => validateConversationId(bad), (e: InvalidError) => e instanceof InvalidError && e.field === "conversation", bad);
+  }
+});
+
+test("a message handed to publish comes out canonical", () => {
+  const m = checkMessage({ role: "user", content: "hi", name: "", reasoning: undefined, extra: { b: 1 }, meta: {}, Foo: [1] });
+  assert.deepStrictEqual(m, { role: "user", content: "hi", extra: { b: 1 }, Foo: [1] });
+  const own = checkMessage(JSON.parse('{"role":"user","content":"x","__proto__":{"polluted":true}}'));
+  assert.equal(({} as Record<string, unknown>)["polluted"], undefined);
+  assert.deepStrictEqual(Object.getPrototypeOf(own), Object.prototype);
+  assert.deepStrictEqual(Object.keys(own), ["role", "content", "__proto__"]);
+  assert.throws(() => checkMessage({ role: "user", content: "x", tokens: 10n }), InvalidError);
+  const cyclic: Record<string, unknown> = { role: "user", content: "x" };
+  cyclic["extra"] = cyclic;
+  assert.throws(() => checkMessage(cyclic), /cycle/);
+});
+
+test("a value of a newer schema is refused with its version", () => {
+  assert.throws(
+    () => decodeValue('{"schema_version":3,"conversation":"c"}', "c"),
+    (e: NewerSchemaError) => e instanceof NewerSchemaError && e.version === 3,
+  );
+  assert.throws(() => decodeValue('{"schema_version":1,"conversation":"c","tail_start_seq":2,"created_at":"yesterday"}', "c"), /created_at/);
+  const v = decodeValue('{"schema_version":1,"conversation":"c","tail_start_seq":2,"covered_through_seq":1,"future_field":{"x":1}}', "c");
+  assert.deepStrictEqual(v.value["future_field"], { x: 1 }, "unknown fields are kept");
+});
+
+test("offload and restore give the message back", () => {
+  const m = decodeMessage(bytes('{"role":"tool","tool_call_id":"t","content":[{"type":"text","text":"big"}],"reasoning":"r","extra":{"s":1},"x-y":2,"meta":{"k":"v"}}'));
+  const { stub, object, ref } = offload(m, "conv", "compaction-objects");
+  assert.equal(ref.name, `conv/${ref.sha256}`);
+  assert.deepStrictEqual(
+    { role: stub.role, tool_call_id: stub.tool_call_id, meta: stub.meta, reasoning: stub.reasoning, extra: stub.extra },
+    { role: "tool", tool_call_id: "t", meta: { k: "v" }, reasoning: undefined, extra: undefined },
+  );
+  assert.equal(ref.tokens, 1 + 1, "the chars/4 estimate of content and reasoning");
+  assert.deepStrictEqual(restore(stub, object), m);
+  assert.throws(() => restore(stub, bytes('{"content":"x","role":"system"}')), (e: ObjectGap) => e.kind === "refused");
+  assert.throws(() => restore(stub, bytes("[1]")), /not a JSON object/);
+  assert.throws(() => offload(stub, "conv", "compaction-objects"), InvalidError);
+});
+
+test("checkPairs finds a broken tool round", () => {
+  const call: Message = { role: "assistant", content: null, tool_calls: [{ id: "a", type: "function", function: { name: "f", arguments: "" } }] };
+  assert.equal(checkPairs([call, { role: "tool", tool_call_id: "a", content: "r" }]), null);
+  assert.match(checkPairs([call, { role: "user", content: "x" }])!, /comes before the results of \[a\]/);
+  assert.match(checkPairs([{ role: "tool", tool_call_id: "a", content: "r" }])!, /without its call/);
+  assert.match(checkPairs([call])!, /have no result/);
+});
+
+test("connection settings come from the environment", () => {
+  assert.deepStrictEqual(connectOptionsFromEnv({}), { servers: "nats://127.0.0.1:4222" });
+  assert.deepStrictEqual(
+    connectOptionsFromEnv({ NATS_URL: "nats://h:1", NATS_USER: "u", NATS_PASSWORD: "p", NATS_INBOX_PREFIX: "_INBOX_u", NATS_CA: "ca.pem" }),
+    { servers: "nats://h:1", user: "u", pass: "p", inboxPrefix: "_INBOX_u", caFile: "ca.pem" },
+  );
+});
