@@ -70,6 +70,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		j.firstSeq = min(j.firstSeq, cur.FirstSeq)
 	}
 	if cur != nil && cur.RequestSeq == j.seq && cur.RequestID == j.req.RequestID {
+		j.outcome = OutcomeAlreadyDone
 		j.log.Info().Uint64("generation", cur.Generation).Msg("request already done before a restart; acking")
 		return p.finish(ctx, j, cur, 0, policy.Settings{}, nil)
 	}
@@ -497,6 +498,7 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 		return err
 	}
 	j.writes.Result(rev)
+	j.outcome = OutcomeDeclined
 	j.log.Info().Str("reason", reason).Int("tokens_before", before).Int("tokens_after", after).Msg("compaction declined")
 	if err := j.d.AckSync(ctx); err != nil {
 		// The marker is written; a redelivery declines again on the same state.
@@ -514,6 +516,9 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 // The result is in KV when finish runs: an ack that fails is logged, not reported as a
 // failure (a redelivery finds the value holding this request and acks then).
 func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings, count tokens.Counter) error {
+	if j.outcome == "" {
+		j.outcome, j.tokensBefore, j.tokensAfter = OutcomeCompleted, r.TokensBefore, r.TokensAfter
+	}
 	if err := j.d.AckSync(ctx); err != nil {
 		j.log.Warn().Err(err).Uint64("generation", r.Generation).Msg("ack completed request failed; a redelivery will find it done")
 	}

@@ -55,6 +55,8 @@ type Config struct {
 	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
 	// nil knows chars4 only.
 	Counters func(name string) (tokens.Counter, error)
+	// Observer hears the messages counted and the requests made (nil: nobody).
+	Observer Observer
 }
 
 // DefaultConfig returns the defaults of the README.
@@ -820,6 +822,7 @@ func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.D
 	log := t.log.With().Str("conversation", id).Uint64("seq", d.Seq).Logger()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	t.counted(d)
 	// A rebuild counts what came before this message; the message itself is counted
 	// below like any other, so a large tool output that arrives right after a
 	// compaction still calls for a structural compaction.
@@ -903,6 +906,7 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 	seq, err := t.store.Enqueue(ctx, req)
 	switch {
 	case err == nil:
+		t.requested(kind, RequestQueued)
 		var w jetstream.Writes
 		w.Request(seq)
 		ev := schemas.Event{Type: schemas.EventRequested, Conversation: c.id, RequestID: req.RequestID,
@@ -922,9 +926,11 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 		log.Info().Int("tokens", c.tokens).Str("trigger", kind).Str("reason", reason).Str("request_id", req.RequestID).Msg("compaction requested")
 		return true, nil
 	case errors.Is(err, jetstream.ErrRequestPending):
+		t.requested(kind, RequestPending)
 		t.scheduleRetry(ctx, c.id, c, t.cfg.RetryDelay)
 		return true, nil
 	}
+	t.requested(kind, RequestError)
 	return false, err
 }
 

@@ -63,7 +63,7 @@ type Env struct {
 	// The trigger's partitions (README, "Scaling the trigger").
 	TriggerPartitions int           `envconfig:"TRIGGER_PARTITIONS" default:"1" desc:"how many partitions the trigger's work is split into, shared out among the trigger processes (1 to 256); 1 is one active trigger process and standbys. Every process must use the same count: change it with COMPACTOR_UPDATE_STREAMS on one process, then roll the others"`
 	TriggerHeartbeat  time.Duration `envconfig:"TRIGGER_HEARTBEAT" default:"2s" desc:"with several trigger partitions: how often a trigger process announces itself; one silent for 3 heartbeats loses its partitions (the bucket's TTL: the same in every process)"`
-	HTTPListen        string        `envconfig:"HTTP_LISTEN" desc:"serve: host:port of an HTTP listener for operators with /healthz and /debug/pprof/ (profiles of this process); empty: off. Bind it to localhost or a private network only"`
+	HTTPListen        string        `envconfig:"HTTP_LISTEN" desc:"serve: host:port of an HTTP listener for operators with /healthz (liveness), /readyz (NATS and JetStream), /metrics (Prometheus) and /debug/pprof/ (profiles of this process); empty: off. Bind it to localhost or a private network only"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
 	LogFormat         string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
 
