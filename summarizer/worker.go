@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
@@ -106,6 +107,7 @@ type Pool struct {
 	// retryable classifies a summarizer error; nil treats every error as retryable.
 	retryable func(error) bool
 	observer  Observer
+	tracer    trace.Tracer
 	log       zerolog.Logger
 	now       func() time.Time
 
@@ -127,6 +129,9 @@ type Options struct {
 	Retryable func(error) bool
 	// Observer hears the outcome of every delivery (nil: nobody).
 	Observer Observer
+	// Tracer makes a span of every delivery, continuing the trace its request carries
+	// (nil: none).
+	Tracer trace.TracerProvider
 	Logger   zerolog.Logger
 }
 
@@ -140,7 +145,7 @@ func NewPool(cfg Config, store *jetstream.Store, opts Options) (*Pool, error) {
 	}
 	return &Pool{
 		cfg: cfg, store: store, policies: opts.Policies, summarizers: opts.Summarizers,
-		fallback: opts.Fallback, retryable: opts.Retryable, observer: opts.Observer,
+		fallback: opts.Fallback, retryable: opts.Retryable, observer: opts.Observer, tracer: newTracer(opts.Tracer),
 		log: opts.Logger.With().Str("component", "summarizer").Logger(), now: time.Now,
 		inFlight: map[*job]bool{},
 	}, nil
@@ -306,7 +311,11 @@ func decodeRequest(d *jetstream.Delivery) (schemas.Request, error) {
 // ran is acked, whatever the outcome, and what the job wrote is taken back.
 func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
 	j := &job{d: d, seq: d.Seq, attempt: d.Attempt, start: p.now()}
-	defer p.report(j)
+	ctx, span := p.startJob(ctx, d)
+	defer func() {
+		p.report(j)
+		endJob(span, j)
+	}()
 	if d.MetadataErr != nil {
 		j.outcome = OutcomeInvalid
 		p.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("request without metadata")

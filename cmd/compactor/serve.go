@@ -52,6 +52,19 @@ func serve(ctx context.Context, env Env, std stdio) error {
 	// while the roles drain.
 	ready := newReadiness()
 	var tel telemetry
+	tp, err := newTracing(ctx, env)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		tel.traces = tp
+		defer func() {
+			if err := shutdownTracing(tp); err != nil {
+				log.Warn().Err(err).Msg("flush the last spans")
+			}
+		}()
+		log.Info().Msg("traces on (OTLP/HTTP)")
+	}
 	if env.HTTPListen != "" {
 		tel.metrics = newMetrics()
 		ops, err := newOpsServer(env.HTTPListen, log, ready, tel.metrics)
