@@ -132,7 +132,7 @@ type Options struct {
 	// Tracer makes a span of every delivery, continuing the trace its request carries
 	// (nil: none).
 	Tracer trace.TracerProvider
-	Logger   zerolog.Logger
+	Logger zerolog.Logger
 }
 
 // NewPool returns a pool; Run starts it.
