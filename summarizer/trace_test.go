@@ -87,7 +87,7 @@ func TestWorkerContinuesTheRequestsTrace(t *testing.T) {
 				attribute.String("compactor.conversation", "traced"), attribute.String("compactor.trigger", "manual"),
 				attribute.String("messaging.system", "nats")} {
 				if !slices.Contains(attrs, want) {
-					t.Errorf("job span lacks %s=%s: %v", want.Key, want.Value.Emit(), attrs)
+					t.Errorf("job span lacks %s=%s: %v", want.Key, want.Value.String(), attrs)
 				}
 			}
 			for _, name := range []string{"compactor.load", "compactor.summarize", "compactor.kv.put"} {

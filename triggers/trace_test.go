@@ -61,7 +61,7 @@ func TestRequestStartsATraceLinkedToTheChatMessage(t *testing.T) {
 	for _, want := range []attribute.KeyValue{attribute.String("compactor.conversation", "traced"),
 		attribute.String("compactor.trigger", "budget"), attribute.String("compactor.queue_result", "queued")} {
 		if !slices.Contains(span.Attributes(), want) {
-			t.Errorf("request span lacks %s=%s", want.Key, want.Value.Emit())
+			t.Errorf("request span lacks %s=%s", want.Key, want.Value.String())
 		}
 	}
 	stream, err := js.Stream(context.Background(), st.Config().RequestsStream)
