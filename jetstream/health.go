@@ -13,15 +13,16 @@ import (
 // (reconnecting, closed): nothing is asked of the server then.
 var ErrDisconnected = errors.New("nats connection is not connected")
 
-// Ping asks JetStream for the account's information: the cheapest call the JetStream
-// API answers only when it works (a cluster without a meta leader, or an account
-// without JetStream, fails it). A connection that is not connected fails at once.
+// Ping asks JetStream for the work queue's stream info: a cheap call that only a
+// working JetStream answers (in a cluster, the stream's leader), and one every serve
+// role may make (account info is not among the rights of deploy/nats/accounts.conf's
+// users). A connection that is not connected fails at once.
 func (s *Store) Ping(ctx context.Context) error {
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("%w (%s)", ErrDisconnected, st)
 	}
-	if _, err := s.js.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+	if _, err := s.js.Stream(ctx, s.cfg.RequestsStream); err != nil {
+		return fmt.Errorf("jetstream: stream %s: %w", s.cfg.RequestsStream, err)
 	}
 	return nil
 }

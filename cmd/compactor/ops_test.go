@@ -462,3 +462,57 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 		}
 	}
 }
+
+// Readiness and the backlog gauges work for every serve role of the least-privilege
+// users of deploy/nats/accounts.conf: what they ask JetStream is among what each role may
+// ask, and no probe or scrape causes a permissions violation.
+func TestReadinessAndBacklogUnderTheRolesOfAccountsConf(t *testing.T) {
+	_, connect := rolesServer(t)
+	cfg := jetstream.DefaultConfig()
+	ctx := ctxFor(t, time.Minute)
+	if _, err := jetstream.Provision(ctx, connect("admin").nc, cfg); err != nil {
+		t.Fatalf("provision as admin: %v", err)
+	}
+	for _, role := range []string{"trigger", "worker", "api"} {
+		t.Run(role, func(t *testing.T) {
+			c := connect(role)
+			st, err := jetstream.Provision(ctx, c.nc, cfg)
+			if err != nil {
+				t.Fatalf("bind as %s: %v", role, err)
+			}
+			ready := newReadiness()
+			ready.running(st)
+			if err := ready.check(ctx); err != nil {
+				t.Errorf("/readyz as %s: %v", role, err)
+			}
+			m := newMetrics()
+			var parts func() []jetstream.Partition
+			if role == "trigger" {
+				parts = cfg.Partitions
+			}
+			m.backlog(st, parts, zerolog.Nop())
+			fams, err := m.reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]float64{}
+			for _, f := range fams {
+				for _, mm := range f.Metric {
+					got[f.GetName()] += mm.GetGauge().GetValue() + mm.GetCounter().GetValue()
+				}
+				if f.GetName() == "compactor_request_backlog" || f.GetName() == "compactor_trigger_backlog" {
+					got[f.GetName()+" present"] = 1
+				}
+			}
+			if got["compactor_request_backlog present"] != 1 || (role == "trigger" && got["compactor_trigger_backlog present"] != 1) {
+				t.Errorf("backlog gauges as %s: %v", role, got)
+			}
+			if got["compactor_backlog_read_errors_total"] != 0 {
+				t.Errorf("backlog read errors as %s: %v", role, got["compactor_backlog_read_errors_total"])
+			}
+			if v := c.violations(); v != "" {
+				t.Errorf("permissions violations as %s:\n%s", role, v)
+			}
+		})
+	}
+}
