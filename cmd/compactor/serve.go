@@ -47,10 +47,6 @@ type component interface {
 // serve runs the roles until ctx is done, then drains them within DrainTimeout.
 func serve(ctx context.Context, env Env, std stdio) error {
 	log := newLogger(env, std.err)
-	// The operators' listener binds first and serves from the start: /healthz answers
-	// while serve waits for NATS, /readyz says what it waits for, and both stay up
-	// while the roles drain.
-	ready := newReadiness()
 	var tel telemetry
 	tp, err := newTracing(ctx, env)
 	if err != nil {
@@ -65,6 +61,10 @@ func serve(ctx context.Context, env Env, std stdio) error {
 		}()
 		log.Info().Msg("traces on (OTLP/HTTP)")
 	}
+	// The operators' listener binds before NATS is dialled and serves from the start:
+	// /healthz answers while serve waits for NATS, /readyz says what it waits for, and
+	// both stay up while the roles drain.
+	ready := newReadiness()
 	if env.HTTPListen != "" {
 		tel.metrics = newMetrics()
 		ops, err := newOpsServer(env.HTTPListen, log, ready, tel.metrics)
