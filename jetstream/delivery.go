@@ -54,6 +54,16 @@ func (d *Delivery) Data() []byte { return d.msg.Data() }
 // Header returns one header value of the message.
 func (d *Delivery) Header(key string) string { return d.msg.Headers().Get(key) }
 
+// HeaderKeys returns the names of the message's headers.
+func (d *Delivery) HeaderKeys() []string {
+	h := d.msg.Headers()
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
 // Ack acknowledges the delivery without waiting for the server: the cheap ack of the
 // trigger's hot path (a lost ack means one redelivery, which the trigger's watermark
 // ignores).

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/schemas"
@@ -36,6 +38,14 @@ func isRequestPending(err error) bool {
 // most one per conversation); with a sequence > 0 when it is this very request (its id
 // was seen within the duplicate window). Any other error is an error.
 func (s *Store) Enqueue(ctx context.Context, req schemas.Request) (uint64, error) {
+	return s.EnqueueWithHeader(ctx, req, nil)
+}
+
+// EnqueueWithHeader is Enqueue with headers on the request message besides the
+// contract's own: a trace context (W3C traceparent, tracestate) that a worker carries
+// on. A key that is not a plain header token, one of the server's (Nats-…), or a value
+// that would break the header block is refused.
+func (s *Store) EnqueueWithHeader(ctx context.Context, req schemas.Request, header map[string]string) (uint64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
@@ -47,7 +57,17 @@ func (s *Store) Enqueue(ctx context.Context, req schemas.Request) (uint64, error
 	if err != nil {
 		return 0, err
 	}
-	ack, err := s.js.Publish(ctx, subj, data, natsjs.WithMsgID(req.RequestID), natsjs.WithExpectStream(s.cfg.RequestsStream))
+	msg := &nats.Msg{Subject: subj, Data: data}
+	if len(header) > 0 {
+		msg.Header = nats.Header{}
+		for k, v := range header {
+			if err := checkHeader(k, v); err != nil {
+				return 0, fmt.Errorf("queue compaction of %s: %w", req.Conversation, err)
+			}
+			msg.Header.Set(k, v)
+		}
+	}
+	ack, err := s.js.PublishMsg(ctx, msg, natsjs.WithMsgID(req.RequestID), natsjs.WithExpectStream(s.cfg.RequestsStream))
 	if err != nil {
 		if isRequestPending(err) {
 			return 0, ErrRequestPending
@@ -58,6 +78,32 @@ func (s *Store) Enqueue(ctx context.Context, req schemas.Request) (uint64, error
 		return ack.Sequence, ErrRequestPending
 	}
 	return ack.Sequence, nil
+}
+
+// maxHeaderValue bounds one value EnqueueWithHeader adds (a tracestate is at most 512
+// characters by the W3C's rule).
+const maxHeaderValue = 1024
+
+// checkHeader refuses a header that is not a plain token key with a printable value,
+// or that is the server's own.
+func checkHeader(k, v string) error {
+	if k == "" || len(k) > 64 || strings.HasPrefix(strings.ToLower(k), "nats-") {
+		return fmt.Errorf("header %q is not one a request may carry", k)
+	}
+	for _, c := range k {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("header %q is not one a request may carry", k)
+		}
+	}
+	if len(v) > maxHeaderValue {
+		return fmt.Errorf("header %s: value over %d bytes", k, maxHeaderValue)
+	}
+	for _, c := range []byte(v) {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("header %s: value holds a control character", k)
+		}
+	}
+	return nil
 }
 
 // PendingRequest returns the request waiting (or being worked on) for a conversation,

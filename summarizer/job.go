@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
@@ -70,6 +72,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		j.firstSeq = min(j.firstSeq, cur.FirstSeq)
 	}
 	if cur != nil && cur.RequestSeq == j.seq && cur.RequestID == j.req.RequestID {
+		j.outcome = OutcomeAlreadyDone
 		j.log.Info().Uint64("generation", cur.Generation).Msg("request already done before a restart; acking")
 		return p.finish(ctx, j, cur, 0, policy.Settings{}, nil)
 	}
@@ -95,7 +98,11 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if tomb != nil {
 		forgottenThrough = tomb.ThroughSeq
 	}
-	ld, err := p.load(ctx, conv, cur, rev, j.req.UpToSeq, forgottenThrough)
+	var ld *loaded
+	err = p.step(ctx, "compactor.load", func(ctx context.Context) (err error) {
+		ld, err = p.load(ctx, conv, cur, rev, j.req.UpToSeq, forgottenThrough)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -131,10 +138,14 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		MaxSummaryTokens: b.SummaryCap() * 85 / 100,
 	}
 	pastHard := before.Tokens >= b.HardLimitTokens()
-	out, err := p.summarizeToFit(ctx, j, sum, in, s.SummarizerContextWindow)
-	if err == nil {
-		out, err = p.firmer(ctx, j, sum, in, out, b.SummaryCap(), s.SummarizerContextWindow, count)
-	}
+	var out Output
+	err = p.step(ctx, "compactor.summarize", func(ctx context.Context) (err error) {
+		out, err = p.summarizeToFit(ctx, j, sum, in, s.SummarizerContextWindow)
+		if err == nil {
+			out, err = p.firmer(ctx, j, sum, in, out, b.SummaryCap(), s.SummarizerContextWindow, count)
+		}
+		return err
+	}, attribute.Int("compactor.messages", len(in.Messages)), attribute.Int("compactor.tokens_before", before.Tokens))
 	if err != nil {
 		giveUp := errors.Is(err, errSummaryTooLong) || errors.Is(err, ErrNothingFits)
 		if !pastHard && !giveUp {
@@ -168,7 +179,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	}
 
 	// 5. Compare-and-set on the revision read in step 2.
-	if rev, err := p.store.PutResult(ctx, next, ld.rev); err == nil {
+	if rev, err := p.putResult(ctx, next, ld.rev); err == nil {
 		j.writes.Result(rev)
 	} else {
 		// A write whose answer was lost (a timeout while the bucket's leader changed)
@@ -489,7 +500,7 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 	}
 	next.DeclinedAtSeq = ld.lastSeq
 	next.FirstSeq = j.firstSeq
-	rev, err := p.store.PutResult(ctx, &next, ld.rev)
+	rev, err := p.putResult(ctx, &next, ld.rev)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrRevisionMismatch) {
 			return fmt.Errorf("compaction value changed while deciding to decline; trying again on the new one: %w", err)
@@ -497,6 +508,7 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 		return err
 	}
 	j.writes.Result(rev)
+	j.outcome = OutcomeDeclined
 	j.log.Info().Str("reason", reason).Int("tokens_before", before).Int("tokens_after", after).Msg("compaction declined")
 	if err := j.d.AckSync(ctx); err != nil {
 		// The marker is written; a redelivery declines again on the same state.
@@ -514,6 +526,9 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 // The result is in KV when finish runs: an ack that fails is logged, not reported as a
 // failure (a redelivery finds the value holding this request and acks then).
 func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings, count tokens.Counter) error {
+	if j.outcome == "" {
+		j.outcome, j.tokensBefore, j.tokensAfter = OutcomeCompleted, r.TokensBefore, r.TokensAfter
+	}
 	if err := j.d.AckSync(ctx); err != nil {
 		j.log.Warn().Err(err).Uint64("generation", r.Generation).Msg("ack completed request failed; a redelivery will find it done")
 	}
@@ -562,7 +577,7 @@ func (p *Pool) reevaluate(ctx context.Context, j *job, r *schemas.Result, loaded
 		Reason:      fmt.Sprintf("re-evaluation after generation %d: %d tokens ≥ threshold %d", r.Generation, total, threshold),
 		RequestedAt: p.now().UTC(), UpToSeq: newer[len(newer)-1].Seq,
 	}
-	seq, err := p.store.Enqueue(ctx, req)
+	seq, err := p.enqueueTraced(ctx, req)
 	if err != nil && !errors.Is(err, jetstream.ErrRequestPending) {
 		j.log.Warn().Err(err).Msg("queue compaction after re-evaluation")
 		return

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
@@ -105,6 +106,8 @@ type Pool struct {
 	fallback    Summarizer
 	// retryable classifies a summarizer error; nil treats every error as retryable.
 	retryable func(error) bool
+	observer  Observer
+	tracer    trace.Tracer
 	log       zerolog.Logger
 	now       func() time.Time
 
@@ -124,7 +127,12 @@ type Options struct {
 	Fallback Summarizer
 	// Retryable tells a passing failure from a permanent one (nil: all are passing).
 	Retryable func(error) bool
-	Logger    zerolog.Logger
+	// Observer hears the outcome of every delivery (nil: nobody).
+	Observer Observer
+	// Tracer makes a span of every delivery, continuing the trace its request carries
+	// (nil: none).
+	Tracer trace.TracerProvider
+	Logger zerolog.Logger
 }
 
 // NewPool returns a pool; Run starts it.
@@ -137,7 +145,7 @@ func NewPool(cfg Config, store *jetstream.Store, opts Options) (*Pool, error) {
 	}
 	return &Pool{
 		cfg: cfg, store: store, policies: opts.Policies, summarizers: opts.Summarizers,
-		fallback: opts.Fallback, retryable: opts.Retryable,
+		fallback: opts.Fallback, retryable: opts.Retryable, observer: opts.Observer, tracer: newTracer(opts.Tracer),
 		log: opts.Logger.With().Str("component", "summarizer").Logger(), now: time.Now,
 		inFlight: map[*job]bool{},
 	}, nil
@@ -271,6 +279,10 @@ type job struct {
 	// writes is what the job stored, taken back if the conversation was forgotten
 	// meanwhile.
 	writes jetstream.Writes
+	// outcome is how the delivery ended, with the context's size of a completed one
+	// (for the Observer).
+	outcome                   Outcome
+	tokensBefore, tokensAfter int
 }
 
 // decodeRequest reads and validates a request before anything acts on it: it must
@@ -298,14 +310,21 @@ func decodeRequest(d *jetstream.Delivery) (schemas.Request, error) {
 // conversation is read. A request of a conversation forgotten before or while the job
 // ran is acked, whatever the outcome, and what the job wrote is taken back.
 func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
+	j := &job{d: d, seq: d.Seq, attempt: d.Attempt, start: p.now()}
+	ctx, span := p.startJob(ctx, d)
+	defer func() {
+		p.report(j)
+		endJob(span, j)
+	}()
 	if d.MetadataErr != nil {
+		j.outcome = OutcomeInvalid
 		p.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("request without metadata")
 		_ = d.Term(ctx, "no metadata")
 		return
 	}
-	j := &job{d: d, seq: d.Seq, attempt: d.Attempt, start: p.now()}
 	req, err := decodeRequest(d)
 	if err != nil {
+		j.outcome = OutcomeInvalid
 		reason := "invalid request: " + err.Error()
 		p.log.Error().Err(err).Str("subject", d.Subject).Uint64("seq", d.Seq).Msg("invalid compaction request dropped")
 		p.deadLetter(ctx, d, d.Conversation, schemas.DeadLetter{Request: req, Error: reason, Attempts: d.Attempt, At: p.now()}, nil, p.log)
@@ -326,14 +345,18 @@ func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
 	err = p.process(ctx, j)
 	switch {
 	case errors.Is(err, errForgotten):
+		j.outcome = OutcomeForgotten
 		j.log.Info().Uint64("up_to_seq", j.req.UpToSeq).Uint64("through_seq", j.tomb.ThroughSeq).
 			Msg("request made before its conversation was forgotten; dropped")
 		_ = d.Ack()
 		return
 	case err == nil:
-		p.forgottenMeanwhile(settle, j) // after the job's last write
+		if p.forgottenMeanwhile(settle, j) { // after the job's last write
+			j.outcome = OutcomeForgotten
+		}
 		return
 	case ctx.Err() != nil:
+		j.outcome = OutcomeAborted
 		j.log.Warn().Err(err).Msg("job aborted at the drain timeout; its request was handed back to the queue")
 		// Only what it wrote needs the tombstone check. A job aborted before its first
 		// write (in its LLM call, typically) returns at once: the check would wait on
@@ -347,8 +370,10 @@ func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
 	// A conversation forgotten while the job worked on it: the failure does not matter,
 	// nothing is retried, dead-lettered or reported.
 	if p.forgottenMeanwhile(settle, j) {
+		j.outcome = OutcomeForgotten
 		return
 	}
+	j.outcome = OutcomeRetried
 	permanent := errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
 	if !permanent && j.attempt < uint64(p.cfg.MaxAttempts) {
 		delay := p.backoff(j.attempt)
@@ -365,11 +390,28 @@ func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
 		return
 	}
 	j.log.Error().Err(err).Bool("permanent", permanent).Msg("compaction failed; request dead-lettered")
-	defer p.forgottenMeanwhile(settle, j) // after the dead letter and the event
+	defer func() { // after the dead letter and the event
+		if p.forgottenMeanwhile(settle, j) {
+			j.outcome = OutcomeForgotten
+		}
+	}()
 	if !p.deadLetter(ctx, d, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}, &j.writes, j.log) {
+		return // delivered again, to record the dead letter then
+	}
+	j.outcome = OutcomeFailed
+	p.event(ctx, j, schemas.Event{Type: schemas.EventFailed, Error: err.Error()})
+}
+
+// report tells the observer how the job ended.
+func (p *Pool) report(j *job) {
+	if p.observer == nil || j.outcome == "" {
 		return
 	}
-	p.event(ctx, j, schemas.Event{Type: schemas.EventFailed, Error: err.Error()})
+	r := JobReport{Trigger: knownTrigger(j.req.Trigger), Outcome: j.outcome, Attempt: j.attempt, Duration: p.now().Sub(j.start)}
+	if j.outcome == OutcomeCompleted {
+		r.TokensBefore, r.TokensAfter, r.Fallback = j.tokensBefore, j.tokensAfter, j.fallbackFor != nil
+	}
+	p.observer.JobDone(r)
 }
 
 // errForgotten is the outcome of a job whose request was made before its conversation

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
@@ -55,6 +56,11 @@ type Config struct {
 	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
 	// nil knows chars4 only.
 	Counters func(name string) (tokens.Counter, error)
+	// Observer hears the messages counted and the requests made (nil: nobody).
+	Observer Observer
+	// Tracer makes a span of every request queued, whose trace the request carries to
+	// the worker (nil: none).
+	Tracer trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults of the README.
@@ -141,6 +147,8 @@ type Trigger struct {
 	// the events and policy changes of its conversations (nil: it subscribes itself).
 	part jetstream.Partition
 	hub  *signalHub
+	// tracer makes the requests' spans (Config.Tracer).
+	tracer trace.Tracer
 	// firstSight reads the tombstone and value of a conversation seen for the first
 	// time (jetstream.Store.FirstSight; a test stands in for a lagging replica).
 	firstSight func(ctx context.Context, conv string) (*schemas.Tombstone, *schemas.Result, uint64, error)
@@ -248,7 +256,7 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.
 		return nil, fmt.Errorf("%w: a store and a policy source are required", ErrConfig)
 	}
 	return &Trigger{cfg: cfg, store: store, policies: policies, log: log.With().Str("component", "trigger").Logger(),
-		now: time.Now, convs: map[string]*tracked{}, firstSight: store.FirstSight}, nil
+		now: time.Now, convs: map[string]*tracked{}, firstSight: store.FirstSight, tracer: newTracer(cfg.Tracer)}, nil
 }
 
 // Run consumes CHAT and ACTIVITY until ctx is done, then drains the messages in hand
@@ -820,6 +828,7 @@ func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.D
 	log := t.log.With().Str("conversation", id).Uint64("seq", d.Seq).Logger()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	t.counted(d)
 	// A rebuild counts what came before this message; the message itself is counted
 	// below like any other, so a large tool output that arrives right after a
 	// compaction still calls for a structural compaction.
@@ -850,7 +859,7 @@ func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.D
 	}
 	// A redelivery (already counted) is evaluated again too: it was not acknowledged
 	// because its request could not be queued.
-	if err := t.evaluate(ctx, c, log); err != nil {
+	if err := t.evaluate(t.withCause(ctx, d), c, log); err != nil {
 		log.Warn().Err(err).Dur("retry_in", t.cfg.RetryDelay).Msg("queue compaction; the message is redelivered")
 		if nerr := d.NakAfter(ctx, t.cfg.RetryDelay); nerr != nil {
 			log.Warn().Err(nerr).Msg("nak chat message; it is redelivered after the ack wait")
@@ -900,7 +909,17 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 		RequestID: schemas.NewRequestID(), Conversation: c.id, Trigger: kind, Reason: reason,
 		RequestedAt: now.UTC(), UpToSeq: c.watermark,
 	}
-	seq, err := t.store.Enqueue(ctx, req)
+	sctx, span, header := t.startRequest(ctx, req, c.tokens)
+	seq, err := t.store.EnqueueWithHeader(sctx, req, header)
+	result := RequestError
+	switch {
+	case err == nil:
+		result = RequestQueued
+	case errors.Is(err, jetstream.ErrRequestPending):
+		result = RequestPending
+	}
+	endRequest(span, result, err)
+	t.requested(kind, result)
 	switch {
 	case err == nil:
 		var w jetstream.Writes

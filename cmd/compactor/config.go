@@ -63,7 +63,8 @@ type Env struct {
 	// The trigger's partitions (README, "Scaling the trigger").
 	TriggerPartitions int           `envconfig:"TRIGGER_PARTITIONS" default:"1" desc:"how many partitions the trigger's work is split into, shared out among the trigger processes (1 to 256); 1 is one active trigger process and standbys. Every process must use the same count: change it with COMPACTOR_UPDATE_STREAMS on one process, then roll the others"`
 	TriggerHeartbeat  time.Duration `envconfig:"TRIGGER_HEARTBEAT" default:"2s" desc:"with several trigger partitions: how often a trigger process announces itself; one silent for 3 heartbeats loses its partitions (the bucket's TTL: the same in every process)"`
-	HTTPListen        string        `envconfig:"HTTP_LISTEN" desc:"serve: host:port of an HTTP listener for operators with /healthz and /debug/pprof/ (profiles of this process); empty: off. Bind it to localhost or a private network only"`
+	HTTPListen        string        `envconfig:"HTTP_LISTEN" desc:"serve: host:port of an HTTP listener for operators with /healthz (liveness), /readyz (NATS and JetStream), /metrics (Prometheus) and /debug/pprof/ (profiles of this process); empty: off. Bind it to localhost or a private network only"`
+	OTelEndpoint      string        `envconfig:"OTEL_ENDPOINT" desc:"serve: OTLP/HTTP endpoint traces are sent to, e.g. http://otel-collector:4318 (/v1/traces is added to a URL without a path); empty: the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, and no traces when neither is set"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
 	LogFormat         string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
 
@@ -174,6 +175,11 @@ func (e Env) validate() error {
 	if e.HTTPListen != "" {
 		if _, _, err := net.SplitHostPort(e.HTTPListen); err != nil {
 			return bad("HTTP_LISTEN", "must be host:port (e.g. 127.0.0.1:9090): %v", err)
+		}
+	}
+	if e.OTelEndpoint != "" {
+		if err := checkOTelEndpoint(e.OTelEndpoint); err != nil {
+			return bad("OTEL_ENDPOINT", "%v", err)
 		}
 	}
 	if err := e.validateAuth(); err != nil {

@@ -7,15 +7,19 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
 )
 
-// opsServer is the operators' HTTP listener (COMPACTOR_HTTP_LISTEN): /healthz and the
-// profiles of net/http/pprof. Its handlers live on a mux of its own: importing
-// net/http/pprof also registers them on http.DefaultServeMux, which nothing here serves,
-// so no other listener of the process can expose them by accident.
+// opsServer is the operators' HTTP listener (COMPACTOR_HTTP_LISTEN): /healthz, /readyz,
+// /metrics and the profiles of net/http/pprof. Its handlers live on a mux of its own:
+// importing net/http/pprof also registers them on http.DefaultServeMux, which nothing
+// here serves, so no other listener of the process can expose them by accident.
 type opsServer struct {
 	ln  net.Listener
 	srv *http.Server
@@ -23,16 +27,36 @@ type opsServer struct {
 }
 
 // newOpsServer binds addr now, so a port in use stops start-up instead of failing later.
-func newOpsServer(addr string, log zerolog.Logger) (*opsServer, error) {
+// ready answers /readyz; m, when not nil, is served on /metrics.
+func newOpsServer(addr string, log zerolog.Logger, ready *readiness, m *metrics) (*opsServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("COMPACTOR_HTTP_LISTEN: %w", err)
 	}
 	mux := http.NewServeMux()
+	// Liveness: the process answers. It never depends on NATS, so an orchestrator does
+	// not restart a healthy process because NATS is away (readiness says that).
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err := ready.check(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	if m != nil {
+		mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+			Registry:            m.reg,
+			MaxRequestsInFlight: 4,
+			Timeout:             10 * time.Second,
+		})))
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -50,7 +74,7 @@ func (o *opsServer) Addr() string { return o.ln.Addr().String() }
 // Run serves until ctx is done, then lets the requests in flight finish for a few
 // seconds: a 30-second CPU profile being taken is cut, not waited for.
 func (o *opsServer) Run(ctx context.Context) error {
-	o.log.Info().Str("addr", o.Addr()).Msg("HTTP listener for operators (/healthz, /debug/pprof/)")
+	o.log.Info().Str("addr", o.Addr()).Msg("HTTP listener for operators (/healthz, /readyz, /metrics, /debug/pprof/)")
 	served := make(chan error, 1)
 	go func() { served <- o.srv.Serve(o.ln) }()
 	select {
@@ -67,4 +91,59 @@ func (o *opsServer) Run(ctx context.Context) error {
 		return fmt.Errorf("HTTP listener: %w", err)
 	}
 	return nil
+}
+
+// Readiness probes are cheap for the server: one JetStream call per readyTTL at most,
+// whatever the number of probes, each bounded by readyTimeout.
+const (
+	readyTTL     = time.Second
+	readyTimeout = 2 * time.Second
+)
+
+// readiness answers /readyz: ready when start-up has connected and provisioned, the
+// NATS connection is connected, and JetStream answers (jetstream.Store.Ping). The
+// answer is kept for readyTTL; probes that come while one is asked wait for it.
+type readiness struct {
+	mu      sync.Mutex
+	store   *jetstream.Store // nil until provisioned
+	phase   string           // why not ready before or after running ("" while running)
+	at      time.Time
+	lastErr error
+}
+
+func newReadiness() *readiness { return &readiness{phase: "connecting to NATS"} }
+
+// starting says what start-up waits for.
+func (r *readiness) starting(phase string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.phase = phase
+}
+
+// running makes readiness follow st's connection and JetStream.
+func (r *readiness) running(st *jetstream.Store) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.store, r.phase, r.at = st, "", time.Time{}
+}
+
+// stopping reports not ready from now on.
+func (r *readiness) stopping() { r.starting("shutting down") }
+
+func (r *readiness) check(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.phase != "" {
+		return errors.New(r.phase)
+	}
+	if time.Since(r.at) < readyTTL {
+		return r.lastErr
+	}
+	// The answer is shared with the probes waiting for it: one that gives up does not
+	// make it a cancellation.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyTimeout)
+	defer cancel()
+	r.lastErr = r.store.Ping(ctx)
+	r.at = time.Now()
+	return r.lastErr
 }

@@ -47,6 +47,42 @@ type component interface {
 // serve runs the roles until ctx is done, then drains them within DrainTimeout.
 func serve(ctx context.Context, env Env, std stdio) error {
 	log := newLogger(env, std.err)
+	var tel telemetry
+	tp, err := newTracing(ctx, env)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		tel.traces = tp
+		defer func() {
+			if err := shutdownTracing(tp); err != nil {
+				log.Warn().Err(err).Msg("flush the last spans")
+			}
+		}()
+		log.Info().Msg("traces on (OTLP/HTTP)")
+	}
+	// The operators' listener binds before NATS is dialled and serves from the start:
+	// /healthz answers while serve waits for NATS, /readyz says what it waits for, and
+	// both stay up while the roles drain.
+	ready := newReadiness()
+	if env.HTTPListen != "" {
+		tel.metrics = newMetrics()
+		ops, err := newOpsServer(env.HTTPListen, log, ready, tel.metrics)
+		if err != nil {
+			return err
+		}
+		octx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+		opsDone := make(chan struct{})
+		go func() {
+			defer close(opsDone)
+			// Compaction goes on without it; a liveness probe that fails then has the
+			// process restarted.
+			if err := ops.Run(octx); err != nil {
+				log.Error().Err(err).Msg("HTTP listener for operators stopped")
+			}
+		}()
+		defer func() { stopOps(); <-opsDone }()
+	}
 	url := env.NATSURL
 	if url == "" {
 		srv, err := embedded.Start(embedded.Config{Listen: env.Listen, DataDir: env.DataDir, Logger: log})
@@ -69,6 +105,7 @@ func serve(ctx context.Context, env Env, std stdio) error {
 		return connectError(err)
 	}
 	defer nc.Close()
+	ready.starting("provisioning JetStream")
 	st, err := jetstream.ProvisionRetrying(ctx, nc, env.jetstream(), jetstream.DefaultBackoff(), log)
 	switch {
 	case errors.Is(err, jetstream.ErrConflict):
@@ -80,17 +117,12 @@ func serve(ctx context.Context, env Env, std stdio) error {
 	case err != nil:
 		return err
 	}
-	comps, err := build(env, nc, st, log)
+	comps, err := buildWith(env, nc, st, log, tel)
 	if err != nil {
 		return err
 	}
-	if env.HTTPListen != "" {
-		ops, err := newOpsServer(env.HTTPListen, log)
-		if err != nil {
-			return err
-		}
-		comps = append(comps, ops)
-	}
+	ready.running(st)
+	defer ready.stopping()
 	// Components stop taking work when ctx is done; their in-flight jobs finish on
 	// their own. The group's context only stops the others when one fails.
 	g, gctx := errgroup.WithContext(ctx)
@@ -104,6 +136,7 @@ func serve(ctx context.Context, env Env, std stdio) error {
 		return err
 	case <-ctx.Done():
 	}
+	ready.stopping()
 	log.Info().Dur("drain_timeout", env.DrainTimeout).Msg("shutting down; draining in-flight work")
 	select {
 	case err := <-done:
@@ -117,8 +150,13 @@ func serve(ctx context.Context, env Env, std stdio) error {
 	}
 }
 
-// build wires the roles of this process.
+// build wires the roles of this process, without telemetry.
 func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) ([]component, error) {
+	return buildWith(env, nc, st, log, telemetry{})
+}
+
+// buildWith wires the roles of this process and what tel observes of them.
+func buildWith(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger, tel telemetry) ([]component, error) {
 	roles, _ := env.roles()
 	r, err := env.resolver()
 	if err != nil {
@@ -126,6 +164,7 @@ func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) ([]c
 	}
 	policies := policySource{store: st, resolver: r}
 	var comps []component
+	var trig triggerRole // nil without the trigger role
 	// The compactor service runs in the processes with the api role; the instances
 	// share the endpoints' queue group. It is a role of its own because it writes
 	// policies: a worker or trigger process runs without that right (deploy/nats).
@@ -139,23 +178,28 @@ func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) ([]c
 	if roles.trigger {
 		// One partition: the wire contract's single pinned trigger consumer. More: this
 		// process takes its share of them (README, "Scaling the trigger").
-		if st.Config().TriggerPartitions > 1 {
-			t, err := triggers.NewPartitions(env.triggers(), st, policies, log, "")
-			if err != nil {
-				return nil, err
-			}
-			comps = append(comps, t)
-		} else {
-			t, err := triggers.New(env.triggers(), st, policies, log)
-			if err != nil {
-				return nil, err
-			}
-			comps = append(comps, t)
+		cfg := env.triggers()
+		tel.triggers(&cfg)
+		var t interface {
+			component
+			triggerRole
 		}
+		var err error
+		if st.Config().TriggerPartitions > 1 {
+			t, err = triggers.NewPartitions(cfg, st, policies, log, "")
+		} else {
+			t, err = triggers.New(cfg, st, policies, log)
+		}
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, t)
+		trig = t
 	}
 	if roles.worker {
 		fallback := extractive.New()
 		sums := newSummarizers(env, r, fallback, log)
+		sums.tel = tel
 		// Build the default profile's summarizer now, so a bad endpoint stops start-up.
 		if sum, err := sums.For(r.Base()); err != nil {
 			return nil, err
@@ -171,12 +215,25 @@ func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) ([]c
 				return nil, fmt.Errorf("configuration: profile %q: %w", name, err)
 			}
 		}
-		p, err := summarizer.NewPool(env.summarizer(), st, summarizer.Options{
-			Policies: policies, Summarizers: sums.For, Fallback: fallback, Retryable: llm.Retryable, Logger: log})
+		opts := summarizer.Options{Policies: policies, Summarizers: sums.For, Fallback: fallback, Retryable: llm.Retryable, Logger: log}
+		tel.pool(&opts)
+		p, err := summarizer.NewPool(env.summarizer(), st, opts)
 		if err != nil {
 			return nil, err
 		}
 		comps = append(comps, p)
+		if tel.metrics != nil {
+			tel.metrics.pool(p)
+		}
+	}
+	if tel.metrics != nil {
+		tel.metrics.connection(nc)
+		var parts func() []jetstream.Partition
+		if trig != nil {
+			tel.metrics.trigger(trig)
+			parts = trig.Partitions
+		}
+		tel.metrics.backlog(st, parts, log)
 	}
 	return comps, nil
 }
@@ -234,6 +291,9 @@ type summarizers struct {
 	// profiles is the profiles file (nil: none): which profile names a key variable.
 	profiles *policy.File
 
+	// tel observes the LLM calls.
+	tel telemetry
+
 	mu    sync.Mutex
 	cache map[llm.Config]*llm.Summarizer
 }
@@ -256,7 +316,7 @@ func (f *summarizers) For(s policy.Settings) (summary.Summarizer, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if sum, ok := f.cache[cfg]; ok {
-		return sum, nil
+		return f.tel.llm(sum), nil
 	}
 	sum, err := llm.New(cfg)
 	if err != nil {
@@ -265,7 +325,7 @@ func (f *summarizers) For(s policy.Settings) (summary.Summarizer, error) {
 	f.cache[cfg] = sum
 	f.log.Info().Str("llm_base_url", policy.RedactURL(base)).Str("model", s.LLMModel).Str("profile", s.Profile).
 		Bool("api_key", key != "").Msg("summaries by LLM")
-	return sum, nil
+	return f.tel.llm(sum), nil
 }
 
 // endpointAndKey is the endpoint of s ("" for none configured) and the key it may be

@@ -216,3 +216,69 @@ func (d retryAfterDoer) Do(req *http.Request) (*http.Response, error) {
 	}
 	return resp, err
 }
+
+// The kinds of failed calls ErrorKind tells apart. The set is closed: metrics may use
+// them as label values.
+const (
+	KindTimeout       = "timeout"        // the call's deadline passed, or HTTP 408 or 504
+	KindCanceled      = "canceled"       // the caller gave up (a drain that timed out)
+	KindRateLimited   = "rate_limited"   // HTTP 429
+	KindAuth          = "auth"           // HTTP 401 or 403: the key is wrong or lacks the right
+	KindNotFound      = "not_found"      // HTTP 404: a wrong base URL or model
+	KindContextLength = "context_length" // the request is too long for the model (ErrContextLength)
+	KindBadRequest    = "bad_request"    // any other HTTP 4xx, or a request the client refused to send
+	KindServer        = "server"         // HTTP 5xx
+	KindNetwork       = "network"        // no HTTP answer: refused, reset, DNS, TLS
+	KindEmpty         = "empty"          // an answer without a summary (ErrEmptySummary)
+	KindTruncated     = "truncated"      // a summary cut off at the token cap (ErrSummaryTruncated)
+	KindOther         = "other"          // none of the above
+)
+
+// ErrorKinds lists every kind ErrorKind returns.
+var ErrorKinds = []string{KindTimeout, KindCanceled, KindRateLimited, KindAuth, KindNotFound, KindContextLength,
+	KindBadRequest, KindServer, KindNetwork, KindEmpty, KindTruncated, KindOther}
+
+// ErrorKind says what kind of failure err, an error of Summarize, is: one of
+// ErrorKinds. It is "" for nil.
+func ErrorKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrContextLength):
+		return KindContextLength
+	case errors.Is(err, ErrEmptySummary):
+		return KindEmpty
+	case errors.Is(err, ErrSummaryTruncated):
+		return KindTruncated
+	}
+	switch status := httpStatus(err); {
+	case status == http.StatusRequestTimeout || status == http.StatusGatewayTimeout:
+		return KindTimeout
+	case status == http.StatusTooManyRequests:
+		return KindRateLimited
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return KindAuth
+	case status == http.StatusNotFound:
+		return KindNotFound
+	case status >= 500:
+		return KindServer
+	case status >= 400:
+		return KindBadRequest
+	case status != 0:
+		return KindOther
+	}
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return KindTimeout
+	case errors.Is(err, context.Canceled):
+		return KindCanceled
+	case errors.As(err, &netErr) && netErr.Timeout():
+		return KindTimeout
+	case errors.As(err, &netErr):
+		return KindNetwork
+	case errors.Is(err, ErrConfig), !Retryable(err):
+		return KindBadRequest // refused by the client before it was sent
+	}
+	return KindOther
+}

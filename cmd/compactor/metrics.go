@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/llm"
+	"github.com/compactor/compactor/triggers"
+)
+
+// metrics are serve's Prometheus metrics, on a registry of their own (not the global
+// one: two serves in one test binary do not share counters). Label values come only
+// from closed sets (trigger kinds, outcomes, error kinds) and from the operator's own
+// configuration (model names: llm_model is an operator-only key), never from what a
+// message says: a conversation id is never a label.
+type metrics struct {
+	reg *prometheus.Registry
+
+	compactions      *prometheus.CounterVec   // trigger, outcome
+	duration         *prometheus.HistogramVec // trigger, outcome
+	tokensBefore     *prometheus.HistogramVec // trigger
+	tokensAfter      *prometheus.HistogramVec // trigger
+	fallbacks        *prometheus.CounterVec   // trigger
+	llmRequests      *prometheus.CounterVec   // model
+	llmErrors        *prometheus.CounterVec   // model, kind
+	llmDuration      *prometheus.HistogramVec // model
+	summarizerTokens *prometheus.CounterVec   // model, kind
+	triggerLag       prometheus.Histogram
+	triggerRequests  *prometheus.CounterVec // trigger, result
+}
+
+// triggerKinds are the values of the trigger label.
+var triggerKinds = []string{schemas.TriggerBudget, schemas.TriggerStructural, schemas.TriggerTemporal, schemas.TriggerManual}
+
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		m.reg.MustRegister(c)
+		return c
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+		m.reg.MustRegister(h)
+		return h
+	}
+	tokenBuckets := prometheus.ExponentialBuckets(1000, 2, 12) // 1k to 2M tokens
+	m.compactions = counter("compactor_compactions_total",
+		"Deliveries of compaction requests handled by this process's workers, by the request's trigger and how the delivery ended.",
+		"trigger", "outcome")
+	m.duration = histogram("compactor_compaction_duration_seconds",
+		"Time from a worker taking a request to its outcome (load, summarize, write), by trigger and outcome.",
+		[]float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}, "trigger", "outcome")
+	m.tokensBefore = histogram("compactor_compaction_tokens_before",
+		"Context size in tokens before each completed compaction.", tokenBuckets, "trigger")
+	m.tokensAfter = histogram("compactor_compaction_tokens_after",
+		"Context size in tokens after each completed compaction (pinned + summary + tail).", tokenBuckets, "trigger")
+	m.fallbacks = counter("compactor_fallback_summaries_total",
+		"Completed compactions that wrote the deterministic fallback summary because the summarizer failed.", "trigger")
+	m.llmRequests = counter("compactor_llm_requests_total",
+		"Chat completion requests sent to the summarizer's LLM, by configured model.", "model")
+	m.llmErrors = counter("compactor_llm_errors_total",
+		"Failed LLM requests, by configured model and kind of failure.", "model", "kind")
+	m.llmDuration = histogram("compactor_llm_request_duration_seconds",
+		"Duration of LLM requests, failed ones included, by configured model.",
+		[]float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300}, "model")
+	m.summarizerTokens = counter("compactor_summarizer_tokens_total",
+		"Tokens the LLM reported for summaries, by configured model and kind (prompt or completion).", "model", "kind")
+	m.triggerLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "compactor_trigger_lag_seconds",
+		Help:    "Age of each chat message when the trigger counted it (time since JetStream stored it).",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800}})
+	m.reg.MustRegister(m.triggerLag)
+	m.triggerRequests = counter("compactor_trigger_requests_total",
+		"Compaction requests the trigger made, by trigger kind and what the work queue said (queued, pending: one already waits, error).",
+		"trigger", "result")
+
+	// Every series of a closed label set exists from the start at 0, so rate() and
+	// alerts see the first increment.
+	for _, k := range append(triggerKinds, summarizer.TriggerUnknown) {
+		for _, o := range summarizer.Outcomes {
+			m.compactions.WithLabelValues(k, string(o))
+		}
+	}
+	for _, k := range triggerKinds {
+		m.fallbacks.WithLabelValues(k)
+		for _, r := range []triggers.RequestResult{triggers.RequestQueued, triggers.RequestPending, triggers.RequestError} {
+			m.triggerRequests.WithLabelValues(k, string(r))
+		}
+	}
+
+	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_build_info",
+		Help: "Always 1; the version label is the module version this binary was built from.", ConstLabels: prometheus.Labels{"version": buildVersion()}},
+		func() float64 { return 1 }))
+	return m
+}
+
+// buildVersion is the module version this binary was built from.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(unknown)"
+}
+
+// JobDone is summarizer.Observer.
+func (m *metrics) JobDone(r summarizer.JobReport) {
+	outcome := string(r.Outcome)
+	m.compactions.WithLabelValues(r.Trigger, outcome).Inc()
+	m.duration.WithLabelValues(r.Trigger, outcome).Observe(r.Duration.Seconds())
+	if r.Outcome == summarizer.OutcomeCompleted {
+		m.tokensBefore.WithLabelValues(r.Trigger).Observe(float64(r.TokensBefore))
+		m.tokensAfter.WithLabelValues(r.Trigger).Observe(float64(r.TokensAfter))
+		if r.Fallback {
+			m.fallbacks.WithLabelValues(r.Trigger).Inc()
+		}
+	}
+}
+
+// Counted is triggers.Observer.
+func (m *metrics) Counted(age time.Duration) { m.triggerLag.Observe(age.Seconds()) }
+
+// Requested is triggers.Observer.
+func (m *metrics) Requested(kind string, r triggers.RequestResult) {
+	m.triggerRequests.WithLabelValues(kind, string(r)).Inc()
+}
+
+// llmModel makes the series of a model's LLM metrics exist at 0.
+func (m *metrics) llmModel(model string) {
+	m.llmRequests.WithLabelValues(model)
+	for _, k := range llm.ErrorKinds {
+		m.llmErrors.WithLabelValues(model, k)
+	}
+	m.summarizerTokens.WithLabelValues(model, "prompt")
+	m.summarizerTokens.WithLabelValues(model, "completion")
+}
+
+// llmCall records one LLM request.
+func (m *metrics) llmCall(model string, took time.Duration, usage *schemas.Usage, err error) {
+	m.llmRequests.WithLabelValues(model).Inc()
+	m.llmDuration.WithLabelValues(model).Observe(took.Seconds())
+	if err != nil {
+		m.llmErrors.WithLabelValues(model, llm.ErrorKind(err)).Inc()
+		return
+	}
+	if usage != nil {
+		m.summarizerTokens.WithLabelValues(model, "prompt").Add(float64(max(usage.PromptTokens, 0)))
+		m.summarizerTokens.WithLabelValues(model, "completion").Add(float64(max(usage.CompletionTokens, 0)))
+	}
+}
+
+// connection exports the state of the process's NATS connection.
+func (m *metrics) connection(nc *nats.Conn) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_nats_connected",
+			Help: "1 while the process's NATS connection is connected, 0 while it reconnects."},
+			func() float64 {
+				if nc.IsConnected() {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compactor_nats_reconnects_total",
+			Help: "Times the process's NATS connection reconnected."},
+			func() float64 { return float64(nc.Stats().Reconnects) }),
+	)
+}
+
+// pool exports the workers' saturation.
+func (m *metrics) pool(p *summarizer.Pool) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_workers",
+			Help: "Requests this process's summarizer pool works on at most at once (COMPACTOR_WORKERS)."},
+			func() float64 { return float64(p.Workers()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_workers_busy",
+			Help: "Requests this process's summarizer pool is working on now."},
+			func() float64 { return float64(p.Busy()) }),
+	)
+}
+
+// triggerRole is what the metrics read of the trigger (a Trigger or Partitions).
+type triggerRole interface {
+	Tracked() int
+	Partitions() []jetstream.Partition
+}
+
+// trigger exports the trigger's state.
+func (m *metrics) trigger(t triggerRole) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_trigger_conversations",
+		Help: "Conversations the trigger of this process holds state for (evicted when idle)."},
+		func() float64 { return float64(t.Tracked()) }))
+}
+
+// backlog exports the consumers' backlogs: the work queue's, and when parts is not nil
+// that of the trigger consumers of the partitions parts returns.
+func (m *metrics) backlog(st *jetstream.Store, parts func() []jetstream.Partition, log zerolog.Logger) {
+	m.reg.MustRegister(newBacklogCollector(st, parts, log))
+}
+
+// backlogCollector reads the consumers' backlogs when Prometheus scrapes, each read
+// bounded by backlogTimeout and its answer kept for backlogTTL, so a scrape never
+// waits long and many scrapers do not each ask the server. A backlog that cannot be
+// read is left out of the scrape (and counted), never reported as a stale number.
+type backlogCollector struct {
+	st    *jetstream.Store
+	parts func() []jetstream.Partition
+	log   zerolog.Logger
+
+	requests, trigger *prometheus.Desc
+	errors            *prometheus.CounterVec
+
+	mu     sync.Mutex
+	readAt time.Time
+	cached []prometheus.Metric
+}
+
+const (
+	backlogTimeout = 2 * time.Second
+	backlogTTL     = 2 * time.Second
+)
+
+func newBacklogCollector(st *jetstream.Store, parts func() []jetstream.Partition, log zerolog.Logger) *backlogCollector {
+	c := &backlogCollector{st: st, parts: parts, log: log,
+		requests: prometheus.NewDesc("compactor_request_backlog",
+			"Compaction requests in the work queue: waiting for a worker, or in progress (held by a worker, not acknowledged yet). The same for every process: take max, not sum.",
+			[]string{"state"}, nil),
+		trigger: prometheus.NewDesc("compactor_trigger_backlog",
+			"Chat messages the trigger consumers of this process's partitions have not counted: waiting, or in progress. Sum over the processes (with one partition, every trigger process reports the same consumer: take max).",
+			[]string{"state"}, nil),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "compactor_backlog_read_errors_total",
+			Help: "Scrapes whose backlog could not be read from JetStream in time (the gauge is then missing from the scrape)."},
+			[]string{"consumer"}),
+	}
+	c.errors.WithLabelValues("requests")
+	if parts != nil {
+		c.errors.WithLabelValues("trigger")
+	}
+	return c
+}
+
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.requests
+	ch <- c.trigger
+	c.errors.Describe(ch)
+}
+
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, m := range c.read() {
+		ch <- m
+	}
+	c.errors.Collect(ch)
+}
+
+func (c *backlogCollector) read() []prometheus.Metric {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.readAt) < backlogTTL {
+		return c.cached
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), backlogTimeout)
+	defer cancel()
+	var out []prometheus.Metric
+	add := func(desc *prometheus.Desc, name string, b jetstream.Backlog, err error) {
+		if err != nil {
+			c.errors.WithLabelValues(name).Inc()
+			c.log.Debug().Err(err).Str("consumer", name).Msg("read backlog for metrics")
+			return
+		}
+		out = append(out,
+			prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(b.Waiting), "waiting"),
+			prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(b.InProgress), "in_progress"))
+	}
+	var (
+		wg       sync.WaitGroup
+		req, trg jetstream.Backlog
+		rerr     error
+		terr     error
+	)
+	wg.Go(func() { req, rerr = c.st.RequestBacklog(ctx) })
+	if c.parts != nil {
+		wg.Go(func() { trg, terr = c.st.TriggerBacklog(ctx, c.parts()) })
+	}
+	wg.Wait()
+	add(c.requests, "requests", req, rerr)
+	if c.parts != nil {
+		add(c.trigger, "trigger", trg, terr)
+	}
+	c.readAt, c.cached = time.Now(), out
+	return out
+}
