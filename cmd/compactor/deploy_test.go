@@ -1476,6 +1476,9 @@ func (d *deployment) checkHelm(p *problems) {
 	if dig(d.helm, "config", "jetstream", "fileStore", "enabled") == false || dig(d.helm, "config", "jetstream", "fileStore", "pvc", "enabled") == false {
 		p.addf("%s: the JetStream fileStore or its PVC is off: the data would go with the pod", where)
 	}
+	if dig(d.helm, "config", "jetstream", "memoryStore", "enabled") != true {
+		p.addf("%s: the JetStream memoryStore is off: a partitioned trigger's members bucket (%s) is in memory", where, jetstream.DefaultConfig().Names.TriggersBucket)
+	}
 	if dig(d.helm, "config", "monitor", "enabled") == false {
 		p.addf("%s: config.monitor is off: KEDA's nats-jetstream scaler reads the monitoring port", where)
 	}
@@ -1747,6 +1750,7 @@ func TestDeployChecksCatchBrokenManifests(t *testing.T) {
 		{"Helm: replicas not the streams'", helmValuesPath, []edit{{"replicas: 3", "replicas: 5"}}, "COMPACTOR_REPLICAS=3"},
 		{"Helm: no JetStream", helmValuesPath, []edit{{"  jetstream:\n    enabled: true", "  jetstream:\n    enabled: false"}}, "config.jetstream.enabled"},
 		{"Helm: no PVC", helmValuesPath, []edit{{"      pvc:\n        enabled: true", "      pvc:\n        enabled: false"}}, "PVC is off"},
+		{"Helm: no memory store", helmValuesPath, []edit{{"    memoryStore:\n      enabled: true", "    memoryStore:\n      enabled: false"}}, "memoryStore is off"},
 		{"Helm: no monitoring", helmValuesPath, []edit{{"  monitor:\n    enabled: true", "  monitor:\n    enabled: false"}}, "config.monitor is off"},
 		{"Helm: include last", helmValuesPath, []edit{{"00$include: accounts.conf", "zz$include: accounts.conf"}}, "sorts after"},
 		{"Helm: no include", helmValuesPath, []edit{{"00$include: accounts.conf", "00$include: users.conf"}}, "does not $include"},
