@@ -480,7 +480,9 @@ func TestPublishReportWhenInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"publish", "intr"}, stdio{in: pr, out: out, err: errOut}, os.LookupEnv) }()
+	go func() {
+		done <- run(ctx, []string{"publish", "intr"}, stdio{in: pr, out: out, err: errOut}, os.LookupEnv)
+	}()
 	for i := range 3 {
 		fmt.Fprintf(pw, `{"role":"user","content":"message %d"}`+"\n", i)
 	}

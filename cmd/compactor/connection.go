@@ -68,8 +68,8 @@ func (c *connection) name(field string) string {
 // connFlags are the connection flags of a command, named as the nats CLI names them.
 type connFlags struct {
 	server, creds, nkey, token, user, password, tlsCA, tlsCert, tlsKey, inbox *string
-	context                                                                  *string
-	noContext                                                                *bool
+	context                                                                   *string
+	noContext                                                                 *bool
 }
 
 var flagNames = map[string]string{
