@@ -99,7 +99,7 @@ func TestServeAndCLI(t *testing.T) {
 	if err == nil || exitCode(err) != exitError || !strings.Contains(errOut, "line 18") || !strings.Contains(errOut, "unknown role") {
 		t.Fatalf("publish with one bad line: err %v (exit %d), stderr %q; want line 18 reported and exit 1", err, exitCode(err), errOut)
 	}
-	if want := fmt.Sprintf("read 18 lines: 17 published (seq 1 to 17), 1 not published (lines 18; see above)"); !strings.Contains(err.Error(), want) {
+	if want := "read 18 lines: 17 published (seq 1 to 17), 1 not published (lines 18; see above)"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("publish report = %q; want %q", err, want)
 	}
 	if n := len(strings.Fields(out)); n != len(msgs) {
@@ -687,5 +687,26 @@ func TestProgressBar(t *testing.T) {
 	}
 	if newProgress(&b, func(string) (string, bool) { return "", false }, "x", "B", 1) != nil {
 		t.Error("a progress bar on a writer that is not a terminal")
+	}
+}
+
+// On a terminal the bench's progress lines scroll above a bar of the measurements,
+// which moves to the measurement each line names.
+func TestBenchProgressFollowsTheMeasurements(t *testing.T) {
+	var b strings.Builder
+	now := time.Unix(0, 0)
+	bar := startProgress(&b, "bench", "measurements", 3, func() time.Time { now = now.Add(time.Second); return now })
+	p := &benchProgress{bar: bar, steps: []string{"tokens", "ingest", "heap"}}
+	fmt.Fprintf(p, "[   0.1s] token economics: 3 sessions\n[   2.0s] server: a nats-server process\n[   3.0s] ingest: raw Jet")
+	if !strings.Contains(b.String(), "server: a nats-server process") || strings.Contains(b.String(), "raw Jet") {
+		t.Fatalf("drawn %q; want whole lines only", b.String())
+	}
+	fmt.Fprintf(p, "Stream, 4000 messages\n")
+	if got := bar.render(); !strings.Contains(got, "[========>               ]  33%  1 measurements/3 measurements") || !strings.HasSuffix(got, "ingest (2 of 3)") {
+		t.Fatalf("bar = %q; want the second of three measurements", got)
+	}
+	fmt.Fprintf(p, "[  9.0s] new conversations: a trigger of 4 partitions\n")
+	if got := bar.render(); !strings.HasSuffix(got, "heap (3 of 3)") {
+		t.Fatalf("bar = %q; want the heap measurement", got)
 	}
 }

@@ -33,7 +33,7 @@ const envPrefix = "COMPACTOR"
 // (envconfig) and the environment tier of the policy keys (Policy, one variable per
 // key of policy.Keys). Only cmd reads the environment.
 type Env struct {
-	NATSURL  string `envconfig:"NATS_URL" desc:"NATS server URL(s), comma separated; empty runs an embedded server (serve) or connects to COMPACTOR_LISTEN (other commands)"`
+	NATSURL  string `envconfig:"NATS_URL" desc:"NATS server URL(s), comma separated; empty: serve runs an embedded server, the other commands take NATS_URL or a nats CLI context, else COMPACTOR_LISTEN"`
 	Listen   string `envconfig:"LISTEN" default:"127.0.0.1:4222" desc:"host:port the embedded NATS server listens on"`
 	DataDir  string `envconfig:"DATA_DIR" default:"compactor-data" desc:"where the embedded NATS server stores JetStream data"`
 	Roles    string `envconfig:"ROLES" default:"trigger,worker,api" desc:"roles serve runs, comma-separated: trigger, worker, api (the compactor service)"`
@@ -456,5 +456,8 @@ func printEnvHelp(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s%s\n", k.Env(), k.Default, k.Doc, scope)
 	}
 	fmt.Fprintf(tw, "  OPENAI_BASE_URL, OPENAI_API_KEY\t\tused when COMPACTOR_LLM_BASE_URL and the key are empty\n")
+	fmt.Fprintf(tw, "\nThe nats CLI's settings (publish, context, compact, status, policy, forget; below the flags and COMPACTOR_NATS_*):\n")
+	fmt.Fprintf(tw, "  NATS_URL, NATS_CREDS, NATS_NKEY, NATS_TOKEN,\t\t\n  NATS_USER, NATS_PASSWORD, NATS_CA, NATS_CERT,\t\t\n  NATS_KEY, NATS_INBOX_PREFIX\t\tas the nats CLI reads them\n")
+	fmt.Fprintf(tw, "  NATS_CONTEXT\t\tthe nats CLI context to use (like --context); else the one `nats context select` chose\n")
 	return tw.Flush()
 }

@@ -62,7 +62,6 @@ func TestConnectionPrecedence(t *testing.T) {
 		url, user, password, token, inbox string
 		local                             bool
 		urlFrom, authFrom                 string
-		err                               string
 	}
 	for _, tc := range []struct {
 		name    string
