@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/exec"
 	"os"
 	"path/filepath"
 	"strings"
@@ -708,5 +709,48 @@ func TestBenchProgressFollowsTheMeasurements(t *testing.T) {
 	fmt.Fprintf(p, "[  9.0s] new conversations: a trigger of 4 partitions\n")
 	if got := bar.render(); !strings.HasSuffix(got, "heap (3 of 3)") {
 		t.Fatalf("bar = %q; want the heap measurement", got)
+	}
+}
+
+// A real ctrl-C (SIGINT) ends a command with exit 130 and its report, SIGTERM with 143:
+// main turns the signal into the command's cancellation and its exit code.
+func TestSignalsEndCommandsWithTheirCodes(t *testing.T) {
+	bin := buildCompactor(t)
+	env := testEnv(t, 128000)
+	withStack(t, env, nil)
+	for i, tc := range []struct {
+		sig  syscall.Signal
+		code int
+	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
+		conv := fmt.Sprintf("sig-%d", i)
+		cmd := exec.Command(bin, "publish", conv)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stdin.Close()
+		out, errOut := &syncBuffer{}, &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, errOut
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(stdin, `{"role":"user","content":"hi"}`)
+		eventually(t, 10*time.Second, "the first sequence", func() bool {
+			if strings.Contains(errOut.String(), "compactor: ") {
+				t.Fatalf("publish failed: %s", errOut)
+			}
+			return strings.TrimSpace(out.String()) != ""
+		})
+		if err := cmd.Process.Signal(tc.sig); err != nil {
+			t.Fatal(err)
+		}
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != tc.code {
+			t.Fatalf("publish after %v: %v; want exit %d\n%s", tc.sig, err, tc.code, errOut)
+		}
+		if want := "compactor: interrupted: " + conv + ": read 1 lines: 1 published (seq " + strings.TrimSpace(out.String()); !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr after %v = %q; want %q", tc.sig, errOut, want)
+		}
 	}
 }

@@ -85,7 +85,7 @@ func defineConnFlags(fs *flagSet, contexts bool) *connFlags {
 		c.server = fs.String("server", "s", "URL", "NATS server URL(s), comma-separated")
 		if contexts {
 			c.context = fs.String("context", "", "NAME", "nats CLI context to use (a name, or a .json file)")
-			c.noContext = fs.Bool("no-context", "", "ignore the nats CLI's selected context")
+			c.noContext = fs.Bool("no-context", "", "use no nats CLI context (neither NATS_CONTEXT nor the selected one)")
 		}
 		c.creds = fs.String("creds", "", "FILE", "credentials file (user JWT and NKey seed)")
 		c.nkey = fs.String("nkey", "", "FILE", "file holding a user NKey seed")
@@ -165,12 +165,20 @@ func resolveConnection(env Env, cf *connFlags, contexts bool) (*connection, erro
 		}
 		sources = append(sources, natsEnvSource(lookup))
 		name, how := "", ""
-		if cf != nil && cf.context != nil && *cf.context != "" {
+		noContext := cf != nil && cf.noContext != nil && *cf.noContext
+		switch {
+		case cf != nil && cf.context != nil && *cf.context != "":
+			if noContext {
+				return nil, usagef("--context and --no-context contradict each other: use one")
+			}
 			name, how = *cf.context, "--context"
-		} else if v, ok := lookup("NATS_CONTEXT"); ok && v != "" {
-			name, how = v, "NATS_CONTEXT"
+		case noContext: // no context at all, as the nats CLI's --no-context
+		default:
+			if v, ok := lookup("NATS_CONTEXT"); ok && v != "" {
+				name, how = v, "NATS_CONTEXT"
+			}
 		}
-		if name == "" && (cf == nil || cf.noContext == nil || !*cf.noContext) {
+		if name == "" && !noContext {
 			sel, err := selectedContext(lookup)
 			if err != nil {
 				return nil, err
