@@ -224,12 +224,14 @@ func (f *fakeLLM) callCount() int {
 func testEnv(t *testing.T, window int) Env {
 	t.Helper()
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, envPrefix+"_") || strings.HasPrefix(kv, "OPENAI_") {
+		if strings.HasPrefix(kv, envPrefix+"_") || strings.HasPrefix(kv, "OPENAI_") || strings.HasPrefix(kv, "NATS_") {
 			k, _, _ := strings.Cut(kv, "=")
 			t.Setenv(k, "")
 			os.Unsetenv(k)
 		}
 	}
+	// No nats CLI context of the machine's user: the commands would connect with it.
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	e, err := loadEnv(func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
