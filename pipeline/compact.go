@@ -39,8 +39,8 @@ var ErrNoService = errors.New("no compactor service answered on " + CompactSubje
 var ErrBusy = errors.New("the compactor service is busy")
 
 // ServiceError is an error answer of the compactor service. A 400 (bad input; the
-// description names the field and the rule) matches schemas.ErrInvalid, a 503 (retry
-// later) matches ErrBusy.
+// description names the field and the rule) matches schemas.ErrInvalid, a 404 (the
+// conversation has nothing stored) ErrNotFound, a 503 (retry later) ErrBusy.
 type ServiceError struct {
 	Subject     string
 	Code        int
@@ -51,9 +51,10 @@ func (e *ServiceError) Error() string {
 	return fmt.Sprintf("%s: %s (code %d)", e.Subject, e.Description, e.Code)
 }
 
-// Is makes a 400 match schemas.ErrInvalid and a 503 ErrBusy.
+// Is makes a 400 match schemas.ErrInvalid, a 404 ErrNotFound and a 503 ErrBusy.
 func (e *ServiceError) Is(target error) bool {
-	return target == schemas.ErrInvalid && e.Code == 400 || target == ErrBusy && e.Code == 503
+	return target == schemas.ErrInvalid && e.Code == 400 || target == ErrNotFound && e.Code == 404 ||
+		target == ErrBusy && e.Code == 503
 }
 
 // CompactOption configures one Compact call.

@@ -11,7 +11,8 @@ import (
 // no value in KV. The library itself never returns it from a read (reading a
 // conversation before its first message is normal for a service: its context is
 // empty); Exists tells the two apart for callers to whom an unknown id is a mistake,
-// such as the compactor command.
+// such as the compactor command. Compact returns it (a 404 of the service): a
+// compaction of nothing would write a value for a conversation that is not there.
 var ErrNotFound = errors.New("conversation not found")
 
 // Exists reports whether anything is stored for conv: a message in CHAT, or a value in

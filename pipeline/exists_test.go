@@ -84,6 +84,11 @@ func TestServiceBusyMatchesErrBusy(t *testing.T) {
 		}
 		defer sub.Unsubscribe()
 		c := pipeline.NewWithStore(nc, st)
+		for _, conv := range []string{"first", "second"} {
+			if _, err := c.Publish(ctx, conv, schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hello")}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		first := make(chan error, 1)
 		wctx, cancel := context.WithCancel(ctx)
 		defer cancel()

@@ -223,9 +223,15 @@ func (f *fakeLLM) callCount() int {
 // testEnv is the defaults of every COMPACTOR_ variable with a small window.
 func testEnv(t *testing.T, window int) Env {
 	t.Helper()
+	// The nats CLI's own variables go too (the commands read them), but not every NATS_
+	// one: a test may have set others for itself (rolesServer's passwords).
+	natsCLI := map[string]bool{"NATS_CONTEXT": true}
+	for _, k := range natsEnvVars {
+		natsCLI[k] = true
+	}
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, envPrefix+"_") || strings.HasPrefix(kv, "OPENAI_") || strings.HasPrefix(kv, "NATS_") {
-			k, _, _ := strings.Cut(kv, "=")
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, envPrefix+"_") || strings.HasPrefix(k, "OPENAI_") || natsCLI[k] {
 			t.Setenv(k, "")
 			os.Unsetenv(k)
 		}
