@@ -185,6 +185,9 @@ func TestRequestCompactionIsBusyWhilePending(t *testing.T) {
 		ctx := ctxT(t)
 		startService(t, nc, st)
 		c := pipeline.NewWithStore(nc, st)
+		if _, err := c.Publish(ctx, "busy", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("count to ten")}); err != nil {
+			t.Fatal(err)
+		}
 		r1, err := c.RequestCompaction(ctx, "busy", "keep the numbers")
 		if err != nil || r1.Status != pipeline.StatusQueued || r1.RequestID == "" {
 			t.Fatalf("first request = %+v, %v; want queued with an id", r1, err)
@@ -237,6 +240,9 @@ func TestCompactWaitsForTheOutcome(t *testing.T) {
 			_ = st.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "waited", RequestID: "job-1", Generation: 1, At: time.Now()})
 		}()
 		c := pipeline.NewWithStore(nc, st)
+		if _, err := c.Publish(ctx, "waited", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hello")}); err != nil {
+			t.Fatal(err)
+		}
 		r, err := c.Compact(ctx, "waited", pipeline.RequestID("job-1"), pipeline.Instructions("keep it short"), pipeline.Wait(10*time.Second))
 		if err != nil || r.Status != pipeline.StatusCompleted || r.RequestID != "job-1" || r.Result == nil || r.Result.Summary != "short" {
 			t.Fatalf("Compact with Wait = %+v, %v; want completed with the value", r, err)

@@ -33,8 +33,14 @@ const CompactSubject = schemas.CompactSubject
 var ErrNoService = errors.New("no compactor service answered on " + CompactSubject +
 	": run `compactor serve` (any COMPACTOR_ROLES) against this NATS")
 
+// ErrBusy is matched by a 503 answer of the compactor service: it cannot take the
+// request now (too many compactions waiting for their outcome, or the instance is
+// stopping) and nothing was done; retry later.
+var ErrBusy = errors.New("the compactor service is busy")
+
 // ServiceError is an error answer of the compactor service. A 400 (bad input; the
-// description names the field and the rule) matches schemas.ErrInvalid.
+// description names the field and the rule) matches schemas.ErrInvalid, a 404 (the
+// conversation has nothing stored) ErrNotFound, a 503 (retry later) ErrBusy.
 type ServiceError struct {
 	Subject     string
 	Code        int
@@ -45,8 +51,11 @@ func (e *ServiceError) Error() string {
 	return fmt.Sprintf("%s: %s (code %d)", e.Subject, e.Description, e.Code)
 }
 
-// Is makes a 400 match schemas.ErrInvalid.
-func (e *ServiceError) Is(target error) bool { return target == schemas.ErrInvalid && e.Code == 400 }
+// Is makes a 400 match schemas.ErrInvalid, a 404 ErrNotFound and a 503 ErrBusy.
+func (e *ServiceError) Is(target error) bool {
+	return target == schemas.ErrInvalid && e.Code == 400 || target == ErrNotFound && e.Code == 404 ||
+		target == ErrBusy && e.Code == 503
+}
 
 // CompactOption configures one Compact call.
 type CompactOption func(*compactOptions)

@@ -177,11 +177,11 @@ func TestAuthEveryMethodServeAndCLI(t *testing.T) {
 			if err != nil || !strings.Contains(out, "hello over a secured connection") {
 				t.Fatalf("context = %q, %v; want the published message", out, err)
 			}
-			out, _, err = cli(t, "", "status", "auth-conv")
+			out, _, err = cli(t, "", "status", "auth-conv", "--json")
 			if err != nil || !strings.Contains(out, `"context_messages": 1`) {
 				t.Fatalf("status auth-conv = %q, %v; want one message", out, err)
 			}
-			out, _, err = cli(t, "", "compact", "auth-conv", "--wait", "20s")
+			out, _, err = cli(t, "", "compact", "auth-conv", "--wait", "20s", "--json")
 			if err != nil || !strings.Contains(out, `"status": "declined"`) {
 				t.Fatalf("compact = %q, %v; want declined (nothing to compact)", out, err)
 			}

@@ -1,99 +1,157 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 
 	"github.com/compactor/compactor/cmd/compactor/bench"
 )
 
-// benchCmd measures Compactor against plain JetStream (package bench): progress on
-// stderr, the table (or with --json one JSON object) on stdout.
-func benchCmd(ctx context.Context, args []string, std stdio) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	quick := fs.Bool("quick", false, "")
-	asJSON := fs.Bool("json", false, "")
-	url := fs.String("nats-url", "", "")
-	server := fs.String("nats-server", "", "")
-	corpus := fs.String("corpus", "", "")
-	charts := fs.String("charts", "", "")
-	doc := fs.String("doc", "", "")
-	seed := fs.Uint64("seed", 1, "")
-	only := fs.String("only", "", "")
-	cpuProfile := fs.String("cpuprofile", "", "")
-	heapProfile := fs.String("heapprofile", "", "")
-	if err := fs.Parse(args); err != nil {
-		return usagef("bench: %v", err)
-	}
-	if fs.NArg() > 0 {
-		return usagef("bench takes no arguments, only flags")
-	}
-	cfg := bench.Config{Quick: *quick, NATSURL: *url, NATSServer: *server, Corpus: *corpus, Seed: *seed, Progress: std.err, HeapProfile: *heapProfile}
-	if self, err := os.Executable(); err == nil {
-		cfg.Self = self
-	}
-	if cfg.Corpus == "" {
-		cfg.Corpus = bench.DefaultCorpus()
-	}
-	if *only != "" {
-		cfg.Only = strings.Split(*only, ",")
-		for _, m := range cfg.Only {
-			if !bench.Known(m) {
-				return usagef("bench: --only: unknown measurement %q (known: %s)", m, strings.Join(bench.Measurements, ", "))
+// benchCommand measures Compactor against plain JetStream (package bench): progress on
+// stderr, the table (or with --json one JSON object) on stdout. The bench runs its own
+// servers and pipeline: the environment's are not its.
+var benchCommand = &command{
+	name: "bench", interruptible: true,
+	summary: "measure Compactor against plain JetStream on the same server (docs/benchmarks.md)",
+	about: `Progress goes to stderr (on a terminal, with a bar of the measurements done), a
+Markdown table (or --json, one object) to stdout, PNG charts into --charts, the whole
+docs/benchmarks.md into --doc. Without --nats-url it starts --nats-server (default
+nats-server on PATH, else one go build makes of the version go.mod pins), else an
+embedded server, which the output notes. Measurements: ` + strings.Join(bench.Measurements, ", ") + `.`,
+	define: func(fs *flagSet) func(context.Context, *call) error {
+		quick := fs.Bool("quick", "", "under a minute: smaller workloads, the table only")
+		asJSON := fs.JSON()
+		url := fs.String("nats-url", "", "URL", "measure against this NATS server instead of starting one")
+		server := fs.String("nats-server", "", "PATH", "the nats-server binary to start")
+		corpus := fs.String("corpus", "", "DIR", "the corpus of *.jsonl transcripts (default ../shared/corpus beside the module)")
+		charts := fs.String("charts", "", "DIR", "write PNG charts into DIR")
+		doc := fs.String("doc", "", "FILE", "write the whole benchmarks document to FILE")
+		seed := fs.Uint64("seed", "N", "seed of the simulations (default 1)")
+		only := fs.String("only", "", "M1,M2", "run only these measurements")
+		cpuProfile := fs.String("cpuprofile", "", "FILE", "write a CPU profile of this process (client, trigger, workers) for go tool pprof")
+		heapProfile := fs.String("heapprofile", "", "FILE", "write the heap once the trigger tracks every conversation")
+		return func(ctx context.Context, c *call) error {
+			if len(c.args) > 0 {
+				return usagef("bench takes no arguments, only flags")
+			}
+			if *seed == 0 {
+				*seed = 1
+			}
+			cfg := bench.Config{Quick: *quick, NATSURL: *url, NATSServer: *server, Corpus: *corpus, Seed: *seed, Progress: c.std.err, HeapProfile: *heapProfile}
+			if self, err := os.Executable(); err == nil {
+				cfg.Self = self
+			}
+			if cfg.Corpus == "" {
+				cfg.Corpus = bench.DefaultCorpus()
+			}
+			// In the order bench.Run measures them.
+			steps := []string{"tokens", "ingest", "latency", "read", "cost", "scaleout", "heap"}
+			if *only != "" {
+				cfg.Only = strings.Split(*only, ",")
+				for _, m := range cfg.Only {
+					if !bench.Known(m) {
+						return usagef("--only: unknown measurement %q (known: %s)", m, strings.Join(bench.Measurements, ", "))
+					}
+				}
+				steps = slices.DeleteFunc(steps, func(m string) bool { return !slices.Contains(cfg.Only, m) })
+			}
+			if bar := newProgress(c.std.err, c.lookup, "bench", "measurements", int64(len(steps))); bar != nil {
+				defer bar.finish()
+				cfg.Progress = &benchProgress{bar: bar, steps: steps}
+			}
+			if *cpuProfile != "" {
+				f, err := os.Create(*cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			rep, err := bench.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			rep.Command = "go run ./cmd/compactor bench " + strings.Join(c.raw, " ")
+			if *charts != "" {
+				files, err := rep.WriteCharts(*charts)
+				if err != nil {
+					return fmt.Errorf("charts: %w", err)
+				}
+				for _, f := range files {
+					fmt.Fprintf(c.std.err, "chart: %s\n", f)
+				}
+			}
+			if *doc != "" {
+				if err := os.MkdirAll(filepath.Dir(*doc), 0o755); err != nil {
+					return err
+				}
+				f, err := os.Create(*doc)
+				if err != nil {
+					return err
+				}
+				err = rep.WriteMarkdown(f)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return fmt.Errorf("doc: %w", err)
+				}
+				fmt.Fprintf(c.std.err, "doc: %s\n", *doc)
+			}
+			if *asJSON {
+				return rep.WriteJSON(c.std.out)
+			}
+			return rep.WriteTable(c.std.out)
+		}
+	},
+}
+
+// benchProgress shows the bench's progress lines above a bar of the measurements done:
+// a line naming a measurement moves the bar to it.
+type benchProgress struct {
+	bar     *progress
+	steps   []string
+	current int
+	pending []byte
+}
+
+// benchStepOf names the measurement a progress line is about, by its prefix.
+var benchStepOf = map[string]string{
+	"token economics:": "tokens", "ingest:": "ingest", "latency:": "latency", "read:": "read", "cost:": "cost",
+	"scale-out:": "scaleout", "heap:": "heap", "new conversations:": "heap",
+}
+
+func (p *benchProgress) Write(b []byte) (int, error) {
+	p.pending = append(p.pending, b...)
+	for {
+		i := bytes.IndexByte(p.pending, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		line := string(p.pending[:i])
+		p.pending = p.pending[i+1:]
+		// "[  12.3s] ingest: ..." names its measurement after the elapsed time.
+		text := line
+		if _, after, ok := strings.Cut(line, "] "); ok {
+			text = after
+		}
+		for prefix, step := range benchStepOf {
+			if strings.HasPrefix(text, prefix) {
+				if i := slices.Index(p.steps, step); i >= 0 {
+					p.current = i
+				}
 			}
 		}
+		p.bar.println(line)
+		p.bar.set(int64(p.current), fmt.Sprintf("%s (%d of %d)", p.steps[p.current], p.current+1, len(p.steps)))
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	rep, err := bench.Run(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	rep.Command = "go run ./cmd/compactor bench " + strings.Join(args, " ")
-	if *charts != "" {
-		files, err := rep.WriteCharts(*charts)
-		if err != nil {
-			return fmt.Errorf("charts: %w", err)
-		}
-		for _, f := range files {
-			fmt.Fprintf(std.err, "chart: %s\n", f)
-		}
-	}
-	if *doc != "" {
-		if err := os.MkdirAll(filepath.Dir(*doc), 0o755); err != nil {
-			return err
-		}
-		f, err := os.Create(*doc)
-		if err != nil {
-			return err
-		}
-		err = rep.WriteMarkdown(f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("doc: %w", err)
-		}
-		fmt.Fprintf(std.err, "doc: %s\n", *doc)
-	}
-	if *asJSON {
-		return rep.WriteJSON(std.out)
-	}
-	return rep.WriteTable(std.out)
 }

@@ -5,275 +5,792 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
 
-// clientURL is where the client commands connect: COMPACTOR_NATS_URL, or the embedded
-// server a local `compactor serve` runs on COMPACTOR_LISTEN.
-func clientURL(env Env) string {
-	if env.NATSURL != "" {
-		return env.NATSURL
-	}
-	return "nats://" + env.Listen
-}
+var serveCommand = &command{
+	name: "serve", args: "[--update-streams]", conn: explicitConn,
+	summary: "run the pipeline: trigger, summarizer workers and the compactor service (the default command)",
+	about: `With no COMPACTOR_NATS_URL (nor -s/--server), an embedded NATS server listens on
+COMPACTOR_LISTEN and stores its data in COMPACTOR_DATA_DIR. Missing streams, buckets and
+consumers are created; existing ones are never changed: a setting that differs stops
+start-up, naming it, unless --update-streams (or COMPACTOR_UPDATE_STREAMS=true) applies it
+on purpose. While NATS or JetStream is not ready, serve retries. SIGINT or SIGTERM drains
+the work in flight (COMPACTOR_DRAIN_TIMEOUT) and exits 0.
 
-// connect opens a client of a running compactor.
-func connect(ctx context.Context, env Env) (*pipeline.Client, *nats.Conn, error) {
-	nc, err := jetstream.Connect(clientURL(env), "compactor-cli", zerolog.Nop(), env.natsAuth().Option(), nats.Timeout(5*time.Second))
-	if err != nil {
-		return nil, nil, connectError(err)
-	}
-	c, err := pipeline.New(ctx, nc, pipeline.WithConfig(env.jetstream()))
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return c, nc, nil
-}
-
-// connectError adds to a failed connection what to check: whether NATS runs, or the
-// variables of the credentials or TLS it refused.
-func connectError(err error) error {
-	switch {
-	case jetstream.Unreachable(err):
-		return fmt.Errorf("%w (is `compactor serve` running, or COMPACTOR_NATS_URL set?)", err)
-	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
-		errors.Is(err, nats.ErrAccountAuthExpired):
-		return fmt.Errorf("%w (check COMPACTOR_NATS_CREDS, COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN, "+
-			"COMPACTOR_NATS_USER and COMPACTOR_NATS_PASSWORD, or the user in COMPACTOR_NATS_URL)", err)
-	case jetstream.Refused(err):
-		return fmt.Errorf("%w (check COMPACTOR_NATS_CA, COMPACTOR_NATS_CERT and COMPACTOR_NATS_KEY, "+
-			"and whether COMPACTOR_NATS_URL should be tls://)", err)
-	}
-	return err
-}
-
-// oneConversation parses "<conv> [flags]" (flags may also come first).
-func oneConversation(fs *flag.FlagSet, args []string) (string, error) {
-	fs.SetOutput(io.Discard)
-	var conv string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return "", usagef("%s: %v", fs.Name(), err)
+serve connects with its flags and the COMPACTOR_NATS_* variables only: it creates streams
+where it connects, so it never takes a server from NATS_URL or a nats CLI context.`,
+	define: func(fs *flagSet) func(context.Context, *call) error {
+		update := fs.Bool("update-streams", "", "apply this process's settings to existing streams, buckets and consumers whose settings differ")
+		return func(ctx context.Context, c *call) error {
+			if len(c.args) > 0 {
+				return usagef("serve takes no arguments, got %s", strings.Join(quoteAll(c.args), " "))
+			}
+			env, err := c.loadEnv()
+			if err != nil {
+				return err
+			}
+			conn, err := resolveConnection(env, c.conn, false)
+			if err != nil {
+				return err
+			}
+			if !conn.local {
+				a := conn.auth
+				env.NATSURL = conn.url
+				env.NATSCreds, env.NATSNKey, env.NATSToken, env.NATSUser, env.NATSPassword = a.CredsFile, a.NKeyFile, a.Token, a.User, a.Password
+				env.NATSCA, env.NATSCert, env.NATSKey = a.CAFile, a.CertFile, a.KeyFile
+			}
+			env.NATSInbox = conn.auth.InboxPrefix
+			if *update {
+				env.UpdateStreams = true
+			}
+			return serve(ctx, env, c.std)
 		}
-		args = fs.Args()
-		if len(args) == 0 {
-			break
-		}
-		if conv != "" {
-			return "", usagef("%s takes one conversation id, got %q and %q", fs.Name(), conv, args[0])
-		}
-		conv, args = args[0], args[1:]
-	}
-	if conv == "" {
-		return "", usagef("%s needs a conversation id", fs.Name())
-	}
-	if err := schemas.ValidateConversationID(conv); err != nil {
-		return "", usagef("%v", err)
-	}
-	return conv, nil
+	},
 }
 
-// maxLine bounds one JSONL line on stdin.
+// maxLine bounds one JSONL line on stdin (raised to fit COMPACTOR_MAX_OBJECT_SIZE).
 const maxLine = 64 << 20
 
-func publishCmd(ctx context.Context, env Env, args []string, std stdio) error {
-	fs := flag.NewFlagSet("publish", flag.ContinueOnError)
-	idPrefix := fs.String("msg-id-prefix", "", "make a re-run of the same input idempotent: line N gets Nats-Msg-Id <prefix>-N; ids are de-duplicated across the whole CHAT stream, so use a fresh prefix (a UUID) for every other input")
-	conv, err := oneConversation(fs, args)
-	if err != nil {
-		return err
+// publishTimeout bounds one message's publish; ctrl-C lets the one in flight finish
+// within it, so the report counts it exactly.
+const publishTimeout = 30 * time.Second
+
+var publishCommand = &command{
+	name: "publish", args: "<conv>", conn: fullConn, interruptible: true,
+	summary: "publish JSONL chat messages read from stdin; prints one stream sequence per line",
+	about: `Each line of stdin is one OpenAI chat message (see the wire contract); blank lines are
+skipped. A line that is not a valid message, or that the stream refuses, is reported on
+stderr with its number and the rest go on. At the end (also after ctrl-C, which lets the
+message in flight finish and reads no more) a report says how many lines were read,
+published and not published; --json prints it as one JSON object instead of the
+sequences. Exit 0 when every message was published, 1 when some were not, 130 when
+interrupted.
+
+A message over the NATS server's max payload is stored as an object and published as a
+stub naming it (README, "Large messages"); one that cannot be (its tool calls, name and
+metadata alone are over the limit, or its content is over COMPACTOR_MAX_OBJECT_SIZE) is
+refused, naming the limit and what to change.
+
+On a terminal, stderr shows a progress bar (by bytes when stdin is a file).`,
+	define: func(fs *flagSet) func(context.Context, *call) error {
+		idPrefix := fs.String("msg-id-prefix", "", "P", "line N gets Nats-Msg-Id P-N, so re-running the same input stores nothing twice; ids are de-duplicated across the whole CHAT stream for 2 minutes, so use a fresh prefix (a UUID) for every other input")
+		asJSON := fs.JSON()
+		return func(ctx context.Context, c *call) error {
+			conv, err := c.conversation()
+			if err != nil {
+				return err
+			}
+			cl, nc, err := c.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			env, _ := c.loadEnv()
+			return publishLines(ctx, c, cl, conv, *idPrefix, *asJSON, int(max(maxLine, env.MaxObject+1<<20)))
+		}
+	},
+}
+
+// publishReport is what publish did, also when interrupted.
+type publishReport struct {
+	Conversation string `json:"conversation"`
+	// Lines counts the lines read: Published + NotPublished + Blank.
+	Lines        int         `json:"lines"`
+	Published    int         `json:"published"`
+	NotPublished int         `json:"not_published"`
+	Blank        int         `json:"blank"`
+	FirstSeq     uint64      `json:"first_seq,omitempty"`
+	LastSeq      uint64      `json:"last_seq,omitempty"`
+	Interrupted  bool        `json:"interrupted"`
+	Errors       []lineError `json:"errors,omitempty"`
+	// ErrorsOmitted counts the errors past the first 100, which are only on stderr.
+	ErrorsOmitted int `json:"errors_omitted,omitempty"`
+}
+
+type lineError struct {
+	Line  int    `json:"line"`
+	Error string `json:"error"`
+}
+
+func (r *publishReport) String() string {
+	s := fmt.Sprintf("%s: read %s lines: %s published", r.Conversation, thousands(r.Lines), thousands(r.Published))
+	if r.Published > 0 {
+		s += fmt.Sprintf(" (seq %d to %d)", r.FirstSeq, r.LastSeq)
 	}
-	c, nc, err := connect(ctx, env)
-	if err != nil {
-		return err
+	s += fmt.Sprintf(", %s not published", thousands(r.NotPublished))
+	if n := len(r.Errors); n > 0 {
+		lines := make([]string, 0, min(n, 10))
+		for _, e := range r.Errors[:min(n, 10)] {
+			lines = append(lines, fmt.Sprint(e.Line))
+		}
+		more := ""
+		if n+r.ErrorsOmitted > 10 {
+			more = ", …"
+		}
+		s += fmt.Sprintf(" (lines %s%s; see above)", strings.Join(lines, ", "), more)
 	}
-	defer nc.Close()
-	sc := bufio.NewScanner(std.in)
-	sc.Buffer(make([]byte, 0, 1<<20), maxLine)
-	line, failed, published := 0, 0, 0
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
+	if r.Blank > 0 {
+		s += fmt.Sprintf(", %s blank", thousands(r.Blank))
+	}
+	return s
+}
+
+// inputLine is one line of stdin: its bytes, or how long it was when over the limit,
+// or the error that ended the input.
+type inputLine struct {
+	text    []byte
+	tooLong int64
+	read    int64 // bytes of input read through this line
+	err     error
+}
+
+// readLines sends the lines of r until its end or quit. A line over limit is skipped
+// (its length reported) without holding it in memory.
+func readLines(r io.Reader, limit int, out chan<- inputLine, quit <-chan struct{}) {
+	defer close(out)
+	br := bufio.NewReaderSize(r, 1<<20)
+	var read int64
+	send := func(l inputLine) bool {
+		select {
+		case out <- l:
+			return true
+		case <-quit:
+			return false
+		}
+	}
+	for {
+		var line []byte
+		var long int64
+		for {
+			chunk, err := br.ReadSlice('\n')
+			read += int64(len(chunk))
+			switch {
+			case long > 0 || len(line)+len(chunk) > limit:
+				long += int64(len(line) + len(chunk))
+				line = nil
+			default:
+				line = append(line, chunk...)
+			}
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			if err != nil && !errors.Is(err, io.EOF) {
+				send(inputLine{err: err, read: read})
+				return
+			}
+			if len(line) > 0 || long > 0 {
+				if !send(inputLine{text: line, tooLong: long, read: read}) {
+					return
+				}
+			}
+			if err != nil { // EOF
+				return
+			}
+			break
+		}
+	}
+}
+
+func publishLines(ctx context.Context, c *call, cl *pipeline.Client, conv, idPrefix string, asJSON bool, limit int) error {
+	var total int64
+	if f, ok := c.std.in.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			total = fi.Size()
+		}
+	}
+	bar := newProgress(c.std.err, c.lookup, "publish "+conv, "B", total)
+	defer bar.finish()
+	report := func(line string) {
+		if bar != nil {
+			bar.println(line)
+			return
+		}
+		fmt.Fprintln(c.std.err, line)
+	}
+	lines := make(chan inputLine)
+	quit := make(chan struct{})
+	defer close(quit)
+	go readLines(c.std.in, limit, lines, quit)
+
+	r := &publishReport{Conversation: conv}
+	var readErr error
+	out := bufio.NewWriter(c.std.out)
+	defer out.Flush()
+	fail := func(n int, msg string) {
+		r.NotPublished++
+		if len(r.Errors) < 100 {
+			r.Errors = append(r.Errors, lineError{Line: n, Error: msg})
+		} else {
+			r.ErrorsOmitted++
+		}
+		report(fmt.Sprintf("line %d: %s", n, msg))
+	}
+loop:
+	for {
+		if ctx.Err() != nil {
+			r.Interrupted = true
+			break
+		}
+		var l inputLine
+		var ok bool
+		select {
+		case <-ctx.Done():
+			r.Interrupted = true
+			break loop
+		case l, ok = <-lines:
+		}
+		if !ok {
+			break
+		}
+		if l.err != nil {
+			readErr = l.err
+			break
+		}
+		r.Lines++
+		n := r.Lines
+		bar.set(l.read, fmt.Sprintf("line %s", thousands(n)))
+		text := strings.TrimSpace(string(l.text))
+		switch {
+		case l.tooLong > 0:
+			fail(n, fmt.Sprintf("the line is %d bytes, over the %d a line may have (COMPACTOR_MAX_OBJECT_SIZE plus 1 MiB, at least 64 MiB); nothing was stored", l.tooLong, limit))
+			continue
+		case text == "":
+			r.Blank++
 			continue
 		}
 		m, err := schemas.DecodeMessage([]byte(text))
-		if err == nil {
-			var opts []pipeline.PublishOption
-			if *idPrefix != "" {
-				opts = append(opts, pipeline.MsgID(fmt.Sprintf("%s-%d", *idPrefix, line)))
-			}
-			var seq uint64
-			if seq, err = c.Publish(ctx, conv, m, opts...); err == nil {
-				published++
-				fmt.Fprintln(std.out, seq)
-				continue
+		if err != nil {
+			fail(n, err.Error())
+			continue
+		}
+		var opts []pipeline.PublishOption
+		if idPrefix != "" {
+			opts = append(opts, pipeline.MsgID(fmt.Sprintf("%s-%d", idPrefix, n)))
+		}
+		// ctrl-C does not cut a publish short: its outcome is then known and counted.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+		seq, err := cl.Publish(pctx, conv, m, opts...)
+		cancel()
+		if err != nil {
+			fail(n, explainPublishError(err))
+			continue
+		}
+		r.Published++
+		if r.FirstSeq == 0 {
+			r.FirstSeq = seq
+		}
+		r.LastSeq = seq
+		if !asJSON {
+			fmt.Fprintln(out, seq)
+			if bar == nil {
+				out.Flush() // a reader of a pipe sees each sequence as it is stored
 			}
 		}
-		failed++
-		fmt.Fprintf(std.err, "line %d: %v\n", line, err)
-		if ctx.Err() != nil {
-			break
+	}
+	bar.finish()
+	out.Flush()
+	if asJSON {
+		if err := writeJSON(c.std.out, r); err != nil {
+			return err
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read stdin after line %d: %w", line, err)
+	switch {
+	case r.Interrupted:
+		return interrupted(ctx, "interrupted: %s; the rest of the input was not read", r)
+	case readErr != nil:
+		return fmt.Errorf("read stdin after line %d: %w; %s", r.Lines, readErr, r)
+	case r.NotPublished > 0:
+		return errors.New(r.String())
 	}
-	if failed > 0 {
-		return fmt.Errorf("%d of %d messages not published (see above)", failed, failed+published)
+	if !asJSON {
+		fmt.Fprintln(c.std.err, r)
 	}
 	return nil
 }
 
-func contextCmd(ctx context.Context, env Env, args []string, std stdio) error {
-	fs := flag.NewFlagSet("context", flag.ContinueOnError)
-	raw := fs.Bool("raw", false, "keep Compactor's metadata on messages")
-	maxTokens := fs.Int("max-tokens", 0, "cut the context at read time to this many tokens")
-	atLeast := fs.Uint64("at-least-seq", 0, "wait until the read covers this sequence")
-	conv, err := oneConversation(fs, args)
+// explainPublishError adds what to do to a message that is too large.
+func explainPublishError(err error) string {
+	msg := err.Error()
+	switch {
+	case !errors.Is(err, pipeline.ErrTooLarge):
+	case strings.Contains(msg, "max object size"):
+		msg += "; split its content over several messages, or raise COMPACTOR_MAX_OBJECT_SIZE (up to 1 GiB; the same on every compactor process)"
+	default:
+		msg += "; shorten its tool call arguments, name or metadata (only its content, reasoning and extra are stored aside), or raise max_payload in the NATS server's configuration"
+	}
+	return msg
+}
+
+// notFound is the error of a conversation with nothing stored.
+func notFound(conv string) error {
+	return newError(pipeline.ErrNotFound, nil, "conversation %s not found: nothing was published to it, or it was forgotten", conv)
+}
+
+// mustExist fails with notFound when conv has nothing stored.
+func mustExist(ctx context.Context, cl *pipeline.Client, conv string) error {
+	ok, err := cl.Exists(ctx, conv)
 	if err != nil {
 		return err
 	}
-	c, nc, err := connect(ctx, env)
-	if err != nil {
-		return err
+	if !ok {
+		return notFound(conv)
 	}
-	defer nc.Close()
-	var opts []pipeline.ContextOption
-	if *raw {
-		opts = append(opts, pipeline.Raw())
-	}
-	if *maxTokens > 0 {
-		opts = append(opts, pipeline.MaxTokens(*maxTokens))
-	}
-	if *atLeast > 0 {
-		opts = append(opts, pipeline.AtLeastSeq(*atLeast))
-	}
-	cx, err := c.Context(ctx, conv, opts...)
-	if err != nil {
-		return err
-	}
-	w := bufio.NewWriter(std.out)
-	for i := range cx.Messages {
-		b, err := cx.Messages[i].Encode()
-		if err != nil {
-			return err
+	return nil
+}
+
+var contextCommand = &command{
+	name: "context", args: "<conv>", conn: fullConn, interruptible: true,
+	summary: "print what a model should be sent (pinned + summary + tail), one message per line (JSONL)",
+	about: `The summary of the read goes to stderr (generation, messages, tokens, tail start), and
+each message left out (an invalid one, an incomplete tool round) with its reason. --json
+prints one JSON object instead: the messages with their sequences and that summary.
+A conversation with nothing stored is not found (exit 3).`,
+	define: func(fs *flagSet) func(context.Context, *call) error {
+		raw := fs.Bool("raw", "", "keep Compactor's metadata on messages (tokens, usage, context_generation, meta)")
+		maxTokens := fs.Int("max-tokens", "N", "cut the context at read time to N tokens (flagged degraded)")
+		atLeast := fs.Uint64("at-least-seq", "SEQ", "wait until the read covers sequence SEQ (the one publish printed): read-your-writes")
+		asJSON := fs.JSON()
+		return func(ctx context.Context, c *call) error {
+			conv, err := c.conversation()
+			if err != nil {
+				return err
+			}
+			if *maxTokens < 0 {
+				return usagef("--max-tokens must not be negative")
+			}
+			cl, nc, err := c.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if err := mustExist(ctx, cl, conv); err != nil {
+				return err
+			}
+			var opts []pipeline.ContextOption
+			if *raw {
+				opts = append(opts, pipeline.Raw())
+			}
+			if *maxTokens > 0 {
+				opts = append(opts, pipeline.MaxTokens(*maxTokens))
+			}
+			if *atLeast > 0 {
+				opts = append(opts, pipeline.AtLeastSeq(*atLeast))
+			}
+			cx, err := cl.Context(ctx, conv, opts...)
+			if errors.Is(err, pipeline.ErrNotCovered) {
+				return newError(errTimeout, err, "%s has not reached sequence %d yet (--at-least-seq): was it published to this conversation?", conv, *atLeast)
+			}
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(c.std.out, struct {
+					Conversation string             `json:"conversation"`
+					Generation   uint64             `json:"generation"`
+					TailStartSeq uint64             `json:"tail_start_seq"`
+					HasSummary   bool               `json:"has_summary"`
+					Tokens       int                `json:"tokens"`
+					Degraded     bool               `json:"degraded"`
+					Messages     []schemas.Message  `json:"messages"`
+					Seqs         []uint64           `json:"seqs"`
+					Skipped      []pipeline.Skipped `json:"skipped"`
+				}{conv, cx.Generation, cx.TailStartSeq, cx.HasSummary, cx.Tokens, cx.Degraded, nonNil(cx.Messages), nonNil(cx.Seqs), nonNil(cx.Skipped)})
+			}
+			w := bufio.NewWriter(c.std.out)
+			for i := range cx.Messages {
+				b, err := cx.Messages[i].Encode()
+				if err != nil {
+					return err
+				}
+				w.Write(b)
+				w.WriteByte('\n')
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			for _, s := range cx.Skipped {
+				fmt.Fprintf(c.std.err, "skipped seq %d: %s\n", s.Seq, s.Reason)
+			}
+			degraded := ""
+			if cx.Degraded {
+				degraded = " (degraded to fit --max-tokens)"
+			}
+			fmt.Fprintf(c.std.err, "%s: generation %d, %d messages, about %s tokens, tail from seq %d%s\n",
+				conv, cx.Generation, len(cx.Messages), thousands(cx.Tokens), cx.TailStartSeq, degraded)
+			return nil
 		}
-		w.Write(b)
-		w.WriteByte('\n')
+	},
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
 	}
-	if err := w.Flush(); err != nil {
-		return err
+	return s
+}
+
+var compactCommand = &command{
+	name: "compact", args: "<conv>", conn: fullConn, interruptible: true,
+	summary: "ask for a compaction now; --wait waits for its outcome",
+	about: `Asks the compactor service (compactor.compact). Without --wait it returns once the
+request is queued. With --wait D it waits up to D for the outcome: completed (exit 0, with
+the new generation), declined (exit 0: the guard found nothing worth compacting, and says
+why), failed (exit 5), or none yet (exit 6: the request stays queued or in progress).
+A compaction already pending is busy (exit 4): this request and its instructions were
+not queued; ask again when it completes. A conversation with nothing stored is not found
+(exit 3) and nothing is queued. ctrl-C while waiting prints the request's id, to follow
+it with compactor status or on compact.event.<conv> (exit 130).`,
+	define: func(fs *flagSet) func(context.Context, *call) error {
+		instructions := fs.String("instructions", "", "TEXT", "extra wishes for the summarizer (data, never overriding its rules)")
+		wait := fs.Duration("wait", "D", "wait up to D (e.g. 30s) for the outcome; the service caps it at 5m")
+		asJSON := fs.JSON()
+		return func(ctx context.Context, c *call) error {
+			conv, err := c.conversation()
+			if err != nil {
+				return err
+			}
+			if *wait < 0 {
+				return usagef("--wait must not be negative")
+			}
+			cl, nc, err := c.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if err := mustExist(ctx, cl, conv); err != nil {
+				return err
+			}
+			// The id is ours, so that an interrupted wait can name the request to follow.
+			id := schemas.NewRequestID()
+			events := "compact.event." + conv
+			r, err := cl.Compact(ctx, conv, pipeline.RequestID(id), pipeline.Instructions(*instructions), pipeline.Wait(*wait))
+			if err != nil {
+				if ctx.Err() != nil {
+					return interrupted(ctx, "interrupted: compaction request %s of %s was sent and may be queued or in progress; "+
+						"follow it with `compactor status %s`, or its outcome on %s (request_id %s)", id, conv, conv, events, id)
+				}
+				return serviceError(err)
+			}
+			if *asJSON {
+				if err := writeJSON(c.std.out, r); err != nil {
+					return err
+				}
+			}
+			switch r.Status {
+			case pipeline.StatusBusy:
+				pending := ""
+				if r.RequestID != "" {
+					pending = " (request " + r.RequestID + ")"
+				}
+				return newError(errBusy, nil, "busy: a compaction of %s is already pending%s; this request and its instructions were not queued: "+
+					"ask again when it completes (its outcome is published on %s)", conv, pending, events)
+			case pipeline.StatusFailed:
+				return newError(errFailed, nil, "compaction of %s failed (request %s): %s; the previous result stays", conv, r.RequestID, r.Error)
+			case pipeline.StatusQueued:
+				if *wait > 0 {
+					return newError(errTimeout, nil, "no outcome within %s: request %s of %s stays queued or in progress; "+
+						"follow it with `compactor status %s`, or its outcome on %s", *wait, r.RequestID, conv, conv, events)
+				}
+				if !*asJSON {
+					fmt.Fprintf(c.std.out, "queued: request %s of %s; its outcome will be published on %s\n", r.RequestID, conv, events)
+				}
+			case pipeline.StatusCompleted:
+				if !*asJSON {
+					fmt.Fprintf(c.std.out, "completed: %s\n", describeResult(r.Result, r.RequestID))
+					if r.Error != "" {
+						fmt.Fprintf(c.std.out, "note: %s\n", r.Error)
+					}
+				}
+			case pipeline.StatusDeclined:
+				if !*asJSON {
+					fmt.Fprintf(c.std.out, "declined: %s (request %s); nothing changed\n", r.Error, r.RequestID)
+				}
+			default:
+				if !*asJSON {
+					return writeJSON(c.std.out, r)
+				}
+			}
+			return nil
+		}
+	},
+}
+
+// describeResult is one line about a value written by a compaction.
+func describeResult(v *schemas.Result, requestID string) string {
+	if v == nil {
+		return "request " + requestID
 	}
+	s := fmt.Sprintf("generation %d, %s → %s tokens (%s → %s messages), tail from seq %d (request %s)", v.Generation,
+		thousands(v.TokensBefore), thousands(v.TokensAfter), thousands(v.MessagesBefore), thousands(v.MessagesAfter), v.TailStartSeq, requestID)
+	if v.Fallback {
+		s += "; an extractive fallback summary (no LLM)"
+	}
+	return s
+}
+
+var statusCommand = &command{
+	name: "status", args: "[<conv>]", conn: fullConn, interruptible: true,
+	summary: "one conversation's compaction state, or the pipeline's streams and consumers",
+	about: `With <conv>: its generation, tokens before and after the last compaction, where the
+tail starts, what a read shows now, and any decline (exit 3 when it has nothing stored).
+Without: every stream (messages, bytes, subjects) and consumer (pending, waiting for an
+ack, redelivered), and with a partitioned trigger each partition's owner.`,
+	define: func(fs *flagSet) func(context.Context, *call) error {
+		asJSON := fs.JSON()
+		return func(ctx context.Context, c *call) error {
+			if len(c.args) > 1 {
+				return usagef("status takes at most one conversation id, got %d arguments", len(c.args))
+			}
+			if len(c.args) == 1 {
+				if err := schemas.ValidateConversationID(c.args[0]); err != nil {
+					return usagef("%v", err)
+				}
+			}
+			cl, nc, err := c.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			if len(c.args) == 0 {
+				env, _ := c.loadEnv()
+				st, err := jetstream.Open(ctx, nc, env.jetstream())
+				if err != nil {
+					return err
+				}
+				s := st.Status(ctx)
+				if *asJSON {
+					return writeJSON(c.std.out, s)
+				}
+				return writePipelineStatus(c.std.out, s)
+			}
+			conv := c.args[0]
+			if err := mustExist(ctx, cl, conv); err != nil {
+				return err
+			}
+			v, err := cl.Result(ctx, conv)
+			if err != nil {
+				return err
+			}
+			cx, err := cl.Context(ctx, conv)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return writeJSON(c.std.out, map[string]any{
+					"conversation": conv, "context_tokens": cx.Tokens, "context_messages": len(cx.Messages),
+					"skipped": nonNil(cx.Skipped), "value": v,
+				})
+			}
+			return writeConversationStatus(c.std.out, conv, v, cx)
+		}
+	},
+}
+
+func writeConversationStatus(w io.Writer, conv string, v *schemas.Result, cx *pipeline.Context) error {
+	tw := tabwriter.NewWriter(w, 2, 0, 3, ' ', 0)
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	row("conversation", "%s", conv)
+	switch {
+	case v == nil || v.Generation == 0:
+		row("generation", "0 (nothing compacted yet)")
+	default:
+		row("generation", "%d", v.Generation)
+		row("compacted", "%s, %s (request %s)", v.CreatedAt.Local().Format(time.RFC3339), orDash(v.Trigger), orDash(v.RequestID))
+		row("tokens", "%s before, %s after (%s → %s messages)", thousands(v.TokensBefore), thousands(v.TokensAfter),
+			thousands(v.MessagesBefore), thousands(v.MessagesAfter))
+		row("summary", "%s characters%s", thousands(len([]rune(v.Summary))), map[bool]string{true: ", extractive fallback (no LLM)"}[v.Fallback])
+		if v.Strategy != "" {
+			row("strategy", "%s", v.Strategy)
+		}
+		row("tail from seq", "%d", v.TailStartSeq)
+	}
+	if v != nil && v.DeclinedAtSeq > 0 {
+		row("declined", "the last compaction was declined at seq %d (it waits for the conversation to grow)", v.DeclinedAtSeq)
+	}
+	row("context now", "%s messages, about %s tokens", thousands(len(cx.Messages)), thousands(cx.Tokens))
 	for _, s := range cx.Skipped {
-		fmt.Fprintf(std.err, "skipped seq %d: %s\n", s.Seq, s.Reason)
+		row("skipped", "seq %d: %s", s.Seq, s.Reason)
 	}
-	fmt.Fprintf(std.err, "%s: generation %d, %d messages, about %d tokens, tail from seq %d%s\n",
-		conv, cx.Generation, len(cx.Messages), cx.Tokens, cx.TailStartSeq, map[bool]string{true: " (degraded to fit --max-tokens)"}[cx.Degraded])
-	return nil
+	return tw.Flush()
 }
 
-func compactCmd(ctx context.Context, env Env, args []string, std stdio) error {
-	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
-	instructions := fs.String("instructions", "", "extra wishes for the summarizer (data, never overriding its rules)")
-	wait := fs.Duration("wait", 0, "wait up to this long for the outcome (the service caps it at 5m)")
-	conv, err := oneConversation(fs, args)
-	if err != nil {
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func writePipelineStatus(w io.Writer, s jetstream.Status) error {
+	streams := [][]string{{"STREAM", "MESSAGES", "BYTES", "SUBJECTS", "ERROR"}}
+	for _, st := range s.Streams {
+		streams = append(streams, []string{st.Name, thousands(st.Messages), humanBytes(st.Bytes), thousands(st.Subjects), st.Error})
+	}
+	consumers := [][]string{{"CONSUMER", "STREAM", "PENDING", "ACK PENDING", "REDELIVERED", "WAITING PULLS", "PARTITION", "OWNER", "ERROR"}}
+	for _, c := range s.Consumers {
+		consumers = append(consumers, []string{c.Name, c.Stream, thousands(c.Pending), thousands(c.AckPending),
+			thousands(c.Redelivered), thousands(c.Waiting), c.Partition, c.Owner, c.Error})
+	}
+	if err := writeTable(w, streams); err != nil {
 		return err
 	}
-	if *wait < 0 {
-		return usagef("--wait must not be negative")
-	}
-	c, nc, err := connect(ctx, env)
-	if err != nil {
+	fmt.Fprintln(w)
+	if err := writeTable(w, consumers); err != nil {
 		return err
 	}
-	defer nc.Close()
-	opts := []pipeline.CompactOption{pipeline.Instructions(*instructions), pipeline.Wait(*wait)}
-	r, err := c.Compact(ctx, conv, opts...)
-	if err != nil {
-		return err
+	if len(s.TriggerMembers) > 0 {
+		fmt.Fprintf(w, "\ntrigger members: %s\n", strings.Join(s.TriggerMembers, ", "))
 	}
-	if err := writeJSON(std.out, r); err != nil {
-		return err
-	}
-	switch r.Status {
-	case pipeline.StatusBusy:
-		return errors.New("a compaction is already pending for this conversation; your instructions were not queued: ask again when it completes")
-	case pipeline.StatusFailed:
-		return fmt.Errorf("compaction failed: %s", r.Error)
-	case pipeline.StatusQueued:
-		if *wait > 0 {
-			return fmt.Errorf("no outcome yet: %s", r.Error)
-		}
+	if s.TriggerMembersError != "" {
+		fmt.Fprintf(w, "\ntrigger members: %s\n", s.TriggerMembersError)
 	}
 	return nil
 }
 
-// forgetCmd deletes a conversation everywhere through the compactor service
-// (compactor.forget), which holds the purge rights, and prints what was deleted
-// (schemas.ForgetResponse).
-func forgetCmd(ctx context.Context, env Env, args []string, std stdio) error {
-	conv, err := oneConversation(flag.NewFlagSet("forget", flag.ContinueOnError), args)
-	if err != nil {
-		return err
+// writeTable writes rows (the first is the header) in aligned columns, leaving out the
+// columns no row fills.
+func writeTable(w io.Writer, rows [][]string) error {
+	var keep []int
+	for col := range rows[0] {
+		for _, r := range rows[1:] {
+			if r[col] != "" {
+				keep = append(keep, col)
+				break
+			}
+		}
 	}
-	c, nc, err := connect(ctx, env)
-	if err != nil {
-		return err
+	tw := tabwriter.NewWriter(w, 2, 0, 3, ' ', 0)
+	for _, r := range rows {
+		cells := make([]string, len(keep))
+		for i, col := range keep {
+			cells[i] = r[col]
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
-	defer nc.Close()
-	r, err := c.Forget(ctx, conv)
-	if err != nil {
-		return err
-	}
-	return writeJSON(std.out, r)
+	return tw.Flush()
 }
 
-func statusCmd(ctx context.Context, env Env, args []string, std stdio) error {
-	if len(args) > 1 {
-		return usagef("status takes at most one conversation id")
-	}
-	c, nc, err := connect(ctx, env)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if len(args) == 1 {
-		conv := args[0]
-		if err := schemas.ValidateConversationID(conv); err != nil {
-			return usagef("%v", err)
+var forgetCommand = &command{
+	name: "forget", args: "<conv>", conn: fullConn, interruptible: true,
+	summary: "delete the conversation everywhere, for good",
+	about: `Deletes, through the compactor service (compactor.forget): its messages, value and
+history, policy, pending request, idle timer, events, dead letters and stored objects.
+Work in flight does not bring it back; messages published to the same id afterwards start
+a new conversation. Prints what was deleted; forgetting a conversation with nothing
+stored is no error (every count is 0), so a forget can be repeated.`,
+	define: func(fs *flagSet) func(context.Context, *call) error {
+		asJSON := fs.JSON()
+		return func(ctx context.Context, c *call) error {
+			conv, err := c.conversation()
+			if err != nil {
+				return err
+			}
+			cl, nc, err := c.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			r, err := cl.Forget(ctx, conv)
+			if err != nil {
+				return serviceError(err)
+			}
+			if *asJSON {
+				return writeJSON(c.std.out, r)
+			}
+			fmt.Fprintf(c.std.out, "forgot %s through seq %d at %s; deleted:\n", r.Conversation, r.ThroughSeq, r.ForgottenAt.Local().Format(time.RFC3339))
+			d := r.Deleted
+			tw := tabwriter.NewWriter(c.std.out, 2, 0, 3, ' ', 0)
+			for _, row := range []struct {
+				what string
+				n    uint64
+			}{
+				{"chat messages", d.ChatMessages}, {"of them erased", d.ChatMessagesErased}, {"result revisions", d.ResultRevisions},
+				{"policy revisions", d.PolicyRevisions}, {"requests", d.Requests}, {"events", d.Events},
+				{"dead letters", d.DeadLetters}, {"activity markers", d.ActivityMarkers}, {"objects", d.Objects},
+			} {
+				fmt.Fprintf(tw, "  %s\t%s\n", row.what, thousands(row.n))
+			}
+			return tw.Flush()
 		}
-		v, err := c.Result(ctx, conv)
-		if err != nil {
-			return err
+	},
+}
+
+var versionCommand = &command{
+	name: "version", interruptible: true,
+	summary: "print the versions of compactor, Go and the wire contract",
+	define: func(fs *flagSet) func(context.Context, *call) error {
+		asJSON := fs.JSON()
+		return func(_ context.Context, c *call) error {
+			if len(c.args) > 0 {
+				return usagef("version takes no arguments")
+			}
+			v := buildVersion()
+			if *asJSON {
+				return writeJSON(c.std.out, v)
+			}
+			tw := tabwriter.NewWriter(c.std.out, 2, 0, 3, ' ', 0)
+			fmt.Fprintf(tw, "compactor\t%s\n", v.Version)
+			fmt.Fprintf(tw, "go\t%s %s/%s\n", v.Go, v.OS, v.Arch)
+			fmt.Fprintf(tw, "wire contract\tv%d\n", v.WireContract)
+			if v.Revision != "" {
+				mod := ""
+				if v.Modified {
+					mod = " (modified)"
+				}
+				fmt.Fprintf(tw, "revision\t%s%s %s\n", v.Revision, mod, v.RevisionTime)
+			}
+			return tw.Flush()
 		}
-		cx, err := c.Context(ctx, conv)
-		if err != nil {
-			return err
+	},
+}
+
+// versionInfo is what `compactor version` prints.
+type versionInfo struct {
+	// Version is the module's version: a release tag for go install module@version, a
+	// pseudo-version from the VCS for a build in a checkout, "(devel)" otherwise.
+	Version      string `json:"version"`
+	Go           string `json:"go"`
+	OS           string `json:"os"`
+	Arch         string `json:"arch"`
+	WireContract int    `json:"wire_contract"`
+	Revision     string `json:"revision,omitempty"`
+	RevisionTime string `json:"revision_time,omitempty"`
+	Modified     bool   `json:"modified,omitempty"`
+}
+
+func buildVersion() versionInfo {
+	v := versionInfo{Version: "(unknown)", Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, WireContract: schemas.SchemaVersion}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	if bi.Main.Version != "" {
+		v.Version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v.Revision = s.Value
+		case "vcs.time":
+			v.RevisionTime = s.Value
+		case "vcs.modified":
+			v.Modified = s.Value == "true"
 		}
-		return writeJSON(std.out, map[string]any{
-			"conversation": conv, "context_tokens": cx.Tokens, "context_messages": len(cx.Messages),
-			"skipped": cx.Skipped, "value": v,
-		})
 	}
-	st, err := jetstream.Open(ctx, nc, env.jetstream())
-	if err != nil {
-		return err
-	}
-	return writeJSON(std.out, st.Status(ctx))
+	return v
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -283,4 +800,14 @@ func writeJSON(w io.Writer, v any) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
+}
+
+// sortedKeys are m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -31,7 +33,7 @@ const envPrefix = "COMPACTOR"
 // (envconfig) and the environment tier of the policy keys (Policy, one variable per
 // key of policy.Keys). Only cmd reads the environment.
 type Env struct {
-	NATSURL  string `envconfig:"NATS_URL" desc:"NATS server URL(s), comma separated; empty runs an embedded server (serve) or connects to COMPACTOR_LISTEN (other commands)"`
+	NATSURL  string `envconfig:"NATS_URL" desc:"NATS server URL(s), comma separated; empty: serve runs an embedded server, the other commands take NATS_URL or a nats CLI context, else COMPACTOR_LISTEN"`
 	Listen   string `envconfig:"LISTEN" default:"127.0.0.1:4222" desc:"host:port the embedded NATS server listens on"`
 	DataDir  string `envconfig:"DATA_DIR" default:"compactor-data" desc:"where the embedded NATS server stores JetStream data"`
 	Roles    string `envconfig:"ROLES" default:"trigger,worker,api" desc:"roles serve runs, comma-separated: trigger, worker, api (the compactor service)"`
@@ -107,9 +109,30 @@ func (cs *counterSet) get(name string) (tokens.Counter, error) {
 
 // loadEnv reads and checks every variable; an error names the variable at fault.
 func loadEnv(lookup func(string) (string, bool)) (Env, error) {
+	e, err := readEnv(lookup)
+	if err != nil {
+		return e, err
+	}
+	return e, e.validate()
+}
+
+// loadClientEnv is loadEnv for the commands that resolve their connection with flags
+// and the nats CLI's sources (resolveConnection), which check the connection variables
+// together with them.
+func loadClientEnv(lookup func(string) (string, bool)) (Env, error) {
+	e, err := readEnv(lookup)
+	if err != nil {
+		return e, err
+	}
+	return e, e.validateSettings()
+}
+
+// readEnv reads every variable; a value of the wrong type is named with what it should
+// look like.
+func readEnv(lookup func(string) (string, bool)) (Env, error) {
 	var e Env
-	if err := envconfig.Process(envPrefix, &e); err != nil {
-		return e, fmt.Errorf("configuration: %w", err)
+	if err := readVariables(&e, lookup); err != nil {
+		return e, err
 	}
 	e.lookup = lookup
 	e.counters = &counterSet{bpes: map[string]*bpe.Counter{}}
@@ -133,7 +156,69 @@ func loadEnv(lookup func(string) (string, bool)) (Env, error) {
 			return e, fmt.Errorf("configuration: COMPACTOR_CONFIG %s: %w", e.Config, err)
 		}
 	}
-	return e, e.validate()
+	return e, nil
+}
+
+// readVariables sets each field of e with an envconfig tag from COMPACTOR_<tag>, or its
+// default. Not envconfig.Process: it also reads the bare name when the prefixed one is
+// unset (NATS_URL for COMPACTOR_NATS_URL, LOG_LEVEL, WORKERS, ...), so variables meant
+// for other programs, the nats CLI's above all, configured Compactor.
+func readVariables(e *Env, lookup func(string) (string, bool)) error {
+	v := reflect.ValueOf(e).Elem()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		tag := f.Tag.Get("envconfig")
+		if tag == "" || f.Tag.Get("ignored") == "true" {
+			continue
+		}
+		key := envPrefix + "_" + tag
+		value, ok := lookup(key)
+		if !ok || value == "" { // set but empty is unset, as for the policy keys
+			if value, ok = f.Tag.Lookup("default"); !ok {
+				continue
+			}
+		}
+		field := v.Field(i)
+		var err error
+		switch {
+		case f.Type == reflect.TypeOf(time.Duration(0)):
+			var d time.Duration
+			if d, err = time.ParseDuration(value); err == nil {
+				field.SetInt(int64(d))
+			}
+		case field.Kind() == reflect.String:
+			field.SetString(value)
+		case field.Kind() == reflect.Int, field.Kind() == reflect.Int64:
+			var n int64
+			if n, err = strconv.ParseInt(strings.TrimSpace(value), 10, 64); err == nil {
+				field.SetInt(n)
+			}
+		case field.Kind() == reflect.Bool:
+			var b bool
+			if b, err = strconv.ParseBool(strings.TrimSpace(value)); err == nil {
+				field.SetBool(b)
+			}
+		default:
+			return fmt.Errorf("configuration: %s: field %s of type %s cannot be read", key, f.Name, f.Type)
+		}
+		if err != nil {
+			return fmt.Errorf("configuration: %s is %q: %s", key, value, wantOfType(f.Type.String()))
+		}
+	}
+	return nil
+}
+
+// wantOfType says what a value of a variable of type typ looks like.
+func wantOfType(typ string) string {
+	switch typ {
+	case "time.Duration":
+		return "want a duration with its unit, e.g. 30s, 2m or 1h30m"
+	case "bool":
+		return "want true or false"
+	case "int", "int64":
+		return "want a whole number"
+	}
+	return "want a value of type " + typ
 }
 
 func bad(name, format string, args ...any) error {
@@ -141,6 +226,14 @@ func bad(name, format string, args ...any) error {
 }
 
 func (e Env) validate() error {
+	if err := e.validateSettings(); err != nil {
+		return err
+	}
+	return e.validateAuth()
+}
+
+// validateSettings checks every variable but the NATS connection's.
+func (e Env) validateSettings() error {
 	if _, err := e.roles(); err != nil {
 		return err
 	}
@@ -181,9 +274,6 @@ func (e Env) validate() error {
 		if err := checkOTelEndpoint(e.OTelEndpoint); err != nil {
 			return bad("OTEL_ENDPOINT", "%v", err)
 		}
-	}
-	if err := e.validateAuth(); err != nil {
-		return err
 	}
 	if _, err := parseLevel(e.LogLevel); err != nil {
 		return bad("LOG_LEVEL", "%v", err)
@@ -372,5 +462,8 @@ func printEnvHelp(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s%s\n", k.Env(), k.Default, k.Doc, scope)
 	}
 	fmt.Fprintf(tw, "  OPENAI_BASE_URL, OPENAI_API_KEY\t\tused when COMPACTOR_LLM_BASE_URL and the key are empty\n")
+	fmt.Fprintf(tw, "\nThe nats CLI's settings (publish, context, compact, status, policy, forget; below the flags and COMPACTOR_NATS_*):\n")
+	fmt.Fprintf(tw, "  NATS_URL, NATS_CREDS, NATS_NKEY, NATS_TOKEN,\t\t\n  NATS_USER, NATS_PASSWORD, NATS_CA, NATS_CERT,\t\t\n  NATS_KEY, NATS_INBOX_PREFIX\t\tas the nats CLI reads them\n")
+	fmt.Fprintf(tw, "  NATS_CONTEXT\t\tthe nats CLI context to use (like --context); else the one `nats context select` chose\n")
 	return tw.Flush()
 }

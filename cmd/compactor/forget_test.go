@@ -185,7 +185,7 @@ func TestForgetCommand(t *testing.T) {
 	if _, _, err := cli(t, `{"role":"user","content":"NEEDLE-cli"}`+"\n", "publish", "cli-gone"); err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := cli(t, "", "forget", "cli-gone")
+	out, _, err := cli(t, "", "forget", "cli-gone", "--json")
 	if err != nil {
 		t.Fatalf("forget: %v", err)
 	}
@@ -197,7 +197,7 @@ func TestForgetCommand(t *testing.T) {
 		t.Fatalf("after compactor forget: %v", found)
 	}
 	for _, conv := range []string{"cli-gone", "never-there"} {
-		out, _, err := cli(t, "", "forget", conv)
+		out, _, err := cli(t, "", "forget", conv, "--json")
 		if err != nil || !strings.Contains(out, `"chat_messages": 0`) {
 			t.Fatalf("forget %s again: %s, %v; want nothing deleted and no error", conv, out, err)
 		}

@@ -223,13 +223,21 @@ func (f *fakeLLM) callCount() int {
 // testEnv is the defaults of every COMPACTOR_ variable with a small window.
 func testEnv(t *testing.T, window int) Env {
 	t.Helper()
+	// The nats CLI's own variables go too (the commands read them), but not every NATS_
+	// one: a test may have set others for itself (rolesServer's passwords).
+	natsCLI := map[string]bool{"NATS_CONTEXT": true}
+	for _, k := range natsEnvVars {
+		natsCLI[k] = true
+	}
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, envPrefix+"_") || strings.HasPrefix(kv, "OPENAI_") {
-			k, _, _ := strings.Cut(kv, "=")
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, envPrefix+"_") || strings.HasPrefix(k, "OPENAI_") || natsCLI[k] {
 			t.Setenv(k, "")
 			os.Unsetenv(k)
 		}
 	}
+	// No nats CLI context of the machine's user: the commands would connect with it.
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	e, err := loadEnv(func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)

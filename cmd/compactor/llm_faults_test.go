@@ -120,7 +120,7 @@ func TestKeysGoOnlyToTheirEndpoint(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			testEnv(t, 128000)
 			t.Setenv("COMPACTOR_CONFIG", path)
-			vars := map[string]string{"COMPACTOR_LLM_BASE_URL": a.srv.URL}
+			vars := map[string]string{"COMPACTOR_LLM_BASE_URL": a.srv.URL, "COMPACTOR_CONFIG": path}
 			for k, v := range tt.vars {
 				vars[k] = v
 			}

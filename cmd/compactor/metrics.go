@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -100,17 +99,9 @@ func newMetrics() *metrics {
 
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_build_info",
-		Help: "Always 1; the version label is the module version this binary was built from.", ConstLabels: prometheus.Labels{"version": buildVersion()}},
+		Help: "Always 1; the version label is the module version this binary was built from.", ConstLabels: prometheus.Labels{"version": buildVersion().Version}},
 		func() float64 { return 1 }))
 	return m
-}
-
-// buildVersion is the module version this binary was built from.
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(unknown)"
 }
 
 // JobDone is summarizer.Observer.

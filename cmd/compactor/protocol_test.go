@@ -453,7 +453,7 @@ func TestPolicyCommandAsksTheService(t *testing.T) {
 	}
 	t.Setenv("COMPACTOR_CONFIG", profiles)
 
-	out, _, err := cli(t, "", "policy", "get", "c1")
+	out, _, err := cli(t, "", "policy", "get", "c1", "--json")
 	if err != nil {
 		t.Fatalf("policy get: %v", err)
 	}
@@ -468,7 +468,7 @@ func TestPolicyCommandAsksTheService(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `profile "coding" does not exist`) {
 		t.Fatalf("policy set of a profile only the CLI knows: %v; want the server's refusal", err)
 	}
-	out, _, err = cli(t, "", "policy", "set", "c1", "threshold=0.7")
+	out, _, err = cli(t, "", "policy", "set", "c1", "threshold=0.7", "--json")
 	if err != nil || !strings.Contains(out, `"threshold"`) {
 		t.Fatalf("policy set threshold: %q, %v", out, err)
 	}

@@ -84,7 +84,7 @@ func newTracing(ctx context.Context, env Env) (*sdktrace.TracerProvider, error) 
 		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
 	}
 	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", "compactor"), attribute.String("service.version", buildVersion())),
+		resource.WithAttributes(attribute.String("service.name", "compactor"), attribute.String("service.version", buildVersion().Version)),
 		resource.WithFromEnv(), resource.WithTelemetrySDK(), resource.WithHost(), resource.WithProcessPID())
 	if err != nil {
 		return nil, fmt.Errorf("trace resource: %w", err)

@@ -46,6 +46,26 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 	if err != nil {
 		return nil, badRequest(err)
 	}
+	last, err := s.store.LastSeq(ctx, conv)
+	if err != nil {
+		return nil, internal(conv, err)
+	}
+	if last == 0 {
+		// Nothing in CHAT: a conversation with a value (its messages aged out) is still
+		// one; an id with nothing stored is a mistake (a typo, a forgotten conversation),
+		// and queueing it would write a declined marker, creating what was not there.
+		v, _, err := s.store.GetResult(ctx, conv, false)
+		if err != nil {
+			return nil, internal(conv, err)
+		}
+		if v == nil {
+			// A forgotten one is told so (409, as when the forget comes while queueing).
+			if tomb, err := s.store.Forgotten(ctx, conv); err == nil && tomb != nil {
+				return nil, forgottenError(conv)
+			}
+			return nil, &apiError{code: 404, msg: fmt.Sprintf("conversation %s not found: nothing was published to it; nothing was queued", conv)}
+		}
+	}
 	// With a wait, subscribe before queueing, so a fast outcome is not missed.
 	var w *waiter
 	if wait > 0 {
@@ -59,10 +79,6 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 		}()
 	}
 
-	last, err := s.store.LastSeq(ctx, conv)
-	if err != nil {
-		return nil, internal(conv, err)
-	}
 	now := time.Now().UTC()
 	r := schemas.Request{RequestID: id, Conversation: conv, Trigger: schemas.TriggerManual,
 		Reason: "requested through " + schemas.CompactSubject, Instructions: in.Instructions, RequestedAt: now, UpToSeq: last}

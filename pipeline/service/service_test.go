@@ -223,8 +223,20 @@ func pendingRequest(t *testing.T, st *jetstream.Store, conv string) schemas.Requ
 	return *r
 }
 
+// stored publishes a message to each conversation: compactor.compact refuses one with
+// nothing stored (404).
+func stored(t *testing.T, st *jetstream.Store, convs ...string) {
+	t.Helper()
+	for _, conv := range convs {
+		if _, err := st.PublishMessage(svcCtx(t), conv, []byte(`{"role":"user","content":"hello"}`), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestServiceCompactIsQueuedThenBusy(t *testing.T) {
 	s := startService(t, service.Config{})
+	stored(t, s.st, "c1")
 	events := watchEvents(t, s.client)
 	var first schemas.CompactResponse
 	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"c1","instructions":"keep every path"}`, &first)
@@ -268,6 +280,7 @@ func TestServiceCompactIsQueuedThenBusy(t *testing.T) {
 
 func TestServiceWaitAnswersItsOwnOutcome(t *testing.T) {
 	s := startService(t, service.Config{})
+	stored(t, s.st, "c2", "c3-"+schemas.EventFailed, "c3-"+schemas.EventDeclined)
 	ctx := svcCtx(t)
 	events := watchEvents(t, s.client)
 
@@ -323,6 +336,7 @@ func publishEvent(t *testing.T, st *jetstream.Store, ev schemas.Event) {
 
 func TestServiceWaitTimeoutAnswersQueued(t *testing.T) {
 	s := startService(t, service.Config{MaxWait: 300 * time.Millisecond})
+	stored(t, s.st, "slow")
 	var got schemas.CompactResponse
 	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"slow","wait_ms":600000}`, &got)
 	if got.Status != schemas.CompactQueued || got.RequestID == "" {
@@ -495,6 +509,7 @@ func TestServiceRefusesCompactWhenThePolicyIsInvalid(t *testing.T) {
 
 func TestServiceWaitsDoNotBlockOtherRequests(t *testing.T) {
 	s := startService(t, service.Config{MaxConcurrentWaits: 3})
+	stored(t, s.st, "w0", "w1", "w2", "w9", "nowait")
 	events := watchEvents(t, s.client)
 	var waits []<-chan *nats.Msg
 	for i := range 3 {
@@ -539,6 +554,7 @@ func TestServiceWaitsDoNotBlockOtherRequests(t *testing.T) {
 
 func TestServiceShutdownAnswersWaitsInFlight(t *testing.T) {
 	s := startService(t, service.Config{})
+	stored(t, s.st, "down")
 	events := watchEvents(t, s.client)
 	ch := asyncCall(s.client, schemas.CompactSubject, `{"conversation":"down","request_id":"r1","wait_ms":60000}`)
 	events.next(t, schemas.EventRequested, "down")
@@ -758,5 +774,32 @@ func TestServiceCompactOfAForgottenConversation(t *testing.T) {
 	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"waits"}`, &r)
 	if r.Status != schemas.CompactQueued {
 		t.Fatalf("compact of the new conversation: %+v; want queued", r)
+	}
+}
+
+// A compaction of a conversation with nothing stored (a typo, a forgotten one) is
+// refused with 404 and writes nothing: queued, it would have made a declined marker,
+// a value for a conversation that is not there.
+func TestServiceCompactOfAnUnknownConversationIsNotFound(t *testing.T) {
+	s := startService(t, service.Config{})
+	for _, body := range []string{`{"conversation":"ghost"}`, `{"conversation":"ghost","wait_ms":5000}`} {
+		code, desc := svcError(t, s.client, schemas.CompactSubject, body)
+		if code != "404" || !strings.Contains(desc, "ghost not found") || !strings.Contains(desc, "nothing was queued") {
+			t.Fatalf("compact %s: %s %q; want 404 naming the conversation", body, code, desc)
+		}
+	}
+	if found, _ := jstest.Scan(t, s.client, "ghost"); len(found) > 0 {
+		t.Fatalf("the refused compaction stored: %v", found)
+	}
+	// A value without messages (they aged out of CHAT) is still a conversation.
+	v := &schemas.Result{SchemaVersion: 1, Conversation: "aged", Generation: 1, Summary: "kept",
+		TailStartSeq: 9, CoveredThroughSeq: 8, RequestID: "r0", CreatedAt: time.Now().UTC()}
+	if _, err := s.st.PutResult(svcCtx(t), v, 0); err != nil {
+		t.Fatal(err)
+	}
+	var r schemas.CompactResponse
+	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"aged"}`, &r)
+	if r.Status != schemas.CompactQueued {
+		t.Fatalf("compact of a conversation with only a value: %+v; want queued", r)
 	}
 }
