@@ -33,7 +33,7 @@ import (
 // TestDockerfileBuildsAStaticBinary runs the Dockerfile's go build, as written, on the
 // build context `docker build .` sends (the repository less .dockerignore), and checks
 // the binary the final stage gets: static (it has no libc to link), stripped, without
-// the builder's paths, and runnable (compactor help).
+// the builder's paths, and runnable (compactor help, compactor version).
 func TestDockerfileBuildsAStaticBinary(t *testing.T) {
 	p := problems{}
 	d := loadDeployment(repoRoot, nil, &p)
@@ -90,11 +90,16 @@ func TestDockerfileBuildsAStaticBinary(t *testing.T) {
 	info, _ := os.Stat(out)
 	t.Logf("binary: %.1f MiB", float64(info.Size())/(1<<20))
 
-	help := exec.Command(out, "help")
-	help.Env = []string{} // as in the image: nothing but what the image sets
-	msg, err := help.CombinedOutput()
-	if err != nil || !strings.Contains(string(msg), "Usage:") {
-		t.Errorf("%s help: %v\n%s", out, err, msg)
+	for _, args := range [][]string{{"help"}, {"version"}} {
+		run := exec.Command(out, args...)
+		run.Env = []string{} // as in the image: nothing but what the image sets
+		msg, err := run.CombinedOutput()
+		if err != nil || len(bytes.TrimSpace(msg)) == 0 || args[0] == "help" && !strings.Contains(string(msg), "Usage:") {
+			t.Errorf("%s %s: %v\n%s", out, args[0], err, msg)
+		}
+		if args[0] == "version" {
+			t.Logf("compactor version: %s", bytes.TrimSpace(msg))
+		}
 	}
 }
 

@@ -464,9 +464,9 @@ func parseDockerfile(text string) ([]dockerStage, error) {
 	return stages, nil
 }
 
-// shellWords splits a command line as sh does for plain words and quotes; anything
+// dockerShellWords splits a command line as sh does for plain words and quotes; anything
 // that makes it more than one simple command is refused.
-func shellWords(s string) ([]string, error) {
+func dockerShellWords(s string) ([]string, error) {
 	var words []string
 	var w strings.Builder
 	inWord := false
@@ -518,7 +518,7 @@ func dockerGoBuild(stages []dockerStage) (*goBuild, error) {
 		if in.cmd != "RUN" || !strings.Contains(in.args, "go build") {
 			continue
 		}
-		words, err := shellWords(in.args)
+		words, err := dockerShellWords(in.args)
 		if err != nil {
 			return nil, fmt.Errorf("RUN %s: %v (run go build alone in its RUN)", in.args, err)
 		}
