@@ -122,6 +122,9 @@ func timeline(revs []jetstream.Revision, evs []schemas.Event) []Entry {
 	// revision); then newest first.
 	slices.SortStableFunc(out, func(a, b Entry) int { return a.At.Compare(b.At) })
 	slices.Reverse(out)
+	if out == nil {
+		out = []Entry{} // an empty timeline, not a missing one, in the JSON twin
+	}
 	return out
 }
 

@@ -641,6 +641,7 @@ func TestGapsAreShownNotErrors(t *testing.T) {
 	if _, err := kv.Put(ctx, "g", []byte(`{"schema_version":2,"conversation":"g"}`)); err != nil {
 		t.Fatal(err)
 	}
+	c = view.Conversation{}
 	f.getJSON(t, "/api/c/g", &c)
 	if c.Value != nil || len(c.Notes) == 0 || !strings.Contains(strings.Join(c.Notes, " "), "schema_version 2") ||
 		c.Timeline[0].Kind != view.KindInvalid {
@@ -650,6 +651,7 @@ func TestGapsAreShownNotErrors(t *testing.T) {
 	if err := kv.Delete(ctx, "g"); err != nil {
 		t.Fatal(err)
 	}
+	c = view.Conversation{}
 	f.getJSON(t, "/api/c/g", &c)
 	if c.Value != nil || c.Timeline[0].Kind != view.KindDeleted || len(c.Context.Tail) != 20 {
 		t.Errorf("deleted value: value %v first entry %+v tail %d", c.Value, c.Timeline[0], len(c.Context.Tail))
@@ -658,9 +660,26 @@ func TestGapsAreShownNotErrors(t *testing.T) {
 		t.Errorf("page after delete: %d", code)
 	}
 	// A conversation that never existed has an empty page, not an error.
+	code, _, body := f.get(t, "/api/c/nobody")
+	if code != http.StatusOK || !strings.Contains(body, `"timeline": []`) {
+		t.Errorf("unknown conversation: %d %s", code, body)
+	}
+	c = view.Conversation{}
 	f.getJSON(t, "/api/c/nobody", &c)
 	if c.Value != nil || len(c.Timeline) != 0 || c.LastSeq != 0 || c.Gauge.Tokens != 0 {
 		t.Errorf("unknown conversation: %+v", c)
+	}
+	// A forgotten conversation: its tombstone, nothing else.
+	if _, err := f.st.Forget(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	c = view.Conversation{}
+	f.getJSON(t, "/api/c/g", &c)
+	if c.Forgotten == nil || c.Forgotten.ThroughSeq != seqs[19] || len(c.Timeline) != 0 || len(c.Context.Tail) != 0 {
+		t.Errorf("forgotten conversation: forgotten %+v timeline %v tail %d", c.Forgotten, c.Timeline, len(c.Context.Tail))
+	}
+	if code, _, page := f.get(t, "/c/g"); code != http.StatusOK || !strings.Contains(page, "forgotten") {
+		t.Errorf("page of a forgotten conversation: %d", code)
 	}
 }
 
