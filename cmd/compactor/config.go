@@ -81,6 +81,10 @@ type Env struct {
 
 	lookup   func(string) (string, bool)
 	counters *counterSet
+
+	// The web view for people (cmd/compactor/view.go, README "The web view").
+	ViewListen string `envconfig:"VIEW_LISTEN" desc:"serve, api role: host:port of the read-only web view (conversations, token gauges, compaction timelines, summaries and tails); empty: off. It shows conversation content: set COMPACTOR_VIEW_TOKEN, which is required on any address but loopback"`
+	ViewToken  string `envconfig:"VIEW_TOKEN" desc:"the web view's credential (at least 16 characters), sent as a bearer token or as the basic-auth password; never logged. Empty: the view answers only requests to localhost"`
 }
 
 // counterSet builds each token counter once and shares it.
@@ -274,6 +278,9 @@ func (e Env) validateSettings() error {
 		if err := checkOTelEndpoint(e.OTelEndpoint); err != nil {
 			return bad("OTEL_ENDPOINT", "%v", err)
 		}
+	}
+	if err := e.validateView(); err != nil {
+		return err
 	}
 	if _, err := parseLevel(e.LogLevel); err != nil {
 		return bad("LOG_LEVEL", "%v", err)

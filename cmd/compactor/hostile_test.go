@@ -62,7 +62,9 @@ func TestAFloodOfTinyMessagesIsCompactedAndStarvesNoOne(t *testing.T) {
 	const n = 10000
 	var acks []natsjs.PubAckFuture
 	for i := range n {
-		f, err := js.PublishAsync(subj, fmt.Appendf(nil, `{"role":"user","content":"%d"}`, i))
+		// A publisher with 4,000 acks outstanding waits for them rather than failing
+		// (the default 200 ms stall failed in CI on a loaded machine).
+		f, err := js.PublishAsync(subj, fmt.Appendf(nil, `{"role":"user","content":"%d"}`, i), natsjs.WithStallWait(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}

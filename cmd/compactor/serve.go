@@ -235,6 +235,15 @@ func buildWith(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger, 
 		}
 		tel.metrics.backlog(st, parts, log)
 	}
+	// The web view reads what the service reads; it binds its address last, so no
+	// error after it leaves the port bound.
+	if roles.api && env.ViewListen != "" {
+		vs, err := newViewServer(env, st, policies, log)
+		if err != nil {
+			return nil, err
+		}
+		comps = append(comps, vs)
+	}
 	return comps, nil
 }
 

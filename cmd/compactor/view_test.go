@@ -1,0 +1,246 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/pipeline/view"
+	"github.com/compactor/compactor/schemas"
+)
+
+const viewToken = "view-token-for-tests-0123456789"
+
+// The view's variables are checked at start: it needs the api role, and a token on any
+// address but loopback, since it shows conversation content.
+func TestViewConfiguration(t *testing.T) {
+	for _, tc := range []struct {
+		listen, token, roles string
+		wantErr              string // "" for none
+	}{
+		{"", "", "", ""},
+		{"127.0.0.1:8080", "", "", ""},
+		{"localhost:8080", "", "", ""},
+		{"[::1]:8080", "", "", ""},
+		{"0.0.0.0:8080", "", "", "COMPACTOR_VIEW_LISTEN is 0.0.0.0:8080, not a loopback address, and COMPACTOR_VIEW_TOKEN is empty"},
+		{":8080", "", "", "not a loopback address"},
+		{"view.internal:8080", "", "", "not a loopback address"},
+		{"10.1.2.3:8080", "", "", "not a loopback address"},
+		{"0.0.0.0:8080", viewToken, "", ""},
+		{"8080", viewToken, "", "COMPACTOR_VIEW_LISTEN must be host:port"},
+		{"127.0.0.1:8080", "short", "", "COMPACTOR_VIEW_TOKEN the token must be at least 16 characters"},
+		{"127.0.0.1:8080", "has a space in it, sadly", "", "COMPACTOR_VIEW_TOKEN the token must be printable ASCII without spaces"},
+		{"127.0.0.1:8080", "", "trigger,worker", "COMPACTOR_ROLES (trigger,worker) has no api role"},
+		{"127.0.0.1:8080", "", "api", ""},
+	} {
+		t.Run(tc.listen+"/"+tc.roles, func(t *testing.T) {
+			testEnv(t, 128000)
+			t.Setenv("COMPACTOR_VIEW_LISTEN", tc.listen)
+			t.Setenv("COMPACTOR_VIEW_TOKEN", tc.token)
+			if tc.roles != "" {
+				t.Setenv("COMPACTOR_ROLES", tc.roles)
+			}
+			_, err := loadEnv(os.LookupEnv)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("loadEnv: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("loadEnv: %v; want an error with %q", err, tc.wantErr)
+			case err != nil && tc.token != "" && strings.Contains(err.Error(), tc.token):
+				t.Fatalf("the error shows the token: %v", err)
+			}
+		})
+	}
+}
+
+// viewGet asks the view at addr for path with the test token.
+func viewGet(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxFor(t, 30*time.Second), http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+viewToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func viewJSON(t *testing.T, addr, path string, out any) {
+	t.Helper()
+	code, body := viewGet(t, addr, path)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, code, body)
+	}
+	if err := json.Unmarshal([]byte(body), out); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+// compactedConversation publishes a synthetic agent run into conv until the triggers
+// have compacted it at least gens times with the fake LLM.
+func compactedConversation(t *testing.T, s *stack, conv string, turns int, gens uint64) {
+	t.Helper()
+	msgs, _ := needleConversation(turns)
+	replay(t, s, conv, msgs, 0)
+	eventually(t, time.Minute, fmt.Sprintf("generation %d of %s", gens, conv), func() bool {
+		v, err := s.client.Result(ctxFor(t, 10*time.Second), conv)
+		return err == nil && v != nil && v.Generation >= gens
+	})
+	settle(t, s)
+}
+
+// The api role serves the view with what the pipeline wrote: compactions by the real
+// worker with the fake LLM show in the timeline with their model and duration, and the
+// gauge is the context the Go client reads.
+func TestViewServedByTheAPIRole(t *testing.T) {
+	env := testEnv(t, 4000)
+	env.ViewListen = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	env.ViewToken = viewToken
+	llm := newFakeLLM(t)
+	s := startStack(t, env, llm)
+	compactedConversation(t, s, "viewed", 24, 2)
+
+	var c view.Conversation
+	viewJSON(t, env.ViewListen, "/api/c/viewed", &c)
+	v, err := s.client.Result(ctxFor(t, 10*time.Second), "viewed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Value == nil || c.Value.Generation != v.Generation {
+		t.Fatalf("value %+v; want generation %d", c.Value, v.Generation)
+	}
+	compactions := 0
+	for _, e := range c.Timeline {
+		if e.Kind != view.KindCompaction {
+			continue
+		}
+		compactions++
+		if e.Model != "gpt-4o-mini-fake" || e.Fallback || e.DurationMS == nil || e.Trigger == "" || e.TokensAfter >= e.TokensBefore {
+			t.Errorf("compaction entry %+v; want the fake model, a duration and fewer tokens after", e)
+		}
+		if e.Folded == nil || e.Folded.Through != e.TailStartSeq-1 {
+			t.Errorf("generation %d folded %+v; want a range ending at %d", e.Generation, e.Folded, e.TailStartSeq-1)
+		}
+	}
+	if compactions < 2 {
+		t.Errorf("%d compactions in the timeline: %+v", compactions, c.Timeline)
+	}
+	cx, err := s.client.Context(ctxFor(t, 10*time.Second), "viewed", pipeline.Raw())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Gauge.Tokens != cx.Tokens || c.Gauge.ContextWindow != 4000 || c.Gauge.ThresholdTokens != 3000 {
+		t.Errorf("gauge %+v; want %d tokens of 4000, threshold 3000", c.Gauge, cx.Tokens)
+	}
+	if c.Context.Summary == nil || !strings.Contains(c.Context.Summary.Text, "NEEDLE-000x") {
+		t.Errorf("summary %+v; want the fake LLM's, with the first needle", c.Context.Summary)
+	}
+	code, page := viewGet(t, env.ViewListen, "/c/viewed")
+	if code != http.StatusOK || !strings.Contains(page, `id="gauge"`) || !strings.Contains(page, "gpt-4o-mini-fake") {
+		t.Errorf("page: %d\n%.2000s", code, page)
+	}
+	var l view.List
+	viewJSON(t, env.ViewListen, "/api/conversations", &l)
+	if len(l.Conversations) != 1 || l.Conversations[0].Conversation != "viewed" || l.Conversations[0].Gauge == nil ||
+		l.Conversations[0].Gauge.Tokens != cx.Tokens {
+		t.Errorf("list %+v", l)
+	}
+}
+
+// The view reads with the api user of deploy/nats/accounts.conf only: every page
+// answers, and the server reports no permissions violation.
+func TestViewAsTheAPIUserOfAccountsConf(t *testing.T) {
+	_, connect := rolesServer(t)
+	cfg := jetstream.DefaultConfig()
+	ctx := ctxFor(t, time.Minute)
+	admin := connect("admin")
+	ast, err := jetstream.Provision(ctx, admin.nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pipeline's writes, made by the admin here: messages, two generations and a
+	// decline, their events, a failure.
+	var seqs []uint64
+	for i := range 10 {
+		seq, err := ast.PublishMessage(ctx, "acct", fmt.Appendf(nil, `{"role":"user","content":"message %d"}`, i), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	rev := uint64(0)
+	for gen := uint64(1); gen <= 2; gen++ {
+		r := &schemas.Result{SchemaVersion: 1, Conversation: "acct", Generation: gen, Summary: fmt.Sprint("summary ", gen),
+			TailStartSeq: seqs[gen*3], CoveredThroughSeq: seqs[gen*3] - 1, RequestID: fmt.Sprint("r", gen), Model: "m",
+			CreatedAt: time.Now().UTC()}
+		if rev, err = ast.PutResult(ctx, r, rev); err != nil {
+			t.Fatal(err)
+		}
+		if err := ast.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "acct", RequestID: r.RequestID,
+			Generation: gen, DurationMS: 1234, At: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ast.PublishEvent(ctx, schemas.Event{Type: schemas.EventFailed, Conversation: "acct", RequestID: "r3",
+		Generation: 2, Error: "down", At: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+
+	api := connect("api")
+	st, err := jetstream.Provision(ctx, api.nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testEnv(t, 8000)
+	env.Roles = "api"
+	env.ViewListen = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	env.ViewToken = viewToken
+	runStack(t, api.nc, st, env, nil)
+
+	var l view.List
+	viewJSON(t, env.ViewListen, "/api/conversations", &l)
+	if len(l.Conversations) != 1 || l.Conversations[0].Generation != 2 || l.Conversations[0].Gauge == nil {
+		t.Errorf("list as api: %+v", l)
+	}
+	var c view.Conversation
+	viewJSON(t, env.ViewListen, "/api/c/acct", &c)
+	var kinds []string
+	for _, e := range c.Timeline {
+		kinds = append(kinds, e.Kind)
+		if e.DurationMS == nil {
+			t.Errorf("entry %+v has no duration: the events were not read", e)
+		}
+	}
+	if strings.Join(kinds, ",") != "failed,compaction,compaction" || len(c.Notes) != 0 || c.Context.Summary == nil {
+		t.Errorf("conversation as api: timeline %v notes %v", kinds, c.Notes)
+	}
+	var m view.Messages
+	viewJSON(t, env.ViewListen, fmt.Sprintf("/api/c/acct/messages?from=1&through=%d", seqs[5]), &m)
+	if len(m.Messages) != 6 {
+		t.Errorf("messages as api: %+v", m)
+	}
+	for _, path := range []string{"/", "/c/acct", "/c/acct/messages?from=1"} {
+		if code, body := viewGet(t, env.ViewListen, path); code != http.StatusOK {
+			t.Errorf("%s as api: %d\n%.500s", path, code, body)
+		}
+	}
+	if v := api.violations(); v != "" {
+		t.Errorf("the api user was refused:\n%s", v)
+	}
+}
