@@ -16,6 +16,7 @@ import {
   TooLargeError,
   type Message,
 } from "../src/index.js";
+import { connect, headers } from "nats";
 import { convId, need } from "./env.js";
 
 async function client(t: import("node:test").TestContext, env: string, opts = {}): Promise<Compactor | undefined> {
@@ -223,4 +224,26 @@ test("a read-time budget cuts the context", async (t) => {
   assert.equal(cut.degraded, true);
   assert.ok(cut.tokens <= 300, `${cut.tokens} tokens`);
   assert.match(cut.messages[2]!.content as string, /characters cut by Compactor/);
+});
+
+test("a 503 of the service (stopping, or no wait slot free) is a BusyError, as Go's pipeline.ErrBusy", async (t) => {
+  const c = await client(t, "NATS_SMALL_URL");
+  if (!c) return;
+  // A service instance that answers as pipeline/service does while it stops.
+  const nc = await connect({ servers: need(t, "NATS_SMALL_URL") });
+  try {
+    const sub = nc.subscribe(`${c.names.service}.compact`, {
+      callback: (_err, m) => {
+        const h = headers();
+        h.set("Nats-Service-Error-Code", "503");
+        h.set("Nats-Service-Error", "the compactor service is stopping; retry (another instance may answer)");
+        m.respond(new Uint8Array(0), { headers: h });
+      },
+    });
+    await nc.flush();
+    await assert.rejects(c.compact(convId("ts-503")), (e: Error) => e instanceof BusyError, "Go maps this answer to ErrBusy (exit 4: try again later)");
+    sub.unsubscribe();
+  } finally {
+    await nc.close();
+  }
 });
