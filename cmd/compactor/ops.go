@@ -57,8 +57,9 @@ func newOpsServer(addr string, log zerolog.Logger, ready *readiness, m *metrics)
 			Timeout:             10 * time.Second,
 		})))
 	}
+	// Not /debug/pprof/cmdline: it answers the command line, where serve may have been
+	// given --token or --password, to anyone who can scrape this listener.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
