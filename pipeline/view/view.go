@@ -204,6 +204,13 @@ func (v *View) Handler() http.Handler {
 				v.fail(w, r, &httpError{http.StatusForbidden, "without COMPACTOR_VIEW_TOKEN the view answers only requests to localhost, 127.0.0.1 or [::1]"})
 				return
 			}
+			// A proxy on this machine forwards requests from anywhere to a loopback Host;
+			// one that says so is refused. (One that does not, nginx by default, cannot be
+			// told apart: the README says a proxied view needs the token.)
+			if h := forwardedBy(r); h != "" {
+				v.fail(w, r, &httpError{http.StatusForbidden, "a request forwarded by a proxy (" + h + ") needs COMPACTOR_VIEW_TOKEN: without it the view is for this machine only"})
+				return
+			}
 		} else if !v.authorized(r) {
 			h.Set("WWW-Authenticate", `Basic realm="compactor view", charset="UTF-8"`)
 			v.fail(w, r, &httpError{http.StatusUnauthorized, "a credential is required: the view's token as a bearer token or as the basic-auth password"})
@@ -211,6 +218,16 @@ func (v *View) Handler() http.Handler {
 		}
 		v.mux.ServeHTTP(w, r)
 	})
+}
+
+// forwardedBy names the first header by which a proxy says it forwarded r, or "".
+func forwardedBy(r *http.Request) string {
+	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "Via"} {
+		if _, ok := r.Header[h]; ok {
+			return h
+		}
+	}
+	return ""
 }
 
 // authorized reports whether r carries the token. The comparison takes the same time
