@@ -295,6 +295,10 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 		}
 		return err
 	}
+	if cmd != serveCommand {
+		// serve's logs are JSON (escaped by zerolog); what the others print is for people.
+		std.out, std.err = newTextOut(std.out), newTextOut(std.err)
+	}
 	c := &call{cmd: cmd, args: pos, raw: rest, std: std, lookup: lookup, conn: cf}
 	err = body(ctx, c)
 	var ue usageError

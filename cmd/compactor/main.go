@@ -27,13 +27,14 @@ func main() {
 	}()
 	err := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.LookupEnv)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "compactor: %v\n", err)
+		stderr := newTextOut(os.Stderr) // an error may quote what a server answered
+		fmt.Fprintf(stderr, "compactor: %v\n", err)
 		var ue usageError
 		if errors.As(err, &ue) {
 			if ue.usage != "" {
-				fmt.Fprintf(os.Stderr, "\n%s", ue.usage)
+				fmt.Fprintf(stderr, "\n%s", ue.usage)
 			} else {
-				fmt.Fprintln(os.Stderr, "Run 'compactor help' for usage.")
+				fmt.Fprintln(stderr, "Run 'compactor help' for usage.")
 			}
 		}
 	}

@@ -29,6 +29,9 @@ type progress struct {
 
 // isTerminal reports whether w is a terminal (a character device; TERM=dumb is not).
 func isTerminal(w io.Writer, lookup func(string) (string, bool)) bool {
+	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
+		w = u.Unwrap()
+	}
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
@@ -44,6 +47,9 @@ func isTerminal(w io.Writer, lookup func(string) (string, bool)) bool {
 func newProgress(w io.Writer, lookup func(string) (string, bool), label, unit string, total int64) *progress {
 	if !isTerminal(w, lookup) {
 		return nil
+	}
+	if u, ok := w.(interface{ Unwrap() io.Writer }); ok {
+		w = u.Unwrap() // its \r are its own
 	}
 	return startProgress(w, label, unit, total, time.Now)
 }

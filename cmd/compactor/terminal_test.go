@@ -27,3 +27,18 @@ func TestPolicyTextDoesNotPrintControlCharacters(t *testing.T) {
 		t.Errorf("compactor policy printed a raw control sequence from the stored policy:\n%q", out)
 	}
 }
+
+// textOut escapes every control character but tab and newline, also C1 ones and bytes
+// that are not UTF-8, and keeps a character split across two writes whole.
+func TestTextOutEscapesControlCharacters(t *testing.T) {
+	var b strings.Builder
+	w := newTextOut(&b)
+	for _, part := range []string{"a\x1b[2Jb\x07\tc\n", "d\r\u0085e\x7f", "é"[:1], "é"[1:] + "\xff!"} {
+		if n, err := w.Write([]byte(part)); err != nil || n != len(part) {
+			t.Fatalf("Write(%q) = %d, %v", part, n, err)
+		}
+	}
+	if got, want := b.String(), `a\x1b[2Jb\x07`+"\tc\n"+`d\x0d\u0085e\x7fé\xff!`; got != want {
+		t.Fatalf("wrote %q; want %q", got, want)
+	}
+}
