@@ -90,8 +90,15 @@ func (p *Pool) step(ctx context.Context, name string, fn func(ctx context.Contex
 	defer span.End()
 	err := fn(ctx)
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		if name == "compactor.summarize" {
+			// A summarizer's error may quote what the model answered (a refusal, a
+			// response body): content, which spans never carry. The LLM call's own span
+			// says what kind of failure it was.
+			span.SetStatus(codes.Error, "the summarizer failed")
+		} else {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
 	}
 	return err
 }

@@ -1,11 +1,15 @@
 package summarizer_test
 
 import (
+	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -101,5 +105,54 @@ func TestWorkerContinuesTheRequestsTrace(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// refusing is a summarizer whose error quotes what the model said, as an LLM's refusal
+// or an endpoint's response body does.
+type refusing struct{}
+
+func (refusing) Summarize(context.Context, summarizer.Input) (summarizer.Output, error) {
+	return summarizer.Output{}, errors.New("refusal: I will not summarize NEEDLE-private-words")
+}
+
+// A failed summarize step ends its span as an error without the error's text: it may
+// quote the model, and spans carry no content.
+func TestSummarizeSpanCarriesNoModelText(t *testing.T) {
+	srv := jstest.Server(t)
+	st := jstest.Provision(t, jstest.Conn(t, srv))
+	ctx := ctxFor(t)
+	request(t, ctx, st, "refused", seed(t, ctx, st, "refused", 8))
+	rec := tracetest.NewSpanRecorder()
+	obs := make(reports, 4)
+	cfg := summarizer.DefaultConfig()
+	cfg.MaxAttempts = 1
+	runPool(t, st, cfg, summarizer.Options{Policies: window4000{}, Observer: obs,
+		Tracer: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)),
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return refusing{}, nil },
+		Fallback:    refusing{}})
+	obs.next(t)
+	var found bool
+	for _, s := range rec.Ended() {
+		if s.Name() != "compactor.summarize" {
+			continue
+		}
+		found = true
+		if s.Status().Code != codes.Error {
+			t.Errorf("summarize span status %v; want an error", s.Status())
+		}
+		text := s.Status().Description
+		for _, ev := range s.Events() {
+			text += ev.Name
+			for _, a := range ev.Attributes {
+				text += a.Value.Emit()
+			}
+		}
+		if strings.Contains(text, "NEEDLE") {
+			t.Errorf("the summarize span carries the model's words: %q", text)
+		}
+	}
+	if !found {
+		t.Fatal("no compactor.summarize span")
 	}
 }

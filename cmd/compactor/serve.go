@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/compactor/compactor/jetstream"
@@ -47,15 +49,30 @@ type component interface {
 // serve runs the roles until ctx is done, then drains them within DrainTimeout.
 func serve(ctx context.Context, env Env, std stdio) error {
 	log := newLogger(env, std.err)
+	// What runs after the roles stopped (the listener's last requests, the last spans)
+	// gets at most 5 s, and never more than what COMPACTOR_DRAIN_TIMEOUT has left once
+	// ctx is done: the process exits within it.
+	var stopBy atomic.Pointer[time.Time]
+	context.AfterFunc(ctx, func() {
+		t := time.Now().Add(env.DrainTimeout)
+		stopBy.Store(&t)
+	})
+	within := func() time.Duration {
+		if t := stopBy.Load(); t != nil {
+			return min(5*time.Second, max(time.Until(*t), time.Millisecond))
+		}
+		return 5 * time.Second
+	}
 	var tel telemetry
 	tp, err := newTracing(ctx, env)
 	if err != nil {
 		return err
 	}
 	if tp != nil {
+		otel.SetErrorHandler(otelErrors(log, 10*time.Second))
 		tel.traces = tp
 		defer func() {
-			if err := shutdownTracing(tp); err != nil {
+			if err := shutdownTracing(tp, within()); err != nil {
 				log.Warn().Err(err).Msg("flush the last spans")
 			}
 		}()
@@ -81,7 +98,13 @@ func serve(ctx context.Context, env Env, std stdio) error {
 				log.Error().Err(err).Msg("HTTP listener for operators stopped")
 			}
 		}()
-		defer func() { stopOps(); <-opsDone }()
+		defer func() {
+			stopOps()
+			select {
+			case <-opsDone:
+			case <-time.After(within()): // a profile being taken is cut by the exit
+			}
+		}()
 	}
 	url := env.NATSURL
 	if url == "" {

@@ -7,8 +7,11 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -92,10 +95,34 @@ func newTracing(ctx context.Context, env Env) (*sdktrace.TracerProvider, error) 
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
 }
 
+// otelErrors logs what the OpenTelemetry SDK reports (a collector that refuses or is
+// away, every batch) as the process's own log lines, at most one each interval, with
+// how many were left out; the SDK's default prints plain text to stderr.
+func otelErrors(log zerolog.Logger, interval time.Duration) otel.ErrorHandler {
+	var (
+		mu      sync.Mutex
+		last    time.Time
+		dropped int
+	)
+	return otel.ErrorHandlerFunc(func(err error) {
+		mu.Lock()
+		now := time.Now()
+		if !last.IsZero() && now.Sub(last) < interval {
+			dropped++
+			mu.Unlock()
+			return
+		}
+		n := dropped
+		last, dropped = now, 0
+		mu.Unlock()
+		log.Warn().Err(err).Int("left_out", n).Msg("traces: OpenTelemetry error (spans may be lost)")
+	})
+}
+
 // shutdownTracing flushes the spans batched, for at most a few seconds: a collector
 // that is away does not hold the exit back.
-func shutdownTracing(tp *sdktrace.TracerProvider) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+func shutdownTracing(tp *sdktrace.TracerProvider, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	return tp.Shutdown(ctx)
 }
@@ -130,7 +157,8 @@ func endLLMSpan(span trace.Span, out summary.Output, err error) {
 	if err != nil {
 		kind := llm.ErrorKind(err)
 		span.SetAttributes(attribute.String("error.type", kind))
-		span.RecordError(err) // the summarizer's errors never hold its key
+		// Not the error's text: it may quote what the model answered (a refusal, a
+		// response body), and spans never carry content.
 		span.SetStatus(codes.Error, kind)
 	} else {
 		span.SetAttributes(attribute.String("gen_ai.response.model", out.Model))

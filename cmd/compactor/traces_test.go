@@ -4,6 +4,8 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -273,5 +276,30 @@ func TestTracesEndpoint(t *testing.T) {
 				t.Errorf("tracesEndpoint() = %v, %q; want %v, %q", on, url, tt.wantOn, tt.wantURL)
 			}
 		})
+	}
+}
+
+// The SDK's errors are the process's own JSON log lines, one per interval at most, the
+// next saying how many were left out.
+func TestOpenTelemetryErrorsAreLoggedAndBounded(t *testing.T) {
+	var b strings.Builder
+	h := otelErrors(zerolog.New(&b), time.Hour)
+	for range 5 {
+		h.Handle(errors.New("collector refused the batch"))
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("%d lines logged for 5 errors within the interval; want 1:\n%s", len(lines), b.String())
+	}
+	var line map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &line); err != nil || line["error"] != "collector refused the batch" || line["level"] != "warn" {
+		t.Fatalf("logged %q (%v); want a JSON warning with the error", lines[0], err)
+	}
+	b.Reset()
+	h = otelErrors(zerolog.New(&b), 0)
+	h.Handle(errors.New("one"))
+	h.Handle(errors.New("two"))
+	if n := strings.Count(b.String(), "\n"); n != 2 {
+		t.Fatalf("%d lines with no interval; want 2", n)
 	}
 }
