@@ -128,7 +128,7 @@ func TestSummarizeSpanCarriesNoModelText(t *testing.T) {
 	cfg := summarizer.DefaultConfig()
 	cfg.MaxAttempts = 1
 	runPool(t, st, cfg, summarizer.Options{Policies: window4000{}, Observer: obs,
-		Tracer: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)),
+		Tracer:      sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)),
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return refusing{}, nil },
 		Fallback:    refusing{}})
 	obs.next(t)
