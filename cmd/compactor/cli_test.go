@@ -754,3 +754,44 @@ func TestSignalsEndCommandsWithTheirCodes(t *testing.T) {
 		}
 	}
 }
+
+// A second ctrl-C ends a command at once, even one stuck where the first cannot reach
+// (dialling a server that accepts the connection but never speaks NATS).
+func TestASecondSignalEndsACommandAtOnce(t *testing.T) {
+	bin := buildCompactor(t)
+	testEnv(t, 128000)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c // held open, silent
+		}
+	}()
+	cmd := exec.Command(bin, "status", "stuck", "-s", "nats://"+ln.Addr().String())
+	errOut := &syncBuffer{}
+	cmd.Stderr = errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-accepted:
+		defer c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the command never dialled the server\n%s", errOut)
+	}
+	// Two different signals: two of one kind sent together may reach the process as one.
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatalf("signal: %v (the command ended after the first one: %s)", err, errOut)
+		}
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || (ee.ExitCode() != 130 && ee.ExitCode() != 143) || !strings.Contains(errOut.String(), "again; exiting now") {
+		t.Fatalf("after SIGINT and SIGTERM: %v; want exit 130 or 143 at the second\n%s", err, errOut)
+	}
+}

@@ -15,14 +15,20 @@ import (
 
 func main() {
 	// The first SIGINT or SIGTERM cancels the command's context with the signal as its
-	// cause (exitCode reports it: 130 for ctrl-C); serve drains. Later ones are caught
-	// too, so a drain is not cut short by a second signal.
+	// cause (exitCode reports it: 130 for ctrl-C); serve drains. A second one does not
+	// cut serve's drain short (its bound is COMPACTOR_DRAIN_TIMEOUT), but ends any other
+	// command at once: one stuck on a NATS that does not answer need not wait its timeout.
+	name, _, _ := splitCommand(os.Args[1:])
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	go func() {
 		cancel(signalled{<-sigs})
-		for range sigs {
+		for s := range sigs {
+			if name != "serve" {
+				fmt.Fprintf(os.Stderr, "compactor: %v again; exiting now\n", s)
+				os.Exit(exitCode(signalled{s}))
+			}
 		}
 	}()
 	err := run(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}, os.LookupEnv)
