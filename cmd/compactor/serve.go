@@ -192,7 +192,9 @@ func buildWith(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger, 
 	// share the endpoints' queue group. It is a role of its own because it writes
 	// policies: a worker or trigger process runs without that right (deploy/nats).
 	if roles.api {
-		svc, err := service.New(service.DefaultConfig(), nc, st, policies, r.Resolve, log)
+		scfg := service.DefaultConfig()
+		scfg.Tracer = tel.traces
+		svc, err := service.New(scfg, nc, st, policies, r.Resolve, log)
 		if err != nil {
 			return nil, err
 		}

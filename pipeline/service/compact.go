@@ -82,7 +82,7 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 	now := time.Now().UTC()
 	r := schemas.Request{RequestID: id, Conversation: conv, Trigger: schemas.TriggerManual,
 		Reason: "requested through " + schemas.CompactSubject, Instructions: in.Instructions, RequestedAt: now, UpToSeq: last}
-	seq, err := s.store.Enqueue(ctx, r)
+	seq, err := s.enqueue(ctx, req, r)
 	duplicate := false
 	switch {
 	case errors.Is(err, jetstream.ErrRequestPending) && seq > 0:

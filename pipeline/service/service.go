@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
@@ -41,6 +42,9 @@ type Config struct {
 	MaxConcurrentWaits int
 	// Version is the service's SemVer, shown by $SRV.INFO. "": 1.0.0.
 	Version string
+	// Tracer, when set, makes each manual compaction a trace that the request's headers
+	// carry to the worker (W3C trace context). nil: no traces.
+	Tracer trace.TracerProvider
 }
 
 // DefaultConfig returns the defaults.

@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -801,5 +804,51 @@ func TestServiceCompactOfAnUnknownConversationIsNotFound(t *testing.T) {
 	svcCall(t, s.client, schemas.CompactSubject, `{"conversation":"aged"}`, &r)
 	if r.Status != schemas.CompactQueued {
 		t.Fatalf("compact of a conversation with only a value: %+v; want queued", r)
+	}
+}
+
+// With traces on, a manual compaction is a trace under the caller's span (its request
+// carried a traceparent), and the queued request's headers carry that trace to the
+// worker, as the trigger's requests do.
+func TestServiceCompactCarriesTheCallersTrace(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	s := startService(t, service.Config{Tracer: sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))})
+	stored(t, s.st, "traced")
+	const callerTrace, callerSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	msg := nats.NewMsg(schemas.CompactSubject)
+	msg.Data = []byte(`{"conversation":"traced"}`)
+	msg.Header.Set("traceparent", "00-"+callerTrace+"-"+callerSpan+"-01")
+	reply, err := s.client.RequestMsg(msg, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r schemas.CompactResponse
+	if err := json.Unmarshal(reply.Data, &r); err != nil || r.Status != schemas.CompactQueued {
+		t.Fatalf("compact = %s (%v); want queued", reply.Data, err)
+	}
+	var span sdktrace.ReadOnlySpan
+	for _, sp := range rec.Ended() {
+		if sp.Name() == "compactor.request" {
+			span = sp
+		}
+	}
+	if span == nil || span.SpanContext().TraceID().String() != callerTrace || span.Parent().SpanID().String() != callerSpan {
+		t.Fatalf("request span %v; want one in the caller's trace %s under its span %s", span, callerTrace, callerSpan)
+	}
+	js, err := natsjs.New(s.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	str, err := js.Stream(svcCtx(t), s.st.Config().RequestsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := str.GetLastMsgForSubject(svcCtx(t), s.st.Config().RequestPrefix+".traced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "00-" + callerTrace + "-" + span.SpanContext().SpanID().String() + "-01"
+	if got := queued.Header.Get("traceparent"); got != want {
+		t.Fatalf("queued request's traceparent %q; want %q (the request span's)", got, want)
 	}
 }
