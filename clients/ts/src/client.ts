@@ -67,12 +67,18 @@ export interface ConnectOptions extends CompactorOptions {
 /**
  * Connection options from the environment, named like Compactor's own without the
  * COMPACTOR_ prefix: NATS_URL, NATS_USER with NATS_PASSWORD, NATS_TOKEN or NATS_CREDS,
- * NATS_CA, NATS_INBOX_PREFIX.
+ * NATS_CA, NATS_INBOX_PREFIX. NATS_USER without NATS_PASSWORD (unset or empty) is a
+ * token, in place of NATS_TOKEN, as the nats CLI and `compactor` read these variables.
  */
 export function connectOptionsFromEnv(env: Record<string, string | undefined> = process.env): ConnectOptions {
   const o: ConnectOptions = { servers: env["NATS_URL"] || "nats://127.0.0.1:4222" };
-  if (env["NATS_USER"]) [o.user, o.pass] = [env["NATS_USER"], env["NATS_PASSWORD"] ?? ""];
-  if (env["NATS_TOKEN"]) o.token = env["NATS_TOKEN"];
+  const user = env["NATS_USER"];
+  const password = env["NATS_PASSWORD"];
+  // A user with an empty password would be refused by a server that expects the
+  // token the same environment gives the Go CLI and the nats CLI.
+  const token = user && !password ? user : env["NATS_TOKEN"];
+  if (user && password) [o.user, o.pass] = [user, password];
+  if (token) o.token = token;
   if (env["NATS_CREDS"]) o.credsFile = env["NATS_CREDS"];
   if (env["NATS_CA"]) o.caFile = env["NATS_CA"];
   if (env["NATS_INBOX_PREFIX"]) o.inboxPrefix = env["NATS_INBOX_PREFIX"];
@@ -436,7 +442,9 @@ export class Compactor {
   /**
    * Asks the compactor service (compactor.compact) for a manual compaction. It answers
    * queued, or with waitMs the outcome: completed (with the new value), declined or
-   * failed. Busy (a request already pending: this one was NOT queued) is a BusyError.
+   * failed. Busy (a request already pending: this one was NOT queued, pendingRequestId
+   * names the pending one) is a BusyError, and so is a 503 (the service is stopping, or
+   * has no free wait slot: nothing queued, no pendingRequestId; retry later).
    */
   async compact(conv: string, opts: CompactOptions = {}): Promise<CompactResponse> {
     validateConversationId(conv);
@@ -530,6 +538,8 @@ export class Compactor {
       }
       if (n === 404) throw new NotFoundError(`${subject}: ${description}`);
       if (n === 409) throw new ConflictError(`${subject}: ${description}`);
+      // As Go's ServiceError.Is matches a 503 to ErrBusy: nothing was done, retry later.
+      if (n === 503) throw new BusyError(`${subject}: ${description} (code 503)`);
       throw new ServiceError(subject, n, description);
     }
     try {

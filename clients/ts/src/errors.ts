@@ -56,15 +56,19 @@ export class NoServiceError extends CompactorError {
 }
 
 /**
- * compactor.compact answered busy: a request was already pending for the conversation,
- * so this one, with its instructions, was NOT queued. Ask again when the pending one
- * (pendingRequestId) has its outcome (waitForOutcome).
+ * The request was not taken; nothing was done. Either compactor.compact answered busy:
+ * a request was already pending for the conversation, so this one, with its
+ * instructions, was NOT queued; ask again when the pending one (pendingRequestId) has
+ * its outcome (waitForOutcome). Or the service answered 503: it is stopping, or has no
+ * free slot to wait with (wait_ms); there is no pending request to name then
+ * (pendingRequestId is undefined): retry later. Both are what Go's pipeline.ErrBusy
+ * matches, and what the CLI's exit code 4 means.
  */
 export class BusyError extends CompactorError {
   override name = "BusyError";
   constructor(
     message: string,
-    readonly pendingRequestId: string | undefined,
+    readonly pendingRequestId?: string,
   ) {
     super(message);
   }
@@ -89,7 +93,7 @@ export class ConflictError extends CompactorError {
   readonly code = 409;
 }
 
-/** Any other error answer of the compactor service (500, 503, ...). */
+/** Any other error answer of the compactor service (a 500, ...; a 503 is a BusyError). */
 export class ServiceError extends CompactorError {
   override name = "ServiceError";
   constructor(

@@ -104,4 +104,17 @@ test("connection settings come from the environment", () => {
     connectOptionsFromEnv({ NATS_URL: "nats://h:1", NATS_USER: "u", NATS_PASSWORD: "p", NATS_INBOX_PREFIX: "_INBOX_u", NATS_CA: "ca.pem" }),
     { servers: "nats://h:1", user: "u", pass: "p", inboxPrefix: "_INBOX_u", caFile: "ca.pem" },
   );
+  assert.deepStrictEqual(connectOptionsFromEnv({ NATS_TOKEN: "t" }), { servers: "nats://127.0.0.1:4222", token: "t" });
+});
+
+test("NATS_USER without NATS_PASSWORD is a token, as the Go CLI and the nats CLI read it", () => {
+  const cases: Array<[string, Record<string, string>, object]> = [
+    ["no password", { NATS_USER: "s3cret" }, { token: "s3cret" }],
+    ["an empty password", { NATS_USER: "s3cret", NATS_PASSWORD: "" }, { token: "s3cret" }],
+    ["NATS_TOKEN too: the user wins, as in Go", { NATS_USER: "s3cret", NATS_TOKEN: "other" }, { token: "s3cret" }],
+    ["with a password: a user", { NATS_USER: "u", NATS_PASSWORD: "p" }, { user: "u", pass: "p" }],
+  ];
+  for (const [what, env, want] of cases) {
+    assert.deepStrictEqual(connectOptionsFromEnv({ NATS_URL: "nats://h:1", ...env }), { servers: "nats://h:1", ...want }, what);
+  }
 });
