@@ -145,7 +145,7 @@ func TestSummarizeSpanCarriesNoModelText(t *testing.T) {
 		for _, ev := range s.Events() {
 			text += ev.Name
 			for _, a := range ev.Attributes {
-				text += a.Value.Emit()
+				text += a.Value.String()
 			}
 		}
 		if strings.Contains(text, "NEEDLE") {
