@@ -121,7 +121,8 @@ func provision(ctx context.Context, c *call, env Env, conn *connection, timeout 
 	case errors.As(context.Cause(pctx), &denied):
 		return newError(errConfig, denied, "NATS at %s refused what provisioning asked: %v; provision as a user that may create "+
 			"and change the streams, buckets and consumers (admin in deploy/nats/accounts.conf), and check its inbox prefix "+
-			"(COMPACTOR_NATS_INBOX_PREFIX) against the subjects it may subscribe to", conn.describe(), denied.err)
+			"(COMPACTOR_NATS_INBOX_PREFIX) against the subjects it may subscribe to", conn.describe(),
+			strings.TrimPrefix(denied.err.Error(), nats.ErrPermissionViolation.Error()+": "))
 	case errors.Is(err, jetstream.ErrConflict):
 		return newError(errConfig, err, "%v", conflictError(err, "provision"))
 	case ctx.Err() != nil:
