@@ -166,6 +166,10 @@ func TestProvisionNeedsAURL(t *testing.T) {
 	if err != nil || !strings.Contains(out, "compactor provision ") {
 		t.Errorf("help: %v; want provision listed:\n%s", err, out)
 	}
+	out, _, err = cli(t, "", "help", "provision")
+	if err != nil || !strings.Contains(out, "COMPACTOR_NATS_*; none (a server must be named)") {
+		t.Errorf("help provision: %v; want no embedded server among the connection settings:\n%s", err, out)
+	}
 }
 
 // provision waits for JetStream up to --timeout, then exits 6; for a NATS that never
