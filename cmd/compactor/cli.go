@@ -223,7 +223,7 @@ func usagef(format string, args ...any) error { return usageError{msg: fmt.Sprin
 var commands []*command
 
 func init() {
-	commands = []*command{serveCommand, publishCommand, contextCommand, compactCommand, statusCommand,
+	commands = []*command{serveCommand, provisionCommand, publishCommand, contextCommand, compactCommand, statusCommand,
 		policyCommand, forgetCommand, benchCommand, versionCommand, benchWorkerCommand}
 }
 
@@ -343,7 +343,11 @@ func writeCommandHelp(w io.Writer, c *command, fs *flagSet) error {
 			"when set); NATS_* and the nats CLI context of --context or NATS_CONTEXT; the selected\n" +
 			"nats context; a local compactor serve (nats://COMPACTOR_LISTEN).\n")
 	case explicitConn:
-		b.WriteString("\nThe connection settings, highest first: these flags; COMPACTOR_NATS_*; the embedded server.\n")
+		last := "the embedded server"
+		if c != serveCommand {
+			last = "none (a server must be named)"
+		}
+		b.WriteString("\nThe connection settings, highest first: these flags; COMPACTOR_NATS_*; " + last + ".\n")
 	}
 	if c.args != "" {
 		b.WriteString("\nFlags may also come after the arguments; \"--\" ends the flags (compactor " + c.name + " -- -id-with-a-dash).\n")

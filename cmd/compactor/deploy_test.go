@@ -53,8 +53,33 @@ const (
 	readmePath       = "README.md"
 )
 
-// adminUser provisions; the serve roles connect as the user of their own name.
+// adminUser provisions (compactor provision, a one-shot); the serve roles connect as
+// the user of their own name.
 const adminUser = "admin"
+
+// provisionArgs and serveArgs are the command lines of the admin's one-shot and of the
+// roles.
+var (
+	provisionArgs = []string{"provision"}
+	serveArgs     = []string{"serve"}
+)
+
+// argsOf reads a command or args list of a manifest.
+func argsOf(v any) []string {
+	var out []string
+	for _, a := range asList(v) {
+		out = append(out, str(a))
+	}
+	return out
+}
+
+// streamSettings are the stream settings of a process: what provision creates and
+// what every role checks at start (a difference stops it).
+func streamSettings(e Env) jetstream.Config {
+	c := e.jetstream()
+	c.UpdateExisting = false
+	return c
+}
 
 // problems collects what the checks found wrong.
 type problems []string
@@ -323,10 +348,10 @@ func knownVariables() map[string]bool {
 var secretVariables = []string{"COMPACTOR_NATS_PASSWORD", "COMPACTOR_NATS_TOKEN", "COMPACTOR_LLM_API_KEY"}
 
 // checkProcessEnv checks the variables of one process: every COMPACTOR_ variable is
-// one the command reads, the values are valid together, the process runs one role as
-// the user of that role (or the admin), with the user's inbox prefix and password.
-// It returns the process's Env (zero when invalid).
-func (d *deployment) checkProcessEnv(p *problems, where string, vars map[string]string, validate envValidator) (Env, bool) {
+// one the command reads, the values are valid together, a serve process runs one role
+// as the user of that role and the provision one-shot runs as the admin, each with the
+// user's inbox prefix and password. It returns the process's Env (zero when invalid).
+func (d *deployment) checkProcessEnv(p *problems, where string, vars map[string]string, validate envValidator, provision bool) (Env, bool) {
 	known := knownVariables()
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		if strings.HasPrefix(k, envPrefix+"_") && !known[k] {
@@ -348,7 +373,7 @@ func (d *deployment) checkProcessEnv(p *problems, where string, vars map[string]
 			names = append(names, role.name)
 		}
 	}
-	if len(names) != 1 {
+	if len(names) != 1 && !provision {
 		p.addf("%s: COMPACTOR_ROLES=%s: run one role per process, so that each scales on its own and has its own user", where, e.Roles)
 	}
 	u, ok := d.accounts[e.NATSUser]
@@ -357,9 +382,14 @@ func (d *deployment) checkProcessEnv(p *problems, where string, vars map[string]
 		p.addf("%s: no COMPACTOR_NATS_USER: connect as the role's user of %s", where, accountsPath)
 	case !ok:
 		p.addf("%s: COMPACTOR_NATS_USER=%s is not a user of %s", where, e.NATSUser, accountsPath)
-	case e.NATSUser != adminUser && (len(names) != 1 || e.NATSUser != names[0]):
-		p.addf("%s: COMPACTOR_NATS_USER=%s runs role %s: each role connects as the user of its name in %s (or as %s, to provision)",
-			where, e.NATSUser, e.Roles, accountsPath, adminUser)
+	case provision && e.NATSUser != adminUser:
+		p.addf("%s: COMPACTOR_NATS_USER=%s provisions: only %s may create the streams in %s", where, e.NATSUser, adminUser, accountsPath)
+	case !provision && e.NATSUser == adminUser:
+		p.addf("%s: COMPACTOR_NATS_USER=%s runs role %s: only the provision one-shot needs the %s's rights; each role connects as the user of its name in %s",
+			where, e.NATSUser, e.Roles, adminUser, accountsPath)
+	case !provision && (len(names) != 1 || e.NATSUser != names[0]):
+		p.addf("%s: COMPACTOR_NATS_USER=%s runs role %s: each role connects as the user of its name in %s",
+			where, e.NATSUser, e.Roles, accountsPath)
 	case !u.jetstream:
 		p.addf("%s: user %s is in account %s, which has no JetStream", where, e.NATSUser, u.account)
 	}
@@ -367,6 +397,9 @@ func (d *deployment) checkProcessEnv(p *problems, where string, vars map[string]
 		p.addf("%s: COMPACTOR_NATS_INBOX_PREFIX=%s: user %s reads its replies on %s", where, e.NATSInbox, e.NATSUser, want)
 	} else if ok && u.subscribe != nil && !slices.Contains(u.subscribe, want+".>") {
 		p.addf("%s: %s does not let user %s subscribe to %s.>, where its replies come", where, accountsPath, e.NATSUser, want)
+	}
+	if provision {
+		return e, true // no listener: it exits once done
 	}
 	host, _, err := net.SplitHostPort(e.HTTPListen)
 	if err != nil {
@@ -983,15 +1016,21 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 		clientPort = o.Port
 	}
 
-	// The compactor roles.
+	// The compactor roles, and the admin's provision.
 	var img string
 	roles := map[string]int{} // role → processes
 	policies := map[string]map[string]string{}
+	streams := map[string]jetstream.Config{} // by service
+	var provisions []string
 	for _, s := range services {
 		if dig(s.m, "build") == nil {
 			continue
 		}
 		where := fmt.Sprintf("%s: service %s", composePath, s.name)
+		oneShot := slices.Equal(argsOf(dig(s.m, "command")), provisionArgs)
+		if oneShot {
+			provisions = append(provisions, s.name)
+		}
 		ctx := str(dig(s.m, "build", "context"))
 		df := str(dig(s.m, "build", "dockerfile"))
 		if df == "" {
@@ -1008,8 +1047,17 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 		if dig(s.m, "entrypoint") != nil {
 			p.addf("%s: overrides the image's entrypoint", where)
 		}
-		if c := asList(dig(s.m, "command")); len(c) != 1 || str(c[0]) != "serve" {
-			p.addf("%s: command %v; the roles run serve", where, c)
+		if c := argsOf(dig(s.m, "command")); !oneShot && !slices.Equal(c, serveArgs) {
+			p.addf("%s: command %v; the roles run serve, the admin's one-shot provision", where, c)
+		}
+		restart := str(dig(s.m, "restart"))
+		switch {
+		case oneShot && restart != "no":
+			p.addf("%s: restart %q: provision is a one-shot that exits once done; it must not be started again (restart: \"no\")", where, restart)
+		case oneShot && s.replicas() != 1:
+			p.addf("%s: %d replicas of provision; one provisions", where, s.replicas())
+		case !oneShot && restart != "unless-stopped" && restart != "always":
+			p.addf("%s: restart %q: a role that stops is started again (unless-stopped)", where, restart)
 		}
 		if dig(s.m, "read_only") != true {
 			p.addf("%s: read_only is not true", where)
@@ -1031,10 +1079,11 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 				p.addf("%s: %s is written in the file: take it from the host's environment (${…})", where, k)
 			}
 		}
-		e, ok := d.checkProcessEnv(p, where, vars, validate)
+		e, ok := d.checkProcessEnv(p, where, vars, validate, oneShot)
 		if !ok {
 			continue
 		}
+		streams[s.name] = streamSettings(e)
 		if u, ok := d.accounts[e.NATSUser]; ok {
 			if raw := s.rawEnv("COMPACTOR_NATS_PASSWORD"); !strings.HasPrefix(raw, "${"+u.passwordVar) {
 				p.addf("%s: COMPACTOR_NATS_PASSWORD is %q; user %s's password is ${%s}, which the NATS nodes get", where, raw, e.NATSUser, u.passwordVar)
@@ -1048,6 +1097,10 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 		}
 		if e.Replicas != len(nodes) {
 			p.addf("%s: COMPACTOR_REPLICAS=%d on a cluster of %d nodes", where, e.Replicas, len(nodes))
+		}
+		if oneShot {
+			roles[adminUser] += s.replicas()
+			continue // no drain, no listener, no conversations
 		}
 		grace := 10 * time.Second // Compose's default
 		if g := str(dig(s.m, "stop_grace_period")); g != "" {
@@ -1074,6 +1127,24 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 			p.addf("%s: %d processes run as %s; the deployment has at least %d", composePath, roles[role], role, want)
 		}
 	}
+	if len(provisions) != 1 {
+		p.addf("%s: services %v run compactor provision; the deployment has one, the admin's", composePath, provisions)
+	}
+	for _, prov := range provisions {
+		for _, s := range services {
+			if dig(s.m, "build") == nil || slices.Contains(provisions, s.name) {
+				continue
+			}
+			if c := str(dig(s.m, "depends_on", prov, "condition")); c != "service_completed_successfully" {
+				p.addf("%s: service %s does not wait for %s to exit 0 (depends_on condition service_completed_successfully, not %q)",
+					composePath, s.name, prov, c)
+			}
+			if st, ok := streams[s.name]; ok && hasKey(streams, prov) && !reflect.DeepEqual(st, streams[prov]) {
+				p.addf("%s: service %s checks the streams for other settings than %s creates them with (%+v, %+v): it would refuse to start",
+					composePath, s.name, prov, st, streams[prov])
+			}
+		}
+	}
 	var first string
 	for _, name := range slices.Sorted(maps.Keys(policies)) {
 		if first == "" {
@@ -1083,6 +1154,8 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 		}
 	}
 }
+
+func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
 
 // --- Kubernetes ---
 
@@ -1213,32 +1286,44 @@ func (d *deployment) checkKubernetes(p *problems, validate envValidator, exposed
 	roles := map[string]bool{}
 	var pods []map[string]any // the compactor pods' labels
 	policies := map[string]map[string]string{}
+	streams := map[string]jetstream.Config{} // by workload
+	var provisions []string
 	for _, k := range d.kubeContainers(p) {
 		where := k.where()
+		job := k.doc.kind() == "Job"
 		if !images[str(k.c["image"])] {
 			p.addf("%s: image %s is not the one %s sets (%v)", where, str(k.c["image"]), kustomizePath, slices.Sorted(maps.Keys(images)))
 		}
 		if k.c["command"] != nil {
 			p.addf("%s: overrides the image's entrypoint", where)
 		}
-		if a := asList(k.c["args"]); len(a) != 1 || str(a[0]) != "serve" {
-			p.addf("%s: args %v; the roles run serve", where, a)
+		args := argsOf(k.c["args"])
+		switch {
+		case job && !slices.Equal(args, provisionArgs):
+			p.addf("%s: args %v; the Job runs the admin's one-shot provision", where, args)
+		case !job && !slices.Equal(args, serveArgs):
+			p.addf("%s: args %v; the roles run serve (provision is a one-shot: a Job, not a %s, which would restart it forever)", where, args, k.doc.kind())
+		}
+		if job {
+			provisions = append(provisions, k.doc.name())
 		}
 		for _, s := range secretVariables {
 			if _, ok := k.vars[s]; ok && k.fromSecret[s] == "" {
 				p.addf("%s: %s is written in a manifest: give it from a Secret (valueFrom secretKeyRef)", where, s)
 			}
 		}
-		e, ok := d.checkProcessEnv(p, where, k.vars, validate)
+		e, ok := d.checkProcessEnv(p, where, k.vars, validate, job)
 		if !ok {
 			continue
 		}
 		role := e.Roles
-		if e.NATSUser == adminUser {
+		if job {
 			role = adminUser
+		} else {
+			policies[k.doc.name()] = conversationPolicy(e)
 		}
 		roles[role] = true
-		policies[k.doc.name()] = conversationPolicy(e)
+		streams[k.doc.name()] = streamSettings(e)
 		if want := "compactor-nats-" + e.NATSUser + "/password"; k.fromSecret["COMPACTOR_NATS_PASSWORD"] != want {
 			p.addf("%s: COMPACTOR_NATS_PASSWORD from Secret %q; user %s's is %s (README, \"Deploying\", creates it)", where, k.fromSecret["COMPACTOR_NATS_PASSWORD"], e.NATSUser, want)
 		}
@@ -1257,30 +1342,10 @@ func (d *deployment) checkKubernetes(p *problems, validate envValidator, exposed
 			p.addf("%s: COMPACTOR_REPLICAS=%d; the Helm values run %d NATS nodes", where, e.Replicas, r)
 		}
 
-		// Probes on the operators' listener.
-		port := httpPort(e)
-		if !exposed[port] {
-			p.addf("%s: COMPACTOR_HTTP_LISTEN's port %d is not EXPOSEd by %s", where, port, dockerfilePath)
-		}
-		for probe, want := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
-			pr := dig(k.c, probe, "httpGet")
-			if pr == nil {
-				p.addf("%s: no %s httpGet", where, probe)
-				continue
-			}
-			if got := str(dig(pr, "path")); got != want {
-				kind := strings.TrimSuffix(probe, "Probe")
-				p.addf("%s: %s path %s; %s is %s", where, probe, got, kind, want)
-			}
-			if got := k.port(dig(pr, "port")); got != port {
-				p.addf("%s: %s port %v is %d, COMPACTOR_HTTP_LISTEN's port is %d", where, probe, dig(pr, "port"), got, port)
-			}
-		}
-		ann := asMap(dig(k.doc.obj, "spec", "template", "metadata", "annotations"))
-		if ann["prometheus.io/scrape"] == "true" {
-			if ann["prometheus.io/port"] != strconv.Itoa(port) || ann["prometheus.io/path"] != "/metrics" {
-				p.addf("%s: prometheus.io/port %v and path %v; metrics are on %d /metrics", where, ann["prometheus.io/port"], ann["prometheus.io/path"], port)
-			}
+		if job {
+			d.checkJob(p, k)
+		} else {
+			d.checkServePod(p, k, e, exposed)
 		}
 
 		// Resources.
@@ -1312,21 +1377,24 @@ func (d *deployment) checkKubernetes(p *problems, validate envValidator, exposed
 		if !slices.Contains(asList(dig(sc, "capabilities", "drop")), any("ALL")) {
 			p.addf("%s: capabilities do not drop ALL", where)
 		}
-		grace, ok := k.spec["terminationGracePeriodSeconds"].(int)
-		if !ok {
-			grace = 30
+		if !job {
+			pods = append(pods, asMap(dig(k.doc.obj, "spec", "template", "metadata", "labels")))
 		}
-		if time.Duration(grace)*time.Second <= e.DrainTimeout {
-			p.addf("%s: terminationGracePeriodSeconds %d is not longer than COMPACTOR_DRAIN_TIMEOUT %s: the drain is killed", where, grace, e.DrainTimeout)
-		}
-		if !kubeSelects(dig(k.doc.obj, "spec", "selector"), dig(k.doc.obj, "spec", "template", "metadata", "labels")) {
-			p.addf("%s: its selector does not select its pods", where)
-		}
-		pods = append(pods, asMap(dig(k.doc.obj, "spec", "template", "metadata", "labels")))
 	}
 	for _, r := range []string{adminUser, "trigger", "worker", "api"} {
 		if !roles[r] {
-			p.addf("%s: no Deployment runs %s", kubeDir, r)
+			p.addf("%s: no workload runs %s (the roles: a Deployment each; the %s: the provision Job)", kubeDir, r, adminUser)
+		}
+	}
+	if len(provisions) != 1 {
+		p.addf("%s: Jobs %v run compactor provision; the deployment has one, the admin's", kubeDir, provisions)
+	}
+	for _, prov := range provisions {
+		for _, name := range slices.Sorted(maps.Keys(streams)) {
+			if name != prov && hasKey(streams, prov) && !reflect.DeepEqual(streams[name], streams[prov]) {
+				p.addf("%s: %s checks the streams for other settings than %s creates them with (%+v, %+v): it would refuse to start",
+					kubeDir, name, prov, streams[name], streams[prov])
+			}
 		}
 	}
 	var first string
@@ -1406,6 +1474,68 @@ func (d *deployment) checkKubernetes(p *problems, validate envValidator, exposed
 		}
 	}
 	return workers
+}
+
+// checkServePod checks what a role's pod needs beyond any compactor pod: probes and
+// scrapes on the operators' listener, a grace period longer than its drain, a selector.
+func (d *deployment) checkServePod(p *problems, k kubeContainer, e Env, exposed map[int]bool) {
+	where := k.where()
+	port := httpPort(e)
+	// Probes and scrapes on the operators' listener.
+	if !exposed[port] {
+		p.addf("%s: COMPACTOR_HTTP_LISTEN's port %d is not EXPOSEd by %s", where, port, dockerfilePath)
+	}
+	for probe, want := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+		pr := dig(k.c, probe, "httpGet")
+		if pr == nil {
+			p.addf("%s: no %s httpGet", where, probe)
+			continue
+		}
+		if got := str(dig(pr, "path")); got != want {
+			kind := strings.TrimSuffix(probe, "Probe")
+			p.addf("%s: %s path %s; %s is %s", where, probe, got, kind, want)
+		}
+		if got := k.port(dig(pr, "port")); got != port {
+			p.addf("%s: %s port %v is %d, COMPACTOR_HTTP_LISTEN's port is %d", where, probe, dig(pr, "port"), got, port)
+		}
+	}
+	ann := asMap(dig(k.doc.obj, "spec", "template", "metadata", "annotations"))
+	if ann["prometheus.io/scrape"] == "true" {
+		if ann["prometheus.io/port"] != strconv.Itoa(port) || ann["prometheus.io/path"] != "/metrics" {
+			p.addf("%s: prometheus.io/port %v and path %v; metrics are on %d /metrics", where, ann["prometheus.io/port"], ann["prometheus.io/path"], port)
+		}
+	}
+
+	grace, ok := k.spec["terminationGracePeriodSeconds"].(int)
+	if !ok {
+		grace = 30
+	}
+	if time.Duration(grace)*time.Second <= e.DrainTimeout {
+		p.addf("%s: terminationGracePeriodSeconds %d is not longer than COMPACTOR_DRAIN_TIMEOUT %s: the drain is killed", where, grace, e.DrainTimeout)
+	}
+	if !kubeSelects(dig(k.doc.obj, "spec", "selector"), dig(k.doc.obj, "spec", "template", "metadata", "labels")) {
+		p.addf("%s: its selector does not select its pods", where)
+	}
+}
+
+// checkJob checks the provision Job: it runs once (a failed run retried a bounded number
+// of times), is cleaned up once finished, and has no probes (no listener to probe).
+func (d *deployment) checkJob(p *problems, k kubeContainer) {
+	where := k.where()
+	if rp := str(k.spec["restartPolicy"]); rp != "OnFailure" && rp != "Never" {
+		p.addf("%s: restartPolicy %q: a Job's pods restart OnFailure (or Never)", where, rp)
+	}
+	if _, ok := dig(k.doc.obj, "spec", "backoffLimit").(int); !ok {
+		p.addf("%s: no spec.backoffLimit: how often a failed provision is retried", where)
+	}
+	if _, ok := dig(k.doc.obj, "spec", "ttlSecondsAfterFinished").(int); !ok {
+		p.addf("%s: no spec.ttlSecondsAfterFinished: the finished Job stays, and the next apply cannot change it", where)
+	}
+	for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
+		if k.c[probe] != nil {
+			p.addf("%s: a %s: provision has no listener to probe, and a Job is done when it exits", where, probe)
+		}
+	}
 }
 
 type kubeWorkers struct {
@@ -1701,6 +1831,13 @@ func TestDeployChecksCatchBrokenManifests(t *testing.T) {
 		{"a password the servers lack", composePath, []edit{{"  NATS_READER_PASSWORD: ${NATS_READER_PASSWORD:-compose-reader}\n", ""}}, "no NATS_READER_PASSWORD"},
 		{"healthcheck on the wrong port", composePath, []edit{{"http://127.0.0.1:8222/healthz", "http://127.0.0.1:8223/healthz"}}, "healthcheck"},
 		{"policies differ", composePath, []edit{{"      COMPACTOR_ROLES: trigger\n", "      COMPACTOR_ROLES: trigger\n      COMPACTOR_THRESHOLD: \"0.6\"\n"}}, "different policy settings"},
+		{"provision restarts", composePath, []edit{{`restart: "no"`, `restart: unless-stopped`}}, "must not be started again"},
+		{"provision runs serve", composePath, []edit{{`command: ["provision"]`, `command: ["serve"]`}}, "run compactor provision; the deployment has one"},
+		{"provision as a role's user", composePath, []edit{{"COMPACTOR_NATS_USER: admin", "COMPACTOR_NATS_USER: api"}}, "only admin may create the streams"},
+		{"a role as the admin", composePath, []edit{{"COMPACTOR_NATS_USER: trigger\n      COMPACTOR_NATS_PASSWORD: ${NATS_TRIGGER_PASSWORD:-compose-trigger}\n      COMPACTOR_NATS_INBOX_PREFIX: _INBOX_trigger",
+			"COMPACTOR_NATS_USER: admin\n      COMPACTOR_NATS_PASSWORD: ${NATS_ADMIN_PASSWORD:-compose-admin}\n      COMPACTOR_NATS_INBOX_PREFIX: _INBOX_admin"}}, "only the provision one-shot needs the admin's rights"},
+		{"roles do not wait for provision", composePath, []edit{{"provision: {condition: service_completed_successfully}", "provision: {condition: service_started}"}}, "to exit 0"},
+		{"provision with other stream settings", composePath, []edit{{"      COMPACTOR_NATS_USER: admin\n", "      COMPACTOR_NATS_USER: admin\n      COMPACTOR_CHAT_MAX_AGE: 720h\n"}}, "other settings than provision creates them with"},
 		{"listener on localhost", composePath, []edit{{"COMPACTOR_HTTP_LISTEN: 0.0.0.0:9090", "COMPACTOR_HTTP_LISTEN: 127.0.0.1:9090"}}, "cannot be reached"},
 
 		{"route to a missing node", "deploy/nats/cluster.conf", []edit{{"nats-route://nats-3:6222", "nats-route://nats-4:6222"}}, "routes to"},
@@ -1733,6 +1870,13 @@ func TestDeployChecksCatchBrokenManifests(t *testing.T) {
 		{"scrape port", "deploy/kubernetes/trigger.yaml", []edit{{`prometheus.io/port: "9090"`, `prometheus.io/port: "9091"`}}, "prometheus.io/port"},
 		{"image not kustomized", "deploy/kubernetes/api.yaml", []edit{{"image: compactor\n", "image: compactor-api\n"}}, "is not the one"},
 		{"not serve", "deploy/kubernetes/trigger.yaml", []edit{{`args: ["serve"]`, `args: ["status"]`}}, "the roles run serve"},
+		{"provision Job restarts always", "deploy/kubernetes/provision.yaml", []edit{{"restartPolicy: OnFailure", "restartPolicy: Always"}}, "restartPolicy"},
+		{"provision Job without backoffLimit", "deploy/kubernetes/provision.yaml", []edit{{"  backoffLimit: 6\n", ""}}, "backoffLimit"},
+		{"provision Job kept forever", "deploy/kubernetes/provision.yaml", []edit{{"  ttlSecondsAfterFinished: 3600\n", ""}}, "ttlSecondsAfterFinished"},
+		{"provision Job runs serve", "deploy/kubernetes/provision.yaml", []edit{{`args: ["provision"]`, `args: ["serve"]`}}, "the Job runs the admin's one-shot provision"},
+		{"provision Job with a probe", "deploy/kubernetes/provision.yaml", []edit{{"          resources:\n", "          livenessProbe:\n            httpGet: {path: /healthz, port: 9090}\n          resources:\n"}}, "no listener to probe"},
+		{"provision Job with other stream settings", "deploy/kubernetes/provision.yaml", []edit{{"          env:\n", "          env:\n            - name: COMPACTOR_FORGET_TTL\n              value: 48h\n"}}, "other settings than compactor-provision creates them with"},
+		{"provision as a Deployment", "deploy/kubernetes/trigger.yaml", []edit{{`args: ["serve"]`, `args: ["provision"]`}}, "a Job, not a Deployment"},
 		{"no worker disruption budget", "deploy/kubernetes/worker.yaml", []edit{{"maxUnavailable: 1\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: compactor\n      app.kubernetes.io/component: worker", "maxUnavailable: 1\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: compactor\n      app.kubernetes.io/component: workers"}}, "no PodDisruptionBudget selects the workers"},
 		{"pod monitor on a missing port", "deploy/kubernetes/monitoring/podmonitor.yaml", []edit{{"- port: ops", "- port: metrics"}}, "endpoint port"},
 		{"manifest not in the kustomization", kustomizePath, []edit{{"  - worker.yaml\n", ""}}, "resources"},

@@ -132,8 +132,7 @@ func serve(ctx context.Context, env Env, std stdio) error {
 	st, err := jetstream.ProvisionRetrying(ctx, nc, env.jetstream(), jetstream.DefaultBackoff(), log)
 	switch {
 	case errors.Is(err, jetstream.ErrConflict):
-		return fmt.Errorf("%w. Fix this process's settings, or, to change the existing ones for every process "+
-			"on purpose, run once with COMPACTOR_UPDATE_STREAMS=true or serve --update-streams", err)
+		return conflictError(err, "serve")
 	case err != nil && ctx.Err() != nil:
 		log.Info().Err(err).Msg("stopped before JetStream was ready")
 		return nil
@@ -171,6 +170,13 @@ func serve(ctx context.Context, env Env, std stdio) error {
 	case <-time.After(env.DrainTimeout):
 		return fmt.Errorf("in-flight work did not drain within %s (COMPACTOR_DRAIN_TIMEOUT); unacked requests will be redelivered", env.DrainTimeout)
 	}
+}
+
+// conflictError is what serve and provision say of existing settings that differ:
+// every difference (err names them), and how to apply them on purpose with command.
+func conflictError(err error, command string) error {
+	return fmt.Errorf("%w. Fix this process's settings, or, to change the existing ones for every process "+
+		"on purpose, run once with COMPACTOR_UPDATE_STREAMS=true or %s --update-streams", err, command)
 }
 
 // build wires the roles of this process, without telemetry.
