@@ -63,10 +63,18 @@ func TestWorkerContinuesTheRequestsTrace(t *testing.T) {
 			if rep := obs.next(t); rep.Outcome != summarizer.OutcomeCompleted {
 				t.Fatalf("outcome %s; want completed", rep.Outcome)
 			}
-			spans := rec.Ended()
+			// The job's span ends after its outcome is reported (CI flake: 3 spans ended,
+			// not yet the job's): wait for it.
+			var spans []sdktrace.ReadOnlySpan
 			byName := map[string]sdktrace.ReadOnlySpan{}
-			for _, s := range spans {
-				byName[s.Name()] = s
+			for deadline := time.Now().Add(10 * time.Second); byName["compactor.compact"] == nil && time.Now().Before(deadline); {
+				spans = rec.Ended()
+				for _, s := range spans {
+					byName[s.Name()] = s
+				}
+				if byName["compactor.compact"] == nil {
+					time.Sleep(5 * time.Millisecond) // polls for the span to end
+				}
 			}
 			job := byName["compactor.compact"]
 			if job == nil {

@@ -43,11 +43,14 @@ func TestRequestStartsATraceLinkedToTheChatMessage(t *testing.T) {
 	handled(t, nc, st, ack.Sequence)
 
 	var span sdktrace.ReadOnlySpan
-	for _, s := range rec.Ended() {
-		if s.Name() == "compactor.request" {
-			span = s
+	waitFor(t, "the request's span to end", func() bool {
+		for _, s := range rec.Ended() {
+			if s.Name() == "compactor.request" {
+				span = s
+			}
 		}
-	}
+		return span != nil
+	})
 	if span == nil {
 		t.Fatal("no compactor.request span")
 	}
