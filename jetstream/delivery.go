@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -63,6 +64,34 @@ func (d *Delivery) HeaderKeys() []string {
 	}
 	return keys
 }
+
+// HeaderCarrier reads a delivery's headers the way an OpenTelemetry propagator asks
+// (Get, Set, Keys: propagation.TextMapCarrier, which this package need not import).
+// NATS headers are case-sensitive; the W3C names are lower case, and a producer that
+// capitalised them is heard too. Set does nothing: a delivery is only read.
+type HeaderCarrier struct{ d *Delivery }
+
+// Carrier returns the delivery's headers as a HeaderCarrier.
+func (d *Delivery) Carrier() HeaderCarrier { return HeaderCarrier{d} }
+
+// Get returns the header key, matched exactly or else without regard to case.
+func (c HeaderCarrier) Get(key string) string {
+	if v := c.d.Header(key); v != "" {
+		return v
+	}
+	for _, k := range c.d.HeaderKeys() {
+		if strings.EqualFold(k, key) {
+			return c.d.Header(k)
+		}
+	}
+	return ""
+}
+
+// Set does nothing: a delivery's headers are only read.
+func (HeaderCarrier) Set(string, string) {}
+
+// Keys returns the names of the delivery's headers.
+func (c HeaderCarrier) Keys() []string { return c.d.HeaderKeys() }
 
 // Ack acknowledges the delivery without waiting for the server: the cheap ack of the
 // trigger's hot path (a lost ack means one redelivery, which the trigger's watermark

@@ -2,7 +2,6 @@ package summarizer
 
 import (
 	"context"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -29,32 +28,11 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(tracerName)
 }
 
-// deliveryCarrier reads a request's headers for the propagator. NATS headers are
-// case-sensitive; the W3C names are lower case, and a producer that capitalised them is
-// heard too.
-type deliveryCarrier struct{ d *jetstream.Delivery }
-
-func (c deliveryCarrier) Get(key string) string {
-	if v := c.d.Header(key); v != "" {
-		return v
-	}
-	for _, k := range c.d.HeaderKeys() {
-		if strings.EqualFold(k, key) {
-			return c.d.Header(k)
-		}
-	}
-	return ""
-}
-
-func (deliveryCarrier) Set(string, string) {}
-
-func (c deliveryCarrier) Keys() []string { return c.d.HeaderKeys() }
-
 // startJob starts the span of one delivery: a child of the span that queued the
 // request when its headers carry one (the trigger's), a root otherwise.
 func (p *Pool) startJob(ctx context.Context, d *jetstream.Delivery) (context.Context, trace.Span) {
 	if d.MetadataErr == nil {
-		ctx = traceContext.Extract(ctx, deliveryCarrier{d})
+		ctx = traceContext.Extract(ctx, d.Carrier())
 	}
 	return p.tracer.Start(ctx, "compactor.compact", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(

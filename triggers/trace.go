@@ -2,7 +2,6 @@ package triggers
 
 import (
 	"context"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -31,33 +30,13 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 // causeKey keys the span context of the chat message being handled in a context.
 type causeKey struct{}
 
-// deliveryCarrier reads a chat message's headers for the propagator (see
-// summarizer.deliveryCarrier: NATS headers are case-sensitive).
-type deliveryCarrier struct{ d *jetstream.Delivery }
-
-func (c deliveryCarrier) Get(key string) string {
-	if v := c.d.Header(key); v != "" {
-		return v
-	}
-	for _, k := range c.d.HeaderKeys() {
-		if strings.EqualFold(k, key) {
-			return c.d.Header(k)
-		}
-	}
-	return ""
-}
-
-func (deliveryCarrier) Set(string, string) {}
-
-func (c deliveryCarrier) Keys() []string { return c.d.HeaderKeys() }
-
 // withCause notes in ctx the trace of the chat message d, when its publisher sent one
 // and traces are on: a request it leads to links to it.
 func (t *Trigger) withCause(ctx context.Context, d *jetstream.Delivery) context.Context {
 	if t.cfg.Tracer == nil {
 		return ctx // the hot path reads no header for nothing
 	}
-	sc := trace.SpanContextFromContext(traceContext.Extract(context.Background(), deliveryCarrier{d}))
+	sc := trace.SpanContextFromContext(traceContext.Extract(context.Background(), d.Carrier()))
 	if !sc.IsValid() {
 		return ctx
 	}
