@@ -19,6 +19,39 @@ import (
 	"github.com/compactor/compactor/schemas/policy"
 )
 
+// interopCases are what another language's client publishes and reads back beside Go:
+// a corpus transcript (loadCorpus(t, 1)'s) with the default strategy as corpusConv, and long user messages as userConv under user-messages (its policy
+// stored), whose kept messages are pinned and one truncated by an override.
+func interopCases(t *testing.T, st *jetstream.Store, transcripts map[string][]schemas.Message, corpusConv, userConv string) map[string][]schemas.Message {
+	t.Helper()
+	var long []schemas.Message
+	for i := range 30 {
+		long = append(long,
+			schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("request %d: %s", i, strings.Repeat("details of what I want. ", 40)))},
+			schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("working on it")})
+	}
+	cases := map[string][]schemas.Message{corpusConv: nil, userConv: long}
+	for _, msgs := range transcripts {
+		cases[corpusConv] = msgs
+	}
+	data, _ := policy.EncodeConversation(policy.Layer{"strategy": "user-messages", "user_message_tokens": "700"})
+	if err := st.PutPolicy(ctxFor(t, 5*time.Second), userConv, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	return cases
+}
+
+// jsonlOf is msgs as JSONL, one encoded message a line.
+func jsonlOf(msgs []schemas.Message) []byte {
+	var b bytes.Buffer
+	for _, m := range msgs {
+		data, _ := m.Encode()
+		b.Write(data)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
 // The Node.js example publishes a real transcript with the plain NATS client, Compactor
 // compacts it, and the example's reader, written from the README's steps, assembles the
 // same context as the Go reader. Skips unless node and the example's modules are there
@@ -41,31 +74,10 @@ func TestNodeExampleReadsTheSameContext(t *testing.T) {
 		}
 		return out.String()
 	}
-	// The corpus's largest transcript with the default strategy, and long user messages
-	// under user-messages, whose kept messages are pinned and one truncated by an override.
-	var long []schemas.Message
-	for i := range 30 {
-		long = append(long,
-			schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("request %d: %s", i, strings.Repeat("details of what I want. ", 40)))},
-			schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("working on it")})
-	}
-	cases := map[string][]schemas.Message{"from-node": nil, "node-user-messages": long}
-	for _, msgs := range convs {
-		cases["from-node"] = msgs
-	}
-	data, _ := policy.EncodeConversation(policy.Layer{"strategy": "user-messages", "user_message_tokens": "700"})
-	if err := s.st.PutPolicy(ctxFor(t, 5*time.Second), "node-user-messages", data, 0); err != nil {
-		t.Fatal(err)
-	}
+	cases := interopCases(t, s.st, convs, "from-node", "node-user-messages")
 	for conv, msgs := range cases {
 		t.Run(conv, func(t *testing.T) {
-			var jsonl bytes.Buffer
-			for _, m := range msgs {
-				b, _ := m.Encode()
-				jsonl.Write(b)
-				jsonl.WriteByte('\n')
-			}
-			seqs := strings.Fields(runNode(jsonl.Bytes(), "publish", conv))
+			seqs := strings.Fields(runNode(jsonlOf(msgs), "publish", conv))
 			if len(seqs) != len(msgs) {
 				t.Fatalf("node published %d messages; want %d", len(seqs), len(msgs))
 			}

@@ -22,7 +22,6 @@ import (
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
-	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/rounds"
 )
 
@@ -144,29 +143,10 @@ func TestTSClientReadsTheSameContext(t *testing.T) {
 	env := testEnv(t, 8000)
 	s := startStack(t, env, newFakeLLM(t))
 	url := "NATS_URL=" + s.nc.ConnectedUrl()
-	var long []schemas.Message
-	for i := range 30 {
-		long = append(long,
-			schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("request %d: %s", i, strings.Repeat("details of what I want. ", 40)))},
-			schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("working on it")})
-	}
-	cases := map[string][]schemas.Message{"ts-corpus": nil, "ts-user-messages": long}
-	for _, msgs := range loadCorpus(t, 1) {
-		cases["ts-corpus"] = msgs
-	}
-	data, _ := policy.EncodeConversation(policy.Layer{"strategy": "user-messages", "user_message_tokens": "700"})
-	if err := s.st.PutPolicy(ctxFor(t, 5*time.Second), "ts-user-messages", data, 0); err != nil {
-		t.Fatal(err)
-	}
+	cases := interopCases(t, s.st, loadCorpus(t, 1), "ts-corpus", "ts-user-messages")
 	for conv, msgs := range cases {
 		t.Run(conv, func(t *testing.T) {
-			var jsonl bytes.Buffer
-			for _, m := range msgs {
-				b, _ := m.Encode()
-				jsonl.Write(b)
-				jsonl.WriteByte('\n')
-			}
-			out, errOut, err := runTS(t, node, dir, []string{url}, jsonl.Bytes(), "dist/examples/jsonl.js", "publish", conv)
+			out, errOut, err := runTS(t, node, dir, []string{url}, jsonlOf(msgs), "dist/examples/jsonl.js", "publish", conv)
 			if err != nil || len(strings.Fields(out)) != len(msgs) {
 				t.Fatalf("ts publish: %v, %d sequences for %d messages\n%s", err, len(strings.Fields(out)), len(msgs), errOut)
 			}
@@ -247,13 +227,7 @@ func TestTSClientLargeMessages(t *testing.T) {
 	}
 	t.Run("ts publishes, go reads", func(t *testing.T) {
 		msgs := conversation("t1")
-		var jsonl bytes.Buffer
-		for _, m := range msgs {
-			b, _ := m.Encode()
-			jsonl.Write(b)
-			jsonl.WriteByte('\n')
-		}
-		if out, errOut, err := runTS(t, node, dir, []string{url}, jsonl.Bytes(), "dist/examples/jsonl.js", "publish", "from-ts-large"); err != nil {
+		if out, errOut, err := runTS(t, node, dir, []string{url}, jsonlOf(msgs), "dist/examples/jsonl.js", "publish", "from-ts-large"); err != nil {
 			t.Fatalf("ts publish: %v, %s\n%s", err, out, errOut)
 		}
 		es, err := st.LoadEntries(ctx, "from-ts-large", 0, 0)
