@@ -71,6 +71,10 @@ type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens,omitempty"`
+	// CachedTokens is the part of PromptTokens the endpoint served from its prompt
+	// cache (usage.prompt_tokens_details.cached_tokens in OpenAI's format), where it
+	// reports them.
+	CachedTokens int `json:"cached_tokens,omitempty"`
 }
 
 // ToolCall is one function call an assistant message asks for.

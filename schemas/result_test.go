@@ -15,7 +15,7 @@ const resultV1 = `{"schema_version":1,"conversation":"c1","generation":3,"summar
 	`"tail_start_seq":10,"covered_through_seq":9,"pinned_seqs":[1,2],"overrides":[{"seq":12,"keep_head":5,"keep_tail":6,"note":"n"}],` +
 	`"strategy":"last_n","trigger":"budget","reason":"r","request_id":"rq","request_seq":4,"llm_base_generation":2,` +
 	`"fallback":false,"model":"m","prompt_hash":"h","tokens_before":100,"tokens_after":40,"messages_before":9,` +
-	`"messages_after":3,"usage":{"prompt_tokens":7,"completion_tokens":8},"declined_at_seq":0,"created_at":"2025-01-02T03:04:05Z"}`
+	`"messages_after":3,"usage":{"prompt_tokens":7,"completion_tokens":8,"cached_tokens":6},"declined_at_seq":0,"created_at":"2025-01-02T03:04:05Z"}`
 
 func withFields(base string, extra string) string {
 	return strings.TrimSuffix(base, "}") + "," + extra + "}"
@@ -29,7 +29,7 @@ func TestDecodeResult(t *testing.T) {
 		Overrides: []schemas.Override{{Seq: 12, KeepHead: 5, KeepTail: 6, Note: "n"}},
 		Strategy:  "last_n", Trigger: "budget", Reason: "r", RequestID: "rq", RequestSeq: 4, LLMBaseGeneration: 2,
 		Model: "m", PromptHash: "h", TokensBefore: 100, TokensAfter: 40, MessagesBefore: 9, MessagesAfter: 3,
-		Usage: &schemas.Usage{PromptTokens: 7, CompletionTokens: 8}, CreatedAt: created,
+		Usage: &schemas.Usage{PromptTokens: 7, CompletionTokens: 8, CachedTokens: 6}, CreatedAt: created,
 	}
 	tests := []struct {
 		name        string

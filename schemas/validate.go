@@ -108,7 +108,7 @@ func (m *Message) Validate() error {
 			return err
 		}
 	}
-	if m.Usage != nil && (m.Usage.PromptTokens < 0 || m.Usage.CompletionTokens < 0 || m.Usage.TotalTokens < 0) {
+	if m.Usage != nil && (m.Usage.PromptTokens < 0 || m.Usage.CompletionTokens < 0 || m.Usage.TotalTokens < 0 || m.Usage.CachedTokens < 0) {
 		return invalid("usage", "token counts must not be negative")
 	}
 	return nil

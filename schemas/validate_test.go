@@ -36,7 +36,7 @@ var messageCases = []struct {
 	{name: "null meta value", give: `{"role":"user","content":"a","meta":{"pin":null,"k":"v"}}`},
 	{name: "empty tool_call_id on user", give: `{"role":"user","content":"a","tool_call_id":""}`},
 	{name: "empty tool_calls on user", give: `{"role":"user","content":"a","tool_calls":[]}`},
-	{name: "metadata", give: `{"role":"assistant","content":"a","tokens":0,"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3},"context_generation":4,"meta":{"pin":"true"}}`},
+	{name: "metadata", give: `{"role":"assistant","content":"a","tokens":0,"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"cached_tokens":1},"context_generation":4,"meta":{"pin":"true"}}`},
 	{name: "unknown fields", give: `{"role":"user","content":"a","x":{"y":[1]},"Role":"tool"}`},
 
 	// role
@@ -99,6 +99,7 @@ var messageCases = []struct {
 	{name: "negative prompt tokens", give: `{"role":"user","content":"a","usage":{"prompt_tokens":-1,"completion_tokens":0}}`, wantErr: "usage", wantRule: "must not be negative"},
 	{name: "negative completion tokens", give: `{"role":"user","content":"a","usage":{"prompt_tokens":1,"completion_tokens":-2}}`, wantErr: "usage", wantRule: "must not be negative"},
 	{name: "negative total tokens", give: `{"role":"user","content":"a","usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":-3}}`, wantErr: "usage", wantRule: "must not be negative"},
+	{name: "negative cached tokens", give: `{"role":"user","content":"a","usage":{"prompt_tokens":1,"completion_tokens":2,"cached_tokens":-1}}`, wantErr: "usage", wantRule: "must not be negative"},
 	{name: "usage not an object", give: `{"role":"user","content":"a","usage":[1]}`, wantErr: "usage", wantRule: "must be an object"},
 	{name: "negative generation", give: `{"role":"user","content":"a","context_generation":-1}`, wantErr: "context_generation", wantRule: "non-negative integer"},
 	{name: "meta not strings", give: `{"role":"user","content":"a","meta":{"pin":true}}`, wantErr: "meta", wantRule: "string values"},

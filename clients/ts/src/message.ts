@@ -223,7 +223,7 @@ function decodeUsage(raw: string): Usage | undefined {
   if (isNullText(raw)) return undefined;
   expectKind(raw, "{");
   const u: Usage = { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 };
-  forEachField(raw, ["prompt_tokens", "completion_tokens", "total_tokens"], (f, v) => {
+  forEachField(raw, ["prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens"], (f, v) => {
     if (!isNullText(v)) (u as unknown as Record<string, number>)[f] = intFromText(v, false);
   });
   return u;
@@ -279,7 +279,7 @@ function validate(d: Decoded): void {
   if (d.tokens < 0) invalid("tokens", "must not be negative");
   if (d.contentRef) validateContentRef(d.contentRef);
   const u = d.usage;
-  if (u && (u.prompt_tokens < 0 || u.completion_tokens < 0 || (u.total_tokens ?? 0) < 0)) {
+  if (u && (u.prompt_tokens < 0 || u.completion_tokens < 0 || (u.total_tokens ?? 0) < 0 || (u.cached_tokens ?? 0) < 0)) {
     invalid("usage", "token counts must not be negative");
   }
 }
@@ -351,6 +351,7 @@ function canonical(d: Decoded): Message {
   if (d.usage) {
     const u: Usage = { prompt_tokens: d.usage.prompt_tokens, completion_tokens: d.usage.completion_tokens };
     if (d.usage.total_tokens) u.total_tokens = d.usage.total_tokens;
+    if (d.usage.cached_tokens) u.cached_tokens = d.usage.cached_tokens;
     m["usage"] = u;
   }
   if (d.contextGeneration !== undefined) m["context_generation"] = d.contextGeneration;

@@ -27,6 +27,8 @@ export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens?: number;
+  /** The part of prompt_tokens the endpoint served from its prompt cache, where it reports them. */
+  cached_tokens?: number;
 }
 
 /** Where the content of a message over the max payload is stored (a stub's reference). */

@@ -148,7 +148,7 @@ function decodeKind(kind: Kind, raw: string): unknown {
       return rawElements(raw).map(decodeOverride);
     case "usage":
       if (kindOf(raw) !== "{") throw new Error(`${describe(raw)} is not an object`);
-      forEachField(raw, ["prompt_tokens", "completion_tokens", "total_tokens"], (_, v) => {
+      forEachField(raw, ["prompt_tokens", "completion_tokens", "total_tokens", "cached_tokens"], (_, v) => {
         if (!isNullText(v)) intFromText(v, false);
       });
       return JSON.parse(raw);
