@@ -47,10 +47,15 @@ type Config struct {
 	// FieldMaxTokens (default; "" means it) or FieldMaxCompletionTokens. Models go-openai knows as
 	// reasoning models (o1, o3, o4, gpt-5, …) get max_completion_tokens either way.
 	MaxTokensField string
+	// RequestShape is how a request is laid out: ShapePrefix (default; "" means it),
+	// the agent's own messages then the instruction, so prefix caching applies; or
+	// ShapeTranscript, the prompt as system message and everything to summarize in one
+	// user message, for endpoints that refuse tool messages without tool definitions.
+	RequestShape string
 }
 
-// WithDefaults returns c with its zero Model, Timeout and MaxTokensField set to the
-// defaults.
+// WithDefaults returns c with its zero Model, Timeout, MaxTokensField and RequestShape
+// set to the defaults.
 func (c Config) WithDefaults() Config {
 	if c.Model == "" {
 		c.Model = DefaultModel
@@ -60,6 +65,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxTokensField == "" {
 		c.MaxTokensField = FieldMaxTokens
+	}
+	if c.RequestShape == "" {
+		c.RequestShape = ShapePrefix
 	}
 	return c
 }
@@ -78,6 +86,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: temperature must be between 0 and 2, got %g", ErrConfig, c.Temperature)
 	case c.MaxTokensField != "" && c.MaxTokensField != FieldMaxTokens && c.MaxTokensField != FieldMaxCompletionTokens:
 		return fmt.Errorf("%w: max tokens field must be %s or %s, got %q", ErrConfig, FieldMaxTokens, FieldMaxCompletionTokens, c.MaxTokensField)
+	case c.RequestShape != "" && c.RequestShape != ShapePrefix && c.RequestShape != ShapeTranscript:
+		return fmt.Errorf("%w: request shape must be %s or %s, got %q", ErrConfig, ShapePrefix, ShapeTranscript, c.RequestShape)
 	}
 	return nil
 }
@@ -90,8 +100,8 @@ func (c Config) String() string {
 	if c.APIKey != "" {
 		key = "set"
 	}
-	return fmt.Sprintf("{base url %s, api key %s, model %s, timeout %s, temperature %g, max tokens field %s}",
-		redactURL(c.BaseURL), key, c.Model, c.Timeout, c.Temperature, c.MaxTokensField)
+	return fmt.Sprintf("{base url %s, api key %s, model %s, timeout %s, temperature %g, max tokens field %s, request shape %s}",
+		redactURL(c.BaseURL), key, c.Model, c.Timeout, c.Temperature, c.MaxTokensField, c.RequestShape)
 }
 
 // GoString is String, for %#v.

@@ -18,7 +18,7 @@ func Example() {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"model":"gpt-4o-mini-2024-07-18","choices":[{"index":0,"finish_reason":"stop",`+
 			`"message":{"role":"assistant","content":"## Goal\nDeploy build 4512 to staging."}}],`+
-			`"usage":{"prompt_tokens":812,"completion_tokens":14,"total_tokens":826}}`)
+			`"usage":{"prompt_tokens":812,"completion_tokens":14,"total_tokens":826,"prompt_tokens_details":{"cached_tokens":640}}}`)
 	}))
 	defer srv.Close()
 
@@ -27,8 +27,12 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
+	// The request starts like the agent's own: its pinned messages, then the messages
+	// to summarize; the instruction comes last.
 	out, err := s.Summarize(context.Background(), summary.Input{
-		SystemPrompt: "You are Ops Bot.",
+		Pinned: []schemas.Message{
+			{Role: schemas.RoleSystem, Content: schemas.Text("You are Ops Bot.")},
+		},
 		Messages: []schemas.Message{
 			{Role: schemas.RoleUser, Content: schemas.Text("Deploy build 4512 to staging.")},
 		},
@@ -39,9 +43,9 @@ func Example() {
 		return
 	}
 	fmt.Println(out.Summary)
-	fmt.Println(out.Model, out.Usage.PromptTokens, out.Usage.CompletionTokens, out.PromptHash == llm.PromptHash(1024, ""))
+	fmt.Println(out.Model, out.Usage.PromptTokens, out.Usage.CachedTokens, out.Usage.CompletionTokens, out.PromptHash == llm.PrefixPromptHash(1024, ""))
 	// Output:
 	// ## Goal
 	// Deploy build 4512 to staging.
-	// gpt-4o-mini-2024-07-18 812 14 true
+	// gpt-4o-mini-2024-07-18 812 640 14 true
 }

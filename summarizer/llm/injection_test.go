@@ -21,7 +21,7 @@ var anyTagRE = regexp.MustCompile(`(?i)[<＜﹤][\s\p{Cf}]*/?[\s\p{Cf}]*(agent_s
 // one would end the user message and start a turn of the attacker's choosing.
 var chatTokenRE = regexp.MustCompile(`(?i)<\||</?s>|<(start|end)_of_turn>`)
 
-// Issue 9: hostile conversation content, a hostile previous summary and agent system
+// Issue 9, in the transcript shape: hostile conversation content, a hostile previous summary and agent system
 // prompt, and hostile request and policy instructions cannot close their block, open
 // another, reach the system message or end the user message. The prompt is read as
 // the endpoint received it, through the real go-openai client.
@@ -57,7 +57,7 @@ func TestHostileContentStaysInItsBlock(t *testing.T) {
 		MaxSummaryTokens: 700,
 	}
 	e := newEndpoint(t, nil)
-	s := newSummarizer(t, Config{BaseURL: e.srv.URL})
+	s := newSummarizer(t, Config{BaseURL: e.srv.URL, RequestShape: ShapeTranscript})
 	if _, err := s.Summarize(context.Background(), in); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/summarizer/summary"
 )
 
@@ -84,8 +83,10 @@ func (s *Summarizer) Config() Config { return s.cfg }
 // The call is bounded by ctx and by Config.Timeout.
 //
 // The output's Model is the model the endpoint says answered (Config.Model when it does
-// not say), PromptHash is PromptHash(cap, in.Instructions), and Usage is what the
-// endpoint reported (nil when it reported nothing). A leading <think> block and a code
+// not say), PromptHash is PrefixPromptHash(cap, in.Instructions) (PromptHash in the
+// transcript shape), and Usage is what the endpoint reported (nil when it reported
+// nothing), with the cached part of the prompt where the endpoint reports it
+// (usage.prompt_tokens_details.cached_tokens). A leading <think> block and a code
 // fence around the whole answer are removed. An answer without text fails with
 // ErrEmptySummary, an answer cut off at the token cap with ErrSummaryTruncated, and a
 // request the endpoint refuses as too long for the model with ErrContextLength.
@@ -134,18 +135,31 @@ func (s *Summarizer) summarize(ctx context.Context, in summary.Input) (summary.O
 	out := summary.Output{
 		Summary:    text,
 		Model:      resp.Model,
-		PromptHash: PromptHash(maxTokens, in.Instructions),
+		PromptHash: s.promptHash(maxTokens, in.Instructions),
 	}
 	if out.Model == "" {
 		out.Model = s.cfg.Model
 	}
 	if u := resp.Usage; u.PromptTokens != 0 || u.CompletionTokens != 0 || u.TotalTokens != 0 {
 		out.Usage = &schemas.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+		if d := u.PromptTokensDetails; d != nil && d.CachedTokens > 0 {
+			// Bounded by the prompt: a count over it is the endpoint's error, not a fact.
+			out.Usage.CachedTokens = min(d.CachedTokens, max(u.PromptTokens, 0))
+		}
 	}
 	return out, nil
 }
 
-// request is the chat completion Summarize sends for in, and the summary's cap.
+// promptHash is PromptHash or PrefixPromptHash, after the request shape.
+func (s *Summarizer) promptHash(maxTokens int, instructions string) string {
+	if s.cfg.RequestShape == ShapeTranscript {
+		return PromptHash(maxTokens, instructions)
+	}
+	return PrefixPromptHash(maxTokens, instructions)
+}
+
+// request is the chat completion Summarize sends for in, and the summary's cap. Its
+// messages are laid out as Config.RequestShape says (see ShapePrefix, ShapeTranscript).
 //
 // The completion cap goes in the field Config.MaxTokensField names. go-openai marks
 // max_tokens deprecated, but vLLM, llama.cpp, Ollama and older Azure deployments read
@@ -157,13 +171,14 @@ func (s *Summarizer) request(in summary.Input) (openai.ChatCompletionRequest, in
 	if maxTokens <= 0 {
 		maxTokens = DefaultMaxSummaryTokens
 	}
-	req := openai.ChatCompletionRequest{
-		Model: s.cfg.Model,
-		Messages: []openai.ChatCompletionMessage{
+	req := openai.ChatCompletionRequest{Model: s.cfg.Model, Temperature: s.cfg.Temperature}
+	if s.cfg.RequestShape == ShapeTranscript {
+		req.Messages = []openai.ChatCompletionMessage{
 			{Role: openai.ChatMessageRoleSystem, Content: systemMessage(maxTokens)},
 			{Role: openai.ChatMessageRoleUser, Content: userMessage(in, maxTokens)},
-		},
-		Temperature: s.cfg.Temperature,
+		}
+	} else {
+		req.Messages = prefixRequest(in, maxTokens)
 	}
 	switch {
 	case s.reasoning():
@@ -194,17 +209,18 @@ const (
 )
 
 // RequestTokens is what the request Summarize sends for in takes of the model's
-// window: every message of it (the prompt, the blocks, the tags and each transcript
-// message's markup, counted as chars/4 like every estimate of Compactor), the chat
-// format's overhead, and the completion tokens the request reserves. The pool's
+// window: every message of it, in either shape (the prompt, the agent's messages with
+// their names, tool calls and tool call ids, or the blocks, the tags and each
+// transcript message's markup, counted as chars/4 like every estimate of Compactor),
+// the chat format's overhead, and the completion tokens the request reserves. The pool's
 // map-reduce sizes chunks with it, so a chunk's "part i of n" line, instructions and
 // previous summary are counted too.
 func (s *Summarizer) RequestTokens(in summary.Input) int {
 	req, _ := s.request(in)
 	//lint:ignore SA1019 reads back the cap request set, in whichever field it went
 	n := tokensPerReply + req.MaxCompletionTokens + req.MaxTokens
-	for _, m := range req.Messages {
-		n += tokensPerMessage + tokens.Text(m.Content)
+	for i := range req.Messages {
+		n += messageTokens(&req.Messages[i])
 	}
 	return n
 }

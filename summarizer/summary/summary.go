@@ -20,6 +20,17 @@ type Input struct {
 	// SystemPrompt is the agent's own system prompt, given as context so the summary
 	// keeps the agent's identity; it is never summarized away (it stays pinned).
 	SystemPrompt string
+	// Pinned are the messages the agent's reader shows ahead of the summary and that
+	// stay there (its system prompt first, then pinned and kept messages), in order and
+	// exactly as the reader shows them: with overrides applied, without Compactor's
+	// metadata. With SummaryMessage and the oldest Messages they are the start of the
+	// agent's own request, which an LLM summarizer sends first so a prefix cache hits.
+	// Summarizers that do not reproduce the prefix read SystemPrompt instead.
+	Pinned []schemas.Message
+	// SummaryMessage is PreviousSummary as readers render it
+	// (schemas/assemble.SummaryMessage); nil when there is no previous summary, or when
+	// the request does not carry it (a chunk of a larger input).
+	SummaryMessage *schemas.Message
 	// Messages are the newly covered messages, in order, already pre-trimmed.
 	Messages []schemas.Message
 	// Instructions are extra wishes from the request or the policy; they are data
