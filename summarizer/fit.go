@@ -84,6 +84,12 @@ func (p *Pool) summarizeToFit(ctx context.Context, j *job, sum Summarizer, in In
 		f := &fitter{p: p, j: j, sum: sum, budget: budget}
 		fitIn := in
 		fitIn.SystemPrompt = cutText(in.SystemPrompt, budget/4, "cut so the summarizer can read it beside the conversation")
+		if len(in.Pinned) > 0 && tokens.Messages(in.Pinned) > budget/4 {
+			// The agent's pinned messages would crowd out the conversation: the system
+			// prompt alone (cut like above) stands for them, and the request no longer
+			// starts like the agent's.
+			fitIn.Pinned = nil
+		}
 		if err := f.checkFloor(fitIn); err != nil {
 			return Output{}, withLast(err, lastErr)
 		}
@@ -127,6 +133,14 @@ func (f *fitter) nothingFits(format string, args ...any) error {
 	return fmt.Errorf("%w: %s (requests of at most %d tokens): %w", ErrNothingFits, fmt.Sprintf(format, args...), f.budget, errPermanent)
 }
 
+// withoutPrevious is in without the previous summary, as text and as message: a chunk
+// of the messages, or summaries merged without it. Such a request shares the agent's
+// prefix only as far as the pinned messages.
+func withoutPrevious(in Input) Input {
+	in.PreviousSummary, in.SummaryMessage = "", nil
+	return in
+}
+
 // summaryTokens is the summary's cap as a Summarizer applies it.
 func summaryTokens(in Input) int {
 	if in.MaxSummaryTokens > 0 {
@@ -161,8 +175,8 @@ func finalLine(withPrevious bool) string {
 // instructions, with the longest line any chunk adds): the budget less the request
 // without messages and without a previous summary.
 func (f *fitter) room(base Input, line string) int {
-	probe := base
-	probe.PreviousSummary, probe.Messages = "", nil
+	probe := withoutPrevious(base)
+	probe.Messages = nil
 	probe.Instructions = joinInstructions(base.Instructions, line)
 	return f.budget - f.cost(probe)
 }
@@ -199,8 +213,7 @@ func (f *fitter) reduce(ctx context.Context, in Input) (Output, error) {
 	if f.cost(in) <= f.budget {
 		return f.call(ctx, in)
 	}
-	base := in
-	base.PreviousSummary = ""
+	base := withoutPrevious(in)
 	chunks, err := f.pack(base, in.Messages, partLine)
 	if err != nil {
 		return Output{}, err
@@ -229,15 +242,17 @@ type piece struct {
 // two summaries, until they do. A level that does not shrink them fails.
 func (f *fitter) merge(ctx context.Context, in Input, parts []piece) (Output, error) {
 	prev := in.PreviousSummary
-	base := in
-	base.PreviousSummary, base.Messages = "", nil
+	base := withoutPrevious(in)
+	base.Messages = nil
 	half := max(f.room(base, groupLine(len(parts)+1, len(parts)+1))/2-labelOverhead-messageOverhead, 1)
 	for level := 1; ; level++ {
 		if prev == "" && len(parts) == 1 && !parts[0].previous {
 			return parts[0].out, nil
 		}
-		final := in
-		final.PreviousSummary = prev
+		final := in // with the previous summary, as long as it was not merged like a part
+		if prev == "" {
+			final = withoutPrevious(in)
+		}
 		final.Messages = labelled(parts, 0)
 		final.Instructions = joinInstructions(in.Instructions, finalLine(prev != ""))
 		if f.cost(final) <= f.budget {
@@ -359,8 +374,7 @@ func (f *fitter) pack(base Input, msgs []schemas.Message, line func(i, n int) st
 	if room <= messageOverhead {
 		return nil, f.nothingFits("no room for messages beside the prompt, the system prompt and the instructions")
 	}
-	probe := base
-	probe.PreviousSummary = ""
+	probe := withoutPrevious(base)
 	probe.Instructions = joinInstructions(base.Instructions, widest)
 	plan := func(m *schemas.Message) int { return tokens.Message(m) + messageOverhead }
 	var chunks [][]schemas.Message
@@ -407,8 +421,7 @@ func (f *fitter) pack(base Input, msgs []schemas.Message, line func(i, n int) st
 	}
 	out := make([]Input, len(chunks))
 	for i, c := range chunks {
-		out[i] = base
-		out[i].PreviousSummary = ""
+		out[i] = withoutPrevious(base)
 		out[i].Messages = c
 		out[i].Instructions = joinInstructions(base.Instructions, line(i+1, len(chunks)))
 	}
@@ -468,7 +481,7 @@ func addUsage(a, b *schemas.Usage) *schemas.Usage {
 		a = &schemas.Usage{}
 	}
 	return &schemas.Usage{PromptTokens: a.PromptTokens + b.PromptTokens, CompletionTokens: a.CompletionTokens + b.CompletionTokens,
-		TotalTokens: a.TotalTokens + b.TotalTokens}
+		TotalTokens: a.TotalTokens + b.TotalTokens, CachedTokens: a.CachedTokens + b.CachedTokens}
 }
 
 // keepAlive calls InProgress on the job's request every interval until stop is called.

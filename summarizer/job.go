@@ -130,6 +130,8 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 		Conversation:    conv,
 		PreviousSummary: summaryOf(ld.cur),
 		SystemPrompt:    pl.systemPrompt,
+		Pinned:          agentPinned(before, pl),
+		SummaryMessage:  summaryMessageOf(ld.cur),
 		Messages:        pretrim.TotalBudget(pretrim.ToolOutputs(pl.covered, s.ToolOutputCap), s.ToolOutputBudget),
 		Instructions:    joinInstructions(s.Instructions, j.req.Instructions),
 		// Ask for less than the cap: the model counts its own tokens, the guard counts
@@ -258,6 +260,42 @@ func summaryOf(r *schemas.Result) string {
 		return ""
 	}
 	return r.Summary
+}
+
+// summaryMessageOf is the message that carries r's summary, exactly as readers render
+// it, or nil when there is none.
+func summaryMessageOf(r *schemas.Result) *schemas.Message {
+	if r == nil || r.Summary == "" {
+		return nil
+	}
+	m := assemble.SummaryMessage(r)
+	return &m
+}
+
+// agentPinned are the messages at the start of the agent's context (before, as its
+// reader assembled it) that stay ahead of the summary after this compaction (pinned,
+// or kept by the split), in the reader's order and exactly as it shows them: with the
+// summary's message and the oldest covered messages after them, they are the prefix of
+// the agent's own request. With a summary they are the messages before it (a kept
+// message the split now covers is left out: it is summarized with the covered ones);
+// without one, the leading messages up to the first covered one.
+func agentPinned(before assemble.Context, pl plan) []schemas.Message {
+	stays := make(map[uint64]bool, len(pl.pinned))
+	for _, e := range pl.pinned {
+		stays[e.Seq] = true
+	}
+	var out []schemas.Message
+	for i, seq := range before.Seqs {
+		switch {
+		case seq == 0: // the summary's message
+			return out
+		case stays[seq]:
+			out = append(out, before.Messages[i])
+		case !before.HasSummary:
+			return out
+		}
+	}
+	return out
 }
 
 // sortedBySeq merges entry lists into one in sequence order.

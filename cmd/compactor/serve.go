@@ -352,7 +352,8 @@ func (f *summarizers) For(s policy.Settings) (summary.Summarizer, error) {
 	if base == "" {
 		base = defaultEndpoint
 	}
-	cfg := llm.Config{BaseURL: base, APIKey: key, Model: s.LLMModel, Timeout: s.LLMTimeout, MaxTokensField: s.LLMMaxTokensField}
+	cfg := llm.Config{BaseURL: base, APIKey: key, Model: s.LLMModel, Timeout: s.LLMTimeout, MaxTokensField: s.LLMMaxTokensField,
+		RequestShape: s.LLMRequestShape}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if sum, ok := f.cache[cfg]; ok {

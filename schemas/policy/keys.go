@@ -81,6 +81,7 @@ var Keys = []Key{
 	{"llm_api_key_env", String, "COMPACTOR_LLM_API_KEY", Operator, "name of the variable that holds the summarizer's key (falls back to OPENAI_API_KEY); the key itself never goes in a file"},
 	{"llm_model", String, "gpt-4o-mini", Operator, "summarizer model"},
 	{"llm_max_tokens_field", String, "max_tokens", Operator, "request field of the summary's token cap: max_tokens (vLLM, llama.cpp, Ollama, older Azure) or max_completion_tokens (newer OpenAI models); reasoning models always get max_completion_tokens"},
+	{"llm_request_shape", String, "prefix", Operator, "layout of a summarization request: prefix (the agent's own messages, then the instruction last, so a prefix cache hits) or transcript (the prompt as system message and everything to summarize in one tagged user message, for endpoints that refuse tool messages without tool definitions)"},
 	{"llm_timeout", Duration, "2m", Operator, "timeout of one summarization call"},
 }
 
@@ -125,6 +126,7 @@ type Settings struct {
 	LLMAPIKeyEnv            string
 	LLMModel                string
 	LLMMaxTokensField       string
+	LLMRequestShape         string
 	LLMTimeout              time.Duration
 }
 
@@ -210,6 +212,8 @@ func (s *Settings) set(k Key, v string) error {
 		s.LLMModel = strings.TrimSpace(v)
 	case "llm_max_tokens_field":
 		s.LLMMaxTokensField = strings.TrimSpace(v)
+	case "llm_request_shape":
+		s.LLMRequestShape = strings.TrimSpace(v)
 	case "llm_timeout":
 		s.LLMTimeout = d
 	default:

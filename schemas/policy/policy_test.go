@@ -76,6 +76,7 @@ func TestErrorsNameTheTierAndKey(t *testing.T) {
 		{"bad env number", Layer{"threshold": "high"}, "", nil, `environment: threshold: "high" is not a number`},
 		{"bad env range", Layer{"keep_last_n": "0"}, "", nil, "environment: invalid policy: keep_last_n must be at least 1"},
 		{"unknown max tokens field", Layer{"llm_max_tokens_field": "max_new_tokens"}, "", nil, "llm_max_tokens_field must be one of max_tokens, max_completion_tokens"},
+		{"unknown request shape", Layer{"llm_request_shape": "tagged"}, "", nil, "llm_request_shape must be one of prefix, transcript"},
 		{"unknown env key", Layer{"nope": "1"}, "", nil, `unknown key "nope"`},
 		{"bad profile", nil, `{"profiles":{"p":{"target":0.9}}}`, nil, `profile "p"`},
 		{"profile naming a profile", nil, `{"profiles":{"p":{"profile":"q"}}}`, nil, "cannot name another profile"},

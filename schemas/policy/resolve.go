@@ -34,6 +34,10 @@ var Tokenizers = []string{"chars4", "cl100k_base", "o200k_base"}
 // that carries the summary's token cap.
 var MaxTokensFields = []string{"max_tokens", "max_completion_tokens"}
 
+// RequestShapes lists the values of the llm_request_shape key: how a summarization
+// request is laid out.
+var RequestShapes = []string{"prefix", "transcript"}
+
 // Validate checks every value's range.
 func (s Settings) Validate() error {
 	if err := s.Budget().Validate(); err != nil {
@@ -65,6 +69,7 @@ func (s Settings) Validate() error {
 		{s.SummarizerContextWindow >= 1000, "summarizer_context_window", "must be at least 1000 tokens"},
 		{s.LLMModel != "", "llm_model", "must not be empty"},
 		{contains(MaxTokensFields, s.LLMMaxTokensField), "llm_max_tokens_field", "must be one of " + strings.Join(MaxTokensFields, ", ")},
+		{contains(RequestShapes, s.LLMRequestShape), "llm_request_shape", "must be one of " + strings.Join(RequestShapes, ", ")},
 		{s.LLMTimeout > 0, "llm_timeout", "must be positive"},
 	}
 	for _, c := range checks {

@@ -95,6 +95,8 @@ func (s Settings) value(name string) any {
 		return s.LLMModel
 	case "llm_max_tokens_field":
 		return s.LLMMaxTokensField
+	case "llm_request_shape":
+		return s.LLMRequestShape
 	case "llm_timeout":
 		return s.LLMTimeout
 	}
