@@ -409,3 +409,18 @@ func ExampleSummarizer_Summarize() {
 	// - result of deploy (38 characters): "ok: staging now runs 4512 (rev 9f3c2e)"
 	// - assistant: Build 4512 is live on staging.
 }
+
+// The agent's prefix (pinned messages, the summary's message) is for an LLM's prompt
+// cache: the extractive summary reads the previous summary and the covered messages
+// only, and does not change with it.
+func TestPrefixFieldsDoNotChangeTheSummary(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	in := summary.Input{PreviousSummary: randText(r, 2000), Messages: randConversation(r, 80), MaxSummaryTokens: 500}
+	want := summarize(t, in)
+	sm := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("[Summary of the earlier conversation]\n\n" + in.PreviousSummary)}
+	in.Pinned = []schemas.Message{{Role: schemas.RoleSystem, Content: schemas.Text("You are Ops Bot. PINNED-ONLY")}, user("PINNED-ONLY rule")}
+	in.SummaryMessage = &sm
+	if got := summarize(t, in); got != want {
+		t.Errorf("with the prefix fields:\n%s\nwithout:\n%s", got, want)
+	}
+}
