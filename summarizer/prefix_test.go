@@ -114,7 +114,9 @@ func openAIRounds(msgs []json.RawMessage) error {
 // fixedPolicy gives every conversation the same settings.
 type fixedPolicy struct{ s policy.Settings }
 
-func (p fixedPolicy) Settings(context.Context, string) (policy.Settings, error) { return p.s, p.s.Validate() }
+func (p fixedPolicy) Settings(context.Context, string) (policy.Settings, error) {
+	return p.s, p.s.Validate()
+}
 
 // agentTurn is a user message, an assistant's tool call, its result and the answer.
 func agentTurn(i int) []schemas.Message {
