@@ -74,8 +74,13 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		Model     string `json:"model"`
 		MaxTokens int    `json:"max_tokens"`
 		Messages  []struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
+			Role      string          `json:"role"`
+			Content   json.RawMessage `json:"content"`
+			ToolCalls []struct {
+				Function struct {
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
 		} `json:"messages"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -98,16 +103,16 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		f.failures--
 		status = http.StatusInternalServerError
 	}
+	// What the model is given, in either request shape: the text of every message and
+	// the arguments of its tool calls.
 	var input string
 	for _, m := range req.Messages {
-		if m.Role == "user" {
-			input += m.Content
+		input += contentText(m.Content)
+		for _, tc := range m.ToolCalls {
+			input += tc.Function.Arguments
 		}
 	}
-	total := 0
-	for _, m := range req.Messages {
-		total += len(m.Content)
-	}
+	total := len(input)
 	tooLong := f.maxChars > 0 && total > f.maxChars
 	if tooLong {
 		f.refused++
@@ -162,10 +167,27 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		"id": "cmpl-1", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model + "-fake",
 		"choices": []map[string]any{{"index": 0, "finish_reason": "stop",
 			"message": map[string]any{"role": "assistant", "content": summary}}},
-		"usage": map[string]int{"prompt_tokens": len(input) / 4, "completion_tokens": len(summary) / 4, "total_tokens": (len(input) + len(summary)) / 4},
+		"usage": map[string]any{"prompt_tokens": len(input) / 4, "completion_tokens": len(summary) / 4, "total_tokens": (len(input) + len(summary)) / 4,
+			"prompt_tokens_details": map[string]int{"cached_tokens": len(input) / 8}},
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// contentText is a message's content as text: a string, or its text parts joined.
+func contentText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	_ = json.Unmarshal(raw, &parts)
+	for _, p := range parts {
+		s += p.Text
+	}
+	return s
 }
 
 func (f *fakeLLM) set(fn func(f *fakeLLM)) {

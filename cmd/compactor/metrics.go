@@ -74,7 +74,7 @@ func newMetrics() *metrics {
 		"Duration of LLM requests, failed ones included, by configured model.",
 		[]float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300}, "model")
 	m.summarizerTokens = counter("compactor_summarizer_tokens_total",
-		"Tokens the LLM reported for summaries, by configured model and kind (prompt or completion).", "model", "kind")
+		"Tokens the LLM reported for summaries, by configured model and kind (prompt, completion, or cached: the part of prompt the endpoint served from its prompt cache).", "model", "kind")
 	m.triggerLag = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "compactor_trigger_lag_seconds",
 		Help:    "Age of each chat message when the trigger counted it (time since JetStream stored it).",
 		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800}})
@@ -134,6 +134,7 @@ func (m *metrics) llmModel(model string) {
 	}
 	m.summarizerTokens.WithLabelValues(model, "prompt")
 	m.summarizerTokens.WithLabelValues(model, "completion")
+	m.summarizerTokens.WithLabelValues(model, "cached")
 }
 
 // llmCall records one LLM request.
@@ -147,6 +148,7 @@ func (m *metrics) llmCall(model string, took time.Duration, usage *schemas.Usage
 	if usage != nil {
 		m.summarizerTokens.WithLabelValues(model, "prompt").Add(float64(max(usage.PromptTokens, 0)))
 		m.summarizerTokens.WithLabelValues(model, "completion").Add(float64(max(usage.CompletionTokens, 0)))
+		m.summarizerTokens.WithLabelValues(model, "cached").Add(float64(max(usage.CachedTokens, 0)))
 	}
 }
 

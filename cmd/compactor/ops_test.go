@@ -383,6 +383,9 @@ func TestMetricsOfACompaction(t *testing.T) {
 	if got, _ := m.value("compactor_summarizer_tokens_total", "model", "gpt-4o-mini", "kind", "completion"); got != float64(value.Usage.CompletionTokens) || got == 0 {
 		t.Errorf("compactor_summarizer_tokens_total{kind=completion} = %v; want the usage the LLM reported, %d", got, value.Usage.CompletionTokens)
 	}
+	if got, _ := m.value("compactor_summarizer_tokens_total", "model", "gpt-4o-mini", "kind", "cached"); got != float64(value.Usage.CachedTokens) || got == 0 {
+		t.Errorf("compactor_summarizer_tokens_total{kind=cached} = %v; want the cached tokens the LLM reported, %d", got, value.Usage.CachedTokens)
+	}
 	if got, _ := m.value("compactor_trigger_requests_total", "trigger", trig, "result", "queued"); got < 1 {
 		t.Errorf("compactor_trigger_requests_total{result=queued} = %v; want at least 1", got)
 	}
