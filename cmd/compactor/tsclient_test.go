@@ -309,7 +309,8 @@ func decodeCases(t *testing.T) [][]byte {
 		out = append(out, []byte(`{"role":"assistant","content":"x","tool_calls":[`+tc+`,`+tc+`]}`))
 	}
 	for _, u := range []string{`{"prompt_tokens":1,"completion_tokens":2}`, `{"PROMPT_TOKENS":1}`, `{"prompt_tokens":-1}`, `{"prompt_tokens":1.0}`,
-		`{"prompt_tokens":null,"total_tokens":3}`, `{"cached":{"x":1}}`, `{"prompt_tokens":"1"}`} {
+		`{"prompt_tokens":null,"total_tokens":3}`, `{"cached":{"x":1}}`, `{"prompt_tokens":"1"}`,
+		`{"prompt_tokens":9,"completion_tokens":2,"cached_tokens":8}`, `{"prompt_tokens":1,"cached_tokens":-1}`, `{"prompt_tokens":1,"cached_tokens":0.5}`} {
 		out = append(out, []byte(`{"role":"assistant","content":"x","usage":`+u+`}`))
 	}
 	for _, c := range []string{`[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"u"}}]`, `[{"type":"text","text":1}]`,
@@ -426,7 +427,7 @@ func TestTSClientDecodesValuesAsGo(t *testing.T) {
 		`{"schema_version":1,"conversation":"c","tail_start_seq":1}`, `{"schema_version":1,"conversation":"d","tail_start_seq":1}`,
 		`{"schema_version":1,"conversation":"a.b","tail_start_seq":1}`}
 	values := []string{`null`, `0`, `-1`, `1.5`, `1.0`, `7`, `9007199254740993`, `""`, `"x"`, `"user"`, `true`, `[]`, `[0]`, `[null]`, `[2,"3"]`, `{}`,
-		`[{"seq":5}]`, `[{"SEQ":6,"Keep_Head":1}]`, `[{"seq":-1}]`, `[{"keep_head":-3,"keep_tail":1.5}]`, `[null]`, `{"prompt_tokens":1}`, `{"prompt_tokens":1.5}`,
+		`[{"seq":5}]`, `[{"SEQ":6,"Keep_Head":1}]`, `[{"seq":-1}]`, `[{"keep_head":-3,"keep_tail":1.5}]`, `[null]`, `{"prompt_tokens":1}`, `{"prompt_tokens":1.5}`, `{"prompt_tokens":9,"cached_tokens":8}`, `{"prompt_tokens":9,"cached_tokens":"8"}`,
 		`"2026-02-29T00:00:00Z"`, `"2024-02-29T00:00:00Z"`, `"0000-02-29T00:00:00Z"`, `"2026-01-02T03:04:05.123456789+02:00"`, `"2026-01-02t03:04:05z"`,
 		`"2026-01-02T24:00:00Z"`, `"2026-01-02T03:04:60Z"`, `"2026-01-02T03:04:05+24:00"`, `"2026-01-02T03:04:05+25:00"`, `"2026-01-02T03:04:05-01:61"`,
 		`"2026-01-02T3:04:05Z"`, `"2026-01-02T03:04:05,5Z"`, `"2026-01-02T03:4:05Z"`, `"2026-04-31T03:04:05Z"`, `"2026-01-02 03:04:05Z"`, `"2026-01-02T03:04:05."`, `"2026-1-02T03:04:05Z"`}
