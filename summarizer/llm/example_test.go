@@ -49,3 +49,13 @@ func Example() {
 	// Deploy build 4512 to staging.
 	// gpt-4o-mini-2024-07-18 812 640 14 true
 }
+
+// The prompt hash a result carries names the instruction of the request shape and the
+// operator's instructions; the conversation is not part of it.
+func ExamplePrefixPromptHash() {
+	plain := llm.PrefixPromptHash(1024, "")
+	withWishes := llm.PrefixPromptHash(1024, "Keep every build number.")
+	fmt.Println(len(plain), plain == withWishes, plain == llm.PromptHash(1024, ""))
+	// Output:
+	// 8 false false
+}
