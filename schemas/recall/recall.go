@@ -82,7 +82,7 @@ func (s *Selector) Add(es []schemas.Entry) {
 		case rounds.Orphan:
 			s.out.Incomplete++
 		case rounds.Single:
-			s.take(es[u.Start : u.End])
+			s.take(es[u.Start:u.End])
 		case rounds.Round:
 			s.round(es[u.Start:u.End], u.Complete)
 		}

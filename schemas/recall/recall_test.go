@@ -100,8 +100,8 @@ func TestSelect(t *testing.T) {
 			matched: 3,
 		},
 		{
-			name: "a query matching the call's arguments",
-			give: es(call(2, `{"path":"/etc/Hosts"}`, "c1"), result(3, "c1", "127.0.0.1"), user(4, "hosts?")),
+			name:  "a query matching the call's arguments",
+			give:  es(call(2, `{"path":"/etc/Hosts"}`, "c1"), result(3, "c1", "127.0.0.1"), user(4, "hosts?")),
 			query: "/etc/hosts",
 			want:  []uint64{2, 3}, matched: 2,
 		},
