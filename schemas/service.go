@@ -293,8 +293,8 @@ type RecallResponse struct {
 	Tokens    int `json:"tokens"`
 	MaxTokens int `json:"max_tokens"`
 	// CutByBudget says matching messages were left out to fit MaxTokens; SkippedSeqs
-	// names the first sequence of each left-out round or message (newest first, at
-	// most MaxRecallSkippedSeqs), to recall with a range and a larger budget.
+	// names the first sequence of each round or message left out for the budget or the
+	// payload (at most MaxRecallSkippedSeqs), to recall with a range and a larger budget.
 	CutByBudget bool     `json:"cut_by_budget"`
 	SkippedSeqs []uint64 `json:"skipped_seqs,omitempty"`
 	// CutByPayload says compactor.recall left out the oldest of the selected messages
@@ -324,6 +324,8 @@ const MaxRecallSkippedSeqs = 32
 type RecalledMessage struct {
 	Seq     uint64
 	Message Message
+	// Tokens is the message's weight against the budget; not encoded.
+	Tokens int
 }
 
 // MarshalJSON writes {"seq":N, <the message's fields>}.

@@ -1,6 +1,7 @@
 package recall
 
 import (
+	"encoding/json"
 	"strings"
 
 	"github.com/compactor/compactor/schemas"
@@ -146,8 +147,10 @@ func (s *Selector) take(unit []schemas.Entry) {
 		return
 	}
 	s.out.Tokens += n
-	for _, e := range unit {
-		s.out.Messages = append(s.out.Messages, schemas.RecalledMessage{Seq: e.Seq, Message: e.Message.StripMetadata()})
+	for k := range unit {
+		e := &unit[k]
+		s.out.Messages = append(s.out.Messages, schemas.RecalledMessage{Seq: e.Seq, Message: e.Message.StripMetadata(),
+			Tokens: tokens.MessageWith(s.counter, &e.Message)})
 	}
 	s.out.Returned += len(unit)
 }
@@ -190,3 +193,49 @@ func (s *Selector) Full() bool { return s.out.Tokens >= s.out.MaxTokens }
 
 // Result returns the selection so far. The reader sets Conversation and the scan fields.
 func (s *Selector) Result() schemas.RecallResponse { return s.out }
+
+// FitBytes drops the oldest units of r (whole rounds) until r encodes as JSON in at
+// most limit bytes, and reports whether it dropped any: then r.CutByPayload is set and
+// the dropped units' first sequences join SkippedSeqs. A unit starts where the
+// sequences step back (inside a round they grow, from one unit to the next older one
+// they fall).
+func FitBytes(r *schemas.RecallResponse, limit int) (bool, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return false, err
+	}
+	if len(b) <= limit {
+		return false, nil
+	}
+	r.CutByPayload = true
+	for len(b) > limit && len(r.Messages) > 0 {
+		// Drop the oldest units whose bytes the excess needs, then measure again (the
+		// skipped sequences add a few bytes).
+		excess := len(b) - limit
+		end := len(r.Messages)
+		for end > 0 && excess > 0 {
+			start := end - 1
+			for start > 0 && r.Messages[start-1].Seq < r.Messages[start].Seq {
+				start--
+			}
+			for i := start; i < end; i++ {
+				m, err := json.Marshal(r.Messages[i])
+				if err != nil {
+					return false, err
+				}
+				excess -= len(m) + 1
+				r.Tokens -= r.Messages[i].Tokens
+			}
+			if len(r.SkippedSeqs) < schemas.MaxRecallSkippedSeqs {
+				r.SkippedSeqs = append(r.SkippedSeqs, r.Messages[start].Seq)
+			}
+			end = start
+		}
+		r.Returned -= len(r.Messages) - end
+		r.Messages = r.Messages[:end]
+		if b, err = json.Marshal(r); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}

@@ -1,6 +1,7 @@
 package recall_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -273,5 +274,46 @@ func TestMatches(t *testing.T) {
 		if got := recall.Matches(&m, tt.q); got != tt.want {
 			t.Errorf("Matches(%q) = %v; want %v", tt.q, got, tt.want)
 		}
+	}
+}
+
+func TestFitBytes(t *testing.T) {
+	all := es(user(1, strings.Repeat("o", 100)), call(2, `{}`, "c1", "c2"), result(3, "c1", strings.Repeat("r", 300)),
+		result(4, "c2", "r"), user(5, "new"))
+	size := func(r schemas.RecallResponse) int {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(b)
+	}
+	full := recall.Select(all, recall.Options{})
+	for _, tt := range []struct {
+		name    string
+		limit   int
+		want    []uint64
+		skipped []uint64
+	}{
+		{name: "fits", limit: size(full), want: []uint64{5, 2, 3, 4, 1}},
+		{name: "the oldest unit goes first", limit: size(full) - 1, want: []uint64{5, 2, 3, 4}, skipped: []uint64{1}},
+		{name: "a round goes whole", limit: size(full) - 300, want: []uint64{5}, skipped: []uint64{1, 2}},
+		{name: "nothing fits", limit: 10, want: []uint64{}, skipped: []uint64{1, 2, 5}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := recall.Select(all, recall.Options{})
+			cut, err := recall.FitBytes(&r, tt.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(seqs(r), tt.want) || !reflect.DeepEqual(r.SkippedSeqs, tt.skipped) {
+				t.Fatalf("seqs %v skipped %v; want %v, %v", seqs(r), r.SkippedSeqs, tt.want, tt.skipped)
+			}
+			if cut != (tt.skipped != nil) || r.CutByPayload != cut || r.Returned != len(tt.want) || r.Tokens != tok*len(tt.want) {
+				t.Fatalf("cut %v/%v returned %d tokens %d", cut, r.CutByPayload, r.Returned, r.Tokens)
+			}
+			if cut && size(r) > tt.limit && len(r.Messages) > 0 {
+				t.Fatalf("answer is %d bytes; limit %d", size(r), tt.limit)
+			}
+		})
 	}
 }
