@@ -2,6 +2,7 @@ package recall
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/compactor/compactor/schemas"
@@ -196,7 +197,7 @@ func (s *Selector) Result() schemas.RecallResponse { return s.out }
 
 // FitBytes drops the oldest units of r (whole rounds) until r encodes as JSON in at
 // most limit bytes, and reports whether it dropped any: then r.CutByPayload is set and
-// the dropped units' first sequences join SkippedSeqs. A unit starts where the
+// the dropped units' first sequences follow those of SkippedSeqs, newest first. A unit starts where the
 // sequences step back (inside a round they grow, from one unit to the next older one
 // they fall).
 func FitBytes(r *schemas.RecallResponse, limit int) (bool, error) {
@@ -208,6 +209,8 @@ func FitBytes(r *schemas.RecallResponse, limit int) (bool, error) {
 		return false, nil
 	}
 	r.CutByPayload = true
+	budgetSkipped := r.SkippedSeqs
+	var dropped []uint64 // oldest first
 	for len(b) > limit && len(r.Messages) > 0 {
 		// Drop the oldest units whose bytes the excess needs, then measure again (the
 		// skipped sequences add a few bytes).
@@ -226,13 +229,15 @@ func FitBytes(r *schemas.RecallResponse, limit int) (bool, error) {
 				excess -= len(m) + 1
 				r.Tokens -= r.Messages[i].Tokens
 			}
-			if len(r.SkippedSeqs) < schemas.MaxRecallSkippedSeqs {
-				r.SkippedSeqs = append(r.SkippedSeqs, r.Messages[start].Seq)
-			}
+			dropped = append(dropped, r.Messages[start].Seq)
 			end = start
 		}
 		r.Returned -= len(r.Messages) - end
 		r.Messages = r.Messages[:end]
+		r.SkippedSeqs = slices.Clone(budgetSkipped)
+		for i := len(dropped) - 1; i >= 0 && len(r.SkippedSeqs) < schemas.MaxRecallSkippedSeqs; i-- {
+			r.SkippedSeqs = append(r.SkippedSeqs, dropped[i])
+		}
 		if b, err = json.Marshal(r); err != nil {
 			return false, err
 		}

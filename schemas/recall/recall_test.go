@@ -296,8 +296,8 @@ func TestFitBytes(t *testing.T) {
 	}{
 		{name: "fits", limit: size(full), want: []uint64{5, 2, 3, 4, 1}},
 		{name: "the oldest unit goes first", limit: size(full) - 1, want: []uint64{5, 2, 3, 4}, skipped: []uint64{1}},
-		{name: "a round goes whole", limit: size(full) - 300, want: []uint64{5}, skipped: []uint64{1, 2}},
-		{name: "nothing fits", limit: 10, want: []uint64{}, skipped: []uint64{1, 2, 5}},
+		{name: "a round goes whole", limit: size(full) - 300, want: []uint64{5}, skipped: []uint64{2, 1}},
+		{name: "nothing fits", limit: 10, want: []uint64{}, skipped: []uint64{5, 2, 1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := recall.Select(all, recall.Options{})
