@@ -346,7 +346,8 @@ func (r RecalledMessage) MarshalJSON() ([]byte, error) {
 	return append(out, body[1:]...), nil // body is {"role":...}
 }
 
-// UnmarshalJSON reads what MarshalJSON writes; "seq" is required.
+// UnmarshalJSON reads what MarshalJSON writes; "seq" is required and the message must
+// be valid (DecodeMessage).
 func (r *RecalledMessage) UnmarshalJSON(data []byte) error {
 	var head struct {
 		Seq *uint64 `json:"seq"`
@@ -357,8 +358,8 @@ func (r *RecalledMessage) UnmarshalJSON(data []byte) error {
 	if head.Seq == nil {
 		return invalid("seq", "is required")
 	}
-	var m Message
-	if err := json.Unmarshal(data, &m); err != nil {
+	m, err := DecodeMessage(data)
+	if err != nil {
 		return err
 	}
 	delete(m.Unknown, "seq")
