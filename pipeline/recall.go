@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 
 	"github.com/compactor/compactor/schemas"
 )
@@ -49,4 +51,29 @@ func (c *Client) Recall(ctx context.Context, conv string, opts ...ContextOption)
 		return nil, err
 	}
 	return c.store.Recall(ctx, req, o.scanLimit)
+}
+
+// AnswerRecall answers a model's call of the recall tool (schemas.RecallToolJSON) in
+// conversation conv: arguments is the call's arguments text; the answer is the content
+// of the tool message to send back, the Recalled JSON. Arguments that break a rule
+// are answered as {"error": "..."} naming it, so the model can correct its call; the
+// error is for failures of the read itself.
+func (c *Client) AnswerRecall(ctx context.Context, conv, arguments string) (string, error) {
+	req, err := schemas.DecodeRecallArguments(conv, arguments)
+	if err != nil {
+		if errors.Is(err, schemas.ErrInvalid) && schemas.ValidateConversationID(conv) == nil {
+			b, _ := json.Marshal(map[string]string{"error": err.Error()})
+			return string(b), nil
+		}
+		return "", err
+	}
+	r, err := c.Recall(ctx, conv, Query(req.Query), FromSeq(req.FromSeq), ToSeq(req.ToSeq), MaxTokens(req.MaxTokens))
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
@@ -95,5 +96,29 @@ func TestRecall(t *testing.T) {
 				}
 			}
 		})
+	})
+}
+
+func TestAnswerRecallTellsTheModelWhatWasWrong(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := ctxT(t)
+		c := pipeline.NewWithStore(nc, st)
+		if _, err := c.Publish(ctx, "ar", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hello")}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct{ args, want string }{
+			{`{"query":"HELLO"}`, `"returned":1`},
+			{``, `"returned":1`},
+			{`{"from_seq":5,"to_seq":1}`, `{"error":"from_seq: must not be after to_seq (5 \u003e 1)"}`},
+			{`{"pattern":"x"}`, `{"error":"arguments: must be a JSON object of query, from_seq, to_seq and max_tokens (unknown field \"pattern\")"}`},
+		} {
+			got, err := c.AnswerRecall(ctx, "ar", tc.args)
+			if err != nil || !strings.Contains(got, tc.want) {
+				t.Errorf("AnswerRecall(%s) = %s, %v; want %s", tc.args, got, err, tc.want)
+			}
+		}
+		if _, err := c.AnswerRecall(ctx, "a b", `{}`); err == nil {
+			t.Error("a bad conversation id is an error of the caller, not an answer to the model")
+		}
 	})
 }
