@@ -157,3 +157,39 @@ func fakeRecallingModel(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(openai.ChatCompletionResponse{ID: "x", Object: "chat.completion", Model: req.Model,
 		Choices: []openai.ChatCompletionChoice{{Message: msg, FinishReason: "stop"}}})
 }
+
+func ExampleClient_Recall() {
+	dir, _ := os.MkdirTemp("", "compactor-recall")
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: dir})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer srv.Shutdown()
+	nc, _ := nats.Connect(srv.ClientURL())
+	defer nc.Close()
+	ctx := context.Background()
+	c, err := pipeline.New(ctx, nc, pipeline.WithProvision())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, text := range []string{"deploy to staging", "tests pass", "Deploy to production", "done"} {
+		c.Publish(ctx, "ops-1", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(text)})
+	}
+
+	r, err := c.Recall(ctx, "ops-1", pipeline.Query("deploy"), pipeline.MaxTokens(1000))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, m := range r.Messages {
+		fmt.Println(m.Seq, m.Message.Content.String())
+	}
+	fmt.Printf("matched %d, scanned %d to %d\n", r.Matched, r.ScannedFromSeq, r.ScannedToSeq)
+	// Output:
+	// 3 Deploy to production
+	// 1 deploy to staging
+	// matched 2, scanned 1 to 4
+}
