@@ -129,3 +129,49 @@ func TestRecallMatchesOneSelectionOverTheRange(t *testing.T) {
 		})
 	})
 }
+
+// A conversation stored on two layouts (the partition count changed between a tool call
+// and its result) is recalled in stream order, the round whole across them.
+func TestRecallAcrossLayouts(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st1, err := jetstream.Provision(ctxT(t), nc, jetstream.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := func(st *jetstream.Store, data string) uint64 {
+		t.Helper()
+		seq, err := st.PublishMessage(ctxT(t), "mixed", []byte(data), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	u := pub(st1, `{"role":"user","content":"list the files"}`)
+	c := pub(st1, `{"role":"assistant","content":null,"tool_calls":[{"id":"t1","type":"function","function":{"name":"ls","arguments":"{}"}}]}`)
+	four := jetstream.DefaultConfig()
+	four.TriggerPartitions = 4
+	four.UpdateExisting = true
+	st4, err := jetstream.Provision(ctxT(t), nc, four)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := pub(st4, `{"role":"tool","tool_call_id":"t1","content":"main.go README.md"}`)
+	a := pub(st4, `{"role":"assistant","content":"Two files."}`)
+	for _, st := range []*jetstream.Store{st1, st4} {
+		got, err := st.Recall(ctxT(t), schemas.RecallRequest{Conversation: "mixed"}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []uint64{a, c, r, u}; !reflect.DeepEqual(recalledSeqs(got), want) {
+			t.Fatalf("recalled %v; want %v", recalledSeqs(got), want)
+		}
+		got, err = st.Recall(ctxT(t), schemas.RecallRequest{Conversation: "mixed", Query: "readme"}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []uint64{c, r}; !reflect.DeepEqual(recalledSeqs(got), want) {
+			t.Fatalf("recalled %v; want the round %v", recalledSeqs(got), want)
+		}
+	}
+}
