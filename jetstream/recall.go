@@ -116,6 +116,9 @@ func (s *Store) Recall(ctx context.Context, req schemas.RecallRequest, scanLimit
 		}
 		hi = lo - 1
 	}
+	if len(carry) > 0 {
+		sel.Add(carry) // nothing older in range: a result carried here has lost its call
+	}
 	out := sel.Result()
 	out.Conversation = conv
 	if to == 0 { // nothing in range

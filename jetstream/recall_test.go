@@ -175,3 +175,41 @@ func TestRecallAcrossLayouts(t *testing.T) {
 		}
 	}
 }
+
+// A tool result far from its call (other conversations' messages in between): the scan
+// skips the stretch and finds the call; with from_seq past the call, the result is
+// counted as incomplete, not lost.
+func TestRecallARoundAcrossAGap(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := ctxT(t)
+		pub := func(conv, data string) uint64 {
+			t.Helper()
+			seq, err := st.PublishMessage(ctx, conv, []byte(data), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return seq
+		}
+		c := pub("g", `{"role":"assistant","content":null,"tool_calls":[{"id":"t1","type":"function","function":{"name":"wait","arguments":"{}"}}]}`)
+		for i := range 3000 {
+			pub("noise", fmt.Sprintf(`{"role":"user","content":"%d"}`, i))
+		}
+		r := pub("g", `{"role":"tool","tool_call_id":"t1","content":"waited"}`)
+		a := pub("g", `{"role":"assistant","content":"done"}`)
+		got, err := st.Recall(ctx, schemas.RecallRequest{Conversation: "g"}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []uint64{a, c, r}; !reflect.DeepEqual(recalledSeqs(got), want) || got.Incomplete != 0 || !got.ScanComplete {
+			t.Fatalf("recalled %v (incomplete %d); want %v", recalledSeqs(got), got.Incomplete, want)
+		}
+		got, err = st.Recall(ctx, schemas.RecallRequest{Conversation: "g", FromSeq: c + 1}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []uint64{a}; !reflect.DeepEqual(recalledSeqs(got), want) || got.Incomplete != 1 || got.ScannedFromSeq != c+1 {
+			t.Fatalf("from %d: recalled %v (incomplete %d, scanned from %d); want %v and the result counted", c+1,
+				recalledSeqs(got), got.Incomplete, got.ScannedFromSeq, want)
+		}
+	})
+}
