@@ -49,8 +49,7 @@ func Select(es []schemas.Entry, o Options) schemas.RecallResponse {
 
 // Carry returns k such that es[:k] may belong to a tool round that starts before es[0]
 // (the results of calls made in an older chunk, and what landed between them): the
-// reader prepends them to the next older chunk's entries instead of selecting them
-// now. A round ends at the next assistant message, so k is at most the index of the
+// reader appends them to the next older chunk's entries instead of selecting them now. A round ends at the next assistant message, so k is at most the index of the
 // first one; k is 0 when es[:k] holds no tool message.
 func Carry(es []schemas.Entry) int {
 	k, tool := 0, false
@@ -187,10 +186,6 @@ func matchLower(m *schemas.Message, lowerQuery string) bool {
 	}
 	return false
 }
-
-// Full reports whether nothing more can be selected: the budget is used up. A reader
-// may stop loading then, unless it wants Matched to count the rest.
-func (s *Selector) Full() bool { return s.out.Tokens >= s.out.MaxTokens }
 
 // Result returns the selection so far. The reader sets Conversation and the scan fields.
 func (s *Selector) Result() schemas.RecallResponse { return s.out }
