@@ -20,6 +20,11 @@ type contextOptions struct {
 	raw         bool
 	maxTokens   int
 	waitPending time.Duration
+
+	// Recall's options.
+	query          string
+	fromSeq, toSeq uint64
+	scanLimit      int
 }
 
 // AtLeastSeq makes the read include sequence n (the one a Publish returned): it
@@ -30,7 +35,7 @@ func AtLeastSeq(n uint64) ContextOption { return func(o *contextOptions) { o.atL
 func Raw() ContextOption { return func(o *contextOptions) { o.raw = true } }
 
 // MaxTokens cuts the context at read time to fit n tokens (deterministic; the result is
-// flagged Degraded).
+// flagged Degraded). For Recall it is the budget of the recalled messages.
 func MaxTokens(n int) ContextOption { return func(o *contextOptions) { o.maxTokens = n } }
 
 // WaitPending makes the read wait, up to d, for the outcome of a compaction that is

@@ -15,4 +15,8 @@
 // Compact (and RequestCompaction) ask the compactor service, compactor.compact, which
 // any `compactor serve` process runs; ErrNoService says when none answers. Forget asks
 // it (compactor.forget) to delete a conversation everywhere, for good.
+//
+// Recall reads raw messages back from CHAT (by text and/or sequence range, newest first
+// within a budget, tool rounds whole), what an agent's model asks for with the recall
+// tool (schemas.RecallToolJSON); AnswerRecall answers such a tool call.
 package pipeline

@@ -14,8 +14,10 @@
 //   - [Event] on compact.event.<conv> and [DeadLetter] on compact.dead.<conv>.
 //   - The compactor service's requests and answers ([CompactRequest], [CompactResponse],
 //     [ConversationRequest], [ContextResponse], [ConversationStatus], [PolicyRequest],
-//     [PolicyResponse]) on [CompactSubject], [ContextSubject], [StatusSubject] and
-//     [PolicySubject].
+//     [PolicyResponse], [RecallRequest], [RecallResponse]) on [CompactSubject],
+//     [ContextSubject], [StatusSubject], [PolicySubject] and [RecallSubject].
+//   - [RecallToolJSON]: the OpenAI tool definition of recall (recall-tool.json), whose
+//     arguments [DecodeRecallArguments] reads.
 //
 // Every validation error is a [*ValidationError] that names the field and the rule it
 // broke, and matches [ErrInvalid] with errors.Is. Conversation ids (1–128 characters of
@@ -25,5 +27,6 @@
 // languages; a test keeps their property names equal to the Go types' JSON names.
 //
 // The pure logic every reader shares lives in subpackages: tokens (the token estimate),
-// rounds (tool-round boundaries) and assemble (the reader algorithm).
+// rounds (tool-round boundaries), assemble (the reader algorithm) and recall (which raw
+// messages a recall returns).
 package schemas

@@ -7,5 +7,5 @@ import "embed"
 // and the compactor service's requests and answers (service-*.v1.json). Their
 // property names are tested against the Go types, so the two cannot drift.
 //
-//go:embed *.json
+//go:embed *.v1.json
 var Files embed.FS

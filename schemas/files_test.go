@@ -50,6 +50,7 @@ func TestFilesAreSchemas(t *testing.T) {
 		"service-compact-request.v1.json", "service-compact-response.v1.json", "service-context-response.v1.json",
 		"service-conversation-request.v1.json", "service-forget-request.v1.json", "service-forget-response.v1.json",
 		"service-policy-request.v1.json", "service-policy-response.v1.json",
+		"service-recall-request.v1.json", "service-recall-response.v1.json",
 		"service-status-response.v1.json", "tombstone.v1.json"}
 	got := make([]string, 0, len(docs))
 	for name := range docs {
@@ -107,10 +108,14 @@ func TestSchemaPropertiesMatchGoTypes(t *testing.T) {
 		{name: "forget request", file: "service-forget-request.v1.json", give: reflect.TypeFor[schemas.ForgetRequest](), wantRequired: true},
 		{name: "forget response", file: "service-forget-response.v1.json", give: reflect.TypeFor[schemas.ForgetResponse](), wantRequired: true},
 		{name: "forget counts", file: "service-forget-response.v1.json", def: "counts", give: reflect.TypeFor[schemas.ForgetCounts](), wantRequired: true},
+		{name: "recall request", file: "service-recall-request.v1.json", give: reflect.TypeFor[schemas.RecallRequest](), wantRequired: false},
+		{name: "recall response", file: "service-recall-response.v1.json", give: reflect.TypeFor[schemas.RecallResponse](), wantRequired: true},
 		{name: "tombstone", file: "tombstone.v1.json", give: reflect.TypeFor[schemas.Tombstone](), wantRequired: true},
 	}
 	// $defs that describe no Go type of their own.
-	untyped := map[string]bool{"message.v1.json#content_part": true, "request.v1.json#conversation": true}
+	// (recalled_message is message.v1.json plus seq: TestRecalledMessageJSON checks it.)
+	untyped := map[string]bool{"message.v1.json#content_part": true, "request.v1.json#conversation": true,
+		"service-recall-response.v1.json#recalled_message": true}
 	covered := map[string]bool{}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -366,6 +371,10 @@ func (v *validator) keyword(file string, s map[string]any, k string, inst any, p
 	case "minimum":
 		if n, ok := inst.(json.Number); ok && toRat(n).Cmp(toRat(val.(json.Number))) < 0 {
 			return fmt.Errorf("%s: %v is below %v", path, n, val)
+		}
+	case "maximum":
+		if n, ok := inst.(json.Number); ok && toRat(n).Cmp(toRat(val.(json.Number))) > 0 {
+			return fmt.Errorf("%s: %v is above %v", path, n, val)
 		}
 	case "minItems":
 		if l, ok := inst.([]any); ok && len(l) < toInt(val) {

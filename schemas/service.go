@@ -3,8 +3,11 @@ package schemas
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // The compactor service (NATS micro): its name, which is also its endpoints' group, and
@@ -218,3 +221,151 @@ type Tombstone struct {
 // FirstSeq, a request's UpToSeq) belongs to the forgotten conversation. A nil
 // tombstone covers nothing.
 func (t *Tombstone) Covers(seq uint64) bool { return t != nil && seq <= t.ThroughSeq }
+
+// RecallSubject is the endpoint that returns a conversation's raw messages (see
+// RecallRequest).
+const RecallSubject = ServiceName + ".recall"
+
+// Bounds of a recall request.
+const (
+	// DefaultRecallMaxTokens is the token budget of a recall that names none.
+	DefaultRecallMaxTokens = 4000
+	// MaxRecallMaxTokens is the largest budget a recall may ask for.
+	MaxRecallMaxTokens = 1_000_000
+	// MaxRecallQueryBytes bounds the text a recall searches for.
+	MaxRecallQueryBytes = 1024
+)
+
+// RecallRequest is the payload of compactor.recall (service-recall-request.v1.json),
+// and the arguments of the recall tool a model calls (RecallTool). Query and the range
+// combine: the messages in [from_seq, to_seq] that match the query.
+type RecallRequest struct {
+	// Conversation is required on the wire; the tool's arguments leave it out (the
+	// agent knows which conversation it is in).
+	Conversation string `json:"conversation,omitempty"`
+	// Query matches, case-insensitively, a substring of a message's text, name,
+	// reasoning, tool calls' names and arguments, or tool results. Empty: every message.
+	Query string `json:"query,omitempty"`
+	// FromSeq and ToSeq bound the CHAT sequences searched, both inclusive; 0: the
+	// conversation's first or newest message.
+	FromSeq uint64 `json:"from_seq,omitempty"`
+	ToSeq   uint64 `json:"to_seq,omitempty"`
+	// MaxTokens is the budget of the returned messages; 0: DefaultRecallMaxTokens.
+	MaxTokens int `json:"max_tokens,omitempty"`
+}
+
+// Validate checks the request; an error is a *ValidationError naming the field and the
+// rule. The conversation is checked only when set: the tool's arguments carry none.
+func (r *RecallRequest) Validate() error {
+	if r.Conversation != "" {
+		if err := ValidateConversationID(r.Conversation); err != nil {
+			return err
+		}
+	}
+	if n := len(r.Query); n > MaxRecallQueryBytes {
+		return invalid("query", "is %d bytes long; at most %d are allowed", n, MaxRecallQueryBytes)
+	}
+	if !utf8.ValidString(r.Query) {
+		return invalid("query", "must be valid UTF-8")
+	}
+	if r.ToSeq > 0 && r.FromSeq > r.ToSeq {
+		return invalid("from_seq", "must not be after to_seq (%d > %d)", r.FromSeq, r.ToSeq)
+	}
+	if r.MaxTokens < 0 || r.MaxTokens > MaxRecallMaxTokens {
+		return invalid("max_tokens", "must be between 0 (the default, %d) and %d", DefaultRecallMaxTokens, MaxRecallMaxTokens)
+	}
+	return nil
+}
+
+// RecallResponse is the answer of compactor.recall (service-recall-response.v1.json)
+// and of pipeline.Client.Recall.
+type RecallResponse struct {
+	Conversation string `json:"conversation"`
+	// Messages are the recalled messages, each with its CHAT sequence: tool rounds
+	// (an assistant's tool calls with all their results) newest first, the messages of
+	// one round in stream order. A round is returned whole or not at all.
+	Messages []RecalledMessage `json:"messages"`
+	// Matched counts the messages in the scanned range that matched (a round counts
+	// all its messages when one of them matched); Returned those in Messages.
+	Matched  int `json:"matched"`
+	Returned int `json:"returned"`
+	// Tokens is the estimate of Messages; MaxTokens the budget it had to fit.
+	Tokens    int `json:"tokens"`
+	MaxTokens int `json:"max_tokens"`
+	// CutByBudget says matching messages were left out to fit MaxTokens; SkippedSeqs
+	// names the first sequence of each round or message left out for the budget or the
+	// payload (at most MaxRecallSkippedSeqs), to recall with a range and a larger budget.
+	CutByBudget bool     `json:"cut_by_budget"`
+	SkippedSeqs []uint64 `json:"skipped_seqs,omitempty"`
+	// CutByPayload says compactor.recall left out the oldest of the selected messages
+	// to stay under the NATS max payload.
+	CutByPayload bool `json:"cut_by_payload,omitempty"`
+	// ScannedFromSeq and ScannedToSeq are the range of CHAT sequences searched.
+	// ScanComplete is false when the scan stopped at its bound before reaching from_seq
+	// (or the first message): older messages were not searched; ask again with to_seq
+	// below ScannedFromSeq to go on.
+	ScannedFromSeq uint64 `json:"scanned_from_seq"`
+	ScannedToSeq   uint64 `json:"scanned_to_seq"`
+	ScanComplete   bool   `json:"scan_complete"`
+	// Incomplete counts the messages left out because their tool round is not whole in
+	// the range: a result whose call is before from_seq or gone from the stream, or a
+	// call whose results are after to_seq or not there (yet).
+	Incomplete int `json:"incomplete,omitempty"`
+	// Invalid counts stored messages that broke the wire contract (skipped).
+	Invalid int `json:"invalid,omitempty"`
+}
+
+// MaxRecallSkippedSeqs bounds RecallResponse.SkippedSeqs.
+const MaxRecallSkippedSeqs = 32
+
+// RecalledMessage is one raw message of a recall with its CHAT sequence. It encodes as
+// the message's own JSON object with a leading "seq" field (a producer's own top-level
+// "seq" field, if any, is left out).
+type RecalledMessage struct {
+	Seq     uint64
+	Message Message
+	// Tokens is the message's weight against the budget; not encoded.
+	Tokens int
+}
+
+// MarshalJSON writes {"seq":N, <the message's fields>}.
+func (r RecalledMessage) MarshalJSON() ([]byte, error) {
+	m := r.Message
+	if _, ok := m.Unknown["seq"]; ok {
+		m.Unknown = maps.Clone(m.Unknown)
+		delete(m.Unknown, "seq")
+	}
+	body, err := m.Encode()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, len(body)+24)
+	out = append(out, `{"seq":`...)
+	out = strconv.AppendUint(out, r.Seq, 10)
+	out = append(out, ',')
+	return append(out, body[1:]...), nil // body is {"role":...}
+}
+
+// UnmarshalJSON reads what MarshalJSON writes; "seq" is required and the message must
+// be valid (DecodeMessage).
+func (r *RecalledMessage) UnmarshalJSON(data []byte) error {
+	var head struct {
+		Seq *uint64 `json:"seq"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return invalid("seq", "must be a non-negative integer")
+	}
+	if head.Seq == nil {
+		return invalid("seq", "is required")
+	}
+	m, err := DecodeMessage(data)
+	if err != nil {
+		return err
+	}
+	delete(m.Unknown, "seq")
+	if len(m.Unknown) == 0 {
+		m.Unknown = nil
+	}
+	r.Seq, r.Message = *head.Seq, m
+	return nil
+}

@@ -223,7 +223,7 @@ func usagef(format string, args ...any) error { return usageError{msg: fmt.Sprin
 var commands []*command
 
 func init() {
-	commands = []*command{serveCommand, provisionCommand, publishCommand, contextCommand, compactCommand, statusCommand,
+	commands = []*command{serveCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand,
 		policyCommand, forgetCommand, benchCommand, versionCommand, benchWorkerCommand}
 }
 

@@ -344,13 +344,13 @@ func withStack(t *testing.T, env Env, llm *fakeLLM) *stack {
 	return s
 }
 
-// A conversation with nothing stored is not found (exit 3) for status, context and
-// compact, and compact of one writes nothing.
+// A conversation with nothing stored is not found (exit 3) for status, context, recall
+// and compact, and compact of one writes nothing.
 func TestUnknownConversationIsNotFound(t *testing.T) {
 	env := testEnv(t, 128000)
 	s := withStack(t, env, nil)
 	for _, args := range [][]string{{"status", "ghost"}, {"context", "ghost"}, {"compact", "ghost"}, {"compact", "ghost", "--wait", "5s"},
-		{"status", "ghost", "--json"}, {"context", "ghost", "--json"}} {
+		{"status", "ghost", "--json"}, {"context", "ghost", "--json"}, {"recall", "ghost"}, {"recall", "ghost", "--json"}} {
 		out, _, err := cli(t, "", args...)
 		if exitCode(err) != exitNotFound || !strings.Contains(err.Error(), "conversation ghost not found") || out != "" {
 			t.Errorf("%v: %v (exit %d), stdout %q; want not found (exit 3) naming it, nothing on stdout", args, err, exitCode(err), out)
@@ -429,6 +429,11 @@ func TestJSONOnEveryCommandThatPrints(t *testing.T) {
 	one([]string{"version", "--json"}, "", &v)
 	if v.WireContract != schemas.SchemaVersion || v.Go == "" || v.Version == "" {
 		t.Errorf("version --json = %+v", v)
+	}
+	var rc schemas.RecallResponse
+	one([]string{"recall", "j1", "--query", "TWO", "--json"}, "", &rc)
+	if rc.Returned != 1 || rc.Messages[0].Seq != pub.LastSeq {
+		t.Errorf("recall --json = %+v", rc)
 	}
 	var fr schemas.ForgetResponse
 	one([]string{"forget", "j1", "--json"}, "", &fr)

@@ -158,13 +158,14 @@ func TestREADMENatsExamples(t *testing.T) {
 		pub      = `nats pub -J -H "Nats-Msg-Id:{{ID}}" chat.demo2.msg '{"role":"user","content":"Find the bug in parser.go"}'`
 		service  = "nats req --timeout 35s compactor.compact '{\"conversation\":\"c1\",\"instructions\":\"keep every path\",\"wait_ms\":30000}'\nnats req compactor.context '{\"conversation\":\"c1\"}'\nnats req compactor.status  '{\"conversation\":\"c1\"}'\nnats req compactor.policy  '{\"conversation\":\"c1\",\"set\":{\"threshold\":0.7}}'\nnats req compactor.forget  '{\"conversation\":\"c1\"}'\nnats micro info compactor"
 		forget   = `nats req --timeout 75s compactor.forget '{"conversation":"support-42"}'`
+		recall   = `nats req compactor.recall '{"conversation":"c1","query":"run_build","max_tokens":2000}'`
 		info     = `nats consumer info CHAT compactor-trigger-4-0`
 		loop     = "for p in 0 1 2 3; do\n  nats consumer rm CHAT compactor-trigger-4-$p -f\n  nats consumer rm ACTIVITY compactor-idle-4-$p -f\ndone"
 		onePart  = `nats consumer rm CHAT compactor-trigger -f; nats consumer rm ACTIVITY compactor-idle -f`
 		typoPubJ = `nats pub -J chat.demo2.msgs '{"role":"user","content":"lost"}'`
 		typoPub  = `nats pub chat.demo2.msgs '{"role":"user","content":"lost"}'`
 	)
-	snippets := []string{pub, service, forget, info, loop, onePart}
+	snippets := []string{pub, service, forget, recall, info, loop, onePart}
 	for _, s := range snippets {
 		if !strings.Contains(blocks, s) && !strings.Contains(text, "`"+s+"`") {
 			t.Errorf("the README no longer shows %q: update this test with it", s)
@@ -231,7 +232,12 @@ func TestREADMENatsExamples(t *testing.T) {
 			}
 		}
 	}
-	out, err := sh(t, natsBin, url, "set -e\n"+service)
+	// Recall, before the service examples forget c1: its two tool rounds, whole.
+	out, err := sh(t, natsBin, url, recall)
+	if err != nil || !strings.Contains(out, `"returned":4`) || !strings.Contains(out, `"tool_call_id":"call_1"`) {
+		t.Fatalf("%s: %v\n%s", recall, err, out)
+	}
+	out, err = sh(t, natsBin, url, "set -e\n"+service)
 	if err != nil || strings.Contains(out, "Nats-Service-Error") || !strings.Contains(out, `"status":"`) ||
 		!strings.Contains(out, `"threshold":"0.7"`) || !strings.Contains(out, `"chat_messages":9`) || !strings.Contains(out, "Service: compactor") {
 		t.Fatalf("the service examples: %v\n%s", err, out)

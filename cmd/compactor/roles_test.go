@@ -290,6 +290,31 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		}
 	})
 
+	t.Run("reader and producer recall raw messages, directly and through the service", func(t *testing.T) {
+		const conv = "roles-large" // compacted above: its raw messages are still in CHAT
+		for _, c := range []*pipeline.Client{rc, pc} {
+			got, err := c.Recall(ctx, conv, pipeline.Query("needle-OUTTAIL"), pipeline.MaxTokens(100_000))
+			if err != nil {
+				t.Fatalf("recall: %v", err)
+			}
+			if got.Returned != 2 || !strings.HasSuffix(got.Messages[1].Message.Content.String(), "NEEDLE-outtail") {
+				t.Fatalf("recalled %d messages; want the tool round with its large output restored", got.Returned)
+			}
+		}
+		for _, c := range []*roleConn{reader, producer} {
+			var got schemas.RecallResponse
+			m, err := c.nc.Request(schemas.RecallSubject, []byte(`{"conversation":"`+conv+`","query":"built"}`), 10*time.Second)
+			if err != nil || json.Unmarshal(m.Data, &got) != nil || got.Returned != 1 || got.Messages[0].Message.Content.String() != "built" {
+				t.Fatalf("compactor.recall as %s: %s, %v", c.user, m.Data, err)
+			}
+			// The large round does not fit the server's max payload: the answer says so.
+			m, err = c.nc.Request(schemas.RecallSubject, []byte(`{"conversation":"`+conv+`","query":"needle-outtail","max_tokens":100000}`), 10*time.Second)
+			if err != nil || json.Unmarshal(m.Data, &got) != nil || got.Returned != 0 || !got.CutByPayload || len(got.SkippedSeqs) != 1 {
+				t.Fatalf("compactor.recall of a round over the max payload as %s: %s, %v", c.user, m.Data, err)
+			}
+		}
+	})
+
 	t.Run("worker and trigger take back what they wrote for a forgotten conversation", func(t *testing.T) {
 		const other = "roles-taken-back"
 		for _, role := range []string{"worker", "trigger"} {
@@ -467,6 +492,14 @@ func TestRolesOfAccountsConf(t *testing.T) {
 			_, err := rc.Forget(ctx, conv)
 			return err
 		})
+	})
+	t.Run("only the clients ask the service to recall", func(t *testing.T) {
+		for _, c := range []*roleConn{conns["trigger"], conns["worker"]} {
+			refused(t, c, "ask to recall", schemas.RecallSubject, func(ctx context.Context) error {
+				_, err := c.nc.RequestWithContext(ctx, schemas.RecallSubject, []byte(`{"conversation":"`+conv+`"}`))
+				return err
+			})
+		}
 	})
 	t.Run("no role but admin creates or deletes streams", func(t *testing.T) {
 		for _, c := range []*roleConn{producer, reader, conns["trigger"], conns["worker"], conns["api"]} {

@@ -1,8 +1,8 @@
 // Package service is the NATS micro service "compactor": any client, in any language,
 // asks for a compaction and may wait for its outcome (compactor.compact), reads where a
 // conversation's context starts (compactor.context), its status (compactor.status),
-// reads or changes its policy (compactor.policy), and deletes it for good
-// (compactor.forget). One file per endpoint; the policy's read-modify-write lives here
+// reads or changes its policy (compactor.policy), deletes it for good
+// (compactor.forget), and returns its raw messages behind a summary (compactor.recall). One file per endpoint; the policy's read-modify-write lives here
 // only (the CLI asks this service too).
 package service
 
@@ -135,7 +135,7 @@ func (s *Service) Run(ctx context.Context) error {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        schemas.ServiceName,
 		Version:     s.cfg.Version,
-		Description: "Compactor: compaction requests, context pointers, status, policies and deletion of LLM conversations",
+		Description: "Compactor: compaction requests, context pointers, status, policies, recall and deletion of LLM conversations",
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
 			s.log.Error().Str("subject", e.Subject).Str("error", e.Description).Msg("service subscription error")
 		},
@@ -154,6 +154,7 @@ func (s *Service) Run(ctx context.Context) error {
 		{"status", `{conversation?}`, s.onStatus},
 		{"policy", `{conversation, set?: {key: value}, clear?: bool}`, s.onPolicy},
 		{"forget", `{conversation}`, s.onForget},
+		{"recall", `{conversation, query?, from_seq?, to_seq?, max_tokens?}`, s.onRecall},
 	} {
 		if err := g.AddEndpoint(ep.name, s.wrap(ep.name, ep.h),
 			micro.WithEndpointMetadata(map[string]string{"format": "application/json", "request": ep.request})); err != nil {

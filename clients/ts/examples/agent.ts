@@ -2,7 +2,8 @@
 // compacted context, sends it to an OpenAI-compatible endpoint (plain fetch, no SDK),
 // publishes what the model answered (tool calls, then each tool's result) and loops
 // until the model answers without calling a tool. The history lives in NATS; the model
-// is sent pinned messages + summary + recent messages, never the whole history.
+// is sent pinned messages + summary + recent messages, never the whole history, and may
+// call the recall tool for raw messages the summary left out.
 //
 //   npm run build
 //   OPENAI_BASE_URL=https://api.openai.com/v1 OPENAI_API_KEY=sk-... \
@@ -12,7 +13,7 @@
 
 import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
-import { Compactor, connectOptionsFromEnv, type Message, type ToolCall } from "../src/index.js";
+import { Compactor, connectOptionsFromEnv, RECALL_TOOL, type Message, type ToolCall } from "../src/index.js";
 
 /** A tool the model may call: its JSON Schema parameters and what it does. */
 export interface Tool {
@@ -113,6 +114,19 @@ export const exampleTools: Record<string, Tool> = {
   },
 };
 
+/**
+ * The recall tool for conversation conv: the model asks for raw messages the summary
+ * left out (by text or by sequence range; the summary says which range it covers), and
+ * the client answers with them (compactor.recall).
+ */
+export function recallTool(c: Compactor, conv: string): Tool {
+  return {
+    description: RECALL_TOOL.function.description,
+    parameters: RECALL_TOOL.function.parameters as unknown as Record<string, unknown>,
+    run: (args) => c.answerRecall(conv, JSON.stringify(args)),
+  };
+}
+
 async function main(): Promise<void> {
   const conv = process.argv[2];
   if (!conv) {
@@ -124,9 +138,9 @@ async function main(): Promise<void> {
     baseUrl: env["OPENAI_BASE_URL"] || "https://api.openai.com/v1",
     apiKey: env["OPENAI_API_KEY"],
     model: env["OPENAI_MODEL"] || "gpt-4o-mini",
-    tools: exampleTools,
   };
   const c = await Compactor.connect(connectOptionsFromEnv());
+  opts.tools = { ...exampleTools, recall: recallTool(c, conv) };
   try {
     for await (const line of createInterface({ input: process.stdin })) {
       if (line.trim()) console.log(await runTurn(c, conv, line, opts));

@@ -1,5 +1,6 @@
 // The client a TypeScript service uses: publish chat messages, read the compacted
-// context, ask the compactor service for compactions, status, policies and forgetting.
+// context, ask the compactor service for compactions, status, policies, recall and
+// forgetting.
 
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -31,7 +32,9 @@ import type {
   ForgetResponse,
   Message,
   PolicyResponse,
+  RecallResponse,
 } from "./types.js";
+import { checkRecallOptions, decodeRecallArguments, type RecallOptions } from "./tool.js";
 
 /** Options of a Compactor client. */
 export interface CompactorOptions {
@@ -168,9 +171,6 @@ export class Compactor {
   private readonly timeoutMs: number;
   private owned = false;
   private readonly calls = new Map<string, OpenCalls>(); // insertion order: least recently used first
-
-  // Recall (issue 11) is not served by the compactor service yet; when it is, it is a
-  // call to <service>.recall here, beside forget.
 
   constructor(
     readonly nc: NatsConnection,
@@ -514,6 +514,42 @@ export class Compactor {
   async forget(conv: string): Promise<ForgetResponse> {
     validateConversationId(conv);
     return (await this.call("forget", { conversation: conv }, FORGET_TIMEOUT_MS)) as ForgetResponse;
+  }
+
+  /**
+   * Raw messages of a conversation, each with its CHAT sequence (compactor.recall): those
+   * in [fromSeq, toSeq] that hold query (ignoring case), newest first within maxTokens
+   * (default 4000), a tool call with all its results or not at all. The service reads
+   * CHAT and keeps its answer under the max payload (cut_by_payload says it cut). A
+   * conversation with nothing stored is a NotFoundError.
+   */
+  async recall(conv: string, opts: RecallOptions = {}): Promise<RecallResponse> {
+    validateConversationId(conv);
+    checkRecallOptions(opts);
+    const body: Record<string, unknown> = { conversation: conv };
+    if (opts.query) body["query"] = opts.query;
+    if (opts.fromSeq) body["from_seq"] = opts.fromSeq;
+    if (opts.toSeq) body["to_seq"] = opts.toSeq;
+    if (opts.maxTokens) body["max_tokens"] = opts.maxTokens;
+    return (await this.call("recall", body, SERVICE_TIMEOUT_MS)) as RecallResponse;
+  }
+
+  /**
+   * Answers a model's call of the recall tool (RECALL_TOOL) in conversation conv:
+   * args is the call's arguments text; the answer is the content of the tool message
+   * to send back. Arguments that break a rule are answered as {"error": "..."}, so the
+   * model can correct its call; other failures throw.
+   */
+  async answerRecall(conv: string, args: string): Promise<string> {
+    validateConversationId(conv);
+    let opts: RecallOptions;
+    try {
+      opts = decodeRecallArguments(args);
+    } catch (e) {
+      if (e instanceof InvalidError) return JSON.stringify({ error: e.message });
+      throw e;
+    }
+    return JSON.stringify(await this.recall(conv, opts));
   }
 
   /** Sends one request to an endpoint of the compactor service and decodes its answer. */

@@ -12,6 +12,15 @@ export type {
   PublishResult,
 } from "./client.js";
 export * from "./errors.js";
+export {
+  RECALL_TOOL,
+  RECALL_TOOL_NAME,
+  MAX_RECALL_MAX_TOKENS,
+  MAX_RECALL_QUERY_BYTES,
+  checkRecallOptions,
+  decodeRecallArguments,
+  type RecallOptions,
+} from "./tool.js";
 export type * from "./types.js";
 export { DEFAULT_NAMES, type Names } from "./store.js";
 export { assemble, applyOverride, truncate, SUMMARY_PREFIX, type AssembleInput, type AssembleOptions } from "./assemble.js";

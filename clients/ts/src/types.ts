@@ -202,3 +202,31 @@ export interface CompactionEvent {
   error?: string;
   at: string;
 }
+
+/** A raw message of a recall: the message with its CHAT sequence. */
+export type RecalledMessage = Message & { seq: number };
+
+/** The answer of compactor.recall (service-recall-response.v1.json). */
+export interface RecallResponse {
+  conversation: string;
+  /** Tool rounds (a call with all its results, in stream order) and single messages, newest first. */
+  messages: RecalledMessage[];
+  /** Messages in the scanned range that matched (a round counts all its messages). */
+  matched: number;
+  returned: number;
+  tokens: number;
+  max_tokens: number;
+  /** Matching messages were left out to fit max_tokens. */
+  cut_by_budget: boolean;
+  /** The first sequence of each unit left out (budget, then payload), at most 32. */
+  skipped_seqs?: number[];
+  /** The oldest selected units were left out to stay under the NATS max payload. */
+  cut_by_payload?: boolean;
+  scanned_from_seq: number;
+  scanned_to_seq: number;
+  /** False when the scan stopped at its bound: ask again with toSeq below scanned_from_seq. */
+  scan_complete: boolean;
+  /** Messages left out because their tool round is not whole in the range. */
+  incomplete?: number;
+  invalid?: number;
+}

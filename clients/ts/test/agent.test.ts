@@ -5,8 +5,8 @@ import assert from "node:assert/strict";
 import { createServer, type IncomingMessage } from "node:http";
 import type { AddressInfo } from "node:net";
 import { test, type TestContext } from "node:test";
-import { exampleTools, runTurn } from "../examples/agent.js";
-import { Compactor, SUMMARY_PREFIX, type Message } from "../src/index.js";
+import { exampleTools, recallTool, runTurn } from "../examples/agent.js";
+import { Compactor, RECALL_TOOL, SUMMARY_PREFIX, type Message } from "../src/index.js";
 import { convId, need } from "./env.js";
 
 interface Seen {
@@ -110,6 +110,32 @@ test("the model is sent the compacted context", async (t) => {
   assert.deepStrictEqual(sent.slice(-1), [{ role: "user", content: "what next?" }]);
   assert.equal(sent.length, 2 + 4 + 1);
   assert.equal(llm.seen[0]!.auth, undefined, "no key, no authorization header");
+});
+
+test("the model recalls a raw message the summary left out", async (t) => {
+  const c = await compactor(t);
+  if (!c) return;
+  const conv = convId("ts-agent-recall");
+  const history: Message[] = [{ role: "system", content: "You are an agent." }];
+  for (let i = 0; i < 12; i++) {
+    history.push({ role: "user", content: `step ${i} NEEDLE-recall${i} ${"background ".repeat(30)}` }, { role: "assistant", content: `ok ${i}` });
+  }
+  const acks = await c.publishAll(conv, history);
+  await c.policy.set(conv, { keep_last_n: 2 });
+  assert.equal((await c.compact(conv, { waitMs: 30_000 })).status, "completed");
+  const llm = await fakeLLM(t, [
+    { content: null, tool_calls: [{ id: "r-1", type: "function", function: { name: "recall", arguments: '{"query":"needle-recall3 "}' } }] },
+    { content: "step 3 it was" },
+  ]);
+  const answer = await runTurn(c, conv, "what was step 3?", { baseUrl: llm.url, model: "fake", tools: { recall: recallTool(c, conv) } });
+  assert.equal(answer, "step 3 it was");
+  assert.deepStrictEqual(llm.seen[0]!.body.tools, [RECALL_TOOL]);
+  const sent = llm.seen[1]!.body.messages;
+  const result = JSON.parse(sent[sent.length - 1]!.content as string);
+  assert.deepStrictEqual(
+    result.messages.map((m: { seq: number; content: string }) => [m.seq, m.content.slice(0, 21)]),
+    [[acks[7]!.seq, "step 3 NEEDLE-recall3"]],
+  );
 });
 
 test("a failing model call fails the turn, after the user's message is stored", async (t) => {

@@ -251,3 +251,43 @@ test("a 503 of the service (stopping, or no wait slot free) is a BusyError, as G
     await nc.close();
   }
 });
+
+test("recall returns raw messages with their sequences, rounds whole, newest first", async (t) => {
+  const c = await client(t, "NATS_URL");
+  if (!c) return;
+  const conv = convId("ts-recall");
+  const acks = await c.publishAll(conv, [
+    { role: "user", content: "Open db.yaml" },
+    { role: "assistant", content: null, tool_calls: [call("k1", "read_file"), call("k2", "stat")] },
+    { role: "tool", tool_call_id: "k1", content: "host: db.internal\nport: 6432", meta: { private: "x" } },
+    { role: "tool", tool_call_id: "k2", content: "644" },
+    { role: "assistant", content: "Port 6432." },
+  ]);
+  const seqs = acks.map((a) => a.seq);
+  const r = await c.recall(conv, { query: "DB.INTERNAL" });
+  assert.deepStrictEqual(r.messages.map((m) => m.seq), [seqs[1], seqs[2], seqs[3]], "the matching result pulls in its call and the other result");
+  assert.deepStrictEqual(r.messages[1], { seq: seqs[2], role: "tool", tool_call_id: "k1", content: "host: db.internal\nport: 6432" });
+  assert.equal(r.matched, 3);
+  assert.equal(r.cut_by_budget, false);
+  assert.equal(r.scan_complete, true);
+  const all = await c.recall(conv);
+  assert.deepStrictEqual(all.messages.map((m) => m.seq), [seqs[4], seqs[1], seqs[2], seqs[3], seqs[0]]);
+  const small = await c.recall(conv, { maxTokens: 20 });
+  assert.deepStrictEqual(small.messages.map((m) => m.seq), [seqs[4], seqs[0]]);
+  assert.deepStrictEqual(small.skipped_seqs, [seqs[1]]);
+  const one = await c.recall(conv, { fromSeq: seqs[0], toSeq: seqs[0] });
+  assert.deepStrictEqual(one.messages.map((m) => m.seq), [seqs[0]]);
+  await assert.rejects(c.recall(conv, { fromSeq: 9, toSeq: 2 }), (e: unknown) => e instanceof InvalidError && e.field === "from_seq");
+  await assert.rejects(c.recall(convId("ts-recall-ghost")), NotFoundError);
+  const answer = JSON.parse(await c.answerRecall(conv, `{"query":"port 6432"}`));
+  assert.deepStrictEqual(answer.messages.map((m: { seq: number }) => m.seq), [seqs[4]]);
+  assert.deepStrictEqual(JSON.parse(await c.answerRecall(conv, `{"pattern":"x"}`)), {
+    error: 'arguments: must be a JSON object of query, from_seq, to_seq and max_tokens (unknown field "pattern")',
+  });
+});
+
+test("recall without a compactor service says so", async (t) => {
+  const c = await client(t, "NATS_SMALL_URL", { timeoutMs: 2000 });
+  if (!c) return;
+  await assert.rejects(c.recall(convId("ts-recall-nosvc")), NoServiceError);
+});

@@ -43,6 +43,11 @@ test("the producer publishes, reads and forgets; the reader reads", async (t) =>
   const theirs = await reader.context(conv, { atLeastSeq: acks[3]!.seq });
   assert.deepStrictEqual(theirs.messages, msgs);
   await assert.rejects(reader.publish(conv, { role: "user", content: "not allowed" }), refused);
+  // Both may recall raw messages through the service.
+  for (const c of [producer, reader]) {
+    const r = await c.recall(conv, { query: "needle-ROLES" });
+    assert.deepStrictEqual(r.messages.map((m) => m.seq), [acks[0]!.seq]);
+  }
   await assert.rejects(producer.compact(conv), refused, "compactor.compact is not the producer's");
   await assert.rejects(reader.forget(conv), refused, "the reader may not forget");
   const gone = await producer.forget(conv);

@@ -6,11 +6,13 @@ import {
   checkPairs,
   connectOptionsFromEnv,
   decodeMessage,
+  decodeRecallArguments,
   decodeValue,
   InvalidError,
   NewerSchemaError,
   ObjectGap,
   offload,
+  RECALL_TOOL,
   restore,
   truncate,
   validateConversationId,
@@ -116,5 +118,35 @@ test("NATS_USER without NATS_PASSWORD is a token, as the Go CLI and the nats CLI
   ];
   for (const [what, env, want] of cases) {
     assert.deepStrictEqual(connectOptionsFromEnv({ NATS_URL: "nats://h:1", ...env }), { servers: "nats://h:1", ...want }, what);
+  }
+});
+
+test("RECALL_TOOL is schemas/recall-tool.json", async () => {
+  const { readFileSync } = await import("node:fs");
+  const file = JSON.parse(readFileSync(new URL("../../../../schemas/recall-tool.json", import.meta.url), "utf8"));
+  assert.deepStrictEqual(RECALL_TOOL, file);
+});
+
+test("decodeRecallArguments reads a model's arguments by the service's rules", () => {
+  assert.deepStrictEqual(decodeRecallArguments(`{"query":"db.yaml","from_seq":2,"to_seq":9,"max_tokens":500}`), {
+    query: "db.yaml",
+    fromSeq: 2,
+    toSeq: 9,
+    maxTokens: 500,
+  });
+  assert.deepStrictEqual(decodeRecallArguments(""), { query: undefined, fromSeq: undefined, toSeq: undefined, maxTokens: undefined });
+  for (const [args, field] of [
+    [`{"regex":"x"}`, "arguments"],
+    [`{"conversation":"other"}`, "arguments"],
+    [`[1]`, "arguments"],
+    [`{`, "arguments"],
+    [`{"from_seq":-1}`, "from_seq"],
+    [`{"to_seq":"9"}`, "to_seq"],
+    [`{"from_seq":9,"to_seq":3}`, "from_seq"],
+    [`{"max_tokens":1000001}`, "max_tokens"],
+    [`{"query":"${"q".repeat(1025)}"}`, "query"],
+    [`{"query":5}`, "query"],
+  ] as const) {
+    assert.throws(() => decodeRecallArguments(args), (e: unknown) => e instanceof InvalidError && e.field === field, args.slice(0, 40));
   }
 });
