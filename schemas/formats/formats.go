@@ -258,7 +258,7 @@ type piece struct {
 	text string
 	// mime and data are a data: URL image's media type and base64 data.
 	mime, data string
-	// url and detail are an http(s) image's address and the OpenAI detail level.
+	// url is an http(s) image's address; detail the OpenAI detail level of an image.
 	url, detail string
 }
 
@@ -307,7 +307,7 @@ func imagePiece(p schemas.ContentPart) piece {
 	if rest, ok := strings.CutPrefix(u.URL, "data:"); ok {
 		meta, data, ok := strings.Cut(rest, ",")
 		if mime, b64 := strings.CutSuffix(meta, ";base64"); ok && b64 && mime != "" && data != "" {
-			return piece{kind: pieceImageData, mime: strings.ToLower(mime), data: data}
+			return piece{kind: pieceImageData, mime: strings.ToLower(mime), data: data, detail: u.Detail}
 		}
 	}
 	if strings.HasPrefix(u.URL, "https://") || strings.HasPrefix(u.URL, "http://") {

@@ -82,12 +82,17 @@ func responsesContent(c schemas.Content, ps []piece) any {
 	for _, p := range ps {
 		switch p.kind {
 		case pieceText:
-			out = append(out, responsesText{Type: "input_text", Text: p.text})
+			if p.text != "" {
+				out = append(out, responsesText{Type: "input_text", Text: p.text})
+			}
 		case pieceImageData:
 			out = append(out, responsesImage{Type: "input_image", ImageURL: "data:" + p.mime + ";base64," + p.data, Detail: detail(p.detail)})
 		case pieceImageURL:
 			out = append(out, responsesImage{Type: "input_image", ImageURL: p.url, Detail: detail(p.detail)})
 		}
+	}
+	if len(out) == 0 {
+		return ""
 	}
 	return out
 }
