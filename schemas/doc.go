@@ -13,9 +13,9 @@
 //     [DecodeResult] refuses a newer schema_version with [*ErrNewerSchema].
 //   - [Event] on compact.event.<conv> and [DeadLetter] on compact.dead.<conv>.
 //   - The compactor service's requests and answers ([CompactRequest], [CompactResponse],
-//     [ConversationRequest], [ContextResponse], [ConversationStatus], [PolicyRequest],
-//     [PolicyResponse]) on [CompactSubject], [ContextSubject], [StatusSubject] and
-//     [PolicySubject].
+//     [ConversationRequest], [ContextRequest], [ContextResponse], [ConversationStatus],
+//     [PolicyRequest], [PolicyResponse]) on [CompactSubject], [ContextSubject],
+//     [StatusSubject] and [PolicySubject].
 //
 // Every validation error is a [*ValidationError] that names the field and the rule it
 // broke, and matches [ErrInvalid] with errors.Is. Conversation ids (1–128 characters of

@@ -357,3 +357,30 @@ func TestValidatorsRefuse(t *testing.T) {
 		})
 	}
 }
+
+// The service validates formats in package schemas (which imports nothing of ours) and
+// its JSON Schema files list them: all must name the same formats.
+func TestNamesAreTheServiceFormats(t *testing.T) {
+	if got, want := strings.Join(formats.Names(), ","), strings.Join(schemas.ContextFormats(), ","); got != want {
+		t.Fatalf("formats.Names() = %s; schemas.ContextFormats() = %s", got, want)
+	}
+	for _, file := range []string{"service-context-request.v1.json", "service-context-response.v1.json"} {
+		b, err := schemas.Files.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Properties struct {
+				Format struct {
+					Enum []string `json:"enum"`
+				} `json:"format"`
+			} `json:"properties"`
+		}
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(doc.Properties.Format.Enum, ","); got != strings.Join(formats.Names(), ",") {
+			t.Fatalf("%s: format enum %s; want %s", file, got, strings.Join(formats.Names(), ","))
+		}
+	}
+}
