@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -122,6 +126,53 @@ func TestRenderUnknownFormat(t *testing.T) {
 		_, err = c.Render(ctxT(t), "c 1", formats.Gemini)
 		if !errors.Is(err, schemas.ErrInvalid) {
 			t.Fatalf("got %v; want the conversation id rule", err)
+		}
+	})
+}
+
+// TestServiceRendersUpToTheMaxPayload asks compactor.context for a rendered context: it
+// is the Go client's rendering while that fits in the max payload, and a 413 naming the
+// sizes and the client-side way once it does not.
+func TestServiceRendersUpToTheMaxPayload(t *testing.T) {
+	withSmallPayload(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := ctxT(t)
+		startService(t, nc, st)
+		c := pipeline.NewWithStore(nc, st)
+		if _, err := c.Publish(ctx, "big", say(schemas.RoleUser, "hello")); err != nil {
+			t.Fatal(err)
+		}
+		ask := func() *nats.Msg {
+			t.Helper()
+			m, err := nc.Request(schemas.ContextSubject, []byte(`{"conversation":"big","format":"anthropic"}`), 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		var rx schemas.ContextResponse
+		if err := json.Unmarshal(ask().Data, &rx); err != nil {
+			t.Fatal(err)
+		}
+		want, err := c.Render(ctx, "big", formats.Anthropic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(rx.Rendered, want.JSON) {
+			t.Fatalf("service rendered %s; want the client's %s", rx.Rendered, want.JSON)
+		}
+		for i := range 4 { // 4 × 6 KiB: over the 16 KiB max payload once rendered
+			if _, err := c.Publish(ctx, "big", say(schemas.RoleAssistant, fmt.Sprintf("%d %s", i, strings.Repeat("x", 6<<10)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m := ask()
+		code, desc := m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader)
+		if code != "413" || !strings.Contains(desc, fmt.Sprintf("over the max payload of %d bytes", maxPayload)) ||
+			!strings.Contains(desc, "pipeline.Client.Render") {
+			t.Fatalf("got %s %q; want 413 naming the max payload and the client-side rendering", code, desc)
+		}
+		if _, err := c.Render(ctx, "big", formats.Anthropic); err != nil {
+			t.Fatalf("the client renders what the service cannot send: %v", err)
 		}
 	})
 }
