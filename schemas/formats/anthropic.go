@@ -51,6 +51,7 @@ func renderAnthropic(b *bytes.Buffer, in input) (int, error) {
 	var (
 		system []anthropicText
 		turns  []turn[any]
+		ids    = newCallIDs(anthropicID)
 	)
 	for i := range in.msgs {
 		m := &in.msgs[i]
@@ -69,16 +70,17 @@ func renderAnthropic(b *bytes.Buffer, in input) (int, error) {
 			turns = addTurn(turns, "user", anthropicBlocks(ps), false)
 		case m.Role == schemas.RoleAssistant:
 			blocks := anthropicBlocks(ps)
+			ids.round()
 			for _, tc := range m.ToolCalls {
 				input, err := argsObject(tc.Function.Arguments)
 				if err != nil {
 					return 0, err
 				}
-				blocks = append(blocks, anthropicToolUse{Type: "tool_use", ID: anthropicID(tc.ID), Name: tc.Function.Name, Input: input})
+				blocks = append(blocks, anthropicToolUse{Type: "tool_use", ID: ids.call(tc.ID), Name: tc.Function.Name, Input: input})
 			}
 			turns = addTurn(turns, "assistant", blocks, false)
 		case m.Role == schemas.RoleTool:
-			res := anthropicToolResult{Type: "tool_result", ToolUseID: anthropicID(m.ToolCallID)}
+			res := anthropicToolResult{Type: "tool_result", ToolUseID: ids.result(m.ToolCallID)}
 			if m.Content.IsParts() {
 				if blocks := anthropicBlocks(ps); len(blocks) > 0 {
 					res.Content = blocks

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -98,7 +99,8 @@ const RawArgumentsKey = "_raw"
 //     is a user text block starting with [SystemMarker]. Assistant tool calls are
 //     tool_use blocks (input: the parsed arguments object, or {"_raw": ...}; an id
 //     outside [A-Za-z0-9_-] is replaced by "toolu_" and 32 hex digits of its SHA-256,
-//     the same for its tool_result); tool messages are tool_result blocks in the user
+//     an id an earlier round used gets "_2", "_3"..., the same for its tool_result);
+//     tool messages are tool_result blocks in the user
 //     message right after. Consecutive same-role messages are merged into one message
 //     of several blocks; a context that starts with an assistant message gets a user
 //     message [PlaceholderStart] first. The summary is a user text block marked
@@ -109,8 +111,9 @@ const RawArgumentsKey = "_raw"
 //   - responses: {"input": [...]} items in order: a message item per message (role
 //     system, user or assistant; user parts become input_text and input_image, other
 //     roles' parts their text), a function_call item per tool call and a
-//     function_call_output item per tool message. System messages stay message items
-//     in place ("instructions" is left to the agent).
+//     function_call_output item per tool message (a call_id an earlier round used
+//     gets "_2", "_3"...). System messages stay message items in place
+//     ("instructions" is left to the agent).
 //   - gemini: prefix system messages go to systemInstruction, later ones are user text
 //     starting with [SystemMarker]; roles user and model, consecutive same-role
 //     messages merged, [PlaceholderStart] before a leading model turn. Tool calls are
@@ -401,4 +404,42 @@ func validToolID(id string) bool {
 		}
 	}
 	return true
+}
+
+// callIDs gives every tool call of a rendering an id of its own, for the APIs that want
+// ids unique across the whole request (anthropic, responses) while the chat format lets
+// a later round reuse an earlier round's id. A repeated id gets "_2", "_3"... (the first
+// suffix not taken yet), in its call and in its result alike. It depends only on the
+// calls before, so the prefix bytes stay the same as the tail grows.
+type callIDs struct {
+	clean func(string) string // makes an id acceptable to the API
+	used  map[string]bool
+	open  map[string]string // the current round's ids: as sent → as rendered
+}
+
+func newCallIDs(clean func(string) string) *callIDs {
+	return &callIDs{clean: clean, used: map[string]bool{}, open: map[string]string{}}
+}
+
+// round starts the ids of an assistant message's tool calls.
+func (c *callIDs) round() { clear(c.open) }
+
+// call returns the id to render for a call of the current round.
+func (c *callIDs) call(id string) string {
+	base := c.clean(id)
+	got := base
+	for n := 2; c.used[got]; n++ {
+		got = base + "_" + strconv.Itoa(n)
+	}
+	c.used[got] = true
+	c.open[id] = got
+	return got
+}
+
+// result returns the id to render for the result of call id of the current round.
+func (c *callIDs) result(id string) string {
+	if got, ok := c.open[id]; ok {
+		return got
+	}
+	return c.clean(id)
 }

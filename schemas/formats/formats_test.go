@@ -103,6 +103,9 @@ var cases = []struct {
 		call("", tc("call_1", "ls", `[1,2]`)), result("call_1", "x")}},
 	{name: "hostile ids", summary: "s", tail: []schemas.Message{
 		call("", tc("call.1/é", "ls", `{}`), tc("call 2", "ls", `{}`)), result("call.1/é", "x"), result("call 2", "y")}},
+	{name: "an id reused by a later round", summary: "s", tail: []schemas.Message{
+		call("", tc("call_1", "ls", `{}`)), result("call_1", "x"),
+		call("", tc("call_1", "ls", `{}`), tc("call_1_2", "cat", `{}`)), result("call_1", "y"), result("call_1_2", "z")}},
 	{name: "system in the tail", pinned: []schemas.Message{text(schemas.RoleSystem, "sys")}, summary: "s", tail: []schemas.Message{
 		text(schemas.RoleUser, "hi"), text(schemas.RoleSystem, "new rule"), text(schemas.RoleAssistant, "ok")}},
 	{name: "blank and null contents", summary: "s", tail: []schemas.Message{
@@ -203,6 +206,7 @@ func TestRenderShapes(t *testing.T) {
 func TestRenderDetails(t *testing.T) {
 	hostile := build(nil, "s", []schemas.Message{call("", tc("call.1", "ls", `nope`)), result("call.1", "x")})
 	leading := build(nil, "", []schemas.Message{text(schemas.RoleAssistant, "hello")})
+	reused := build(nil, "s", []schemas.Message{call("", tc("c1", "a", `{}`)), result("c1", "x"), call("", tc("c1", "b", `{}`)), result("c1", "y")})
 	tests := []struct {
 		name  string
 		cx    assemble.Context
@@ -213,6 +217,12 @@ func TestRenderDetails(t *testing.T) {
 			wants: []string{`"id":"toolu_`, `"tool_use_id":"toolu_`, `"input":{"_raw":"nope"}`}},
 		{name: "gemini wraps invalid arguments", cx: hostile, f: formats.Gemini, wants: []string{`"args":{"_raw":"nope"}`}},
 		{name: "responses keeps arguments as sent", cx: hostile, f: formats.Responses, wants: []string{`"arguments":"nope"`, `"call_id":"call.1"`}},
+		{name: "anthropic renames an id a later round reuses, in use and result", cx: reused, f: formats.Anthropic,
+			wants: []string{`"id":"c1","name":"a"`, `"tool_use_id":"c1","content":"x"`, `"id":"c1_2","name":"b"`, `"tool_use_id":"c1_2","content":"y"`}},
+		{name: "responses renames an id a later round reuses", cx: reused, f: formats.Responses,
+			wants: []string{`"call_id":"c1","name":"a"`, `"call_id":"c1","output":"x"`, `"call_id":"c1_2","name":"b"`, `"call_id":"c1_2","output":"y"`}},
+		{name: "gemini keeps ids: a response answers the turn right before", cx: reused, f: formats.Gemini,
+			wants: []string{`"functionResponse":{"id":"c1","name":"b","response":{"output":"y"}}`}},
 		{name: "anthropic leading assistant gets a user placeholder", cx: leading, f: formats.Anthropic,
 			wants: []string{`{"role":"user","content":[{"type":"text","text":"` + formats.PlaceholderStart + `"}]},{"role":"assistant"`}},
 		{name: "gemini leading model turn gets a user placeholder", cx: leading, f: formats.Gemini,

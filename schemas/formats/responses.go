@@ -41,6 +41,7 @@ type (
 func renderResponses(b *bytes.Buffer, in input) (int, error) {
 	items := make([]any, 0, len(in.msgs))
 	mark := -1
+	ids := newCallIDs(func(id string) string { return id })
 	for i := range in.msgs {
 		m := &in.msgs[i]
 		ps := pieces(m.Content)
@@ -53,11 +54,12 @@ func renderResponses(b *bytes.Buffer, in input) (int, error) {
 			if t := flatText(ps); t != "" || len(m.ToolCalls) == 0 {
 				items = append(items, responsesMessage{Type: "message", Role: "assistant", Content: t})
 			}
+			ids.round()
 			for _, tc := range m.ToolCalls {
-				items = append(items, responsesCall{Type: "function_call", CallID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+				items = append(items, responsesCall{Type: "function_call", CallID: ids.call(tc.ID), Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 			}
 		case schemas.RoleTool:
-			items = append(items, responsesOutput{Type: "function_call_output", CallID: m.ToolCallID, Output: flatText(ps)})
+			items = append(items, responsesOutput{Type: "function_call_output", CallID: ids.result(m.ToolCallID), Output: flatText(ps)})
 		}
 		if i == in.summary {
 			mark = len(items) - 1
