@@ -26,6 +26,7 @@ func FuzzRender(f *testing.F) {
 	f.Fuzz(renderFuzzed)
 }
 
+// renderFuzzed is the body of FuzzRender.
 func renderFuzzed(t *testing.T, ops, jsonl []byte, at, cut uint8) {
 	es := corpustest.FuzzEntries(ops, jsonl)
 	split := rounds.SnapForward(es, int(at)%(len(es)+1))
