@@ -57,13 +57,13 @@ func renderAnthropic(b *bytes.Buffer, in input) (int, error) {
 		m := &in.msgs[i]
 		ps := pieces(m.Content)
 		switch {
+		case i == in.summary: // a user text block whatever its summary_role
+			blk := anthropicText{Type: "text", Text: flatText(ps), CacheControl: &cacheControl{Type: "ephemeral"}}
+			turns = addTurn(turns, "user", []any{blk}, true)
 		case in.systemApart(i):
 			if t := flatText(ps); !blank(t) {
 				system = append(system, anthropicText{Type: "text", Text: t})
 			}
-		case i == in.summary:
-			blk := anthropicText{Type: "text", Text: flatText(ps), CacheControl: &cacheControl{Type: "ephemeral"}}
-			turns = addTurn(turns, "user", []any{blk}, true)
 		case m.Role == schemas.RoleSystem:
 			turns = addTurn(turns, "user", anthropicBlocks([]piece{{kind: pieceText, text: SystemMarker + flatText(ps)}}), false)
 		case m.Role == schemas.RoleUser:

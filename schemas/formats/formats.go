@@ -103,8 +103,9 @@ const RawArgumentsKey = "_raw"
 //     tool messages are tool_result blocks in the user
 //     message right after. Consecutive same-role messages are merged into one message
 //     of several blocks; a context that starts with an assistant message gets a user
-//     message [PlaceholderStart] first. The summary is a user text block marked
-//     cache_control {"type": "ephemeral"}: the prompt cache breakpoint. Content parts:
+//     message [PlaceholderStart] first. The summary is a user text block (whatever its
+//     summary_role) marked cache_control {"type": "ephemeral"}: the prompt cache
+//     breakpoint. Content parts:
 //     text; image_url as an image block (data: URL: base64 source for jpeg, png, gif,
 //     webp; http(s) URL: url source); any other part (audio, file, another image)
 //     becomes its text placeholder ([audio], [file: name]...). Blank text is left out.
@@ -115,7 +116,8 @@ const RawArgumentsKey = "_raw"
 //     gets "_2", "_3"...). System messages stay message items in place
 //     ("instructions" is left to the agent).
 //   - gemini: prefix system messages go to systemInstruction, later ones are user text
-//     starting with [SystemMarker]; roles user and model, consecutive same-role
+//     starting with [SystemMarker]; the summary is user text; roles user and model,
+//     consecutive same-role
 //     messages merged, [PlaceholderStart] before a leading model turn. Tool calls are
 //     functionCall parts {id, name, args}; tool messages functionResponse parts {id,
 //     name (from the matching call), response: {"output": "<the result text>"}} in the

@@ -394,3 +394,32 @@ func TestNamesAreTheServiceFormats(t *testing.T) {
 		}
 	}
 }
+
+// The summary is a user block in anthropic and gemini whatever its summary_role, so it
+// carries the cache breakpoint; responses and openai keep its role.
+func TestSummaryRole(t *testing.T) {
+	for _, role := range []schemas.Role{schemas.RoleUser, schemas.RoleSystem, schemas.RoleAssistant} {
+		in := assemble.Input{
+			Value: &schemas.Result{SchemaVersion: 1, Conversation: "c1", Generation: 1, Summary: "the summary",
+				SummaryRole: role, TailStartSeq: 5, PinnedSeqs: []uint64{1}},
+			Pinned: []schemas.Entry{{Seq: 1, Message: text(schemas.RoleSystem, "sys")}},
+			Tail:   []schemas.Entry{{Seq: 5, Message: text(schemas.RoleAssistant, "next")}},
+		}
+		cx := assemble.Assemble(in, assemble.Options{})
+		for _, name := range formats.Names() {
+			req, err := formats.Render(&cx, formats.Format(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := validators[req.Format](req.JSON); err != nil {
+				t.Fatalf("%s, summary_role %s: %v\n%s", name, role, err, req.JSON)
+			}
+			prefix := string(req.JSON[:req.Prefix])
+			wantRole := map[string]string{"openai": `"role":"` + string(role) + `"`, "responses": `"role":"` + string(role) + `"`,
+				"anthropic": `{"role":"user","content":[{"type":"text","text":"[Summary`, "gemini": `{"role":"user","parts":[{"text":"[Summary`}[name]
+			if !strings.Contains(prefix, "the summary") || !strings.Contains(prefix, wantRole) {
+				t.Errorf("%s, summary_role %s: prefix %s; want the summary as %s", name, role, prefix, wantRole)
+			}
+		}
+	}
+}

@@ -43,12 +43,12 @@ func renderGemini(b *bytes.Buffer, in input) (int, error) {
 		m := &in.msgs[i]
 		ps := pieces(m.Content)
 		switch {
+		case i == in.summary: // user text whatever its summary_role
+			turns = addTurn(turns, "user", []geminiPart{{Text: flatText(ps)}}, true)
 		case in.systemApart(i):
 			if t := flatText(ps); !blank(t) {
 				system = append(system, geminiPart{Text: t})
 			}
-		case i == in.summary:
-			turns = addTurn(turns, "user", []geminiPart{{Text: flatText(ps)}}, true)
 		case m.Role == schemas.RoleSystem:
 			turns = addTurn(turns, "user", geminiParts([]piece{{kind: pieceText, text: SystemMarker + flatText(ps)}}), false)
 		case m.Role == schemas.RoleUser:
