@@ -288,6 +288,7 @@ func FuzzDecodePayloads(f *testing.F) {
 		checkPayload(t, data, func(d *schemas.DeadLetter) error { return nil })
 		checkPayload(t, data, func(r *schemas.CompactRequest) error { return r.Validate() })
 		checkPayload(t, data, func(r *schemas.ConversationRequest) error { return r.Validate() })
+		checkPayload(t, data, func(r *schemas.ContextRequest) error { return r.Validate() })
 		checkPayload(t, data, func(r *schemas.PolicyRequest) error { return r.Validate() })
 	})
 }

@@ -13,9 +13,10 @@
 //     [DecodeResult] refuses a newer schema_version with [*ErrNewerSchema].
 //   - [Event] on compact.event.<conv> and [DeadLetter] on compact.dead.<conv>.
 //   - The compactor service's requests and answers ([CompactRequest], [CompactResponse],
-//     [ConversationRequest], [ContextResponse], [ConversationStatus], [PolicyRequest],
-//     [PolicyResponse], [RecallRequest], [RecallResponse]) on [CompactSubject],
-//     [ContextSubject], [StatusSubject], [PolicySubject] and [RecallSubject].
+//     [ConversationRequest], [ContextRequest], [ContextResponse], [ConversationStatus],
+//     [PolicyRequest], [PolicyResponse], [RecallRequest], [RecallResponse]) on
+//     [CompactSubject], [ContextSubject], [StatusSubject], [PolicySubject] and
+//     [RecallSubject].
 //   - [RecallToolJSON]: the OpenAI tool definition of recall (recall-tool.json), whose
 //     arguments [DecodeRecallArguments] reads.
 //

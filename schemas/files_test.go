@@ -47,7 +47,7 @@ func loadSchemas(t *testing.T) map[string]map[string]any {
 func TestFilesAreSchemas(t *testing.T) {
 	docs := loadSchemas(t)
 	want := []string{"dead-letter.v1.json", "event.v1.json", "message.v1.json", "policy.v1.json", "request.v1.json", "result.v1.json",
-		"service-compact-request.v1.json", "service-compact-response.v1.json", "service-context-response.v1.json",
+		"service-compact-request.v1.json", "service-compact-response.v1.json", "service-context-request.v1.json", "service-context-response.v1.json",
 		"service-conversation-request.v1.json", "service-forget-request.v1.json", "service-forget-response.v1.json",
 		"service-policy-request.v1.json", "service-policy-response.v1.json",
 		"service-recall-request.v1.json", "service-recall-response.v1.json",
@@ -101,6 +101,7 @@ func TestSchemaPropertiesMatchGoTypes(t *testing.T) {
 		{name: "compact request", file: "service-compact-request.v1.json", give: reflect.TypeFor[schemas.CompactRequest](), wantRequired: true},
 		{name: "compact response", file: "service-compact-response.v1.json", give: reflect.TypeFor[schemas.CompactResponse](), wantRequired: true},
 		{name: "conversation request", file: "service-conversation-request.v1.json", give: reflect.TypeFor[schemas.ConversationRequest](), wantRequired: true},
+		{name: "context request", file: "service-context-request.v1.json", give: reflect.TypeFor[schemas.ContextRequest](), wantRequired: true},
 		{name: "context response", file: "service-context-response.v1.json", give: reflect.TypeFor[schemas.ContextResponse](), wantRequired: true},
 		{name: "status response", file: "service-status-response.v1.json", give: reflect.TypeFor[schemas.ConversationStatus](), wantRequired: true},
 		{name: "policy request", file: "service-policy-request.v1.json", give: reflect.TypeFor[schemas.PolicyRequest](), wantRequired: true},

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -87,9 +88,10 @@ type CompactResponse struct {
 	Error string `json:"error,omitempty"`
 }
 
-// ConversationRequest is the payload of compactor.context and compactor.status
+// ConversationRequest is the payload of compactor.status
 // (service-conversation-request.v1.json). compactor.status without a conversation
-// answers the pipeline's streams and consumers instead.
+// answers the pipeline's streams and consumers instead. (compactor.context takes a
+// ContextRequest, which this is a subset of.)
 type ConversationRequest struct {
 	Conversation string `json:"conversation,omitempty"`
 }
@@ -98,9 +100,38 @@ type ConversationRequest struct {
 // only when it names one).
 func (r *ConversationRequest) Validate() error { return ValidateConversationID(r.Conversation) }
 
+// ContextFormats returns the formats compactor.context renders a context in (package
+// schemas/formats implements them): openai, anthropic, responses, gemini.
+func ContextFormats() []string { return []string{"openai", "anthropic", "responses", "gemini"} }
+
+// ContextRequest is the payload of compactor.context (service-context-request.v1.json).
+type ContextRequest struct {
+	Conversation string `json:"conversation"`
+	// Format, when set (one of ContextFormats), makes the answer carry the context
+	// itself, rendered as that API's request fragment, in ContextResponse.Rendered.
+	Format string `json:"format,omitempty"`
+}
+
+// Validate checks the conversation id and the format; an error is a
+// *ValidationError naming the field and the rule.
+func (r *ContextRequest) Validate() error {
+	if err := ValidateConversationID(r.Conversation); err != nil {
+		return err
+	}
+	if r.Format != "" && !slices.Contains(ContextFormats(), r.Format) {
+		shown := r.Format
+		if len(shown) > 64 {
+			shown = strings.ToValidUTF8(shown[:64], "") + "…"
+		}
+		return invalid("format", "%q is not a format; use one of %s", shown, strings.Join(ContextFormats(), ", "))
+	}
+	return nil
+}
+
 // ContextResponse is the answer of compactor.context (service-context-response.v1.json):
 // where the context starts, not the messages (readers fetch the tail with batched
-// direct gets, which keeps the answer under the max payload).
+// direct gets, which keeps the answer under the max payload). Asked for a format, it
+// also carries the context rendered in it, if that fits in the max payload.
 type ContextResponse struct {
 	Conversation string `json:"conversation"`
 	// Value is the KV value, null when the conversation was never compacted.
@@ -109,6 +140,13 @@ type ContextResponse struct {
 	TailStartSeq uint64 `json:"tail_start_seq"`
 	// LastSeq is the conversation's newest CHAT sequence (0: no messages).
 	LastSeq uint64 `json:"last_seq"`
+	// Format is the request's format, when it named one.
+	Format string `json:"format,omitempty"`
+	// Rendered is the assembled context (pinned + summary + tail, the reader
+	// algorithm) as Format's request fragment, one JSON object: {"messages"} for
+	// openai, {"system", "messages"} for anthropic, {"input"} for responses,
+	// {"systemInstruction", "contents"} for gemini.
+	Rendered json.RawMessage `json:"rendered,omitempty"`
 }
 
 // ConversationStatus is the answer of compactor.status for one conversation

@@ -87,12 +87,29 @@ func TestForgetKey(t *testing.T) {
 	}
 }
 
-func TestConversationAndPolicyRequestValidate(t *testing.T) {
+func TestConversationContextAndPolicyRequestValidate(t *testing.T) {
 	if err := (&schemas.ConversationRequest{Conversation: "c1"}).Validate(); err != nil {
 		t.Fatalf("valid conversation request: %v", err)
 	}
 	if err := (&schemas.ConversationRequest{}).Validate(); !errors.Is(err, schemas.ErrInvalid) || !strings.HasPrefix(err.Error(), "conversation: ") {
 		t.Fatalf("empty conversation request: %v; want conversation: must not be empty", err)
+	}
+	for _, tc := range []struct {
+		give schemas.ContextRequest
+		want string
+	}{
+		{schemas.ContextRequest{Conversation: "c1", Format: "claude"}, `format: "claude" is not a format; use one of openai, anthropic, responses, gemini`},
+		{schemas.ContextRequest{Conversation: "c1", Format: strings.Repeat("x", 5000)}, `format: "` + strings.Repeat("x", 64) + `…" is not a format`},
+		{schemas.ContextRequest{Format: "openai"}, "conversation: must not be empty"},
+	} {
+		if err := tc.give.Validate(); !errors.Is(err, schemas.ErrInvalid) || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("Validate(%.80v) = %.200v; want %q", tc.give, err, tc.want)
+		}
+	}
+	for _, f := range append(schemas.ContextFormats(), "") {
+		if err := (&schemas.ContextRequest{Conversation: "c1", Format: f}).Validate(); err != nil {
+			t.Errorf("format %q: %v", f, err)
+		}
 	}
 	ok := schemas.PolicyRequest{Conversation: "c1", Set: map[string]any{
 		"threshold": 0.6, "keep_last_n": json.Number("8"), "strategy": "all", "max_rounds": 3, "instructions": ""}}
@@ -134,6 +151,14 @@ func TestServiceSchemasAcceptGoOutput(t *testing.T) {
 		{name: "conversation request", file: "service-conversation-request.v1.json", give: schemas.ConversationRequest{Conversation: "c1"}},
 		{name: "pipeline status request", file: "service-conversation-request.v1.json", give: schemas.ConversationRequest{}},
 		{name: "conversation request bad id", file: "service-conversation-request.v1.json", give: schemas.ConversationRequest{Conversation: "x.y"}, wantErr: true},
+		{name: "context request", file: "service-context-request.v1.json", give: schemas.ContextRequest{Conversation: "c1"}},
+		{name: "context request with format", file: "service-context-request.v1.json", give: schemas.ContextRequest{Conversation: "c1", Format: "gemini"}},
+		{name: "context request unknown format", file: "service-context-request.v1.json", give: schemas.ContextRequest{Conversation: "c1", Format: "claude"}, wantErr: true},
+		{name: "context request without conversation", file: "service-context-request.v1.json", give: schemas.ContextRequest{Format: "openai"}, wantErr: true},
+		{name: "rendered context", file: "service-context-response.v1.json", give: schemas.ContextResponse{Conversation: "c", TailStartSeq: 1, LastSeq: 1,
+			Format: "anthropic", Rendered: json.RawMessage(`{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]}`)}},
+		{name: "rendered context not an object", file: "service-context-response.v1.json", give: map[string]any{"conversation": "c", "value": nil,
+			"tail_start_seq": 1, "last_seq": 1, "format": "openai", "rendered": "[]"}, wantErr: true},
 		{name: "context never compacted", file: "service-context-response.v1.json", give: schemas.ContextResponse{Conversation: "c", TailStartSeq: 1, LastSeq: 3}},
 		{name: "context", file: "service-context-response.v1.json", give: schemas.ContextResponse{Conversation: "c", Value: value, TailStartSeq: 9, LastSeq: 12}},
 		{name: "status", file: "service-status-response.v1.json", give: schemas.ConversationStatus{Conversation: "c", Value: value, LastSeq: 12, Pending: true, PendingRequestID: "r"}},
@@ -166,6 +191,9 @@ func TestServiceSchemasAcceptGoOutput(t *testing.T) {
 			}
 			if r, ok := tt.give.(schemas.PolicyRequest); ok && (r.Validate() != nil) != tt.wantErr {
 				t.Fatalf("PolicyRequest.Validate got %v; want error %v", r.Validate(), tt.wantErr)
+			}
+			if r, ok := tt.give.(schemas.ContextRequest); ok && (r.Validate() != nil) != tt.wantErr {
+				t.Fatalf("ContextRequest.Validate got %v; want error %v", r.Validate(), tt.wantErr)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/formats"
 )
 
 var serveCommand = &command{
@@ -357,11 +358,17 @@ var contextCommand = &command{
 	about: `The summary of the read goes to stderr (generation, messages, tokens, tail start), and
 each message left out (an invalid one, an incomplete tool round) with its reason. --json
 prints one JSON object instead: the messages with their sequences and that summary.
+--format renders the context for the API the agent calls: openai (the default: the
+JSONL above), anthropic (Messages API: {system, messages}), responses (OpenAI Responses:
+{input}) or gemini (generateContent: {systemInstruction, contents}), printed as one JSON
+document to send as is (with --json, as "rendered" in the object). Its bytes up to the
+summary stay identical until the next compaction, so the provider's prompt cache hits.
 A conversation with nothing stored is not found (exit 3).`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
 		raw := fs.Bool("raw", "", "keep Compactor's metadata on messages (tokens, usage, context_generation, meta)")
 		maxTokens := fs.Int("max-tokens", "N", "cut the context at read time to N tokens (flagged degraded)")
 		atLeast := fs.Uint64("at-least-seq", "SEQ", "wait until the read covers sequence SEQ (the one publish printed): read-your-writes")
+		format := fs.String("format", "", "FORMAT", "render for the API the agent calls: openai (default, JSONL), anthropic, responses, gemini")
 		asJSON := fs.JSON()
 		return func(ctx context.Context, c *call) error {
 			conv, err := c.conversation()
@@ -370,6 +377,11 @@ A conversation with nothing stored is not found (exit 3).`,
 			}
 			if *maxTokens < 0 {
 				return usagef("--max-tokens must not be negative")
+			}
+			if *format != "" {
+				if _, err := formats.Parse(*format); err != nil {
+					return usagef("--format %q: want one of %s", *format, strings.Join(formats.Names(), ", "))
+				}
 			}
 			cl, nc, err := c.connect(ctx)
 			if err != nil {
@@ -396,6 +408,14 @@ A conversation with nothing stored is not found (exit 3).`,
 			if err != nil {
 				return err
 			}
+			var rendered json.RawMessage
+			if *format != "" {
+				req, err := formats.Render(cx, formats.Format(*format))
+				if err != nil {
+					return err
+				}
+				rendered = req.JSON
+			}
 			if *asJSON {
 				return writeJSON(c.std.out, struct {
 					Conversation string             `json:"conversation"`
@@ -407,16 +427,24 @@ A conversation with nothing stored is not found (exit 3).`,
 					Messages     []schemas.Message  `json:"messages"`
 					Seqs         []uint64           `json:"seqs"`
 					Skipped      []pipeline.Skipped `json:"skipped"`
-				}{conv, cx.Generation, cx.TailStartSeq, cx.HasSummary, cx.Tokens, cx.Degraded, nonNil(cx.Messages), nonNil(cx.Seqs), nonNil(cx.Skipped)})
+					Format       string             `json:"format,omitempty"`
+					Rendered     json.RawMessage    `json:"rendered,omitempty"`
+				}{conv, cx.Generation, cx.TailStartSeq, cx.HasSummary, cx.Tokens, cx.Degraded, nonNil(cx.Messages), nonNil(cx.Seqs), nonNil(cx.Skipped),
+					*format, rendered})
 			}
 			w := bufio.NewWriter(c.std.out)
-			for i := range cx.Messages {
-				b, err := cx.Messages[i].Encode()
-				if err != nil {
-					return err
-				}
-				w.Write(b)
+			if rendered != nil && formats.Format(*format) != formats.OpenAI {
+				w.Write(rendered) // one JSON document
 				w.WriteByte('\n')
+			} else {
+				for i := range cx.Messages {
+					b, err := cx.Messages[i].Encode()
+					if err != nil {
+						return err
+					}
+					w.Write(b)
+					w.WriteByte('\n')
+				}
 			}
 			if err := w.Flush(); err != nil {
 				return err

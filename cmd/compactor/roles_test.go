@@ -288,6 +288,16 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		if in := llm.allInputs(); !strings.Contains(in, "NEEDLE-outhead") || !strings.Contains(in, "NEEDLE-outtail") {
 			t.Fatalf("the worker's summarizer was not given the tool output's head and tail")
 		}
+		// The api renders a context for compactor.context with a format: it restores the
+		// pinned message from its object too, which makes the answer too large for the
+		// max payload (413, not a read error or a context without it).
+		m, err := admin.nc.Request(schemas.ContextSubject, fmt.Appendf(nil, `{"conversation":%q,"format":"anthropic"}`, conv), 10*time.Second)
+		if err != nil {
+			t.Fatalf("compactor.context with a format: %v", err)
+		}
+		if code, desc := m.Header.Get("Nats-Service-Error-Code"), m.Header.Get("Nats-Service-Error"); code != "413" {
+			t.Fatalf("compactor.context with a format answered %s %q; want 413: the api restores the large pinned message", code, desc)
+		}
 	})
 
 	t.Run("reader and producer recall raw messages, directly and through the service", func(t *testing.T) {

@@ -2,16 +2,21 @@ package service
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/formats"
 )
 
-// onContext answers where a conversation's context starts.
+// onContext answers where a conversation's context starts and, asked for a format, the
+// context itself rendered in it (when that fits in the max payload).
 func (s *Service) onContext(ctx context.Context, req micro.Request) (any, error) {
-	var in schemas.ConversationRequest
-	if err := decode(req.Data(), &in, false, `{"conversation":"c1"}`); err != nil {
+	var in schemas.ContextRequest
+	if err := decode(req.Data(), &in, false, `{"conversation":"c1","format":"anthropic"}`); err != nil {
 		return nil, err
 	}
 	if err := in.Validate(); err != nil {
@@ -25,7 +30,24 @@ func (s *Service) onContext(ctx context.Context, req micro.Request) (any, error)
 	if v != nil && v.TailStartSeq > 0 {
 		out.TailStartSeq = v.TailStartSeq
 	}
-	return out, nil
+	if in.Format == "" {
+		return out, nil
+	}
+	rendered, err := pipeline.NewWithStore(s.nc, s.store).Render(ctx, in.Conversation, formats.Format(in.Format))
+	if err != nil {
+		return nil, internal(in.Conversation, err)
+	}
+	out.Format, out.Rendered = in.Format, rendered.JSON
+	body, err := json.Marshal(out)
+	if err != nil {
+		return nil, internal(in.Conversation, err)
+	}
+	if max := s.nc.MaxPayload(); int64(len(body)) > max {
+		return nil, &apiError{code: 413, msg: fmt.Sprintf("format: the context of %s rendered as %s is %d bytes, over the max payload of %d bytes; "+
+			"render it on the client instead (Go: pipeline.Client.Render; command line: compactor context --format), "+
+			"which reads the tail with batched direct gets", in.Conversation, in.Format, len(body), max)}
+	}
+	return json.RawMessage(body), nil
 }
 
 // valueAndLast reads the KV value (from the leader) and the newest CHAT sequence.

@@ -150,7 +150,7 @@ func (s *Service) Run(ctx context.Context) error {
 		h             handler
 	}{
 		{"compact", `{conversation, request_id?, instructions?, wait_ms?}`, s.onCompact},
-		{"context", `{conversation}`, s.onContext},
+		{"context", `{conversation, format?: openai|anthropic|responses|gemini}`, s.onContext},
 		{"status", `{conversation?}`, s.onStatus},
 		{"policy", `{conversation, set?: {key: value}, clear?: bool}`, s.onPolicy},
 		{"forget", `{conversation}`, s.onForget},

@@ -386,6 +386,19 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 		t.Fatalf("context = %+v", cx)
 	}
 
+	// With a format the answer also carries the context, rendered.
+	for _, f := range schemas.ContextFormats() {
+		var rx schemas.ContextResponse
+		svcCall(t, s.client, schemas.ContextSubject, `{"conversation":"ctx","format":"`+f+`"}`, &rx)
+		if rx.Format != f || rx.TailStartSeq != last || rx.Value == nil || !json.Valid(rx.Rendered) ||
+			!strings.Contains(string(rx.Rendered), "message 2") || strings.Contains(string(rx.Rendered), "message 1") {
+			t.Fatalf("context as %s = %+v (rendered %s); want the summary and the tail from seq %d", f, rx, rx.Rendered, last)
+		}
+	}
+	if len(cx.Rendered) != 0 || cx.Format != "" {
+		t.Fatalf("context without a format rendered %s", cx.Rendered)
+	}
+
 	var cs schemas.ConversationStatus
 	svcCall(t, s.client, schemas.StatusSubject, `{"conversation":"ctx"}`, &cs)
 	if cs.Pending || cs.LastSeq != last || cs.Value == nil || cs.Value.Generation != 1 {
@@ -462,6 +475,8 @@ func TestServiceRefusesBadInputNamingTheField(t *testing.T) {
 		{"unknown field", schemas.CompactSubject, `{"conversation":"c","priority":1}`, "priority: unknown field"},
 		{"long instructions", schemas.CompactSubject, `{"conversation":"c","instructions":"` + long + `"}`, "instructions: is 8193 bytes long"},
 		{"context without id", schemas.ContextSubject, `{}`, "conversation: must not be empty"},
+		{"unknown format", schemas.ContextSubject, `{"conversation":"c","format":"claude"}`, `format: "claude" is not a format; use one of openai, anthropic, responses, gemini`},
+		{"format type", schemas.ContextSubject, `{"conversation":"c","format":1}`, "format: must be a string"},
 		{"status bad id", schemas.StatusSubject, `{"conversation":"x.y"}`, "conversation: character '.'"},
 		{"endpoint", schemas.PolicySubject, `{"conversation":"c","set":{"llm_base_url":"http://elsewhere"}}`, "set.llm_base_url: cannot be set per conversation"},
 		{"model", schemas.PolicySubject, `{"conversation":"c","set":{"llm_model":"big"}}`, "set.llm_model: cannot be set per conversation"},

@@ -147,6 +147,10 @@ export interface ContextResponse {
   value: CompactionValue | null;
   tail_start_seq: number;
   last_seq: number;
+  /** The request's format, when it named one (openai, anthropic, responses, gemini). */
+  format?: string;
+  /** With a format: the assembled context as that API's request fragment. */
+  rendered?: Record<string, unknown>;
 }
 
 /** The answer of compactor.status for one conversation (service-status-response.v1.json). */
