@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/compactor/compactor/schemas"
@@ -36,3 +37,6 @@ func ArgumentEvidence(entries []schemas.Entry) (paths, commands []string) {
 	}
 	return paths, commands
 }
+
+// SortByRank sorts items most valuable first.
+func SortByRank(items []schemas.EvidenceItem) { slices.SortFunc(items, Rank) }

@@ -69,13 +69,14 @@ func Render(ev *schemas.Evidence, coveredThrough uint64, budget int, count token
 	}
 	for {
 		text := layout(header, items[:n], len(items)-n)
-		if n == 0 || count.Count(text) <= budget {
-			if count.Count(text) > budget {
-				return header
-			}
+		over := count.Count(text) - budget
+		switch {
+		case over <= 0:
 			return text
+		case n == 0:
+			return header
 		}
-		n--
+		n -= max(1, min(n, over/8)) // an item costs a few tokens: drop about what is over
 	}
 }
 

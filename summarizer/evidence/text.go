@@ -102,7 +102,7 @@ func (c *collector) ids(text string, seq uint64) {
 
 // numberRE is a number with a unit: words after an optional blank, symbols and
 // one-letter units right after the number, or a currency sign before it.
-var numberRE = regexp.MustCompile(`(?i)(?:[$€£]\s?[0-9][0-9,]*(?:\.[0-9]+)?(?:\s?(?:k|m|bn)\b)?)|(?:\b[0-9][0-9,]*(?:\.[0-9]+)?(?:%|\s?(?:ms|µs|us|ns|secs?|seconds?|mins?|minutes?|hrs?|hours?|days?|weeks?|months?|years?|[kmgtp]i?b|bytes?|[kmg]hz|px|rem|dpi|fps|rps|qps|req/s|tokens?|cores?|cpus?|gpus?|threads|workers|replicas|nodes|kg|mg|lbs?|km|cm|mm|miles?|ft|°[cf]|usd|eur|gbp|dollars?|euros?|bags?|passengers?|nights?|adults?|children)\b|(?:s|h|m|k|g|x)\b))`)
+var numberRE = regexp.MustCompile(`(?i)(?:[$€£]\s?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:\s?(?:k|m|bn)\b)?)|(?:\b(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:%|\s?(?:ms|µs|us|ns|secs?|seconds?|mins?|minutes?|hrs?|hours?|days?|weeks?|months?|years?|[kmgtp]i?b|bytes?|[kmg]hz|px|rem|dpi|fps|rps|qps|req/s|tokens?|cores?|cpus?|gpus?|threads|workers|replicas|nodes|kg|mg|lbs?|km|cm|mm|miles?|ft|°[cf]|usd|eur|gbp|dollars?|euros?|bags?|passengers?|nights?|adults?|children)\b|(?:s|h|m|k|g|x)\b))`)
 
 // numbers records the numbers with units of a user message.
 func (c *collector) numbers(text string, seq uint64) {
