@@ -2,6 +2,7 @@ package evidence
 
 import (
 	"encoding/json"
+	"path"
 	"slices"
 	"strings"
 
@@ -25,7 +26,8 @@ func ArgumentEvidence(entries []schemas.Entry) (paths, commands []string) {
 					continue
 				}
 				if pathKeys[strings.ToLower(k)] {
-					if p, ok := normalizePath(s, false); ok {
+					// Cleaned with the standard library alone, not with the code under test.
+					if p := path.Clean(strings.TrimSpace(s)); p != "." && p != "/" && s != "" {
 						paths = append(paths, p)
 					}
 				}

@@ -78,7 +78,12 @@ func TestExtract(t *testing.T) {
 		{
 			name: "mini-swe-agent: a ```bash fence in assistant content is a command",
 			give: []schemas.Entry{text(4, schemas.RoleAssistant, "THOUGHT: check it\n\n```bash\ncd /testbed && grep -rn 'def to_json' src/pkg/core.py\n```")},
-			want: []string{"file /testbed", "file src/pkg/core.py", "command cd /testbed && grep -rn 'def to_json' src/pkg/core.py"},
+			want: []string{"file /testbed", "file /testbed/src/pkg/core.py", "command cd /testbed && grep -rn 'def to_json' src/pkg/core.py"},
+		},
+		{
+			name: "relative paths after a cd to an absolute directory resolve against it; after a relative cd they stay",
+			give: []schemas.Entry{call(2, "bash", map[string]any{"command": "cd /repo && python fix.py; cd sub && cat notes.txt"})},
+			want: []string{"file /repo", "file /repo/fix.py", "file notes.txt", "command cd /repo && python fix.py; cd sub && cat notes.txt"},
 		},
 		{
 			name: "python -c and -m: code and modules are not paths",

@@ -33,10 +33,14 @@ var patternFirst = map[string]bool{"grep": true, "egrep": true, "fgrep": true, "
 func scanCommand(cmd string) []pathRef {
 	var out []pathRef
 	idx := map[string]int{}
+	cwd := "" // set by a cd to an absolute path earlier in the same command
 	add := func(tok string, changed bool) {
 		p, ok := normalizePath(tok, true)
 		if !ok {
 			return
+		}
+		if cwd != "" && !strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "~") {
+			p = path.Join(cwd, p)
 		}
 		if i, seen := idx[p]; seen {
 			out[i].changed = out[i].changed || changed
@@ -61,7 +65,9 @@ func scanCommand(cmd string) []pathRef {
 			heredoc = append(heredoc, m[1])
 		}
 		for _, simple := range splitSimple(lex(line)) {
-			scanSimple(simple, add)
+			if dir, ok := scanSimple(simple, add); ok {
+				cwd = dir
+			}
 		}
 	}
 	return out
@@ -174,8 +180,10 @@ func splitSimple(toks []token) [][]token {
 	return out
 }
 
-// scanSimple reads one simple command's redirections and operands.
-func scanSimple(toks []token, add func(string, bool)) {
+// scanSimple reads one simple command's redirections and operands. For a cd to an
+// absolute directory it returns that directory and true: relative paths after it, in the
+// same command, are resolved against it.
+func scanSimple(toks []token, add func(string, bool)) (cd string, isCD bool) {
 	var words []string
 	for i := 0; i < len(toks); i++ {
 		t := toks[i]
@@ -206,10 +214,19 @@ func scanSimple(toks []token, add func(string, bool)) {
 	}
 run:
 	if len(words) == 0 {
-		return
+		return "", false
 	}
 	name := path.Base(words[0])
 	args := words[1:]
+	if name == "cd" {
+		if len(args) == 1 {
+			if dir, ok := normalizePath(args[0], true); ok && strings.HasPrefix(dir, "/") {
+				add(dir, false)
+				return dir, true
+			}
+		}
+		return "", true // somewhere this scan cannot follow: relative paths stay as written
+	}
 	inPlace := false
 	if name == "sed" || name == "perl" {
 		for _, a := range args {
@@ -228,7 +245,7 @@ run:
 		}
 		switch {
 		case a == "-c" && (strings.HasPrefix(name, "python") || name == "bash" || name == "sh" || name == "node" || name == "ruby"):
-			return // an inline program: its text is code, not operands
+			return "", false // an inline program: its text is code, not operands
 		case a == "-m" && strings.HasPrefix(name, "python"):
 			skipNext = true // a module name, not a path
 		case a == "-e" || a == "--expression" || a == "-f" || a == "--regexp":
@@ -265,6 +282,7 @@ run:
 			add(a, inPlace)
 		}
 	}
+	return "", false
 }
 
 // hashRE is an abbreviated or full commit hash.

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/corpustest"
 	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/summarizer/evidence"
@@ -12,9 +12,11 @@ import (
 
 // TestCorpusSectionSize reports how many tokens each conversation's whole evidence
 // section takes, the figure the default evidence_budget was chosen from, and checks that
-// no section exceeds its budget.
+// no section exceeds its budget and that, at the defaults (W = 128,000), every corpus
+// conversation's whole evidence fits.
 func TestCorpusSectionSize(t *testing.T) {
 	var sizes []int
+	limit := policy.Defaults().Budget().EvidenceTokens()
 	for _, c := range corpustest.Load(t) {
 		ev := evidence.Merge(nil, c.Entries, uint64(len(c.Entries)))
 		whole := evidence.Render(ev, ev.ThroughSeq, 1<<30, tokens.Chars4{})
@@ -24,7 +26,9 @@ func TestCorpusSectionSize(t *testing.T) {
 				t.Errorf("%s: section of %d tokens over its budget %d", c.Name, got, budget)
 			}
 		}
-		_ = schemas.EvidenceFile
+		if got := evidence.Render(ev, ev.ThroughSeq, limit, tokens.Chars4{}); got != whole {
+			t.Errorf("%s: the default budget (%d tokens) cuts its evidence (%d tokens)", c.Name, limit, tokens.Text(whole))
+		}
 	}
 	slices.Sort(sizes)
 	n := len(sizes)
