@@ -314,6 +314,9 @@ func Compact(cmd string) string {
 // or with a file extension.
 func normalizePath(tok string, needShape bool) (string, bool) {
 	tok = strings.TrimSpace(tok)
+	if i := strings.Index(tok, "::"); i > 0 {
+		tok = tok[:i] // a test id: tests/test_x.py::TestX::test_y names tests/test_x.py
+	}
 	tok = strings.TrimRight(tok, ",;:")
 	if tok == "" || len(tok) > maxPathBytes || !utf8.ValidString(tok) {
 		return "", false

@@ -81,6 +81,11 @@ func TestExtract(t *testing.T) {
 			want: []string{"file /testbed", "file /testbed/src/pkg/core.py", "command cd /testbed && grep -rn 'def to_json' src/pkg/core.py"},
 		},
 		{
+			name: "a pytest node id names its file",
+			give: []schemas.Entry{call(2, "bash", map[string]any{"command": "python -m pytest tests/test_dataset.py::TestDataset::test_to_json -xvs"})},
+			want: []string{"file tests/test_dataset.py", "command python -m pytest tests/test_dataset.py::TestDataset::test_to_json -xvs"},
+		},
+		{
 			name: "relative paths after a cd to an absolute directory resolve against it; after a relative cd they stay",
 			give: []schemas.Entry{call(2, "bash", map[string]any{"command": "cd /repo && python fix.py; cd sub && cat notes.txt"})},
 			want: []string{"file /repo", "file /repo/fix.py", "file notes.txt", "command cd /repo && python fix.py; cd sub && cat notes.txt"},
