@@ -125,6 +125,9 @@ func checkValues(t *testing.T, all []schemas.Entry, env Env, values []*schemas.R
 		if st := tokens.Text(v.Summary); st > b.SummaryCap() {
 			t.Fatalf("generation %d: summary of %d tokens over the cap %d", v.Generation, st, b.SummaryCap())
 		}
+		if et := tokens.Text(v.EvidenceText); et > b.EvidenceTokens() {
+			t.Fatalf("generation %d: evidence section of %d tokens over its budget %d", v.Generation, et, b.EvidenceTokens())
+		}
 		// 2. Everything newly covered and not pinned reached the summarizer.
 		for seq := prevTail; seq < v.TailStartSeq; seq++ {
 			i, ok := index[seq]

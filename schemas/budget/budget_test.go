@@ -83,7 +83,7 @@ func TestEvidenceTokens(t *testing.T) {
 		wantTailBudget int // with 1,000 pinned tokens and the default 2,048 summary cap
 	}{
 		{"off", 0, 0.5, 0, 64000 - 1000 - 2048},
-		{"default share", 0.06, 0.5, 7680, 64000 - 1000 - 2048 - 7680},
+		{"a share under the cap", 0.06, 0.5, 7680, 64000 - 1000 - 2048 - 7680},
 		{"capped at 15% of the target", 0.2, 0.5, 9600, 64000 - 1000 - 2048 - 9600},
 		{"cap follows a lower target", 0.06, 0.2, 3840, 25600 - 1000 - 2048 - 3840},
 	}

@@ -1,8 +1,6 @@
 package evidence_test
 
 import (
-	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/compactor/compactor/schemas"
@@ -60,21 +58,5 @@ func TestCorpusExtraction(t *testing.T) {
 		total.gotPaths, total.wantPaths, total.gotCmds, total.wantCmds)
 	if total.wantPaths == 0 || total.wantCmds == 0 {
 		t.Fatal("the corpus has no path arguments or commands: the check proves nothing")
-	}
-}
-
-// TestCorpusSample prints what extraction finds in a few conversations (go test -v).
-func TestCorpusSample(t *testing.T) {
-	for _, c := range corpustest.Load(t) {
-		if !testing.Verbose() {
-			t.Skip("a listing for -v runs")
-		}
-		items := evidence.Extract(c.Entries)
-		slices.SortFunc(items, evidence.Rank)
-		s := fmt.Sprintf("== %s (%d messages): %d items", c.Name, len(c.Entries), len(items))
-		for _, it := range items[:min(len(items), 25)] {
-			s += fmt.Sprintf("\n  %-7s %3d %4d %v %s", it.Kind, it.Count, it.LastSeq, it.Changed, it.Value)
-		}
-		t.Log(s)
 	}
 }
