@@ -12,12 +12,17 @@ import (
 // valuable (see Rank) are dropped first. Together they stay within
 // schemas.MaxEvidenceItems.
 var MaxPerKind = map[string]int{
-	schemas.EvidenceFile:    500,
-	schemas.EvidenceCommand: 400,
-	schemas.EvidenceURL:     150,
-	schemas.EvidenceID:      150,
+	schemas.EvidenceFile:    400,
+	schemas.EvidenceCommand: 300,
+	schemas.EvidenceURL:     100,
+	schemas.EvidenceID:      100,
 	schemas.EvidenceNumber:  100,
 }
+
+// MaxValueBytes bounds the bytes of all item values of an Evidence value together, so
+// that the KV value stays far under the NATS max payload whatever the conversation held;
+// the least valuable items leave first.
+const MaxValueBytes = 128 << 10
 
 // Merge adds the evidence of entries (newly covered messages, through sequence
 // through) to prev (the previous compaction's; nil for none) and returns the new value:
@@ -51,18 +56,20 @@ func Merge(prev *schemas.Evidence, entries []schemas.Entry, through uint64) *sch
 	return &schemas.Evidence{ThroughSeq: through, Items: bound(items)}
 }
 
-// bound keeps at most MaxPerKind items of each kind, the most valuable by Rank, and
-// returns them in canonical order.
+// bound keeps at most MaxPerKind items of each kind and MaxValueBytes of values, the
+// most valuable by Rank, and returns them in canonical order.
 func bound(items []schemas.EvidenceItem) []schemas.EvidenceItem {
 	ranked := slices.Clone(items)
 	slices.SortFunc(ranked, Rank)
 	kept := make(map[string]int, len(MaxPerKind))
 	out := ranked[:0]
+	size := 0
 	for _, it := range ranked {
-		if kept[it.Kind] >= MaxPerKind[it.Kind] || len(out) >= schemas.MaxEvidenceItems {
+		if kept[it.Kind] >= MaxPerKind[it.Kind] || len(out) >= schemas.MaxEvidenceItems || size+len(it.Value) > MaxValueBytes {
 			continue
 		}
 		kept[it.Kind]++
+		size += len(it.Value)
 		out = append(out, it)
 	}
 	slices.SortFunc(out, canonical)

@@ -162,3 +162,23 @@ func cl100k(t *testing.T) tokens.Counter {
 	}
 	return c
 }
+
+// However large the covered messages, the stored evidence stays within MaxValueBytes.
+func TestMergeBoundsBytes(t *testing.T) {
+	var es []schemas.Entry
+	for i := range 3000 {
+		long := fmt.Sprintf("/%03d/%s.txt", i, strings.Repeat("p", 240))
+		es = append(es, call(uint64(i+1), "bash", map[string]any{"command": fmt.Sprintf("cat %s # %s", long, strings.Repeat("c", 150))}))
+	}
+	ev := evidence.Merge(nil, es, uint64(len(es)))
+	size := 0
+	for _, it := range ev.Items {
+		size += len(it.Value)
+	}
+	if size > evidence.MaxValueBytes || size < evidence.MaxValueBytes/2 {
+		t.Fatalf("%d bytes of values kept; want at most %d, and most of it used", size, evidence.MaxValueBytes)
+	}
+	if err := ev.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -10,6 +10,9 @@ import (
 // maxPerMessage bounds the matches of one pattern taken from one message.
 const maxPerMessage = 200
 
+// maxURLBytes is the longest URL kept: longer ones are mostly signed or data-laden.
+const maxURLBytes = 300
+
 // urlRE is an http or https URL; trailing punctuation is trimmed after matching.
 var urlRE = regexp.MustCompile(`https?://[^\s<>"'` + "`" + `\\^{}|\[\]]+`)
 
@@ -20,7 +23,7 @@ func (c *collector) urls(text string, seq uint64) {
 	}
 	for _, u := range urlRE.FindAllString(text, maxPerMessage) {
 		u = trimURL(u)
-		if len(u) > len("https://x") {
+		if len(u) > len("https://x") && len(u) <= maxURLBytes {
 			c.add(schemas.EvidenceURL, u, seq, false)
 		}
 	}
