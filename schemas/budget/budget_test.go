@@ -2,6 +2,7 @@ package budget
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -108,4 +109,14 @@ func TestEvidenceTokens(t *testing.T) {
 	if got := Default().TailBudget(1 << 30); got != 0 {
 		t.Errorf("TailBudget with huge pins = %d; want 0", got)
 	}
+}
+
+func ExampleBudget_EvidenceTokens() {
+	b := Budget{ContextWindow: 128000, Threshold: 0.75, Target: 0.5, HardLimit: 0.95, Evidence: 0.075}
+	fmt.Println(b.EvidenceTokens(), b.TailBudget(0))
+	b.Evidence = 0.2 // never more than 15% of target × W
+	fmt.Println(b.EvidenceTokens())
+	// Output:
+	// 9600 52352
+	// 9600
 }
