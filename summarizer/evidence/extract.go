@@ -41,15 +41,6 @@ var pathKeys = map[string]bool{
 // commandKeys are argument names whose value is a shell command, for shell-like tools.
 var commandKeys = map[string]bool{"command": true, "cmd": true, "script": true}
 
-// urlKeys are argument names whose value is a URL.
-var urlKeys = map[string]bool{"url": true, "uri": true, "href": true, "link": true}
-
-// contentKeys hold file contents or code: scanned for URLs, never for paths or ids.
-var contentKeys = map[string]bool{
-	"file_text": true, "content": true, "new_str": true, "old_str": true, "text": true, "code": true,
-	"new_string": true, "old_string": true, "replace": true, "search": true, "patch": true,
-}
-
 // editorChanges are the values of an editor tool's command argument that change a file.
 var editorChanges = map[string]bool{
 	"create": true, "str_replace": true, "insert": true, "undo_edit": true, "write": true, "edit": true,
@@ -216,8 +207,8 @@ func (c *collector) toolCall(name, args string, seq uint64) {
 	c.walk(obj, shell, changed, seq, 0)
 }
 
-// walk reads one arguments object: its path, command and URL arguments, and URLs in
-// any other string; nested objects and arrays down to maxArgDepth.
+// walk reads one arguments object: its path and command arguments, and the URLs of any
+// other string; nested objects and arrays down to maxArgDepth.
 func (c *collector) walk(obj map[string]any, shell, changed bool, seq uint64, depth int) {
 	keys := make([]string, 0, len(obj))
 	for k := range obj {
@@ -235,11 +226,7 @@ func (c *collector) walk(obj map[string]any, shell, changed bool, seq uint64, de
 				}
 			case commandKeys[lk] && shell:
 				c.command(v, seq)
-			case urlKeys[lk]:
-				c.urls(capText(v), seq)
-			case contentKeys[lk]:
-				c.urls(capText(v), seq)
-			default:
+			default: // file contents, code, messages: only their URLs
 				c.urls(capText(v), seq)
 			}
 		case []any:
