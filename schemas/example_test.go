@@ -43,3 +43,16 @@ func ExampleDecodeResult() {
 	// true 2
 	// compaction value has schema_version 2; this reader understands 1: upgrade the reader
 }
+
+func ExampleEvidence_Validate() {
+	ev := schemas.Evidence{ThroughSeq: 9, Items: []schemas.EvidenceItem{
+		{Kind: schemas.EvidenceFile, Value: "src/lexer.go", Count: 3, LastSeq: 7, Changed: true},
+		{Kind: schemas.EvidenceCommand, Value: "go test ./...", Count: 1, LastSeq: 9},
+	}}
+	fmt.Println(ev.Validate())
+	ev.Items = append(ev.Items, schemas.EvidenceItem{Kind: "secret", Value: "x", Count: 1})
+	fmt.Println(ev.Validate())
+	// Output:
+	// <nil>
+	// evidence.items: item 2: unknown kind "secret"; must be file, command, url, id or number
+}

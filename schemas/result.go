@@ -78,6 +78,7 @@ type Result struct {
 	Conversation      string   `json:"conversation"`
 	Generation        uint64   `json:"generation"`
 	Summary           string   `json:"summary"`
+	EvidenceText      string   `json:"evidence_text,omitempty"`
 	SummaryRole       Role     `json:"summary_role,omitempty"`
 	TailStartSeq      uint64   `json:"tail_start_seq"`
 	CoveredThroughSeq uint64   `json:"covered_through_seq"`
@@ -114,6 +115,10 @@ type Result struct {
 	// FirstSeq <= T: such a value holds something of the forgotten conversation.
 	FirstSeq  uint64    `json:"first_seq,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// Evidence is what compactions extracted from the messages they covered, carried
+	// forward between them; EvidenceText is its rendered section, which readers append
+	// to the summary message (see assemble.SummaryMessage).
+	Evidence *Evidence `json:"evidence,omitempty"`
 
 	// Unknown keeps fields written by a newer writer, so a rewrite does not drop them.
 	Unknown map[string]json.RawMessage `json:"-"`

@@ -169,6 +169,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 
 	// 4. Guard.
 	next := p.result(j, ld, pl, out, before, s)
+	withEvidence(j.log, next, ld.cur, pl.coveredEntries, b, count)
 	after := assemble.Assemble(assemble.Input{Value: next, Pinned: pl.pinned, Tail: pl.tail}, assemble.Options{Counter: count})
 	next.TokensAfter, next.MessagesAfter = after.Tokens, len(after.Messages)
 	if st, limit := count.Count(out.Summary), b.SummaryCap(); st > limit {
@@ -377,6 +378,10 @@ type plan struct {
 	covered      []schemas.Message  // the newly covered messages the summarizer sees
 	skipped      []rounds.Skipped   // covered entries the summarizer does not see, and why
 	systemPrompt string
+
+	// coveredEntries are the newly covered entries as loaded, before any pre-trim: the
+	// evidence is extracted from them.
+	coveredEntries []schemas.Entry
 }
 
 // escalate makes the split more aggressive for a conversation still over budget right
@@ -438,6 +443,7 @@ func (p *Pool) plan(ld *loaded, s policy.Settings, count tokens.Counter) (plan, 
 		pl.tailStartSeq = ld.lastSeq + 1
 	}
 	pl.overrides = sp.Overrides
+	pl.coveredEntries = covered
 	// The summarizer sees the same messages a reader would: orphans, invalid entries
 	// and abandoned rounds are reported, not summarized.
 	kept, skipped := rounds.Normalize(covered)

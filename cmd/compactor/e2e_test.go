@@ -18,6 +18,7 @@ import (
 	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/rounds"
 	"github.com/compactor/compactor/schemas/tokens"
+	"github.com/compactor/compactor/summarizer/evidence"
 )
 
 // history records every KV value of one conversation, in order.
@@ -124,6 +125,12 @@ func checkValues(t *testing.T, all []schemas.Entry, env Env, values []*schemas.R
 		}
 		if st := tokens.Text(v.Summary); st > b.SummaryCap() {
 			t.Fatalf("generation %d: summary of %d tokens over the cap %d", v.Generation, st, b.SummaryCap())
+		}
+		if et := tokens.Text(v.EvidenceText); et > b.EvidenceTokens() {
+			t.Fatalf("generation %d: evidence section of %d tokens over its budget %d", v.Generation, et, b.EvidenceTokens())
+		}
+		if b.EvidenceTokens() > 0 && (v.Evidence == nil || !strings.HasPrefix(v.EvidenceText, fmt.Sprintf(evidence.Header, v.CoveredThroughSeq))) {
+			t.Fatalf("generation %d (fallback %v): no evidence, or a section not stating the range it covers: %q", v.Generation, v.Fallback, v.EvidenceText)
 		}
 		// 2. Everything newly covered and not pinned reached the summarizer.
 		for seq := prevTail; seq < v.TailStartSeq; seq++ {

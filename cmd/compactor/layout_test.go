@@ -21,6 +21,7 @@ func TestPackagesLinkOnlyWhatTheirJobNeeds(t *testing.T) {
 		{"summarizer/summary", []string{"github.com/nats-io", mod + "jetstream"}},
 		{"summarizer/llm", []string{"github.com/nats-io", mod + "jetstream"}},
 		{"summarizer/extractive", []string{"github.com/nats-io", mod + "jetstream"}},
+		{"summarizer/evidence", []string{"github.com/nats-io", mod + "jetstream", "github.com/sashabaranov"}},
 		{"pipeline/...", []string{mod + "triggers", mod + "summarizer", "github.com/sashabaranov", "github.com/nats-io/nats-server"}},
 	}
 	for _, tt := range tests {

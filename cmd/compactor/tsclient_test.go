@@ -432,10 +432,17 @@ func TestTSClientDecodesValuesAsGo(t *testing.T) {
 		`"2026-01-02T24:00:00Z"`, `"2026-01-02T03:04:60Z"`, `"2026-01-02T03:04:05+24:00"`, `"2026-01-02T03:04:05+25:00"`, `"2026-01-02T03:04:05-01:61"`,
 		`"2026-01-02T3:04:05Z"`, `"2026-01-02T03:04:05,5Z"`, `"2026-01-02T03:4:05Z"`, `"2026-04-31T03:04:05Z"`, `"2026-01-02 03:04:05Z"`, `"2026-01-02T03:04:05."`, `"2026-1-02T03:04:05Z"`}
 	for _, f := range []string{"schema_version", "conversation", "generation", "summary", "summary_role", "tail_start_seq", "covered_through_seq",
-		"pinned_seqs", "kept_seqs", "overrides", "fallback", "usage", "created_at", "request_seq", "tokens_before", "Summary", "future"} {
+		"pinned_seqs", "kept_seqs", "overrides", "fallback", "usage", "created_at", "request_seq", "tokens_before", "Summary", "future",
+		"evidence_text", "evidence"} {
 		for _, v := range values {
 			cases = append(cases, base[:len(base)-1]+`,"`+f+`":`+v+`}`)
 		}
+	}
+	for _, v := range []string{`{"through_seq":3,"items":[{"kind":"file","value":"a.go","count":2,"last_seq":3,"changed":true}]}`,
+		`{"through_seq":-1}`, `{"through_seq":1.5}`, `{"items":{}}`, `{"items":[null,{}]}`, `{"items":[1]}`, `{"items":[{"kind":1}]}`,
+		`{"items":[{"value":null,"count":-2,"last_seq":0}]}`, `{"items":[{"count":"1"}]}`, `{"items":[{"last_seq":-1}]}`,
+		`{"items":[{"changed":"yes"}]}`, `{"Items":[{"Count":1.5}]}`, `{"through_seq":1,"future":[1]}`} {
+		cases = append(cases, base[:len(base)-1]+`,"evidence":`+v+`}`)
 	}
 	var in bytes.Buffer
 	for _, c := range cases {
@@ -458,6 +465,7 @@ func TestTSClientDecodesValuesAsGo(t *testing.T) {
 			Value struct {
 				Generation        uint64             `json:"generation"`
 				Summary           string             `json:"summary"`
+				EvidenceText      string             `json:"evidenceText"`
 				SummaryRole       string             `json:"summaryRole"`
 				TailStartSeq      uint64             `json:"tailStartSeq"`
 				CoveredThroughSeq uint64             `json:"coveredThroughSeq"`
@@ -492,7 +500,7 @@ func TestTSClientDecodesValuesAsGo(t *testing.T) {
 			// Past 2^53 a JavaScript number is the nearest one (README, "TypeScript client").
 		case err == nil:
 			g := got.Value
-			if g.Generation != v.Generation || g.Summary != v.Summary || g.SummaryRole != string(v.SummaryRole) || g.TailStartSeq != v.TailStartSeq ||
+			if g.Generation != v.Generation || g.Summary != v.Summary || g.EvidenceText != v.EvidenceText || g.SummaryRole != string(v.SummaryRole) || g.TailStartSeq != v.TailStartSeq ||
 				g.CoveredThroughSeq != v.CoveredThroughSeq || !slices.Equal(g.PinnedSeqs, v.PinnedSeqs) && len(g.PinnedSeqs)+len(v.PinnedSeqs) > 0 ||
 				!slices.Equal(g.Overrides, v.Overrides) && len(g.Overrides)+len(v.Overrides) > 0 {
 				t.Errorf("%s\n go: %+v\n ts: %+v", c, v, g)
@@ -586,6 +594,9 @@ func randomReaderInput(r *rand.Rand) (in assemble.Input, opts assemble.Options, 
 		}
 	}
 	v["overrides"] = ovs
+	if r.IntN(2) == 0 {
+		v["evidence_text"] = text(r.IntN(400))
+	}
 	vb, _ := json.Marshal(v)
 	res, err := schemas.DecodeResult(vb)
 	if err != nil {

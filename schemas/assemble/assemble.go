@@ -63,9 +63,15 @@ type builder struct {
 	count tokens.Counter
 }
 
-// SummaryMessage returns the message that carries a summary.
+// SummaryMessage returns the message that carries a summary: SummaryPrefix, the
+// summary and, when the value has one, a blank line and its evidence section
+// (EvidenceText). A value without evidence_text gives the message it always gave.
 func SummaryMessage(v *schemas.Result) schemas.Message {
-	return schemas.Message{Role: v.SummaryRoleOrDefault(), Content: schemas.Text(SummaryPrefix + v.Summary)}
+	text := SummaryPrefix + v.Summary
+	if v.EvidenceText != "" {
+		text += "\n\n" + v.EvidenceText
+	}
+	return schemas.Message{Role: v.SummaryRoleOrDefault(), Content: schemas.Text(text)}
 }
 
 // Assemble runs steps 2–6 of the reader algorithm.

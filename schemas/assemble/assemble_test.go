@@ -305,6 +305,11 @@ func TestSummaryMessage(t *testing.T) {
 	}{
 		{name: "default user", give: schemas.Result{Summary: "s"}, want: msg(schemas.RoleUser, assemble.SummaryPrefix+"s")},
 		{name: "system", give: schemas.Result{Summary: "s", SummaryRole: schemas.RoleSystem}, want: msg(schemas.RoleSystem, assemble.SummaryPrefix+"s")},
+		{name: "evidence after a blank line", give: schemas.Result{Summary: "s", EvidenceText: "[e]\nFiles read: a.go"},
+			want: msg(schemas.RoleUser, assemble.SummaryPrefix+"s\n\n[e]\nFiles read: a.go")},
+		{name: "structured evidence alone is not shown", give: schemas.Result{Summary: "s", Evidence: &schemas.Evidence{ThroughSeq: 1,
+			Items: []schemas.EvidenceItem{{Kind: schemas.EvidenceFile, Value: "a.go", Count: 1, LastSeq: 1}}}},
+			want: msg(schemas.RoleUser, assemble.SummaryPrefix+"s")},
 	}
 	for _, tt := range tests {
 		if got := assemble.SummaryMessage(&tt.give); !reflect.DeepEqual(got, tt.want) {
@@ -394,5 +399,22 @@ func TestAssembleMaxTokensProducerCounts(t *testing.T) {
 	}
 	if got.Messages[1].Content.String() == m.Content.String() {
 		t.Fatalf("the tool output was not cut")
+	}
+}
+
+// The evidence section is part of the summary message, so the context's token count
+// includes it: a value with evidence_text counts exactly its extra text more.
+func TestAssembleCountsEvidence(t *testing.T) {
+	v := schemas.Result{Conversation: "c", Generation: 1, Summary: "we did things", TailStartSeq: 3, CoveredThroughSeq: 2}
+	tail := []schemas.Entry{entry(3, msg(schemas.RoleUser, "next"))}
+	plain := assemble.Assemble(assemble.Input{Value: &v, Tail: tail}, assemble.Options{})
+	v.EvidenceText = strings.Repeat("e", 400) // 100 tokens, and 2 characters of separator
+	with := assemble.Assemble(assemble.Input{Value: &v, Tail: tail}, assemble.Options{})
+	base := assemble.SummaryPrefix + "we did things"
+	if got, want := with.Tokens-plain.Tokens, tokens.Text(base+"\n\n"+v.EvidenceText)-tokens.Text(base); got != want || got < 100 {
+		t.Fatalf("evidence added %d tokens; want %d (at least 100)", got, want)
+	}
+	if !strings.HasSuffix(with.Messages[0].Content.String(), "\n\n"+v.EvidenceText) {
+		t.Fatalf("summary message %q does not end with the evidence", with.Messages[0].Content.String())
 	}
 }

@@ -19,6 +19,9 @@ type Budget struct {
 	HardLimit float64
 	// MaxSummaryTokens caps a summary; 0 scales it with W (see SummaryCap).
 	MaxSummaryTokens int
+	// Evidence is the share of W the evidence section may take (0 = off); see
+	// EvidenceTokens.
+	Evidence float64
 	// SummarizerContextWindow is the summarizer model's window; 0 = no bound. The
 	// summary cap never takes more than SummarizerShare of it (see SummaryCap).
 	SummarizerContextWindow int
@@ -51,6 +54,8 @@ func (b Budget) Validate() error {
 		return bad("threshold must be above target (%g) and below 1, got %g", b.Target, b.Threshold)
 	case !(b.HardLimit > b.Threshold && b.HardLimit <= 1):
 		return bad("hard_limit must be above threshold (%g) and at most 1, got %g", b.Threshold, b.HardLimit)
+	case !(b.Evidence >= 0 && b.Evidence < 1):
+		return bad("evidence_budget must be in [0, 1), got %g", b.Evidence)
 	case b.MaxSummaryTokens < 0:
 		return bad("max_summary_tokens must not be negative")
 	case b.MaxSummaryTokens >= b.TargetTokens():
@@ -89,8 +94,21 @@ func (b Budget) SummaryCap() int {
 	return n
 }
 
-// TailBudget is what the verbatim tail may use: Target × W − pinned − SummaryCap.
-// It is never negative.
+// MaxEvidenceShare is the largest share of the target (Target × W) the evidence section
+// may take, whatever Evidence says.
+const MaxEvidenceShare = 0.15
+
+// EvidenceTokens is what the evidence section may use: Evidence × W, never more than
+// MaxEvidenceShare × Target × W; 0 when Evidence is 0 (off).
+func (b Budget) EvidenceTokens() int {
+	if b.Evidence <= 0 {
+		return 0
+	}
+	return int(min(b.Evidence, MaxEvidenceShare*b.Target) * float64(b.ContextWindow))
+}
+
+// TailBudget is what the verbatim tail may use: Target × W − pinned − SummaryCap −
+// EvidenceTokens. It is never negative.
 func (b Budget) TailBudget(pinnedTokens int) int {
-	return max(0, b.TargetTokens()-pinnedTokens-b.SummaryCap())
+	return max(0, b.TargetTokens()-pinnedTokens-b.SummaryCap()-b.EvidenceTokens())
 }

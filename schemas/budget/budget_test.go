@@ -2,6 +2,7 @@ package budget
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -18,6 +19,8 @@ func TestValidate(t *testing.T) {
 		{"hard limit above one", func(b *Budget) { b.HardLimit = 1.2 }},
 		{"negative summary", func(b *Budget) { b.MaxSummaryTokens = -1 }},
 		{"summary over target", func(b *Budget) { b.MaxSummaryTokens = 64000 }},
+		{"negative evidence", func(b *Budget) { b.Evidence = -0.01 }},
+		{"evidence the whole window", func(b *Budget) { b.Evidence = 1 }},
 	}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
@@ -70,4 +73,50 @@ func TestTokens(t *testing.T) {
 	if got := Default().TailBudget(1 << 30); got != 0 {
 		t.Errorf("TailBudget with huge pins = %d; want 0", got)
 	}
+}
+
+func TestEvidenceTokens(t *testing.T) {
+	tests := []struct {
+		name           string
+		evidence       float64
+		target         float64
+		wantEvidence   int
+		wantTailBudget int // with 1,000 pinned tokens and the default 2,048 summary cap
+	}{
+		{"off", 0, 0.5, 0, 64000 - 1000 - 2048},
+		{"a share under the cap", 0.06, 0.5, 7680, 64000 - 1000 - 2048 - 7680},
+		{"capped at 15% of the target", 0.2, 0.5, 9600, 64000 - 1000 - 2048 - 9600},
+		{"cap follows a lower target", 0.06, 0.2, 3840, 25600 - 1000 - 2048 - 3840},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := Default()
+			b.Evidence, b.Target = tc.evidence, tc.target
+			if err := b.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if got := b.EvidenceTokens(); got != tc.wantEvidence {
+				t.Errorf("EvidenceTokens = %d; want %d", got, tc.wantEvidence)
+			}
+			if got := b.TailBudget(1000); got != tc.wantTailBudget {
+				t.Errorf("TailBudget(1000) = %d; want %d", got, tc.wantTailBudget)
+			}
+			if limit := int(MaxEvidenceShare * float64(b.TargetTokens())); b.EvidenceTokens() > limit {
+				t.Errorf("EvidenceTokens = %d; over 15%% of the target (%d)", b.EvidenceTokens(), limit)
+			}
+		})
+	}
+	if got := Default().TailBudget(1 << 30); got != 0 {
+		t.Errorf("TailBudget with huge pins = %d; want 0", got)
+	}
+}
+
+func ExampleBudget_EvidenceTokens() {
+	b := Budget{ContextWindow: 128000, Threshold: 0.75, Target: 0.5, HardLimit: 0.95, Evidence: 0.075}
+	fmt.Println(b.EvidenceTokens(), b.TailBudget(0))
+	b.Evidence = 0.2 // never more than 15% of target × W
+	fmt.Println(b.EvidenceTokens())
+	// Output:
+	// 9600 52352
+	// 9600
 }

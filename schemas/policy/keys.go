@@ -64,6 +64,7 @@ var Keys = []Key{
 	{"idle_after", Duration, "0s", Conversation, "compact a conversation idle this long (e.g. 10m) and over idle_threshold; 0s = off"},
 	{"idle_threshold", Float, "0.4", Conversation, "idle compaction only above this fraction of W"},
 	{"max_summary_tokens", Int, "0", Conversation, "summary cap; 0 = 2048, scaled up for windows over 128k, at most W/8; never more than summarizer_context_window/8"},
+	{"evidence_budget", Float, "0.075", Conversation, "share of W for the evidence section after the summary (files, commands, URLs, ids, numbers); never more than 15% of target × W; 0 = off"},
 	{"strategy", String, "keep-last-n", Conversation, "split strategy: keep-last-n, tool-rounds, user-messages, token-fraction, recent-turns or all"},
 	{"keep_last_n", Int, "20", Conversation, "keep-last-n: messages kept verbatim"},
 	{"tool_rounds", Int, "2", Conversation, "tool-rounds: complete rounds kept verbatim"},
@@ -109,6 +110,7 @@ type Settings struct {
 	IdleAfter               time.Duration
 	IdleThreshold           float64
 	MaxSummaryTokens        int
+	EvidenceBudget          float64
 	Strategy                string
 	KeepLastN               int
 	ToolRounds              int
@@ -178,6 +180,8 @@ func (s *Settings) set(k Key, v string) error {
 		s.IdleThreshold = f
 	case "max_summary_tokens":
 		s.MaxSummaryTokens = i
+	case "evidence_budget":
+		s.EvidenceBudget = f
 	case "strategy":
 		s.Strategy = strings.TrimSpace(v)
 	case "keep_last_n":

@@ -92,7 +92,7 @@ func contains(list []string, s string) bool {
 // Budget returns the settings' budget.
 func (s Settings) Budget() budget.Budget {
 	return budget.Budget{ContextWindow: s.ContextWindow, Threshold: s.Threshold, Target: s.Target,
-		HardLimit: s.HardLimit, MaxSummaryTokens: s.MaxSummaryTokens, SummarizerContextWindow: s.SummarizerContextWindow}
+		HardLimit: s.HardLimit, MaxSummaryTokens: s.MaxSummaryTokens, Evidence: s.EvidenceBudget, SummarizerContextWindow: s.SummarizerContextWindow}
 }
 
 // apply sets every key of l, in Keys order (so errors are stable).

@@ -61,6 +61,8 @@ func (s Settings) value(name string) any {
 		return s.IdleThreshold
 	case "max_summary_tokens":
 		return s.MaxSummaryTokens
+	case "evidence_budget":
+		return s.EvidenceBudget
 	case "strategy":
 		return s.Strategy
 	case "keep_last_n":

@@ -12,6 +12,14 @@ import { isObject } from "./json.js";
 export const SUMMARY_PREFIX =
   "[Summary of the earlier conversation, written by Compactor. The messages it replaces are not shown.]\n\n";
 
+/**
+ * The text of the summary message: SUMMARY_PREFIX, the summary and, when the value has
+ * one, a blank line and its evidence section (evidence_text).
+ */
+export function summaryText(summary: string, evidenceText: string): string {
+  return SUMMARY_PREFIX + summary + (evidenceText ? "\n\n" + evidenceText : "");
+}
+
 /** What a reader loaded. */
 export interface AssembleInput {
   /** The conversation's value; null when it was never compacted. */
@@ -73,7 +81,7 @@ export function assemble(input: AssembleInput, opts: AssembleOptions = {}): Cont
 
   const v = input.value;
   if (v && v.summary !== "") {
-    const m: Message = { role: (v.summaryRole || "user") as Role, content: SUMMARY_PREFIX + v.summary };
+    const m: Message = { role: (v.summaryRole || "user") as Role, content: summaryText(v.summary, v.evidenceText) };
     c.messages.push(m);
     c.seqs.push(0);
     toks.push(messageTokens(m, count));

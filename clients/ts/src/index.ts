@@ -23,7 +23,7 @@ export {
 } from "./tool.js";
 export type * from "./types.js";
 export { DEFAULT_NAMES, type Names } from "./store.js";
-export { assemble, applyOverride, truncate, SUMMARY_PREFIX, type AssembleInput, type AssembleOptions } from "./assemble.js";
+export { assemble, applyOverride, truncate, summaryText, SUMMARY_PREFIX, type AssembleInput, type AssembleOptions } from "./assemble.js";
 export { normalize, checkPairs, type Entry } from "./rounds.js";
 export { decodeMessage, validateConversationId, stripMetadata, contentText } from "./message.js";
 export { decodeValue, type ValueView } from "./value.js";

@@ -74,12 +74,31 @@ export interface Override {
   note?: string;
 }
 
+/** Evidence extracted deterministically from the messages a summary covers. */
+export interface Evidence {
+  through_seq: number;
+  items: EvidenceItem[];
+}
+
+/** One distinct piece of evidence: a file, command, url, id or number. */
+export interface EvidenceItem {
+  kind: "file" | "command" | "url" | "id" | "number";
+  value: string;
+  count: number;
+  last_seq: number;
+  changed?: boolean;
+}
+
 /** The KV value of key <conv> in bucket "compaction": a summary and where the tail starts. */
 export interface CompactionValue {
   schema_version: number;
   conversation: string;
   generation: number;
   summary: string;
+  /** The rendered evidence section, appended to the summary message after a blank line. */
+  evidence_text?: string;
+  /** What compactions extracted from the messages they covered (readers need not know it). */
+  evidence?: Evidence;
   summary_role?: string;
   tail_start_seq: number;
   covered_through_seq: number;

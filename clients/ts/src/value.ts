@@ -11,6 +11,8 @@ export interface ValueView {
   value: CompactionValue;
   generation: number;
   summary: string;
+  /** The rendered evidence section; "" when the value has none. */
+  evidenceText: string;
   summaryRole: string;
   tailStartSeq: number;
   coveredThroughSeq: number;
@@ -18,13 +20,15 @@ export interface ValueView {
   overrides: Override[];
 }
 
-type Kind = "int" | "uint" | "string" | "bool" | "uints" | "overrides" | "usage" | "time";
+type Kind = "int" | "uint" | "string" | "bool" | "uints" | "overrides" | "usage" | "time" | "evidence";
 
 const FIELDS: Record<string, Kind> = {
   schema_version: "int",
   conversation: "string",
   generation: "uint",
   summary: "string",
+  evidence_text: "string",
+  evidence: "evidence",
   summary_role: "string",
   tail_start_seq: "uint",
   covered_through_seq: "uint",
@@ -104,6 +108,7 @@ function decodeChecked(text: string, conv: string): ValueView {
     value: top as CompactionValue,
     generation: (f["generation"] as number) ?? 0,
     summary: (f["summary"] as string) ?? "",
+    evidenceText: (f["evidence_text"] as string) ?? "",
     summaryRole: (f["summary_role"] as string) ?? "",
     tailStartSeq: (f["tail_start_seq"] as number) ?? 0,
     coveredThroughSeq: (f["covered_through_seq"] as number) ?? 0,
@@ -152,10 +157,35 @@ function decodeKind(kind: Kind, raw: string): unknown {
         if (!isNullText(v)) intFromText(v, false);
       });
       return JSON.parse(raw);
+    case "evidence":
+      // Checked as Go decodes it (schemas.Evidence); readers use only evidence_text.
+      if (kindOf(raw) !== "{") throw new Error(`${describe(raw)} is not an object`);
+      forEachField(raw, ["through_seq", "items"], (f, v) => {
+        if (isNullText(v)) return;
+        if (f === "through_seq") {
+          intFromText(v, true);
+          return;
+        }
+        if (kindOf(v) !== "[") throw new Error(`evidence items: ${describe(v)} is not an array`);
+        rawElements(v).forEach(decodeEvidenceItem);
+      });
+      return JSON.parse(raw);
     case "time":
       if (kindOf(raw) !== '"' || !rfc3339(JSON.parse(raw) as string)) throw new Error(`${raw.slice(0, 40)} is not an RFC 3339 time`);
       return JSON.parse(raw);
   }
+}
+
+function decodeEvidenceItem(raw: string): void {
+  if (isNullText(raw)) return;
+  if (kindOf(raw) !== "{") throw new Error(`evidence item: ${describe(raw)} is not an object`);
+  forEachField(raw, ["kind", "value", "count", "last_seq", "changed"], (f, v) => {
+    if (isNullText(v)) return;
+    if (f === "kind" || f === "value") stringFromText(v, "");
+    else if (f === "changed") {
+      if (kindOf(v) !== "t" && kindOf(v) !== "f") throw new Error(`evidence item: ${describe(v)} is not a boolean`);
+    } else intFromText(v, f === "last_seq");
+  });
 }
 
 function decodeOverride(raw: string): Override {

@@ -14,6 +14,8 @@ import {
   offload,
   RECALL_TOOL,
   restore,
+  summaryText,
+  SUMMARY_PREFIX,
   truncate,
   validateConversationId,
   type Message,
@@ -75,6 +77,18 @@ test("a value of a newer schema is refused with its version", () => {
   assert.throws(() => decodeValue('{"schema_version":1,"conversation":"c","tail_start_seq":2,"created_at":"yesterday"}', "c"), /created_at/);
   const v = decodeValue('{"schema_version":1,"conversation":"c","tail_start_seq":2,"covered_through_seq":1,"future_field":{"x":1}}', "c");
   assert.deepStrictEqual(v.value["future_field"], { x: 1 }, "unknown fields are kept");
+});
+
+test("evidence_text follows the summary after a blank line; evidence is checked as Go decodes it", () => {
+  const head = '{"schema_version":1,"conversation":"c","tail_start_seq":2,"covered_through_seq":1';
+  const v = decodeValue(`${head},"summary":"s","evidence_text":"[e]","evidence":{"through_seq":1,"items":[{"kind":"file","value":"a.go","count":1,"last_seq":1,"changed":true}]}}`, "c");
+  assert.equal(v.evidenceText, "[e]");
+  assert.equal(summaryText(v.summary, v.evidenceText), SUMMARY_PREFIX + "s\n\n[e]");
+  assert.equal(summaryText("s", ""), SUMMARY_PREFIX + "s", "a value without evidence_text renders as before");
+  assert.throws(() => decodeValue(`${head},"evidence_text":7}`, "c"), /evidence_text/);
+  assert.throws(() => decodeValue(`${head},"evidence":[]}`, "c"), /evidence/);
+  assert.throws(() => decodeValue(`${head},"evidence":{"items":[{"count":"1"}]}}`, "c"), /evidence/);
+  assert.throws(() => decodeValue(`${head},"evidence":{"through_seq":-1}}`, "c"), /evidence/);
 });
 
 test("offload and restore give the message back", () => {

@@ -346,7 +346,11 @@ async function readContext(nc, conv) {
     }
   }
   // 3. The summary as one message.
-  if (value?.summary) context.push({ role: value.summary_role || "user", content: SUMMARY_PREFIX + value.summary });
+  // The evidence section, when the value has one, follows the summary after a blank line.
+  if (value?.summary) {
+    const evidence = typeof value.evidence_text === "string" && value.evidence_text ? "\n\n" + value.evidence_text : "";
+    context.push({ role: value.summary_role || "user", content: SUMMARY_PREFIX + value.summary + evidence });
+  }
   // 4. The tail, paging with batched direct gets from tail_start_seq, on each subject the
   //    conversation's messages are stored on (chat.<conv>.msg, or with a partitioned
   //    trigger chat.<conv>.msg.<N>.<p>), merged in stream order.

@@ -1,0 +1,11 @@
+// Package evidence extracts, carries forward and renders the evidence a summary tends
+// to lose: files the agent read or changed, commands it ran, URLs, identifiers (issue
+// and ticket ids, commit hashes, error codes) and numbers with units from user
+// messages. It is pure and deterministic: plain functions over entries, no NATS, no
+// LLM.
+//
+// [Extract] finds the items of some messages, [Merge] adds them to a previous
+// [schemas.Evidence] within fixed bounds (dropping the least valuable), and [Render]
+// writes the compact section readers append to the summary message, within a token
+// budget: the same input always renders the same bytes, so prompt caches keep working.
+package evidence

@@ -1,0 +1,27 @@
+package evidence_test
+
+import (
+	"fmt"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/summarizer/evidence"
+)
+
+// Extract the evidence of a few messages, carry it into a value and render its section.
+func Example() {
+	entries := []schemas.Entry{
+		{Seq: 1, Message: schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("Fix PROJ-42: parsing takes 30s.")}},
+		{Seq: 2, Message: schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: "a", Type: "function",
+			Function: schemas.FunctionCall{Name: "bash", Arguments: `{"command": "cd /repo && sed -i 's/a/b/' parser.go && go test ./..."}`}}}}},
+	}
+	ev := evidence.Merge(nil, entries, 2)
+	fmt.Println(evidence.Render(ev, 2, 200, nil))
+	// Output:
+	// [Messages through CHAT sequence 2 are summarized above; any of them can be recalled by sequence or text with Compactor's recall. Evidence taken verbatim from them:]
+	// Files changed: /repo/parser.go
+	// Files read: /repo
+	// Commands run:
+	// $ cd /repo && sed -i 's/a/b/' parser.go && go test ./...
+	// Identifiers: PROJ-42
+	// Numbers the user gave: 30s
+}

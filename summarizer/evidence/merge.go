@@ -1,0 +1,117 @@
+package evidence
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// MaxPerKind bounds how many items of each kind an Evidence value keeps; the least
+// valuable (see Rank) are dropped first. Together they stay within
+// schemas.MaxEvidenceItems.
+var MaxPerKind = map[string]int{
+	schemas.EvidenceFile:    400,
+	schemas.EvidenceCommand: 300,
+	schemas.EvidenceURL:     100,
+	schemas.EvidenceID:      100,
+	schemas.EvidenceNumber:  100,
+}
+
+// MaxValueBytes bounds the bytes of all item values of an Evidence value together, so
+// that the KV value stays far under the NATS max payload whatever the conversation held;
+// the least valuable items leave first.
+const MaxValueBytes = 128 << 10
+
+// Merge adds the evidence of entries (newly covered messages, through sequence
+// through) to prev (the previous compaction's; nil for none) and returns the new value:
+// counts add up, the newest sequence and "changed" carry over, and each kind is cut to
+// MaxPerKind, least valuable first. prev is not modified. A prev that does not pass
+// Validate is not built on: the caller reports it and passes nil.
+func Merge(prev *schemas.Evidence, entries []schemas.Entry, through uint64) *schemas.Evidence {
+	c := newCollector()
+	if prev != nil {
+		for _, it := range prev.Items {
+			cp := it
+			c.items[itemKey{it.Kind, it.Value}] = &cp
+		}
+		through = max(through, prev.ThroughSeq)
+	}
+	for _, it := range Extract(entries) {
+		k := itemKey{it.Kind, it.Value}
+		if old := c.items[k]; old != nil {
+			old.Count += it.Count
+			old.LastSeq = max(old.LastSeq, it.LastSeq)
+			old.Changed = old.Changed || it.Changed
+			continue
+		}
+		cp := it
+		c.items[k] = &cp
+	}
+	items := c.list()
+	for i := range items {
+		through = max(through, items[i].LastSeq)
+	}
+	return &schemas.Evidence{ThroughSeq: through, Items: bound(items)}
+}
+
+// bound keeps at most MaxPerKind items of each kind and MaxValueBytes of values, the
+// most valuable by Rank, and returns them in canonical order.
+func bound(items []schemas.EvidenceItem) []schemas.EvidenceItem {
+	ranked := slices.Clone(items)
+	slices.SortFunc(ranked, Rank)
+	kept := make(map[string]int, len(MaxPerKind))
+	out := ranked[:0]
+	size := 0
+	for _, it := range ranked {
+		if kept[it.Kind] >= MaxPerKind[it.Kind] || len(out) >= schemas.MaxEvidenceItems || size+len(it.Value) > MaxValueBytes {
+			continue
+		}
+		kept[it.Kind]++
+		size += len(it.Value)
+		out = append(out, it)
+	}
+	slices.SortFunc(out, canonical)
+	return out
+}
+
+// frequent is how many references make an item "most referenced".
+const frequent = 3
+
+// tier orders items by value: changed files first, then items referenced at least
+// `frequent` times, then the rest.
+func tier(it schemas.EvidenceItem) int {
+	switch {
+	case it.Changed:
+		return 0
+	case it.Count >= frequent:
+		return 1
+	}
+	return 2
+}
+
+// Rank orders items most valuable first: changed files, then the most referenced
+// (three times or more), then the rest; within each, newest first (highest LastSeq),
+// then more references, then kind and value, so the order is total and the same on
+// every run.
+func Rank(a, b schemas.EvidenceItem) int {
+	return cmp.Or(
+		cmp.Compare(tier(a), tier(b)),
+		cmp.Compare(b.LastSeq, a.LastSeq),
+		cmp.Compare(b.Count, a.Count),
+		canonical(a, b),
+	)
+}
+
+// canonical orders items by kind (in schemas.EvidenceKinds order), then value.
+func canonical(a, b schemas.EvidenceItem) int {
+	return cmp.Or(cmp.Compare(kindOrder(a.Kind), kindOrder(b.Kind)), strings.Compare(a.Value, b.Value))
+}
+
+func kindOrder(k string) int {
+	if i := slices.Index(schemas.EvidenceKinds, k); i >= 0 {
+		return i
+	}
+	return len(schemas.EvidenceKinds)
+}

@@ -1,0 +1,184 @@
+package evidence_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/tokens"
+	"github.com/compactor/compactor/schemas/tokens/bpe"
+	"github.com/compactor/compactor/summarizer/evidence"
+)
+
+func item(kind, value string, count int, last uint64, changed bool) schemas.EvidenceItem {
+	return schemas.EvidenceItem{Kind: kind, Value: value, Count: count, LastSeq: last, Changed: changed}
+}
+
+// Carry-forward: the previous value's items and the new ones add up; prev is not
+// modified; through_seq only grows.
+func TestMergeCarriesForward(t *testing.T) {
+	prev := &schemas.Evidence{ThroughSeq: 10, Items: []schemas.EvidenceItem{
+		item(schemas.EvidenceFile, "a.go", 2, 8, false),
+		item(schemas.EvidenceCommand, "go test ./...", 1, 9, false),
+	}}
+	before := fmt.Sprint(prev)
+	next := evidence.Merge(prev, []schemas.Entry{
+		call(12, "bash", map[string]any{"command": "go test ./... > a.go"}),
+		text(14, schemas.RoleUser, "see TICKET-77"),
+	}, 15)
+	if fmt.Sprint(prev) != before {
+		t.Fatalf("Merge modified prev: %v", prev)
+	}
+	want := []schemas.EvidenceItem{
+		item(schemas.EvidenceFile, "a.go", 3, 12, true),
+		item(schemas.EvidenceCommand, "go test ./...", 1, 9, false),
+		item(schemas.EvidenceCommand, "go test ./... > a.go", 1, 12, false),
+		item(schemas.EvidenceID, "TICKET-77", 1, 14, false),
+	}
+	if next.ThroughSeq != 15 || fmt.Sprint(next.Items) != fmt.Sprint(want) {
+		t.Fatalf("got through %d %v; want 15 %v", next.ThroughSeq, next.Items, want)
+	}
+	if err := next.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if again := evidence.Merge(next, nil, 3); again.ThroughSeq != 15 {
+		t.Fatalf("through_seq went back to %d", again.ThroughSeq)
+	}
+}
+
+// Merge keeps at most MaxPerKind items of a kind: the least valuable leave first, and
+// the same input always keeps the same items.
+func TestMergeBounds(t *testing.T) {
+	limit := evidence.MaxPerKind[schemas.EvidenceFile]
+	var es []schemas.Entry
+	for i := range limit + 50 {
+		es = append(es, call(uint64(i+1), "bash", map[string]any{"command": fmt.Sprintf("cat /f/%04d.txt", i)}))
+	}
+	// An old file, changed: it outranks every newer file that was only read.
+	es = append([]schemas.Entry{call(0, "bash", map[string]any{"command": "touch /f/old.txt"})}, es...)
+	a := evidence.Merge(nil, es, uint64(len(es)))
+	b := evidence.Merge(nil, es, uint64(len(es)))
+	files := 0
+	kept := map[string]bool{}
+	for _, it := range a.Items {
+		if it.Kind == schemas.EvidenceFile {
+			files++
+			kept[it.Value] = true
+		}
+	}
+	if files != limit {
+		t.Fatalf("%d files kept; want %d", files, limit)
+	}
+	if !kept["/f/old.txt"] || kept["/f/0000.txt"] || !kept[fmt.Sprintf("/f/%04d.txt", limit+49)] {
+		t.Fatal("the cut did not keep the changed file and the newest reads, dropping the oldest reads")
+	}
+	if fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatal("two merges of the same input differ")
+	}
+}
+
+func TestRank(t *testing.T) {
+	items := []schemas.EvidenceItem{
+		item(schemas.EvidenceURL, "https://a.example", 1, 50, false),
+		item(schemas.EvidenceFile, "old-changed.go", 1, 2, true),
+		item(schemas.EvidenceCommand, "make", 5, 10, false),
+		item(schemas.EvidenceID, "X-12", 1, 50, false),
+		item(schemas.EvidenceFile, "new.go", 2, 60, false),
+	}
+	evidence.SortByRank(items)
+	var got []string
+	for _, it := range items {
+		got = append(got, it.Value)
+	}
+	want := "old-changed.go make new.go https://a.example X-12"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("rank order %v; want %s", got, want)
+	}
+}
+
+func sample() *schemas.Evidence {
+	var items []schemas.EvidenceItem
+	for i := range 60 {
+		items = append(items, item(schemas.EvidenceFile, fmt.Sprintf("/repo/pkg%02d/file.go", i), 1+i%4, uint64(i+1), i%7 == 0))
+		items = append(items, item(schemas.EvidenceCommand, fmt.Sprintf("go test ./pkg%02d/... -run TestThing", i), 1, uint64(i+1), false))
+	}
+	items = append(items, item(schemas.EvidenceURL, "https://example.com/doc", 1, 30, false),
+		item(schemas.EvidenceID, "PROJ-12", 2, 40, false), item(schemas.EvidenceNumber, "500 GB", 1, 1, false))
+	return &schemas.Evidence{ThroughSeq: 61, Items: items}
+}
+
+// The section fits its budget for every budget, starts with the covered range, and
+// renders the same bytes for the same input; with room for everything nothing is left
+// out, and cutting keeps the highest-ranked items.
+func TestRenderBudget(t *testing.T) {
+	ev := sample()
+	for _, counter := range []tokens.Counter{tokens.Chars4{}, cl100k(t)} {
+		whole := evidence.Render(ev, 61, 1<<20, counter)
+		if strings.Contains(whole, "left out") || !strings.Contains(whole, "PROJ-12") || !strings.Contains(whole, "$ go test ./pkg59/... -run TestThing") {
+			t.Fatalf("with room for everything: %s", whole)
+		}
+		if !strings.HasPrefix(whole, fmt.Sprintf(evidence.Header, 61)) {
+			t.Fatalf("section does not start with the covered range: %q", whole[:80])
+		}
+		for budget := 0; budget <= counter.Count(whole)+10; budget += 7 {
+			got := evidence.Render(ev, 61, budget, counter)
+			if n := counter.Count(got); n > budget {
+				t.Fatalf("budget %d: section has %d tokens", budget, n)
+			}
+			if again := evidence.Render(ev, 61, budget, counter); again != got {
+				t.Fatalf("budget %d: two renders differ", budget)
+			}
+			if got != "" && !strings.HasPrefix(got, fmt.Sprintf(evidence.Header, 61)) {
+				t.Fatalf("budget %d: no header", budget)
+			}
+		}
+	}
+	// A cut keeps what ranks first: the changed files and the newest command.
+	cut := evidence.Render(ev, 61, 200, tokens.Chars4{})
+	if !strings.Contains(cut, "/repo/pkg56/file.go") || !strings.Contains(cut, "/repo/pkg00/file.go") || !strings.Contains(cut, "left out") {
+		t.Fatalf("cut section:\n%s", cut)
+	}
+	if strings.Contains(cut, "500 GB") {
+		t.Fatalf("the oldest, least referenced item survived a cut:\n%s", cut)
+	}
+}
+
+func TestRenderEmptyAndOff(t *testing.T) {
+	if got := evidence.Render(sample(), 61, 0, nil); got != "" {
+		t.Fatalf("budget 0 rendered %q", got)
+	}
+	if got, want := evidence.Render(nil, 9, 1000, nil), fmt.Sprintf(evidence.Header, 9); got != want {
+		t.Fatalf("no evidence rendered %q; want the header alone", got)
+	}
+}
+
+// cl100k is a real BPE counter: its count of a text is not the sum of its parts'.
+func cl100k(t *testing.T) tokens.Counter {
+	t.Helper()
+	c, err := bpe.New(bpe.Cl100kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// However large the covered messages, the stored evidence stays within MaxValueBytes.
+func TestMergeBoundsBytes(t *testing.T) {
+	var es []schemas.Entry
+	for i := range 3000 {
+		long := fmt.Sprintf("/%03d/%s.txt", i, strings.Repeat("p", 240))
+		es = append(es, call(uint64(i+1), "bash", map[string]any{"command": fmt.Sprintf("cat %s # %s", long, strings.Repeat("c", 150))}))
+	}
+	ev := evidence.Merge(nil, es, uint64(len(es)))
+	size := 0
+	for _, it := range ev.Items {
+		size += len(it.Value)
+	}
+	if size > evidence.MaxValueBytes || size < evidence.MaxValueBytes/2 {
+		t.Fatalf("%d bytes of values kept; want at most %d, and most of it used", size, evidence.MaxValueBytes)
+	}
+	if err := ev.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

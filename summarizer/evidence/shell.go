@@ -1,0 +1,333 @@
+package evidence
+
+import (
+	"path"
+	"regexp"
+	"strings"
+)
+
+// pathRef is a path a command names, and whether the command writes it.
+type pathRef struct {
+	path    string
+	changed bool
+}
+
+// heredocRE finds a here-document's delimiter: << EOF, <<'EOF', <<-"EOF".
+var heredocRE = regexp.MustCompile(`<<-?\s*['"]?([A-Za-z_][A-Za-z0-9_]*)['"]?`)
+
+// wrappers run the command that follows them.
+var wrappers = map[string]bool{"sudo": true, "time": true, "nohup": true, "env": true, "command": true, "exec": true, "xargs": true, "timeout": true, "nice": true}
+
+// writers change every path argument; movers change their last one and read the rest.
+var (
+	writers = map[string]bool{"touch": true, "mkdir": true, "rm": true, "rmdir": true, "tee": true, "truncate": true, "chmod": true, "chown": true, "unlink": true, "shred": true}
+	movers  = map[string]bool{"mv": true, "cp": true, "install": true, "ln": true, "rsync": true}
+)
+
+// patternFirst are commands whose first operand is a pattern or program, not a path.
+var patternFirst = map[string]bool{"grep": true, "egrep": true, "fgrep": true, "rg": true, "ag": true, "awk": true, "gawk": true, "sed": true}
+
+// scanCommand returns the paths a shell command names, in order, each once, with
+// changed set when the command writes it (a redirection, sed -i, tee, touch, rm, mv, cp
+// to it...). Here-document bodies and inline programs (python -c) are not read.
+func scanCommand(cmd string) []pathRef {
+	var out []pathRef
+	idx := map[string]int{}
+	cwd := "" // set by a cd to an absolute path earlier in the same command
+	add := func(tok string, changed bool) {
+		p, ok := normalizePath(tok, true)
+		if !ok {
+			return
+		}
+		if cwd != "" && !strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "~") {
+			p = path.Join(cwd, p)
+		}
+		if i, seen := idx[p]; seen {
+			out[i].changed = out[i].changed || changed
+			return
+		}
+		idx[p] = len(out)
+		out = append(out, pathRef{p, changed})
+	}
+	lines := strings.Split(cmd, "\n")
+	if len(lines) > maxCommandLines {
+		lines = lines[:maxCommandLines]
+	}
+	var heredoc []string // delimiters still open
+	for _, line := range lines {
+		if len(heredoc) > 0 {
+			if strings.TrimSpace(line) == heredoc[0] {
+				heredoc = heredoc[1:]
+			}
+			continue
+		}
+		for _, m := range heredocRE.FindAllStringSubmatch(line, -1) {
+			heredoc = append(heredoc, m[1])
+		}
+		for _, simple := range splitSimple(lex(line)) {
+			if dir, ok := scanSimple(simple, add); ok {
+				cwd = dir
+			}
+		}
+	}
+	return out
+}
+
+// token is one word of a command line, or an operator (op set).
+type token struct {
+	text string
+	op   bool
+}
+
+// lex splits a line into words and operators, with quotes removed from words. A word
+// that was quoted keeps its characters; a # outside quotes starts a comment.
+func lex(line string) []token {
+	var (
+		out   []token
+		b     strings.Builder
+		inTok bool
+		quote byte
+	)
+	flush := func() {
+		if inTok {
+			out = append(out, token{text: b.String()})
+			b.Reset()
+			inTok = false
+		}
+	}
+	for i := 0; i < len(line); i++ {
+		ch := line[i]
+		if quote != 0 {
+			if ch == quote {
+				quote = 0
+				continue
+			}
+			if ch == '\\' && quote == '"' && i+1 < len(line) {
+				i++
+				ch = line[i]
+			}
+			b.WriteByte(ch)
+			continue
+		}
+		switch ch {
+		case '\'', '"':
+			quote, inTok = ch, true
+		case '\\':
+			if i+1 < len(line) {
+				i++
+				b.WriteByte(line[i])
+				inTok = true
+			}
+		case ' ', '\t', '\r':
+			flush()
+		case '#':
+			if !inTok {
+				return out
+			}
+			b.WriteByte(ch)
+		case ';', '|', '&', '(', ')', '<', '>':
+			// A file descriptor number right before a redirection belongs to it (2>).
+			if (ch == '>' || ch == '<') && inTok && isDigits(b.String()) {
+				b.Reset()
+				inTok = false
+			}
+			flush()
+			op := string(ch)
+			for i+1 < len(line) && strings.IndexByte(";|&<>", line[i+1]) >= 0 && len(op) < 3 {
+				i++
+				op += string(line[i])
+			}
+			out = append(out, token{text: op, op: true})
+		default:
+			b.WriteByte(ch)
+			inTok = true
+		}
+	}
+	flush()
+	return out
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// splitSimple splits tokens into simple commands at ; | & && || ( ), keeping
+// redirections (< > >> 2> &>) with their command.
+func splitSimple(toks []token) [][]token {
+	var out [][]token
+	var cur []token
+	for _, t := range toks {
+		if t.op && !strings.ContainsAny(t.text, "<>") {
+			if len(cur) > 0 {
+				out = append(out, cur)
+			}
+			cur = nil
+			continue
+		}
+		cur = append(cur, t)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// scanSimple reads one simple command's redirections and operands. For a cd to an
+// absolute directory it returns that directory and true: relative paths after it, in the
+// same command, are resolved against it.
+func scanSimple(toks []token, add func(string, bool)) (cd string, isCD bool) {
+	var words []string
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		if !t.op {
+			words = append(words, t.text)
+			continue
+		}
+		// A redirection: the next word is its file. >& and <<... are not files.
+		if i+1 < len(toks) && !toks[i+1].op && !strings.Contains(t.text, "<<") && !strings.HasSuffix(t.text, "&") {
+			add(toks[i+1].text, strings.Contains(t.text, ">"))
+			i++
+		}
+	}
+	// Leading assignments and wrappers (sudo, timeout 30, env X=1) run the command after them.
+	for len(words) > 0 {
+		w := words[0]
+		switch {
+		case strings.Contains(w, "=") && !strings.HasPrefix(w, "-"):
+			words = words[1:]
+		case wrappers[path.Base(w)]:
+			words = words[1:]
+			for len(words) > 0 && (strings.HasPrefix(words[0], "-") || isDigits(strings.TrimRight(words[0], "smhd"))) {
+				words = words[1:]
+			}
+		default:
+			goto run
+		}
+	}
+run:
+	if len(words) == 0 {
+		return "", false
+	}
+	name := path.Base(words[0])
+	args := words[1:]
+	if name == "cd" {
+		if len(args) == 1 {
+			if dir, ok := normalizePath(args[0], true); ok && strings.HasPrefix(dir, "/") {
+				add(dir, false)
+				return dir, true
+			}
+		}
+		return "", true // somewhere this scan cannot follow: relative paths stay as written
+	}
+	inPlace := false
+	if name == "sed" || name == "perl" {
+		for _, a := range args {
+			if a == "-i" || strings.HasPrefix(a, "-i") || a == "--in-place" || strings.HasPrefix(a, "--in-place=") || (name == "perl" && strings.HasPrefix(a, "-pi")) {
+				inPlace = true
+			}
+		}
+	}
+	var operands []string
+	skipNext := false
+	explicitProgram := false
+	for _, a := range args {
+		if skipNext {
+			skipNext = false
+			continue
+		}
+		switch {
+		case a == "-c" && (strings.HasPrefix(name, "python") || name == "bash" || name == "sh" || name == "node" || name == "ruby"):
+			return "", false // an inline program: its text is code, not operands
+		case a == "-m" && strings.HasPrefix(name, "python"):
+			skipNext = true // a module name, not a path
+		case a == "-e" || a == "--expression" || a == "-f" || a == "--regexp":
+			explicitProgram = true
+			skipNext = a != "-f"
+		case strings.HasPrefix(a, "-"):
+			if _, v, ok := strings.Cut(a, "="); ok {
+				add(v, false)
+			}
+		default:
+			operands = append(operands, a)
+		}
+	}
+	if patternFirst[name] && !explicitProgram && len(operands) > 0 {
+		operands = operands[1:]
+	}
+	switch {
+	case name == "git" || name == "go" || name == "npm" || name == "pip" || name == "cargo" || name == "docker" || name == "kubectl":
+		// Subcommands: only operands shaped like paths count, read.
+		for _, a := range operands {
+			add(a, false)
+		}
+	case writers[name]:
+		for _, a := range operands {
+			add(a, true)
+		}
+	case movers[name] && len(operands) >= 2:
+		for _, a := range operands[:len(operands)-1] {
+			add(a, name == "mv")
+		}
+		add(operands[len(operands)-1], true)
+	default:
+		for _, a := range operands {
+			add(a, inPlace)
+		}
+	}
+	return "", false
+}
+
+// hashRE is an abbreviated or full commit hash.
+var hashRE = regexp.MustCompile(`^[0-9a-f]{7,40}$`)
+
+// gitRefCommands are git subcommands whose operands may be commits.
+var gitRefCommands = map[string]bool{"show": true, "checkout": true, "revert": true, "cherry-pick": true, "reset": true,
+	"diff": true, "log": true, "rebase": true, "switch": true, "bisect": true, "blame": true, "branch": true, "tag": true}
+
+// commitArgs returns the commit hashes a command's git invocations name.
+func commitArgs(cmd string) []string {
+	if !strings.Contains(cmd, "git") {
+		return nil
+	}
+	var out []string
+	lines := strings.Split(cmd, "\n")
+	for _, line := range lines[:min(len(lines), maxCommandLines)] {
+		for _, simple := range splitSimple(lex(line)) {
+			var words []string
+			for _, t := range simple {
+				if !t.op {
+					words = append(words, t.text)
+				}
+			}
+			for i := 0; i+1 < len(words); i++ {
+				if path.Base(words[i]) != "git" || !gitRefCommands[words[i+1]] {
+					continue
+				}
+				for _, w := range words[i+2:] {
+					w, _, _ = strings.Cut(w, "..")
+					if i := strings.IndexAny(w, "^~"); i >= 0 {
+						w = w[:i] // HEAD-style suffixes: abc1234^ or abc1234~2
+					}
+					if isCommitHash(w) {
+						out = append(out, w)
+					}
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// isCommitHash says s is 7–40 lower-case hex characters with a letter and a digit.
+func isCommitHash(s string) bool {
+	return hashRE.MatchString(s) && strings.ContainsAny(s, "abcdef") && strings.ContainsAny(s, "0123456789")
+}
