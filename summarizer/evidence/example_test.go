@@ -17,7 +17,7 @@ func Example() {
 	ev := evidence.Merge(nil, entries, 2)
 	fmt.Println(evidence.Render(ev, 2, 200, nil))
 	// Output:
-	// [Messages through CHAT sequence 2 are summarized above; any of them can be recalled by sequence or text with Compactor's recall. Evidence taken verbatim from them:]
+	// [Messages through sequence 2 are summarized above; the recall tool returns any of them verbatim, by sequence range (from_seq, to_seq) or text (query). Evidence taken verbatim from them:]
 	// Files changed: /repo/parser.go
 	// Files read: /repo
 	// Commands run:
