@@ -78,6 +78,7 @@ type Result struct {
 	Conversation      string   `json:"conversation"`
 	Generation        uint64   `json:"generation"`
 	Summary           string   `json:"summary"`
+	EvidenceText      string   `json:"evidence_text,omitempty"`
 	SummaryRole       Role     `json:"summary_role,omitempty"`
 	TailStartSeq      uint64   `json:"tail_start_seq"`
 	CoveredThroughSeq uint64   `json:"covered_through_seq"`
