@@ -121,8 +121,10 @@ func ScoreFiles(changed []string, answer string) (recall, precision float64) {
 		bases[path.Base(c)]++
 	}
 	match := func(c, a string) bool {
-		return c == a || strings.HasSuffix(c, "/"+a) || strings.HasSuffix(a, "/"+c) ||
-			(!strings.Contains(a, "/") && path.Base(c) == a && bases[a] == 1)
+		if !strings.Contains(a, "/") {
+			return path.Base(c) == a && bases[a] == 1
+		}
+		return c == a || strings.HasSuffix(c, "/"+a) || strings.HasSuffix(a, "/"+c)
 	}
 	hit := 0
 	for _, c := range changed {

@@ -274,7 +274,7 @@ func shellWords(cmd string) []string {
 			flush()
 		case r == ';' || r == '|' || r == '&' || r == '(' || r == ')':
 			// >& and &> stay inside a redirection word.
-			if r == '&' && (cur.String() == ">" || i+1 < len(rs) && rs[i+1] == '>') {
+			if r == '&' && (strings.HasSuffix(cur.String(), ">") || i+1 < len(rs) && rs[i+1] == '>') {
 				cur.WriteRune(r)
 				continue
 			}
@@ -297,16 +297,17 @@ func shellWords(cmd string) []string {
 var fileExts = map[string]bool{}
 
 func init() {
-	for e := range strings.FieldsSeq("py pyi pyx ipynb go mod sum js mjs cjs ts tsx jsx json jsonl md rst txt yaml yml toml cfg ini conf " +
-		"sh bash zsh c h cc cpp hpp rs java kt rb php html htm css scss csv tsv xml log sql lock diff patch env proto " +
+	for e := range strings.FieldsSeq("py pyi pyx ipynb go mod sum js mjs cjs ts tsx jsx json jsonl md rst txt yaml yml toml cfg ini " +
+		"sh bash zsh c h cc cpp hpp rs java kt rb php html htm css scss csv tsv xml log sql diff patch proto " +
 		"swift scala lua r pl tf gradle properties dockerfile makefile gitignore") {
 		fileExts[e] = true
 	}
 }
 
-// cleanPath returns w as a path when it looks like one ("" when not): it contains a
-// slash or ends in a known file extension; it is not a URL, an option, a glob, a
-// variable, /dev/null, or a number.
+// cleanPath returns w as a path when it looks like one ("" when not): it ends in a
+// known file extension, or starts with /, ./, ../ or ~/; it is not a URL, an option,
+// a glob, a variable or a device. A pytest node id (x.py::Test) or a line number
+// (x.py:12) is cut to its file.
 func cleanPath(w string) string {
 	w = strings.TrimSpace(w)
 	w = strings.TrimRight(w, ",.:;)]}'\"`")
@@ -320,26 +321,33 @@ func cleanPath(w string) string {
 	if w == "/dev/null" || strings.HasPrefix(w, "/dev/") || strings.HasPrefix(w, "/proc/") {
 		return ""
 	}
+	// A pytest node id or a line number names the file before it.
+	if i := strings.Index(w, "::"); i > 0 {
+		w = w[:i]
+	}
+	if i := strings.LastIndexByte(w, ':'); i > 0 && strings.Trim(w[i+1:], "0123456789") == "" {
+		w = w[:i]
+	}
 	w = strings.TrimSuffix(w, "/")
-	if len(w) < 3 || strings.Trim(w, "./") == "" {
+	if len(w) < 3 || strings.Trim(w, "./~") == "" || strings.ContainsRune(w, ':') || strings.IndexFunc(w, unicode.IsLetter) < 0 {
 		return ""
 	}
-	if !strings.ContainsRune(w, '/') {
-		ext := strings.ToLower(strings.TrimPrefix(path.Ext(w), "."))
-		if !fileExts[ext] || len(w) == len(ext)+1 {
-			return ""
+	// A known extension, also before a suffix such as .orig or .backup (x.py.orig).
+	if parts := strings.Split(strings.ToLower(path.Base(w)), "."); len(parts) > 1 && parts[0] != "" {
+		for _, ext := range parts[1:] {
+			if fileExts[ext] {
+				return w
+			}
 		}
-		if strings.IndexFunc(w, unicode.IsLetter) < 0 {
-			return ""
+	}
+	// Without a known extension: a path only when it is rooted or relative to a named
+	// folder (/tmp/x, ./x, ../x, ~/x), not any word with a slash (and/or, 1/2).
+	for _, p := range []string{"/", "./", "../", "~/"} {
+		if strings.HasPrefix(w, p) {
+			return w
 		}
-		return w
 	}
-	// A slash: a path unless it is a fraction or a date (1/2, 2024/05/01) or has no
-	// letter at all.
-	if strings.IndexFunc(w, unicode.IsLetter) < 0 {
-		return ""
-	}
-	return w
+	return ""
 }
 
 // stopwords are words too common to be a key term.
