@@ -3,6 +3,7 @@ package eval
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"path"
 	"strings"
 	"unicode"
@@ -36,9 +37,19 @@ type Prober struct {
 func NewProber(baseURL, apiKey, model string) *Prober {
 	c := openai.DefaultConfig(apiKey)
 	if baseURL != "" {
-		c.BaseURL = strings.TrimRight(baseURL, "/")
+		c.BaseURL = apiBase(baseURL)
 	}
 	return &Prober{Client: openai.NewClientWithConfig(c), Model: model}
+}
+
+// apiBase reads an endpoint as the summarizer does (llm.Config.BaseURL): a URL without
+// a path gets /v1, a pasted /chat/completions is cut.
+func apiBase(base string) string {
+	base = strings.TrimSuffix(strings.TrimRight(base, "/"), "/chat/completions")
+	if u, err := url.Parse(base); err == nil && strings.Trim(u.Path, "/") == "" {
+		return strings.TrimRight(base, "/") + "/v1"
+	}
+	return base
 }
 
 // ProbeScores are one conversation's probe scores, each 0 to 1 (-1: not applicable,

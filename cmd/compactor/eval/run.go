@@ -235,8 +235,10 @@ type rig struct {
 	client   *pipeline.Client
 	consumer natsjs.Consumer
 	counted  *counting
-	conns    []*nats.Conn
-	stops    []func() error
+	// threshold is each strategy's threshold in tokens.
+	threshold map[string]int
+	conns     []*nats.Conn
+	stops     []func() error
 	// dropNS deletes the namespace (before the connections close); shutdown stops the
 	// embedded server (after).
 	dropNS, shutdown func()
@@ -290,6 +292,14 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 	}
 	rg.client = pipeline.NewWithStore(nc, rg.store)
 	r, _ := cfg.resolver()
+	rg.threshold = map[string]int{}
+	for _, st := range cfg.Strategies {
+		s, err := r.Resolve(cfg.layer(st))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		rg.threshold[st] = s.Budget().ThresholdTokens()
+	}
 
 	tnc, err := conn("compactor-eval-trigger")
 	if err != nil {
@@ -408,25 +418,43 @@ func (rg *rig) caughtUp(ctx context.Context, seq uint64) error {
 	}
 }
 
-// settle waits until no compaction is pending for conv (at most TurnWait each, a
-// few rounds: a result may be followed by one more request while still over budget).
-func (rg *rig) settle(ctx context.Context, conv string, seq uint64) error {
+// settle reads the final context once the conversation has settled: the trigger has
+// handled its last message, no compaction is pending, and the context is under the
+// threshold, or the last compaction at it was declined (at most TurnWait). A result
+// can be followed by one more request while the context is still over budget, and the
+// trigger asks again shortly after a refused request: neither is missed.
+func (rg *rig) settle(ctx context.Context, conv string, seq uint64, threshold int) (*pipeline.Context, error) {
 	if err := rg.caughtUp(ctx, seq); err != nil {
-		return err
+		return nil, err
 	}
-	for range 5 {
+	deadline := time.Now().Add(rg.cfg.TurnWait)
+	for {
+		cx, err := rg.client.Context(ctx, conv, pipeline.AtLeastSeq(seq), pipeline.WaitPending(max(time.Until(deadline), time.Millisecond)))
+		if err != nil {
+			return nil, fmt.Errorf("read the final context: %w", err)
+		}
+		if cx.Tokens < threshold || time.Now().After(deadline) {
+			return cx, nil
+		}
 		req, err := rg.store.PendingRequest(ctx, conv)
-		if err != nil || req == nil {
-			return err
+		if err != nil {
+			return nil, err
 		}
-		wctx, cancel := context.WithTimeout(ctx, rg.cfg.TurnWait)
-		_, err = rg.client.WaitForOutcome(wctx, conv, req.RequestID)
-		cancel()
-		if err != nil && ctx.Err() != nil {
-			return ctx.Err()
+		if req == nil {
+			v, err := rg.client.Result(ctx, conv)
+			if err != nil {
+				return nil, err
+			}
+			if v != nil && v.DeclinedAtSeq >= seq {
+				return cx, nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 	}
-	return nil
 }
 
 // conversationID names the replay of file i with strategy s.
@@ -479,12 +507,9 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 		whole += tokens.Message(&stripped)
 	}
 	res.Messages = len(msgs)
-	if err := rg.settle(ctx, conv, last); err != nil {
-		return res, err
-	}
-	cx, err := rg.client.Context(ctx, conv, pipeline.AtLeastSeq(last))
+	cx, err := rg.settle(ctx, conv, last, rg.threshold[strategy])
 	if err != nil {
-		return res, fmt.Errorf("read the final context: %w", err)
+		return res, err
 	}
 	res.BrokenToolPairs += BrokenToolPairs(cx.Messages)
 	res.MissingPinned += MissingPinned(cx.Seqs, pinned)
