@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 
@@ -8,7 +9,8 @@ import (
 )
 
 // ContextText is the text a model reads in messages: every content, and every tool
-// call's name and arguments.
+// call's name, arguments, and the string values of its arguments decoded (a command
+// with quotes or several lines is escaped inside the arguments' JSON).
 func ContextText(msgs []schemas.Message) string {
 	var b strings.Builder
 	for i := range msgs {
@@ -19,9 +21,33 @@ func ContextText(msgs []schemas.Message) string {
 			b.WriteByte(' ')
 			b.WriteString(tc.Function.Arguments)
 			b.WriteByte('\n')
+			var args any
+			if len(tc.Function.Arguments) <= maxScanBytes && json.Unmarshal([]byte(tc.Function.Arguments), &args) == nil {
+				writeStrings(&b, args, 0)
+			}
 		}
 	}
 	return b.String()
+}
+
+// writeStrings writes every string inside v, one a line (nesting bounded).
+func writeStrings(b *strings.Builder, v any, depth int) {
+	if depth > 16 {
+		return
+	}
+	switch v := v.(type) {
+	case string:
+		b.WriteString(v)
+		b.WriteByte('\n')
+	case []any:
+		for _, e := range v {
+			writeStrings(b, e, depth+1)
+		}
+	case map[string]any:
+		for _, e := range v {
+			writeStrings(b, e, depth+1)
+		}
+	}
 }
 
 // Survivors returns the items that appear verbatim in text.

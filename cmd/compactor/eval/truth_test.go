@@ -253,3 +253,14 @@ func TestPlant(t *testing.T) {
 		t.Errorf("another file got the same facts %q", other)
 	}
 }
+
+func TestContextTextDecodesArguments(t *testing.T) {
+	msgs := []schemas.Message{{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{
+		call("a", "bash", `{"command":"grep -rn \"def main\" src/app.py\nls","opts":{"deep":["x/y.py"]}}`)}}}
+	text := ContextText(msgs)
+	for _, want := range []string{`grep -rn "def main" src/app.py`, "x/y.py", "bash"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("context text lacks %q:\n%s", want, text)
+		}
+	}
+}
