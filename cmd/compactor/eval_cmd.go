@@ -40,6 +40,7 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 		fs.add(&strategies, "strategy", "", "S", "a strategy to replay with (repeatable; default: "+strings.Join(eval.DefaultStrategies, ", ")+")", "")
 		window := fs.Int("window", "N", fmt.Sprintf("the context window W in tokens (default %d)", eval.DefaultWindow))
 		asJSON := fs.JSON()
+		markdown := fs.Bool("markdown", "", "print the tables as Markdown (as in the README) instead of aligned text")
 		fs.add(&facts, "fact", "", "TEXT", "a fact to look for in the final contexts (repeatable)", "")
 		factsFile := fs.String("facts", "", "FILE", "facts to look for, one a line")
 		plant := fs.Int("plant", "N", "plant N unique synthetic facts as user messages early in each conversation")
@@ -127,9 +128,12 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 				return err
 			}
 			rep.Command = "compactor eval " + strings.Join(c.raw, " ")
-			if *asJSON {
+			switch {
+			case *asJSON:
 				err = rep.WriteJSON(c.std.out)
-			} else {
+			case *markdown:
+				err = rep.WriteMarkdown(c.std.out)
+			default:
 				err = rep.WriteTable(c.std.out)
 			}
 			if err != nil {

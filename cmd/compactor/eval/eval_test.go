@@ -216,6 +216,15 @@ func TestRunKnownSurvival(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", w, table.String())
 		}
 	}
+	var md strings.Builder
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"| all | 1 of 1 |", "| all | 22.2% (22.2%) |", "9 distinct paths, 8 distinct commands, 3 facts"} {
+		if !strings.Contains(md.String(), w) {
+			t.Errorf("markdown lacks %q:\n%s", w, md.String())
+		}
+	}
 }
 
 // TestRunStrategiesKeepInvariants replays several sessions with every default

@@ -278,3 +278,35 @@ func factsCell(s Survival) string {
 	}
 	return pct(s.Micro)
 }
+
+// WriteMarkdown writes the per-strategy tables as Markdown (the README's "What
+// survives compaction" is one).
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d conversations, W = %d tokens (target %.2f × W = %.0f), summarizer: %s; summarizer tokens %s.\n\n",
+		r.Files, r.Window, r.Target, r.Target*float64(r.Window), r.Summarizer, r.SummaryTokens)
+	b.WriteString("| strategy | compacted | compactions | tokens sent with compaction | without | summarizer in + out | saved | broken tool pairs | missing pinned |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, s := range r.Strategies {
+		fmt.Fprintf(&b, "| %s | %d of %d | %d | %d | %d | %d + %d | %s | %d | %d |\n", s.Strategy, s.Compacted, s.Conversations, s.Compactions,
+			s.TokensWith, s.TokensWithout, s.SummarizerIn, s.SummarizerOut, pct(s.Saved), s.BrokenToolPairs, s.MissingPinned)
+	}
+	b.WriteString("\nIn the final context, with the evidence section (without it), over every conversation (micro, macro) and over the compacted ones only:\n\n")
+	b.WriteString("| strategy | paths (micro) | paths (macro) | paths, compacted | commands (micro) | commands (macro) | commands, compacted | facts | evidence tokens (mean) | evidence share of target × W (max) |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	both := func(v, bare float64) string { return fmt.Sprintf("%s (%s)", pct(v), pct(bare)) }
+	for _, s := range r.Strategies {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s |\n", s.Strategy,
+			both(s.Paths.Micro, s.Paths.MicroWithoutEvidence), both(s.Paths.Macro, s.Paths.MacroWithoutEvidence),
+			both(s.Paths.CompactedMicro, s.Paths.CompactedMicroWithoutEvidence),
+			both(s.Commands.Micro, s.Commands.MicroWithoutEvidence), both(s.Commands.Macro, s.Commands.MacroWithoutEvidence),
+			both(s.Commands.CompactedMicro, s.Commands.CompactedMicroWithoutEvidence),
+			factsCell(s.Facts), s.EvidenceTokensMean, pct(s.EvidenceShareMax))
+	}
+	if len(r.Strategies) > 0 {
+		s := r.Strategies[0]
+		fmt.Fprintf(&b, "\nItems in the raw histories: %d distinct paths, %d distinct commands, %d facts.\n", s.Paths.Total, s.Commands.Total, s.Facts.Total)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
