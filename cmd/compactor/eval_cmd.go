@@ -106,18 +106,16 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 				cfg.Summarizers = sums.For
 				cfg.SummarizerName = fmt.Sprintf("LLM %s at %s", r.Base().LLMModel, policy.RedactURL(base))
 				cfg.Prober = eval.NewProber(base, key, r.Base().LLMModel)
+				cfg.Prober.MaxCompletionTokens = r.Base().LLMMaxTokensField == "max_completion_tokens"
 			}
 			nStrategies := len(strategies)
 			if nStrategies == 0 {
 				nStrategies = len(eval.DefaultStrategies)
 			}
 			fmt.Fprintf(c.std.err, "eval: %d conversations × %d strategies; summarizer: %s\n", len(files), nStrategies, summarizerName(cfg))
-			if bar := newProgress(c.std.err, c.lookup, "eval", "replays", 0); bar != nil {
+			if bar := newProgress(c.std.err, c.lookup, "eval", "replays", int64(len(files)*nStrategies)); bar != nil {
 				defer bar.finish()
-				cfg.Progress = func(done, total int) {
-					bar.total = int64(total)
-					bar.set(int64(done), fmt.Sprintf("%d of %d replays", done, total))
-				}
+				cfg.Progress = func(done, total int) { bar.set(int64(done), fmt.Sprintf("%d of %d replays", done, total)) }
 			}
 			rep, err := eval.Run(ctx, cfg)
 			if err != nil {

@@ -245,7 +245,17 @@ func TestRunStrategiesKeepInvariants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := runEval(t, Config{Files: files, Window: 2000, Concurrency: 4})
+	var calls, last atomic.Int64
+	progress := func(done, total int) {
+		calls.Add(1)
+		if done == total {
+			last.Store(int64(total))
+		}
+	}
+	rep := runEval(t, Config{Files: files, Window: 2000, Concurrency: 4, Progress: progress})
+	if want := int64(3 * len(DefaultStrategies)); calls.Load() != want || last.Load() != want {
+		t.Errorf("progress heard %d times, last total %d; want %d replays reported", calls.Load(), last.Load(), want)
+	}
 	if len(rep.Strategies) != len(DefaultStrategies) || len(rep.Conversations) != 3*len(DefaultStrategies) {
 		t.Fatalf("got %d strategies, %d replays; want %d and %d", len(rep.Strategies), len(rep.Conversations),
 			len(DefaultStrategies), 3*len(DefaultStrategies))

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"path"
@@ -31,6 +32,16 @@ type Prober struct {
 	Model  string
 	// MaxTokens caps each answer (0: 512).
 	MaxTokens int
+	// MaxCompletionTokens sends the cap as max_completion_tokens instead of max_tokens
+	// (policy key llm_max_tokens_field); reasoning models always get it.
+	MaxCompletionTokens bool
+}
+
+// reasoningModel reports whether go-openai knows model as one that refuses max_tokens.
+func reasoningModel(model string) bool {
+	//lint:ignore SA1019 probes go-openai's own check for the models that refuse max_tokens
+	probe := openai.ChatCompletionRequest{Model: model, MaxTokens: 1}
+	return errors.Is(openai.NewReasoningValidator().Validate(probe), openai.ErrReasoningModelMaxTokensDeprecated)
 }
 
 // NewProber returns a prober for the OpenAI-compatible endpoint at baseURL.
@@ -89,7 +100,14 @@ func (p *Prober) Probe(ctx context.Context, ctxMsgs []schemas.Message, truth Tru
 		if maxTokens == 0 {
 			maxTokens = 512
 		}
-		resp, err := p.Client.CreateChatCompletion(ctx, openai.ChatCompletionRequest{Model: p.Model, Messages: msgs, MaxTokens: maxTokens})
+		req := openai.ChatCompletionRequest{Model: p.Model, Messages: msgs}
+		if p.MaxCompletionTokens || reasoningModel(p.Model) {
+			req.MaxCompletionTokens = maxTokens
+		} else {
+			//lint:ignore SA1019 deliberate, as the summarizer does: OpenAI-compatible servers (vLLM, llama.cpp, older Azure) read only max_tokens.
+			req.MaxTokens = maxTokens
+		}
+		resp, err := p.Client.CreateChatCompletion(ctx, req)
 		if err != nil {
 			return s, fmt.Errorf("probe %q: %w", q, err)
 		}

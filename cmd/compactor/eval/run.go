@@ -162,16 +162,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	convs := make([]Conversation, len(cfg.Files))
-	for i, f := range cfg.Files {
-		c, err := Load(f)
-		if err != nil {
+	if len(cfg.Files) == 0 {
+		return nil, fmt.Errorf("%w: no conversation to replay", ErrNoInput)
+	}
+	// Every file is checked before anything starts (one bad line fails the run, named);
+	// a replay reads its file again, so only the conversations in flight are in memory.
+	for _, f := range cfg.Files {
+		if _, err := Load(f); err != nil {
 			return nil, err
 		}
-		convs[i] = c
-	}
-	if len(convs) == 0 {
-		return nil, fmt.Errorf("%w: no conversation to replay", ErrNoInput)
 	}
 	started := time.Now()
 	rg, err := startRig(ctx, &cfg)
@@ -184,15 +183,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	jobs := make(chan job)
 	results := make([][]ConvResult, len(cfg.Strategies))
 	for i := range results {
-		results[i] = make([]ConvResult, len(convs))
+		results[i] = make([]ConvResult, len(cfg.Files))
 	}
-	total := len(convs) * len(cfg.Strategies)
+	total := len(cfg.Files) * len(cfg.Strategies)
 	var done atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(jobs)
 		for s := range cfg.Strategies {
-			for c := range convs {
+			for c := range cfg.Files {
 				select {
 				case jobs <- job{c, s}:
 				case <-gctx.Done():
@@ -205,9 +204,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for range min(cfg.Concurrency, total) {
 		g.Go(func() error {
 			for j := range jobs {
-				r, err := rg.replay(gctx, convs[j.conv], j.conv, cfg.Strategies[j.strategy])
+				conv, err := Load(cfg.Files[j.conv])
 				if err != nil {
-					return fmt.Errorf("%s with %s: %w", convs[j.conv].Name, cfg.Strategies[j.strategy], err)
+					return err
+				}
+				r, err := rg.replay(gctx, conv, j.conv, cfg.Strategies[j.strategy])
+				if err != nil {
+					return fmt.Errorf("%s with %s: %w", conv.Name, cfg.Strategies[j.strategy], err)
 				}
 				results[j.strategy][j.conv] = r
 				if n := done.Add(1); cfg.Progress != nil {
