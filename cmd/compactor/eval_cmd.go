@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/cmd/compactor/eval"
@@ -45,7 +46,7 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 		factsFile := fs.String("facts", "", "FILE", "facts to look for, one a line")
 		plant := fs.Int("plant", "N", "plant N unique synthetic facts as user messages early in each conversation")
 		concurrency := fs.Int("concurrency", "N", "conversations replayed at once (default 8)")
-		url := fs.String("nats-url", "", "URL", "replay on this NATS server, in a namespace of its own deleted afterwards (default: an embedded server)")
+		url := fs.String("nats-url", "", "URL", "replay on this NATS server (as a user that may create streams; COMPACTOR_NATS_CREDS and the other auth variables apply), in a namespace of its own deleted afterwards (default: an embedded server)")
 		evidence := fs.String("evidence-budget", "", "F", "set the policy key evidence_budget of every conversation (fraction of W; 0 turns evidence off); unset by default")
 		turnWait := fs.Duration("turn-wait", "D", "longest wait of one model turn for a pending compaction (default 30s)")
 		return func(ctx context.Context, c *call) error {
@@ -92,6 +93,10 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 			}
 			cfg := eval.Config{Files: files, Strategies: strategies, Window: *window, Facts: facts, Plant: *plant,
 				Concurrency: *concurrency, EvidenceBudget: *evidence, NATSURL: *url, Resolver: r, TurnWait: *turnWait}
+			if *url != "" {
+				// The named server authenticates as the commands' connections do.
+				cfg.NATSOptions = []nats.Option{env.natsAuth().Option()}
+			}
 			fallback := extractive.New()
 			sums := newSummarizers(env, r, fallback, newLogger(env, c.std.err).Level(zerolog.ErrorLevel))
 			sum, err := sums.For(r.Base())

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/compactor/compactor/cmd/compactor/eval"
+	"github.com/compactor/compactor/jetstream/jstest"
 )
 
 // evalSession is a small coding session as JSONL that compacts at a 2,000-token window.
@@ -105,5 +106,22 @@ func TestEvalRefuses(t *testing.T) {
 		if exitCode(err) != tc.exit || err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v (exit %d); want exit %d saying %q", tc.args, err, exitCode(err), tc.exit, tc.want)
 		}
+	}
+}
+
+func TestEvalOnNamedServer(t *testing.T) {
+	testEnv(t, 128000)
+	srv := jstest.ServerWith(t, nil)
+	file := evalSession(t, t.TempDir(), "a.jsonl")
+	out, errOut, err := cli(t, "", "eval", file, "--strategy", "keep-last-n", "--window", "2000", "--nats-url", srv.ClientURL(), "--json")
+	if err != nil {
+		t.Fatalf("eval: %v\n%s", err, errOut)
+	}
+	var rep eval.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Server, "--nats-url") || rep.Strategies[0].Compacted != 1 {
+		t.Errorf("server %q, compacted %d; want the named server and the conversation compacted", rep.Server, rep.Strategies[0].Compacted)
 	}
 }
