@@ -91,14 +91,16 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 			if err != nil {
 				return newError(errConfig, err, "%v", err)
 			}
+			// Errors only (a dead letter, a broken trigger): the report says the rest.
+			log := newLogger(env, c.std.err).Level(zerolog.ErrorLevel)
 			cfg := eval.Config{Files: files, Strategies: strategies, Window: *window, Facts: facts, Plant: *plant,
-				Concurrency: *concurrency, EvidenceBudget: *evidence, NATSURL: *url, Resolver: r, TurnWait: *turnWait}
+				Concurrency: *concurrency, EvidenceBudget: *evidence, NATSURL: *url, Resolver: r, TurnWait: *turnWait, Logger: log}
 			if *url != "" {
 				// The named server authenticates as the commands' connections do.
 				cfg.NATSOptions = []nats.Option{env.natsAuth().Option()}
 			}
 			fallback := extractive.New()
-			sums := newSummarizers(env, r, fallback, newLogger(env, c.std.err).Level(zerolog.ErrorLevel))
+			sums := newSummarizers(env, r, fallback, log)
 			sum, err := sums.For(r.Base())
 			if err != nil {
 				return newError(errConfig, err, "%v", err)

@@ -125,3 +125,36 @@ func TestEvalOnNamedServer(t *testing.T) {
 		t.Errorf("server %q, compacted %d; want the named server and the conversation compacted", rep.Server, rep.Strategies[0].Compacted)
 	}
 }
+
+// An LLM that always fails does not stall eval: the run ends (the final read does not
+// wait out --turn-wait), no summary is counted as the LLM's, a fallback result would be
+// reported as one, the failed probes are reported, and the tool pairs stay whole.
+func TestEvalWithFailingLLM(t *testing.T) {
+	testEnv(t, 128000)
+	f := newFakeLLM(t)
+	f.set(func(f *fakeLLM) { f.status = 500 })
+	t.Setenv("COMPACTOR_LLM_BASE_URL", f.srv.URL)
+	t.Setenv("COMPACTOR_LLM_API_KEY", "test-key")
+	file := evalSession(t, t.TempDir(), "a.jsonl")
+	out, errOut, err := cli(t, "", "eval", file, "--strategy", "keep-last-n", "--window", "2000", "--json")
+	if err != nil {
+		t.Fatalf("eval: %v\n%s", err, errOut)
+	}
+	var rep eval.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Conversations[0]
+	if c.SummarizerCalls != 0 && !c.Fallback {
+		t.Errorf("%+v: want no successful LLM summary", c)
+	}
+	if c.Compactions > 0 && (!c.Fallback || rep.Strategies[0].Fallbacks != 1) {
+		t.Errorf("compactions %d, fallback %v, fallbacks %d; want a fallback result reported", c.Compactions, c.Fallback, rep.Strategies[0].Fallbacks)
+	}
+	if rep.Broken() != 0 {
+		t.Errorf("%d broken; want 0", rep.Broken())
+	}
+	if p := rep.Strategies[0].Probes; p == nil || p.Failed != 1 || p.Conversations != 0 || !strings.Contains(c.ProbeError, "500") {
+		t.Errorf("probes %+v, error %q; want the failed probe reported", p, c.ProbeError)
+	}
+}

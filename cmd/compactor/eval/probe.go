@@ -79,8 +79,10 @@ type ProbeSummary struct {
 	FilesPrecision float64 `json:"files_precision"`
 	Decided        float64 `json:"decided"`
 	Asked          float64 `json:"asked"`
-	// Conversations is how many were probed.
+	// Conversations is how many were probed; Failed how many probes failed (the
+	// endpoint refused or failed).
 	Conversations int `json:"conversations"`
+	Failed        int `json:"failed"`
 }
 
 // maxAnswerBytes bounds what is read of an answer.

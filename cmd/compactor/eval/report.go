@@ -28,6 +28,9 @@ type ConvResult struct {
 	// ModelTurns are the assistant messages, before each of which the context was read.
 	ModelTurns  int `json:"model_turns"`
 	Compactions int `json:"compactions"`
+	// Fallback: the final summary was written by the extractive fallback, not the
+	// configured summarizer (an LLM that kept failing).
+	Fallback bool `json:"fallback,omitempty"`
 	// TokensWith is the sum over model turns of the context sent with compaction;
 	// TokensWithout the whole history's at the same turns.
 	TokensWith    int64 `json:"tokens_with"`
@@ -47,6 +50,8 @@ type ConvResult struct {
 	BrokenToolPairs int          `json:"broken_tool_pairs"`
 	MissingPinned   int          `json:"missing_pinned"`
 	Probes          *ProbeScores `json:"probes,omitempty"`
+	// ProbeError says why the probes failed (the scores are then absent).
+	ProbeError string `json:"probe_error,omitempty"`
 }
 
 // Survival sums one kind of item over a strategy's conversations.
@@ -108,8 +113,11 @@ type StrategyReport struct {
 	Strategy      string `json:"strategy"`
 	Conversations int    `json:"conversations"`
 	// Compacted counts the conversations compacted at least once.
-	Compacted     int   `json:"compacted"`
-	Compactions   int   `json:"compactions"`
+	Compacted   int `json:"compacted"`
+	Compactions int `json:"compactions"`
+	// Fallbacks counts the final summaries the extractive fallback wrote although an
+	// LLM was configured: the LLM kept failing.
+	Fallbacks     int   `json:"fallbacks"`
 	TokensWith    int64 `json:"tokens_with"`
 	TokensWithout int64 `json:"tokens_without"`
 	SummarizerIn  int64 `json:"summarizer_in"`
@@ -161,6 +169,7 @@ func newReport(cfg *Config, results [][]ConvResult, server string) *Report {
 	for i, rs := range results {
 		sr := StrategyReport{Strategy: cfg.Strategies[i], Conversations: len(rs)}
 		var probes []ProbeScores
+		probeErrors := 0
 		for _, r := range rs {
 			rep.Files = len(rs)
 			compacted := r.Compactions > 0
@@ -172,6 +181,9 @@ func newReport(cfg *Config, results [][]ConvResult, server string) *Report {
 				sr.EvidenceShareMax = max(sr.EvidenceShareMax, share)
 			}
 			sr.Compactions += r.Compactions
+			if r.Fallback && cfg.Summarizers != nil {
+				sr.Fallbacks++
+			}
 			sr.TokensWith += r.TokensWith
 			sr.TokensWithout += r.TokensWithout
 			sr.SummarizerIn += r.SummarizerIn
@@ -183,6 +195,9 @@ func newReport(cfg *Config, results [][]ConvResult, server string) *Report {
 			sr.MissingPinned += r.MissingPinned
 			if r.Probes != nil {
 				probes = append(probes, *r.Probes)
+			}
+			if r.ProbeError != "" {
+				probeErrors++
 			}
 			rep.Conversations = append(rep.Conversations, r)
 		}
@@ -198,6 +213,7 @@ func newReport(cfg *Config, results [][]ConvResult, server string) *Report {
 		sr.Facts.finish()
 		if cfg.Prober != nil {
 			sr.Probes = summarize(probes)
+			sr.Probes.Failed = probeErrors
 		}
 		rep.Strategies = append(rep.Strategies, sr)
 	}
@@ -258,18 +274,32 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Strategies != nil && r.Strategies[0].Probes != nil {
 		b.WriteString("\nProbes (" + r.Probes + "), mean scores 0–1:\n")
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "strategy\tfiles recall\tfiles precision\twhat was decided\twhat the user asked\t")
+		fmt.Fprintln(tw, "strategy\tfiles recall\tfiles precision\twhat was decided\twhat the user asked\tprobed\tfailed\t")
 		for _, s := range r.Strategies {
 			p := s.Probes
-			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t\n", s.Strategy, p.FilesRecall, p.FilesPrecision, p.Decided, p.Asked)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", s.Strategy, score2(p.FilesRecall), score2(p.FilesPrecision), score2(p.Decided),
+				score2(p.Asked), p.Conversations, p.Failed)
 		}
 		tw.Flush()
 	} else {
 		b.WriteString("\nProbes: " + r.Probes + ".\n")
 	}
+	for _, s := range r.Strategies {
+		if s.Fallbacks > 0 {
+			fmt.Fprintf(&b, "%s: %d final summaries were written by the extractive fallback: the LLM kept failing.\n", s.Strategy, s.Fallbacks)
+		}
+	}
 	fmt.Fprintf(&b, "Summarizer tokens: %s.\n", r.SummaryTokens)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// score2 is a probe score, "-" when it applied to no conversation.
+func score2(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 func factsCell(s Survival) string {

@@ -431,6 +431,7 @@ func (rg *rig) settle(ctx context.Context, conv string, seq uint64, threshold in
 		return nil, err
 	}
 	deadline := time.Now().Add(rg.cfg.TurnWait)
+	var idleSince time.Time
 	for {
 		cx, err := rg.client.Context(ctx, conv, pipeline.AtLeastSeq(seq), pipeline.WaitPending(max(time.Until(deadline), time.Millisecond)))
 		if err != nil {
@@ -443,12 +444,21 @@ func (rg *rig) settle(ctx context.Context, conv string, seq uint64, threshold in
 		if err != nil {
 			return nil, err
 		}
-		if req == nil {
+		if req != nil {
+			idleSince = time.Time{}
+		} else {
 			v, err := rg.client.Result(ctx, conv)
 			if err != nil {
 				return nil, err
 			}
+			// Declined at the end, or nothing asked for a while (the trigger asks again
+			// within its retry delay; after a failed compaction it backs off): settled.
 			if v != nil && v.DeclinedAtSeq >= seq {
+				return cx, nil
+			}
+			if idleSince.IsZero() {
+				idleSince = time.Now()
+			} else if time.Since(idleSince) > settleQuiet {
 				return cx, nil
 			}
 			select {
@@ -459,6 +469,11 @@ func (rg *rig) settle(ctx context.Context, conv string, seq uint64, threshold in
 		}
 	}
 }
+
+// settleQuiet is how long no compaction may be pending for a conversation over its
+// threshold before its final context is read anyway: several times the trigger's
+// retry delay (100 ms here).
+const settleQuiet = time.Second
 
 // conversationID names the replay of file i with strategy s.
 func conversationID(strategy string, i int) string {
@@ -524,6 +539,7 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	evidence := ""
 	if v != nil {
 		res.Compactions = int(v.Generation)
+		res.Fallback = v.Generation > 0 && v.Fallback
 		evidence = v.EvidenceText
 	}
 	res.EvidenceTokens = 0
@@ -540,11 +556,15 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	sin, sout, calls := rg.counted.of(conv)
 	res.SummarizerIn, res.SummarizerOut, res.SummarizerCalls = sin, sout, calls
 	if rg.cfg.Prober != nil {
-		p, err := rg.cfg.Prober.Probe(ctx, bare, truth)
-		if err != nil {
-			return res, fmt.Errorf("probe: %w", err)
+		// A failed probe is reported with the conversation; it does not stop the run.
+		if p, err := rg.cfg.Prober.Probe(ctx, bare, truth); err != nil {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			res.ProbeError = err.Error()
+		} else {
+			res.Probes = &p
 		}
-		res.Probes = &p
 	}
 	return res, nil
 }
