@@ -269,6 +269,9 @@ func TestRunStrategiesKeepInvariants(t *testing.T) {
 		t.Errorf("%d broken tool pairs or missing pinned messages; want 0", rep.Broken())
 	}
 	for _, s := range rep.Strategies {
+		if s.Skipped != 0 {
+			t.Errorf("%s: the reader skipped %d messages of valid sessions; want 0", s.Strategy, s.Skipped)
+		}
 		if s.Compacted != 3 || s.TokensWith >= s.TokensWithout || s.SummarizerIn == 0 {
 			t.Errorf("%s: compacted %d of 3, tokens %d with vs %d without, summarizer in %d; want every session compacted, fewer tokens",
 				s.Strategy, s.Compacted, s.TokensWith, s.TokensWithout, s.SummarizerIn)

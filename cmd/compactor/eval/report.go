@@ -47,9 +47,12 @@ type ConvResult struct {
 	Commands       Count `json:"commands"`
 	Facts          Count `json:"facts"`
 	// BrokenToolPairs and MissingPinned are summed over every context read: must be 0.
-	BrokenToolPairs int          `json:"broken_tool_pairs"`
-	MissingPinned   int          `json:"missing_pinned"`
-	Probes          *ProbeScores `json:"probes,omitempty"`
+	BrokenToolPairs int `json:"broken_tool_pairs"`
+	MissingPinned   int `json:"missing_pinned"`
+	// Skipped counts the messages the reader left out of the contexts read (an
+	// invalid message, a tool pair it could not make whole), summed over the reads.
+	Skipped int          `json:"skipped"`
+	Probes  *ProbeScores `json:"probes,omitempty"`
 	// ProbeError says why the probes failed (the scores are then absent).
 	ProbeError string `json:"probe_error,omitempty"`
 }
@@ -134,6 +137,7 @@ type StrategyReport struct {
 	EvidenceShareMax   float64       `json:"evidence_share_max"`
 	BrokenToolPairs    int           `json:"broken_tool_pairs"`
 	MissingPinned      int           `json:"missing_pinned"`
+	Skipped            int           `json:"skipped"`
 	Probes             *ProbeSummary `json:"probes,omitempty"`
 }
 
@@ -193,6 +197,7 @@ func newReport(cfg *Config, results [][]ConvResult, server string) *Report {
 			sr.Facts.add(r.Facts, compacted)
 			sr.BrokenToolPairs += r.BrokenToolPairs
 			sr.MissingPinned += r.MissingPinned
+			sr.Skipped += r.Skipped
 			if r.Probes != nil {
 				probes = append(probes, *r.Probes)
 			}
@@ -285,6 +290,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		b.WriteString("\nProbes: " + r.Probes + ".\n")
 	}
 	for _, s := range r.Strategies {
+		if s.Skipped > 0 {
+			fmt.Fprintf(&b, "%s: the reader left %d message(s) out of the contexts read (see skipped in --json).\n", s.Strategy, s.Skipped)
+		}
 		if s.Fallbacks > 0 {
 			fmt.Fprintf(&b, "%s: %d final summaries were written by the extractive fallback: the LLM kept failing.\n", s.Strategy, s.Fallbacks)
 		}

@@ -512,6 +512,7 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 			res.TokensWithout += int64(whole)
 			res.BrokenToolPairs += BrokenToolPairs(cx.Messages)
 			res.MissingPinned += MissingPinned(cx.Seqs, pinned)
+			res.Skipped += len(cx.Skipped)
 		}
 		seq, err := rg.client.Publish(ctx, conv, m)
 		if err != nil {
@@ -531,6 +532,7 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	}
 	res.BrokenToolPairs += BrokenToolPairs(cx.Messages)
 	res.MissingPinned += MissingPinned(cx.Seqs, pinned)
+	res.Skipped += len(cx.Skipped)
 	res.FinalTokens, res.HistoryTokens = cx.Tokens, whole
 	v, err := rg.client.Result(ctx, conv)
 	if err != nil {
