@@ -272,12 +272,12 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 	} else {
 		rg.ns = fmt.Sprintf("eval%06dx", time.Now().UnixNano()/1e3%1e6)
 		rg.jcfg = namespaced(rg.ns)
-		rg.server = "the server at --nats-url, in namespace " + rg.ns + " (deleted at the end)"
+		rg.server = "the server at " + policy.RedactURL(url) + " (--nats-url), in namespace " + rg.ns + " (deleted at the end)"
 	}
 	conn := func(name string) (*nats.Conn, error) {
 		nc, err := jetstream.Connect(url, name, zerolog.Nop(), cfg.NATSOptions...)
 		if err != nil {
-			return nil, fmt.Errorf("connect to %s: %w", url, err)
+			return nil, fmt.Errorf("connect to %s: %w", policy.RedactURL(url), err)
 		}
 		rg.conns = append(rg.conns, nc)
 		return nc, nil
@@ -286,12 +286,16 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if rg.ns != "" {
+		// Set before provisioning, so what a failed provision created is deleted too.
+		js, err := natsjs.New(nc)
+		if err != nil {
+			return nil, err
+		}
+		rg.dropNS = func() { deleteNamespace(js, rg.ns) }
+	}
 	if rg.store, err = jetstream.Provision(ctx, nc, rg.jcfg); err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
-	}
-	if rg.ns != "" {
-		js, _ := natsjs.New(nc)
-		rg.dropNS = func() { deleteNamespace(js, rg.ns) }
 	}
 	rg.client = pipeline.NewWithStore(nc, rg.store)
 	r, _ := cfg.resolver()
