@@ -224,7 +224,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{serveCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand,
-		policyCommand, forgetCommand, benchCommand, versionCommand, benchWorkerCommand}
+		policyCommand, forgetCommand, benchCommand, evalCommand, versionCommand, benchWorkerCommand}
 }
 
 func commandNamed(name string) *command {

@@ -1,0 +1,62 @@
+package eval
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/schemas/corpustest"
+)
+
+// TestCorpus replays a third of the shared corpus with the default strategy through the real
+// pipeline: no context read breaks a tool pair or loses a pinned message, the counts
+// are the ground truth's, and compaction sends fewer tokens. It skips without the
+// corpus, and fails instead under CI=true.
+func TestCorpus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the corpus replay takes a few seconds")
+	}
+	all := corpustest.Load(t)
+	allFiles, err := Expand([]string{corpustest.Dir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(allFiles) != len(all) {
+		t.Fatalf("%d files; corpustest loaded %d", len(allFiles), len(all))
+	}
+	// Every third conversation (in name order, so every source is in), to keep it short
+	// under -race: the whole corpus is the README's run.
+	var files []string
+	var convs []corpustest.Conversation
+	for i := 0; i < len(all); i += 3 {
+		files, convs = append(files, allFiles[i]), append(convs, all[i])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Files: files, Strategies: []string{"keep-last-n"}, Plant: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Broken() != 0 {
+		t.Errorf("%d tool pairs broken or pinned messages missing; want 0", rep.Broken())
+	}
+	s := rep.Strategies[0]
+	if s.Compacted < len(files)/4 || s.TokensWith >= s.TokensWithout {
+		t.Errorf("compacted %d of %d, tokens %d with vs %d without; want a quarter compacted at W=%d and fewer tokens",
+			s.Compacted, len(files), s.TokensWith, s.TokensWithout, DefaultWindow)
+	}
+	for i, c := range rep.Conversations {
+		truth := Extract(convs[i].Messages())
+		if c.File != convs[i].Name || c.Paths.Total != len(truth.Paths) || c.Commands.Total != len(truth.Commands) || c.Facts.Total != 1 {
+			t.Errorf("%s: %d paths, %d commands, %d facts; want %d, %d and the 1 planted", c.File, c.Paths.Total, c.Commands.Total,
+				c.Facts.Total, len(truth.Paths), len(truth.Commands))
+		}
+		if c.Compactions == 0 && (c.Paths.Kept != c.Paths.Total || c.Commands.Kept != c.Commands.Total) {
+			t.Errorf("%s: not compacted, yet %d of %d paths and %d of %d commands kept; want all (the whole history is the context)",
+				c.File, c.Paths.Kept, c.Paths.Total, c.Commands.Kept, c.Commands.Total)
+		}
+	}
+	if s.Paths.Total < 150 || s.Commands.Total < 300 {
+		t.Errorf("%d paths, %d commands in a third of the corpus; want the ground truth to find hundreds", s.Paths.Total, s.Commands.Total)
+	}
+}

@@ -1,0 +1,17 @@
+// Package eval replays conversations (JSONL, one OpenAI chat message a line) through
+// compaction and reports what it costs and what survives: `compactor eval` is its
+// command; only cmd imports it.
+//
+// Run starts an embedded nats-server (or works in a namespace of its own on a named
+// server) with the real trigger and summarizer pool, replays every conversation with
+// every strategy in a conversation of its own (its policy set in the compaction-policy
+// bucket), reads the context before every model turn as an agent would, and scores the
+// final context against a ground truth read from the raw history (Extract): the paths
+// the agent touched, the commands it ran, planted and listed facts, with and without
+// the evidence section. Every context read is checked for broken tool pairs and
+// missing pinned messages. With an LLM endpoint, a Prober asks the model probe
+// questions given the final context and scores the answers (ScoreFiles, ScoreTerms).
+//
+// The ground truth and the scores are plain functions over []schemas.Message, tested
+// without a server.
+package eval

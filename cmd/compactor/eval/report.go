@@ -1,0 +1,350 @@
+package eval
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Count is how many items of one kind (paths, commands, facts) a conversation's raw
+// history holds and how many of them are in its final context.
+type Count struct {
+	Total int `json:"total"`
+	Kept  int `json:"kept"`
+	// KeptWithoutEvidence is Kept with the evidence section taken out of the summary.
+	KeptWithoutEvidence int `json:"kept_without_evidence"`
+	// Lost names up to 10 items not kept.
+	Lost []string `json:"lost,omitempty"`
+}
+
+// ConvResult is one conversation replayed with one strategy.
+type ConvResult struct {
+	File         string `json:"file"`
+	Strategy     string `json:"strategy"`
+	Conversation string `json:"conversation"`
+	Messages     int    `json:"messages"`
+	// ModelTurns are the assistant messages, before each of which the context was read.
+	ModelTurns  int `json:"model_turns"`
+	Compactions int `json:"compactions"`
+	// Fallback: the final summary was written by the extractive fallback, not the
+	// configured summarizer (an LLM that kept failing).
+	Fallback bool `json:"fallback,omitempty"`
+	// TokensWith is the sum over model turns of the context sent with compaction;
+	// TokensWithout the whole history's at the same turns.
+	TokensWith    int64 `json:"tokens_with"`
+	TokensWithout int64 `json:"tokens_without"`
+	// SummarizerIn/Out are the summarizer's tokens: reported usage, or an estimate.
+	SummarizerIn    int64 `json:"summarizer_in"`
+	SummarizerOut   int64 `json:"summarizer_out"`
+	SummarizerCalls int   `json:"summarizer_calls"`
+	// FinalTokens is the final context; HistoryTokens the whole history.
+	FinalTokens    int   `json:"final_tokens"`
+	HistoryTokens  int   `json:"history_tokens"`
+	EvidenceTokens int   `json:"evidence_tokens"`
+	Paths          Count `json:"paths"`
+	Commands       Count `json:"commands"`
+	Facts          Count `json:"facts"`
+	// BrokenToolPairs and MissingPinned are summed over every context read: must be 0.
+	BrokenToolPairs int `json:"broken_tool_pairs"`
+	MissingPinned   int `json:"missing_pinned"`
+	// Skipped counts the messages the reader left out of the contexts read (an
+	// invalid message, a tool pair it could not make whole), summed over the reads.
+	Skipped int          `json:"skipped"`
+	Probes  *ProbeScores `json:"probes,omitempty"`
+	// ProbeError says why the probes failed (the scores are then absent).
+	ProbeError string `json:"probe_error,omitempty"`
+}
+
+// Survival sums one kind of item over a strategy's conversations.
+type Survival struct {
+	Total               int `json:"total"`
+	Kept                int `json:"kept"`
+	KeptWithoutEvidence int `json:"kept_without_evidence"`
+	// Micro is Kept ÷ Total; Macro the mean of each conversation's share (over the
+	// conversations with at least one item); the -WithoutEvidence ones the same
+	// without the evidence section.
+	Micro                float64 `json:"micro"`
+	Macro                float64 `json:"macro"`
+	MicroWithoutEvidence float64 `json:"micro_without_evidence"`
+	MacroWithoutEvidence float64 `json:"macro_without_evidence"`
+	// CompactedMicro is Micro over the compacted conversations only (the others keep
+	// everything verbatim).
+	CompactedMicro                                 float64 `json:"compacted_micro"`
+	CompactedMicroWithoutEvidence                  float64 `json:"compacted_micro_without_evidence"`
+	compacted, compactedKept, compactedBare, convs int
+	macro, macroBare                               float64
+}
+
+func (s *Survival) add(c Count, compacted bool) {
+	s.Total += c.Total
+	s.Kept += c.Kept
+	s.KeptWithoutEvidence += c.KeptWithoutEvidence
+	if c.Total > 0 {
+		s.convs++
+		s.macro += float64(c.Kept) / float64(c.Total)
+		s.macroBare += float64(c.KeptWithoutEvidence) / float64(c.Total)
+	}
+	if compacted {
+		s.compacted += c.Total
+		s.compactedKept += c.Kept
+		s.compactedBare += c.KeptWithoutEvidence
+	}
+}
+
+func (s *Survival) finish() {
+	s.Micro, s.MicroWithoutEvidence = ratio(s.Kept, s.Total), ratio(s.KeptWithoutEvidence, s.Total)
+	s.CompactedMicro, s.CompactedMicroWithoutEvidence = ratio(s.compactedKept, s.compacted), ratio(s.compactedBare, s.compacted)
+	if s.convs > 0 {
+		s.Macro, s.MacroWithoutEvidence = s.macro/float64(s.convs), s.macroBare/float64(s.convs)
+	} else {
+		s.Macro, s.MacroWithoutEvidence = 1, 1
+	}
+}
+
+// ratio is a ÷ b, 1 when there is nothing to keep.
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 1
+	}
+	return float64(a) / float64(b)
+}
+
+// StrategyReport is one strategy over every conversation.
+type StrategyReport struct {
+	Strategy      string `json:"strategy"`
+	Conversations int    `json:"conversations"`
+	// Compacted counts the conversations compacted at least once.
+	Compacted   int `json:"compacted"`
+	Compactions int `json:"compactions"`
+	// Fallbacks counts the final summaries the extractive fallback wrote although an
+	// LLM was configured: the LLM kept failing.
+	Fallbacks     int   `json:"fallbacks"`
+	TokensWith    int64 `json:"tokens_with"`
+	TokensWithout int64 `json:"tokens_without"`
+	SummarizerIn  int64 `json:"summarizer_in"`
+	SummarizerOut int64 `json:"summarizer_out"`
+	// Saved is 1 − (TokensWith + SummarizerIn + SummarizerOut) ÷ TokensWithout.
+	Saved    float64  `json:"saved"`
+	Paths    Survival `json:"paths"`
+	Commands Survival `json:"commands"`
+	Facts    Survival `json:"facts"`
+	// EvidenceTokensMean and EvidenceShareMax are over the compacted conversations:
+	// the evidence section's tokens, and its largest share of target × W.
+	EvidenceTokensMean float64       `json:"evidence_tokens_mean"`
+	EvidenceShareMean  float64       `json:"evidence_share_mean"`
+	EvidenceShareMax   float64       `json:"evidence_share_max"`
+	BrokenToolPairs    int           `json:"broken_tool_pairs"`
+	MissingPinned      int           `json:"missing_pinned"`
+	Skipped            int           `json:"skipped"`
+	Probes             *ProbeSummary `json:"probes,omitempty"`
+}
+
+// Report is a whole eval run.
+type Report struct {
+	Command       string           `json:"command,omitempty"`
+	Window        int              `json:"window"`
+	Target        float64          `json:"target"`
+	Summarizer    string           `json:"summarizer"`
+	SummaryTokens string           `json:"summarizer_tokens"`
+	Server        string           `json:"server"`
+	Files         int              `json:"files"`
+	Facts         int              `json:"facts"`
+	Planted       int              `json:"planted"`
+	Probes        string           `json:"probes"`
+	Elapsed       string           `json:"elapsed"`
+	Strategies    []StrategyReport `json:"strategies"`
+	Conversations []ConvResult     `json:"conversations"`
+}
+
+func newReport(cfg *Config, results [][]ConvResult, server string) *Report {
+	target := cfg.Resolver.Base().Target
+	rep := &Report{Window: cfg.Window, Target: target, Summarizer: cfg.SummarizerName, Server: server,
+		Facts: len(cfg.Facts), Planted: cfg.Plant, Probes: "off (no LLM endpoint configured)"}
+	rep.SummaryTokens = "as the LLM reported them"
+	if cfg.Summarizers == nil {
+		rep.SummaryTokens = "estimated (chars/4 of what the extractive summarizer read and wrote, plus the prompt overhead an LLM call would add)"
+	}
+	if cfg.Prober != nil {
+		rep.Probes = "asked of " + cfg.Prober.Model
+	}
+	budget := target * float64(cfg.Window)
+	for i, rs := range results {
+		sr := StrategyReport{Strategy: cfg.Strategies[i], Conversations: len(rs)}
+		var probes []ProbeScores
+		probeErrors := 0
+		for _, r := range rs {
+			rep.Files = len(rs)
+			compacted := r.Compactions > 0
+			if compacted {
+				sr.Compacted++
+				sr.EvidenceTokensMean += float64(r.EvidenceTokens)
+				share := float64(r.EvidenceTokens) / budget
+				sr.EvidenceShareMean += share
+				sr.EvidenceShareMax = max(sr.EvidenceShareMax, share)
+			}
+			sr.Compactions += r.Compactions
+			if r.Fallback && cfg.Summarizers != nil {
+				sr.Fallbacks++
+			}
+			sr.TokensWith += r.TokensWith
+			sr.TokensWithout += r.TokensWithout
+			sr.SummarizerIn += r.SummarizerIn
+			sr.SummarizerOut += r.SummarizerOut
+			sr.Paths.add(r.Paths, compacted)
+			sr.Commands.add(r.Commands, compacted)
+			sr.Facts.add(r.Facts, compacted)
+			sr.BrokenToolPairs += r.BrokenToolPairs
+			sr.MissingPinned += r.MissingPinned
+			sr.Skipped += r.Skipped
+			if r.Probes != nil {
+				probes = append(probes, *r.Probes)
+			}
+			if r.ProbeError != "" {
+				probeErrors++
+			}
+			rep.Conversations = append(rep.Conversations, r)
+		}
+		if sr.Compacted > 0 {
+			sr.EvidenceTokensMean /= float64(sr.Compacted)
+			sr.EvidenceShareMean /= float64(sr.Compacted)
+		}
+		if sr.TokensWithout > 0 {
+			sr.Saved = 1 - float64(sr.TokensWith+sr.SummarizerIn+sr.SummarizerOut)/float64(sr.TokensWithout)
+		}
+		sr.Paths.finish()
+		sr.Commands.finish()
+		sr.Facts.finish()
+		if cfg.Prober != nil {
+			sr.Probes = summarize(probes)
+			sr.Probes.Failed = probeErrors
+		}
+		rep.Strategies = append(rep.Strategies, sr)
+	}
+	return rep
+}
+
+// Broken is the tool pairs broken and pinned messages missing over every read: the
+// run fails when it is not 0.
+func (r *Report) Broken() int {
+	n := 0
+	for _, s := range r.Strategies {
+		n += s.BrokenToolPairs + s.MissingPinned
+	}
+	return n
+}
+
+// WriteJSON writes the report as one JSON document.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+// WriteTable writes the per-strategy table for people, then what it means.
+func (r *Report) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d conversations, window W=%d, target %.2f; summarizer: %s; server: %s; %s\n\n",
+		r.Files, r.Window, r.Target, r.Summarizer, r.Server, r.Elapsed)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\tcompacted\tcompactions\tsent with\tsent without\tsummarizer in+out\tsaved\t"+
+		"paths\t(no evidence)\tcommands\t(no evidence)\tfacts\tevidence share\tbroken pairs\tmissing pins\t")
+	for _, s := range r.Strategies {
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n",
+			s.Strategy, s.Compacted, s.Conversations, s.Compactions, s.TokensWith, s.TokensWithout,
+			s.SummarizerIn+s.SummarizerOut, pct(s.Saved),
+			pct(s.Paths.Micro), pct(s.Paths.MicroWithoutEvidence), pct(s.Commands.Micro), pct(s.Commands.MicroWithoutEvidence),
+			factsCell(s.Facts), pct(s.EvidenceShareMax), s.BrokenToolPairs, s.MissingPinned)
+	}
+	tw.Flush()
+	b.WriteString("\nSurvival in the final context (micro = items kept ÷ items; macro = mean per conversation; compacted = only the conversations compacted):\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "strategy\tkind\titems\tmicro\tmacro\tcompacted\tmicro no ev.\tmacro no ev.\tcompacted no ev.\t")
+	for _, s := range r.Strategies {
+		for _, k := range []struct {
+			name string
+			v    Survival
+		}{{"paths", s.Paths}, {"commands", s.Commands}, {"facts", s.Facts}} {
+			if k.v.Total == 0 {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Strategy, k.name, k.v.Total, pct(k.v.Micro), pct(k.v.Macro),
+				pct(k.v.CompactedMicro), pct(k.v.MicroWithoutEvidence), pct(k.v.MacroWithoutEvidence), pct(k.v.CompactedMicroWithoutEvidence))
+		}
+	}
+	tw.Flush()
+	if r.Strategies != nil && r.Strategies[0].Probes != nil {
+		b.WriteString("\nProbes (" + r.Probes + "), mean scores 0–1:\n")
+		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "strategy\tfiles recall\tfiles precision\twhat was decided\twhat the user asked\tprobed\tfailed\t")
+		for _, s := range r.Strategies {
+			p := s.Probes
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", s.Strategy, score2(p.FilesRecall), score2(p.FilesPrecision), score2(p.Decided),
+				score2(p.Asked), p.Conversations, p.Failed)
+		}
+		tw.Flush()
+	} else {
+		b.WriteString("\nProbes: " + r.Probes + ".\n")
+	}
+	for _, s := range r.Strategies {
+		if s.Skipped > 0 {
+			fmt.Fprintf(&b, "%s: the reader left %d message(s) out of the contexts read (see skipped in --json).\n", s.Strategy, s.Skipped)
+		}
+		if s.Fallbacks > 0 {
+			fmt.Fprintf(&b, "%s: %d final summaries were written by the extractive fallback: the LLM kept failing.\n", s.Strategy, s.Fallbacks)
+		}
+	}
+	fmt.Fprintf(&b, "Summarizer tokens: %s.\n", r.SummaryTokens)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// score2 is a probe score, "-" when it applied to no conversation.
+func score2(v float64) string {
+	if v < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func factsCell(s Survival) string {
+	if s.Total == 0 {
+		return "-"
+	}
+	return pct(s.Micro)
+}
+
+// WriteMarkdown writes the per-strategy tables as Markdown (the README's "What
+// survives compaction" is one).
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d conversations, W = %d tokens (target %.2f × W = %.0f), summarizer: %s; summarizer tokens %s.\n\n",
+		r.Files, r.Window, r.Target, r.Target*float64(r.Window), r.Summarizer, r.SummaryTokens)
+	b.WriteString("| strategy | compacted | compactions | tokens sent with compaction | without | summarizer in + out | saved | broken tool pairs | missing pinned |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, s := range r.Strategies {
+		fmt.Fprintf(&b, "| %s | %d of %d | %d | %d | %d | %d + %d | %s | %d | %d |\n", s.Strategy, s.Compacted, s.Conversations, s.Compactions,
+			s.TokensWith, s.TokensWithout, s.SummarizerIn, s.SummarizerOut, pct(s.Saved), s.BrokenToolPairs, s.MissingPinned)
+	}
+	b.WriteString("\nIn the final context, with the evidence section (without it), over every conversation (micro, macro) and over the compacted ones only:\n\n")
+	b.WriteString("| strategy | paths (micro) | paths (macro) | paths, compacted | commands (micro) | commands (macro) | commands, compacted | facts | evidence tokens (mean) | evidence share of target × W (max) |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	both := func(v, bare float64) string { return fmt.Sprintf("%s (%s)", pct(v), pct(bare)) }
+	for _, s := range r.Strategies {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s |\n", s.Strategy,
+			both(s.Paths.Micro, s.Paths.MicroWithoutEvidence), both(s.Paths.Macro, s.Paths.MacroWithoutEvidence),
+			both(s.Paths.CompactedMicro, s.Paths.CompactedMicroWithoutEvidence),
+			both(s.Commands.Micro, s.Commands.MicroWithoutEvidence), both(s.Commands.Macro, s.Commands.MacroWithoutEvidence),
+			both(s.Commands.CompactedMicro, s.Commands.CompactedMicroWithoutEvidence),
+			factsCell(s.Facts), s.EvidenceTokensMean, pct(s.EvidenceShareMax))
+	}
+	if len(r.Strategies) > 0 {
+		s := r.Strategies[0]
+		fmt.Fprintf(&b, "\nItems in the raw histories: %d distinct paths, %d distinct commands, %d facts.\n", s.Paths.Total, s.Commands.Total, s.Facts.Total)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

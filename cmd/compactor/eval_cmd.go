@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/cmd/compactor/eval"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/summarizer/extractive"
+	"github.com/compactor/compactor/summarizer/split"
+	"github.com/compactor/compactor/summarizer/summary"
+)
+
+// evalCommand replays conversations through compaction and reports what survives
+// (package eval): progress on stderr, the table (or --json) on stdout.
+var evalCommand = &command{
+	name: "eval", args: "DIR|FILE...", interruptible: true,
+	summary: "replay conversations (JSONL) through compaction and report tokens and what survives, per strategy",
+	about: `Each conversation (one OpenAI chat message a line; a directory gives its *.jsonl) is
+replayed with each strategy in a conversation of its own: published message by message,
+its context read before every assistant message as an agent would, and its final
+context scored against the raw history: distinct paths the agent touched, commands it
+ran, planted (--plant) and listed (--fact, --facts) facts, with and without the
+evidence section; tool pairs broken and pinned messages missing (must be 0: the run
+fails otherwise). Runs on an embedded server unless --nats-url names one. With an LLM
+endpoint (COMPACTOR_LLM_BASE_URL or OPENAI_BASE_URL, and a key) the LLM summarizes and
+the probes ask it which files were changed, what was decided and what the user asked
+for; without one the extractive summarizer runs, which the output says.
+Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
+	define: func(fs *flagSet) func(ctx context.Context, c *call) error {
+		var strategies, facts listValue
+		fs.add(&strategies, "strategy", "", "S", "a strategy to replay with (repeatable; default: "+strings.Join(eval.DefaultStrategies, ", ")+")", "")
+		window := fs.Int("window", "N", fmt.Sprintf("the context window W in tokens (default %d)", eval.DefaultWindow))
+		asJSON := fs.JSON()
+		markdown := fs.Bool("markdown", "", "print the tables as Markdown (as in the README) instead of aligned text")
+		fs.add(&facts, "fact", "", "TEXT", "a fact to look for in the final contexts (repeatable)", "")
+		factsFile := fs.String("facts", "", "FILE", "facts to look for, one a line")
+		plant := fs.Int("plant", "N", "plant N unique synthetic facts as user messages early in each conversation")
+		concurrency := fs.Int("concurrency", "N", "conversations replayed at once (default 8)")
+		url := fs.String("nats-url", "", "URL", "replay on this NATS server (as a user that may create streams; COMPACTOR_NATS_CREDS and the other auth variables apply), in a namespace of its own deleted afterwards (default: an embedded server)")
+		evidence := fs.String("evidence-budget", "", "F", "set the policy key evidence_budget of every conversation (fraction of W; 0 turns evidence off); unset by default")
+		turnWait := fs.Duration("turn-wait", "D", "longest wait of one model turn for a pending compaction (default 30s)")
+		return func(ctx context.Context, c *call) error {
+			for _, s := range strategies {
+				if !slices.Contains(split.Strategies, s) {
+					return usagef("--strategy: unknown strategy %q (known: %s)", s, strings.Join(split.Strategies, ", "))
+				}
+			}
+			if *window != 0 && *window < 1000 {
+				return usagef("--window: must be at least 1000 tokens, got %d", *window)
+			}
+			if *plant < 0 || *plant > 100 {
+				return usagef("--plant: must be 0 to 100, got %d", *plant)
+			}
+			if *concurrency < 0 || *concurrency > 256 {
+				return usagef("--concurrency: must be 1 to 256, got %d", *concurrency)
+			}
+			if *evidence != "" {
+				if f, err := strconv.ParseFloat(*evidence, 64); err != nil || f < 0 || f >= 1 {
+					return usagef("--evidence-budget: must be a fraction from 0 to below 1, got %q", *evidence)
+				}
+			}
+			if *factsFile != "" {
+				more, err := readFacts(*factsFile)
+				if err != nil {
+					return usagef("--facts: %v", err)
+				}
+				facts = append(facts, more...)
+			}
+			files, err := eval.Expand(c.args)
+			if err != nil {
+				if errors.Is(err, eval.ErrNoInput) {
+					return usagef("%v", err)
+				}
+				return err
+			}
+			env, err := c.loadEnv()
+			if err != nil {
+				return err
+			}
+			r, err := env.resolver()
+			if err != nil {
+				return newError(errConfig, err, "%v", err)
+			}
+			// Errors only (a dead letter, a broken trigger): the report says the rest.
+			log := newLogger(env, c.std.err).Level(zerolog.ErrorLevel)
+			cfg := eval.Config{Files: files, Strategies: strategies, Window: *window, Facts: facts, Plant: *plant,
+				Concurrency: *concurrency, EvidenceBudget: *evidence, NATSURL: *url, Resolver: r, TurnWait: *turnWait, Logger: log}
+			if *url != "" {
+				// The named server authenticates as the commands' connections do.
+				cfg.NATSOptions = []nats.Option{env.natsAuth().Option()}
+			}
+			fallback := extractive.New()
+			sums := newSummarizers(env, r, fallback, log)
+			sum, err := sums.For(r.Base())
+			if err != nil {
+				return newError(errConfig, err, "%v", err)
+			}
+			if sum != summary.Summarizer(fallback) {
+				base, key := sums.endpointAndKey(r.Base())
+				if base == "" {
+					base = defaultEndpoint
+				}
+				cfg.Summarizers = sums.For
+				cfg.SummarizerName = fmt.Sprintf("LLM %s at %s", r.Base().LLMModel, policy.RedactURL(base))
+				cfg.Prober = eval.NewProber(base, key, r.Base().LLMModel)
+				cfg.Prober.MaxCompletionTokens = r.Base().LLMMaxTokensField == "max_completion_tokens"
+			}
+			nStrategies := len(strategies)
+			if nStrategies == 0 {
+				nStrategies = len(eval.DefaultStrategies)
+			}
+			fmt.Fprintf(c.std.err, "eval: %d conversations × %d strategies; summarizer: %s\n", len(files), nStrategies, summarizerName(cfg))
+			if bar := newProgress(c.std.err, c.lookup, "eval", "replays", int64(len(files)*nStrategies)); bar != nil {
+				defer bar.finish()
+				cfg.Progress = func(done, total int) { bar.set(int64(done), fmt.Sprintf("%d of %d replays", done, total)) }
+			}
+			rep, err := eval.Run(ctx, cfg)
+			if err != nil {
+				switch {
+				case errors.Is(err, eval.ErrConfig), errors.Is(err, eval.ErrNoInput):
+					return usagef("%v", err)
+				}
+				return err
+			}
+			rep.Command = "compactor eval " + strings.Join(c.raw, " ")
+			switch {
+			case *asJSON:
+				err = rep.WriteJSON(c.std.out)
+			case *markdown:
+				err = rep.WriteMarkdown(c.std.out)
+			default:
+				err = rep.WriteTable(c.std.out)
+			}
+			if err != nil {
+				return err
+			}
+			if n := rep.Broken(); n > 0 {
+				return fmt.Errorf("invariant broken: %d tool pair(s) broken or pinned message(s) missing in the contexts read", n)
+			}
+			return nil
+		}
+	},
+}
+
+func summarizerName(cfg eval.Config) string {
+	if cfg.SummarizerName == "" {
+		return "extractive (no LLM endpoint configured: COMPACTOR_LLM_BASE_URL, OPENAI_BASE_URL or an API key)"
+	}
+	return cfg.SummarizerName
+}
+
+// listValue is a repeatable flag.
+type listValue []string
+
+func (l *listValue) Set(s string) error { *l = append(*l, s); return nil }
+func (l *listValue) String() string     { return strings.Join(*l, ",") }
+
+// readFacts reads one fact a line (blank lines and lines starting with # skipped).
+func readFacts(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if len(out) == 1000 {
+			return nil, fmt.Errorf("%s: more than 1000 facts", path)
+		}
+		out = append(out, line)
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/cmd/compactor/eval"
+	"github.com/compactor/compactor/jetstream/jstest"
+)
+
+// evalSession is a small coding session as JSONL that compacts at a 2,000-token window.
+func evalSession(t *testing.T, dir, name string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(`{"role":"system","content":"You are a coding agent."}` + "\n")
+	b.WriteString(`{"role":"user","content":"Fix the flaky test in the cache package."}` + "\n")
+	for k := range 8 {
+		fmt.Fprintf(&b, `{"role":"assistant","content":"","tool_calls":[{"id":"c%d","type":"function","function":{"name":"bash","arguments":"{\"command\":\"cat /repo/cache/file%d.go\"}"}}]}`+"\n", k, k)
+		fmt.Fprintf(&b, `{"role":"tool","tool_call_id":"c%d","content":"%s"}`+"\n", k, strings.Repeat("package cache // filler ", 50))
+	}
+	b.WriteString(`{"role":"assistant","content":"The flaky test is fixed."}` + "\n")
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestEvalJSON(t *testing.T) {
+	testEnv(t, 128000)
+	dir := t.TempDir()
+	evalSession(t, dir, "a.jsonl")
+	evalSession(t, dir, "b.jsonl")
+	out, errOut, err := cli(t, "", "eval", dir, "--strategy", "keep-last-n", "--strategy", "tool-rounds", "--window", "2000", "--plant", "1", "--json")
+	if err != nil {
+		t.Fatalf("eval: %v\n%s", err, errOut)
+	}
+	if !strings.Contains(errOut, "extractive (no LLM endpoint configured") {
+		t.Errorf("stderr %q; want it to say the extractive summarizer runs", errOut)
+	}
+	var rep eval.Report
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(&rep); err != nil || dec.More() {
+		t.Fatalf("printed %q; want one JSON document (%v)", out, err)
+	}
+	if rep.Files != 2 || len(rep.Strategies) != 2 || rep.Strategies[1].Strategy != "tool-rounds" || rep.Window != 2000 {
+		t.Fatalf("report %+v; want 2 files and the 2 strategies asked for at W=2000", rep)
+	}
+	for _, s := range rep.Strategies {
+		if s.Compacted != 2 || s.Paths.Total != 16 || s.Facts.Total != 2 || s.BrokenToolPairs != 0 || s.MissingPinned != 0 {
+			t.Errorf("%s: %+v; want both compacted, 16 paths, 2 planted facts, nothing broken", s.Strategy, s)
+		}
+	}
+	if !strings.HasPrefix(rep.Command, "compactor eval ") || !strings.Contains(rep.Probes, "off") {
+		t.Errorf("command %q, probes %q; want the command line and probes off", rep.Command, rep.Probes)
+	}
+}
+
+func TestEvalWithLLMProbes(t *testing.T) {
+	testEnv(t, 128000)
+	f := newFakeLLM(t)
+	t.Setenv("COMPACTOR_LLM_BASE_URL", f.srv.URL)
+	t.Setenv("COMPACTOR_LLM_API_KEY", "test-key")
+	file := evalSession(t, t.TempDir(), "a.jsonl")
+	out, errOut, err := cli(t, "", "eval", file, "--strategy", "keep-last-n", "--window", "2000")
+	if err != nil {
+		t.Fatalf("eval: %v\n%s", err, errOut)
+	}
+	if !strings.Contains(errOut, "summarizer: LLM") || !strings.Contains(out, "files recall") {
+		t.Errorf("stderr %q, stdout:\n%s\nwant the LLM named and the probe table", errOut, out)
+	}
+	// The probes asked the fake as well as the summaries: three questions more.
+	if got := f.allInputs(); !strings.Contains(got, eval.QuestionFiles) || !strings.Contains(got, eval.QuestionAsked) {
+		t.Errorf("the LLM was not asked the probe questions; inputs:\n%.500s", got)
+	}
+}
+
+func TestEvalRefuses(t *testing.T) {
+	testEnv(t, 128000)
+	dir := t.TempDir()
+	good := evalSession(t, dir, "good.jsonl")
+	bad := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(bad, []byte("{\"role\":\"user\",\"content\":\"hi\"}\n{\"role\":\"wizard\",\"content\":\"x\"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		exit int
+		want string
+	}{
+		{[]string{"eval", good, "--strategy", "newest"}, exitUsage, `--strategy: unknown strategy "newest"`},
+		{[]string{"eval", empty}, exitUsage, "no *.jsonl file in directory"},
+		{[]string{"eval"}, exitUsage, "name a directory or a JSONL file"},
+		{[]string{"eval", filepath.Join(dir, "missing.jsonl")}, exitError, "missing.jsonl"},
+		{[]string{"eval", good, "--window", "10"}, exitUsage, "--window: must be at least 1000"},
+		{[]string{"eval", good, "--plant", "1000"}, exitUsage, "--plant: must be 0 to 100"},
+		{[]string{"eval", good, "--evidence-budget", "lots"}, exitUsage, "--evidence-budget"},
+		{[]string{"eval", good, bad}, exitUsage, "bad.jsonl:2:"}, // an invalid message, like a bad flag, needs a change
+	} {
+		_, _, err := cli(t, "", tc.args...)
+		if exitCode(err) != tc.exit || err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v (exit %d); want exit %d saying %q", tc.args, err, exitCode(err), tc.exit, tc.want)
+		}
+	}
+}
+
+func TestEvalOnNamedServer(t *testing.T) {
+	testEnv(t, 128000)
+	srv := jstest.ServerWith(t, nil)
+	file := evalSession(t, t.TempDir(), "a.jsonl")
+	out, errOut, err := cli(t, "", "eval", file, "--strategy", "keep-last-n", "--window", "2000", "--nats-url", srv.ClientURL(), "--json")
+	if err != nil {
+		t.Fatalf("eval: %v\n%s", err, errOut)
+	}
+	var rep eval.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rep.Server, "--nats-url") || rep.Strategies[0].Compacted != 1 {
+		t.Errorf("server %q, compacted %d; want the named server and the conversation compacted", rep.Server, rep.Strategies[0].Compacted)
+	}
+}
+
+// An LLM that always fails does not stall eval: the run ends (the final read does not
+// wait out --turn-wait), no summary is counted as the LLM's, a fallback result would be
+// reported as one, the failed probes are reported, and the tool pairs stay whole.
+func TestEvalWithFailingLLM(t *testing.T) {
+	testEnv(t, 128000)
+	f := newFakeLLM(t)
+	f.set(func(f *fakeLLM) { f.status = 500 })
+	t.Setenv("COMPACTOR_LLM_BASE_URL", f.srv.URL)
+	t.Setenv("COMPACTOR_LLM_API_KEY", "test-key")
+	file := evalSession(t, t.TempDir(), "a.jsonl")
+	out, errOut, err := cli(t, "", "eval", file, "--strategy", "keep-last-n", "--window", "2000", "--json")
+	if err != nil {
+		t.Fatalf("eval: %v\n%s", err, errOut)
+	}
+	var rep eval.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Conversations[0]
+	if c.SummarizerCalls != 0 && !c.Fallback {
+		t.Errorf("%+v: want no successful LLM summary", c)
+	}
+	if c.Compactions > 0 && (!c.Fallback || rep.Strategies[0].Fallbacks != 1) {
+		t.Errorf("compactions %d, fallback %v, fallbacks %d; want a fallback result reported", c.Compactions, c.Fallback, rep.Strategies[0].Fallbacks)
+	}
+	if rep.Broken() != 0 {
+		t.Errorf("%d broken; want 0", rep.Broken())
+	}
+	if p := rep.Strategies[0].Probes; p == nil || p.Failed != 1 || p.Conversations != 0 || !strings.Contains(c.ProbeError, "500") {
+		t.Errorf("probes %+v, error %q; want the failed probe reported", p, c.ProbeError)
+	}
+}
