@@ -520,6 +520,33 @@ func TestREADMETryIt(t *testing.T) {
 			if !strings.HasPrefix(out, "completed: generation 1,") {
 				t.Errorf("README says %q; compact printed:\n%s", comment, out)
 			}
+		case strings.HasPrefix(comment, "the same context as an Anthropic"):
+			var req struct {
+				System   json.RawMessage   `json:"system"`
+				Messages []json.RawMessage `json:"messages"`
+			}
+			if err := json.NewDecoder(strings.NewReader(out)).Decode(&req); err != nil || len(req.Messages) == 0 || !strings.Contains(out, "Summary of the earlier conversation") {
+				t.Errorf("README says %q; context --format anthropic printed (%v):\n%s", comment, err, firstLines(out, 5))
+			}
+		case strings.HasPrefix(comment, "raw messages behind the summary"):
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			found := false
+			for _, l := range lines {
+				var m struct {
+					Seq  uint64 `json:"seq"`
+					Role string `json:"role"`
+				}
+				if json.Unmarshal([]byte(l), &m) == nil && m.Seq > 0 && m.Role != "" {
+					found = found || strings.Contains(strings.ToLower(l), "productivity_summary")
+				}
+			}
+			if !found {
+				t.Errorf("README says %q; recall printed no message with a seq that matches:\n%s", comment, firstLines(out, 5))
+			}
+		case strings.HasPrefix(comment, "replayed on an embedded server"):
+			if !strings.Contains(out, "tool-rounds") || !strings.Contains(out, "paths") {
+				t.Errorf("README says %q; eval printed:\n%s", comment, firstLines(out, 10))
+			}
 		case strings.HasPrefix(comment, "pinned + summary + tail"):
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if len(lines) < 3 || !strings.Contains(out, "Summary of the earlier conversation") {
