@@ -30,7 +30,8 @@ replayed with each strategy in a conversation of its own: published message by m
 its context read before every assistant message as an agent would, and its final
 context scored against the raw history: distinct paths the agent touched, commands it
 ran, planted (--plant) and listed (--fact, --facts) facts, with and without the
-evidence section; tool pairs broken and pinned messages missing (must be 0: the run
+evidence section, and by construction (the summary's own text removed: what survives
+whatever the summarizer writes); tool pairs broken and pinned messages missing (must be 0: the run
 fails otherwise). Runs on an embedded server unless --nats-url names one. With an LLM
 endpoint (COMPACTOR_LLM_BASE_URL or OPENAI_BASE_URL, and a key) the LLM summarizes and
 the probes ask it which files were changed, what was decided and what the user asked

@@ -54,6 +54,14 @@ func TestEvalJSON(t *testing.T) {
 		if s.Compacted != 2 || s.Paths.Total != 16 || s.Facts.Total != 2 || s.BrokenToolPairs != 0 || s.MissingPinned != 0 {
 			t.Errorf("%s: %+v; want both compacted, 16 paths, 2 planted facts, nothing broken", s.Strategy, s)
 		}
+		if p := s.Paths; p.KeptByConstruction == 0 || p.KeptByConstruction > p.Kept || p.MicroByConstruction != float64(p.KeptByConstruction)/16 {
+			t.Errorf("%s: paths %+v; want some kept by construction (the evidence section), at most the kept ones, micro of 16", s.Strategy, p)
+		}
+	}
+	for _, key := range []string{`"kept_by_construction"`, `"micro_by_construction"`, `"macro_by_construction"`, `"compacted_micro_by_construction"`} {
+		if !strings.Contains(out, key) {
+			t.Errorf("the JSON lacks %s", key)
+		}
 	}
 	if !strings.HasPrefix(rep.Command, "compactor eval ") || !strings.Contains(rep.Probes, "off") {
 		t.Errorf("command %q, probes %q; want the command line and probes off", rep.Command, rep.Probes)

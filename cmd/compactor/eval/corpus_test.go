@@ -51,10 +51,23 @@ func TestCorpus(t *testing.T) {
 			t.Errorf("%s: %d paths, %d commands, %d facts; want %d, %d and the 1 planted", c.File, c.Paths.Total, c.Commands.Total,
 				c.Facts.Total, len(truth.Paths), len(truth.Commands))
 		}
-		if c.Compactions == 0 && (c.Paths.Kept != c.Paths.Total || c.Commands.Kept != c.Commands.Total) {
-			t.Errorf("%s: not compacted, yet %d of %d paths and %d of %d commands kept; want all (the whole history is the context)",
-				c.File, c.Paths.Kept, c.Paths.Total, c.Commands.Kept, c.Commands.Total)
+		if c.Compactions == 0 && (c.Paths.Kept != c.Paths.Total || c.Commands.Kept != c.Commands.Total ||
+			c.Paths.KeptByConstruction != c.Paths.Total || c.Commands.KeptByConstruction != c.Commands.Total) {
+			t.Errorf("%s: not compacted, yet paths %+v and commands %+v; want all kept, also by construction (the whole history is the context)",
+				c.File, c.Paths, c.Commands)
 		}
+		for _, k := range []Count{c.Paths, c.Commands, c.Facts} {
+			if k.KeptByConstruction > k.Kept {
+				t.Errorf("%s: %+v: more kept by construction than with the summary; want at most as many", c.File, k)
+			}
+		}
+	}
+	// The evidence section (on by default) keeps paths and commands of the compacted
+	// conversations whatever the summary says.
+	if s.Paths.CompactedMicroByConstruction == 0 || s.Commands.CompactedMicroByConstruction == 0 ||
+		s.Paths.CompactedMicroByConstruction > s.Paths.CompactedMicro || s.Commands.CompactedMicroByConstruction > s.Commands.CompactedMicro {
+		t.Errorf("compacted: paths %.3f by construction (%.3f with the summary), commands %.3f (%.3f); want above 0 and at most as many",
+			s.Paths.CompactedMicroByConstruction, s.Paths.CompactedMicro, s.Commands.CompactedMicroByConstruction, s.Commands.CompactedMicro)
 	}
 	if s.Paths.Total < 150 || s.Commands.Total < 300 {
 		t.Errorf("%d paths, %d commands in a third of the corpus; want the ground truth to find hundreds", s.Paths.Total, s.Commands.Total)

@@ -8,7 +8,8 @@
 // bucket), reads the context before every model turn as an agent would, and scores the
 // final context against a ground truth read from the raw history (Extract): the paths
 // the agent touched, the commands it ran, planted and listed facts, with and without
-// the evidence section. Every context read is checked for broken tool pairs and
+// the evidence section (WithoutEvidence), and by construction (ByConstruction: the
+// summary's own text removed, what survives whatever the summarizer writes). Every context read is checked for broken tool pairs and
 // missing pinned messages. With an LLM endpoint, a Prober asks the model probe
 // questions given the final context and scores the answers (ScoreFiles, ScoreTerms).
 //

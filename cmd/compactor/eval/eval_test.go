@@ -158,7 +158,7 @@ func TestRunKnownSurvival(t *testing.T) {
 	dir := t.TempDir()
 	file := writeJSONL(t, dir, "session.jsonl", agentSession())
 	f := newFakeLLM(t)
-	rep := runEval(t, Config{Files: []string{file}, Strategies: []string{"all"}, Window: 2000, Plant: 2,
+	rep := runEval(t, Config{Files: []string{file}, Strategies: []string{"all"}, Window: 2000, Plant: 2, EvidenceBudget: "0.075",
 		Facts:       []string{"PARSER OVERFLOW", "never said anywhere"},
 		Summarizers: f.summarizers(t), SummarizerName: "fake", Prober: NewProber(f.srv.URL, "test", "fake-model")})
 	if len(rep.Conversations) != 1 || len(rep.Strategies) != 1 {
@@ -187,6 +187,21 @@ func TestRunKnownSurvival(t *testing.T) {
 	if c.EvidenceTokens == 0 && (c.Paths.Kept != 2 || c.Commands.Kept != 1) {
 		t.Errorf("no evidence section, yet %d paths and %d commands kept with it; want the same 2 and 1", c.Paths.Kept, c.Commands.Kept)
 	}
+	// By construction (the summary's prose removed) the final context is the system
+	// prompt, which names nothing, and the evidence section. Its budget, 0.075 × W = 150
+	// tokens (also the cap, 15% of target × W), holds the changed files first
+	// (/repo/keep.py, /repo/f2.py), then the newest: /repo/mod5.py, /repo/mod6.py,
+	// /repo/check.py and the commands cat /repo/mod6.py, the sed and the check. The
+	// planted facts are only in the summary's prose.
+	if c.Paths.KeptByConstruction != 5 || c.Commands.KeptByConstruction != 3 || c.Facts.KeptByConstruction != 0 {
+		t.Errorf("by construction %d paths, %d commands, %d facts; want 5, 3 and 0", c.Paths.KeptByConstruction,
+			c.Commands.KeptByConstruction, c.Facts.KeptByConstruction)
+	}
+	for _, k := range []Count{c.Paths, c.Commands, c.Facts} {
+		if k.KeptByConstruction > k.Kept {
+			t.Errorf("%+v: more kept by construction than with the summary; want at most as many", k)
+		}
+	}
 	// Facts: the 2 planted (the summary carries them) and "parser overflow" (in the
 	// history, not in the summary); the fact never said is not counted.
 	if c.Facts.Total != 3 || c.Facts.Kept != 2 || !slices.Equal(c.Facts.Lost, []string{"PARSER OVERFLOW"}) {
@@ -212,11 +227,21 @@ func TestRunKnownSurvival(t *testing.T) {
 		s.Probes.FilesRecall != 0.5 || s.EvidenceShareMax != float64(c.EvidenceTokens)/(0.5*2000) {
 		t.Errorf("strategy %+v; want its figures to be the conversation's", s)
 	}
+	for _, k := range []struct {
+		name string
+		v    Survival
+		want float64
+	}{{"paths", s.Paths, 5.0 / 9}, {"commands", s.Commands, 3.0 / 8}, {"facts", s.Facts, 0}} {
+		if k.v.KeptByConstruction != int(k.want*float64(k.v.Total)+0.5) || k.v.MicroByConstruction != k.want ||
+			k.v.MacroByConstruction != k.want || k.v.CompactedMicroByConstruction != k.want {
+			t.Errorf("%s %+v; want %.3f by construction (micro, macro, compacted): the conversation's", k.name, k.v, k.want)
+		}
+	}
 	var table strings.Builder
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"22.2%", "12.5%", "files recall", "summarizer: fake"} {
+	for _, w := range []string{"22.2%", "12.5%", "55.6%", "37.5%", "by construction", "files recall", "summarizer: fake"} {
 		if !strings.Contains(table.String(), w) {
 			t.Errorf("table lacks %q:\n%s", w, table.String())
 		}
@@ -225,10 +250,34 @@ func TestRunKnownSurvival(t *testing.T) {
 	if err := rep.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"| all | 1 of 1 |", " (22.2%) | ", "9 distinct paths, 8 distinct commands, 3 facts"} {
+	for _, w := range []string{"| all | 1 of 1 |", " (22.2%) | ", "| all | 55.6% | 55.6% | 55.6% | 37.5% | 37.5% | 37.5% | 0.0% |",
+		"9 distinct paths, 8 distinct commands, 3 facts"} {
 		if !strings.Contains(md.String(), w) {
 			t.Errorf("markdown lacks %q:\n%s", w, md.String())
 		}
+	}
+}
+
+// TestRunByConstructionEvidenceOff replays the synthetic session with the extractive
+// summarizer and evidence_budget 0: the final context is the pinned system prompt and the
+// summary, so what the summary quotes is kept, and nothing by construction.
+func TestRunByConstructionEvidenceOff(t *testing.T) {
+	file := writeJSONL(t, t.TempDir(), "session.jsonl", agentSession())
+	rep := runEval(t, Config{Files: []string{file}, Strategies: []string{"all"}, Window: 2000, Plant: 1, EvidenceBudget: "0"})
+	c := rep.Conversations[0]
+	if c.Compactions == 0 || c.EvidenceTokens != 0 {
+		t.Fatalf("compactions %d, evidence tokens %d; want compacted without an evidence section", c.Compactions, c.EvidenceTokens)
+	}
+	for _, k := range []struct {
+		name string
+		c    Count
+	}{{"paths", c.Paths}, {"commands", c.Commands}, {"facts", c.Facts}} {
+		if k.c.Kept == 0 || k.c.KeptWithoutEvidence != k.c.Kept || k.c.KeptByConstruction != 0 {
+			t.Errorf("%s %+v; want some kept by the extractive summary, the same without evidence, none by construction", k.name, k.c)
+		}
+	}
+	if s := rep.Strategies[0]; s.Paths.MicroByConstruction != 0 || s.Commands.CompactedMicroByConstruction != 0 || s.Facts.MacroByConstruction != 0 {
+		t.Errorf("strategy %+v; want 0 by construction", s)
 	}
 }
 
@@ -278,6 +327,12 @@ func TestRunStrategiesKeepInvariants(t *testing.T) {
 		}
 		if s.Paths.Total != 3*11 || s.Paths.Kept == 0 {
 			t.Errorf("%s: paths %d kept of %d; want some of 33 kept", s.Strategy, s.Paths.Kept, s.Paths.Total)
+		}
+		// The evidence section is on (the default budget): it keeps some paths whatever
+		// the summary says, and never more than the whole context does.
+		if s.Paths.KeptByConstruction == 0 || s.Paths.KeptByConstruction > s.Paths.Kept || s.Commands.KeptByConstruction > s.Commands.Kept {
+			t.Errorf("%s: by construction %d of %d paths kept (%d with the summary), %d of %d commands (%d); want some paths, at most as many as with the summary",
+				s.Strategy, s.Paths.KeptByConstruction, s.Paths.Total, s.Paths.Kept, s.Commands.KeptByConstruction, s.Commands.Total, s.Commands.Kept)
 		}
 	}
 	if !strings.Contains(rep.SummaryTokens, "estimated") {

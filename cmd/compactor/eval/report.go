@@ -15,6 +15,10 @@ type Count struct {
 	Kept  int `json:"kept"`
 	// KeptWithoutEvidence is Kept with the evidence section taken out of the summary.
 	KeptWithoutEvidence int `json:"kept_without_evidence"`
+	// KeptByConstruction is Kept with the summary's own text taken out of the summary
+	// message (SummaryPrefix and the evidence section left): what survives whatever the
+	// summarizer writes.
+	KeptByConstruction int `json:"kept_by_construction"`
 	// Lost names up to 10 items not kept.
 	Lost []string `json:"lost,omitempty"`
 }
@@ -62,44 +66,55 @@ type Survival struct {
 	Total               int `json:"total"`
 	Kept                int `json:"kept"`
 	KeptWithoutEvidence int `json:"kept_without_evidence"`
+	KeptByConstruction  int `json:"kept_by_construction"`
 	// Micro is Kept ÷ Total; Macro the mean of each conversation's share (over the
 	// conversations with at least one item); the -WithoutEvidence ones the same
-	// without the evidence section.
+	// without the evidence section, the -ByConstruction ones with the summary's own
+	// text removed (see Count).
 	Micro                float64 `json:"micro"`
 	Macro                float64 `json:"macro"`
 	MicroWithoutEvidence float64 `json:"micro_without_evidence"`
 	MacroWithoutEvidence float64 `json:"macro_without_evidence"`
+	MicroByConstruction  float64 `json:"micro_by_construction"`
+	MacroByConstruction  float64 `json:"macro_by_construction"`
 	// CompactedMicro is Micro over the compacted conversations only (the others keep
 	// everything verbatim).
-	CompactedMicro                                 float64 `json:"compacted_micro"`
-	CompactedMicroWithoutEvidence                  float64 `json:"compacted_micro_without_evidence"`
-	compacted, compactedKept, compactedBare, convs int
-	macro, macroBare                               float64
+	CompactedMicro                                                float64 `json:"compacted_micro"`
+	CompactedMicroWithoutEvidence                                 float64 `json:"compacted_micro_without_evidence"`
+	CompactedMicroByConstruction                                  float64 `json:"compacted_micro_by_construction"`
+	compacted, compactedKept, compactedBare, compactedCons, convs int
+	macro, macroBare, macroCons                                   float64
 }
 
 func (s *Survival) add(c Count, compacted bool) {
 	s.Total += c.Total
 	s.Kept += c.Kept
 	s.KeptWithoutEvidence += c.KeptWithoutEvidence
+	s.KeptByConstruction += c.KeptByConstruction
 	if c.Total > 0 {
 		s.convs++
 		s.macro += float64(c.Kept) / float64(c.Total)
 		s.macroBare += float64(c.KeptWithoutEvidence) / float64(c.Total)
+		s.macroCons += float64(c.KeptByConstruction) / float64(c.Total)
 	}
 	if compacted {
 		s.compacted += c.Total
 		s.compactedKept += c.Kept
 		s.compactedBare += c.KeptWithoutEvidence
+		s.compactedCons += c.KeptByConstruction
 	}
 }
 
 func (s *Survival) finish() {
 	s.Micro, s.MicroWithoutEvidence = ratio(s.Kept, s.Total), ratio(s.KeptWithoutEvidence, s.Total)
+	s.MicroByConstruction = ratio(s.KeptByConstruction, s.Total)
 	s.CompactedMicro, s.CompactedMicroWithoutEvidence = ratio(s.compactedKept, s.compacted), ratio(s.compactedBare, s.compacted)
+	s.CompactedMicroByConstruction = ratio(s.compactedCons, s.compacted)
 	if s.convs > 0 {
-		s.Macro, s.MacroWithoutEvidence = s.macro/float64(s.convs), s.macroBare/float64(s.convs)
+		n := float64(s.convs)
+		s.Macro, s.MacroWithoutEvidence, s.MacroByConstruction = s.macro/n, s.macroBare/n, s.macroCons/n
 	} else {
-		s.Macro, s.MacroWithoutEvidence = 1, 1
+		s.Macro, s.MacroWithoutEvidence, s.MacroByConstruction = 1, 1, 1
 	}
 }
 
@@ -251,18 +266,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 		r.Files, r.Window, r.Target, r.Summarizer, r.Server, r.Elapsed)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "strategy\tcompacted\tcompactions\tsent with\tsent without\tsummarizer in+out\tsaved\t"+
-		"paths\t(no evidence)\tcommands\t(no evidence)\tfacts\tevidence share\tbroken pairs\tmissing pins\t")
+		"paths\t(no evidence)\t(by construction)\tcommands\t(no evidence)\t(by construction)\tfacts\tevidence share\tbroken pairs\tmissing pins\t")
 	for _, s := range r.Strategies {
-		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n",
 			s.Strategy, s.Compacted, s.Conversations, s.Compactions, s.TokensWith, s.TokensWithout,
 			s.SummarizerIn+s.SummarizerOut, pct(s.Saved),
-			pct(s.Paths.Micro), pct(s.Paths.MicroWithoutEvidence), pct(s.Commands.Micro), pct(s.Commands.MicroWithoutEvidence),
+			pct(s.Paths.Micro), pct(s.Paths.MicroWithoutEvidence), pct(s.Paths.MicroByConstruction),
+			pct(s.Commands.Micro), pct(s.Commands.MicroWithoutEvidence), pct(s.Commands.MicroByConstruction),
 			factsCell(s.Facts), pct(s.EvidenceShareMax), s.BrokenToolPairs, s.MissingPinned)
 	}
 	tw.Flush()
-	b.WriteString("\nSurvival in the final context (micro = items kept ÷ items; macro = mean per conversation; compacted = only the conversations compacted):\n")
+	b.WriteString("\nSurvival in the final context (micro = items kept ÷ items; macro = mean per conversation; compacted = only the conversations compacted;\n" +
+		"no ev. = without the evidence section; by constr. = by construction, the summary's own text removed: what survives whatever the summarizer writes):\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "strategy\tkind\titems\tmicro\tmacro\tcompacted\tmicro no ev.\tmacro no ev.\tcompacted no ev.\t")
+	fmt.Fprintln(tw, "strategy\tkind\titems\tmicro\tmacro\tcompacted\tmicro no ev.\tmacro no ev.\tcompacted no ev.\t"+
+		"micro by constr.\tmacro by constr.\tcompacted by constr.\t")
 	for _, s := range r.Strategies {
 		for _, k := range []struct {
 			name string
@@ -271,8 +289,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if k.v.Total == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Strategy, k.name, k.v.Total, pct(k.v.Micro), pct(k.v.Macro),
-				pct(k.v.CompactedMicro), pct(k.v.MicroWithoutEvidence), pct(k.v.MacroWithoutEvidence), pct(k.v.CompactedMicroWithoutEvidence))
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Strategy, k.name, k.v.Total, pct(k.v.Micro), pct(k.v.Macro),
+				pct(k.v.CompactedMicro), pct(k.v.MicroWithoutEvidence), pct(k.v.MacroWithoutEvidence), pct(k.v.CompactedMicroWithoutEvidence),
+				pct(k.v.MicroByConstruction), pct(k.v.MacroByConstruction), pct(k.v.CompactedMicroByConstruction))
 		}
 	}
 	tw.Flush()
@@ -317,6 +336,13 @@ func factsCell(s Survival) string {
 	return pct(s.Micro)
 }
 
+func factsCellByConstruction(s Survival) string {
+	if s.Total == 0 {
+		return "-"
+	}
+	return pct(s.MicroByConstruction)
+}
+
 // WriteMarkdown writes the per-strategy tables as Markdown (the README's "What
 // survives compaction" is one).
 func (r *Report) WriteMarkdown(w io.Writer) error {
@@ -340,6 +366,15 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			both(s.Commands.Micro, s.Commands.MicroWithoutEvidence), both(s.Commands.Macro, s.Commands.MacroWithoutEvidence),
 			both(s.Commands.CompactedMicro, s.Commands.CompactedMicroWithoutEvidence),
 			factsCell(s.Facts), s.EvidenceTokensMean, pct(s.EvidenceShareMax))
+	}
+	b.WriteString("\nBy construction: the same final context with the summary's own text removed (the summary message keeps only its prefix and the evidence section; pinned and tail messages unchanged), what survives whatever the summarizer writes:\n\n")
+	b.WriteString("| strategy | paths (micro) | paths (macro) | paths, compacted | commands (micro) | commands (macro) | commands, compacted | facts |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, s := range r.Strategies {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Strategy,
+			pct(s.Paths.MicroByConstruction), pct(s.Paths.MacroByConstruction), pct(s.Paths.CompactedMicroByConstruction),
+			pct(s.Commands.MicroByConstruction), pct(s.Commands.MacroByConstruction), pct(s.Commands.CompactedMicroByConstruction),
+			factsCellByConstruction(s.Facts))
 	}
 	if len(r.Strategies) > 0 {
 		s := r.Strategies[0]

@@ -555,10 +555,11 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	withText := ContextText(cx.Messages)
 	bare := WithoutEvidence(cx.Messages, cx.Seqs, evidence)
 	withoutText := ContextText(bare)
+	consText := ContextText(ByConstruction(cx.Messages, cx.Seqs, evidence))
 	facts := append(slices.Clone(planted), SurvivorsFold(rg.cfg.Facts, ContextText(c.Messages))...)
-	res.Paths = score(truth.Paths, withText, withoutText, Survivors)
-	res.Commands = score(truth.Commands, withText, withoutText, Survivors)
-	res.Facts = score(facts, withText, withoutText, SurvivorsFold)
+	res.Paths = score(truth.Paths, withText, withoutText, consText, Survivors)
+	res.Commands = score(truth.Commands, withText, withoutText, consText, Survivors)
+	res.Facts = score(facts, withText, withoutText, consText, SurvivorsFold)
 	sin, sout, calls := rg.counted.of(conv)
 	res.SummarizerIn, res.SummarizerOut, res.SummarizerCalls = sin, sout, calls
 	if rg.cfg.Prober != nil {
@@ -575,11 +576,13 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	return res, nil
 }
 
-// score counts the items that survive in the final context, with and without the
-// evidence section, and names up to 10 lost ones.
-func score(items []string, with, without string, survivors func([]string, string) []string) Count {
+// score counts the items that survive in the final context: with and without the
+// evidence section, and by construction (the summary's own text removed); it names up
+// to 10 lost ones.
+func score(items []string, with, without, byConstruction string, survivors func([]string, string) []string) Count {
 	kept := survivors(items, with)
-	c := Count{Total: len(items), Kept: len(kept), KeptWithoutEvidence: len(survivors(items, without))}
+	c := Count{Total: len(items), Kept: len(kept), KeptWithoutEvidence: len(survivors(items, without)),
+		KeptByConstruction: len(survivors(items, byConstruction))}
 	for _, it := range items {
 		if len(c.Lost) == 10 {
 			break

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
 )
 
 // ContextText is the text a model reads in messages: every content, and every tool
@@ -127,6 +128,25 @@ func WithoutEvidence(msgs []schemas.Message, seqs []uint64, evidence string) []s
 			} else if cut, ok := strings.CutSuffix(text, evidence); ok {
 				out[i].Content = schemas.Text(cut)
 			}
+		}
+	}
+	return out
+}
+
+// ByConstruction returns msgs with the summary's own text taken out of the summary
+// message (the message whose sequence is 0): it keeps assemble.SummaryPrefix and the
+// evidence section (when the message ends with it); pinned and tail messages are
+// unchanged. What survives in it survives whatever the summarizer writes: the lower
+// bound the evidence section guarantees.
+func ByConstruction(msgs []schemas.Message, seqs []uint64, evidence string) []schemas.Message {
+	out := slices.Clone(msgs)
+	for i := range out {
+		if i < len(seqs) && seqs[i] == 0 {
+			kept := assemble.SummaryPrefix
+			if evidence != "" && strings.HasSuffix(out[i].Content.String(), evidence) {
+				kept += evidence
+			}
+			out[i].Content = schemas.Text(kept)
 		}
 	}
 	return out

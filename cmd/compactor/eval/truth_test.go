@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
 )
 
 func TestCleanPath(t *testing.T) {
@@ -206,6 +207,54 @@ func TestWithoutEvidence(t *testing.T) {
 	}
 	if s := msgs[1].Content.String(); !strings.HasSuffix(s, "/a.py") {
 		t.Errorf("the input changed: %q", s)
+	}
+}
+
+func TestByConstruction(t *testing.T) {
+	const ev = "Evidence: /a.py; ran make test"
+	summary := assemble.SummaryPrefix + "work on /b.py\n\n" + ev
+	sys := schemas.Message{Role: schemas.RoleSystem, Content: schemas.Text("sys /c.py")}
+	tail := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("work on /b.py\n\n" + ev)}
+	tests := []struct {
+		name     string
+		give     []schemas.Message
+		seqs     []uint64
+		evidence string
+		want     []string
+	}{
+		{"summary and evidence", []schemas.Message{sys, {Role: schemas.RoleUser, Content: schemas.Text(summary)}, tail},
+			[]uint64{1, 0, 7}, ev, []string{"sys /c.py", assemble.SummaryPrefix + ev, tail.Content.String()}},
+		{"no evidence section", []schemas.Message{sys, {Role: schemas.RoleUser, Content: schemas.Text(assemble.SummaryPrefix + "work on /b.py")}},
+			[]uint64{1, 0}, "", []string{"sys /c.py", assemble.SummaryPrefix}},
+		{"evidence not in the message", []schemas.Message{{Role: schemas.RoleUser, Content: schemas.Text(assemble.SummaryPrefix + "work on /b.py")}},
+			[]uint64{0}, ev, []string{assemble.SummaryPrefix}},
+		{"no summary", []schemas.Message{sys, tail}, []uint64{1, 7}, ev, []string{"sys /c.py", tail.Content.String()}},
+		{"fewer seqs than messages", []schemas.Message{sys, tail}, []uint64{1}, ev, []string{"sys /c.py", tail.Content.String()}},
+		{"empty", nil, nil, ev, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := make([]string, len(tt.give))
+			for i := range tt.give {
+				before[i] = tt.give[i].Content.String()
+			}
+			got := ByConstruction(tt.give, tt.seqs, tt.evidence)
+			var texts []string
+			for i := range got {
+				texts = append(texts, got[i].Content.String())
+				if got[i].Role != tt.give[i].Role {
+					t.Errorf("message %d: role %q; want %q kept", i, got[i].Role, tt.give[i].Role)
+				}
+			}
+			if !slices.Equal(texts, tt.want) {
+				t.Errorf("got %q; want %q", texts, tt.want)
+			}
+			for i := range tt.give {
+				if s := tt.give[i].Content.String(); s != before[i] {
+					t.Errorf("the input changed: message %d is %q; want %q", i, s, before[i])
+				}
+			}
+		})
 	}
 }
 
