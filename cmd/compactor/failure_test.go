@@ -170,6 +170,60 @@ func TestHardLimitHoldsWithTheLLMDown(t *testing.T) {
 	}
 }
 
+// Invariant 9 with the LLM down, when the hard limit is crossed after a failure: the
+// failure's backoff (a minute) schedules a retry for its end, and that retry must not hold
+// the request the crossing calls for. The fallback comes within seconds, well before the
+// backoff ends.
+func TestHardLimitCrossedDuringFailureBackoff(t *testing.T) {
+	env := failingEnv(t)
+	const wait = 15 * time.Second
+	if b := env.triggers().FailureBackoff; b < 2*wait {
+		t.Fatalf("the trigger's failure backoff %s is too short to tell a request from the retry at its end", b)
+	}
+	llm := newFakeLLM(t)
+	llm.set(func(f *fakeLLM) { f.status = http.StatusInternalServerError })
+	s := startStack(t, env, llm)
+	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("crossing")))
+	msgs, _ := needleConversation(10)
+	under := 1 + 7*4 // the system prompt and 7 turns: over the threshold, under the hard limit
+	replay(t, s, "crossing", msgs[:under], 0)
+	eventually(t, 30*time.Second, "a failed event", func() bool { return events.count(schemas.EventFailed) == 1 })
+	// A small message handled after the failure is held by the backoff, which
+	// schedules the retry at its end.
+	tiny := publishOne(t, s, "crossing", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("still there?")})
+	triggerHandled(t, s, tiny)
+	if n := storedEvents(t, s, "crossing", schemas.EventRequested); n != 1 {
+		t.Fatalf("%d requests under the hard limit after a failure; want 1 (the backoff holds)", n)
+	}
+	calls := llm.callCount()
+
+	replay(t, s, "crossing", msgs[under:], 0) // past the hard limit
+	ctx := ctxFor(t, time.Minute)
+	var v *schemas.Result
+	eventually(t, wait, "the fallback value", func() bool {
+		var err error
+		v, _, err = s.st.GetResult(ctx, "crossing", true)
+		return err == nil && v != nil && v.Fallback
+	})
+	if v.TokensBefore < env.budget().HardLimitTokens() || v.TokensAfter > env.budget().TargetTokens() {
+		t.Fatalf("tokens %d → %d; want from over the hard limit %d to under the target %d",
+			v.TokensBefore, v.TokensAfter, env.budget().HardLimitTokens(), env.budget().TargetTokens())
+	}
+	if n := llm.callCount() - calls; n != 1 {
+		t.Fatalf("LLM called %d times past the hard limit; want 1 (then the fallback)", n)
+	}
+	cx, err := s.client.Context(ctx, "crossing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rounds.CheckPairs(cx.Messages); err != nil {
+		t.Fatal(err)
+	}
+	if cx.Tokens > env.budget().HardLimitTokens() {
+		t.Fatalf("context %d tokens over the hard limit %d", cx.Tokens, env.budget().HardLimitTokens())
+	}
+}
+
 // Invariant 5: a compaction that does not shrink the context enough is declined and
 // not asked for again until the conversation grows.
 func TestDeclinedCompactionDoesNotLoop(t *testing.T) {
