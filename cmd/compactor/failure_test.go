@@ -101,12 +101,22 @@ func TestFailingLLMIsRetriedThenDeadLettered(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &d); err != nil || d.Attempts != uint64(env.MaxAttempts) || d.Request.Conversation != "down" {
 		t.Fatalf("dead letter = %+v, %v", d, err)
 	}
-	// The trigger backs off: more messages do not start another round of failures at
-	// once. Once the trigger acknowledged them, a request they called for would have
+	// The trigger backs off: more messages, over the threshold but under the hard limit
+	// (past it the fallback is asked for at once), do not start another round of
+	// failures. Once the trigger acknowledged them, a request they called for would have
 	// its requested event stored.
-	more, _ := needleConversation(1)
-	seqs := replay(t, s, "down", more[1:], 0)
+	seqs := replay(t, s, "down", []schemas.Message{
+		{Role: schemas.RoleUser, Content: schemas.Text("Is the build still green?")},
+		{Role: schemas.RoleAssistant, Content: schemas.Text("Yes, every step passed.")},
+	}, 0)
 	triggerHandled(t, s, seqs[len(seqs)-1])
+	cx, err := s.client.Context(ctx, "down")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := env.budget(); cx.Tokens < b.ThresholdTokens() || cx.Tokens >= b.HardLimitTokens() {
+		t.Fatalf("context %d tokens; want over the threshold %d, under the hard limit %d", cx.Tokens, b.ThresholdTokens(), b.HardLimitTokens())
+	}
 	if n := storedEvents(t, s, "down", schemas.EventRequested); n != 1 {
 		t.Fatalf("%d requests after a failure; want 1 (the trigger backs off)", n)
 	}
