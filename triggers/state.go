@@ -162,10 +162,17 @@ func (c *convState) decide() (kind, reason string) {
 }
 
 // hold says why a request must wait now, "" when it may be queued. regrow is the
-// fraction of the window a declined conversation must grow by first. Past the hard
-// limit a failure backoff does not hold the request back: the worker keeps the bound
-// with its fallback.
+// fraction of the window a declined conversation must grow by first.
+//
+// Past the hard limit neither a failure's backoff nor the retry scheduled for its end
+// holds the request back: the worker keeps the bound with its fallback. Nor does a
+// decline made under the hard limit, however little the conversation grew since: it
+// was declined with the LLM's summary in view, and is now asked for once more with the
+// fallback's. A decline past the hard limit still holds (no loop), and so does a
+// request in flight (one at a time).
 func (c *convState) hold(now time.Time, regrow float64) string {
+	hard := c.budget.HardLimitTokens()
+	pastHard := c.tokens >= hard
 	switch {
 	case c.forgotten:
 		return "the conversation was forgotten: the state is rebuilt before it asks again"
@@ -173,14 +180,22 @@ func (c *convState) hold(now time.Time, regrow float64) string {
 		return "tool calls unanswered"
 	case now.Before(c.inFlightUntil.time()):
 		return "a request is in flight"
-	case c.retry != nil:
+	case c.retry != nil && !(pastHard && c.retryWaitsForBackoff(now)):
 		return "a retry is scheduled"
-	case now.Before(c.backoffUntil.time()) && c.tokens < c.budget.HardLimitTokens():
+	case now.Before(c.backoffUntil.time()) && !pastHard:
 		return "backing off after a failure"
-	case c.declinedAtSeq > 0 && c.tokens < c.tokensAtDecline+int(regrow*float64(c.budget.ContextWindow)):
+	case c.declinedAtSeq > 0 && c.tokens < c.tokensAtDecline+int(regrow*float64(c.budget.ContextWindow)) &&
+		!(pastHard && c.tokensAtDecline < hard):
 		return "declined; waiting for the conversation to grow"
 	}
 	return ""
+}
+
+// retryWaitsForBackoff reports whether the pending retry is due no sooner than the end
+// of a failure's backoff still running: the retry a backoff schedules (request), or a
+// later one.
+func (c *convState) retryWaitsForBackoff(now time.Time) bool {
+	return c.retry != nil && now.Before(c.backoffUntil.time()) && c.retryAt >= c.backoffUntil
 }
 
 // failed spaces the next request out after a failed compaction: base doubled per

@@ -73,6 +73,35 @@ func TestHold(t *testing.T) {
 			c.declinedAtSeq, c.tokensAtDecline = 10, 3000
 			return c
 		}, ""},
+		{"a scheduled retry under the hard limit", func() *convState {
+			c := state(3000)
+			c.retry = time.NewTimer(time.Hour)
+			return c
+		}, "retry"},
+		// A failure's backoff schedules a retry for its end: past the hard limit neither
+		// holds the request back, or the fallback would wait for the backoff.
+		{"past the hard limit a retry at the end of a backoff does not hold", func() *convState {
+			c := state(3900)
+			c.failed(now, time.Minute, time.Hour)
+			c.retry, c.retryAt = time.NewTimer(time.Minute), c.backoffUntil
+			return c
+		}, ""},
+		{"past the hard limit a request in flight still holds", func() *convState {
+			c := state(3900)
+			c.inFlightUntil = stampOf(now.Add(time.Minute))
+			c.retry, c.retryInFlight = time.NewTimer(time.Minute), true
+			return c
+		}, "in flight"},
+		{"declined under the hard limit, past it since", func() *convState {
+			c := state(3850)
+			c.declinedAtSeq, c.tokensAtDecline = 10, 3700
+			return c
+		}, ""},
+		{"declined past the hard limit, not grown", func() *convState {
+			c := state(3900)
+			c.declinedAtSeq, c.tokensAtDecline = 10, 3850
+			return c
+		}, "declined"},
 		{"forgotten, even past the hard limit", func() *convState {
 			c := state(3900)
 			c.forgotten = true
@@ -81,7 +110,11 @@ func TestHold(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := tt.give().hold(now, 0.05)
+			c := tt.give()
+			if c.retry != nil {
+				defer c.retry.Stop()
+			}
+			got := c.hold(now, 0.05)
 			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
 				t.Errorf("hold() = %q; want %q", got, tt.want)
 			}

@@ -101,12 +101,22 @@ func TestFailingLLMIsRetriedThenDeadLettered(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &d); err != nil || d.Attempts != uint64(env.MaxAttempts) || d.Request.Conversation != "down" {
 		t.Fatalf("dead letter = %+v, %v", d, err)
 	}
-	// The trigger backs off: more messages do not start another round of failures at
-	// once. Once the trigger acknowledged them, a request they called for would have
+	// The trigger backs off: more messages, over the threshold but under the hard limit
+	// (past it the fallback is asked for at once), do not start another round of
+	// failures. Once the trigger acknowledged them, a request they called for would have
 	// its requested event stored.
-	more, _ := needleConversation(1)
-	seqs := replay(t, s, "down", more[1:], 0)
+	seqs := replay(t, s, "down", []schemas.Message{
+		{Role: schemas.RoleUser, Content: schemas.Text("Is the build still green?")},
+		{Role: schemas.RoleAssistant, Content: schemas.Text("Yes, every step passed.")},
+	}, 0)
 	triggerHandled(t, s, seqs[len(seqs)-1])
+	cx, err := s.client.Context(ctx, "down")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := env.budget(); cx.Tokens < b.ThresholdTokens() || cx.Tokens >= b.HardLimitTokens() {
+		t.Fatalf("context %d tokens; want over the threshold %d, under the hard limit %d", cx.Tokens, b.ThresholdTokens(), b.HardLimitTokens())
+	}
 	if n := storedEvents(t, s, "down", schemas.EventRequested); n != 1 {
 		t.Fatalf("%d requests after a failure; want 1 (the trigger backs off)", n)
 	}
@@ -167,6 +177,60 @@ func TestHardLimitHoldsWithTheLLMDown(t *testing.T) {
 	}
 	if cx.Tokens > env.budget().HardLimitTokens() {
 		t.Fatalf("context %d tokens over the hard limit", cx.Tokens)
+	}
+}
+
+// Invariant 9 with the LLM down, when the hard limit is crossed after a failure: the
+// failure's backoff (a minute) schedules a retry for its end, and that retry must not hold
+// the request the crossing calls for. The fallback comes within seconds, well before the
+// backoff ends.
+func TestHardLimitCrossedDuringFailureBackoff(t *testing.T) {
+	env := failingEnv(t)
+	const wait = 15 * time.Second
+	if b := env.triggers().FailureBackoff; b < 2*wait {
+		t.Fatalf("the trigger's failure backoff %s is too short to tell a request from the retry at its end", b)
+	}
+	llm := newFakeLLM(t)
+	llm.set(func(f *fakeLLM) { f.status = http.StatusInternalServerError })
+	s := startStack(t, env, llm)
+	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("crossing")))
+	msgs, _ := needleConversation(10)
+	under := 1 + 7*4 // the system prompt and 7 turns: over the threshold, under the hard limit
+	replay(t, s, "crossing", msgs[:under], 0)
+	eventually(t, 30*time.Second, "a failed event", func() bool { return events.count(schemas.EventFailed) == 1 })
+	// A small message handled after the failure is held by the backoff, which
+	// schedules the retry at its end.
+	tiny := publishOne(t, s, "crossing", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("still there?")})
+	triggerHandled(t, s, tiny)
+	if n := storedEvents(t, s, "crossing", schemas.EventRequested); n != 1 {
+		t.Fatalf("%d requests under the hard limit after a failure; want 1 (the backoff holds)", n)
+	}
+	calls := llm.callCount()
+
+	replay(t, s, "crossing", msgs[under:], 0) // past the hard limit
+	ctx := ctxFor(t, time.Minute)
+	var v *schemas.Result
+	eventually(t, wait, "the fallback value", func() bool {
+		var err error
+		v, _, err = s.st.GetResult(ctx, "crossing", true)
+		return err == nil && v != nil && v.Fallback
+	})
+	if v.TokensBefore < env.budget().HardLimitTokens() || v.TokensAfter > env.budget().TargetTokens() {
+		t.Fatalf("tokens %d → %d; want from over the hard limit %d to under the target %d",
+			v.TokensBefore, v.TokensAfter, env.budget().HardLimitTokens(), env.budget().TargetTokens())
+	}
+	if n := llm.callCount() - calls; n != 1 {
+		t.Fatalf("LLM called %d times past the hard limit; want 1 (then the fallback)", n)
+	}
+	cx, err := s.client.Context(ctx, "crossing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rounds.CheckPairs(cx.Messages); err != nil {
+		t.Fatal(err)
+	}
+	if cx.Tokens > env.budget().HardLimitTokens() {
+		t.Fatalf("context %d tokens over the hard limit %d", cx.Tokens, env.budget().HardLimitTokens())
 	}
 }
 
