@@ -51,6 +51,27 @@ func DefaultNames() Names {
 	}
 }
 
+// NamespacedNames returns the contract's names each prefixed with ns (streams with it in
+// upper case), so a run that shares a server with a deployment (compactor bench and
+// compactor eval against --nats-url) stays apart from the contract's own names, and its
+// streams are found by ns to be deleted afterwards. The trigger's priority group is a
+// consumer's, not the server's, and keeps its name.
+func NamespacedNames(ns string) Names {
+	up := strings.ToUpper(ns)
+	return Names{
+		ChatStream: up + "_CHAT", ChatPrefix: ns + ".chat",
+		RequestsStream: up + "_REQUESTS", RequestPrefix: ns + ".request",
+		EventsStream: up + "_EVENTS", EventPrefix: ns + ".event",
+		DeadStream: up + "_DEAD", DeadPrefix: ns + ".dead",
+		ActivityStream: up + "_ACTIVITY", ActivityPrefix: ns + ".activity",
+		ResultsBucket: ns + "-compaction", PolicyBucket: ns + "-policy",
+		ObjectsBucket: ns + "-objects", ForgetBucket: ns + "-forgotten",
+		TriggerConsumer: ns + "-trigger", TriggerGroup: "trigger",
+		WorkerConsumer: ns + "-workers", IdleConsumer: ns + "-idle",
+		TriggersBucket: ns + "-triggers",
+	}
+}
+
 // ObjectsTTL is how long the objects bucket keeps an object: forever when CHAT keeps
 // its messages forever, else CHAT's max age plus the duplicate window. A client reuses
 // an object only within the duplicate window of storing it (and stores it again later),

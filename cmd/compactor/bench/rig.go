@@ -76,20 +76,8 @@ func newRigParts(ctx context.Context, url string, partitions int) (*rig, error) 
 // configFor is the jetstream config of namespace ns: every name of the contract
 // prefixed with it.
 func configFor(ns string) jetstream.Config {
-	up := strings.ToUpper(ns)
 	cfg := jetstream.DefaultConfig()
-	cfg.Names = jetstream.Names{
-		ChatStream: up + "_CHAT", ChatPrefix: ns + ".chat",
-		RequestsStream: up + "_REQUESTS", RequestPrefix: ns + ".request",
-		EventsStream: up + "_EVENTS", EventPrefix: ns + ".event",
-		DeadStream: up + "_DEAD", DeadPrefix: ns + ".dead",
-		ActivityStream: up + "_ACTIVITY", ActivityPrefix: ns + ".activity",
-		ResultsBucket: ns + "-compaction", PolicyBucket: ns + "-policy",
-		ObjectsBucket: ns + "-objects", ForgetBucket: ns + "-forgotten",
-		TriggerConsumer: ns + "-trigger", TriggerGroup: "trigger",
-		WorkerConsumer: ns + "-workers", IdleConsumer: ns + "-idle",
-		TriggersBucket: ns + "-triggers",
-	}
+	cfg.Names = jetstream.NamespacedNames(ns)
 	return cfg
 }
 
