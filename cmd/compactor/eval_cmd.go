@@ -133,7 +133,7 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 				}
 				return err
 			}
-			rep.Command = "compactor eval " + strings.Join(c.raw, " ")
+			rep.Command = "compactor eval " + strings.Join(redactArgs(c.raw), " ")
 			switch {
 			case *asJSON:
 				err = rep.WriteJSON(c.std.out)
@@ -186,4 +186,23 @@ func readFacts(path string) ([]string, error) {
 		out = append(out, line)
 	}
 	return out, sc.Err()
+}
+
+// redactArgs returns args with the user info of every URL hidden (--nats-url
+// nats://user:password@host, also as --nats-url=...): the report echoes its command
+// line and is meant to be shared.
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		name, value, isFlag := strings.Cut(a, "=")
+		switch {
+		case !strings.Contains(a, "://"):
+			out[i] = a
+		case isFlag && strings.HasPrefix(name, "-") && strings.Contains(value, "://"):
+			out[i] = name + "=" + redactURL(value)
+		default:
+			out[i] = redactURL(a)
+		}
+	}
+	return out
 }

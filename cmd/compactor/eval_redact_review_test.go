@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,5 +25,26 @@ func TestEvalReportDoesNotLeakTheNATSPassword(t *testing.T) {
 	if strings.Contains(out, secret) || strings.Contains(errOut, secret) {
 		i := strings.Index(out, secret)
 		t.Fatalf("the NATS password given in --nats-url is in eval's output: ...%s...", out[max(0, i-60):min(len(out), i+len(secret)+10)])
+	}
+}
+
+func TestRedactArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		give []string
+		want []string
+	}{
+		{"separate value", []string{"--nats-url", "nats://u:pw@h:4222", "d/"}, []string{"--nats-url", "nats://redacted@h:4222", "d/"}},
+		{"with =", []string{"--nats-url=nats://u:pw@h:4222"}, []string{"--nats-url=nats://redacted@h:4222"}},
+		{"several servers", []string{"nats://u:pw@a,nats://u:pw@b"}, []string{"nats://redacted@a,nats://redacted@b"}},
+		{"no user info", []string{"--nats-url", "nats://h:4222", "--window", "8000"}, []string{"--nats-url", "nats://h:4222", "--window", "8000"}},
+		{"not a url", []string{"--fact", "a=b", "x.jsonl"}, []string{"--fact", "a=b", "x.jsonl"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := redactArgs(tt.give); !slices.Equal(got, tt.want) {
+				t.Errorf("redactArgs(%q) = %q; want %q", tt.give, got, tt.want)
+			}
+		})
 	}
 }
