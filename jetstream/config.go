@@ -72,6 +72,15 @@ func NamespacedNames(ns string) Names {
 	}
 }
 
+// Streams lists the streams a layout with these names is made of: the contract's five,
+// and the streams under its buckets (KV_<bucket>, OBJ_<bucket>). A run in a namespace of
+// its own deletes exactly these, never a stream that merely looks like its own.
+func (n Names) Streams() []string {
+	return []string{n.ChatStream, n.RequestsStream, n.EventsStream, n.DeadStream, n.ActivityStream,
+		"KV_" + n.ResultsBucket, "KV_" + n.PolicyBucket, "KV_" + n.ForgetBucket, "KV_" + n.TriggersBucket,
+		objectsStream(n.ObjectsBucket)}
+}
+
 // ObjectsTTL is how long the objects bucket keeps an object: forever when CHAT keeps
 // its messages forever, else CHAT's max age plus the duplicate window. A client reuses
 // an object only within the duplicate window of storing it (and stores it again later),

@@ -107,14 +107,7 @@ func (r *rig) close() {
 	if r.js != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		names := r.js.StreamNames(ctx)
-		var mine []string
-		for n := range names.Name() {
-			if strings.Contains(strings.ToLower(n), r.ns) {
-				mine = append(mine, n)
-			}
-		}
-		for _, n := range mine {
+		for _, n := range r.cfg.Names.Streams() { // exactly its own, nothing that looks like them
 			_ = r.js.DeleteStream(ctx, n)
 		}
 	}

@@ -344,11 +344,6 @@ func TestRunStrategiesKeepInvariants(t *testing.T) {
 // is gone afterwards.
 func TestRunOnServer(t *testing.T) {
 	srv := jstest.ServerWith(t, nil)
-	file := writeJSONL(t, t.TempDir(), "a.jsonl", agentSession())
-	rep := runEval(t, Config{Files: []string{file}, Strategies: []string{"keep-last-n"}, Window: 2000, NATSURL: srv.ClientURL()})
-	if !strings.Contains(rep.Server, "namespace eval") || rep.Conversations[0].Compactions == 0 {
-		t.Errorf("server %q, compactions %d; want a namespace and a compaction", rep.Server, rep.Conversations[0].Compactions)
-	}
 	nc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -358,13 +353,23 @@ func TestRunOnServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Somebody else's stream, named much like a run's: it must outlive the run.
+	const foreign = "EVAL_SOMEONE_ELSES_CHAT"
+	if _, err := js.CreateStream(context.Background(), natsjs.StreamConfig{Name: foreign, Subjects: []string{"eval.others.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	file := writeJSONL(t, t.TempDir(), "a.jsonl", agentSession())
+	rep := runEval(t, Config{Files: []string{file}, Strategies: []string{"keep-last-n"}, Window: 2000, NATSURL: srv.ClientURL()})
+	if !strings.Contains(rep.Server, "namespace eval") || rep.Conversations[0].Compactions == 0 {
+		t.Errorf("server %q, compactions %d; want a namespace and a compaction", rep.Server, rep.Conversations[0].Compactions)
+	}
 	names := js.StreamNames(context.Background())
 	var left []string
 	for n := range names.Name() {
 		left = append(left, n)
 	}
-	if len(left) != 0 {
-		t.Errorf("streams left on the server: %q; want none", left)
+	if !slices.Equal(left, []string{foreign}) {
+		t.Errorf("streams left on the server: %q; want only %s, which was not the run's", left, foreign)
 	}
 }
 

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -270,7 +271,7 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 		rg.shutdown = func() { srv.Shutdown(); os.RemoveAll(dir) }
 		url, rg.server = srv.ClientURL(), "embedded (a temporary store, removed at the end)"
 	} else {
-		rg.ns = fmt.Sprintf("eval%06dx", time.Now().UnixNano()/1e3%1e6)
+		rg.ns = "eval" + strings.ToLower(rand.Text()[:10]) + "x" // random: two runs on one server never share a namespace
 		rg.jcfg = namespaced(rg.ns)
 		rg.server = "the server at " + policy.RedactURL(url) + " (--nats-url), in namespace " + rg.ns + " (deleted at the end)"
 	}
@@ -292,7 +293,7 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 		if err != nil {
 			return nil, err
 		}
-		rg.dropNS = func() { deleteNamespace(js, rg.ns) }
+		rg.dropNS = func() { deleteStreams(js, rg.jcfg.Names.Streams()) }
 	}
 	if rg.store, err = jetstream.Provision(ctx, nc, rg.jcfg); err != nil {
 		return nil, fmt.Errorf("provision: %w", err)
@@ -738,18 +739,13 @@ func namespaced(ns string) jetstream.Config {
 	return cfg
 }
 
-// deleteNamespace deletes the streams (buckets are streams too) whose names hold ns.
-func deleteNamespace(js natsjs.JetStream, ns string) {
+// deleteStreams deletes the named streams (buckets are streams too), those of the run's
+// namespace: exactly these, so nothing else on a shared server is touched. One that was
+// never made (a failed provision) is not found, which is fine.
+func deleteStreams(js natsjs.JetStream, names []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var mine []string
-	names := js.StreamNames(ctx)
-	for n := range names.Name() {
-		if strings.Contains(strings.ToLower(n), ns) {
-			mine = append(mine, n)
-		}
-	}
-	for _, n := range mine {
+	for _, n := range names {
 		_ = js.DeleteStream(ctx, n)
 	}
 }
