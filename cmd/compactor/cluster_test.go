@@ -90,6 +90,10 @@ func TestClusterLeaderFailover(t *testing.T) {
 			env := testEnv(t, 4000)
 			env.Replicas = clusterReplicas
 			cfg := env.jetstream()
+			// The watchers must see every revision: one that resumes after the election
+			// reads what the bucket still holds, so it keeps them all (a loaded machine
+			// can take seconds to resume, while compactions go on).
+			cfg.ResultHistory = 64
 			if tc.workerAckWait > 0 {
 				cfg.WorkerAckWait = tc.workerAckWait
 			}
@@ -625,39 +629,61 @@ func readBack(t *testing.T, c *pipeline.Client, conv string, seq uint64, m schem
 // conversationEvents reads every event of a conversation from COMPACT_EVENTS.
 func conversationEvents(t *testing.T, nc *nats.Conn, cfg jetstream.Config, conv string) []schemas.Event {
 	t.Helper()
-	ctx := ctxFor(t, 20*time.Second)
-	subj := must(cfg.EventSubject(conv))
-	stream, err := jsFor(t, nc).Stream(ctx, cfg.EventsStream)
+	var out []schemas.Event
+	// Right after a failover the events stream may still be electing its leader, or the
+	// ordered consumer may land on a server that then loses it: read again from the
+	// start until one read gets them all.
+	waitFor(t, 60*time.Second, "the events of "+conv, func() error {
+		var err error
+		out, err = readConversationEvents(nc, cfg, conv)
+		return err
+	})
+	return out
+}
+
+// readConversationEvents reads every event of conv once, or says why it could not.
+func readConversationEvents(nc *nats.Conn, cfg jetstream.Config, conv string) ([]schemas.Event, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	subj, err := cfg.EventSubject(conv)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	stream, err := js.Stream(ctx, cfg.EventsStream)
+	if err != nil {
+		return nil, err
 	}
 	info, err := stream.Info(ctx, natsjs.WithSubjectFilter(subj))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	want := int(info.State.Subjects[subj])
 	oc, err := stream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{FilterSubjects: []string{subj}})
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var out []schemas.Event
 	for len(out) < want {
 		batch, err := oc.Fetch(want-len(out), natsjs.FetchMaxWait(5*time.Second))
 		if err != nil {
-			t.Fatalf("read events of %s: %v", conv, err)
+			return nil, fmt.Errorf("read events of %s: %w", conv, err)
 		}
 		n := 0
 		for m := range batch.Messages() {
 			n++
 			var ev schemas.Event
 			if err := json.Unmarshal(m.Data(), &ev); err != nil {
-				t.Fatalf("undecodable event: %v", err)
+				return nil, fmt.Errorf("undecodable event: %w", err)
 			}
 			out = append(out, ev)
 		}
 		if n == 0 {
-			t.Fatalf("read %d of %d events of %s: %v", len(out), want, conv, batch.Error())
+			return nil, fmt.Errorf("read %d of %d events of %s: %v", len(out), want, conv, batch.Error())
 		}
 	}
-	return out
+	return out, nil
 }
