@@ -46,7 +46,7 @@ func (s *Store) Recall(ctx context.Context, req schemas.RecallRequest, scanLimit
 	case scanLimit == 0:
 		scanLimit = DefaultRecallScanLimit
 	case scanLimit < 0 || scanLimit > MaxRecallScanLimit:
-		return nil, fmt.Errorf("%w: recall scan limit %d is outside 1-%d", schemas.ErrInvalid, scanLimit, MaxRecallScanLimit)
+		return nil, &schemas.ValidationError{Field: "scan_limit", Rule: fmt.Sprintf("must be 1 to %d (0: the default, %d), got %d", MaxRecallScanLimit, DefaultRecallScanLimit, scanLimit)}
 	}
 	conv := req.Conversation
 	sel := recall.NewSelector(recall.Options{Query: req.Query, MaxTokens: req.MaxTokens})
@@ -97,18 +97,35 @@ func (s *Store) Recall(ctx context.Context, req schemas.RecallRequest, scanLimit
 		from = lo
 		last := lo == floor || scanned >= scanLimit
 		k := 0
-		if !last {
+		switch {
+		case !last:
 			// A round that reaches back past lo is selected with the next window; a
 			// carry that grew past a page (no assistant message in a whole window) is
 			// not carried further: its results count as incomplete.
 			if k = recall.Carry(chunk); k > recallPage {
 				k = 0
 			}
+		case lo != floor:
+			// Stopped by the scan limit: a round that reaches back past lo is left
+			// whole to the next page (to_seq below ScannedFromSeq), which then holds
+			// its call too. Only when this page covered something else: a round that
+			// fills the whole page is counted incomplete, or the next page would be
+			// this one again.
+			k = recall.Carry(chunk)
+			for k > 0 && chunk[k-1].Err == nil && chunk[k-1].Message.Role != schemas.RoleTool {
+				k-- // what follows the round's last result stands on its own: select it now
+			}
+			if k == 0 || k > recallPage || chunk[k-1].Seq >= to {
+				k = 0
+			} else {
+				from = chunk[k-1].Seq + 1
+			}
 		}
 		sel.Add(chunk[k:])
 		carry = slices.Clone(chunk[:k])
 		if last {
 			complete = lo == floor
+			carry = nil // left to the next page
 			break
 		}
 		if len(msgs) < recallPage/4 {

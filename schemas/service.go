@@ -341,7 +341,9 @@ type RecallResponse struct {
 	// ScannedFromSeq and ScannedToSeq are the range of CHAT sequences searched.
 	// ScanComplete is false when the scan stopped at its bound before reaching from_seq
 	// (or the first message): older messages were not searched; ask again with to_seq
-	// below ScannedFromSeq to go on.
+	// below ScannedFromSeq to go on. A tool round the bound cut through is left whole
+	// to that next page (ScannedFromSeq is then above its messages), so paging this way
+	// returns every round in one page.
 	ScannedFromSeq uint64 `json:"scanned_from_seq"`
 	ScannedToSeq   uint64 `json:"scanned_to_seq"`
 	ScanComplete   bool   `json:"scan_complete"`
