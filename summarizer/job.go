@@ -169,7 +169,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 
 	// 4. Guard.
 	next := p.result(j, ld, pl, out, before, s)
-	withEvidence(j.log, next, ld.cur, pl.coveredEntries, b, count)
+	withEvidence(j.log, next, ld.cur, pl.coveredEntries, b, count, int(p.store.MaxPayload())-jetstream.HeaderRoom)
 	after := assemble.Assemble(assemble.Input{Value: next, Pinned: pl.pinned, Tail: pl.tail}, assemble.Options{Counter: count})
 	next.TokensAfter, next.MessagesAfter = after.Tokens, len(after.Messages)
 	if st, limit := count.Count(out.Summary), b.SummaryCap(); st > limit {

@@ -19,9 +19,10 @@ var MaxPerKind = map[string]int{
 	schemas.EvidenceNumber:  100,
 }
 
-// MaxValueBytes bounds the bytes of all item values of an Evidence value together, so
-// that the KV value stays far under the NATS max payload whatever the conversation held;
-// the least valuable items leave first.
+// MaxValueBytes bounds the bytes of all item values of an Evidence value together (raw,
+// before JSON escapes them); the least valuable items leave first. It keeps the value
+// small; that the value fits one NATS message is enforced where it is written (the
+// worker renders less, then keeps fewer items).
 const MaxValueBytes = 128 << 10
 
 // Merge adds the evidence of entries (newly covered messages, through sequence
