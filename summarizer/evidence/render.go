@@ -12,7 +12,7 @@ import (
 
 // Header is the first line of a rendered section: it states which messages the summary
 // covers and that they can be recalled. %d is the newest covered CHAT sequence.
-const Header = "[Messages through sequence %d are summarized above; the recall tool returns any of them verbatim, by sequence range (from_seq, to_seq) or text (query). Evidence taken verbatim from them:]"
+const Header = "[Earlier messages through sequence %d that are not shown are summarized above; a recall tool, where offered, returns any of them verbatim by sequence range (from_seq, to_seq) or text (query). Evidence taken verbatim from them:]"
 
 // group is one line (or block) of the section.
 type group struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
+	"github.com/compactor/compactor/summarizer/evidence"
 	"github.com/compactor/compactor/summarizer/summary"
 )
 
@@ -312,5 +313,15 @@ func TestPrefixPromptHash(t *testing.T) {
 	}
 	if PrefixPromptHash(100, "") == PromptHash(100, "") {
 		t.Error("the two shapes' prompts hash the same")
+	}
+}
+
+// The prefix prompt tells the model that the evidence section after the previous
+// summary is Compactor's own, naming it by the words the section starts with: when the
+// header changes, this test says the prompt must follow.
+func TestPrefixPromptNamesTheEvidenceHeader(t *testing.T) {
+	opening, _, _ := strings.Cut(evidence.Header, " %d")
+	if !strings.Contains(PrefixPrompt, `"`+opening+`"`) {
+		t.Fatalf("PrefixPrompt does not name the evidence section by its opening %q", opening)
 	}
 }
