@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
@@ -44,8 +45,8 @@ instead (the compactor.recall answer). A conversation with nothing stored is not
 				}
 				return usagef("%v", err)
 			}
-			if *scanLimit < 0 {
-				return usagef("--scan-limit must not be negative")
+			if *scanLimit < 0 || *scanLimit > jetstream.MaxRecallScanLimit {
+				return usagef("--scan-limit must be 0 (the default, %d) to %d, got %d", jetstream.DefaultRecallScanLimit, jetstream.MaxRecallScanLimit, *scanLimit)
 			}
 			cl, nc, err := c.connect(ctx)
 			if err != nil {

@@ -72,7 +72,8 @@ func TestRecallCommand(t *testing.T) {
 	}{
 		{[]string{"recall", "cli-recall", "--from-seq", "9", "--to-seq", "2"}, "--from-seq: must not be after to_seq", exitUsage},
 		{[]string{"recall", "cli-recall", "--max-tokens", "-3"}, "--max-tokens: must be between 0", exitUsage},
-		{[]string{"recall", "cli-recall", "--scan-limit", "-1"}, "--scan-limit must not be negative", exitUsage},
+		{[]string{"recall", "cli-recall", "--scan-limit", "-1"}, "--scan-limit must be 0", exitUsage},
+		{[]string{"recall", "cli-recall", "--scan-limit", "2000000"}, "--scan-limit must be 0", exitUsage},
 		{[]string{"recall", "bad.id"}, "[A-Za-z0-9_-]", exitUsage},
 		{[]string{"recall", "nobody-here"}, "nobody-here", exitNotFound},
 	} {
