@@ -1,9 +1,11 @@
 package jetstream_test
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -25,7 +27,10 @@ func recalledSeqs(r *schemas.RecallResponse) []uint64 {
 // selection over the whole range answers, with rounds that cross windows kept whole.
 func TestRecallMatchesOneSelectionOverTheRange(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
-		ctx := ctxT(t)
+		// One context for the publishes and every case: under -race on a loaded machine
+		// they take more than ctxT's 20 s together.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
 		pub := func(conv, data string) uint64 {
 			t.Helper()
 			seq, err := st.PublishMessage(ctx, conv, []byte(data), "")

@@ -16,7 +16,10 @@ import (
 func TestEstimateCountsTheEvidenceSection(t *testing.T) {
 	_, st := setup(t)
 	tr := startWith(t, st, testConfig())
-	first := publish(t, st, "evid", text(40))
+	// The value is written before the trigger first sees the conversation, so its first
+	// sight reads it (a value written behind the trigger's back, with no event, would
+	// not be noticed): the sequence it covers is another conversation's message.
+	first := publish(t, st, "evid-before", text(40))
 	v := &schemas.Result{SchemaVersion: 1, Conversation: "evid", Generation: 1, Summary: "what came before",
 		EvidenceText: "[Messages through CHAT sequence 1 are summarized above.]\nFiles read: " + strings.Repeat("/repo/a.go, ", 100),
 		TailStartSeq: first + 1, CoveredThroughSeq: first, LoadedThroughSeq: first, CreatedAt: time.Now().UTC()}
