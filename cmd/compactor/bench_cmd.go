@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/compactor/compactor/cmd/compactor/bench"
+	"github.com/compactor/compactor/internal/bench"
 )
 
 // benchCommand measures Compactor against plain JetStream (package bench): progress on

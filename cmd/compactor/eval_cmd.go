@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/compactor/compactor/cmd/compactor/eval"
+	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer/extractive"
 	"github.com/compactor/compactor/summarizer/split"

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactor/compactor/cmd/compactor/eval"
+	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
 

@@ -3,7 +3,7 @@ package eval_test
 import (
 	"fmt"
 
-	"github.com/compactor/compactor/cmd/compactor/eval"
+	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
 )
