@@ -21,7 +21,6 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
-	"github.com/compactor/compactor/pipeline/service"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -222,15 +221,13 @@ func TestOnlyTheAPIRoleRunsTheService(t *testing.T) {
 			env.Roles = tc.roles
 		}
 		st := &jetstream.Store{}
-		comps, err := build(env, &nats.Conn{}, st, zerolog.Nop())
+		nd, err := build(env, &nats.Conn{}, st, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
 		n := 0
-		for _, c := range comps {
-			if _, ok := c.(*service.Service); ok {
-				n++
-			}
+		if nd.Service() != nil {
+			n++
 		}
 		if n != tc.want {
 			t.Errorf("roles %q: %d compactor services; want %d", tc.roles, n, tc.want)

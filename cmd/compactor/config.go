@@ -16,6 +16,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas/budget"
 	"github.com/compactor/compactor/schemas/policy"
@@ -275,7 +276,7 @@ func (e Env) validateSettings() error {
 		}
 	}
 	if e.OTelEndpoint != "" {
-		if err := checkOTelEndpoint(e.OTelEndpoint); err != nil {
+		if err := telemetry.CheckOTelEndpoint(e.OTelEndpoint); err != nil {
 			return bad("OTEL_ENDPOINT", "%v", err)
 		}
 	}

@@ -6,6 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/summarizer/extractive"
 	"github.com/compactor/compactor/summarizer/llm"
 )
 
@@ -64,11 +68,11 @@ func TestOpenAIVariablesAreHonoured(t *testing.T) {
 	if env.Policy["llm_base_url"] != "http://llm.local/v1" {
 		t.Fatalf("OPENAI_BASE_URL not used: %+v", env.Policy)
 	}
-	sums := &summarizers{lookup: env.lookup, cache: map[llm.Config]*llm.Summarizer{}}
 	r, err := env.resolver()
 	if err != nil {
 		t.Fatal(err)
 	}
+	sums := node.NewSummarizers(node.Config{Resolver: r, Profiles: env.Profiles, Lookup: env.lookup, Logger: zerolog.Nop()}, extractive.New())
 	s, err := sums.For(r.Base())
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer/extractive"
 	"github.com/compactor/compactor/summarizer/split"
@@ -101,15 +102,15 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 				cfg.NATSOptions = []nats.Option{env.natsAuth().Option()}
 			}
 			fallback := extractive.New()
-			sums := newSummarizers(env, r, fallback, log)
+			sums := node.NewSummarizers(node.Config{Resolver: r, Profiles: env.Profiles, Lookup: env.lookup, Logger: log}, fallback)
 			sum, err := sums.For(r.Base())
 			if err != nil {
 				return newError(errConfig, err, "%v", err)
 			}
 			if sum != summary.Summarizer(fallback) {
-				base, key := sums.endpointAndKey(r.Base())
+				base, key := sums.EndpointAndKey(r.Base())
 				if base == "" {
-					base = defaultEndpoint
+					base = node.DefaultEndpoint
 				}
 				cfg.Summarizers = sums.For
 				cfg.SummarizerName = fmt.Sprintf("LLM %s at %s", r.Base().LLMModel, policy.RedactURL(base))

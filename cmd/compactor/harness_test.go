@@ -20,6 +20,8 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -270,6 +272,15 @@ func testEnv(t *testing.T, window int) Env {
 	return e
 }
 
+// build is the node of env's roles on nc and st, as serve builds it, without telemetry.
+func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) (*node.Node, error) {
+	cfg, err := env.node(log, telemetry.Telemetry{})
+	if err != nil {
+		return nil, err
+	}
+	return node.New(cfg, nc, st)
+}
+
 // stack is a running compactor (trigger and workers) on a real in-process NATS.
 type stack struct {
 	nc     *nats.Conn
@@ -298,15 +309,13 @@ func runStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, env Env, llm *fa
 	if err := env.validate(); err != nil {
 		t.Fatal(err)
 	}
-	comps, err := build(env, nc, st, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	nd, err := build(env, nc, st, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &stack{nc: nc, st: st, client: pipeline.NewWithStore(nc, st), cancel: cancel, done: make(chan error, len(comps))}
-	for _, c := range comps {
-		go func() { s.done <- c.Run(ctx) }()
-	}
+	s := &stack{nc: nc, st: st, client: pipeline.NewWithStore(nc, st), cancel: cancel, done: make(chan error, 1)}
+	go func() { s.done <- nd.Run(ctx) }()
 	t.Cleanup(func() { s.stop(t) })
 	return s
 }

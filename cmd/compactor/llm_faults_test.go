@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer/extractive"
@@ -132,7 +133,7 @@ func TestKeysGoOnlyToTheirEndpoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sums := newSummarizers(env, r, extractive.New(), zerolog.Nop())
+			sums := node.NewSummarizers(node.Config{Resolver: r, Profiles: env.Profiles, Lookup: env.lookup, Logger: zerolog.Nop()}, extractive.New())
 			for profile, w := range tt.want {
 				s := r.Base()
 				if profile != "" {

@@ -14,20 +14,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/policy"
-	"github.com/compactor/compactor/summarizer"
-	"github.com/compactor/compactor/summarizer/extractive"
-	"github.com/compactor/compactor/triggers"
 )
 
 // opsServe runs serve with the operators' listener on a port the system picks, with
@@ -276,8 +272,8 @@ func TestReadinessFollowsNATSAndJetStream(t *testing.T) {
 	}
 	start := time.Now()
 	m := scrapeMetrics(t, addr)
-	if took := time.Since(start); took > backlogTimeout+time.Second {
-		t.Errorf("a scrape with NATS away took %s; want at most about %s", took, backlogTimeout)
+	if took := time.Since(start); took > telemetry.BacklogTimeout+time.Second {
+		t.Errorf("a scrape with NATS away took %s; want at most about %s", took, telemetry.BacklogTimeout)
 	}
 	if v, ok := m.value("compactor_nats_connected"); !ok || v != 0 {
 		t.Errorf("compactor_nats_connected with NATS away: %v, %v; want 0", v, ok)
@@ -409,63 +405,6 @@ func TestMetricsOfACompaction(t *testing.T) {
 	}
 }
 
-// Every metric Compactor exports follows Prometheus's naming conventions (promlint:
-// units in base units as suffixes, _total on counters, help text, snake case), its Go
-// and process collectors included. Each is made to have a series first: promlint
-// sees only what a scrape shows.
-func TestMetricNamesFollowConventions(t *testing.T) {
-	m := newMetrics()
-	srv := jstest.Server(t)
-	nc := jstest.Conn(t, srv)
-	st := jstest.Provision(t, nc)
-	m.connection(nc)
-	m.backlog(st, func() []jetstream.Partition { return st.Config().Partitions() }, zerolog.Nop())
-	m.JobDone(summarizer.JobReport{Trigger: schemas.TriggerBudget, Outcome: summarizer.OutcomeCompleted, Attempt: 1,
-		Duration: time.Second, TokensBefore: 3500, TokensAfter: 1200, Fallback: true})
-	m.Counted(time.Second)
-	m.Requested(schemas.TriggerBudget, triggers.RequestQueued)
-	m.llmModel("gpt-4o-mini")
-	m.llmCall("gpt-4o-mini", time.Second, &schemas.Usage{PromptTokens: 900, CompletionTokens: 100}, nil)
-	pool, err := summarizer.NewPool(summarizer.DefaultConfig(), st, summarizer.Options{Policies: policySource{},
-		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return extractive.New(), nil }, Fallback: extractive.New()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.pool(pool)
-	trig, err := triggers.New(triggers.DefaultConfig(), st, policySource{}, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.trigger(trig)
-
-	problems, err := testutil.GatherAndLint(m.reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range problems {
-		t.Errorf("%s: %s", p.Metric, p.Text)
-	}
-	fams, err := m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{}
-	for _, f := range fams {
-		names[f.GetName()] = true
-	}
-	for _, name := range []string{"compactor_compactions_total", "compactor_compaction_duration_seconds",
-		"compactor_compaction_tokens_before", "compactor_compaction_tokens_after", "compactor_fallback_summaries_total",
-		"compactor_llm_requests_total", "compactor_llm_errors_total", "compactor_llm_request_duration_seconds",
-		"compactor_summarizer_tokens_total", "compactor_trigger_lag_seconds", "compactor_trigger_requests_total",
-		"compactor_trigger_conversations", "compactor_request_backlog", "compactor_trigger_backlog",
-		"compactor_backlog_read_errors_total", "compactor_workers", "compactor_workers_busy", "compactor_nats_connected",
-		"compactor_nats_reconnects_total", "compactor_build_info", "go_goroutines", "process_cpu_seconds_total"} {
-		if !names[name] {
-			t.Errorf("%s is not gathered, so not linted", name)
-		}
-	}
-}
-
 // Readiness and the backlog gauges work for every serve role of the least-privilege
 // users of deploy/nats/accounts.conf: what they ask JetStream is among what each role may
 // ask, and no probe or scrape causes a permissions violation.
@@ -483,18 +422,18 @@ func TestReadinessAndBacklogUnderTheRolesOfAccountsConf(t *testing.T) {
 			if err != nil {
 				t.Fatalf("bind as %s: %v", role, err)
 			}
-			ready := newReadiness()
-			ready.running(st)
-			if err := ready.check(ctx); err != nil {
+			ready := telemetry.NewReadiness()
+			ready.Running(st)
+			if err := ready.Check(ctx); err != nil {
 				t.Errorf("/readyz as %s: %v", role, err)
 			}
-			m := newMetrics()
+			m := telemetry.NewMetrics("test")
 			var parts func() []jetstream.Partition
 			if role == "trigger" {
 				parts = cfg.Partitions
 			}
-			m.backlog(st, parts, zerolog.Nop())
-			fams, err := m.reg.Gather()
+			m.Backlog(st, parts, zerolog.Nop())
+			fams, err := m.Registry().Gather()
 			if err != nil {
 				t.Fatal(err)
 			}

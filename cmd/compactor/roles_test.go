@@ -590,13 +590,13 @@ func TestRolesPartitionedTrigger(t *testing.T) {
 		}
 		// The trigger's log says when it gave a partition away.
 		logs = append(logs, &logBuffer{})
-		comps, err := build(env, c.nc, st, zerolog.New(logs[len(logs)-1]).Level(zerolog.InfoLevel))
+		nd, err := build(env, c.nc, st, zerolog.New(logs[len(logs)-1]).Level(zerolog.InfoLevel))
 		if err != nil {
 			t.Fatal(err)
 		}
 		rctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- comps[0].Run(rctx) }()
+		go func() { done <- nd.Run(rctx) }()
 		t.Cleanup(func() {
 			cancel()
 			if err := <-done; err != nil {

@@ -23,6 +23,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
@@ -271,7 +272,7 @@ func TestTracesEndpoint(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			on, url := env.tracesEndpoint()
+			on, url := telemetry.TracesEndpoint(env.OTelEndpoint, env.lookup)
 			if on != tt.wantOn || url != tt.wantURL {
 				t.Errorf("tracesEndpoint() = %v, %q; want %v, %q", on, url, tt.wantOn, tt.wantURL)
 			}
@@ -283,7 +284,7 @@ func TestTracesEndpoint(t *testing.T) {
 // next saying how many were left out.
 func TestOpenTelemetryErrorsAreLoggedAndBounded(t *testing.T) {
 	var b strings.Builder
-	h := otelErrors(zerolog.New(&b), time.Hour)
+	h := telemetry.ErrorHandler(zerolog.New(&b), time.Hour)
 	for range 5 {
 		h.Handle(errors.New("collector refused the batch"))
 	}
@@ -296,7 +297,7 @@ func TestOpenTelemetryErrorsAreLoggedAndBounded(t *testing.T) {
 		t.Fatalf("logged %q (%v); want a JSON warning with the error", lines[0], err)
 	}
 	b.Reset()
-	h = otelErrors(zerolog.New(&b), 0)
+	h = telemetry.ErrorHandler(zerolog.New(&b), 0)
 	h.Handle(errors.New("one"))
 	h.Handle(errors.New("two"))
 	if n := strings.Count(b.String(), "\n"); n != 2 {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,11 +14,11 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer"
-	"github.com/compactor/compactor/summarizer/extractive"
 	"github.com/compactor/compactor/summarizer/llm"
 	"github.com/compactor/compactor/summarizer/summary"
 	"github.com/compactor/compactor/triggers"
@@ -93,12 +92,27 @@ func (r *rig) conn(name string) (*nats.Conn, error) {
 }
 
 // storeOn opens the rig's store over another connection.
-func (r *rig) storeOn(ctx context.Context, name string) (*jetstream.Store, error) {
+func (r *rig) storeOn(ctx context.Context, name string) (*nats.Conn, *jetstream.Store, error) {
 	nc, err := r.conn(name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return jetstream.Open(ctx, nc, r.cfg)
+	st, err := jetstream.Open(ctx, nc, r.cfg)
+	return nc, st, err
+}
+
+// startRole builds a node of one role on its own connection, as a process of that role
+// would be, with the bench's fixed policy, and runs it until the returned stop.
+func (r *rig) startRole(ctx context.Context, name string, cfg node.Config) (*node.Node, func() error, error) {
+	nc, st, err := r.storeOn(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := node.New(cfg, nc, st)
+	if err != nil {
+		return nil, nil, err
+	}
+	return n, n.Start(ctx), nil
 }
 
 // close deletes the namespace's streams (buckets are streams too) and closes the
@@ -135,15 +149,12 @@ func settings(w int) policy.Settings {
 
 // startTrigger runs a real trigger on its own connection until the returned stop.
 func (r *rig) startTrigger(ctx context.Context, s policy.Settings) (*triggers.Trigger, func() error, error) {
-	st, err := r.storeOn(ctx, "bench-trigger")
+	n, stop, err := r.startRole(ctx, "bench-trigger",
+		node.Config{Roles: node.Roles{Trigger: true}, Trigger: triggerConfig(), Policies: fixedPolicy(s), Logger: zerolog.Nop()})
 	if err != nil {
 		return nil, nil, err
 	}
-	t, err := triggers.New(triggerConfig(), st, fixedPolicy(s), zerolog.Nop())
-	if err != nil {
-		return nil, nil, err
-	}
-	return t, runComponent(ctx, t.Run), nil
+	return n.Trigger().(*triggers.Trigger), stop, nil
 }
 
 func triggerConfig() triggers.Config {
@@ -224,18 +235,14 @@ func (r *rig) startTriggers(ctx context.Context, s policy.Settings, processes in
 		}
 	}
 	for i, id := range ids {
-		st, err := r.storeOn(ctx, fmt.Sprintf("bench-trigger-%d", i))
+		n, stop, err := r.startRole(ctx, fmt.Sprintf("bench-trigger-%d", i), node.Config{Roles: node.Roles{Trigger: true},
+			Trigger: triggerConfig(), Policies: fixedPolicy(s), MemberID: id, Logger: zerolog.Nop()})
 		if err != nil {
 			ts.stop()
 			return nil, err
 		}
-		ps, err := triggers.NewPartitions(triggerConfig(), st, fixedPolicy(s), zerolog.Nop(), id)
-		if err != nil {
-			ts.stop()
-			return nil, err
-		}
-		ts.parts = append(ts.parts, ps)
-		ts.stops = append(ts.stops, runComponent(ctx, ps.Run))
+		ts.parts = append(ts.parts, n.Trigger().(*triggers.Partitions))
+		ts.stops = append(ts.stops, stop)
 	}
 	if err := wait(ctx, time.Minute, "every trigger partition to be owned by one process", func() bool {
 		return ts.ownedOnce(r.cfg.TriggerPartitions)
@@ -289,44 +296,20 @@ func lag(ctx context.Context, cons []natsjs.Consumer) (int, error) {
 // startPool runs a real summarizer pool of slots workers on its own connection,
 // summarizing with sum.
 func (r *rig) startPool(ctx context.Context, s policy.Settings, slots int, sum summary.Summarizer) (func() error, error) {
-	st, err := r.storeOn(ctx, "bench-worker")
-	if err != nil {
-		return nil, err
-	}
-	p, err := newPool(st, s, slots, sum)
-	if err != nil {
-		return nil, err
-	}
-	return runComponent(ctx, p.Run), nil
+	_, stop, err := r.startRole(ctx, "bench-worker", poolConfig(s, slots, sum))
+	return stop, err
 }
 
-// newPool is the bench's summarizer pool over st.
-func newPool(st *jetstream.Store, s policy.Settings, slots int, sum summary.Summarizer) (*summarizer.Pool, error) {
+// poolConfig is the bench's worker node: slots workers summarizing with sum.
+func poolConfig(s policy.Settings, slots int, sum summary.Summarizer) node.Config {
 	cfg := summarizer.DefaultConfig()
 	cfg.Workers = slots
 	cfg.BackoffBase = 100 * time.Millisecond
 	cfg.BackoffMax = time.Second
 	cfg.DrainTimeout = 10 * time.Second
-	return summarizer.NewPool(cfg, st, summarizer.Options{
-		Policies:    fixedPolicy(s),
+	return node.Config{Roles: node.Roles{Worker: true}, Summarizer: cfg, Policies: fixedPolicy(s),
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil },
-		Fallback:    extractive.New(), Retryable: llm.Retryable, Logger: zerolog.Nop()})
-}
-
-// runComponent runs run in a goroutine; the returned stop cancels it and waits.
-func runComponent(ctx context.Context, run func(context.Context) error) func() error {
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(cctx) }()
-	var once sync.Once
-	var err error
-	return func() error {
-		once.Do(func() {
-			cancel()
-			err = <-done
-		})
-		return err
-	}
+		Logger:      zerolog.Nop()}
 }
 
 // fakeLLM is an OpenAI-compatible endpoint that answers after delay with a summary of

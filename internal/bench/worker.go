@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/jetstream"
 )
 
@@ -53,12 +54,12 @@ func RunWorker(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, err := newPool(st, settings(*window), *slots, sum)
+	n, err := node.New(poolConfig(settings(*window), *slots, sum), nc, st)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintln(out, "ready")
-	return p.Run(ctx)
+	return n.Run(ctx)
 }
 
 // workerProcess is a child process running RunWorker.

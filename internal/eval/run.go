@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/embedded"
 	"github.com/compactor/compactor/pipeline"
@@ -27,7 +28,6 @@ import (
 	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/extractive"
-	"github.com/compactor/compactor/summarizer/llm"
 	"github.com/compactor/compactor/summarizer/split"
 	"github.com/compactor/compactor/summarizer/summary"
 	"github.com/compactor/compactor/triggers"
@@ -319,11 +319,11 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 	}
 	tcfg := triggers.DefaultConfig()
 	tcfg.RetryDelay = 100 * time.Millisecond
-	trig, err := triggers.New(tcfg, tst, policySource{store: tst, resolver: r}, cfg.Logger)
+	trig, err := node.New(node.Config{Roles: node.Roles{Trigger: true}, Resolver: r, Trigger: tcfg, Logger: cfg.Logger}, tnc, tst)
 	if err != nil {
 		return nil, err
 	}
-	rg.stops = append(rg.stops, runComponent(ctx, trig.Run))
+	rg.stops = append(rg.stops, trig.Start(ctx))
 
 	wnc, err := conn("compactor-eval-worker")
 	if err != nil {
@@ -342,8 +342,7 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 	pcfg := summarizer.DefaultConfig()
 	pcfg.Workers = max(2, min(cfg.Concurrency, 16))
 	pcfg.BackoffBase, pcfg.BackoffMax, pcfg.DrainTimeout = 100*time.Millisecond, 2*time.Second, 10*time.Second
-	pool, err := summarizer.NewPool(pcfg, wst, summarizer.Options{
-		Policies: policySource{store: wst, resolver: r},
+	pool, err := node.New(node.Config{Roles: node.Roles{Worker: true}, Resolver: r, Summarizer: pcfg, Logger: cfg.Logger,
 		Summarizers: func(s policy.Settings) (summarizer.Summarizer, error) {
 			sum, err := sums(s)
 			if err != nil {
@@ -351,11 +350,11 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 			}
 			return rg.counted.wrap(sum), nil
 		},
-		Fallback: rg.counted.wrap(extractive.New()), Retryable: llm.Retryable, Logger: cfg.Logger})
+		Fallback: rg.counted.wrap(extractive.New())}, wnc, wst)
 	if err != nil {
 		return nil, err
 	}
-	rg.stops = append(rg.stops, runComponent(ctx, pool.Run))
+	rg.stops = append(rg.stops, pool.Start(ctx))
 
 	parts := rg.jcfg.Partitions()
 	if rg.consumer, err = waitConsumer(ctx, nc, rg.jcfg.ChatStream, rg.jcfg.TriggerConsumerOf(parts[0])); err != nil {
@@ -620,30 +619,6 @@ func plant(msgs []schemas.Message, name string, n int) ([]schemas.Message, []str
 	return slices.Concat(msgs[:at], added, msgs[at:]), facts
 }
 
-// policySource resolves a conversation's settings from its policy in KV, as serve does.
-type policySource struct {
-	store    *jetstream.Store
-	resolver *policy.Resolver
-}
-
-func (ps policySource) Settings(ctx context.Context, conv string) (policy.Settings, error) {
-	data, _, err := ps.store.GetPolicy(ctx, conv)
-	if err != nil {
-		return policy.Settings{}, err
-	}
-	var l policy.Layer
-	if data != nil {
-		if l, err = policy.DecodeConversation(data); err != nil {
-			return ps.resolver.Base(), fmt.Errorf("policy of %s: %w", conv, err)
-		}
-	}
-	s, err := ps.resolver.Resolve(l)
-	if err != nil {
-		return ps.resolver.Base(), fmt.Errorf("policy of %s: %w", conv, err)
-	}
-	return s, nil
-}
-
 // counting counts each conversation's summarizer calls and tokens: the usage the LLM
 // reported, else an estimate (the shared token estimate of what it read and wrote,
 // plus summarizer.PromptOverhead for its prompt).
@@ -715,22 +690,6 @@ type sizedSummarizer struct {
 }
 
 func (s sizedSummarizer) RequestTokens(in summary.Input) int { return s.sizer.RequestTokens(in) }
-
-// runComponent runs run in a goroutine; the returned stop cancels it and waits.
-func runComponent(ctx context.Context, run func(context.Context) error) func() error {
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- run(cctx) }()
-	var once sync.Once
-	var err error
-	return func() error {
-		once.Do(func() {
-			cancel()
-			err = <-done
-		})
-		return err
-	}
-}
 
 // namespaced is the jetstream config with every name of the contract prefixed with ns.
 func namespaced(ns string) jetstream.Config {

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -17,12 +17,12 @@ import (
 	"github.com/compactor/compactor/triggers"
 )
 
-// metrics are serve's Prometheus metrics, on a registry of their own (not the global
+// Metrics are a node's Prometheus metrics, on a registry of their own (not the global
 // one: two serves in one test binary do not share counters). Label values come only
 // from closed sets (trigger kinds, outcomes, error kinds) and from the operator's own
 // configuration (model names: llm_model is an operator-only key), never from what a
 // message says: a conversation id is never a label.
-type metrics struct {
+type Metrics struct {
 	reg *prometheus.Registry
 
 	compactions      *prometheus.CounterVec   // trigger, outcome
@@ -41,8 +41,10 @@ type metrics struct {
 // triggerKinds are the values of the trigger label.
 var triggerKinds = []string{schemas.TriggerBudget, schemas.TriggerStructural, schemas.TriggerTemporal, schemas.TriggerManual}
 
-func newMetrics() *metrics {
-	m := &metrics{reg: prometheus.NewRegistry()}
+// NewMetrics registers every metric on a registry of their own; version is the
+// compactor_build_info label.
+func NewMetrics(version string) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry()}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 		m.reg.MustRegister(c)
@@ -99,13 +101,13 @@ func newMetrics() *metrics {
 
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_build_info",
-		Help: "Always 1; the version label is the module version this binary was built from.", ConstLabels: prometheus.Labels{"version": buildVersion().Version}},
+		Help: "Always 1; the version label is the module version this binary was built from.", ConstLabels: prometheus.Labels{"version": version}},
 		func() float64 { return 1 }))
 	return m
 }
 
 // JobDone is summarizer.Observer.
-func (m *metrics) JobDone(r summarizer.JobReport) {
+func (m *Metrics) JobDone(r summarizer.JobReport) {
 	outcome := string(r.Outcome)
 	m.compactions.WithLabelValues(r.Trigger, outcome).Inc()
 	m.duration.WithLabelValues(r.Trigger, outcome).Observe(r.Duration.Seconds())
@@ -119,15 +121,15 @@ func (m *metrics) JobDone(r summarizer.JobReport) {
 }
 
 // Counted is triggers.Observer.
-func (m *metrics) Counted(age time.Duration) { m.triggerLag.Observe(age.Seconds()) }
+func (m *Metrics) Counted(age time.Duration) { m.triggerLag.Observe(age.Seconds()) }
 
 // Requested is triggers.Observer.
-func (m *metrics) Requested(kind string, r triggers.RequestResult) {
+func (m *Metrics) Requested(kind string, r triggers.RequestResult) {
 	m.triggerRequests.WithLabelValues(kind, string(r)).Inc()
 }
 
 // llmModel makes the series of a model's LLM metrics exist at 0.
-func (m *metrics) llmModel(model string) {
+func (m *Metrics) llmModel(model string) {
 	m.llmRequests.WithLabelValues(model)
 	for _, k := range llm.ErrorKinds {
 		m.llmErrors.WithLabelValues(model, k)
@@ -138,7 +140,7 @@ func (m *metrics) llmModel(model string) {
 }
 
 // llmCall records one LLM request.
-func (m *metrics) llmCall(model string, took time.Duration, usage *schemas.Usage, err error) {
+func (m *Metrics) llmCall(model string, took time.Duration, usage *schemas.Usage, err error) {
 	m.llmRequests.WithLabelValues(model).Inc()
 	m.llmDuration.WithLabelValues(model).Observe(took.Seconds())
 	if err != nil {
@@ -152,8 +154,8 @@ func (m *metrics) llmCall(model string, took time.Duration, usage *schemas.Usage
 	}
 }
 
-// connection exports the state of the process's NATS connection.
-func (m *metrics) connection(nc *nats.Conn) {
+// Connection exports the state of the process's NATS connection.
+func (m *Metrics) Connection(nc *nats.Conn) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_nats_connected",
 			Help: "1 while the process's NATS connection is connected, 0 while it reconnects."},
@@ -169,8 +171,8 @@ func (m *metrics) connection(nc *nats.Conn) {
 	)
 }
 
-// pool exports the workers' saturation.
-func (m *metrics) pool(p *summarizer.Pool) {
+// Pool exports the workers' saturation.
+func (m *Metrics) Pool(p *summarizer.Pool) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_workers",
 			Help: "Requests this process's summarizer pool works on at most at once (COMPACTOR_WORKERS)."},
@@ -181,27 +183,27 @@ func (m *metrics) pool(p *summarizer.Pool) {
 	)
 }
 
-// triggerRole is what the metrics read of the trigger (a Trigger or Partitions).
-type triggerRole interface {
+// TriggerRole is what the metrics read of the trigger (a Trigger or Partitions).
+type TriggerRole interface {
 	Tracked() int
 	Partitions() []jetstream.Partition
 }
 
-// trigger exports the trigger's state.
-func (m *metrics) trigger(t triggerRole) {
+// Trigger exports the trigger's state.
+func (m *Metrics) Trigger(t TriggerRole) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_trigger_conversations",
 		Help: "Conversations the trigger of this process holds state for (evicted when idle)."},
 		func() float64 { return float64(t.Tracked()) }))
 }
 
-// backlog exports the consumers' backlogs: the work queue's, and when parts is not nil
+// Backlog exports the consumers' backlogs: the work queue's, and when parts is not nil
 // that of the trigger consumers of the partitions parts returns.
-func (m *metrics) backlog(st *jetstream.Store, parts func() []jetstream.Partition, log zerolog.Logger) {
+func (m *Metrics) Backlog(st *jetstream.Store, parts func() []jetstream.Partition, log zerolog.Logger) {
 	m.reg.MustRegister(newBacklogCollector(st, parts, log))
 }
 
 // backlogCollector reads the consumers' backlogs when Prometheus scrapes, each read
-// bounded by backlogTimeout and its answer kept for backlogTTL, so a scrape never
+// bounded by BacklogTimeout and its answer kept for backlogTTL, so a scrape never
 // waits long and many scrapers do not each ask the server. A backlog that cannot be
 // read is left out of the scrape (and counted), never reported as a stale number.
 type backlogCollector struct {
@@ -218,7 +220,8 @@ type backlogCollector struct {
 }
 
 const (
-	backlogTimeout = 2 * time.Second
+	// BacklogTimeout bounds one read of a backlog for a scrape.
+	BacklogTimeout = 2 * time.Second
 	backlogTTL     = 2 * time.Second
 )
 
@@ -260,7 +263,7 @@ func (c *backlogCollector) read() []prometheus.Metric {
 	if time.Since(c.readAt) < backlogTTL {
 		return c.cached
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), backlogTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), BacklogTimeout)
 	defer cancel()
 	var out []prometheus.Metric
 	add := func(desc *prometheus.Desc, name string, b jetstream.Backlog, err error) {
@@ -291,3 +294,6 @@ func (c *backlogCollector) read() []prometheus.Metric {
 	c.readAt, c.cached = time.Now(), out
 	return out
 }
+
+// Registry is the registry the metrics are on (served on /metrics).
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -24,24 +24,24 @@ import (
 	"github.com/compactor/compactor/summarizer/summary"
 )
 
-// tracesEndpoint is where spans go, and whether traces are on: COMPACTOR_OTEL_ENDPOINT
+// TracesEndpoint is where spans go, and whether traces are on: COMPACTOR_OTEL_ENDPOINT
 // (as url), or else the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
 // OTEL_EXPORTER_OTLP_ENDPOINT (url "", the exporter reads them itself, with the other
 // OTEL_EXPORTER_OTLP_* variables). OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none
 // turn traces off whatever is set.
-func (e Env) tracesEndpoint() (on bool, url string) {
+func TracesEndpoint(otelEndpoint string, lookup func(string) (string, bool)) (on bool, url string) {
 	get := func(k string) string {
-		if e.lookup == nil {
+		if lookup == nil {
 			return ""
 		}
-		v, _ := e.lookup(k)
+		v, _ := lookup(k)
 		return strings.TrimSpace(v)
 	}
 	if strings.EqualFold(get("OTEL_SDK_DISABLED"), "true") || strings.EqualFold(get("OTEL_TRACES_EXPORTER"), "none") {
 		return false, ""
 	}
-	if e.OTelEndpoint != "" {
-		return true, otlpTracesURL(e.OTelEndpoint)
+	if otelEndpoint != "" {
+		return true, otlpTracesURL(otelEndpoint)
 	}
 	return get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || get("OTEL_EXPORTER_OTLP_ENDPOINT") != "", ""
 }
@@ -57,8 +57,8 @@ func otlpTracesURL(endpoint string) string {
 	return u.String()
 }
 
-// checkOTelEndpoint checks COMPACTOR_OTEL_ENDPOINT: an http or https URL with a host.
-func checkOTelEndpoint(endpoint string) error {
+// CheckOTelEndpoint checks COMPACTOR_OTEL_ENDPOINT: an http or https URL with a host.
+func CheckOTelEndpoint(endpoint string) error {
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return err
@@ -69,12 +69,13 @@ func checkOTelEndpoint(endpoint string) error {
 	return nil
 }
 
-// newTracing returns the tracer provider of env: spans batched and exported over
+// NewTracing returns the tracer provider of otelEndpoint and the OTEL_ variables lookup
+// finds (see TracesEndpoint): spans batched and exported over
 // OTLP/HTTP, service.name compactor (OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
 // override it), sampled as OTEL_TRACES_SAMPLER says (default: every trace, or as the
 // parent said). Nil when traces are off. Shutdown flushes what is batched.
-func newTracing(ctx context.Context, env Env) (*sdktrace.TracerProvider, error) {
-	on, endpoint := env.tracesEndpoint()
+func NewTracing(ctx context.Context, otelEndpoint string, lookup func(string) (string, bool), version string) (*sdktrace.TracerProvider, error) {
+	on, endpoint := TracesEndpoint(otelEndpoint, lookup)
 	if !on {
 		return nil, nil
 	}
@@ -87,7 +88,7 @@ func newTracing(ctx context.Context, env Env) (*sdktrace.TracerProvider, error) 
 		return nil, fmt.Errorf("OTLP trace exporter: %w", err)
 	}
 	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", "compactor"), attribute.String("service.version", buildVersion().Version)),
+		resource.WithAttributes(attribute.String("service.name", "compactor"), attribute.String("service.version", version)),
 		resource.WithFromEnv(), resource.WithTelemetrySDK(), resource.WithHost(), resource.WithProcessPID())
 	if err != nil {
 		return nil, fmt.Errorf("trace resource: %w", err)
@@ -95,10 +96,10 @@ func newTracing(ctx context.Context, env Env) (*sdktrace.TracerProvider, error) 
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
 }
 
-// otelErrors logs what the OpenTelemetry SDK reports (a collector that refuses or is
+// ErrorHandler logs what the OpenTelemetry SDK reports (a collector that refuses or is
 // away, every batch) as the process's own log lines, at most one each interval, with
 // how many were left out; the SDK's default prints plain text to stderr.
-func otelErrors(log zerolog.Logger, interval time.Duration) otel.ErrorHandler {
+func ErrorHandler(log zerolog.Logger, interval time.Duration) otel.ErrorHandler {
 	var (
 		mu      sync.Mutex
 		last    time.Time
@@ -119,9 +120,9 @@ func otelErrors(log zerolog.Logger, interval time.Duration) otel.ErrorHandler {
 	})
 }
 
-// shutdownTracing flushes the spans batched, for at most a few seconds: a collector
+// ShutdownTracing flushes the spans batched, for at most a few seconds: a collector
 // that is away does not hold the exit back.
-func shutdownTracing(tp *sdktrace.TracerProvider, within time.Duration) error {
+func ShutdownTracing(tp *sdktrace.TracerProvider, within time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	return tp.Shutdown(ctx)

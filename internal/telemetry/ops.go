@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -16,26 +16,26 @@ import (
 	"github.com/compactor/compactor/jetstream"
 )
 
-// opsServer is the operators' HTTP listener (COMPACTOR_HTTP_LISTEN): /healthz, /readyz,
+// OpsServer is the operators' HTTP listener (COMPACTOR_HTTP_LISTEN): /healthz, /readyz,
 // /metrics and the profiles of net/http/pprof. Its handlers live on a mux of its own:
 // importing net/http/pprof also registers them on http.DefaultServeMux, which nothing
 // here serves, so no other listener of the process can expose them by accident.
-type opsServer struct {
+type OpsServer struct {
 	ln  net.Listener
 	srv *http.Server
 	log zerolog.Logger
 }
 
-// newOpsServer binds addr now, so a port in use stops start-up instead of failing later.
+// NewOpsServer binds addr now, so a port in use stops start-up instead of failing later.
 // ready answers /readyz; m, when not nil, is served on /metrics.
-func newOpsServer(addr string, log zerolog.Logger, ready *readiness, m *metrics) (*opsServer, error) {
+func NewOpsServer(addr string, log zerolog.Logger, ready *Readiness, m *Metrics) (*OpsServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("COMPACTOR_HTTP_LISTEN: %w", err)
 	}
 	mux := http.NewServeMux()
 	// Liveness: the process answers. It never depends on NATS, so an orchestrator does
-	// not restart a healthy process because NATS is away (readiness says that).
+	// not restart a healthy process because NATS is away (Readiness says that).
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
@@ -43,7 +43,7 @@ func newOpsServer(addr string, log zerolog.Logger, ready *readiness, m *metrics)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		if err := ready.check(r.Context()); err != nil {
+		if err := ready.Check(r.Context()); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
 			return
@@ -51,8 +51,8 @@ func newOpsServer(addr string, log zerolog.Logger, ready *readiness, m *metrics)
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	if m != nil {
-		mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(m.reg, promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
-			Registry:            m.reg,
+		mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(m.Registry(), promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{
+			Registry:            m.Registry(),
 			MaxRequestsInFlight: 4,
 			Timeout:             10 * time.Second,
 		})))
@@ -63,18 +63,18 @@ func newOpsServer(addr string, log zerolog.Logger, ready *readiness, m *metrics)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return &opsServer{ln: ln, log: log, srv: &http.Server{
+	return &OpsServer{ln: ln, log: log, srv: &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 	}}, nil
 }
 
 // Addr is the address the listener is bound to (the port chosen for ":0").
-func (o *opsServer) Addr() string { return o.ln.Addr().String() }
+func (o *OpsServer) Addr() string { return o.ln.Addr().String() }
 
 // Run serves until ctx is done, then lets the requests in flight finish for a few
 // seconds: a 30-second CPU profile being taken is cut, not waited for.
-func (o *opsServer) Run(ctx context.Context) error {
+func (o *OpsServer) Run(ctx context.Context) error {
 	o.log.Info().Str("addr", o.Addr()).Msg("HTTP listener for operators (/healthz, /readyz, /metrics, /debug/pprof/)")
 	served := make(chan error, 1)
 	go func() { served <- o.srv.Serve(o.ln) }()
@@ -101,10 +101,10 @@ const (
 	readyTimeout = 2 * time.Second
 )
 
-// readiness answers /readyz: ready when start-up has connected and provisioned, the
+// Readiness answers /readyz: ready when start-up has connected and provisioned, the
 // NATS connection is connected, and JetStream answers (jetstream.Store.Ping). The
 // answer is kept for readyTTL; probes that come while one is asked wait for it.
-type readiness struct {
+type Readiness struct {
 	mu      sync.Mutex
 	store   *jetstream.Store // nil until provisioned
 	phase   string           // why not ready before or after running ("" while running)
@@ -112,26 +112,28 @@ type readiness struct {
 	lastErr error
 }
 
-func newReadiness() *readiness { return &readiness{phase: "connecting to NATS"} }
+// NewReadiness is not ready: it is connecting to NATS.
+func NewReadiness() *Readiness { return &Readiness{phase: "connecting to NATS"} }
 
-// starting says what start-up waits for.
-func (r *readiness) starting(phase string) {
+// Starting says what start-up waits for.
+func (r *Readiness) Starting(phase string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.phase = phase
 }
 
-// running makes readiness follow st's connection and JetStream.
-func (r *readiness) running(st *jetstream.Store) {
+// Running makes the Readiness follow st's connection and JetStream.
+func (r *Readiness) Running(st *jetstream.Store) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.store, r.phase, r.at = st, "", time.Time{}
 }
 
-// stopping reports not ready from now on.
-func (r *readiness) stopping() { r.starting("shutting down") }
+// Stopping reports not ready from now on.
+func (r *Readiness) Stopping() { r.Starting("shutting down") }
 
-func (r *readiness) check(ctx context.Context) error {
+// Check is nil when ready, else what readiness waits for or the error JetStream gave.
+func (r *Readiness) Check(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.phase != "" {

@@ -1,4 +1,4 @@
-package main
+package telemetry
 
 import (
 	"context"
@@ -12,40 +12,41 @@ import (
 	"github.com/compactor/compactor/triggers"
 )
 
-// telemetry is what serve observes of its roles: Prometheus metrics when the
+// Telemetry is what a node observes of its roles: Prometheus metrics when the
 // operators' listener is on, traces when an OTLP endpoint is set (each nil when off).
-type telemetry struct {
-	metrics *metrics
-	traces  trace.TracerProvider
+// The zero value observes nothing.
+type Telemetry struct {
+	Metrics *Metrics
+	Traces  trace.TracerProvider
 }
 
-// triggers adds the trigger's observer and tracer to cfg.
-func (t telemetry) triggers(cfg *triggers.Config) {
-	if t.metrics != nil {
-		cfg.Observer = t.metrics
+// Triggers adds the trigger's observer and tracer to cfg.
+func (t Telemetry) Triggers(cfg *triggers.Config) {
+	if t.Metrics != nil {
+		cfg.Observer = t.Metrics
 	}
-	cfg.Tracer = t.traces
+	cfg.Tracer = t.Traces
 }
 
-// pool adds the worker pool's observer and tracer to opts.
-func (t telemetry) pool(opts *summarizer.Options) {
-	if t.metrics != nil {
-		opts.Observer = t.metrics
+// Pool adds the worker pool's observer and tracer to opts.
+func (t Telemetry) Pool(opts *summarizer.Options) {
+	if t.Metrics != nil {
+		opts.Observer = t.Metrics
 	}
-	opts.Tracer = t.traces
+	opts.Tracer = t.Traces
 }
 
-// llm returns s observed: every call is measured and traced.
-func (t telemetry) llm(s *llm.Summarizer) summary.Summarizer {
-	if t.metrics == nil && t.traces == nil {
+// LLM returns s observed: every call is measured and traced.
+func (t Telemetry) LLM(s *llm.Summarizer) summary.Summarizer {
+	if t.Metrics == nil && t.Traces == nil {
 		return s
 	}
-	o := observedLLM{Summarizer: s, metrics: t.metrics, model: s.Config().Model}
-	if t.metrics != nil {
-		t.metrics.llmModel(o.model)
+	o := observedLLM{Summarizer: s, metrics: t.Metrics, model: s.Config().Model}
+	if t.Metrics != nil {
+		t.Metrics.llmModel(o.model)
 	}
-	if t.traces != nil {
-		o.tracer = t.traces.Tracer("github.com/compactor/compactor/summarizer/llm")
+	if t.Traces != nil {
+		o.tracer = t.Traces.Tracer("github.com/compactor/compactor/summarizer/llm")
 	}
 	return o
 }
@@ -54,7 +55,7 @@ func (t telemetry) llm(s *llm.Summarizer) summary.Summarizer {
 // keeps the methods the pool looks for (RequestTokens sizes its requests).
 type observedLLM struct {
 	*llm.Summarizer
-	metrics *metrics     // nil: not measured
+	metrics *Metrics     // nil: not measured
 	tracer  trace.Tracer // nil: not traced
 	model   string
 }

@@ -1,0 +1,426 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/compactor/compactor/internal/telemetry"
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/pipeline/service"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/tokens"
+	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/extractive"
+	"github.com/compactor/compactor/summarizer/llm"
+	"github.com/compactor/compactor/summarizer/summary"
+	"github.com/compactor/compactor/triggers"
+)
+
+// Roles says which roles a node runs.
+type Roles struct {
+	// Trigger counts the chat messages and queues compaction requests.
+	Trigger bool
+	// Worker runs the summarizer pool.
+	Worker bool
+	// API runs the compactor service (and the web view, when it has an address). It
+	// is a role of its own because it writes policies: a worker or trigger process
+	// runs without that right.
+	API bool
+}
+
+// Config is how a node is built. Resolver is required; the zero value of everything
+// else is a default or off. Only the command line reads the environment: it fills this
+// in.
+type Config struct {
+	Roles Roles
+	// Resolver resolves the operator's tiers (environment and profiles) of the policy
+	// keys.
+	Resolver *policy.Resolver
+	// Profiles is the profiles file Resolver was built from (nil: none): which profile
+	// names a key variable of its own.
+	Profiles *policy.File
+	// Lookup reads the variables that hold LLM API keys (a profile's
+	// llm_api_key_env, COMPACTOR_LLM_API_KEY, OPENAI_API_KEY); nil reads none.
+	Lookup func(string) (string, bool)
+	// Counters returns the token counter of a tokenizer name, for the web view (the
+	// trigger's and the pool's are in their configurations); nil: chars/4.
+	Counters func(string) (tokens.Counter, error)
+
+	Trigger    triggers.Config
+	Summarizer summarizer.Config
+	// Service is the compactor service's configuration; the zero value is
+	// service.DefaultConfig.
+	Service *service.Config
+	// MemberID names this process among the trigger partitions' members ("": a
+	// random one). Used only with more than one partition.
+	MemberID string
+
+	// ViewListen is the web view's host:port ("": off; only with the API role), and
+	// ViewToken its credential ("": only requests to localhost).
+	ViewListen, ViewToken string
+
+	Telemetry telemetry.Telemetry
+	Logger    zerolog.Logger
+
+	// Policies, when set, replaces the policies in KV as every role's source of
+	// settings (bench: one fixed policy).
+	Policies PolicySourcer
+	// Summarizers, when set, replaces the summarizer each profile configures (eval
+	// counts the tokens of its calls; tests give a fake).
+	Summarizers func(policy.Settings) (summary.Summarizer, error)
+	// Fallback is the summary written when the LLM fails past the hard limit (nil:
+	// the extractive one).
+	Fallback summary.Summarizer
+}
+
+// PolicySourcer is what every role asks a conversation's settings of.
+type PolicySourcer interface {
+	Settings(ctx context.Context, conv string) (policy.Settings, error)
+}
+
+// Validate reports what makes cfg unusable.
+func (c Config) Validate() error {
+	switch {
+	case !c.Roles.Trigger && !c.Roles.Worker && !c.Roles.API:
+		return errors.New("node: no role to run")
+	case c.Resolver == nil && (c.Policies == nil || c.Roles.Worker && c.Summarizers == nil):
+		return errors.New("node: no policy resolver")
+	case c.ViewListen != "" && !c.Roles.API:
+		return errors.New("node: the web view needs the api role")
+	}
+	return nil
+}
+
+// component is anything a node runs: it returns when ctx is done and its work drained.
+type component interface {
+	Run(ctx context.Context) error
+}
+
+// TriggerRole is a running trigger: one consumer with standbys, or this process's
+// share of the partitions.
+type TriggerRole interface {
+	component
+	telemetry.TriggerRole
+}
+
+// Node is the roles of one process, built and ready to run.
+type Node struct {
+	log     zerolog.Logger
+	comps   []component
+	trigger TriggerRole
+	pool    *summarizer.Pool
+	service *service.Service
+	view    *viewServer
+}
+
+// New wires the roles of cfg on nc and st. It binds the web view's address now, so a
+// port in use stops start-up; nothing else runs before Run.
+func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	var policies PolicySourcer = cfg.Policies
+	if policies == nil {
+		policies = NewPolicySource(st, cfg.Resolver)
+	}
+	n := &Node{log: log}
+	tel := cfg.Telemetry
+	if cfg.Roles.API {
+		scfg := service.DefaultConfig()
+		if cfg.Service != nil {
+			scfg = *cfg.Service
+		}
+		scfg.Tracer = tel.Traces
+		var resolve func(policy.Layer) (policy.Settings, error)
+		if cfg.Resolver != nil {
+			resolve = cfg.Resolver.Resolve
+		}
+		svc, err := service.New(scfg, nc, st, policies, resolve, log)
+		if err != nil {
+			return nil, err
+		}
+		n.comps = append(n.comps, svc)
+		n.service = svc
+	}
+	if cfg.Roles.Trigger {
+		t, err := newTrigger(cfg, st, policies)
+		if err != nil {
+			return nil, err
+		}
+		n.comps = append(n.comps, t)
+		n.trigger = t
+	}
+	if cfg.Roles.Worker {
+		p, err := newPool(cfg, st, policies)
+		if err != nil {
+			return nil, err
+		}
+		n.comps = append(n.comps, p)
+		n.pool = p
+	}
+	if m := tel.Metrics; m != nil {
+		if n.pool != nil {
+			m.Pool(n.pool)
+		}
+		m.Connection(nc)
+		var parts func() []jetstream.Partition
+		if n.trigger != nil {
+			m.Trigger(n.trigger)
+			parts = n.trigger.Partitions
+		}
+		m.Backlog(st, parts, log)
+	}
+	// The web view reads what the service reads; it binds its address last, so no
+	// error after it leaves the port bound.
+	if cfg.Roles.API && cfg.ViewListen != "" {
+		vs, err := newViewServer(cfg, st, policies)
+		if err != nil {
+			return nil, err
+		}
+		n.comps = append(n.comps, vs)
+		n.view = vs
+	}
+	return n, nil
+}
+
+// newTrigger is the trigger role: with one partition, the wire contract's single
+// pinned trigger consumer; with more, this process takes its share of them.
+func newTrigger(cfg Config, st *jetstream.Store, policies PolicySourcer) (TriggerRole, error) {
+	tcfg := cfg.Trigger
+	cfg.Telemetry.Triggers(&tcfg)
+	if st.Config().TriggerPartitions > 1 {
+		return triggers.NewPartitions(tcfg, st, policies, cfg.Logger, cfg.MemberID)
+	}
+	return triggers.New(tcfg, st, policies, cfg.Logger)
+}
+
+// newPool is the worker role. It builds the summarizer of the default profile and of
+// every named one now, so a bad endpoint stops start-up.
+func newPool(cfg Config, st *jetstream.Store, policies PolicySourcer) (*summarizer.Pool, error) {
+	log := cfg.Logger
+	fallback := cfg.Fallback
+	if fallback == nil {
+		fallback = extractive.New()
+	}
+	summarizersFor := cfg.Summarizers
+	if summarizersFor == nil {
+		sums := NewSummarizers(cfg, fallback)
+		if sum, err := sums.For(cfg.Resolver.Base()); err != nil {
+			return nil, err
+		} else if sum == fallback {
+			log.Warn().Msg("no COMPACTOR_LLM_BASE_URL or API key: summaries are extractive (no LLM) and marked fallback")
+		}
+		for _, name := range cfg.Resolver.Profiles() {
+			s, err := cfg.Resolver.Resolve(policy.Layer{policy.ProfileKey: name})
+			if err != nil {
+				return nil, fmt.Errorf("configuration: %w", err)
+			}
+			if _, err := sums.For(s); err != nil {
+				return nil, fmt.Errorf("configuration: profile %q: %w", name, err)
+			}
+		}
+		summarizersFor = sums.For
+	}
+	opts := summarizer.Options{Policies: policies, Summarizers: summarizersFor, Fallback: fallback, Retryable: llm.Retryable, Logger: log}
+	cfg.Telemetry.Pool(&opts)
+	return summarizer.NewPool(cfg.Summarizer, st, opts)
+}
+
+// Trigger is the node's trigger role (nil without it).
+func (n *Node) Trigger() TriggerRole { return n.trigger }
+
+// Service is the node's compactor service (nil without the api role).
+func (n *Node) Service() *service.Service { return n.service }
+
+// Pool is the node's worker pool (nil without the worker role).
+func (n *Node) Pool() *summarizer.Pool { return n.pool }
+
+// ViewAddr is the address the web view listens on ("" without it).
+func (n *Node) ViewAddr() string {
+	if n.view == nil {
+		return ""
+	}
+	return n.view.Addr()
+}
+
+// Start runs n in a goroutine until stop is called: stop cancels it, waits until it has
+// drained, and returns what Run returned (the same on every call).
+func (n *Node) Start(ctx context.Context) (stop func() error) {
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- n.Run(cctx) }()
+	var once sync.Once
+	var err error
+	return func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+		})
+		return err
+	}
+}
+
+// Run runs every role until ctx is done and their in-flight work has drained, or until
+// one of them fails: then it stops the others and returns that error.
+func (n *Node) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, c := range n.comps {
+		g.Go(func() error { return c.Run(gctx) })
+	}
+	return g.Wait()
+}
+
+// PolicySource resolves a conversation's settings: the resolver's tiers plus the
+// conversation's policy in KV compaction-policy. It is what the trigger, the workers,
+// the service and the view are given, so they all resolve alike.
+type PolicySource struct {
+	store    *jetstream.Store
+	resolver *policy.Resolver
+}
+
+// NewPolicySource resolves with r's tiers and the policies st holds.
+func NewPolicySource(st *jetstream.Store, r *policy.Resolver) PolicySource {
+	return PolicySource{store: st, resolver: r}
+}
+
+// Settings resolves conv's settings. When its policy is invalid, the error matches
+// policy.ErrPolicy and the settings returned are those without the policy.
+func (ps PolicySource) Settings(ctx context.Context, conv string) (policy.Settings, error) {
+	data, _, err := ps.store.GetPolicy(ctx, conv)
+	if err != nil {
+		return policy.Settings{}, err
+	}
+	var l policy.Layer
+	if data != nil {
+		l, err = policy.DecodeConversation(data)
+	}
+	var s policy.Settings
+	if err == nil {
+		s, err = ps.resolver.Resolve(l)
+	}
+	if err != nil {
+		base, berr := ps.resolver.Resolve(nil)
+		if berr != nil {
+			base = ps.resolver.Base()
+		}
+		return base, fmt.Errorf("policy of %s: %w", conv, err)
+	}
+	return s, nil
+}
+
+// DefaultEndpoint is where summaries go when no endpoint is configured but a key is.
+const DefaultEndpoint = "https://api.openai.com/v1"
+
+// Summarizers hands out one summarizer per endpoint, model, key and timeout: the
+// extractive one when a profile has neither endpoint nor key.
+//
+// Keys go only to the endpoint they were configured for. The default key (the variable
+// the environment tier's llm_api_key_env names, COMPACTOR_LLM_API_KEY by default, falling
+// back to OPENAI_API_KEY) goes only to the default endpoint: the environment tier's
+// llm_base_url, or DefaultEndpoint when none. A profile with an endpoint of its own gets
+// only the key of the variable its own llm_api_key_env names, and no key when it names
+// none or that variable is empty: never another endpoint's key.
+type Summarizers struct {
+	lookup   func(string) (string, bool)
+	fallback summary.Summarizer
+	log      zerolog.Logger
+	// base is the settings without a profile: its endpoint is the default endpoint.
+	base policy.Settings
+	// profiles is the profiles file (nil: none): which profile names a key variable.
+	profiles *policy.File
+
+	// tel observes the LLM calls.
+	tel telemetry.Telemetry
+
+	mu    sync.Mutex
+	cache map[llm.Config]*llm.Summarizer
+}
+
+// NewSummarizers returns the summarizers of cfg's tiers (Resolver, Profiles, Lookup,
+// Telemetry, Logger); fallback is the one of a profile with neither endpoint nor key.
+func NewSummarizers(cfg Config, fallback summary.Summarizer) *Summarizers {
+	lookup := cfg.Lookup
+	if lookup == nil {
+		lookup = func(string) (string, bool) { return "", false }
+	}
+	return &Summarizers{lookup: lookup, fallback: fallback, log: cfg.Logger, base: cfg.Resolver.Base(), profiles: cfg.Profiles,
+		tel: cfg.Telemetry, cache: map[llm.Config]*llm.Summarizer{}}
+}
+
+// For is the summarizer of s: one per endpoint, model, key and timeout, built once.
+func (f *Summarizers) For(s policy.Settings) (summary.Summarizer, error) {
+	base, key := f.EndpointAndKey(s)
+	if base == "" && key == "" {
+		return f.fallback, nil
+	}
+	if base == "" {
+		base = DefaultEndpoint
+	}
+	cfg := llm.Config{BaseURL: base, APIKey: key, Model: s.LLMModel, Timeout: s.LLMTimeout, MaxTokensField: s.LLMMaxTokensField,
+		RequestShape: s.LLMRequestShape}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if sum, ok := f.cache[cfg]; ok {
+		return f.tel.LLM(sum), nil
+	}
+	sum, err := llm.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("COMPACTOR_LLM_BASE_URL/COMPACTOR_LLM_MODEL: %w", err)
+	}
+	f.cache[cfg] = sum
+	f.log.Info().Str("llm_base_url", policy.RedactURL(base)).Str("model", s.LLMModel).Str("profile", s.Profile).
+		Bool("api_key", key != "").Msg("summaries by LLM")
+	return f.tel.LLM(sum), nil
+}
+
+// EndpointAndKey is the endpoint of s ("" for none configured) and the key it may be
+// sent (see summarizers).
+func (f *Summarizers) EndpointAndKey(s policy.Settings) (base, key string) {
+	get := func(name string) string {
+		if name == "" {
+			return ""
+		}
+		v, _ := f.lookup(name)
+		return v
+	}
+	base = s.LLMBaseURL
+	if s.Profile != "" && orDefault(base) != orDefault(f.base.LLMBaseURL) {
+		// The profile's own endpoint: only the variable the profile itself names.
+		if f.profileSets(s.Profile, "llm_api_key_env") {
+			key = get(s.LLMAPIKeyEnv)
+		}
+		return base, key
+	}
+	// The default endpoint: the profile's variable (when it names one), then the
+	// default key.
+	for _, name := range []string{s.LLMAPIKeyEnv, f.base.LLMAPIKeyEnv, "OPENAI_API_KEY"} {
+		if key = get(name); key != "" {
+			break
+		}
+	}
+	return base, key
+}
+
+// orDefault is the endpoint a base URL setting calls.
+func orDefault(base string) string {
+	if base == "" {
+		return DefaultEndpoint
+	}
+	return base
+}
+
+// profileSets reports whether the profiles file gives profile a value of key.
+func (f *Summarizers) profileSets(profile, key string) bool {
+	if f.profiles == nil {
+		return false
+	}
+	_, ok := f.profiles.Profiles[profile][key]
+	return ok
+}

@@ -1,0 +1,190 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+
+	"github.com/compactor/compactor/internal/telemetry"
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/embedded"
+)
+
+// ServeConfig is a whole node's life: where NATS is (or an embedded server), the
+// streams it provisions, the operators' listener and traces, and how long it drains.
+type ServeConfig struct {
+	Node Config
+
+	// NATSURL is the server to connect to; "" starts an embedded server that listens
+	// on Listen and stores its data in DataDir.
+	NATSURL, Listen, DataDir string
+	// NATSOptions authenticate the connection and set its TLS and inbox prefix.
+	NATSOptions []nats.Option
+	// JetStream is the contract's streams, buckets and consumers, created when
+	// missing and compared when present.
+	JetStream jetstream.Config
+
+	// HTTPListen is the operators' listener's host:port ("": off).
+	HTTPListen string
+	// OTelEndpoint and the OTEL_ variables that Node.Lookup finds say where traces
+	// go (see telemetry.TracesEndpoint).
+	OTelEndpoint string
+	// Version is the build's version, in metrics and traces.
+	Version string
+
+	// DrainTimeout bounds the drain once ctx is done.
+	DrainTimeout time.Duration
+}
+
+// ConnectError is a connection to NATS that could not be made: the server refused the
+// credentials or TLS (a server that is away is waited for).
+type ConnectError struct{ Err error }
+
+func (e *ConnectError) Error() string { return e.Err.Error() }
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// Serve runs a node until ctx is done, then drains it within DrainTimeout. It binds the
+// operators' listener first, starts the embedded server when no URL is given, waits
+// for NATS and JetStream (retrying), provisions the contract and runs the roles.
+// Provisioning that finds settings differing from cfg.JetStream's returns an error
+// matching jetstream.ErrConflict; a refused connection, a *ConnectError. ctx done
+// before NATS or JetStream was ready is no error.
+func Serve(ctx context.Context, cfg ServeConfig) error {
+	log := cfg.Node.Logger
+	// What runs after the roles stopped (the listener's last requests, the last spans)
+	// gets at most 5 s, and never more than what the drain timeout has left once ctx
+	// is done: the process exits within it.
+	var stopBy atomic.Pointer[time.Time]
+	context.AfterFunc(ctx, func() {
+		t := time.Now().Add(cfg.DrainTimeout)
+		stopBy.Store(&t)
+	})
+	within := func() time.Duration {
+		if t := stopBy.Load(); t != nil {
+			return min(5*time.Second, max(time.Until(*t), time.Millisecond))
+		}
+		return 5 * time.Second
+	}
+	tp, err := telemetry.NewTracing(ctx, cfg.OTelEndpoint, cfg.Node.Lookup, cfg.Version)
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		otel.SetErrorHandler(telemetry.ErrorHandler(log, 10*time.Second))
+		cfg.Node.Telemetry.Traces = tp
+		defer func() {
+			if err := telemetry.ShutdownTracing(tp, within()); err != nil {
+				log.Warn().Err(err).Msg("flush the last spans")
+			}
+		}()
+		log.Info().Msg("traces on (OTLP/HTTP)")
+	}
+	// The operators' listener binds before NATS is dialled and serves from the start:
+	// /healthz answers while serve waits for NATS, /readyz says what it waits for, and
+	// both stay up while the roles drain.
+	ready := telemetry.NewReadiness()
+	if cfg.HTTPListen != "" {
+		cfg.Node.Telemetry.Metrics = telemetry.NewMetrics(cfg.Version)
+		stop, err := runOps(ctx, cfg, ready, within)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	url := cfg.NATSURL
+	if url == "" {
+		srv, err := embedded.Start(embedded.Config{Listen: cfg.Listen, DataDir: cfg.DataDir, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer srv.Shutdown()
+		url = srv.ClientURL()
+		log.Info().Str("url", url).Str("data_dir", cfg.DataDir).Msg("embedded NATS server started")
+	}
+	// A service waits for NATS and JetStream instead of exiting: an orchestrator may
+	// start it first, and a cluster has no JetStream until it elects a meta leader. A
+	// server that refuses the credentials or TLS stops it at once.
+	nc, err := jetstream.ConnectRetrying(ctx, url, "compactor", jetstream.DefaultBackoff(), log, cfg.NATSOptions...)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		log.Info().Err(err).Msg("stopped before NATS was reachable")
+		return nil
+	case err != nil:
+		return &ConnectError{Err: err}
+	}
+	defer nc.Close()
+	ready.Starting("provisioning JetStream")
+	st, err := jetstream.ProvisionRetrying(ctx, nc, cfg.JetStream, jetstream.DefaultBackoff(), log)
+	switch {
+	case errors.Is(err, jetstream.ErrConflict):
+		return err
+	case err != nil && ctx.Err() != nil:
+		log.Info().Err(err).Msg("stopped before JetStream was ready")
+		return nil
+	case err != nil:
+		return err
+	}
+	n, err := New(cfg.Node, nc, st)
+	if err != nil {
+		return err
+	}
+	ready.Running(st)
+	defer ready.Stopping()
+	return n.runUntilDrained(ctx, cfg.DrainTimeout, ready)
+}
+
+// runOps starts the operators' listener; stop ends it, waiting at most within().
+func runOps(ctx context.Context, cfg ServeConfig, ready *telemetry.Readiness, within func() time.Duration) (stop func(), err error) {
+	log := cfg.Node.Logger
+	ops, err := telemetry.NewOpsServer(cfg.HTTPListen, log, ready, cfg.Node.Telemetry.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	octx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+	opsDone := make(chan struct{})
+	go func() {
+		defer close(opsDone)
+		// Compaction goes on without it; a liveness probe that fails then has the
+		// process restarted.
+		if err := ops.Run(octx); err != nil {
+			log.Error().Err(err).Msg("HTTP listener for operators stopped")
+		}
+	}()
+	return func() {
+		stopOps()
+		select {
+		case <-opsDone:
+		case <-time.After(within()): // a profile being taken is cut by the exit
+		}
+	}, nil
+}
+
+// runUntilDrained runs the roles; once ctx is done they stop taking work and finish
+// what they hold, within drain.
+func (n *Node) runUntilDrained(ctx context.Context, drain time.Duration, ready *telemetry.Readiness) error {
+	log := n.log
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	ready.Stopping()
+	log.Info().Dur("drain_timeout", drain).Msg("shutting down; draining in-flight work")
+	select {
+	case err := <-done:
+		if err != nil {
+			return err
+		}
+		log.Info().Msg("stopped")
+		return nil
+	case <-time.After(drain):
+		return fmt.Errorf("in-flight work did not drain within %s (COMPACTOR_DRAIN_TIMEOUT); unacked requests will be redelivered", drain)
+	}
+}

@@ -1,0 +1,86 @@
+package telemetry
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/extractive"
+	"github.com/compactor/compactor/triggers"
+)
+
+// basePolicy gives every conversation the default settings.
+type basePolicy struct{}
+
+func (basePolicy) Settings(context.Context, string) (policy.Settings, error) {
+	r, err := policy.NewResolver(nil, nil, nil)
+	if err != nil {
+		return policy.Settings{}, err
+	}
+	return r.Base(), nil
+}
+
+// Every metric Compactor exports follows Prometheus's naming conventions (promlint:
+// units in base units as suffixes, _total on counters, help text, snake case), its Go
+// and process collectors included. Each is made to have a series first: promlint
+// sees only what a scrape shows.
+func TestMetricNamesFollowConventions(t *testing.T) {
+	m := NewMetrics("test")
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	m.Connection(nc)
+	m.Backlog(st, func() []jetstream.Partition { return st.Config().Partitions() }, zerolog.Nop())
+	m.JobDone(summarizer.JobReport{Trigger: schemas.TriggerBudget, Outcome: summarizer.OutcomeCompleted, Attempt: 1,
+		Duration: time.Second, TokensBefore: 3500, TokensAfter: 1200, Fallback: true})
+	m.Counted(time.Second)
+	m.Requested(schemas.TriggerBudget, triggers.RequestQueued)
+	m.llmModel("gpt-4o-mini")
+	m.llmCall("gpt-4o-mini", time.Second, &schemas.Usage{PromptTokens: 900, CompletionTokens: 100}, nil)
+	pool, err := summarizer.NewPool(summarizer.DefaultConfig(), st, summarizer.Options{Policies: basePolicy{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return extractive.New(), nil }, Fallback: extractive.New()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Pool(pool)
+	trig, err := triggers.New(triggers.DefaultConfig(), st, basePolicy{}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Trigger(trig)
+
+	problems, err := testutil.GatherAndLint(m.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+	fams, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, f := range fams {
+		names[f.GetName()] = true
+	}
+	for _, name := range []string{"compactor_compactions_total", "compactor_compaction_duration_seconds",
+		"compactor_compaction_tokens_before", "compactor_compaction_tokens_after", "compactor_fallback_summaries_total",
+		"compactor_llm_requests_total", "compactor_llm_errors_total", "compactor_llm_request_duration_seconds",
+		"compactor_summarizer_tokens_total", "compactor_trigger_lag_seconds", "compactor_trigger_requests_total",
+		"compactor_trigger_conversations", "compactor_request_backlog", "compactor_trigger_backlog",
+		"compactor_backlog_read_errors_total", "compactor_workers", "compactor_workers_busy", "compactor_nats_connected",
+		"compactor_nats_reconnects_total", "compactor_build_info", "go_goroutines", "process_cpu_seconds_total"} {
+		if !names[name] {
+			t.Errorf("%s is not gathered, so not linted", name)
+		}
+	}
+}
