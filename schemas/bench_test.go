@@ -3,8 +3,8 @@ package schemas_test
 import (
 	"testing"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/corpustest"
 )
 
 // BenchmarkDecodeMessage decodes and validates every corpus message as the trigger,

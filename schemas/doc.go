@@ -1,6 +1,8 @@
-// Package schemas holds Compactor's versioned wire types (contract version 1), their
-// JSON Schema files and their validation: data, with no behaviour beyond encode, decode
-// and validate.
+// Package schemas is Compactor's wire contract, version 1: the versioned wire types,
+// their JSON Schema files and their validation (this package: data, with no behaviour
+// beyond encode, decode and validate), and in its subpackages the rules that every
+// reader and writer, in any language, must apply alike to agree on what the contract
+// means.
 //
 // The payloads are:
 //
@@ -27,7 +29,18 @@
 // [Files] embeds the JSON Schema (draft 2020-12) of each payload, for clients in other
 // languages; a test keeps their property names equal to the Go types' JSON names.
 //
-// The pure logic every reader shares lives in subpackages: tokens (the token estimate),
-// rounds (tool-round boundaries), assemble (the reader algorithm) and recall (which raw
-// messages a recall returns).
+// Those rules are pure functions, tested with fixtures other languages' clients share,
+// one subpackage each:
+//
+//   - tokens: the token estimate every client computes alike (and tokens/bpe, exact
+//     counts for a named encoding);
+//   - budget: the window's fractions as token counts (threshold, target, hard limit);
+//   - rounds: tool-round boundaries, so no split and no read breaks a tool pair;
+//   - assemble: the reader algorithm (pinned + summary + tail, overrides, the
+//     MaxTokens cut);
+//   - formats: the assembled context in the request shape of the API the agent calls
+//     (OpenAI, Anthropic, Responses, Gemini);
+//   - recall: which raw messages a recall returns;
+//   - policy: how a conversation's settings resolve from the operator's tiers and its
+//     own policy, and which keys a conversation may set.
 package schemas

@@ -3,7 +3,7 @@ package summarizer
 import (
 	"context"
 	"fmt"
-	"github.com/compactor/compactor/schemas/corpustest"
+	"github.com/compactor/compactor/internal/corpustest"
 	"strings"
 	"sync"
 	"testing"

@@ -29,7 +29,7 @@ embedded server, which the output notes. Measurements: ` + strings.Join(bench.Me
 		asJSON := fs.JSON()
 		url := fs.String("nats-url", "", "URL", "measure against this NATS server instead of starting one")
 		server := fs.String("nats-server", "", "PATH", "the nats-server binary to start")
-		corpus := fs.String("corpus", "", "DIR", "the corpus of *.jsonl transcripts (default ../shared/corpus beside the module)")
+		corpus := fs.String("corpus", "", "DIR", "the corpus of *.jsonl transcripts (default examples/transcripts of the repository)")
 		charts := fs.String("charts", "", "DIR", "write PNG charts into DIR")
 		doc := fs.String("doc", "", "FILE", "write the whole benchmarks document to FILE")
 		seed := fs.Uint64("seed", "N", "seed of the simulations (default 1)")

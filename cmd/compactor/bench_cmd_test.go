@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactor/compactor/schemas/corpustest"
+	"github.com/compactor/compactor/internal/corpustest"
 )
 
 // `compactor bench --json` prints one JSON object on stdout and its progress on stderr;

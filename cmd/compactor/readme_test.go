@@ -17,10 +17,10 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/corpustest"
 	"github.com/compactor/compactor/schemas/policy"
 )
 

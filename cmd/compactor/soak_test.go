@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/corpustest"
 	"github.com/compactor/compactor/schemas/rounds"
 	"github.com/compactor/compactor/schemas/tokens"
 )

@@ -240,8 +240,9 @@ var Measurements = []string{"ingest", "latency", "read", "cost", "scaleout", "he
 // Known reports whether name is a measurement.
 func Known(name string) bool { return slices.Contains(Measurements, name) }
 
-// DefaultCorpus is ../shared/corpus beside the module root found from the working
-// directory (the first folder up with a go.mod), or "" when there is none.
+// DefaultCorpus is the example transcripts the repository ships, examples/transcripts
+// of the module root found from the working directory (the first folder up with a
+// go.mod), or "" when there is none.
 func DefaultCorpus() string {
 	dir, err := os.Getwd()
 	if err != nil {
@@ -249,7 +250,7 @@ func DefaultCorpus() string {
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "corpus")
+			return filepath.Join(dir, "examples", "transcripts")
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {

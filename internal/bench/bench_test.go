@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactor/compactor/schemas/corpustest"
+	"github.com/compactor/compactor/internal/corpustest"
 )
 
 // corpus loads the shared corpus and returns it with its directory; absent, the test

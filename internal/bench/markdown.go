@@ -234,7 +234,7 @@ ratios move less.
 | Go | {{.GoVersion}} |
 | server | {{.Server}}: {{.ServerNote}} |
 | scale-out processes | {{.ScaleOutProcesses}} |
-| corpus | {{.CorpusMessages}} messages of ../shared/corpus; seed {{.Seed}} |
+| corpus | {{.CorpusMessages}} messages of the corpus given with --corpus; seed {{.Seed}} |
 | sizes | {{if .Quick}}--quick{{else}}full{{end}}; the whole run took {{.Elapsed}} |{{if .LoadStart}}
 | load average (1 min) | {{.LoadStart}} at the start, {{.LoadEnd}} at the end: other work on the machine meanwhile shows here |{{end}}
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactor/compactor/schemas/corpustest"
+	"github.com/compactor/compactor/internal/corpustest"
 )
 
 // TestCorpus replays a third of the shared corpus with the default strategy through the real

@@ -4,9 +4,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
-	"github.com/compactor/compactor/schemas/corpustest"
 )
 
 // BenchmarkAssemble runs the reader algorithm over the largest conversation of the

@@ -1,7 +1,7 @@
 package assemble
 
 import (
-	"github.com/compactor/compactor/schemas/corpustest"
+	"github.com/compactor/compactor/internal/corpustest"
 	"reflect"
 	"testing"
 	"unicode/utf8"

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactor/compactor/schemas/corpustest"
+	"github.com/compactor/compactor/internal/corpustest"
 )
 
 // BenchmarkAssembleLargest is the reader algorithm on the largest conversations the

@@ -1,5 +1,6 @@
-// Package budget turns the fractions of the context window in DESIGN.md into token
-// counts. Triggers, workers and readers share it, so they agree on every bound.
+// Package budget turns the fractions of the context window (threshold, soft threshold,
+// target, hard limit, summary cap) into token counts. Triggers, workers and readers
+// share it, so they agree on every bound.
 package budget
 
 import (

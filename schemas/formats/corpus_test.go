@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
-	"github.com/compactor/compactor/schemas/corpustest"
 	"github.com/compactor/compactor/schemas/formats"
 	"github.com/compactor/compactor/schemas/rounds"
 )

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
-	"github.com/compactor/compactor/schemas/corpustest"
 	"github.com/compactor/compactor/schemas/formats"
 	"github.com/compactor/compactor/schemas/rounds"
 )

@@ -4,8 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/corpustest"
 	"github.com/compactor/compactor/schemas/tokens"
 )
 

@@ -3,8 +3,8 @@ package evidence_test
 import (
 	"testing"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/corpustest"
 	"github.com/compactor/compactor/summarizer/evidence"
 )
 

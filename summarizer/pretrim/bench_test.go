@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/compactor/compactor/schemas/corpustest"
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/summarizer/pretrim"
 )
 

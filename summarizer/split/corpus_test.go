@@ -2,7 +2,7 @@ package split
 
 import (
 	"bytes"
-	"github.com/compactor/compactor/schemas/corpustest"
+	"github.com/compactor/compactor/internal/corpustest"
 	"reflect"
 	"slices"
 	"testing"

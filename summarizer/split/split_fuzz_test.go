@@ -5,9 +5,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/budget"
-	"github.com/compactor/compactor/schemas/corpustest"
 	"github.com/compactor/compactor/schemas/rounds"
 )
 

@@ -3,7 +3,7 @@ package bpe_test
 import (
 	"errors"
 	"fmt"
-	"github.com/compactor/compactor/schemas/corpustest"
+	"github.com/compactor/compactor/internal/corpustest"
 	"math"
 	"slices"
 	"strings"

@@ -1,6 +1,7 @@
-// Package corpustest loads the shared corpus of real agent transcripts
-// (../shared/corpus beside the module root, one OpenAI chat message a line) for tests
-// and benchmarks. A test that uses it skips when the corpus is absent, and fails
+// Package corpustest loads the development corpus of real agent transcripts (a
+// directory of *.jsonl files, one OpenAI chat message a line, named by the
+// AGENT_CORPUS_DIR variable) for tests and benchmarks; examples/transcripts holds a few
+// of them. A test that uses it skips when the corpus is absent, and fails
 // instead in CI (CI=true), so CI never passes by skipping the corpus replays.
 // FuzzEntries builds the conversations the fuzz targets of the reader and the split
 // strategies share.
@@ -37,28 +38,22 @@ func (c Conversation) Messages() []schemas.Message {
 	return out
 }
 
-// Dir returns the corpus directory, or "" when there is none: it walks up from the
-// working directory to the module root (the first folder with a go.mod) and looks for
-// ../shared/corpus beside it.
+// EnvVar names the variable that holds the corpus directory. CI sets it; a developer
+// who has the corpus sets it too, and without it the tests that replay the corpus skip
+// (and fail in CI).
+const EnvVar = "AGENT_CORPUS_DIR"
+
+// Dir returns the corpus directory, or "" when there is none: the directory EnvVar
+// names, when it is one.
 func Dir() string {
-	dir, err := os.Getwd()
-	if err != nil {
+	c := os.Getenv(EnvVar)
+	if c == "" {
 		return ""
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			c := filepath.Join(dir, "..", "shared", "corpus")
-			if st, err := os.Stat(c); err == nil && st.IsDir() {
-				return c
-			}
-			return ""
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
+	if st, err := os.Stat(c); err == nil && st.IsDir() {
+		return c
 	}
+	return ""
 }
 
 // Load decodes every conversation of the corpus, sorted by name; a line that does not
@@ -67,7 +62,7 @@ func Load(tb testing.TB) []Conversation {
 	tb.Helper()
 	dir := Dir()
 	if dir == "" {
-		absent(tb, "../shared/corpus is absent")
+		absent(tb, "no corpus: "+EnvVar+" names no directory")
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {
