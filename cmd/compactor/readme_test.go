@@ -24,12 +24,13 @@ import (
 	"github.com/compactor/compactor/schemas/policy"
 )
 
-// The README's examples, run as written: the nats CLI's (with the official nats CLI,
-// built from source), the Try-it session (with the compactor binary and the corpus),
-// the profiles file and the policy commands, and every compactor command line it shows
-// parses.
+// The examples of the README and of every doc under docs/, run as written: the nats
+// CLI's (with the official nats CLI, built from source), the README's Try-it session
+// (with the compactor binary and the transcripts of examples/transcripts), the profiles
+// file and the policy commands, and every compactor command line they show parses. Every
+// other shell line they show is listed in notRun with the reason it is not run.
 
-// natscliVersion is the nats CLI the README's examples are run with.
+// natscliVersion is the nats CLI the docs' examples are run with.
 const natscliVersion = "v0.5.1"
 
 // natsCLI returns the official nats CLI, built once per test run: `go mod download` of
@@ -100,8 +101,7 @@ func buildOnce(name string, build func(out string) error) (string, error) {
 	return b.path, b.err
 }
 
-// readme is the README's text; shBlocks its ```sh blocks, each without the indentation
-// of the list it may sit in.
+// readme is the README's text.
 func readme(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile("../../README.md")
@@ -111,6 +111,42 @@ func readme(t *testing.T) string {
 	return string(b)
 }
 
+// doc is one file of the documentation: its path from the module root and its text.
+type doc struct{ path, text string }
+
+// docs are the README and every docs/*.md, in that order.
+func docs(t *testing.T) []doc {
+	t.Helper()
+	paths, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []doc{{"README.md", readme(t)}}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, doc{strings.TrimPrefix(filepath.ToSlash(p), "../../"), string(b)})
+	}
+	if len(out) < 5 {
+		t.Fatalf("found only %d docs: want the README and docs/*.md", len(out))
+	}
+	return out
+}
+
+// allDocs is the text of every doc, joined.
+func allDocs(t *testing.T) string {
+	var b strings.Builder
+	for _, d := range docs(t) {
+		b.WriteString(d.text)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// codeBlocks are text's ```lang blocks, each without the indentation of the list it may
+// sit in.
 func codeBlocks(text, lang string) []string {
 	var blocks []string
 	lines := strings.Split(text, "\n")
@@ -149,10 +185,10 @@ func sh(t *testing.T, natsBin, url, script string) (string, error) {
 
 var natsCommandRE = regexp.MustCompile(`(^|[;&|:]\s*|\bdo\s+)nats\s+[a-z]`)
 
-// Every nats CLI command the README shows runs as written with the official nats CLI
-// against a running compactor, and does what the README says.
+// Every nats CLI command the docs show runs as written with the official nats CLI
+// against a running compactor, and does what the docs say.
 func TestREADMENatsExamples(t *testing.T) {
-	text := readme(t)
+	text := allDocs(t)
 	blocks := strings.Join(codeBlocks(text, "sh"), "\n")
 	const (
 		pub      = `nats pub -J -H "Nats-Msg-Id:{{ID}}" chat.demo2.msg '{"role":"user","content":"Find the bug in parser.go"}'`
@@ -168,10 +204,10 @@ func TestREADMENatsExamples(t *testing.T) {
 	snippets := []string{pub, service, forget, recall, info, loop, onePart}
 	for _, s := range snippets {
 		if !strings.Contains(blocks, s) && !strings.Contains(text, "`"+s+"`") {
-			t.Errorf("the README no longer shows %q: update this test with it", s)
+			t.Errorf("no doc shows %q any more: update this test with it", s)
 		}
 	}
-	// Every nats command of the README's shell blocks is one of them.
+	// Every nats command of the docs' shell blocks is one of them.
 	for _, l := range strings.Split(blocks, "\n") {
 		l = strings.TrimSpace(l)
 		if !natsCommandRE.MatchString(l) {
@@ -182,7 +218,7 @@ func TestREADMENatsExamples(t *testing.T) {
 			covered = covered || strings.Contains(s, l) || strings.Contains(l, s)
 		}
 		if !covered {
-			t.Errorf("README line %q runs the nats CLI, but this test does not run it", l)
+			t.Errorf("doc line %q runs the nats CLI, but this test does not run it", l)
 		}
 	}
 	if t.Failed() {
@@ -220,7 +256,7 @@ func TestREADMENatsExamples(t *testing.T) {
 		t.Fatalf("%s: %v\n%s; want an error", typoPubJ, err, out)
 	}
 	if out, err := sh(t, natsBin, url, typoPub); err != nil || !strings.Contains(out, "Published") {
-		t.Fatalf("%s: %v\n%s; want it to look fine (why the README uses -J)", typoPub, err, out)
+		t.Fatalf("%s: %v\n%s; want it to look fine (why the docs use -J)", typoPub, err, out)
 	}
 
 	// The service, from any NATS client.
@@ -258,7 +294,7 @@ func TestREADMENatsExamples(t *testing.T) {
 		}
 	}
 
-	// Four partitions: their consumers exist, and the README's loop removes them.
+	// Four partitions: their consumers exist, and the docs' loop removes them.
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
 	cfg := jetstream.DefaultConfig()
@@ -304,7 +340,7 @@ func TestNATSContextMadeByTheNATSCLI(t *testing.T) {
 	}
 }
 
-// shellWords splits a README command line as a shell would for the simple lines it
+// shellWords splits a doc's command line as a shell would for the simple lines it
 // holds: words, '…' and "…" quotes, a trailing # comment.
 func shellWords(line string) []string {
 	var words []string
@@ -339,37 +375,48 @@ func shellWords(line string) []string {
 	return words
 }
 
-// compactorLines are the README's shell lines that run compactor, as its arguments.
+// compactorLineRE matches a shell line that runs compactor; its group is the arguments.
+var compactorLineRE = regexp.MustCompile(`(?:^|\|\s*|\s)(?:go run \./cmd/compactor|compactor)(\s.*)?$`)
+
+// compactorArgs returns the arguments of a shell line that runs compactor, or false.
+func compactorArgs(l string) ([]string, bool) {
+	l = strings.TrimSpace(l)
+	if strings.HasPrefix(l, "#") || strings.HasPrefix(l, "node ") || strings.HasPrefix(l, "nats ") ||
+		strings.HasPrefix(l, "go ") && !strings.HasPrefix(l, "go run ") {
+		return nil, false
+	}
+	m := compactorLineRE.FindStringSubmatch(l)
+	if m == nil {
+		return nil, false
+	}
+	return shellWords(m[1]), true
+}
+
+// compactorLines are the docs' shell lines that run compactor, as its arguments.
 func compactorLines(t *testing.T) [][]string {
 	var out [][]string
-	re := regexp.MustCompile(`(?:^|\|\s*|\s)(?:go run \./cmd/compactor|compactor)(\s.*)?$`)
-	for _, b := range codeBlocks(readme(t), "sh") {
-		for _, l := range strings.Split(b, "\n") {
-			l = strings.TrimSpace(l)
-			if strings.HasPrefix(l, "#") || strings.HasPrefix(l, "node ") || strings.HasPrefix(l, "nats ") ||
-				strings.HasPrefix(l, "go ") && !strings.HasPrefix(l, "go run ") {
-				continue
+	for _, d := range docs(t) {
+		for _, b := range codeBlocks(d.text, "sh") {
+			for _, l := range strings.Split(b, "\n") {
+				if args, ok := compactorArgs(l); ok {
+					out = append(out, args)
+				}
 			}
-			m := re.FindStringSubmatch(l)
-			if m == nil {
-				continue
-			}
-			out = append(out, shellWords(m[1]))
 		}
 	}
 	return out
 }
 
-// Every compactor command line of the README parses: its command and flags exist.
+// Every compactor command line of the docs parses: its command and flags exist.
 func TestREADMECompactorCommandsParse(t *testing.T) {
 	lines := compactorLines(t)
 	if len(lines) < 15 {
-		t.Fatalf("found only %d compactor command lines in the README: %q", len(lines), lines)
+		t.Fatalf("found only %d compactor command lines in the docs: %q", len(lines), lines)
 	}
 	for _, args := range lines {
 		name, rest, err := splitCommand(args)
 		if err != nil {
-			t.Errorf("README: compactor %s: %v", strings.Join(args, " "), err)
+			t.Errorf("docs: compactor %s: %v", strings.Join(args, " "), err)
 			continue
 		}
 		if name == "help" {
@@ -382,18 +429,18 @@ func TestREADMECompactorCommandsParse(t *testing.T) {
 			defineConnFlags(fs, cmd.conn == fullConn)
 		}
 		if _, err := fs.parse(rest); err != nil {
-			t.Errorf("README: compactor %s: %v", strings.Join(args, " "), err)
+			t.Errorf("docs: compactor %s: %v", strings.Join(args, " "), err)
 		}
 	}
 }
 
-// The profiles file of the README parses and resolves, and its policy commands work
+// The profiles file of the docs parses and resolves, and their policy commands work
 // against a compactor running with it.
 func TestREADMEProfilesAndPolicyCommands(t *testing.T) {
-	text := readme(t)
+	text := allDocs(t)
 	_, after, ok := strings.Cut(text, "A profiles file (`COMPACTOR_CONFIG=profiles.json`)")
 	if !ok {
-		t.Fatal("the README no longer introduces its profiles file: update this test")
+		t.Fatal("no doc introduces the profiles file any more: update this test")
 	}
 	blocks := codeBlocks(after, "json")
 	if len(blocks) == 0 {
@@ -407,7 +454,7 @@ func TestREADMEProfilesAndPolicyCommands(t *testing.T) {
 	t.Setenv("COMPACTOR_CONFIG", file)
 	loaded, err := loadEnv(os.LookupEnv)
 	if err != nil {
-		t.Fatalf("the README's profiles file: %v", err)
+		t.Fatalf("the docs' profiles file: %v", err)
 	}
 	env.Config, env.Profiles = loaded.Config, loaded.Profiles
 	withStack(t, env, nil)
@@ -418,28 +465,28 @@ func TestREADMEProfilesAndPolicyCommands(t *testing.T) {
 		}
 		ran++
 		if _, _, err := cli(t, "", args...); err != nil {
-			t.Fatalf("README: compactor %s: %v", strings.Join(args, " "), err)
+			t.Fatalf("docs: compactor %s: %v", strings.Join(args, " "), err)
 		}
 		if args[1] == "set" {
 			out, _, err := cli(t, "", "policy", "get", args[2], "--json")
 			var r schemas.PolicyResponse
 			if err != nil || json.Unmarshal([]byte(out), &r) != nil {
-				t.Fatalf("policy get after the README's set: %q, %v", out, err)
+				t.Fatalf("policy get after the docs' set: %q, %v", out, err)
 			}
 			for _, kv := range args[3:] {
 				k, v, _ := strings.Cut(kv, "=")
 				if got := fmt.Sprint(r.Settings[k]); got != v {
-					t.Errorf("after the README's policy set, %s resolves to %q; want %q", k, got, v)
+					t.Errorf("after the docs' policy set, %s resolves to %q; want %q", k, got, v)
 				}
 			}
 			prof := env.Profiles.Profiles[r.Policy["profile"]]
 			if prof == nil {
-				t.Fatalf("the README sets profile %q, which its profiles file does not have", r.Policy["profile"])
+				t.Fatalf("the docs set profile %q, which its profiles file does not have", r.Policy["profile"])
 			}
 		}
 	}
 	if ran < 3 {
-		t.Fatalf("ran %d policy lines of the README; want its set, get and clear", ran)
+		t.Fatalf("ran %d policy lines of the docs; want its set, get and clear", ran)
 	}
 	if _, err := policy.ParseFile([]byte(blocks[0])); err != nil {
 		t.Fatal(err)
@@ -449,9 +496,6 @@ func TestREADMEProfilesAndPolicyCommands(t *testing.T) {
 // The Try-it session, run as written with the compactor binary: serve with the
 // README's variables, then each line of the session, checking what its comments say.
 func TestREADMETryIt(t *testing.T) {
-	if corpustest.Dir() == "" {
-		corpustest.Load(t) // skips, or fails in CI
-	}
 	text := readme(t)
 	var serveLine, session string
 	for _, b := range codeBlocks(text, "sh") {
@@ -464,6 +508,15 @@ func TestREADMETryIt(t *testing.T) {
 	}
 	if serveLine == "" || session == "" {
 		t.Fatal("the README's Try-it blocks changed: update this test")
+	}
+	// The session reads a transcript that ships in the repository, never one outside it.
+	corpusLine, _, _ := strings.Cut(session, "\n")
+	transcript := strings.TrimPrefix(corpusLine, "corpus=")
+	if !strings.HasPrefix(transcript, "examples/transcripts/") {
+		t.Fatalf("the Try-it session reads %q; want a transcript of examples/transcripts", transcript)
+	}
+	if _, err := os.Stat(filepath.Join("../..", transcript)); err != nil {
+		t.Fatalf("the Try-it transcript: %v", err)
 	}
 	bin := buildCompactor(t)
 	testEnv(t, 128000)
@@ -529,6 +582,11 @@ func TestREADMETryIt(t *testing.T) {
 				t.Errorf("README says %q; context --format anthropic printed (%v):\n%s", comment, err, firstLines(out, 5))
 			}
 		case strings.HasPrefix(comment, "raw messages behind the summary"):
+			_, query, _ := strings.Cut(cmdLine, "--query")
+			query = strings.ToLower(strings.Join(shellWords(query), " "))
+			if query == "" {
+				t.Fatalf("README line %q: want a recall with --query", line)
+			}
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			found := false
 			for _, l := range lines {
@@ -537,7 +595,7 @@ func TestREADMETryIt(t *testing.T) {
 					Role string `json:"role"`
 				}
 				if json.Unmarshal([]byte(l), &m) == nil && m.Seq > 0 && m.Role != "" {
-					found = found || strings.Contains(strings.ToLower(l), "productivity_summary")
+					found = found || strings.Contains(strings.ToLower(l), query)
 				}
 			}
 			if !found {
@@ -573,4 +631,91 @@ func firstLines(s string, n int) string {
 		lines = append(lines[:n], "…")
 	}
 	return strings.Join(lines, "\n")
+}
+
+// notRun are the shell lines the docs show that no test runs, by their start, each with
+// the reason. Every other line of a ```sh block runs the nats CLI (TestREADMENatsExamples),
+// runs compactor (parsed by TestREADMECompactorCommandsParse, the policy lines run by
+// TestREADMEProfilesAndPolicyCommands) or is the README's Try-it session (TestREADMETryIt).
+var notRun = []struct{ prefix, reason string }{
+	{"go test ", "runs the tests or the benchmarks themselves: CI runs go test ./... (.ci/run)"},
+	{"go install ", "installs into GOPATH/bin; the tests build the same package (buildCompactor)"},
+	{"go build -trimpath -o compactor ", "writes a binary into the working directory; TestDockerfileBuildsAStaticBinary runs the image's build"},
+	{"docker ", "needs a Docker engine, which the test machine lacks; TestDockerfileBuildsAStaticBinary and TestComposeDeploymentRuns run the build and the Compose file without it"},
+	{"kubectl ", "needs a Kubernetes cluster; TestDeployManifestsMatchTheCode checks the manifests"},
+	{"helm ", "needs a Kubernetes cluster; TestDeployManifestsMatchTheCode checks the Helm values"},
+	{"for u in sys admin trigger worker api producer reader;", "writes the Kubernetes Secrets' password files for the kubectl lines after it"},
+	{"cd clients/ts && npm ci && npm run build", "TestTSClient* build clients/ts the same way (npm ci in .ci/run)"},
+	{"npm install ../path/to/compactor/clients/ts", "installs into the reader's own service"},
+	{"node compactor.mjs forget ", "TestNodeExample* run the Node.js example's forget against a server of their own"},
+	{"export COMPACTOR_NATS_URL=nats://nats:4222", "names the reader's NATS for the role lines after it, which are parsed; TestRolesOfAccountsConf runs the roles"},
+	{"export COMPACTOR_VIEW_TOKEN=", "sets the token of the view lines around it; TestViewConfiguration checks the start-up rules"},
+	{"curl ", "reads a view served on another machine's address; pipeline/view tests the bearer token"},
+	{"corpus=", "the README's Try-it session, run line by line by TestREADMETryIt"},
+	{"for p in 0 1 2 3; do", "the loop around nats consumer rm, run whole by TestREADMENatsExamples"},
+	{"done", "the end of that loop"},
+}
+
+// shellCommands are the commands of a ```sh block: a line continued with a trailing
+// backslash is joined to the next, a here-document's body belongs to its command, and
+// blank lines and comments are left out.
+func shellCommands(block string) []string {
+	var out []string
+	lines := strings.Split(block, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		for strings.HasSuffix(l, `\`) && i+1 < len(lines) {
+			i++
+			l = strings.TrimSuffix(l, `\`) + " " + strings.TrimSpace(lines[i])
+		}
+		if _, marker, ok := strings.Cut(l, "<<'"); ok {
+			end, _, _ := strings.Cut(marker, "'")
+			for i+1 < len(lines) && strings.TrimSpace(lines[i]) != end {
+				i++
+			}
+		}
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// Every command of every ```sh block of the docs is run by a test or is listed in notRun
+// with the reason; every entry of notRun still matches a line the docs show.
+func TestDocsShellCommandsAreRunOrListed(t *testing.T) {
+	used := make([]bool, len(notRun))
+	var commands int
+	for _, d := range docs(t) {
+		for _, b := range codeBlocks(d.text, "sh") {
+			for _, l := range shellCommands(b) {
+				commands++
+				if natsCommandRE.MatchString(l) {
+					continue // TestREADMENatsExamples fails on a nats line it does not run
+				}
+				if _, ok := compactorArgs(l); ok {
+					continue // TestREADMECompactorCommandsParse
+				}
+				listed := false
+				for i, n := range notRun {
+					if strings.HasPrefix(l, n.prefix) {
+						used[i], listed = true, true
+						break
+					}
+				}
+				if !listed {
+					t.Errorf("%s shows %q, which no test runs: run it in a test, or list it in notRun with the reason", d.path, l)
+				}
+			}
+		}
+	}
+	for i, n := range notRun {
+		if !used[i] {
+			t.Errorf("notRun lists %q, which no doc shows any more: remove it", n.prefix)
+		}
+	}
+	if commands < 40 {
+		t.Fatalf("found only %d shell commands in the docs", commands)
+	}
 }
