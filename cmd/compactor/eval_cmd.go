@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/bench"
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/schemas/policy"
@@ -24,10 +25,11 @@ import (
 // evalCommand replays conversations through compaction and reports what survives
 // (package eval): progress on stderr, the table (or --json) on stdout.
 var evalCommand = &command{
-	name: "eval", args: "DIR|FILE...", interruptible: true,
+	name: "eval", args: "[DIR|FILE...]", interruptible: true,
 	summary: "replay conversations (JSONL) through compaction and report tokens and what survives, per strategy",
 	about: `Each conversation (one OpenAI chat message a line; a directory gives its *.jsonl) is
-replayed with each strategy in a conversation of its own: published message by message,
+replayed with each strategy in a conversation of its own (with no argument, inside a
+clone of the repository: the transcripts of examples/transcripts): published message by message,
 its context read before every assistant message as an agent would, and its final
 context scored against the raw history: distinct paths the agent touched, commands it
 ran, planted (--plant) and listed (--fact, --facts) facts, with and without the
@@ -78,7 +80,16 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 				}
 				facts = append(facts, more...)
 			}
-			files, err := eval.Expand(c.args)
+			args := c.args
+			if len(args) == 0 {
+				// The transcripts the repository ships, when run inside a clone.
+				if d := bench.DefaultCorpus(); d != "" {
+					if st, err := os.Stat(d); err == nil && st.IsDir() {
+						args = []string{d}
+					}
+				}
+			}
+			files, err := eval.Expand(args)
 			if err != nil {
 				if errors.Is(err, eval.ErrNoInput) {
 					return usagef("%v", err)

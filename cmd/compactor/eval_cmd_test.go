@@ -103,7 +103,6 @@ func TestEvalRefuses(t *testing.T) {
 	}{
 		{[]string{"eval", good, "--strategy", "newest"}, exitUsage, `--strategy: unknown strategy "newest"`},
 		{[]string{"eval", empty}, exitUsage, "no *.jsonl file in directory"},
-		{[]string{"eval"}, exitUsage, "name a directory or a JSONL file"},
 		{[]string{"eval", filepath.Join(dir, "missing.jsonl")}, exitError, "missing.jsonl"},
 		{[]string{"eval", good, "--window", "10"}, exitUsage, "--window: must be at least 1000"},
 		{[]string{"eval", good, "--plant", "1000"}, exitUsage, "--plant: must be 0 to 100"},
@@ -114,6 +113,16 @@ func TestEvalRefuses(t *testing.T) {
 		if exitCode(err) != tc.exit || err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v (exit %d); want exit %d saying %q", tc.args, err, exitCode(err), tc.exit, tc.want)
 		}
+	}
+}
+
+// Outside a clone, eval with no argument has nothing to read and says what to give it.
+func TestEvalWithNoArgumentOutsideAClone(t *testing.T) {
+	testEnv(t, 128000)
+	t.Chdir(t.TempDir())
+	_, _, err := cli(t, "", "eval")
+	if exitCode(err) != exitUsage || err == nil || !strings.Contains(err.Error(), "name a directory or a JSONL file") {
+		t.Errorf("eval with no argument outside a clone: %v (exit %d); want exit %d naming what to give", err, exitCode(err), exitUsage)
 	}
 }
 
