@@ -24,7 +24,9 @@ type Backoff struct {
 // DefaultBackoff is the start-up backoff of serve: 500ms doubling to 30s.
 func DefaultBackoff() Backoff { return Backoff{Base: 500 * time.Millisecond, Max: 30 * time.Second} }
 
-// delay is the jittered delay before retry n (1 = the first retry).
+// Delay is the jittered delay before retry n (1 = the first retry).
+func (b Backoff) Delay(n int) time.Duration { return b.delay(n) }
+
 func (b Backoff) delay(n int) time.Duration {
 	d := b.Base
 	for i := 1; i < n && d < b.Max; i++ {

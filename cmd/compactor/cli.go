@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/bench"
-	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
@@ -112,7 +112,7 @@ func (c *call) connect(ctx context.Context) (*pipeline.Client, *nats.Conn, error
 	if err != nil {
 		return nil, nil, err
 	}
-	nc, err := jetstream.Connect(conn.url, "compactor-cli", zerolog.Nop(), append(conn.options(), nats.Timeout(5*time.Second))...)
+	nc, err := natsconn.Connect(conn.URL, "compactor-cli", zerolog.Nop(), append(conn.Options(), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		return nil, nil, connectionError(conn, err)
 	}
@@ -128,13 +128,13 @@ func (c *call) connect(ctx context.Context) (*pipeline.Client, *nats.Conn, error
 // the variables of the credentials or TLS it refused.
 func connectError(err error) error {
 	switch {
-	case jetstream.Unreachable(err):
+	case natsconn.Unreachable(err):
 		return fmt.Errorf("%w (is NATS running at COMPACTOR_NATS_URL?)", err)
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
 		errors.Is(err, nats.ErrAccountAuthExpired):
 		return fmt.Errorf("%w (check COMPACTOR_NATS_CREDS, COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN, "+
 			"COMPACTOR_NATS_USER and COMPACTOR_NATS_PASSWORD, or the user in COMPACTOR_NATS_URL)", err)
-	case jetstream.Refused(err):
+	case natsconn.Refused(err):
 		return fmt.Errorf("%w (check COMPACTOR_NATS_CA, COMPACTOR_NATS_CERT and COMPACTOR_NATS_KEY, "+
 			"and whether COMPACTOR_NATS_URL should be tls://)", err)
 	}
@@ -143,56 +143,56 @@ func connectError(err error) error {
 
 // connectionError says what a client command's failed connection means and what to
 // check, naming the settings in use by where they came from.
-func connectionError(conn *connection, err error) error {
+func connectionError(conn *natsconn.Connection, err error) error {
 	named := func(fields ...string) string {
 		var set []string
 		for _, f := range fields {
-			if authField(conn.auth, f) != "" {
-				set = append(set, conn.name(f))
+			if natsconn.Field(conn.Auth, f) != "" {
+				set = append(set, conn.Name(f))
 			}
 		}
 		return strings.Join(set, ", ")
 	}
 	switch {
-	case jetstream.Unreachable(err):
+	case natsconn.Unreachable(err):
 		fix := "check that it runs and that the URL is right"
-		if conn.local {
+		if conn.Local {
 			fix = "start `compactor serve`, or name the server with -s/--server, COMPACTOR_NATS_URL, NATS_URL or a nats context"
 		}
-		return newError(errUnavailable, err, "cannot reach NATS at %s: no server answered; %s", conn.describe(), fix)
+		return newError(errUnavailable, err, "cannot reach NATS at %s: no server answered; %s", conn.Describe(), fix)
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
 		errors.Is(err, nats.ErrAccountAuthExpired):
-		check := named(authFields...)
-		if urlHasUserInfo(conn.url) {
-			check = strings.TrimPrefix(check+", "+conn.name("URL")+" (its user info)", ", ")
+		check := named(natsconn.AuthFields...)
+		if natsconn.URLHasUserInfo(conn.URL) {
+			check = strings.TrimPrefix(check+", "+conn.Name("URL")+" (its user info)", ", ")
 		}
 		if check == "" {
 			check = "the server wants credentials: set COMPACTOR_NATS_CREDS, COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN or COMPACTOR_NATS_USER " +
 				"and COMPACTOR_NATS_PASSWORD (or --creds, --nkey, --token, --user and --password, or a nats context)"
 		}
-		return newError(errConfig, err, "NATS at %s refused the connection: %v (check %s)", conn.describe(), errors.Unwrap(err), check)
-	case jetstream.Refused(err):
+		return newError(errConfig, err, "NATS at %s refused the connection: %v (check %s)", conn.Describe(), errors.Unwrap(err), check)
+	case natsconn.Refused(err):
 		check := named("CAFile", "CertFile", "KeyFile")
 		if check == "" {
 			check = "COMPACTOR_NATS_CA, COMPACTOR_NATS_CERT and COMPACTOR_NATS_KEY (or --tlsca, --tlscert and --tlskey)"
 		}
 		return newError(errConfig, err, "NATS at %s refused the TLS connection: %v (check %s, and whether the URL should be tls://)",
-			conn.describe(), errors.Unwrap(err), check)
+			conn.Describe(), errors.Unwrap(err), check)
 	}
-	return newError(errConfig, err, "connect to NATS at %s: %v", conn.describe(), errors.Unwrap(err))
+	return newError(errConfig, err, "connect to NATS at %s: %v", conn.Describe(), errors.Unwrap(err))
 }
 
 // openError says why a connected client could not bind to the pipeline's streams.
-func openError(conn *connection, env Env, err error) error {
+func openError(conn *natsconn.Connection, env Env, err error) error {
 	switch {
 	case errors.Is(err, natsjs.ErrBucketNotFound), errors.Is(err, natsjs.ErrStreamNotFound):
 		return newError(errUnavailable, err, "NATS at %s has no Compactor streams (bucket %s not found): run `compactor serve` "+
-			"against it once, as a user that may create streams", conn.describe(), env.jetstream().ResultsBucket)
+			"against it once, as a user that may create streams", conn.Describe(), env.jetstream().ResultsBucket)
 	case errors.Is(err, natsjs.ErrJetStreamNotEnabled), errors.Is(err, natsjs.ErrJetStreamNotEnabledForAccount):
 		return newError(errUnavailable, err, "JetStream is not enabled on NATS at %s (or not for this account): enable it in the server's "+
-			"configuration (jetstream: enabled) and give the account JetStream limits", conn.describe())
+			"configuration (jetstream: enabled) and give the account JetStream limits", conn.Describe())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-		return newError(errTimeout, err, "NATS at %s did not answer in time: is JetStream ready, and may this user use its API?", conn.describe())
+		return newError(errTimeout, err, "NATS at %s did not answer in time: is JetStream ready, and may this user use its API?", conn.Describe())
 	}
 	return err
 }

@@ -16,6 +16,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -311,7 +312,7 @@ func connectTo(t *testing.T, c *jstest.Cluster, first *server.Server, name strin
 		}
 	}
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Str("conn", name).Logger()
-	nc, err := jetstream.Connect(strings.Join(urls, ","), name, log, nats.DontRandomize())
+	nc, err := natsconn.Connect(strings.Join(urls, ","), name, log, nats.DontRandomize())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,13 +47,13 @@ where it connects, so it never takes a server from NATS_URL or a nats CLI contex
 			if err != nil {
 				return err
 			}
-			if !conn.local {
-				a := conn.auth
-				env.NATSURL = conn.url
+			if !conn.Local {
+				a := conn.Auth
+				env.NATSURL = conn.URL
 				env.NATSCreds, env.NATSNKey, env.NATSToken, env.NATSUser, env.NATSPassword = a.CredsFile, a.NKeyFile, a.Token, a.User, a.Password
 				env.NATSCA, env.NATSCert, env.NATSKey = a.CAFile, a.CertFile, a.KeyFile
 			}
-			env.NATSInbox = conn.auth.InboxPrefix
+			env.NATSInbox = conn.Auth.InboxPrefix
 			if *update {
 				env.UpdateStreams = true
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas/budget"
@@ -41,7 +42,7 @@ type Env struct {
 	Replicas int    `envconfig:"REPLICAS" default:"1" desc:"replicas of every stream and bucket (3 in a cluster)"`
 	Config   string `envconfig:"CONFIG" desc:"JSON file of named profiles (see README); empty: none"`
 
-	// How the connections to an external NATS authenticate and use TLS (jetstream.Auth).
+	// How the connections to an external NATS authenticate and use TLS (natsconn.Auth).
 	NATSCreds    string `envconfig:"NATS_CREDS" desc:"NATS credentials file (user JWT and NKey seed, as nsc writes it); one way to authenticate, like COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN, COMPACTOR_NATS_USER or user info in the URL"`
 	NATSNKey     string `envconfig:"NATS_NKEY" desc:"file holding a NATS user NKey seed (SU...); the seed is never logged"`
 	NATSToken    string `envconfig:"NATS_TOKEN" desc:"NATS authentication token; never logged"`
@@ -292,7 +293,7 @@ func (e Env) validateSettings() error {
 	return nil
 }
 
-// authVars names the variable of each jetstream.Auth field.
+// authVars names the variable of each natsconn.Auth field.
 var authVars = map[string]string{
 	"URL": "NATS_URL", "CredsFile": "NATS_CREDS", "NKeyFile": "NATS_NKEY", "Token": "NATS_TOKEN",
 	"User": "NATS_USER", "Password": "NATS_PASSWORD", "CAFile": "NATS_CA", "CertFile": "NATS_CERT", "KeyFile": "NATS_KEY",
@@ -300,8 +301,8 @@ var authVars = map[string]string{
 }
 
 // natsAuth is how every command's connection authenticates and uses TLS.
-func (e Env) natsAuth() jetstream.Auth {
-	return jetstream.Auth{
+func (e Env) natsAuth() natsconn.Auth {
+	return natsconn.Auth{
 		CredsFile: e.NATSCreds, NKeyFile: e.NATSNKey, Token: e.NATSToken, User: e.NATSUser,
 		Password: e.NATSPassword, CAFile: e.NATSCA, CertFile: e.NATSCert, KeyFile: e.NATSKey,
 		InboxPrefix: e.NATSInbox,
@@ -322,7 +323,7 @@ func (e Env) validateAuth() error {
 		}
 		return nil
 	}
-	var ae *jetstream.AuthError
+	var ae *natsconn.AuthError
 	if err := a.Validate(e.NATSURL); errors.As(err, &ae) {
 		return fmt.Errorf("configuration: %s", ae.Message(func(f string) string { return envPrefix + "_" + authVars[f] }))
 	} else if err != nil {
@@ -331,7 +332,7 @@ func (e Env) validateAuth() error {
 	return nil
 }
 
-func authValue(a jetstream.Auth, field string) string {
+func authValue(a natsconn.Auth, field string) string {
 	return map[string]string{
 		"CredsFile": a.CredsFile, "NKeyFile": a.NKeyFile, "Token": a.Token, "User": a.User,
 		"Password": a.Password, "CAFile": a.CAFile, "CertFile": a.CertFile, "KeyFile": a.KeyFile,

@@ -155,12 +155,12 @@ func TestConnectionPrecedence(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := tc.want
-			got := want{url: c.url, user: c.auth.User, password: c.auth.Password, token: c.auth.Token, inbox: c.auth.InboxPrefix, local: c.local}
+			got := want{url: c.URL, user: c.Auth.User, password: c.Auth.Password, token: c.Auth.Token, inbox: c.Auth.InboxPrefix, local: c.Local}
 			if w.urlFrom != "" {
-				got.urlFrom = c.name("URL")
+				got.urlFrom = c.Name("URL")
 			}
 			if w.authFrom != "" {
-				got.authFrom = c.name(map[bool]string{true: "User", false: "Token"}[c.auth.User != ""])
+				got.authFrom = c.Name(map[bool]string{true: "User", false: "Token"}[c.Auth.User != ""])
 			}
 			if got != w {
 				t.Fatalf("resolved %+v; want %+v", got, w)

@@ -23,7 +23,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/pipeline"
 )
 
@@ -366,7 +366,7 @@ func TestComposeDeploymentRuns(t *testing.T) {
 	connect := func(user string) *nats.Conn {
 		t.Helper()
 		u := d.accounts[user]
-		nc, err := nats.Connect(strings.Join(urls, ","), jetstream.Auth{User: user, Password: host[u.passwordVar], InboxPrefix: "_INBOX_" + user}.Option())
+		nc, err := nats.Connect(strings.Join(urls, ","), natsconn.Auth{User: user, Password: host[u.passwordVar], InboxPrefix: "_INBOX_" + user}.Option())
 		if err != nil {
 			t.Fatalf("connect as %s: %v", user, err)
 		}

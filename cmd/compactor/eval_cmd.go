@@ -15,6 +15,7 @@ import (
 
 	"github.com/compactor/compactor/internal/bench"
 	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer/extractive"
@@ -211,9 +212,9 @@ func redactArgs(args []string) []string {
 		case !strings.Contains(a, "://"):
 			out[i] = a
 		case isFlag && strings.HasPrefix(name, "-") && strings.Contains(value, "://"):
-			out[i] = name + "=" + redactURL(value)
+			out[i] = name + "=" + natsconn.RedactURL(value)
 		default:
-			out[i] = redactURL(a)
+			out[i] = natsconn.RedactURL(a)
 		}
 	}
 	return out

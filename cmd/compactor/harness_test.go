@@ -21,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/corpustest"
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
@@ -250,7 +251,7 @@ func testEnv(t *testing.T, window int) Env {
 	// The nats CLI's own variables go too (the commands read them), but not every NATS_
 	// one: a test may have set others for itself (rolesServer's passwords).
 	natsCLI := map[string]bool{"NATS_CONTEXT": true}
-	for _, k := range natsEnvVars {
+	for _, k := range natsconn.NATSEnvVars {
 		natsCLI[k] = true
 	}
 	for _, kv := range os.Environ() {

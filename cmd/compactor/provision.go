@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/jetstream"
 )
 
@@ -58,7 +59,7 @@ NATS_URL or a nats CLI context.`,
 			if err != nil {
 				return err
 			}
-			if conn.local {
+			if conn.Local {
 				return usagef("provision needs the NATS server to provision: set COMPACTOR_NATS_URL or -s/--server " +
 					"(it starts no embedded server; serve provisions its own)")
 			}
@@ -84,7 +85,7 @@ type provisionReport struct {
 	jetstream.Status
 }
 
-func provision(ctx context.Context, c *call, env Env, conn *connection, timeout time.Duration, asJSON bool) error {
+func provision(ctx context.Context, c *call, env Env, conn *natsconn.Connection, timeout time.Duration, asJSON bool) error {
 	log := newLogger(env, c.std.err)
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -101,14 +102,14 @@ func provision(ctx context.Context, c *call, env Env, conn *connection, timeout 
 		}
 		ev.Msg("nats async error")
 	})
-	nc, err := jetstream.ConnectRetrying(pctx, conn.url, "compactor-provision", jetstream.DefaultBackoff(), log,
-		append(conn.options(), onErr)...)
+	nc, err := natsconn.ConnectRetrying(pctx, conn.URL, "compactor-provision", jetstream.DefaultBackoff(), log,
+		append(conn.Options(), onErr)...)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return err // run words it as interrupted
-	case err != nil && jetstream.Unreachable(err):
+	case err != nil && natsconn.Unreachable(err):
 		return newError(errUnavailable, err, "cannot reach NATS at %s within %s (--timeout): %v; check that it runs and that the URL is right",
-			conn.describe(), timeout, err)
+			conn.Describe(), timeout, err)
 	case err != nil:
 		return connectionError(conn, err)
 	}
@@ -121,25 +122,25 @@ func provision(ctx context.Context, c *call, env Env, conn *connection, timeout 
 	case errors.As(context.Cause(pctx), &denied):
 		return newError(errConfig, denied, "NATS at %s refused what provisioning asked: %v; provision as a user that may create "+
 			"and change the streams, buckets and consumers (admin in deploy/nats/accounts.conf), and check its inbox prefix "+
-			"(COMPACTOR_NATS_INBOX_PREFIX) against the subjects it may subscribe to", conn.describe(),
+			"(COMPACTOR_NATS_INBOX_PREFIX) against the subjects it may subscribe to", conn.Describe(),
 			strings.TrimPrefix(denied.err.Error(), nats.ErrPermissionViolation.Error()+": "))
 	case errors.Is(err, jetstream.ErrConflict):
 		return newError(errConfig, err, "%v", conflictError(err, "provision"))
 	case ctx.Err() != nil:
 		return err
 	case tctx.Err() != nil:
-		return newError(errTimeout, err, "JetStream at %s was not ready within %s (--timeout): %v", conn.describe(), timeout, err)
+		return newError(errTimeout, err, "JetStream at %s was not ready within %s (--timeout): %v", conn.Describe(), timeout, err)
 	default:
 		return err
 	}
 
 	sctx, scancel := context.WithTimeout(pctx, provisionStatusTimeout)
 	defer scancel()
-	r := provisionReport{Server: redactURL(conn.url), Status: st.Status(sctx)}
+	r := provisionReport{Server: natsconn.RedactURL(conn.URL), Status: st.Status(sctx)}
 	if asJSON {
 		err = writeJSON(c.std.out, r)
 	} else {
-		fmt.Fprintf(c.std.out, "provisioned NATS at %s\n\n", conn.describe())
+		fmt.Fprintf(c.std.out, "provisioned NATS at %s\n\n", conn.Describe())
 		err = writePipelineStatus(c.std.out, r.Status)
 	}
 	if err != nil {

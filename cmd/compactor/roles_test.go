@@ -16,6 +16,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -59,7 +60,7 @@ const rolesMaxPayload = 16 << 10
 
 // rolesServer starts a nats-server from accounts.conf with a fresh password per user
 // (the file reads them from the environment) and returns a function that connects as
-// a user, through the same jetstream.Auth the commands use.
+// a user, through the same natsconn.Auth the commands use.
 func rolesServer(t *testing.T) (url string, connect func(user string) *roleConn) {
 	t.Helper()
 	passwords := map[string]string{}
@@ -75,7 +76,7 @@ func rolesServer(t *testing.T) (url string, connect func(user string) *roleConn)
 		c := &roleConn{user: user}
 		nc, err := nats.Connect(url, nats.Name("compactor-"+user),
 			// Each user's replies come on its own prefix, the only inbox it may read.
-			jetstream.Auth{User: user, Password: passwords[user], InboxPrefix: "_INBOX_" + user}.Option(),
+			natsconn.Auth{User: user, Password: passwords[user], InboxPrefix: "_INBOX_" + user}.Option(),
 			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 				c.mu.Lock()
 				defer c.mu.Unlock()

@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/corpustest"
-	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/rounds"
 	"github.com/compactor/compactor/schemas/tokens"
@@ -302,7 +302,7 @@ func newSoak(t *testing.T, form soakForm, nodes int) *soak {
 	}
 
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
-	nc, err := jetstream.Connect(s.urls(), "soak-checker", log, nats.ReconnectWait(250*time.Millisecond))
+	nc, err := natsconn.Connect(s.urls(), "soak-checker", log, nats.ReconnectWait(250*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

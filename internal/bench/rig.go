@@ -14,6 +14,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
@@ -83,7 +84,7 @@ func configFor(ns string) jetstream.Config {
 // conn opens one more connection, closed with the rig: a second worker pool or
 // trigger gets its own, as a second process would.
 func (r *rig) conn(name string) (*nats.Conn, error) {
-	nc, err := jetstream.Connect(r.url, name, zerolog.Nop())
+	nc, err := natsconn.Connect(r.url, name, zerolog.Nop())
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/jetstream"
 )
@@ -41,7 +42,7 @@ func RunWorker(ctx context.Context, args []string, out io.Writer) error {
 	if *url == "" || !strings.HasPrefix(*ns, "bench") || *llmURL == "" || *slots < 1 {
 		return errors.New(WorkerCommand + ": needs --nats-url, --namespace bench…, --llm-url and --slots ≥ 1")
 	}
-	nc, err := jetstream.Connect(*url, "bench-worker-process", zerolog.Nop())
+	nc, err := natsconn.Connect(*url, "bench-worker-process", zerolog.Nop())
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/embedded"
@@ -276,7 +277,7 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 		rg.server = "the server at " + policy.RedactURL(url) + " (--nats-url), in namespace " + rg.ns + " (deleted at the end)"
 	}
 	conn := func(name string) (*nats.Conn, error) {
-		nc, err := jetstream.Connect(url, name, zerolog.Nop(), cfg.NATSOptions...)
+		nc, err := natsconn.Connect(url, name, zerolog.Nop(), cfg.NATSOptions...)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", policy.RedactURL(url), err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
 
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/embedded"
@@ -109,7 +110,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	// A service waits for NATS and JetStream instead of exiting: an orchestrator may
 	// start it first, and a cluster has no JetStream until it elects a meta leader. A
 	// server that refuses the credentials or TLS stops it at once.
-	nc, err := jetstream.ConnectRetrying(ctx, url, "compactor", jetstream.DefaultBackoff(), log, cfg.NATSOptions...)
+	nc, err := natsconn.ConnectRetrying(ctx, url, "compactor", jetstream.DefaultBackoff(), log, cfg.NATSOptions...)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		log.Info().Err(err).Msg("stopped before NATS was reachable")

@@ -1,4 +1,4 @@
-package jetstream
+package natsconn
 
 import (
 	"context"
@@ -15,7 +15,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
 )
+
+// ErrConfig is matched by every error of settings that cannot work: URLs, files and
+// ways to authenticate that conflict or are missing.
+var ErrConfig = errors.New("invalid nats connection settings")
 
 // Connect dials NATS with reconnects forever and logs connection changes once each.
 // Credentials and TLS come in opts, e.g. Auth.Option. A failure matches ErrConfig
@@ -47,7 +53,7 @@ func Connect(url, name string, log zerolog.Logger, opts ...nats.Option) (*nats.C
 	}
 	nc, err := nats.Connect(url, append(base, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to nats at %s: %w", redact(url), err)
+		return nil, fmt.Errorf("connect to nats at %s: %w", RedactURL(url), err)
 	}
 	return nc, nil
 }
@@ -57,7 +63,7 @@ func Connect(url, name string, log zerolog.Logger, opts ...nats.Option) (*nats.C
 // delay, until it connects or ctx is done. Anything else is permanent and returned at
 // once: a server that refuses the credentials or the TLS handshake, an invalid option,
 // a file that cannot be read. Retrying those would only hide them.
-func ConnectRetrying(ctx context.Context, url, name string, b Backoff, log zerolog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+func ConnectRetrying(ctx context.Context, url, name string, b jetstream.Backoff, log zerolog.Logger, opts ...nats.Option) (*nats.Conn, error) {
 	for attempt := 1; ; attempt++ {
 		nc, err := Connect(url, name, log, opts...)
 		if err == nil {
@@ -66,7 +72,7 @@ func ConnectRetrying(ctx context.Context, url, name string, b Backoff, log zerol
 		if !Unreachable(err) {
 			return nil, err
 		}
-		wait := b.delay(attempt)
+		wait := b.Delay(attempt)
 		// The same words as ProvisionRetrying's: for an operator, both are start-up
 		// waiting for NATS.
 		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("nats not reachable; retrying provisioning")
@@ -239,7 +245,7 @@ func (a Auth) options(urls string) ([]nats.Option, error) {
 		field string
 		set   bool
 	}{
-		{"URL", urls != "" && urlHasUserInfo(urls)},
+		{"URL", urls != "" && URLHasUserInfo(urls)},
 		{"CredsFile", a.CredsFile != ""},
 		{"NKeyFile", a.NKeyFile != ""},
 		{"Token", a.Token != ""},
@@ -356,7 +362,8 @@ func splitURLs(urls string) []string {
 	return out
 }
 
-func urlHasUserInfo(urls string) bool {
+// URLHasUserInfo reports whether any of comma-separated URLs holds user info.
+func URLHasUserInfo(urls string) bool {
 	for _, s := range splitURLs(urls) {
 		if u, err := url.Parse(s); err == nil && u.User != nil {
 			return true
@@ -382,8 +389,8 @@ func checkURLs(urls string) error {
 	return nil
 }
 
-// redact hides credentials in a comma-separated list of URLs for logs and errors.
-func redact(urls string) string {
+// RedactURL hides credentials in a comma-separated list of URLs for logs and errors.
+func RedactURL(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
 		u, err := url.Parse(strings.TrimSpace(p))

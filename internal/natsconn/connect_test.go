@@ -1,4 +1,4 @@
-package jetstream
+package natsconn
 
 import (
 	"crypto/tls"
@@ -23,8 +23,8 @@ func TestRedact(t *testing.T) {
 		{"nats://a:4222, nats://b:4222", "nats://a:4222,nats://b:4222"},
 	}
 	for _, tc := range tests {
-		if got := redact(tc.give); got != tc.want {
-			t.Errorf("redact(%q) = %q; want %q", tc.give, got, tc.want)
+		if got := RedactURL(tc.give); got != tc.want {
+			t.Errorf("RedactURL(%q) = %q; want %q", tc.give, got, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package jetstream_test
+package natsconn_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
@@ -25,7 +26,7 @@ type authCase struct {
 	// start, when set, starts the server instead of jstest.ServerWith(server).
 	start       func(t testing.TB) *server.Server
 	url         func(ns *server.Server) string
-	good, wrong jetstream.Auth
+	good, wrong natsconn.Auth
 	wrongURL    func(ns *server.Server) string
 	secrets     []string
 }
@@ -43,13 +44,13 @@ func authCases(t *testing.T) []authCase {
 		{
 			name:   "token",
 			server: func(o *server.Options) { o.Authorization = "s3cret-token-0123" },
-			url:    plain, good: jetstream.Auth{Token: "s3cret-token-0123"}, wrong: jetstream.Auth{Token: "wr0ng-token-4567"},
+			url:    plain, good: natsconn.Auth{Token: "s3cret-token-0123"}, wrong: natsconn.Auth{Token: "wr0ng-token-4567"},
 			secrets: []string{"s3cret-token-0123", "wr0ng-token-4567"},
 		},
 		{
 			name:   "user and password",
 			server: func(o *server.Options) { o.Users = []*server.User{{Username: "compactor", Password: "pa55-w0rd-89"}} },
-			url:    plain, good: jetstream.Auth{User: "compactor", Password: "pa55-w0rd-89"}, wrong: jetstream.Auth{User: "compactor", Password: "n0t-the-pa55"},
+			url:    plain, good: natsconn.Auth{User: "compactor", Password: "pa55-w0rd-89"}, wrong: natsconn.Auth{User: "compactor", Password: "n0t-the-pa55"},
 			secrets: []string{"pa55-w0rd-89", "n0t-the-pa55"},
 		},
 		{
@@ -64,31 +65,31 @@ func authCases(t *testing.T) []authCase {
 		{
 			name:   "nkey",
 			server: func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: nkeyPub}} },
-			url:    plain, good: jetstream.Auth{NKeyFile: nkeySeedFile}, wrong: jetstream.Auth{NKeyFile: otherSeedFile},
+			url:    plain, good: natsconn.Auth{NKeyFile: nkeySeedFile}, wrong: natsconn.Auth{NKeyFile: otherSeedFile},
 			secrets: []string{nkeySeed, otherSeed},
 		},
 		{
 			name:  "credentials file",
 			start: func(t testing.TB) *server.Server { return op.Server(t, nil) },
-			url:   plain, good: jetstream.Auth{CredsFile: creds}, wrong: jetstream.Auth{CredsFile: foreign},
+			url:   plain, good: natsconn.Auth{CredsFile: creds}, wrong: natsconn.Auth{CredsFile: foreign},
 			secrets: []string{credsText, foreignText, seedOf(credsText), seedOf(foreignText)},
 		},
 		{
 			name:   "tls with a ca",
 			server: tlsFiles.Configure(false),
-			url:    tlsURL, good: jetstream.Auth{CAFile: tlsFiles.CA}, wrong: jetstream.Auth{CAFile: tlsFiles.OtherCA},
+			url:    tlsURL, good: natsconn.Auth{CAFile: tlsFiles.CA}, wrong: natsconn.Auth{CAFile: tlsFiles.OtherCA},
 		},
 		{
 			name:   "tls with a client certificate",
 			server: tlsFiles.Configure(true),
-			url:    plain, good: jetstream.Auth{CAFile: tlsFiles.CA, CertFile: tlsFiles.ClientCert, KeyFile: tlsFiles.ClientKey},
-			wrong: jetstream.Auth{CAFile: tlsFiles.CA, CertFile: tlsFiles.OtherCert, KeyFile: tlsFiles.OtherKey},
+			url:    plain, good: natsconn.Auth{CAFile: tlsFiles.CA, CertFile: tlsFiles.ClientCert, KeyFile: tlsFiles.ClientKey},
+			wrong: natsconn.Auth{CAFile: tlsFiles.CA, CertFile: tlsFiles.OtherCert, KeyFile: tlsFiles.OtherKey},
 		},
 		{
 			name:   "tls with a client certificate, none given",
 			server: tlsFiles.Configure(true),
-			url:    plain, good: jetstream.Auth{CAFile: tlsFiles.CA, CertFile: tlsFiles.ClientCert, KeyFile: tlsFiles.ClientKey},
-			wrong: jetstream.Auth{CAFile: tlsFiles.CA},
+			url:    plain, good: natsconn.Auth{CAFile: tlsFiles.CA, CertFile: tlsFiles.ClientCert, KeyFile: tlsFiles.ClientKey},
+			wrong: natsconn.Auth{CAFile: tlsFiles.CA},
 		},
 	}
 }
@@ -115,7 +116,7 @@ func TestConnectWithEveryAuth(t *testing.T) {
 			} else {
 				ns = jstest.ServerWith(t, tc.server)
 			}
-			nc, err := jetstream.Connect(tc.url(ns), "test", zerolog.Nop(), tc.good.Option(), nats.Timeout(5*time.Second))
+			nc, err := natsconn.Connect(tc.url(ns), "test", zerolog.Nop(), tc.good.Option(), nats.Timeout(5*time.Second))
 			if err != nil {
 				t.Fatalf("connect: %v", err)
 			}
@@ -129,11 +130,11 @@ func TestConnectWithEveryAuth(t *testing.T) {
 			if tc.wrongURL != nil {
 				url = tc.wrongURL(ns)
 			}
-			_, err = jetstream.Connect(url, "test", zerolog.Nop(), tc.wrong.Option(), nats.Timeout(5*time.Second))
+			_, err = natsconn.Connect(url, "test", zerolog.Nop(), tc.wrong.Option(), nats.Timeout(5*time.Second))
 			if err == nil {
 				t.Fatal("connect with the wrong credentials succeeded")
 			}
-			if !jetstream.Refused(err) || jetstream.Unreachable(err) {
+			if !natsconn.Refused(err) || natsconn.Unreachable(err) {
 				t.Fatalf("wrong credentials: %v; want refused, not unreachable", err)
 			}
 			for _, s := range tc.secrets {
@@ -154,7 +155,7 @@ func TestConnectRetrying(t *testing.T) {
 		ns := jstest.ServerWith(t, func(o *server.Options) { o.Authorization = "right" })
 		logged := make(lines, 100)
 		start := time.Now()
-		_, err := jetstream.ConnectRetrying(ctxT(t), ns.ClientURL(), "test", fast, zerolog.New(logged), jetstream.Auth{Token: "wrong"}.Option())
+		_, err := natsconn.ConnectRetrying(ctxT(t), ns.ClientURL(), "test", fast, zerolog.New(logged), natsconn.Auth{Token: "wrong"}.Option())
 		if !errors.Is(err, nats.ErrAuthorization) {
 			t.Fatalf("ConnectRetrying = %v; want the authorization violation", err)
 		}
@@ -164,8 +165,8 @@ func TestConnectRetrying(t *testing.T) {
 	})
 	t.Run("invalid option at once", func(t *testing.T) {
 		logged := make(lines, 100)
-		_, err := jetstream.ConnectRetrying(ctxT(t), "nats://127.0.0.1:1", "test", fast, zerolog.New(logged), jetstream.Auth{CertFile: "x.pem"}.Option())
-		if !errors.Is(err, jetstream.ErrConfig) || len(logged) > 0 {
+		_, err := natsconn.ConnectRetrying(ctxT(t), "nats://127.0.0.1:1", "test", fast, zerolog.New(logged), natsconn.Auth{CertFile: "x.pem"}.Option())
+		if !errors.Is(err, natsconn.ErrConfig) || len(logged) > 0 {
 			t.Fatalf("ConnectRetrying = %v (%d retries logged); want ErrConfig at once", err, len(logged))
 		}
 	})
@@ -179,7 +180,7 @@ func TestConnectRetrying(t *testing.T) {
 		logged := make(lines, 1000)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, err = jetstream.ConnectRetrying(ctx, "nats://"+addr, "test", fast, zerolog.New(logged))
+		_, err = natsconn.ConnectRetrying(ctx, "nats://"+addr, "test", fast, zerolog.New(logged))
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("ConnectRetrying = %v; want the context's deadline", err)
 		}
@@ -187,4 +188,21 @@ func TestConnectRetrying(t *testing.T) {
 			t.Fatalf("%d retries logged; want at least 2", len(logged))
 		}
 	})
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// lines is a zerolog writer that hands each log line to the test.
+type lines chan string
+
+func (l lines) Write(p []byte) (int, error) {
+	select {
+	case l <- string(p):
+	default:
+	}
+	return len(p), nil
 }
