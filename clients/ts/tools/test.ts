@@ -42,7 +42,7 @@ const files = readdirSync(join(pkg, "dist", "test")).filter((f) => f.endsWith(".
 const orphans = files.filter((f) => !ownFiles.includes(f) && !goSource.includes(`"${f}"`));
 if (orphans.length > 0) fail(`${orphans.join(", ")} run nowhere: name them in ${join(goPkg, goTestFile)} (TestTSClient's list)`);
 
-const goCmd = ["test", "-count=1", "-run", goTests, `./${goPkg}`];
+const goCmd = ["test", "-count=1", "-v", "-run", goTests, `./${goPkg}`];
 console.log(`npm test: go ${goCmd.join(" ")} (in ${relative(process.cwd(), root) || "."}): starts the servers and runs ${files.filter((f) => !ownFiles.includes(f)).join(", ")}`);
 const go = spawnSync("go", goCmd, { cwd: root, stdio: "inherit", env: { ...process.env, CI: "true" } });
 if ((go.error as NodeJS.ErrnoException | undefined)?.code === "ENOENT") {
