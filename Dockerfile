@@ -3,8 +3,10 @@
 # The compactor image: one static binary on distroless/static (CA certificates, tzdata, a
 # non-root user; no shell, no package manager), about the size of the binary. From the
 # repository root:
-#   docker build -t compactor .
-#   docker run --rm compactor help
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t compactor .
+#   docker run --rm compactor version
+# VERSION is what `compactor version` (and the metrics' and traces' version) reports; the
+# build context has no .git, so without it the image reports "(devel)".
 # Every role runs from it: `serve` with COMPACTOR_ROLES (deploy/compose.yaml,
 # deploy/kubernetes), and the client commands (publish, context, status, ...).
 #
@@ -19,9 +21,12 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
+# Declared here, after the modules' layer: another VERSION rebuilds from here on only.
+ARG VERSION=""
 # Static (no cgo, so no libc to match in the final image), reproducible (-trimpath drops
-# the builder's paths) and stripped (-s -w: no symbol table or DWARF).
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/compactor ./cmd/compactor
+# the builder's paths), stripped (-s -w: no symbol table or DWARF) and versioned (-X
+# main.version; empty, the build info's version is reported).
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/compactor ./cmd/compactor
 # The embedded NATS server's data directory (serve without COMPACTOR_NATS_URL), made here
 # because the final image has no mkdir.
 RUN mkdir -p /out/data

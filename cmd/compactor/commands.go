@@ -785,10 +785,20 @@ var versionCommand = &command{
 	},
 }
 
+// version is the version this binary was built as, set at link time:
+//
+//	go build -ldflags "-X main.version=v1.2.3" ./cmd/compactor
+//
+// The Dockerfile sets it from its VERSION build argument. When set, it is the version
+// `compactor version` prints, in place of the module's from the build info.
+var version string
+
 // versionInfo is what `compactor version` prints.
 type versionInfo struct {
-	// Version is the module's version: a release tag for go install module@version, a
-	// pseudo-version from the VCS for a build in a checkout, "(devel)" otherwise.
+	// Version is the version set at link time (-X main.version) if any, else the
+	// module's version: a release tag for go install module@version, a pseudo-version
+	// from the VCS for a build in a checkout, "(devel)" otherwise (a build without VCS
+	// information, as in a docker build without the VERSION argument).
 	Version      string `json:"version"`
 	Go           string `json:"go"`
 	OS           string `json:"os"`
@@ -802,11 +812,14 @@ type versionInfo struct {
 func buildVersion() versionInfo {
 	v := versionInfo{Version: "(unknown)", Go: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH, WireContract: schemas.SchemaVersion}
 	bi, ok := debug.ReadBuildInfo()
+	switch {
+	case version != "":
+		v.Version = version
+	case ok && bi.Main.Version != "":
+		v.Version = bi.Main.Version
+	}
 	if !ok {
 		return v
-	}
-	if bi.Main.Version != "" {
-		v.Version = bi.Main.Version
 	}
 	for _, s := range bi.Settings {
 		switch s.Key {

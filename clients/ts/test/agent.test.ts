@@ -44,9 +44,8 @@ async function fakeLLM(t: TestContext, replies: Array<Record<string, unknown> | 
   return { url: `http://127.0.0.1:${(srv.address() as AddressInfo).port}`, seen };
 }
 
-async function compactor(t: TestContext): Promise<Compactor | undefined> {
-  const url = need(t, "NATS_URL");
-  if (!url) return undefined;
+async function compactor(t: TestContext): Promise<Compactor> {
+  const url = need("NATS_URL");
   const c = await Compactor.connect({ servers: url });
   t.after(() => c.close());
   return c;
@@ -54,7 +53,6 @@ async function compactor(t: TestContext): Promise<Compactor | undefined> {
 
 test("a turn with a tool call: every message is published, the model is sent the context", async (t) => {
   const c = await compactor(t);
-  if (!c) return;
   const llm = await fakeLLM(t, [
     { content: null, tool_calls: [{ id: "call-1", type: "function", function: { name: "count_words", arguments: '{"text":"one two three"}' } }] },
     { content: null, tool_calls: [{ id: "call-2", type: "function", function: { name: "no_such_tool", arguments: "{}" } }] },
@@ -91,7 +89,6 @@ test("a turn with a tool call: every message is published, the model is sent the
 
 test("the model is sent the compacted context", async (t) => {
   const c = await compactor(t);
-  if (!c) return;
   const conv = convId("ts-agent-compacted");
   const history: Message[] = [{ role: "system", content: "You are an agent." }];
   for (let i = 0; i < 20; i++) {
@@ -114,7 +111,6 @@ test("the model is sent the compacted context", async (t) => {
 
 test("the model recalls a raw message the summary left out", async (t) => {
   const c = await compactor(t);
-  if (!c) return;
   const conv = convId("ts-agent-recall");
   const history: Message[] = [{ role: "system", content: "You are an agent." }];
   for (let i = 0; i < 12; i++) {
@@ -140,7 +136,6 @@ test("the model recalls a raw message the summary left out", async (t) => {
 
 test("a failing model call fails the turn, after the user's message is stored", async (t) => {
   const c = await compactor(t);
-  if (!c) return;
   const llm = await fakeLLM(t, [500]);
   const conv = convId("ts-agent-fail");
   await assert.rejects(runTurn(c, conv, "hello", { baseUrl: llm.url, model: "fake" }), /model call: 500/);

@@ -19,9 +19,8 @@ import {
 import { connect, headers } from "nats";
 import { convId, need } from "./env.js";
 
-async function client(t: import("node:test").TestContext, env: string, opts = {}): Promise<Compactor | undefined> {
-  const url = need(t, env);
-  if (!url) return undefined;
+async function client(t: import("node:test").TestContext, env: string, opts = {}): Promise<Compactor> {
+  const url = need(env);
   const c = await Compactor.connect({ servers: url, ...opts });
   t.after(() => c.close());
   return c;
@@ -31,7 +30,6 @@ const call = (id: string, name: string) => ({ id, type: "function" as const, fun
 
 test("publish and read your own writes", async (t) => {
   const c = await client(t, "NATS_URL");
-  if (!c) return;
   const conv = convId("ts-rw");
   const a = await c.publish(conv, { role: "system", content: "You are terse." });
   const b = await c.publish(conv, { role: "user", content: "Hi", meta: { pin: "true" }, tokens: 3 });
@@ -50,7 +48,6 @@ test("publish and read your own writes", async (t) => {
 
 test("a retry with the same msgId is stored once", async (t) => {
   const c = await client(t, "NATS_URL");
-  if (!c) return;
   const conv = convId("ts-dup");
   const first = await c.publish(conv, { role: "user", content: "once" }, { msgId: `${conv}-1` });
   const again = await c.publish(conv, { role: "user", content: "once" }, { msgId: `${conv}-1` });
@@ -68,7 +65,6 @@ test("a retry with the same msgId is stored once", async (t) => {
 
 test("tool results must answer an open call", async (t) => {
   const c = await client(t, "NATS_URL");
-  if (!c) return;
   const conv = convId("ts-pairs");
   await c.publish(conv, { role: "user", content: "look around" });
   await c.publish(conv, { role: "assistant", content: null, tool_calls: [call("c1", "ls"), call("c2", "pwd")] });
@@ -89,7 +85,6 @@ test("tool results must answer an open call", async (t) => {
 
 test("bad input is refused before anything is sent", async (t) => {
   const c = await client(t, "NATS_URL");
-  if (!c) return;
   const conv = convId("ts-bad");
   const cases: Array<[string, string, () => Promise<unknown>]> = [
     ["an id with a dot", "conversation", () => c.publish("a.b", { role: "user", content: "x" })],
@@ -112,7 +107,6 @@ test("bad input is refused before anything is sent", async (t) => {
 
 test("compact, status, policy and forget through the service", async (t) => {
   const c = await client(t, "NATS_URL");
-  if (!c) return;
   const conv = convId("ts-service");
   const msgs: Message[] = [];
   for (let i = 0; i < 30; i++) {
@@ -149,7 +143,6 @@ test("compact, status, policy and forget through the service", async (t) => {
 
 test("busy: a second request while one is pending is not queued", async (t) => {
   const c = await client(t, "NATS_HELD_URL");
-  if (!c) return;
   const conv = convId("ts-busy");
   const msgs: Message[] = [];
   // The first messages are long, so that summarizing them shrinks the context.
@@ -175,7 +168,6 @@ test("busy: a second request while one is pending is not queued", async (t) => {
 
 test("messages over the max payload are stored as objects and read back whole", async (t) => {
   const c = await client(t, "NATS_SMALL_URL");
-  if (!c) return;
   const conv = convId("ts-large");
   const big = "NEEDLE-head " + "línea del registro de compilación\n".repeat(1500) + " NEEDLE-tail";
   const msgs: Message[] = [
@@ -201,7 +193,6 @@ test("messages over the max payload are stored as objects and read back whole", 
 
 test("no compactor service, no stream", async (t) => {
   const c = await client(t, "NATS_SMALL_URL");
-  if (!c) return;
   await assert.rejects(c.compact(convId("ts-nosvc")), NoServiceError);
   await assert.rejects(c.forget(convId("ts-nosvc")), NoServiceError);
   const renamed = new Compactor(c.nc, { names: { chatPrefix: "nochat" } });
@@ -210,7 +201,6 @@ test("no compactor service, no stream", async (t) => {
 
 test("a read-time budget cuts the context", async (t) => {
   const c = await client(t, "NATS_SMALL_URL");
-  if (!c) return;
   const conv = convId("ts-budget");
   await c.publishAll(conv, [
     { role: "user", content: "read the log" },
@@ -228,9 +218,8 @@ test("a read-time budget cuts the context", async (t) => {
 
 test("a 503 of the service (stopping, or no wait slot free) is a BusyError, as Go's pipeline.ErrBusy", async (t) => {
   const c = await client(t, "NATS_SMALL_URL");
-  if (!c) return;
   // A service instance that answers as pipeline/service does while it stops.
-  const nc = await connect({ servers: need(t, "NATS_SMALL_URL") });
+  const nc = await connect({ servers: need("NATS_SMALL_URL") });
   try {
     const sub = nc.subscribe(`${c.names.service}.compact`, {
       callback: (_err, m) => {
@@ -254,7 +243,6 @@ test("a 503 of the service (stopping, or no wait slot free) is a BusyError, as G
 
 test("recall returns raw messages with their sequences, rounds whole, newest first", async (t) => {
   const c = await client(t, "NATS_URL");
-  if (!c) return;
   const conv = convId("ts-recall");
   const acks = await c.publishAll(conv, [
     { role: "user", content: "Open db.yaml" },
@@ -288,6 +276,5 @@ test("recall returns raw messages with their sequences, rounds whole, newest fir
 
 test("recall without a compactor service says so", async (t) => {
   const c = await client(t, "NATS_SMALL_URL", { timeoutMs: 2000 });
-  if (!c) return;
   await assert.rejects(c.recall(convId("ts-recall-nosvc")), NoServiceError);
 });

@@ -1,16 +1,13 @@
-// What the tests need from their environment. The Go test TestTSClient
-// (cmd/compactor/tsclient_test.go) starts the servers and sets these variables; run
-// alone, a test that needs a server skips, unless CI=true: then it fails, so CI never
-// passes without running it.
+// What the tests need from their environment: the servers the Go tests TestTSClient and
+// TestTSClientUnderRoles (cmd/compactor/tsclient_test.go) start, passed in as these
+// variables. `npm test` runs those Go tests (tools/test.ts); a test run without them
+// fails, naming what to run, and never skips.
 
-import type { TestContext } from "node:test";
-
-export function need(t: TestContext, name: string): string | undefined {
+/** The value of the environment variable name; it throws when the variable is unset. */
+export function need(name: string): string {
   const v = process.env[name];
   if (v) return v;
-  if (process.env["CI"] === "true") throw new Error(`${name} is not set: run these tests through go test -run TestTSClient ./cmd/compactor`);
-  t.skip(`${name} is not set (go test -run TestTSClient ./cmd/compactor sets it)`);
-  return undefined;
+  throw new Error(`${name} is not set: this test needs the servers that \`npm test\` starts (it runs go test -run '^TestTSClient' ./cmd/compactor); run npm test, not node --test alone`);
 }
 
 /** A conversation id no other test uses. */

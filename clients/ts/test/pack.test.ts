@@ -1,0 +1,83 @@
+// npm pack makes a package a user can install: packed from a copy of the package without
+// dist/ (so prepack must build what is packed), installed into an empty project with
+// npm install <tarball> (which fetches its dependency, nats, unless npm's cache has it),
+// then imported by Node and type-checked by tsc as a user's code would. Needs npm, and
+// the registry or npm's cache; npm test runs it (tools/test.ts).
+
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+const pkg = resolve(fileURLToPath(import.meta.url), "..", "..", ".."); // dist/test → clients/ts
+
+/** Runs npm (the one running npm test, else npm on PATH) in dir; its stdout. */
+function npm(dir: string, ...args: string[]): string {
+  const cli = process.env["npm_execpath"];
+  const [cmd, argv] = cli && cli.endsWith(".js") ? [process.execPath, [cli, ...args]] : ["npm", args];
+  const r = spawnSync(cmd, argv, { cwd: dir, encoding: "utf8", env: { ...process.env, npm_config_loglevel: "error" } });
+  if (r.error) throw new Error(`npm ${args.join(" ")}: ${r.error.message} (this test needs npm)`);
+  assert.equal(r.status, 0, `npm ${args.join(" ")} in ${dir}: exit ${r.status}\n${r.stdout}\n${r.stderr}`);
+  return r.stdout;
+}
+
+function run(dir: string, cmd: string, ...args: string[]): string {
+  const r = spawnSync(cmd, args, { cwd: dir, encoding: "utf8" });
+  assert.equal(r.status, 0, `${cmd} ${args.join(" ")}: ${r.error ?? `exit ${r.status}`}\n${r.stdout}\n${r.stderr}`);
+  return r.stdout;
+}
+
+test("npm pack makes a package that installs, imports and type-checks", (t) => {
+  const tmp = mkdtempSync(join(tmpdir(), "compactor-pack-"));
+  t.after(() => rmSync(tmp, { recursive: true, force: true }));
+
+  const copy = join(tmp, "client");
+  for (const f of ["package.json", "tsconfig.json", "tsconfig.build.json", "src"]) cpSync(join(pkg, f), join(copy, f), { recursive: true });
+  symlinkSync(join(pkg, "node_modules"), join(copy, "node_modules"), "dir");
+  const [packed] = JSON.parse(npm(copy, "pack", "--json", "--pack-destination", tmp)) as Array<{ filename: string; files: Array<{ path: string }> }>;
+  assert.ok(packed, "npm pack reported no package");
+  const paths = packed.files.map((f) => f.path).sort();
+  for (const want of ["package.json", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/client.js", "src/index.ts"]) {
+    assert.ok(paths.includes(want), `the package lacks ${want}: ${paths.join(", ")}`);
+  }
+  const stray = paths.filter((p) => p !== "package.json" && !p.startsWith("dist/src/") && !p.startsWith("src/"));
+  assert.deepStrictEqual(stray, [], "only the package's code is packed (no tests, examples or tools)");
+
+  const app = join(tmp, "app");
+  mkdirSync(app);
+  writeFileSync(join(app, "package.json"), JSON.stringify({ name: "app", version: "1.0.0", private: true, type: "module" }));
+  npm(app, "install", "--no-audit", "--no-fund", "--prefer-offline", join(tmp, packed.filename));
+  const installed = JSON.parse(readFileSync(join(app, "node_modules", "@compactor", "client", "package.json"), "utf8"));
+  assert.equal(installed.name, "@compactor/client");
+
+  const names = JSON.parse(
+    run(app, process.execPath, "--input-type=module", "-e", `const m = await import("@compactor/client"); console.log(JSON.stringify(Object.keys(m)))`),
+  ) as string[];
+  for (const want of ["Compactor", "connectOptionsFromEnv", "readContext", "BusyError", "RECALL_TOOL"]) {
+    assert.ok(names.includes(want), `import("@compactor/client") lacks ${want}: ${names.join(", ")}`);
+  }
+
+  // A user's TypeScript finds the types through the package's exports.
+  writeFileSync(
+    join(app, "index.ts"),
+    `import { Compactor, BusyError, type Message } from "@compactor/client";
+const m: Message = { role: "user", content: "hi" };
+export async function send(c: Compactor): Promise<number> {
+  try {
+    return (await c.publish("conv", m)).seq;
+  } catch (e) {
+    if (e instanceof BusyError) return -1;
+    throw e;
+  }
+}
+`,
+  );
+  writeFileSync(
+    join(app, "tsconfig.json"),
+    JSON.stringify({ compilerOptions: { module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", strict: true, noEmit: true, skipLibCheck: true, types: [] }, files: ["index.ts"] }),
+  );
+  run(app, process.execPath, join(pkg, "node_modules", "typescript", "bin", "tsc"), "-p", ".");
+});
