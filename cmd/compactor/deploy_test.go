@@ -50,7 +50,7 @@ const (
 	kustomizePath    = "deploy/kubernetes/kustomization.yaml"
 	helmValuesPath   = "deploy/helm/nats-values.yaml"
 	accountsPath     = "deploy/nats/accounts.conf"
-	readmePath       = "README.md"
+	deployDocPath    = "docs/deploying.md" // how to deploy: Secrets, Helm
 )
 
 // adminUser provisions (compactor provision, a one-shot); the serve roles connect as
@@ -168,7 +168,7 @@ func loadDeployment(root string, hostEnv map[string]string, p *problems) *deploy
 	}
 	d.helm = yamlMap(p, helmValuesPath, read(helmValuesPath))
 	d.kustom = yamlMap(p, kustomizePath, read(kustomizePath))
-	d.readme = read(readmePath)
+	d.readme = read(deployDocPath)
 
 	// Every YAML file under deploy/ is a known one, or a Kubernetes manifest: none
 	// escapes the checks.
@@ -1469,7 +1469,7 @@ func (d *deployment) checkKubernetes(p *problems, validate envValidator, exposed
 		for _, ref := range k.fromSecret {
 			name, _, _ := strings.Cut(ref, "/")
 			if !strings.Contains(d.readme, "kubectl create secret generic "+name+" ") {
-				p.addf("%s: Secret %s is read, and %s does not say how to create it (kubectl create secret generic %s)", k.where(), name, readmePath, name)
+				p.addf("%s: Secret %s is read, and %s does not say how to create it (kubectl create secret generic %s)", k.where(), name, deployDocPath, name)
 			}
 		}
 	}
@@ -1629,10 +1629,10 @@ func (d *deployment) checkHelm(p *problems) {
 	}
 	flag := "configMap.merge.data.accounts\\.conf=" + accountsPath
 	if !strings.Contains(d.readme, flag) {
-		p.addf("%s: does not pass the file to the chart (--set-file '%s')", readmePath, flag)
+		p.addf("%s: does not pass the file to the chart (--set-file '%s')", deployDocPath, flag)
 	}
 	if !strings.Contains(d.readme, "--namespace "+helmNamespace+" ") {
-		p.addf("%s: does not install the chart into namespace %s, where the manifests look for it", readmePath, helmNamespace)
+		p.addf("%s: does not install the chart into namespace %s, where the manifests look for it", deployDocPath, helmNamespace)
 	}
 	env := asMap(dig(d.helm, "container", "env"))
 	secrets := map[string]bool{}
@@ -1646,7 +1646,7 @@ func (d *deployment) checkHelm(p *problems) {
 	}
 	for name := range secrets {
 		if !strings.Contains(d.readme, "kubectl create secret generic "+name+" ") {
-			p.addf("%s: Secret %s is read, and %s does not say how to create it", where, name, readmePath)
+			p.addf("%s: Secret %s is read, and %s does not say how to create it", where, name, deployDocPath)
 		}
 	}
 }
@@ -1746,7 +1746,7 @@ func TestDeployManifestsMatchTheCode(t *testing.T) {
 func deployCopy(t *testing.T) string {
 	t.Helper()
 	dst := t.TempDir()
-	for _, rel := range []string{"go.mod", dockerfilePath, dockerignorePath, readmePath} {
+	for _, rel := range []string{"go.mod", dockerfilePath, dockerignorePath, deployDocPath} {
 		copyFile(t, filepath.Join(repoRoot, rel), filepath.Join(dst, rel))
 	}
 	err := filepath.WalkDir(filepath.Join(repoRoot, "deploy"), func(pth string, e fs.DirEntry, err error) error {
@@ -1795,7 +1795,7 @@ func TestDeployChecksCatchBrokenManifests(t *testing.T) {
 	}{
 		{"builder not go.mod's Go", dockerfilePath, []edit{{"FROM golang:1.26 AS build", "FROM golang:1.25 AS build"}}, "go.mod wants go"},
 		{"build without -trimpath", dockerfilePath, []edit{{"go build -trimpath ", "go build "}}, "-trimpath"},
-		{"build not stripped", dockerfilePath, []edit{{`-ldflags "-s -w"`, `-ldflags "-w"`}}, "lack -s and -w"},
+		{"build not stripped", dockerfilePath, []edit{{`-ldflags "-s -w `, `-ldflags "-w `}}, "lack -s and -w"},
 		{"build with cgo", dockerfilePath, []edit{{"CGO_ENABLED=0 go build", "go build"}}, "CGO_ENABLED=0"},
 		{"builds another package", dockerfilePath, []edit{{"./cmd/compactor\n", "./cmd/compactor/bench\n"}}, "not ./cmd/compactor"},
 		{"entrypoint elsewhere", dockerfilePath, []edit{{`ENTRYPOINT ["/usr/local/bin/compactor"]`, `ENTRYPOINT ["/usr/bin/compactor"]`}}, "ENTRYPOINT runs"},
@@ -1880,7 +1880,7 @@ func TestDeployChecksCatchBrokenManifests(t *testing.T) {
 		{"no worker disruption budget", "deploy/kubernetes/worker.yaml", []edit{{"maxUnavailable: 1\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: compactor\n      app.kubernetes.io/component: worker", "maxUnavailable: 1\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: compactor\n      app.kubernetes.io/component: workers"}}, "no PodDisruptionBudget selects the workers"},
 		{"pod monitor on a missing port", "deploy/kubernetes/monitoring/podmonitor.yaml", []edit{{"- port: ops", "- port: metrics"}}, "endpoint port"},
 		{"manifest not in the kustomization", kustomizePath, []edit{{"  - worker.yaml\n", ""}}, "resources"},
-		{"Secret not documented", readmePath, []edit{{"kubectl create secret generic compactor-nats-worker", "kubectl create secret generic compactor-nats-workers"}}, "does not say how to create it"},
+		{"Secret not documented", deployDocPath, []edit{{"kubectl create secret generic compactor-nats-worker", "kubectl create secret generic compactor-nats-workers"}}, "does not say how to create it"},
 
 		{"KEDA: another stream", "deploy/kubernetes/keda/scaledobject.yaml", []edit{{"stream: COMPACT_REQUESTS", "stream: COMPACT_REQUEST"}}, "the work queue is COMPACT_REQUESTS"},
 		{"KEDA: another consumer", "deploy/kubernetes/keda/scaledobject.yaml", []edit{{"consumer: compactor-workers", "consumer: compactor-worker"}}, "the workers' consumer is compactor-workers"},
@@ -1900,8 +1900,8 @@ func TestDeployChecksCatchBrokenManifests(t *testing.T) {
 		{"Helm: no include", helmValuesPath, []edit{{"00$include: accounts.conf", "00$include: users.conf"}}, "does not $include"},
 		{"Helm: a password the servers lack", helmValuesPath, []edit{{"    NATS_READER_PASSWORD:\n      valueFrom:\n        secretKeyRef: {name: nats-compactor-users, key: reader}\n", ""}}, "no NATS_READER_PASSWORD"},
 		{"Helm: another NATS version", helmValuesPath, []edit{{"tag: 2.15.2-alpine", "tag: 2.14.2-alpine"}}, "go.mod pins"},
-		{"Helm: another namespace", readmePath, []edit{{"helm upgrade --install nats nats/nats --namespace nats ", "helm upgrade --install nats nats/nats --namespace messaging "}}, "into namespace nats"},
-		{"Helm: accounts.conf not given", readmePath, []edit{{`configMap.merge.data.accounts\.conf=deploy/nats/accounts.conf`, `configMap.merge.data.accounts.conf=deploy/nats/accounts.conf`}}, "--set-file"},
+		{"Helm: another namespace", deployDocPath, []edit{{"helm upgrade --install nats nats/nats --namespace nats ", "helm upgrade --install nats nats/nats --namespace messaging "}}, "into namespace nats"},
+		{"Helm: accounts.conf not given", deployDocPath, []edit{{`configMap.merge.data.accounts\.conf=deploy/nats/accounts.conf`, `configMap.merge.data.accounts.conf=deploy/nats/accounts.conf`}}, "--set-file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
