@@ -268,43 +268,13 @@ func (t *Trigger) Run(ctx context.Context) error {
 	// would count them.
 	hctx, stopHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHandlers()
-	if t.hub != nil {
-		// A partition's trigger: the process's subscriptions hand it its conversations'.
-		defer t.hub.add(t.part.P, func(ev schemas.Event) { t.onEvent(hctx, ev) }, t.onPolicy)()
-	} else {
-		events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
-			t.log.Warn().Err(err).Msg("compaction event skipped")
-		})
-		if err != nil {
-			return stopped(ctx, err)
-		}
-		defer events.Stop()
-		policies, err := t.store.WatchPolicies(t.onPolicy)
-		if err != nil {
-			return stopped(ctx, err)
-		}
-		defer policies.Stop()
-	}
-	consumerErr := func(what string) func(error) {
-		return func(err error) {
-			if ctx.Err() == nil {
-				t.log.Warn().Err(err).Msg(what)
-			}
-		}
-	}
-	// The consumers may not answer yet (a cluster electing their leaders, a server
-	// restarting): that is waited for, not a reason to stop the process.
-	chat, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeChatPartition(ctx, t.part, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
-	})
+	stopListening, err := t.listen(hctx)
 	if err != nil {
 		return stopped(ctx, err)
 	}
-	idle, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeIdlePartition(ctx, t.part, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
-	})
+	defer stopListening()
+	chat, idle, err := t.consume(ctx, hctx)
 	if err != nil {
-		chat.Drain()
 		return stopped(ctx, err)
 	}
 	if t.part.Partitioned() {
@@ -324,29 +294,7 @@ func (t *Trigger) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			t.stopping.Store(true)
-			if t.cfg.DrainTimeout > 0 {
-				// What is still in hand then fails and waits for its ack wait.
-				time.AfterFunc(t.cfg.DrainTimeout, stopHandlers)
-			}
-			chat.Drain()
-			idle.Drain()
-			t.workers.Wait()
-			// The handlers' acks do not wait for the server; the consumer's drain no
-			// longer follows them (they are sent after it), so they are flushed here.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.handBack())
-			if err := t.store.FlushAcks(fctx); err != nil {
-				t.log.Warn().Err(err).Msg("flush the last acknowledgements; their messages are redelivered after the ack wait")
-			}
-			cancel()
-			for _, tr := range t.snapshot() {
-				tr.mu.Lock()
-				if tr.st != nil && tr.st.retry != nil {
-					tr.st.retry.Stop()
-				}
-				tr.mu.Unlock()
-			}
-			t.log.Info().Msg("trigger stopped")
+			t.drain(ctx, stopHandlers, chat, idle)
 			return nil
 		case <-evict.C:
 			t.evict()
@@ -354,6 +302,86 @@ func (t *Trigger) Run(ctx context.Context) error {
 			t.sweep(hctx)
 		}
 	}
+}
+
+// listen subscribes to the compaction events and watches the policies, or, for a
+// partition's trigger, has the process's subscriptions hand it its conversations'.
+// stop ends both.
+func (t *Trigger) listen(hctx context.Context) (stop func(), err error) {
+	if t.hub != nil {
+		return t.hub.add(t.part.P, func(ev schemas.Event) { t.onEvent(hctx, ev) }, t.onPolicy), nil
+	}
+	events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
+		t.log.Warn().Err(err).Msg("compaction event skipped")
+	})
+	if err != nil {
+		return nil, err
+	}
+	policies, err := t.store.WatchPolicies(t.onPolicy)
+	if err != nil {
+		events.Stop()
+		return nil, err
+	}
+	return func() {
+		policies.Stop()
+		events.Stop()
+	}, nil
+}
+
+// consume binds the partition's CHAT and idle consumers, waiting for them while they do
+// not answer (a cluster electing their leaders, a server restarting): that is not a
+// reason to stop the process. Their messages are handled under hctx.
+func (t *Trigger) consume(ctx, hctx context.Context) (chat, idle *jetstream.Consumption, err error) {
+	consumerErr := func(what string) func(error) {
+		return func(err error) {
+			if ctx.Err() == nil {
+				t.log.Warn().Err(err).Msg(what)
+			}
+		}
+	}
+	chat, err = jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
+		return t.store.ConsumeChatPartition(ctx, t.part, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	idle, err = jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
+		return t.store.ConsumeIdlePartition(ctx, t.part, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
+	})
+	if err != nil {
+		chat.Drain()
+		return nil, nil, err
+	}
+	return chat, idle, nil
+}
+
+// drain stops the trigger once ctx is done: the consumers drain, the handlers in hand
+// finish (stopped after DrainTimeout), their acks are flushed and the retry timers of
+// the conversations stopped.
+func (t *Trigger) drain(ctx context.Context, stopHandlers context.CancelFunc, chat, idle *jetstream.Consumption) {
+	t.stopping.Store(true)
+	if t.cfg.DrainTimeout > 0 {
+		// What is still in hand then fails and waits for its ack wait.
+		time.AfterFunc(t.cfg.DrainTimeout, stopHandlers)
+	}
+	chat.Drain()
+	idle.Drain()
+	t.workers.Wait()
+	// The handlers' acks do not wait for the server; the consumer's drain no
+	// longer follows them (they are sent after it), so they are flushed here.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.handBack())
+	if err := t.store.FlushAcks(fctx); err != nil {
+		t.log.Warn().Err(err).Msg("flush the last acknowledgements; their messages are redelivered after the ack wait")
+	}
+	cancel()
+	for _, tr := range t.snapshot() {
+		tr.mu.Lock()
+		if tr.st != nil && tr.st.retry != nil {
+			tr.st.retry.Stop()
+		}
+		tr.mu.Unlock()
+	}
+	t.log.Info().Msg("trigger stopped")
 }
 
 // stopped turns an error met while ctx was being cancelled into a clean stop.
