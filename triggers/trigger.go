@@ -599,7 +599,7 @@ func (t *Trigger) checkInFlight(ctx context.Context, tr *tracked, c *convState, 
 // rebuild reads the conversation's value and messages through the sequence through
 // into a fresh state. The timers of an old state carry over. first says the trigger
 // holds nothing of the conversation and nothing was signalled for it: its tombstone and
-// value may then come from any replica (see below).
+// value may then come from any replica (see readValue).
 func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *timers, first bool) (*convState, error) {
 	s, err := t.policies.Settings(ctx, id)
 	if errors.Is(err, policy.ErrPolicy) {
@@ -609,42 +609,9 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	} else if err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
-	// A forgotten conversation's messages and value are not counted, even before the
-	// forget has deleted them: the conversation starts again after the tombstone.
-	//
-	// Where they are read from: a rebuild that follows an outcome, a stale signal or a
-	// forget reads both from the stream leaders, since it exists because of a write (a
-	// new value, a tombstone) that a lagging replica may not have yet, and the state
-	// built on the write before it would be wrong the other way. A conversation seen
-	// for the first time (most of a busy trigger's rebuilds, each of them two leader
-	// reads through the JetStream API otherwise) reads them with direct gets shared
-	// with the other new conversations, from any replica. Nothing the trigger did
-	// depends on a write there, and an older answer can only make it count from an
-	// earlier tail start, or count messages a tombstone it missed covers: it
-	// over-counts, which is safe. A
-	// request it makes then is checked against the tombstone on the leader
-	// (forgottenMeanwhile) and re-read by the worker from the leader, which declines when
-	// nothing needs doing; a decline or a completion makes the state stale, so it is
-	// rebuilt from the leaders. A tombstone missed this way is still applied without a
-	// request: the forget's forgotten event, published after the tombstone, drops the
-	// state, and the rebuild that follows reads the tombstone from the leader.
-	var tomb *schemas.Tombstone
-	var v *schemas.Result
-	if first {
-		tomb, v, _, err = t.firstSight(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		if tomb, err = t.store.Forgotten(ctx, id); err != nil {
-			return nil, err
-		}
-		if v, _, err = t.store.GetResult(ctx, id, true); err != nil {
-			return nil, err
-		}
-	}
-	if v != nil && tomb.Covers(v.FirstSeq) {
-		v = nil
+	tomb, v, err := t.readValue(ctx, id, first)
+	if err != nil {
+		return nil, err
 	}
 	count, err := tokens.Lookup(s.Tokenizer, t.cfg.Counters)
 	if err != nil {
@@ -676,6 +643,56 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 			return nil, err
 		}
 	}
+	c.countLoaded(count, v, pinned, tail)
+	return c, nil
+}
+
+// readValue reads the conversation's tombstone and value; a value of the forgotten
+// conversation is none. first says where from (the stream leaders, or any replica).
+//
+// A forgotten conversation's messages and value are not counted, even before the
+// forget has deleted them: the conversation starts again after the tombstone.
+//
+// Where they are read from: a rebuild that follows an outcome, a stale signal or a
+// forget reads both from the stream leaders, since it exists because of a write (a
+// new value, a tombstone) that a lagging replica may not have yet, and the state
+// built on the write before it would be wrong the other way. A conversation seen
+// for the first time (most of a busy trigger's rebuilds, each of them two leader
+// reads through the JetStream API otherwise) reads them with direct gets shared
+// with the other new conversations, from any replica. Nothing the trigger did
+// depends on a write there, and an older answer can only make it count from an
+// earlier tail start, or count messages a tombstone it missed covers: it
+// over-counts, which is safe. A
+// request it makes then is checked against the tombstone on the leader
+// (forgottenMeanwhile) and re-read by the worker from the leader, which declines when
+// nothing needs doing; a decline or a completion makes the state stale, so it is
+// rebuilt from the leaders. A tombstone missed this way is still applied without a
+// request: the forget's forgotten event, published after the tombstone, drops the
+// state, and the rebuild that follows reads the tombstone from the leader.
+func (t *Trigger) readValue(ctx context.Context, id string, first bool) (tomb *schemas.Tombstone, v *schemas.Result, err error) {
+	if first {
+		tomb, v, _, err = t.firstSight(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+	} else {
+		if tomb, err = t.store.Forgotten(ctx, id); err != nil {
+			return nil, nil, err
+		}
+		if v, _, err = t.store.GetResult(ctx, id, true); err != nil {
+			return nil, nil, err
+		}
+	}
+	if v != nil && tomb.Covers(v.FirstSeq) {
+		v = nil
+	}
+	return tomb, v, nil
+}
+
+// countLoaded counts what a rebuild loaded into c: the pinned messages, v's summary
+// and the tail, whose first message and time it keeps, and the tokens the
+// conversation had at its last decline (those of the tail through declinedAtSeq).
+func (c *convState) countLoaded(count tokens.Counter, v *schemas.Result, pinned, tail []schemas.Entry) {
 	for _, e := range pinned {
 		if e.Err == nil {
 			c.tokens += tokens.MessageWith(count, &e.Message)
@@ -703,7 +720,6 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 			}
 		}
 	}
-	return c, nil
 }
 
 // cannotRebuild settles a delivery whose conversation state could not be rebuilt: a
