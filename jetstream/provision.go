@@ -24,7 +24,8 @@ func Provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, error) {
 	return st, err
 }
 
-// provision is Provision; it also returns the differences it applied.
+// provision is Provision; it also returns the differences it applied. The streams come
+// first, then the buckets and the object store, then the consumers on the streams.
 func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Difference, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
@@ -34,7 +35,39 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 		return nil, nil, fmt.Errorf("jetstream context: %w", err)
 	}
 	p := &provisioner{js: js, update: cfg.UpdateExisting}
-	streams := []natsjs.StreamConfig{
+	for _, sc := range streamConfigs(cfg) {
+		if err := p.stream(ctx, sc); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, kc := range bucketConfigs(cfg) {
+		if err := p.bucket(ctx, kc); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := p.objectStore(ctx, objectsConfig(cfg)); err != nil {
+		return nil, nil, err
+	}
+	for _, c := range consumerConfigs(cfg) {
+		if err := p.consumer(ctx, c.stream, c.cfg); err != nil {
+			return nil, nil, err
+		}
+	}
+	if len(p.conflicts) > 0 {
+		return nil, nil, &ConflictError{Differences: p.conflicts}
+	}
+	results, err := js.KeyValue(ctx, cfg.ResultsBucket)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bucket %s: %w", cfg.ResultsBucket, err)
+	}
+	st, err := newStore(nc, js, cfg, results)
+	return st, p.applied, err
+}
+
+// streamConfigs are the contract's streams: CHAT, the work queue, events, dead letters
+// and the idle timers.
+func streamConfigs(cfg Config) []natsjs.StreamConfig {
+	return []natsjs.StreamConfig{
 		{
 			Name:        cfg.ChatStream,
 			Description: "Compactor raw chat history, one subject per conversation",
@@ -91,11 +124,11 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			SubjectTransform:       cfg.activityTransform(cfg.TriggerPartitions),
 		},
 	}
-	for _, sc := range streams {
-		if err := p.stream(ctx, sc); err != nil {
-			return nil, nil, err
-		}
-	}
+}
+
+// bucketConfigs are the contract's key-value buckets: results, policies, tombstones and,
+// with more than one trigger partition, the trigger processes' presence.
+func bucketConfigs(cfg Config) []natsjs.KeyValueConfig {
 	buckets := []natsjs.KeyValueConfig{
 		{
 			Bucket:      cfg.ResultsBucket,
@@ -130,24 +163,29 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			Replicas:    cfg.Replicas,
 		})
 	}
-	for _, kc := range buckets {
-		if err := p.bucket(ctx, kc); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := p.objectStore(ctx, natsjs.ObjectStoreConfig{
+	return buckets
+}
+
+// objectsConfig is the object store of the messages over the max payload.
+func objectsConfig(cfg Config) natsjs.ObjectStoreConfig {
+	return natsjs.ObjectStoreConfig{
 		Bucket:      cfg.ObjectsBucket,
 		Description: "Compactor objects: contents of messages over the max payload, named <conv>/<sha256>",
 		TTL:         cfg.ObjectsTTL(),
 		Storage:     natsjs.FileStorage,
 		Replicas:    cfg.Replicas,
-	}); err != nil {
-		return nil, nil, err
 	}
-	type streamConsumer struct {
-		stream string
-		cfg    natsjs.ConsumerConfig
-	}
+}
+
+// streamConsumer is a durable consumer and the stream it reads.
+type streamConsumer struct {
+	stream string
+	cfg    natsjs.ConsumerConfig
+}
+
+// consumerConfigs are the contract's consumers: the workers' one on the work queue, and
+// each trigger partition's on CHAT and on the idle timers.
+func consumerConfigs(cfg Config) []streamConsumer {
 	consumers := []streamConsumer{
 		{cfg.RequestsStream, natsjs.ConsumerConfig{
 			Durable:       cfg.WorkerConsumer,
@@ -171,20 +209,7 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			streamConsumer{cfg.ChatStream, triggerConsumer(cfg, cfg.TriggerConsumerOf(part), cfg.chatFilterOf(part), chatWhat)},
 			streamConsumer{cfg.ActivityStream, triggerConsumer(cfg, cfg.IdleConsumerOf(part), cfg.activityFilterOf(part), idleWhat)})
 	}
-	for _, c := range consumers {
-		if err := p.consumer(ctx, c.stream, c.cfg); err != nil {
-			return nil, nil, err
-		}
-	}
-	if len(p.conflicts) > 0 {
-		return nil, nil, &ConflictError{Differences: p.conflicts}
-	}
-	results, err := js.KeyValue(ctx, cfg.ResultsBucket)
-	if err != nil {
-		return nil, nil, fmt.Errorf("bucket %s: %w", cfg.ResultsBucket, err)
-	}
-	st, err := newStore(nc, js, cfg, results)
-	return st, p.applied, err
+	return consumers
 }
 
 // provisioner creates what is missing and compares what exists.

@@ -32,15 +32,75 @@ type loaded struct {
 	lastSeq uint64
 }
 
+// compaction is what the steps of one job decided, for the steps after them: the
+// value read from the leader and its revision, the conversation's settings and
+// collaborators, what was loaded and planned, the summary and the value to write.
+type compaction struct {
+	j     *job
+	cur   *schemas.Result // the current value (nil: none)
+	rev   uint64          // cur's revision, the compare-and-set's base
+	s     policy.Settings // the conversation's settings, escalated for the plan only
+	sum   Summarizer
+	count tokens.Counter
+
+	ld     *loaded
+	pl     plan
+	before assemble.Context // the agent's context before this compaction
+	in     Input            // what the summarizer is asked
+	out    Output           // its summary, or the fallback's
+	next   *schemas.Result  // the value to write
+	after  assemble.Context // the agent's context with next
+}
+
 // process runs steps 2–6 of the job protocol. A nil error means the request was acked.
 // JetStream hears that the job is alive from the start: loading and planning a huge
 // conversation count as work too.
 func (p *Pool) process(ctx context.Context, j *job) error {
 	stop := j.keepAlive(p.cfg.InProgressEvery)
 	defer stop()
-	conv := j.req.Conversation
-	// A request made before its conversation was forgotten is dropped.
-	tomb, err := p.store.Forgotten(ctx, conv)
+	if err := p.checkForgotten(ctx, j); err != nil {
+		return err
+	}
+	// 2. The current value, from the leader.
+	c, err := p.readCurrent(ctx, j)
+	if err != nil {
+		return err
+	}
+	if p.checkDone(c) {
+		return p.finish(ctx, j, c.cur, 0, policy.Settings{}, nil)
+	}
+	if err := p.resolve(ctx, c); err != nil {
+		return err
+	}
+	p.event(ctx, j, schemas.Event{Type: schemas.EventStarted, Generation: genOf(c.cur)})
+	// 3. Load, split, pre-trim, summarize.
+	if err := p.loadAndPlan(ctx, c); err != nil {
+		return err
+	}
+	if len(c.pl.covered) == 0 {
+		return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, "nothing to compact: every message is pinned, kept or must stay in the tail")
+	}
+	if err := p.summarizeOrFallBack(ctx, c); err != nil {
+		return err
+	}
+	// 4. Guard.
+	c.next = p.result(j, c.ld, c.pl, c.out, c.before, c.s)
+	p.addEvidence(c)
+	if reason := p.guard(c); reason != "" {
+		return p.decline(ctx, j, c.ld, c.before.Tokens, c.after.Tokens, reason)
+	}
+	// 5. Compare-and-set on the revision read in step 2.
+	if err := p.commit(ctx, c); err != nil {
+		return err
+	}
+	// 6. Ack, report, re-evaluate.
+	return p.finish(ctx, j, c.next, c.ld.lastSeq, c.s, c.count)
+}
+
+// checkForgotten decides whether the request was made before its conversation was
+// forgotten (errForgotten: it is dropped), and keeps the tombstone for the later reads.
+func (p *Pool) checkForgotten(ctx context.Context, j *job) error {
+	tomb, err := p.store.Forgotten(ctx, j.req.Conversation)
 	if err != nil {
 		return err
 	}
@@ -48,22 +108,27 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if tomb.Covers(j.req.UpToSeq) {
 		return errForgotten
 	}
-	// 2. The current value, from the leader. Holding this request (its queue sequence
-	// and its id) means the work was done before a crash: report it and ack.
+	return nil
+}
+
+// readCurrent reads the current value from the leader; a value it cannot decode is a
+// permanent failure. A value of the forgotten conversation is removed and not built on.
+func (p *Pool) readCurrent(ctx context.Context, j *job) (*compaction, error) {
+	conv := j.req.Conversation
 	cur, rev, err := p.store.GetResult(ctx, conv, true)
 	if err != nil {
 		var newer *schemas.ErrNewerSchema
 		if errors.As(err, &newer) || errors.Is(err, schemas.ErrInvalid) {
-			return fmt.Errorf("%w: %v", errPermanent, err)
+			return nil, fmt.Errorf("%w: %v", errPermanent, err)
 		}
-		return err
+		return nil, err
 	}
-	if cur != nil && tomb.Covers(cur.FirstSeq) {
+	if cur != nil && j.tomb.Covers(cur.FirstSeq) {
 		// A value of the forgotten conversation is still there: the forget has not
 		// reached it yet, or the process that wrote it died before taking it back. The new
 		// conversation does not build on it.
 		if err := p.store.RemoveResult(ctx, conv, rev); err != nil {
-			return err
+			return nil, err
 		}
 		j.log.Warn().Uint64("revision", rev).Msg("removed a value of the forgotten conversation")
 		cur, rev = nil, 0
@@ -71,41 +136,58 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if cur != nil {
 		j.firstSeq = min(j.firstSeq, cur.FirstSeq)
 	}
-	if cur != nil && cur.RequestSeq == j.seq && cur.RequestID == j.req.RequestID {
-		j.outcome = OutcomeAlreadyDone
-		j.log.Info().Uint64("generation", cur.Generation).Msg("request already done before a restart; acking")
-		return p.finish(ctx, j, cur, 0, policy.Settings{}, nil)
+	return &compaction{j: j, cur: cur, rev: rev}, nil
+}
+
+// checkDone decides whether the work was done before a crash: the value holds this
+// request (its queue sequence and its id), which is then only reported and acked.
+func (p *Pool) checkDone(c *compaction) bool {
+	j := c.j
+	if c.cur == nil || c.cur.RequestSeq != j.seq || c.cur.RequestID != j.req.RequestID {
+		return false
 	}
-	s, err := p.policies.Settings(ctx, conv)
+	j.outcome = OutcomeAlreadyDone
+	j.log.Info().Uint64("generation", c.cur.Generation).Msg("request already done before a restart; acking")
+	return true
+}
+
+// resolve finds the conversation's settings, its summarizer and its token counter; a
+// policy, profile or tokenizer that cannot be used is a permanent failure.
+func (p *Pool) resolve(ctx context.Context, c *compaction) error {
+	s, err := p.policies.Settings(ctx, c.j.req.Conversation)
 	if err != nil {
 		if errors.Is(err, policy.ErrPolicy) {
 			return fmt.Errorf("%w: %v", errPermanent, err)
 		}
 		return err
 	}
-	sum, err := p.summarizers(s)
-	if err != nil {
+	c.s = s
+	if c.sum, err = p.summarizers(s); err != nil {
 		return fmt.Errorf("%w: summarizer of profile %q: %v", errPermanent, s.Profile, err)
 	}
-	count, err := p.cfg.counter(s.Tokenizer)
-	if err != nil {
+	if c.count, err = p.cfg.counter(s.Tokenizer); err != nil {
 		return fmt.Errorf("%w: %v", errPermanent, err)
 	}
-	p.event(ctx, j, schemas.Event{Type: schemas.EventStarted, Generation: genOf(cur)})
+	return nil
+}
 
-	// 3. Load, split, pre-trim, summarize.
+// loadAndPlan loads the conversation above the forgotten one's messages, splits it
+// (escalated as the request asks) into pinned, kept, covered and tail, and measures the
+// agent's context before the compaction; a split that fails is a permanent failure.
+func (p *Pool) loadAndPlan(ctx context.Context, c *compaction) error {
+	j := c.j
 	var forgottenThrough uint64 // the forgotten conversation's messages are not read
-	if tomb != nil {
-		forgottenThrough = tomb.ThroughSeq
+	if j.tomb != nil {
+		forgottenThrough = j.tomb.ThroughSeq
 	}
-	var ld *loaded
-	err = p.step(ctx, "compactor.load", func(ctx context.Context) (err error) {
-		ld, err = p.load(ctx, conv, cur, rev, j.req.UpToSeq, forgottenThrough)
+	err := p.step(ctx, "compactor.load", func(ctx context.Context) (err error) {
+		c.ld, err = p.load(ctx, j.req.Conversation, c.cur, c.rev, j.req.UpToSeq, forgottenThrough)
 		return err
 	})
 	if err != nil {
 		return err
 	}
+	ld := c.ld
 	for _, l := range [][]schemas.Entry{ld.pinned, ld.kept, ld.entries} {
 		for _, e := range l {
 			j.firstSeq = min(j.firstSeq, e.Seq)
@@ -114,85 +196,108 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	for _, e := range ld.missing {
 		j.log.Warn().Err(e.Err).Uint64("seq", e.Seq).Msg("pinned message is gone; dropped from the value")
 	}
-	pl, err := p.plan(ld, escalate(s, j.req.Escalation), count)
-	if err != nil {
+	if c.pl, err = p.plan(ld, escalate(c.s, j.req.Escalation), c.count); err != nil {
 		return fmt.Errorf("%w: %v", errPermanent, err)
 	}
-	for _, sk := range pl.skipped {
+	for _, sk := range c.pl.skipped {
 		j.log.Warn().Uint64("seq", sk.Seq).Str("reason", sk.Reason).Msg("message not summarized")
 	}
-	before := assemble.Assemble(assemble.Input{Value: ld.cur, Pinned: sortedBySeq(ld.pinned, ld.kept), Tail: ld.entries}, assemble.Options{Counter: count})
-	if len(pl.covered) == 0 {
-		return p.decline(ctx, j, ld, before.Tokens, before.Tokens, "nothing to compact: every message is pinned, kept or must stay in the tail")
-	}
-	b := s.Budget()
-	in := Input{
-		Conversation:    conv,
-		PreviousSummary: summaryOf(ld.cur),
-		SystemPrompt:    pl.systemPrompt,
-		Pinned:          agentPinned(before, pl),
-		SummaryMessage:  summaryMessageOf(ld.cur),
-		Messages:        pretrim.TotalBudget(pretrim.ToolOutputs(pl.covered, s.ToolOutputCap), s.ToolOutputBudget),
-		Instructions:    joinInstructions(s.Instructions, j.req.Instructions),
+	c.before = assemble.Assemble(assemble.Input{Value: ld.cur, Pinned: sortedBySeq(ld.pinned, ld.kept), Tail: ld.entries}, assemble.Options{Counter: c.count})
+	return nil
+}
+
+// summaryInput is what the summarizer is asked for the planned messages.
+func summaryInput(c *compaction) Input {
+	return Input{
+		Conversation:    c.j.req.Conversation,
+		PreviousSummary: summaryOf(c.ld.cur),
+		SystemPrompt:    c.pl.systemPrompt,
+		Pinned:          agentPinned(c.before, c.pl),
+		SummaryMessage:  summaryMessageOf(c.ld.cur),
+		Messages:        pretrim.TotalBudget(pretrim.ToolOutputs(c.pl.covered, c.s.ToolOutputCap), c.s.ToolOutputBudget),
+		Instructions:    joinInstructions(c.s.Instructions, c.j.req.Instructions),
 		// Ask for less than the cap: the model counts its own tokens, the guard counts
 		// with the conversation's counter, and a summary a little over the cap would be
 		// declined.
-		MaxSummaryTokens: b.SummaryCap() * 85 / 100,
+		MaxSummaryTokens: c.s.Budget().SummaryCap() * 85 / 100,
 	}
-	pastHard := before.Tokens >= b.HardLimitTokens()
-	var out Output
-	err = p.step(ctx, "compactor.summarize", func(ctx context.Context) (err error) {
-		out, err = p.summarizeToFit(ctx, j, sum, in, s.SummarizerContextWindow)
+}
+
+// summarizeOrFallBack asks the summarizer (once more, firmer, when its summary is over
+// the cap) and decides when its failure is the job's (retried or dead-lettered) and
+// when the deterministic fallback summary is written instead.
+func (p *Pool) summarizeOrFallBack(ctx context.Context, c *compaction) error {
+	j, b := c.j, c.s.Budget()
+	c.in = summaryInput(c)
+	pastHard := c.before.Tokens >= b.HardLimitTokens()
+	err := p.step(ctx, "compactor.summarize", func(ctx context.Context) (err error) {
+		c.out, err = p.summarizeToFit(ctx, j, c.sum, c.in, c.s.SummarizerContextWindow)
 		if err == nil {
-			out, err = p.firmer(ctx, j, sum, in, out, b.SummaryCap(), s.SummarizerContextWindow, count)
+			c.out, err = p.firmer(ctx, j, c.sum, c.in, c.out, b.SummaryCap(), c.s.SummarizerContextWindow, c.count)
 		}
 		return err
-	}, attribute.Int("compactor.messages", len(in.Messages)), attribute.Int("compactor.tokens_before", before.Tokens))
-	if err != nil {
-		giveUp := errors.Is(err, errSummaryTooLong) || errors.Is(err, ErrNothingFits)
-		if !pastHard && !giveUp {
-			return err
-		}
-		// The bound wins: past the hard limit the deterministic summary is written at
-		// once, whatever the attempt; so it is when the summarizer cannot do the job at
-		// all (its summaries stay over their cap, or nothing fits its window). The failure
-		// is still reported (completed event with the error, dead letter).
-		j.log.Warn().Err(err).Bool("past_hard_limit", pastHard).Msg("writing the fallback summary")
-		fb, ferr := p.fallback.Summarize(ctx, in)
-		if ferr != nil {
-			return fmt.Errorf("%w; fallback summary: %v", err, ferr)
-		}
-		out = fb
-		out.Fallback = true
-		j.fallbackFor = err
+	}, attribute.Int("compactor.messages", len(c.in.Messages)), attribute.Int("compactor.tokens_before", c.before.Tokens))
+	if err == nil {
+		return nil
 	}
+	giveUp := errors.Is(err, errSummaryTooLong) || errors.Is(err, ErrNothingFits)
+	if !pastHard && !giveUp {
+		return err
+	}
+	// The bound wins: past the hard limit the deterministic summary is written at
+	// once, whatever the attempt; so it is when the summarizer cannot do the job at
+	// all (its summaries stay over their cap, or nothing fits its window). The failure
+	// is still reported (completed event with the error, dead letter).
+	j.log.Warn().Err(err).Bool("past_hard_limit", pastHard).Msg("writing the fallback summary")
+	fb, ferr := p.fallback.Summarize(ctx, c.in)
+	if ferr != nil {
+		return fmt.Errorf("%w; fallback summary: %v", err, ferr)
+	}
+	c.out = fb
+	c.out.Fallback = true
+	j.fallbackFor = err
+	return nil
+}
 
-	// 4. Guard.
-	next := p.result(j, ld, pl, out, before, s)
-	withEvidence(j.log, next, ld.cur, pl.coveredEntries, b, count, int(p.store.MaxPayload())-jetstream.HeaderRoom)
-	after := assemble.Assemble(assemble.Input{Value: next, Pinned: pl.pinned, Tail: pl.tail}, assemble.Options{Counter: count})
-	next.TokensAfter, next.MessagesAfter = after.Tokens, len(after.Messages)
-	if st, limit := count.Count(out.Summary), b.SummaryCap(); st > limit {
-		return p.decline(ctx, j, ld, before.Tokens, after.Tokens,
-			fmt.Sprintf("summary has %d tokens, over max_summary_tokens %d", st, limit))
-	}
-	if float64(after.Tokens) > float64(before.Tokens)*(1-s.MinProgress) {
-		return p.decline(ctx, j, ld, before.Tokens, after.Tokens,
-			fmt.Sprintf("context would shrink from %d to %d tokens, less than min_progress %g", before.Tokens, after.Tokens, s.MinProgress))
-	}
+// addEvidence adds the evidence of the covered messages to the next value, within its
+// budget and the max payload.
+func (p *Pool) addEvidence(c *compaction) {
+	withEvidence(c.j.log, c.next, c.ld.cur, c.pl.coveredEntries, c.s.Budget(), c.count, int(p.store.MaxPayload())-jetstream.HeaderRoom)
+}
 
-	// 5. Compare-and-set on the revision read in step 2.
-	if rev, err := p.putResult(ctx, next, ld.rev); err == nil {
+// guard measures the agent's context with the next value and decides whether it is
+// worth writing: a summary over its cap, or a context that shrinks less than
+// min_progress, is the reason of a decline ("" when it is worth writing).
+func (p *Pool) guard(c *compaction) (reason string) {
+	c.after = assemble.Assemble(assemble.Input{Value: c.next, Pinned: c.pl.pinned, Tail: c.pl.tail}, assemble.Options{Counter: c.count})
+	c.next.TokensAfter, c.next.MessagesAfter = c.after.Tokens, len(c.after.Messages)
+	before, after := c.before.Tokens, c.after.Tokens
+	if st, limit := c.count.Count(c.out.Summary), c.s.Budget().SummaryCap(); st > limit {
+		return fmt.Sprintf("summary has %d tokens, over max_summary_tokens %d", st, limit)
+	}
+	if float64(after) > float64(before)*(1-c.s.MinProgress) {
+		return fmt.Sprintf("context would shrink from %d to %d tokens, less than min_progress %g", before, after, c.s.MinProgress)
+	}
+	return ""
+}
+
+// commit writes the next value with a compare-and-set on the revision read in step 2.
+// A write whose answer was lost counts when the leader holds this request's value; a
+// value changed meanwhile discards the result (the request is tried again). Once the
+// value is in KV, a fallback's summarizer failure is recorded as a dead letter.
+func (p *Pool) commit(ctx context.Context, c *compaction) error {
+	j := c.j
+	if rev, err := p.putResult(ctx, c.next, c.ld.rev); err == nil {
 		j.writes.Result(rev)
 	} else {
 		// A write whose answer was lost (a timeout while the bucket's leader changed)
 		// may have been stored: the leader says whether the value is ours.
-		now, nowRev, rerr := p.store.GetResult(ctx, conv, true)
+		now, nowRev, rerr := p.store.GetResult(ctx, j.req.Conversation, true)
 		switch {
 		case rerr != nil:
 			return fmt.Errorf("%w; reading the value back: %v", err, rerr)
 		case now != nil && now.RequestSeq == j.seq && now.RequestID == j.req.RequestID:
-			next = now // our own write, acknowledged before a lost reply
+			c.next = now // our own write, acknowledged before a lost reply
 			j.writes.Result(nowRev)
 		case errors.Is(err, jetstream.ErrRevisionMismatch):
 			return fmt.Errorf("compaction value changed while summarizing; result discarded: %w", err)
@@ -200,18 +305,18 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 			return err
 		}
 	}
+	next := c.next
 	j.log.Info().Uint64("generation", next.Generation).Int("tokens_before", next.TokensBefore).
 		Int("tokens_after", next.TokensAfter).Uint64("tail_start_seq", next.TailStartSeq).
 		Str("strategy", next.Strategy).Bool("fallback", next.Fallback).Msg("compacted")
 	if j.fallbackFor != nil {
 		// Recorded once the fallback is in KV: the LLM's failure is on file for operators.
 		dead := schemas.DeadLetter{Request: j.req, Error: j.fallbackFor.Error() + " (fallback summary written)", Attempts: j.attempt, At: p.now()}
-		if derr := p.store.PublishDeadRecorded(ctx, conv, dead, &j.writes); derr != nil {
+		if derr := p.store.PublishDeadRecorded(ctx, j.req.Conversation, dead, &j.writes); derr != nil {
 			j.log.Warn().Err(derr).Msg("record dead letter")
 		}
 	}
-	// 6. Ack, report, re-evaluate.
-	return p.finish(ctx, j, next, ld.lastSeq, s, count)
+	return nil
 }
 
 // errSummaryTooLong means the summarizer kept writing summaries over their cap.

@@ -316,22 +316,9 @@ func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
 		p.report(j)
 		endJob(span, j)
 	}()
-	if d.MetadataErr != nil {
-		j.outcome = OutcomeInvalid
-		p.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("request without metadata")
-		_ = d.Term(ctx, "no metadata")
+	if !p.accept(ctx, j) {
 		return
 	}
-	req, err := decodeRequest(d)
-	if err != nil {
-		j.outcome = OutcomeInvalid
-		reason := "invalid request: " + err.Error()
-		p.log.Error().Err(err).Str("subject", d.Subject).Uint64("seq", d.Seq).Msg("invalid compaction request dropped")
-		p.deadLetter(ctx, d, d.Conversation, schemas.DeadLetter{Request: req, Error: reason, Attempts: d.Attempt, At: p.now()}, nil, p.log)
-		return
-	}
-	j.req = req
-	j.firstSeq = req.UpToSeq
 	p.mu.Lock()
 	p.inFlight[j] = true
 	p.mu.Unlock()
@@ -342,13 +329,42 @@ func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
 	}()
 	j.log = p.log.With().Str("conversation", j.req.Conversation).Str("request_id", j.req.RequestID).
 		Uint64("attempt", j.attempt).Logger()
-	err = p.process(ctx, j)
+	p.settleJob(ctx, settle, j, p.process(ctx, j))
+}
+
+// accept decides whether the delivery is a request to work on: one without metadata
+// is terminated, an invalid one terminated with a dead letter saying why.
+func (p *Pool) accept(ctx context.Context, j *job) bool {
+	d := j.d
+	if d.MetadataErr != nil {
+		j.outcome = OutcomeInvalid
+		p.log.Error().Err(d.MetadataErr).Str("subject", d.Subject).Msg("request without metadata")
+		_ = d.Term(ctx, "no metadata")
+		return false
+	}
+	req, err := decodeRequest(d)
+	if err != nil {
+		j.outcome = OutcomeInvalid
+		reason := "invalid request: " + err.Error()
+		p.log.Error().Err(err).Str("subject", d.Subject).Uint64("seq", d.Seq).Msg("invalid compaction request dropped")
+		p.deadLetter(ctx, d, d.Conversation, schemas.DeadLetter{Request: req, Error: reason, Attempts: d.Attempt, At: p.now()}, nil, p.log)
+		return false
+	}
+	j.req = req
+	j.firstSeq = req.UpToSeq
+	return true
+}
+
+// settleJob settles the request after process returned err: a request of a forgotten
+// conversation is acked (what the job wrote taken back), a job aborted at the drain
+// timeout left it handed back, and a failure is retried or dead-lettered (fail).
+func (p *Pool) settleJob(ctx, settle context.Context, j *job, err error) {
 	switch {
 	case errors.Is(err, errForgotten):
 		j.outcome = OutcomeForgotten
 		j.log.Info().Uint64("up_to_seq", j.req.UpToSeq).Uint64("through_seq", j.tomb.ThroughSeq).
 			Msg("request made before its conversation was forgotten; dropped")
-		_ = d.Ack()
+		_ = j.d.Ack()
 		return
 	case err == nil:
 		if p.forgottenMeanwhile(settle, j) { // after the job's last write
@@ -373,6 +389,13 @@ func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
 		j.outcome = OutcomeForgotten
 		return
 	}
+	p.fail(ctx, settle, j, err)
+}
+
+// fail decides what a failed attempt leads to: another attempt after a backoff while
+// attempts remain and the failure is passing; otherwise a dead letter and a failed
+// event.
+func (p *Pool) fail(ctx, settle context.Context, j *job, err error) {
 	j.outcome = OutcomeRetried
 	permanent := errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
 	if !permanent && j.attempt < uint64(p.cfg.MaxAttempts) {
@@ -384,7 +407,7 @@ func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
 			delay = max(delay, hint.RetryAfter())
 		}
 		j.log.Warn().Err(err).Dur("retry_in", delay).Msg("compaction attempt failed")
-		if nerr := d.NakAfter(ctx, delay); nerr != nil {
+		if nerr := j.d.NakAfter(ctx, delay); nerr != nil {
 			j.log.Error().Err(nerr).Msg("nak compaction request; it is redelivered after the ack wait")
 		}
 		return
@@ -395,7 +418,7 @@ func (p *Pool) handle(ctx, settle context.Context, d *jetstream.Delivery) {
 			j.outcome = OutcomeForgotten
 		}
 	}()
-	if !p.deadLetter(ctx, d, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}, &j.writes, j.log) {
+	if !p.deadLetter(ctx, j.d, j.req.Conversation, schemas.DeadLetter{Request: j.req, Error: err.Error(), Attempts: j.attempt, At: p.now()}, &j.writes, j.log) {
 		return // delivered again, to record the dead letter then
 	}
 	j.outcome = OutcomeFailed

@@ -268,43 +268,13 @@ func (t *Trigger) Run(ctx context.Context) error {
 	// would count them.
 	hctx, stopHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHandlers()
-	if t.hub != nil {
-		// A partition's trigger: the process's subscriptions hand it its conversations'.
-		defer t.hub.add(t.part.P, func(ev schemas.Event) { t.onEvent(hctx, ev) }, t.onPolicy)()
-	} else {
-		events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
-			t.log.Warn().Err(err).Msg("compaction event skipped")
-		})
-		if err != nil {
-			return stopped(ctx, err)
-		}
-		defer events.Stop()
-		policies, err := t.store.WatchPolicies(t.onPolicy)
-		if err != nil {
-			return stopped(ctx, err)
-		}
-		defer policies.Stop()
-	}
-	consumerErr := func(what string) func(error) {
-		return func(err error) {
-			if ctx.Err() == nil {
-				t.log.Warn().Err(err).Msg(what)
-			}
-		}
-	}
-	// The consumers may not answer yet (a cluster electing their leaders, a server
-	// restarting): that is waited for, not a reason to stop the process.
-	chat, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeChatPartition(ctx, t.part, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
-	})
+	stopListening, err := t.listen(hctx)
 	if err != nil {
 		return stopped(ctx, err)
 	}
-	idle, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeIdlePartition(ctx, t.part, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
-	})
+	defer stopListening()
+	chat, idle, err := t.consume(ctx, hctx)
 	if err != nil {
-		chat.Drain()
 		return stopped(ctx, err)
 	}
 	if t.part.Partitioned() {
@@ -324,29 +294,7 @@ func (t *Trigger) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			t.stopping.Store(true)
-			if t.cfg.DrainTimeout > 0 {
-				// What is still in hand then fails and waits for its ack wait.
-				time.AfterFunc(t.cfg.DrainTimeout, stopHandlers)
-			}
-			chat.Drain()
-			idle.Drain()
-			t.workers.Wait()
-			// The handlers' acks do not wait for the server; the consumer's drain no
-			// longer follows them (they are sent after it), so they are flushed here.
-			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.handBack())
-			if err := t.store.FlushAcks(fctx); err != nil {
-				t.log.Warn().Err(err).Msg("flush the last acknowledgements; their messages are redelivered after the ack wait")
-			}
-			cancel()
-			for _, tr := range t.snapshot() {
-				tr.mu.Lock()
-				if tr.st != nil && tr.st.retry != nil {
-					tr.st.retry.Stop()
-				}
-				tr.mu.Unlock()
-			}
-			t.log.Info().Msg("trigger stopped")
+			t.drain(ctx, stopHandlers, chat, idle)
 			return nil
 		case <-evict.C:
 			t.evict()
@@ -354,6 +302,86 @@ func (t *Trigger) Run(ctx context.Context) error {
 			t.sweep(hctx)
 		}
 	}
+}
+
+// listen subscribes to the compaction events and watches the policies, or, for a
+// partition's trigger, has the process's subscriptions hand it its conversations'.
+// stop ends both.
+func (t *Trigger) listen(hctx context.Context) (stop func(), err error) {
+	if t.hub != nil {
+		return t.hub.add(t.part.P, func(ev schemas.Event) { t.onEvent(hctx, ev) }, t.onPolicy), nil
+	}
+	events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
+		t.log.Warn().Err(err).Msg("compaction event skipped")
+	})
+	if err != nil {
+		return nil, err
+	}
+	policies, err := t.store.WatchPolicies(t.onPolicy)
+	if err != nil {
+		events.Stop()
+		return nil, err
+	}
+	return func() {
+		policies.Stop()
+		events.Stop()
+	}, nil
+}
+
+// consume binds the partition's CHAT and idle consumers, waiting for them while they do
+// not answer (a cluster electing their leaders, a server restarting): that is not a
+// reason to stop the process. Their messages are handled under hctx.
+func (t *Trigger) consume(ctx, hctx context.Context) (chat, idle *jetstream.Consumption, err error) {
+	consumerErr := func(what string) func(error) {
+		return func(err error) {
+			if ctx.Err() == nil {
+				t.log.Warn().Err(err).Msg(what)
+			}
+		}
+	}
+	chat, err = jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
+		return t.store.ConsumeChatPartition(ctx, t.part, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	idle, err = jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
+		return t.store.ConsumeIdlePartition(ctx, t.part, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
+	})
+	if err != nil {
+		chat.Drain()
+		return nil, nil, err
+	}
+	return chat, idle, nil
+}
+
+// drain stops the trigger once ctx is done: the consumers drain, the handlers in hand
+// finish (stopped after DrainTimeout), their acks are flushed and the retry timers of
+// the conversations stopped.
+func (t *Trigger) drain(ctx context.Context, stopHandlers context.CancelFunc, chat, idle *jetstream.Consumption) {
+	t.stopping.Store(true)
+	if t.cfg.DrainTimeout > 0 {
+		// What is still in hand then fails and waits for its ack wait.
+		time.AfterFunc(t.cfg.DrainTimeout, stopHandlers)
+	}
+	chat.Drain()
+	idle.Drain()
+	t.workers.Wait()
+	// The handlers' acks do not wait for the server; the consumer's drain no
+	// longer follows them (they are sent after it), so they are flushed here.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.handBack())
+	if err := t.store.FlushAcks(fctx); err != nil {
+		t.log.Warn().Err(err).Msg("flush the last acknowledgements; their messages are redelivered after the ack wait")
+	}
+	cancel()
+	for _, tr := range t.snapshot() {
+		tr.mu.Lock()
+		if tr.st != nil && tr.st.retry != nil {
+			tr.st.retry.Stop()
+		}
+		tr.mu.Unlock()
+	}
+	t.log.Info().Msg("trigger stopped")
 }
 
 // stopped turns an error met while ctx was being cancelled into a clean stop.
@@ -571,7 +599,7 @@ func (t *Trigger) checkInFlight(ctx context.Context, tr *tracked, c *convState, 
 // rebuild reads the conversation's value and messages through the sequence through
 // into a fresh state. The timers of an old state carry over. first says the trigger
 // holds nothing of the conversation and nothing was signalled for it: its tombstone and
-// value may then come from any replica (see below).
+// value may then come from any replica (see readValue).
 func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *timers, first bool) (*convState, error) {
 	s, err := t.policies.Settings(ctx, id)
 	if errors.Is(err, policy.ErrPolicy) {
@@ -581,42 +609,9 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	} else if err != nil {
 		return nil, fmt.Errorf("settings: %w", err)
 	}
-	// A forgotten conversation's messages and value are not counted, even before the
-	// forget has deleted them: the conversation starts again after the tombstone.
-	//
-	// Where they are read from: a rebuild that follows an outcome, a stale signal or a
-	// forget reads both from the stream leaders, since it exists because of a write (a
-	// new value, a tombstone) that a lagging replica may not have yet, and the state
-	// built on the write before it would be wrong the other way. A conversation seen
-	// for the first time (most of a busy trigger's rebuilds, each of them two leader
-	// reads through the JetStream API otherwise) reads them with direct gets shared
-	// with the other new conversations, from any replica. Nothing the trigger did
-	// depends on a write there, and an older answer can only make it count from an
-	// earlier tail start, or count messages a tombstone it missed covers: it
-	// over-counts, which is safe. A
-	// request it makes then is checked against the tombstone on the leader
-	// (forgottenMeanwhile) and re-read by the worker from the leader, which declines when
-	// nothing needs doing; a decline or a completion makes the state stale, so it is
-	// rebuilt from the leaders. A tombstone missed this way is still applied without a
-	// request: the forget's forgotten event, published after the tombstone, drops the
-	// state, and the rebuild that follows reads the tombstone from the leader.
-	var tomb *schemas.Tombstone
-	var v *schemas.Result
-	if first {
-		tomb, v, _, err = t.firstSight(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		if tomb, err = t.store.Forgotten(ctx, id); err != nil {
-			return nil, err
-		}
-		if v, _, err = t.store.GetResult(ctx, id, true); err != nil {
-			return nil, err
-		}
-	}
-	if v != nil && tomb.Covers(v.FirstSeq) {
-		v = nil
+	tomb, v, err := t.readValue(ctx, id, first)
+	if err != nil {
+		return nil, err
 	}
 	count, err := tokens.Lookup(s.Tokenizer, t.cfg.Counters)
 	if err != nil {
@@ -648,6 +643,56 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 			return nil, err
 		}
 	}
+	c.countLoaded(count, v, pinned, tail)
+	return c, nil
+}
+
+// readValue reads the conversation's tombstone and value; a value of the forgotten
+// conversation is none. first says where from (the stream leaders, or any replica).
+//
+// A forgotten conversation's messages and value are not counted, even before the
+// forget has deleted them: the conversation starts again after the tombstone.
+//
+// Where they are read from: a rebuild that follows an outcome, a stale signal or a
+// forget reads both from the stream leaders, since it exists because of a write (a
+// new value, a tombstone) that a lagging replica may not have yet, and the state
+// built on the write before it would be wrong the other way. A conversation seen
+// for the first time (most of a busy trigger's rebuilds, each of them two leader
+// reads through the JetStream API otherwise) reads them with direct gets shared
+// with the other new conversations, from any replica. Nothing the trigger did
+// depends on a write there, and an older answer can only make it count from an
+// earlier tail start, or count messages a tombstone it missed covers: it
+// over-counts, which is safe. A
+// request it makes then is checked against the tombstone on the leader
+// (forgottenMeanwhile) and re-read by the worker from the leader, which declines when
+// nothing needs doing; a decline or a completion makes the state stale, so it is
+// rebuilt from the leaders. A tombstone missed this way is still applied without a
+// request: the forget's forgotten event, published after the tombstone, drops the
+// state, and the rebuild that follows reads the tombstone from the leader.
+func (t *Trigger) readValue(ctx context.Context, id string, first bool) (tomb *schemas.Tombstone, v *schemas.Result, err error) {
+	if first {
+		tomb, v, _, err = t.firstSight(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+	} else {
+		if tomb, err = t.store.Forgotten(ctx, id); err != nil {
+			return nil, nil, err
+		}
+		if v, _, err = t.store.GetResult(ctx, id, true); err != nil {
+			return nil, nil, err
+		}
+	}
+	if v != nil && tomb.Covers(v.FirstSeq) {
+		v = nil
+	}
+	return tomb, v, nil
+}
+
+// countLoaded counts what a rebuild loaded into c: the pinned messages, v's summary
+// and the tail, whose first message and time it keeps, and the tokens the
+// conversation had at its last decline (those of the tail through declinedAtSeq).
+func (c *convState) countLoaded(count tokens.Counter, v *schemas.Result, pinned, tail []schemas.Entry) {
 	for _, e := range pinned {
 		if e.Err == nil {
 			c.tokens += tokens.MessageWith(count, &e.Message)
@@ -675,7 +720,6 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 			}
 		}
 	}
-	return c, nil
 }
 
 // cannotRebuild settles a delivery whose conversation state could not be rebuilt: a

@@ -26,12 +26,8 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 		return nil, badRequest(err)
 	}
 	conv := in.Conversation
-	// A request whose policy cannot be resolved would fail in the worker: say so now.
-	if _, err := s.policies.Settings(ctx, conv); err != nil {
-		if errors.Is(err, policy.ErrPolicy) {
-			return nil, &apiError{code: 409, msg: fmt.Sprintf("policy: %v; fix it with %s (set or clear); nothing was queued", err, schemas.PolicySubject)}
-		}
-		return nil, internal(conv, err)
+	if err := s.checkPolicy(ctx, conv); err != nil {
+		return nil, err
 	}
 	wait, capped := time.Duration(in.WaitMS)*time.Millisecond, false
 	if in.WaitMS > s.cfg.MaxWait.Milliseconds() {
@@ -46,25 +42,9 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 	if err != nil {
 		return nil, badRequest(err)
 	}
-	last, err := s.store.LastSeq(ctx, conv)
+	last, err := s.lastSeqOf(ctx, conv)
 	if err != nil {
-		return nil, internal(conv, err)
-	}
-	if last == 0 {
-		// Nothing in CHAT: a conversation with a value (its messages aged out) is still
-		// one; an id with nothing stored is a mistake (a typo, a forgotten conversation),
-		// and queueing it would write a declined marker, creating what was not there.
-		v, _, err := s.store.GetResult(ctx, conv, false)
-		if err != nil {
-			return nil, internal(conv, err)
-		}
-		if v == nil {
-			// A forgotten one is told so (409, as when the forget comes while queueing).
-			if tomb, err := s.store.Forgotten(ctx, conv); err == nil && tomb != nil {
-				return nil, forgottenError(conv)
-			}
-			return nil, &apiError{code: 404, msg: fmt.Sprintf("conversation %s not found: nothing was published to it; nothing was queued", conv)}
-		}
+		return nil, err
 	}
 	// With a wait, subscribe before queueing, so a fast outcome is not missed.
 	var w *waiter
@@ -79,45 +59,15 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 		}()
 	}
 
-	now := time.Now().UTC()
 	r := schemas.Request{RequestID: id, Conversation: conv, Trigger: schemas.TriggerManual,
-		Reason: "requested through " + schemas.CompactSubject, Instructions: in.Instructions, RequestedAt: now, UpToSeq: last}
-	seq, err := s.enqueue(ctx, req, r)
-	duplicate := false
+		Reason: "requested through " + schemas.CompactSubject, Instructions: in.Instructions, RequestedAt: time.Now().UTC(), UpToSeq: last}
+	duplicate, busy, err := s.queueCompact(ctx, req, r, events)
 	switch {
-	case errors.Is(err, jetstream.ErrRequestPending) && seq > 0:
-		// The same request_id within the duplicate window: this request, queued before.
-		duplicate = true
-	case errors.Is(err, jetstream.ErrRequestPending):
-		pending, perr := s.store.PendingRequest(ctx, conv)
-		if perr != nil {
-			s.log.Warn().Err(perr).Str("conversation", conv).Msg("read the pending request")
-		}
-		if pending != nil && pending.RequestID == id {
-			duplicate = true // a retry of the pending request itself
-			break
-		}
-		busy := schemas.CompactResponse{Status: schemas.CompactBusy, Error: busyMessage(conv, events, in.Instructions != "")}
-		if pending != nil {
-			busy.RequestID = pending.RequestID
-		}
-		return busy, nil
 	case err != nil:
-		return nil, internal(conv, err)
-	default:
-		var writes jetstream.Writes
-		writes.Request(seq)
-		ev := schemas.Event{Type: schemas.EventRequested, Conversation: conv, RequestID: id,
-			Trigger: r.Trigger, Reason: r.Reason, At: now}
-		if err := s.store.PublishEventRecorded(ctx, ev, &writes); err != nil {
-			s.log.Warn().Err(err).Str("conversation", conv).Str("request_id", id).Msg("publish requested event")
-		}
-		if err := s.forgottenMeanwhile(ctx, conv, r.UpToSeq, &writes); err != nil {
-			return nil, err
-		}
-		s.log.Info().Str("conversation", conv).Str("request_id", id).Msg("compaction requested through the service")
-	}
-	if w == nil {
+		return nil, err
+	case busy != nil:
+		return *busy, nil
+	case w == nil:
 		return schemas.CompactResponse{Status: schemas.CompactQueued, RequestID: id}, nil
 	}
 	if duplicate {
@@ -136,6 +86,86 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 	s.inFlight.Add(1)
 	go s.await(req, handed, id, wait, capped)
 	return nil, nil
+}
+
+// checkPolicy decides whether the conversation's policy resolves: a request whose
+// policy cannot be resolved would fail in the worker, so it is refused now (409).
+func (s *Service) checkPolicy(ctx context.Context, conv string) error {
+	if _, err := s.policies.Settings(ctx, conv); err != nil {
+		if errors.Is(err, policy.ErrPolicy) {
+			return &apiError{code: 409, msg: fmt.Sprintf("policy: %v; fix it with %s (set or clear); nothing was queued", err, schemas.PolicySubject)}
+		}
+		return internal(conv, err)
+	}
+	return nil
+}
+
+// lastSeqOf is the conversation's last CHAT sequence, which the request is made for. A
+// conversation with nothing in CHAT is still one when it has a value (its messages aged
+// out); an id with nothing stored is a mistake (a typo, a forgotten conversation), and
+// queueing it would write a declined marker, creating what was not there: 404, or 409
+// for a forgotten one.
+func (s *Service) lastSeqOf(ctx context.Context, conv string) (uint64, error) {
+	last, err := s.store.LastSeq(ctx, conv)
+	if err != nil {
+		return 0, internal(conv, err)
+	}
+	if last == 0 {
+		v, _, err := s.store.GetResult(ctx, conv, false)
+		if err != nil {
+			return 0, internal(conv, err)
+		}
+		if v == nil {
+			// A forgotten one is told so (409, as when the forget comes while queueing).
+			if tomb, err := s.store.Forgotten(ctx, conv); err == nil && tomb != nil {
+				return 0, forgottenError(conv)
+			}
+			return 0, &apiError{code: 404, msg: fmt.Sprintf("conversation %s not found: nothing was published to it; nothing was queued", conv)}
+		}
+	}
+	return last, nil
+}
+
+// queueCompact queues r and publishes its requested event. The same request queued
+// before (its request_id within the duplicate window, or the pending request itself)
+// is a duplicate, whose outcome may be in the past; another pending request makes the
+// answer busy (nothing queued). A conversation forgotten meanwhile takes the request
+// back (409).
+func (s *Service) queueCompact(ctx context.Context, req micro.Request, r schemas.Request, events string) (duplicate bool, busy *schemas.CompactResponse, err error) {
+	conv, id := r.Conversation, r.RequestID
+	seq, err := s.enqueue(ctx, req, r)
+	switch {
+	case errors.Is(err, jetstream.ErrRequestPending) && seq > 0:
+		// The same request_id within the duplicate window: this request, queued before.
+		return true, nil, nil
+	case errors.Is(err, jetstream.ErrRequestPending):
+		pending, perr := s.store.PendingRequest(ctx, conv)
+		if perr != nil {
+			s.log.Warn().Err(perr).Str("conversation", conv).Msg("read the pending request")
+		}
+		if pending != nil && pending.RequestID == id {
+			return true, nil, nil // a retry of the pending request itself
+		}
+		resp := schemas.CompactResponse{Status: schemas.CompactBusy, Error: busyMessage(conv, events, r.Instructions != "")}
+		if pending != nil {
+			resp.RequestID = pending.RequestID
+		}
+		return false, &resp, nil
+	case err != nil:
+		return false, nil, internal(conv, err)
+	}
+	var writes jetstream.Writes
+	writes.Request(seq)
+	ev := schemas.Event{Type: schemas.EventRequested, Conversation: conv, RequestID: id,
+		Trigger: r.Trigger, Reason: r.Reason, At: r.RequestedAt}
+	if err := s.store.PublishEventRecorded(ctx, ev, &writes); err != nil {
+		s.log.Warn().Err(err).Str("conversation", conv).Str("request_id", id).Msg("publish requested event")
+	}
+	if err := s.forgottenMeanwhile(ctx, conv, r.UpToSeq, &writes); err != nil {
+		return false, nil, err
+	}
+	s.log.Info().Str("conversation", conv).Str("request_id", id).Msg("compaction requested through the service")
+	return false, nil, nil
 }
 
 func busyMessage(conv, events string, instructions bool) string {

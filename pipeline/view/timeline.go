@@ -25,22 +25,7 @@ const declineSkew = 5 * time.Second
 // (matched by generation and time: a decline revision keeps the request id of the
 // compaction before it), and the failed requests, which leave no revision.
 func timeline(revs []jetstream.Revision, evs []schemas.Event) []Entry {
-	completed := map[string]schemas.Event{}
-	var declined []schemas.Event
-	var out []Entry
-	for _, ev := range evs {
-		switch ev.Type {
-		case schemas.EventCompleted:
-			completed[ev.RequestID] = ev
-		case schemas.EventDeclined:
-			declined = append(declined, ev)
-		case schemas.EventFailed:
-			d := ev.DurationMS
-			out = append(out, Entry{Kind: KindFailed, At: ev.At, Generation: ev.Generation, Trigger: ev.Trigger,
-				Reason: ev.Reason, TokensBefore: ev.TokensBefore, TokensAfter: ev.TokensAfter, DurationMS: &d, Error: ev.Error})
-		}
-	}
-	usedDecline := make([]bool, len(declined))
+	out, completed, declines := outcomeEvents(evs)
 	var prev *schemas.Result // the value of the revision before, nil when unknown
 	first := true
 	for i, r := range revs {
@@ -65,55 +50,21 @@ func timeline(revs []jetstream.Revision, evs []schemas.Event) []Entry {
 		if (!decline || v.Generation == 0) && !v.CreatedAt.IsZero() {
 			e.At = v.CreatedAt
 		}
-		// The generations the kept revisions skip: before the oldest kept one, or
-		// between two (which the bucket's history does not make, but a purge can).
-		firstMissing := uint64(1)
-		if prev != nil {
-			firstMissing = prev.Generation + 1
+		g, restarted := gap(prev, v, first, decline, e.At)
+		if g != nil {
+			out = append(out, *g)
 		}
-		lastMissing := v.Generation // a decline's own compaction is missing too
-		if !decline {
-			lastMissing--
-		}
-		switch {
-		case prev != nil && v.Generation < prev.Generation:
-			out = append(out, Entry{Kind: KindGap, At: e.At, Generation: v.Generation,
-				Note: fmt.Sprintf("generation %d follows generation %d: the conversation was forgotten and started again", v.Generation, prev.Generation)})
+		if restarted {
 			prev = nil
-		case v.Generation > 0 && lastMissing >= firstMissing && (prev != nil || first):
-			out = append(out, Entry{Kind: KindGap, At: e.At, Generation: lastMissing,
-				Note: gapNote(firstMissing, lastMissing)})
 		}
 		if decline {
-			e.Kind = KindDeclined
-			e.DeclinedAtSeq = v.DeclinedAtSeq
-			if v.Generation == 0 {
-				e.TokensBefore, e.TokensAfter = v.TokensBefore, v.TokensAfter
-			}
 			next := time.Time{}
 			if i+1 < len(revs) {
 				next = revs[i+1].Time
 			}
-			for k, ev := range declined {
-				if !usedDecline[k] && ev.Generation == v.Generation && !ev.At.Before(r.Time.Add(-declineSkew)) &&
-					(next.IsZero() || ev.At.Before(next.Add(declineSkew))) {
-					usedDecline[k] = true
-					d := ev.DurationMS
-					e.DurationMS, e.Error, e.Trigger, e.Reason = &d, ev.Error, ev.Trigger, ev.Reason
-					e.TokensBefore, e.TokensAfter = ev.TokensBefore, ev.TokensAfter
-					break
-				}
-			}
+			declines.fill(&e, v, r.Time, next)
 		} else {
-			e.Kind = KindCompaction
-			e.Trigger, e.Reason, e.Strategy, e.Model, e.Fallback = v.Trigger, v.Reason, v.Strategy, v.Model, v.Fallback
-			e.TokensBefore, e.TokensAfter = v.TokensBefore, v.TokensAfter
-			e.MessagesBefore, e.MessagesAfter = v.MessagesBefore, v.MessagesAfter
-			if ev, ok := completed[v.RequestID]; ok && v.RequestID != "" {
-				d := ev.DurationMS
-				e.DurationMS, e.Error = &d, ev.Error
-			}
-			e.Folded = folded(prev, v)
+			fillCompaction(&e, prev, v, completed)
 		}
 		out = append(out, e)
 		prev, first = v, false
@@ -126,6 +77,92 @@ func timeline(revs []jetstream.Revision, evs []schemas.Event) []Entry {
 		out = []Entry{} // an empty timeline, not a missing one, in the JSON twin
 	}
 	return out
+}
+
+// outcomeEvents sorts the stored events by outcome: the failed requests are entries of
+// their own; the completed ones, by request id, and the declined ones are matched with
+// the revisions that recorded them.
+func outcomeEvents(evs []schemas.Event) (failed []Entry, completed map[string]schemas.Event, declined *declines) {
+	completed, declined = map[string]schemas.Event{}, &declines{}
+	for _, ev := range evs {
+		switch ev.Type {
+		case schemas.EventCompleted:
+			completed[ev.RequestID] = ev
+		case schemas.EventDeclined:
+			declined.evs = append(declined.evs, ev)
+		case schemas.EventFailed:
+			d := ev.DurationMS
+			failed = append(failed, Entry{Kind: KindFailed, At: ev.At, Generation: ev.Generation, Trigger: ev.Trigger,
+				Reason: ev.Reason, TokensBefore: ev.TokensBefore, TokensAfter: ev.TokensAfter, DurationMS: &d, Error: ev.Error})
+		}
+	}
+	declined.used = make([]bool, len(declined.evs))
+	return failed, completed, declined
+}
+
+// gap is the entry that says what the kept revisions cannot show before value v (nil
+// when nothing is missing): the generations they skip, before the oldest kept one or
+// between two (which the bucket's history does not make, but a purge can), or a
+// generation that goes down. restarted reports the latter: the conversation was
+// forgotten and started again, and the value before is not v's.
+func gap(prev, v *schemas.Result, first, decline bool, at time.Time) (g *Entry, restarted bool) {
+	firstMissing := uint64(1)
+	if prev != nil {
+		firstMissing = prev.Generation + 1
+	}
+	lastMissing := v.Generation // a decline's own compaction is missing too
+	if !decline {
+		lastMissing--
+	}
+	switch {
+	case prev != nil && v.Generation < prev.Generation:
+		return &Entry{Kind: KindGap, At: at, Generation: v.Generation,
+			Note: fmt.Sprintf("generation %d follows generation %d: the conversation was forgotten and started again", v.Generation, prev.Generation)}, true
+	case v.Generation > 0 && lastMissing >= firstMissing && (prev != nil || first):
+		return &Entry{Kind: KindGap, At: at, Generation: lastMissing, Note: gapNote(firstMissing, lastMissing)}, false
+	}
+	return nil, false
+}
+
+// declines are the declined events, each matched with one decline revision at most.
+type declines struct {
+	evs  []schemas.Event
+	used []bool
+}
+
+// fill makes e the decline that value v records, stored at revision time at (next is
+// the next revision's time, zero for the last): its reason and figures come from the
+// first unused declined event of its generation between the two, allowing for skew.
+func (d *declines) fill(e *Entry, v *schemas.Result, at, next time.Time) {
+	e.Kind = KindDeclined
+	e.DeclinedAtSeq = v.DeclinedAtSeq
+	if v.Generation == 0 {
+		e.TokensBefore, e.TokensAfter = v.TokensBefore, v.TokensAfter
+	}
+	for k, ev := range d.evs {
+		if !d.used[k] && ev.Generation == v.Generation && !ev.At.Before(at.Add(-declineSkew)) &&
+			(next.IsZero() || ev.At.Before(next.Add(declineSkew))) {
+			d.used[k] = true
+			dur := ev.DurationMS
+			e.DurationMS, e.Error, e.Trigger, e.Reason = &dur, ev.Error, ev.Trigger, ev.Reason
+			e.TokensBefore, e.TokensAfter = ev.TokensBefore, ev.TokensAfter
+			return
+		}
+	}
+}
+
+// fillCompaction makes e the compaction v, after prev (nil when unknown); its completed
+// event adds the duration and the error behind a fallback summary.
+func fillCompaction(e *Entry, prev, v *schemas.Result, completed map[string]schemas.Event) {
+	e.Kind = KindCompaction
+	e.Trigger, e.Reason, e.Strategy, e.Model, e.Fallback = v.Trigger, v.Reason, v.Strategy, v.Model, v.Fallback
+	e.TokensBefore, e.TokensAfter = v.TokensBefore, v.TokensAfter
+	e.MessagesBefore, e.MessagesAfter = v.MessagesBefore, v.MessagesAfter
+	if ev, ok := completed[v.RequestID]; ok && v.RequestID != "" {
+		d := ev.DurationMS
+		e.DurationMS, e.Error = &d, ev.Error
+	}
+	e.Folded = folded(prev, v)
 }
 
 func gapNote(from, through uint64) string {

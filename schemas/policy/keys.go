@@ -133,6 +133,7 @@ type Settings struct {
 }
 
 // set parses v into the field of key k.
+// It stays whole (over 80 lines): one case a key, read as the table of Keys.
 func (s *Settings) set(k Key, v string) error {
 	var (
 		i   int

@@ -184,35 +184,7 @@ func splitSimple(toks []token) [][]token {
 // absolute directory it returns that directory and true: relative paths after it, in the
 // same command, are resolved against it.
 func scanSimple(toks []token, add func(string, bool)) (cd string, isCD bool) {
-	var words []string
-	for i := 0; i < len(toks); i++ {
-		t := toks[i]
-		if !t.op {
-			words = append(words, t.text)
-			continue
-		}
-		// A redirection: the next word is its file. >& and <<... are not files.
-		if i+1 < len(toks) && !toks[i+1].op && !strings.Contains(t.text, "<<") && !strings.HasSuffix(t.text, "&") {
-			add(toks[i+1].text, strings.Contains(t.text, ">"))
-			i++
-		}
-	}
-	// Leading assignments and wrappers (sudo, timeout 30, env X=1) run the command after them.
-	for len(words) > 0 {
-		w := words[0]
-		switch {
-		case strings.Contains(w, "=") && !strings.HasPrefix(w, "-"):
-			words = words[1:]
-		case wrappers[path.Base(w)]:
-			words = words[1:]
-			for len(words) > 0 && (strings.HasPrefix(words[0], "-") || isDigits(strings.TrimRight(words[0], "smhd"))) {
-				words = words[1:]
-			}
-		default:
-			goto run
-		}
-	}
-run:
+	words := skipWrappers(redirections(toks, add))
 	if len(words) == 0 {
 		return "", false
 	}
@@ -227,15 +199,68 @@ run:
 		}
 		return "", true // somewhere this scan cannot follow: relative paths stay as written
 	}
-	inPlace := false
+	operands, code := scanArgs(name, args, add)
+	if code {
+		return "", false // an inline program: its text is code, not operands
+	}
+	addOperands(name, operands, inPlace(name, args), add)
+	return "", false
+}
+
+// redirections adds the files of a simple command's redirections and returns its words.
+func redirections(toks []token, add func(string, bool)) (words []string) {
+	for i := 0; i < len(toks); i++ {
+		t := toks[i]
+		if !t.op {
+			words = append(words, t.text)
+			continue
+		}
+		// A redirection: the next word is its file. >& and <<... are not files.
+		if i+1 < len(toks) && !toks[i+1].op && !strings.Contains(t.text, "<<") && !strings.HasSuffix(t.text, "&") {
+			add(toks[i+1].text, strings.Contains(t.text, ">"))
+			i++
+		}
+	}
+	return words
+}
+
+// skipWrappers drops the leading assignments and wrappers (sudo, timeout 30, env X=1): the
+// command after them is the one that runs.
+func skipWrappers(words []string) []string {
+	for len(words) > 0 {
+		w := words[0]
+		switch {
+		case strings.Contains(w, "=") && !strings.HasPrefix(w, "-"):
+			words = words[1:]
+		case wrappers[path.Base(w)]:
+			words = words[1:]
+			for len(words) > 0 && (strings.HasPrefix(words[0], "-") || isDigits(strings.TrimRight(words[0], "smhd"))) {
+				words = words[1:]
+			}
+		default:
+			return words
+		}
+	}
+	return words
+}
+
+// inPlace says whether sed or perl edits its files in place.
+func inPlace(name string, args []string) bool {
+	in := false
 	if name == "sed" || name == "perl" {
 		for _, a := range args {
 			if a == "-i" || strings.HasPrefix(a, "-i") || a == "--in-place" || strings.HasPrefix(a, "--in-place=") || (name == "perl" && strings.HasPrefix(a, "-pi")) {
-				inPlace = true
+				in = true
 			}
 		}
 	}
-	var operands []string
+	return in
+}
+
+// scanArgs sorts command name's arguments: an option's =value is added as read, the
+// operands are returned (without a grep-like command's pattern), and code says the
+// command runs an inline program (-c), whose text is not operands.
+func scanArgs(name string, args []string, add func(string, bool)) (operands []string, code bool) {
 	skipNext := false
 	explicitProgram := false
 	for _, a := range args {
@@ -245,7 +270,7 @@ run:
 		}
 		switch {
 		case a == "-c" && (strings.HasPrefix(name, "python") || name == "bash" || name == "sh" || name == "node" || name == "ruby"):
-			return "", false // an inline program: its text is code, not operands
+			return nil, true
 		case a == "-m" && strings.HasPrefix(name, "python"):
 			skipNext = true // a module name, not a path
 		case a == "-e" || a == "--expression" || a == "-f" || a == "--regexp":
@@ -262,6 +287,13 @@ run:
 	if patternFirst[name] && !explicitProgram && len(operands) > 0 {
 		operands = operands[1:]
 	}
+	return operands, false
+}
+
+// addOperands adds command name's operands, written or read as the command does: a
+// writer writes them, a mover (cp, mv) writes its destination (mv its sources too), a
+// tool with subcommands only reads, the others write only when editing in place.
+func addOperands(name string, operands []string, inPlace bool, add func(string, bool)) {
 	switch {
 	case name == "git" || name == "go" || name == "npm" || name == "pip" || name == "cargo" || name == "docker" || name == "kubectl":
 		// Subcommands: only operands shaped like paths count, read.
@@ -282,7 +314,6 @@ run:
 			add(a, inPlace)
 		}
 	}
-	return "", false
 }
 
 // hashRE is an abbreviated or full commit hash.
