@@ -288,7 +288,7 @@ type policySource struct {
 // Settings resolves conv's settings. When its policy is invalid, the error matches
 // policy.ErrPolicy and the settings returned are those without the policy.
 func (ps policySource) Settings(ctx context.Context, conv string) (policy.Settings, error) {
-	data, _, err := ps.store.GetPolicy(ctx, conv)
+	data, _, err := ps.store.Policies().Get(ctx, conv)
 	if err != nil {
 		return policy.Settings{}, err
 	}
