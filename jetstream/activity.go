@@ -9,12 +9,16 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
+// Activity is the handle on ACTIVITY, the conversations' idle timers: it arms them and
+// runs the trigger's idle consumers. Store.Activity returns it.
+type Activity struct{ *core }
+
 // ArmIdle (re-)arms a conversation's idle timer: a message on activity.<conv> with a
-// TTL. When the TTL runs out, the server leaves a delete marker, which ConsumeIdle
+// TTL. When the TTL runs out, the server leaves a delete marker, which Consume
 // delivers as the idle signal, also after a restart. seq is the newest chat sequence
 // the timer knows of (informational).
-func (s *Store) ArmIdle(conv string, ttl time.Duration, seq uint64) error {
-	subj, err := s.cfg.ActivitySubject(conv)
+func (ac *Activity) ArmIdle(conv string, ttl time.Duration, seq uint64) error {
+	subj, err := ac.cfg.ActivitySubject(conv)
 	if err != nil {
 		return err
 	}
@@ -22,7 +26,7 @@ func (s *Store) ArmIdle(conv string, ttl time.Duration, seq uint64) error {
 	m := nats.NewMsg(subj)
 	m.Header.Set(natsjs.MsgTTLHeader, ttl.String())
 	m.Data = fmt.Appendf(nil, `{"seq":%d}`, seq)
-	if err := s.nc.PublishMsg(m); err != nil {
+	if err := ac.nc.PublishMsg(m); err != nil {
 		return fmt.Errorf("arm the idle timer of %s: %w", conv, err)
 	}
 	return nil
@@ -35,7 +39,7 @@ const markerReasonHeader = "Nats-Marker-Reason"
 // left (the timer messages themselves are not).
 func (d *Delivery) IsIdleSignal() bool { return d.Header(markerReasonHeader) != "" }
 
-// ConsumeIdle delivers ACTIVITY to the active trigger, like ConsumeChat.
-func (s *Store) ConsumeIdle(ctx context.Context, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
-	return s.ConsumeIdlePartition(ctx, Partition{N: 1}, handle, onErr)
+// Consume delivers ACTIVITY to the active trigger, like Chat.Consume.
+func (ac *Activity) Consume(ctx context.Context, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
+	return ac.ConsumePartition(ctx, Partition{N: 1}, handle, onErr)
 }

@@ -33,15 +33,15 @@ type ConversationList struct {
 	Subjects int
 }
 
-// MaxListPage bounds one page of ListConversations.
+// MaxListPage bounds one page of Chat.List.
 const MaxListPage = 1000
 
-// ListConversations returns the conversations of limit CHAT subjects, skipping the
+// List returns the conversations of limit CHAT subjects, skipping the
 // first offset subjects in sorted order. The server answers a stream info with its
 // subjects and their counts, at most 100,000 from offset on, so a call costs the
 // server a walk of its subject index and the answer is bounded whatever CHAT holds.
 // Subjects that do not name a valid conversation are left out.
-func (s *Store) ListConversations(ctx context.Context, offset, limit int) (ConversationList, error) {
+func (ch *Chat) List(ctx context.Context, offset, limit int) (ConversationList, error) {
 	if offset < 0 || limit < 1 || limit > MaxListPage {
 		return ConversationList{}, fmt.Errorf("list conversations: offset %d, limit %d: the offset must not be negative and the limit must be 1 to %d", offset, limit, MaxListPage)
 	}
@@ -51,9 +51,9 @@ func (s *Store) ListConversations(ctx context.Context, offset, limit int) (Conve
 		} `json:"state"`
 		Total int `json:"total"`
 	}
-	req := map[string]any{"subjects_filter": s.cfg.ChatPrefix + ".>", "offset": offset}
-	if err := s.apiRequest(ctx, apiPrefix+"STREAM.INFO."+s.cfg.ChatStream, req, &info); err != nil {
-		return ConversationList{}, fmt.Errorf("list the conversations of %s: %w", s.cfg.ChatStream, err)
+	req := map[string]any{"subjects_filter": ch.cfg.ChatPrefix + ".>", "offset": offset}
+	if err := ch.apiRequest(ctx, apiPrefix+"STREAM.INFO."+ch.cfg.ChatStream, req, &info); err != nil {
+		return ConversationList{}, fmt.Errorf("list the conversations of %s: %w", ch.cfg.ChatStream, err)
 	}
 	subjects := make([]string, 0, len(info.State.Subjects))
 	for subj := range info.State.Subjects {
@@ -66,7 +66,7 @@ func (s *Store) ListConversations(ctx context.Context, offset, limit int) (Conve
 	// names no conversation leaves the page a row short.
 	out := ConversationList{Subjects: info.Total}
 	for _, subj := range subjects[:min(limit, len(subjects))] {
-		conv, ok := s.cfg.ConversationOf(subj)
+		conv, ok := ch.cfg.ConversationOf(subj)
 		if !ok {
 			continue
 		}
@@ -96,31 +96,31 @@ type Revision struct {
 	Err   error
 }
 
-// MaxRevisions bounds ResultHistory: the most a bucket keeps per key.
+// MaxRevisions bounds Results.History: the most a bucket keeps per key.
 const MaxRevisions = 64
 
-// ResultHistory returns the revisions of conv's value the results bucket still keeps,
+// History returns the revisions of conv's value the results bucket still keeps,
 // oldest first, with delete markers. It reads them from the stream leader one by one,
 // each the next message of the key's subject, at most MaxRevisions; more reports that
 // the key had more (only a bucket configured beyond the contract keeps so many).
-func (s *Store) ResultHistory(ctx context.Context, conv string) (revs []Revision, more bool, err error) {
+func (rs *Results) History(ctx context.Context, conv string) (revs []Revision, more bool, err error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, false, err
 	}
-	stream, subj := "KV_"+s.cfg.ResultsBucket, "$KV."+s.cfg.ResultsBucket+"."+conv
+	stream, subj := "KV_"+rs.cfg.ResultsBucket, "$KV."+rs.cfg.ResultsBucket+"."+conv
 	for seq := uint64(1); ; {
-		m, err := s.leaderGet(ctx, stream, map[string]any{"seq": seq, "next_by_subj": subj})
+		m, err := rs.leaderGet(ctx, stream, map[string]any{"seq": seq, "next_by_subj": subj})
 		if errors.Is(err, errNoMessage) {
 			return revs, false, nil
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("read the history of %s/%s: %w", s.cfg.ResultsBucket, conv, err)
+			return nil, false, fmt.Errorf("read the history of %s/%s: %w", rs.cfg.ResultsBucket, conv, err)
 		}
 		if len(revs) == MaxRevisions {
 			return revs, true, nil
 		}
 		if m.Subject != subj {
-			return nil, false, fmt.Errorf("read the history of %s/%s: answered with subject %q", s.cfg.ResultsBucket, conv, m.Subject)
+			return nil, false, fmt.Errorf("read the history of %s/%s: answered with subject %q", rs.cfg.ResultsBucket, conv, m.Subject)
 		}
 		r := Revision{Revision: m.Seq, Time: m.Time}
 		switch op := m.Header.Get("KV-Operation"); op {
@@ -134,18 +134,18 @@ func (s *Store) ResultHistory(ctx context.Context, conv string) (revs []Revision
 	}
 }
 
-// MaxEvents bounds ConversationEvents.
+// MaxEvents bounds Events.History.
 const MaxEvents = 1000
 
-// ConversationEvents returns conv's stored events from since on (zero: all), oldest
+// History returns conv's stored events from since on (zero: all), oldest
 // first, reading at most limit; more reports that there were more. Events that do not
 // decode or name another conversation are left out. It reads them with an ordered consumer that
 // the server removes soon after the read.
-func (s *Store) ConversationEvents(ctx context.Context, conv string, since time.Time, limit int) (evs []schemas.Event, more bool, err error) {
+func (es *Events) History(ctx context.Context, conv string, since time.Time, limit int) (evs []schemas.Event, more bool, err error) {
 	if limit < 1 || limit > MaxEvents {
 		return nil, false, fmt.Errorf("read events of %s: limit %d: must be 1 to %d", conv, limit, MaxEvents)
 	}
-	subj, err := s.cfg.EventSubject(conv)
+	subj, err := es.cfg.EventSubject(conv)
 	if err != nil {
 		return nil, false, err
 	}
@@ -156,7 +156,7 @@ func (s *Store) ConversationEvents(ctx context.Context, conv string, since time.
 	if !since.IsZero() {
 		cfg.DeliverPolicy, cfg.OptStartTime = natsjs.DeliverByStartTimePolicy, &since
 	}
-	oc, err := s.js.OrderedConsumer(ctx, s.cfg.EventsStream, cfg)
+	oc, err := es.js.OrderedConsumer(ctx, es.cfg.EventsStream, cfg)
 	if err != nil {
 		return nil, false, fmt.Errorf("read events of %s: %w", conv, err)
 	}
@@ -176,7 +176,7 @@ func (s *Store) ConversationEvents(ctx context.Context, conv string, since time.
 				continue
 			}
 			read++
-			if ev, err := s.decodeEvent(m.Subject(), m.Data()); err == nil {
+			if ev, err := es.decodeEvent(m.Subject(), m.Data()); err == nil {
 				evs = append(evs, ev)
 			}
 		}
@@ -189,15 +189,15 @@ func (s *Store) ConversationEvents(ctx context.Context, conv string, since time.
 	}
 }
 
-// LoadConversationPage reads at most limit of conv's messages with sequence in
+// LoadPage reads at most limit of conv's messages with sequence in
 // [fromSeq, upToSeq] (upToSeq 0: to the end), oldest first, with one batched direct get
 // per subject; more reports that the range holds messages after the last returned.
-func (s *Store) LoadConversationPage(ctx context.Context, conv string, fromSeq, upToSeq uint64, limit int) (msgs []StoredMsg, more bool, err error) {
+func (ch *Chat) LoadPage(ctx context.Context, conv string, fromSeq, upToSeq uint64, limit int) (msgs []StoredMsg, more bool, err error) {
 	if limit < 1 || limit >= DirectBatchSize {
 		return nil, false, fmt.Errorf("load a page of %s: limit %d: must be 1 to %d", conv, limit, DirectBatchSize-1)
 	}
 	fromSeq = max(fromSeq, 1)
-	subjects, err := s.chatSubjects(ctx, conv, fromSeq)
+	subjects, err := ch.chatSubjects(ctx, conv, fromSeq)
 	if err != nil {
 		return nil, false, err
 	}
@@ -207,7 +207,7 @@ func (s *Store) LoadConversationPage(ctx context.Context, conv string, fromSeq, 
 	// another subject before it is skipped.
 	var cut uint64
 	for _, sub := range subjects {
-		page, pending, err := s.directBatch(ctx, s.cfg.ChatStream, sub.name, fromSeq, limit+1)
+		page, pending, err := ch.directBatch(ctx, ch.cfg.ChatStream, sub.name, fromSeq, limit+1)
 		if err != nil {
 			return nil, false, err
 		}

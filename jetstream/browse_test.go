@@ -21,7 +21,7 @@ func publishN(t *testing.T, st *jetstream.Store, conv string, n int) []uint64 {
 	t.Helper()
 	var seqs []uint64
 	for i := range n {
-		seq, err := st.PublishMessage(ctxT(t), conv, fmt.Appendf(nil, `{"role":"user","content":"%s %d"}`, conv, i), "")
+		seq, err := st.Chat().Publish(ctxT(t), conv, fmt.Appendf(nil, `{"role":"user","content":"%s %d"}`, conv, i), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestListConversationsPagesInOrder(t *testing.T) {
 			{ID: "c", Messages: 5}, {ID: "d", Messages: 3}, {ID: "e", Messages: 1}}
 		var got []jetstream.ConversationCount
 		for offset := 0; ; offset += 4 {
-			page, err := st.ListConversations(ctxT(t), offset, 4)
+			page, err := st.Chat().List(ctxT(t), offset, 4)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,7 +70,7 @@ func TestListConversationsPagesInOrder(t *testing.T) {
 			t.Errorf("pages:\n got %v\nwant %v", got, want)
 		}
 		for _, tc := range []struct{ offset, limit int }{{-1, 1}, {0, 0}, {0, jetstream.MaxListPage + 1}} {
-			if _, err := st.ListConversations(ctxT(t), tc.offset, tc.limit); err == nil {
+			if _, err := st.Chat().List(ctxT(t), tc.offset, tc.limit); err == nil {
 				t.Errorf("offset %d limit %d: no error", tc.offset, tc.limit)
 			}
 		}
@@ -80,7 +80,7 @@ func TestListConversationsPagesInOrder(t *testing.T) {
 // An empty CHAT lists nothing, without an error.
 func TestListConversationsOfAnEmptyStream(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, _ *nats.Conn, st *jetstream.Store) {
-		page, err := st.ListConversations(ctxT(t), 0, 10)
+		page, err := st.Chat().List(ctxT(t), 0, 10)
 		if err != nil || len(page.Conversations) != 0 || page.Subjects != 0 {
 			t.Fatalf("empty CHAT: %+v, %v; want nothing", page, err)
 		}
@@ -114,7 +114,7 @@ func TestResultHistoryKeepsMarkersAndBrokenValues(t *testing.T) {
 		if _, err := kv.Put(ctx, "other", []byte(`{}`)); err != nil {
 			t.Fatal(err)
 		}
-		revs, more, err := st.ResultHistory(ctx, "h")
+		revs, more, err := st.Results().History(ctx, "h")
 		if err != nil || more {
 			t.Fatalf("history: more %v, %v", more, err)
 		}
@@ -147,10 +147,10 @@ func TestResultHistoryKeepsMarkersAndBrokenValues(t *testing.T) {
 		if newer := new(*schemas.ErrNewerSchema); !errors.As(revs[2].Err, newer) {
 			t.Errorf("the broken value's error %v; want the newer-schema error", revs[2].Err)
 		}
-		if revs, _, err := st.ResultHistory(ctx, "never"); err != nil || len(revs) != 0 {
+		if revs, _, err := st.Results().History(ctx, "never"); err != nil || len(revs) != 0 {
 			t.Errorf("history of a key never written: %v, %v; want none", revs, err)
 		}
-		if _, _, err := st.ResultHistory(ctx, "a.b"); err == nil {
+		if _, _, err := st.Results().History(ctx, "a.b"); err == nil {
 			t.Error("history of an invalid id: no error")
 		}
 	})
@@ -193,7 +193,7 @@ func TestResultHistoryIsBounded(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		revs, more, err := st.ResultHistory(ctx, "h")
+		revs, more, err := st.Results().History(ctx, "h")
 		if err != nil || !more || len(revs) != jetstream.MaxRevisions || revs[0].Revision != 1 {
 			t.Fatalf("history: %d revisions from %d, more %v, %v; want the oldest %d and more", len(revs), revs[0].Revision, more, err, jetstream.MaxRevisions)
 		}
@@ -207,7 +207,7 @@ func TestConversationEventsAreBounded(t *testing.T) {
 		ctx := ctxT(t)
 		start := time.Now()
 		for i := range 5 {
-			if err := st.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "ev",
+			if err := st.Events().Publish(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "ev",
 				RequestID: fmt.Sprint("r", i), Generation: uint64(i + 1), At: time.Now().UTC()}); err != nil {
 				t.Fatal(err)
 			}
@@ -216,22 +216,22 @@ func TestConversationEventsAreBounded(t *testing.T) {
 		if err := nc.Publish(must(st.Config().EventSubject("ev")), []byte(`{"type":"completed","conversation":"x"}`)); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.PublishEvent(ctx, schemas.Event{Type: schemas.EventFailed, Conversation: "other", At: time.Now().UTC()}); err != nil {
+		if err := st.Events().Publish(ctx, schemas.Event{Type: schemas.EventFailed, Conversation: "other", At: time.Now().UTC()}); err != nil {
 			t.Fatal(err)
 		}
-		evs, more, err := st.ConversationEvents(ctx, "ev", time.Time{}, 3)
+		evs, more, err := st.Events().History(ctx, "ev", time.Time{}, 3)
 		if err != nil || !more || len(evs) != 3 || evs[0].RequestID != "r0" || evs[2].RequestID != "r2" {
 			t.Fatalf("limit 3: %+v more %v, %v; want r0..r2 and more", evs, more, err)
 		}
-		evs, more, err = st.ConversationEvents(ctx, "ev", start, jetstream.MaxEvents)
+		evs, more, err = st.Events().History(ctx, "ev", start, jetstream.MaxEvents)
 		if err != nil || more || len(evs) != 5 {
 			t.Fatalf("all: %d events, more %v, %v; want the 5 valid ones", len(evs), more, err)
 		}
-		evs, _, err = st.ConversationEvents(ctx, "ev", time.Now().Add(time.Hour), 10)
+		evs, _, err = st.Events().History(ctx, "ev", time.Now().Add(time.Hour), 10)
 		if err != nil || len(evs) != 0 {
 			t.Fatalf("from the future: %+v, %v; want none", evs, err)
 		}
-		if _, _, err := st.ConversationEvents(ctx, "ev", time.Time{}, 0); err == nil {
+		if _, _, err := st.Events().History(ctx, "ev", time.Time{}, 0); err == nil {
 			t.Error("limit 0: no error")
 		}
 	})
@@ -269,7 +269,7 @@ func TestLoadConversationPage(t *testing.T) {
 			{"range ends at the page", a[3], a[12], 10, a[3:13], false},
 			{"past the end", a[29] + 1, 0, 10, nil, false},
 		} {
-			msgs, more, err := st.LoadConversationPage(ctx, "a", tc.from, tc.through, tc.limit)
+			msgs, more, err := st.Chat().LoadPage(ctx, "a", tc.from, tc.through, tc.limit)
 			if err != nil {
 				t.Fatalf("%s: %v", tc.name, err)
 			}
@@ -277,7 +277,7 @@ func TestLoadConversationPage(t *testing.T) {
 				t.Errorf("%s: %v more %v; want %v more %v", tc.name, got, more, tc.want, tc.more)
 			}
 		}
-		if _, _, err := st.LoadConversationPage(ctx, "a", 1, 0, jetstream.DirectBatchSize); err == nil {
+		if _, _, err := st.Chat().LoadPage(ctx, "a", 1, 0, jetstream.DirectBatchSize); err == nil {
 			t.Error("a limit of a whole batch: no error")
 		}
 	})
@@ -305,7 +305,7 @@ func TestListConversationsPartitioned(t *testing.T) {
 	for i, id := range []string{"p1", "p2", "p3"} {
 		publishN(t, st, id, i+1)
 	}
-	page, err := st.ListConversations(ctxT(t), 0, 10)
+	page, err := st.Chat().List(ctxT(t), 0, 10)
 	want := []jetstream.ConversationCount{{ID: "p1", Messages: 1}, {ID: "p2", Messages: 2}, {ID: "p3", Messages: 3}}
 	if err != nil || !slices.Equal(page.Conversations, want) {
 		t.Fatalf("partitioned: %+v, %v; want %v", page.Conversations, err, want)

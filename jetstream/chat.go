@@ -14,24 +14,30 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
+// Chat is the handle on CHAT, the conversations' messages: it publishes them, reads a
+// conversation back (batched direct gets, or from the stream leader), lists and pages
+// the conversations for the view, and runs the trigger's consumers on it. Store.Chat
+// returns it.
+type Chat struct{ *core }
+
 // ErrMissingMessage is the error of a pinned entry whose message is no longer in CHAT
 // (it left by age, a purge or a delete) or belongs to another conversation. Readers skip
 // and report such an entry, like any invalid one.
 var ErrMissingMessage = errors.New("message is not in the conversation's history")
 
-// PublishMessage stores one encoded chat message and returns its CHAT sequence. A
+// Publish stores one encoded chat message and returns its CHAT sequence. A
 // non-empty msgID sets Nats-Msg-Id, so a retried publish is stored once; the duplicate's
 // ack carries the first copy's sequence.
-func (s *Store) PublishMessage(ctx context.Context, conv string, data []byte, msgID string) (uint64, error) {
-	subj, err := s.cfg.ChatSubject(conv)
+func (ch *Chat) Publish(ctx context.Context, conv string, data []byte, msgID string) (uint64, error) {
+	subj, err := ch.cfg.ChatSubject(conv)
 	if err != nil {
 		return 0, err
 	}
-	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(s.cfg.ChatStream)}
+	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(ch.cfg.ChatStream)}
 	if msgID != "" {
 		opts = append(opts, natsjs.WithMsgID(msgID))
 	}
-	ack, err := s.js.Publish(ctx, subj, data, opts...)
+	ack, err := ch.js.Publish(ctx, subj, data, opts...)
 	if err != nil {
 		return 0, fmt.Errorf("publish to %s: %w", subj, err)
 	}
@@ -46,19 +52,19 @@ const PublishAsyncTimeout = 30 * time.Second
 // PubAckFuture is the outcome of an asynchronous publish.
 type PubAckFuture = natsjs.PubAckFuture
 
-// PublishMessageAsync is PublishMessage without waiting for the ack. The future always
+// PublishAsync is Publish without waiting for the ack. The future always
 // resolves: with the ack, an error, or a timeout after PublishAsyncTimeout (also when
 // the connection closes meanwhile).
-func (s *Store) PublishMessageAsync(conv string, data []byte, msgID string) (PubAckFuture, error) {
-	subj, err := s.cfg.ChatSubject(conv)
+func (ch *Chat) PublishAsync(conv string, data []byte, msgID string) (PubAckFuture, error) {
+	subj, err := ch.cfg.ChatSubject(conv)
 	if err != nil {
 		return nil, err
 	}
-	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(s.cfg.ChatStream)}
+	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(ch.cfg.ChatStream)}
 	if msgID != "" {
 		opts = append(opts, natsjs.WithMsgID(msgID))
 	}
-	f, err := s.js.PublishAsync(subj, data, opts...)
+	f, err := ch.js.PublishAsync(subj, data, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("publish to %s: %w", subj, err)
 	}
@@ -66,23 +72,23 @@ func (s *Store) PublishMessageAsync(conv string, data []byte, msgID string) (Pub
 }
 
 // PublishAsyncComplete is closed when every async publish has been acked.
-func (s *Store) PublishAsyncComplete() <-chan struct{} { return s.js.PublishAsyncComplete() }
+func (ch *Chat) PublishAsyncComplete() <-chan struct{} { return ch.js.PublishAsyncComplete() }
 
 // DirectBatchSize is how many messages one batched direct get asks for.
 const DirectBatchSize = 256
 
-// LoadConversation reads a conversation's messages with sequence in [fromSeq, upToSeq]
+// Load reads a conversation's messages with sequence in [fromSeq, upToSeq]
 // (upToSeq 0: to the end) using batched direct gets, paging from the last returned
-// sequence + 1. Any replica may answer a direct get; use LoadConversationLeader when a
+// sequence + 1. Any replica may answer a direct get; use LoadLeader when a
 // read must see the newest writes. Messages that left the stream are simply not there.
-func (s *Store) LoadConversation(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
-	msgs, _, err := s.loadConversation(ctx, conv, fromSeq, upToSeq)
+func (ch *Chat) Load(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
+	msgs, _, err := ch.loadConversation(ctx, conv, fromSeq, upToSeq)
 	return msgs, err
 }
 
-// loadConversation is LoadConversation; past reports that the answer held a message of
+// loadConversation is Chat.Load; past reports that the answer held a message of
 // the conversation after upToSeq.
-func (s *Store) loadConversation(ctx context.Context, conv string, fromSeq, upToSeq uint64) (out []StoredMsg, past bool, err error) {
+func (s *core) loadConversation(ctx context.Context, conv string, fromSeq, upToSeq uint64) (out []StoredMsg, past bool, err error) {
 	if fromSeq == 0 {
 		fromSeq = 1
 	}
@@ -110,7 +116,7 @@ func (s *Store) loadConversation(ctx context.Context, conv string, fromSeq, upTo
 // subject index. Reading each subject by its literal name matters: a read of the
 // wildcard from a later sequence makes the server scan every block in between once
 // the stream holds 64Ki subjects (about 50x slower at 100,000 conversations).
-func (s *Store) chatSubjects(ctx context.Context, conv string, fromSeq uint64) ([]chatSubject, error) {
+func (s *core) chatSubjects(ctx context.Context, conv string, fromSeq uint64) ([]chatSubject, error) {
 	filter, err := s.cfg.ChatFilter(conv)
 	if err != nil {
 		return nil, err
@@ -150,7 +156,7 @@ type chatSubject struct {
 // So when the subject holds messages past upToSeq, the batches start at one message and
 // grow: a conversation's first message, read through the sequence before it (a trigger's
 // first sight), costs one message, not a batch of them.
-func (s *Store) loadSubject(ctx context.Context, subj string, fromSeq, upToSeq, last uint64) (out []StoredMsg, past bool, err error) {
+func (s *core) loadSubject(ctx context.Context, subj string, fromSeq, upToSeq, last uint64) (out []StoredMsg, past bool, err error) {
 	batch := DirectBatchSize
 	if upToSeq > 0 && last > upToSeq {
 		batch = 1
@@ -174,9 +180,9 @@ func (s *Store) loadSubject(ctx context.Context, subj string, fromSeq, upToSeq, 
 	}
 }
 
-// LoadEntries is LoadConversation decoded into entries.
-func (s *Store) LoadEntries(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]schemas.Entry, error) {
-	msgs, err := s.LoadConversation(ctx, conv, fromSeq, upToSeq)
+// LoadEntries is Load decoded into entries.
+func (ch *Chat) LoadEntries(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]schemas.Entry, error) {
+	msgs, err := ch.Load(ctx, conv, fromSeq, upToSeq)
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +203,8 @@ func entries(msgs []StoredMsg) []schemas.Entry {
 // reported). A direct get may be answered by a replica that lags behind; when the
 // answer stops short of through, the rest is read from the stream leader, so the
 // entries are never fewer than what the stream held at through.
-func (s *Store) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, through uint64) ([]schemas.Entry, error) {
-	msgs, past, err := s.loadConversation(ctx, conv, fromSeq, through)
+func (ch *Chat) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, through uint64) ([]schemas.Entry, error) {
+	msgs, past, err := ch.loadConversation(ctx, conv, fromSeq, through)
 	if err != nil {
 		return nil, err
 	}
@@ -211,7 +217,7 @@ func (s *Store) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, th
 	// That is the common case of a new conversation, whose read from 1 finds the message
 	// just delivered.
 	if next <= through && !past {
-		rest, err := s.LoadConversationLeader(ctx, conv, next, through)
+		rest, err := ch.LoadLeader(ctx, conv, next, through)
 		if err != nil {
 			return nil, err
 		}
@@ -220,10 +226,10 @@ func (s *Store) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, th
 	return entries(msgs), nil
 }
 
-// LoadConversationLeader is LoadConversation answered by the stream leader, one message
+// LoadLeader is Load answered by the stream leader, one message
 // per request: slower, but it sees every acknowledged write (read-your-writes).
-func (s *Store) LoadConversationLeader(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
-	subj, err := s.cfg.ChatFilter(conv)
+func (ch *Chat) LoadLeader(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
+	subj, err := ch.cfg.ChatFilter(conv)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +238,7 @@ func (s *Store) LoadConversationLeader(ctx context.Context, conv string, fromSeq
 	}
 	var out []StoredMsg
 	for upToSeq == 0 || fromSeq <= upToSeq {
-		m, err := s.leaderGet(ctx, s.cfg.ChatStream, map[string]any{"seq": fromSeq, "next_by_subj": subj})
+		m, err := ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"seq": fromSeq, "next_by_subj": subj})
 		if errors.Is(err, errNoMessage) {
 			return out, nil
 		}
@@ -253,8 +259,8 @@ func (s *Store) LoadConversationLeader(ctx context.Context, conv string, fromSeq
 // (the stream leader confirms it), or that belongs to another conversation, gives an
 // entry whose Err matches ErrMissingMessage: readers skip and report it instead of failing the whole read. Any
 // other failure is an error.
-func (s *Store) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]schemas.Entry, error) {
-	subj, err := s.cfg.ChatFilter(conv)
+func (ch *Chat) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]schemas.Entry, error) {
+	subj, err := ch.cfg.ChatFilter(conv)
 	if err != nil {
 		return nil, err
 	}
@@ -267,14 +273,14 @@ func (s *Store) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]s
 		// The next message of this conversation at or after seq: it is the pinned one
 		// only when its sequence is seq (a gap means it left the stream, or was never
 		// this conversation's).
-		page, _, err := s.directBatch(ctx, s.cfg.ChatStream, subj, seq, 1)
+		page, _, err := ch.directBatch(ctx, ch.cfg.ChatStream, subj, seq, 1)
 		if err != nil {
 			return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
 		}
 		if len(page) == 0 || page[0].Seq != seq {
 			// A replica may lag or lose a message it should have: only the stream leader
 			// says a pinned message is gone.
-			m, err := s.leaderGet(ctx, s.cfg.ChatStream, map[string]any{"seq": seq, "next_by_subj": subj})
+			m, err := ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"seq": seq, "next_by_subj": subj})
 			switch {
 			case err == nil && m.Seq == seq:
 				out = append(out, m.Entry())
@@ -291,12 +297,12 @@ func (s *Store) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]s
 }
 
 // LastSeq returns the sequence of a conversation's newest message, 0 when it has none.
-func (s *Store) LastSeq(ctx context.Context, conv string) (uint64, error) {
-	subj, err := s.cfg.ChatFilter(conv)
+func (ch *Chat) LastSeq(ctx context.Context, conv string) (uint64, error) {
+	subj, err := ch.cfg.ChatFilter(conv)
 	if err != nil {
 		return 0, err
 	}
-	m, err := s.leaderGet(ctx, s.cfg.ChatStream, map[string]any{"last_by_subj": subj})
+	m, err := ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"last_by_subj": subj})
 	if errors.Is(err, errNoMessage) {
 		return 0, nil
 	}
@@ -306,16 +312,16 @@ func (s *Store) LastSeq(ctx context.Context, conv string) (uint64, error) {
 	return m.Seq, nil
 }
 
-// ConsumeChat delivers CHAT's messages to the active trigger: every process calls it
+// Consume delivers CHAT's messages to the active trigger: every process calls it
 // with the same durable consumer and priority group, one is pinned and gets the
 // messages, the others stand by and take over when it goes silent. handle settles each
 // delivery; onErr hears the consumer's errors (missed heartbeats are not reported).
-func (s *Store) ConsumeChat(ctx context.Context, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
-	return s.ConsumeChatPartition(ctx, Partition{N: 1}, handle, onErr)
+func (ch *Chat) Consume(ctx context.Context, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
+	return ch.ConsumePartition(ctx, Partition{N: 1}, handle, onErr)
 }
 
 // consume runs a pull consumer of the trigger's priority group.
-func (s *Store) consume(ctx context.Context, stream, durable string, convOf func(string) (string, bool),
+func (s *core) consume(ctx context.Context, stream, durable string, convOf func(string) (string, bool),
 	handle func(*Delivery), onErr func(error)) (*Consumption, error) {
 	c, err := s.js.Consumer(ctx, stream, durable)
 	if err != nil {

@@ -37,7 +37,7 @@ type Delivery struct {
 	MetadataErr error
 }
 
-func (s *Store) delivery(msg natsjs.Msg, convOf func(string) (string, bool)) *Delivery {
+func (s *core) delivery(msg natsjs.Msg, convOf func(string) (string, bool)) *Delivery {
 	d := &Delivery{msg: msg, nc: s.nc, Subject: msg.Subject()}
 	d.Conversation, _ = convOf(d.Subject)
 	md, err := msg.Metadata()

@@ -13,14 +13,19 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
-// PublishEvent publishes an event on compact.event.<conv>.
-func (s *Store) PublishEvent(ctx context.Context, ev schemas.Event) error {
-	return s.PublishEventRecorded(ctx, ev, nil)
+// Events is the handle on the events and the dead letters: it publishes them,
+// subscribes to a conversation's events, finds or waits for a request's outcome and
+// reads a conversation's events back. Store.Events returns it.
+type Events struct{ *core }
+
+// Publish publishes an event on compact.event.<conv>.
+func (es *Events) Publish(ctx context.Context, ev schemas.Event) error {
+	return es.PublishRecorded(ctx, ev, nil)
 }
 
-// PublishEventRecorded is PublishEvent recording the stored event in w (see TakeBack).
-func (s *Store) PublishEventRecorded(ctx context.Context, ev schemas.Event, w *Writes) error {
-	subj, err := s.cfg.EventSubject(ev.Conversation)
+// PublishRecorded is Publish recording the stored event in w (see TakeBack).
+func (es *Events) PublishRecorded(ctx context.Context, ev schemas.Event, w *Writes) error {
+	subj, err := es.cfg.EventSubject(ev.Conversation)
 	if err != nil {
 		return err
 	}
@@ -28,7 +33,7 @@ func (s *Store) PublishEventRecorded(ctx context.Context, ev schemas.Event, w *W
 	if err != nil {
 		return err
 	}
-	ack, err := s.js.Publish(ctx, subj, data)
+	ack, err := es.js.Publish(ctx, subj, data)
 	if err != nil {
 		return fmt.Errorf("publish %s event for %s: %w", ev.Type, ev.Conversation, err)
 	}
@@ -43,24 +48,24 @@ const invalidToken = "~invalid"
 // A request whose conversation id breaks the id rule is recorded under conv, the
 // conversation its subject named ("" for none: it goes to compact.dead.~invalid, a
 // token no conversation id can be).
-func (s *Store) PublishDead(ctx context.Context, conv string, d schemas.DeadLetter) error {
-	return s.PublishDeadRecorded(ctx, conv, d, nil)
+func (es *Events) PublishDead(ctx context.Context, conv string, d schemas.DeadLetter) error {
+	return es.PublishDeadRecorded(ctx, conv, d, nil)
 }
 
 // PublishDeadRecorded is PublishDead recording the stored dead letter in w (see
 // TakeBack).
-func (s *Store) PublishDeadRecorded(ctx context.Context, conv string, d schemas.DeadLetter, w *Writes) error {
-	subj, err := s.cfg.DeadSubject(conv)
+func (es *Events) PublishDeadRecorded(ctx context.Context, conv string, d schemas.DeadLetter, w *Writes) error {
+	subj, err := es.cfg.DeadSubject(conv)
 	if err != nil {
 		// Not a conversation id, so that no conversation (one named "invalid", say)
 		// reads or forgets these.
-		conv, subj = invalidToken, s.cfg.DeadPrefix+"."+invalidToken
+		conv, subj = invalidToken, es.cfg.DeadPrefix+"."+invalidToken
 	}
 	data, err := json.Marshal(d)
 	if err != nil {
 		return err
 	}
-	ack, err := s.js.Publish(ctx, subj, data)
+	ack, err := es.js.Publish(ctx, subj, data)
 	if err != nil {
 		return fmt.Errorf("publish dead letter for %s: %w", conv, err)
 	}
@@ -74,7 +79,7 @@ var ErrForeignEvent = errors.New("invalid compaction event")
 
 // decodeEvent decodes an event and checks it against the conversation its subject
 // names.
-func (s *Store) decodeEvent(subject string, data []byte) (schemas.Event, error) {
+func (s *core) decodeEvent(subject string, data []byte) (schemas.Event, error) {
 	conv, ok := conversationAfter(s.cfg.EventPrefix, subject)
 	if !ok {
 		return schemas.Event{}, fmt.Errorf("%w: subject %q does not name a valid conversation", ErrForeignEvent, subject)
@@ -89,20 +94,20 @@ func (s *Store) decodeEvent(subject string, data []byte) (schemas.Event, error) 
 	return ev, nil
 }
 
-// SubscribeEvents calls fn with every event published from now on, of conversation conv
+// Subscribe calls fn with every event published from now on, of conversation conv
 // ("" for every conversation), in order. An event whose payload does not decode, or
 // names another conversation than its subject, goes to bad instead (which may be nil).
 // fn runs on the subscription's goroutine: it must not block for long.
-func (s *Store) SubscribeEvents(conv string, fn func(schemas.Event), bad func(error)) (*Subscription, error) {
-	subj := s.cfg.EventPrefix + ".*"
+func (es *Events) Subscribe(conv string, fn func(schemas.Event), bad func(error)) (*Subscription, error) {
+	subj := es.cfg.EventPrefix + ".*"
 	if conv != "" {
 		var err error
-		if subj, err = s.cfg.EventSubject(conv); err != nil {
+		if subj, err = es.cfg.EventSubject(conv); err != nil {
 			return nil, err
 		}
 	}
-	sub, err := s.nc.Subscribe(subj, func(m *nats.Msg) {
-		ev, err := s.decodeEvent(m.Subject, m.Data)
+	sub, err := es.nc.Subscribe(subj, func(m *nats.Msg) {
+		ev, err := es.decodeEvent(m.Subject, m.Data)
 		if err != nil {
 			if bad != nil {
 				bad(err)
@@ -128,8 +133,8 @@ func IsOutcome(ev schemas.Event) bool {
 
 // FindOutcome looks through the conversation's stored events since since for the
 // outcome of request id; nil when it has none yet. It does not wait.
-func (s *Store) FindOutcome(ctx context.Context, conv, id string, since time.Time) (*schemas.Event, error) {
-	oc, err := s.eventReplay(ctx, conv, since)
+func (es *Events) FindOutcome(ctx context.Context, conv, id string, since time.Time) (*schemas.Event, error) {
+	oc, err := es.eventReplay(ctx, conv, since)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +146,7 @@ func (s *Store) FindOutcome(ctx context.Context, conv, id string, since time.Tim
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			if ev, err := s.decodeEvent(m.Subject(), m.Data()); err == nil && ev.RequestID == id && IsOutcome(ev) {
+			if ev, err := es.decodeEvent(m.Subject(), m.Data()); err == nil && ev.RequestID == id && IsOutcome(ev) {
 				return &ev, nil
 			}
 		}
@@ -160,8 +165,8 @@ func (s *Store) FindOutcome(ctx context.Context, conv, id string, since time.Tim
 // request's requested event (the conversation was forgotten meanwhile: no outcome will
 // come) ends the wait too, when it is seen before the forget deletes it; one before it
 // is an older forget of the id.
-func (s *Store) WaitOutcome(ctx context.Context, conv, id string, since time.Time) (schemas.Event, error) {
-	oc, err := s.eventReplay(ctx, conv, since)
+func (es *Events) WaitOutcome(ctx context.Context, conv, id string, since time.Time) (schemas.Event, error) {
+	oc, err := es.eventReplay(ctx, conv, since)
 	if err != nil {
 		return schemas.Event{}, err
 	}
@@ -182,7 +187,7 @@ func (s *Store) WaitOutcome(ctx context.Context, conv, id string, since time.Tim
 				errs <- err
 				return
 			}
-			ev, err := s.decodeEvent(m.Subject(), m.Data())
+			ev, err := es.decodeEvent(m.Subject(), m.Data())
 			if err != nil {
 				continue
 			}
@@ -204,7 +209,7 @@ func (s *Store) WaitOutcome(ctx context.Context, conv, id string, since time.Tim
 }
 
 // eventReplay is an ordered consumer over one conversation's events since since.
-func (s *Store) eventReplay(ctx context.Context, conv string, since time.Time) (natsjs.Consumer, error) {
+func (s *core) eventReplay(ctx context.Context, conv string, since time.Time) (natsjs.Consumer, error) {
 	subj, err := s.cfg.EventSubject(conv)
 	if err != nil {
 		return nil, err

@@ -92,7 +92,7 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 	// For live subscribers (the trigger drops its state, a waiting compact request
 	// answers): best effort, as every writer checks the tombstone anyway. The purge of
 	// the events below removes it.
-	notified := s.PublishEvent(ctx, schemas.Event{Type: schemas.EventForgotten, Conversation: conv,
+	notified := s.events.Publish(ctx, schemas.Event{Type: schemas.EventForgotten, Conversation: conv,
 		RequestID: schemas.NewRequestID(), At: out.ForgottenAt}) == nil
 
 	d := &out.Deleted
@@ -176,20 +176,6 @@ func (s *Store) Forgotten(ctx context.Context, conv string) (*schemas.Tombstone,
 	return &t, nil
 }
 
-// RemoveResult deletes the revisions of a conversation's value up to and including
-// rev, and none written after it: a job takes back its own write, or a value of a
-// forgotten conversation it found, without touching a newer one. No delete marker is
-// left (it would keep the key, the conversation id).
-func (s *Store) RemoveResult(ctx context.Context, conv string, rev uint64) error {
-	if err := schemas.ValidateConversationID(conv); err != nil {
-		return err
-	}
-	if _, err := s.purge(ctx, "KV_"+s.cfg.ResultsBucket, "$KV."+s.cfg.ResultsBucket+"."+conv, rev+1); err != nil {
-		return fmt.Errorf("remove the value of %s through revision %d: %w", conv, rev, err)
-	}
-	return nil
-}
-
 // Writes is what one job, or one request of the trigger or the service, stored for a
 // conversation: events, dead letters, requests and revisions of the value. When the
 // conversation turns out to have been forgotten meanwhile, TakeBack deletes them. Safe
@@ -216,7 +202,7 @@ func (w *Writes) add(pick func(*Writes) *[]uint64, seq uint64) {
 // Request records a request Enqueue stored at seq.
 func (w *Writes) Request(seq uint64) { w.add(func(w *Writes) *[]uint64 { return &w.reqs }, seq) }
 
-// Result records a revision of the value PutResult wrote.
+// Result records a revision of the value Results.Put wrote.
 func (w *Writes) Result(rev uint64) { w.add(func(w *Writes) *[]uint64 { return &w.results }, rev) }
 
 // Empty reports whether nothing was recorded.
@@ -243,7 +229,7 @@ func (s *Store) TakeBack(ctx context.Context, conv string, w *Writes) error {
 	w.mu.Unlock()
 	var errs []error
 	if len(results) > 0 {
-		errs = append(errs, s.RemoveResult(ctx, conv, slices.Max(results)))
+		errs = append(errs, s.results.Remove(ctx, conv, slices.Max(results)))
 	}
 	for _, l := range []struct {
 		stream string
@@ -270,7 +256,7 @@ func (e *apiError) Error() string { return fmt.Sprintf("%s (code %d)", e.Descrip
 
 // apiRequest sends a JetStream API request and decodes its answer into out; an error
 // answer is returned as an *apiError.
-func (s *Store) apiRequest(ctx context.Context, subject string, req, out any) error {
+func (s *core) apiRequest(ctx context.Context, subject string, req, out any) error {
 	body, _ := json.Marshal(req)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -298,7 +284,7 @@ func (s *Store) apiRequest(ctx context.Context, subject string, req, out any) er
 // the subject in its body: the stream's purge permission cannot be limited to one
 // conversation, which is why only the service (and a worker, on the results bucket)
 // may purge.
-func (s *Store) purge(ctx context.Context, stream, subject string, before uint64) (uint64, error) {
+func (s *core) purge(ctx context.Context, stream, subject string, before uint64) (uint64, error) {
 	req := map[string]any{"filter": subject}
 	if before > 0 {
 		req["seq"] = before
@@ -321,7 +307,7 @@ const (
 
 // eraseMsg deletes one message and overwrites its bytes in the store; a message
 // already gone is no error.
-func (s *Store) eraseMsg(ctx context.Context, stream string, seq uint64) error {
+func (s *core) eraseMsg(ctx context.Context, stream string, seq uint64) error {
 	var out struct{}
 	err := s.apiRequest(ctx, apiPrefix+"STREAM.MSG.DELETE."+stream, map[string]any{"seq": seq}, &out)
 	var ae *apiError
@@ -342,7 +328,7 @@ const EraseBudget = 20 * time.Second
 
 // eraseChat erases (overwrites, then deletes) the messages of conv up to through,
 // found with batched direct gets, until the deadline, and returns how many it erased.
-func (s *Store) eraseChat(ctx context.Context, conv string, through uint64, deadline time.Time) (uint64, error) {
+func (s *core) eraseChat(ctx context.Context, conv string, through uint64, deadline time.Time) (uint64, error) {
 	subj, err := s.cfg.ChatFilter(conv)
 	if err != nil {
 		return 0, err
@@ -378,7 +364,7 @@ func (s *Store) eraseChat(ctx context.Context, conv string, through uint64, dead
 // bucket holds nothing. A deleted object leaves a metadata marker that still names it
 // (for watchers); that marker is purged too, as are the markers of objects deleted
 // before.
-func (s *Store) forgetObjects(ctx context.Context, conv string) (uint64, error) {
+func (s *core) forgetObjects(ctx context.Context, conv string) (uint64, error) {
 	obs, err := s.js.ObjectStore(ctx, s.cfg.ObjectsBucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
 		return 0, nil

@@ -22,7 +22,7 @@ func TestEraseChatStopsAtItsDeadline(t *testing.T) {
 		err  error
 	)
 	for i := range 5 {
-		if last, err = st.PublishMessage(ctx, "c", fmt.Appendf(nil, `{"role":"user","content":"m%d"}`, i), ""); err != nil {
+		if last, err = st.Chat().Publish(ctx, "c", fmt.Appendf(nil, `{"role":"user","content":"m%d"}`, i), ""); err != nil {
 			t.Fatal(err)
 		}
 	}

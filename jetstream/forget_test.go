@@ -31,7 +31,7 @@ func seedConversation(t *testing.T, st *jetstream.Store, obs natsjs.ObjectStore,
 	ctx := ctxT(t)
 	var last uint64
 	for i := range 4 {
-		seq, err := st.PublishMessage(ctx, conv, fmt.Appendf(nil, `{"role":"user","content":"%s message %d"}`, needle, i), "")
+		seq, err := st.Chat().Publish(ctx, conv, fmt.Appendf(nil, `{"role":"user","content":"%s message %d"}`, needle, i), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,27 +42,27 @@ func seedConversation(t *testing.T, st *jetstream.Store, obs natsjs.ObjectStore,
 		r := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: uint64(g + 1), Summary: "summary of " + needle,
 			TailStartSeq: last, FirstSeq: 1, CreatedAt: time.Now()}
 		var err error
-		if rev, err = st.PutResult(ctx, r, rev); err != nil {
+		if rev, err = st.Results().Put(ctx, r, rev); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.PutPolicy(ctx, conv, fmt.Appendf(nil, `{"instructions":"remember %s"}`, needle), 0); err != nil {
+	if err := st.Policies().Put(ctx, conv, fmt.Appendf(nil, `{"instructions":"remember %s"}`, needle), 0); err != nil {
 		t.Fatal(err)
 	}
 	req := schemas.Request{RequestID: "r-" + conv, Conversation: conv, Trigger: schemas.TriggerManual,
 		Instructions: "keep " + needle, RequestedAt: time.Now(), UpToSeq: last}
-	if _, err := st.Enqueue(ctx, req); err != nil {
+	if _, err := st.Queue().Enqueue(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	for _, typ := range []string{schemas.EventRequested, schemas.EventFailed} {
-		if err := st.PublishEvent(ctx, schemas.Event{Type: typ, Conversation: conv, RequestID: req.RequestID, Error: needle}); err != nil {
+		if err := st.Events().Publish(ctx, schemas.Event{Type: typ, Conversation: conv, RequestID: req.RequestID, Error: needle}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := st.PublishDead(ctx, conv, schemas.DeadLetter{Request: req, Error: "llm down", Attempts: 5}); err != nil {
+	if err := st.Events().PublishDead(ctx, conv, schemas.DeadLetter{Request: req, Error: "llm down", Attempts: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.ArmIdle(conv, time.Hour, last); err != nil {
+	if err := st.Activity().ArmIdle(conv, time.Hour, last); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"x", "y", "gone"} {
@@ -127,7 +127,7 @@ func TestForgetDeletesEverythingOfTheConversation(t *testing.T) {
 			t.Errorf("object keep-me/%s after forgetting another conversation: %v", name, err)
 		}
 	}
-	if v, _, err := st.GetResult(ctx, "keep-me", true); err != nil || v == nil || v.Generation != 3 {
+	if v, _, err := st.Results().Get(ctx, "keep-me", true); err != nil || v == nil || v.Generation != 3 {
 		t.Errorf("value of the other conversation: %+v, %v", v, err)
 	}
 
@@ -152,7 +152,7 @@ func TestForgetKeepsLaterMessages(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
 		for i := range 3 {
-			if _, err := st.PublishMessage(ctx, "again", fmt.Appendf(nil, `{"role":"user","content":"old %d"}`, i), ""); err != nil {
+			if _, err := st.Chat().Publish(ctx, "again", fmt.Appendf(nil, `{"role":"user","content":"old %d"}`, i), ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -160,11 +160,11 @@ func TestForgetKeepsLaterMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		seq, err := st.PublishMessage(ctx, "again", []byte(`{"role":"user","content":"new"}`), "")
+		seq, err := st.Chat().Publish(ctx, "again", []byte(`{"role":"user","content":"new"}`), "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		es, err := st.LoadEntries(ctx, "again", 0, 0)
+		es, err := st.Chat().LoadEntries(ctx, "again", 0, 0)
 		if err != nil || len(es) != 1 || es[0].Seq != seq || seq <= out.ThroughSeq {
 			t.Fatalf("after the forget: %d entries (%v); want only the new message at %d > %d", len(es), err, seq, out.ThroughSeq)
 		}
@@ -177,33 +177,33 @@ func TestRemoveResultAndTakeBack(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
 		r := &schemas.Result{SchemaVersion: 1, Conversation: "c", Summary: "old", TailStartSeq: 1, CreatedAt: time.Now()}
-		rev1, err := st.PutResult(ctx, r, 0)
+		rev1, err := st.Results().Put(ctx, r, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r.Summary = "newer"
-		rev2, err := st.PutResult(ctx, r, rev1)
+		rev2, err := st.Results().Put(ctx, r, rev1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.RemoveResult(ctx, "c", rev1); err != nil {
+		if err := st.Results().Remove(ctx, "c", rev1); err != nil {
 			t.Fatal(err)
 		}
-		v, rev, err := st.GetResult(ctx, "c", true)
+		v, rev, err := st.Results().Get(ctx, "c", true)
 		if err != nil || v == nil || rev != rev2 || v.Summary != "newer" {
 			t.Fatalf("after removing through revision %d: %+v at %d, %v; want the newer value at %d", rev1, v, rev, err, rev2)
 		}
 		var w jetstream.Writes
-		if err := st.PublishEventRecorded(ctx, schemas.Event{Type: schemas.EventStarted, Conversation: "c", RequestID: "taken-back"}, &w); err != nil {
+		if err := st.Events().PublishRecorded(ctx, schemas.Event{Type: schemas.EventStarted, Conversation: "c", RequestID: "taken-back"}, &w); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.PublishEvent(ctx, schemas.Event{Type: schemas.EventStarted, Conversation: "c", RequestID: "kept-event"}); err != nil {
+		if err := st.Events().Publish(ctx, schemas.Event{Type: schemas.EventStarted, Conversation: "c", RequestID: "kept-event"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.PublishDeadRecorded(ctx, "c", schemas.DeadLetter{Request: schemas.Request{RequestID: "taken-back"}}, &w); err != nil {
+		if err := st.Events().PublishDeadRecorded(ctx, "c", schemas.DeadLetter{Request: schemas.Request{RequestID: "taken-back"}}, &w); err != nil {
 			t.Fatal(err)
 		}
-		seq, err := st.Enqueue(ctx, schemas.Request{RequestID: "taken-back", Conversation: "c", Trigger: "budget"})
+		seq, err := st.Queue().Enqueue(ctx, schemas.Request{RequestID: "taken-back", Conversation: "c", Trigger: "budget"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,7 +222,7 @@ func TestRemoveResultAndTakeBack(t *testing.T) {
 		if found, _ := jstest.Scan(t, nc, "kept-event"); len(found) != 1 {
 			t.Fatalf("the event not recorded: %v; want it kept", found)
 		}
-		if v, _, _ := st.GetResult(ctx, "c", true); v != nil {
+		if v, _, _ := st.Results().Get(ctx, "c", true); v != nil {
 			t.Fatalf("value after the take-back: %+v", v)
 		}
 	})
@@ -244,7 +244,7 @@ func TestForgetErasesRawHistoryOnDisk(t *testing.T) {
 	ctx := ctxT(t)
 	for i := range 300 { // more than one batch of direct gets
 		for _, c := range []string{"disk-gone", "disk-kept"} {
-			if _, err := st.PublishMessage(ctx, c, fmt.Appendf(nil, `{"role":"user","content":"NEEDLE-%s %d"}`, c, i), ""); err != nil {
+			if _, err := st.Chat().Publish(ctx, c, fmt.Appendf(nil, `{"role":"user","content":"NEEDLE-%s %d"}`, c, i), ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -290,7 +290,7 @@ func BenchmarkForget(b *testing.B) {
 		b.StopTimer()
 		for i := range 1000 {
 			for _, c := range []string{"bench-gone", "bench-kept"} {
-				if _, err := st.PublishMessage(ctx, c, fmt.Appendf(nil, `{"role":"user","content":"message %d of %s"}`, i, c), ""); err != nil {
+				if _, err := st.Chat().Publish(ctx, c, fmt.Appendf(nil, `{"role":"user","content":"message %d of %s"}`, i, c), ""); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -354,7 +354,7 @@ func TestForgetLeavesTheDeadLettersOfInvalidRequests(t *testing.T) {
 	nc := jstest.Conn(t, srv)
 	st := jstest.Provision(t, nc)
 	ctx := ctxT(t)
-	if err := st.PublishDead(ctx, "", schemas.DeadLetter{Error: "request does not decode"}); err != nil {
+	if err := st.Events().PublishDead(ctx, "", schemas.DeadLetter{Error: "request does not decode"}); err != nil {
 		t.Fatal(err)
 	}
 	out, err := st.Forget(ctx, "invalid")

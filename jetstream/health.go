@@ -34,19 +34,19 @@ type Backlog struct {
 	InProgress uint64
 }
 
-// RequestBacklog is the backlog of the workers' consumer on the work queue: requests
+// Backlog is the backlog of the workers' consumer on the work queue: requests
 // queued and not taken yet, and requests a worker holds.
-func (s *Store) RequestBacklog(ctx context.Context) (Backlog, error) {
-	return s.backlog(ctx, s.cfg.RequestsStream, s.cfg.WorkerConsumer)
+func (qu *Queue) Backlog(ctx context.Context) (Backlog, error) {
+	return qu.backlog(ctx, qu.cfg.RequestsStream, qu.cfg.WorkerConsumer)
 }
 
-// backlogConcurrency bounds the consumer infos TriggerBacklog asks for at once.
+// backlogConcurrency bounds the consumer infos Chat.Backlog asks for at once.
 const backlogConcurrency = 8
 
-// TriggerBacklog is the summed backlog of the trigger consumers on CHAT of parts: the
+// Backlog is the summed backlog of the trigger consumers on CHAT of parts: the
 // chat messages no trigger has counted yet. A process passes the partitions it runs,
 // so the sum over the processes is the whole backlog.
-func (s *Store) TriggerBacklog(ctx context.Context, parts []Partition) (Backlog, error) {
+func (ch *Chat) Backlog(ctx context.Context, parts []Partition) (Backlog, error) {
 	var (
 		mu   sync.Mutex
 		sum  Backlog
@@ -58,7 +58,7 @@ func (s *Store) TriggerBacklog(ctx context.Context, parts []Partition) (Backlog,
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			b, err := s.backlog(ctx, s.cfg.ChatStream, s.cfg.TriggerConsumerOf(p))
+			b, err := ch.backlog(ctx, ch.cfg.ChatStream, ch.cfg.TriggerConsumerOf(p))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -76,7 +76,7 @@ func (s *Store) TriggerBacklog(ctx context.Context, parts []Partition) (Backlog,
 	return sum, nil
 }
 
-func (s *Store) backlog(ctx context.Context, stream, consumer string) (Backlog, error) {
+func (s *core) backlog(ctx context.Context, stream, consumer string) (Backlog, error) {
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return Backlog{}, fmt.Errorf("%w (%s)", ErrDisconnected, st)
 	}

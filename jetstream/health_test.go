@@ -25,7 +25,7 @@ func TestEnqueueWithHeader(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
 		const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-		if _, err := st.EnqueueWithHeader(ctx, newRequest("traced"), map[string]string{"traceparent": tp, "tracestate": "k=v"}); err != nil {
+		if _, err := st.Queue().EnqueueWithHeader(ctx, newRequest("traced"), map[string]string{"traceparent": tp, "tracestate": "k=v"}); err != nil {
 			t.Fatal(err)
 		}
 		for _, bad := range []map[string]string{
@@ -34,14 +34,14 @@ func TestEnqueueWithHeader(t *testing.T) {
 			{"trace parent": "x"},
 			{"traceparent": string(make([]byte, 2000))},
 		} {
-			if _, err := st.EnqueueWithHeader(ctx, newRequest("refused"), bad); err == nil {
+			if _, err := st.Queue().EnqueueWithHeader(ctx, newRequest("refused"), bad); err == nil {
 				t.Errorf("header %q queued; want it refused", bad)
 			}
 		}
-		if p, err := st.PendingRequest(ctx, "refused"); err != nil || p != nil {
+		if p, err := st.Queue().Pending(ctx, "refused"); err != nil || p != nil {
 			t.Errorf("a request with a refused header is pending: %+v, %v", p, err)
 		}
-		q, err := st.Requests(ctx)
+		q, err := st.Queue().Requests(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,29 +82,29 @@ func TestPingAndBacklog(t *testing.T) {
 		t.Fatalf("Ping: %v", err)
 	}
 	for _, conv := range []string{"a", "b", "c"} {
-		if _, err := st.Enqueue(ctx, newRequest(conv)); err != nil {
+		if _, err := st.Queue().Enqueue(ctx, newRequest(conv)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	q, err := st.Requests(ctx)
+	q, err := st.Queue().Requests(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d, err := q.Next(ctx, 5*time.Second); err != nil || d == nil {
 		t.Fatalf("no request delivered: %v", err)
 	}
-	b, err := st.RequestBacklog(ctx)
+	b, err := st.Queue().Backlog(ctx)
 	if err != nil || b != (jetstream.Backlog{Waiting: 2, InProgress: 1}) {
 		t.Errorf("RequestBacklog = %+v, %v; want 2 waiting, 1 in progress", b, err)
 	}
 	for _, conv := range []string{"a", "b"} {
 		msg := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hi")}
 		m, _ := msg.Encode()
-		if _, err := st.PublishMessage(ctx, conv, m, ""); err != nil {
+		if _, err := st.Chat().Publish(ctx, conv, m, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
-	b, err = st.TriggerBacklog(ctx, st.Config().Partitions())
+	b, err = st.Chat().Backlog(ctx, st.Config().Partitions())
 	if err != nil || b != (jetstream.Backlog{Waiting: 2}) {
 		t.Errorf("TriggerBacklog = %+v, %v; want 2 waiting", b, err)
 	}
@@ -115,7 +115,7 @@ func TestPingAndBacklog(t *testing.T) {
 	if err := st.Ping(context.Background()); !errors.Is(err, jetstream.ErrDisconnected) {
 		t.Errorf("Ping with the server away: %v; want ErrDisconnected", err)
 	}
-	if _, err := st.RequestBacklog(context.Background()); !errors.Is(err, jetstream.ErrDisconnected) {
+	if _, err := st.Queue().Backlog(context.Background()); !errors.Is(err, jetstream.ErrDisconnected) {
 		t.Errorf("RequestBacklog with the server away: %v; want ErrDisconnected", err)
 	}
 	if took := time.Since(start); took > time.Second {

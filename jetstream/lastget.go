@@ -161,13 +161,13 @@ func (l *lastReads) answer(batch []*lastRead) {
 // only use them where an older value or a missed tombstone errs on the safe side (the
 // trigger: it over-counts a new conversation, and a request it makes is checked
 // against the stream leader by itself and by the worker). Otherwise use Forgotten and
-// GetResult(ctx, conv, true).
-func (s *Store) FirstSight(ctx context.Context, conv string) (*schemas.Tombstone, *schemas.Result, uint64, error) {
+// Get(ctx, conv, true).
+func (rs *Results) FirstSight(ctx context.Context, conv string) (*schemas.Tombstone, *schemas.Result, uint64, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, nil, 0, err
 	}
-	tr := s.lastForget.queueRead("$KV." + s.cfg.ForgetBucket + "." + schemas.ForgetKey(conv))
-	vr := s.lastResults.queueRead("$KV." + s.cfg.ResultsBucket + "." + conv)
+	tr := rs.lastForget.queueRead("$KV." + rs.cfg.ForgetBucket + "." + schemas.ForgetKey(conv))
+	vr := rs.lastResults.queueRead("$KV." + rs.cfg.ResultsBucket + "." + conv)
 	tm, err := tr.wait(ctx)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("read the tombstone of %s: %w", conv, err)

@@ -21,7 +21,7 @@ func TestFirstSightAsksAgainWhenTheServerStopsShort(t *testing.T) {
 	for i := range n {
 		conv := fmt.Sprintf("short-%d", i)
 		r := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: 1, Summary: conv, TailStartSeq: 1, FirstSeq: 1, CreatedAt: time.Now()}
-		if _, err := st.PutResult(ctx, r, 0); err != nil {
+		if _, err := st.Results().Put(ctx, r, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -30,7 +30,7 @@ func TestFirstSightAsksAgainWhenTheServerStopsShort(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			conv := fmt.Sprintf("short-%d", i)
-			_, v, _, err := st.FirstSight(ctx, conv)
+			_, v, _, err := st.Results().FirstSight(ctx, conv)
 			switch {
 			case err != nil:
 				errs[i] = err

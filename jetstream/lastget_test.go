@@ -50,13 +50,13 @@ func TestFirstSightCoalescesReads(t *testing.T) {
 				for g := range 2 {
 					r := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: uint64(g + 1),
 						Summary: fmt.Sprintf("summary %d of %s", g, conv), TailStartSeq: uint64(i + g), FirstSeq: 1, CreatedAt: time.Now()}
-					if _, err := st.PutResult(ctx, r, latest(t, st, conv)); err != nil {
+					if _, err := st.Results().Put(ctx, r, latest(t, st, conv)); err != nil {
 						t.Fatal(err)
 					}
 				}
 			case 3: // a deleted value and a purged tombstone
 				r := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: 1, Summary: "gone", TailStartSeq: 1, FirstSeq: 1, CreatedAt: time.Now()}
-				if _, err := st.PutResult(ctx, r, 0); err != nil {
+				if _, err := st.Results().Put(ctx, r, 0); err != nil {
 					t.Fatal(err)
 				}
 				if err := results.Delete(ctx, conv); err != nil {
@@ -70,7 +70,7 @@ func TestFirstSightCoalescesReads(t *testing.T) {
 				putTomb(t, forget, conv, uint64(i))
 			case 5: // a tombstone and a value, the tombstone deleted
 				r := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: 1, Summary: "kept", TailStartSeq: 2, FirstSeq: 1, CreatedAt: time.Now()}
-				if _, err := st.PutResult(ctx, r, 0); err != nil {
+				if _, err := st.Results().Put(ctx, r, 0); err != nil {
 					t.Fatal(err)
 				}
 				putTomb(t, forget, conv, 3)
@@ -102,7 +102,7 @@ func TestFirstSightCoalescesReads(t *testing.T) {
 		var wg sync.WaitGroup
 		for i, conv := range convs {
 			wg.Go(func() {
-				tomb, v, rev, err := st.FirstSight(ctx, conv)
+				tomb, v, rev, err := st.Results().FirstSight(ctx, conv)
 				out[i] = got{tomb, v, rev, err}
 			})
 		}
@@ -116,7 +116,7 @@ func TestFirstSightCoalescesReads(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			wantV, wantRev, err := st.GetResult(ctx, conv, true)
+			wantV, wantRev, err := st.Results().Get(ctx, conv, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +152,7 @@ func TestFirstSightCoalescesReads(t *testing.T) {
 // latest is the revision of conv's value, 0 when it has none.
 func latest(t *testing.T, st *jetstream.Store, conv string) uint64 {
 	t.Helper()
-	_, rev, err := st.GetResult(ctxT(t), conv, true)
+	_, rev, err := st.Results().Get(ctxT(t), conv, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestFirstSightCancelAndErrors(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
 		r := &schemas.Result{SchemaVersion: 1, Conversation: "kept", Generation: 1, Summary: "s", TailStartSeq: 1, FirstSeq: 1, CreatedAt: time.Now()}
-		if _, err := st.PutResult(ctx, r, 0); err != nil {
+		if _, err := st.Results().Put(ctx, r, 0); err != nil {
 			t.Fatal(err)
 		}
 		const n = 64
@@ -191,7 +191,7 @@ func TestFirstSightCancelAndErrors(t *testing.T) {
 			default:
 				defer cancel()
 			}
-			wg.Go(func() { _, vals[i], _, errs[i] = st.FirstSight(cctx, "kept") })
+			wg.Go(func() { _, vals[i], _, errs[i] = st.Results().FirstSight(cctx, "kept") })
 		}
 		wg.Wait()
 		for i := range n {
@@ -207,12 +207,12 @@ func TestFirstSightCancelAndErrors(t *testing.T) {
 		}
 
 		// Invalid ids are refused before anything is sent.
-		if _, _, _, err := st.FirstSight(ctx, "a.b"); err == nil {
+		if _, _, _, err := st.Results().FirstSight(ctx, "a.b"); err == nil {
 			t.Fatal("FirstSight of an invalid id: no error")
 		}
 		nc.Close()
 		for i := range n {
-			wg.Go(func() { _, _, _, errs[i] = st.FirstSight(ctx, fmt.Sprintf("c-%d", i)) })
+			wg.Go(func() { _, _, _, errs[i] = st.Results().FirstSight(ctx, fmt.Sprintf("c-%d", i)) })
 		}
 		wg.Wait()
 		for i, err := range errs {

@@ -17,6 +17,11 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
+// Objects is the handle on the objects bucket, where contents over the max payload
+// are stored: it stores and reads them, and resolves the entries that refer to them.
+// Store.Objects returns it.
+type Objects struct{ *core }
+
 // Messages over the server's max payload: a client stores what makes them large as an
 // object of the objects bucket and publishes a stub with a schemas.ContentRef instead
 // (schemas.Message.Offload); readers fetch the object and restore the message. Objects
@@ -29,13 +34,13 @@ import (
 var (
 	// ErrObjectMissing is matched by the error of a stub whose object is gone (deleted,
 	// purged, aged out, never stored) or corrupt (not the length or SHA-256 the
-	// reference names). ResolveEntries turns such a stub into an invalid entry:
+	// reference names). Objects.Resolve turns such a stub into an invalid entry:
 	// readers skip and report it, like a pinned message that left CHAT.
 	ErrObjectMissing = errors.New("stored object is missing")
 	// ErrObjectRefused is matched by the error of a reference no reader follows: to
 	// another conversation's object or another bucket, to an object over
 	// Config.MaxObjectSize, to a link, or to an object that does not restore a valid
-	// message. ResolveEntries turns such a stub into an invalid entry too.
+	// message. Objects.Resolve turns such a stub into an invalid entry too.
 	ErrObjectRefused = errors.New("content reference refused")
 	// ErrTooLarge is matched by the error of a message no publish can carry: still over
 	// the max payload without its content, or with an object over Config.MaxObjectSize.
@@ -58,46 +63,46 @@ func objectsStream(bucket string) string { return "OBJ_" + bucket }
 // MaxPayload is the largest message the connected server takes (its max_payload).
 func (s *Store) MaxPayload() int64 { return s.nc.MaxPayload() }
 
-// InlineLimit is the longest encoded chat message that PublishMessage may send with
+// InlineLimit is the longest encoded chat message that Chat.Publish may send with
 // message id msgID: the server's max payload less HeaderRoom and the id. A longer one
 // must be offloaded into an object.
-func (s *Store) InlineLimit(msgID string) int {
-	return int(s.nc.MaxPayload()) - HeaderRoom - len(msgID)
+func (ob *Objects) InlineLimit(msgID string) int {
+	return int(ob.nc.MaxPayload()) - HeaderRoom - len(msgID)
 }
 
-func (s *Store) objectMetaSubject(name string) string {
+func (s *core) objectMetaSubject(name string) string {
 	return "$O." + s.cfg.ObjectsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
 }
 
-// PutObject stores object under name, an object of conversation conv (<conv>/<sha256>,
+// Put stores object under name, an object of conversation conv (<conv>/<sha256>,
 // see schemas.Message.Offload). Names are content addressed, so when the bucket holds
 // the same bytes already nothing is written: a retried publish stores nothing twice.
 // With a finite CHAT max age an object stored more than half a duplicate window ago is
 // written again, which restarts its age: the bucket keeps objects for the max age plus
 // the duplicate window (Config.ObjectsTTL), so each outlives every message that refers
 // to it. An object over Config.MaxObjectSize is refused with ErrTooLarge.
-func (s *Store) PutObject(ctx context.Context, conv, name string, object []byte) error {
+func (ob *Objects) Put(ctx context.Context, conv, name string, object []byte) error {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return err
 	}
 	if name != schemas.ObjectName(conv, object) {
 		return fmt.Errorf("object name %q is not %s/<sha256 of the object>", name, conv)
 	}
-	if n := int64(len(object)); n > s.cfg.MaxObjectSize {
-		return fmt.Errorf("%w: its object of %d bytes is over the max object size of %d bytes", ErrTooLarge, n, s.cfg.MaxObjectSize)
+	if n := int64(len(object)); n > ob.cfg.MaxObjectSize {
+		return fmt.Errorf("%w: its object of %d bytes is over the max object size of %d bytes", ErrTooLarge, n, ob.cfg.MaxObjectSize)
 	}
-	info, at, err := s.objectInfo(ctx, name)
+	info, at, err := ob.objectInfo(ctx, name)
 	switch {
-	case err == nil && s.sameObject(info, name, object) && (s.cfg.ChatMaxAge == 0 || time.Since(at) < s.cfg.DuplicateWindow/2):
+	case err == nil && ob.sameObject(info, name, object) && (ob.cfg.ChatMaxAge == 0 || time.Since(at) < ob.cfg.DuplicateWindow/2):
 		return nil
 	case err != nil && !errors.Is(err, ErrObjectMissing):
 		return err
 	}
-	obs, err := s.objectStore(ctx)
+	obs, err := ob.objectStore(ctx)
 	if err != nil {
 		return err
 	}
-	chunk := min(maxChunk, int(s.nc.MaxPayload())-HeaderRoom)
+	chunk := min(maxChunk, int(ob.nc.MaxPayload())-HeaderRoom)
 	if _, err := obs.Put(ctx, natsjs.ObjectMeta{Name: name, Opts: &natsjs.ObjectMetaOptions{ChunkSize: uint32(max(chunk, 1))}},
 		bytes.NewReader(object)); err != nil {
 		return fmt.Errorf("store object %s: %w", name, err)
@@ -106,17 +111,17 @@ func (s *Store) PutObject(ctx context.Context, conv, name string, object []byte)
 }
 
 // sameObject reports whether info describes object, stored whole under name.
-func (s *Store) sameObject(info *natsjs.ObjectInfo, name string, object []byte) bool {
+func (s *core) sameObject(info *natsjs.ObjectInfo, name string, object []byte) bool {
 	sum := sha256.Sum256(object)
 	return s.checkInfo(info, &schemas.ContentRef{Name: name, Size: int64(len(object)), SHA256: hex.EncodeToString(sum[:])}) == nil
 }
 
 // objectStore binds the objects bucket for writing, once.
-func (s *Store) objectStore(ctx context.Context) (natsjs.ObjectStore, error) {
+func (s *core) objectStore(ctx context.Context) (natsjs.ObjectStore, error) {
 	s.objMu.Lock()
 	defer s.objMu.Unlock()
-	if s.objects != nil {
-		return s.objects, nil
+	if s.objStore != nil {
+		return s.objStore, nil
 	}
 	obs, err := s.js.ObjectStore(ctx, s.cfg.ObjectsBucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
@@ -126,14 +131,14 @@ func (s *Store) objectStore(ctx context.Context) (natsjs.ObjectStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("objects bucket %s: %w", s.cfg.ObjectsBucket, err)
 	}
-	s.objects = obs
+	s.objStore = obs
 	return obs, nil
 }
 
 // objectInfo reads the description of object name from the stream leader, so an object
 // stored just before its stub was published is found; a name the bucket does not hold,
 // a deleted object and a missing bucket are ErrObjectMissing. at is when it was stored.
-func (s *Store) objectInfo(ctx context.Context, name string) (info *natsjs.ObjectInfo, at time.Time, err error) {
+func (s *core) objectInfo(ctx context.Context, name string) (info *natsjs.ObjectInfo, at time.Time, err error) {
 	m, err := s.leaderGet(ctx, objectsStream(s.cfg.ObjectsBucket), map[string]any{"last_by_subj": s.objectMetaSubject(name)})
 	if errors.Is(err, errNoMessage) {
 		return nil, time.Time{}, fmt.Errorf("%w: %s of bucket %s (deleted, purged, aged out or never stored)", ErrObjectMissing, name, s.cfg.ObjectsBucket)
@@ -155,7 +160,7 @@ func (s *Store) objectInfo(ctx context.Context, name string) (info *natsjs.Objec
 // it is read: a link (to another object or bucket) is refused, and an object whose
 // description is not the reference's (another length or digest, another name, chunks
 // on a subject with wildcards) is corrupt.
-func (s *Store) checkInfo(info *natsjs.ObjectInfo, ref *schemas.ContentRef) error {
+func (s *core) checkInfo(info *natsjs.ObjectInfo, ref *schemas.ContentRef) error {
 	corrupt := func(what string) error {
 		return fmt.Errorf("%w: %s is corrupt: %s", ErrObjectMissing, ref.Name, what)
 	}
@@ -192,27 +197,27 @@ func validNUID(s string) bool {
 // purged while it was read, or its chunks are gone.
 var errIncomplete = errors.New("object chunks end before its size")
 
-// ReadObject fetches the object ref names, for a stub of conversation conv. It refuses
+// Read fetches the object ref names, for a stub of conversation conv. It refuses
 // (ErrObjectRefused) a reference to another conversation's object or another bucket
 // and one over Config.MaxObjectSize before sending anything, and reads no more than the
 // reference's size; an object that is gone, or not the bytes the reference names, is
 // ErrObjectMissing. Any other error is a failure to read (no answer, no permission).
-func (s *Store) ReadObject(ctx context.Context, conv string, ref *schemas.ContentRef) ([]byte, error) {
-	if err := ref.CheckOwner(conv, s.cfg.ObjectsBucket); err != nil {
+func (ob *Objects) Read(ctx context.Context, conv string, ref *schemas.ContentRef) ([]byte, error) {
+	if err := ref.CheckOwner(conv, ob.cfg.ObjectsBucket); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrObjectRefused, err)
 	}
-	if ref.Size > s.cfg.MaxObjectSize {
-		return nil, fmt.Errorf("%w: %s of %d bytes is over the max object size of %d bytes", ErrObjectRefused, ref.Name, ref.Size, s.cfg.MaxObjectSize)
+	if ref.Size > ob.cfg.MaxObjectSize {
+		return nil, fmt.Errorf("%w: %s of %d bytes is over the max object size of %d bytes", ErrObjectRefused, ref.Name, ref.Size, ob.cfg.MaxObjectSize)
 	}
 	for attempt := 0; ; attempt++ {
-		info, _, err := s.objectInfo(ctx, ref.Name)
+		info, _, err := ob.objectInfo(ctx, ref.Name)
 		if err != nil {
 			return nil, err
 		}
-		if err := s.checkInfo(info, ref); err != nil {
+		if err := ob.checkInfo(info, ref); err != nil {
 			return nil, err
 		}
-		object, err := s.readChunks(ctx, info)
+		object, err := ob.readChunks(ctx, info)
 		if errors.Is(err, errIncomplete) && attempt == 0 {
 			continue // stored again while read (a refresh): its new chunks are whole
 		}
@@ -232,7 +237,7 @@ func (s *Store) ReadObject(ctx context.Context, conv string, ref *schemas.Conten
 // readChunks reads the chunks info describes, with batched direct gets (any replica),
 // then from the stream leader when a replica's answer ends short. It never holds more
 // than info.Size bytes or reads more than info.Chunks chunks.
-func (s *Store) readChunks(ctx context.Context, info *natsjs.ObjectInfo) ([]byte, error) {
+func (s *core) readChunks(ctx context.Context, info *natsjs.ObjectInfo) ([]byte, error) {
 	stream := objectsStream(s.cfg.ObjectsBucket)
 	subj := "$O." + s.cfg.ObjectsBucket + ".C." + info.NUID
 	size := int(info.Size)
@@ -277,19 +282,19 @@ func (s *Store) readChunks(ctx context.Context, info *natsjs.ObjectInfo) ([]byte
 	return out, nil
 }
 
-// ResolveEntries restores, in place, every valid stub among es (entries of conversation
+// Resolve restores, in place, every valid stub among es (entries of conversation
 // conv) from its object. A stub whose object is missing or corrupt, or whose reference
 // is refused, becomes an invalid entry whose Err says why and matches ErrObjectMissing
 // or ErrObjectRefused: readers skip and report it instead of failing the read or
 // blocking the conversation. Any other failure (no answer, no permission) is returned.
-func (s *Store) ResolveEntries(ctx context.Context, conv string, es []schemas.Entry) error {
+func (ob *Objects) Resolve(ctx context.Context, conv string, es []schemas.Entry) error {
 	for i := range es {
 		e := &es[i]
 		if e.Err != nil || e.Message.ContentRef == nil {
 			continue
 		}
 		ref := e.Message.ContentRef
-		object, err := s.ReadObject(ctx, conv, ref)
+		object, err := ob.Read(ctx, conv, ref)
 		if err == nil {
 			var m schemas.Message
 			if m, err = e.Message.Restore(object); err == nil {

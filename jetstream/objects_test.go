@@ -60,7 +60,7 @@ func objectsStreamMsgs(t *testing.T, nc *nats.Conn) uint64 {
 func TestObjectRoundTripInChunks(t *testing.T) {
 	nc, st := smallStore(t)
 	body, ref := object("c", 3*smallPayload, "0123456789")
-	if err := st.PutObject(ctxT(t), "c", ref.Name, body); err != nil {
+	if err := st.Objects().Put(ctxT(t), "c", ref.Name, body); err != nil {
 		t.Fatal(err)
 	}
 	stored := objectsStreamMsgs(t, nc)
@@ -74,20 +74,20 @@ func TestObjectRoundTripInChunks(t *testing.T) {
 	if !inStatus {
 		t.Errorf("status %+v does not show the objects bucket's %d messages", st.Status(ctxT(t)).Streams, stored)
 	}
-	got, err := st.ReadObject(ctxT(t), "c", ref)
+	got, err := st.Objects().Read(ctxT(t), "c", ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, body) {
 		t.Fatalf("read %d bytes back; want the %d stored", len(got), len(body))
 	}
-	if err := st.PutObject(ctxT(t), "c", ref.Name, body); err != nil {
+	if err := st.Objects().Put(ctxT(t), "c", ref.Name, body); err != nil {
 		t.Fatal(err)
 	}
 	if again := objectsStreamMsgs(t, nc); again != stored {
 		t.Fatalf("storing the same object again made %d messages of %d; want none", again-stored, stored)
 	}
-	if err := st.PutObject(ctxT(t), "c", "c/"+strings.Repeat("0", 64), body); err == nil {
+	if err := st.Objects().Put(ctxT(t), "c", "c/"+strings.Repeat("0", 64), body); err == nil {
 		t.Fatal("PutObject under a name that is not the object's hash succeeded")
 	}
 }
@@ -97,7 +97,7 @@ func TestObjectRoundTripInChunks(t *testing.T) {
 func TestObjectReferenceRefusedBeforeAnyRequest(t *testing.T) {
 	nc, st := smallStore(t)
 	body, other := object("other", 100, "secret ")
-	if err := st.PutObject(ctxT(t), "other", other.Name, body); err != nil {
+	if err := st.Objects().Put(ctxT(t), "other", other.Name, body); err != nil {
 		t.Fatal(err)
 	}
 	huge := *other
@@ -115,7 +115,7 @@ func TestObjectReferenceRefusedBeforeAnyRequest(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sent := nc.Stats().OutMsgs
-			_, err := st.ReadObject(ctxT(t), "mine", tt.ref)
+			_, err := st.Objects().Read(ctxT(t), "mine", tt.ref)
 			if !errors.Is(err, jetstream.ErrObjectRefused) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("ReadObject = %v; want ErrObjectRefused saying %q", err, tt.want)
 			}
@@ -162,7 +162,7 @@ func TestObjectMissingCorruptOrHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := func(ref *schemas.ContentRef) error {
-		_, err := st.ReadObject(ctxT(t), "c", ref)
+		_, err := st.Objects().Read(ctxT(t), "c", ref)
 		return err
 	}
 	t.Run("never stored", func(t *testing.T) {
@@ -173,7 +173,7 @@ func TestObjectMissingCorruptOrHostile(t *testing.T) {
 	})
 	t.Run("deleted", func(t *testing.T) {
 		body, ref := object("c", 50, "deleted ")
-		if err := st.PutObject(ctxT(t), "c", ref.Name, body); err != nil {
+		if err := st.Objects().Put(ctxT(t), "c", ref.Name, body); err != nil {
 			t.Fatal(err)
 		}
 		if err := obs.Delete(ctxT(t), ref.Name); err != nil {
@@ -224,7 +224,7 @@ func TestObjectMissingCorruptOrHostile(t *testing.T) {
 	})
 	t.Run("a link", func(t *testing.T) {
 		body, target := object("other", 50, "linked ")
-		if err := st.PutObject(ctxT(t), "other", target.Name, body); err != nil {
+		if err := st.Objects().Put(ctxT(t), "other", target.Name, body); err != nil {
 			t.Fatal(err)
 		}
 		info, err := obs.GetInfo(ctxT(t), target.Name)
@@ -268,17 +268,17 @@ func TestResolveEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutObject(ctxT(t), "c", stub.ContentRef.Name, body); err != nil {
+	if err := st.Objects().Put(ctxT(t), "c", stub.ContentRef.Name, body); err != nil {
 		t.Fatal(err)
 	}
 	gone, _, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("never stored")}).Offload("c", st.Config().ObjectsBucket, 1)
 	foreign, foreignBody, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("someone else's")}).Offload("d", st.Config().ObjectsBucket, 1)
-	if err := st.PutObject(ctxT(t), "d", foreign.ContentRef.Name, foreignBody); err != nil {
+	if err := st.Objects().Put(ctxT(t), "d", foreign.ContentRef.Name, foreignBody); err != nil {
 		t.Fatal(err)
 	}
 	plain := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("small")}
 	es := []schemas.Entry{{Seq: 1, Message: plain}, {Seq: 2, Message: stub}, {Seq: 3, Message: gone}, {Seq: 4, Message: foreign}}
-	if err := st.ResolveEntries(ctxT(t), "c", es); err != nil {
+	if err := st.Objects().Resolve(ctxT(t), "c", es); err != nil {
 		t.Fatal(err)
 	}
 	want, _ := full.Encode()
@@ -297,7 +297,7 @@ func TestResolveEntries(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	again := []schemas.Entry{{Seq: 2, Message: stub}}
-	if err := st.ResolveEntries(ctx, "c", again); err == nil || again[0].Err != nil {
+	if err := st.Objects().Resolve(ctx, "c", again); err == nil || again[0].Err != nil {
 		t.Fatalf("resolve without a connection to the server: %v, entry error %v; want an error and the entry untouched", err, again[0].Err)
 	}
 }
@@ -327,14 +327,14 @@ func TestObjectStoredAgainUnderAFiniteMaxAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, ref := object("c", 2*smallPayload, "aging ")
-	if err := st.PutObject(ctxT(t), "c", ref.Name, body); err != nil {
+	if err := st.Objects().Put(ctxT(t), "c", ref.Name, body); err != nil {
 		t.Fatal(err)
 	}
 	first, err := obs.GetInfo(ctxT(t), ref.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.PutObject(ctxT(t), "c", ref.Name, body); err != nil {
+	if err := st.Objects().Put(ctxT(t), "c", ref.Name, body); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := obs.GetInfo(ctxT(t), ref.Name); again.NUID != first.NUID {
@@ -343,7 +343,7 @@ func TestObjectStoredAgainUnderAFiniteMaxAge(t *testing.T) {
 	for time.Since(first.ModTime) <= cfg.DuplicateWindow/2 {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if err := st.PutObject(ctxT(t), "c", ref.Name, body); err != nil {
+	if err := st.Objects().Put(ctxT(t), "c", ref.Name, body); err != nil {
 		t.Fatal(err)
 	}
 	later, err := obs.GetInfo(ctxT(t), ref.Name)
@@ -353,7 +353,7 @@ func TestObjectStoredAgainUnderAFiniteMaxAge(t *testing.T) {
 	if later.NUID == first.NUID || !later.ModTime.After(first.ModTime) {
 		t.Fatalf("object after half a duplicate window: stored at %s as %s; want it stored again", later.ModTime, later.NUID)
 	}
-	if got, err := st.ReadObject(ctxT(t), "c", ref); err != nil || !bytes.Equal(got, body) {
+	if got, err := st.Objects().Read(ctxT(t), "c", ref); err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("read after storing again: %d bytes, %v", len(got), err)
 	}
 	// The old chunks went with the old description: one object's chunks and description.

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
-
-	"github.com/compactor/compactor/schemas"
 )
 
 // MaxTriggerPartitions bounds Config.TriggerPartitions: every partition is a pair of
@@ -113,57 +111,29 @@ func (n Names) activityTransform(parts int) *natsjs.SubjectTransformConfig {
 	}
 }
 
-// ConsumeChatPartition is ConsumeChat for partition p's trigger consumer.
-func (s *Store) ConsumeChatPartition(ctx context.Context, p Partition, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
-	return s.consume(ctx, s.cfg.ChatStream, s.cfg.TriggerConsumerOf(p), s.cfg.ConversationOf, handle, onErr)
+// ConsumePartition is Consume for partition p's trigger consumer.
+func (ch *Chat) ConsumePartition(ctx context.Context, p Partition, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
+	return ch.consume(ctx, ch.cfg.ChatStream, ch.cfg.TriggerConsumerOf(p), ch.cfg.ConversationOf, handle, onErr)
 }
 
-// PendingConversations returns the conversations of partition p (every conversation
-// when p is not partitioned) with a request in the work queue, sorted. A trigger that
-// takes a partition over adopts them: the old owner's watch on their requests went
-// with it. Subjects that do not name a valid conversation are skipped.
-func (s *Store) PendingConversations(ctx context.Context, p Partition) ([]string, error) {
-	str, err := s.js.Stream(ctx, s.cfg.RequestsStream)
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", s.cfg.RequestsStream, err)
-	}
-	info, err := str.Info(ctx, natsjs.WithSubjectFilter(s.cfg.RequestPrefix+".*"))
-	if err != nil {
-		return nil, fmt.Errorf("pending requests: %w", err)
-	}
-	var out []string
-	for subj := range info.State.Subjects {
-		conv, ok := strings.CutPrefix(subj, s.cfg.RequestPrefix+".")
-		if !ok || schemas.ValidateConversationID(conv) != nil {
-			continue
-		}
-		if p.Partitioned() && PartitionOf(conv, p.N) != p.P {
-			continue
-		}
-		out = append(out, conv)
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// ConsumeIdlePartition is ConsumeIdle for partition p's idle consumer.
-func (s *Store) ConsumeIdlePartition(ctx context.Context, p Partition, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
-	return s.consume(ctx, s.cfg.ActivityStream, s.cfg.IdleConsumerOf(p), s.cfg.activityConversationOf, handle, onErr)
+// ConsumePartition is Consume for partition p's idle consumer.
+func (ac *Activity) ConsumePartition(ctx context.Context, p Partition, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
+	return ac.consume(ctx, ac.cfg.ActivityStream, ac.cfg.IdleConsumerOf(p), ac.cfg.activityConversationOf, handle, onErr)
 }
 
 // UnpinPartition unpins whichever client holds partition p's trigger and idle
 // consumers, so the next client that pulls is pinned at once instead of after the
 // pinned TTL. A process calls it after it stopped consuming a partition it no longer
 // owns; it must not be called while it still pulls on them.
-func (s *Store) UnpinPartition(ctx context.Context, p Partition) error {
+func (ch *Chat) UnpinPartition(ctx context.Context, p Partition) error {
 	var errs []error
 	for _, c := range []struct{ stream, consumer string }{
-		{s.cfg.ChatStream, s.cfg.TriggerConsumerOf(p)},
-		{s.cfg.ActivityStream, s.cfg.IdleConsumerOf(p)},
+		{ch.cfg.ChatStream, ch.cfg.TriggerConsumerOf(p)},
+		{ch.cfg.ActivityStream, ch.cfg.IdleConsumerOf(p)},
 	} {
-		st, err := s.js.Stream(ctx, c.stream)
+		st, err := ch.js.Stream(ctx, c.stream)
 		if err == nil {
-			err = st.UnpinConsumer(ctx, c.consumer, s.cfg.TriggerGroup)
+			err = st.UnpinConsumer(ctx, c.consumer, ch.cfg.TriggerGroup)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("unpin %s on %s: %w", c.consumer, c.stream, err))

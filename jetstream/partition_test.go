@@ -82,7 +82,7 @@ func TestPartitionedLayout(t *testing.T) {
 	seqs := map[string][]uint64{}
 	for round := range 3 {
 		for _, c := range convs {
-			seq, err := st.PublishMessage(ctxT(t), c, fmt.Appendf(nil, `{"role":"user","content":"%s %d"}`, c, round), "")
+			seq, err := st.Chat().Publish(ctxT(t), c, fmt.Appendf(nil, `{"role":"user","content":"%s %d"}`, c, round), "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,22 +105,22 @@ func TestPartitionedLayout(t *testing.T) {
 		if want := fmt.Sprintf("chat.%s.msg.4.%d", c, p); m.Subject != want {
 			t.Errorf("message of %s stored on %s; want %s", c, m.Subject, want)
 		}
-		es, err := st.LoadEntries(ctxT(t), c, 0, 0)
+		es, err := st.Chat().LoadEntries(ctxT(t), c, 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(es) != 3 || es[0].Seq != seqs[c][0] || es[2].Seq != seqs[c][2] || es[1].Message.Content.String() != c+" 1" {
 			t.Errorf("%s read back as %+v; want its 3 messages", c, es)
 		}
-		lead, err := st.LoadConversationLeader(ctxT(t), c, 0, 0)
+		lead, err := st.Chat().LoadLeader(ctxT(t), c, 0, 0)
 		if err != nil || len(lead) != 3 {
 			t.Errorf("%s from the leader: %d messages, %v; want 3", c, len(lead), err)
 		}
-		last, err := st.LastSeq(ctxT(t), c)
+		last, err := st.Chat().LastSeq(ctxT(t), c)
 		if err != nil || last != seqs[c][2] {
 			t.Errorf("last sequence of %s: %d, %v; want %d", c, last, err, seqs[c][2])
 		}
-		pinned, err := st.LoadPinned(ctxT(t), c, []uint64{seqs[c][1], seqs[convs[0]][0] + 0})
+		pinned, err := st.Chat().LoadPinned(ctxT(t), c, []uint64{seqs[c][1], seqs[convs[0]][0] + 0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestPartitionedLayout(t *testing.T) {
 		if c != convs[0] && !errors.Is(pinned[1].Err, jetstream.ErrMissingMessage) {
 			t.Errorf("another conversation's message pinned in %s: %+v; want ErrMissingMessage", c, pinned[1])
 		}
-		if err := st.ArmIdle(c, time.Hour, last); err != nil {
+		if err := st.Activity().ArmIdle(c, time.Hour, last); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -163,7 +163,7 @@ func TestPartitionedLayout(t *testing.T) {
 		if want == 0 {
 			continue
 		}
-		cons, err := st.ConsumeChatPartition(ctxT(t), part, func(d *jetstream.Delivery) {
+		cons, err := st.Chat().ConsumePartition(ctxT(t), part, func(d *jetstream.Delivery) {
 			mu.Lock()
 			defer mu.Unlock()
 			got[d.Conversation]++
@@ -196,10 +196,10 @@ func TestPartitionedLayout(t *testing.T) {
 	if out.Deleted.ChatMessages != 3 || out.Deleted.ActivityMarkers != 1 {
 		t.Errorf("forget alpha deleted %d messages and %d idle timers; want 3 and 1", out.Deleted.ChatMessages, out.Deleted.ActivityMarkers)
 	}
-	if es, err := st.LoadEntries(ctxT(t), "alpha", 0, 0); err != nil || len(es) != 0 {
+	if es, err := st.Chat().LoadEntries(ctxT(t), "alpha", 0, 0); err != nil || len(es) != 0 {
 		t.Errorf("alpha after forget: %d messages, %v", len(es), err)
 	}
-	if es, err := st.LoadEntries(ctxT(t), "beta", 0, 0); err != nil || len(es) != 3 {
+	if es, err := st.Chat().LoadEntries(ctxT(t), "beta", 0, 0); err != nil || len(es) != 3 {
 		t.Errorf("beta after forgetting alpha: %d messages, %v; want 3", len(es), err)
 	}
 }
@@ -248,7 +248,7 @@ func TestPartitionCountConflict(t *testing.T) {
 	if err != nil {
 		t.Fatalf("provision with one partition and UpdateExisting: %v", err)
 	}
-	seq, err := st1.PublishMessage(ctxT(t), "c", []byte(`{"role":"user","content":"x"}`), "")
+	seq, err := st1.Chat().Publish(ctxT(t), "c", []byte(`{"role":"user","content":"x"}`), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +376,7 @@ func TestReadsUseLiteralSubjectsAcrossLayouts(t *testing.T) {
 	}
 	publish := func(st *jetstream.Store, conv string, i int) uint64 {
 		t.Helper()
-		seq, err := st.PublishMessage(ctxT(t), conv, fmt.Appendf(nil, `{"role":"user","content":"m%d"}`, i), "")
+		seq, err := st.Chat().Publish(ctxT(t), conv, fmt.Appendf(nil, `{"role":"user","content":"m%d"}`, i), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -402,7 +402,7 @@ func TestReadsUseLiteralSubjectsAcrossLayouts(t *testing.T) {
 	sub := seeRequests(t, nc, "$JS.API.DIRECT.GET.CHAT")
 	for _, st := range []*jetstream.Store{st1, st4} {
 		for _, from := range []int{0, 1, 4} {
-			msgs, err := st.LoadConversation(ctxT(t), "mixed", want[from], 0)
+			msgs, err := st.Chat().Load(ctxT(t), "mixed", want[from], 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -443,17 +443,17 @@ func TestABoundedReadStartsSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := st.PublishMessage(ctxT(t), "y", []byte(`{"role":"user","content":"y"}`), "")
+	first, err := st.Chat().Publish(ctxT(t), "y", []byte(`{"role":"user","content":"y"}`), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 30 {
-		if _, err := st.PublishMessage(ctxT(t), "x", fmt.Appendf(nil, `{"role":"user","content":"x%d"}`, i), ""); err != nil {
+		if _, err := st.Chat().Publish(ctxT(t), "x", fmt.Appendf(nil, `{"role":"user","content":"x%d"}`, i), ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	sub := seeRequests(t, nc, "$JS.API.DIRECT.GET.CHAT")
-	es, err := st.LoadEntriesThrough(ctxT(t), "x", 1, first)
+	es, err := st.Chat().LoadEntriesThrough(ctxT(t), "x", 1, first)
 	if err != nil || len(es) != 0 {
 		t.Fatalf("x through %d: %d entries, %v; want none", first, len(es), err)
 	}
@@ -467,7 +467,7 @@ func TestABoundedReadStartsSmall(t *testing.T) {
 		t.Fatalf("batches asked for %v; want one batch of 1", batches)
 	}
 	// Unbounded, the whole conversation comes in full batches.
-	msgs, err := st.LoadConversation(ctxT(t), "x", 1, 0)
+	msgs, err := st.Chat().Load(ctxT(t), "x", 1, 0)
 	if err != nil || len(msgs) != 30 {
 		t.Fatalf("x: %d messages, %v; want 30", len(msgs), err)
 	}

@@ -13,20 +13,24 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
-// GetPolicy reads a conversation's policy and its revision (nil, 0 when it has none)
+// Policies is the handle on the policy bucket, the conversations' own settings: it
+// reads, compare-and-sets, updates and watches them. Store.Policies returns it.
+type Policies struct{ *core }
+
+// Get reads a conversation's policy and its revision (nil, 0 when it has none)
 // from the stream leader, so a compare-and-set on the revision sees every write.
-func (s *Store) GetPolicy(ctx context.Context, conv string) ([]byte, uint64, error) {
+func (po *Policies) Get(ctx context.Context, conv string) ([]byte, uint64, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, 0, err
 	}
-	m, err := s.leaderGet(ctx, "KV_"+s.cfg.PolicyBucket, map[string]any{
-		"last_by_subj": "$KV." + s.cfg.PolicyBucket + "." + conv,
+	m, err := po.leaderGet(ctx, "KV_"+po.cfg.PolicyBucket, map[string]any{
+		"last_by_subj": "$KV." + po.cfg.PolicyBucket + "." + conv,
 	})
 	if errors.Is(err, errNoMessage) {
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("get %s/%s: %w", s.cfg.PolicyBucket, conv, err)
+		return nil, 0, fmt.Errorf("get %s/%s: %w", po.cfg.PolicyBucket, conv, err)
 	}
 	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 		return nil, 0, nil // a deleted policy is created again (revision 0)
@@ -34,18 +38,18 @@ func (s *Store) GetPolicy(ctx context.Context, conv string) ([]byte, uint64, err
 	return m.Data, m.Seq, nil
 }
 
-// PutPolicy writes a conversation's policy with compare-and-set on the revision
-// GetPolicy returned: revision 0 creates the key (it must not hold a policy), any other
+// Put writes a conversation's policy with compare-and-set on the revision
+// Get returned: revision 0 creates the key (it must not hold a policy), any other
 // revision must still be the current one. Nil data deletes the policy, on that revision
 // when it is not 0. A policy changed meanwhile is an error matching
 // ErrRevisionMismatch: read it again, apply the change again and retry.
-func (s *Store) PutPolicy(ctx context.Context, conv string, data []byte, revision uint64) error {
+func (po *Policies) Put(ctx context.Context, conv string, data []byte, revision uint64) error {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return err
 	}
-	kv, err := s.js.KeyValue(ctx, s.cfg.PolicyBucket)
+	kv, err := po.js.KeyValue(ctx, po.cfg.PolicyBucket)
 	if err != nil {
-		return fmt.Errorf("bucket %s: %w", s.cfg.PolicyBucket, err)
+		return fmt.Errorf("bucket %s: %w", po.cfg.PolicyBucket, err)
 	}
 	switch {
 	case data == nil && revision == 0:
@@ -59,26 +63,26 @@ func (s *Store) PutPolicy(ctx context.Context, conv string, data []byte, revisio
 	}
 	if err != nil {
 		if isWrongLastSequence(err) {
-			return fmt.Errorf("%w (policy %s/%s at revision %d)", ErrRevisionMismatch, s.cfg.PolicyBucket, conv, revision)
+			return fmt.Errorf("%w (policy %s/%s at revision %d)", ErrRevisionMismatch, po.cfg.PolicyBucket, conv, revision)
 		}
-		return fmt.Errorf("write %s/%s: %w", s.cfg.PolicyBucket, conv, err)
+		return fmt.Errorf("write %s/%s: %w", po.cfg.PolicyBucket, conv, err)
 	}
 	return nil
 }
 
-// PolicyAttempts is how often UpdatePolicy applies a change before giving up on
+// PolicyAttempts is how often Policies.Update applies a change before giving up on
 // writers that keep changing the policy first.
 const PolicyAttempts = 5
 
-// UpdatePolicy is a read-modify-write of a conversation's policy with compare-and-set:
+// Update is a read-modify-write of a conversation's policy with compare-and-set:
 // change gets the current policy (nil: none) and returns the next one (nil: delete) and
 // whether to write at all. When another writer changed the policy meanwhile, the change
 // is applied again to the newer policy, up to PolicyAttempts times, with a growing,
 // jittered pause; then the error matches ErrRevisionMismatch and nothing was written.
 // An error from change ends it at once.
-func (s *Store) UpdatePolicy(ctx context.Context, conv string, change func(current []byte) (next []byte, write bool, err error)) error {
+func (po *Policies) Update(ctx context.Context, conv string, change func(current []byte) (next []byte, write bool, err error)) error {
 	for attempt := 1; ; attempt++ {
-		data, rev, err := s.GetPolicy(ctx, conv)
+		data, rev, err := po.Get(ctx, conv)
 		if err != nil {
 			return err
 		}
@@ -89,7 +93,7 @@ func (s *Store) UpdatePolicy(ctx context.Context, conv string, change func(curre
 		if data == nil && next == nil {
 			return nil // nothing to delete
 		}
-		err = s.PutPolicy(ctx, conv, next, rev)
+		err = po.Put(ctx, conv, next, rev)
 		if !errors.Is(err, ErrRevisionMismatch) || attempt == PolicyAttempts {
 			if err != nil && attempt == PolicyAttempts {
 				return fmt.Errorf("the policy of %s was changed by others %d times while this change was applied; nothing was written: retry: %w", conv, PolicyAttempts, err)
@@ -106,18 +110,18 @@ func (s *Store) UpdatePolicy(ctx context.Context, conv string, change func(curre
 	}
 }
 
-// WatchPolicies calls fn with the conversation of every policy change from now on
+// Watch calls fn with the conversation of every policy change from now on
 // (a change to a key that is not a valid conversation id is ignored). fn runs on the
 // subscription's goroutine: it must not block for long.
-func (s *Store) WatchPolicies(fn func(conv string)) (*Subscription, error) {
-	prefix := "$KV." + s.cfg.PolicyBucket
-	sub, err := s.nc.Subscribe(prefix+".*", func(m *nats.Msg) {
+func (po *Policies) Watch(fn func(conv string)) (*Subscription, error) {
+	prefix := "$KV." + po.cfg.PolicyBucket
+	sub, err := po.nc.Subscribe(prefix+".*", func(m *nats.Msg) {
 		if conv, ok := conversationAfter(prefix, m.Subject); ok {
 			fn(conv)
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", s.cfg.PolicyBucket, err)
+		return nil, fmt.Errorf("watch %s: %w", po.cfg.PolicyBucket, err)
 	}
 	return &Subscription{sub: sub}, nil
 }

@@ -28,7 +28,7 @@ func TestProvisionKeepsExistingStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if _, err := st.PublishMessage(ctxT(t), "c", fmt.Appendf(nil, `{"role":"user","content":"m%d"}`, i), ""); err != nil {
+		if _, err := st.Chat().Publish(ctxT(t), "c", fmt.Appendf(nil, `{"role":"user","content":"m%d"}`, i), ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,11 @@ import (
 
 	"github.com/compactor/compactor/schemas"
 )
+
+// Queue is the handle on the work queue, the compaction requests: it queues them,
+// reads the one pending for a conversation and the conversations with one, and hands
+// them to the workers. Store.Queue returns it.
+type Queue struct{ *core }
 
 // ErrRequestPending means a request for the conversation already waits in the queue.
 var ErrRequestPending = errors.New("a compaction request is already pending")
@@ -37,19 +43,19 @@ func isRequestPending(err error) bool {
 // ErrRequestPending when one already waits for the conversation (the queue keeps at
 // most one per conversation); with a sequence > 0 when it is this very request (its id
 // was seen within the duplicate window). Any other error is an error.
-func (s *Store) Enqueue(ctx context.Context, req schemas.Request) (uint64, error) {
-	return s.EnqueueWithHeader(ctx, req, nil)
+func (qu *Queue) Enqueue(ctx context.Context, req schemas.Request) (uint64, error) {
+	return qu.EnqueueWithHeader(ctx, req, nil)
 }
 
 // EnqueueWithHeader is Enqueue with headers on the request message besides the
 // contract's own: a trace context (W3C traceparent, tracestate) that a worker carries
 // on. A key that is not a plain header token, one of the server's (Nats-…), or a value
 // that would break the header block is refused.
-func (s *Store) EnqueueWithHeader(ctx context.Context, req schemas.Request, header map[string]string) (uint64, error) {
+func (qu *Queue) EnqueueWithHeader(ctx context.Context, req schemas.Request, header map[string]string) (uint64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
-	subj, err := s.cfg.RequestSubject(req.Conversation)
+	subj, err := qu.cfg.RequestSubject(req.Conversation)
 	if err != nil {
 		return 0, err
 	}
@@ -67,7 +73,7 @@ func (s *Store) EnqueueWithHeader(ctx context.Context, req schemas.Request, head
 			msg.Header.Set(k, v)
 		}
 	}
-	ack, err := s.js.PublishMsg(ctx, msg, natsjs.WithMsgID(req.RequestID), natsjs.WithExpectStream(s.cfg.RequestsStream))
+	ack, err := qu.js.PublishMsg(ctx, msg, natsjs.WithMsgID(req.RequestID), natsjs.WithExpectStream(qu.cfg.RequestsStream))
 	if err != nil {
 		if isRequestPending(err) {
 			return 0, ErrRequestPending
@@ -106,15 +112,15 @@ func checkHeader(k, v string) error {
 	return nil
 }
 
-// PendingRequest returns the request waiting (or being worked on) for a conversation,
+// Pending returns the request waiting (or being worked on) for a conversation,
 // nil when there is none. A pending message that does not decode, is invalid or names
 // another conversation is an error (the worker dead-letters it).
-func (s *Store) PendingRequest(ctx context.Context, conv string) (*schemas.Request, error) {
-	subj, err := s.cfg.RequestSubject(conv)
+func (qu *Queue) Pending(ctx context.Context, conv string) (*schemas.Request, error) {
+	subj, err := qu.cfg.RequestSubject(conv)
 	if err != nil {
 		return nil, err
 	}
-	m, err := s.leaderGet(ctx, s.cfg.RequestsStream, map[string]any{"last_by_subj": subj})
+	m, err := qu.leaderGet(ctx, qu.cfg.RequestsStream, map[string]any{"last_by_subj": subj})
 	if errors.Is(err, errNoMessage) {
 		return nil, nil
 	}
@@ -137,17 +143,17 @@ func (s *Store) PendingRequest(ctx context.Context, conv string) (*schemas.Reque
 // Requests is the work queue as the summarizer pool sees it: one durable consumer
 // shared by every worker process.
 type Requests struct {
-	s    *Store
+	s    *core
 	cons natsjs.Consumer
 }
 
 // Requests binds to the workers' durable consumer.
-func (s *Store) Requests(ctx context.Context) (*Requests, error) {
-	c, err := s.js.Consumer(ctx, s.cfg.RequestsStream, s.cfg.WorkerConsumer)
+func (qu *Queue) Requests(ctx context.Context) (*Requests, error) {
+	c, err := qu.js.Consumer(ctx, qu.cfg.RequestsStream, qu.cfg.WorkerConsumer)
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s on %s: %w", s.cfg.WorkerConsumer, s.cfg.RequestsStream, err)
+		return nil, fmt.Errorf("consumer %s on %s: %w", qu.cfg.WorkerConsumer, qu.cfg.RequestsStream, err)
 	}
-	return &Requests{s: s, cons: c}, nil
+	return &Requests{s: qu.core, cons: c}, nil
 }
 
 // Next fetches one request, waiting up to wait; (nil, nil) when none came. It is
@@ -172,4 +178,32 @@ func (r *Requests) Next(ctx context.Context, wait time.Duration) (*Delivery, err
 		}
 	}
 	return d, nil
+}
+
+// PendingConversations returns the conversations of partition p (every conversation
+// when p is not partitioned) with a request in the work queue, sorted. A trigger that
+// takes a partition over adopts them: the old owner's watch on their requests went
+// with it. Subjects that do not name a valid conversation are skipped.
+func (qu *Queue) PendingConversations(ctx context.Context, p Partition) ([]string, error) {
+	str, err := qu.js.Stream(ctx, qu.cfg.RequestsStream)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", qu.cfg.RequestsStream, err)
+	}
+	info, err := str.Info(ctx, natsjs.WithSubjectFilter(qu.cfg.RequestPrefix+".*"))
+	if err != nil {
+		return nil, fmt.Errorf("pending requests: %w", err)
+	}
+	var out []string
+	for subj := range info.State.Subjects {
+		conv, ok := strings.CutPrefix(subj, qu.cfg.RequestPrefix+".")
+		if !ok || schemas.ValidateConversationID(conv) != nil {
+			continue
+		}
+		if p.Partitioned() && PartitionOf(conv, p.N) != p.P {
+			continue
+		}
+		out = append(out, conv)
+	}
+	slices.Sort(out)
+	return out, nil
 }

@@ -21,7 +21,7 @@ func benchConversation(b *testing.B, st *jetstream.Store, conv string, n int) []
 	for i := range n {
 		m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 200))}
 		data, _ := m.Encode()
-		seq, err := st.PublishMessage(context.Background(), conv, data, "")
+		seq, err := st.Chat().Publish(context.Background(), conv, data, "")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func BenchmarkLoadConversation(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		msgs, err := st.LoadConversation(ctx, "bench", 1, 0)
+		msgs, err := st.Chat().Load(ctx, "bench", 1, 0)
 		if err != nil || len(msgs) != 20 {
 			b.Fatalf("got %d messages, %v; want 20", len(msgs), err)
 		}
@@ -66,7 +66,7 @@ func BenchmarkLoadConversationParallel(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		conv := fmt.Sprintf("bench-%d", next.Add(1)%8)
 		for pb.Next() {
-			msgs, err := st.LoadConversation(ctx, conv, 1, 0)
+			msgs, err := st.Chat().Load(ctx, conv, 1, 0)
 			if err != nil || len(msgs) != 5 {
 				b.Errorf("got %d messages, %v; want 5", len(msgs), err)
 				return
@@ -99,7 +99,7 @@ func BenchmarkLoadPinned(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		es, err := st.LoadPinned(ctx, "bench", pinned)
+		es, err := st.Chat().LoadPinned(ctx, "bench", pinned)
 		if err != nil || len(es) != 4 {
 			b.Fatalf("got %d entries, %v; want 4", len(es), err)
 		}

@@ -36,119 +36,174 @@ const (
 // Stubs of messages over the max payload are resolved; one whose object is gone
 // counts as invalid.
 func (s *Store) Recall(ctx context.Context, req schemas.RecallRequest, scanLimit int) (*schemas.RecallResponse, error) {
-	if err := schemas.ValidateConversationID(req.Conversation); err != nil {
+	scanLimit, err := recallScanLimit(req, scanLimit)
+	if err != nil {
 		return nil, err
 	}
+	sc := s.newRecallScan(req, scanLimit)
+	for {
+		done, err := sc.window(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			return sc.response(), nil
+		}
+	}
+}
+
+// recallScanLimit validates a recall request and returns the scan limit it runs with.
+func recallScanLimit(req schemas.RecallRequest, scanLimit int) (int, error) {
+	if err := schemas.ValidateConversationID(req.Conversation); err != nil {
+		return 0, err
+	}
 	if err := req.Validate(); err != nil {
-		return nil, err
+		return 0, err
 	}
 	switch {
 	case scanLimit == 0:
-		scanLimit = DefaultRecallScanLimit
+		return DefaultRecallScanLimit, nil
 	case scanLimit < 0 || scanLimit > MaxRecallScanLimit:
-		return nil, &schemas.ValidationError{Field: "scan_limit", Rule: fmt.Sprintf("must be 1 to %d (0: the default, %d), got %d", MaxRecallScanLimit, DefaultRecallScanLimit, scanLimit)}
+		return 0, &schemas.ValidationError{Field: "scan_limit", Rule: fmt.Sprintf("must be 1 to %d (0: the default, %d), got %d", MaxRecallScanLimit, DefaultRecallScanLimit, scanLimit)}
 	}
-	conv := req.Conversation
-	sel := recall.NewSelector(recall.Options{Query: req.Query, MaxTokens: req.MaxTokens})
-	floor := max(req.FromSeq, 1)
-	hi := req.ToSeq
-	if hi == 0 {
-		hi = ^uint64(0)
+	return scanLimit, nil
+}
+
+// recallScan is one recall's walk over CHAT, one window at a time, newest first.
+type recallScan struct {
+	s         *Store
+	conv      string
+	sel       *recall.Selector
+	floor, hi uint64 // what is left to scan: [floor, hi]
+	scanLimit int
+	scanned   int
+	span      uint64 // the next window's width in stream sequences
+	// from and to are the scanned range the answer reports; complete, that the scan
+	// reached floor.
+	from, to uint64
+	complete bool
+	// carry is the start of a tool round whose call is older than the last window:
+	// it is selected with the next one.
+	carry []schemas.Entry
+}
+
+func (s *Store) newRecallScan(req schemas.RecallRequest, scanLimit int) *recallScan {
+	sc := &recallScan{
+		s:         s,
+		conv:      req.Conversation,
+		sel:       recall.NewSelector(recall.Options{Query: req.Query, MaxTokens: req.MaxTokens}),
+		floor:     max(req.FromSeq, 1),
+		hi:        req.ToSeq,
+		scanLimit: scanLimit,
+		span:      recallSpan,
+		complete:  true,
 	}
-	var (
-		carry    []schemas.Entry
-		scanned  int
-		span     = uint64(recallSpan)
-		from, to uint64
-		complete = true
-	)
-	for {
-		// Skip to the conversation's newest message at or before hi: a stretch of
-		// other conversations' messages costs one request.
-		newest, err := s.lastAtOrBefore(ctx, conv, hi)
-		if err != nil {
-			return nil, err
-		}
-		if newest < floor {
-			from = floor
-			break
-		}
-		hi = newest
-		if to == 0 {
-			to = hi
-		}
-		lo := floor
-		if hi-floor >= span {
-			lo = hi - span + 1
-		}
-		msgs, full, err := s.loadWindow(ctx, conv, lo, hi, min(recallPage, scanLimit-scanned))
-		if err != nil {
-			return nil, err
-		}
-		if full && span > 1 {
-			span /= 2 // too many messages in [lo, hi]: a narrower window
-			continue
-		}
-		scanned += len(msgs)
-		chunk := append(entries(msgs), carry...)
-		if err := s.ResolveEntries(ctx, conv, chunk[:len(msgs)]); err != nil {
-			return nil, err
-		}
-		from = lo
-		last := lo == floor || scanned >= scanLimit
-		k := 0
-		switch {
-		case !last:
-			// A round that reaches back past lo is selected with the next window; a
-			// carry that grew past a page (no assistant message in a whole window) is
-			// not carried further: its results count as incomplete.
-			if k = recall.Carry(chunk); k > recallPage {
-				k = 0
-			}
-		case lo != floor:
-			// Stopped by the scan limit: a round that reaches back past lo is left
-			// whole to the next page (to_seq below ScannedFromSeq), which then holds
-			// its call too. Only when this page covered something else: a round that
-			// fills the whole page is counted incomplete, or the next page would be
-			// this one again.
-			k = recall.Carry(chunk)
-			for k > 0 && chunk[k-1].Err == nil && chunk[k-1].Message.Role != schemas.RoleTool {
-				k-- // what follows the round's last result stands on its own: select it now
-			}
-			if k == 0 || k > recallPage || chunk[k-1].Seq >= to {
-				k = 0
-			} else {
-				from = chunk[k-1].Seq + 1
-			}
-		}
-		sel.Add(chunk[k:])
-		carry = slices.Clone(chunk[:k])
-		if last {
-			complete = lo == floor
-			carry = nil // left to the next page
-			break
-		}
-		if len(msgs) < recallPage/4 {
-			span = min(span*4, recallMaxSpan)
-		}
-		hi = lo - 1
+	if sc.hi == 0 {
+		sc.hi = ^uint64(0)
 	}
-	if len(carry) > 0 {
-		sel.Add(carry) // nothing older in range: a result carried here has lost its call
+	return sc
+}
+
+// window reads and selects the next window; done reports that the scan is over.
+func (sc *recallScan) window(ctx context.Context) (done bool, err error) {
+	// Skip to the conversation's newest message at or before hi: a stretch of other
+	// conversations' messages costs one request.
+	newest, err := sc.s.lastAtOrBefore(ctx, sc.conv, sc.hi)
+	if err != nil {
+		return false, err
 	}
-	out := sel.Result()
-	out.Conversation = conv
+	if newest < sc.floor {
+		sc.from = sc.floor
+		return true, nil
+	}
+	sc.hi = newest
+	if sc.to == 0 {
+		sc.to = sc.hi
+	}
+	lo := sc.floor
+	if sc.hi-sc.floor >= sc.span {
+		lo = sc.hi - sc.span + 1
+	}
+	msgs, full, err := sc.s.loadWindow(ctx, sc.conv, lo, sc.hi, min(recallPage, sc.scanLimit-sc.scanned))
+	if err != nil {
+		return false, err
+	}
+	if full && sc.span > 1 {
+		sc.span /= 2 // too many messages in [lo, hi]: a narrower window
+		return false, nil
+	}
+	sc.scanned += len(msgs)
+	chunk := append(entries(msgs), sc.carry...)
+	if err := sc.s.objects.Resolve(ctx, sc.conv, chunk[:len(msgs)]); err != nil {
+		return false, err
+	}
+	sc.from = lo
+	last := lo == sc.floor || sc.scanned >= sc.scanLimit
+	k := sc.carried(chunk, lo, last)
+	sc.sel.Add(chunk[k:])
+	sc.carry = slices.Clone(chunk[:k])
+	if last {
+		sc.complete = lo == sc.floor
+		sc.carry = nil // left to the next page
+		return true, nil
+	}
+	if len(msgs) < recallPage/4 {
+		sc.span = min(sc.span*4, recallMaxSpan)
+	}
+	sc.hi = lo - 1
+	return false, nil
+}
+
+// carried returns how many of chunk's first entries (the window [lo, hi], then what
+// the last window carried) are not selected now: the start of a tool round whose call
+// may be older. last reports that this window is the scan's last.
+func (sc *recallScan) carried(chunk []schemas.Entry, lo uint64, last bool) int {
+	switch {
+	case !last:
+		// A round that reaches back past lo is selected with the next window; a carry
+		// that grew past a page (no assistant message in a whole window) is not
+		// carried further: its results count as incomplete.
+		if k := recall.Carry(chunk); k <= recallPage {
+			return k
+		}
+		return 0
+	case lo != sc.floor:
+		// Stopped by the scan limit: a round that reaches back past lo is left whole
+		// to the next page (to_seq below ScannedFromSeq), which then holds its call
+		// too. Only when this page covered something else: a round that fills the
+		// whole page is counted incomplete, or the next page would be this one again.
+		k := recall.Carry(chunk)
+		for k > 0 && chunk[k-1].Err == nil && chunk[k-1].Message.Role != schemas.RoleTool {
+			k-- // what follows the round's last result stands on its own: select it now
+		}
+		if k == 0 || k > recallPage || chunk[k-1].Seq >= sc.to {
+			return 0
+		}
+		sc.from = chunk[k-1].Seq + 1
+		return k
+	}
+	return 0
+}
+
+// response is the scan's answer.
+func (sc *recallScan) response() *schemas.RecallResponse {
+	if len(sc.carry) > 0 {
+		sc.sel.Add(sc.carry) // nothing older in range: a result carried here has lost its call
+	}
+	out := sc.sel.Result()
+	out.Conversation = sc.conv
+	from, to := sc.from, sc.to
 	if to == 0 { // nothing in range
 		from, to = 0, 0
 	}
-	out.ScannedFromSeq, out.ScannedToSeq, out.ScanComplete = from, to, complete
-	return &out, nil
+	out.ScannedFromSeq, out.ScannedToSeq, out.ScanComplete = from, to, sc.complete
+	return &out
 }
 
 // lastAtOrBefore returns the sequence of conversation conv's newest message at or
 // before seq, 0 when it has none, with one batched direct get of the last message of
 // each of its subjects up to seq.
-func (s *Store) lastAtOrBefore(ctx context.Context, conv string, seq uint64) (uint64, error) {
+func (s *core) lastAtOrBefore(ctx context.Context, conv string, seq uint64) (uint64, error) {
 	filter, err := s.cfg.ChatFilter(conv)
 	if err != nil {
 		return 0, err
@@ -172,7 +227,7 @@ func (s *Store) lastAtOrBefore(ctx context.Context, conv string, seq uint64) (ui
 
 // loadWindow reads conversation conv's messages in [lo, hi], in stream order; full
 // reports that the window holds more than limit of them (msgs is then incomplete).
-func (s *Store) loadWindow(ctx context.Context, conv string, lo, hi uint64, limit int) (msgs []StoredMsg, full bool, err error) {
+func (s *core) loadWindow(ctx context.Context, conv string, lo, hi uint64, limit int) (msgs []StoredMsg, full bool, err error) {
 	subjects, err := s.chatSubjects(ctx, conv, lo)
 	if err != nil {
 		return nil, false, err

@@ -33,7 +33,7 @@ func TestRecallMatchesOneSelectionOverTheRange(t *testing.T) {
 		defer cancel()
 		pub := func(conv, data string) uint64 {
 			t.Helper()
-			seq, err := st.PublishMessage(ctx, conv, []byte(data), "")
+			seq, err := st.Chat().Publish(ctx, conv, []byte(data), "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +58,7 @@ func TestRecallMatchesOneSelectionOverTheRange(t *testing.T) {
 			pub("a", fmt.Sprintf(`{"role":"tool","tool_call_id":"y%d","content":"needle-%d"}`, i, i%7))
 			pub("a", `{"role":"assistant","content":"ok"}`)
 		}
-		all, err := st.LoadEntries(ctx, "a", 0, 0)
+		all, err := st.Chat().LoadEntries(ctx, "a", 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func TestRecallAcrossLayouts(t *testing.T) {
 	}
 	pub := func(st *jetstream.Store, data string) uint64 {
 		t.Helper()
-		seq, err := st.PublishMessage(ctxT(t), "mixed", []byte(data), "")
+		seq, err := st.Chat().Publish(ctxT(t), "mixed", []byte(data), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestRecallARoundAcrossAGap(t *testing.T) {
 		ctx := ctxT(t)
 		pub := func(conv, data string) uint64 {
 			t.Helper()
-			seq, err := st.PublishMessage(ctx, conv, []byte(data), "")
+			seq, err := st.Chat().Publish(ctx, conv, []byte(data), "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,7 +45,8 @@ var errRepliesClosed = errors.New("connection closed")
 // subscriptions are all there from the start (a component that counts the connection's
 // subscriptions before and after its run sees none of the store's come or go).
 func newStore(nc *nats.Conn, js natsjs.JetStream, cfg Config, results natsjs.KeyValue) (*Store, error) {
-	st := &Store{nc: nc, js: js, cfg: cfg, results: results, replies: replies{nc: nc}}
+	st := &Store{core: core{nc: nc, js: js, cfg: cfg, resultsKV: results, replies: replies{nc: nc}}}
+	st.bindHandles()
 	st.lastForget = lastReads{s: st, stream: "KV_" + cfg.ForgetBucket}
 	st.lastResults = lastReads{s: st, stream: "KV_" + cfg.ResultsBucket}
 	st.replies.mu.Lock()

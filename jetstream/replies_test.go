@@ -25,12 +25,12 @@ func TestBatchedReadsAllocateLittle(t *testing.T) {
 		for range 3 {
 			m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hello")}
 			data, _ := m.Encode()
-			if _, err := st.PublishMessage(ctx, "c", data, ""); err != nil {
+			if _, err := st.Chat().Publish(ctx, "c", data, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
 		read := func() {
-			msgs, err := st.LoadConversation(ctx, "c", 1, 0)
+			msgs, err := st.Chat().Load(ctx, "c", 1, 0)
 			if err != nil || len(msgs) != 3 {
 				t.Fatalf("got %d messages, %v; want 3", len(msgs), err)
 			}
@@ -80,12 +80,12 @@ func TestConcurrentBatchedReadsOnACustomInboxPrefix(t *testing.T) {
 		for j := range i + 1 + (i%3)*jetstream.DirectBatchSize/2 {
 			m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("conversation %d message %d", i, j))}
 			data, _ := m.Encode()
-			if _, err := st.PublishMessageAsync(fmt.Sprintf("c%d", i), data, ""); err != nil {
+			if _, err := st.Chat().PublishAsync(fmt.Sprintf("c%d", i), data, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	<-st.PublishAsyncComplete()
+	<-st.Chat().PublishAsyncComplete()
 
 	var denied []string
 	var mu sync.Mutex
@@ -109,7 +109,7 @@ func TestConcurrentBatchedReadsOnACustomInboxPrefix(t *testing.T) {
 		for range 5 {
 			wg.Go(func() {
 				want := i + 1 + (i%3)*jetstream.DirectBatchSize/2
-				es, err := reader.LoadEntries(context.Background(), fmt.Sprintf("c%d", i), 1, 0)
+				es, err := reader.Chat().LoadEntries(context.Background(), fmt.Sprintf("c%d", i), 1, 0)
 				if err != nil {
 					errs <- err
 					return
@@ -160,12 +160,12 @@ func TestReadThroughAsksTheLeaderOnlyWhenShort(t *testing.T) {
 	}
 	m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hello")}
 	data, _ := m.Encode()
-	if _, err := st.PublishMessage(ctx, "other", data, ""); err != nil {
+	if _, err := st.Chat().Publish(ctx, "other", data, ""); err != nil {
 		t.Fatal(err)
 	}
 	var seqs []uint64
 	for range 3 {
-		seq, err := st.PublishMessage(ctx, "c", data, "")
+		seq, err := st.Chat().Publish(ctx, "c", data, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +180,7 @@ func TestReadThroughAsksTheLeaderOnlyWhenShort(t *testing.T) {
 		{"through the middle", 1, seqs[1], 2},
 		{"after the first", seqs[1], seqs[2] - 1, 1},
 	} {
-		es, err := st.LoadEntriesThrough(ctx, "c", tc.from, tc.through)
+		es, err := st.Chat().LoadEntriesThrough(ctx, "c", tc.from, tc.through)
 		if err != nil || len(es) != tc.want {
 			t.Fatalf("%s: got %d entries, %v; want %d", tc.name, len(es), err, tc.want)
 		}
@@ -195,7 +195,7 @@ func TestReadThroughAsksTheLeaderOnlyWhenShort(t *testing.T) {
 		t.Errorf("%d requests to the stream leader; want none", n)
 	}
 	// Through the newest message: the answer reaches it, nothing is missing.
-	if es, err := st.LoadEntriesThrough(ctx, "c", 1, seqs[2]); err != nil || len(es) != 3 {
+	if es, err := st.Chat().LoadEntriesThrough(ctx, "c", 1, seqs[2]); err != nil || len(es) != 3 {
 		t.Fatalf("through the newest: got %d entries, %v; want 3", len(es), err)
 	}
 }

@@ -11,24 +11,30 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
+// Results is the handle on the results bucket, the compaction values: it reads and
+// compare-and-sets a conversation's value, removes revisions of it, reads its history,
+// and reads a value together with its tombstone on first sight. Store.Results returns
+// it.
+type Results struct{ *core }
+
 // ErrRevisionMismatch means the KV value changed since it was read: a compare-and-set
 // lost the race.
 var ErrRevisionMismatch = errors.New("compaction value changed since it was read")
 
-// GetResult reads a conversation's compaction value and its revision. It returns
+// Get reads a conversation's compaction value and its revision. It returns
 // (nil, 0, nil) when the conversation was never compacted. With fromLeader the stream
 // leader answers, so the read sees every acknowledged write; otherwise any replica may.
-func (s *Store) GetResult(ctx context.Context, conv string, fromLeader bool) (*schemas.Result, uint64, error) {
+func (rs *Results) Get(ctx context.Context, conv string, fromLeader bool) (*schemas.Result, uint64, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, 0, err
 	}
 	if !fromLeader {
-		e, err := s.results.Get(ctx, conv)
+		e, err := rs.resultsKV.Get(ctx, conv)
 		if errors.Is(err, natsjs.ErrKeyNotFound) {
 			return nil, 0, nil
 		}
 		if err != nil {
-			return nil, 0, fmt.Errorf("get %s/%s: %w", s.cfg.ResultsBucket, conv, err)
+			return nil, 0, fmt.Errorf("get %s/%s: %w", rs.cfg.ResultsBucket, conv, err)
 		}
 		r, err := decodeResultOf(conv, e.Value())
 		if err != nil {
@@ -36,8 +42,8 @@ func (s *Store) GetResult(ctx context.Context, conv string, fromLeader bool) (*s
 		}
 		return r, e.Revision(), nil
 	}
-	m, err := s.leaderGet(ctx, "KV_"+s.cfg.ResultsBucket, map[string]any{
-		"last_by_subj": "$KV." + s.cfg.ResultsBucket + "." + conv,
+	m, err := rs.leaderGet(ctx, "KV_"+rs.cfg.ResultsBucket, map[string]any{
+		"last_by_subj": "$KV." + rs.cfg.ResultsBucket + "." + conv,
 	})
 	if errors.Is(err, errNoMessage) {
 		return nil, 0, nil
@@ -68,10 +74,10 @@ func decodeResultOf(conv string, data []byte) (*schemas.Result, error) {
 	return r, nil
 }
 
-// PutResult writes a value with compare-and-set: revision 0 creates the key (it must
+// Put writes a value with compare-and-set: revision 0 creates the key (it must
 // not exist), any other revision must still be the current one. It returns the new
 // revision, or ErrRevisionMismatch when the value changed meanwhile.
-func (s *Store) PutResult(ctx context.Context, r *schemas.Result, revision uint64) (uint64, error) {
+func (rs *Results) Put(ctx context.Context, r *schemas.Result, revision uint64) (uint64, error) {
 	if err := schemas.ValidateConversationID(r.Conversation); err != nil {
 		return 0, err
 	}
@@ -81,15 +87,15 @@ func (s *Store) PutResult(ctx context.Context, r *schemas.Result, revision uint6
 	}
 	var rev uint64
 	if revision == 0 {
-		rev, err = s.results.Create(ctx, r.Conversation, data)
+		rev, err = rs.resultsKV.Create(ctx, r.Conversation, data)
 	} else {
-		rev, err = s.results.Update(ctx, r.Conversation, data, revision)
+		rev, err = rs.resultsKV.Update(ctx, r.Conversation, data, revision)
 	}
 	if err != nil {
 		if isWrongLastSequence(err) {
 			return 0, fmt.Errorf("%w (%s at revision %d)", ErrRevisionMismatch, r.Conversation, revision)
 		}
-		return 0, fmt.Errorf("write %s/%s: %w", s.cfg.ResultsBucket, r.Conversation, err)
+		return 0, fmt.Errorf("write %s/%s: %w", rs.cfg.ResultsBucket, r.Conversation, err)
 	}
 	return rev, nil
 }
@@ -104,4 +110,18 @@ func isWrongLastSequence(err error) bool {
 			apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant
 	}
 	return false
+}
+
+// Remove deletes the revisions of a conversation's value up to and including
+// rev, and none written after it: a job takes back its own write, or a value of a
+// forgotten conversation it found, without touching a newer one. No delete marker is
+// left (it would keep the key, the conversation id).
+func (rs *Results) Remove(ctx context.Context, conv string, rev uint64) error {
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return err
+	}
+	if _, err := rs.purge(ctx, "KV_"+rs.cfg.ResultsBucket, "$KV."+rs.cfg.ResultsBucket+"."+conv, rev+1); err != nil {
+		return fmt.Errorf("remove the value of %s through revision %d: %w", conv, rev, err)
+	}
+	return nil
 }

@@ -19,24 +19,76 @@ import (
 // Store is the JetStream side of the contract: CHAT, the work queue, the events, the
 // dead letters and the results bucket. It knows subjects and payloads, nothing of how
 // triggers decide or how summaries are written.
+//
+// It is a small root: each resource is read and written through its handle (Chat,
+// Results, Queue, Events, Objects, Policies, Activity and Membership), made once with
+// the store, so asking for one costs nothing. The store itself keeps what spans
+// resources: its config and health, forgetting a conversation and taking back what was
+// written for a forgotten one, and the recall.
 type Store struct {
-	nc      *nats.Conn
-	js      natsjs.JetStream
-	cfg     Config
-	results natsjs.KeyValue
+	core
+
+	chat     Chat
+	results  Results
+	queue    Queue
+	events   Events
+	objects  Objects
+	policies Policies
+	activity Activity
+}
+
+// core is the state every handle shares: the connection, the JetStream context and
+// the reads shared between resources. The store and each handle embed it.
+type core struct {
+	nc        *nats.Conn
+	js        natsjs.JetStream
+	cfg       Config
+	resultsKV natsjs.KeyValue
 
 	// replies routes the answers of batched direct gets (see replies).
 	replies replies
 	// lastForget and lastResults coalesce the first-sight reads of tombstones and
-	// values (see FirstSight).
+	// values (see Results.FirstSight).
 	lastForget, lastResults lastReads
 
-	objMu   sync.Mutex
-	objects natsjs.ObjectStore // bound on the first object stored
+	objMu    sync.Mutex
+	objStore natsjs.ObjectStore // bound on the first object stored
+}
+
+// bindHandles makes the store's handles; newStore calls it once.
+func (s *Store) bindHandles() {
+	s.chat = Chat{&s.core}
+	s.results = Results{&s.core}
+	s.queue = Queue{&s.core}
+	s.events = Events{&s.core}
+	s.objects = Objects{&s.core}
+	s.policies = Policies{&s.core}
+	s.activity = Activity{&s.core}
 }
 
 // Config returns the store's config.
 func (s *Store) Config() Config { return s.cfg }
+
+// Chat returns the handle on CHAT: the conversations' messages.
+func (s *Store) Chat() *Chat { return &s.chat }
+
+// Results returns the handle on the results bucket: the compaction values.
+func (s *Store) Results() *Results { return &s.results }
+
+// Queue returns the handle on the work queue: the compaction requests.
+func (s *Store) Queue() *Queue { return &s.queue }
+
+// Events returns the handle on the events and the dead letters.
+func (s *Store) Events() *Events { return &s.events }
+
+// Objects returns the handle on the objects bucket: the contents over the max payload.
+func (s *Store) Objects() *Objects { return &s.objects }
+
+// Policies returns the handle on the policy bucket: the conversations' own settings.
+func (s *Store) Policies() *Policies { return &s.policies }
+
+// Activity returns the handle on ACTIVITY: the conversations' idle timers.
+func (s *Store) Activity() *Activity { return &s.activity }
 
 const apiPrefix = "$JS.API."
 
@@ -64,7 +116,7 @@ func (m StoredMsg) Entry() schemas.Entry {
 
 // directBatch sends one batched direct get and collects the answers up to the end-of-
 // batch marker. more reports whether the server said messages are still pending.
-func (s *Store) directBatch(ctx context.Context, stream, subj string, fromSeq uint64, batch int) (msgs []StoredMsg, more bool, err error) {
+func (s *core) directBatch(ctx context.Context, stream, subj string, fromSeq uint64, batch int) (msgs []StoredMsg, more bool, err error) {
 	msgs, more, err = s.directRequest(ctx, stream, map[string]any{"seq": fromSeq, "next_by_subj": subj, "batch": batch}, subj)
 	if err != nil {
 		return nil, false, fmt.Errorf("%w (from %d)", err, fromSeq)
@@ -74,7 +126,7 @@ func (s *Store) directBatch(ctx context.Context, stream, subj string, fromSeq ui
 
 // directRequest sends one batched direct get request (subj names what it reads, for
 // errors) and collects the answers up to the end-of-batch marker.
-func (s *Store) directRequest(ctx context.Context, stream string, request map[string]any, subj string) (msgs []StoredMsg, more bool, err error) {
+func (s *core) directRequest(ctx context.Context, stream string, request map[string]any, subj string) (msgs []StoredMsg, more bool, err error) {
 	inbox, pr, done, err := s.replies.open()
 	if err != nil {
 		return nil, false, fmt.Errorf("direct get %s: %w", subj, err)
@@ -154,7 +206,7 @@ type apiMsgGet struct {
 var errNoMessage = errors.New("no message found")
 
 // leaderGet asks the stream leader (not any replica) for one message.
-func (s *Store) leaderGet(ctx context.Context, stream string, req map[string]any) (StoredMsg, error) {
+func (s *core) leaderGet(ctx context.Context, stream string, req map[string]any) (StoredMsg, error) {
 	body, _ := json.Marshal(req)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

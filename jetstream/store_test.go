@@ -41,7 +41,7 @@ func TestLoadConversationPagesAcrossBatches(t *testing.T) {
 		for i := 0; i < n; i++ {
 			for _, conv := range []string{"a", "b"} {
 				data := fmt.Appendf(nil, `{"role":"user","content":"%s-%d"}`, conv, i)
-				seq, err := st.PublishMessage(ctx, conv, data, "")
+				seq, err := st.Chat().Publish(ctx, conv, data, "")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -62,9 +62,9 @@ func TestLoadConversationPagesAcrossBatches(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				for _, leader := range []bool{false, true} {
-					load := st.LoadConversation
+					load := st.Chat().Load
 					if leader {
-						load = st.LoadConversationLeader
+						load = st.Chat().LoadLeader
 					}
 					got, err := load(ctx, "a", tc.from, tc.upTo)
 					if err != nil {
@@ -81,11 +81,11 @@ func TestLoadConversationPagesAcrossBatches(t *testing.T) {
 				}
 			})
 		}
-		last, err := st.LastSeq(ctx, "a")
+		last, err := st.Chat().LastSeq(ctx, "a")
 		if err != nil || last != seqsA[n-1] {
 			t.Fatalf("LastSeq = %d, %v; want %d", last, err, seqsA[n-1])
 		}
-		if last, err := st.LastSeq(ctx, "nobody"); err != nil || last != 0 {
+		if last, err := st.Chat().LastSeq(ctx, "nobody"); err != nil || last != 0 {
 			t.Fatalf("LastSeq(nobody) = %d, %v; want 0, nil", last, err)
 		}
 	})
@@ -94,15 +94,15 @@ func TestLoadConversationPagesAcrossBatches(t *testing.T) {
 func TestPublishIsIdempotentWithMsgID(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
-		s1, err := st.PublishMessage(ctx, "c", []byte(`{"role":"user","content":"x"}`), "id-1")
+		s1, err := st.Chat().Publish(ctx, "c", []byte(`{"role":"user","content":"x"}`), "id-1")
 		if err != nil {
 			t.Fatal(err)
 		}
-		s2, err := st.PublishMessage(ctx, "c", []byte(`{"role":"user","content":"x"}`), "id-1")
+		s2, err := st.Chat().Publish(ctx, "c", []byte(`{"role":"user","content":"x"}`), "id-1")
 		if err != nil || s2 != s1 {
 			t.Fatalf("duplicate publish = %d, %v; want %d, nil", s2, err, s1)
 		}
-		got, _ := st.LoadConversation(ctx, "c", 0, 0)
+		got, _ := st.Chat().Load(ctx, "c", 0, 0)
 		if len(got) != 1 {
 			t.Fatalf("stored %d copies; want 1", len(got))
 		}
@@ -113,29 +113,29 @@ func TestResultCompareAndSet(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		ctx := ctxT(t)
 		for _, leader := range []bool{false, true} {
-			if r, rev, err := st.GetResult(ctx, "c", leader); r != nil || rev != 0 || err != nil {
+			if r, rev, err := st.Results().Get(ctx, "c", leader); r != nil || rev != 0 || err != nil {
 				t.Fatalf("empty GetResult(leader=%v) = %v, %d, %v", leader, r, rev, err)
 			}
 		}
 		v := &schemas.Result{SchemaVersion: 1, Conversation: "c", Generation: 1, Summary: "s1", TailStartSeq: 5}
-		rev1, err := st.PutResult(ctx, v, 0)
+		rev1, err := st.Results().Put(ctx, v, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.PutResult(ctx, v, 0); !errors.Is(err, jetstream.ErrRevisionMismatch) {
+		if _, err := st.Results().Put(ctx, v, 0); !errors.Is(err, jetstream.ErrRevisionMismatch) {
 			t.Fatalf("second create: got %v; want ErrRevisionMismatch", err)
 		}
 		v2 := *v
 		v2.Generation = 2
-		rev2, err := st.PutResult(ctx, &v2, rev1)
+		rev2, err := st.Results().Put(ctx, &v2, rev1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.PutResult(ctx, &v2, rev1); !errors.Is(err, jetstream.ErrRevisionMismatch) {
+		if _, err := st.Results().Put(ctx, &v2, rev1); !errors.Is(err, jetstream.ErrRevisionMismatch) {
 			t.Fatalf("stale update: got %v; want ErrRevisionMismatch", err)
 		}
 		for _, leader := range []bool{false, true} {
-			r, rev, err := st.GetResult(ctx, "c", leader)
+			r, rev, err := st.Results().Get(ctx, "c", leader)
 			if err != nil || rev != rev2 || r.Generation != 2 {
 				t.Fatalf("GetResult(leader=%v) = gen %v rev %d, %v; want gen 2 rev %d", leader, r, rev, err, rev2)
 			}
@@ -149,19 +149,19 @@ func TestEnqueueKeepsOnePendingPerConversation(t *testing.T) {
 		req := func(id, conv string) schemas.Request {
 			return schemas.Request{RequestID: id, Conversation: conv, Trigger: schemas.TriggerManual, RequestedAt: time.Now()}
 		}
-		if _, err := st.Enqueue(ctx, req("r1", "c")); err != nil {
+		if _, err := st.Queue().Enqueue(ctx, req("r1", "c")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Enqueue(ctx, req("r2", "c")); !errors.Is(err, jetstream.ErrRequestPending) {
+		if _, err := st.Queue().Enqueue(ctx, req("r2", "c")); !errors.Is(err, jetstream.ErrRequestPending) {
 			t.Fatalf("second request: got %v; want ErrRequestPending", err)
 		}
-		if _, err := st.Enqueue(ctx, req("r3", "other")); err != nil {
+		if _, err := st.Queue().Enqueue(ctx, req("r3", "other")); err != nil {
 			t.Fatalf("other conversation: %v", err)
 		}
-		if _, err := st.Enqueue(ctx, req("r4", "bad.id")); !errors.Is(err, schemas.ErrInvalid) {
+		if _, err := st.Queue().Enqueue(ctx, req("r4", "bad.id")); !errors.Is(err, schemas.ErrInvalid) {
 			t.Fatalf("bad id: got %v; want ErrInvalid", err)
 		}
-		q, err := st.Requests(ctx)
+		q, err := st.Queue().Requests(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +177,7 @@ func TestEnqueueKeepsOnePendingPerConversation(t *testing.T) {
 		}
 		var pending error
 		for i := 0; i < 2; i++ { // the freed slot is for whichever conversation was fetched
-			_, pending = st.Enqueue(ctx, req(fmt.Sprintf("r5-%d", i), []string{"c", "other"}[i]))
+			_, pending = st.Queue().Enqueue(ctx, req(fmt.Sprintf("r5-%d", i), []string{"c", "other"}[i]))
 			if pending == nil {
 				break
 			}

@@ -198,7 +198,7 @@ func TestRequestCompactionIsBusyWhilePending(t *testing.T) {
 		}
 		// An outcome published before the wait starts is still found.
 		ev := schemas.Event{Type: schemas.EventDeclined, Conversation: "busy", RequestID: r1.RequestID, At: time.Now()}
-		if err := st.PublishEvent(ctx, ev); err != nil {
+		if err := st.Events().Publish(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 		got, err := c.WaitForOutcome(ctx, "busy", r1.RequestID)
@@ -234,10 +234,10 @@ func TestCompactWaitsForTheOutcome(t *testing.T) {
 			}
 			v := &schemas.Result{SchemaVersion: 1, Conversation: "waited", Generation: 1, Summary: "short",
 				TailStartSeq: 1, RequestID: "job-1", CreatedAt: time.Now().UTC()}
-			if _, err := st.PutResult(ctx, v, 0); err != nil {
+			if _, err := st.Results().Put(ctx, v, 0); err != nil {
 				t.Error(err)
 			}
-			_ = st.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "waited", RequestID: "job-1", Generation: 1, At: time.Now()})
+			_ = st.Events().Publish(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "waited", RequestID: "job-1", Generation: 1, At: time.Now()})
 		}()
 		c := pipeline.NewWithStore(nc, st)
 		if _, err := c.Publish(ctx, "waited", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hello")}); err != nil {
@@ -282,7 +282,7 @@ func TestContextWaitsForAPendingCompactionOnlyWhenAsked(t *testing.T) {
 			}
 		}
 		req := schemas.Request{RequestID: "r1", Conversation: "w", Trigger: schemas.TriggerManual, RequestedAt: time.Now()}
-		if _, err := st.Enqueue(ctx, req); err != nil {
+		if _, err := st.Queue().Enqueue(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 		now, err := c.Context(ctx, "w")
@@ -308,10 +308,10 @@ func TestContextWaitsForAPendingCompactionOnlyWhenAsked(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			v := &schemas.Result{SchemaVersion: 1, Conversation: "w", Generation: 1, Summary: "s", TailStartSeq: 3, CoveredThroughSeq: 2, RequestID: "r1"}
-			if _, err := st.PutResult(ctx, v, 0); err != nil {
+			if _, err := st.Results().Put(ctx, v, 0); err != nil {
 				t.Error(err)
 			}
-			_ = st.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "w", RequestID: "r1", Generation: 1, At: time.Now()})
+			_ = st.Events().Publish(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "w", RequestID: "r1", Generation: 1, At: time.Now()})
 		}()
 		waited, err := c.Context(ctx, "w", pipeline.WaitPending(10*time.Second))
 		if err != nil || waited.Generation != 1 || !waited.HasSummary {
@@ -343,7 +343,7 @@ func TestRetriedToolResultWithMsgIDIsDeduplicated(t *testing.T) {
 		if _, err := c.Publish(ctx, "r", result("x")); !errors.Is(err, pipeline.ErrToolResultWithoutCall) {
 			t.Fatalf("a second answer without MsgID: got %v; want it refused", err)
 		}
-		es, _ := st.LoadEntries(ctx, "r", 0, 0)
+		es, _ := st.Chat().LoadEntries(ctx, "r", 0, 0)
 		if len(es) != 2 {
 			t.Fatalf("%d messages stored; want 2", len(es))
 		}

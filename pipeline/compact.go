@@ -201,7 +201,7 @@ func (c *Client) RequestCompaction(ctx context.Context, conv, instructions strin
 // call is not missed. A forgotten event (type schemas.EventForgotten: the conversation
 // was forgotten meanwhile and no outcome will come) ends the wait too.
 func (c *Client) WaitForOutcome(ctx context.Context, conv, requestID string) (schemas.Event, error) {
-	return c.store.WaitOutcome(ctx, conv, requestID, time.Time{})
+	return c.store.Events().WaitOutcome(ctx, conv, requestID, time.Time{})
 }
 
 // Result returns a conversation's current compaction value (nil when never compacted).
@@ -209,6 +209,6 @@ func (c *Client) Result(ctx context.Context, conv string) (*schemas.Result, erro
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}
-	v, _, err := c.store.GetResult(ctx, conv, false)
+	v, _, err := c.store.Results().Get(ctx, conv, false)
 	return v, err
 }

@@ -67,13 +67,13 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 	}
 	leader := false
 	for attempt := 0; ; attempt++ {
-		v, _, err := c.store.GetResult(ctx, conv, leader)
+		v, _, err := c.store.Results().Get(ctx, conv, leader)
 		if err != nil {
 			return nil, err
 		}
 		in := assemble.Input{Value: v}
 		if v != nil {
-			if in.Pinned, err = c.store.LoadPinned(ctx, conv, v.PinnedSeqs); err != nil {
+			if in.Pinned, err = c.store.Chat().LoadPinned(ctx, conv, v.PinnedSeqs); err != nil {
 				return nil, err
 			}
 		}
@@ -83,9 +83,9 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 		}
 		var msgs []jetstream.StoredMsg
 		if leader {
-			msgs, err = c.store.LoadConversationLeader(ctx, conv, from, 0)
+			msgs, err = c.store.Chat().LoadLeader(ctx, conv, from, 0)
 		} else {
-			msgs, err = c.store.LoadConversation(ctx, conv, from, 0)
+			msgs, err = c.store.Chat().Load(ctx, conv, from, 0)
 		}
 		if err != nil {
 			return nil, err
@@ -99,10 +99,10 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 			}
 			// Stubs of messages over the max payload are shown whole; one whose object
 			// is gone or refused is skipped and reported in Skipped.
-			if err := c.store.ResolveEntries(ctx, conv, in.Pinned); err != nil {
+			if err := c.store.Objects().Resolve(ctx, conv, in.Pinned); err != nil {
 				return nil, err
 			}
-			if err := c.store.ResolveEntries(ctx, conv, in.Tail); err != nil {
+			if err := c.store.Objects().Resolve(ctx, conv, in.Tail); err != nil {
 				return nil, err
 			}
 			out := assemble.Assemble(in, assemble.Options{Raw: o.raw, MaxTokens: o.maxTokens})
@@ -124,7 +124,7 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 // it has one. Running out of time is not an error: the read then shows the context as
 // it is.
 func (c *Client) waitPending(ctx context.Context, conv string, d time.Duration) error {
-	req, err := c.store.PendingRequest(ctx, conv)
+	req, err := c.store.Queue().Pending(ctx, conv)
 	if err != nil || req == nil {
 		return err
 	}

@@ -23,14 +23,14 @@ func (c *Client) Exists(ctx context.Context, conv string) (bool, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return false, err
 	}
-	v, _, err := c.store.GetResult(ctx, conv, false)
+	v, _, err := c.store.Results().Get(ctx, conv, false)
 	if err != nil {
 		return false, err
 	}
 	if v != nil {
 		return true, nil
 	}
-	last, err := c.store.LastSeq(ctx, conv)
+	last, err := c.store.Chat().LastSeq(ctx, conv)
 	if err != nil {
 		return false, err
 	}

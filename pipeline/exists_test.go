@@ -42,7 +42,7 @@ func TestExists(t *testing.T) {
 		}
 		// A value alone (say, its messages aged out of CHAT) is enough.
 		v := &schemas.Result{SchemaVersion: 1, Conversation: "valued", TailStartSeq: 1, DeclinedAtSeq: 7, CreatedAt: time.Now().UTC()}
-		if _, err := st.PutResult(ctx, v, 0); err != nil {
+		if _, err := st.Results().Put(ctx, v, 0); err != nil {
 			t.Fatal(err)
 		}
 		if !exists("valued") {

@@ -52,7 +52,7 @@ func encode(t *testing.T, m schemas.Message) []byte {
 // stored is what CHAT holds for conv: the stubs as published.
 func stored(t *testing.T, st *jetstream.Store, conv string) []schemas.Entry {
 	t.Helper()
-	es, err := st.LoadEntries(ctxT(t), conv, 0, 0)
+	es, err := st.Chat().LoadEntries(ctxT(t), conv, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +102,8 @@ func TestLargeToolOutputRoundTripsThroughContext(t *testing.T) {
 		if raw[2].Err != nil || stub.ContentRef == nil || stub.ToolCallID != "c1" || stub.Tokens != 12345 || stub.Meta["source"] != "test" {
 			t.Fatalf("CHAT holds %+v (%v); want a stub with the tool call id, the metadata and a reference", stub, raw[2].Err)
 		}
-		if n := len(encode(t, stub)); n > st.InlineLimit("") {
-			t.Fatalf("stub of %d bytes is over the limit %d", n, st.InlineLimit(""))
+		if n := len(encode(t, stub)); n > st.Objects().InlineLimit("") {
+			t.Fatalf("stub of %d bytes is over the limit %d", n, st.Objects().InlineLimit(""))
 		}
 		for _, opt := range []struct {
 			name string
@@ -159,15 +159,15 @@ func TestPublishAtAndJustOverTheLimit(t *testing.T) {
 		}{{"", 0}, {"", 1}, {"an-id-of-some-length", 0}, {"an-id-of-some-length", 1}} {
 			t.Run(fmt.Sprintf("id %q, %d over", tt.msgID, tt.over), func(t *testing.T) {
 				conv := "limit-" + strconv.Itoa(i)
-				m := userOf(t, st.InlineLimit(tt.msgID)+tt.over)
+				m := userOf(t, st.Objects().InlineLimit(tt.msgID)+tt.over)
 				var opts []pipeline.PublishOption
 				if tt.msgID != "" {
 					opts = append(opts, pipeline.MsgID(tt.msgID+strconv.Itoa(i)))
-					m = userOf(t, st.InlineLimit(tt.msgID+strconv.Itoa(i))+tt.over)
+					m = userOf(t, st.Objects().InlineLimit(tt.msgID+strconv.Itoa(i))+tt.over)
 				}
 				seq, err := c.Publish(ctx, conv, m, opts...)
 				if err != nil {
-					t.Fatalf("publish %d bytes (limit %d): %v", len(encode(t, m)), st.InlineLimit(tt.msgID), err)
+					t.Fatalf("publish %d bytes (limit %d): %v", len(encode(t, m)), st.Objects().InlineLimit(tt.msgID), err)
 				}
 				raw := stored(t, st, conv)
 				if isStub := raw[0].Message.ContentRef != nil; isStub != (tt.over > 0) {
@@ -198,7 +198,7 @@ func TestTooLargeIsRefusedNamingTheLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		limit := st.InlineLimit("")
+		limit := st.Objects().InlineLimit("")
 		huge := call("c1")
 		huge.ToolCalls[0].Function.Arguments = `{"patch":"` + strings.Repeat("x", 2*maxPayload) + `"}`
 		_, err = c.Publish(ctx, "refused", huge)
@@ -328,7 +328,7 @@ func TestHostileStubIsRefused(t *testing.T) {
 		for _, ref := range []schemas.ContentRef{victimRef, huge} {
 			stub := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("look"), ContentRef: &ref}
 			var err error
-			if last, err = st.PublishMessage(ctx, "attacker", encode(t, stub), ""); err != nil {
+			if last, err = st.Chat().Publish(ctx, "attacker", encode(t, stub), ""); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -28,7 +28,7 @@ func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, op
 	if err != nil {
 		return 0, err
 	}
-	seq, err := c.store.PublishMessage(ctx, conv, data, po.msgID)
+	seq, err := c.store.Chat().Publish(ctx, conv, data, po.msgID)
 	if err != nil {
 		c.forget(conv, &m)
 		return 0, err
@@ -51,7 +51,7 @@ func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Messag
 	if err != nil {
 		return nil, err
 	}
-	f, err := c.store.PublishMessageAsync(conv, data, po.msgID)
+	f, err := c.store.Chat().PublishAsync(conv, data, po.msgID)
 	if err != nil {
 		c.forget(conv, &m)
 		return nil, err
@@ -81,7 +81,7 @@ func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Messag
 }
 
 // PublishAsyncComplete is closed when every asynchronous publish has been acked.
-func (c *Client) PublishAsyncComplete() <-chan struct{} { return c.store.PublishAsyncComplete() }
+func (c *Client) PublishAsyncComplete() <-chan struct{} { return c.store.Chat().PublishAsyncComplete() }
 
 func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, opts []PublishOption) ([]byte, publishOptions, error) {
 	var po publishOptions
@@ -107,7 +107,7 @@ func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, o
 		}
 	}
 	data, err := m.Encode()
-	if err == nil && len(data) > c.store.InlineLimit(po.msgID) {
+	if err == nil && len(data) > c.store.Objects().InlineLimit(po.msgID) {
 		data, err = c.offload(ctx, conv, m, len(data), po.msgID)
 	}
 	if err != nil {
@@ -130,7 +130,7 @@ var ErrTooLarge = jetstream.ErrTooLarge
 // before the stub is published, so a reader never sees a stub before its object; a
 // retry stores nothing twice (its name is its content's hash).
 func (c *Client) offload(ctx context.Context, conv string, m *schemas.Message, size int, msgID string) ([]byte, error) {
-	limit := c.store.InlineLimit(msgID)
+	limit := c.store.Objects().InlineLimit(msgID)
 	cfg := c.store.Config()
 	stub, object, err := m.Offload(conv, cfg.ObjectsBucket, tokens.Stored(m))
 	if err != nil {
@@ -149,7 +149,7 @@ func (c *Client) offload(ctx context.Context, conv string, m *schemas.Message, s
 		return nil, fmt.Errorf("%w: the message is %d bytes, over the limit of %d bytes (the server's max_payload), "+
 			"and its content of %d bytes is over the max object size of %d bytes", ErrTooLarge, size, limit, len(object), cfg.MaxObjectSize)
 	}
-	if err := c.store.PutObject(ctx, conv, stub.ContentRef.Name, object); err != nil {
+	if err := c.store.Objects().Put(ctx, conv, stub.ContentRef.Name, object); err != nil {
 		return nil, err
 	}
 	return data, nil
@@ -217,7 +217,7 @@ func (c *Client) answer(oc *openCalls, id string) error {
 // openCallsFromStream reads the conversation's tail to find the newest tool round.
 func (c *Client) openCallsFromStream(ctx context.Context, conv string) (*openCalls, error) {
 	from := uint64(1)
-	v, _, err := c.store.GetResult(ctx, conv, true)
+	v, _, err := c.store.Results().Get(ctx, conv, true)
 	if err != nil {
 		return nil, err
 	}
@@ -227,13 +227,13 @@ func (c *Client) openCallsFromStream(ctx context.Context, conv string) (*openCal
 	// Through the newest message the stream leader knows: a direct get may be answered
 	// by a replica still catching up (a failover), and a call it does not hold yet
 	// would refuse a valid tool message for good.
-	last, err := c.store.LastSeq(ctx, conv)
+	last, err := c.store.Chat().LastSeq(ctx, conv)
 	if err != nil {
 		return nil, err
 	}
 	var es []schemas.Entry
 	if last >= from {
-		if es, err = c.store.LoadEntriesThrough(ctx, conv, from, last); err != nil {
+		if es, err = c.store.Chat().LoadEntriesThrough(ctx, conv, from, last); err != nil {
 			return nil, err
 		}
 	}

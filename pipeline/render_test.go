@@ -50,7 +50,7 @@ func TestRenderedPrefixIsStableBetweenCompactions(t *testing.T) {
 		tail := publish(say(schemas.RoleUser, "now pkg/b")) // seq 6: the tail starts here
 		value := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: 1, TailStartSeq: tail,
 			CoveredThroughSeq: tail - 1, PinnedSeqs: []uint64{1}, Summary: "The user asked to fix the tests; pkg/a is fixed."}
-		rev, err := st.PutResult(ctx, value, 0)
+		rev, err := st.Results().Put(ctx, value, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestRenderedPrefixIsStableBetweenCompactions(t *testing.T) {
 		next := *value
 		next.Generation, next.Summary = 2, "All of pkg/a and pkg/b are fixed."
 		next.TailStartSeq, next.CoveredThroughSeq = next.TailStartSeq+1, next.CoveredThroughSeq+1
-		if _, err := st.PutResult(ctx, &next, rev); err != nil {
+		if _, err := st.Results().Put(ctx, &next, rev); err != nil {
 			t.Fatal(err)
 		}
 		for _, name := range formats.Names() {

@@ -39,7 +39,7 @@ type racing struct {
 
 func (r *racing) Summarize(ctx context.Context, in summarizer.Input) (summarizer.Output, error) {
 	r.once.Do(func() {
-		cur, rev, err := r.st.GetResult(ctx, in.Conversation, true)
+		cur, rev, err := r.st.Results().Get(ctx, in.Conversation, true)
 		if err != nil {
 			r.err = err
 			return
@@ -49,7 +49,7 @@ func (r *racing) Summarize(ctx context.Context, in summarizer.Input) (summarizer
 		if cur != nil {
 			next.Generation = cur.Generation + 1
 		}
-		_, r.err = r.st.PutResult(ctx, next, rev)
+		_, r.err = r.st.Results().Put(ctx, next, rev)
 	})
 	return extractive.New().Summarize(ctx, in)
 }
@@ -71,7 +71,7 @@ func TestDeclineAfterARevisionMismatchIsTriedAgain(t *testing.T) {
 	pcfg.FetchWait = 200 * time.Millisecond
 	var mu sync.Mutex
 	var declined []schemas.Event
-	sub, err := st.SubscribeEvents("raced", func(ev schemas.Event) {
+	sub, err := st.Events().Subscribe("raced", func(ev schemas.Event) {
 		if ev.Type == schemas.EventDeclined {
 			mu.Lock()
 			declined = append(declined, ev)
@@ -85,14 +85,14 @@ func TestDeclineAfterARevisionMismatchIsTriedAgain(t *testing.T) {
 	req := request(t, ctx, st, "raced", last)
 	runPool(t, st, pcfg, summarizer.Options{Policies: strict{},
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
-	ev, err := st.WaitOutcome(ctx, "raced", req.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, "raced", req.RequestID, time.Time{})
 	if err != nil || ev.Type != schemas.EventDeclined {
 		t.Fatalf("outcome %+v, %v; want declined", ev, err)
 	}
 	if sum.err != nil {
 		t.Fatalf("the competing write failed: %v", sum.err)
 	}
-	v, _, err := st.GetResult(ctx, "raced", true)
+	v, _, err := st.Results().Get(ctx, "raced", true)
 	if err != nil || v == nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestNewerSchemaIsNotOverwritten(t *testing.T) {
 			calls.Add(1)
 			return extractive.New(), nil
 		}})
-	ev, err := st.WaitOutcome(ctx, "future", req.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, "future", req.RequestID, time.Time{})
 	if err != nil || ev.Type != schemas.EventFailed || !strings.Contains(ev.Error, "schema_version 9") {
 		t.Fatalf("outcome %+v, %v; want failed, naming the newer schema_version", ev, err)
 	}
@@ -213,7 +213,7 @@ func TestNoTermWithoutADeadLetter(t *testing.T) {
 	if _, err := jetstream.Provision(ctx, nc, cfg); err != nil { // COMPACT_DEAD is back
 		t.Fatal(err)
 	}
-	ev, err := st.WaitOutcome(ctx, "unrecorded", req.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, "unrecorded", req.RequestID, time.Time{})
 	if err != nil || ev.Type != schemas.EventFailed {
 		t.Fatalf("outcome %+v, %v; want failed", ev, err)
 	}

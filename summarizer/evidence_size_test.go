@@ -53,7 +53,7 @@ func TestEvidenceNeverPushesTheValueOverTheMaxPayload(t *testing.T) {
 			{Role: schemas.RoleTool, ToolCallID: id, Content: schemas.Text("ok")},
 		} {
 			data, _ := m.Encode()
-			if last, err = st.PublishMessage(ctx, "amp", data, ""); err != nil {
+			if last, err = st.Chat().Publish(ctx, "amp", data, ""); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -41,7 +41,7 @@ func publishRounds(t *testing.T, ctx context.Context, st *jetstream.Store, conv 
 		} {
 			data, _ := m.Encode()
 			var err error
-			if last, err = st.PublishMessage(ctx, conv, data, ""); err != nil {
+			if last, err = st.Chat().Publish(ctx, conv, data, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -53,14 +53,14 @@ func publishRounds(t *testing.T, ctx context.Context, st *jetstream.Store, conv 
 func compact(t *testing.T, ctx context.Context, st *jetstream.Store, conv string, upTo uint64) *schemas.Result {
 	t.Helper()
 	req := request(t, ctx, st, conv, upTo)
-	ev, err := st.WaitOutcome(ctx, conv, req.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, conv, req.RequestID, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ev.Type != schemas.EventCompleted {
 		t.Fatalf("outcome %+v; want completed", ev)
 	}
-	v, _, err := st.GetResult(ctx, conv, true)
+	v, _, err := st.Results().Get(ctx, conv, true)
 	if err != nil || v == nil {
 		t.Fatalf("value %v, %v", v, err)
 	}
@@ -78,7 +78,7 @@ func TestCompactionStoresEvidenceAndTheContextShowsIt(t *testing.T) {
 	defer cancel()
 	um := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("Fix PROJ-42: the parser drops the last token after 30s.")}
 	user, _ := um.Encode()
-	if _, err := st.PublishMessage(ctx, "ev", user, ""); err != nil {
+	if _, err := st.Chat().Publish(ctx, "ev", user, ""); err != nil {
 		t.Fatal(err)
 	}
 	last := publishRounds(t, ctx, st, "ev", 0, 8)

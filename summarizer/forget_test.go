@@ -122,7 +122,7 @@ func needles(t *testing.T, st *jetstream.Store, conv, tag string, n int) uint64 
 		m := schemas.Message{Role: role, Content: schemas.Text(text)}
 		data, _ := m.Encode()
 		var err error
-		if last, err = st.PublishMessage(context.Background(), conv, data, ""); err != nil {
+		if last, err = st.Chat().Publish(context.Background(), conv, data, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -166,7 +166,7 @@ func TestJobInFlightDoesNotBringAForgottenConversationBack(t *testing.T) {
 			if tc.previous {
 				v := &schemas.Result{SchemaVersion: 1, Conversation: "gone", Generation: 1, Summary: "Facts: NEEDLE-gold",
 					TailStartSeq: 3, CoveredThroughSeq: 2, FirstSeq: 1, CreatedAt: time.Now()}
-				if _, err := st.PutResult(ctx, v, 0); err != nil {
+				if _, err := st.Results().Put(ctx, v, 0); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -183,7 +183,7 @@ func TestJobInFlightDoesNotBringAForgottenConversationBack(t *testing.T) {
 			stop() // the job has finished: all it will ever write is written
 
 			noTrace(t, nc, "gone", "g")
-			if v, _, err := st.GetResult(ctx, "gone", true); v != nil || err != nil {
+			if v, _, err := st.Results().Get(ctx, "gone", true); v != nil || err != nil {
 				t.Fatalf("value after the forget: %+v, %v", v, err)
 			}
 		})
@@ -219,14 +219,14 @@ func TestJobsAfterAForget(t *testing.T) {
 	// process that died before taking it back.
 	left := &schemas.Result{SchemaVersion: 1, Conversation: "again", Generation: 4, Summary: "Facts: NEEDLE-oleft",
 		TailStartSeq: last, CoveredThroughSeq: last - 1, FirstSeq: 1, CreatedAt: time.Now()}
-	if _, err := st.PutResult(ctx, left, 0); err != nil {
+	if _, err := st.Results().Put(ctx, left, 0); err != nil {
 		t.Fatal(err)
 	}
 	newLast := needles(t, st, "again", "n", 10)
 	request(t, ctx, st, "again", newLast)
 	waitDrained(t, nc, st)
 	stop()
-	v, _, err := st.GetResult(ctx, "again", true)
+	v, _, err := st.Results().Get(ctx, "again", true)
 	if err != nil || v == nil {
 		t.Fatalf("the new conversation was not compacted: %+v, %v", v, err)
 	}
@@ -296,7 +296,7 @@ func TestJobDuringAForgetReadsOnlyTheNewConversation(t *testing.T) {
 	old := needles(t, st, "mid", "o", 8)
 	v := &schemas.Result{SchemaVersion: 1, Conversation: "mid", Generation: 2, Summary: "Facts: NEEDLE-ovalue",
 		TailStartSeq: 5, CoveredThroughSeq: 4, FirstSeq: 1, CreatedAt: time.Now()}
-	if _, err := st.PutResult(ctx, v, 0); err != nil {
+	if _, err := st.Results().Put(ctx, v, 0); err != nil {
 		t.Fatal(err)
 	}
 	tombstoneOnly(t, nc, st, "mid", old)
@@ -307,7 +307,7 @@ func TestJobDuringAForgetReadsOnlyTheNewConversation(t *testing.T) {
 	request(t, ctx, st, "mid", last)
 	waitDrained(t, nc, st)
 	stop()
-	got, _, err := st.GetResult(ctx, "mid", true)
+	got, _, err := st.Results().Get(ctx, "mid", true)
 	if err != nil || got == nil {
 		t.Fatalf("the new conversation was not compacted: %+v, %v", got, err)
 	}

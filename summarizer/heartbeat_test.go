@@ -48,7 +48,7 @@ func TestHeartbeatCoversTheWholeJob(t *testing.T) {
 	req := request(t, ctx, st, "slow", last)
 	runPool(t, st, pcfg, summarizer.Options{Policies: slowPolicy{pause: 3 * cfg.WorkerAckWait},
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return extractive.New(), nil }})
-	ev, err := st.WaitOutcome(ctx, "slow", req.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, "slow", req.RequestID, time.Time{})
 	if err != nil || ev.Type != schemas.EventCompleted {
 		t.Fatalf("outcome %+v, %v; want completed", ev, err)
 	}

@@ -115,7 +115,7 @@ func (p *Pool) checkForgotten(ctx context.Context, j *job) error {
 // permanent failure. A value of the forgotten conversation is removed and not built on.
 func (p *Pool) readCurrent(ctx context.Context, j *job) (*compaction, error) {
 	conv := j.req.Conversation
-	cur, rev, err := p.store.GetResult(ctx, conv, true)
+	cur, rev, err := p.store.Results().Get(ctx, conv, true)
 	if err != nil {
 		var newer *schemas.ErrNewerSchema
 		if errors.As(err, &newer) || errors.Is(err, schemas.ErrInvalid) {
@@ -127,7 +127,7 @@ func (p *Pool) readCurrent(ctx context.Context, j *job) (*compaction, error) {
 		// A value of the forgotten conversation is still there: the forget has not
 		// reached it yet, or the process that wrote it died before taking it back. The new
 		// conversation does not build on it.
-		if err := p.store.RemoveResult(ctx, conv, rev); err != nil {
+		if err := p.store.Results().Remove(ctx, conv, rev); err != nil {
 			return nil, err
 		}
 		j.log.Warn().Uint64("revision", rev).Msg("removed a value of the forgotten conversation")
@@ -292,7 +292,7 @@ func (p *Pool) commit(ctx context.Context, c *compaction) error {
 	} else {
 		// A write whose answer was lost (a timeout while the bucket's leader changed)
 		// may have been stored: the leader says whether the value is ours.
-		now, nowRev, rerr := p.store.GetResult(ctx, j.req.Conversation, true)
+		now, nowRev, rerr := p.store.Results().Get(ctx, j.req.Conversation, true)
 		switch {
 		case rerr != nil:
 			return fmt.Errorf("%w; reading the value back: %v", err, rerr)
@@ -312,7 +312,7 @@ func (p *Pool) commit(ctx context.Context, c *compaction) error {
 	if j.fallbackFor != nil {
 		// Recorded once the fallback is in KV: the LLM's failure is on file for operators.
 		dead := schemas.DeadLetter{Request: j.req, Error: j.fallbackFor.Error() + " (fallback summary written)", Attempts: j.attempt, At: p.now()}
-		if derr := p.store.PublishDeadRecorded(ctx, j.req.Conversation, dead, &j.writes); derr != nil {
+		if derr := p.store.Events().PublishDeadRecorded(ctx, j.req.Conversation, dead, &j.writes); derr != nil {
 			j.log.Warn().Err(derr).Msg("record dead letter")
 		}
 	}
@@ -428,7 +428,7 @@ func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev, 
 	}
 	ld.leading = cur == nil || cur.CoveredThroughSeq == 0
 	if cur != nil {
-		pinned, err := p.store.LoadPinned(ctx, conv, cur.PinnedSeqs)
+		pinned, err := p.store.Chat().LoadPinned(ctx, conv, cur.PinnedSeqs)
 		if err != nil {
 			return nil, err
 		}
@@ -445,14 +445,14 @@ func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev, 
 	}
 	var err error
 	if upTo >= from {
-		ld.entries, err = p.store.LoadEntriesThrough(ctx, conv, from, upTo)
+		ld.entries, err = p.store.Chat().LoadEntriesThrough(ctx, conv, from, upTo)
 		if err == nil {
 			var more []schemas.Entry
-			more, err = p.store.LoadEntries(ctx, conv, upTo+1, 0)
+			more, err = p.store.Chat().LoadEntries(ctx, conv, upTo+1, 0)
 			ld.entries = append(ld.entries, more...)
 		}
 	} else {
-		ld.entries, err = p.store.LoadEntries(ctx, conv, from, 0)
+		ld.entries, err = p.store.Chat().LoadEntries(ctx, conv, from, 0)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load conversation: %w", err)
@@ -466,7 +466,7 @@ func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev, 
 	// do; a stub whose object is gone or refused is an invalid entry, reported and not
 	// summarized.
 	for _, es := range [][]schemas.Entry{ld.pinned, ld.kept, ld.entries} {
-		if err := p.store.ResolveEntries(ctx, conv, es); err != nil {
+		if err := p.store.Objects().Resolve(ctx, conv, es); err != nil {
 			return nil, fmt.Errorf("load conversation: %w", err)
 		}
 	}
@@ -697,7 +697,7 @@ func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThro
 // next request when the context is over the threshold again and no tool call is open.
 func (p *Pool) reevaluate(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings, count tokens.Counter) {
 	conv := j.req.Conversation
-	tail, err := p.store.LoadEntries(ctx, conv, r.TailStartSeq, 0)
+	tail, err := p.store.Chat().LoadEntries(ctx, conv, r.TailStartSeq, 0)
 	if err != nil {
 		j.log.Warn().Err(err).Msg("re-evaluate after compaction")
 		return

@@ -119,7 +119,7 @@ func TestRetryAfterIsHonouredByTheWorker(t *testing.T) {
 	runPool(t, st, pcfg, summarizer.Options{Policies: window4000{}, Retryable: llm.Retryable,
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
 
-	ev, err := st.WaitOutcome(ctx, "limited", req.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, "limited", req.RequestID, time.Time{})
 	if err != nil || ev.Type != schemas.EventCompleted {
 		t.Fatalf("outcome %+v, %v; want completed on the second attempt", ev, err)
 	}
@@ -131,7 +131,7 @@ func TestRetryAfterIsHonouredByTheWorker(t *testing.T) {
 		t.Fatalf("asked again %s after a 429 with Retry-After %s; want at least the Retry-After (the backoff alone is ≤ %s)",
 			gap, retryAfter, pcfg.BackoffMax)
 	}
-	v, _, err := st.GetResult(ctx, "limited", true)
+	v, _, err := st.Results().Get(ctx, "limited", true)
 	if err != nil || v == nil || v.Fallback || !strings.Contains(v.Summary, "Keep writing w.") {
 		t.Fatalf("value %+v, %v; want the LLM's summary", v, err)
 	}
@@ -167,7 +167,7 @@ func TestHangingEndpointTimesOutInTheWorker(t *testing.T) {
 	runPool(t, st, pcfg, summarizer.Options{Policies: window4000{}, Retryable: llm.Retryable,
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
 
-	ev, err := st.WaitOutcome(ctx, "hung", req.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, "hung", req.RequestID, time.Time{})
 	if err != nil || ev.Type != schemas.EventFailed || !strings.Contains(ev.Error, "deadline exceeded") {
 		t.Fatalf("outcome %+v, %v; want failed with the deadline error", ev, err)
 	}
@@ -181,7 +181,7 @@ func TestHangingEndpointTimesOutInTheWorker(t *testing.T) {
 			t.Errorf("request %d was held %s; want about llm_timeout %s", i+1, held, timeout)
 		}
 	}
-	if v, _, err := st.GetResult(ctx, "hung", true); err != nil || v != nil {
+	if v, _, err := st.Results().Get(ctx, "hung", true); err != nil || v != nil {
 		t.Fatalf("a failed compaction wrote a value: %+v, %v", v, err)
 	}
 }
@@ -206,14 +206,14 @@ func TestSummaryLongerThanItsInputEndsInTheFallback(t *testing.T) {
 	runPool(t, st, pcfg, summarizer.Options{Policies: window4000{}, Retryable: llm.Retryable,
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
 
-	ev, err := st.WaitOutcome(ctx, "verbose", req.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, "verbose", req.RequestID, time.Time{})
 	if err != nil || ev.Type != schemas.EventCompleted || !strings.Contains(ev.Error, "over max_summary_tokens") {
 		t.Fatalf("outcome %+v, %v; want completed, reporting the summaries over their cap", ev, err)
 	}
 	if start, _ := f.calls(); len(start) != 2 {
 		t.Fatalf("%d requests; want 2 (the summary, then once with a firmer cap)", len(start))
 	}
-	v, _, err := st.GetResult(ctx, "verbose", true)
+	v, _, err := st.Results().Get(ctx, "verbose", true)
 	if err != nil || v == nil || !v.Fallback || strings.Contains(v.Summary, "ramble") {
 		t.Fatalf("value %+v, %v; want the extractive fallback, none of the model's text", v, err)
 	}

@@ -55,17 +55,17 @@ func (r *recording) all() []summarizer.Input {
 func publishLarge(t *testing.T, ctx context.Context, st *jetstream.Store, conv string, m schemas.Message) uint64 {
 	t.Helper()
 	data, _ := m.Encode()
-	if len(data) > st.InlineLimit("") {
+	if len(data) > st.Objects().InlineLimit("") {
 		stub, object, err := m.Offload(conv, st.Config().ObjectsBucket, tokens.Stored(&m))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.PutObject(ctx, conv, stub.ContentRef.Name, object); err != nil {
+		if err := st.Objects().Put(ctx, conv, stub.ContentRef.Name, object); err != nil {
 			t.Fatal(err)
 		}
 		data, _ = stub.Encode()
 	}
-	seq, err := st.PublishMessage(ctx, conv, data, "")
+	seq, err := st.Chat().Publish(ctx, conv, data, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestSummarizerIsGivenTheWholeStoredMessage(t *testing.T) {
 			last = publishLarge(t, ctx, st, conv, m)
 		}
 		if conv == "gone" {
-			es, err := st.LoadEntries(ctx, conv, 0, 0)
+			es, err := st.Chat().LoadEntries(ctx, conv, 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +118,7 @@ func TestSummarizerIsGivenTheWholeStoredMessage(t *testing.T) {
 	runPool(t, st, pcfg, summarizer.Options{Policies: summarizeAll{},
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
 	for conv, req := range reqs {
-		ev, err := st.WaitOutcome(ctx, conv, req.RequestID, time.Time{})
+		ev, err := st.Events().WaitOutcome(ctx, conv, req.RequestID, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}

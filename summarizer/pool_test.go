@@ -33,7 +33,7 @@ func seed(t *testing.T, ctx context.Context, st *jetstream.Store, conv string, n
 		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat("w", 1600))}
 		data, _ := m.Encode()
 		var err error
-		if last, err = st.PublishMessage(ctx, conv, data, ""); err != nil {
+		if last, err = st.Chat().Publish(ctx, conv, data, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -63,7 +63,7 @@ func request(t *testing.T, ctx context.Context, st *jetstream.Store, conv string
 	t.Helper()
 	req := schemas.Request{RequestID: schemas.NewRequestID(), Conversation: conv, Trigger: schemas.TriggerManual,
 		Reason: "test", RequestedAt: time.Now().UTC(), UpToSeq: upTo}
-	if _, err := st.Enqueue(ctx, req); err != nil {
+	if _, err := st.Queue().Enqueue(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	return req
@@ -115,7 +115,7 @@ func TestPoolWaitsForItsConsumer(t *testing.T) {
 	}
 	restart()
 	for {
-		if v, _, err := st.GetResult(ctx, "late", true); err == nil && v != nil && v.Generation == 1 {
+		if v, _, err := st.Results().Get(ctx, "late", true); err == nil && v != nil && v.Generation == 1 {
 			return
 		}
 		select {

@@ -192,7 +192,7 @@ func TestRequestStartsWithTheAgentsPrefix(t *testing.T) {
 		}
 		before := len(fake.requests())
 		req := request(t, ctx, st, conv, last)
-		ev, err := st.WaitOutcome(ctx, conv, req.RequestID, time.Time{})
+		ev, err := st.Events().WaitOutcome(ctx, conv, req.RequestID, time.Time{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func TestRequestStartsWithTheAgentsPrefix(t *testing.T) {
 		}
 		// The first compaction covers everything but the system prompt and the kept
 		// tail; the second also starts with the summary, where the agent has it.
-		v, _, err := st.GetResult(ctx, conv, true)
+		v, _, err := st.Results().Get(ctx, conv, true)
 		if err != nil || v == nil {
 			t.Fatalf("no value: %v", err)
 		}

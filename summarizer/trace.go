@@ -92,7 +92,7 @@ func (p *Pool) enqueueTraced(ctx context.Context, req schemas.Request) (uint64, 
 	defer span.End()
 	h := propagation.MapCarrier{}
 	traceContext.Inject(ctx, h)
-	seq, err := p.store.EnqueueWithHeader(ctx, req, h)
+	seq, err := p.store.Queue().EnqueueWithHeader(ctx, req, h)
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -102,7 +102,7 @@ func (p *Pool) enqueueTraced(ctx context.Context, req schemas.Request) (uint64, 
 // putResult compare-and-sets the conversation's value in a span of its own.
 func (p *Pool) putResult(ctx context.Context, r *schemas.Result, rev uint64) (newRev uint64, err error) {
 	err = p.step(ctx, "compactor.kv.put", func(ctx context.Context) (err error) {
-		newRev, err = p.store.PutResult(ctx, r, rev)
+		newRev, err = p.store.Results().Put(ctx, r, rev)
 		return err
 	}, attribute.String("compactor.kv.bucket", p.store.Config().ResultsBucket),
 		attribute.String("compactor.conversation", r.Conversation), attribute.Int64("compactor.generation", int64(r.Generation)),

@@ -52,7 +52,7 @@ func TestWorkerContinuesTheRequestsTrace(t *testing.T) {
 			if tt.traceparent != "" {
 				h["traceparent"] = tt.traceparent
 			}
-			if _, err := st.EnqueueWithHeader(ctx, req, h); err != nil {
+			if _, err := st.Queue().EnqueueWithHeader(ctx, req, h); err != nil {
 				t.Fatal(err)
 			}
 			rec := tracetest.NewSpanRecorder()

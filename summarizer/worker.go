@@ -159,7 +159,7 @@ func (p *Pool) Run(ctx context.Context) error {
 	// The consumer may not answer yet (a cluster electing its leader, a server
 	// restarting): that is waited for, not a reason to stop the process.
 	q, err := jetstream.Retry(ctx, jetstream.DefaultBackoff(), p.log, "bind the workers' consumer", func() (*jetstream.Requests, error) {
-		return p.store.Requests(ctx)
+		return p.store.Queue().Requests(ctx)
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -481,7 +481,7 @@ func (p *Pool) forgottenMeanwhile(settle context.Context, j *job) bool {
 // without its record. When the record cannot be written, the request is delivered again
 // after a pause instead (and dead-lettered then); ok reports whether it was terminated.
 func (p *Pool) deadLetter(ctx context.Context, d *jetstream.Delivery, conv string, dead schemas.DeadLetter, w *jetstream.Writes, log zerolog.Logger) (ok bool) {
-	if err := p.store.PublishDeadRecorded(ctx, conv, dead, w); err != nil {
+	if err := p.store.Events().PublishDeadRecorded(ctx, conv, dead, w); err != nil {
 		log.Error().Err(err).Msg("record dead letter; the request is delivered again to record it")
 		if nerr := d.NakAfter(ctx, p.cfg.BackoffBase); nerr != nil {
 			log.Error().Err(nerr).Msg("nak request; it is redelivered after the ack wait")
@@ -518,7 +518,7 @@ func (p *Pool) event(ctx context.Context, j *job, ev schemas.Event) {
 	}
 	ev.DurationMS = p.now().Sub(j.start).Milliseconds()
 	ev.At = p.now()
-	if err := p.store.PublishEventRecorded(ctx, ev, &j.writes); err != nil {
+	if err := p.store.Events().PublishRecorded(ctx, ev, &j.writes); err != nil {
 		j.log.Warn().Err(err).Str("event", ev.Type).Msg("publish event")
 	}
 }

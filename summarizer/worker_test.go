@@ -86,7 +86,7 @@ func TestFailingSummarizerIsRetriedWithBackoffThenDeadLettered(t *testing.T) {
 	runPool(t, st, pcfg, summarizer.Options{Policies: window4000{},
 		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
 
-	ev, err := st.WaitOutcome(ctx, "w", req.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, "w", req.RequestID, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestFailingSummarizerIsRetriedWithBackoffThenDeadLettered(t *testing.T) {
 	if at, _ := sum.calls(); len(at) != pcfg.MaxAttempts {
 		t.Fatalf("%d summarizer calls after the dead letter; want %d", len(at), pcfg.MaxAttempts)
 	}
-	if v, _, err := st.GetResult(ctx, "w", true); err != nil || v != nil {
+	if v, _, err := st.Results().Get(ctx, "w", true); err != nil || v != nil {
 		t.Fatalf("a failed compaction wrote a value: %+v, %v", v, err)
 	}
 }

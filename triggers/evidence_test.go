@@ -23,7 +23,7 @@ func TestEstimateCountsTheEvidenceSection(t *testing.T) {
 	v := &schemas.Result{SchemaVersion: 1, Conversation: "evid", Generation: 1, Summary: "what came before",
 		EvidenceText: "[Messages through CHAT sequence 1 are summarized above.]\nFiles read: " + strings.Repeat("/repo/a.go, ", 100),
 		TailStartSeq: first + 1, CoveredThroughSeq: first, LoadedThroughSeq: first, CreatedAt: time.Now().UTC()}
-	if _, err := st.PutResult(context.Background(), v, 0); err != nil {
+	if _, err := st.Results().Put(context.Background(), v, 0); err != nil {
 		t.Fatal(err)
 	}
 	m := text(40)

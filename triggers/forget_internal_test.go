@@ -42,21 +42,21 @@ func TestTriggerThatMissedTheForgetStopsAsking(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	chat, err := st.ConsumeChat(ctx, func(d *jetstream.Delivery) { tr.onMessage(ctx, d) }, nil)
+	chat, err := st.Chat().Consume(ctx, func(d *jetstream.Delivery) { tr.onMessage(ctx, d) }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(chat.Drain)
 
 	const conv = "deaf"
-	if _, err := st.Enqueue(ctx, schemas.Request{RequestID: "first", Conversation: conv, Trigger: schemas.TriggerManual,
+	if _, err := st.Queue().Enqueue(ctx, schemas.Request{RequestID: "first", Conversation: conv, Trigger: schemas.TriggerManual,
 		RequestedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	var last uint64
 	for range 8 {
 		data, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 1600))}).Encode()
-		if last, err = st.PublishMessage(ctx, conv, data, ""); err != nil {
+		if last, err = st.Chat().Publish(ctx, conv, data, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -84,7 +84,7 @@ func TestTriggerThatMissedTheForgetStopsAsking(t *testing.T) {
 		t.Fatalf("after the forget the trigger left: %v", found)
 	}
 	data, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 400))}).Encode()
-	seq, err := st.PublishMessage(ctx, conv, data, "")
+	seq, err := st.Chat().Publish(ctx, conv, data, "")
 	if err != nil || seq <= last {
 		t.Fatal(err)
 	}
@@ -116,13 +116,13 @@ func TestTriggerDuringAForgetCountsOnlyTheNewConversation(t *testing.T) {
 	var err error
 	for range 8 {
 		data, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 1600))}).Encode()
-		if old, err = st.PublishMessage(ctx, conv, data, ""); err != nil {
+		if old, err = st.Chat().Publish(ctx, conv, data, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	v := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: 1, Summary: strings.Repeat("s", 2000),
 		TailStartSeq: 3, CoveredThroughSeq: 2, FirstSeq: 1, CreatedAt: time.Now()}
-	if _, err := st.PutResult(ctx, v, 0); err != nil {
+	if _, err := st.Results().Put(ctx, v, 0); err != nil {
 		t.Fatal(err)
 	}
 	js, err := natsjs.New(nc)
@@ -147,7 +147,7 @@ func TestTriggerDuringAForgetCountsOnlyTheNewConversation(t *testing.T) {
 	go func() { done <- tr.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	data, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 400))}).Encode()
-	if _, err := st.PublishMessage(ctx, conv, data, ""); err != nil {
+	if _, err := st.Chat().Publish(ctx, conv, data, ""); err != nil {
 		t.Fatal(err)
 	}
 	tokens := func() int {
@@ -166,7 +166,7 @@ func TestTriggerDuringAForgetCountsOnlyTheNewConversation(t *testing.T) {
 	if got := tokens(); got != 104 {
 		t.Fatalf("the trigger counts %d tokens; want 104, the new message alone", got)
 	}
-	if r, err := st.PendingRequest(ctx, conv); r != nil || err != nil {
+	if r, err := st.Queue().Pending(ctx, conv); r != nil || err != nil {
 		t.Fatalf("the trigger asked for a compaction of the forgotten conversation: %+v, %v", r, err)
 	}
 }
@@ -186,7 +186,7 @@ func TestFirstSightThatMissedTheTombstoneIsCorrectedByTheForgottenEvent(t *testi
 	var err error
 	for range 2 {
 		data, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 1600))}).Encode()
-		if old, err = st.PublishMessage(ctx, conv, data, ""); err != nil {
+		if old, err = st.Chat().Publish(ctx, conv, data, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -219,7 +219,7 @@ func TestFirstSightThatMissedTheTombstoneIsCorrectedByTheForgottenEvent(t *testi
 	go func() { done <- tr.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	data, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 400))}).Encode()
-	if _, err := st.PublishMessage(ctx, conv, data, ""); err != nil {
+	if _, err := st.Chat().Publish(ctx, conv, data, ""); err != nil {
 		t.Fatal(err)
 	}
 	tokens := func() int {
@@ -238,17 +238,17 @@ func TestFirstSightThatMissedTheTombstoneIsCorrectedByTheForgottenEvent(t *testi
 	if got := tokens(); got <= 104 {
 		t.Fatalf("the lagging answer was not used: %d tokens counted", got)
 	}
-	if err := st.PublishEvent(ctx, schemas.Event{Type: schemas.EventForgotten, Conversation: conv,
+	if err := st.Events().Publish(ctx, schemas.Event{Type: schemas.EventForgotten, Conversation: conv,
 		RequestID: schemas.NewRequestID(), At: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the forgotten event to drop the forgotten messages", func() bool { return tokens() == 104 })
-	if r, err := st.PendingRequest(ctx, conv); r != nil || err != nil {
+	if r, err := st.Queue().Pending(ctx, conv); r != nil || err != nil {
 		t.Fatalf("the trigger asked for a compaction of the forgotten conversation: %+v, %v", r, err)
 	}
 	// A rebuild after a stale signal reads from the leaders too, not as a first sight.
 	tr.onPolicy(conv)
-	if _, err := st.PublishMessage(ctx, conv, data, ""); err != nil {
+	if _, err := st.Chat().Publish(ctx, conv, data, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the trigger to count the next message", func() bool { return tokens() >= 208 })
@@ -285,7 +285,7 @@ func TestFirstSightNotAfterASignal(t *testing.T) {
 	go func() { done <- tr.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	data, _ := (&schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("w", 400))}).Encode()
-	if _, err := st.PublishMessage(ctx, conv, data, ""); err != nil {
+	if _, err := st.Chat().Publish(ctx, conv, data, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the trigger to count the message", func() bool { n, ok := tr.TokensOf(conv); return ok && n == 104 })

@@ -19,7 +19,7 @@ func TestForgetStopsTheTriggerAsking(t *testing.T) {
 	ctx := context.Background()
 	const conv = "asks"
 	// A request already waits: the trigger's own is refused and retried.
-	if _, err := st.Enqueue(ctx, schemas.Request{RequestID: "first", Conversation: conv, Trigger: schemas.TriggerManual,
+	if _, err := st.Queue().Enqueue(ctx, schemas.Request{RequestID: "first", Conversation: conv, Trigger: schemas.TriggerManual,
 		RequestedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

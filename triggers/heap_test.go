@@ -42,7 +42,7 @@ func BenchmarkTrackedConversationHeap(b *testing.B) {
 			id := fmt.Sprintf("conversation-%08d", i)
 			for _, m := range []schemas.Message{user, call} {
 				data, _ := m.Encode()
-				f, err := st.PublishMessageAsync(id, data, "")
+				f, err := st.Chat().PublishAsync(id, data, "")
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -56,7 +56,7 @@ func TestIdleStateIsEvictedAndRebuilt(t *testing.T) {
 	// starts from that value and counts the tail from the stream.
 	v := &schemas.Result{SchemaVersion: 1, Conversation: "quiet", Generation: 1, Summary: "what the first two messages said",
 		TailStartSeq: seqs[2], CoveredThroughSeq: seqs[1], LoadedThroughSeq: seqs[2], CreatedAt: time.Now().UTC()}
-	if _, err := st.PutResult(context.Background(), v, 0); err != nil {
+	if _, err := st.Results().Put(context.Background(), v, 0); err != nil {
 		t.Fatal(err)
 	}
 	publish(t, st, "quiet", m)
@@ -89,7 +89,7 @@ func fetchRequest(t *testing.T, st *jetstream.Store) (*jetstream.Delivery, schem
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	q, err := st.Requests(ctx)
+	q, err := st.Queue().Requests(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestFailedCompactionSpacesTheNextRequest(t *testing.T) {
 	req := takeRequest(t, st)
 	for i, want := range []time.Duration{cfg.FailureBackoff, 2 * cfg.FailureBackoff} {
 		at := time.Now()
-		if err := st.PublishEvent(context.Background(), failed(req)); err != nil {
+		if err := st.Events().Publish(context.Background(), failed(req)); err != nil {
 			t.Fatal(err)
 		}
 		next := takeRequest(t, st)
@@ -166,7 +166,7 @@ func TestForeignFailedEventsAreIgnored(t *testing.T) {
 	pub(must(cfgJS.EventSubject("x")), onX) // names x in its subject only
 	// The request's real outcome: declined without a value, so no growth is owed.
 	declined := schemas.Event{Type: schemas.EventDeclined, Conversation: "x", RequestID: first.RequestID, At: time.Now().UTC()}
-	if err := st.PublishEvent(context.Background(), declined); err != nil {
+	if err := st.Events().Publish(context.Background(), declined); err != nil {
 		t.Fatal(err)
 	}
 	// The trigger learns of the outcome asynchronously: publish small messages until it

@@ -74,7 +74,7 @@ func TestAHangingConversationHoldsNoLockOthersNeed(t *testing.T) {
 		t.Fatal("the hanging conversation's rebuild never started")
 	}
 	// The chat handler now hangs in the other conversation's rebuild.
-	if err := st.PublishEvent(context.Background(), failed(req)); err != nil {
+	if err := st.Events().Publish(context.Background(), failed(req)); err != nil {
 		t.Fatal(err)
 	}
 	next := takeRequest(t, st)
@@ -94,7 +94,7 @@ func TestRebuildKeepsTheRequestInFlight(t *testing.T) {
 	fetchRequest(t, st) // a worker has it now, no outcome yet
 	first := stored(t, nc, st)
 	// The policy changes (the state goes stale), then the conversation speaks.
-	if err := st.PutPolicy(context.Background(), "inflight", []byte(`{"threshold":"0.7"}`), 0); err != nil {
+	if err := st.Policies().Put(context.Background(), "inflight", []byte(`{"threshold":"0.7"}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	// The ack floor of the next message shows the trigger handled it, over the rebuilt
@@ -122,7 +122,7 @@ func TestARedeliveryDoesNotForgetLaterMessages(t *testing.T) {
 	}
 	per := tokens.Message(&m)
 	waitFor(t, "every message to be counted", func() bool { got, _ := tr.b.TokensOf("redelivered"); return got == 20*per })
-	if err := st.PutPolicy(context.Background(), "redelivered", []byte(`{"threshold":"0.7"}`), 0); err != nil {
+	if err := st.Policies().Put(context.Background(), "redelivered", []byte(`{"threshold":"0.7"}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the policy change to be signalled", func() bool { return tr.b.SignalPending("redelivered") })
@@ -143,7 +143,7 @@ func TestStructuralTriggerRightAfterARebuild(t *testing.T) {
 		Function: schemas.FunctionCall{Name: "read_file", Arguments: `{"path":"big.log"}`}}}}
 	seq := publish(t, st, "structural", call)
 	handled(t, nc, st, seq)
-	if err := st.PutPolicy(context.Background(), "structural", []byte(`{"threshold":"0.7"}`), 0); err != nil {
+	if err := st.Policies().Put(context.Background(), "structural", []byte(`{"threshold":"0.7"}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the policy change to be signalled", func() bool { return tr.b.SignalPending("structural") })
@@ -221,7 +221,7 @@ func TestARedeliveryACompactionCoveredIsNotCountedAgain(t *testing.T) {
 	// Meanwhile a compaction summarized it.
 	v := &schemas.Result{SchemaVersion: 1, Conversation: "covered", Generation: 1, Summary: "what it said",
 		TailStartSeq: seq + 1, CoveredThroughSeq: seq, LoadedThroughSeq: seq, CreatedAt: time.Now().UTC()}
-	if _, err := st.PutResult(ctx, v, 0); err != nil {
+	if _, err := st.Results().Put(ctx, v, 0); err != nil {
 		t.Fatal(err)
 	}
 	r.Break()

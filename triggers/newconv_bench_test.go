@@ -40,7 +40,7 @@ func BenchmarkNewConversations(b *testing.B) {
 				ctx := context.Background()
 				var futures []jetstream.PubAckFuture
 				for i := range n {
-					f, err := st.PublishMessageAsync(fmt.Sprintf("conversation-%06d", i), data, "")
+					f, err := st.Chat().PublishAsync(fmt.Sprintf("conversation-%06d", i), data, "")
 					if err != nil {
 						b.Fatal(err)
 					}

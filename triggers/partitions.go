@@ -136,14 +136,14 @@ func (ps *Partitions) Run(ctx context.Context) error {
 	if err != nil {
 		return stopped(ctx, err)
 	}
-	events, err := ps.store.SubscribeEvents("", ps.hub.onEvent, func(err error) {
+	events, err := ps.store.Events().Subscribe("", ps.hub.onEvent, func(err error) {
 		ps.log.Warn().Err(err).Msg("compaction event skipped")
 	})
 	if err != nil {
 		return stopped(ctx, err)
 	}
 	defer events.Stop()
-	policies, err := ps.store.WatchPolicies(ps.hub.onPolicy)
+	policies, err := ps.store.Policies().Watch(ps.hub.onPolicy)
 	if err != nil {
 		return stopped(ctx, err)
 	}
@@ -266,7 +266,7 @@ func (ps *Partitions) start(ctx context.Context, part jetstream.Partition, membe
 func (ps *Partitions) unpin(part jetstream.Partition, log zerolog.Logger) {
 	uctx, cancel := context.WithTimeout(context.Background(), ps.cfg.handBack())
 	defer cancel()
-	if err := ps.store.UnpinPartition(uctx, part); err != nil {
+	if err := ps.store.Chat().UnpinPartition(uctx, part); err != nil {
 		log.Warn().Err(err).Msg("unpin the partition; its next owner waits for the pinned TTL")
 	}
 }

@@ -256,7 +256,7 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.
 		return nil, fmt.Errorf("%w: a store and a policy source are required", ErrConfig)
 	}
 	return &Trigger{cfg: cfg, store: store, policies: policies, log: log.With().Str("component", "trigger").Logger(),
-		now: time.Now, convs: map[string]*tracked{}, firstSight: store.FirstSight, tracer: newTracer(cfg.Tracer)}, nil
+		now: time.Now, convs: map[string]*tracked{}, firstSight: store.Results().FirstSight, tracer: newTracer(cfg.Tracer)}, nil
 }
 
 // Run consumes CHAT and ACTIVITY until ctx is done, then drains the messages in hand
@@ -311,13 +311,13 @@ func (t *Trigger) listen(hctx context.Context) (stop func(), err error) {
 	if t.hub != nil {
 		return t.hub.add(t.part.P, func(ev schemas.Event) { t.onEvent(hctx, ev) }, t.onPolicy), nil
 	}
-	events, err := t.store.SubscribeEvents("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
+	events, err := t.store.Events().Subscribe("", func(ev schemas.Event) { t.onEvent(hctx, ev) }, func(err error) {
 		t.log.Warn().Err(err).Msg("compaction event skipped")
 	})
 	if err != nil {
 		return nil, err
 	}
-	policies, err := t.store.WatchPolicies(t.onPolicy)
+	policies, err := t.store.Policies().Watch(t.onPolicy)
 	if err != nil {
 		events.Stop()
 		return nil, err
@@ -340,13 +340,13 @@ func (t *Trigger) consume(ctx, hctx context.Context) (chat, idle *jetstream.Cons
 		}
 	}
 	chat, err = jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the trigger's consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeChatPartition(ctx, t.part, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
+		return t.store.Chat().ConsumePartition(ctx, t.part, func(d *jetstream.Delivery) { t.onMessage(hctx, d) }, consumerErr("trigger consumer"))
 	})
 	if err != nil {
 		return nil, nil, err
 	}
 	idle, err = jetstream.Retry(ctx, jetstream.DefaultBackoff(), t.log, "bind the idle consumer", func() (*jetstream.Consumption, error) {
-		return t.store.ConsumeIdlePartition(ctx, t.part, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
+		return t.store.Activity().ConsumePartition(ctx, t.part, func(d *jetstream.Delivery) { t.onIdle(hctx, d) }, consumerErr("idle consumer"))
 	})
 	if err != nil {
 		chat.Drain()
@@ -509,7 +509,7 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 		return nil, tr.broken
 	}
 	if through == throughNewest {
-		last, err := t.store.LastSeq(ctx, id)
+		last, err := t.store.Chat().LastSeq(ctx, id)
 		if err != nil {
 			return nil, err
 		}
@@ -533,7 +533,7 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 // retries, the wake after an outcome); a quiet conversation would otherwise wait for its
 // next message when the request ends without an outcome event reaching this process.
 func (t *Trigger) adoptPending(ctx context.Context) {
-	convs, err := t.store.PendingConversations(ctx, t.part)
+	convs, err := t.store.Queue().PendingConversations(ctx, t.part)
 	if err != nil {
 		if ctx.Err() == nil {
 			t.log.Warn().Err(err).Msg("list the partition's pending requests; their conversations are looked at on their next message")
@@ -584,7 +584,7 @@ func (t *Trigger) checkInFlight(ctx context.Context, tr *tracked, c *convState, 
 		return
 	}
 	c.inFlightCheckAt = stampOf(now.Add(t.cfg.RetryDelay))
-	pending, err := t.store.PendingRequest(ctx, id)
+	pending, err := t.store.Queue().Pending(ctx, id)
 	switch {
 	case err != nil:
 		// Unknown: the request stays in flight until the next check.
@@ -630,7 +630,7 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 		from = max(v.TailStartSeq, from)
 		c.base = v.FirstSeq
 		c.tailStart = v.TailStartSeq
-		if pinned, err = t.store.LoadPinned(ctx, id, v.PinnedSeqs); err != nil {
+		if pinned, err = t.store.Chat().LoadPinned(ctx, id, v.PinnedSeqs); err != nil {
 			return nil, err
 		}
 		c.declinedAtSeq = v.DeclinedAtSeq
@@ -639,7 +639,7 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 	}
 	var tail []schemas.Entry
 	if through >= from {
-		if tail, err = t.store.LoadEntriesThrough(ctx, id, from, through); err != nil {
+		if tail, err = t.store.Chat().LoadEntriesThrough(ctx, id, from, through); err != nil {
 			return nil, err
 		}
 	}
@@ -679,7 +679,7 @@ func (t *Trigger) readValue(ctx context.Context, id string, first bool) (tomb *s
 		if tomb, err = t.store.Forgotten(ctx, id); err != nil {
 			return nil, nil, err
 		}
-		if v, _, err = t.store.GetResult(ctx, id, true); err != nil {
+		if v, _, err = t.store.Results().Get(ctx, id, true); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -743,7 +743,7 @@ func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *
 	ev := schemas.Event{Type: schemas.EventFailed, Conversation: id, RequestID: schemas.NewRequestID(),
 		Reason: "the trigger cannot read the conversation", Error: err.Error(), At: t.now().UTC()}
 	var w jetstream.Writes
-	if perr := t.store.PublishEventRecorded(ctx, ev, &w); perr != nil {
+	if perr := t.store.Events().PublishRecorded(ctx, ev, &w); perr != nil {
 		log.Warn().Err(perr).Msg("publish failed event")
 	}
 	t.forgottenMeanwhile(ctx, id, d.Seq, &w, log)
@@ -954,7 +954,7 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 		RequestedAt: now.UTC(), UpToSeq: c.watermark,
 	}
 	sctx, span, header := t.startRequest(ctx, req, c.tokens)
-	seq, err := t.store.EnqueueWithHeader(sctx, req, header)
+	seq, err := t.store.Queue().EnqueueWithHeader(sctx, req, header)
 	result := RequestError
 	switch {
 	case err == nil:
@@ -970,7 +970,7 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 		w.Request(seq)
 		ev := schemas.Event{Type: schemas.EventRequested, Conversation: c.id, RequestID: req.RequestID,
 			Trigger: req.Trigger, Reason: req.Reason, TokensBefore: c.tokens, At: now.UTC()}
-		if err := t.store.PublishEventRecorded(ctx, ev, &w); err != nil {
+		if err := t.store.Events().PublishRecorded(ctx, ev, &w); err != nil {
 			log.Warn().Err(err).Msg("publish requested event")
 		}
 		// A state built before a forget would otherwise ask again and again for what is
@@ -1126,7 +1126,7 @@ func (t *Trigger) arm(c *convState) {
 }
 
 func (t *Trigger) armFor(c *convState, ttl time.Duration) {
-	if err := t.store.ArmIdle(c.id, ttl, c.watermark); err != nil {
+	if err := t.store.Activity().ArmIdle(c.id, ttl, c.watermark); err != nil {
 		t.log.Warn().Err(err).Str("conversation", c.id).Msg("re-arm idle timer")
 		return
 	}

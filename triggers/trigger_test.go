@@ -90,7 +90,7 @@ func (r *running) stop() {
 func publish(t *testing.T, st *jetstream.Store, conv string, m schemas.Message) uint64 {
 	t.Helper()
 	b, _ := m.Encode()
-	seq, err := st.PublishMessage(context.Background(), conv, b, "")
+	seq, err := st.Chat().Publish(context.Background(), conv, b, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestInvalidMessagesAreSkippedWithoutStoppingTheTrigger(t *testing.T) {
 	tr := start(t, st)
 	ctx := context.Background()
 	for _, raw := range []string{"{", `{"role":"alien","content":"x"}`} {
-		if _, err := st.PublishMessage(ctx, "bad", []byte(raw), ""); err != nil {
+		if _, err := st.Chat().Publish(ctx, "bad", []byte(raw), ""); err != nil {
 			t.Fatal(err)
 		}
 	}

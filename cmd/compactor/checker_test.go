@@ -298,7 +298,7 @@ func (c *checker) pending(js natsjs.JetStream, threshold int, convs []*checkedCo
 func (c *checker) explainStuck(t *testing.T, ids []string) {
 	t.Helper()
 	for _, id := range ids {
-		v, rev, err := c.st.GetResult(ctxFor(t, 10*time.Second), id, true)
+		v, rev, err := c.st.Results().Get(ctxFor(t, 10*time.Second), id, true)
 		if err == nil && v != nil {
 			t.Logf("%s: value revision %d: generation %d, tail_start_seq %d, declined_at_seq %d, loaded_through_seq %d, request %s, created %s",
 				id, rev, v.Generation, v.TailStartSeq, v.DeclinedAtSeq, v.LoadedThroughSeq, v.RequestID, v.CreatedAt.Format(time.StampMilli))
@@ -338,7 +338,7 @@ func (c *checker) checkStored(t *testing.T, cv *checkedConv) []schemas.Entry {
 	t.Helper()
 	var msgs []jetstream.StoredMsg
 	read(t, "the stored messages of "+cv.id, func(ctx context.Context) (err error) {
-		msgs, err = c.st.LoadConversationLeader(ctx, cv.id, 1, 0)
+		msgs, err = c.st.Chat().LoadLeader(ctx, cv.id, 1, 0)
 		return err
 	})
 	if len(msgs) != len(cv.msgs) {

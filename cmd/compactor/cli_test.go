@@ -504,7 +504,7 @@ func TestPublishReportWhenInterrupted(t *testing.T) {
 	if exitCode(err) != exitInterrupted || err.Error() != want {
 		t.Fatalf("publish interrupted: %v (exit %d); want %q, exit 130", err, exitCode(err), want)
 	}
-	if n, _ := s.st.LastSeq(ctxFor(t, 5*time.Second), "intr"); n != 3 {
+	if n, _ := s.st.Chat().LastSeq(ctxFor(t, 5*time.Second), "intr"); n != 3 {
 		t.Fatalf("CHAT holds intr through seq %d; want 3", n)
 	}
 	if strings.Contains(errOut.String(), "\r") {
@@ -539,7 +539,7 @@ func TestCompactExitCodes(t *testing.T) {
 	eventually(t, 20*time.Second, "the compaction to reach the LLM", func() bool { return llm.heldCount() == 1 })
 	cancel()
 	err := <-done
-	pending, perr := s.st.PendingRequest(ctxFor(t, 5*time.Second), "held")
+	pending, perr := s.st.Queue().Pending(ctxFor(t, 5*time.Second), "held")
 	if perr != nil || pending == nil {
 		t.Fatalf("pending request of held: %v, %v", pending, perr)
 	}

@@ -53,7 +53,7 @@ func TestClusterNeedlesSurviveManyGenerations(t *testing.T) {
 		cx, err = s.client.Context(ctxFor(t, 10*time.Second), conv)
 		return err == nil && cx.Tokens < env.budget().ThresholdTokens()
 	})
-	cur, _, err := st.GetResult(ctxFor(t, 10*time.Second), conv, true)
+	cur, _, err := st.Results().Get(ctxFor(t, 10*time.Second), conv, true)
 	if err != nil || cur == nil {
 		t.Fatalf("current value: %v, %v", cur, err)
 	}
@@ -140,7 +140,7 @@ func testFailover(t *testing.T, env Env, cfg jetstream.Config, kill func(*jstest
 	generation := func() uint64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		v, _, err := adminSt.GetResult(ctx, conv, true)
+		v, _, err := adminSt.Results().Get(ctx, conv, true)
 		if err != nil || v == nil {
 			return 0
 		}
@@ -229,7 +229,7 @@ func testFailover(t *testing.T, env Env, cfg jetstream.Config, kill func(*jstest
 		return err == nil && cx.Tokens < env.budget().ThresholdTokens()
 	})
 	converged := time.Since(killed)
-	cur, rev, err := adminSt.GetResult(ctxFor(t, 10*time.Second), conv, true)
+	cur, rev, err := adminSt.Results().Get(ctxFor(t, 10*time.Second), conv, true)
 	if err != nil || cur == nil {
 		t.Fatalf("current value: %v, %v", cur, err)
 	}
@@ -591,7 +591,7 @@ func publishRetrying(t *testing.T, st *jetstream.Store, c *pipeline.Client, conv
 // Nats-Msg-Id id, 0 when there is none.
 func storedWithID(t *testing.T, st *jetstream.Store, conv, id string) uint64 {
 	t.Helper()
-	msgs, err := st.LoadConversationLeader(ctxFor(t, 10*time.Second), conv, 1, 0)
+	msgs, err := st.Chat().LoadLeader(ctxFor(t, 10*time.Second), conv, 1, 0)
 	if err != nil {
 		t.Fatalf("look for Nats-Msg-Id %s: %v", id, err)
 	}

@@ -62,7 +62,7 @@ func (h *history) snapshot() []*schemas.Result {
 // conversation had, against the messages published to it (seq → message).
 func invariants(t *testing.T, s *stack, conv string, env Env, values []*schemas.Result, llm *fakeLLM) {
 	t.Helper()
-	all, err := s.st.LoadEntries(ctxFor(t, time.Minute), conv, 0, 0)
+	all, err := s.st.Chat().LoadEntries(ctxFor(t, time.Minute), conv, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,13 +325,13 @@ func TestCrashBetweenWriteAndAckMakesNoSecondGeneration(t *testing.T) {
 		}
 	}
 	req := schemas.Request{RequestID: "req-1", Conversation: "crash", Trigger: schemas.TriggerManual, RequestedAt: time.Now()}
-	qseq, err := st0.st.Enqueue(ctx, req)
+	qseq, err := st0.st.Queue().Enqueue(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	written := &schemas.Result{SchemaVersion: 1, Conversation: "crash", Generation: 1, Summary: "summary before the crash",
 		TailStartSeq: 6, CoveredThroughSeq: 5, PinnedSeqs: []uint64{1}, RequestID: "req-1", RequestSeq: qseq, LLMBaseGeneration: 1}
-	if _, err := st0.st.PutResult(ctx, written, 0); err != nil {
+	if _, err := st0.st.Results().Put(ctx, written, 0); err != nil {
 		t.Fatal(err)
 	}
 	events, err := st0.nc.SubscribeSync(st0.st.Config().EventPrefix + ".crash")
@@ -355,7 +355,7 @@ func TestCrashBetweenWriteAndAckMakesNoSecondGeneration(t *testing.T) {
 		}
 	}
 	settle(t, st0)
-	v, _, err := st0.st.GetResult(ctx, "crash", true)
+	v, _, err := st0.st.Results().Get(ctx, "crash", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +505,7 @@ func TestBadInputInTheStreamIsSkippedAndReported(t *testing.T) {
 
 func mustEntries(t *testing.T, s *stack, conv string) []schemas.Entry {
 	t.Helper()
-	es, err := s.st.LoadEntries(ctxFor(t, 10*time.Second), conv, 0, 0)
+	es, err := s.st.Chat().LoadEntries(ctxFor(t, 10*time.Second), conv, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func TestFailingLLMIsRetriedThenDeadLettered(t *testing.T) {
 		t.Fatal("failed event without the error")
 	}
 	ctx := ctxFor(t, 10*time.Second)
-	if v, _, err := s.st.GetResult(ctx, "down", true); err != nil || v != nil {
+	if v, _, err := s.st.Results().Get(ctx, "down", true); err != nil || v != nil {
 		t.Fatalf("a failed compaction wrote a value: %+v, %v", v, err)
 	}
 	dead, err := jsFor(t, s.nc).Stream(ctx, s.st.Config().DeadStream)
@@ -149,7 +149,7 @@ func TestHardLimitHoldsWithTheLLMDown(t *testing.T) {
 	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("hard")))
 	s2 := runStack(t, s.nc, s.st, env, llm)
 	eventually(t, 30*time.Second, "a completed event", func() bool { return events.count(schemas.EventCompleted) >= 1 })
-	v, _, err := s2.st.GetResult(ctx, "hard", true)
+	v, _, err := s2.st.Results().Get(ctx, "hard", true)
 	if err != nil || v == nil {
 		t.Fatalf("no value: %v", err)
 	}
@@ -212,7 +212,7 @@ func TestHardLimitCrossedDuringFailureBackoff(t *testing.T) {
 	var v *schemas.Result
 	eventually(t, wait, "the fallback value", func() bool {
 		var err error
-		v, _, err = s.st.GetResult(ctx, "crossing", true)
+		v, _, err = s.st.Results().Get(ctx, "crossing", true)
 		return err == nil && v != nil && v.Fallback
 	})
 	if v.TokensBefore < env.budget().HardLimitTokens() || v.TokensAfter > env.budget().TargetTokens() {
@@ -272,7 +272,7 @@ func TestDeclinedCompactionDoesNotLoop(t *testing.T) {
 	if r, d := outcomes(); r != d || d != before || llm.callCount() != calls || !idleWorkers(t, s) {
 		t.Fatalf("requested %d, declined %d → %d, LLM calls %d → %d while the conversation did not grow: a loop", r, before, d, calls, llm.callCount())
 	}
-	v, _, err := s.st.GetResult(ctxFor(t, 5*time.Second), "stuck", true)
+	v, _, err := s.st.Results().Get(ctxFor(t, 5*time.Second), "stuck", true)
 	if err != nil || v == nil || v.DeclinedAtSeq == 0 || v.Generation != 0 {
 		t.Fatalf("value after decline = %+v, %v; want declined_at_seq set and no generation", v, err)
 	}

@@ -34,7 +34,7 @@ func TestNothingFitsWritesTheFallbackAtOnce(t *testing.T) {
 	if n := events.count(schemas.EventFailed); n > 0 {
 		t.Fatalf("%d failed events (%s); want the fallback written at once", n, events.last(schemas.EventFailed).Error)
 	}
-	v, _, err := s2.st.GetResult(ctx, "nofit", true)
+	v, _, err := s2.st.Results().Get(ctx, "nofit", true)
 	if err != nil || v == nil {
 		t.Fatalf("no value: %v", err)
 	}

@@ -87,11 +87,11 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 	compacted(t, s, gone)
 	compacted(t, s, kept)
 	settle(t, s)
-	keptValue, keptRev, err := s.st.GetResult(ctx, kept, true)
+	keptValue, keptRev, err := s.st.Results().Get(ctx, kept, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.st.PublishDead(ctx, gone, schemas.DeadLetter{Request: schemas.Request{RequestID: "old", Conversation: gone,
+	if err := s.st.Events().PublishDead(ctx, gone, schemas.DeadLetter{Request: schemas.Request{RequestID: "old", Conversation: gone,
 		Trigger: schemas.TriggerManual, Instructions: "keep NEEDLE-fdead"}, Error: "llm down", Attempts: 5, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 	if got := placesOf(mustScan(t, s, kept, "NEEDLE-k")); !slices.Contains(got, cfg.ChatStream) || !slices.Contains(got, "OBJ_"+cfg.ObjectsBucket) {
 		t.Fatalf("the other conversation is in %v after the forget; want it untouched", got)
 	}
-	if v, rev, err := s.st.GetResult(ctx, kept, true); err != nil || rev != keptRev || v.Summary != keptValue.Summary {
+	if v, rev, err := s.st.Results().Get(ctx, kept, true); err != nil || rev != keptRev || v.Summary != keptValue.Summary {
 		t.Fatalf("the other conversation's value changed: revision %d (was %d), %v", rev, keptRev, err)
 	}
 

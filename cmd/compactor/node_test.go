@@ -35,7 +35,7 @@ func interopCases(t *testing.T, st *jetstream.Store, transcripts map[string][]sc
 		cases[corpusConv] = msgs
 	}
 	data, _ := policy.EncodeConversation(policy.Layer{"strategy": "user-messages", "user_message_tokens": "700"})
-	if err := st.PutPolicy(ctxFor(t, 5*time.Second), userConv, data, 0); err != nil {
+	if err := st.Policies().Put(ctxFor(t, 5*time.Second), userConv, data, 0); err != nil {
 		t.Fatal(err)
 	}
 	return cases
@@ -105,7 +105,7 @@ func TestNodeExampleReadsTheSameContext(t *testing.T) {
 				}
 			}
 			if conv == "node-user-messages" {
-				v, _, _ := s.st.GetResult(ctxFor(t, 5*time.Second), conv, false)
+				v, _, _ := s.st.Results().Get(ctxFor(t, 5*time.Second), conv, false)
 				if len(v.KeptSeqs) == 0 || len(v.Overrides) == 0 {
 					t.Fatalf("user-messages kept %v with overrides %v; the test needs both", v.KeptSeqs, v.Overrides)
 				}
@@ -156,7 +156,7 @@ func TestNodeExampleSeparatePublishesAreAllStored(t *testing.T) {
 		}
 		seqs = append(seqs, strings.TrimSpace(out.String()))
 	}
-	es, err := st.LoadEntries(ctxFor(t, 10*time.Second), conv, 0, 0)
+	es, err := st.Chat().LoadEntries(ctxFor(t, 10*time.Second), conv, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func TestNodeExampleLargeMessages(t *testing.T) {
 	}
 	goRead := func(t *testing.T, conv string) (*pipeline.Context, []string) {
 		t.Helper()
-		last, err := st.LastSeq(ctx, conv)
+		last, err := st.Chat().LastSeq(ctx, conv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -284,7 +284,7 @@ func TestNodeExampleLargeMessages(t *testing.T) {
 		if err != nil || len(strings.Fields(out)) != len(msgs) {
 			t.Fatalf("node publish: %v, printed %q\n%s", err, out, errOut)
 		}
-		es, err := st.LoadEntries(ctx, "from-node-large", 0, 0)
+		es, err := st.Chat().LoadEntries(ctx, "from-node-large", 0, 0)
 		if err != nil || es[2].Message.ContentRef == nil {
 			t.Fatalf("CHAT holds %+v (%v); want a stub for the large output", es, err)
 		}
@@ -315,7 +315,7 @@ func TestNodeExampleLargeMessages(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		es, err := st.LoadEntries(ctx, "gap-large", 0, 0)
+		es, err := st.Chat().LoadEntries(ctx, "gap-large", 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,12 +327,12 @@ func TestNodeExampleLargeMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A stub of another conversation naming an object of from-go-large that exists.
-		victim, err := st.LoadEntries(ctx, "from-go-large", 0, 0)
+		victim, err := st.Chat().LoadEntries(ctx, "from-go-large", 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		hostile, _ := victim[2].Message.Encode()
-		if _, err := st.PublishMessage(ctx, "gap-large", hostile, ""); err != nil {
+		if _, err := st.Chat().Publish(ctx, "gap-large", hostile, ""); err != nil {
 			t.Fatal(err)
 		}
 		want := []schemas.Message{msgs[0], msgs[3]} // the round without its result is left out
@@ -358,7 +358,7 @@ func TestNodeExampleLargeMessages(t *testing.T) {
 		if err == nil || !strings.Contains(errOut, "max_payload") || !strings.Contains(errOut, limit) {
 			t.Fatalf("node publish of huge tool call arguments: %v\n%s\nwant a refusal naming the limit %s", err, errOut, limit)
 		}
-		if last, err := st.LastSeq(ctx, "too-large"); err != nil || last != 0 {
+		if last, err := st.Chat().LastSeq(ctx, "too-large"); err != nil || last != 0 {
 			t.Fatalf("CHAT holds a message of too-large at %d (%v); want none", last, err)
 		}
 	})
@@ -436,7 +436,7 @@ func TestNodeExampleUnderRoles(t *testing.T) {
 		t.Fatalf("node publish as producer: %v, printed %q\n%s\nwant line 1 stored and line 2 refused as not UTF-8", err, out, errOut)
 	}
 	// Another producer skips the checks: the reader must cope.
-	if _, err := st.PublishMessage(ctx, conv, []byte("{\"role\":\"user\",\"content\":\"raw \xff\"}"), ""); err != nil {
+	if _, err := st.Chat().Publish(ctx, conv, []byte("{\"role\":\"user\",\"content\":\"raw \xff\"}"), ""); err != nil {
 		t.Fatal(err)
 	}
 	out, errOut, err = runNodeExampleEnv(t, node, dir, as("reader", true), nil, "context", conv)

@@ -341,7 +341,7 @@ func TestMetricsOfACompaction(t *testing.T) {
 
 	var value *schemas.Result
 	eventually(t, 30*time.Second, "the compaction", func() bool {
-		v, _, err := st.GetResult(ctxFor(t, 10*time.Second), conv, true)
+		v, _, err := st.Results().Get(ctxFor(t, 10*time.Second), conv, true)
 		if err != nil || v == nil || v.Generation == 0 {
 			return false
 		}

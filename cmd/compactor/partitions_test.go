@@ -214,7 +214,7 @@ func TestTriggerPartitionsAcrossProcesses(t *testing.T) {
 	}
 	genAtKill := map[string]uint64{}
 	for _, part := range lost {
-		v, _, err := chk.st.GetResult(ctxFor(t, 5*time.Second), idOf(part), true)
+		v, _, err := chk.st.Results().Get(ctxFor(t, 5*time.Second), idOf(part), true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func TestTriggerPartitionsAcrossProcesses(t *testing.T) {
 	waitFor(t, 45*time.Second, "the conversations of the moved partitions compacted again", func() error {
 		for _, part := range lost {
 			id := idOf(part)
-			v, _, err := chk.st.GetResult(ctxFor(t, 5*time.Second), id, false)
+			v, _, err := chk.st.Results().Get(ctxFor(t, 5*time.Second), id, false)
 			if err != nil {
 				return err
 			}

@@ -105,7 +105,7 @@ func TestInvalidRequestsAreRefusedBeforeAnythingIsRead(t *testing.T) {
 		t.Fatalf("the LLM was called %d times for invalid requests; want 0", n)
 	}
 	for _, conv := range []string{"victim", "other", "attacker"} {
-		if v, _, err := s.st.GetResult(ctx, conv, true); err != nil || v != nil {
+		if v, _, err := s.st.Results().Get(ctx, conv, true); err != nil || v != nil {
 			t.Fatalf("%s has a value after invalid requests: %+v, %v", conv, v, err)
 		}
 	}
@@ -132,7 +132,7 @@ func TestPinnedMessageGoneByAgeIsSkipped(t *testing.T) {
 	eventually(t, 30*time.Second, "a first compaction", func() bool { return events.count(schemas.EventCompleted) >= 1 })
 	settle(t, s)
 	ctx := ctxFor(t, time.Minute)
-	v, _, err := st.GetResult(ctx, "aging", true)
+	v, _, err := st.Results().Get(ctx, "aging", true)
 	if err != nil || v == nil || !slices.Contains(v.PinnedSeqs, 1) {
 		t.Fatalf("value %+v, %v; want the system prompt (seq 1) pinned", v, err)
 	}
@@ -163,7 +163,7 @@ func TestPinnedMessageGoneByAgeIsSkipped(t *testing.T) {
 		return events.count(schemas.EventCompleted) > completed
 	})
 	settle(t, s)
-	v, _, err = st.GetResult(ctx, "aging", true)
+	v, _, err = st.Results().Get(ctx, "aging", true)
 	if err != nil || v == nil || slices.Contains(v.PinnedSeqs, 1) {
 		t.Fatalf("value %+v, %v; want seq 1 no longer pinned", v, err)
 	}
@@ -290,7 +290,7 @@ func TestAckFailureAfterTheWriteIsNotAFailure(t *testing.T) {
 	replay(t, s, "acked", msgs, 0)
 	eventually(t, 30*time.Second, "a completed event", func() bool { return events.count(schemas.EventCompleted) >= 1 })
 	ctx := ctxFor(t, 10*time.Second)
-	v, _, err := s.st.GetResult(ctx, "acked", true)
+	v, _, err := s.st.Results().Get(ctx, "acked", true)
 	if err != nil || v == nil || v.Generation != 1 {
 		t.Fatalf("value %+v, %v; want generation 1", v, err)
 	}
@@ -315,14 +315,14 @@ func TestAlreadyDoneNeedsTheRequestID(t *testing.T) {
 	old := &schemas.Result{SchemaVersion: schemas.SchemaVersion, Conversation: "reused", Generation: 1,
 		Summary: "from a queue that no longer exists", TailStartSeq: 1, RequestSeq: 1, RequestID: "from-an-earlier-queue",
 		CreatedAt: time.Now().UTC()}
-	if _, err := s.st.PutResult(ctx, old, 0); err != nil {
+	if _, err := s.st.Results().Put(ctx, old, 0); err != nil {
 		t.Fatal(err)
 	}
 	events := collectEvents(t, s.nc, "compact.event.reused")
 	msgs, _ := needleConversation(8)
 	replay(t, s, "reused", msgs, 0)
 	eventually(t, 30*time.Second, "a completed event", func() bool { return events.count(schemas.EventCompleted) >= 1 })
-	v, _, err := s.st.GetResult(ctx, "reused", true)
+	v, _, err := s.st.Results().Get(ctx, "reused", true)
 	if err != nil || v == nil || v.Generation != 2 || v.RequestID == old.RequestID {
 		t.Fatalf("value %+v, %v; want generation 2 written by the new request", v, err)
 	}
@@ -350,7 +350,7 @@ func TestSummariesOverTheCapEndInTheFallback(t *testing.T) {
 	if !strings.Contains(ev.Error, "over max_summary_tokens") {
 		t.Fatalf("completed event error %q; want it to report the summaries over their cap", ev.Error)
 	}
-	v, _, err := s.st.GetResult(ctxFor(t, 10*time.Second), "verbose", true)
+	v, _, err := s.st.Results().Get(ctxFor(t, 10*time.Second), "verbose", true)
 	if err != nil || v == nil || !v.Fallback {
 		t.Fatalf("value %+v, %v; want the fallback summary", v, err)
 	}
@@ -409,7 +409,7 @@ func TestDeclineMarkerCarriesTheLatestFigures(t *testing.T) {
 	eventually(t, 30*time.Second, "a declined event", func() bool { return events.count(schemas.EventDeclined) >= 1 })
 	settle(t, s)
 	ctx := ctxFor(t, time.Minute)
-	first, _, err := s.st.GetResult(ctx, "growing", true)
+	first, _, err := s.st.Results().Get(ctx, "growing", true)
 	if err != nil || first == nil || first.Generation != 0 {
 		t.Fatalf("marker %+v, %v", first, err)
 	}
@@ -417,7 +417,7 @@ func TestDeclineMarkerCarriesTheLatestFigures(t *testing.T) {
 	replay(t, s, "growing", more[1:], 0)
 	eventually(t, 30*time.Second, "a second declined event", func() bool { return events.count(schemas.EventDeclined) >= 2 })
 	settle(t, s)
-	second, _, err := s.st.GetResult(ctx, "growing", true)
+	second, _, err := s.st.Results().Get(ctx, "growing", true)
 	if err != nil || second == nil {
 		t.Fatal(err)
 	}

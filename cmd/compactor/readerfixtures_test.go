@@ -209,7 +209,7 @@ func loadFixture(t *testing.T, fx *readerFixture) *embedded.Server {
 	for _, m := range fx.Messages {
 		setLayout(max(m.Partitions, 1))
 		for last+1 < m.Seq {
-			if last, err = st.PublishMessage(ctx, fixtureFiller, []byte(`{"role":"user","content":"filler"}`), ""); err != nil {
+			if last, err = st.Chat().Publish(ctx, fixtureFiller, []byte(`{"role":"user","content":"filler"}`), ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -217,7 +217,7 @@ func loadFixture(t *testing.T, fx *readerFixture) *embedded.Server {
 		if conv == "" {
 			conv = fx.Conversation
 		}
-		if last, err = st.PublishMessage(ctx, conv, fx.payload(t, m), ""); err != nil {
+		if last, err = st.Chat().Publish(ctx, conv, fx.payload(t, m), ""); err != nil {
 			t.Fatal(err)
 		}
 		if last != m.Seq {

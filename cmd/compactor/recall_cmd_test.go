@@ -26,7 +26,7 @@ func TestRecallCommand(t *testing.T) {
 		`{"role":"tool","tool_call_id":"t1","content":"port: 8443\nhost: db.internal"}`,
 		`{"role":"assistant","content":"The port is 8443."}`,
 	} {
-		seq, err := st.PublishMessage(ctx, "cli-recall", []byte(m), "")
+		seq, err := st.Chat().Publish(ctx, "cli-recall", []byte(m), "")
 		if err != nil {
 			t.Fatal(err)
 		}

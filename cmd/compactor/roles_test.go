@@ -209,7 +209,7 @@ func TestRolesOfAccountsConf(t *testing.T) {
 			last, err = ac.Compact(ctx, conv, pipeline.Instructions("keep the codes"), pipeline.Wait(10*time.Second))
 			return err == nil && (last.Status == "completed" || last.Status == "declined")
 		})
-		data, _, err := stores["worker"].GetPolicy(ctx, conv) // the worker reads it
+		data, _, err := stores["worker"].Policies().Get(ctx, conv) // the worker reads it
 		if err != nil || !strings.Contains(string(data), "0.8") {
 			t.Fatalf("policy read as worker: %s, %v", data, err)
 		}
@@ -272,7 +272,7 @@ func TestRolesOfAccountsConf(t *testing.T) {
 				t.Fatalf("publish %d as producer: %v", i, err)
 			}
 		}
-		es, err := stores["worker"].LoadEntries(ctx, conv, 0, 0)
+		es, err := stores["worker"].Chat().LoadEntries(ctx, conv, 0, 0)
 		if err != nil || len(es) != 4 || es[0].Message.ContentRef == nil || es[2].Message.ContentRef == nil {
 			t.Fatalf("CHAT holds %d entries (%v); want the two large ones as stubs", len(es), err)
 		}
@@ -334,22 +334,22 @@ func TestRolesOfAccountsConf(t *testing.T) {
 				t.Fatalf("%s reads a tombstone: %v", role, err)
 			}
 			var w jetstream.Writes
-			if err := st.PublishEventRecorded(ctx, schemas.Event{Type: schemas.EventRequested, Conversation: other, RequestID: role}, &w); err != nil {
+			if err := st.Events().PublishRecorded(ctx, schemas.Event{Type: schemas.EventRequested, Conversation: other, RequestID: role}, &w); err != nil {
 				t.Fatalf("%s event: %v", role, err)
 			}
 			// The running workers take this request: it names another conversation, so
 			// their job does not write the value written below.
-			seq, err := stores["trigger"].Enqueue(ctx, schemas.Request{RequestID: role + "-req", Conversation: other + "-q",
+			seq, err := stores["trigger"].Queue().Enqueue(ctx, schemas.Request{RequestID: role + "-req", Conversation: other + "-q",
 				Trigger: "manual", RequestedAt: time.Now()})
 			if err != nil && !errors.Is(err, jetstream.ErrRequestPending) {
 				t.Fatal(err)
 			}
 			w.Request(seq)
 			if role == "worker" {
-				if err := st.PublishDeadRecorded(ctx, other, schemas.DeadLetter{Request: schemas.Request{RequestID: role}}, &w); err != nil {
+				if err := st.Events().PublishDeadRecorded(ctx, other, schemas.DeadLetter{Request: schemas.Request{RequestID: role}}, &w); err != nil {
 					t.Fatal(err)
 				}
-				rev, err := st.PutResult(ctx, &schemas.Result{SchemaVersion: 1, Conversation: other, TailStartSeq: 1}, 0)
+				rev, err := st.Results().Put(ctx, &schemas.Result{SchemaVersion: 1, Conversation: other, TailStartSeq: 1}, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -414,16 +414,16 @@ func TestRolesOfAccountsConf(t *testing.T) {
 
 	result := func(st *jetstream.Store) func(context.Context) error {
 		return func(ctx context.Context) error {
-			_, err := st.PutResult(ctx, &schemas.Result{SchemaVersion: 1, Conversation: "forged", Summary: "forged"}, 0)
+			_, err := st.Results().Put(ctx, &schemas.Result{SchemaVersion: 1, Conversation: "forged", Summary: "forged"}, 0)
 			return err
 		}
 	}
 	policy := func(st *jetstream.Store) func(context.Context) error {
-		return func(ctx context.Context) error { return st.PutPolicy(ctx, conv, []byte(`{"threshold":"0.9"}`), 0) }
+		return func(ctx context.Context) error { return st.Policies().Put(ctx, conv, []byte(`{"threshold":"0.9"}`), 0) }
 	}
 	event := func(st *jetstream.Store) func(context.Context) error {
 		return func(ctx context.Context) error {
-			return st.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: conv, RequestID: "forged"})
+			return st.Events().Publish(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: conv, RequestID: "forged"})
 		}
 	}
 	chat := func(c *pipeline.Client) func(context.Context) error {
@@ -433,11 +433,11 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		}
 	}
 	readPolicy := func(st *jetstream.Store) func(context.Context) error {
-		return func(ctx context.Context) error { _, _, err := st.GetPolicy(ctx, conv); return err }
+		return func(ctx context.Context) error { _, _, err := st.Policies().Get(ctx, conv); return err }
 	}
 	enqueue := func(st *jetstream.Store) func(context.Context) error {
 		return func(ctx context.Context) error {
-			_, err := st.Enqueue(ctx, schemas.Request{RequestID: "forged", Conversation: conv, Trigger: "manual",
+			_, err := st.Queue().Enqueue(ctx, schemas.Request{RequestID: "forged", Conversation: conv, Trigger: "manual",
 				RequestedAt: time.Now()})
 			return err
 		}

@@ -22,7 +22,7 @@ func TestEveryStrategyEndToEnd(t *testing.T) {
 			conv := "strategy-" + strings.ReplaceAll(strategy, "-", "_")
 			t.Run(strategy, func(t *testing.T) {
 				data, _ := policy.EncodeConversation(policy.Layer{"strategy": strategy})
-				if err := s.st.PutPolicy(ctxFor(t, 5*time.Second), conv, data, 0); err != nil {
+				if err := s.st.Policies().Put(ctxFor(t, 5*time.Second), conv, data, 0); err != nil {
 					t.Fatal(err)
 				}
 				h := watchValues(t, s, conv)
@@ -73,7 +73,7 @@ func TestMapReduceAndContextLengthRetry(t *testing.T) {
 			s2 := runStack(t, s.nc, s.st, env, llm)
 			var v *schemas.Result
 			eventually(t, time.Minute, "a compaction", func() bool {
-				v, _, _ = s2.st.GetResult(ctx, "big", true)
+				v, _, _ = s2.st.Results().Get(ctx, "big", true)
 				return v != nil && v.Generation >= 1
 			})
 			if v.Fallback {
@@ -117,7 +117,7 @@ func TestConversationPolicy(t *testing.T) {
 	s := startStack(t, env, llm)
 	ctx := ctxFor(t, time.Minute)
 	data, _ := policy.EncodeConversation(policy.Layer{"threshold": "0.9", "strategy": "all"})
-	if err := s.st.PutPolicy(ctx, "lenient", data, 0); err != nil {
+	if err := s.st.Policies().Put(ctx, "lenient", data, 0); err != nil {
 		t.Fatal(err)
 	}
 	msgs, _ := needleConversation(14) // ~6,700 tokens: over 0.75 × 8,000, under 0.9 × 8,000
@@ -125,7 +125,7 @@ func TestConversationPolicy(t *testing.T) {
 	replay(t, s, "strict", msgs, 0)
 	settle(t, s)
 	eventually(t, 30*time.Second, "the default conversation to compact", func() bool {
-		v, _, _ := s.st.GetResult(ctx, "strict", true)
+		v, _, _ := s.st.Results().Get(ctx, "strict", true)
 		return v != nil && v.Generation >= 1
 	})
 	// The trigger decided on every lenient message: a request would be stored by now.
@@ -133,13 +133,13 @@ func TestConversationPolicy(t *testing.T) {
 	if n := storedEvents(t, s, "lenient", schemas.EventRequested); n != 0 {
 		t.Fatalf("%d requests for a conversation with threshold 0.9 under it", n)
 	}
-	if v, _, _ := s.st.GetResult(ctx, "lenient", true); v != nil {
+	if v, _, _ := s.st.Results().Get(ctx, "lenient", true); v != nil {
 		t.Fatalf("a conversation with threshold 0.9 was compacted under it: %+v", v)
 	}
 	more, _ := needleConversation(4)
 	replay(t, s, "lenient", more[1:], 0)
 	eventually(t, 30*time.Second, "the lenient conversation to compact past 0.9", func() bool {
-		v, _, _ := s.st.GetResult(ctx, "lenient", true)
+		v, _, _ := s.st.Results().Get(ctx, "lenient", true)
 		return v != nil && v.Generation >= 1 && v.Strategy == "all"
 	})
 	if _, err := policy.DecodeConversation([]byte(`{"llm_base_url":"http://attacker"}`)); err == nil {
@@ -147,7 +147,7 @@ func TestConversationPolicy(t *testing.T) {
 	}
 	// A policy that went bad after it was written (its profile is gone): the trigger
 	// keeps counting with the defaults, the request fails with the reason, nothing loops.
-	if err := s.st.PutPolicy(ctx, "ghostly", []byte(`{"profile":"ghost"}`), 0); err != nil {
+	if err := s.st.Policies().Put(ctx, "ghostly", []byte(`{"profile":"ghost"}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("ghostly")))

@@ -152,7 +152,7 @@ func TestTraceOfACompaction(t *testing.T) {
 	}
 	var value *schemas.Result
 	eventually(t, 30*time.Second, "the compaction", func() bool {
-		v, _, err := st.GetResult(ctxFor(t, 10*time.Second), "traced", true)
+		v, _, err := st.Results().Get(ctxFor(t, 10*time.Second), "traced", true)
 		value = v
 		return err == nil && v != nil && v.Generation == 1
 	})

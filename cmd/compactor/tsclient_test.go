@@ -169,7 +169,7 @@ func TestTSClientReadsTheSameContext(t *testing.T) {
 				t.Errorf("ts reported %q; want %q", errOut, want)
 			}
 			if conv == "ts-user-messages" {
-				v, _, _ := s.st.GetResult(ctxFor(t, 5*time.Second), conv, false)
+				v, _, _ := s.st.Results().Get(ctxFor(t, 5*time.Second), conv, false)
 				if len(v.KeptSeqs) == 0 || len(v.Overrides) == 0 {
 					t.Fatalf("user-messages kept %v with overrides %v; the test needs both", v.KeptSeqs, v.Overrides)
 				}
@@ -230,7 +230,7 @@ func TestTSClientLargeMessages(t *testing.T) {
 		if out, errOut, err := runTS(t, node, dir, []string{url}, jsonlOf(msgs), "dist/examples/jsonl.js", "publish", "from-ts-large"); err != nil {
 			t.Fatalf("ts publish: %v, %s\n%s", err, out, errOut)
 		}
-		es, err := st.LoadEntries(ctx, "from-ts-large", 0, 0)
+		es, err := st.Chat().LoadEntries(ctx, "from-ts-large", 0, 0)
 		if err != nil || len(es) != 4 || es[2].Message.ContentRef == nil {
 			t.Fatalf("CHAT holds %+v (%v); want a stub for the large output", es, err)
 		}

@@ -178,7 +178,7 @@ func TestViewAsTheAPIUserOfAccountsConf(t *testing.T) {
 	// decline, their events, a failure.
 	var seqs []uint64
 	for i := range 10 {
-		seq, err := ast.PublishMessage(ctx, "acct", fmt.Appendf(nil, `{"role":"user","content":"message %d"}`, i), "")
+		seq, err := ast.Chat().Publish(ctx, "acct", fmt.Appendf(nil, `{"role":"user","content":"message %d"}`, i), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,15 +189,15 @@ func TestViewAsTheAPIUserOfAccountsConf(t *testing.T) {
 		r := &schemas.Result{SchemaVersion: 1, Conversation: "acct", Generation: gen, Summary: fmt.Sprint("summary ", gen),
 			TailStartSeq: seqs[gen*3], CoveredThroughSeq: seqs[gen*3] - 1, RequestID: fmt.Sprint("r", gen), Model: "m",
 			CreatedAt: time.Now().UTC()}
-		if rev, err = ast.PutResult(ctx, r, rev); err != nil {
+		if rev, err = ast.Results().Put(ctx, r, rev); err != nil {
 			t.Fatal(err)
 		}
-		if err := ast.PublishEvent(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "acct", RequestID: r.RequestID,
+		if err := ast.Events().Publish(ctx, schemas.Event{Type: schemas.EventCompleted, Conversation: "acct", RequestID: r.RequestID,
 			Generation: gen, DurationMS: 1234, At: time.Now().UTC()}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := ast.PublishEvent(ctx, schemas.Event{Type: schemas.EventFailed, Conversation: "acct", RequestID: "r3",
+	if err := ast.Events().Publish(ctx, schemas.Event{Type: schemas.EventFailed, Conversation: "acct", RequestID: "r3",
 		Generation: 2, Error: "down", At: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}

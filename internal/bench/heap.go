@@ -140,7 +140,7 @@ func (r *rig) publishNewConversations(n int) error {
 	}
 	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
 	for i := range n {
-		f, err := r.store.PublishMessageAsync(fmt.Sprintf("conversation-%08d", i), data, "")
+		f, err := r.store.Chat().PublishAsync(fmt.Sprintf("conversation-%08d", i), data, "")
 		if err != nil {
 			return err
 		}

@@ -283,7 +283,7 @@ func triggerDrain(ctx context.Context, url string, serverCPU func() time.Duratio
 	defer r.close()
 	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
 	for i, p := range load {
-		f, err := r.store.PublishMessageAsync(fmt.Sprintf("c%d", p.conv), p.msg.Payload, "")
+		f, err := r.store.Chat().PublishAsync(fmt.Sprintf("c%d", p.conv), p.msg.Payload, "")
 		if err != nil {
 			return 0, 0, 0, err
 		}

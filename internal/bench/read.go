@@ -63,13 +63,13 @@ var requestIDs atomic.Int64
 func (r *rig) compact(ctx context.Context, conv string, upTo uint64) (schemas.Event, error) {
 	id := "bench-" + strconv.FormatInt(requestIDs.Add(1), 10)
 	since := time.Now().Add(-time.Second)
-	if _, err := r.store.Enqueue(ctx, schemas.Request{RequestID: id, Conversation: conv, Trigger: "manual",
+	if _, err := r.store.Queue().Enqueue(ctx, schemas.Request{RequestID: id, Conversation: conv, Trigger: "manual",
 		Reason: "bench", RequestedAt: time.Now().UTC(), UpToSeq: upTo}); err != nil {
 		return schemas.Event{}, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	ev, err := r.store.WaitOutcome(wctx, conv, id, since)
+	ev, err := r.store.Events().WaitOutcome(wctx, conv, id, since)
 	if err != nil {
 		return ev, err
 	}

@@ -112,7 +112,7 @@ func scaleRun(ctx context.Context, url, self string, c *Corpus, slots, procs, jo
 	start := time.Now()
 	for k := range jobs {
 		conv := "s" + strconv.Itoa(k)
-		if _, err := r.store.Enqueue(ctx, schemas.Request{RequestID: "scale-" + conv, Conversation: conv, Trigger: "manual",
+		if _, err := r.store.Queue().Enqueue(ctx, schemas.Request{RequestID: "scale-" + conv, Conversation: conv, Trigger: "manual",
 			Reason: "bench", RequestedAt: time.Now().UTC(), UpToSeq: lasts[k]}); err != nil {
 			return 0, err
 		}

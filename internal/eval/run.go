@@ -445,7 +445,7 @@ func (rg *rig) settle(ctx context.Context, conv string, seq uint64, threshold in
 		if cx.Tokens < threshold || time.Now().After(deadline) {
 			return cx, nil
 		}
-		req, err := rg.store.PendingRequest(ctx, conv)
+		req, err := rg.store.Queue().Pending(ctx, conv)
 		if err != nil {
 			return nil, err
 		}
@@ -494,7 +494,7 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	if err != nil {
 		return res, err
 	}
-	if err := rg.store.PutPolicy(ctx, conv, data, 0); err != nil {
+	if err := rg.store.Policies().Put(ctx, conv, data, 0); err != nil {
 		return res, fmt.Errorf("set the policy: %w", err)
 	}
 	msgs, planted := plant(c.Messages, c.Name, rg.cfg.Plant)

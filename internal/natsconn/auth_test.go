@@ -122,7 +122,7 @@ func TestConnectWithEveryAuth(t *testing.T) {
 			}
 			defer nc.Close()
 			st := jstest.Provision(t, nc)
-			if _, err := st.PublishMessage(ctxT(t), "auth-conv", []byte(`{"role":"user","content":"hello"}`), ""); err != nil {
+			if _, err := st.Chat().Publish(ctxT(t), "auth-conv", []byte(`{"role":"user","content":"hello"}`), ""); err != nil {
 				t.Fatalf("publish: %v", err)
 			}
 

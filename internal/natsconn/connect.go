@@ -238,8 +238,9 @@ func (a Auth) Option() nats.Option {
 	}
 }
 
-// options checks a and returns its nats options.
-func (a Auth) options(urls string) ([]nats.Option, error) {
+// check reports what is wrong with a (with the servers' urls): two ways to
+// authenticate, half of a pair, a bad url or a file that cannot be read.
+func (a Auth) check(urls string) error {
 	var methods []string
 	for _, m := range []struct {
 		field string
@@ -256,22 +257,29 @@ func (a Auth) options(urls string) ([]nats.Option, error) {
 		}
 	}
 	if len(methods) > 1 {
-		return nil, &AuthError{Field: methods[0], Problem: Conflict, Other: methods[1]}
+		return &AuthError{Field: methods[0], Problem: Conflict, Other: methods[1]}
 	}
 	for _, pair := range [][2]string{{"User", "Password"}, {"Password", "User"}, {"CertFile", "KeyFile"}, {"KeyFile", "CertFile"}} {
 		if a.field(pair[0]) != "" && a.field(pair[1]) == "" {
-			return nil, &AuthError{Field: pair[0], Problem: Missing, Other: pair[1]}
+			return &AuthError{Field: pair[0], Problem: Missing, Other: pair[1]}
 		}
 	}
 	if err := checkURLs(urls); err != nil {
-		return nil, err
+		return err
 	}
 	for _, f := range []string{"CredsFile", "NKeyFile", "CAFile", "CertFile", "KeyFile"} {
 		if err := checkFile(a.field(f)); err != nil {
-			return nil, &AuthError{Field: f, Problem: FileProblem, Err: err}
+			return &AuthError{Field: f, Problem: FileProblem, Err: err}
 		}
 	}
+	return nil
+}
 
+// options checks a and returns its nats options.
+func (a Auth) options(urls string) ([]nats.Option, error) {
+	if err := a.check(urls); err != nil {
+		return nil, err
+	}
 	var opts []nats.Option
 	if a.InboxPrefix != "" {
 		opt := nats.CustomInboxPrefix(a.InboxPrefix)

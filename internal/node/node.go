@@ -293,7 +293,7 @@ func NewPolicySource(st *jetstream.Store, r *policy.Resolver) PolicySource {
 // Settings resolves conv's settings. When its policy is invalid, the error matches
 // policy.ErrPolicy and the settings returned are those without the policy.
 func (ps PolicySource) Settings(ctx context.Context, conv string) (policy.Settings, error) {
-	data, _, err := ps.store.GetPolicy(ctx, conv)
+	data, _, err := ps.store.Policies().Get(ctx, conv)
 	if err != nil {
 		return policy.Settings{}, err
 	}

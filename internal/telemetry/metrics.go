@@ -282,9 +282,9 @@ func (c *backlogCollector) read() []prometheus.Metric {
 		rerr     error
 		terr     error
 	)
-	wg.Go(func() { req, rerr = c.st.RequestBacklog(ctx) })
+	wg.Go(func() { req, rerr = c.st.Queue().Backlog(ctx) })
 	if c.parts != nil {
-		wg.Go(func() { trg, terr = c.st.TriggerBacklog(ctx, c.parts()) })
+		wg.Go(func() { trg, terr = c.st.Chat().Backlog(ctx, c.parts()) })
 	}
 	wg.Wait()
 	add(c.requests, "requests", req, rerr)

@@ -72,7 +72,7 @@ func (s *Service) onCompact(ctx context.Context, req micro.Request) (any, error)
 	}
 	if duplicate {
 		// Its outcome may be in the past: look at the stored events first.
-		if ev, err := s.store.FindOutcome(ctx, conv, id, time.Now().Add(-duplicateLookback)); err != nil {
+		if ev, err := s.store.Events().FindOutcome(ctx, conv, id, time.Now().Add(-duplicateLookback)); err != nil {
 			s.log.Warn().Err(err).Str("conversation", conv).Msg("read stored events")
 		} else if ev != nil {
 			return s.outcome(ctx, conv, *ev), nil
@@ -106,12 +106,12 @@ func (s *Service) checkPolicy(ctx context.Context, conv string) error {
 // queueing it would write a declined marker, creating what was not there: 404, or 409
 // for a forgotten one.
 func (s *Service) lastSeqOf(ctx context.Context, conv string) (uint64, error) {
-	last, err := s.store.LastSeq(ctx, conv)
+	last, err := s.store.Chat().LastSeq(ctx, conv)
 	if err != nil {
 		return 0, internal(conv, err)
 	}
 	if last == 0 {
-		v, _, err := s.store.GetResult(ctx, conv, false)
+		v, _, err := s.store.Results().Get(ctx, conv, false)
 		if err != nil {
 			return 0, internal(conv, err)
 		}
@@ -139,7 +139,7 @@ func (s *Service) queueCompact(ctx context.Context, req micro.Request, r schemas
 		// The same request_id within the duplicate window: this request, queued before.
 		return true, nil, nil
 	case errors.Is(err, jetstream.ErrRequestPending):
-		pending, perr := s.store.PendingRequest(ctx, conv)
+		pending, perr := s.store.Queue().Pending(ctx, conv)
 		if perr != nil {
 			s.log.Warn().Err(perr).Str("conversation", conv).Msg("read the pending request")
 		}
@@ -158,7 +158,7 @@ func (s *Service) queueCompact(ctx context.Context, req micro.Request, r schemas
 	writes.Request(seq)
 	ev := schemas.Event{Type: schemas.EventRequested, Conversation: conv, RequestID: id,
 		Trigger: r.Trigger, Reason: r.Reason, At: r.RequestedAt}
-	if err := s.store.PublishEventRecorded(ctx, ev, &writes); err != nil {
+	if err := s.store.Events().PublishRecorded(ctx, ev, &writes); err != nil {
 		s.log.Warn().Err(err).Str("conversation", conv).Str("request_id", id).Msg("publish requested event")
 	}
 	if err := s.forgottenMeanwhile(ctx, conv, r.UpToSeq, &writes); err != nil {
@@ -197,7 +197,7 @@ func (s *Service) newWaiter(conv, id, events string) (*waiter, error) {
 			s.cfg.MaxConcurrentWaits, events)}
 	}
 	w := &waiter{s: s, conv: conv, events: events, outcome: make(chan schemas.Event, 1)}
-	sub, err := s.store.SubscribeEvents(conv, func(ev schemas.Event) {
+	sub, err := s.store.Events().Subscribe(conv, func(ev schemas.Event) {
 		if ev.RequestID == id && jetstream.IsOutcome(ev) || ev.Type == schemas.EventForgotten {
 			select {
 			case w.outcome <- ev:
@@ -261,7 +261,7 @@ func (s *Service) outcome(ctx context.Context, conv string, ev schemas.Event) sc
 	if ev.Type != schemas.EventCompleted {
 		return resp
 	}
-	v, _, err := s.store.GetResult(ctx, conv, true)
+	v, _, err := s.store.Results().Get(ctx, conv, true)
 	if err != nil {
 		s.log.Error().Err(err).Str("conversation", conv).Str("request_id", ev.RequestID).Msg("read the result of a completed request")
 		resp.Error = strings.TrimPrefix(resp.Error+"; ", "; ") + "completed, but reading the result failed: " + err.Error()

@@ -52,11 +52,11 @@ func (s *Service) onContext(ctx context.Context, req micro.Request) (any, error)
 
 // valueAndLast reads the KV value (from the leader) and the newest CHAT sequence.
 func (s *Service) valueAndLast(ctx context.Context, conv string) (*schemas.Result, uint64, error) {
-	v, _, err := s.store.GetResult(ctx, conv, true)
+	v, _, err := s.store.Results().Get(ctx, conv, true)
 	if err != nil {
 		return nil, 0, internal(conv, err)
 	}
-	last, err := s.store.LastSeq(ctx, conv)
+	last, err := s.store.Chat().LastSeq(ctx, conv)
 	if err != nil {
 		return nil, 0, internal(conv, err)
 	}

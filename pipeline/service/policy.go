@@ -33,7 +33,7 @@ func (s *Service) onPolicy(ctx context.Context, req micro.Request) (any, error) 
 		return nil, err
 	}
 	var resp schemas.PolicyResponse
-	err = s.store.UpdatePolicy(ctx, conv, func(data []byte) ([]byte, bool, error) {
+	err = s.store.Policies().Update(ctx, conv, func(data []byte) ([]byte, bool, error) {
 		r, next, write, err := s.applyPolicy(conv, data, in.Clear, set)
 		resp = r
 		return next, write, err

@@ -28,7 +28,7 @@ func (s *Service) onRecall(ctx context.Context, req micro.Request) (any, error) 
 	if err := in.Validate(); err != nil {
 		return nil, badRequest(err)
 	}
-	last, err := s.store.LastSeq(ctx, in.Conversation)
+	last, err := s.store.Chat().LastSeq(ctx, in.Conversation)
 	if err != nil {
 		return nil, internal(in.Conversation, err)
 	}

@@ -15,7 +15,7 @@ func TestServiceRecall(t *testing.T) {
 	ctx := svcCtx(t)
 	pub := func(conv, data string) uint64 {
 		t.Helper()
-		seq, err := s.st.PublishMessage(ctx, conv, []byte(data), "")
+		seq, err := s.st.Chat().Publish(ctx, conv, []byte(data), "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestServiceRecallStaysUnderTheMaxPayload(t *testing.T) {
 	big := strings.Repeat("x", 100_000)
 	var seqs []uint64
 	for i := range 15 {
-		seq, err := s.st.PublishMessage(ctx, "big", fmt.Appendf(nil, `{"role":"user","content":"%d %s"}`, i, big), "")
+		seq, err := s.st.Chat().Publish(ctx, "big", fmt.Appendf(nil, `{"role":"user","content":"%d %s"}`, i, big), "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,7 @@ type kvPolicies struct {
 }
 
 func (p kvPolicies) Settings(ctx context.Context, conv string) (policy.Settings, error) {
-	data, _, err := p.st.GetPolicy(ctx, conv)
+	data, _, err := p.st.Policies().Get(ctx, conv)
 	if err != nil || data == nil {
 		return p.r.Base(), err
 	}
@@ -219,7 +219,7 @@ func (w *eventWatch) next(t *testing.T, typ, conv string) schemas.Event {
 func pendingRequest(t *testing.T, st *jetstream.Store, conv string) schemas.Request {
 	t.Helper()
 	ctx := svcCtx(t)
-	r, err := st.PendingRequest(ctx, conv)
+	r, err := st.Queue().Pending(ctx, conv)
 	if err != nil || r == nil {
 		t.Fatalf("no request queued for %s: %v", conv, err)
 	}
@@ -231,7 +231,7 @@ func pendingRequest(t *testing.T, st *jetstream.Store, conv string) schemas.Requ
 func stored(t *testing.T, st *jetstream.Store, convs ...string) {
 	t.Helper()
 	for _, conv := range convs {
-		if _, err := st.PublishMessage(svcCtx(t), conv, []byte(`{"role":"user","content":"hello"}`), ""); err != nil {
+		if _, err := st.Chat().Publish(svcCtx(t), conv, []byte(`{"role":"user","content":"hello"}`), ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -293,7 +293,7 @@ func TestServiceWaitAnswersItsOwnOutcome(t *testing.T) {
 	publishEvent(t, s.st, schemas.Event{Type: schemas.EventCompleted, Conversation: "c2", RequestID: "other", Generation: 1})
 	v := &schemas.Result{SchemaVersion: 1, Conversation: "c2", Generation: 1, Summary: "the summary",
 		TailStartSeq: 5, CoveredThroughSeq: 4, RequestID: "mine", Fallback: true, CreatedAt: time.Now().UTC()}
-	if _, err := s.st.PutResult(ctx, v, 0); err != nil {
+	if _, err := s.st.Results().Put(ctx, v, 0); err != nil {
 		t.Fatal(err)
 	}
 	publishEvent(t, s.st, schemas.Event{Type: schemas.EventCompleted, Conversation: "c2", RequestID: "mine", Generation: 1,
@@ -332,7 +332,7 @@ func TestServiceWaitAnswersItsOwnOutcome(t *testing.T) {
 func publishEvent(t *testing.T, st *jetstream.Store, ev schemas.Event) {
 	t.Helper()
 	ev.At = time.Now().UTC()
-	if err := st.PublishEvent(svcCtx(t), ev); err != nil {
+	if err := st.Events().Publish(svcCtx(t), ev); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -363,7 +363,7 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if last, err = s.st.PublishMessage(ctx, "ctx", data, ""); err != nil {
+		if last, err = s.st.Chat().Publish(ctx, "ctx", data, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -377,7 +377,7 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 	}
 	v := &schemas.Result{SchemaVersion: 1, Conversation: "ctx", Generation: 1, Summary: "s", TailStartSeq: last,
 		CoveredThroughSeq: last - 1, CreatedAt: time.Now().UTC(), Unknown: map[string]json.RawMessage{"future": []byte(`"kept"`)}}
-	if _, err := s.st.PutResult(ctx, v, 0); err != nil {
+	if _, err := s.st.Results().Put(ctx, v, 0); err != nil {
 		t.Fatal(err)
 	}
 	var cx schemas.ContextResponse
@@ -438,7 +438,7 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 	if _, ok := p.Policy["strategy"]; ok || p.Policy["threshold"] != "0.6" || p.Policy["keep_last_n"] != "8" {
 		t.Fatalf("policy merge = %+v; want strategy removed, threshold kept, keep_last_n added", p.Policy)
 	}
-	data, _, err := s.st.GetPolicy(ctx, "ctx")
+	data, _, err := s.st.Policies().Get(ctx, "ctx")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +451,7 @@ func TestServiceContextStatusAndPolicy(t *testing.T) {
 	if len(p.Policy) != 0 || p.Settings["threshold"] != 0.75 {
 		t.Fatalf("policy clear = %+v", p)
 	}
-	if data, _, _ := s.st.GetPolicy(ctx, "ctx"); data != nil {
+	if data, _, _ := s.st.Policies().Get(ctx, "ctx"); data != nil {
 		t.Fatalf("policy still stored after clear: %s", data)
 	}
 }
@@ -498,7 +498,7 @@ func TestServiceRefusesBadInputNamingTheField(t *testing.T) {
 		}
 	}
 	ctx := svcCtx(t)
-	if data, _, _ := s.st.GetPolicy(ctx, "c"); data != nil {
+	if data, _, _ := s.st.Policies().Get(ctx, "c"); data != nil {
 		t.Errorf("a refused policy was stored: %s", data)
 	}
 	for _, ss := range s.st.Status(ctx).Streams {
@@ -511,7 +511,7 @@ func TestServiceRefusesBadInputNamingTheField(t *testing.T) {
 func TestServiceRefusesCompactWhenThePolicyIsInvalid(t *testing.T) {
 	s := startService(t, service.Config{})
 	// Written past the service (an older tool, by hand): the worker would fail it.
-	if err := s.st.PutPolicy(svcCtx(t), "broken", []byte(`{"profile":"gone"}`), 0); err != nil {
+	if err := s.st.Policies().Put(svcCtx(t), "broken", []byte(`{"profile":"gone"}`), 0); err != nil {
 		t.Fatal(err)
 	}
 	code, desc := svcError(t, s.client, schemas.CompactSubject, `{"conversation":"broken"}`)
@@ -621,36 +621,36 @@ func TestServiceConfigIsChecked(t *testing.T) {
 func TestPolicyWritesAreCompareAndSet(t *testing.T) {
 	s := startService(t, service.Config{})
 	ctx := svcCtx(t)
-	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.6}`), 0); err != nil {
+	if err := s.st.Policies().Put(ctx, "cas", []byte(`{"threshold":0.6}`), 0); err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.7}`), 0); !errors.Is(err, jetstream.ErrRevisionMismatch) {
+	if err := s.st.Policies().Put(ctx, "cas", []byte(`{"threshold":0.7}`), 0); !errors.Is(err, jetstream.ErrRevisionMismatch) {
 		t.Fatalf("create over a policy: %v; want ErrRevisionMismatch", err)
 	}
-	_, rev, err := s.st.GetPolicy(ctx, "cas")
+	_, rev, err := s.st.Policies().Get(ctx, "cas")
 	if err != nil || rev == 0 {
 		t.Fatalf("get: revision %d, %v", rev, err)
 	}
-	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.7}`), rev); err != nil {
+	if err := s.st.Policies().Put(ctx, "cas", []byte(`{"threshold":0.7}`), rev); err != nil {
 		t.Fatalf("update on the current revision: %v", err)
 	}
-	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.8}`), rev); !errors.Is(err, jetstream.ErrRevisionMismatch) {
+	if err := s.st.Policies().Put(ctx, "cas", []byte(`{"threshold":0.8}`), rev); !errors.Is(err, jetstream.ErrRevisionMismatch) {
 		t.Fatalf("update on a stale revision: %v; want ErrRevisionMismatch", err)
 	}
-	if err := s.st.PutPolicy(ctx, "cas", nil, rev); !errors.Is(err, jetstream.ErrRevisionMismatch) {
+	if err := s.st.Policies().Put(ctx, "cas", nil, rev); !errors.Is(err, jetstream.ErrRevisionMismatch) {
 		t.Fatalf("delete on a stale revision: %v; want ErrRevisionMismatch", err)
 	}
-	data, rev, err := s.st.GetPolicy(ctx, "cas")
+	data, rev, err := s.st.Policies().Get(ctx, "cas")
 	if err != nil || string(data) != `{"threshold":0.7}` {
 		t.Fatalf("policy after refused writes = %s, %v; want the update", data, err)
 	}
-	if err := s.st.PutPolicy(ctx, "cas", nil, rev); err != nil {
+	if err := s.st.Policies().Put(ctx, "cas", nil, rev); err != nil {
 		t.Fatalf("delete on the current revision: %v", err)
 	}
-	if data, rev, err := s.st.GetPolicy(ctx, "cas"); data != nil || rev != 0 || err != nil {
+	if data, rev, err := s.st.Policies().Get(ctx, "cas"); data != nil || rev != 0 || err != nil {
 		t.Fatalf("policy after delete = %s at %d, %v; want none", data, rev, err)
 	}
-	if err := s.st.PutPolicy(ctx, "cas", []byte(`{"threshold":0.9}`), 0); err != nil {
+	if err := s.st.Policies().Put(ctx, "cas", []byte(`{"threshold":0.9}`), 0); err != nil {
 		t.Fatalf("create after delete: %v", err)
 	}
 }
@@ -694,7 +694,7 @@ func TestServiceConcurrentPolicySetsAllSurvive(t *testing.T) {
 				t.Fatalf("%s: policy set: error %s: %s", conv, code, m.Header.Get(micro.ErrorHeader))
 			}
 		}
-		data, _, err := s.st.GetPolicy(ctx, conv)
+		data, _, err := s.st.Policies().Get(ctx, conv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -717,7 +717,7 @@ func TestServiceForget(t *testing.T) {
 	ctx := svcCtx(t)
 	for i := range 3 {
 		for _, conv := range []string{"gone", "stays"} {
-			if _, err := s.st.PublishMessage(ctx, conv, fmt.Appendf(nil, `{"role":"user","content":"%s %d"}`, conv, i), ""); err != nil {
+			if _, err := s.st.Chat().Publish(ctx, conv, fmt.Appendf(nil, `{"role":"user","content":"%s %d"}`, conv, i), ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -732,7 +732,7 @@ func TestServiceForget(t *testing.T) {
 	if found, _ := jstest.Scan(t, s.client, "gone"); len(found) > 0 {
 		t.Fatalf("after the forget: %v", found)
 	}
-	if es, err := s.st.LoadEntries(ctx, "stays", 0, 0); err != nil || len(es) != 3 {
+	if es, err := s.st.Chat().LoadEntries(ctx, "stays", 0, 0); err != nil || len(es) != 3 {
 		t.Fatalf("the other conversation: %d messages, %v; want 3", len(es), err)
 	}
 	for _, conv := range []string{"gone", "never-there"} {
@@ -750,12 +750,12 @@ func TestServiceForget(t *testing.T) {
 func TestServiceCompactOfAForgottenConversation(t *testing.T) {
 	s := startService(t, service.Config{})
 	ctx := svcCtx(t)
-	if _, err := s.st.PublishMessage(ctx, "waits", []byte(`{"role":"user","content":"hello"}`), ""); err != nil {
+	if _, err := s.st.Chat().Publish(ctx, "waits", []byte(`{"role":"user","content":"hello"}`), ""); err != nil {
 		t.Fatal(err)
 	}
 	waiting := asyncCall(s.client, schemas.CompactSubject, `{"conversation":"waits","wait_ms":30000}`)
 	for deadline := time.Now().Add(10 * time.Second); ; { // queued: the service now waits for its outcome
-		if r, err := s.st.PendingRequest(ctx, "waits"); err == nil && r != nil {
+		if r, err := s.st.Queue().Pending(ctx, "waits"); err == nil && r != nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -778,14 +778,14 @@ func TestServiceCompactOfAForgottenConversation(t *testing.T) {
 	if code != "409" || !strings.Contains(desc, "was forgotten") {
 		t.Fatalf("compact after the forget: %s %q; want 409 forgotten", code, desc)
 	}
-	if r, err := s.st.PendingRequest(ctx, "waits"); r != nil || err != nil {
+	if r, err := s.st.Queue().Pending(ctx, "waits"); r != nil || err != nil {
 		t.Fatalf("a request is queued for the forgotten conversation: %+v, %v", r, err)
 	}
 	if found, _ := jstest.Scan(t, s.client, "waits"); len(found) > 0 {
 		t.Fatalf("the refused request left: %v", found)
 	}
 	// A message after the forget starts a new conversation, which compacts as any other.
-	if _, err := s.st.PublishMessage(ctx, "waits", []byte(`{"role":"user","content":"again"}`), ""); err != nil {
+	if _, err := s.st.Chat().Publish(ctx, "waits", []byte(`{"role":"user","content":"again"}`), ""); err != nil {
 		t.Fatal(err)
 	}
 	var r schemas.CompactResponse
@@ -812,7 +812,7 @@ func TestServiceCompactOfAnUnknownConversationIsNotFound(t *testing.T) {
 	// A value without messages (they aged out of CHAT) is still a conversation.
 	v := &schemas.Result{SchemaVersion: 1, Conversation: "aged", Generation: 1, Summary: "kept",
 		TailStartSeq: 9, CoveredThroughSeq: 8, RequestID: "r0", CreatedAt: time.Now().UTC()}
-	if _, err := s.st.PutResult(svcCtx(t), v, 0); err != nil {
+	if _, err := s.st.Results().Put(svcCtx(t), v, 0); err != nil {
 		t.Fatal(err)
 	}
 	var r schemas.CompactResponse

@@ -26,7 +26,7 @@ func (s *Service) onStatus(ctx context.Context, req micro.Request) (any, error) 
 		return nil, err
 	}
 	out := schemas.ConversationStatus{Conversation: in.Conversation, Value: v, LastSeq: last}
-	p, err := s.store.PendingRequest(ctx, in.Conversation)
+	p, err := s.store.Queue().Pending(ctx, in.Conversation)
 	if err != nil {
 		return nil, internal(in.Conversation, err)
 	}

@@ -34,7 +34,7 @@ func (h headerCarrier) Keys() []string {
 // carry it to the worker, as the trigger's requests do.
 func (s *Service) enqueue(ctx context.Context, req micro.Request, r schemas.Request) (uint64, error) {
 	if s.cfg.Tracer == nil {
-		return s.store.Enqueue(ctx, r)
+		return s.store.Queue().Enqueue(ctx, r)
 	}
 	parent := traceContext.Extract(context.Background(), headerCarrier(req.Headers()))
 	_, span := s.cfg.Tracer.Tracer("github.com/compactor/compactor/pipeline/service").Start(parent, "compactor.request",
@@ -44,7 +44,7 @@ func (s *Service) enqueue(ctx context.Context, req micro.Request, r schemas.Requ
 	defer span.End()
 	h := propagation.MapCarrier{}
 	traceContext.Inject(trace.ContextWithSpan(ctx, span), h)
-	seq, err := s.store.EnqueueWithHeader(ctx, r, h)
+	seq, err := s.store.Queue().EnqueueWithHeader(ctx, r, h)
 	if err != nil {
 		span.SetStatus(codes.Error, "queue the request")
 	}

@@ -27,7 +27,7 @@ func (v *View) list(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	size := v.cfg.PageSize
-	cl, err := v.store.ListConversations(ctx, int(page-1)*size, size)
+	cl, err := v.store.Chat().List(ctx, int(page-1)*size, size)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,7 @@ func (v *View) list(ctx context.Context, r *http.Request) (any, error) {
 // a glance, not a decision.
 func (v *View) row(ctx context.Context, c jetstream.ConversationCount) Row {
 	row := Row{Conversation: c.ID, Messages: c.Messages}
-	value, _, err := v.store.GetResult(ctx, c.ID, false)
+	value, _, err := v.store.Results().Get(ctx, c.ID, false)
 	if err != nil {
 		row.Error = err.Error()
 		return row
@@ -100,12 +100,12 @@ func (v *View) assemble(ctx context.Context, conv string, value *schemas.Result,
 	from := uint64(1)
 	if value != nil {
 		var err error
-		if in.Pinned, err = v.store.LoadPinned(ctx, conv, value.PinnedSeqs); err != nil {
+		if in.Pinned, err = v.store.Chat().LoadPinned(ctx, conv, value.PinnedSeqs); err != nil {
 			return assemble.Context{}, nil, err
 		}
 		from = max(value.TailStartSeq, 1)
 	}
-	msgs, err := v.store.LoadConversation(ctx, conv, from, 0)
+	msgs, err := v.store.Chat().Load(ctx, conv, from, 0)
 	if err != nil {
 		return assemble.Context{}, nil, err
 	}
@@ -135,7 +135,7 @@ func (v *View) conversation(ctx context.Context, r *http.Request) (any, error) {
 	out.Profile, out.Strategy = s.Profile, s.Strategy
 	// The value from the leader, as compactor.status reads it. One that does not decode
 	// is shown as a note, and the page goes on as if there were none.
-	value, _, err := v.store.GetResult(ctx, conv, true)
+	value, _, err := v.store.Results().Get(ctx, conv, true)
 	var newer *schemas.ErrNewerSchema
 	var invalid *schemas.ValidationError
 	switch {
@@ -146,10 +146,10 @@ func (v *View) conversation(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	out.Value = value
-	if out.LastSeq, err = v.store.LastSeq(ctx, conv); err != nil {
+	if out.LastSeq, err = v.store.Chat().LastSeq(ctx, conv); err != nil {
 		return nil, err
 	}
-	pending, err := v.store.PendingRequest(ctx, conv)
+	pending, err := v.store.Queue().Pending(ctx, conv)
 	if err != nil {
 		out.Notes = append(out.Notes, "the pending request cannot be read: "+err.Error())
 	} else if pending != nil {
@@ -172,7 +172,7 @@ func (v *View) conversation(ctx context.Context, r *http.Request) (any, error) {
 
 // timeline reads the kept revisions of the value and the events since the oldest.
 func (v *View) timeline(ctx context.Context, conv string, notes *[]string) ([]Entry, error) {
-	revs, more, err := v.store.ResultHistory(ctx, conv)
+	revs, more, err := v.store.Results().History(ctx, conv)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +185,7 @@ func (v *View) timeline(ctx context.Context, conv string, notes *[]string) ([]En
 	if len(revs) > 0 {
 		since = revs[0].Time.Add(-time.Minute)
 	}
-	evs, evMore, err := v.store.ConversationEvents(ctx, conv, since, jetstream.MaxEvents)
+	evs, evMore, err := v.store.Events().History(ctx, conv, since, jetstream.MaxEvents)
 	if err != nil {
 		// Durations and failures come from the events; the revisions are the timeline.
 		*notes = append(*notes, "the events cannot be read, so durations and failures are missing: "+err.Error())
@@ -256,11 +256,11 @@ func (v *View) messages(ctx context.Context, r *http.Request) (any, error) {
 	if err != nil && !errors.Is(err, policy.ErrPolicy) {
 		return nil, err
 	}
-	value, _, err := v.store.GetResult(ctx, conv, false)
+	value, _, err := v.store.Results().Get(ctx, conv, false)
 	if err != nil {
 		value = nil // the page shows raw messages; the value only marks the pinned ones
 	}
-	msgs, more, err := v.store.LoadConversationPage(ctx, conv, from, through, v.cfg.MaxMessages)
+	msgs, more, err := v.store.Chat().LoadPage(ctx, conv, from, through, v.cfg.MaxMessages)
 	if err != nil {
 		return nil, err
 	}

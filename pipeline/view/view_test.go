@@ -129,7 +129,7 @@ func (f *fixture) getJSON(t *testing.T, path string, out any) {
 
 func (f *fixture) publish(t *testing.T, conv, payload string) uint64 {
 	t.Helper()
-	seq, err := f.st.PublishMessage(ctxT(t), conv, []byte(payload), "")
+	seq, err := f.st.Chat().Publish(ctxT(t), conv, []byte(payload), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func (f *fixture) publish(t *testing.T, conv, payload string) uint64 {
 func (f *fixture) event(t *testing.T, ev schemas.Event) {
 	t.Helper()
 	ev.At = time.Now().UTC()
-	if err := f.st.PublishEvent(ctxT(t), ev); err != nil {
+	if err := f.st.Events().Publish(ctxT(t), ev); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -182,7 +182,7 @@ func seed(t *testing.T, f *fixture, conv string) seeded {
 		TailStartSeq: s.tail1, CoveredThroughSeq: s.tail1 - 1, PinnedSeqs: []uint64{s.seqs[0]}, Strategy: "keep-last-n",
 		Trigger: schemas.TriggerBudget, Reason: "context 6100 tokens ≥ threshold 6000", RequestID: "req-1", Model: "model-one",
 		TokensBefore: 6100, TokensAfter: 2500, MessagesBefore: 12, MessagesAfter: 6, CreatedAt: time.Now().UTC()}
-	rev, err := f.st.PutResult(ctx, v1, 0)
+	rev, err := f.st.Results().Put(ctx, v1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func seed(t *testing.T, f *fixture, conv string) seeded {
 	d := *v1
 	s.declinedAt = s.seqs[8]
 	d.DeclinedAtSeq = s.declinedAt
-	if rev, err = f.st.PutResult(ctx, &d, rev); err != nil {
+	if rev, err = f.st.Results().Put(ctx, &d, rev); err != nil {
 		t.Fatal(err)
 	}
 	s.declineReason = "would not shrink by min_progress"
@@ -202,7 +202,7 @@ func seed(t *testing.T, f *fixture, conv string) seeded {
 		TailStartSeq: s.tail2, CoveredThroughSeq: s.tail2 - 1, PinnedSeqs: []uint64{s.seqs[0]}, Strategy: "keep-last-n",
 		Trigger: schemas.TriggerManual, RequestID: "req-2", Model: "extractive", Fallback: true,
 		TokensBefore: 6200, TokensAfter: 2000, MessagesBefore: 9, MessagesAfter: 8, CreatedAt: time.Now().UTC()}
-	if _, err = f.st.PutResult(ctx, v2, rev); err != nil {
+	if _, err = f.st.Results().Put(ctx, v2, rev); err != nil {
 		t.Fatal(err)
 	}
 	s.fallbackEventErr = "summarizer failed, fallback summary written: 500"
@@ -465,7 +465,7 @@ func TestListPages(t *testing.T) {
 	}
 	v := &schemas.Result{SchemaVersion: 1, Conversation: "conv-03", Generation: 1, Summary: "s", TailStartSeq: 1_000_000,
 		CoveredThroughSeq: 999_999, CreatedAt: time.Now().UTC()}
-	if _, err := f.st.PutResult(ctxT(t), v, 0); err != nil {
+	if _, err := f.st.Results().Put(ctxT(t), v, 0); err != nil {
 		t.Fatal(err)
 	}
 	var got []string
@@ -521,7 +521,7 @@ func TestMessagesPages(t *testing.T) {
 			}
 			_ = f.nc.Flush()
 			waitForSeqs(t, f, "m", len(seqs)+1)
-			msgs, err := f.st.LoadConversation(ctxT(t), "m", 0, 0)
+			msgs, err := f.st.Chat().Load(ctxT(t), "m", 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -532,7 +532,7 @@ func TestMessagesPages(t *testing.T) {
 	}
 	v := &schemas.Result{SchemaVersion: 1, Conversation: "m", Generation: 1, Summary: "s", TailStartSeq: seqs[8],
 		CoveredThroughSeq: seqs[8] - 1, PinnedSeqs: []uint64{seqs[2]}, CreatedAt: time.Now().UTC()}
-	if _, err := f.st.PutResult(ctxT(t), v, 0); err != nil {
+	if _, err := f.st.Results().Put(ctxT(t), v, 0); err != nil {
 		t.Fatal(err)
 	}
 	var got []uint64
@@ -577,7 +577,7 @@ func waitForSeqs(t *testing.T, f *fixture, conv string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		msgs, err := f.st.LoadConversation(ctxT(t), conv, 0, 0)
+		msgs, err := f.st.Chat().Load(ctxT(t), conv, 0, 0)
 		if err == nil && len(msgs) >= n {
 			return
 		}
@@ -610,7 +610,7 @@ func TestGapsAreShownNotErrors(t *testing.T) {
 		v := &schemas.Result{SchemaVersion: 1, Conversation: "g", Generation: gen, Summary: fmt.Sprint("summary ", gen),
 			TailStartSeq: seqs[gen*2], CoveredThroughSeq: seqs[gen*2] - 1, CreatedAt: time.Now().UTC(), RequestID: fmt.Sprint("r", gen)}
 		var err error
-		if rev, err = f.st.PutResult(ctx, v, rev); err != nil {
+		if rev, err = f.st.Results().Put(ctx, v, rev); err != nil {
 			t.Fatal(err)
 		}
 	}
