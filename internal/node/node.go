@@ -89,7 +89,9 @@ func (c Config) Validate() error {
 	switch {
 	case !c.Roles.Trigger && !c.Roles.Worker && !c.Roles.API:
 		return errors.New("node: no role to run")
-	case c.Resolver == nil && (c.Policies == nil || c.Roles.Worker && c.Summarizers == nil):
+	case c.Resolver == nil && (c.Policies == nil || c.Roles.API || c.Roles.Worker && c.Summarizers == nil):
+		// The service checks policies with it, and the workers build each profile's
+		// summarizer from it.
 		return errors.New("node: no policy resolver")
 	case c.ViewListen != "" && !c.Roles.API:
 		return errors.New("node: the web view needs the api role")
