@@ -410,102 +410,133 @@ document to send as is (with --json, as "rendered" in the object). Its bytes up 
 summary stay identical until the next compaction, so the provider's prompt cache hits.
 A conversation with nothing stored is not found (exit 3).`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
-		raw := fs.Bool("raw", "", "keep Compactor's metadata on messages (tokens, usage, context_generation, meta)")
-		maxTokens := fs.Int("max-tokens", "N", "cut the context at read time to N tokens (flagged degraded)")
-		atLeast := fs.Uint64("at-least-seq", "SEQ", "wait until the read covers sequence SEQ (the one publish printed): read-your-writes")
-		format := fs.String("format", "", "FORMAT", "render for the API the agent calls: openai (default, JSONL), anthropic, responses, gemini")
-		asJSON := fs.JSON()
-		return func(ctx context.Context, c *call) error {
-			conv, err := c.conversation()
-			if err != nil {
-				return err
-			}
-			if *maxTokens < 0 {
-				return usagef("--max-tokens must not be negative")
-			}
-			if *format != "" {
-				if _, err := formats.Parse(*format); err != nil {
-					return usagef("--format %q: want one of %s", *format, strings.Join(formats.Names(), ", "))
-				}
-			}
-			cl, nc, err := c.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			if err := mustExist(ctx, cl, conv); err != nil {
-				return err
-			}
-			var opts []pipeline.ContextOption
-			if *raw {
-				opts = append(opts, pipeline.Raw())
-			}
-			if *maxTokens > 0 {
-				opts = append(opts, pipeline.MaxTokens(*maxTokens))
-			}
-			if *atLeast > 0 {
-				opts = append(opts, pipeline.AtLeastSeq(*atLeast))
-			}
-			cx, err := cl.Context(ctx, conv, opts...)
-			if errors.Is(err, pipeline.ErrNotCovered) {
-				return newError(errTimeout, err, "%s has not reached sequence %d yet (--at-least-seq): was it published to this conversation?", conv, *atLeast)
-			}
-			if err != nil {
-				return err
-			}
-			var rendered json.RawMessage
-			if *format != "" {
-				req, err := formats.Render(cx, formats.Format(*format))
-				if err != nil {
-					return err
-				}
-				rendered = req.JSON
-			}
-			if *asJSON {
-				return writeJSON(c.std.out, struct {
-					Conversation string             `json:"conversation"`
-					Generation   uint64             `json:"generation"`
-					TailStartSeq uint64             `json:"tail_start_seq"`
-					HasSummary   bool               `json:"has_summary"`
-					Tokens       int                `json:"tokens"`
-					Degraded     bool               `json:"degraded"`
-					Messages     []schemas.Message  `json:"messages"`
-					Seqs         []uint64           `json:"seqs"`
-					Skipped      []pipeline.Skipped `json:"skipped"`
-					Format       string             `json:"format,omitempty"`
-					Rendered     json.RawMessage    `json:"rendered,omitempty"`
-				}{conv, cx.Generation, cx.TailStartSeq, cx.HasSummary, cx.Tokens, cx.Degraded, nonNil(cx.Messages), nonNil(cx.Seqs), nonNil(cx.Skipped),
-					*format, rendered})
-			}
-			w := bufio.NewWriter(c.std.out)
-			if rendered != nil && formats.Format(*format) != formats.OpenAI {
-				w.Write(rendered) // one JSON document
-				w.WriteByte('\n')
-			} else {
-				for i := range cx.Messages {
-					b, err := cx.Messages[i].Encode()
-					if err != nil {
-						return err
-					}
-					w.Write(b)
-					w.WriteByte('\n')
-				}
-			}
-			if err := w.Flush(); err != nil {
-				return err
-			}
-			for _, s := range cx.Skipped {
-				fmt.Fprintf(c.std.err, "skipped seq %d: %s\n", s.Seq, s.Reason)
-			}
-			degraded := ""
-			if cx.Degraded {
-				degraded = " (degraded to fit --max-tokens)"
-			}
-			fmt.Fprintf(c.std.err, "%s: generation %d, %d messages, about %s tokens, tail from seq %d%s\n",
-				conv, cx.Generation, len(cx.Messages), thousands(cx.Tokens), cx.TailStartSeq, degraded)
-			return nil
+		f := &contextFlags{
+			raw:       fs.Bool("raw", "", "keep Compactor's metadata on messages (tokens, usage, context_generation, meta)"),
+			maxTokens: fs.Int("max-tokens", "N", "cut the context at read time to N tokens (flagged degraded)"),
+			atLeast:   fs.Uint64("at-least-seq", "SEQ", "wait until the read covers sequence SEQ (the one publish printed): read-your-writes"),
+			format:    fs.String("format", "", "FORMAT", "render for the API the agent calls: openai (default, JSONL), anthropic, responses, gemini"),
+			asJSON:    fs.JSON(),
 		}
+		return func(ctx context.Context, c *call) error { return runContext(ctx, c, f) }
 	},
+}
+
+// contextFlags are the context command's flags, once parsed.
+type contextFlags struct {
+	raw       *bool
+	maxTokens *int
+	atLeast   *uint64
+	format    *string
+	asJSON    *bool
+}
+
+// runContext checks the flags, reads the conversation's context and prints it.
+func runContext(ctx context.Context, c *call, f *contextFlags) error {
+	conv, err := c.conversation()
+	if err != nil {
+		return err
+	}
+	if *f.maxTokens < 0 {
+		return usagef("--max-tokens must not be negative")
+	}
+	if *f.format != "" {
+		if _, err := formats.Parse(*f.format); err != nil {
+			return usagef("--format %q: want one of %s", *f.format, strings.Join(formats.Names(), ", "))
+		}
+	}
+	cl, nc, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := mustExist(ctx, cl, conv); err != nil {
+		return err
+	}
+	cx, err := cl.Context(ctx, conv, f.options()...)
+	if errors.Is(err, pipeline.ErrNotCovered) {
+		return newError(errTimeout, err, "%s has not reached sequence %d yet (--at-least-seq): was it published to this conversation?", conv, *f.atLeast)
+	}
+	if err != nil {
+		return err
+	}
+	var rendered json.RawMessage
+	if *f.format != "" {
+		req, err := formats.Render(cx, formats.Format(*f.format))
+		if err != nil {
+			return err
+		}
+		rendered = req.JSON
+	}
+	if *f.asJSON {
+		return writeContextJSON(c, conv, cx, *f.format, rendered)
+	}
+	return printContext(c, conv, cx, *f.format, rendered)
+}
+
+// options are the read's options the flags ask for.
+func (f *contextFlags) options() []pipeline.ContextOption {
+	var opts []pipeline.ContextOption
+	if *f.raw {
+		opts = append(opts, pipeline.Raw())
+	}
+	if *f.maxTokens > 0 {
+		opts = append(opts, pipeline.MaxTokens(*f.maxTokens))
+	}
+	if *f.atLeast > 0 {
+		opts = append(opts, pipeline.AtLeastSeq(*f.atLeast))
+	}
+	return opts
+}
+
+// writeContextJSON prints the context as one JSON object (--json): the messages with
+// their sequences, the read's summary and, with --format, the rendered request.
+func writeContextJSON(c *call, conv string, cx *pipeline.Context, format string, rendered json.RawMessage) error {
+	return writeJSON(c.std.out, struct {
+		Conversation string             `json:"conversation"`
+		Generation   uint64             `json:"generation"`
+		TailStartSeq uint64             `json:"tail_start_seq"`
+		HasSummary   bool               `json:"has_summary"`
+		Tokens       int                `json:"tokens"`
+		Degraded     bool               `json:"degraded"`
+		Messages     []schemas.Message  `json:"messages"`
+		Seqs         []uint64           `json:"seqs"`
+		Skipped      []pipeline.Skipped `json:"skipped"`
+		Format       string             `json:"format,omitempty"`
+		Rendered     json.RawMessage    `json:"rendered,omitempty"`
+	}{conv, cx.Generation, cx.TailStartSeq, cx.HasSummary, cx.Tokens, cx.Degraded, nonNil(cx.Messages), nonNil(cx.Seqs), nonNil(cx.Skipped),
+		format, rendered})
+}
+
+// printContext prints the context on stdout (the rendered document, or one message
+// a line) and on stderr the messages skipped and the read's summary.
+func printContext(c *call, conv string, cx *pipeline.Context, format string, rendered json.RawMessage) error {
+	w := bufio.NewWriter(c.std.out)
+	if rendered != nil && formats.Format(format) != formats.OpenAI {
+		w.Write(rendered) // one JSON document
+		w.WriteByte('\n')
+	} else {
+		for i := range cx.Messages {
+			b, err := cx.Messages[i].Encode()
+			if err != nil {
+				return err
+			}
+			w.Write(b)
+			w.WriteByte('\n')
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, s := range cx.Skipped {
+		fmt.Fprintf(c.std.err, "skipped seq %d: %s\n", s.Seq, s.Reason)
+	}
+	degraded := ""
+	if cx.Degraded {
+		degraded = " (degraded to fit --max-tokens)"
+	}
+	fmt.Fprintf(c.std.err, "%s: generation %d, %d messages, about %s tokens, tail from seq %d%s\n",
+		conv, cx.Generation, len(cx.Messages), thousands(cx.Tokens), cx.TailStartSeq, degraded)
+	return nil
 }
 
 func nonNil[T any](s []T) []T {
