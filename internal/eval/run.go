@@ -258,16 +258,47 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 			rg.close()
 		}
 	}()
-	url := cfg.NATSURL
+	url, err := rg.startServer()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := rg.dial(url, "compactor-eval")
+	if err != nil {
+		return nil, err
+	}
+	if err := rg.provision(ctx, nc); err != nil {
+		return nil, err
+	}
+	r, _ := cfg.resolver()
+	if err := rg.thresholds(r); err != nil {
+		return nil, err
+	}
+	if err := rg.startTrigger(ctx, url, r); err != nil {
+		return nil, err
+	}
+	if err := rg.startPool(ctx, url, r); err != nil {
+		return nil, err
+	}
+	parts := rg.jcfg.Partitions()
+	if rg.consumer, err = waitConsumer(ctx, nc, rg.jcfg.ChatStream, rg.jcfg.TriggerConsumerOf(parts[0])); err != nil {
+		return nil, err
+	}
+	return rg, nil
+}
+
+// startServer starts an embedded server, unless the config names one (then the rig
+// works in a namespace of its own), and returns the server's URL.
+func (rg *rig) startServer() (string, error) {
+	url := rg.cfg.NATSURL
 	if url == "" {
 		dir, err := os.MkdirTemp("", "compactor-eval-")
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: dir, ServerName: "compactor-eval"})
 		if err != nil {
 			os.RemoveAll(dir)
-			return nil, fmt.Errorf("start the embedded server: %w", err)
+			return "", fmt.Errorf("start the embedded server: %w", err)
 		}
 		rg.shutdown = func() { srv.Shutdown(); os.RemoveAll(dir) }
 		url, rg.server = srv.ClientURL(), "embedded (a temporary store, removed at the end)"
@@ -276,63 +307,81 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 		rg.jcfg = namespaced(rg.ns)
 		rg.server = "the server at " + policy.RedactURL(url) + " (--nats-url), in namespace " + rg.ns + " (deleted at the end)"
 	}
-	conn := func(name string) (*nats.Conn, error) {
-		nc, err := natsconn.Connect(url, name, zerolog.Nop(), cfg.NATSOptions...)
-		if err != nil {
-			return nil, fmt.Errorf("connect to %s: %w", policy.RedactURL(url), err)
-		}
-		rg.conns = append(rg.conns, nc)
-		return nc, nil
-	}
-	nc, err := conn("compactor-eval")
+	return url, nil
+}
+
+// dial connects to the server at url as name; the rig closes the connection.
+func (rg *rig) dial(url, name string) (*nats.Conn, error) {
+	nc, err := natsconn.Connect(url, name, zerolog.Nop(), rg.cfg.NATSOptions...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("connect to %s: %w", policy.RedactURL(url), err)
 	}
+	rg.conns = append(rg.conns, nc)
+	return nc, nil
+}
+
+// provision provisions the streams on nc (in a namespace, deleted when the rig
+// closes) and makes the client that publishes and reads.
+func (rg *rig) provision(ctx context.Context, nc *nats.Conn) (err error) {
 	if rg.ns != "" {
 		// Set before provisioning, so what a failed provision created is deleted too.
 		js, err := natsjs.New(nc)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		rg.dropNS = func() { deleteStreams(js, rg.jcfg.Names.Streams()) }
 	}
 	if rg.store, err = jetstream.Provision(ctx, nc, rg.jcfg); err != nil {
-		return nil, fmt.Errorf("provision: %w", err)
+		return fmt.Errorf("provision: %w", err)
 	}
 	rg.client = pipeline.NewWithStore(nc, rg.store)
-	r, _ := cfg.resolver()
+	return nil
+}
+
+// thresholds resolves each strategy's threshold in tokens.
+func (rg *rig) thresholds(r *policy.Resolver) error {
 	rg.threshold = map[string]int{}
-	for _, st := range cfg.Strategies {
-		s, err := r.Resolve(cfg.layer(st))
+	for _, st := range rg.cfg.Strategies {
+		s, err := r.Resolve(rg.cfg.layer(st))
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		rg.threshold[st] = s.Budget().ThresholdTokens()
 	}
+	return nil
+}
 
-	tnc, err := conn("compactor-eval-trigger")
+// startTrigger runs the trigger on a connection of its own.
+func (rg *rig) startTrigger(ctx context.Context, url string, r *policy.Resolver) error {
+	tnc, err := rg.dial(url, "compactor-eval-trigger")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	tst, err := jetstream.Open(ctx, tnc, rg.jcfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	tcfg := triggers.DefaultConfig()
 	tcfg.RetryDelay = 100 * time.Millisecond
-	trig, err := node.New(node.Config{Roles: node.Roles{Trigger: true}, Resolver: r, Trigger: tcfg, Logger: cfg.Logger}, tnc, tst)
+	trig, err := node.New(node.Config{Roles: node.Roles{Trigger: true}, Resolver: r, Trigger: tcfg, Logger: rg.cfg.Logger}, tnc, tst)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rg.stops = append(rg.stops, trig.Start(ctx))
+	return nil
+}
 
-	wnc, err := conn("compactor-eval-worker")
+// startPool runs the summarizer pool on a connection of its own, its summarizers
+// (the config's, else the extractive one) counted.
+func (rg *rig) startPool(ctx context.Context, url string, r *policy.Resolver) error {
+	cfg := rg.cfg
+	wnc, err := rg.dial(url, "compactor-eval-worker")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	wst, err := jetstream.Open(ctx, wnc, rg.jcfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sums := cfg.Summarizers
 	if sums == nil {
@@ -353,15 +402,10 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 		},
 		Fallback: rg.counted.wrap(extractive.New())}, wnc, wst)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rg.stops = append(rg.stops, pool.Start(ctx))
-
-	parts := rg.jcfg.Partitions()
-	if rg.consumer, err = waitConsumer(ctx, nc, rg.jcfg.ChatStream, rg.jcfg.TriggerConsumerOf(parts[0])); err != nil {
-		return nil, err
-	}
-	return rg, nil
+	return nil
 }
 
 // waitConsumer returns the trigger's consumer on CHAT once the trigger made it.
