@@ -543,36 +543,9 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	}
 	msgs, planted := plant(c.Messages, c.Name, rg.cfg.Plant)
 	truth := Extract(c.Messages)
-	var pinned []uint64
-	var last uint64
-	whole := 0
-	for i := range msgs {
-		m := msgs[i]
-		if m.Role == schemas.RoleAssistant && last > 0 {
-			if err := rg.caughtUp(ctx, last); err != nil {
-				return res, err
-			}
-			cx, err := rg.client.Context(ctx, conv, pipeline.AtLeastSeq(last), pipeline.WaitPending(rg.cfg.TurnWait))
-			if err != nil {
-				return res, fmt.Errorf("read the context before message %d: %w", i+1, err)
-			}
-			res.ModelTurns++
-			res.TokensWith += int64(cx.Tokens)
-			res.TokensWithout += int64(whole)
-			res.BrokenToolPairs += BrokenToolPairs(cx.Messages)
-			res.MissingPinned += MissingPinned(cx.Seqs, pinned)
-			res.Skipped += len(cx.Skipped)
-		}
-		seq, err := rg.client.Publish(ctx, conv, m)
-		if err != nil {
-			return res, fmt.Errorf("publish message %d: %w", i+1, err)
-		}
-		if (i == 0 && m.Role == schemas.RoleSystem) || m.Pinned() {
-			pinned = append(pinned, seq)
-		}
-		last = seq
-		stripped := m.StripMetadata()
-		whole += tokens.Message(&stripped)
+	pinned, last, whole, err := rg.publishTurns(ctx, conv, msgs, &res)
+	if err != nil {
+		return res, err
 	}
 	res.Messages = len(msgs)
 	cx, err := rg.settle(ctx, conv, last, rg.threshold[strategy])
@@ -583,9 +556,54 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	res.MissingPinned += MissingPinned(cx.Seqs, pinned)
 	res.Skipped += len(cx.Skipped)
 	res.FinalTokens, res.HistoryTokens = cx.Tokens, whole
+	err = rg.scoreFinal(ctx, c, cx, planted, truth, &res)
+	return res, err
+}
+
+// publishTurns publishes msgs to conv one by one, reading the context before each
+// assistant message as the agent would and counting into res what it held. It
+// returns the sequences of the pinned messages, the last sequence and the tokens of
+// the whole history.
+func (rg *rig) publishTurns(ctx context.Context, conv string, msgs []schemas.Message, res *ConvResult) (pinned []uint64, last uint64, whole int, err error) {
+	for i := range msgs {
+		m := msgs[i]
+		if m.Role == schemas.RoleAssistant && last > 0 {
+			if err := rg.caughtUp(ctx, last); err != nil {
+				return pinned, last, whole, err
+			}
+			cx, err := rg.client.Context(ctx, conv, pipeline.AtLeastSeq(last), pipeline.WaitPending(rg.cfg.TurnWait))
+			if err != nil {
+				return pinned, last, whole, fmt.Errorf("read the context before message %d: %w", i+1, err)
+			}
+			res.ModelTurns++
+			res.TokensWith += int64(cx.Tokens)
+			res.TokensWithout += int64(whole)
+			res.BrokenToolPairs += BrokenToolPairs(cx.Messages)
+			res.MissingPinned += MissingPinned(cx.Seqs, pinned)
+			res.Skipped += len(cx.Skipped)
+		}
+		seq, err := rg.client.Publish(ctx, conv, m)
+		if err != nil {
+			return pinned, last, whole, fmt.Errorf("publish message %d: %w", i+1, err)
+		}
+		if (i == 0 && m.Role == schemas.RoleSystem) || m.Pinned() {
+			pinned = append(pinned, seq)
+		}
+		last = seq
+		stripped := m.StripMetadata()
+		whole += tokens.Message(&stripped)
+	}
+	return pinned, last, whole, nil
+}
+
+// scoreFinal scores the final context cx of c's replay into res: compactions, what
+// survives of the paths, commands and facts (planted and listed), the summarizer's
+// tokens and, with a prober, the probes' answers.
+func (rg *rig) scoreFinal(ctx context.Context, c Conversation, cx *pipeline.Context, planted []string, truth Truth, res *ConvResult) error {
+	conv := res.Conversation
 	v, err := rg.client.Result(ctx, conv)
 	if err != nil {
-		return res, fmt.Errorf("read the result: %w", err)
+		return fmt.Errorf("read the result: %w", err)
 	}
 	evidence := ""
 	if v != nil {
@@ -611,14 +629,14 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 		// A failed probe is reported with the conversation; it does not stop the run.
 		if p, err := rg.cfg.Prober.Probe(ctx, bare, truth); err != nil {
 			if ctx.Err() != nil {
-				return res, ctx.Err()
+				return ctx.Err()
 			}
 			res.ProbeError = err.Error()
 		} else {
 			res.Probes = &p
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // score counts the items that survive in the final context: with and without the
