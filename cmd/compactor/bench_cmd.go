@@ -25,94 +25,128 @@ docs/benchmarks.md into --doc. Without --nats-url it starts --nats-server (defau
 nats-server on PATH, else one go build makes of the version go.mod pins), else an
 embedded server, which the output notes. Measurements: ` + strings.Join(bench.Measurements, ", ") + `.`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
-		quick := fs.Bool("quick", "", "under a minute: smaller workloads, the table only")
-		asJSON := fs.JSON()
-		url := fs.String("nats-url", "", "URL", "measure against this NATS server instead of starting one")
-		server := fs.String("nats-server", "", "PATH", "the nats-server binary to start")
-		corpus := fs.String("corpus", "", "DIR", "the corpus of *.jsonl transcripts (default examples/transcripts of the repository)")
-		charts := fs.String("charts", "", "DIR", "write PNG charts into DIR")
-		doc := fs.String("doc", "", "FILE", "write the whole benchmarks document to FILE")
-		seed := fs.Uint64("seed", "N", "seed of the simulations (default 1)")
-		only := fs.String("only", "", "M1,M2", "run only these measurements")
-		cpuProfile := fs.String("cpuprofile", "", "FILE", "write a CPU profile of this process (client, trigger, workers) for go tool pprof")
-		heapProfile := fs.String("heapprofile", "", "FILE", "write the heap once the trigger tracks every conversation")
-		return func(ctx context.Context, c *call) error {
-			if len(c.args) > 0 {
-				return usagef("bench takes no arguments, only flags")
-			}
-			if *seed == 0 {
-				*seed = 1
-			}
-			cfg := bench.Config{Quick: *quick, NATSURL: *url, NATSServer: *server, Corpus: *corpus, Seed: *seed, Progress: c.std.err, HeapProfile: *heapProfile}
-			if self, err := os.Executable(); err == nil {
-				cfg.Self = self
-			}
-			if cfg.Corpus == "" {
-				cfg.Corpus = bench.DefaultCorpus()
-			}
-			// In the order bench.Run measures them.
-			steps := []string{"tokens", "ingest", "latency", "read", "cost", "scaleout", "heap"}
-			if *only != "" {
-				cfg.Only = strings.Split(*only, ",")
-				for _, m := range cfg.Only {
-					if !bench.Known(m) {
-						return usagef("--only: unknown measurement %q (known: %s)", m, strings.Join(bench.Measurements, ", "))
-					}
-				}
-				steps = slices.DeleteFunc(steps, func(m string) bool { return !slices.Contains(cfg.Only, m) })
-			}
-			if bar := newProgress(c.std.err, c.lookup, "bench", "measurements", int64(len(steps))); bar != nil {
-				defer bar.finish()
-				cfg.Progress = &benchProgress{bar: bar, steps: steps}
-			}
-			if *cpuProfile != "" {
-				f, err := os.Create(*cpuProfile)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
-			}
-			rep, err := bench.Run(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			rep.Command = "go run ./cmd/compactor bench " + strings.Join(c.raw, " ")
-			if *charts != "" {
-				files, err := rep.WriteCharts(*charts)
-				if err != nil {
-					return fmt.Errorf("charts: %w", err)
-				}
-				for _, f := range files {
-					fmt.Fprintf(c.std.err, "chart: %s\n", f)
-				}
-			}
-			if *doc != "" {
-				if err := os.MkdirAll(filepath.Dir(*doc), 0o755); err != nil {
-					return err
-				}
-				f, err := os.Create(*doc)
-				if err != nil {
-					return err
-				}
-				err = rep.WriteMarkdown(f)
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
-				if err != nil {
-					return fmt.Errorf("doc: %w", err)
-				}
-				fmt.Fprintf(c.std.err, "doc: %s\n", *doc)
-			}
-			if *asJSON {
-				return rep.WriteJSON(c.std.out)
-			}
-			return rep.WriteTable(c.std.out)
+		f := &benchFlags{
+			quick:       fs.Bool("quick", "", "under a minute: smaller workloads, the table only"),
+			asJSON:      fs.JSON(),
+			url:         fs.String("nats-url", "", "URL", "measure against this NATS server instead of starting one"),
+			server:      fs.String("nats-server", "", "PATH", "the nats-server binary to start"),
+			corpus:      fs.String("corpus", "", "DIR", "the corpus of *.jsonl transcripts (default examples/transcripts of the repository)"),
+			charts:      fs.String("charts", "", "DIR", "write PNG charts into DIR"),
+			doc:         fs.String("doc", "", "FILE", "write the whole benchmarks document to FILE"),
+			seed:        fs.Uint64("seed", "N", "seed of the simulations (default 1)"),
+			only:        fs.String("only", "", "M1,M2", "run only these measurements"),
+			cpuProfile:  fs.String("cpuprofile", "", "FILE", "write a CPU profile of this process (client, trigger, workers) for go tool pprof"),
+			heapProfile: fs.String("heapprofile", "", "FILE", "write the heap once the trigger tracks every conversation"),
 		}
+		return func(ctx context.Context, c *call) error { return runBench(ctx, c, f) }
 	},
+}
+
+// benchFlags are the bench command's flags, once parsed.
+type benchFlags struct {
+	quick, asJSON                    *bool
+	url, server, corpus, charts, doc *string
+	seed                             *uint64
+	only, cpuProfile, heapProfile    *string
+}
+
+// runBench configures the bench from the flags, runs it (under a progress bar and,
+// with --cpuprofile, the CPU profiler) and writes its charts, document and table.
+func runBench(ctx context.Context, c *call, f *benchFlags) error {
+	cfg, steps, err := benchConfig(c, f)
+	if err != nil {
+		return err
+	}
+	if bar := newProgress(c.std.err, c.lookup, "bench", "measurements", int64(len(steps))); bar != nil {
+		defer bar.finish()
+		cfg.Progress = &benchProgress{bar: bar, steps: steps}
+	}
+	if *f.cpuProfile != "" {
+		prof, err := os.Create(*f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer prof.Close()
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	rep.Command = "go run ./cmd/compactor bench " + strings.Join(c.raw, " ")
+	if err := writeBenchFiles(c, rep, *f.charts, *f.doc); err != nil {
+		return err
+	}
+	if *f.asJSON {
+		return rep.WriteJSON(c.std.out)
+	}
+	return rep.WriteTable(c.std.out)
+}
+
+// benchConfig checks the arguments and flags and makes the bench's configuration,
+// with the measurements it runs in the order bench.Run measures them.
+func benchConfig(c *call, f *benchFlags) (bench.Config, []string, error) {
+	if len(c.args) > 0 {
+		return bench.Config{}, nil, usagef("bench takes no arguments, only flags")
+	}
+	if *f.seed == 0 {
+		*f.seed = 1
+	}
+	cfg := bench.Config{Quick: *f.quick, NATSURL: *f.url, NATSServer: *f.server, Corpus: *f.corpus, Seed: *f.seed, Progress: c.std.err, HeapProfile: *f.heapProfile}
+	if self, err := os.Executable(); err == nil {
+		cfg.Self = self
+	}
+	if cfg.Corpus == "" {
+		cfg.Corpus = bench.DefaultCorpus()
+	}
+	// In the order bench.Run measures them.
+	steps := []string{"tokens", "ingest", "latency", "read", "cost", "scaleout", "heap"}
+	if *f.only != "" {
+		cfg.Only = strings.Split(*f.only, ",")
+		for _, m := range cfg.Only {
+			if !bench.Known(m) {
+				return bench.Config{}, nil, usagef("--only: unknown measurement %q (known: %s)", m, strings.Join(bench.Measurements, ", "))
+			}
+		}
+		steps = slices.DeleteFunc(steps, func(m string) bool { return !slices.Contains(cfg.Only, m) })
+	}
+	return cfg, steps, nil
+}
+
+// writeBenchFiles writes the report's PNG charts into the directory charts and the
+// whole benchmarks document to the file doc (each when named), naming each file on
+// stderr.
+func writeBenchFiles(c *call, rep *bench.Report, charts, doc string) error {
+	if charts != "" {
+		files, err := rep.WriteCharts(charts)
+		if err != nil {
+			return fmt.Errorf("charts: %w", err)
+		}
+		for _, f := range files {
+			fmt.Fprintf(c.std.err, "chart: %s\n", f)
+		}
+	}
+	if doc != "" {
+		if err := os.MkdirAll(filepath.Dir(doc), 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(doc)
+		if err != nil {
+			return err
+		}
+		err = rep.WriteMarkdown(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("doc: %w", err)
+		}
+		fmt.Fprintf(c.std.err, "doc: %s\n", doc)
+	}
+	return nil
 }
 
 // benchProgress shows the bench's progress lines above a bar of the measurements done:

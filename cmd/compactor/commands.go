@@ -205,106 +205,151 @@ func readLines(r io.Reader, limit int, out chan<- inputLine, quit <-chan struct{
 	}
 }
 
+// publishLines publishes each line of stdin (at most limit bytes) to conv as a
+// message, printing each sequence stored (or, with asJSON, the report at the end)
+// and a line on stderr for each line not published.
 func publishLines(ctx context.Context, c *call, cl *pipeline.Client, conv, idPrefix string, asJSON bool, limit int) error {
-	var total int64
-	if f, ok := c.std.in.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
-			total = fi.Size()
-		}
-	}
-	bar := newProgress(c.std.err, c.lookup, "publish "+conv, "B", total)
+	bar := newProgress(c.std.err, c.lookup, "publish "+conv, "B", stdinSize(c))
 	defer bar.finish()
-	report := func(line string) {
-		if bar != nil {
-			bar.println(line)
-			return
-		}
-		fmt.Fprintln(c.std.err, line)
-	}
 	lines := make(chan inputLine)
 	quit := make(chan struct{})
 	defer close(quit)
 	go readLines(c.std.in, limit, lines, quit)
 
-	r := &publishReport{Conversation: conv}
-	var readErr error
-	out := bufio.NewWriter(c.std.out)
-	defer out.Flush()
-	fail := func(n int, msg string) {
-		r.NotPublished++
-		if len(r.Errors) < 100 {
-			r.Errors = append(r.Errors, lineError{Line: n, Error: msg})
-		} else {
-			r.ErrorsOmitted++
+	p := &linePublisher{c: c, cl: cl, conv: conv, idPrefix: idPrefix, asJSON: asJSON, limit: limit, bar: bar,
+		r: &publishReport{Conversation: conv}, out: bufio.NewWriter(c.std.out)}
+	defer p.out.Flush()
+	readErr := p.publishAll(ctx, lines)
+	bar.finish()
+	p.out.Flush()
+	return p.end(ctx, readErr)
+}
+
+// stdinSize is the size of stdin when it is a regular file (the progress bar's
+// total), else 0.
+func stdinSize(c *call) int64 {
+	if f, ok := c.std.in.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			return fi.Size()
 		}
-		report(fmt.Sprintf("line %d: %s", n, msg))
 	}
-loop:
+	return 0
+}
+
+// linePublisher is one run of publishLines: where it publishes, how, and what it
+// has counted so far.
+type linePublisher struct {
+	c              *call
+	cl             *pipeline.Client
+	conv, idPrefix string
+	asJSON         bool
+	limit          int
+	bar            *progress
+	r              *publishReport
+	out            *bufio.Writer // the sequences stored
+}
+
+// report prints a line on stderr, above the progress bar when there is one.
+func (p *linePublisher) report(line string) {
+	if p.bar != nil {
+		p.bar.println(line)
+		return
+	}
+	fmt.Fprintln(p.c.std.err, line)
+}
+
+// fail counts line n as not published, keeping its error (the first 100) and
+// reporting it.
+func (p *linePublisher) fail(n int, msg string) {
+	r := p.r
+	r.NotPublished++
+	if len(r.Errors) < 100 {
+		r.Errors = append(r.Errors, lineError{Line: n, Error: msg})
+	} else {
+		r.ErrorsOmitted++
+	}
+	p.report(fmt.Sprintf("line %d: %s", n, msg))
+}
+
+// publishAll publishes the lines until their end, an error reading them (returned)
+// or ctx's end (counted as interrupted).
+func (p *linePublisher) publishAll(ctx context.Context, lines <-chan inputLine) error {
 	for {
 		if ctx.Err() != nil {
-			r.Interrupted = true
-			break
+			p.r.Interrupted = true
+			return nil
 		}
 		var l inputLine
 		var ok bool
 		select {
 		case <-ctx.Done():
-			r.Interrupted = true
-			break loop
+			p.r.Interrupted = true
+			return nil
 		case l, ok = <-lines:
 		}
 		if !ok {
-			break
+			return nil
 		}
 		if l.err != nil {
-			readErr = l.err
-			break
+			return l.err
 		}
-		r.Lines++
-		n := r.Lines
-		bar.set(l.read, fmt.Sprintf("line %s", thousands(n)))
-		text := strings.TrimSpace(string(l.text))
-		switch {
-		case l.tooLong > 0:
-			fail(n, fmt.Sprintf("the line is %d bytes, over the %d a line may have (COMPACTOR_MAX_OBJECT_SIZE plus 1 MiB, at least 64 MiB); nothing was stored", l.tooLong, limit))
-			continue
-		case text == "":
-			r.Blank++
-			continue
-		}
-		m, err := schemas.DecodeMessage([]byte(text))
-		if err != nil {
-			fail(n, err.Error())
-			continue
-		}
-		var opts []pipeline.PublishOption
-		if idPrefix != "" {
-			opts = append(opts, pipeline.MsgID(fmt.Sprintf("%s-%d", idPrefix, n)))
-		}
-		// ctrl-C does not cut a publish short: its outcome is then known and counted.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
-		seq, err := cl.Publish(pctx, conv, m, opts...)
-		cancel()
-		if err != nil {
-			fail(n, explainPublishError(err))
-			continue
-		}
-		r.Published++
-		if r.FirstSeq == 0 {
-			r.FirstSeq = seq
-		}
-		r.LastSeq = seq
-		if !asJSON {
-			fmt.Fprintln(out, seq)
-			if bar == nil {
-				out.Flush() // a reader of a pipe sees each sequence as it is stored
-			}
+		p.publishLine(ctx, l)
+	}
+}
+
+// publishLine publishes one line of input, counting it (a blank line is skipped; a
+// line too long, invalid or refused fails).
+func (p *linePublisher) publishLine(ctx context.Context, l inputLine) {
+	r := p.r
+	r.Lines++
+	n := r.Lines
+	p.bar.set(l.read, fmt.Sprintf("line %s", thousands(n)))
+	text := strings.TrimSpace(string(l.text))
+	switch {
+	case l.tooLong > 0:
+		p.fail(n, fmt.Sprintf("the line is %d bytes, over the %d a line may have (COMPACTOR_MAX_OBJECT_SIZE plus 1 MiB, at least 64 MiB); nothing was stored", l.tooLong, p.limit))
+		return
+	case text == "":
+		r.Blank++
+		return
+	}
+	m, err := schemas.DecodeMessage([]byte(text))
+	if err != nil {
+		p.fail(n, err.Error())
+		return
+	}
+	var opts []pipeline.PublishOption
+	if p.idPrefix != "" {
+		opts = append(opts, pipeline.MsgID(fmt.Sprintf("%s-%d", p.idPrefix, n)))
+	}
+	// ctrl-C does not cut a publish short: its outcome is then known and counted.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	seq, err := p.cl.Publish(pctx, p.conv, m, opts...)
+	cancel()
+	if err != nil {
+		p.fail(n, explainPublishError(err))
+		return
+	}
+	r.Published++
+	if r.FirstSeq == 0 {
+		r.FirstSeq = seq
+	}
+	r.LastSeq = seq
+	if !p.asJSON {
+		fmt.Fprintln(p.out, seq)
+		if p.bar == nil {
+			p.out.Flush() // a reader of a pipe sees each sequence as it is stored
 		}
 	}
-	bar.finish()
-	out.Flush()
-	if asJSON {
-		if err := writeJSON(c.std.out, r); err != nil {
+}
+
+// end prints the report (--json on stdout, else on stderr when all went well) and
+// returns the run's error: interrupted, the input's read error, or lines not
+// published.
+func (p *linePublisher) end(ctx context.Context, readErr error) error {
+	r := p.r
+	if p.asJSON {
+		if err := writeJSON(p.c.std.out, r); err != nil {
 			return err
 		}
 	}
@@ -316,8 +361,8 @@ loop:
 	case r.NotPublished > 0:
 		return errors.New(r.String())
 	}
-	if !asJSON {
-		fmt.Fprintln(c.std.err, r)
+	if !p.asJSON {
+		fmt.Fprintln(p.c.std.err, r)
 	}
 	return nil
 }
@@ -365,102 +410,133 @@ document to send as is (with --json, as "rendered" in the object). Its bytes up 
 summary stay identical until the next compaction, so the provider's prompt cache hits.
 A conversation with nothing stored is not found (exit 3).`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
-		raw := fs.Bool("raw", "", "keep Compactor's metadata on messages (tokens, usage, context_generation, meta)")
-		maxTokens := fs.Int("max-tokens", "N", "cut the context at read time to N tokens (flagged degraded)")
-		atLeast := fs.Uint64("at-least-seq", "SEQ", "wait until the read covers sequence SEQ (the one publish printed): read-your-writes")
-		format := fs.String("format", "", "FORMAT", "render for the API the agent calls: openai (default, JSONL), anthropic, responses, gemini")
-		asJSON := fs.JSON()
-		return func(ctx context.Context, c *call) error {
-			conv, err := c.conversation()
-			if err != nil {
-				return err
-			}
-			if *maxTokens < 0 {
-				return usagef("--max-tokens must not be negative")
-			}
-			if *format != "" {
-				if _, err := formats.Parse(*format); err != nil {
-					return usagef("--format %q: want one of %s", *format, strings.Join(formats.Names(), ", "))
-				}
-			}
-			cl, nc, err := c.connect(ctx)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			if err := mustExist(ctx, cl, conv); err != nil {
-				return err
-			}
-			var opts []pipeline.ContextOption
-			if *raw {
-				opts = append(opts, pipeline.Raw())
-			}
-			if *maxTokens > 0 {
-				opts = append(opts, pipeline.MaxTokens(*maxTokens))
-			}
-			if *atLeast > 0 {
-				opts = append(opts, pipeline.AtLeastSeq(*atLeast))
-			}
-			cx, err := cl.Context(ctx, conv, opts...)
-			if errors.Is(err, pipeline.ErrNotCovered) {
-				return newError(errTimeout, err, "%s has not reached sequence %d yet (--at-least-seq): was it published to this conversation?", conv, *atLeast)
-			}
-			if err != nil {
-				return err
-			}
-			var rendered json.RawMessage
-			if *format != "" {
-				req, err := formats.Render(cx, formats.Format(*format))
-				if err != nil {
-					return err
-				}
-				rendered = req.JSON
-			}
-			if *asJSON {
-				return writeJSON(c.std.out, struct {
-					Conversation string             `json:"conversation"`
-					Generation   uint64             `json:"generation"`
-					TailStartSeq uint64             `json:"tail_start_seq"`
-					HasSummary   bool               `json:"has_summary"`
-					Tokens       int                `json:"tokens"`
-					Degraded     bool               `json:"degraded"`
-					Messages     []schemas.Message  `json:"messages"`
-					Seqs         []uint64           `json:"seqs"`
-					Skipped      []pipeline.Skipped `json:"skipped"`
-					Format       string             `json:"format,omitempty"`
-					Rendered     json.RawMessage    `json:"rendered,omitempty"`
-				}{conv, cx.Generation, cx.TailStartSeq, cx.HasSummary, cx.Tokens, cx.Degraded, nonNil(cx.Messages), nonNil(cx.Seqs), nonNil(cx.Skipped),
-					*format, rendered})
-			}
-			w := bufio.NewWriter(c.std.out)
-			if rendered != nil && formats.Format(*format) != formats.OpenAI {
-				w.Write(rendered) // one JSON document
-				w.WriteByte('\n')
-			} else {
-				for i := range cx.Messages {
-					b, err := cx.Messages[i].Encode()
-					if err != nil {
-						return err
-					}
-					w.Write(b)
-					w.WriteByte('\n')
-				}
-			}
-			if err := w.Flush(); err != nil {
-				return err
-			}
-			for _, s := range cx.Skipped {
-				fmt.Fprintf(c.std.err, "skipped seq %d: %s\n", s.Seq, s.Reason)
-			}
-			degraded := ""
-			if cx.Degraded {
-				degraded = " (degraded to fit --max-tokens)"
-			}
-			fmt.Fprintf(c.std.err, "%s: generation %d, %d messages, about %s tokens, tail from seq %d%s\n",
-				conv, cx.Generation, len(cx.Messages), thousands(cx.Tokens), cx.TailStartSeq, degraded)
-			return nil
+		f := &contextFlags{
+			raw:       fs.Bool("raw", "", "keep Compactor's metadata on messages (tokens, usage, context_generation, meta)"),
+			maxTokens: fs.Int("max-tokens", "N", "cut the context at read time to N tokens (flagged degraded)"),
+			atLeast:   fs.Uint64("at-least-seq", "SEQ", "wait until the read covers sequence SEQ (the one publish printed): read-your-writes"),
+			format:    fs.String("format", "", "FORMAT", "render for the API the agent calls: openai (default, JSONL), anthropic, responses, gemini"),
+			asJSON:    fs.JSON(),
 		}
+		return func(ctx context.Context, c *call) error { return runContext(ctx, c, f) }
 	},
+}
+
+// contextFlags are the context command's flags, once parsed.
+type contextFlags struct {
+	raw       *bool
+	maxTokens *int
+	atLeast   *uint64
+	format    *string
+	asJSON    *bool
+}
+
+// runContext checks the flags, reads the conversation's context and prints it.
+func runContext(ctx context.Context, c *call, f *contextFlags) error {
+	conv, err := c.conversation()
+	if err != nil {
+		return err
+	}
+	if *f.maxTokens < 0 {
+		return usagef("--max-tokens must not be negative")
+	}
+	if *f.format != "" {
+		if _, err := formats.Parse(*f.format); err != nil {
+			return usagef("--format %q: want one of %s", *f.format, strings.Join(formats.Names(), ", "))
+		}
+	}
+	cl, nc, err := c.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := mustExist(ctx, cl, conv); err != nil {
+		return err
+	}
+	cx, err := cl.Context(ctx, conv, f.options()...)
+	if errors.Is(err, pipeline.ErrNotCovered) {
+		return newError(errTimeout, err, "%s has not reached sequence %d yet (--at-least-seq): was it published to this conversation?", conv, *f.atLeast)
+	}
+	if err != nil {
+		return err
+	}
+	var rendered json.RawMessage
+	if *f.format != "" {
+		req, err := formats.Render(cx, formats.Format(*f.format))
+		if err != nil {
+			return err
+		}
+		rendered = req.JSON
+	}
+	if *f.asJSON {
+		return writeContextJSON(c, conv, cx, *f.format, rendered)
+	}
+	return printContext(c, conv, cx, *f.format, rendered)
+}
+
+// options are the read's options the flags ask for.
+func (f *contextFlags) options() []pipeline.ContextOption {
+	var opts []pipeline.ContextOption
+	if *f.raw {
+		opts = append(opts, pipeline.Raw())
+	}
+	if *f.maxTokens > 0 {
+		opts = append(opts, pipeline.MaxTokens(*f.maxTokens))
+	}
+	if *f.atLeast > 0 {
+		opts = append(opts, pipeline.AtLeastSeq(*f.atLeast))
+	}
+	return opts
+}
+
+// writeContextJSON prints the context as one JSON object (--json): the messages with
+// their sequences, the read's summary and, with --format, the rendered request.
+func writeContextJSON(c *call, conv string, cx *pipeline.Context, format string, rendered json.RawMessage) error {
+	return writeJSON(c.std.out, struct {
+		Conversation string             `json:"conversation"`
+		Generation   uint64             `json:"generation"`
+		TailStartSeq uint64             `json:"tail_start_seq"`
+		HasSummary   bool               `json:"has_summary"`
+		Tokens       int                `json:"tokens"`
+		Degraded     bool               `json:"degraded"`
+		Messages     []schemas.Message  `json:"messages"`
+		Seqs         []uint64           `json:"seqs"`
+		Skipped      []pipeline.Skipped `json:"skipped"`
+		Format       string             `json:"format,omitempty"`
+		Rendered     json.RawMessage    `json:"rendered,omitempty"`
+	}{conv, cx.Generation, cx.TailStartSeq, cx.HasSummary, cx.Tokens, cx.Degraded, nonNil(cx.Messages), nonNil(cx.Seqs), nonNil(cx.Skipped),
+		format, rendered})
+}
+
+// printContext prints the context on stdout (the rendered document, or one message
+// a line) and on stderr the messages skipped and the read's summary.
+func printContext(c *call, conv string, cx *pipeline.Context, format string, rendered json.RawMessage) error {
+	w := bufio.NewWriter(c.std.out)
+	if rendered != nil && formats.Format(format) != formats.OpenAI {
+		w.Write(rendered) // one JSON document
+		w.WriteByte('\n')
+	} else {
+		for i := range cx.Messages {
+			b, err := cx.Messages[i].Encode()
+			if err != nil {
+				return err
+			}
+			w.Write(b)
+			w.WriteByte('\n')
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, s := range cx.Skipped {
+		fmt.Fprintf(c.std.err, "skipped seq %d: %s\n", s.Seq, s.Reason)
+	}
+	degraded := ""
+	if cx.Degraded {
+		degraded = " (degraded to fit --max-tokens)"
+	}
+	fmt.Fprintf(c.std.err, "%s: generation %d, %d messages, about %s tokens, tail from seq %d%s\n",
+		conv, cx.Generation, len(cx.Messages), thousands(cx.Tokens), cx.TailStartSeq, degraded)
+	return nil
 }
 
 func nonNil[T any](s []T) []T {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -42,128 +43,179 @@ the probes ask it which files were changed, what was decided and what the user a
 for; without one the extractive summarizer runs, which the output says.
 Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 	define: func(fs *flagSet) func(ctx context.Context, c *call) error {
-		var strategies, facts listValue
-		fs.add(&strategies, "strategy", "", "S", "a strategy to replay with (repeatable; default: "+strings.Join(eval.DefaultStrategies, ", ")+")", "")
-		window := fs.Int("window", "N", fmt.Sprintf("the context window W in tokens (default %d)", eval.DefaultWindow))
-		asJSON := fs.JSON()
-		markdown := fs.Bool("markdown", "", "print the tables as Markdown (as in the README) instead of aligned text")
-		fs.add(&facts, "fact", "", "TEXT", "a fact to look for in the final contexts (repeatable)", "")
-		factsFile := fs.String("facts", "", "FILE", "facts to look for, one a line")
-		plant := fs.Int("plant", "N", "plant N unique synthetic facts as user messages early in each conversation")
-		concurrency := fs.Int("concurrency", "N", "conversations replayed at once (default 8)")
-		url := fs.String("nats-url", "", "URL", "replay on this NATS server (as a user that may create streams; COMPACTOR_NATS_CREDS and the other auth variables apply), in a namespace of its own deleted afterwards (default: an embedded server)")
-		evidence := fs.String("evidence-budget", "", "F", "set the policy key evidence_budget of every conversation (fraction of W; 0 turns evidence off); unset by default")
-		turnWait := fs.Duration("turn-wait", "D", "longest wait of one model turn for a pending compaction (default 30s)")
-		return func(ctx context.Context, c *call) error {
-			for _, s := range strategies {
-				if !slices.Contains(split.Strategies, s) {
-					return usagef("--strategy: unknown strategy %q (known: %s)", s, strings.Join(split.Strategies, ", "))
-				}
-			}
-			if *window != 0 && *window < 1000 {
-				return usagef("--window: must be at least 1000 tokens, got %d", *window)
-			}
-			if *plant < 0 || *plant > 100 {
-				return usagef("--plant: must be 0 to 100, got %d", *plant)
-			}
-			if *concurrency < 0 || *concurrency > 256 {
-				return usagef("--concurrency: must be 1 to 256, got %d", *concurrency)
-			}
-			if *evidence != "" {
-				if f, err := strconv.ParseFloat(*evidence, 64); err != nil || f < 0 || f >= 1 {
-					return usagef("--evidence-budget: must be a fraction from 0 to below 1, got %q", *evidence)
-				}
-			}
-			if *factsFile != "" {
-				more, err := readFacts(*factsFile)
-				if err != nil {
-					return usagef("--facts: %v", err)
-				}
-				facts = append(facts, more...)
-			}
-			args := c.args
-			if len(args) == 0 {
-				// The transcripts the repository ships, when run inside a clone.
-				if d := bench.DefaultCorpus(); d != "" {
-					if st, err := os.Stat(d); err == nil && st.IsDir() {
-						args = []string{d}
-					}
-				}
-			}
-			files, err := eval.Expand(args)
-			if err != nil {
-				if errors.Is(err, eval.ErrNoInput) {
-					return usagef("%v", err)
-				}
-				return err
-			}
-			env, err := c.loadEnv()
-			if err != nil {
-				return err
-			}
-			r, err := env.resolver()
-			if err != nil {
-				return newError(errConfig, err, "%v", err)
-			}
-			// Errors only (a dead letter, a broken trigger): the report says the rest.
-			log := newLogger(env, c.std.err).Level(zerolog.ErrorLevel)
-			cfg := eval.Config{Files: files, Strategies: strategies, Window: *window, Facts: facts, Plant: *plant,
-				Concurrency: *concurrency, EvidenceBudget: *evidence, NATSURL: *url, Resolver: r, TurnWait: *turnWait, Logger: log}
-			if *url != "" {
-				// The named server authenticates as the commands' connections do.
-				cfg.NATSOptions = []nats.Option{env.natsAuth().Option()}
-			}
-			fallback := extractive.New()
-			sums := node.NewSummarizers(node.Config{Resolver: r, Profiles: env.Profiles, Lookup: env.lookup, Logger: log}, fallback)
-			sum, err := sums.For(r.Base())
-			if err != nil {
-				return newError(errConfig, err, "%v", err)
-			}
-			if sum != summary.Summarizer(fallback) {
-				base, key := sums.EndpointAndKey(r.Base())
-				if base == "" {
-					base = node.DefaultEndpoint
-				}
-				cfg.Summarizers = sums.For
-				cfg.SummarizerName = fmt.Sprintf("LLM %s at %s", r.Base().LLMModel, policy.RedactURL(base))
-				cfg.Prober = eval.NewProber(base, key, r.Base().LLMModel)
-				cfg.Prober.MaxCompletionTokens = r.Base().LLMMaxTokensField == "max_completion_tokens"
-			}
-			nStrategies := len(strategies)
-			if nStrategies == 0 {
-				nStrategies = len(eval.DefaultStrategies)
-			}
-			fmt.Fprintf(c.std.err, "eval: %d conversations × %d strategies; summarizer: %s\n", len(files), nStrategies, summarizerName(cfg))
-			if bar := newProgress(c.std.err, c.lookup, "eval", "replays", int64(len(files)*nStrategies)); bar != nil {
-				defer bar.finish()
-				cfg.Progress = func(done, total int) { bar.set(int64(done), fmt.Sprintf("%d of %d replays", done, total)) }
-			}
-			rep, err := eval.Run(ctx, cfg)
-			if err != nil {
-				switch {
-				case errors.Is(err, eval.ErrConfig), errors.Is(err, eval.ErrNoInput):
-					return usagef("%v", err)
-				}
-				return err
-			}
-			rep.Command = "compactor eval " + strings.Join(redactArgs(c.raw), " ")
-			switch {
-			case *asJSON:
-				err = rep.WriteJSON(c.std.out)
-			case *markdown:
-				err = rep.WriteMarkdown(c.std.out)
-			default:
-				err = rep.WriteTable(c.std.out)
-			}
-			if err != nil {
-				return err
-			}
-			if n := rep.Broken(); n > 0 {
-				return fmt.Errorf("invariant broken: %d tool pair(s) broken or pinned message(s) missing in the contexts read", n)
-			}
-			return nil
-		}
+		f := defineEvalFlags(fs)
+		return func(ctx context.Context, c *call) error { return runEval(ctx, c, f) }
 	},
+}
+
+// evalFlags are the eval command's flags, once parsed.
+type evalFlags struct {
+	strategies, facts listValue
+	window            *int
+	asJSON, markdown  *bool
+	factsFile         *string
+	plant             *int
+	concurrency       *int
+	url               *string
+	evidence          *string
+	turnWait          *time.Duration
+}
+
+// defineEvalFlags adds the eval command's flags to fs.
+func defineEvalFlags(fs *flagSet) *evalFlags {
+	f := &evalFlags{}
+	fs.add(&f.strategies, "strategy", "", "S", "a strategy to replay with (repeatable; default: "+strings.Join(eval.DefaultStrategies, ", ")+")", "")
+	f.window = fs.Int("window", "N", fmt.Sprintf("the context window W in tokens (default %d)", eval.DefaultWindow))
+	f.asJSON = fs.JSON()
+	f.markdown = fs.Bool("markdown", "", "print the tables as Markdown (as in the README) instead of aligned text")
+	fs.add(&f.facts, "fact", "", "TEXT", "a fact to look for in the final contexts (repeatable)", "")
+	f.factsFile = fs.String("facts", "", "FILE", "facts to look for, one a line")
+	f.plant = fs.Int("plant", "N", "plant N unique synthetic facts as user messages early in each conversation")
+	f.concurrency = fs.Int("concurrency", "N", "conversations replayed at once (default 8)")
+	f.url = fs.String("nats-url", "", "URL", "replay on this NATS server (as a user that may create streams; COMPACTOR_NATS_CREDS and the other auth variables apply), in a namespace of its own deleted afterwards (default: an embedded server)")
+	f.evidence = fs.String("evidence-budget", "", "F", "set the policy key evidence_budget of every conversation (fraction of W; 0 turns evidence off); unset by default")
+	f.turnWait = fs.Duration("turn-wait", "D", "longest wait of one model turn for a pending compaction (default 30s)")
+	return f
+}
+
+// runEval checks the flags, finds the conversations, configures the replay, runs it
+// and prints its report.
+func runEval(ctx context.Context, c *call, f *evalFlags) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	files, err := evalFiles(c.args)
+	if err != nil {
+		return err
+	}
+	cfg, err := evalConfig(c, f, files)
+	if err != nil {
+		return err
+	}
+	nStrategies := len(f.strategies)
+	if nStrategies == 0 {
+		nStrategies = len(eval.DefaultStrategies)
+	}
+	fmt.Fprintf(c.std.err, "eval: %d conversations × %d strategies; summarizer: %s\n", len(files), nStrategies, summarizerName(cfg))
+	if bar := newProgress(c.std.err, c.lookup, "eval", "replays", int64(len(files)*nStrategies)); bar != nil {
+		defer bar.finish()
+		cfg.Progress = func(done, total int) { bar.set(int64(done), fmt.Sprintf("%d of %d replays", done, total)) }
+	}
+	rep, err := eval.Run(ctx, cfg)
+	if err != nil {
+		switch {
+		case errors.Is(err, eval.ErrConfig), errors.Is(err, eval.ErrNoInput):
+			return usagef("%v", err)
+		}
+		return err
+	}
+	rep.Command = "compactor eval " + strings.Join(redactArgs(c.raw), " ")
+	switch {
+	case *f.asJSON:
+		err = rep.WriteJSON(c.std.out)
+	case *f.markdown:
+		err = rep.WriteMarkdown(c.std.out)
+	default:
+		err = rep.WriteTable(c.std.out)
+	}
+	if err != nil {
+		return err
+	}
+	if n := rep.Broken(); n > 0 {
+		return fmt.Errorf("invariant broken: %d tool pair(s) broken or pinned message(s) missing in the contexts read", n)
+	}
+	return nil
+}
+
+// check checks the flags' values (a usage error for the first wrong one) and adds
+// the facts of --facts to those of --fact.
+func (f *evalFlags) check() error {
+	for _, s := range f.strategies {
+		if !slices.Contains(split.Strategies, s) {
+			return usagef("--strategy: unknown strategy %q (known: %s)", s, strings.Join(split.Strategies, ", "))
+		}
+	}
+	if *f.window != 0 && *f.window < 1000 {
+		return usagef("--window: must be at least 1000 tokens, got %d", *f.window)
+	}
+	if *f.plant < 0 || *f.plant > 100 {
+		return usagef("--plant: must be 0 to 100, got %d", *f.plant)
+	}
+	if *f.concurrency < 0 || *f.concurrency > 256 {
+		return usagef("--concurrency: must be 1 to 256, got %d", *f.concurrency)
+	}
+	if *f.evidence != "" {
+		if v, err := strconv.ParseFloat(*f.evidence, 64); err != nil || v < 0 || v >= 1 {
+			return usagef("--evidence-budget: must be a fraction from 0 to below 1, got %q", *f.evidence)
+		}
+	}
+	if *f.factsFile != "" {
+		more, err := readFacts(*f.factsFile)
+		if err != nil {
+			return usagef("--facts: %v", err)
+		}
+		f.facts = append(f.facts, more...)
+	}
+	return nil
+}
+
+// evalFiles lists the conversation files the arguments name (with none, the
+// transcripts the repository ships, when run inside a clone).
+func evalFiles(args []string) ([]string, error) {
+	if len(args) == 0 {
+		// The transcripts the repository ships, when run inside a clone.
+		if d := bench.DefaultCorpus(); d != "" {
+			if st, err := os.Stat(d); err == nil && st.IsDir() {
+				args = []string{d}
+			}
+		}
+	}
+	files, err := eval.Expand(args)
+	if err != nil {
+		if errors.Is(err, eval.ErrNoInput) {
+			return nil, usagef("%v", err)
+		}
+		return nil, err
+	}
+	return files, nil
+}
+
+// evalConfig configures the replay of files: the flags, the environment's policy
+// resolver and logger, and the LLM summarizer and prober when an endpoint is set.
+func evalConfig(c *call, f *evalFlags, files []string) (eval.Config, error) {
+	env, err := c.loadEnv()
+	if err != nil {
+		return eval.Config{}, err
+	}
+	r, err := env.resolver()
+	if err != nil {
+		return eval.Config{}, newError(errConfig, err, "%v", err)
+	}
+	// Errors only (a dead letter, a broken trigger): the report says the rest.
+	log := newLogger(env, c.std.err).Level(zerolog.ErrorLevel)
+	cfg := eval.Config{Files: files, Strategies: f.strategies, Window: *f.window, Facts: f.facts, Plant: *f.plant,
+		Concurrency: *f.concurrency, EvidenceBudget: *f.evidence, NATSURL: *f.url, Resolver: r, TurnWait: *f.turnWait, Logger: log}
+	if *f.url != "" {
+		// The named server authenticates as the commands' connections do.
+		cfg.NATSOptions = []nats.Option{env.natsAuth().Option()}
+	}
+	fallback := extractive.New()
+	sums := node.NewSummarizers(node.Config{Resolver: r, Profiles: env.Profiles, Lookup: env.lookup, Logger: log}, fallback)
+	sum, err := sums.For(r.Base())
+	if err != nil {
+		return eval.Config{}, newError(errConfig, err, "%v", err)
+	}
+	if sum != summary.Summarizer(fallback) {
+		base, key := sums.EndpointAndKey(r.Base())
+		if base == "" {
+			base = node.DefaultEndpoint
+		}
+		cfg.Summarizers = sums.For
+		cfg.SummarizerName = fmt.Sprintf("LLM %s at %s", r.Base().LLMModel, policy.RedactURL(base))
+		cfg.Prober = eval.NewProber(base, key, r.Base().LLMModel)
+		cfg.Prober.MaxCompletionTokens = r.Base().LLMMaxTokensField == "max_completion_tokens"
+	}
+	return cfg, nil
 }
 
 func summarizerName(cfg eval.Config) string {

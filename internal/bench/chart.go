@@ -195,90 +195,15 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	var charts []struct {
-		name string
-		c    chart
-	}
-	add := func(name string, c chart) {
-		charts = append(charts, struct {
-			name string
-			c    chart
-		}{name, c})
-	}
+	var charts []namedChart
 	if tr := r.Tokens; len(tr.CurveWith) > 0 {
-		curve := func(ys []float64) [][2]float64 {
-			var ps [][2]float64
-			for i, y := range ys {
-				ps = append(ps, [2]float64{float64(i + 1), y})
-			}
-			return ps
-		}
-		add("tokens.png", chart{
-			title:  fmt.Sprintf("Cumulative input tokens per turn, %dk window (mean of %d sessions)", tr.Window/1000, tr.Sessions),
-			xLabel: "turn", yLabel: "cumulative input tokens", yFormat: millions,
-			series: []series{
-				{name: "without compaction (whole history every turn)", color: red, points: curve(tr.CurveWithout)},
-				{name: "with compaction (" + tr.Strategy + "), summarizer not included", color: blue, points: curve(tr.CurveWith)},
-			}})
+		charts = append(charts, namedChart{"tokens.png", tokensChart(tr)})
 	}
 	if len(r.ScaleOut) > 0 {
-		var one float64
-		var measured, ideal, two [][2]float64
-		var ticks []float64
-		for _, s := range r.ScaleOut {
-			if s.Processes == 1 {
-				if s.Slots == 1 {
-					one = s.PerSec
-				}
-				measured = append(measured, [2]float64{float64(s.Slots), s.PerSec})
-				ticks = append(ticks, float64(s.Slots))
-			} else {
-				two = append(two, [2]float64{float64(s.Slots), s.PerSec})
-			}
-		}
-		for _, p := range measured {
-			ideal = append(ideal, [2]float64{p[0], p[0] * one})
-		}
-		ss := []series{
-			{name: "ideal (slots x one slot)", color: dark, points: ideal, dashed: true},
-			{name: "one process", color: blue, points: measured, markers: true},
-		}
-		if len(two) > 0 {
-			ss = append(ss, series{name: "two processes", color: green, points: two, markers: true})
-		}
-		add("workers.png", chart{title: "Worker scale-out, fake LLM answering in 200 ms",
-			xLabel: "worker slots", yLabel: "compactions per second", yFormat: plain, xTicks: ticks, series: ss})
+		charts = append(charts, namedChart{"workers.png", workersChart(r.ScaleOut)})
 	}
 	if ir := r.Ingest; len(ir.Rows) > 0 {
-		var one, two, drainOne, drainTwo [][2]float64
-		top := 4.0
-		for _, x := range ir.Rows {
-			p := float64(x.Partitions)
-			top = max(top, p)
-			if x.Processes == 1 {
-				one = append(one, [2]float64{p, x.MsgsPerSec})
-				drainOne = append(drainOne, [2]float64{p, x.TriggerDrainMsgsPerSec})
-			} else {
-				two = append(two, [2]float64{p, x.MsgsPerSec})
-				drainTwo = append(drainTwo, [2]float64{p, x.TriggerDrainMsgsPerSec})
-			}
-		}
-		var ticks []float64
-		for t := 0.0; t <= top; t++ {
-			ticks = append(ticks, t)
-		}
-		ss := []series{
-			{name: "raw JetStream: async publish + bare consumer", color: dark, points: [][2]float64{{0, ir.RawMsgsPerSec}, {top, ir.RawMsgsPerSec}}, dashed: true},
-			{name: "one trigger process: publish until drained", color: blue, points: one, markers: true},
-			{name: "one trigger process: draining stored messages", color: blue, points: drainOne, dashed: true, markers: true},
-		}
-		if len(two) > 0 {
-			ss = append(ss,
-				series{name: "two trigger processes: publish until drained", color: green, points: two, markers: true},
-				series{name: "two trigger processes: draining stored messages", color: green, points: drainTwo, dashed: true, markers: true})
-		}
-		add("trigger.png", chart{title: "Ingest until the trigger drained, by trigger partitions and processes",
-			xLabel: "trigger partitions", yLabel: "messages per second", yFormat: plain, xTicks: ticks, series: ss})
+		charts = append(charts, namedChart{"trigger.png", triggerChart(ir)})
 	}
 	var paths []string
 	for _, c := range charts {
@@ -297,4 +222,95 @@ func (r *Report) WriteCharts(dir string) ([]string, error) {
 		paths = append(paths, p)
 	}
 	return paths, nil
+}
+
+// namedChart is a chart and the name of its file.
+type namedChart struct {
+	name string
+	c    chart
+}
+
+// tokensChart is the token curve: cumulative input tokens per turn, with and
+// without compaction.
+func tokensChart(tr TokenReport) chart {
+	curve := func(ys []float64) [][2]float64 {
+		var ps [][2]float64
+		for i, y := range ys {
+			ps = append(ps, [2]float64{float64(i + 1), y})
+		}
+		return ps
+	}
+	return chart{
+		title:  fmt.Sprintf("Cumulative input tokens per turn, %dk window (mean of %d sessions)", tr.Window/1000, tr.Sessions),
+		xLabel: "turn", yLabel: "cumulative input tokens", yFormat: millions,
+		series: []series{
+			{name: "without compaction (whole history every turn)", color: red, points: curve(tr.CurveWithout)},
+			{name: "with compaction (" + tr.Strategy + "), summarizer not included", color: blue, points: curve(tr.CurveWith)},
+		}}
+}
+
+// workersChart is worker scale-out: compactions per second by worker slots, in one
+// process (against the ideal) and in two.
+func workersChart(rows []ScaleRow) chart {
+	var one float64
+	var measured, ideal, two [][2]float64
+	var ticks []float64
+	for _, s := range rows {
+		if s.Processes == 1 {
+			if s.Slots == 1 {
+				one = s.PerSec
+			}
+			measured = append(measured, [2]float64{float64(s.Slots), s.PerSec})
+			ticks = append(ticks, float64(s.Slots))
+		} else {
+			two = append(two, [2]float64{float64(s.Slots), s.PerSec})
+		}
+	}
+	for _, p := range measured {
+		ideal = append(ideal, [2]float64{p[0], p[0] * one})
+	}
+	ss := []series{
+		{name: "ideal (slots x one slot)", color: dark, points: ideal, dashed: true},
+		{name: "one process", color: blue, points: measured, markers: true},
+	}
+	if len(two) > 0 {
+		ss = append(ss, series{name: "two processes", color: green, points: two, markers: true})
+	}
+	return chart{title: "Worker scale-out, fake LLM answering in 200 ms",
+		xLabel: "worker slots", yLabel: "compactions per second", yFormat: plain, xTicks: ticks, series: ss}
+}
+
+// triggerChart is trigger scale-out: ingest until the trigger drained (and its drain
+// of stored messages) by trigger partitions, in one trigger process and in two,
+// against raw JetStream.
+func triggerChart(ir IngestReport) chart {
+	var one, two, drainOne, drainTwo [][2]float64
+	top := 4.0
+	for _, x := range ir.Rows {
+		p := float64(x.Partitions)
+		top = max(top, p)
+		if x.Processes == 1 {
+			one = append(one, [2]float64{p, x.MsgsPerSec})
+			drainOne = append(drainOne, [2]float64{p, x.TriggerDrainMsgsPerSec})
+		} else {
+			two = append(two, [2]float64{p, x.MsgsPerSec})
+			drainTwo = append(drainTwo, [2]float64{p, x.TriggerDrainMsgsPerSec})
+		}
+	}
+	var ticks []float64
+	for t := 0.0; t <= top; t++ {
+		ticks = append(ticks, t)
+	}
+	ss := []series{
+		{name: "raw JetStream: async publish + bare consumer", color: dark, points: [][2]float64{{0, ir.RawMsgsPerSec}, {top, ir.RawMsgsPerSec}}, dashed: true},
+		{name: "one trigger process: publish until drained", color: blue, points: one, markers: true},
+		{name: "one trigger process: draining stored messages", color: blue, points: drainOne, dashed: true, markers: true},
+	}
+	if len(two) > 0 {
+		ss = append(ss,
+			series{name: "two trigger processes: publish until drained", color: green, points: two, markers: true},
+			series{name: "two trigger processes: draining stored messages", color: green, points: drainTwo, dashed: true, markers: true})
+	}
+	return chart{title: "Ingest until the trigger drained, by trigger partitions and processes",
+		xLabel: "trigger partitions", yLabel: "messages per second", yFormat: plain, xTicks: ticks, series: ss}
 }

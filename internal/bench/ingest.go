@@ -12,6 +12,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/pipeline"
 )
 
 // asyncWindow bounds the publishes in flight, for the baseline and the pipeline alike.
@@ -192,8 +193,27 @@ func pipelineIngest(ctx context.Context, url string, load []published, l trigger
 		return row, err
 	}
 	client := r.client()
-	sem := make(chan struct{}, asyncWindow)
-	errc := make(chan error, 1)
+	maxLag := sampleLag(ctx, cons)
+	start := time.Now()
+	if err := publishWindowed(ctx, client, load); err != nil {
+		return row, err
+	}
+	row.PublishMsgsPerSec = float64(len(load)) / time.Since(start).Seconds()
+	err = wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool { return drained(ctx, cons) })
+	elapsed := time.Since(start)
+	row.MaxLag = maxLag()
+	if err != nil {
+		return row, err
+	}
+	row.MsgsPerSec = float64(len(load)) / elapsed.Seconds()
+	row.Compactions = int(completed.Load())
+	return row, nil
+}
+
+// sampleLag samples every 50 ms the stored messages the trigger (its consumers cons)
+// has not acknowledged yet, until the function it returns stops it and returns the
+// largest.
+func sampleLag(ctx context.Context, cons []natsjs.Consumer) func() int {
 	sampling := make(chan struct{})
 	sampled := make(chan int)
 	// The lag sampler: stored messages the trigger has not acknowledged yet.
@@ -213,16 +233,26 @@ func pipelineIngest(ctx context.Context, url string, load []published, l trigger
 			}
 		}
 	}()
-	start := time.Now()
+	return func() int {
+		close(sampling)
+		return <-sampled
+	}
+}
+
+// publishWindowed publishes load through client with at most asyncWindow publishes
+// unacknowledged, until every one is acknowledged or one fails.
+func publishWindowed(ctx context.Context, client *pipeline.Client, load []published) error {
+	sem := make(chan struct{}, asyncWindow)
+	errc := make(chan error, 1)
 	for _, p := range load {
 		select {
 		case sem <- struct{}{}:
 		case err := <-errc:
-			return row, err
+			return err
 		}
 		ack, err := client.PublishAsync(ctx, fmt.Sprintf("c%d", p.conv), p.msg.Message)
 		if err != nil {
-			return row, err
+			return err
 		}
 		go func() {
 			a := <-ack
@@ -239,20 +269,10 @@ func pipelineIngest(ctx context.Context, url string, load []published, l trigger
 		select {
 		case sem <- struct{}{}:
 		case err := <-errc:
-			return row, err
+			return err
 		}
 	}
-	row.PublishMsgsPerSec = float64(len(load)) / time.Since(start).Seconds()
-	err = wait(ctx, 5*time.Minute, "the trigger to acknowledge every message", func() bool { return drained(ctx, cons) })
-	elapsed := time.Since(start)
-	close(sampling)
-	row.MaxLag = <-sampled
-	if err != nil {
-		return row, err
-	}
-	row.MsgsPerSec = float64(len(load)) / elapsed.Seconds()
-	row.Compactions = int(completed.Load())
-	return row, nil
+	return nil
 }
 
 // countEvents counts the namespace's events of one type (core subscription).

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -160,6 +161,9 @@ func rawLatency(ctx context.Context, url string, load []published, rate float64,
 	return lat, nil
 }
 
+// triggerLatency measures the trigger's latency: from a probe message that puts a
+// conversation over its threshold to its compaction request, under background load
+// at rate.
 func triggerLatency(ctx context.Context, url string, load []published, rate float64, probes int) ([]time.Duration, error) {
 	r, err := newRig(ctx, url)
 	if err != nil {
@@ -173,6 +177,41 @@ func triggerLatency(ctx context.Context, url string, load []published, rate floa
 	}
 	defer stop()
 	client := r.client()
+	cons, err := warmProbes(ctx, r, client, probes)
+	if err != nil {
+		return nil, err
+	}
+	pt := &probeTimes{sent: make(map[string]time.Time, probes), got: make(chan struct{}, probes)}
+	sub, err := r.nc.Subscribe(r.cfg.RequestPrefix+".*", func(m *nats.Msg) {
+		pt.requested(strings.TrimPrefix(m.Subject, r.cfg.RequestPrefix+"."))
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := trackBackground(ctx, client, cons, load); err != nil {
+		return nil, err
+	}
+	probe := probeText(int(0.1*benchWindow), "probe")
+	err = paced(ctx, rate, probes, func(i int) error {
+		p := load[(latencyConvs+i)%len(load)]
+		_, err := client.PublishAsync(ctx, fmt.Sprintf("bg%d", p.conv), p.msg.Message)
+		return err
+	}, func(i int) error {
+		conv := fmt.Sprintf("probe%d", i)
+		pt.sending(conv)
+		_, err := client.PublishAsync(ctx, conv, probe)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return pt.wait(probes)
+}
+
+// warmProbes starts each probe conversation at 70% of the window and waits until the
+// trigger counted them; it returns the trigger's consumer.
+func warmProbes(ctx context.Context, r *rig, client *pipeline.Client, probes int) (natsjs.Consumer, error) {
 	// Each probe conversation starts at 70% of the window, tracked by the trigger; its
 	// probe adds 10% and crosses the 75% threshold.
 	warm := probeText(int(0.7*benchWindow), "warm")
@@ -196,72 +235,74 @@ func triggerLatency(ctx context.Context, url string, load []published, rate floa
 	}); err != nil {
 		return nil, err
 	}
-	var mu sync.Mutex
-	sent := make(map[string]time.Time, probes)
-	var lat []time.Duration
-	got := make(chan struct{}, probes)
-	sub, err := r.nc.Subscribe(r.cfg.RequestPrefix+".*", func(m *nats.Msg) {
-		conv := strings.TrimPrefix(m.Subject, r.cfg.RequestPrefix+".")
-		mu.Lock()
-		t0, ok := sent[conv]
-		delete(sent, conv)
-		if ok {
-			lat = append(lat, time.Since(t0))
-		}
-		mu.Unlock()
-		if ok {
-			got <- struct{}{}
-		}
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer sub.Unsubscribe()
+	return cons, nil
+}
+
+// trackBackground publishes the first message of each background conversation and
+// waits until the trigger (its consumer cons) counted them all.
+func trackBackground(ctx context.Context, client *pipeline.Client, cons natsjs.Consumer, load []published) error {
 	// The background conversations are tracked before the probes start, as in a
 	// pipeline that has been running: taking on new conversations is measured on its
 	// own (heap), and here it would only add its own queue.
 	for _, p := range load[:min(latencyConvs, len(load))] {
 		if _, err := client.PublishAsync(ctx, fmt.Sprintf("bg%d", p.conv), p.msg.Message); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	select {
 	case <-client.PublishAsyncComplete():
 	case <-time.After(time.Minute):
-		return nil, fmt.Errorf("warm-up publishes not acked within 1m")
+		return fmt.Errorf("warm-up publishes not acked within 1m")
 	}
-	if err := wait(ctx, 2*time.Minute, "the trigger to count the background conversations' first messages", func() bool {
+	return wait(ctx, 2*time.Minute, "the trigger to count the background conversations' first messages", func() bool {
 		ci, err := cons.Info(ctx)
 		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
-	}); err != nil {
-		return nil, err
-	}
-	probe := probeText(int(0.1*benchWindow), "probe")
-	err = paced(ctx, rate, probes, func(i int) error {
-		p := load[(latencyConvs+i)%len(load)]
-		_, err := client.PublishAsync(ctx, fmt.Sprintf("bg%d", p.conv), p.msg.Message)
-		return err
-	}, func(i int) error {
-		conv := fmt.Sprintf("probe%d", i)
-		mu.Lock()
-		sent[conv] = time.Now()
-		mu.Unlock()
-		_, err := client.PublishAsync(ctx, conv, probe)
-		return err
 	})
-	if err != nil {
-		return nil, err
+}
+
+// probeTimes times the probes: from when each is sent until its conversation's
+// compaction request.
+type probeTimes struct {
+	mu   sync.Mutex
+	sent map[string]time.Time
+	lat  []time.Duration
+	got  chan struct{} // one per probe requested
+}
+
+// sending notes that conv's probe is sent now.
+func (pt *probeTimes) sending(conv string) {
+	pt.mu.Lock()
+	pt.sent[conv] = time.Now()
+	pt.mu.Unlock()
+}
+
+// requested notes the compaction request of conv, timing its probe.
+func (pt *probeTimes) requested(conv string) {
+	pt.mu.Lock()
+	t0, ok := pt.sent[conv]
+	delete(pt.sent, conv)
+	if ok {
+		pt.lat = append(pt.lat, time.Since(t0))
 	}
+	pt.mu.Unlock()
+	if ok {
+		pt.got <- struct{}{}
+	}
+}
+
+// wait returns the latencies once the probes were all requested, or an error when
+// one was not within a minute.
+func (pt *probeTimes) wait(probes int) ([]time.Duration, error) {
 	for range probes {
 		select {
-		case <-got:
+		case <-pt.got:
 		case <-time.After(time.Minute):
-			mu.Lock()
-			defer mu.Unlock()
-			return nil, fmt.Errorf("%d probes not requested within 1m", probes-len(lat))
+			pt.mu.Lock()
+			defer pt.mu.Unlock()
+			return nil, fmt.Errorf("%d probes not requested within 1m", probes-len(pt.lat))
 		}
 	}
-	return lat, nil
+	return pt.lat, nil
 }
 
 // pct is the p-th percentile of ds (nearest rank).

@@ -57,16 +57,28 @@ func startServer(cfg Config) (*server, error) {
 		built = bin != ""
 	}
 	if bin == "" {
-		srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: dir})
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		return &server{URL: srv.ClientURL(), Kind: "embedded",
-			Note: fmt.Sprintf("no nats-server (--nats-server PATH, nats-server on PATH, or go build of the module's: %v): "+
-				"the server runs inside this process, sharing its CPU and heap; the heap per conversation includes the server's share", buildErr),
-			stop: func() { srv.Shutdown(); os.RemoveAll(dir) }, cpu: noCPU}, nil
+		return startEmbedded(dir, buildErr)
 	}
+	return startProcess(bin, dir, built)
+}
+
+// startEmbedded starts an embedded server storing into dir, its note saying why
+// (buildErr: why go build made no nats-server).
+func startEmbedded(dir string, buildErr error) (*server, error) {
+	srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: dir})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &server{URL: srv.ClientURL(), Kind: "embedded",
+		Note: fmt.Sprintf("no nats-server (--nats-server PATH, nats-server on PATH, or go build of the module's: %v): "+
+			"the server runs inside this process, sharing its CPU and heap; the heap per conversation includes the server's share", buildErr),
+		stop: func() { srv.Shutdown(); os.RemoveAll(dir) }, cpu: noCPU}, nil
+}
+
+// startProcess starts the nats-server bin (built: by go build) in a process of its
+// own, storing into dir, and waits until it accepts connections.
+func startProcess(bin, dir string, built bool) (*server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -91,23 +103,8 @@ func startServer(cfg Config) (*server, error) {
 		os.RemoveAll(dir)
 	}
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		nc, err := nats.Connect(url, nats.Timeout(time.Second))
-		if err == nil {
-			nc.Close()
-			break
-		}
-		select {
-		case err := <-exited:
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("%s exited: %v\n%s", bin, err, logs.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, errors.New(bin + " did not accept connections within 20s")
-		}
+	if err := awaitServer(url, bin, dir, exited, &logs, stop); err != nil {
+		return nil, err
 	}
 	version := "nats-server"
 	if out, err := exec.Command(bin, "--version").Output(); err == nil {
@@ -120,6 +117,30 @@ func startServer(cfg Config) (*server, error) {
 	pid := cmd.Process.Pid
 	return &server{URL: url, Kind: "process", Note: fmt.Sprintf("%s (%s) in its own process", version, how), stop: stop,
 		cpu: func() time.Duration { return procCPU(pid) }}, nil
+}
+
+// awaitServer waits until the server process of bin accepts connections at url: an
+// error (dir removed) when it exited first, with its logs, or (stopped) when 20s
+// passed.
+func awaitServer(url, bin, dir string, exited <-chan error, logs *bytes.Buffer, stop func()) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nc, err := nats.Connect(url, nats.Timeout(time.Second))
+		if err == nil {
+			nc.Close()
+			return nil
+		}
+		select {
+		case err := <-exited:
+			os.RemoveAll(dir)
+			return fmt.Errorf("%s exited: %v\n%s", bin, err, logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return errors.New(bin + " did not accept connections within 20s")
+		}
+	}
 }
 
 func freePort() (int, error) {

@@ -258,16 +258,47 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 			rg.close()
 		}
 	}()
-	url := cfg.NATSURL
+	url, err := rg.startServer()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := rg.dial(url, "compactor-eval")
+	if err != nil {
+		return nil, err
+	}
+	if err := rg.provision(ctx, nc); err != nil {
+		return nil, err
+	}
+	r, _ := cfg.resolver()
+	if err := rg.thresholds(r); err != nil {
+		return nil, err
+	}
+	if err := rg.startTrigger(ctx, url, r); err != nil {
+		return nil, err
+	}
+	if err := rg.startPool(ctx, url, r); err != nil {
+		return nil, err
+	}
+	parts := rg.jcfg.Partitions()
+	if rg.consumer, err = waitConsumer(ctx, nc, rg.jcfg.ChatStream, rg.jcfg.TriggerConsumerOf(parts[0])); err != nil {
+		return nil, err
+	}
+	return rg, nil
+}
+
+// startServer starts an embedded server, unless the config names one (then the rig
+// works in a namespace of its own), and returns the server's URL.
+func (rg *rig) startServer() (string, error) {
+	url := rg.cfg.NATSURL
 	if url == "" {
 		dir, err := os.MkdirTemp("", "compactor-eval-")
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: dir, ServerName: "compactor-eval"})
 		if err != nil {
 			os.RemoveAll(dir)
-			return nil, fmt.Errorf("start the embedded server: %w", err)
+			return "", fmt.Errorf("start the embedded server: %w", err)
 		}
 		rg.shutdown = func() { srv.Shutdown(); os.RemoveAll(dir) }
 		url, rg.server = srv.ClientURL(), "embedded (a temporary store, removed at the end)"
@@ -276,63 +307,81 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 		rg.jcfg = namespaced(rg.ns)
 		rg.server = "the server at " + policy.RedactURL(url) + " (--nats-url), in namespace " + rg.ns + " (deleted at the end)"
 	}
-	conn := func(name string) (*nats.Conn, error) {
-		nc, err := natsconn.Connect(url, name, zerolog.Nop(), cfg.NATSOptions...)
-		if err != nil {
-			return nil, fmt.Errorf("connect to %s: %w", policy.RedactURL(url), err)
-		}
-		rg.conns = append(rg.conns, nc)
-		return nc, nil
-	}
-	nc, err := conn("compactor-eval")
+	return url, nil
+}
+
+// dial connects to the server at url as name; the rig closes the connection.
+func (rg *rig) dial(url, name string) (*nats.Conn, error) {
+	nc, err := natsconn.Connect(url, name, zerolog.Nop(), rg.cfg.NATSOptions...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("connect to %s: %w", policy.RedactURL(url), err)
 	}
+	rg.conns = append(rg.conns, nc)
+	return nc, nil
+}
+
+// provision provisions the streams on nc (in a namespace, deleted when the rig
+// closes) and makes the client that publishes and reads.
+func (rg *rig) provision(ctx context.Context, nc *nats.Conn) (err error) {
 	if rg.ns != "" {
 		// Set before provisioning, so what a failed provision created is deleted too.
 		js, err := natsjs.New(nc)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		rg.dropNS = func() { deleteStreams(js, rg.jcfg.Names.Streams()) }
 	}
 	if rg.store, err = jetstream.Provision(ctx, nc, rg.jcfg); err != nil {
-		return nil, fmt.Errorf("provision: %w", err)
+		return fmt.Errorf("provision: %w", err)
 	}
 	rg.client = pipeline.NewWithStore(nc, rg.store)
-	r, _ := cfg.resolver()
+	return nil
+}
+
+// thresholds resolves each strategy's threshold in tokens.
+func (rg *rig) thresholds(r *policy.Resolver) error {
 	rg.threshold = map[string]int{}
-	for _, st := range cfg.Strategies {
-		s, err := r.Resolve(cfg.layer(st))
+	for _, st := range rg.cfg.Strategies {
+		s, err := r.Resolve(rg.cfg.layer(st))
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		rg.threshold[st] = s.Budget().ThresholdTokens()
 	}
+	return nil
+}
 
-	tnc, err := conn("compactor-eval-trigger")
+// startTrigger runs the trigger on a connection of its own.
+func (rg *rig) startTrigger(ctx context.Context, url string, r *policy.Resolver) error {
+	tnc, err := rg.dial(url, "compactor-eval-trigger")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	tst, err := jetstream.Open(ctx, tnc, rg.jcfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	tcfg := triggers.DefaultConfig()
 	tcfg.RetryDelay = 100 * time.Millisecond
-	trig, err := node.New(node.Config{Roles: node.Roles{Trigger: true}, Resolver: r, Trigger: tcfg, Logger: cfg.Logger}, tnc, tst)
+	trig, err := node.New(node.Config{Roles: node.Roles{Trigger: true}, Resolver: r, Trigger: tcfg, Logger: rg.cfg.Logger}, tnc, tst)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rg.stops = append(rg.stops, trig.Start(ctx))
+	return nil
+}
 
-	wnc, err := conn("compactor-eval-worker")
+// startPool runs the summarizer pool on a connection of its own, its summarizers
+// (the config's, else the extractive one) counted.
+func (rg *rig) startPool(ctx context.Context, url string, r *policy.Resolver) error {
+	cfg := rg.cfg
+	wnc, err := rg.dial(url, "compactor-eval-worker")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	wst, err := jetstream.Open(ctx, wnc, rg.jcfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sums := cfg.Summarizers
 	if sums == nil {
@@ -353,15 +402,10 @@ func startRig(ctx context.Context, cfg *Config) (_ *rig, err error) {
 		},
 		Fallback: rg.counted.wrap(extractive.New())}, wnc, wst)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rg.stops = append(rg.stops, pool.Start(ctx))
-
-	parts := rg.jcfg.Partitions()
-	if rg.consumer, err = waitConsumer(ctx, nc, rg.jcfg.ChatStream, rg.jcfg.TriggerConsumerOf(parts[0])); err != nil {
-		return nil, err
-	}
-	return rg, nil
+	return nil
 }
 
 // waitConsumer returns the trigger's consumer on CHAT once the trigger made it.
@@ -499,36 +543,9 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	}
 	msgs, planted := plant(c.Messages, c.Name, rg.cfg.Plant)
 	truth := Extract(c.Messages)
-	var pinned []uint64
-	var last uint64
-	whole := 0
-	for i := range msgs {
-		m := msgs[i]
-		if m.Role == schemas.RoleAssistant && last > 0 {
-			if err := rg.caughtUp(ctx, last); err != nil {
-				return res, err
-			}
-			cx, err := rg.client.Context(ctx, conv, pipeline.AtLeastSeq(last), pipeline.WaitPending(rg.cfg.TurnWait))
-			if err != nil {
-				return res, fmt.Errorf("read the context before message %d: %w", i+1, err)
-			}
-			res.ModelTurns++
-			res.TokensWith += int64(cx.Tokens)
-			res.TokensWithout += int64(whole)
-			res.BrokenToolPairs += BrokenToolPairs(cx.Messages)
-			res.MissingPinned += MissingPinned(cx.Seqs, pinned)
-			res.Skipped += len(cx.Skipped)
-		}
-		seq, err := rg.client.Publish(ctx, conv, m)
-		if err != nil {
-			return res, fmt.Errorf("publish message %d: %w", i+1, err)
-		}
-		if (i == 0 && m.Role == schemas.RoleSystem) || m.Pinned() {
-			pinned = append(pinned, seq)
-		}
-		last = seq
-		stripped := m.StripMetadata()
-		whole += tokens.Message(&stripped)
+	pinned, last, whole, err := rg.publishTurns(ctx, conv, msgs, &res)
+	if err != nil {
+		return res, err
 	}
 	res.Messages = len(msgs)
 	cx, err := rg.settle(ctx, conv, last, rg.threshold[strategy])
@@ -539,9 +556,54 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	res.MissingPinned += MissingPinned(cx.Seqs, pinned)
 	res.Skipped += len(cx.Skipped)
 	res.FinalTokens, res.HistoryTokens = cx.Tokens, whole
+	err = rg.scoreFinal(ctx, c, cx, planted, truth, &res)
+	return res, err
+}
+
+// publishTurns publishes msgs to conv one by one, reading the context before each
+// assistant message as the agent would and counting into res what it held. It
+// returns the sequences of the pinned messages, the last sequence and the tokens of
+// the whole history.
+func (rg *rig) publishTurns(ctx context.Context, conv string, msgs []schemas.Message, res *ConvResult) (pinned []uint64, last uint64, whole int, err error) {
+	for i := range msgs {
+		m := msgs[i]
+		if m.Role == schemas.RoleAssistant && last > 0 {
+			if err := rg.caughtUp(ctx, last); err != nil {
+				return pinned, last, whole, err
+			}
+			cx, err := rg.client.Context(ctx, conv, pipeline.AtLeastSeq(last), pipeline.WaitPending(rg.cfg.TurnWait))
+			if err != nil {
+				return pinned, last, whole, fmt.Errorf("read the context before message %d: %w", i+1, err)
+			}
+			res.ModelTurns++
+			res.TokensWith += int64(cx.Tokens)
+			res.TokensWithout += int64(whole)
+			res.BrokenToolPairs += BrokenToolPairs(cx.Messages)
+			res.MissingPinned += MissingPinned(cx.Seqs, pinned)
+			res.Skipped += len(cx.Skipped)
+		}
+		seq, err := rg.client.Publish(ctx, conv, m)
+		if err != nil {
+			return pinned, last, whole, fmt.Errorf("publish message %d: %w", i+1, err)
+		}
+		if (i == 0 && m.Role == schemas.RoleSystem) || m.Pinned() {
+			pinned = append(pinned, seq)
+		}
+		last = seq
+		stripped := m.StripMetadata()
+		whole += tokens.Message(&stripped)
+	}
+	return pinned, last, whole, nil
+}
+
+// scoreFinal scores the final context cx of c's replay into res: compactions, what
+// survives of the paths, commands and facts (planted and listed), the summarizer's
+// tokens and, with a prober, the probes' answers.
+func (rg *rig) scoreFinal(ctx context.Context, c Conversation, cx *pipeline.Context, planted []string, truth Truth, res *ConvResult) error {
+	conv := res.Conversation
 	v, err := rg.client.Result(ctx, conv)
 	if err != nil {
-		return res, fmt.Errorf("read the result: %w", err)
+		return fmt.Errorf("read the result: %w", err)
 	}
 	evidence := ""
 	if v != nil {
@@ -567,14 +629,14 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 		// A failed probe is reported with the conversation; it does not stop the run.
 		if p, err := rg.cfg.Prober.Probe(ctx, bare, truth); err != nil {
 			if ctx.Err() != nil {
-				return res, ctx.Err()
+				return ctx.Err()
 			}
 			res.ProbeError = err.Error()
 		} else {
 			res.Probes = &p
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // score counts the items that survive in the final context: with and without the

@@ -311,17 +311,53 @@ func selectedContext(lookup func(string) (string, bool)) (string, error) {
 // loadNATSContext reads the context name (a name, or the path of a .json file), chosen
 // by how (for errors).
 func loadNATSContext(lookup func(string) (string, bool), name, how string) (*Source, error) {
+	path, err := natsContextPath(lookup, name, how)
+	if err != nil {
+		return nil, err
+	}
+	f, err := readNATSContext(path, name, how)
+	if err != nil {
+		return nil, err
+	}
+	field := map[string]string{"URL": "url", "CredsFile": "creds", "NKeyFile": "nkey", "Token": "token", "User": "user",
+		"Password": "password", "CAFile": "ca", "CertFile": "cert", "KeyFile": "key", "InboxPrefix": "inbox_prefix"}
+	s := &Source{Name: func(f string) string { return fmt.Sprintf("%s of nats context %q", field[f], name) }}
+	bad := func(key, why string) error {
+		return settingsError(nil, "configuration: nats context %q (%s) sets %s, which %s: use a context without it, or --no-context", name, path, key, why)
+	}
+	if key := f.unsupported(); key != "" {
+		return nil, bad(key, "compactor does not support")
+	}
+	s.URL, s.TLSFirst = f.URL, f.TLSFirst
+	if s.URL == "" {
+		s.URL = nats.DefaultURL // as the nats CLI connects with such a context
+	}
+	if err := s.setContextAuth(lookup, f, bad); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// natsContextPath is the file of the context name: name itself when it is a .json
+// file, else name's file in the nats CLI's configuration directory.
+func natsContextPath(lookup func(string) (string, bool), name, how string) (string, error) {
 	path := name
 	if fi, err := os.Stat(name); !(err == nil && fi.Mode().IsRegular() && strings.HasSuffix(name, ".json")) {
 		if name == "" || strings.Contains(name, "..") || strings.ContainsAny(name, `/\`) {
-			return nil, settingsError(nil, "configuration: %s %q is not a nats context name (no \"..\", \"/\" or \"\\\") nor a .json file", how, name)
+			return "", settingsError(nil, "configuration: %s %q is not a nats context name (no \"..\", \"/\" or \"\\\") nor a .json file", how, name)
 		}
 		dir, err := natsConfigDir(lookup)
 		if err != nil {
-			return nil, settingsError(err, "configuration: %s %q: no home directory to find it in", how, name)
+			return "", settingsError(err, "configuration: %s %q: no home directory to find it in", how, name)
 		}
 		path = filepath.Join(dir, "context", name+".json")
 	}
+	return path, nil
+}
+
+// readNATSContext reads and decodes the context file path (of the context name,
+// chosen by how).
+func readNATSContext(path, name, how string) (*natsContextFile, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		fix := "create it with `nats context add`, or choose another with --context or NATS_CONTEXT"
@@ -337,12 +373,12 @@ func loadNATSContext(lookup func(string) (string, bool), name, how string) (*Sou
 	if err := json.Unmarshal(data, &f); err != nil {
 		return nil, settingsError(err, "configuration: nats context %q (%s) is not valid JSON: %v", name, path, err)
 	}
-	field := map[string]string{"URL": "url", "CredsFile": "creds", "NKeyFile": "nkey", "Token": "token", "User": "user",
-		"Password": "password", "CAFile": "ca", "CertFile": "cert", "KeyFile": "key", "InboxPrefix": "inbox_prefix"}
-	s := &Source{Name: func(f string) string { return fmt.Sprintf("%s of nats context %q", field[f], name) }}
-	bad := func(key, why string) error {
-		return settingsError(nil, "configuration: nats context %q (%s) sets %s, which %s: use a context without it, or --no-context", name, path, key, why)
-	}
+	return &f, nil
+}
+
+// unsupported is the first key the context sets that compactor does not support, ""
+// when none.
+func (f *natsContextFile) unsupported() string {
 	for _, u := range []struct {
 		key string
 		set bool
@@ -352,13 +388,16 @@ func loadNATSContext(lookup func(string) (string, bool), name, how string) (*Sou
 		{"jetstream_event_prefix", f.JSEventPrefix != ""}, {"windows_cert_store", f.WinCertStore != "" || f.WinCertMatch != "" || len(f.WinCAMatch) > 0},
 	} {
 		if u.set {
-			return nil, bad(u.key, "compactor does not support")
+			return u.key
 		}
 	}
-	s.URL, s.TLSFirst = f.URL, f.TLSFirst
-	if s.URL == "" {
-		s.URL = nats.DefaultURL // as the nats CLI connects with such a context
-	}
+	return ""
+}
+
+// setContextAuth sets s's Auth from the context f: its files (paths expanded as the
+// nats CLI does), secrets (resolved) and user; bad makes the error of a key compactor
+// cannot use.
+func (s *Source) setContextAuth(lookup func(string) (string, bool), f *natsContextFile, bad func(key, why string) error) error {
 	expand := func(p string) string {
 		p = os.Expand(p, func(k string) string { v, _ := lookup(k); return v })
 		if strings.HasPrefix(p, "~") {
@@ -376,7 +415,7 @@ func loadNATSContext(lookup func(string) (string, bool), name, how string) (*Sou
 		}
 		scheme := refScheme(v)
 		if scheme != "" && scheme != "file" {
-			return nil, bad(key, fmt.Sprintf("names a %s:// reference; compactor reads %s only from a file (a path or file://)", scheme, key))
+			return bad(key, fmt.Sprintf("names a %s:// reference; compactor reads %s only from a file (a path or file://)", scheme, key))
 		}
 		*files[key] = expand(strings.TrimPrefix(v, "file://"))
 	}
@@ -384,16 +423,16 @@ func loadNATSContext(lookup func(string) (string, bool), name, how string) (*Sou
 	for key, v := range map[string]string{"token": f.Token, "password": f.Password} {
 		out, err := resolveSecret(lookup, v)
 		if err != nil {
-			return nil, bad(key, err.Error())
+			return bad(key, err.Error())
 		}
 		*secrets[key] = out
 	}
 	s.Auth.User, s.Auth.InboxPrefix = f.User, f.InboxPrefix
 	if s.Auth.User != "" && s.Auth.Token != "" {
 		// The nats CLI sends both; one way to authenticate is what a server checks.
-		return nil, bad("both user and token", "are two ways to authenticate")
+		return bad("both user and token", "are two ways to authenticate")
 	}
-	return s, nil
+	return nil
 }
 
 // refScheme is the scheme of a reference the nats CLI resolves (env://, file://, op://,

@@ -56,35 +56,13 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 // matching jetstream.ErrConflict; a refused connection, a *ConnectError. ctx done
 // before NATS or JetStream was ready is no error.
 func Serve(ctx context.Context, cfg ServeConfig) error {
-	log := cfg.Node.Logger
-	// What runs after the roles stopped (the listener's last requests, the last spans)
-	// gets at most 5 s, and never more than what the drain timeout has left once ctx
-	// is done: the process exits within it.
-	var stopBy atomic.Pointer[time.Time]
-	context.AfterFunc(ctx, func() {
-		t := time.Now().Add(cfg.DrainTimeout)
-		stopBy.Store(&t)
-	})
-	within := func() time.Duration {
-		if t := stopBy.Load(); t != nil {
-			return min(5*time.Second, max(time.Until(*t), time.Millisecond))
-		}
-		return 5 * time.Second
-	}
-	tp, err := telemetry.NewTracing(ctx, cfg.OTelEndpoint, cfg.Node.Lookup, cfg.Version)
+	within := shutdownWithin(ctx, cfg.DrainTimeout)
+	stopTracing, err := startTracing(ctx, &cfg, within)
 	if err != nil {
 		return err
 	}
-	if tp != nil {
-		otel.SetErrorHandler(telemetry.ErrorHandler(log, 10*time.Second))
-		cfg.Node.Telemetry.Traces = tp
-		defer func() {
-			if err := telemetry.ShutdownTracing(tp, within()); err != nil {
-				log.Warn().Err(err).Msg("flush the last spans")
-			}
-		}()
-		log.Info().Msg("traces on (OTLP/HTTP)")
-	}
+	defer stopTracing()
+	log := cfg.Node.Logger
 	// The operators' listener binds before NATS is dialled and serves from the start:
 	// /healthz answers while serve waits for NATS, /readyz says what it waits for, and
 	// both stay up while the roles drain.
@@ -137,6 +115,44 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	ready.Running(st)
 	defer ready.Stopping()
 	return n.runUntilDrained(ctx, cfg.DrainTimeout, ready)
+}
+
+// shutdownWithin is how long what runs after the roles stopped (the listener's last
+// requests, the last spans) gets: at most 5 s, and never more than what the drain
+// timeout has left once ctx is done, so the process exits within it.
+func shutdownWithin(ctx context.Context, drainTimeout time.Duration) func() time.Duration {
+	var stopBy atomic.Pointer[time.Time]
+	context.AfterFunc(ctx, func() {
+		t := time.Now().Add(drainTimeout)
+		stopBy.Store(&t)
+	})
+	return func() time.Duration {
+		if t := stopBy.Load(); t != nil {
+			return min(5*time.Second, max(time.Until(*t), time.Millisecond))
+		}
+		return 5 * time.Second
+	}
+}
+
+// startTracing turns traces on when an OTLP endpoint is configured, giving the node
+// its tracer provider; stop flushes the last spans, waiting at most within().
+func startTracing(ctx context.Context, cfg *ServeConfig, within func() time.Duration) (stop func(), err error) {
+	log := cfg.Node.Logger
+	tp, err := telemetry.NewTracing(ctx, cfg.OTelEndpoint, cfg.Node.Lookup, cfg.Version)
+	if err != nil {
+		return nil, err
+	}
+	if tp == nil {
+		return func() {}, nil
+	}
+	otel.SetErrorHandler(telemetry.ErrorHandler(log, 10*time.Second))
+	cfg.Node.Telemetry.Traces = tp
+	log.Info().Msg("traces on (OTLP/HTTP)")
+	return func() {
+		if err := telemetry.ShutdownTracing(tp, within()); err != nil {
+			log.Warn().Err(err).Msg("flush the last spans")
+		}
+	}, nil
 }
 
 // runOps starts the operators' listener; stop ends it, waiting at most within().
