@@ -118,92 +118,138 @@ func verdict(factors []float64) string {
 // bench was written: see docs/benchmarks.md) and the plan.
 func (r *Report) gaps() []gap {
 	var out []gap
-	if len(r.Ingest.Rows) > 0 && r.IngestRatio < 0.8 {
-		row := r.Ingest.Rows[0]
-		out = append(out, gap{
-			Title: fmt.Sprintf("Ingest: %.2f of raw JetStream (target ≥ 0.8)", r.IngestRatio),
-			Cause: fmt.Sprintf("Two costs add up on two shared cores. The pipeline client's own publishing (it validates "+
-				"each message, checks its size against the server's limit and encodes it) reached %s msgs/s, %.2f of raw "+
-				"publishing. The trigger alone drained the same messages, stored beforehand, at %s msgs/s using %.2f of the "+
-				"machine's %d cores%s: it is busy, not waiting. A CPU profile of the drain (40,000 messages over 1,000 "+
-				"conversations) puts about 85%% of the trigger's handling in decoding and validating each message with "+
-				"encoding/json (`schemas.DecodeMessage`, which checks the JSON, then decodes it field by field), and 10%% in "+
-				"counting its tokens. Before this run two read costs on the server dominated instead, and were removed: "+
-				"reads by the wildcard `chat.<conv>.>` (which the server scans block by block once CHAT holds 64Ki "+
-				"subjects) and bounded reads in full batches (each message of a batch costs the server a walk over the "+
-				"messages in between): the trigger drained 6,200 msgs/s then, 45,000 now. %s", thousands(row.PublishMsgsPerSec),
-				row.PublishMsgsPerSec/r.Ingest.RawPublishMsgsPerSec, thousands(row.TriggerDrainMsgsPerSec), row.TriggerDrainCores, r.CPUs,
-				drainServer(row),
-				r.partitionsChanged(func(x IngestRow) float64 { return x.TriggerDrainMsgsPerSec }, "drained", "msgs/s")),
-			Plan: "Decode for counting in one pass: a validating scanner that checks the message against the contract and " +
-				"sums what the token estimate needs without building the message (the trigger never needs it whole), with " +
-				"encoding/json kept as the reference in a fuzz target; then the client's publish path (validation and " +
-				"encoding once, no copy). Partitions spread what is left over trigger processes on other machines, each " +
-				"with its own cores; on one machine they share its cores with the server and the publisher."})
-	}
-	if r.Latency.Probes > 0 && r.TriggerP99Ratio > 3 {
-		out = append(out, gap{
-			Title: fmt.Sprintf("Trigger p99 latency: %.1f× a bare round trip (target ≤ 3)", r.TriggerP99Ratio),
-			Cause: fmt.Sprintf("The trigger's path is the baseline's plus a second hop: the chat message reaches the "+
-				"trigger the way it reaches the bare consumer, and then the trigger decodes and counts it, evaluates the "+
-				"conversation and publishes the request through the server again, where the measurement sees it; so even "+
-				"the median is %.1f× the bare round trip (%.2f ms against %.2f ms). The tail above that was not "+
-				"profiled since the trigger hands each conversation to its own handler: a probe waits behind its own "+
-				"conversation's messages only, and on the server it shares with the load's rebuilds (see ingest).",
-				r.Latency.P50Ratio, r.Latency.TriggerP50Ms, r.Latency.RawP50Ms),
-			Plan: "A block profile of the latency run, as for ingest; fewer round trips per rebuild (as for ingest) " +
-				"take load off the server the probes go through. The second hop is the design (the request is durable on the work queue before the " +
-				"chat message is acknowledged); a baseline of two hops (publish, consume, publish, consume) would be the " +
-				"like-for-like comparison."})
-	}
-	if r.Read.Messages > 0 && (r.ReadSpeedup < 10 || r.ReadOverFloor > 3) {
-		out = append(out, gap{
-			Title: fmt.Sprintf("Context read: %.0f× faster than a replay and %.1f× the floor (target ≥ 10×, ≤ 3×)", r.ReadSpeedup, r.ReadOverFloor),
-			Cause: "See the profile of `compactor context` (pipeline.Client.Context): KV get, pinned gets, tail batches, assembly.",
-			Plan:  "Read pinned messages and the tail in one batch where they are adjacent."})
-	}
-	if len(r.Cost) > 1 && r.CostGrowth > 1.5 {
-		out = append(out, gap{
-			Title: fmt.Sprintf("Compaction cost grows %.1f× from the shortest to the longest history (target: flat)", r.CostGrowth),
-			Cause: "An incremental job reads only from the previous tail start; a growth means some step reads the whole history.",
-			Plan:  "Profile the job at 10,000 messages (`--only cost --cpuprofile`)."})
-	}
-	if len(r.ScaleOut) > 0 && r.ScaleOut8 < 7 {
-		out = append(out, gap{
-			Title: fmt.Sprintf("Worker scale-out: 8 slots give %.1f× one slot (target ≥ 7)", r.ScaleOut8),
-			Cause: "The two cores are shared by the server, the workers and the fake LLM.",
-			Plan:  "Measure on more cores; profile the job's non-LLM part."})
-	}
-	if r.Heap.Conversations > 0 && r.BytesPerConversation > 512 {
-		out = append(out, gap{
-			Title: fmt.Sprintf("Trigger heap: %.0f B per tracked conversation (target ≤ 512 B)", r.BytesPerConversation),
-			Cause: "A conversation's state (triggers.convState) is 712 bytes (a 768-byte allocation): 312 of them are its own " +
-				"copy of the resolved policy.Settings, 48 its budget.Budget (derived from the same settings) and 184 the retry " +
-				"timers' fields, which most conversations never use; its entry in the map of tracked conversations (120 bytes, " +
-				"two mutexes), the map's own slot and the id string add the rest. The heap profile (`--heapprofile`) puts the " +
-				"trigger's share in rebuild (the state) and get (the entry). Sizes by unsafe.Sizeof on linux/amd64.",
-			Plan: "Share one resolved Settings (and its Budget) among the conversations that resolve to the same policy (an " +
-				"interned pointer, replaced when a policy changes), allocate the open-calls map only when a call is open, and " +
-				"keep the timers' fields in a side table only for conversations that have one: together about half the state."})
-	}
-	if r.Heap.Conversations > 0 && r.NewConversationsPerSec < 10000 {
-		out = append(out, gap{
-			Title: fmt.Sprintf("New conversations: %s per second (target ≥ 10,000)", thousands(r.NewConversationsPerSec)),
-			Cause: "Every new conversation's state is rebuilt before its first message is counted: its tombstone, its KV " +
-				"value and its messages are read from the server in turn (see ingest: the same rebuilds are most of the " +
-				"trigger's waiting there), so a conversation costs three round trips, two of them message gets answered by " +
-				"the stream leader, and the handlers of many conversations at once wait on the same server. " +
-				r.newConvPartitionsChanged(),
-			Plan: "The plan of ingest: the three reads in flight together, direct gets if a replica's answer is enough, " +
-				"then partitions over trigger processes on other machines."})
-	}
-	if r.Tokens.Turns > 0 && (r.TokenReduction1000 < 8 || r.SummarizerShare > 0.15) {
-		out = append(out, gap{
-			Title: fmt.Sprintf("Token reduction %.1f× with a summarizer share of %.1f%% (target ≥ 8×, ≤ 15%%)", r.TokenReduction1000, 100*r.SummarizerShare),
-			Cause: "See the per-strategy rows.",
-			Plan:  "Tune the default strategy's knobs."})
+	for _, missed := range []func() (gap, bool){r.ingestGap, r.latencyGap, r.readGap, r.costGap, r.scaleOutGap,
+		r.heapGap, r.newConversationsGap, r.tokensGap} {
+		if g, ok := missed(); ok {
+			out = append(out, g)
+		}
 	}
 	return out
+}
+
+// ingestGap is the ingest target: publish until the trigger drained, against raw JetStream, when this run missed it.
+func (r *Report) ingestGap() (gap, bool) {
+	if !(len(r.Ingest.Rows) > 0 && r.IngestRatio < 0.8) {
+		return gap{}, false
+	}
+	row := r.Ingest.Rows[0]
+	return gap{
+		Title: fmt.Sprintf("Ingest: %.2f of raw JetStream (target ≥ 0.8)", r.IngestRatio),
+		Cause: fmt.Sprintf("Two costs add up on two shared cores. The pipeline client's own publishing (it validates "+
+			"each message, checks its size against the server's limit and encodes it) reached %s msgs/s, %.2f of raw "+
+			"publishing. The trigger alone drained the same messages, stored beforehand, at %s msgs/s using %.2f of the "+
+			"machine's %d cores%s: it is busy, not waiting. A CPU profile of the drain (40,000 messages over 1,000 "+
+			"conversations) puts about 85%% of the trigger's handling in decoding and validating each message with "+
+			"encoding/json (`schemas.DecodeMessage`, which checks the JSON, then decodes it field by field), and 10%% in "+
+			"counting its tokens. Before this run two read costs on the server dominated instead, and were removed: "+
+			"reads by the wildcard `chat.<conv>.>` (which the server scans block by block once CHAT holds 64Ki "+
+			"subjects) and bounded reads in full batches (each message of a batch costs the server a walk over the "+
+			"messages in between): the trigger drained 6,200 msgs/s then, 45,000 now. %s", thousands(row.PublishMsgsPerSec),
+			row.PublishMsgsPerSec/r.Ingest.RawPublishMsgsPerSec, thousands(row.TriggerDrainMsgsPerSec), row.TriggerDrainCores, r.CPUs,
+			drainServer(row),
+			r.partitionsChanged(func(x IngestRow) float64 { return x.TriggerDrainMsgsPerSec }, "drained", "msgs/s")),
+		Plan: "Decode for counting in one pass: a validating scanner that checks the message against the contract and " +
+			"sums what the token estimate needs without building the message (the trigger never needs it whole), with " +
+			"encoding/json kept as the reference in a fuzz target; then the client's publish path (validation and " +
+			"encoding once, no copy). Partitions spread what is left over trigger processes on other machines, each " +
+			"with its own cores; on one machine they share its cores with the server and the publisher."}, true
+}
+
+// latencyGap is the trigger latency target, when this run missed it.
+func (r *Report) latencyGap() (gap, bool) {
+	if !(r.Latency.Probes > 0 && r.TriggerP99Ratio > 3) {
+		return gap{}, false
+	}
+	return gap{
+		Title: fmt.Sprintf("Trigger p99 latency: %.1f× a bare round trip (target ≤ 3)", r.TriggerP99Ratio),
+		Cause: fmt.Sprintf("The trigger's path is the baseline's plus a second hop: the chat message reaches the "+
+			"trigger the way it reaches the bare consumer, and then the trigger decodes and counts it, evaluates the "+
+			"conversation and publishes the request through the server again, where the measurement sees it; so even "+
+			"the median is %.1f× the bare round trip (%.2f ms against %.2f ms). The tail above that was not "+
+			"profiled since the trigger hands each conversation to its own handler: a probe waits behind its own "+
+			"conversation's messages only, and on the server it shares with the load's rebuilds (see ingest).",
+			r.Latency.P50Ratio, r.Latency.TriggerP50Ms, r.Latency.RawP50Ms),
+		Plan: "A block profile of the latency run, as for ingest; fewer round trips per rebuild (as for ingest) " +
+			"take load off the server the probes go through. The second hop is the design (the request is durable on the work queue before the " +
+			"chat message is acknowledged); a baseline of two hops (publish, consume, publish, consume) would be the " +
+			"like-for-like comparison."}, true
+}
+
+// readGap is the context read targets, when this run missed it.
+func (r *Report) readGap() (gap, bool) {
+	if !(r.Read.Messages > 0 && (r.ReadSpeedup < 10 || r.ReadOverFloor > 3)) {
+		return gap{}, false
+	}
+	return gap{
+		Title: fmt.Sprintf("Context read: %.0f× faster than a replay and %.1f× the floor (target ≥ 10×, ≤ 3×)", r.ReadSpeedup, r.ReadOverFloor),
+		Cause: "See the profile of `compactor context` (pipeline.Client.Context): KV get, pinned gets, tail batches, assembly.",
+		Plan:  "Read pinned messages and the tail in one batch where they are adjacent."}, true
+}
+
+// costGap is the flat compaction cost target, when this run missed it.
+func (r *Report) costGap() (gap, bool) {
+	if !(len(r.Cost) > 1 && r.CostGrowth > 1.5) {
+		return gap{}, false
+	}
+	return gap{
+		Title: fmt.Sprintf("Compaction cost grows %.1f× from the shortest to the longest history (target: flat)", r.CostGrowth),
+		Cause: "An incremental job reads only from the previous tail start; a growth means some step reads the whole history.",
+		Plan:  "Profile the job at 10,000 messages (`--only cost --cpuprofile`)."}, true
+}
+
+// scaleOutGap is the worker scale-out target, when this run missed it.
+func (r *Report) scaleOutGap() (gap, bool) {
+	if !(len(r.ScaleOut) > 0 && r.ScaleOut8 < 7) {
+		return gap{}, false
+	}
+	return gap{
+		Title: fmt.Sprintf("Worker scale-out: 8 slots give %.1f× one slot (target ≥ 7)", r.ScaleOut8),
+		Cause: "The two cores are shared by the server, the workers and the fake LLM.",
+		Plan:  "Measure on more cores; profile the job's non-LLM part."}, true
+}
+
+// heapGap is the trigger heap target, when this run missed it.
+func (r *Report) heapGap() (gap, bool) {
+	if !(r.Heap.Conversations > 0 && r.BytesPerConversation > 512) {
+		return gap{}, false
+	}
+	return gap{
+		Title: fmt.Sprintf("Trigger heap: %.0f B per tracked conversation (target ≤ 512 B)", r.BytesPerConversation),
+		Cause: "A conversation's state (triggers.convState) is 712 bytes (a 768-byte allocation): 312 of them are its own " +
+			"copy of the resolved policy.Settings, 48 its budget.Budget (derived from the same settings) and 184 the retry " +
+			"timers' fields, which most conversations never use; its entry in the map of tracked conversations (120 bytes, " +
+			"two mutexes), the map's own slot and the id string add the rest. The heap profile (`--heapprofile`) puts the " +
+			"trigger's share in rebuild (the state) and get (the entry). Sizes by unsafe.Sizeof on linux/amd64.",
+		Plan: "Share one resolved Settings (and its Budget) among the conversations that resolve to the same policy (an " +
+			"interned pointer, replaced when a policy changes), allocate the open-calls map only when a call is open, and " +
+			"keep the timers' fields in a side table only for conversations that have one: together about half the state."}, true
+}
+
+// newConversationsGap is the new conversations target, when this run missed it.
+func (r *Report) newConversationsGap() (gap, bool) {
+	if !(r.Heap.Conversations > 0 && r.NewConversationsPerSec < 10000) {
+		return gap{}, false
+	}
+	return gap{
+		Title: fmt.Sprintf("New conversations: %s per second (target ≥ 10,000)", thousands(r.NewConversationsPerSec)),
+		Cause: "Every new conversation's state is rebuilt before its first message is counted: its tombstone, its KV " +
+			"value and its messages are read from the server in turn (see ingest: the same rebuilds are most of the " +
+			"trigger's waiting there), so a conversation costs three round trips, two of them message gets answered by " +
+			"the stream leader, and the handlers of many conversations at once wait on the same server. " +
+			r.newConvPartitionsChanged(),
+		Plan: "The plan of ingest: the three reads in flight together, direct gets if a replica's answer is enough, " +
+			"then partitions over trigger processes on other machines."}, true
+}
+
+// tokensGap is the token reduction target, when this run missed it.
+func (r *Report) tokensGap() (gap, bool) {
+	if !(r.Tokens.Turns > 0 && (r.TokenReduction1000 < 8 || r.SummarizerShare > 0.15)) {
+		return gap{}, false
+	}
+	return gap{
+		Title: fmt.Sprintf("Token reduction %.1f× with a summarizer share of %.1f%% (target ≥ 8×, ≤ 15%%)", r.TokenReduction1000, 100*r.SummarizerShare),
+		Cause: "See the per-strategy rows.",
+		Plan:  "Tune the default strategy's knobs."}, true
 }
 
 var docTemplate = template.Must(template.New("doc").Funcs(template.FuncMap{"pct": func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }}).Parse(
