@@ -735,6 +735,7 @@ func (c *roleConn) violations() string {
 	defer c.mu.Unlock()
 	return strings.Join(c.errs, "\n")
 }
+
 // natsServerBinary returns a standalone nats-server built from the module go.mod pins.
 // A test that needs it skips when it cannot be built, and fails instead in CI
 // (CI=true).
@@ -766,4 +767,3 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() error) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-

@@ -1,4 +1,4 @@
-package systemtest
+package main
 
 import (
 	"context"
