@@ -2,7 +2,6 @@ package systemtest
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"slices"
 	"strings"

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,11 +24,17 @@ import (
 	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
-	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/budget"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/tokens"
+	"github.com/compactor/compactor/schemas/tokens/bpe"
+	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/split"
+	"github.com/compactor/compactor/triggers"
 )
 
 // fakeLLM is an OpenAI-compatible endpoint for tests, spoken to by the real go-openai
@@ -245,8 +252,36 @@ func (f *fakeLLM) callCount() int {
 	return f.calls
 }
 
-// testEnv is the defaults of every COMPACTOR_ variable with a small window.
-func testEnv(t *testing.T, window int) Env {
+// stackEnv is the settings of a test's stack: the knobs of cmd/compactor's stackEnv (its
+// COMPACTOR_ variables) that the system tests turn, at the defaults of those variables
+// and the values testEnv sets. node turns them into the node.Config serve would build
+// of the same variables (cmd/compactor's stackEnv.node, stackEnv.triggers, stackEnv.summarizer).
+type stackEnv struct {
+	// Policy is the environment tier of the policy keys, by key.
+	Policy policy.Layer
+	// Profiles is a profiles file (nil: none).
+	Profiles *policy.File
+	// Roles are the roles the stack runs, comma separated (COMPACTOR_ROLES).
+	Roles string
+
+	Workers, MaxAttempts         int
+	BackoffBase, BackoffMax      time.Duration
+	RetryDelay, AckWait          time.Duration
+	DrainTimeout, ForgetTTL      time.Duration
+	ChatMaxAge, TriggerHeartbeat time.Duration
+	Replicas, TriggerPartitions  int
+	MaxObject                    int64
+	ViewListen, ViewToken        string
+
+	// lookup reads the variables of LLM API keys (nil: none).
+	lookup func(string) (string, bool)
+}
+
+// testEnv clears the process's COMPACTOR_, OPENAI_ and nats CLI variables (the
+// processes and commands a test starts inherit its environment) and returns the
+// defaults of every COMPACTOR_ variable with a small window, a retry delay of 200ms
+// and log level warn, as cmd/compactor's tests had them.
+func testEnv(t *testing.T, window int) stackEnv {
 	t.Helper()
 	// The nats CLI's own variables go too (the commands read them), but not every NATS_
 	// one: a test may have set others for itself (rolesServer's passwords).
@@ -256,27 +291,164 @@ func testEnv(t *testing.T, window int) Env {
 	}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, envPrefix+"_") || strings.HasPrefix(k, "OPENAI_") || natsCLI[k] {
+		if strings.HasPrefix(k, "COMPACTOR_") || strings.HasPrefix(k, "OPENAI_") || natsCLI[k] {
 			t.Setenv(k, "")
 			os.Unsetenv(k)
 		}
 	}
 	// No nats CLI context of the machine's user: the commands would connect with it.
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	e, err := loadEnv(func(string) (string, bool) { return "", false })
-	if err != nil {
-		t.Fatal(err)
+	// The defaults of cmd/compactor's stackEnv (its envconfig tags), but RetryDelay.
+	return stackEnv{
+		Policy:  policy.Layer{"context_window": strconv.Itoa(window)},
+		Roles:   "trigger,worker,api",
+		Workers: 4, MaxAttempts: 5,
+		BackoffBase: 2 * time.Second, BackoffMax: 2 * time.Minute,
+		RetryDelay: 200 * time.Millisecond, AckWait: 30 * time.Second,
+		DrainTimeout: 3 * time.Minute, ForgetTTL: 24 * time.Hour,
+		TriggerHeartbeat: 2 * time.Second,
+		Replicas:         1, TriggerPartitions: 1,
+		MaxObject: 16 << 20,
+		lookup:    func(string) (string, bool) { return "", false },
 	}
-	e.Policy["context_window"] = strconv.Itoa(window)
-	e.RetryDelay = 200 * time.Millisecond
-	e.LogLevel = "warn"
-	return e
+}
+
+// resolver is the policy resolver of the environment tier and profiles, with the
+// check of strategy names serve adds.
+func (e stackEnv) resolver() (*policy.Resolver, error) {
+	return policy.NewResolver(e.Policy, e.Profiles, func(s policy.Settings) error {
+		if !slices.Contains(split.Strategies, s.Strategy) {
+			return fmt.Errorf("strategy %q is unknown (known: %s)", s.Strategy, strings.Join(split.Strategies, ", "))
+		}
+		return nil
+	})
+}
+
+// roles are the roles of e.Roles.
+func (e stackEnv) roles() (node.Roles, error) {
+	var r node.Roles
+	for _, s := range strings.Split(e.Roles, ",") {
+		switch strings.TrimSpace(s) {
+		case "trigger":
+			r.Trigger = true
+		case "worker":
+			r.Worker = true
+		case "api":
+			r.API = true
+		case "":
+		default:
+			return r, fmt.Errorf("unknown role %q", s)
+		}
+	}
+	return r, nil
+}
+
+// budget is the budget of a conversation without a policy.
+func (e stackEnv) budget() budget.Budget {
+	r, err := e.resolver()
+	if err != nil {
+		return budget.Default()
+	}
+	s, err := r.Resolve(nil)
+	if err != nil {
+		return r.Base().Budget()
+	}
+	return s.Budget()
+}
+
+// jetstream is the streams' configuration of e.
+func (e stackEnv) jetstream() jetstream.Config {
+	c := jetstream.DefaultConfig()
+	c.Replicas = e.Replicas
+	c.ChatMaxAge = e.ChatMaxAge
+	c.MaxObjectSize = e.MaxObject
+	c.WorkerAckWait = e.AckWait
+	c.ForgetTTL = e.ForgetTTL
+	c.TriggerPartitions = e.TriggerPartitions
+	c.TriggerHeartbeat = e.TriggerHeartbeat
+	return c
+}
+
+// stopBudgets splits the drain timeout d as serve does (cmd/compactor's stopBudgets):
+// the last tenth of d, at least 5s (half of d when shorter), is left for the hand-back.
+func stopBudgets(d time.Duration) (drain, handBack time.Duration) {
+	rest := max(d/10, min(5*time.Second, d/2))
+	return d - rest, max(rest*2/5, 1)
+}
+
+func (e stackEnv) summarizer() summarizer.Config {
+	c := summarizer.DefaultConfig()
+	c.Workers = e.Workers
+	c.MaxAttempts = e.MaxAttempts
+	c.BackoffBase = e.BackoffBase
+	c.BackoffMax = e.BackoffMax
+	c.Counters = counters
+	c.InProgressEvery = max(e.AckWait/3, time.Second)
+	c.DrainTimeout, c.HandBackTimeout = stopBudgets(e.DrainTimeout)
+	return c
+}
+
+func (e stackEnv) triggers() triggers.Config {
+	c := triggers.DefaultConfig()
+	c.RetryDelay = e.RetryDelay
+	c.Counters = counters
+	c.DrainTimeout, c.HandBackTimeout = stopBudgets(e.DrainTimeout)
+	return c
+}
+
+// node is the node.Config of e, observed by no telemetry.
+func (e stackEnv) node(log zerolog.Logger) (node.Config, error) {
+	r, err := e.resolver()
+	if err != nil {
+		return node.Config{}, err
+	}
+	roles, err := e.roles()
+	if err != nil {
+		return node.Config{}, err
+	}
+	return node.Config{
+		Roles:    roles,
+		Resolver: r, Profiles: e.Profiles, Lookup: e.lookup, Counters: counters,
+		Trigger: e.triggers(), Summarizer: e.summarizer(),
+		ViewListen: e.ViewListen, ViewToken: e.ViewToken,
+		Logger: log,
+	}, nil
+}
+
+// bpes are the exact token counters built so far, by encoding.
+var bpes struct {
+	mu sync.Mutex
+	m  map[string]*bpe.Counter
+}
+
+// counters returns the token counter of a tokenizer name, each built once, as serve's.
+func counters(name string) (tokens.Counter, error) {
+	if name == "" || name == "chars4" {
+		return tokens.Chars4{}, nil
+	}
+	bpes.mu.Lock()
+	defer bpes.mu.Unlock()
+	if c, ok := bpes.m[name]; ok {
+		return c, nil
+	}
+	c, err := bpe.New(name)
+	if err != nil {
+		return nil, err
+	}
+	if bpes.m == nil {
+		bpes.m = map[string]*bpe.Counter{}
+	}
+	bpes.m[name] = c
+	return c, nil
 }
 
 // build is the node of env's roles on nc and st, as serve builds it, without telemetry.
-func build(env Env, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) (*node.Node, error) {
-	cfg, err := env.node(log, telemetry.Telemetry{})
+func build(env stackEnv, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) (*node.Node, error) {
+	cfg, err := env.node(log)
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return node.New(cfg, nc, st)
@@ -293,7 +465,7 @@ type stack struct {
 
 // startStack provisions the contract on a fresh server and runs the roles of env with
 // the fake LLM (nil: the extractive summarizer).
-func startStack(t *testing.T, env Env, llm *fakeLLM) *stack {
+func startStack(t *testing.T, env stackEnv, llm *fakeLLM) *stack {
 	t.Helper()
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
@@ -301,14 +473,11 @@ func startStack(t *testing.T, env Env, llm *fakeLLM) *stack {
 	return runStack(t, nc, st, env, llm)
 }
 
-func runStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, env Env, llm *fakeLLM) *stack {
+func runStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, env stackEnv, llm *fakeLLM) *stack {
 	t.Helper()
 	if llm != nil {
 		env.Policy["llm_base_url"] = llm.srv.URL
 		env.lookup = func(k string) (string, bool) { return "test-key", k == "COMPACTOR_LLM_API_KEY" }
-	}
-	if err := env.validate(); err != nil {
-		t.Fatal(err)
 	}
 	nd, err := build(env, nc, st, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
@@ -461,3 +630,6 @@ func idleWorkers(t *testing.T, s *stack) bool {
 	info, err := cons.Info(ctx)
 	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 }
+
+// viewToken is the web view's credential in the tests.
+const viewToken = "view-token-for-tests-0123456789"

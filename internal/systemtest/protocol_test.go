@@ -3,9 +3,6 @@ package systemtest
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
