@@ -252,10 +252,10 @@ func (f *fakeLLM) callCount() int {
 	return f.calls
 }
 
-// stackEnv is the settings of a test's stack: the knobs of cmd/compactor's stackEnv (its
+// stackEnv is the settings of a test's stack: the knobs of cmd/compactor's Env (its
 // COMPACTOR_ variables) that the system tests turn, at the defaults of those variables
 // and the values testEnv sets. node turns them into the node.Config serve would build
-// of the same variables (cmd/compactor's stackEnv.node, stackEnv.triggers, stackEnv.summarizer).
+// of the same variables (cmd/compactor's Env.node, Env.triggers, Env.summarizer).
 type stackEnv struct {
 	// Policy is the environment tier of the policy keys, by key.
 	Policy policy.Layer
@@ -298,7 +298,7 @@ func testEnv(t *testing.T, window int) stackEnv {
 	}
 	// No nats CLI context of the machine's user: the commands would connect with it.
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	// The defaults of cmd/compactor's stackEnv (its envconfig tags), but RetryDelay.
+	// The defaults of cmd/compactor's Env (its envconfig tags), but RetryDelay.
 	return stackEnv{
 		Policy:  policy.Layer{"context_window": strconv.Itoa(window)},
 		Roles:   "trigger,worker,api",
