@@ -27,7 +27,6 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/internal/telemetry"
@@ -233,19 +232,6 @@ func (f *fakeLLM) allInputs() string {
 	return strings.Join(f.inputs, "\n")
 }
 
-// inputsWith is allInputs of the requests whose input holds marker.
-func (f *fakeLLM) inputsWith(marker string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for _, in := range f.inputs {
-		if strings.Contains(in, marker) {
-			out = append(out, in)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 func (f *fakeLLM) callCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -347,17 +333,6 @@ func (s *stack) stop(t *testing.T) {
 	}
 }
 
-// loadCorpus returns the n largest conversations of the corpus, by name, skipping the
-// test when the corpus is absent.
-func loadCorpus(t *testing.T, n int) map[string][]schemas.Message {
-	t.Helper()
-	out := map[string][]schemas.Message{}
-	for _, c := range corpustest.Largest(t, n) {
-		out[c.Name] = c.Messages()
-	}
-	return out
-}
-
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -394,67 +369,6 @@ func jsFor(t *testing.T, nc *nats.Conn) natsjs.JetStream {
 	return js
 }
 
-// resultsFor is the results bucket, as the test sees it.
-func resultsFor(t *testing.T, nc *nats.Conn, cfg jetstream.Config) natsjs.KeyValue {
-	t.Helper()
-	kv, err := jsFor(t, nc).KeyValue(ctxFor(t, 10*time.Second), cfg.ResultsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
-}
-
-// triggerHandled waits until the trigger acknowledged every chat message through seq
-// (the ack floor of its consumer). The trigger acknowledges a message after counting it
-// and queueing the request it called for, whose requested event is then stored.
-func triggerHandled(t *testing.T, s *stack, seq uint64) {
-	t.Helper()
-	cfg := s.st.Config()
-	cons, err := jsFor(t, s.nc).Consumer(ctxFor(t, 10*time.Second), cfg.ChatStream, cfg.TriggerConsumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, fmt.Sprintf("the trigger to acknowledge seq %d", seq), func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		info, err := cons.Info(ctx)
-		return err == nil && info.AckFloor.Stream >= seq
-	})
-}
-
-// storedEvents counts the events of one type stored in COMPACT_EVENTS for conv: what
-// was published, whether or not a subscription has seen it yet.
-func storedEvents(t *testing.T, s *stack, conv, typ string) int {
-	t.Helper()
-	ctx := ctxFor(t, 30*time.Second)
-	oc, err := jsFor(t, s.nc).OrderedConsumer(ctx, s.st.Config().EventsStream, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{must(s.st.Config().EventSubject(conv))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for {
-		batch, err := oc.FetchNoWait(256)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			var ev schemas.Event
-			if json.Unmarshal(m.Data(), &ev) == nil && ev.Type == typ {
-				n++
-			}
-		}
-		if err := batch.Error(); err != nil {
-			t.Fatal(err)
-		}
-		if got == 0 {
-			return n
-		}
-	}
-}
-
 // idleWorkers reports whether no request waits in the work queue or is being worked on.
 func idleWorkers(t *testing.T, s *stack) bool {
 	t.Helper()
@@ -468,6 +382,10 @@ func idleWorkers(t *testing.T, s *stack) bool {
 	info, err := cons.Info(ctx)
 	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 }
+
+// The helpers below are shared with the system tests of internal/systemtest, which
+// keep their own copies (a package cannot use another's test files): synthetic
+// conversations, the binaries and their processes, the roles' server.
 
 // needleConversation is a synthetic agent run: every user message carries a needle,
 // every turn calls a tool with a bulky result.
@@ -634,13 +552,6 @@ func (p *proc) wait(t *testing.T, d time.Duration, after string) error {
 		t.Fatalf("%s still running %s after %s", p.name, d, after)
 		return nil
 	}
-}
-
-// kill SIGKILLs the process and waits until it is gone.
-func (p *proc) kill(t *testing.T) {
-	t.Helper()
-	p.signal(t, syscall.SIGKILL)
-	_ = p.wait(t, 10*time.Second, "SIGKILL")
 }
 
 // tail is the last n bytes of the log, from a line start.

@@ -77,10 +77,15 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Policy first: idle_after makes the trigger arm the conversation's idle timer.
-	if _, err := s.client.Policy(ctx, schemas.PolicyRequest{Conversation: gone,
-		Set: map[string]any{"idle_after": "1h", "instructions": "remember NEEDLE-fpolicy"}}); err != nil {
-		t.Fatal(err)
-	}
+	// The stack's service may not answer yet: ask until it does.
+	eventually(t, 10*time.Second, "the service to set the policy", func() bool {
+		_, err := s.client.Policy(ctx, schemas.PolicyRequest{Conversation: gone,
+			Set: map[string]any{"idle_after": "1h", "instructions": "remember NEEDLE-fpolicy"}})
+		if err != nil && !errors.Is(err, pipeline.ErrNoService) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
 	publishAll(t, s.client, gone, taggedConversation("f", 8))
 	publishAll(t, s.client, kept, taggedConversation("k", 8))
 	compacted(t, s, gone)
