@@ -2,17 +2,24 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
+	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +27,6 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/internal/telemetry"
@@ -100,7 +106,7 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 	f.calls++
 	delay, status, pad := f.delay, f.status, f.pad
 	if f.jitter > 0 {
-		delay += rand.N(f.jitter)
+		delay += mrand.N(f.jitter)
 	}
 	if f.failures > 0 {
 		f.failures--
@@ -226,19 +232,6 @@ func (f *fakeLLM) allInputs() string {
 	return strings.Join(f.inputs, "\n")
 }
 
-// inputsWith is allInputs of the requests whose input holds marker.
-func (f *fakeLLM) inputsWith(marker string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for _, in := range f.inputs {
-		if strings.Contains(in, marker) {
-			out = append(out, in)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 func (f *fakeLLM) callCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -340,17 +333,6 @@ func (s *stack) stop(t *testing.T) {
 	}
 }
 
-// loadCorpus returns the n largest conversations of the corpus, by name, skipping the
-// test when the corpus is absent.
-func loadCorpus(t *testing.T, n int) map[string][]schemas.Message {
-	t.Helper()
-	out := map[string][]schemas.Message{}
-	for _, c := range corpustest.Largest(t, n) {
-		out[c.Name] = c.Messages()
-	}
-	return out
-}
-
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -387,67 +369,6 @@ func jsFor(t *testing.T, nc *nats.Conn) natsjs.JetStream {
 	return js
 }
 
-// resultsFor is the results bucket, as the test sees it.
-func resultsFor(t *testing.T, nc *nats.Conn, cfg jetstream.Config) natsjs.KeyValue {
-	t.Helper()
-	kv, err := jsFor(t, nc).KeyValue(ctxFor(t, 10*time.Second), cfg.ResultsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
-}
-
-// triggerHandled waits until the trigger acknowledged every chat message through seq
-// (the ack floor of its consumer). The trigger acknowledges a message after counting it
-// and queueing the request it called for, whose requested event is then stored.
-func triggerHandled(t *testing.T, s *stack, seq uint64) {
-	t.Helper()
-	cfg := s.st.Config()
-	cons, err := jsFor(t, s.nc).Consumer(ctxFor(t, 10*time.Second), cfg.ChatStream, cfg.TriggerConsumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, fmt.Sprintf("the trigger to acknowledge seq %d", seq), func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		info, err := cons.Info(ctx)
-		return err == nil && info.AckFloor.Stream >= seq
-	})
-}
-
-// storedEvents counts the events of one type stored in COMPACT_EVENTS for conv: what
-// was published, whether or not a subscription has seen it yet.
-func storedEvents(t *testing.T, s *stack, conv, typ string) int {
-	t.Helper()
-	ctx := ctxFor(t, 30*time.Second)
-	oc, err := jsFor(t, s.nc).OrderedConsumer(ctx, s.st.Config().EventsStream, natsjs.OrderedConsumerConfig{
-		FilterSubjects: []string{must(s.st.Config().EventSubject(conv))}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for {
-		batch, err := oc.FetchNoWait(256)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			var ev schemas.Event
-			if json.Unmarshal(m.Data(), &ev) == nil && ev.Type == typ {
-				n++
-			}
-		}
-		if err := batch.Error(); err != nil {
-			t.Fatal(err)
-		}
-		if got == 0 {
-			return n
-		}
-	}
-}
-
 // idleWorkers reports whether no request waits in the work queue or is being worked on.
 func idleWorkers(t *testing.T, s *stack) bool {
 	t.Helper()
@@ -460,4 +381,300 @@ func idleWorkers(t *testing.T, s *stack) bool {
 	}
 	info, err := cons.Info(ctx)
 	return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+}
+
+// The helpers below are shared with the system tests of internal/systemtest, which
+// keep their own copies (a package cannot use another's test files): synthetic
+// conversations, the binaries and their processes, the roles' server.
+
+// needleConversation is a synthetic agent run: every user message carries a needle,
+// every turn calls a tool with a bulky result.
+func needleConversation(turns int) ([]schemas.Message, []string) {
+	msgs := []schemas.Message{{Role: schemas.RoleSystem, Content: schemas.Text("You are Ada, a careful build engineer.")}}
+	var needles []string
+	filler := strings.Repeat("build log line with nothing of note in it. ", 40)
+	for i := 0; i < turns; i++ {
+		n := fmt.Sprintf("NEEDLE-%03dx", i)
+		needles = append(needles, n)
+		id := fmt.Sprintf("call_%d", i)
+		msgs = append(msgs,
+			schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("Step %d: remember the code %s and run the build.", i, n))},
+			schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: id, Type: "function",
+				Function: schemas.FunctionCall{Name: "run_build", Arguments: fmt.Sprintf(`{"step":%d}`, i)}}}},
+			schemas.Message{Role: schemas.RoleTool, ToolCallID: id, Content: schemas.Text(filler)},
+			schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(fmt.Sprintf("Build %d passed.", i))},
+		)
+	}
+	return msgs, needles
+}
+
+// buildCompactor returns this directory's binary.
+func buildCompactor(t *testing.T) string {
+	t.Helper()
+	bin, err := buildBinary("compactor", ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// buildBinary runs `go build -o <dir>/name pkg` in this module (so a dependency's
+// version is the one go.mod pins) the first time name is asked for, and returns the
+// path, or the build's error, every time.
+func buildBinary(name, pkg string) (string, error) {
+	binaries.mu.Lock()
+	defer binaries.mu.Unlock()
+	if b, ok := binaries.built[name]; ok {
+		return b.path, b.err
+	}
+	if binaries.dir == "" {
+		dir, err := os.MkdirTemp("", "compactor-test-bin-")
+		if err != nil {
+			return "", err
+		}
+		binaries.dir, binaries.built = dir, map[string]builtBinary{}
+	}
+	b := builtBinary{path: filepath.Join(binaries.dir, name)}
+	if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
+		b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+	}
+	binaries.built[name] = b
+	return b.path, b.err
+}
+
+// binaries are built once per test run, into one directory TestMain removes.
+var binaries struct {
+	mu    sync.Mutex
+	dir   string
+	built map[string]builtBinary
+}
+
+type builtBinary struct {
+	path string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	binaries.mu.Lock()
+	if binaries.dir != "" {
+		_ = os.RemoveAll(binaries.dir)
+	}
+	binaries.mu.Unlock()
+	os.Exit(code)
+}
+
+// freePort returns a port of 127.0.0.1 that was free a moment ago: a server that must
+// come back on the same port after a crash needs one it is given, not -1.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// startProc starts bin with args and env (added to this process's environment); it is
+// killed at cleanup if still running, and its output is logged when the test failed.
+func startProc(t *testing.T, name, bin string, args, env []string) *proc {
+	t.Helper()
+	p := &proc{name: name, logs: &logBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		if !p.exited() {
+			p.stopping.Store(true)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("output of %s (pid %d, %v):\n%s", name, p.cmd.Process.Pid, p.err, p.logs.tail(24<<10))
+		}
+	})
+	return p
+}
+
+// proc is a child process whose output is kept, and whose exit is expected only when
+// the test stopped it.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	logs *logBuffer
+	done chan struct{}
+	err  error // set when done is closed
+	// stopping is set before the test signals the process: an exit without it is
+	// unexpected.
+	stopping atomic.Bool
+}
+
+// exited reports whether the process has exited.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// unexpectedExit describes the exit of a process the test did not stop, "" when it
+// runs or was stopped.
+func (p *proc) unexpectedExit() string {
+	if !p.exited() || p.stopping.Load() {
+		return ""
+	}
+	return fmt.Sprintf("%s (pid %d) exited on its own: %v\n%s", p.name, p.cmd.Process.Pid, p.err, p.logs.tail(16<<10))
+}
+
+// signal sends sig, the exit that follows being expected.
+func (p *proc) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	p.stopping.Store(true)
+	if err := p.cmd.Process.Signal(sig); err != nil && !p.exited() {
+		t.Fatalf("%s %s: %v", sig, p.name, err)
+	}
+}
+
+// wait waits for the process to exit, failing t after d.
+func (p *proc) wait(t *testing.T, d time.Duration, after string) error {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(d):
+		t.Fatalf("%s still running %s after %s", p.name, d, after)
+		return nil
+	}
+}
+
+// tail is the last n bytes of the log, from a line start.
+func (b *logBuffer) tail(n int) string {
+	s := b.String()
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return "[…]\n" + s
+}
+
+// replay publishes msgs one by one, reading its own write after each (invariant 8).
+func replay(t *testing.T, s *stack, conv string, msgs []schemas.Message, pace time.Duration) []uint64 {
+	t.Helper()
+	ctx := ctxFor(t, 5*time.Minute)
+	var seqs []uint64
+	for i, m := range msgs {
+		seq, err := s.client.Publish(ctx, conv, m)
+		if err != nil {
+			t.Fatalf("publish message %d: %v", i, err)
+		}
+		seqs = append(seqs, seq)
+		cx, err := s.client.Context(ctx, conv, pipeline.AtLeastSeq(seq))
+		if err != nil {
+			t.Fatalf("read after publishing seq %d: %v", seq, err)
+		}
+		if seq >= cx.TailStartSeq && !slices.Contains(cx.Seqs, seq) && !(m.HasToolCalls() || m.Role == schemas.RoleTool) {
+			t.Fatalf("read-your-writes: seq %d missing from the context (tail from %d)", seq, cx.TailStartSeq)
+		}
+		if pace > 0 {
+			time.Sleep(pace)
+		}
+	}
+	return seqs
+}
+
+// rolesServer starts a nats-server from accounts.conf with a fresh password per user
+// (the file reads them from the environment) and returns a function that connects as
+// a user, through the same natsconn.Auth the commands use.
+func rolesServer(t *testing.T) (url string, connect func(user string) *roleConn) {
+	t.Helper()
+	passwords := map[string]string{}
+	for _, u := range []string{"sys", "admin", "trigger", "worker", "api", "producer", "reader"} {
+		passwords[u] = "pw-" + u + "-" + rand.Text()
+		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", passwords[u])
+	}
+	// A small max payload, so the roles' test of messages over it stays small.
+	ns := jstest.ServerFromFile(t, accountsConf, jstest.MaxPayload(rolesMaxPayload))
+	url = ns.ClientURL()
+	return url, func(user string) *roleConn {
+		t.Helper()
+		c := &roleConn{user: user}
+		nc, err := nats.Connect(url, nats.Name("compactor-"+user),
+			// Each user's replies come on its own prefix, the only inbox it may read.
+			natsconn.Auth{User: user, Password: passwords[user], InboxPrefix: "_INBOX_" + user}.Option(),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				c.errs = append(c.errs, err.Error())
+			}))
+		if err != nil {
+			t.Fatalf("connect as %s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		c.nc = nc
+		return c
+	}
+}
+
+// roleConn is a connection as one user of accounts.conf, with the asynchronous errors
+// the server sent it (a refused publish or subscription arrives only there).
+type roleConn struct {
+	user string
+	nc   *nats.Conn
+	mu   sync.Mutex
+	errs []string
+}
+
+// accountsConf is the configuration deploy/nats ships, tested as it is.
+const accountsConf = "../../deploy/nats/accounts.conf"
+
+// rolesMaxPayload is the max payload of the roles' server.
+const rolesMaxPayload = 16 << 10
+
+// violations returns the permissions violations the server reported so far.
+func (c *roleConn) violations() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.errs, "\n")
+}
+
+// natsServerBinary returns a standalone nats-server built from the module go.mod pins.
+// A test that needs it skips when it cannot be built, and fails instead in CI
+// (CI=true).
+func natsServerBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := buildBinary("nats-server", "github.com/nats-io/nats-server/v2")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%v (CI=true: a test that needs nats-server fails instead of skipping)", err)
+		}
+		t.Skipf("cannot build nats-server: %v", err)
+	}
+	return bin
+}
+
+// waitFor polls cond until it returns nil, failing the test with cond's last error
+// after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s: %v", d, what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

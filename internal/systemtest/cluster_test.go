@@ -1,4 +1,4 @@
-package main
+package systemtest
 
 import (
 	"context"
@@ -103,7 +103,7 @@ func TestClusterLeaderFailover(t *testing.T) {
 	}
 }
 
-func testFailover(t *testing.T, env Env, cfg jetstream.Config, kill func(*jstest.Cluster, *server.Server)) {
+func testFailover(t *testing.T, env stackEnv, cfg jetstream.Config, kill func(*jstest.Cluster, *server.Server)) {
 	start := time.Now()
 	cluster := jstest.StartCluster(t, 3)
 	t.Logf("3-node cluster ready in %s", time.Since(start).Round(time.Millisecond))

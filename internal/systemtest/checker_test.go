@@ -1,4 +1,4 @@
-package main
+package systemtest
 
 import (
 	"context"
@@ -30,7 +30,7 @@ import (
 // servers hold: the messages, every value, the events, the dead letters and the work
 // queue. It asks the processes under test nothing.
 type checker struct {
-	env    Env
+	env    stackEnv
 	cfg    jetstream.Config
 	nc     *nats.Conn
 	st     *jetstream.Store
@@ -94,7 +94,7 @@ type checkFigures struct {
 
 // newChecker waits until the processes provisioned the streams (failing at once when
 // one of procs exits) and starts watching the results bucket.
-func newChecker(t *testing.T, nc *nats.Conn, env Env, llm *fakeLLM, procs ...*proc) *checker {
+func newChecker(t *testing.T, nc *nats.Conn, env stackEnv, llm *fakeLLM, procs ...*proc) *checker {
 	t.Helper()
 	c := &checker{env: env, cfg: env.jetstream(), nc: nc, llm: llm, byID: map[string]*checkedConv{}, revs: map[uint64]revision{}}
 	waitFor(t, time.Minute, "the processes to provision the streams", func() error {

@@ -1,4 +1,4 @@
-package main
+package systemtest
 
 import (
 	"bytes"
@@ -75,10 +75,10 @@ func buildBinary(name, pkg string) (string, error) {
 	return b.path, b.err
 }
 
-// buildCompactor returns this directory's binary.
+// buildCompactor returns the binary of cmd/compactor, built from the module root.
 func buildCompactor(t *testing.T) string {
 	t.Helper()
-	bin, err := buildBinary("compactor", ".")
+	bin, err := buildBinary("compactor", "github.com/compactor/compactor/cmd/compactor")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +195,42 @@ func (p *proc) kill(t *testing.T) {
 	t.Helper()
 	p.signal(t, syscall.SIGKILL)
 	_ = p.wait(t, 10*time.Second, "SIGKILL")
+}
+
+// logBuffer collects a process's output; safe for the goroutines that write it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitForService waits until the compactor service of p answers on url, failing the
+// test at once if p exits meanwhile.
+func waitForService(t *testing.T, url string, p *proc, when string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	eventually(t, 60*time.Second, "the compactor service to answer once "+when, func() bool {
+		if msg := p.unexpectedExit(); msg != "" {
+			t.Fatal(msg)
+		}
+		m, err := nc.Request("compactor.status", []byte(`{}`), time.Second)
+		return err == nil && m.Header.Get("Nats-Service-Error") == ""
+	})
 }
 
 // tail is the last n bytes of the log, from a line start.

@@ -1,4 +1,4 @@
-package main
+package systemtest
 
 import (
 	"bufio"
@@ -39,7 +39,7 @@ func chatLastSeq(t *testing.T, s *stack) uint64 {
 
 // compactedUnder waits until conv has a summary and its context fits under the threshold,
 // with its tool pairs whole, and returns the context.
-func compactedUnder(t *testing.T, s *stack, env Env, conv string) *pipeline.Context {
+func compactedUnder(t *testing.T, s *stack, env stackEnv, conv string) *pipeline.Context {
 	t.Helper()
 	var cx *pipeline.Context
 	eventually(t, 2*time.Minute, conv+" to be compacted under its threshold", func() bool {

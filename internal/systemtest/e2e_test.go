@@ -1,4 +1,4 @@
-package main
+package systemtest
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func (h *history) snapshot() []*schemas.Result {
 
 // invariants checks DESIGN.md's invariants 1–3, 5, 6 and 9 over every value a
 // conversation had, against the messages published to it (seq → message).
-func invariants(t *testing.T, s *stack, conv string, env Env, values []*schemas.Result, llm *fakeLLM) {
+func invariants(t *testing.T, s *stack, conv string, env stackEnv, values []*schemas.Result, llm *fakeLLM) {
 	t.Helper()
 	all, err := s.st.Chat().LoadEntries(ctxFor(t, time.Minute), conv, 0, 0)
 	if err != nil {
@@ -76,7 +76,7 @@ func invariants(t *testing.T, s *stack, conv string, env Env, values []*schemas.
 
 // checkValues is invariants over the conversation's stored messages all. inputs is
 // what the summarizer was given (nil: no LLM, nothing to check it against).
-func checkValues(t *testing.T, all []schemas.Entry, env Env, values []*schemas.Result, inputs *string) {
+func checkValues(t *testing.T, all []schemas.Entry, env stackEnv, values []*schemas.Result, inputs *string) {
 	t.Helper()
 	index := map[uint64]int{}
 	for i, e := range all {

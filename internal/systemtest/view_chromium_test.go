@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package systemtest
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"image"
 	"image/png"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,24 +75,21 @@ func TestViewInHeadlessChromium(t *testing.T) {
 	} {
 		t.Setenv(k, v)
 	}
-	logs := &logBuffer{}
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() {
-		served <- run(ctx, []string{"serve"}, stdio{in: strings.NewReader(""), out: io.Discard, err: logs}, os.LookupEnv)
-	}()
+	// serve is the built binary, with the variables above (startProc passes the test's
+	// environment on).
+	serve := startProc(t, "serve", buildCompactor(t), []string{"serve"}, nil)
 	t.Cleanup(func() {
-		stop()
+		serve.signal(t, syscall.SIGTERM)
 		select {
-		case err := <-served:
-			if err != nil {
-				t.Errorf("serve: %v\n%s", err, logs)
+		case <-serve.done:
+			if serve.err != nil {
+				t.Errorf("serve: %v\n%s", serve.err, serve.logs)
 			}
 		case <-time.After(60 * time.Second):
-			t.Errorf("serve did not stop\n%s", logs)
+			t.Errorf("serve did not stop\n%s", serve.logs)
 		}
 	})
-	waitForService(t, srv.ClientURL(), served, logs, "started with the web view")
+	waitForService(t, srv.ClientURL(), serve, "started with the web view")
 	s := &stack{nc: jstest.ConnTo(t, srv.ClientURL())}
 	s.st = jstest.Provision(t, s.nc)
 	s.client = pipeline.NewWithStore(s.nc, s.st)

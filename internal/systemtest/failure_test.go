@@ -1,4 +1,4 @@
-package main
+package systemtest
 
 import (
 	"encoding/json"
@@ -60,7 +60,7 @@ func (l *eventLog) last(typ string) schemas.Event {
 	return schemas.Event{}
 }
 
-func failingEnv(t *testing.T) Env {
+func failingEnv(t *testing.T) stackEnv {
 	env := testEnv(t, 4000)
 	env.MaxAttempts = 3
 	env.BackoffBase = 20 * time.Millisecond
