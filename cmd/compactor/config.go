@@ -19,7 +19,6 @@ import (
 	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
-	"github.com/compactor/compactor/schemas/budget"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/schemas/tokens/bpe"
@@ -393,19 +392,6 @@ func (e Env) roles() (roles, error) {
 		return r, bad("ROLES", "names no role (use trigger, worker, api or several)")
 	}
 	return r, nil
-}
-
-// budget is the budget of a conversation without a policy.
-func (e Env) budget() budget.Budget {
-	r, err := e.resolver()
-	if err != nil {
-		return budget.Default()
-	}
-	s, err := r.Resolve(nil)
-	if err != nil {
-		return r.Base().Budget()
-	}
-	return s.Budget()
 }
 
 func (e Env) jetstream() jetstream.Config {

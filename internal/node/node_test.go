@@ -23,7 +23,9 @@ import (
 
 type fixed policy.Settings
 
-func (f fixed) Settings(context.Context, string) (policy.Settings, error) { return policy.Settings(f), nil }
+func (f fixed) Settings(context.Context, string) (policy.Settings, error) {
+	return policy.Settings(f), nil
+}
 
 func resolver(t *testing.T, window int) *policy.Resolver {
 	t.Helper()

@@ -1,5 +1,5 @@
 // What the tests need from their environment: the servers the Go tests TestTSClient and
-// TestTSClientUnderRoles (cmd/compactor/tsclient_test.go) start, passed in as these
+// TestTSClientUnderRoles (internal/systemtest/tsclient_test.go) start, passed in as these
 // variables. `npm test` runs those Go tests (tools/test.ts); a test run without them
 // fails, naming what to run, and never skips.
 
@@ -7,7 +7,7 @@
 export function need(name: string): string {
   const v = process.env[name];
   if (v) return v;
-  throw new Error(`${name} is not set: this test needs the servers that \`npm test\` starts (it runs go test -run '^TestTSClient' ./cmd/compactor); run npm test, not node --test alone`);
+  throw new Error(`${name} is not set: this test needs the servers that \`npm test\` starts (it runs go test -run '^TestTSClient' ./internal/systemtest); run npm test, not node --test alone`);
 }
 
 /** A conversation id no other test uses. */

@@ -1,5 +1,5 @@
 // The shared reader fixtures (schemas/testdata/reader, format in its README.md): the
-// same files the Go reader runs (cmd/compactor/readerfixtures_test.go). Each runs
+// same files the Go reader runs (internal/systemtest/readerfixtures_test.go). Each runs
 // through the reader on the fixture's own data, and, when the Go test loaded servers
 // with them (COMPACTOR_FIXTURE_SERVERS), through the client against that server.
 
