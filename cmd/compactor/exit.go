@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
@@ -100,7 +101,8 @@ func exitCode(err error) int {
 		return exitInterrupted
 	case errors.Is(err, errInterrupted):
 		return exitInterrupted
-	case errors.As(err, &ue), errors.Is(err, errConfig), errors.Is(err, schemas.ErrInvalid), errors.Is(err, jetstream.ErrConfig):
+	case errors.As(err, &ue), errors.Is(err, errConfig), errors.Is(err, schemas.ErrInvalid), errors.Is(err, jetstream.ErrConfig),
+		errors.Is(err, natsconn.ErrConfig):
 		return exitUsage
 	case errors.Is(err, pipeline.ErrNotFound):
 		return exitNotFound
