@@ -257,10 +257,15 @@ func readFacts(path string) ([]string, error) {
 // nats://user:password@host, also as --nats-url=...): the report echoes its command
 // line and is meant to be shared.
 func redactArgs(args []string) []string {
+	urlFlag := func(s string) bool { return strings.TrimLeft(s, "-") == "nats-url" }
 	out := make([]string, len(args))
 	for i, a := range args {
 		name, value, isFlag := strings.Cut(a, "=")
 		switch {
+		case i > 0 && urlFlag(args[i-1]):
+			out[i] = natsconn.RedactURL(a)
+		case isFlag && urlFlag(name):
+			out[i] = name + "=" + natsconn.RedactURL(value)
 		case !strings.Contains(a, "://"):
 			out[i] = a
 		case isFlag && strings.HasPrefix(name, "-") && strings.Contains(value, "://"):

@@ -39,6 +39,9 @@ func TestRedactArgs(t *testing.T) {
 		{"several servers", []string{"nats://u:pw@a,nats://u:pw@b"}, []string{"nats://redacted@a,nats://redacted@b"}},
 		{"no user info", []string{"--nats-url", "nats://h:4222", "--window", "8000"}, []string{"--nats-url", "nats://h:4222", "--window", "8000"}},
 		{"not a url", []string{"--fact", "a=b", "x.jsonl"}, []string{"--fact", "a=b", "x.jsonl"}},
+		// nats.go dials a URL without a scheme as nats://: its password is one too.
+		{"no scheme", []string{"--nats-url", "u:pw@h:4222", "d/"}, []string{"--nats-url", "nats://redacted@h:4222", "d/"}},
+		{"no scheme, with =", []string{"-nats-url=u:pw@h:4222"}, []string{"-nats-url=nats://redacted@h:4222"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

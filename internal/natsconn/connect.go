@@ -401,15 +401,25 @@ func checkURLs(urls string) error {
 func RedactURL(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
-		u, err := url.Parse(strings.TrimSpace(p))
-		if err != nil {
+		p = strings.TrimSpace(p)
+		// As nats.go dials it: nats:// when there is no scheme, so "user:pw@host" holds
+		// a password too.
+		full := p
+		if !strings.Contains(p, "://") {
+			full = "nats://" + p
+		}
+		u, err := url.Parse(full)
+		switch {
+		case err != nil:
 			parts[i] = "(unparseable url)"
-			continue
-		}
-		if u.User != nil {
+		case u.User != nil:
 			u.User = url.User("redacted")
+			parts[i] = u.String()
+		case full != p:
+			parts[i] = p
+		default:
+			parts[i] = u.String()
 		}
-		parts[i] = u.String()
 	}
 	return strings.Join(parts, ",")
 }

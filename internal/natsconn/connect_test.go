@@ -143,3 +143,20 @@ func TestUnreachableAndRefused(t *testing.T) {
 		}
 	}
 }
+
+// nats.go dials a URL without a scheme as nats://, so its user info is a password too:
+// it never shows (found by the outside review).
+func TestRedactURLWithoutScheme(t *testing.T) {
+	for _, u := range []string{"alice:s3cretpw@127.0.0.1:4222", "nats://a:4222, bob:s3cretpw@b:4222"} {
+		if !URLHasUserInfo(u) {
+			t.Fatalf("URLHasUserInfo(%q) = false", u)
+		}
+		if got := RedactURL(u); strings.Contains(got, "s3cretpw") {
+			t.Errorf("RedactURL(%q) = %q: the password shows", u, got)
+		}
+		c := &Connection{URL: u, from: map[string]*Source{"URL": {Name: func(string) string { return "-s/--server" }}}}
+		if got := c.Describe(); strings.Contains(got, "s3cretpw") {
+			t.Errorf("Describe() = %q: the password shows", got)
+		}
+	}
+}
