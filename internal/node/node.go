@@ -34,9 +34,10 @@ type Roles struct {
 	API bool
 }
 
-// Config is how a node is built. Resolver is required; the zero value of everything
-// else is a default or off. Only the command line reads the environment: it fills this
-// in.
+// Config is how a node is built. Resolver is required, and so are Trigger and
+// Summarizer for their roles: start from triggers.DefaultConfig and
+// summarizer.DefaultConfig. Every other zero value is a default or off. Only the
+// command line reads the environment: it fills this in.
 type Config struct {
 	Roles Roles
 	// Resolver resolves the operator's tiers (environment and profiles) of the policy
@@ -95,6 +96,16 @@ func (c Config) Validate() error {
 		return errors.New("node: no policy resolver")
 	case c.ViewListen != "" && !c.Roles.API:
 		return errors.New("node: the web view needs the api role")
+	}
+	if c.Roles.Trigger {
+		if err := c.Trigger.Validate(); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+	}
+	if c.Roles.Worker {
+		if err := c.Summarizer.Validate(); err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
 	}
 	return nil
 }

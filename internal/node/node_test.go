@@ -38,18 +38,26 @@ func resolver(t *testing.T, window int) *policy.Resolver {
 
 func TestValidate(t *testing.T) {
 	r := resolver(t, 8000)
+	roles := func(cfg node.Config) node.Config {
+		cfg.Trigger, cfg.Summarizer = triggers.DefaultConfig(), summarizer.DefaultConfig()
+		return cfg
+	}
 	tests := []struct {
 		name    string
 		give    node.Config
 		wantErr string
 	}{
-		{"every role", node.Config{Roles: node.Roles{Trigger: true, Worker: true, API: true}, Resolver: r}, ""},
+		{"every role", roles(node.Config{Roles: node.Roles{Trigger: true, Worker: true, API: true}, Resolver: r}), ""},
 		{"no role", node.Config{Resolver: r}, "no role"},
-		{"no resolver", node.Config{Roles: node.Roles{Trigger: true}}, "no policy resolver"},
-		{"a fixed policy serves a trigger", node.Config{Roles: node.Roles{Trigger: true}, Policies: fixed(r.Base())}, ""},
-		{"workers without a resolver need their summarizers", node.Config{Roles: node.Roles{Worker: true}, Policies: fixed(r.Base())}, "no policy resolver"},
+		{"no resolver", roles(node.Config{Roles: node.Roles{Trigger: true}}), "no policy resolver"},
+		{"a fixed policy serves a trigger", roles(node.Config{Roles: node.Roles{Trigger: true}, Policies: fixed(r.Base())}), ""},
+		{"workers without a resolver need their summarizers", roles(node.Config{Roles: node.Roles{Worker: true}, Policies: fixed(r.Base())}), "no policy resolver"},
 		{"the service checks policies with the resolver", node.Config{Roles: node.Roles{API: true}, Policies: fixed(r.Base())}, "no policy resolver"},
-		{"a view without the api role", node.Config{Roles: node.Roles{Worker: true}, Resolver: r, ViewListen: "127.0.0.1:0"}, "needs the api role"},
+		{"a view without the api role", roles(node.Config{Roles: node.Roles{Worker: true}, Resolver: r, ViewListen: "127.0.0.1:0"}), "needs the api role"},
+		// Found by the outside review: a zero trigger or pool configuration passed
+		// Validate and failed only in New.
+		{"a trigger without its configuration", node.Config{Roles: node.Roles{Trigger: true}, Resolver: r}, "trigger config"},
+		{"workers without their configuration", node.Config{Roles: node.Roles{Worker: true}, Resolver: r, Trigger: triggers.DefaultConfig()}, "workers must be at least 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
