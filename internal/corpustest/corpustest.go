@@ -44,16 +44,42 @@ func (c Conversation) Messages() []schemas.Message {
 const EnvVar = "AGENT_CORPUS_DIR"
 
 // Dir returns the corpus directory, or "" when there is none: the directory EnvVar
-// names, when it is one.
+// names. A relative path is taken from the module root (the first folder up from the
+// working directory with a go.mod), since go test runs each package in its own folder.
 func Dir() string {
 	c := os.Getenv(EnvVar)
 	if c == "" {
 		return ""
 	}
+	if !filepath.IsAbs(c) {
+		root, ok := moduleRoot()
+		if !ok {
+			return ""
+		}
+		c = filepath.Join(root, c)
+	}
 	if st, err := os.Stat(c); err == nil && st.IsDir() {
 		return c
 	}
 	return ""
+}
+
+// moduleRoot is the first folder up from the working directory with a go.mod.
+func moduleRoot() (string, bool) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, true
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", false
+		}
+		dir = parent
+	}
 }
 
 // Load decodes every conversation of the corpus, sorted by name; a line that does not
@@ -62,7 +88,7 @@ func Load(tb testing.TB) []Conversation {
 	tb.Helper()
 	dir := Dir()
 	if dir == "" {
-		absent(tb, "no corpus: "+EnvVar+" names no directory")
+		absent(tb, "no corpus: "+EnvVar+" is unset or names no directory (a relative path is taken from the module root)")
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {
