@@ -181,7 +181,7 @@ func (s *Store) Membership(ctx context.Context) (*Membership, error) {
 }
 
 // key is id's key in the triggers bucket: under the partition count, so processes
-// with another count (while an operator changes it, see README "Scaling the trigger")
+// with another count (while an operator changes it, see docs/operations.md, "Scaling the trigger")
 // are not counted among the members of this layout: they would be given partitions
 // they do not consume.
 func (m *Membership) key(id string) (string, error) {

@@ -1,8 +1,9 @@
 // Package schemas is Compactor's wire contract, version 1: the versioned wire types,
 // their JSON Schema files and their validation (this package: data, with no behaviour
-// beyond encode, decode and validate), and in its subpackages the rules that every
-// reader and writer, in any language, must apply alike to agree on what the contract
-// means.
+// beyond encode, decode and validate, and the contract's one transformation of a
+// message, [Message.Offload] and [Message.Restore], for content stored as an object),
+// and in its subpackages the rules that every reader and writer, in any language, must
+// apply alike to agree on what the contract means.
 //
 // The payloads are:
 //
@@ -14,11 +15,16 @@
 //     sequence where the verbatim tail starts. Unknown fields survive a rewrite, and
 //     [DecodeResult] refuses a newer schema_version with [*ErrNewerSchema].
 //   - [Event] on compact.event.<conv> and [DeadLetter] on compact.dead.<conv>.
+//   - [ContentRef]: the reference a message over the NATS max payload carries to its
+//     content in the object store ([ObjectName] names the object).
+//   - [Evidence]: the files, commands and identifiers a result carries forward.
+//   - [Tombstone]: what stays of a forgotten conversation, so no reader serves it
+//     again.
 //   - The compactor service's requests and answers ([CompactRequest], [CompactResponse],
 //     [ConversationRequest], [ContextRequest], [ContextResponse], [ConversationStatus],
-//     [PolicyRequest], [PolicyResponse], [RecallRequest], [RecallResponse]) on
-//     [CompactSubject], [ContextSubject], [StatusSubject], [PolicySubject] and
-//     [RecallSubject].
+//     [PolicyRequest], [PolicyResponse], [RecallRequest], [RecallResponse],
+//     [ForgetRequest], [ForgetResponse]) on [CompactSubject], [ContextSubject],
+//     [StatusSubject], [PolicySubject], [RecallSubject] and [ForgetSubject].
 //   - [RecallToolJSON]: the OpenAI tool definition of recall (recall-tool.json), whose
 //     arguments [DecodeRecallArguments] reads.
 //

@@ -150,7 +150,7 @@ type Trigger struct {
 	// tracer makes the requests' spans (Config.Tracer).
 	tracer trace.Tracer
 	// firstSight reads the tombstone and value of a conversation seen for the first
-	// time (jetstream.Store.FirstSight; a test stands in for a lagging replica).
+	// time (jetstream.Results.FirstSight; a test stands in for a lagging replica).
 	firstSight func(ctx context.Context, conv string) (*schemas.Tombstone, *schemas.Result, uint64, error)
 
 	mu    sync.Mutex // guards convs only; never held during a network call
@@ -1115,7 +1115,7 @@ func armEvery(idle time.Duration) time.Duration {
 	return min(max(idle/4, time.Second), 5*time.Second)
 }
 
-// arm re-arms the conversation's idle timer (see jetstream.Store.ArmIdle). Callers
+// arm re-arms the conversation's idle timer (see jetstream.Activity.ArmIdle). Callers
 // hold the conversation's lock.
 func (t *Trigger) arm(c *convState) {
 	idle := c.settings.IdleAfter

@@ -44,7 +44,7 @@ const (
 	noConn connMode = iota
 	// explicitConn: the connection flags and COMPACTOR_NATS_* only (serve).
 	explicitConn
-	// fullConn: also NATS_* and the nats CLI's contexts (README, "The command line").
+	// fullConn: also NATS_* and the nats CLI's contexts (docs/cli.md, "Where the commands connect").
 	fullConn
 )
 

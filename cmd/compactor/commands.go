@@ -81,7 +81,7 @@ sequences. Exit 0 when every message was published, 1 when some were not, 130 wh
 interrupted.
 
 A message over the NATS server's max payload is stored as an object and published as a
-stub naming it (README, "Large messages"); one that cannot be (its tool calls, name and
+stub naming it (docs/wire.md, "Large messages"); one that cannot be (its tool calls, name and
 metadata alone are over the limit, or its content is over COMPACTOR_MAX_OBJECT_SIZE) is
 refused, naming the limit and what to change.
 

@@ -39,7 +39,7 @@ type Env struct {
 	DataDir  string `envconfig:"DATA_DIR" default:"compactor-data" desc:"where the embedded NATS server stores JetStream data"`
 	Roles    string `envconfig:"ROLES" default:"trigger,worker,api" desc:"roles serve runs, comma-separated: trigger, worker, api (the compactor service)"`
 	Replicas int    `envconfig:"REPLICAS" default:"1" desc:"replicas of every stream and bucket (3 in a cluster)"`
-	Config   string `envconfig:"CONFIG" desc:"JSON file of named profiles (see README); empty: none"`
+	Config   string `envconfig:"CONFIG" desc:"JSON file of named profiles (see docs/policy.md); empty: none"`
 
 	// How the connections to an external NATS authenticate and use TLS (natsconn.Auth).
 	NATSCreds    string `envconfig:"NATS_CREDS" desc:"NATS credentials file (user JWT and NKey seed, as nsc writes it); one way to authenticate, like COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN, COMPACTOR_NATS_USER or user info in the URL"`
@@ -63,7 +63,7 @@ type Env struct {
 	DrainTimeout time.Duration `envconfig:"DRAIN_TIMEOUT" default:"3m" desc:"on SIGINT/SIGTERM, how long in-flight work may take to finish; what is unfinished then is handed back to the queue"`
 	ForgetTTL    time.Duration `envconfig:"FORGET_TTL" default:"24h" desc:"how long the tombstone of a forgotten conversation is kept: longer than any compaction can be in flight (summarizer calls, retries, backoffs), so a late write of it is recognised and taken back (applied to an existing bucket only with COMPACTOR_UPDATE_STREAMS)"`
 	AckWait      time.Duration `envconfig:"WORKER_ACK_WAIT" default:"30s" desc:"how long a request may go without a worker's heartbeat before it is delivered again (what a crashed worker costs); heartbeats go every third of it (applied to an existing consumer only with COMPACTOR_UPDATE_STREAMS)"`
-	// The trigger's partitions (README, "Scaling the trigger").
+	// The trigger's partitions (docs/operations.md, "Scaling the trigger").
 	TriggerPartitions int           `envconfig:"TRIGGER_PARTITIONS" default:"1" desc:"how many partitions the trigger's work is split into, shared out among the trigger processes (1 to 256); 1 is one active trigger process and standbys. Every process must use the same count: change it with COMPACTOR_UPDATE_STREAMS on one process, then roll the others"`
 	TriggerHeartbeat  time.Duration `envconfig:"TRIGGER_HEARTBEAT" default:"2s" desc:"with several trigger partitions: how often a trigger process announces itself; one silent for 3 heartbeats loses its partitions (the bucket's TTL: the same in every process)"`
 	HTTPListen        string        `envconfig:"HTTP_LISTEN" desc:"serve: host:port of an HTTP listener for operators with /healthz (liveness), /readyz (NATS and JetStream), /metrics (Prometheus) and /debug/pprof/ (profiles of this process); empty: off. Bind it to localhost or a private network only"`
@@ -83,7 +83,7 @@ type Env struct {
 	lookup   func(string) (string, bool)
 	counters *counterSet
 
-	// The web view for people (cmd/compactor/view.go, README "The web view").
+	// The web view for people (internal/node/view.go, docs/view.md).
 	ViewListen string `envconfig:"VIEW_LISTEN" desc:"serve, api role: host:port of the read-only web view (conversations, token gauges, compaction timelines, summaries and tails); empty: off. It shows conversation content: set COMPACTOR_VIEW_TOKEN, which is required on any address but loopback"`
 	ViewToken  string `envconfig:"VIEW_TOKEN" desc:"the web view's credential (at least 16 characters), sent as a bearer token or as the basic-auth password; never logged. Empty: the view answers only requests to localhost"`
 }

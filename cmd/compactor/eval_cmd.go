@@ -67,7 +67,7 @@ func defineEvalFlags(fs *flagSet) *evalFlags {
 	fs.add(&f.strategies, "strategy", "", "S", "a strategy to replay with (repeatable; default: "+strings.Join(eval.DefaultStrategies, ", ")+")", "")
 	f.window = fs.Int("window", "N", fmt.Sprintf("the context window W in tokens (default %d)", eval.DefaultWindow))
 	f.asJSON = fs.JSON()
-	f.markdown = fs.Bool("markdown", "", "print the tables as Markdown (as in the README) instead of aligned text")
+	f.markdown = fs.Bool("markdown", "", "print the tables as Markdown (as in docs/evaluation.md) instead of aligned text")
 	fs.add(&f.facts, "fact", "", "TEXT", "a fact to look for in the final contexts (repeatable)", "")
 	f.factsFile = fs.String("facts", "", "FILE", "facts to look for, one a line")
 	f.plant = fs.Int("plant", "N", "plant N unique synthetic facts as user messages early in each conversation")

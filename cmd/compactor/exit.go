@@ -15,7 +15,7 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
-// Exit codes a script can tell apart (README, "The command line"). Codes 3 to 7 say
+// Exit codes a script can tell apart (docs/cli.md). Codes 3 to 7 say
 // what to do next: 4, 6 and 7 may succeed later as they are; 2, 3 and 5 will not
 // without a change.
 const (

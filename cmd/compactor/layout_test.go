@@ -86,8 +86,9 @@ func TestOnlyTheCommandLineReadsTheEnvironment(t *testing.T) {
 	}
 }
 
-// The roles are wired in one place, internal/node: serve, bench, eval and the tests
-// build their nodes with it, so no copy of the wiring can drift from serve's.
+// The roles are wired in one place, internal/node: serve, bench and eval build their
+// nodes with it (and so do the system tests' harnesses), so no copy of the wiring can
+// drift from serve's. Test files are not scanned: a unit test may build one role alone.
 func TestOnlyTheNodeWiresTheRoles(t *testing.T) {
 	for _, f := range sourcesCalling(t, func(dir string) bool { return strings.HasSuffix(dir, "/internal/node") },
 		"triggers.New(", "triggers.NewPartitions(", "summarizer.NewPool(", "service.New(") {

@@ -43,7 +43,7 @@ type Source struct {
 // AuthFields are the ways to authenticate, taken from one source together.
 var AuthFields = []string{"CredsFile", "NKeyFile", "Token", "User", "Password"}
 
-// connection is where and how a command connects.
+// Connection is where and how a command connects, and where each setting came from.
 type Connection struct {
 	URL      string
 	Auth     Auth

@@ -11,6 +11,6 @@
 //
 // The choices each format makes where the provider's API differs from the OpenAI chat
 // format (system messages, roles that must alternate, tool calls, content parts,
-// reasoning and extra) are listed on [Render] and in the README, section "The agent's
+// reasoning and extra) are listed on [Render] and in docs/clients.md, section "The agent's
 // own format".
 package formats
