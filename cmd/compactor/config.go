@@ -7,24 +7,18 @@ import (
 	"net"
 	"os"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/compactor/compactor/internal/natsconn"
+	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas/policy"
-	"github.com/compactor/compactor/schemas/tokens"
-	"github.com/compactor/compactor/schemas/tokens/bpe"
-	"github.com/compactor/compactor/summarizer"
-	"github.com/compactor/compactor/summarizer/split"
-	"github.com/compactor/compactor/triggers"
 )
 
 // envPrefix starts every variable Compactor reads.
@@ -81,35 +75,11 @@ type Env struct {
 	Profiles *policy.File `ignored:"true"`
 
 	lookup   func(string) (string, bool)
-	counters *counterSet
+	counters *node.Counters
 
 	// The web view for people (internal/node/view.go, docs/view.md).
 	ViewListen string `envconfig:"VIEW_LISTEN" desc:"serve, api role: host:port of the read-only web view (conversations, token gauges, compaction timelines, summaries and tails); empty: off. It shows conversation content: set COMPACTOR_VIEW_TOKEN, which is required on any address but loopback"`
 	ViewToken  string `envconfig:"VIEW_TOKEN" desc:"the web view's credential (at least 16 characters), sent as a bearer token or as the basic-auth password; never logged. Empty: the view answers only requests to localhost"`
-}
-
-// counterSet builds each token counter once and shares it.
-type counterSet struct {
-	mu   sync.Mutex
-	bpes map[string]*bpe.Counter
-}
-
-// get returns the counter of a tokenizer name: chars4, or an exact BPE encoding.
-func (cs *counterSet) get(name string) (tokens.Counter, error) {
-	if name == "" || name == "chars4" {
-		return tokens.Chars4{}, nil
-	}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if c, ok := cs.bpes[name]; ok {
-		return c, nil
-	}
-	c, err := bpe.New(name)
-	if err != nil {
-		return nil, err
-	}
-	cs.bpes[name] = c
-	return c, nil
 }
 
 // loadEnv reads and checks every variable; an error names the variable at fault.
@@ -140,7 +110,7 @@ func readEnv(lookup func(string) (string, bool)) (Env, error) {
 		return e, err
 	}
 	e.lookup = lookup
-	e.counters = &counterSet{bpes: map[string]*bpe.Counter{}}
+	e.counters = node.NewCounters()
 	e.Policy = policy.Layer{}
 	for _, k := range policy.Keys {
 		if v, ok := lookup(k.Env()); ok && v != "" {
@@ -341,7 +311,7 @@ func authValue(a natsconn.Auth, field string) string {
 // resolver builds the policy resolver of the environment and profiles. Errors in the
 // environment tier name the variable.
 func (e Env) resolver() (*policy.Resolver, error) {
-	r, err := policy.NewResolver(e.Policy, e.Profiles, checkSettings)
+	r, err := e.settings().Resolver()
 	if err != nil {
 		for _, k := range policy.Keys {
 			if _, set := e.Policy[k.Name]; set && strings.Contains(err.Error(), "environment") && mentions(err.Error(), k.Name) {
@@ -363,83 +333,28 @@ func mentions(msg, key string) bool {
 	return false
 }
 
-// checkSettings adds what the policy package cannot know: the strategy names.
-func checkSettings(s policy.Settings) error {
-	if !slices.Contains(split.Strategies, s.Strategy) {
-		return fmt.Errorf("strategy %q is unknown (known: %s)", s.Strategy, strings.Join(split.Strategies, ", "))
-	}
-	return nil
-}
-
-type roles struct{ trigger, worker, api bool }
-
-func (e Env) roles() (roles, error) {
-	var r roles
-	for _, s := range strings.Split(e.Roles, ",") {
-		switch strings.TrimSpace(s) {
-		case "trigger":
-			r.trigger = true
-		case "worker":
-			r.worker = true
-		case "api":
-			r.api = true
-		case "":
-		default:
-			return r, bad("ROLES", "has unknown role %q (known: trigger, worker, api)", s)
-		}
-	}
-	if !r.trigger && !r.worker && !r.api {
-		return r, bad("ROLES", "names no role (use trigger, worker, api or several)")
+func (e Env) roles() (node.Roles, error) {
+	r, err := node.ParseRoles(e.Roles)
+	if err != nil {
+		return r, bad("ROLES", "%v", err)
 	}
 	return r, nil
 }
 
-func (e Env) jetstream() jetstream.Config {
-	c := jetstream.DefaultConfig()
-	c.Replicas = e.Replicas
-	c.ChatMaxAge = e.ChatMaxAge
-	c.MaxObjectSize = e.MaxObject
-	c.WorkerAckWait = e.AckWait
-	c.ForgetTTL = e.ForgetTTL
-	c.UpdateExisting = e.UpdateStreams
-	c.TriggerPartitions = e.TriggerPartitions
-	c.TriggerHeartbeat = e.TriggerHeartbeat
-	return c
+// settings are the process's settings of env, as node.Settings.
+func (e Env) settings() node.Settings {
+	return node.Settings{
+		Roles: e.Roles, Policy: e.Policy, Profiles: e.Profiles, Lookup: e.lookup,
+		Workers: e.Workers, MaxAttempts: e.MaxAttempts, BackoffBase: e.BackoffBase, BackoffMax: e.BackoffMax,
+		RetryDelay: e.RetryDelay, AckWait: e.AckWait, DrainTimeout: e.DrainTimeout,
+		Replicas: e.Replicas, TriggerPartitions: e.TriggerPartitions, ChatMaxAge: e.ChatMaxAge, ForgetTTL: e.ForgetTTL,
+		TriggerHeartbeat: e.TriggerHeartbeat, MaxObject: e.MaxObject, UpdateStreams: e.UpdateStreams,
+		ViewListen: e.ViewListen, ViewToken: e.ViewToken, Counters: e.counters,
+	}
 }
 
-func (e Env) summarizer() summarizer.Config {
-	c := summarizer.DefaultConfig()
-	c.Workers = e.Workers
-	c.MaxAttempts = e.MaxAttempts
-	c.BackoffBase = e.BackoffBase
-	c.BackoffMax = e.BackoffMax
-	c.Counters = e.counters.get
-	// Three heartbeats per ack wait: one lost heartbeat does not cost a redelivery.
-	c.InProgressEvery = max(e.AckWait/3, time.Second)
-	c.DrainTimeout, c.HandBackTimeout = stopBudgets(e.DrainTimeout)
-	return c
-}
-
-// stopBudgets splits COMPACTOR_DRAIN_TIMEOUT d, after which serve gives up, between
-// the drain of the pool and the trigger (their jobs and messages in hand finish) and
-// what follows a drain that timed out (hand-back naks, tombstone checks, flushing
-// acks, unpinning partitions), which can take seconds while a stream elects a leader:
-// the last tenth of d, and at least 5 s (half of d when shorter). Two hand-back steps
-// (a partition's flush, then its unpin) fit into that rest with time to spare, so
-// every component returns before d.
-func stopBudgets(d time.Duration) (drain, handBack time.Duration) {
-	rest := max(d/10, min(5*time.Second, d/2))
-	return d - rest, max(rest*2/5, 1) // never 0, which means the default
-}
-
-func (e Env) triggers() triggers.Config {
-	c := triggers.DefaultConfig()
-	c.RetryDelay = e.RetryDelay
-	c.Counters = e.counters.get
-	// Like the workers, done before serve gives up.
-	c.DrainTimeout, c.HandBackTimeout = stopBudgets(e.DrainTimeout)
-	return c
-}
+// jetstream is the streams' configuration of env.
+func (e Env) jetstream() jetstream.Config { return e.settings().JetStream() }
 
 // printEnvHelp lists every variable with its default.
 func printEnvHelp(w io.Writer) error {

@@ -93,12 +93,12 @@ func TestOpenAIVariablesAreHonoured(t *testing.T) {
 func TestStopBudgetsFitTheDrainTimeout(t *testing.T) {
 	for _, d := range []time.Duration{time.Millisecond, time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second,
 		30 * time.Second, time.Minute, 3 * time.Minute, time.Hour} {
-		drain, handBack := stopBudgets(d)
+		drain, handBack := node.StopBudgets(d)
 		if drain <= 0 || handBack <= 0 || drain+2*handBack >= d {
-			t.Errorf("stopBudgets(%s) = drain %s, hand-back %s; want both positive and drain + 2×hand-back under %s", d, drain, handBack, d)
+			t.Errorf("node.StopBudgets(%s) = drain %s, hand-back %s; want both positive and drain + 2×hand-back under %s", d, drain, handBack, d)
 		}
 		if d >= 10*time.Second && d-drain < 5*time.Second {
-			t.Errorf("stopBudgets(%s): drain %s leaves %s to hand back; want at least 5 s", d, drain, d-drain)
+			t.Errorf("node.StopBudgets(%s): drain %s leaves %s to hand back; want at least 5 s", d, drain, d-drain)
 		}
 	}
 }

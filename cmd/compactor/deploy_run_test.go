@@ -419,7 +419,7 @@ func TestComposeDeploymentRuns(t *testing.T) {
 	}
 	wantInstances := 0
 	for _, r := range procs {
-		if rs, _ := r.env.roles(); rs.api {
+		if rs, _ := r.env.roles(); rs.API {
 			wantInstances++
 		}
 	}

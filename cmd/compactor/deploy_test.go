@@ -368,7 +368,7 @@ func (d *deployment) checkProcessEnv(p *problems, where string, vars map[string]
 	for _, role := range []struct {
 		on   bool
 		name string
-	}{{r.trigger, "trigger"}, {r.worker, "worker"}, {r.api, "api"}} {
+	}{{r.Trigger, "trigger"}, {r.Worker, "worker"}, {r.API, "api"}} {
 		if role.on {
 			names = append(names, role.name)
 		}

@@ -69,23 +69,10 @@ func conflictError(err error, command string) error {
 		"on purpose, run once with COMPACTOR_UPDATE_STREAMS=true or %s --update-streams", err, command)
 }
 
-// node is the configuration of the node env describes, observed by tel.
+// node is the configuration of the node env describes, observed by tel. env was
+// validated when it was loaded, so its errors name the variables at fault.
 func (e Env) node(log zerolog.Logger, tel telemetry.Telemetry) (node.Config, error) {
-	r, err := e.resolver()
-	if err != nil {
-		return node.Config{}, err
-	}
-	roles, err := e.roles()
-	if err != nil {
-		return node.Config{}, err
-	}
-	return node.Config{
-		Roles:    node.Roles{Trigger: roles.trigger, Worker: roles.worker, API: roles.api},
-		Resolver: r, Profiles: e.Profiles, Lookup: e.lookup, Counters: e.counters.get,
-		Trigger: e.triggers(), Summarizer: e.summarizer(),
-		ViewListen: e.ViewListen, ViewToken: e.ViewToken,
-		Telemetry: tel, Logger: log,
-	}, nil
+	return e.settings().Config(log, tel)
 }
 
 // validateView checks COMPACTOR_VIEW_LISTEN and COMPACTOR_VIEW_TOKEN. The view shows
@@ -105,7 +92,7 @@ func (e Env) validateView() error {
 	if err != nil {
 		return bad("VIEW_LISTEN", "must be host:port (e.g. 127.0.0.1:8080): %v", err)
 	}
-	if r, _ := e.roles(); !r.api {
+	if r, _ := e.roles(); !r.API {
 		return bad("VIEW_LISTEN", "is set but COMPACTOR_ROLES (%s) has no api role: the view is served by the api role", e.Roles)
 	}
 	if e.ViewToken == "" && !loopbackAddress(host) {

@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,16 +23,13 @@ import (
 	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/budget"
 	"github.com/compactor/compactor/schemas/policy"
-	"github.com/compactor/compactor/schemas/tokens"
-	"github.com/compactor/compactor/schemas/tokens/bpe"
-	"github.com/compactor/compactor/summarizer"
-	"github.com/compactor/compactor/summarizer/split"
 	"github.com/compactor/compactor/triggers"
 )
 
@@ -252,29 +248,11 @@ func (f *fakeLLM) callCount() int {
 	return f.calls
 }
 
-// stackEnv is the settings of a test's stack: the knobs of cmd/compactor's Env (its
-// COMPACTOR_ variables) that the system tests turn, at the defaults of those variables
-// and the values testEnv sets. node turns them into the node.Config serve would build
-// of the same variables (cmd/compactor's Env.node, Env.triggers, Env.summarizer).
+// stackEnv is the settings of a test's stack: node.Settings, which serve builds its
+// node from too (cmd/compactor maps its COMPACTOR_ variables onto them), at the
+// defaults of those variables and the values testEnv sets.
 type stackEnv struct {
-	// Policy is the environment tier of the policy keys, by key.
-	Policy policy.Layer
-	// Profiles is a profiles file (nil: none).
-	Profiles *policy.File
-	// Roles are the roles the stack runs, comma separated (COMPACTOR_ROLES).
-	Roles string
-
-	Workers, MaxAttempts         int
-	BackoffBase, BackoffMax      time.Duration
-	RetryDelay, AckWait          time.Duration
-	DrainTimeout, ForgetTTL      time.Duration
-	ChatMaxAge, TriggerHeartbeat time.Duration
-	Replicas, TriggerPartitions  int
-	MaxObject                    int64
-	ViewListen, ViewToken        string
-
-	// lookup reads the variables of LLM API keys (nil: none).
-	lookup func(string) (string, bool)
+	node.Settings
 }
 
 // testEnv clears the process's COMPACTOR_, OPENAI_ and nats CLI variables (the
@@ -298,8 +276,8 @@ func testEnv(t *testing.T, window int) stackEnv {
 	}
 	// No nats CLI context of the machine's user: the commands would connect with it.
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	// The defaults of cmd/compactor's Env (its envconfig tags), but RetryDelay.
-	return stackEnv{
+	// The defaults of cmd/compactor's COMPACTOR_ variables, but the retry delay.
+	return stackEnv{node.Settings{
 		Policy:  policy.Layer{"context_window": strconv.Itoa(window)},
 		Roles:   "trigger,worker,api",
 		Workers: 4, MaxAttempts: 5,
@@ -309,39 +287,15 @@ func testEnv(t *testing.T, window int) stackEnv {
 		TriggerHeartbeat: 2 * time.Second,
 		Replicas:         1, TriggerPartitions: 1,
 		MaxObject: 16 << 20,
-		lookup:    func(string) (string, bool) { return "", false },
-	}
+		Counters:  counters,
+	}}
 }
 
-// resolver is the policy resolver of the environment tier and profiles, with the
-// check of strategy names serve adds.
-func (e stackEnv) resolver() (*policy.Resolver, error) {
-	return policy.NewResolver(e.Policy, e.Profiles, func(s policy.Settings) error {
-		if !slices.Contains(split.Strategies, s.Strategy) {
-			return fmt.Errorf("strategy %q is unknown (known: %s)", s.Strategy, strings.Join(split.Strategies, ", "))
-		}
-		return nil
-	})
-}
+// counters are the token counters every stack of the test binary shares.
+var counters = node.NewCounters()
 
-// roles are the roles of e.Roles.
-func (e stackEnv) roles() (node.Roles, error) {
-	var r node.Roles
-	for _, s := range strings.Split(e.Roles, ",") {
-		switch strings.TrimSpace(s) {
-		case "trigger":
-			r.Trigger = true
-		case "worker":
-			r.Worker = true
-		case "api":
-			r.API = true
-		case "":
-		default:
-			return r, fmt.Errorf("unknown role %q", s)
-		}
-	}
-	return r, nil
-}
+// resolver is the policy resolver of the environment tier and profiles.
+func (e stackEnv) resolver() (*policy.Resolver, error) { return e.Resolver() }
 
 // budget is the budget of a conversation without a policy.
 func (e stackEnv) budget() budget.Budget {
@@ -357,94 +311,14 @@ func (e stackEnv) budget() budget.Budget {
 }
 
 // jetstream is the streams' configuration of e.
-func (e stackEnv) jetstream() jetstream.Config {
-	c := jetstream.DefaultConfig()
-	c.Replicas = e.Replicas
-	c.ChatMaxAge = e.ChatMaxAge
-	c.MaxObjectSize = e.MaxObject
-	c.WorkerAckWait = e.AckWait
-	c.ForgetTTL = e.ForgetTTL
-	c.TriggerPartitions = e.TriggerPartitions
-	c.TriggerHeartbeat = e.TriggerHeartbeat
-	return c
-}
+func (e stackEnv) jetstream() jetstream.Config { return e.JetStream() }
 
-// stopBudgets splits the drain timeout d as serve does (cmd/compactor's stopBudgets):
-// the last tenth of d, at least 5s (half of d when shorter), is left for the hand-back.
-func stopBudgets(d time.Duration) (drain, handBack time.Duration) {
-	rest := max(d/10, min(5*time.Second, d/2))
-	return d - rest, max(rest*2/5, 1)
-}
-
-func (e stackEnv) summarizer() summarizer.Config {
-	c := summarizer.DefaultConfig()
-	c.Workers = e.Workers
-	c.MaxAttempts = e.MaxAttempts
-	c.BackoffBase = e.BackoffBase
-	c.BackoffMax = e.BackoffMax
-	c.Counters = counters
-	c.InProgressEvery = max(e.AckWait/3, time.Second)
-	c.DrainTimeout, c.HandBackTimeout = stopBudgets(e.DrainTimeout)
-	return c
-}
-
-func (e stackEnv) triggers() triggers.Config {
-	c := triggers.DefaultConfig()
-	c.RetryDelay = e.RetryDelay
-	c.Counters = counters
-	c.DrainTimeout, c.HandBackTimeout = stopBudgets(e.DrainTimeout)
-	return c
-}
-
-// node is the node.Config of e, observed by no telemetry.
-func (e stackEnv) node(log zerolog.Logger) (node.Config, error) {
-	r, err := e.resolver()
-	if err != nil {
-		return node.Config{}, err
-	}
-	roles, err := e.roles()
-	if err != nil {
-		return node.Config{}, err
-	}
-	return node.Config{
-		Roles:    roles,
-		Resolver: r, Profiles: e.Profiles, Lookup: e.lookup, Counters: counters,
-		Trigger: e.triggers(), Summarizer: e.summarizer(),
-		ViewListen: e.ViewListen, ViewToken: e.ViewToken,
-		Logger: log,
-	}, nil
-}
-
-// bpes are the exact token counters built so far, by encoding.
-var bpes struct {
-	mu sync.Mutex
-	m  map[string]*bpe.Counter
-}
-
-// counters returns the token counter of a tokenizer name, each built once, as serve's.
-func counters(name string) (tokens.Counter, error) {
-	if name == "" || name == "chars4" {
-		return tokens.Chars4{}, nil
-	}
-	bpes.mu.Lock()
-	defer bpes.mu.Unlock()
-	if c, ok := bpes.m[name]; ok {
-		return c, nil
-	}
-	c, err := bpe.New(name)
-	if err != nil {
-		return nil, err
-	}
-	if bpes.m == nil {
-		bpes.m = map[string]*bpe.Counter{}
-	}
-	bpes.m[name] = c
-	return c, nil
-}
+// triggers is the trigger's configuration of e.
+func (e stackEnv) triggers() triggers.Config { return e.Trigger() }
 
 // build is the node of env's roles on nc and st, as serve builds it, without telemetry.
 func build(env stackEnv, nc *nats.Conn, st *jetstream.Store, log zerolog.Logger) (*node.Node, error) {
-	cfg, err := env.node(log)
+	cfg, err := env.Config(log, telemetry.Telemetry{})
 	if err != nil {
 		return nil, err
 	}
@@ -477,7 +351,7 @@ func runStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, env stackEnv, ll
 	t.Helper()
 	if llm != nil {
 		env.Policy["llm_base_url"] = llm.srv.URL
-		env.lookup = func(k string) (string, bool) { return "test-key", k == "COMPACTOR_LLM_API_KEY" }
+		env.Lookup = func(k string) (string, bool) { return "test-key", k == "COMPACTOR_LLM_API_KEY" }
 	}
 	nd, err := build(env, nc, st, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
