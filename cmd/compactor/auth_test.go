@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
 
@@ -99,7 +100,7 @@ func seedLine(creds string) string {
 
 // serveFor runs `compactor serve` until stop is called (or the test ends); its result
 // arrives on served.
-func serveFor(t *testing.T, logs *logBuffer) (stop func(), served <-chan error) {
+func serveFor(t *testing.T, logs *proctest.LogBuffer) (stop func(), served <-chan error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, done := make(chan error, 1), make(chan struct{})
@@ -158,7 +159,7 @@ func TestAuthEveryMethodServeAndCLI(t *testing.T) {
 				ns = jstest.ServerWith(t, tc.server)
 			}
 			setAuthEnv(t, tc.url(ns), tc.good)
-			logs := &logBuffer{}
+			logs := &proctest.LogBuffer{}
 			stop, served := serveFor(t, logs)
 			eventually(t, 30*time.Second, "serve to provision and its service to answer", func() bool {
 				select {
@@ -195,7 +196,7 @@ func TestAuthEveryMethodServeAndCLI(t *testing.T) {
 				t.Fatalf("status with a wrong secret: %v; want %q and the variables to check", err, tc.wantErr)
 			}
 			noSecrets(t, tc.secrets, err.Error())
-			logs = &logBuffer{}
+			logs = &proctest.LogBuffer{}
 			start := time.Now()
 			_, served = serveFor(t, logs)
 			select {
@@ -220,7 +221,7 @@ func TestAuthEveryMethodServeAndCLI(t *testing.T) {
 func TestAuthRefusedAfterWaitingForNATS(t *testing.T) {
 	addr := freeAddr(t)
 	setAuthEnv(t, "nats://"+addr, map[string]string{"COMPACTOR_NATS_TOKEN": "wr0ng-token-4567"})
-	logs := &logBuffer{}
+	logs := &proctest.LogBuffer{}
 	_, served := serveFor(t, logs)
 	eventually(t, 30*time.Second, "serve to log a retry", func() bool {
 		select {

@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -93,7 +95,7 @@ func TestServeAndCLI(t *testing.T) {
 	})
 	serveAnswers(t)
 
-	msgs, _ := needleConversation(4)
+	msgs, _ := fakellm.NeedleConversation(4)
 	in := jsonl(msgs) + `{"role":"robot","content":"x"}` + "\n"
 	out, errOut, err := cli(t, in, "publish", "cli-conv")
 	if err == nil || exitCode(err) != exitError || !strings.Contains(errOut, "line 18") || !strings.Contains(errOut, "unknown role") {
@@ -334,7 +336,7 @@ func TestExitCodes(t *testing.T) {
 
 // withStack runs a compactor (trigger, workers, service) on an in-process server and
 // points the commands at it.
-func withStack(t *testing.T, env Env, llm *fakeLLM) *stack {
+func withStack(t *testing.T, env Env, llm *fakellm.LLM) *stack {
 	t.Helper()
 	s := startStack(t, env, llm)
 	t.Setenv("COMPACTOR_NATS_URL", s.nc.ConnectedUrl())
@@ -470,7 +472,7 @@ func TestStatusTablesAreAligned(t *testing.T) {
 }
 
 // syncBuffer is a buffer the test reads while a command writes to it.
-type syncBuffer = logBuffer
+type syncBuffer = proctest.LogBuffer
 
 // publish reports what it did also when interrupted: ctrl-C lets the message in flight
 // finish, reads no more, and exits 130 with the counts.
@@ -519,11 +521,11 @@ func TestCompactExitCodes(t *testing.T) {
 	env := testEnv(t, 6000)
 	env.Policy["keep_last_n"] = "4"
 	env.MaxAttempts = 1
-	llm := newFakeLLM(t)
-	llm.set(func(f *fakeLLM) { f.block = make(chan struct{}) })
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Block = make(chan struct{}) })
 	s := withStack(t, env, llm)
 	t.Setenv("COMPACTOR_CONTEXT_WINDOW", "6000")
-	msgs, _ := needleConversation(4)
+	msgs, _ := fakellm.NeedleConversation(4)
 	for _, conv := range []string{"held", "late", "broken"} {
 		if _, _, err := cli(t, jsonl(msgs), "publish", conv); err != nil {
 			t.Fatal(err)
@@ -536,7 +538,7 @@ func TestCompactExitCodes(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"compact", "held", "--wait", "1m"}, stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard}, os.LookupEnv)
 	}()
-	eventually(t, 20*time.Second, "the compaction to reach the LLM", func() bool { return llm.heldCount() == 1 })
+	eventually(t, 20*time.Second, "the compaction to reach the LLM", func() bool { return llm.Held() == 1 })
 	cancel()
 	err := <-done
 	pending, perr := s.st.Queue().Pending(ctxFor(t, 5*time.Second), "held")
@@ -557,8 +559,8 @@ func TestCompactExitCodes(t *testing.T) {
 		t.Fatalf("compact --wait 300ms of a held compaction: %v (exit %d); want timed out (6)", err, exitCode(err))
 	}
 
-	llm.set(func(f *fakeLLM) { f.status = 500 })
-	llm.release(false)
+	llm.Set(func(f *fakellm.LLM) { f.Status = 500 })
+	llm.Release(false)
 	out, _, err := cli(t, "", "compact", "broken", "--wait", "20s", "--json")
 	var r schemas.CompactResponse
 	if exitCode(err) != exitFailed || !strings.Contains(err.Error(), "failed") || json.Unmarshal([]byte(out), &r) != nil || r.Status != "failed" {
@@ -717,7 +719,7 @@ func TestBenchProgressFollowsTheMeasurements(t *testing.T) {
 // A real ctrl-C (SIGINT) ends a command with exit 130 and its report, SIGTERM with 143:
 // main turns the signal into the command's cancellation and its exit code.
 func TestSignalsEndCommandsWithTheirCodes(t *testing.T) {
-	bin := buildCompactor(t)
+	bin := proctest.Compactor(t)
 	env := testEnv(t, 128000)
 	withStack(t, env, nil)
 	for i, tc := range []struct {
@@ -760,7 +762,7 @@ func TestSignalsEndCommandsWithTheirCodes(t *testing.T) {
 // A second ctrl-C ends a command at once, even one stuck where the first cannot reach
 // (dialling a server that accepts the connection but never speaks NATS).
 func TestASecondSignalEndsACommandAtOnce(t *testing.T) {
-	bin := buildCompactor(t)
+	bin := proctest.Compactor(t)
 	testEnv(t, 128000)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -23,7 +23,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/natsconn"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/pipeline"
 )
 
@@ -146,7 +148,7 @@ func dockerIgnored(rel string, ignore []string) bool {
 // composeRun is a NATS node or a compactor process of the Compose file, run here.
 type composeRun struct {
 	service string
-	proc    *proc
+	proc    *proctest.Proc
 	// For a NATS node: its ports here, and its server name.
 	client, http, cluster int
 	serverName            string
@@ -175,14 +177,14 @@ type composeRun struct {
 // its leader, no role met a permissions violation, and every process stops within its
 // stop_grace_period.
 func TestComposeDeploymentRuns(t *testing.T) {
-	natsBin := natsServerBinary(t)
-	bin := buildCompactor(t)
-	llm := newFakeLLM(t)
+	natsBin := proctest.NATSServer(t)
+	bin := proctest.Compactor(t)
+	llm := fakellm.New(t)
 
 	// The host's environment: passwords of its own, the fake LLM, a small window.
 	p := problems{}
 	host := map[string]string{
-		"COMPACTOR_LLM_BASE_URL":   llm.srv.URL,
+		"COMPACTOR_LLM_BASE_URL":   llm.URL(),
 		"COMPACTOR_LLM_API_KEY":    "test-key",
 		"COMPACTOR_CONTEXT_WINDOW": "8000",
 	}
@@ -198,7 +200,7 @@ func TestComposeDeploymentRuns(t *testing.T) {
 	// The NATS services.
 	runs := map[string]*composeRun{}
 	for _, n := range nodes {
-		runs[n.name] = &composeRun{service: n.name, client: freePort(t), http: freePort(t), cluster: freePort(t), serverName: n.opts.ServerName}
+		runs[n.name] = &composeRun{service: n.name, client: proctest.FreePort(t), http: proctest.FreePort(t), cluster: proctest.FreePort(t), serverName: n.opts.ServerName}
 	}
 	for _, n := range nodes {
 		r := runs[n.name]
@@ -240,15 +242,15 @@ func TestComposeDeploymentRuns(t *testing.T) {
 		for k, v := range n.env() {
 			env = append(env, k+"="+v)
 		}
-		r.proc = startProc(t, n.name, natsBin, args, env)
+		r.proc = proctest.Start(t, n.name, natsBin, args, env)
 	}
 	// Healthy by the Compose health check (its URL, on this node's monitoring port).
 	for _, n := range nodes {
 		r := runs[n.name]
 		u, _ := url.Parse(str(lastOf(asList(dig(n.m, "healthcheck", "test")))))
 		u.Host = fmt.Sprintf("127.0.0.1:%d", r.http)
-		waitFor(t, 60*time.Second, n.name+" healthy ("+u.Path+")", func() error {
-			if e := r.proc.unexpectedExit(); e != "" {
+		proctest.WaitFor(t, 60*time.Second, n.name+" healthy ("+u.Path+")", func() error {
+			if e := r.proc.UnexpectedExit(); e != "" {
 				t.Fatal(e)
 			}
 			return httpOK(u.String())
@@ -307,14 +309,14 @@ func TestComposeDeploymentRuns(t *testing.T) {
 				env = append(env, k+"="+v)
 			}
 			start := time.Now()
-			pr := startProc(t, s.name, bin, args, env)
-			pr.stopping.Store(true) // it exits on its own
+			pr := proctest.Start(t, s.name, bin, args, env)
+			pr.ExpectExit() // it exits on its own
 			// Its own --timeout (2m by default) ends it first when it cannot provision.
-			if err := pr.wait(t, 3*time.Minute, "start"); err != nil {
+			if err := pr.Wait(t, 3*time.Minute, "start"); err != nil {
 				t.Fatalf("%s (compactor %s as %s) exited with %v; the roles wait for it to exit 0:\n%s",
-					s.name, strings.Join(args, " "), e.NATSUser, err, pr.logs.tail(16<<10))
+					s.name, strings.Join(args, " "), e.NATSUser, err, pr.Logs.Tail(16<<10))
 			}
-			out := pr.logs.String()
+			out := pr.Logs.String()
 			for _, want := range []string{"provisioned NATS at", "COMPACT_REQUESTS", "KV_compaction", "compactor-workers"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("%s printed no %q:\n%s", s.name, want, out)
@@ -326,14 +328,14 @@ func TestComposeDeploymentRuns(t *testing.T) {
 		grace, _ := time.ParseDuration(str(dig(s.m, "stop_grace_period")))
 		for i := range s.replicas() {
 			r := &composeRun{service: fmt.Sprintf("%s-%d", s.name, i+1), env: e, grace: grace}
-			r.ops = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			r.ops = fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
 			vars["COMPACTOR_HTTP_LISTEN"] = r.ops
 			var env []string
 			for k, v := range vars {
 				env = append(env, k+"="+v)
 			}
 			r.started = time.Now()
-			r.proc = startProc(t, r.service, bin, args, env)
+			r.proc = proctest.Start(t, r.service, bin, args, env)
 			procs = append(procs, r)
 		}
 	}
@@ -345,7 +347,7 @@ func TestComposeDeploymentRuns(t *testing.T) {
 			if r.ready != 0 {
 				continue
 			}
-			if e := r.proc.unexpectedExit(); e != "" {
+			if e := r.proc.UnexpectedExit(); e != "" {
 				t.Fatal(e)
 			}
 			if httpOK("http://"+r.ops+probe.liveness) == nil && httpOK("http://"+r.ops+probe.readiness) == nil {
@@ -385,7 +387,7 @@ func TestComposeDeploymentRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs, _ := needleConversation(20)
+	msgs, _ := fakellm.NeedleConversation(20)
 	for i, m := range msgs {
 		if _, err := producer.Publish(ctx, "compose-budget", m); err != nil {
 			t.Fatalf("publish %d as producer: %v", i, err)
@@ -395,7 +397,7 @@ func TestComposeDeploymentRuns(t *testing.T) {
 		cx, err := reader.Context(ctx, "compose-budget")
 		return err == nil && cx.HasSummary && cx.Generation >= 1
 	})
-	if llm.callCount() == 0 {
+	if llm.Calls() == 0 {
 		t.Error("no worker called the LLM of COMPACTOR_LLM_BASE_URL")
 	}
 
@@ -475,17 +477,17 @@ func TestComposeDeploymentRuns(t *testing.T) {
 		}
 		// provision had created everything before the roles started: their own
 		// provisioning only read it, and nothing was ever refused.
-		if l := r.proc.logs.String(); strings.Contains(l, "Permissions Violation") {
+		if l := r.proc.Logs.String(); strings.Contains(l, "Permissions Violation") {
 			t.Errorf("%s met a permissions violation:\n%s", r.service, l)
 		}
-		t.Logf("%s: peak RSS %s", r.service, peakRSS(r.proc.cmd.Process.Pid))
+		t.Logf("%s: peak RSS %s", r.service, peakRSS(r.proc.Cmd.Process.Pid))
 	}
 	for _, r := range procs {
-		r.proc.signal(t, syscall.SIGTERM)
+		r.proc.Signal(t, syscall.SIGTERM)
 	}
 	for _, r := range procs {
-		if err := r.proc.wait(t, r.grace, "SIGTERM (its stop_grace_period)"); err != nil {
-			t.Errorf("%s stopped with %v:\n%s", r.service, err, r.proc.logs.tail(8<<10))
+		if err := r.proc.Wait(t, r.grace, "SIGTERM (its stop_grace_period)"); err != nil {
+			t.Errorf("%s stopped with %v:\n%s", r.service, err, r.proc.Logs.Tail(8<<10))
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
 
@@ -70,8 +71,8 @@ func TestEvalJSON(t *testing.T) {
 
 func TestEvalWithLLMProbes(t *testing.T) {
 	testEnv(t, 128000)
-	f := newFakeLLM(t)
-	t.Setenv("COMPACTOR_LLM_BASE_URL", f.srv.URL)
+	f := fakellm.New(t)
+	t.Setenv("COMPACTOR_LLM_BASE_URL", f.URL())
 	t.Setenv("COMPACTOR_LLM_API_KEY", "test-key")
 	file := evalSession(t, t.TempDir(), "a.jsonl")
 	out, errOut, err := cli(t, "", "eval", file, "--strategy", "keep-last-n", "--window", "2000")
@@ -82,7 +83,7 @@ func TestEvalWithLLMProbes(t *testing.T) {
 		t.Errorf("stderr %q, stdout:\n%s\nwant the LLM named and the probe table", errOut, out)
 	}
 	// The probes asked the fake as well as the summaries: three questions more.
-	if got := f.allInputs(); !strings.Contains(got, eval.QuestionFiles) || !strings.Contains(got, eval.QuestionAsked) {
+	if got := f.AllInputs(); !strings.Contains(got, eval.QuestionFiles) || !strings.Contains(got, eval.QuestionAsked) {
 		t.Errorf("the LLM was not asked the probe questions; inputs:\n%.500s", got)
 	}
 }
@@ -148,9 +149,9 @@ func TestEvalOnNamedServer(t *testing.T) {
 // reported as one, the failed probes are reported, and the tool pairs stay whole.
 func TestEvalWithFailingLLM(t *testing.T) {
 	testEnv(t, 128000)
-	f := newFakeLLM(t)
-	f.set(func(f *fakeLLM) { f.status = 500 })
-	t.Setenv("COMPACTOR_LLM_BASE_URL", f.srv.URL)
+	f := fakellm.New(t)
+	f.Set(func(f *fakellm.LLM) { f.Status = 500 })
+	t.Setenv("COMPACTOR_LLM_BASE_URL", f.URL())
 	t.Setenv("COMPACTOR_LLM_API_KEY", "test-key")
 	file := evalSession(t, t.TempDir(), "a.jsonl")
 	out, errOut, err := cli(t, "", "eval", file, "--strategy", "keep-last-n", "--window", "2000", "--json")

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/compactor/compactor/internal/proctest"
 )
 
 // serve takes the nats CLI's credential flags (--token, --password, ...). The operators'
@@ -14,17 +16,17 @@ import (
 // client of that listener (a Prometheus scraper the README's network policy admits, the
 // kubelet) would read the NATS credentials given on the command line.
 func TestOpsListenerDoesNotServeCredentialFlags(t *testing.T) {
-	bin := buildCompactor(t)
-	port := strconv.Itoa(freePort(t))
+	bin := proctest.Compactor(t)
+	port := strconv.Itoa(proctest.FreePort(t))
 	const secret = "s3cret-nats-token-from-a-flag"
 	// NATS is not reachable: serve keeps retrying, and the listener serves meanwhile.
-	p := startProc(t, "serve", bin, []string{"serve", "-s", "nats://127.0.0.1:1", "--token", secret},
+	p := proctest.Start(t, "serve", bin, []string{"serve", "-s", "nats://127.0.0.1:1", "--token", secret},
 		[]string{"COMPACTOR_HTTP_LISTEN=127.0.0.1:" + port})
 	url := "http://127.0.0.1:" + port + "/debug/pprof/cmdline"
 	var body string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if msg := p.unexpectedExit(); msg != "" {
+		if msg := p.UnexpectedExit(); msg != "" {
 			t.Fatal(msg)
 		}
 		resp, err := http.Get(url)

@@ -19,6 +19,9 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
+	"github.com/compactor/compactor/internal/rolestest"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -29,11 +32,11 @@ import (
 // opsServe runs serve with the operators' listener on a port the system picks, with
 // the variables set before (t.Setenv), and returns the listener's address, read from
 // the log. stop ends serve and returns its result.
-func opsServe(t *testing.T) (addr string, served <-chan error, logs *logBuffer, stop func() error) {
+func opsServe(t *testing.T) (addr string, served <-chan error, logs *proctest.LogBuffer, stop func() error) {
 	t.Helper()
 	t.Setenv("COMPACTOR_HTTP_LISTEN", "127.0.0.1:0")
 	t.Setenv("COMPACTOR_LOG_LEVEL", "info")
-	logs = &logBuffer{}
+	logs = &proctest.LogBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := make(chan error, 1)
 	go func() {
@@ -236,7 +239,7 @@ func TestHTTPListenMustBeHostPort(t *testing.T) {
 // is away after it ran. The scrape of /metrics stays quick with NATS away.
 func TestReadinessFollowsNATSAndJetStream(t *testing.T) {
 	testEnv(t, 128000)
-	port := freePort(t)
+	port := proctest.FreePort(t)
 	t.Setenv("COMPACTOR_NATS_URL", fmt.Sprintf("nats://127.0.0.1:%d", port))
 	addr, _, logs, stop := opsServe(t)
 
@@ -309,11 +312,11 @@ func TestReadinessFollowsNATSAndJetStream(t *testing.T) {
 func TestMetricsOfACompaction(t *testing.T) {
 	testEnv(t, 4000)
 	srv := jstest.Server(t)
-	llm := newFakeLLM(t)
-	llm.set(func(f *fakeLLM) { f.failures, f.block = 1, make(chan struct{}) })
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Failures, f.Block = 1, make(chan struct{}) })
 	for k, v := range map[string]string{
 		"COMPACTOR_NATS_URL": srv.ClientURL(), "COMPACTOR_CONTEXT_WINDOW": "4000",
-		"COMPACTOR_LLM_BASE_URL": llm.srv.URL, "COMPACTOR_LLM_API_KEY": "test-key",
+		"COMPACTOR_LLM_BASE_URL": llm.URL(), "COMPACTOR_LLM_API_KEY": "test-key",
 		"COMPACTOR_BACKOFF_BASE": "20ms", "COMPACTOR_BACKOFF_MAX": "100ms", "COMPACTOR_RETRY_DELAY": "200ms",
 	} {
 		t.Setenv(k, v)
@@ -327,17 +330,17 @@ func TestMetricsOfACompaction(t *testing.T) {
 	}
 	client := pipeline.NewWithStore(nc, st)
 	const conv = "metrics-conv-7f3a"
-	msgs, _ := needleConversation(7) // over the threshold, under the hard limit
+	msgs, _ := fakellm.NeedleConversation(7) // over the threshold, under the hard limit
 	replay(t, &stack{client: client}, conv, msgs, 0)
 
 	eventually(t, 30*time.Second, "the request in progress in the backlog", func() bool {
 		v, _ := scrapeMetrics(t, addr).value("compactor_request_backlog", "state", "in_progress")
-		return llm.heldCount() == 1 && v == 1
+		return llm.Held() == 1 && v == 1
 	})
 	if v, _ := scrapeMetrics(t, addr).value("compactor_workers_busy"); v != 1 {
 		t.Errorf("compactor_workers_busy while the LLM holds the request: %v; want 1", v)
 	}
-	llm.release(false)
+	llm.Release(false)
 
 	var value *schemas.Result
 	eventually(t, 30*time.Second, "the compaction", func() bool {
@@ -409,16 +412,16 @@ func TestMetricsOfACompaction(t *testing.T) {
 // users of deploy/nats/accounts.conf: what they ask JetStream is among what each role may
 // ask, and no probe or scrape causes a permissions violation.
 func TestReadinessAndBacklogUnderTheRolesOfAccountsConf(t *testing.T) {
-	_, connect := rolesServer(t)
+	_, connect := rolestest.Server(t)
 	cfg := jetstream.DefaultConfig()
 	ctx := ctxFor(t, time.Minute)
-	if _, err := jetstream.Provision(ctx, connect("admin").nc, cfg); err != nil {
+	if _, err := jetstream.Provision(ctx, connect("admin").NC, cfg); err != nil {
 		t.Fatalf("provision as admin: %v", err)
 	}
 	for _, role := range []string{"trigger", "worker", "api"} {
 		t.Run(role, func(t *testing.T) {
 			c := connect(role)
-			st, err := jetstream.Provision(ctx, c.nc, cfg)
+			st, err := jetstream.Provision(ctx, c.NC, cfg)
 			if err != nil {
 				t.Fatalf("bind as %s: %v", role, err)
 			}
@@ -452,7 +455,7 @@ func TestReadinessAndBacklogUnderTheRolesOfAccountsConf(t *testing.T) {
 			if got["compactor_backlog_read_errors_total"] != 0 {
 				t.Errorf("backlog read errors as %s: %v", role, got["compactor_backlog_read_errors_total"])
 			}
-			if v := c.violations(); v != "" {
+			if v := c.Violations(); v != "" {
 				t.Errorf("permissions violations as %s:\n%s", role, v)
 			}
 		})

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/compactor/compactor/internal/rolestest"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
 
@@ -200,7 +201,7 @@ func TestProvisionTimeouts(t *testing.T) {
 // its timeout; the admin provisions; then the worker's provision only reads, and passes.
 func TestProvisionAsAccountsConfUsers(t *testing.T) {
 	testEnv(t, 128000)
-	url, _ := rolesServer(t)
+	url, _ := rolestest.Server(t)
 	as := func(user string) {
 		t.Setenv("COMPACTOR_NATS_URL", url)
 		t.Setenv("COMPACTOR_NATS_USER", user)

@@ -17,6 +17,8 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
@@ -38,7 +40,7 @@ const natscliVersion = "v0.5.1"
 // that needs it skips when it cannot be built, and fails instead in CI (CI=true).
 func natsCLI(t *testing.T) string {
 	t.Helper()
-	bin, err := buildOnce("nats", func(out string) error {
+	bin, err := proctest.BuildWith("nats", func(out string) error {
 		tmp, err := os.MkdirTemp("", "natscli-build-")
 		if err != nil {
 			return err
@@ -77,27 +79,6 @@ func natsCLI(t *testing.T) string {
 		t.Skipf("cannot build the nats CLI: %v", err)
 	}
 	return bin
-}
-
-// buildOnce builds name into the run's binaries directory with build, the first time
-// it is asked for, and returns its path or the build's error every time.
-func buildOnce(name string, build func(out string) error) (string, error) {
-	binaries.mu.Lock()
-	defer binaries.mu.Unlock()
-	if b, ok := binaries.built[name]; ok {
-		return b.path, b.err
-	}
-	if binaries.dir == "" {
-		dir, err := os.MkdirTemp("", "compactor-test-bin-")
-		if err != nil {
-			return "", err
-		}
-		binaries.dir, binaries.built = dir, map[string]builtBinary{}
-	}
-	b := builtBinary{path: filepath.Join(binaries.dir, name)}
-	b.err = build(b.path)
-	binaries.built[name] = b
-	return b.path, b.err
 }
 
 // readme is the README's text.
@@ -259,7 +240,7 @@ func TestREADMENatsExamples(t *testing.T) {
 	}
 
 	// The service, from any NATS client.
-	msgs, _ := needleConversation(2)
+	msgs, _ := fakellm.NeedleConversation(2)
 	for _, conv := range []string{"c1", "support-42"} {
 		for _, m := range msgs {
 			if _, err := s.client.Publish(ctx, conv, m); err != nil {
@@ -517,15 +498,15 @@ func TestREADMETryIt(t *testing.T) {
 	if _, err := os.Stat(filepath.Join("../..", transcript)); err != nil {
 		t.Fatalf("the Try-it transcript: %v", err)
 	}
-	bin := buildCompactor(t)
+	bin := proctest.Compactor(t)
 	testEnv(t, 128000)
 	addr := freeAddr(t)
 	vars := []string{"COMPACTOR_LISTEN=" + addr, "COMPACTOR_DATA_DIR=" + t.TempDir(), "XDG_CONFIG_HOME=" + t.TempDir()}
 	serveVars := append(append([]string(nil), vars...), strings.Fields(strings.TrimSuffix(serveLine, "go run ./cmd/compactor"))...)
-	serve := startProc(t, "serve", bin, nil, serveVars)
+	serve := proctest.Start(t, "serve", bin, nil, serveVars)
 	t.Setenv("COMPACTOR_LISTEN", addr)
 	eventually(t, 30*time.Second, "serve to answer", func() bool {
-		if msg := serve.unexpectedExit(); msg != "" {
+		if msg := serve.UnexpectedExit(); msg != "" {
 			t.Fatal(msg)
 		}
 		_, _, err := cli(t, "", "policy", "get", "x")
@@ -618,8 +599,8 @@ func TestREADMETryIt(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st.Value == nil || st.Value.Generation < 1 {
 		t.Fatalf("status after the session: %q, %v", out, err)
 	}
-	serve.signal(t, syscall.SIGINT)
-	if err := serve.wait(t, 60*time.Second, "SIGINT"); err != nil {
+	serve.Signal(t, syscall.SIGINT)
+	if err := serve.Wait(t, 60*time.Second, "SIGINT"); err != nil {
 		t.Fatalf("serve after SIGINT: %v; want exit 0", err)
 	}
 }

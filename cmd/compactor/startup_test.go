@@ -1,40 +1,21 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/embedded"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
-
-// logBuffer collects serve's log lines; safe for the goroutines that write them.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // natsWithoutJetStream starts a nats-server whose JetStream is off until the test
 // enables it, as a cluster's is until it has a meta leader.
@@ -45,7 +26,7 @@ func natsWithoutJetStream(t *testing.T) *server.Server {
 
 // startServe runs `compactor serve` with args until the test ends; its result arrives
 // on the channel.
-func startServe(t *testing.T, logs *logBuffer, args ...string) <-chan error {
+func startServe(t *testing.T, logs *proctest.LogBuffer, args ...string) <-chan error {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
@@ -64,7 +45,7 @@ func TestServeWaitsForJetStream(t *testing.T) {
 	ns := natsWithoutJetStream(t)
 	t.Setenv("COMPACTOR_NATS_URL", ns.ClientURL())
 	t.Setenv("COMPACTOR_LOG_LEVEL", "warn")
-	logs := &logBuffer{}
+	logs := &proctest.LogBuffer{}
 	served := startServe(t, logs)
 	eventually(t, 20*time.Second, "serve to log a retry", func() bool {
 		select {
@@ -102,7 +83,7 @@ func TestServeRefusesToChangeExistingStreams(t *testing.T) {
 	t.Setenv("COMPACTOR_NATS_URL", ns.ClientURL())
 	t.Setenv("COMPACTOR_LOG_LEVEL", "warn")
 	t.Setenv("COMPACTOR_CHAT_MAX_AGE", "3m")
-	logs := &logBuffer{}
+	logs := &proctest.LogBuffer{}
 	var err2 error
 	select {
 	case err2 = <-startServe(t, logs):
@@ -144,7 +125,7 @@ func TestServeWaitsForNATS(t *testing.T) {
 	addr := freeAddr(t)
 	t.Setenv("COMPACTOR_NATS_URL", "nats://"+addr)
 	t.Setenv("COMPACTOR_LOG_LEVEL", "warn")
-	logs := &logBuffer{}
+	logs := &proctest.LogBuffer{}
 	served := startServe(t, logs)
 	eventually(t, 30*time.Second, "serve to log a retry", func() bool {
 		select {
@@ -166,7 +147,7 @@ func TestServeWaitsForNATS(t *testing.T) {
 
 // waitForService waits until the compactor service started by startServe answers on
 // url, failing the test at once if serve returns meanwhile.
-func waitForService(t *testing.T, url string, served <-chan error, logs *logBuffer, when string) {
+func waitForService(t *testing.T, url string, served <-chan error, logs *proctest.LogBuffer, when string) {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {

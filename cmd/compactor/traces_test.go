@@ -23,6 +23,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -112,16 +114,16 @@ func attr(kvs []*commonpb.KeyValue, key string) string {
 func TestTraceOfACompaction(t *testing.T) {
 	testEnv(t, 4000)
 	srv := jstest.Server(t)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	rcv := newOTLPReceiver(t)
 	for k, v := range map[string]string{
 		"COMPACTOR_NATS_URL": srv.ClientURL(), "COMPACTOR_CONTEXT_WINDOW": "4000",
-		"COMPACTOR_LLM_BASE_URL": llm.srv.URL, "COMPACTOR_LLM_API_KEY": "test-key",
+		"COMPACTOR_LLM_BASE_URL": llm.URL(), "COMPACTOR_LLM_API_KEY": "test-key",
 		"COMPACTOR_OTEL_ENDPOINT": rcv.srv.URL, "COMPACTOR_LOG_LEVEL": "warn",
 	} {
 		t.Setenv(k, v)
 	}
-	logs := &logBuffer{}
+	logs := &proctest.LogBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	served := make(chan error, 1)
@@ -138,7 +140,7 @@ func TestTraceOfACompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	js := jsFor(t, nc)
-	msgs, _ := needleConversation(7) // over the threshold, under the hard limit
+	msgs, _ := fakellm.NeedleConversation(7) // over the threshold, under the hard limit
 	for _, m := range msgs {
 		data, err := m.Encode()
 		if err != nil {

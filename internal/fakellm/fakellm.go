@@ -244,12 +244,17 @@ func (f *LLM) Calls() int {
 	return f.calls
 }
 
-// Refused is how many requests were refused for holding more than MaxChars.
-func (f *LLM) Refused() int {
+// Counts is how many requests arrived and how many of them were refused for holding
+// more than MaxChars, read together.
+func (f *LLM) Counts() (calls, refused int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.refused
+	return f.calls, f.refused
 }
+
+// CloseClientConnections closes the connections of every request still open (one held
+// by Delay or Block ends at once for its client); the endpoint goes on serving.
+func (f *LLM) CloseClientConnections() { f.srv.CloseClientConnections() }
 
 // NeedleConversation is a synthetic agent run of turns turns: every user message
 // carries a needle (returned in order), every turn calls a tool with a bulky result.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -21,10 +22,10 @@ func TestAheadOfTimeCompactionKeepsReadsUnderTheThreshold(t *testing.T) {
 	env := testEnv(t, 8000)
 	env.Policy["soft_threshold"] = "0.5"
 	env.Policy["target"] = "0.3"
-	llm := newFakeLLM(t)
-	llm.release(true) // hold every summarizer call
+	llm := fakellm.New(t)
+	llm.Release(true) // hold every summarizer call
 	s := startStack(t, env, llm)
-	t.Cleanup(func() { llm.release(false) })
+	t.Cleanup(func() { llm.Release(false) })
 	ctx := ctxFor(t, 5*time.Minute)
 	threshold := env.budget().ThresholdTokens()
 	filler := strings.Repeat("status line with nothing of note. ", 36) // ~300 tokens
@@ -58,13 +59,13 @@ func TestAheadOfTimeCompactionKeepsReadsUnderTheThreshold(t *testing.T) {
 			readsDuring++ // answered while the summarizer is held: the read did not wait
 		} else if storedEvents(t, s, "ahead", schemas.EventRequested) > compactions {
 			compactions++
-			eventually(t, time.Minute, "the summarizer call of the compaction", func() bool { return llm.heldCount() >= compactions })
+			eventually(t, time.Minute, "the summarizer call of the compaction", func() bool { return llm.Held() >= compactions })
 			inFlight = 0
 		}
 		if inFlight == during {
 			completed := storedEvents(t, s, "ahead", schemas.EventCompleted)
 			eventually(t, time.Minute, "the compaction to complete", func() bool {
-				llm.release(true) // also any further call of the same compaction
+				llm.Release(true) // also any further call of the same compaction
 				return storedEvents(t, s, "ahead", schemas.EventCompleted) > completed
 			})
 			inFlight = -1
@@ -83,22 +84,22 @@ func TestAheadOfTimeCompactionKeepsReadsUnderTheThreshold(t *testing.T) {
 func TestStillOverBudgetEscalates(t *testing.T) {
 	env := testEnv(t, 8000)
 	env.RetryDelay = time.Minute // keep the trigger out of the way: the worker re-evaluates
-	llm := newFakeLLM(t)
-	llm.release(true) // hold the first compaction's summarizer call until the burst is in
+	llm := fakellm.New(t)
+	llm.Release(true) // hold the first compaction's summarizer call until the burst is in
 	s := startStack(t, env, llm)
-	t.Cleanup(func() { llm.release(false) })
+	t.Cleanup(func() { llm.Release(false) })
 	ctx := ctxFor(t, time.Minute)
 	h := watchValues(t, s, "burst")
-	msgs, _ := needleConversation(14) // over the threshold
+	msgs, _ := fakellm.NeedleConversation(14) // over the threshold
 	replay(t, s, "burst", msgs, 0)
-	eventually(t, time.Minute, "the compaction's summarizer call", func() bool { return llm.heldCount() >= 1 })
-	more, _ := needleConversation(14)
+	eventually(t, time.Minute, "the compaction's summarizer call", func() bool { return llm.Held() >= 1 })
+	more, _ := fakellm.NeedleConversation(14)
 	for _, m := range more[1:] { // a burst while the summarizer works
 		if _, err := s.client.Publish(ctx, "burst", m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	llm.release(false)
+	llm.Release(false)
 	eventually(t, time.Minute, "an escalated compaction", func() bool {
 		for _, v := range h.snapshot() {
 			if strings.Contains(v.Reason, "(escalation 1)") {

@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
@@ -35,7 +37,7 @@ type checker struct {
 	nc     *nats.Conn
 	st     *jetstream.Store
 	client *pipeline.Client
-	llm    *fakeLLM
+	llm    *fakellm.LLM
 
 	// attemptsFailed counts publish and read attempts that failed, as they fail.
 	attemptsFailed atomic.Int64
@@ -94,13 +96,13 @@ type checkFigures struct {
 
 // newChecker waits until the processes provisioned the streams (failing at once when
 // one of procs exits) and starts watching the results bucket.
-func newChecker(t *testing.T, nc *nats.Conn, env stackEnv, llm *fakeLLM, procs ...*proc) *checker {
+func newChecker(t *testing.T, nc *nats.Conn, env stackEnv, llm *fakellm.LLM, procs ...*proctest.Proc) *checker {
 	t.Helper()
 	c := &checker{env: env, cfg: env.jetstream(), nc: nc, llm: llm, byID: map[string]*checkedConv{}, revs: map[uint64]revision{}}
-	waitFor(t, time.Minute, "the processes to provision the streams", func() error {
+	proctest.WaitFor(t, time.Minute, "the processes to provision the streams", func() error {
 		for _, p := range procs {
-			if p.exited() {
-				t.Fatalf("%s exited at start: %v\n%s", p.name, p.err, p.logs.String())
+			if p.Exited() {
+				t.Fatalf("%s exited at start: %v\n%s", p.Name, p.Err(), p.Logs.String())
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -243,7 +245,7 @@ func (c *checker) settled(t *testing.T, within time.Duration) {
 		}
 	}()
 	start, logged := time.Now(), time.Now()
-	waitFor(t, within, "nothing left to do", func() error {
+	proctest.WaitFor(t, within, "nothing left to do", func() error {
 		err := c.pending(js, threshold, convs, &stuck)
 		if err != nil && time.Since(logged) > 5*time.Second {
 			logged = time.Now()
@@ -379,7 +381,7 @@ func (c *checker) checkRevisions(t *testing.T) map[string][]*schemas.Result {
 		}
 		return err
 	})
-	waitFor(t, 30*time.Second, fmt.Sprintf("the watcher to see revision %d", last), func() error {
+	proctest.WaitFor(t, 30*time.Second, fmt.Sprintf("the watcher to see revision %d", last), func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if _, ok := c.revs[last]; !ok && last > 0 {
@@ -492,9 +494,9 @@ func (c *checker) checkConversation(t *testing.T, cv *checkedConv, stored []sche
 	t.Helper()
 	var inputs *string
 	if c.llm != nil {
-		in := c.llm.allInputs()
+		in := c.llm.AllInputs()
 		if cv.marker != "" {
-			in = c.llm.inputsWith(cv.marker)
+			in = c.llm.InputsWith(cv.marker)
 		}
 		inputs = &in
 	}
@@ -607,7 +609,7 @@ func streamMessages(t *testing.T, nc *nats.Conn, name string) []natsjs.Msg {
 // read may find a leader being elected.
 func read(t *testing.T, what string, fn func(ctx context.Context) error) {
 	t.Helper()
-	waitFor(t, 30*time.Second, "a read of "+what, func() error {
+	proctest.WaitFor(t, 30*time.Second, "a read of "+what, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return fn(ctx)

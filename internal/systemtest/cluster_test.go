@@ -16,7 +16,9 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/natsconn"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -35,14 +37,14 @@ func TestClusterNeedlesSurviveManyGenerations(t *testing.T) {
 	t.Logf("3-node cluster ready in %s", time.Since(start).Round(time.Millisecond))
 	env := testEnv(t, 4000)
 	env.Replicas = clusterReplicas
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	nc := connectTo(t, cluster, nil, "compactor")
 	st := provisionCluster(t, nc, env.jetstream())
 	checkReplicas(t, nc, st.Config(), clusterReplicas)
 	s := runStack(t, nc, st, env, llm)
 
 	const conv = "cluster-needles"
-	msgs, needles := needleConversation(30)
+	msgs, needles := fakellm.NeedleConversation(30)
 	h := watchValues(t, s, conv)
 	replayStart := time.Now()
 	replay(t, s, conv, msgs, 0) // reads every publish back with AtLeastSeq (invariant 8)
@@ -107,9 +109,9 @@ func testFailover(t *testing.T, env stackEnv, cfg jetstream.Config, kill func(*j
 	start := time.Now()
 	cluster := jstest.StartCluster(t, 3)
 	t.Logf("3-node cluster ready in %s", time.Since(start).Round(time.Millisecond))
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	// Slow enough that a compaction is in flight when the server goes.
-	llm.set(func(f *fakeLLM) { f.delay = 300 * time.Millisecond })
+	llm.Set(func(f *fakellm.LLM) { f.Delay = 300 * time.Millisecond })
 
 	admin := cluster.Conn(t)
 	adminSt := provisionCluster(t, admin, cfg)
@@ -134,7 +136,7 @@ func testFailover(t *testing.T, env stackEnv, cfg jetstream.Config, kill func(*j
 	reader := &stack{nc: clientNC, st: clientSt, client: client} // runs no roles
 
 	const conv = "cluster-failover"
-	msgs, needles := needleConversation(40)
+	msgs, needles := fakellm.NeedleConversation(40)
 	vlog := &valueLog{values: map[uint64]*schemas.Result{}}
 	vlog.watch(t, adminKV, conv, natsjs.UpdatesOnly())
 	generation := func() uint64 {
@@ -157,15 +159,15 @@ func testFailover(t *testing.T, env stackEnv, cfg jetstream.Config, kill func(*j
 		readBack(t, client, conv, seq, msgs[i], 0)
 		seqs = append(seqs, seq)
 	}
-	waitFor(t, 30*time.Second, "two generations before the failure", func() error {
+	proctest.WaitFor(t, 30*time.Second, "two generations before the failure", func() error {
 		if g := generation(); g < 2 {
-			return fmt.Errorf("generation %d after %d LLM calls and %d messages", g, llm.callCount(), i)
+			return fmt.Errorf("generation %d after %d LLM calls and %d messages", g, llm.Calls(), i)
 		}
 		return nil
 	})
 	// Go on until the LLM works on a generation not written yet, then take the victim
 	// down.
-	inFlight := func() bool { return llm.callCount() > int(generation()) }
+	inFlight := func() bool { return llm.Calls() > int(generation()) }
 	for ; i < 2*len(msgs)/3 && !inFlight(); i++ {
 		seq, _ := publishRetrying(t, clientSt, client, conv, i, msgs[i], 0)
 		readBack(t, client, conv, seq, msgs[i], 0)
@@ -271,7 +273,7 @@ func testFailover(t *testing.T, env stackEnv, cfg jetstream.Config, kill func(*j
 // the wait.
 func drained(t *testing.T, js natsjs.JetStream, queue string, within time.Duration) {
 	t.Helper()
-	waitFor(t, within, "the work queue to drain", func() error {
+	proctest.WaitFor(t, within, "the work queue to drain", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		stream, err := js.Stream(ctx, queue)
@@ -352,29 +354,12 @@ func checkReplicas(t *testing.T, nc *nats.Conn, cfg jetstream.Config, want int) 
 	}
 }
 
-// waitFor polls cond until it returns nil, failing the test with cond's last error
-// after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s: %v", d, what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // streamLeader returns the name of a stream's leader once it has one and its followers
 // (but those on the servers in gone) are current.
 func streamLeader(t *testing.T, js natsjs.JetStream, name string, gone ...string) string {
 	t.Helper()
 	var leader string
-	waitFor(t, 20*time.Second, "a leader of "+name+" with current followers", func() error {
+	proctest.WaitFor(t, 20*time.Second, "a leader of "+name+" with current followers", func() error {
 		var err error
 		leader, err = currentLeader(js, name, gone...)
 		return err
@@ -422,7 +407,7 @@ func moveLeader(t *testing.T, nc *nats.Conn, asset, to string, leader func() (st
 	if strings.Contains(asset, ".") {
 		api = "$JS.API.CONSUMER.LEADER.STEPDOWN." + asset
 	}
-	waitFor(t, 20*time.Second, "the leader of "+asset+" to move to "+to, func() error {
+	proctest.WaitFor(t, 20*time.Second, "the leader of "+asset+" to move to "+to, func() error {
 		l, err := leader()
 		switch {
 		case err != nil:
@@ -514,7 +499,7 @@ func (l *valueLog) record(w natsjs.KeyWatcher) {
 // conversation, so its revisions are 1, 2, ... last.
 func (l *valueLog) complete(t *testing.T, last uint64) []*schemas.Result {
 	t.Helper()
-	waitFor(t, 20*time.Second, fmt.Sprintf("the watchers to see revision %d", last), func() error {
+	proctest.WaitFor(t, 20*time.Second, fmt.Sprintf("the watchers to see revision %d", last), func() error {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if l.values[last] == nil {
@@ -634,7 +619,7 @@ func conversationEvents(t *testing.T, nc *nats.Conn, cfg jetstream.Config, conv 
 	// Right after a failover the events stream may still be electing its leader, or the
 	// ordered consumer may land on a server that then loses it: read again from the
 	// start until one read gets them all.
-	waitFor(t, 60*time.Second, "the events of "+conv, func() error {
+	proctest.WaitFor(t, 60*time.Second, "the events of "+conv, func() error {
 		var err error
 		out, err = readConversationEvents(nc, cfg, conv)
 		return err

@@ -13,6 +13,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
@@ -60,7 +61,7 @@ func (h *history) snapshot() []*schemas.Result {
 
 // invariants checks DESIGN.md's invariants 1–3, 5, 6 and 9 over every value a
 // conversation had, against the messages published to it (seq → message).
-func invariants(t *testing.T, s *stack, conv string, env stackEnv, values []*schemas.Result, llm *fakeLLM) {
+func invariants(t *testing.T, s *stack, conv string, env stackEnv, values []*schemas.Result, llm *fakellm.LLM) {
 	t.Helper()
 	all, err := s.st.Chat().LoadEntries(ctxFor(t, time.Minute), conv, 0, 0)
 	if err != nil {
@@ -68,7 +69,7 @@ func invariants(t *testing.T, s *stack, conv string, env stackEnv, values []*sch
 	}
 	var inputs *string
 	if llm != nil {
-		in := llm.allInputs()
+		in := llm.AllInputs()
 		inputs = &in
 	}
 	checkValues(t, all, env, values, inputs)
@@ -214,7 +215,7 @@ func settle(t *testing.T, s *stack) {
 func TestCorpusReplayKeepsInvariants(t *testing.T) {
 	convs := loadCorpus(t, 3)
 	env := testEnv(t, 8000)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	n := 0
 	for name, msgs := range convs {
@@ -252,32 +253,11 @@ func TestCorpusReplayKeepsInvariants(t *testing.T) {
 	}
 }
 
-// needleConversation is a synthetic agent run: every user message carries a needle,
-// every turn calls a tool with a bulky result.
-func needleConversation(turns int) ([]schemas.Message, []string) {
-	msgs := []schemas.Message{{Role: schemas.RoleSystem, Content: schemas.Text("You are Ada, a careful build engineer.")}}
-	var needles []string
-	filler := strings.Repeat("build log line with nothing of note in it. ", 40)
-	for i := 0; i < turns; i++ {
-		n := fmt.Sprintf("NEEDLE-%03dx", i)
-		needles = append(needles, n)
-		id := fmt.Sprintf("call_%d", i)
-		msgs = append(msgs,
-			schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("Step %d: remember the code %s and run the build.", i, n))},
-			schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: id, Type: "function",
-				Function: schemas.FunctionCall{Name: "run_build", Arguments: fmt.Sprintf(`{"step":%d}`, i)}}}},
-			schemas.Message{Role: schemas.RoleTool, ToolCallID: id, Content: schemas.Text(filler)},
-			schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(fmt.Sprintf("Build %d passed.", i))},
-		)
-	}
-	return msgs, needles
-}
-
 func TestNeedlesSurviveManyGenerations(t *testing.T) {
 	env := testEnv(t, 4000)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
-	msgs, needles := needleConversation(60)
+	msgs, needles := fakellm.NeedleConversation(60)
 	h := watchValues(t, s, "needles")
 	replay(t, s, "needles", msgs, 0)
 	settle(t, s)
@@ -312,13 +292,13 @@ func TestNeedlesSurviveManyGenerations(t *testing.T) {
 
 func TestCrashBetweenWriteAndAckMakesNoSecondGeneration(t *testing.T) {
 	env := testEnv(t, 4000)
-	srvLLM := newFakeLLM(t)
+	srvLLM := fakellm.New(t)
 	// The state a worker leaves when it dies after the compare-and-set, before the ack:
 	// the request still queued, the value already holding its request_seq.
 	st0 := startStack(t, env, nil)
 	st0.stop(t) // nothing running: we set the stage by hand
 	ctx := ctxFor(t, time.Minute)
-	msgs, _ := needleConversation(3)
+	msgs, _ := fakellm.NeedleConversation(3)
 	for _, m := range msgs {
 		if _, err := st0.client.Publish(ctx, "crash", m); err != nil {
 			t.Fatal(err)
@@ -362,18 +342,18 @@ func TestCrashBetweenWriteAndAckMakesNoSecondGeneration(t *testing.T) {
 	if v.Generation != 1 || v.Summary != written.Summary {
 		t.Fatalf("after redelivery: generation %d (%q); want the crashed worker's generation 1", v.Generation, v.Summary)
 	}
-	if n := srvLLM.callCount(); n != 0 {
+	if n := srvLLM.Calls(); n != 0 {
 		t.Fatalf("the LLM was called %d times for work already done", n)
 	}
 }
 
 func TestMessagesDuringSlowCompactionAreNotStranded(t *testing.T) {
 	env := testEnv(t, 4000)
-	llm := newFakeLLM(t)
-	llm.set(func(f *fakeLLM) { f.delay = 1500 * time.Millisecond })
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Delay = 1500 * time.Millisecond })
 	s := startStack(t, env, llm)
 	h := watchValues(t, s, "slow")
-	msgs, needles := needleConversation(40)
+	msgs, needles := fakellm.NeedleConversation(40)
 	seqs := replay(t, s, "slow", msgs, 30*time.Millisecond) // ~5 s of arrivals across slow compactions
 	settle(t, s)
 	var cx *pipeline.Context
@@ -445,7 +425,7 @@ func TestBadInputIsRefusedAtPublish(t *testing.T) {
 
 func TestBadInputInTheStreamIsSkippedAndReported(t *testing.T) {
 	env := testEnv(t, 4000)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	ctx := ctxFor(t, time.Minute)
 	subj := must(s.st.Config().ChatSubject("mixed"))
@@ -469,7 +449,7 @@ func TestBadInputInTheStreamIsSkippedAndReported(t *testing.T) {
 	if _, err := jsFor(t, s.nc).Publish(ctx, must(s.st.Config().ChatSubject("other")), []byte(`{]`)); err != nil {
 		t.Fatal(err)
 	}
-	msgs, needles := needleConversation(20)
+	msgs, needles := fakellm.NeedleConversation(20)
 	replay(t, s, "mixed", msgs, 0)
 	settle(t, s)
 	var cx *pipeline.Context

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/rounds"
 )
@@ -72,14 +73,14 @@ func failingEnv(t *testing.T) stackEnv {
 // times, and ends as a failed event and a dead letter; the trigger then backs off.
 func TestFailingLLMIsRetriedThenDeadLettered(t *testing.T) {
 	env := failingEnv(t)
-	llm := newFakeLLM(t)
-	llm.set(func(f *fakeLLM) { f.status = http.StatusServiceUnavailable })
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Status = http.StatusServiceUnavailable })
 	s := startStack(t, env, llm)
 	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("down")))
-	msgs, _ := needleConversation(7) // over the threshold, under the hard limit
+	msgs, _ := fakellm.NeedleConversation(7) // over the threshold, under the hard limit
 	replay(t, s, "down", msgs, 0)
 	eventually(t, 30*time.Second, "a failed event", func() bool { return events.count(schemas.EventFailed) == 1 })
-	if n := llm.callCount(); n != env.MaxAttempts {
+	if n := llm.Calls(); n != env.MaxAttempts {
 		t.Fatalf("LLM called %d times; want %d attempts", n, env.MaxAttempts)
 	}
 	if ev := events.last(schemas.EventFailed); ev.Error == "" {
@@ -135,12 +136,12 @@ func publishOne(t *testing.T, s *stack, conv string, m schemas.Message) uint64 {
 // the bound at once, and the failure is still reported.
 func TestHardLimitHoldsWithTheLLMDown(t *testing.T) {
 	env := failingEnv(t)
-	llm := newFakeLLM(t)
-	llm.set(func(f *fakeLLM) { f.status = http.StatusInternalServerError })
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Status = http.StatusInternalServerError })
 	s := startStack(t, env, llm)
 	s.stop(t) // publish everything first, so the first request sees it all
 	ctx := ctxFor(t, time.Minute)
-	msgs, _ := needleConversation(12)
+	msgs, _ := fakellm.NeedleConversation(12)
 	for _, m := range msgs {
 		if _, err := s.client.Publish(ctx, "hard", m); err != nil {
 			t.Fatal(err)
@@ -165,7 +166,7 @@ func TestHardLimitHoldsWithTheLLMDown(t *testing.T) {
 	}
 	// Past the hard limit the fallback comes at once: no second attempt while the
 	// context stays over the bound.
-	if n := llm.callCount(); n != 1 {
+	if n := llm.Calls(); n != 1 {
 		t.Fatalf("LLM called %d times; want 1 (the fallback is written on the first failure past the hard limit)", n)
 	}
 	cx, err := s2.client.Context(ctx, "hard")
@@ -190,11 +191,11 @@ func TestHardLimitCrossedDuringFailureBackoff(t *testing.T) {
 	if b := env.triggers().FailureBackoff; b < 2*wait {
 		t.Fatalf("the trigger's failure backoff %s is too short to tell a request from the retry at its end", b)
 	}
-	llm := newFakeLLM(t)
-	llm.set(func(f *fakeLLM) { f.status = http.StatusInternalServerError })
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Status = http.StatusInternalServerError })
 	s := startStack(t, env, llm)
 	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("crossing")))
-	msgs, _ := needleConversation(10)
+	msgs, _ := fakellm.NeedleConversation(10)
 	under := 1 + 7*4 // the system prompt and 7 turns: over the threshold, under the hard limit
 	replay(t, s, "crossing", msgs[:under], 0)
 	eventually(t, 30*time.Second, "a failed event", func() bool { return events.count(schemas.EventFailed) == 1 })
@@ -205,7 +206,7 @@ func TestHardLimitCrossedDuringFailureBackoff(t *testing.T) {
 	if n := storedEvents(t, s, "crossing", schemas.EventRequested); n != 1 {
 		t.Fatalf("%d requests under the hard limit after a failure; want 1 (the backoff holds)", n)
 	}
-	calls := llm.callCount()
+	calls := llm.Calls()
 
 	replay(t, s, "crossing", msgs[under:], 0) // past the hard limit
 	ctx := ctxFor(t, time.Minute)
@@ -219,7 +220,7 @@ func TestHardLimitCrossedDuringFailureBackoff(t *testing.T) {
 		t.Fatalf("tokens %d → %d; want from over the hard limit %d to under the target %d",
 			v.TokensBefore, v.TokensAfter, env.budget().HardLimitTokens(), env.budget().TargetTokens())
 	}
-	if n := llm.callCount() - calls; n != 1 {
+	if n := llm.Calls() - calls; n != 1 {
 		t.Fatalf("LLM called %d times past the hard limit; want 1 (then the fallback)", n)
 	}
 	cx, err := s.client.Context(ctx, "crossing")
@@ -239,10 +240,10 @@ func TestHardLimitCrossedDuringFailureBackoff(t *testing.T) {
 func TestDeclinedCompactionDoesNotLoop(t *testing.T) {
 	env := testEnv(t, 4000)
 	env.Policy["min_progress"] = "0.99" // nothing can shrink the context by 99%
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	events := collectEvents(t, s.nc, must(s.st.Config().EventSubject("stuck")))
-	msgs, _ := needleConversation(8)
+	msgs, _ := fakellm.NeedleConversation(8)
 	seqs := replay(t, s, "stuck", msgs, 0)
 	settle(t, s)
 	eventually(t, 10*time.Second, "a declined event", func() bool { return events.count(schemas.EventDeclined) >= 1 })
@@ -258,7 +259,7 @@ func TestDeclinedCompactionDoesNotLoop(t *testing.T) {
 		return idleWorkers(t, s) && r == d
 	})
 	_, before := outcomes()
-	calls := llm.callCount()
+	calls := llm.Calls()
 	if before > 3 {
 		t.Fatalf("%d declines for one burst of messages", before)
 	}
@@ -269,15 +270,15 @@ func TestDeclinedCompactionDoesNotLoop(t *testing.T) {
 	// A loop would ask again within one retry delay of the trigger (200 ms here): no
 	// state says "no retry is scheduled", so watch ten of them.
 	time.Sleep(10 * env.RetryDelay)
-	if r, d := outcomes(); r != d || d != before || llm.callCount() != calls || !idleWorkers(t, s) {
-		t.Fatalf("requested %d, declined %d → %d, LLM calls %d → %d while the conversation did not grow: a loop", r, before, d, calls, llm.callCount())
+	if r, d := outcomes(); r != d || d != before || llm.Calls() != calls || !idleWorkers(t, s) {
+		t.Fatalf("requested %d, declined %d → %d, LLM calls %d → %d while the conversation did not grow: a loop", r, before, d, calls, llm.Calls())
 	}
 	v, _, err := s.st.Results().Get(ctxFor(t, 5*time.Second), "stuck", true)
 	if err != nil || v == nil || v.DeclinedAtSeq == 0 || v.Generation != 0 {
 		t.Fatalf("value after decline = %+v, %v; want declined_at_seq set and no generation", v, err)
 	}
 	// Growth asks again.
-	more, _ := needleConversation(3)
+	more, _ := fakellm.NeedleConversation(3)
 	replay(t, s, "stuck", more[1:], 0)
 	eventually(t, 10*time.Second, "a request after growth", func() bool { return events.count(schemas.EventDeclined) > before })
 }

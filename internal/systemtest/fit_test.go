@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -15,12 +16,12 @@ import (
 func TestNothingFitsWritesTheFallbackAtOnce(t *testing.T) {
 	env := failingEnv(t)
 	env.Policy["context_window"] = "8000"
-	llm := newFakeLLM(t)
-	llm.set(func(f *fakeLLM) { f.maxChars = 1000 }) // less than the prompt alone
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.MaxChars = 1000 }) // less than the prompt alone
 	s := startStack(t, env, llm)
 	s.stop(t) // publish everything first: one compaction over the threshold, under the hard limit
 	ctx := ctxFor(t, time.Minute)
-	msgs, _ := needleConversation(14)
+	msgs, _ := fakellm.NeedleConversation(14)
 	for _, m := range msgs {
 		if _, err := s.client.Publish(ctx, "nofit", m); err != nil {
 			t.Fatal(err)
@@ -48,7 +49,7 @@ func TestNothingFitsWritesTheFallbackAtOnce(t *testing.T) {
 	if ev := events.last(schemas.EventCompleted); !strings.Contains(ev.Error, "nothing fits") {
 		t.Fatalf("completed event error %q; want it to say nothing fits", ev.Error)
 	}
-	if n := llm.callCount(); n == 0 || n > 10 {
+	if n := llm.Calls(); n == 0 || n > 10 {
 		t.Fatalf("LLM called %d times; want a few ever smaller tries", n)
 	}
 }

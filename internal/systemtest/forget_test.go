@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
@@ -16,7 +17,7 @@ import (
 // taggedConversation is needleConversation whose needles carry tag (NEEDLE-<tag>000x),
 // so two conversations' needles tell apart.
 func taggedConversation(tag string, turns int) []schemas.Message {
-	msgs, _ := needleConversation(turns)
+	msgs, _ := fakellm.NeedleConversation(turns)
 	for i := range msgs {
 		if s := msgs[i].Content.String(); strings.Contains(s, "NEEDLE-") {
 			msgs[i].Content = schemas.Text(strings.ReplaceAll(s, "NEEDLE-", "NEEDLE-"+tag))
@@ -67,7 +68,7 @@ func placesOf(found []jstest.Found) []string {
 // starts again from scratch: its next compaction reads nothing of the old one.
 func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 	env := testEnv(t, 4000)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	ctx := ctxFor(t, 3*time.Minute)
 	cfg := s.st.Config()
@@ -109,13 +110,13 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 	}
 	// A compaction in flight: the summarizer call is held open. Two more turns give it
 	// something to summarize (the trigger may ask first: then the manual one is busy).
-	llm.set(func(f *fakeLLM) { f.block = make(chan struct{}) })
+	llm.Set(func(f *fakellm.LLM) { f.Block = make(chan struct{}) })
 	publishAll(t, s.client, gone, taggedConversation("f", 10)[33:])
 	if r, err := s.client.Compact(ctx, gone, pipeline.Instructions("keep NEEDLE-fmanual")); err != nil ||
 		(r.Status != pipeline.StatusQueued && r.Status != pipeline.StatusBusy) {
 		t.Fatalf("manual compaction: %+v, %v", r, err)
 	}
-	eventually(t, 30*time.Second, "the compaction to reach the summarizer", func() bool { return llm.heldCount() >= 1 })
+	eventually(t, 30*time.Second, "the compaction to reach the summarizer", func() bool { return llm.Held() >= 1 })
 
 	before, _ := jstest.Scan(t, s.nc, gone, "NEEDLE-f")
 	want := []string{cfg.ActivityStream, cfg.ChatStream, cfg.DeadStream, cfg.EventsStream, cfg.RequestsStream,
@@ -136,7 +137,7 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 		d.DeadLetters != 1 || d.ActivityMarkers != 1 || d.Objects != 2 {
 		t.Errorf("deleted %+v; want 41 messages, the value's revisions, the policy, the request in flight, the events, the dead letter, the idle timer and 2 objects", d)
 	}
-	llm.release(false)
+	llm.Release(false)
 	s.stop(t) // the held job finishes before the stack stops: all it will write is written
 
 	after, read := jstest.Scan(t, s.nc, gone, "NEEDLE-f")
@@ -153,7 +154,7 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 
 	// The id starts again from scratch.
 	s2 := runStack(t, s.nc, s.st, env, llm)
-	calls := len(llm.allInputs())
+	calls := len(llm.AllInputs())
 	publishAll(t, s2.client, gone, taggedConversation("r", 8))
 	compacted(t, s2, gone)
 	settle(t, s2)
@@ -166,7 +167,7 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 	if err != nil || cx.Seqs[0] <= out.ThroughSeq {
 		t.Fatalf("the new conversation's context starts at %v (%v); want after %d", cx.Seqs, err, out.ThroughSeq)
 	}
-	if in := llm.allInputs()[calls:]; strings.Contains(in, "NEEDLE-f") {
+	if in := llm.AllInputs()[calls:]; strings.Contains(in, "NEEDLE-f") {
 		t.Fatal("the summarizer was given the forgotten conversation after the forget")
 	}
 	if after, _ := jstest.Scan(t, s.nc, "NEEDLE-f"); len(after) > 0 {
@@ -196,8 +197,8 @@ func TestForgetWhileTheFirstCompactionIsHeld(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testEnv(t, 4000)
 			env.MaxAttempts = 1
-			llm := newFakeLLM(t)
-			llm.set(func(f *fakeLLM) { f.block = make(chan struct{}) })
+			llm := fakellm.New(t)
+			llm.Set(func(f *fakellm.LLM) { f.Block = make(chan struct{}) })
 			s := startStack(t, env, llm)
 			ctx := ctxFor(t, 2*time.Minute)
 			const conv = "held-1"
@@ -211,12 +212,12 @@ func TestForgetWhileTheFirstCompactionIsHeld(t *testing.T) {
 				})
 			}
 			publishAll(t, s.client, conv, taggedConversation("h", 8))
-			eventually(t, 30*time.Second, "the first compaction to reach the summarizer", func() bool { return llm.heldCount() >= 1 })
+			eventually(t, 30*time.Second, "the first compaction to reach the summarizer", func() bool { return llm.Held() >= 1 })
 			if _, err := s.client.Forget(ctx, conv); err != nil {
 				t.Fatal(err)
 			}
-			llm.set(func(f *fakeLLM) { f.status = tc.status })
-			llm.release(false)
+			llm.Set(func(f *fakellm.LLM) { f.Status = tc.status })
+			llm.Release(false)
 			s.stop(t) // the job has finished when the stack has stopped
 			if found, read := jstest.Scan(t, s.nc, conv, "NEEDLE-h"); len(found) > 0 {
 				t.Fatalf("%d of %d stored messages hold the forgotten conversation:\n%v", len(found), read, found)

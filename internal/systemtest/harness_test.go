@@ -4,15 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"regexp"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/corpustest"
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/internal/telemetry"
@@ -32,221 +27,6 @@ import (
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/triggers"
 )
-
-// fakeLLM is an OpenAI-compatible endpoint for tests, spoken to by the real go-openai
-// client. Its summary keeps every needle (NEEDLE-…) it finds in its input, so a test can
-// follow facts across generations.
-type fakeLLM struct {
-	srv *httptest.Server
-
-	mu     sync.Mutex
-	inputs []string // the user message of every request
-	calls  int
-	delay  time.Duration
-	// jitter, when non-zero, adds a random part of up to jitter to every delay.
-	jitter   time.Duration
-	failures int // the next failures requests answer 500
-	status   int // when non-zero, every request answers this status
-	// maxChars, when non-zero, refuses requests whose messages hold more characters,
-	// as an endpoint does with context_length_exceeded.
-	maxChars int
-	refused  int
-	// hook, when set, runs at the start of every request (outside the lock).
-	hook func()
-	// pad, when non-zero, appends that many characters to every summary (a model that
-	// ignores its length cap).
-	pad int
-	// block, when set, holds every request until it is closed (see release); held
-	// counts the requests that reached it.
-	block chan struct{}
-	held  int
-}
-
-var needleRE = regexp.MustCompile(`NEEDLE-[0-9a-z]+`)
-
-func newFakeLLM(t *testing.T) *fakeLLM {
-	f := &fakeLLM{}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.srv.Close)
-	return f
-}
-
-func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/v1/chat/completions" {
-		http.NotFound(w, r)
-		return
-	}
-	var req struct {
-		Model     string `json:"model"`
-		MaxTokens int    `json:"max_tokens"`
-		Messages  []struct {
-			Role      string          `json:"role"`
-			Content   json.RawMessage `json:"content"`
-			ToolCalls []struct {
-				Function struct {
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"messages"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	f.mu.Lock()
-	hook := f.hook
-	f.mu.Unlock()
-	if hook != nil {
-		hook()
-	}
-	f.mu.Lock()
-	f.calls++
-	delay, status, pad := f.delay, f.status, f.pad
-	if f.jitter > 0 {
-		delay += rand.N(f.jitter)
-	}
-	if f.failures > 0 {
-		f.failures--
-		status = http.StatusInternalServerError
-	}
-	// What the model is given, in either request shape: the text of every message and
-	// the arguments of its tool calls.
-	var input string
-	for _, m := range req.Messages {
-		input += contentText(m.Content)
-		for _, tc := range m.ToolCalls {
-			input += tc.Function.Arguments
-		}
-	}
-	total := len(input)
-	tooLong := f.maxChars > 0 && total > f.maxChars
-	if tooLong {
-		f.refused++
-	} else {
-		f.inputs = append(f.inputs, input)
-	}
-	block := f.block
-	if block != nil && !tooLong {
-		f.held++
-	}
-	f.mu.Unlock()
-	if tooLong {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, `{"error":{"message":"This model's maximum context length is %d characters; your messages resulted in %d.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, f.maxChars, total)
-		return
-	}
-	if block != nil {
-		select {
-		case <-block:
-		case <-r.Context().Done():
-			return
-		}
-	}
-	if delay > 0 {
-		select {
-		case <-time.After(delay):
-		case <-r.Context().Done():
-			return
-		}
-	}
-	if status != 0 {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, `{"error":{"message":"fake failure","type":"server_error","code":"%d"}}`, status)
-		return
-	}
-	seen := map[string]bool{}
-	var needles []string
-	for _, n := range needleRE.FindAllString(input, -1) {
-		if !seen[n] {
-			seen[n] = true
-			needles = append(needles, n)
-		}
-	}
-	sort.Strings(needles)
-	summary := "## Goal\nContinue the task.\n## Facts and identifiers\n" + strings.Join(needles, "\n")
-	if pad > 0 {
-		summary += "\n" + strings.Repeat("padding ", pad/8+1)[:pad]
-	}
-	resp := map[string]any{
-		"id": "cmpl-1", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model + "-fake",
-		"choices": []map[string]any{{"index": 0, "finish_reason": "stop",
-			"message": map[string]any{"role": "assistant", "content": summary}}},
-		"usage": map[string]any{"prompt_tokens": len(input) / 4, "completion_tokens": len(summary) / 4, "total_tokens": (len(input) + len(summary)) / 4,
-			"prompt_tokens_details": map[string]int{"cached_tokens": len(input) / 8}},
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(resp)
-}
-
-// contentText is a message's content as text: a string, or its text parts joined.
-func contentText(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var parts []struct {
-		Text string `json:"text"`
-	}
-	_ = json.Unmarshal(raw, &parts)
-	for _, p := range parts {
-		s += p.Text
-	}
-	return s
-}
-
-func (f *fakeLLM) set(fn func(f *fakeLLM)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	fn(f)
-}
-
-// heldCount is how many requests reached block so far.
-func (f *fakeLLM) heldCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.held
-}
-
-// release lets every request held so far answer; later ones are held again when
-// holdAgain, and not at all otherwise.
-func (f *fakeLLM) release(holdAgain bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.block != nil {
-		close(f.block)
-	}
-	f.block = nil
-	if holdAgain {
-		f.block = make(chan struct{})
-	}
-}
-
-func (f *fakeLLM) allInputs() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return strings.Join(f.inputs, "\n")
-}
-
-// inputsWith is allInputs of the requests whose input holds marker.
-func (f *fakeLLM) inputsWith(marker string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []string
-	for _, in := range f.inputs {
-		if strings.Contains(in, marker) {
-			out = append(out, in)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
-func (f *fakeLLM) callCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls
-}
 
 // stackEnv is the settings of a test's stack: node.Settings, which serve builds its
 // node from too (cmd/compactor maps its COMPACTOR_ variables onto them), at the
@@ -339,7 +119,7 @@ type stack struct {
 
 // startStack provisions the contract on a fresh server and runs the roles of env with
 // the fake LLM (nil: the extractive summarizer).
-func startStack(t *testing.T, env stackEnv, llm *fakeLLM) *stack {
+func startStack(t *testing.T, env stackEnv, llm *fakellm.LLM) *stack {
 	t.Helper()
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
@@ -347,10 +127,10 @@ func startStack(t *testing.T, env stackEnv, llm *fakeLLM) *stack {
 	return runStack(t, nc, st, env, llm)
 }
 
-func runStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, env stackEnv, llm *fakeLLM) *stack {
+func runStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, env stackEnv, llm *fakellm.LLM) *stack {
 	t.Helper()
 	if llm != nil {
-		env.Policy["llm_base_url"] = llm.srv.URL
+		env.Policy["llm_base_url"] = llm.URL()
 		env.Lookup = func(k string) (string, bool) { return "test-key", k == "COMPACTOR_LLM_API_KEY" }
 	}
 	nd, err := build(env, nc, st, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/rounds"
@@ -55,7 +56,7 @@ func compactedUnder(t *testing.T, s *stack, env stackEnv, conv string) *pipeline
 
 func TestAFloodOfTinyMessagesIsCompactedAndStarvesNoOne(t *testing.T) {
 	env := testEnv(t, 4000)
-	s := startStack(t, env, newFakeLLM(t))
+	s := startStack(t, env, fakellm.New(t))
 	ctx := ctxFor(t, 5*time.Minute)
 	js := jsFor(t, s.nc)
 	subj := must(s.st.Config().ChatSubject("flood"))
@@ -83,7 +84,7 @@ func TestAFloodOfTinyMessagesIsCompactedAndStarvesNoOne(t *testing.T) {
 		}
 	}
 	// Another conversation, published during the flood's compaction, is compacted too.
-	msgs, needles := needleConversation(20)
+	msgs, needles := fakellm.NeedleConversation(20)
 	replay(t, s, "neighbour", msgs, 0)
 	cx := compactedUnder(t, s, env, "neighbour")
 	text := ""
@@ -109,7 +110,7 @@ func TestAFloodOfTinyMessagesIsCompactedAndStarvesNoOne(t *testing.T) {
 
 func TestMessagesAtAndOverTheMaxPayload(t *testing.T) {
 	env := testEnv(t, 4000)
-	s := startStack(t, env, newFakeLLM(t))
+	s := startStack(t, env, fakellm.New(t))
 	ctx := ctxFor(t, 2*time.Minute)
 	js := jsFor(t, s.nc)
 	max := int(s.nc.MaxPayload())
@@ -193,7 +194,7 @@ func rawPublish(t *testing.T, natsURL, subject string, data []byte) string {
 
 func TestUnusualConversationIDsOnTheSubjects(t *testing.T) {
 	env := testEnv(t, 4000)
-	s := startStack(t, env, newFakeLLM(t))
+	s := startStack(t, env, fakellm.New(t))
 	ctx := ctxFor(t, 2*time.Minute)
 	js := jsFor(t, s.nc)
 	msg := []byte(`{"role":"user","content":"hello"}`)
@@ -223,7 +224,7 @@ func TestUnusualConversationIDsOnTheSubjects(t *testing.T) {
 		t.Errorf("publish on chat.a.b.msg: got %v; want no stream to answer", err)
 	}
 	triggerHandled(t, s, last)
-	msgs, _ := needleConversation(20)
+	msgs, _ := fakellm.NeedleConversation(20)
 	replay(t, s, "after-odd-ids", msgs, 0)
 	compactedUnder(t, s, env, "after-odd-ids")
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/rolestest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -60,7 +62,7 @@ func TestNodeExampleReadsTheSameContext(t *testing.T) {
 	node, dir := nodeExample(t)
 	convs := loadCorpus(t, 1)
 	env := testEnv(t, 8000)
-	s := startStack(t, env, newFakeLLM(t))
+	s := startStack(t, env, fakellm.New(t))
 	url := s.nc.ConnectedUrl()
 	runNode := func(stdin []byte, args ...string) string {
 		cmd := exec.Command(node, append([]string{"compactor.mjs"}, args...)...)
@@ -415,10 +417,10 @@ func TestNodeExampleForgets(t *testing.T) {
 // and reported by both readers.
 func TestNodeExampleUnderRoles(t *testing.T) {
 	node, dir := nodeExample(t)
-	url, connect := rolesServer(t)
+	url, connect := rolestest.Server(t)
 	admin := connect("admin")
 	ctx := ctxFor(t, time.Minute)
-	st, err := jetstream.Provision(ctx, admin.nc, jetstream.DefaultConfig())
+	st, err := jetstream.Provision(ctx, admin.NC, jetstream.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +445,7 @@ func TestNodeExampleUnderRoles(t *testing.T) {
 	if err != nil || !strings.Contains(out, "NEEDLE-node-roles") || !strings.Contains(errOut, "skipped seq 2: invalid message: not valid UTF-8") {
 		t.Fatalf("node context as reader: %v\n%s\n%s\nwant the message and seq 2 skipped as not UTF-8", err, out, errOut)
 	}
-	cx, err := pipeline.NewWithStore(admin.nc, st).Context(ctx, conv)
+	cx, err := pipeline.NewWithStore(admin.NC, st).Context(ctx, conv)
 	if err != nil || len(cx.Skipped) != 1 || cx.Skipped[0].Seq != 2 || !strings.Contains(cx.Skipped[0].Reason, "UTF-8") {
 		t.Fatalf("go reader: %+v, %v; want seq 2 skipped as not UTF-8", cx, err)
 	}
@@ -464,8 +466,8 @@ func TestNodeExampleReadsPartitionedLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := runStack(t, nc, st, env, newFakeLLM(t))
-	msgs, _ := needleConversation(20)
+	s := runStack(t, nc, st, env, fakellm.New(t))
+	msgs, _ := fakellm.NeedleConversation(20)
 	conv := "node-partitioned"
 	for _, m := range msgs {
 		if _, err := s.client.Publish(ctxFor(t, 5*time.Second), conv, m); err != nil {

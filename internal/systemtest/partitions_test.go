@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
@@ -27,9 +29,9 @@ type logLine struct {
 }
 
 // logLines parses a process's JSON log lines (others are skipped).
-func logLines(p *proc) []logLine {
+func logLines(p *proctest.Proc) []logLine {
 	var out []logLine
-	for _, l := range strings.Split(p.logs.String(), "\n") {
+	for _, l := range strings.Split(p.Logs.String(), "\n") {
 		var ll logLine
 		if json.Unmarshal([]byte(l), &ll) == nil {
 			out = append(out, ll)
@@ -40,7 +42,7 @@ func logLines(p *proc) []logLine {
 
 // ownedPartitions is what a process's log says it owns now: the partitions it took
 // ("partition owned") and has not begun to give away since.
-func ownedPartitions(p *proc) map[string]bool {
+func ownedPartitions(p *proctest.Proc) map[string]bool {
 	owned := map[string]bool{}
 	for _, l := range logLines(p) {
 		switch l.Message {
@@ -55,7 +57,7 @@ func ownedPartitions(p *proc) map[string]bool {
 
 // requestedBy returns the conversations a process's trigger asked compactions for, with
 // the partition of the trigger that asked, and how many times.
-func requestedBy(p *proc) map[string]int {
+func requestedBy(p *proctest.Proc) map[string]int {
 	out := map[string]int{}
 	for _, l := range logLines(p) {
 		if l.Message == "compaction requested" && l.Partition != "" {
@@ -70,15 +72,15 @@ func requestedBy(p *proc) map[string]int {
 func sharedOut(procs []*serveProc, n int) error {
 	seen := map[string]string{}
 	for _, p := range procs {
-		owned := ownedPartitions(p.proc)
+		owned := ownedPartitions(p.Proc)
 		if len(owned) == 0 {
-			return fmt.Errorf("%s owns no partition", p.name)
+			return fmt.Errorf("%s owns no partition", p.Name)
 		}
 		for part := range owned {
 			if other, ok := seen[part]; ok {
-				return fmt.Errorf("partition %s owned by %s and %s", part, other, p.name)
+				return fmt.Errorf("partition %s owned by %s and %s", part, other, p.Name)
 			}
-			seen[part] = p.name
+			seen[part] = p.Name
 		}
 	}
 	if len(seen) != n {
@@ -106,10 +108,10 @@ func TestTriggerPartitionsAcrossProcesses(t *testing.T) {
 	env.AckWait = 3 * time.Second
 	env.TriggerPartitions = parts
 	env.TriggerHeartbeat = 300 * time.Millisecond
-	bin := buildCompactor(t)
+	bin := proctest.Compactor(t)
 
 	srv := jstest.Server(t)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	procEnv := []string{
 		"COMPACTOR_CONTEXT_WINDOW=4000",
 		"COMPACTOR_LLM_API_KEY=test-key",
@@ -125,17 +127,17 @@ func TestTriggerPartitionsAcrossProcesses(t *testing.T) {
 		procs = append(procs, startServeProc(t, bin, fmt.Sprintf("serve-%d", i+1), srv.ClientURL(), newLLMRoute(t, llm, nil), procEnv))
 	}
 	nc := jstest.Conn(t, srv)
-	chk := newChecker(t, nc, env, llm, procs[0].proc, procs[1].proc, procs[2].proc)
-	waitFor(t, 30*time.Second, "the partitions to be shared out", func() error {
+	chk := newChecker(t, nc, env, llm, procs[0].Proc, procs[1].Proc, procs[2].Proc)
+	proctest.WaitFor(t, 30*time.Second, "the partitions to be shared out", func() error {
 		for _, p := range procs {
-			if msg := p.unexpectedExit(); msg != "" {
+			if msg := p.UnexpectedExit(); msg != "" {
 				t.Fatal(msg)
 			}
 		}
 		return sharedOut(procs, parts)
 	})
 	for _, p := range procs {
-		t.Logf("%s owns %v", p.name, slices.Sorted(maps.Keys(ownedPartitions(p.proc))))
+		t.Logf("%s owns %v", p.Name, slices.Sorted(maps.Keys(ownedPartitions(p.Proc))))
 	}
 
 	// One conversation in each partition.
@@ -148,7 +150,7 @@ func TestTriggerPartitionsAcrossProcesses(t *testing.T) {
 	}
 	var ids []string
 	for p := range parts {
-		msgs, needles := needleConversation(turns)
+		msgs, needles := fakellm.NeedleConversation(turns)
 		msgs, needles = tagNeedles(msgs, needles, fmt.Sprintf("p%d", p))
 		chk.add(t, byPart[p], msgs, needles, "")
 		ids = append(ids, byPart[p])
@@ -178,32 +180,32 @@ func TestTriggerPartitionsAcrossProcesses(t *testing.T) {
 	partName := func(p int) string { return jetstream.Partition{N: parts, P: p}.String() }
 	ownerOf := func(part string, among []*serveProc) *serveProc {
 		for _, p := range among {
-			if ownedPartitions(p.proc)[part] {
+			if ownedPartitions(p.Proc)[part] {
 				return p
 			}
 		}
 		return nil
 	}
-	waitFor(t, 30*time.Second, "each conversation's compaction asked for by its partition's owner", func() error {
+	proctest.WaitFor(t, 30*time.Second, "each conversation's compaction asked for by its partition's owner", func() error {
 		for p, id := range byPart {
 			owner := ownerOf(partName(p), procs)
 			if owner == nil {
 				return fmt.Errorf("partition %s has no owner", partName(p))
 			}
-			if requestedBy(owner.proc)[id+"@"+partName(p)] == 0 {
-				return fmt.Errorf("%s (partition %s) not asked for by its owner %s", id, partName(p), owner.name)
+			if requestedBy(owner.Proc)[id+"@"+partName(p)] == 0 {
+				return fmt.Errorf("%s (partition %s) not asked for by its owner %s", id, partName(p), owner.Name)
 			}
 		}
 		return nil
 	})
 	for _, p := range procs {
-		t.Logf("%s asked for %v", p.name, requestedBy(p.proc))
+		t.Logf("%s asked for %v", p.Name, requestedBy(p.Proc))
 	}
 
 	// SIGKILL the first process: no leave, no unpin. Its membership expires after 3
 	// heartbeats and its pins after the pinned TTL; then the others own its partitions.
 	killed, survivors := procs[0], procs[1:]
-	lost := slices.Sorted(maps.Keys(ownedPartitions(killed.proc)))
+	lost := slices.Sorted(maps.Keys(ownedPartitions(killed.Proc)))
 	idOf := func(part string) string {
 		for p, c := range byPart {
 			if partName(p) == part {
@@ -222,19 +224,19 @@ func TestTriggerPartitionsAcrossProcesses(t *testing.T) {
 			genAtKill[idOf(part)] = v.Generation
 		}
 	}
-	killed.kill(t)
+	killed.Kill(t)
 	killedAt := time.Now()
-	waitFor(t, 30*time.Second, "the killed process's partitions to move to the others", func() error {
+	proctest.WaitFor(t, 30*time.Second, "the killed process's partitions to move to the others", func() error {
 		return sharedOut(survivors, parts)
 	})
-	t.Logf("partitions %v of %s moved to the others in %s", lost, killed.name, time.Since(killedAt).Round(100*time.Millisecond))
+	t.Logf("partitions %v of %s moved to the others in %s", lost, killed.Name, time.Since(killedAt).Round(100*time.Millisecond))
 
 	// The rest of every conversation: those of the moved partitions are compacted
 	// again by their new owners.
 	publish(ids, cut, 1+4*turns)
 	// Compaction goes on for them: a new generation after the kill. (The request may be
 	// the new owner's, or the follow-up a worker queues after a completed compaction.)
-	waitFor(t, 45*time.Second, "the conversations of the moved partitions compacted again", func() error {
+	proctest.WaitFor(t, 45*time.Second, "the conversations of the moved partitions compacted again", func() error {
 		for _, part := range lost {
 			id := idOf(part)
 			v, _, err := chk.st.Results().Get(ctxFor(t, 5*time.Second), id, false)
@@ -252,11 +254,11 @@ func TestTriggerPartitionsAcrossProcesses(t *testing.T) {
 	// partitions by their new owners (the killed process's in hand after their ack wait).
 	chk.settled(t, 60*time.Second)
 	for _, p := range survivors {
-		t.Logf("%s asked for %v", p.name, requestedBy(p.proc))
+		t.Logf("%s asked for %v", p.Name, requestedBy(p.Proc))
 	}
 	fig := chk.verify(t)
 	for _, p := range survivors {
-		if msg := p.unexpectedExit(); msg != "" {
+		if msg := p.UnexpectedExit(); msg != "" {
 			t.Fatal(msg)
 		}
 	}
@@ -264,11 +266,11 @@ func TestTriggerPartitionsAcrossProcesses(t *testing.T) {
 		t.Fatalf("%d failed events and %d dead letters with a working LLM: %v", fig.Failed, fig.DeadLetters, fig.DeadCauses)
 	}
 	for _, p := range survivors {
-		p.signal(t, syscall.SIGTERM)
+		p.Signal(t, syscall.SIGTERM)
 	}
 	for _, p := range survivors {
-		if err := p.wait(t, 15*time.Second, "SIGTERM (its drain timeout)"); err != nil {
-			t.Fatalf("%s exited with %v after SIGTERM", p.name, err)
+		if err := p.Wait(t, 15*time.Second, "SIGTERM (its drain timeout)"); err != nil {
+			t.Fatalf("%s exited with %v after SIGTERM", p.Name, err)
 		}
 	}
 	t.Logf("%d partitions over 3 processes, 1 SIGKILLed; %d conversations, %d messages, %d revisions, generations %d–%d, lost: 0; %s",

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
 )
@@ -24,7 +26,7 @@ type victimRoute struct {
 	chosen atomic.Pointer[llmRoute]
 }
 
-func (v *victimRoute) route(t *testing.T, llm *fakeLLM) *llmRoute {
+func (v *victimRoute) route(t *testing.T, llm *fakellm.LLM) *llmRoute {
 	t.Helper()
 	return newLLMRoute(t, llm, func(r *llmRoute) {
 		if v.chosen.CompareAndSwap(nil, r) {
@@ -71,11 +73,11 @@ func TestNothingLostAcrossProcesses(t *testing.T) {
 	)
 	env := testEnv(t, 4000)
 	env.AckWait = 3 * time.Second
-	bin := buildCompactor(t)
+	bin := proctest.Compactor(t)
 
 	srv := jstest.Server(t)
-	llm := newFakeLLM(t)
-	llm.set(func(f *fakeLLM) { f.delay = 400 * time.Millisecond })
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Delay = 400 * time.Millisecond })
 	victim := &victimRoute{}
 	procEnv := []string{
 		"COMPACTOR_CONTEXT_WINDOW=4000",
@@ -92,10 +94,10 @@ func TestNothingLostAcrossProcesses(t *testing.T) {
 
 	// The checker's own connection, bound to what the processes provisioned.
 	nc := jstest.Conn(t, srv)
-	chk := newChecker(t, nc, env, llm, procs[0].proc, procs[1].proc)
+	chk := newChecker(t, nc, env, llm, procs[0].Proc, procs[1].Proc)
 	var ids []string
 	for c := 0; c < convs; c++ {
-		msgs, needles := needleConversation(turns)
+		msgs, needles := fakellm.NeedleConversation(turns)
 		msgs, needles = tagNeedles(msgs, needles, fmt.Sprintf("c%d", c))
 		id := fmt.Sprintf("proc-%d", c)
 		chk.add(t, id, msgs, needles, "")
@@ -125,7 +127,7 @@ func TestNothingLostAcrossProcesses(t *testing.T) {
 	publish(0, cut)
 
 	// The first process to call the LLM holds its call open; kill it then.
-	waitFor(t, 30*time.Second, "a compaction in flight", func() error {
+	proctest.WaitFor(t, 30*time.Second, "a compaction in flight", func() error {
 		if victim.held() == 0 {
 			return fmt.Errorf("%d calls held", victim.held())
 		}
@@ -137,8 +139,8 @@ func TestNothingLostAcrossProcesses(t *testing.T) {
 			killed = p
 		}
 	}
-	killed.kill(t)
-	t.Logf("SIGKILLed %s with %d LLM calls in flight", killed.name, victim.held())
+	killed.Kill(t)
+	t.Logf("SIGKILLed %s with %d LLM calls in flight", killed.Name, victim.held())
 	replacement := startServeProc(t, bin, "serve-3", srv.ClientURL(), victim.route(t, llm), procEnv)
 	var running []*serveProc
 	for _, p := range procs {
@@ -165,7 +167,7 @@ func TestNothingLostAcrossProcesses(t *testing.T) {
 	chk.settled(t, 45*time.Second)
 	fig := chk.verify(t)
 	for _, p := range running {
-		if msg := p.unexpectedExit(); msg != "" {
+		if msg := p.UnexpectedExit(); msg != "" {
 			t.Fatal(msg)
 		}
 	}
@@ -179,14 +181,14 @@ func TestNothingLostAcrossProcesses(t *testing.T) {
 
 	// SIGTERM: every running process drains and exits 0 within the drain timeout.
 	for _, p := range running {
-		p.signal(t, syscall.SIGTERM)
+		p.Signal(t, syscall.SIGTERM)
 	}
 	for _, p := range running {
-		if err := p.wait(t, 10*time.Second, "SIGTERM (its drain timeout)"); err != nil {
-			t.Fatalf("%s exited with %v after SIGTERM", p.name, err)
+		if err := p.Wait(t, 10*time.Second, "SIGTERM (its drain timeout)"); err != nil {
+			t.Fatalf("%s exited with %v after SIGTERM", p.Name, err)
 		}
 	}
 	t.Logf("%d conversations, %d messages, %d revisions, generations %d–%d, 1 kill (%d requests started again), lost: 0, LLM calls %d; %s",
 		fig.Conversations, fig.Published, fig.Revisions, fig.MinGeneration, fig.MaxGeneration, fig.StartedAgain,
-		llm.callCount(), time.Since(start).Round(time.Millisecond))
+		llm.Calls(), time.Since(start).Round(time.Millisecond))
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
@@ -63,7 +64,7 @@ func (l *deadLog) get(i int) (string, schemas.DeadLetter) {
 // no conversation is sent to the LLM.
 func TestInvalidRequestsAreRefusedBeforeAnythingIsRead(t *testing.T) {
 	env := testEnv(t, 4000)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	dead := collectDead(t, s.nc)
 	ctx := ctxFor(t, time.Minute)
@@ -98,7 +99,7 @@ func TestInvalidRequestsAreRefusedBeforeAnythingIsRead(t *testing.T) {
 		}
 	}
 	settle(t, s) // every invalid request left the queue (terminated)
-	if n := llm.callCount(); n != 0 {
+	if n := llm.Calls(); n != 0 {
 		t.Fatalf("the LLM was called %d times for invalid requests; want 0", n)
 	}
 	for _, conv := range []string{"victim", "other", "attacker"} {
@@ -112,7 +113,7 @@ func TestInvalidRequestsAreRefusedBeforeAnythingIsRead(t *testing.T) {
 // readers, dropped by the next compaction, and never wedges the trigger.
 func TestPinnedMessageGoneByAgeIsSkipped(t *testing.T) {
 	env := testEnv(t, 4000)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
 	cfg := env.jetstream()
@@ -124,7 +125,7 @@ func TestPinnedMessageGoneByAgeIsSkipped(t *testing.T) {
 	}
 	s := runStack(t, nc, st, env, llm)
 	events := collectEvents(t, nc, "compact.event.aging")
-	msgs, _ := needleConversation(8) // a system prompt (pinned), then over the threshold
+	msgs, _ := fakellm.NeedleConversation(8) // a system prompt (pinned), then over the threshold
 	replay(t, s, "aging", msgs, 0)
 	eventually(t, 30*time.Second, "a first compaction", func() bool { return events.count(schemas.EventCompleted) >= 1 })
 	settle(t, s)
@@ -154,7 +155,7 @@ func TestPinnedMessageGoneByAgeIsSkipped(t *testing.T) {
 	}
 	// The conversation goes on, and the next compaction drops the gone sequence.
 	completed := events.count(schemas.EventCompleted)
-	more, _ := needleConversation(8)
+	more, _ := fakellm.NeedleConversation(8)
 	replay(t, s, "aging", more[1:], 0)
 	eventually(t, 30*time.Second, "a compaction after the pinned message left", func() bool {
 		return events.count(schemas.EventCompleted) > completed
@@ -179,7 +180,7 @@ func TestUnreadableValueIsIsolated(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := testEnv(t, 4000)
-			llm := newFakeLLM(t)
+			llm := fakellm.New(t)
 			s := startStack(t, env, llm)
 			ctx := ctxFor(t, time.Minute)
 			if _, err := resultsFor(t, s.nc, s.st.Config()).Put(ctx, "poison", []byte(tc.value)); err != nil {
@@ -187,7 +188,7 @@ func TestUnreadableValueIsIsolated(t *testing.T) {
 			}
 			poison := collectEvents(t, s.nc, "compact.event.poison")
 			healthy := collectEvents(t, s.nc, "compact.event.healthy")
-			msgs, _ := needleConversation(8)
+			msgs, _ := fakellm.NeedleConversation(8)
 			for _, m := range msgs {
 				for _, conv := range []string{"poison", "healthy"} {
 					if _, err := s.client.Publish(ctx, conv, m); err != nil && conv == "healthy" {
@@ -223,7 +224,7 @@ func TestUnreadableValueIsIsolated(t *testing.T) {
 func TestUnqueuedRequestSurvivesTriggerFailover(t *testing.T) {
 	env := testEnv(t, 4000)
 	env.RetryDelay = 500 * time.Millisecond
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	ctx := ctxFor(t, 2*time.Minute)
 	cfg := s.st.Config()
@@ -232,7 +233,7 @@ func TestUnqueuedRequestSurvivesTriggerFailover(t *testing.T) {
 	if err := js.DeleteStream(ctx, cfg.RequestsStream); err != nil {
 		t.Fatal(err)
 	}
-	msgs, _ := needleConversation(8)
+	msgs, _ := fakellm.NeedleConversation(8)
 	seqs := replay(t, s, "failover", msgs, 0)
 	last := seqs[len(seqs)-1]
 	// The trigger has seen every message, and holds at least one unacknowledged (the one
@@ -262,14 +263,14 @@ func TestUnqueuedRequestSurvivesTriggerFailover(t *testing.T) {
 func TestAckFailureAfterTheWriteIsNotAFailure(t *testing.T) {
 	env := testEnv(t, 4000)
 	env.MaxAttempts = 1 // a failure would be the last attempt: term, dead letter, failed
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	cfg := s.st.Config()
 	js := jsFor(t, s.nc)
 	waitForWorkers(t, s)
 	var once sync.Once
-	llm.set(func(f *fakeLLM) {
-		f.hook = func() {
+	llm.Set(func(f *fakellm.LLM) {
+		f.Hook = func() {
 			once.Do(func() {
 				// The request's consumer goes away while the LLM works: the write still
 				// succeeds, the ack cannot.
@@ -283,7 +284,7 @@ func TestAckFailureAfterTheWriteIsNotAFailure(t *testing.T) {
 	})
 	events := collectEvents(t, s.nc, "compact.event.acked")
 	dead := collectDead(t, s.nc)
-	msgs, _ := needleConversation(8)
+	msgs, _ := fakellm.NeedleConversation(8)
 	replay(t, s, "acked", msgs, 0)
 	eventually(t, 30*time.Second, "a completed event", func() bool { return events.count(schemas.EventCompleted) >= 1 })
 	ctx := ctxFor(t, 10*time.Second)
@@ -306,7 +307,7 @@ func TestAckFailureAfterTheWriteIsNotAFailure(t *testing.T) {
 // was recreated and its sequences start again) is not taken as this request done.
 func TestAlreadyDoneNeedsTheRequestID(t *testing.T) {
 	env := testEnv(t, 4000)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	ctx := ctxFor(t, time.Minute)
 	old := &schemas.Result{SchemaVersion: schemas.SchemaVersion, Conversation: "reused", Generation: 1,
@@ -316,7 +317,7 @@ func TestAlreadyDoneNeedsTheRequestID(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := collectEvents(t, s.nc, "compact.event.reused")
-	msgs, _ := needleConversation(8)
+	msgs, _ := fakellm.NeedleConversation(8)
 	replay(t, s, "reused", msgs, 0)
 	eventually(t, 30*time.Second, "a completed event", func() bool { return events.count(schemas.EventCompleted) >= 1 })
 	v, _, err := s.st.Results().Get(ctx, "reused", true)
@@ -336,11 +337,11 @@ func TestAlreadyDoneNeedsTheRequestID(t *testing.T) {
 // firmer cap, then the deterministic fallback keeps the bound.
 func TestSummariesOverTheCapEndInTheFallback(t *testing.T) {
 	env := testEnv(t, 4000)
-	llm := newFakeLLM(t)
-	llm.set(func(f *fakeLLM) { f.pad = 40000 }) // ~10,000 tokens, whatever it is asked
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Pad = 40000 }) // ~10,000 tokens, whatever it is asked
 	s := startStack(t, env, llm)
 	events := collectEvents(t, s.nc, "compact.event.verbose")
-	msgs, _ := needleConversation(8)
+	msgs, _ := fakellm.NeedleConversation(8)
 	replay(t, s, "verbose", msgs, 0)
 	eventually(t, 30*time.Second, "a completed event", func() bool { return events.count(schemas.EventCompleted) >= 1 })
 	ev := events.last(schemas.EventCompleted)
@@ -354,7 +355,7 @@ func TestSummariesOverTheCapEndInTheFallback(t *testing.T) {
 	if v.TokensAfter > env.budget().TargetTokens() {
 		t.Fatalf("context %d tokens after the fallback; want ≤ target %d", v.TokensAfter, env.budget().TargetTokens())
 	}
-	if n := llm.callCount(); n != 2 {
+	if n := llm.Calls(); n != 2 {
 		t.Fatalf("LLM called %d times; want 2 (the summary, then once with a firmer cap)", n)
 	}
 	if n := events.count(schemas.EventDeclined); n != 0 {
@@ -368,12 +369,12 @@ func TestDrainTimeoutHandsUnfinishedRequestsBack(t *testing.T) {
 	env := testEnv(t, 4000)
 	env.AckWait = time.Minute // a redelivery by ack wait would not come within this test
 	env.DrainTimeout = time.Second
-	slow := newFakeLLM(t)
-	slow.set(func(f *fakeLLM) { f.delay = 2 * time.Minute })
-	t.Cleanup(slow.srv.CloseClientConnections) // runs before the server's Close
+	slow := fakellm.New(t)
+	slow.Set(func(f *fakellm.LLM) { f.Delay = 2 * time.Minute })
+	t.Cleanup(slow.CloseClientConnections) // runs before the server's Close
 	s := startStack(t, env, slow)
 	events := collectEvents(t, s.nc, "compact.event.drained")
-	msgs, _ := needleConversation(8)
+	msgs, _ := fakellm.NeedleConversation(8)
 	replay(t, s, "drained", msgs, 0)
 	eventually(t, 30*time.Second, "the compaction to start", func() bool { return events.count(schemas.EventStarted) >= 1 })
 	stopped := make(chan struct{})
@@ -386,7 +387,7 @@ func TestDrainTimeoutHandsUnfinishedRequestsBack(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the pool did not return after its drain timeout")
 	}
-	fast := newFakeLLM(t)
+	fast := fakellm.New(t)
 	runStack(t, s.nc, s.st, env, fast)
 	eventually(t, 20*time.Second, "the handed-back request to be completed by another worker", func() bool {
 		return events.count(schemas.EventCompleted) >= 1
@@ -398,10 +399,10 @@ func TestDrainTimeoutHandsUnfinishedRequestsBack(t *testing.T) {
 func TestDeclineMarkerCarriesTheLatestFigures(t *testing.T) {
 	env := testEnv(t, 4000)
 	env.Policy["min_progress"] = "0.99" // nothing can shrink the context by 99%
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	events := collectEvents(t, s.nc, "compact.event.growing")
-	msgs, _ := needleConversation(8)
+	msgs, _ := fakellm.NeedleConversation(8)
 	replay(t, s, "growing", msgs, 0)
 	eventually(t, 30*time.Second, "a declined event", func() bool { return events.count(schemas.EventDeclined) >= 1 })
 	settle(t, s)
@@ -410,7 +411,7 @@ func TestDeclineMarkerCarriesTheLatestFigures(t *testing.T) {
 	if err != nil || first == nil || first.Generation != 0 {
 		t.Fatalf("marker %+v, %v", first, err)
 	}
-	more, _ := needleConversation(4) // grows past the regrow margin
+	more, _ := fakellm.NeedleConversation(4) // grows past the regrow margin
 	replay(t, s, "growing", more[1:], 0)
 	eventually(t, 30*time.Second, "a second declined event", func() bool { return events.count(schemas.EventDeclined) >= 2 })
 	settle(t, s)

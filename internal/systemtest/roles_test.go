@@ -2,42 +2,29 @@ package systemtest
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/compactor/compactor/internal/natsconn"
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
+	"github.com/compactor/compactor/internal/rolestest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
 
-// accountsConf is the configuration deploy/nats ships, tested as it is.
-const accountsConf = "../../deploy/nats/accounts.conf"
-
-// roleConn is a connection as one user of accounts.conf, with the asynchronous errors
-// the server sent it (a refused publish or subscription arrives only there).
-type roleConn struct {
-	user string
-	nc   *nats.Conn
-	mu   sync.Mutex
-	errs []string
-}
-
-// lastOn is the last message of stream on subject, read as this user.
-func (c *roleConn) lastOn(ctx context.Context, stream, subject string) (*natsjs.RawStreamMsg, error) {
-	str, err := natsjs.New(c.nc)
+// lastOn is the last message of stream on subject, read as c's user.
+func lastOn(ctx context.Context, c *rolestest.Conn, stream, subject string) (*natsjs.RawStreamMsg, error) {
+	str, err := natsjs.New(c.NC)
 	if err != nil {
 		return nil, err
 	}
@@ -48,65 +35,22 @@ func (c *roleConn) lastOn(ctx context.Context, stream, subject string) (*natsjs.
 	return s.GetLastMsgForSubject(ctx, subject)
 }
 
-// violations returns the permissions violations the server reported so far.
-func (c *roleConn) violations() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return strings.Join(c.errs, "\n")
-}
-
-// rolesMaxPayload is the max payload of the roles' server.
-const rolesMaxPayload = 16 << 10
-
-// rolesServer starts a nats-server from accounts.conf with a fresh password per user
-// (the file reads them from the environment) and returns a function that connects as
-// a user, through the same natsconn.Auth the commands use.
-func rolesServer(t *testing.T) (url string, connect func(user string) *roleConn) {
-	t.Helper()
-	passwords := map[string]string{}
-	for _, u := range []string{"sys", "admin", "trigger", "worker", "api", "producer", "reader"} {
-		passwords[u] = "pw-" + u + "-" + rand.Text()
-		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", passwords[u])
-	}
-	// A small max payload, so the roles' test of messages over it stays small.
-	ns := jstest.ServerFromFile(t, accountsConf, jstest.MaxPayload(rolesMaxPayload))
-	url = ns.ClientURL()
-	return url, func(user string) *roleConn {
-		t.Helper()
-		c := &roleConn{user: user}
-		nc, err := nats.Connect(url, nats.Name("compactor-"+user),
-			// Each user's replies come on its own prefix, the only inbox it may read.
-			natsconn.Auth{User: user, Password: passwords[user], InboxPrefix: "_INBOX_" + user}.Option(),
-			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				c.errs = append(c.errs, err.Error())
-			}))
-		if err != nil {
-			t.Fatalf("connect as %s: %v", user, err)
-		}
-		t.Cleanup(nc.Close)
-		c.nc = nc
-		return c
-	}
-}
-
 // refused runs op with a short deadline and checks that it fails and that the server
 // reported a permissions violation naming subject (a refused publish gets no answer, so
 // the operation itself only times out).
-func refused(t *testing.T, c *roleConn, what, subject string, op func(ctx context.Context) error) {
+func refused(t *testing.T, c *rolestest.Conn, what, subject string, op func(ctx context.Context) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 750*time.Millisecond)
 	defer cancel()
 	if err := op(ctx); err == nil {
-		t.Errorf("%s could %s", c.user, what)
+		t.Errorf("%s could %s", c.User, what)
 		return
 	}
 	want := fmt.Sprintf("Permissions Violation for Publish to %q", subject)
 	deadline := time.Now().Add(2 * time.Second)
-	for !strings.Contains(c.violations(), want) {
+	for !strings.Contains(c.Violations(), want) {
 		if time.Now().After(deadline) {
-			t.Errorf("%s %s: no %q among the async errors:\n%s", c.user, what, want, c.violations())
+			t.Errorf("%s %s: no %q among the async errors:\n%s", c.User, what, want, c.Violations())
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -118,50 +62,50 @@ func refused(t *testing.T, c *roleConn, what, subject string, op func(ctx contex
 // users, a producer publishes a conversation past its budget, and it is compacted and
 // read back by a reader; each role is refused what belongs to the others.
 func TestRolesOfAccountsConf(t *testing.T) {
-	_, connect := rolesServer(t)
+	_, connect := rolestest.Server(t)
 	cfg := jetstream.DefaultConfig()
 	conv := "roles-1"
 
 	admin := connect("admin")
 	ctx := ctxFor(t, 2*time.Minute)
-	if _, err := jetstream.Provision(ctx, admin.nc, cfg); err != nil {
+	if _, err := jetstream.Provision(ctx, admin.NC, cfg); err != nil {
 		t.Fatalf("provision as admin: %v", err)
 	}
 
 	// Every serve role provisions at start: with everything in place that only reads.
 	stores := map[string]*jetstream.Store{}
-	conns := map[string]*roleConn{}
-	llm := newFakeLLM(t) // the worker's: what it was given to summarize
+	conns := map[string]*rolestest.Conn{}
+	llm := fakellm.New(t) // the worker's: what it was given to summarize
 	for _, role := range []string{"api", "trigger", "worker"} {
 		c := connect(role)
-		st, err := jetstream.Provision(ctx, c.nc, cfg)
+		st, err := jetstream.Provision(ctx, c.NC, cfg)
 		if err != nil {
 			t.Fatalf("provision as %s after the admin: %v", role, err)
 		}
 		env := testEnv(t, 8000)
 		env.Roles = role
 		env.MaxAttempts = 2
-		var summarizer *fakeLLM // nil: the extractive summarizer
+		var summarizer *fakellm.LLM // nil: the extractive summarizer
 		if role == "worker" {
 			summarizer = llm
 		}
-		runStack(t, c.nc, st, env, summarizer)
+		runStack(t, c.NC, st, env, summarizer)
 		stores[role], conns[role] = st, c
 	}
 
 	producer := connect("producer")
-	pc, err := pipeline.New(ctx, producer.nc)
+	pc, err := pipeline.New(ctx, producer.NC)
 	if err != nil {
 		t.Fatalf("producer client: %v", err)
 	}
 	reader := connect("reader")
-	rc, err := pipeline.New(ctx, reader.nc)
+	rc, err := pipeline.New(ctx, reader.NC)
 	if err != nil {
 		t.Fatalf("reader client: %v", err)
 	}
 
 	t.Run("producer publishes and reads its context", func(t *testing.T) {
-		msgs, _ := needleConversation(20)
+		msgs, _ := fakellm.NeedleConversation(20)
 		var last uint64
 		for i, m := range msgs {
 			if last, err = pc.Publish(ctx, conv, m); err != nil {
@@ -189,9 +133,9 @@ func TestRolesOfAccountsConf(t *testing.T) {
 	})
 
 	t.Run("api answers status and policy", func(t *testing.T) {
-		ac := pipeline.NewWithStore(admin.nc, stores["api"]) // the admin calls the service
+		ac := pipeline.NewWithStore(admin.NC, stores["api"]) // the admin calls the service
 		var status schemas.ConversationStatus
-		m, err := admin.nc.Request(schemas.StatusSubject, fmt.Appendf(nil, `{"conversation":%q}`, conv), 10*time.Second)
+		m, err := admin.NC.Request(schemas.StatusSubject, fmt.Appendf(nil, `{"conversation":%q}`, conv), 10*time.Second)
 		if err != nil {
 			t.Fatalf("compactor.status: %v", err)
 		}
@@ -216,10 +160,10 @@ func TestRolesOfAccountsConf(t *testing.T) {
 	})
 
 	t.Run("worker naks, terms and dead-letters a failing compaction", func(t *testing.T) {
-		llm.set(func(f *fakeLLM) { f.status = http.StatusInternalServerError })
-		defer llm.set(func(f *fakeLLM) { f.status = 0 })
+		llm.Set(func(f *fakellm.LLM) { f.Status = http.StatusInternalServerError })
+		defer llm.Set(func(f *fakellm.LLM) { f.Status = 0 })
 		const dead = "roles-dead"
-		msgs, _ := needleConversation(20)
+		msgs, _ := fakellm.NeedleConversation(20)
 		for i, m := range msgs {
 			if _, err := pc.Publish(ctx, dead, m); err != nil {
 				t.Fatalf("publish %d as producer: %v", i, err)
@@ -228,7 +172,7 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		// Two failed attempts (a nak between them), then the dead letter, the term and
 		// the fallback summary.
 		eventually(t, time.Minute, "a dead letter for "+dead, func() bool {
-			m, err := admin.lastOn(ctx, cfg.DeadStream, "compact.dead."+dead)
+			m, err := lastOn(ctx, admin, cfg.DeadStream, "compact.dead."+dead)
 			return err == nil && m != nil
 		})
 		eventually(t, time.Minute, "the fallback summary for "+dead, func() bool {
@@ -239,12 +183,12 @@ func TestRolesOfAccountsConf(t *testing.T) {
 
 	t.Run("trigger arms and acts on idle timers", func(t *testing.T) {
 		const idle = "roles-idle"
-		ac := pipeline.NewWithStore(admin.nc, stores["api"])
+		ac := pipeline.NewWithStore(admin.NC, stores["api"])
 		if _, err := ac.Policy(ctx, schemas.PolicyRequest{Conversation: idle,
 			Set: map[string]any{"idle_after": "1s", "idle_threshold": 0.1}}); err != nil {
 			t.Fatalf("set the idle policy: %v", err)
 		}
-		msgs, _ := needleConversation(8) // over 10% of the window, under its threshold
+		msgs, _ := fakellm.NeedleConversation(8) // over 10% of the window, under its threshold
 		for i, m := range msgs {
 			if _, err := pc.Publish(ctx, idle, m); err != nil {
 				t.Fatalf("publish %d as producer: %v", i, err)
@@ -261,9 +205,9 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		// A pinned message stays verbatim after the compaction, so the reader shows it
 		// whole then; the tool output is summarized, so the worker must restore it.
 		pinned := schemas.Message{Role: schemas.RoleUser, Meta: map[string]string{"pin": "true"},
-			Content: schemas.Text("NEEDLE-pinned " + strings.Repeat("keep this verbatim. ", rolesMaxPayload/20+10))}
+			Content: schemas.Text("NEEDLE-pinned " + strings.Repeat("keep this verbatim. ", rolestest.MaxPayload/20+10))}
 		output := schemas.Message{Role: schemas.RoleTool, ToolCallID: "big-1",
-			Content: schemas.Text("NEEDLE-outhead " + strings.Repeat("compiler output line\n", 3*rolesMaxPayload/22) + " NEEDLE-outtail")}
+			Content: schemas.Text("NEEDLE-outhead " + strings.Repeat("compiler output line\n", 3*rolestest.MaxPayload/22) + " NEEDLE-outtail")}
 		msgs := []schemas.Message{pinned,
 			{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: "big-1", Type: "function", Function: schemas.FunctionCall{Name: "make", Arguments: "{}"}}}},
 			output, {Role: schemas.RoleAssistant, Content: schemas.Text("built")}}
@@ -286,13 +230,13 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		if got, _ := cx.Messages[0].Encode(); len(cx.Skipped) > 0 || string(got) != string(want) {
 			t.Fatalf("reader's context starts with %.100s (skipped %v); want the pinned message whole", got, cx.Skipped)
 		}
-		if in := llm.allInputs(); !strings.Contains(in, "NEEDLE-outhead") || !strings.Contains(in, "NEEDLE-outtail") {
+		if in := llm.AllInputs(); !strings.Contains(in, "NEEDLE-outhead") || !strings.Contains(in, "NEEDLE-outtail") {
 			t.Fatalf("the worker's summarizer was not given the tool output's head and tail")
 		}
 		// The api renders a context for compactor.context with a format: it restores the
 		// pinned message from its object too, which makes the answer too large for the
 		// max payload (413, not a read error or a context without it).
-		m, err := admin.nc.Request(schemas.ContextSubject, fmt.Appendf(nil, `{"conversation":%q,"format":"anthropic"}`, conv), 10*time.Second)
+		m, err := admin.NC.Request(schemas.ContextSubject, fmt.Appendf(nil, `{"conversation":%q,"format":"anthropic"}`, conv), 10*time.Second)
 		if err != nil {
 			t.Fatalf("compactor.context with a format: %v", err)
 		}
@@ -312,16 +256,16 @@ func TestRolesOfAccountsConf(t *testing.T) {
 				t.Fatalf("recalled %d messages; want the tool round with its large output restored", got.Returned)
 			}
 		}
-		for _, c := range []*roleConn{reader, producer} {
+		for _, c := range []*rolestest.Conn{reader, producer} {
 			var got schemas.RecallResponse
-			m, err := c.nc.Request(schemas.RecallSubject, []byte(`{"conversation":"`+conv+`","query":"built"}`), 10*time.Second)
+			m, err := c.NC.Request(schemas.RecallSubject, []byte(`{"conversation":"`+conv+`","query":"built"}`), 10*time.Second)
 			if err != nil || json.Unmarshal(m.Data, &got) != nil || got.Returned != 1 || got.Messages[0].Message.Content.String() != "built" {
-				t.Fatalf("compactor.recall as %s: %s, %v", c.user, m.Data, err)
+				t.Fatalf("compactor.recall as %s: %s, %v", c.User, m.Data, err)
 			}
 			// The large round does not fit the server's max payload: the answer says so.
-			m, err = c.nc.Request(schemas.RecallSubject, []byte(`{"conversation":"`+conv+`","query":"needle-outtail","max_tokens":100000}`), 10*time.Second)
+			m, err = c.NC.Request(schemas.RecallSubject, []byte(`{"conversation":"`+conv+`","query":"needle-outtail","max_tokens":100000}`), 10*time.Second)
 			if err != nil || json.Unmarshal(m.Data, &got) != nil || got.Returned != 0 || !got.CutByPayload || len(got.SkippedSeqs) != 1 {
-				t.Fatalf("compactor.recall of a round over the max payload as %s: %s, %v", c.user, m.Data, err)
+				t.Fatalf("compactor.recall of a round over the max payload as %s: %s, %v", c.User, m.Data, err)
 			}
 		}
 	})
@@ -363,7 +307,7 @@ func TestRolesOfAccountsConf(t *testing.T) {
 
 	t.Run("producer forgets its conversation through the service", func(t *testing.T) {
 		// Objects of the conversation, as large messages leave them, and another's.
-		obs, err := natsjs.New(admin.nc)
+		obs, err := natsjs.New(admin.NC)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,7 +327,7 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		if out.Deleted.ChatMessages < 20 || out.Deleted.ResultRevisions == 0 || out.Deleted.Objects != 1 {
 			t.Fatalf("forget as producer deleted %+v; want the messages, the value and the object", out.Deleted)
 		}
-		if found, _ := jstest.Scan(t, admin.nc, conv); len(found) > 0 {
+		if found, _ := jstest.Scan(t, admin.NC, conv); len(found) > 0 {
 			t.Fatalf("after the forget: %v", found)
 		}
 		if _, err := store.GetInfo(ctx, "roles-other/big"); err != nil {
@@ -392,21 +336,21 @@ func TestRolesOfAccountsConf(t *testing.T) {
 	})
 
 	// Doing their jobs, no role touched a subject it may not.
-	for _, c := range []*roleConn{admin, producer, reader, conns["trigger"], conns["worker"], conns["api"]} {
-		if v := c.violations(); v != "" {
-			t.Errorf("%s was refused subjects while doing its job:\n%s", c.user, v)
+	for _, c := range []*rolestest.Conn{admin, producer, reader, conns["trigger"], conns["worker"], conns["api"]} {
+		if v := c.Violations(); v != "" {
+			t.Errorf("%s was refused subjects while doing its job:\n%s", c.User, v)
 		}
 	}
 
 	t.Run("no role subscribes to the replies of another", func(t *testing.T) {
 		for _, subj := range []string{"_INBOX.>", "_INBOX_reader.>", "_INBOX_api.>", ">"} {
-			sub, err := producer.nc.SubscribeSync(subj)
+			sub, err := producer.NC.SubscribeSync(subj)
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := fmt.Sprintf("Permissions Violation for Subscription to %q", subj)
 			eventually(t, 5*time.Second, "the server to refuse "+subj, func() bool {
-				return strings.Contains(producer.violations(), want)
+				return strings.Contains(producer.Violations(), want)
 			})
 			_ = sub.Unsubscribe()
 		}
@@ -443,18 +387,18 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		}
 	}
 	// The producer's and reader's stores: the clients bind through Open.
-	pst, err := jetstream.Open(ctx, producer.nc, cfg)
+	pst, err := jetstream.Open(ctx, producer.NC, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rst, err := jetstream.Open(ctx, reader.nc, cfg)
+	rst, err := jetstream.Open(ctx, reader.NC, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	object := func(c *roleConn) func(context.Context) error {
+	object := func(c *rolestest.Conn) func(context.Context) error {
 		return func(ctx context.Context) error {
-			js, err := natsjs.New(c.nc)
+			js, err := natsjs.New(c.NC)
 			if err != nil {
 				return err
 			}
@@ -477,7 +421,7 @@ func TestRolesOfAccountsConf(t *testing.T) {
 	})
 	t.Run("worker is refused policy changes and chat", func(t *testing.T) {
 		refused(t, conns["worker"], "change a policy", "$KV.compaction-policy."+conv, policy(stores["worker"]))
-		refused(t, conns["worker"], "publish chat", "chat."+conv+".msg", chat(pipeline.NewWithStore(conns["worker"].nc, stores["worker"])))
+		refused(t, conns["worker"], "publish chat", "chat."+conv+".msg", chat(pipeline.NewWithStore(conns["worker"].NC, stores["worker"])))
 		refused(t, conns["worker"], "write an object", "$O."+cfg.ObjectsBucket+".C.forged", object(conns["worker"]))
 	})
 	t.Run("trigger is refused results and policy changes", func(t *testing.T) {
@@ -486,17 +430,17 @@ func TestRolesOfAccountsConf(t *testing.T) {
 	})
 	t.Run("api is refused results and chat", func(t *testing.T) {
 		refused(t, conns["api"], "write a result", "$KV.compaction.forged", result(stores["api"]))
-		refused(t, conns["api"], "publish chat", "chat."+conv+".msg", chat(pipeline.NewWithStore(conns["api"].nc, stores["api"])))
+		refused(t, conns["api"], "publish chat", "chat."+conv+".msg", chat(pipeline.NewWithStore(conns["api"].NC, stores["api"])))
 	})
 	t.Run("only the api purges; the reader may not ask to forget", func(t *testing.T) {
-		for _, c := range []*roleConn{producer, reader, conns["trigger"], conns["worker"]} {
+		for _, c := range []*rolestest.Conn{producer, reader, conns["trigger"], conns["worker"]} {
 			refused(t, c, "purge CHAT", "$JS.API.STREAM.PURGE.CHAT", func(ctx context.Context) error {
-				_, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.PURGE.CHAT", []byte(`{"filter":"chat.`+conv+`.msg"}`))
+				_, err := c.NC.RequestWithContext(ctx, "$JS.API.STREAM.PURGE.CHAT", []byte(`{"filter":"chat.`+conv+`.msg"}`))
 				return err
 			})
 		}
 		refused(t, producer, "write a tombstone", "$KV.compaction-forgotten.x", func(ctx context.Context) error {
-			_, err := producer.nc.RequestWithContext(ctx, "$KV.compaction-forgotten.x", []byte(`{"through_seq":1}`))
+			_, err := producer.NC.RequestWithContext(ctx, "$KV.compaction-forgotten.x", []byte(`{"through_seq":1}`))
 			return err
 		})
 		refused(t, reader, "ask to forget", schemas.ForgetSubject, func(ctx context.Context) error {
@@ -505,17 +449,17 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		})
 	})
 	t.Run("only the clients ask the service to recall", func(t *testing.T) {
-		for _, c := range []*roleConn{conns["trigger"], conns["worker"]} {
+		for _, c := range []*rolestest.Conn{conns["trigger"], conns["worker"]} {
 			refused(t, c, "ask to recall", schemas.RecallSubject, func(ctx context.Context) error {
-				_, err := c.nc.RequestWithContext(ctx, schemas.RecallSubject, []byte(`{"conversation":"`+conv+`"}`))
+				_, err := c.NC.RequestWithContext(ctx, schemas.RecallSubject, []byte(`{"conversation":"`+conv+`"}`))
 				return err
 			})
 		}
 	})
 	t.Run("no role but admin creates or deletes streams", func(t *testing.T) {
-		for _, c := range []*roleConn{producer, reader, conns["trigger"], conns["worker"], conns["api"]} {
+		for _, c := range []*rolestest.Conn{producer, reader, conns["trigger"], conns["worker"], conns["api"]} {
 			refused(t, c, "delete a stream", "$JS.API.STREAM.DELETE.CHAT", func(ctx context.Context) error {
-				_, err := c.nc.RequestWithContext(ctx, "$JS.API.STREAM.DELETE.CHAT", nil)
+				_, err := c.NC.RequestWithContext(ctx, "$JS.API.STREAM.DELETE.CHAT", nil)
 				return err
 			})
 		}
@@ -529,26 +473,26 @@ func TestRolesOfAccountsConf(t *testing.T) {
 // creates are refused (reported as permissions violations, retried like a JetStream
 // that is not ready) until the admin has created everything, then it binds.
 func TestRolesWaitForTheAdminToProvision(t *testing.T) {
-	_, connect := rolesServer(t)
+	_, connect := rolestest.Server(t)
 	cfg := jetstream.DefaultConfig()
 	worker := connect("worker")
 	ctx, cancel := context.WithCancel(context.Background()) // no deadline: each attempt times out on its own
 	t.Cleanup(cancel)
 	done := make(chan error, 1)
 	go func() {
-		_, err := jetstream.ProvisionRetrying(ctx, worker.nc, cfg, jetstream.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond},
+		_, err := jetstream.ProvisionRetrying(ctx, worker.NC, cfg, jetstream.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond},
 			zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel))
 		done <- err
 	}()
 	eventually(t, 10*time.Second, "the worker's create to be refused", func() bool {
-		return strings.Contains(worker.violations(), `Permissions Violation for Publish to "$JS.API.STREAM.CREATE.CHAT"`)
+		return strings.Contains(worker.Violations(), `Permissions Violation for Publish to "$JS.API.STREAM.CREATE.CHAT"`)
 	})
 	select {
 	case err := <-done:
 		t.Fatalf("the worker provisioned without the admin: %v", err)
 	default:
 	}
-	if _, err := jetstream.Provision(ctxFor(t, 30*time.Second), connect("admin").nc, cfg); err != nil {
+	if _, err := jetstream.Provision(ctxFor(t, 30*time.Second), connect("admin").NC, cfg); err != nil {
 		t.Fatalf("provision as admin: %v", err)
 	}
 	select {
@@ -566,19 +510,19 @@ func TestRolesWaitForTheAdminToProvision(t *testing.T) {
 // other: drain and unpin), and a producer's conversation is compacted, with no
 // permissions violation.
 func TestRolesPartitionedTrigger(t *testing.T) {
-	_, connect := rolesServer(t)
+	_, connect := rolestest.Server(t)
 	cfg := jetstream.DefaultConfig()
 	cfg.TriggerPartitions = 4
 	cfg.TriggerHeartbeat = 200 * time.Millisecond
 	ctx := ctxFor(t, 2*time.Minute)
-	if _, err := jetstream.Provision(ctx, connect("admin").nc, cfg); err != nil {
+	if _, err := jetstream.Provision(ctx, connect("admin").NC, cfg); err != nil {
 		t.Fatalf("provision as admin: %v", err)
 	}
-	var triggers []*roleConn
-	var logs []*logBuffer
+	var triggers []*rolestest.Conn
+	var logs []*proctest.LogBuffer
 	run := func(role string) {
 		c := connect(role)
-		st, err := jetstream.Provision(ctx, c.nc, cfg)
+		st, err := jetstream.Provision(ctx, c.NC, cfg)
 		if err != nil {
 			t.Fatalf("provision as %s after the admin: %v", role, err)
 		}
@@ -586,12 +530,12 @@ func TestRolesPartitionedTrigger(t *testing.T) {
 		env.Roles = role
 		env.TriggerPartitions, env.TriggerHeartbeat = cfg.TriggerPartitions, cfg.TriggerHeartbeat
 		if role != "trigger" {
-			runStack(t, c.nc, st, env, nil)
+			runStack(t, c.NC, st, env, nil)
 			return
 		}
 		// The trigger's log says when it gave a partition away.
-		logs = append(logs, &logBuffer{})
-		nd, err := build(env, c.nc, st, zerolog.New(logs[len(logs)-1]).Level(zerolog.InfoLevel))
+		logs = append(logs, &proctest.LogBuffer{})
+		nd, err := build(env, c.NC, st, zerolog.New(logs[len(logs)-1]).Level(zerolog.InfoLevel))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -624,12 +568,12 @@ func TestRolesPartitionedTrigger(t *testing.T) {
 	}
 
 	producer := connect("producer")
-	pc, err := pipeline.New(ctx, producer.nc)
+	pc, err := pipeline.New(ctx, producer.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
 	convs := []string{"roles-p0", "roles-p1", "roles-p2", "roles-p3", "roles-p4", "roles-p5"}
-	msgs, _ := needleConversation(20)
+	msgs, _ := fakellm.NeedleConversation(20)
 	for _, conv := range convs {
 		for i, m := range msgs {
 			if _, err := pc.Publish(ctx, conv, m); err != nil {
@@ -644,8 +588,8 @@ func TestRolesPartitionedTrigger(t *testing.T) {
 		})
 	}
 	for _, c := range append(triggers, producer) {
-		if v := c.violations(); v != "" {
-			t.Errorf("%s: permissions violations:\n%s", c.user, v)
+		if v := c.Violations(); v != "" {
+			t.Errorf("%s: permissions violations:\n%s", c.User, v)
 		}
 	}
 }

@@ -15,7 +15,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/corpustest"
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/natsconn"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/rounds"
 	"github.com/compactor/compactor/schemas/tokens"
@@ -173,14 +175,14 @@ type soak struct {
 	rng   *rand.Rand
 	bin   string
 	nodes []*natsNode
-	llm   *fakeLLM
+	llm   *fakellm.LLM
 	env   []string
 	slots []*soakSlot
 	chk   *checker
 	start time.Time
 
 	mu      sync.Mutex
-	procs   []*proc // every process started, to find one that exited on its own
+	procs   []*proctest.Proc // every process started, to find one that exited on its own
 	fig     soakFigures
 	planned soakFigures // the server kills and SIGTERMs of the plan
 }
@@ -255,8 +257,8 @@ func newSoak(t *testing.T, form soakForm, nodes int) *soak {
 	env := testEnv(t, soakWindow)
 	env.AckWait = soakAckWait
 	env.Replicas = nodes
-	s.bin = buildCompactor(t)
-	natsBin := natsServerBinary(t)
+	s.bin = proctest.Compactor(t)
+	natsBin := proctest.NATSServer(t)
 	t.Logf("soak %s form, seed %d: %d conversations published for %s, %d nats-server node(s)", form.name, seed, form.convs, form.publishFor, nodes)
 
 	if nodes == 1 {
@@ -264,7 +266,7 @@ func newSoak(t *testing.T, form soakForm, nodes int) *soak {
 	} else {
 		clusterPorts := make([]int, nodes)
 		for i := range clusterPorts {
-			clusterPorts[i] = freePort(t)
+			clusterPorts[i] = proctest.FreePort(t)
 		}
 		for i := range nodes {
 			var routes []string
@@ -284,8 +286,8 @@ func newSoak(t *testing.T, form soakForm, nodes int) *soak {
 	}
 	jetStreamReady(t, s.urls(), time.Minute)
 
-	s.llm = newFakeLLM(t)
-	s.llm.set(func(f *fakeLLM) { f.delay, f.jitter = 300*time.Millisecond, 500*time.Millisecond })
+	s.llm = fakellm.New(t)
+	s.llm.Set(func(f *fakellm.LLM) { f.Delay, f.Jitter = 300*time.Millisecond, 500*time.Millisecond })
 	s.env = []string{
 		fmt.Sprintf("COMPACTOR_CONTEXT_WINDOW=%d", soakWindow),
 		fmt.Sprintf("COMPACTOR_REPLICAS=%d", nodes),
@@ -307,9 +309,9 @@ func newSoak(t *testing.T, form soakForm, nodes int) *soak {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	var procs []*proc
+	var procs []*proctest.Proc
 	for _, sl := range s.slots {
-		procs = append(procs, sl.proc.proc)
+		procs = append(procs, sl.proc.Proc)
 	}
 	s.chk = newChecker(t, nc, env, s.llm, procs...)
 	for _, cv := range convs {
@@ -330,13 +332,13 @@ func (s *soak) logsOf(ids []string) {
 	for _, id := range ids {
 		for _, p := range s.procs {
 			var lines []string
-			for _, l := range strings.Split(p.logs.String(), "\n") {
+			for _, l := range strings.Split(p.Logs.String(), "\n") {
 				if strings.Contains(l, `"`+id+`"`) {
 					lines = append(lines, l)
 				}
 			}
 			if len(lines) > 0 {
-				s.t.Logf("%s in the output of %s:\n%s", id, p.name, strings.Join(lines, "\n"))
+				s.t.Logf("%s in the output of %s:\n%s", id, p.Name, strings.Join(lines, "\n"))
 			}
 		}
 	}
@@ -351,7 +353,7 @@ func (s *soak) urls() string {
 	return strings.Join(urls, ",")
 }
 
-func (s *soak) track(p *proc) {
+func (s *soak) track(p *proctest.Proc) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.procs = append(s.procs, p)
@@ -362,7 +364,7 @@ func (s *soak) run(sl *soakSlot) {
 	s.t.Helper()
 	sl.runs++
 	sl.proc = startServeProc(s.t, s.bin, fmt.Sprintf("%s (run %d)", sl.name, sl.runs), s.urls(), sl.route, s.env)
-	s.track(sl.proc.proc)
+	s.track(sl.proc.Proc)
 }
 
 // unexpectedExits fails the test for every process that exited without being stopped.
@@ -371,7 +373,7 @@ func (s *soak) unexpectedExits() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.procs {
-		if msg := p.unexpectedExit(); msg != "" {
+		if msg := p.UnexpectedExit(); msg != "" {
 			s.t.Fatal(msg)
 		}
 	}
@@ -425,11 +427,11 @@ func runSoak(t *testing.T, form soakForm, nodes int) {
 	s.unexpectedExits()
 	// Every serve process drains and exits 0 on SIGTERM.
 	for _, sl := range s.slots {
-		sl.proc.signal(t, syscall.SIGTERM)
+		sl.proc.Signal(t, syscall.SIGTERM)
 	}
 	for _, sl := range s.slots {
-		if err := sl.proc.wait(t, soakDrain+10*time.Second, "SIGTERM"); err != nil {
-			t.Fatalf("%s exited with %v after SIGTERM", sl.proc.name, err)
+		if err := sl.proc.Wait(t, soakDrain+10*time.Second, "SIGTERM"); err != nil {
+			t.Fatalf("%s exited with %v after SIGTERM", sl.proc.Name, err)
 		}
 	}
 	fig := s.chk.verify(t)
@@ -512,10 +514,10 @@ func (s *soak) killProcess() {
 	t := s.t
 	sl := s.slots[s.rng.IntN(len(s.slots))]
 	inFlight := sl.route.inFlight.Load()
-	sl.proc.kill(t)
+	sl.proc.Kill(t)
 	s.fig.Kills++
 	s.fig.CallsAtKills += inFlight
-	t.Logf("%s: SIGKILLed %s with %d LLM calls in flight", s.since(), sl.proc.name, inFlight)
+	t.Logf("%s: SIGKILLed %s with %d LLM calls in flight", s.since(), sl.proc.Name, inFlight)
 	s.run(sl)
 }
 
@@ -536,12 +538,12 @@ func (s *soak) killServer() {
 	}
 	failedBefore := s.chk.attemptsFailed.Load()
 	down := time.Now()
-	n.proc.kill(t)
+	n.proc.Kill(t)
 	s.fig.ServerKills++
 	if asset == "" {
 		// Down until a producer has felt it, as a crashed server is until its
 		// supervisor starts it again.
-		waitFor(t, 30*time.Second, "a publish to fail with the server down", func() error {
+		proctest.WaitFor(t, 30*time.Second, "a publish to fail with the server down", func() error {
 			if n := s.chk.attemptsFailed.Load(); n == failedBefore {
 				return fmt.Errorf("%d failed attempts", n)
 			}
@@ -549,7 +551,7 @@ func (s *soak) killServer() {
 		})
 	} else {
 		// Down until the others elected a new leader of what it led.
-		waitFor(t, 30*time.Second, "a new leader of "+asset, func() error {
+		proctest.WaitFor(t, 30*time.Second, "a new leader of "+asset, func() error {
 			l, err := currentLeader(js, asset, n.name)
 			if err == nil && l == n.name {
 				return fmt.Errorf("still led by %s", l)
@@ -595,7 +597,7 @@ func (s *soak) term(finish bool) {
 		sl.route.holdCalls()
 	}
 	pick := -1
-	waitFor(t, 30*time.Second, "an LLM call of a serve process in flight", func() error {
+	proctest.WaitFor(t, 30*time.Second, "an LLM call of a serve process in flight", func() error {
 		for _, i := range s.rng.Perm(len(s.slots)) {
 			if s.slots[i].route.held.Load() > was[i].held {
 				pick = i
@@ -612,25 +614,25 @@ func (s *soak) term(finish bool) {
 	sl := s.slots[pick]
 	r, p := sl.route, sl.proc
 	heldBefore, answeredBefore, abandonedBefore := was[pick].held, was[pick].answered, was[pick].abandoned
-	p.signal(t, syscall.SIGTERM)
+	p.Signal(t, syscall.SIGTERM)
 	if finish {
-		waitFor(t, 10*time.Second, p.name+" to drain", func() error {
-			if !strings.Contains(p.logs.String(), "shutting down; draining in-flight work") {
+		proctest.WaitFor(t, 10*time.Second, p.Name+" to drain", func() error {
+			if !strings.Contains(p.Logs.String(), "shutting down; draining in-flight work") {
 				return fmt.Errorf("no drain logged")
 			}
 			return nil
 		})
 		r.release()
 	}
-	if err := p.wait(t, soakDrain+10*time.Second, "SIGTERM"); err != nil {
-		t.Fatalf("%s exited with %v after SIGTERM with summaries in flight; want 0\n%s", p.name, err, p.logs.tail(16<<10))
+	if err := p.Wait(t, soakDrain+10*time.Second, "SIGTERM"); err != nil {
+		t.Fatalf("%s exited with %v after SIGTERM with summaries in flight; want 0\n%s", p.Name, err, p.Logs.Tail(16<<10))
 	}
 	held := r.held.Load() - heldBefore
-	logs := p.logs.String()
+	logs := p.Logs.String()
 	if finish {
 		answered := r.answered.Load() - answeredBefore
 		if answered != held {
-			t.Fatalf("%s: %d calls held, %d let finish before the exit; want all\n%s", p.name, held, answered, p.logs.tail(16<<10))
+			t.Fatalf("%s: %d calls held, %d let finish before the exit; want all\n%s", p.Name, held, answered, p.Logs.Tail(16<<10))
 		}
 		// The held calls finished; another job of the process may still have timed the
 		// drain out, stuck on a stream electing its leader after a node was killed (it
@@ -638,27 +640,27 @@ func (s *soak) term(finish bool) {
 		if strings.Contains(logs, "drain timed out") {
 			s.fig.TermsFinishedHandedBack++
 		} else if !strings.Contains(logs, "summarizer pool drained") {
-			t.Fatalf("%s: neither a drain nor a hand-back logged\n%s", p.name, p.logs.tail(16<<10))
+			t.Fatalf("%s: neither a drain nor a hand-back logged\n%s", p.Name, p.Logs.Tail(16<<10))
 		}
 		s.fig.TermsFinished++
 		s.fig.HeldFinished += held
 	} else {
 		// The process aborted the held calls when it handed their requests back.
-		waitFor(t, 10*time.Second, "the held calls of "+p.name+" to be given up", func() error {
+		proctest.WaitFor(t, 10*time.Second, "the held calls of "+p.Name+" to be given up", func() error {
 			if a := r.abandoned.Load() - abandonedBefore; a != held {
 				return fmt.Errorf("%d of %d given up", a, held)
 			}
 			return nil
 		})
 		if !strings.Contains(logs, "drain timed out; unfinished requests handed back to the queue") {
-			t.Fatalf("%s: no hand-back logged with %d calls held past the drain timeout\n%s", p.name, held, p.logs.tail(16<<10))
+			t.Fatalf("%s: no hand-back logged with %d calls held past the drain timeout\n%s", p.Name, held, p.Logs.Tail(16<<10))
 		}
 		r.release()
 		s.fig.TermsHanded++
 		s.fig.HeldHanded += held
 	}
 	s.fig.Terms++
-	t.Logf("%s: SIGTERMed %s with %d LLM calls held (let finish: %v); exit 0", s.since(), p.name, held, finish)
+	t.Logf("%s: SIGTERMed %s with %d LLM calls held (let finish: %v); exit 0", s.since(), p.Name, held, finish)
 	s.run(sl)
 }
 

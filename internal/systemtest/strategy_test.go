@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer/split"
@@ -15,7 +16,7 @@ import (
 func TestEveryStrategyEndToEnd(t *testing.T) {
 	convs := loadCorpus(t, 1)
 	env := testEnv(t, 8000)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	for _, strategy := range split.Strategies {
 		for _, msgs := range convs {
@@ -59,12 +60,12 @@ func TestMapReduceAndContextLengthRetry(t *testing.T) {
 			env := testEnv(t, 16000)
 			env.Policy["summarizer_context_window"] = tc.window
 			env.Policy["max_summary_tokens"] = "300"
-			llm := newFakeLLM(t)
-			llm.set(func(f *fakeLLM) { f.maxChars = 14000 })
+			llm := fakellm.New(t)
+			llm.Set(func(f *fakellm.LLM) { f.MaxChars = 14000 })
 			s := startStack(t, env, llm)
 			s.stop(t) // publish everything first: one big compaction
 			ctx := ctxFor(t, time.Minute)
-			msgs, needles := needleConversation(40)
+			msgs, needles := fakellm.NeedleConversation(40)
 			for _, m := range msgs {
 				if _, err := s.client.Publish(ctx, "big", m); err != nil {
 					t.Fatal(err)
@@ -79,9 +80,7 @@ func TestMapReduceAndContextLengthRetry(t *testing.T) {
 			if v.Fallback {
 				t.Fatal("fell back to the extractive summary")
 			}
-			llm.mu.Lock()
-			calls, refused := llm.calls, llm.refused
-			llm.mu.Unlock()
+			calls, refused := llm.Counts()
 			if calls-refused < 3 {
 				t.Fatalf("%d accepted summarizer calls; want chunks plus a merge", calls-refused)
 			}
@@ -113,14 +112,14 @@ func TestMapReduceAndContextLengthRetry(t *testing.T) {
 // conversation policy is refused.
 func TestConversationPolicy(t *testing.T) {
 	env := testEnv(t, 8000)
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	ctx := ctxFor(t, time.Minute)
 	data, _ := policy.EncodeConversation(policy.Layer{"threshold": "0.9", "strategy": "all"})
 	if err := s.st.Policies().Put(ctx, "lenient", data, 0); err != nil {
 		t.Fatal(err)
 	}
-	msgs, _ := needleConversation(14) // ~6,700 tokens: over 0.75 × 8,000, under 0.9 × 8,000
+	msgs, _ := fakellm.NeedleConversation(14) // ~6,700 tokens: over 0.75 × 8,000, under 0.9 × 8,000
 	lenient := replay(t, s, "lenient", msgs, 0)
 	replay(t, s, "strict", msgs, 0)
 	settle(t, s)
@@ -136,7 +135,7 @@ func TestConversationPolicy(t *testing.T) {
 	if v, _, _ := s.st.Results().Get(ctx, "lenient", true); v != nil {
 		t.Fatalf("a conversation with threshold 0.9 was compacted under it: %+v", v)
 	}
-	more, _ := needleConversation(4)
+	more, _ := fakellm.NeedleConversation(4)
 	replay(t, s, "lenient", more[1:], 0)
 	eventually(t, 30*time.Second, "the lenient conversation to compact past 0.9", func() bool {
 		v, _, _ := s.st.Results().Get(ctx, "lenient", true)

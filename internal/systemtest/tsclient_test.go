@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/rolestest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -116,9 +118,9 @@ func TestTSClient(t *testing.T) {
 		fixtures[name] = loadFixture(t, fx).ClientURL()
 	}
 	fixtureURLs, _ := json.Marshal(fixtures)
-	stk := startStack(t, testEnv(t, 8000), newFakeLLM(t))
-	slow := newFakeLLM(t)
-	slow.set(func(f *fakeLLM) { f.delay = 3 * time.Second })
+	stk := startStack(t, testEnv(t, 8000), fakellm.New(t))
+	slow := fakellm.New(t)
+	slow.Set(func(f *fakellm.LLM) { f.Delay = 3 * time.Second })
 	held := startStack(t, testEnv(t, 8000), slow)
 	small := jstest.ServerWith(t, jstest.MaxPayload(16<<10))
 	jstest.Provision(t, jstest.ConnTo(t, small.ClientURL()))
@@ -141,7 +143,7 @@ func TestTSClient(t *testing.T) {
 func TestTSClientReadsTheSameContext(t *testing.T) {
 	node, dir := tsClient(t)
 	env := testEnv(t, 8000)
-	s := startStack(t, env, newFakeLLM(t))
+	s := startStack(t, env, fakellm.New(t))
 	url := "NATS_URL=" + s.nc.ConnectedUrl()
 	cases := interopCases(t, s.st, loadCorpus(t, 1), "ts-corpus", "ts-user-messages")
 	for conv, msgs := range cases {
@@ -262,13 +264,13 @@ func TestTSClientLargeMessages(t *testing.T) {
 // each on its own inbox prefix; what a role may not do is refused.
 func TestTSClientUnderRoles(t *testing.T) {
 	node, dir := tsClient(t)
-	url, connect := rolesServer(t)
+	url, connect := rolestest.Server(t)
 	admin := connect("admin")
-	st, err := jetstream.Provision(ctxFor(t, time.Minute), admin.nc, jetstream.DefaultConfig())
+	st, err := jetstream.Provision(ctxFor(t, time.Minute), admin.NC, jetstream.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	runStack(t, admin.nc, st, testEnv(t, 100000), nil) // the compactor service, for forget
+	runStack(t, admin.NC, st, testEnv(t, 100000), nil) // the compactor service, for forget
 	runTSTests(t, node, dir, []string{"NATS_ROLES_URL=" + url}, "roles.test.js")
 }
 

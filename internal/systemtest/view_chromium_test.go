@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 )
@@ -66,27 +68,27 @@ func TestViewInHeadlessChromium(t *testing.T) {
 	bin := chromiumBinary(t)
 	testEnv(t, 4000)
 	srv := jstest.Server(t)
-	llm := newFakeLLM(t)
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	llm := fakellm.New(t)
+	addr := "127.0.0.1:" + strconv.Itoa(proctest.FreePort(t))
 	for k, v := range map[string]string{
 		"COMPACTOR_NATS_URL": srv.ClientURL(), "COMPACTOR_VIEW_LISTEN": addr, "COMPACTOR_VIEW_TOKEN": viewToken,
 		"COMPACTOR_CONTEXT_WINDOW": "4000", "COMPACTOR_LOG_LEVEL": "warn", "COMPACTOR_RETRY_DELAY": "200ms",
-		"COMPACTOR_LLM_BASE_URL": llm.srv.URL, "COMPACTOR_LLM_API_KEY": "test-key",
+		"COMPACTOR_LLM_BASE_URL": llm.URL(), "COMPACTOR_LLM_API_KEY": "test-key",
 	} {
 		t.Setenv(k, v)
 	}
 	// serve is the built binary, with the variables above (startProc passes the test's
 	// environment on).
-	serve := startProc(t, "serve", buildCompactor(t), []string{"serve"}, nil)
+	serve := proctest.Start(t, "serve", proctest.Compactor(t), []string{"serve"}, nil)
 	t.Cleanup(func() {
-		serve.signal(t, syscall.SIGTERM)
+		serve.Signal(t, syscall.SIGTERM)
 		select {
-		case <-serve.done:
-			if serve.err != nil {
-				t.Errorf("serve: %v\n%s", serve.err, serve.logs)
+		case <-serve.Done():
+			if serve.Err() != nil {
+				t.Errorf("serve: %v\n%s", serve.Err(), serve.Logs)
 			}
 		case <-time.After(60 * time.Second):
-			t.Errorf("serve did not stop\n%s", serve.logs)
+			t.Errorf("serve did not stop\n%s", serve.Logs)
 		}
 	})
 	waitForService(t, srv.ClientURL(), serve, "started with the web view")
@@ -94,7 +96,7 @@ func TestViewInHeadlessChromium(t *testing.T) {
 	s.st = jstest.Provision(t, s.nc)
 	s.client = pipeline.NewWithStore(s.nc, s.st)
 	compactedConversation(t, s, "agent-run-7", 24, 3)
-	msgs, _ := needleConversation(2)
+	msgs, _ := fakellm.NeedleConversation(2)
 	replay(t, s, "short-chat", msgs, 0)
 
 	url := fmt.Sprintf("http://view:%s@%s/c/agent-run-7", viewToken, addr)

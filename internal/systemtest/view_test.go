@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
+	"github.com/compactor/compactor/internal/rolestest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/pipeline/view"
@@ -51,7 +54,7 @@ func viewJSON(t *testing.T, addr, path string, out any) {
 // have compacted it at least gens times with the fake LLM.
 func compactedConversation(t *testing.T, s *stack, conv string, turns int, gens uint64) {
 	t.Helper()
-	msgs, _ := needleConversation(turns)
+	msgs, _ := fakellm.NeedleConversation(turns)
 	replay(t, s, conv, msgs, 0)
 	eventually(t, time.Minute, fmt.Sprintf("generation %d of %s", gens, conv), func() bool {
 		v, err := s.client.Result(ctxFor(t, 10*time.Second), conv)
@@ -65,9 +68,9 @@ func compactedConversation(t *testing.T, s *stack, conv string, turns int, gens 
 // gauge is the context the Go client reads.
 func TestViewServedByTheAPIRole(t *testing.T) {
 	env := testEnv(t, 4000)
-	env.ViewListen = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	env.ViewListen = "127.0.0.1:" + strconv.Itoa(proctest.FreePort(t))
 	env.ViewToken = viewToken
-	llm := newFakeLLM(t)
+	llm := fakellm.New(t)
 	s := startStack(t, env, llm)
 	compactedConversation(t, s, "viewed", 24, 2)
 
@@ -121,11 +124,11 @@ func TestViewServedByTheAPIRole(t *testing.T) {
 // The view reads with the api user of deploy/nats/accounts.conf only: every page
 // answers, and the server reports no permissions violation.
 func TestViewAsTheAPIUserOfAccountsConf(t *testing.T) {
-	_, connect := rolesServer(t)
+	_, connect := rolestest.Server(t)
 	cfg := jetstream.DefaultConfig()
 	ctx := ctxFor(t, time.Minute)
 	admin := connect("admin")
-	ast, err := jetstream.Provision(ctx, admin.nc, cfg)
+	ast, err := jetstream.Provision(ctx, admin.NC, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,15 +161,15 @@ func TestViewAsTheAPIUserOfAccountsConf(t *testing.T) {
 	}
 
 	api := connect("api")
-	st, err := jetstream.Provision(ctx, api.nc, cfg)
+	st, err := jetstream.Provision(ctx, api.NC, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := testEnv(t, 8000)
 	env.Roles = "api"
-	env.ViewListen = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	env.ViewListen = "127.0.0.1:" + strconv.Itoa(proctest.FreePort(t))
 	env.ViewToken = viewToken
-	runStack(t, api.nc, st, env, nil)
+	runStack(t, api.NC, st, env, nil)
 
 	var l view.List
 	viewJSON(t, env.ViewListen, "/api/conversations", &l)
@@ -195,7 +198,7 @@ func TestViewAsTheAPIUserOfAccountsConf(t *testing.T) {
 			t.Errorf("%s as api: %d\n%.500s", path, code, body)
 		}
 	}
-	if v := api.violations(); v != "" {
+	if v := api.Violations(); v != "" {
 		t.Errorf("the api user was refused:\n%s", v)
 	}
 }
