@@ -619,7 +619,7 @@ func firstLines(s string, n int) string {
 // TestREADMEProfilesAndPolicyCommands) or is the README's Try-it session (TestREADMETryIt).
 var notRun = []struct{ prefix, reason string }{
 	{"go test ", "runs the tests or the benchmarks themselves: CI runs go test ./... (.ci/run)"},
-	{"go install ", "installs into GOPATH/bin; the tests build the same package (buildCompactor)"},
+	{"go install ", "installs into GOPATH/bin; the tests build the same package (proctest.Compactor)"},
 	{"go build -trimpath -o compactor ", "writes a binary into the working directory; TestDockerfileBuildsAStaticBinary runs the image's build"},
 	{"docker ", "needs a Docker engine, which the test machine lacks; TestDockerfileBuildsAStaticBinary and TestComposeDeploymentRuns run the build and the Compose file without it"},
 	{"kubectl ", "needs a Kubernetes cluster; TestDeployManifestsMatchTheCode checks the manifests"},

@@ -14,7 +14,7 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
-// taggedConversation is needleConversation whose needles carry tag (NEEDLE-<tag>000x),
+// taggedConversation is fakellm.NeedleConversation whose needles carry tag (NEEDLE-<tag>000x),
 // so two conversations' needles tell apart.
 func taggedConversation(tag string, turns int) []schemas.Message {
 	msgs, _ := fakellm.NeedleConversation(turns)

@@ -42,7 +42,7 @@ type stackEnv struct {
 func testEnv(t *testing.T, window int) stackEnv {
 	t.Helper()
 	// The nats CLI's own variables go too (the commands read them), but not every NATS_
-	// one: a test may have set others for itself (rolesServer's passwords).
+	// one: a test may have set others for itself (rolestest.Server's passwords).
 	natsCLI := map[string]bool{"NATS_CONTEXT": true}
 	for _, k := range natsconn.NATSEnvVars {
 		natsCLI[k] = true

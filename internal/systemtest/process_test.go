@@ -43,7 +43,7 @@ func (v *victimRoute) held() int32 {
 	return 0
 }
 
-// tagNeedles makes the needles of a needleConversation its own: NEEDLE-<tag>….
+// tagNeedles makes the needles of a fakellm.NeedleConversation its own: NEEDLE-<tag>….
 func tagNeedles(msgs []schemas.Message, needles []string, tag string) ([]schemas.Message, []string) {
 	out := slices.Clone(msgs)
 	for i, m := range out {

@@ -77,7 +77,7 @@ func TestViewInHeadlessChromium(t *testing.T) {
 	} {
 		t.Setenv(k, v)
 	}
-	// serve is the built binary, with the variables above (startProc passes the test's
+	// serve is the built binary, with the variables above (proctest.Start passes the test's
 	// environment on).
 	serve := proctest.Start(t, "serve", proctest.Compactor(t), []string{"serve"}, nil)
 	t.Cleanup(func() {
