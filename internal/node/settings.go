@@ -132,6 +132,9 @@ func (s Settings) Trigger() triggers.Config {
 
 // Config is the node of s, logging to log and observed by tel.
 func (s Settings) Config(log zerolog.Logger, tel telemetry.Telemetry) (Config, error) {
+	if s.Counters == nil {
+		s.Counters = NewCounters() // one set, shared by every role of the node
+	}
 	r, err := s.Resolver()
 	if err != nil {
 		return Config{}, err
