@@ -1,6 +1,7 @@
 package fakellm
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -68,6 +69,39 @@ func (f *LLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	model, input, err := readRequest(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	f.mu.Lock()
+	hook := f.Hook
+	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	c := f.take(input)
+	if c.tooLong {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":{"message":"This model's maximum context length is %d characters; your messages resulted in %d.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, c.maxChars, len(input))
+		return
+	}
+	if !wait(r.Context(), c.block, c.delay) {
+		return
+	}
+	if c.status != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(c.status)
+		fmt.Fprintf(w, `{"error":{"message":"fake failure","type":"server_error","code":"%d"}}`, c.status)
+		return
+	}
+	writeSummary(w, model, input, c.pad)
+}
+
+// readRequest is the model asked for and what the model is given, in either request
+// shape: the text of every message and the arguments of its tool calls.
+func readRequest(r *http.Request) (model, input string, err error) {
 	var req struct {
 		Model     string `json:"model"`
 		MaxTokens int    `json:"max_tokens"`
@@ -82,73 +116,76 @@ func (f *LLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} `json:"messages"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return "", "", err
 	}
-	f.mu.Lock()
-	hook := f.Hook
-	f.mu.Unlock()
-	if hook != nil {
-		hook()
-	}
-	f.mu.Lock()
-	f.calls++
-	delay, status, pad := f.Delay, f.Status, f.Pad
-	if f.Jitter > 0 {
-		delay += rand.N(f.Jitter)
-	}
-	if f.Failures > 0 {
-		f.Failures--
-		status = http.StatusInternalServerError
-	}
-	// What the model is given, in either request shape: the text of every message and
-	// the arguments of its tool calls.
-	var input string
 	for _, m := range req.Messages {
 		input += contentText(m.Content)
 		for _, tc := range m.ToolCalls {
 			input += tc.Function.Arguments
 		}
 	}
-	total := len(input)
-	tooLong := f.MaxChars > 0 && total > f.MaxChars
-	if tooLong {
+	return req.Model, input, nil
+}
+
+// call is how the endpoint answers one request, decided under its lock.
+type call struct {
+	delay       time.Duration
+	status, pad int
+	tooLong     bool
+	maxChars    int
+	block       chan struct{}
+}
+
+// take counts a request of input and decides its answer from the knobs: a failure
+// while Failures lasts, a refusal over MaxChars (else the input is recorded), a hold
+// while Block is set.
+func (f *LLM) take(input string) call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	c := call{delay: f.Delay, status: f.Status, pad: f.Pad, maxChars: f.MaxChars, block: f.Block}
+	if f.Jitter > 0 {
+		c.delay += rand.N(f.Jitter)
+	}
+	if f.Failures > 0 {
+		f.Failures--
+		c.status = http.StatusInternalServerError
+	}
+	c.tooLong = f.MaxChars > 0 && len(input) > f.MaxChars
+	if c.tooLong {
 		f.refused++
 	} else {
 		f.inputs = append(f.inputs, input)
 	}
-	block := f.Block
-	if block != nil && !tooLong {
+	if c.block != nil && !c.tooLong {
 		f.held++
 	}
-	maxChars := f.MaxChars
-	f.mu.Unlock()
-	if tooLong {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, `{"error":{"message":"This model's maximum context length is %d characters; your messages resulted in %d.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, maxChars, total)
-		return
-	}
+	return c
+}
+
+// wait holds a request until block is closed (when set), then for delay; false when
+// the client went away first.
+func wait(ctx context.Context, block chan struct{}, delay time.Duration) bool {
 	if block != nil {
 		select {
 		case <-block:
-		case <-r.Context().Done():
-			return
+		case <-ctx.Done():
+			return false
 		}
 	}
 	if delay > 0 {
 		select {
 		case <-time.After(delay):
-		case <-r.Context().Done():
-			return
+		case <-ctx.Done():
+			return false
 		}
 	}
-	if status != 0 {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, `{"error":{"message":"fake failure","type":"server_error","code":"%d"}}`, status)
-		return
-	}
+	return true
+}
+
+// writeSummary answers with a summary that keeps every needle of input, sorted, padded
+// with pad characters, and usage in proportion to the text.
+func writeSummary(w http.ResponseWriter, model, input string, pad int) {
 	seen := map[string]bool{}
 	var needles []string
 	for _, n := range needleRE.FindAllString(input, -1) {
@@ -163,7 +200,7 @@ func (f *LLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		summary += "\n" + strings.Repeat("padding ", pad/8+1)[:pad]
 	}
 	resp := map[string]any{
-		"id": "cmpl-1", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model + "-fake",
+		"id": "cmpl-1", "object": "chat.completion", "created": time.Now().Unix(), "model": model + "-fake",
 		"choices": []map[string]any{{"index": 0, "finish_reason": "stop",
 			"message": map[string]any{"role": "assistant", "content": summary}}},
 		"usage": map[string]any{"prompt_tokens": len(input) / 4, "completion_tokens": len(summary) / 4, "total_tokens": (len(input) + len(summary)) / 4,
