@@ -25,9 +25,7 @@ type Backoff struct {
 func DefaultBackoff() Backoff { return Backoff{Base: 500 * time.Millisecond, Max: 30 * time.Second} }
 
 // Delay is the jittered delay before retry n (1 = the first retry).
-func (b Backoff) Delay(n int) time.Duration { return b.delay(n) }
-
-func (b Backoff) delay(n int) time.Duration {
+func (b Backoff) Delay(n int) time.Duration {
 	d := b.Base
 	for i := 1; i < n && d < b.Max; i++ {
 		d *= 2
@@ -71,7 +69,7 @@ func ProvisionRetrying(ctx context.Context, nc *nats.Conn, cfg Config, b Backoff
 		if !transient(err) {
 			return nil, err
 		}
-		wait := b.delay(attempt)
+		wait := b.Delay(attempt)
 		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("jetstream not ready; retrying provisioning")
 		select {
 		case <-ctx.Done():
@@ -92,7 +90,7 @@ func Retry[T any](ctx context.Context, b Backoff, log zerolog.Logger, what strin
 		if err == nil || ctx.Err() != nil || !transient(err) {
 			return v, err
 		}
-		wait := b.delay(attempt)
+		wait := b.Delay(attempt)
 		log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg(what + "; retrying")
 		select {
 		case <-ctx.Done():
