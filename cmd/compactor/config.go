@@ -286,7 +286,7 @@ func (e Env) validateAuth() error {
 		// The embedded server (serve) and a local one (other commands) take no
 		// authentication or TLS.
 		for _, f := range []string{"CredsFile", "NKeyFile", "Token", "User", "Password", "CAFile", "CertFile", "KeyFile"} {
-			if authValue(a, f) != "" {
+			if natsconn.Field(a, f) != "" {
 				return bad(authVars[f], "is set but COMPACTOR_NATS_URL is empty: the embedded NATS server takes no authentication or TLS; set COMPACTOR_NATS_URL to the secured server")
 			}
 		}
@@ -299,13 +299,6 @@ func (e Env) validateAuth() error {
 		return fmt.Errorf("configuration: NATS authentication: %w", err)
 	}
 	return nil
-}
-
-func authValue(a natsconn.Auth, field string) string {
-	return map[string]string{
-		"CredsFile": a.CredsFile, "NKeyFile": a.NKeyFile, "Token": a.Token, "User": a.User,
-		"Password": a.Password, "CAFile": a.CAFile, "CertFile": a.CertFile, "KeyFile": a.KeyFile,
-	}[field]
 }
 
 // resolver builds the policy resolver of the environment and profiles. Errors in the
