@@ -57,7 +57,7 @@ type svcStack struct {
 	subs   int // the service connection's subscriptions before the service started
 }
 
-func startService(t *testing.T, cfg service.Config) *svcStack {
+func startService(t *testing.T, cfg service.Config, setup ...func(*service.Service)) *svcStack {
 	t.Helper()
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
@@ -69,6 +69,9 @@ func startService(t *testing.T, cfg service.Config) *svcStack {
 	svc, err := service.New(cfg, nc, st, kvPolicies{st: st, r: r}, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(svc)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &svcStack{nc: nc, st: st, client: jstest.Conn(t, srv), cancel: cancel, done: make(chan error, 1), subs: nc.NumSubscriptions()}
