@@ -335,8 +335,9 @@ type RecallResponse struct {
 	// payload (at most MaxRecallSkippedSeqs), to recall with a range and a larger budget.
 	CutByBudget bool     `json:"cut_by_budget"`
 	SkippedSeqs []uint64 `json:"skipped_seqs,omitempty"`
-	// CutByPayload says compactor.recall left out the oldest of the selected messages
-	// to stay under the NATS max payload.
+	// CutByPayload says matching messages were left out to stay within the recall's
+	// byte bound: the NATS max payload for compactor.recall, 16 MiB of JSON by default
+	// for a Go recall. Their first sequences are in SkippedSeqs.
 	CutByPayload bool `json:"cut_by_payload,omitempty"`
 	// ScannedFromSeq and ScannedToSeq are the range of CHAT sequences searched.
 	// ScanComplete is false when the scan stopped at its bound before reaching from_seq
