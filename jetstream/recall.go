@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -336,4 +337,50 @@ func (s *core) loadWindow(ctx context.Context, conv string, lo, hi uint64, limit
 		slices.SortFunc(msgs, func(a, b StoredMsg) int { return cmp.Compare(a.Seq, b.Seq) })
 	}
 	return msgs, false, nil
+}
+
+// StoredBytes measures, without holding them, the bytes of conversation conv's CHAT
+// messages from sequence from on as stored, a stub counted with its object's size. It
+// reads them in batches of at most about limit bytes (batched direct gets with
+// max_bytes) and stops once the count passes limit: over then reports that there is
+// more than limit, and n is what was counted so far. A reader that must refuse what
+// is too large (compactor.context with a format) asks this first.
+func (s *Store) StoredBytes(ctx context.Context, conv string, from uint64, limit int64) (n int64, over bool, err error) {
+	subjects, err := s.chatSubjects(ctx, conv, max(from, 1))
+	if err != nil {
+		return 0, false, err
+	}
+	for _, sub := range subjects {
+		next := max(from, 1)
+		for {
+			req := map[string]any{"seq": next, "next_by_subj": sub.name, "batch": DirectBatchSize,
+				"max_bytes": max(min(limit-n+1, 1<<30), 1)}
+			page, more, err := s.directRequest(ctx, s.cfg.ChatStream, req, sub.name)
+			if err != nil {
+				return 0, false, err
+			}
+			for _, m := range page {
+				n += storedSize(m)
+				if n > limit {
+					return n, true, nil
+				}
+			}
+			if !more || len(page) == 0 {
+				break
+			}
+			next = page[len(page)-1].Seq + 1
+		}
+	}
+	return n, false, nil
+}
+
+// storedSize is a stored message's bytes, a stub's with its object's size.
+func storedSize(m StoredMsg) int64 {
+	n := int64(len(m.Data))
+	if bytes.Contains(m.Data, []byte(`"content_ref"`)) {
+		if e := m.Entry(); e.Err == nil && e.Message.ContentRef != nil {
+			n += e.Message.ContentRef.Size
+		}
+	}
+	return n
 }

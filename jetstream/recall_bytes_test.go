@@ -193,3 +193,47 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// StoredBytes counts a conversation's bytes as stored, a stub with its object, and stops
+// once past its limit: it does not read the rest.
+func TestStoredBytesStopsPastItsLimit(t *testing.T) {
+	ns := jstest.ServerWith(t, jstest.MaxPayload(smallPayload))
+	nc := jstest.ConnTo(t, ns.ClientURL())
+	ctx := ctxT(t)
+	st, err := jetstream.Provision(ctx, nc, jetstream.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := `{"role":"user","content":"` + strings.Repeat("y", 1000) + `"}`
+	var total int64
+	for range 200 {
+		if _, err := st.Chat().Publish(ctx, "sz", []byte(line), ""); err != nil {
+			t.Fatal(err)
+		}
+		total += int64(len(line))
+	}
+	_, name := publishLarge(ctx, t, st, "sz", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("z", 3*smallPayload))})
+	n, over, err := st.StoredBytes(ctx, "sz", 0, 1<<30)
+	if err != nil || over || n < total+3*smallPayload {
+		t.Fatalf("StoredBytes = %d, %v, %v; want all of %d and the object %s", n, over, err, total, name)
+	}
+	// The spy sees every direct get of CHAT: stopping at 10 KB asks for about that.
+	spy := jstest.ConnTo(t, ns.ClientURL())
+	gets, err := spy.SubscribeSync("$JS.API.DIRECT.GET.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n, over, err = st.StoredBytes(ctx, "sz", 0, 10_000)
+	if err != nil || !over || n <= 10_000 || n > 10_000+int64(len(line)) {
+		t.Fatalf("StoredBytes up to 10,000 = %d, %v, %v; want just past it", n, over, err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if k, _, _ := gets.Pending(); k > 3 {
+		t.Fatalf("%d direct gets to count 10,000 bytes", k)
+	}
+}
