@@ -272,6 +272,11 @@ const (
 	MaxRecallMaxTokens = 1_000_000
 	// MaxRecallQueryBytes bounds the text a recall searches for.
 	MaxRecallQueryBytes = 1024
+	// DefaultAnswerRecallMaxTokens caps the budget of a model's call of the recall tool
+	// (pipeline.Client.AnswerRecall) when the application names no other cap: a call
+	// that asks for more gets this much, and the answer's asked_max_tokens says what
+	// it asked. A call that asks for nothing (or 0) gets DefaultRecallMaxTokens.
+	DefaultAnswerRecallMaxTokens = 8000
 )
 
 // RecallRequest is the payload of compactor.recall (service-recall-request.v1.json),
@@ -330,6 +335,10 @@ type RecallResponse struct {
 	// Tokens is the estimate of Messages; MaxTokens the budget it had to fit.
 	Tokens    int `json:"tokens"`
 	MaxTokens int `json:"max_tokens"`
+	// AskedMaxTokens is the budget a model's call of the recall tool asked for when
+	// it was over the application's cap (pipeline.Client.AnswerRecall): MaxTokens is
+	// the cap that was applied. 0 (left out): what was asked was applied.
+	AskedMaxTokens int `json:"asked_max_tokens,omitempty"`
 	// CutByBudget says matching messages were left out to fit MaxTokens; SkippedSeqs
 	// names the first sequence of each round or message left out for the budget or the
 	// payload (at most MaxRecallSkippedSeqs), to recall with a range and a larger budget.
