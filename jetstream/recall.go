@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -26,28 +27,44 @@ const (
 	// when a window holds more than recallPage messages.
 	recallSpan    = 1024
 	recallMaxSpan = 1 << 24
+	// recallWindowBytes bounds the bytes of one window as stored (a window of one
+	// message may hold up to the max payload): the window narrows until it fits.
+	recallWindowBytes = 8 << 20
+	// DefaultRecallMaxBytes bounds the JSON bytes of the messages one recall returns
+	// when the caller names no other bound (the service names its max payload). A stub
+	// counts with its object's size, and only the objects of what is returned are
+	// fetched, so this bounds what a recall holds beside one window and one object.
+	DefaultRecallMaxBytes = 16 << 20
 )
 
 // Recall reads a conversation's raw messages for the recall operation: those in
-// [req.FromSeq, req.ToSeq] that match req.Query, newest first within req.MaxTokens, a
-// tool round whole or not at all (package schemas/recall decides). It reads CHAT in
-// windows newest to oldest, at most recallPage messages in memory at once, and stops
-// after scanLimit messages (0: DefaultRecallScanLimit), saying so in the answer.
-// Stubs of messages over the max payload are resolved; one whose object is gone
-// counts as invalid.
-func (s *Store) Recall(ctx context.Context, req schemas.RecallRequest, scanLimit int) (*schemas.RecallResponse, error) {
+// [req.FromSeq, req.ToSeq] that match req.Query, newest first within req.MaxTokens
+// and maxBytes of JSON (0: DefaultRecallMaxBytes), a tool round whole or not at all
+// (package schemas/recall decides). It reads CHAT in windows newest to oldest, at most
+// recallPage messages and about recallWindowBytes in memory at once, and stops after
+// scanLimit messages (0: DefaultRecallScanLimit), saying so in the answer.
+//
+// Stubs of messages over the max payload are selected by their references' sizes and
+// fetched only when returned; to match a query, a stub's object is fetched, matched
+// and dropped, one at a time. One whose object is gone counts as invalid (its unit is
+// left out and named in SkippedSeqs when that is found only once it was selected).
+func (s *Store) Recall(ctx context.Context, req schemas.RecallRequest, scanLimit int, maxBytes ...int) (*schemas.RecallResponse, error) {
 	scanLimit, err := recallScanLimit(req, scanLimit)
 	if err != nil {
 		return nil, err
 	}
-	sc := s.newRecallScan(req, scanLimit)
+	limit := DefaultRecallMaxBytes
+	if len(maxBytes) > 0 && maxBytes[0] > 0 {
+		limit = maxBytes[0]
+	}
+	sc := s.newRecallScan(req, scanLimit, limit)
 	for {
 		done, err := sc.window(ctx)
 		if err != nil {
 			return nil, err
 		}
 		if done {
-			return sc.response(), nil
+			return sc.response(ctx)
 		}
 	}
 }
@@ -74,7 +91,9 @@ type recallScan struct {
 	s         *Store
 	conv      string
 	sel       *recall.Selector
-	floor, hi uint64 // what is left to scan: [floor, hi]
+	query     string
+	matched   map[uint64]bool // the stubs whose objects hold the query
+	floor, hi uint64          // what is left to scan: [floor, hi]
 	scanLimit int
 	scanned   int
 	span      uint64 // the next window's width in stream sequences
@@ -87,11 +106,12 @@ type recallScan struct {
 	carry []schemas.Entry
 }
 
-func (s *Store) newRecallScan(req schemas.RecallRequest, scanLimit int) *recallScan {
+func (s *Store) newRecallScan(req schemas.RecallRequest, scanLimit, maxBytes int) *recallScan {
 	sc := &recallScan{
 		s:         s,
 		conv:      req.Conversation,
-		sel:       recall.NewSelector(recall.Options{Query: req.Query, MaxTokens: req.MaxTokens}),
+		query:     req.Query,
+		matched:   map[uint64]bool{},
 		floor:     max(req.FromSeq, 1),
 		hi:        req.ToSeq,
 		scanLimit: scanLimit,
@@ -101,6 +121,8 @@ func (s *Store) newRecallScan(req schemas.RecallRequest, scanLimit int) *recallS
 	if sc.hi == 0 {
 		sc.hi = ^uint64(0)
 	}
+	sc.sel = recall.NewSelector(recall.Options{Query: req.Query, MaxTokens: req.MaxTokens, MaxBytes: maxBytes,
+		StubMatches: func(e *schemas.Entry) bool { return sc.matched[e.Seq] }})
 	return sc
 }
 
@@ -124,7 +146,7 @@ func (sc *recallScan) window(ctx context.Context) (done bool, err error) {
 	if sc.hi-sc.floor >= sc.span {
 		lo = sc.hi - sc.span + 1
 	}
-	msgs, full, err := sc.s.loadWindow(ctx, sc.conv, lo, sc.hi, min(recallPage, sc.scanLimit-sc.scanned))
+	msgs, full, err := sc.s.loadWindow(ctx, sc.conv, lo, sc.hi, min(recallPage, sc.scanLimit-sc.scanned), recallWindowBytes)
 	if err != nil {
 		return false, err
 	}
@@ -134,7 +156,7 @@ func (sc *recallScan) window(ctx context.Context) (done bool, err error) {
 	}
 	sc.scanned += len(msgs)
 	chunk := append(entries(msgs), sc.carry...)
-	if err := sc.s.objects.Resolve(ctx, sc.conv, chunk[:len(msgs)]); err != nil {
+	if err := sc.matchStubs(ctx, chunk[:len(msgs)]); err != nil {
 		return false, err
 	}
 	sc.from = lo
@@ -147,7 +169,7 @@ func (sc *recallScan) window(ctx context.Context) (done bool, err error) {
 		sc.carry = nil // left to the next page
 		return true, nil
 	}
-	if len(msgs) < recallPage/4 {
+	if len(msgs) < recallPage/4 && storedBytes(msgs) < recallWindowBytes/4 {
 		sc.span = min(sc.span*4, recallMaxSpan)
 	}
 	sc.hi = lo - 1
@@ -185,10 +207,53 @@ func (sc *recallScan) carried(chunk []schemas.Entry, lo uint64, last bool) int {
 	return 0
 }
 
-// response is the scan's answer.
-func (sc *recallScan) response() *schemas.RecallResponse {
+// matchStubs finds which stubs among es hold the query: each stub's object is fetched,
+// matched and dropped, one at a time. A stub whose own fields match needs no fetch; one
+// whose object is gone or refused becomes invalid, as Objects.Resolve makes it.
+func (sc *recallScan) matchStubs(ctx context.Context, es []schemas.Entry) error {
+	if sc.query == "" {
+		return nil
+	}
+	for i := range es {
+		e := &es[i]
+		if e.Err != nil || e.Message.ContentRef == nil {
+			continue
+		}
+		own := e.Message
+		own.Content = schemas.Content{}
+		if recall.Matches(&own, sc.query) {
+			sc.matched[e.Seq] = true
+			continue
+		}
+		one := []schemas.Entry{*e}
+		if err := sc.s.objects.Resolve(ctx, sc.conv, one); err != nil {
+			return err
+		}
+		if one[0].Err != nil {
+			e.Message, e.Err = one[0].Message, one[0].Err
+			continue
+		}
+		if recall.Matches(&one[0].Message, sc.query) {
+			sc.matched[e.Seq] = true
+		}
+	}
+	return nil
+}
+
+// response is the scan's answer, the objects of the stubs it returns fetched.
+func (sc *recallScan) response(ctx context.Context) (*schemas.RecallResponse, error) {
 	if len(sc.carry) > 0 {
 		sc.sel.Add(sc.carry) // nothing older in range: a result carried here has lost its call
+	}
+	err := sc.sel.ResolveStubs(func(seq uint64, stub *schemas.Message) (schemas.Message, bool, error) {
+		one := []schemas.Entry{{Seq: seq, Message: *stub}}
+		if err := sc.s.objects.Resolve(ctx, sc.conv, one); err != nil {
+			return schemas.Message{}, false, err
+		}
+		return one[0].Message, one[0].Err == nil, nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := sc.sel.Result()
 	out.Conversation = sc.conv
@@ -197,7 +262,16 @@ func (sc *recallScan) response() *schemas.RecallResponse {
 		from, to = 0, 0
 	}
 	out.ScannedFromSeq, out.ScannedToSeq, out.ScanComplete = from, to, sc.complete
-	return &out
+	return &out, nil
+}
+
+// storedBytes is the size of msgs' payloads.
+func storedBytes(msgs []StoredMsg) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Data)
+	}
+	return n
 }
 
 // lastAtOrBefore returns the sequence of conversation conv's newest message at or
@@ -226,8 +300,10 @@ func (s *core) lastAtOrBefore(ctx context.Context, conv string, seq uint64) (uin
 }
 
 // loadWindow reads conversation conv's messages in [lo, hi], in stream order; full
-// reports that the window holds more than limit of them (msgs is then incomplete).
-func (s *core) loadWindow(ctx context.Context, conv string, lo, hi uint64, limit int) (msgs []StoredMsg, full bool, err error) {
+// reports that the window holds more than limit of them, or more than maxBytes in more
+// than one message (msgs is then incomplete).
+func (s *core) loadWindow(ctx context.Context, conv string, lo, hi uint64, limit, maxBytes int) (msgs []StoredMsg, full bool, err error) {
+	size := 0
 	subjects, err := s.chatSubjects(ctx, conv, lo)
 	if err != nil {
 		return nil, false, err
@@ -246,8 +322,9 @@ func (s *core) loadWindow(ctx context.Context, conv string, lo, hi uint64, limit
 					break
 				}
 				msgs = append(msgs, m)
+				size += len(m.Data)
 			}
-			if len(msgs) > limit {
+			if len(msgs) > limit || (size > maxBytes && len(msgs) > 1) {
 				return nil, true, nil
 			}
 			if done {
@@ -260,4 +337,50 @@ func (s *core) loadWindow(ctx context.Context, conv string, lo, hi uint64, limit
 		slices.SortFunc(msgs, func(a, b StoredMsg) int { return cmp.Compare(a.Seq, b.Seq) })
 	}
 	return msgs, false, nil
+}
+
+// StoredBytes measures, without holding them, the bytes of conversation conv's CHAT
+// messages from sequence from on as stored, a stub counted with its object's size. It
+// reads them in batches of at most about limit bytes (batched direct gets with
+// max_bytes) and stops once the count passes limit: over then reports that there is
+// more than limit, and n is what was counted so far. A reader that must refuse what
+// is too large (compactor.context with a format) asks this first.
+func (s *Store) StoredBytes(ctx context.Context, conv string, from uint64, limit int64) (n int64, over bool, err error) {
+	subjects, err := s.chatSubjects(ctx, conv, max(from, 1))
+	if err != nil {
+		return 0, false, err
+	}
+	for _, sub := range subjects {
+		next := max(from, 1)
+		for {
+			req := map[string]any{"seq": next, "next_by_subj": sub.name, "batch": DirectBatchSize,
+				"max_bytes": max(min(limit-n+1, 1<<30), 1)}
+			page, more, err := s.directRequest(ctx, s.cfg.ChatStream, req, sub.name)
+			if err != nil {
+				return 0, false, err
+			}
+			for _, m := range page {
+				n += storedSize(m)
+				if n > limit {
+					return n, true, nil
+				}
+			}
+			if !more || len(page) == 0 {
+				break
+			}
+			next = page[len(page)-1].Seq + 1
+		}
+	}
+	return n, false, nil
+}
+
+// storedSize is a stored message's bytes, a stub's with its object's size.
+func storedSize(m StoredMsg) int64 {
+	n := int64(len(m.Data))
+	if bytes.Contains(m.Data, []byte(`"content_ref"`)) {
+		if e := m.Entry(); e.Err == nil && e.Message.ContentRef != nil {
+			n += e.Message.ContentRef.Size
+		}
+	}
+	return n
 }

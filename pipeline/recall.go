@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/compactor/compactor/schemas"
 )
@@ -27,8 +28,9 @@ func ScanLimit(n int) ContextOption { return func(o *contextOptions) { o.scanLim
 type Recalled = schemas.RecallResponse
 
 // Recall returns raw messages of a conversation, each with its CHAT sequence: those
-// that match Query and lie in [FromSeq, ToSeq], newest first within MaxTokens (default
-// schemas.DefaultRecallMaxTokens), a tool round whole or not at all. It is what the
+// that match Query and lie in [FromSeq, ToSeq], newest first within MaxTokens (0 or
+// none: schemas.DefaultRecallMaxTokens) and jetstream.DefaultRecallMaxBytes of JSON, a
+// tool round whole or not at all. It is what the
 // recall tool (schemas.RecallTool) answers a model with; the summary message tells the
 // model which sequences it covers.
 //
@@ -58,7 +60,22 @@ func (c *Client) Recall(ctx context.Context, conv string, opts ...ContextOption)
 // of the tool message to send back, the Recalled JSON. Arguments that break a rule
 // are answered as {"error": "..."} naming it, so the model can correct its call; the
 // error is for failures of the read itself.
-func (c *Client) AnswerRecall(ctx context.Context, conv, arguments string) (string, error) {
+//
+// The budget is capped: MaxTokens among opts sets the cap (0 or none:
+// schemas.DefaultAnswerRecallMaxTokens), so a model cannot fill its own context with
+// one call. A call that asks for more gets the cap, and the answer's asked_max_tokens
+// says what it asked; one that asks for nothing (or 0) gets schemas.DefaultRecallMaxTokens,
+// or the cap when that is lower. ScanLimit applies as in Recall; the other options are
+// ignored.
+func (c *Client) AnswerRecall(ctx context.Context, conv, arguments string, opts ...ContextOption) (string, error) {
+	var o contextOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	capTokens, err := answerRecallCap(o.maxTokens)
+	if err != nil {
+		return "", err
+	}
 	req, err := schemas.DecodeRecallArguments(conv, arguments)
 	if err != nil {
 		if errors.Is(err, schemas.ErrInvalid) && schemas.ValidateConversationID(conv) == nil {
@@ -67,13 +84,33 @@ func (c *Client) AnswerRecall(ctx context.Context, conv, arguments string) (stri
 		}
 		return "", err
 	}
-	r, err := c.Recall(ctx, conv, Query(req.Query), FromSeq(req.FromSeq), ToSeq(req.ToSeq), MaxTokens(req.MaxTokens))
+	budget := req.MaxTokens
+	if budget == 0 {
+		budget = schemas.DefaultRecallMaxTokens
+	}
+	budget = min(budget, capTokens)
+	r, err := c.Recall(ctx, conv, Query(req.Query), FromSeq(req.FromSeq), ToSeq(req.ToSeq), MaxTokens(budget), ScanLimit(o.scanLimit))
 	if err != nil {
 		return "", err
+	}
+	if req.MaxTokens > capTokens {
+		r.AskedMaxTokens = req.MaxTokens
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return "", err
 	}
 	return string(b), nil
+}
+
+// answerRecallCap is AnswerRecall's cap: n, or the default for 0.
+func answerRecallCap(n int) (int, error) {
+	switch {
+	case n == 0:
+		return schemas.DefaultAnswerRecallMaxTokens, nil
+	case n < 0 || n > schemas.MaxRecallMaxTokens:
+		return 0, &schemas.ValidationError{Field: "max_tokens", Rule: fmt.Sprintf("the cap of AnswerRecall must be between 0 (the default, %d) and %d, got %d",
+			schemas.DefaultAnswerRecallMaxTokens, schemas.MaxRecallMaxTokens, n)}
+	}
+	return n, nil
 }

@@ -272,6 +272,11 @@ const (
 	MaxRecallMaxTokens = 1_000_000
 	// MaxRecallQueryBytes bounds the text a recall searches for.
 	MaxRecallQueryBytes = 1024
+	// DefaultAnswerRecallMaxTokens caps the budget of a model's call of the recall tool
+	// (pipeline.Client.AnswerRecall) when the application names no other cap: a call
+	// that asks for more gets this much, and the answer's asked_max_tokens says what
+	// it asked. A call that asks for nothing (or 0) gets DefaultRecallMaxTokens.
+	DefaultAnswerRecallMaxTokens = 8000
 )
 
 // RecallRequest is the payload of compactor.recall (service-recall-request.v1.json),
@@ -330,13 +335,18 @@ type RecallResponse struct {
 	// Tokens is the estimate of Messages; MaxTokens the budget it had to fit.
 	Tokens    int `json:"tokens"`
 	MaxTokens int `json:"max_tokens"`
+	// AskedMaxTokens is the budget a model's call of the recall tool asked for when
+	// it was over the application's cap (pipeline.Client.AnswerRecall): MaxTokens is
+	// the cap that was applied. 0 (left out): what was asked was applied.
+	AskedMaxTokens int `json:"asked_max_tokens,omitempty"`
 	// CutByBudget says matching messages were left out to fit MaxTokens; SkippedSeqs
 	// names the first sequence of each round or message left out for the budget or the
 	// payload (at most MaxRecallSkippedSeqs), to recall with a range and a larger budget.
 	CutByBudget bool     `json:"cut_by_budget"`
 	SkippedSeqs []uint64 `json:"skipped_seqs,omitempty"`
-	// CutByPayload says compactor.recall left out the oldest of the selected messages
-	// to stay under the NATS max payload.
+	// CutByPayload says matching messages were left out to stay within the recall's
+	// byte bound: the NATS max payload for compactor.recall, 16 MiB of JSON by default
+	// for a Go recall. Their first sequences are in SkippedSeqs.
 	CutByPayload bool `json:"cut_by_payload,omitempty"`
 	// ScannedFromSeq and ScannedToSeq are the range of CHAT sequences searched.
 	// ScanComplete is false when the scan stopped at its bound before reaching from_seq

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -250,9 +251,12 @@ func stoppingMessage(events, id string) string {
 }
 
 func (s *Service) answer(req micro.Request, resp schemas.CompactResponse) {
-	if err := req.RespondJSON(resp); err != nil {
-		s.log.Warn().Err(err).Str("endpoint", "compact").Msg("answer request")
+	body, err := json.Marshal(resp)
+	if err != nil {
+		s.respondError(req, "compact", err)
+		return
 	}
+	s.reply(req, "compact", nil, body)
 }
 
 // outcome turns an outcome event into the answer; completed carries the KV value.

@@ -26,7 +26,7 @@ func (s *Service) onForget(ctx context.Context, req micro.Request) (any, error) 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
 	defer cancel()
-	out, err := s.store.Forget(ctx, in.Conversation)
+	out, err := s.forget(ctx, in.Conversation)
 	if err != nil {
 		return nil, internal(in.Conversation, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/compactor/compactor/schemas"
@@ -43,27 +44,60 @@ func (e *internalError) Unwrap() error { return e.err }
 
 func internal(conv string, err error) error { return &internalError{conv: conv, err: err} }
 
-// wrap turns a handler into a micro handler: it tracks the request for shutdown,
-// bounds its NATS calls and maps its error to a micro error answer.
+// wrap turns a handler into a micro handler. micro calls it on the endpoint's one
+// subscription goroutine, so it only takes one of the endpoint's slots
+// (Config.MaxConcurrentRequests) and hands the request to a goroutine of its own,
+// which answers it: a slow request (a forget, a long recall) holds one slot, not the
+// endpoint. With every slot taken the request is answered Busy at once (busyError).
+// The request counts as in flight for shutdown from here until it is answered.
 func (s *Service) wrap(name string, h handler) micro.Handler {
+	slots := make(chan struct{}, s.cfg.MaxConcurrentRequests)
 	return micro.HandlerFunc(func(req micro.Request) {
 		if !s.enter() {
 			s.respondError(req, name, &apiError{code: 503, msg: "the compactor service is stopping; retry (another instance may answer)"})
 			return
 		}
-		defer s.inFlight.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		defer cancel()
-		resp, err := h(ctx, req)
-		switch {
-		case err != nil:
-			s.respondError(req, name, err)
-		case resp != nil:
-			if rerr := req.RespondJSON(resp); rerr != nil {
-				s.log.Warn().Err(rerr).Str("endpoint", name).Msg("answer request")
-			}
+		select {
+		case slots <- struct{}{}:
+		default:
+			s.inFlight.Done()
+			s.respondError(req, name, busyError(name, cap(slots)))
+			return
 		}
+		go func() {
+			defer s.inFlight.Done()
+			defer func() { <-slots }()
+			s.serve(name, h, req)
+		}()
 	})
+}
+
+// serve runs one request's handler, its NATS calls bounded, and answers it.
+func (s *Service) serve(name string, h handler, req micro.Request) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	resp, err := h(ctx, req)
+	switch {
+	case err != nil:
+		s.respondError(req, name, err)
+	case resp != nil:
+		body, merr := json.Marshal(resp)
+		if merr != nil {
+			s.respondError(req, name, merr)
+			return
+		}
+		s.reply(req, name, nil, body)
+	}
+}
+
+// busyDescription starts the description of a Busy answer (code 503): nothing was
+// done, retry later (another instance may answer).
+const busyDescription = "busy: "
+
+// busyError answers a request that found every slot of its endpoint taken.
+func busyError(endpoint string, slots int) error {
+	return &apiError{code: 503, msg: fmt.Sprintf("%sthe %s endpoint of this compactor service instance is serving %d requests, its limit; "+
+		"nothing was done: retry after a moment (another instance may answer)", busyDescription, endpoint, slots)}
 }
 
 // enter registers a request (or a wait); false once the service is closed.
@@ -92,8 +126,23 @@ func (s *Service) respondError(req micro.Request, endpoint string, err error) {
 		ae = &apiError{code: 500, msg: err.Error()}
 	}
 	body, _ := json.Marshal(map[string]any{"error": ae.msg, "code": ae.code})
-	if rerr := req.Error(fmt.Sprint(ae.code), ae.msg, body); rerr != nil {
-		s.log.Warn().Err(rerr).Str("endpoint", endpoint).Msg("answer request")
+	hdr := nats.Header{}
+	hdr.Set(micro.ErrorCodeHeader, fmt.Sprint(ae.code))
+	hdr.Set(micro.ErrorHeader, ae.msg)
+	s.reply(req, endpoint, hdr, body)
+}
+
+// reply publishes an answer to the request's reply subject. It does not go through
+// micro.Request's Respond and Error: those record a failure in the request, which the
+// micro library reads once the endpoint's callback returns, while the answer is sent
+// from another goroutine. (So $SRV.STATS counts requests, not their errors, and its
+// processing time is the hand-off.)
+func (s *Service) reply(req micro.Request, endpoint string, hdr nats.Header, body []byte) {
+	if req.Reply() == "" {
+		return // nobody asked for an answer
+	}
+	if err := s.nc.PublishMsg(&nats.Msg{Subject: req.Reply(), Header: hdr, Data: body}); err != nil {
+		s.log.Warn().Err(err).Str("endpoint", endpoint).Msg("answer request")
 	}
 }
 

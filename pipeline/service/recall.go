@@ -11,12 +11,16 @@ import (
 )
 
 // recallHeadroom is the part of the max payload an answer leaves for the reply's
-// headers and framing.
-const recallHeadroom = 1024
+// headers and framing; recallEnvelope, for the answer's fields beside its messages
+// (counts, the scanned range, up to schemas.MaxRecallSkippedSeqs sequences).
+const (
+	recallHeadroom = 1024
+	recallEnvelope = 2048
+)
 
 // onRecall answers a conversation's raw messages (schemas.RecallRequest): newest first
-// within the budget, cut further, oldest units first, to stay under the connection's
-// max payload (the answer says so).
+// within the budget and the connection's max payload (what is left out for the payload
+// is named in skipped_seqs and cut_by_payload says so).
 func (s *Service) onRecall(ctx context.Context, req micro.Request) (any, error) {
 	var in schemas.RecallRequest
 	if err := decode(req.Data(), &in, false, `{"conversation":"c1","query":"error"}`); err != nil {
@@ -35,11 +39,14 @@ func (s *Service) onRecall(ctx context.Context, req micro.Request) (any, error) 
 	if last == 0 {
 		return nil, &apiError{code: 404, msg: fmt.Sprintf("conversation %s not found: nothing was published to it", in.Conversation)}
 	}
-	out, err := s.store.Recall(ctx, in, 0)
+	// Selected by bytes too, so no more is read than the answer can carry: a stub's
+	// object is fetched only when it is returned (or, one at a time, to match a query).
+	limit := int(s.nc.MaxPayload()) - recallHeadroom
+	out, err := s.store.Recall(ctx, in, 0, limit-recallEnvelope)
 	if err != nil {
 		return nil, internal(in.Conversation, err)
 	}
-	if _, err := recall.FitBytes(out, int(s.nc.MaxPayload())-recallHeadroom); err != nil {
+	if _, err := recall.FitBytes(out, limit); err != nil {
 		return nil, internal(in.Conversation, err)
 	}
 	return out, nil

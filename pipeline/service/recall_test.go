@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/pipeline/service"
 	"github.com/compactor/compactor/schemas"
 )
@@ -89,4 +92,56 @@ func TestServiceRecallStaysUnderTheMaxPayload(t *testing.T) {
 		t.Fatalf("kept %d..%d skipped %v; want the newest %d kept and the next older named", got.Messages[0].Seq,
 			got.Messages[n-1].Seq, got.SkippedSeqs, n)
 	}
+}
+
+// The service selects by bytes before it fetches: a large message that cannot fit the
+// answer is named in skipped_seqs without its object being read, and the smaller ones
+// around it are still returned. (Before, every object of the scanned windows was read
+// and held, then the answer was cut to the max payload.)
+func TestServiceRecallReadsNoObjectItCannotReturn(t *testing.T) {
+	const payload = 16 << 10
+	srv := jstest.ServerWith(t, jstest.MaxPayload(payload))
+	s := startServiceOn(t, srv.ClientURL(), service.Config{})
+	ctx := svcCtx(t)
+	c := pipeline.NewWithStore(s.nc, s.st)
+	var seqs []uint64
+	for i := range 4 {
+		content := fmt.Sprintf("small %d", i)
+		if i%2 == 1 { // stored as an object of about 2 max payloads
+			content = fmt.Sprintf("large %d %s", i, strings.Repeat("x", 2*payload))
+		}
+		seq, err := c.Publish(ctx, "mixed", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(content)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	spy := jstest.ConnTo(t, srv.ClientURL())
+	reads, err := spy.SubscribeSync("$JS.API.STREAM.MSG.GET.OBJ_" + jetstream.DefaultNames().ObjectsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got schemas.RecallResponse
+	svcCall(t, s.client, schemas.RecallSubject, `{"conversation":"mixed","max_tokens":1000000}`, &got)
+	if fmt.Sprint(recalledSeqs(got)) != fmt.Sprint([]uint64{seqs[2], seqs[0]}) || !got.CutByPayload || got.CutByBudget ||
+		fmt.Sprint(got.SkippedSeqs) != fmt.Sprint([]uint64{seqs[3], seqs[1]}) {
+		t.Fatalf("returned %v skipped %v cut by payload %v; want the small ones, the large ones named", recalledSeqs(got), got.SkippedSeqs, got.CutByPayload)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := reads.Pending(); n != 0 {
+		t.Fatalf("%d objects read for a recall that returns none; want none", n)
+	}
+}
+
+func recalledSeqs(r schemas.RecallResponse) []uint64 {
+	out := []uint64{}
+	for _, m := range r.Messages {
+		out = append(out, m.Seq)
+	}
+	return out
 }

@@ -40,6 +40,11 @@ type Config struct {
 	// MaxConcurrentWaits bounds the compact requests waiting for their outcome at once;
 	// one more is answered 503. 0: 256.
 	MaxConcurrentWaits int
+	// MaxConcurrentRequests bounds the requests each endpoint of this instance serves
+	// at once (a forget may take up to a minute, a recall reads CHAT); one more is
+	// answered Busy at once: code 503, a description that starts "busy: ". A compact
+	// request waiting for its outcome counts against MaxConcurrentWaits instead. 0: 16.
+	MaxConcurrentRequests int
 	// Version is the service's SemVer, shown by $SRV.INFO. "": 1.0.0.
 	Version string
 	// Tracer, when set, makes each manual compaction a trace that the request's headers
@@ -49,7 +54,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxWait: 5 * time.Minute, MaxConcurrentWaits: 256, Version: "1.0.0"}
+	return Config{MaxWait: 5 * time.Minute, MaxConcurrentWaits: 256, MaxConcurrentRequests: 16, Version: "1.0.0"}
 }
 
 // withDefaults fills the zero fields.
@@ -60,6 +65,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConcurrentWaits == 0 {
 		c.MaxConcurrentWaits = d.MaxConcurrentWaits
+	}
+	if c.MaxConcurrentRequests == 0 {
+		c.MaxConcurrentRequests = d.MaxConcurrentRequests
 	}
 	if c.Version == "" {
 		c.Version = d.Version
@@ -77,6 +85,8 @@ func (c Config) Validate() error {
 		return bad("max wait must not be negative")
 	case c.MaxConcurrentWaits < 0:
 		return bad("max concurrent waits must not be negative")
+	case c.MaxConcurrentRequests < 0:
+		return bad("max concurrent requests must not be negative")
 	}
 	return nil
 }
@@ -94,6 +104,8 @@ type Service struct {
 	policies PolicySource
 	check    func(policy.Layer) (policy.Settings, error)
 	log      zerolog.Logger
+	// forget is store.Forget; a test makes it wait on something it controls.
+	forget func(ctx context.Context, conv string) (schemas.ForgetResponse, error)
 
 	waits    chan struct{} // one token per compact request waiting for its outcome
 	stopping chan struct{} // closed when Run's ctx is done: waits answer at once
@@ -122,7 +134,7 @@ func New(cfg Config, nc *nats.Conn, store *jetstream.Store, policies PolicySourc
 	case check == nil:
 		return nil, fmt.Errorf("%w: a policy check is required", ErrConfig)
 	}
-	return &Service{cfg: cfg, nc: nc, store: store, policies: policies, check: check,
+	return &Service{cfg: cfg, nc: nc, store: store, policies: policies, check: check, forget: store.Forget,
 		log:   log.With().Str("component", "service").Logger(),
 		waits: make(chan struct{}, cfg.MaxConcurrentWaits), stopping: make(chan struct{})}, nil
 }

@@ -57,10 +57,15 @@ type svcStack struct {
 	subs   int // the service connection's subscriptions before the service started
 }
 
-func startService(t *testing.T, cfg service.Config) *svcStack {
+func startService(t *testing.T, cfg service.Config, setup ...func(*service.Service)) *svcStack {
 	t.Helper()
-	srv := jstest.Server(t)
-	nc := jstest.Conn(t, srv)
+	return startServiceOn(t, jstest.Server(t).ClientURL(), cfg, setup...)
+}
+
+// startServiceOn is startService on a server of the test's own, at url.
+func startServiceOn(t *testing.T, url string, cfg service.Config, setup ...func(*service.Service)) *svcStack {
+	t.Helper()
+	nc := jstest.ConnTo(t, url)
 	st := jstest.Provision(t, nc)
 	r, err := policy.NewResolver(policy.Layer{"context_window": "4000"}, nil, nil)
 	if err != nil {
@@ -70,8 +75,11 @@ func startService(t *testing.T, cfg service.Config) *svcStack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, f := range setup {
+		f(svc)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &svcStack{nc: nc, st: st, client: jstest.Conn(t, srv), cancel: cancel, done: make(chan error, 1), subs: nc.NumSubscriptions()}
+	s := &svcStack{nc: nc, st: st, client: jstest.ConnTo(t, url), cancel: cancel, done: make(chan error, 1), subs: nc.NumSubscriptions()}
 	go func() { s.done <- svc.Run(ctx) }()
 	t.Cleanup(func() { s.stop(t) })
 	deadline := time.Now().Add(10 * time.Second)

@@ -21,6 +21,12 @@
 //     budget left is skipped (counted, its first sequence reported) and older, smaller
 //     units are still taken. A unit larger than the whole budget is never truncated:
 //     it is skipped and named, so the caller can recall its range with a larger budget.
+//     An optional bound on the answer's bytes (Options.MaxBytes) skips units the same
+//     way and sets CutByPayload.
+//   - Large messages: a stub (content stored as an object) is weighed by its object's
+//     size (Weigh, Bytes) and selected as it is; the reader fetches the objects of the
+//     selected stubs only (Selector.ResolveStubs), and tells whether a stub's object
+//     holds the query (Options.StubMatches), so no object is held that is not returned.
 //   - Incomplete rounds (a result whose call is outside the range or gone from the
 //     stream, calls whose results are not all there) are left out and counted; a
 //     message that landed inside such a round stays, as a unit of its own.

@@ -3,6 +3,7 @@ package recall
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/compactor/compactor/schemas"
@@ -19,13 +20,26 @@ type Options struct {
 	MaxTokens int
 	// Counter counts text tokens; nil: chars/4 (tokens.Chars4).
 	Counter tokens.Counter
+	// MaxBytes bounds the JSON bytes of the selected messages (the answer's size
+	// without its other fields); 0 or less: no bound but the budget's. A unit that
+	// does not fit the bytes left is skipped like one over the budget, but sets
+	// CutByPayload.
+	MaxBytes int
+	// StubMatches tells whether a stub (a message whose content is stored as an
+	// object) holds the query, which its own fields do not show: the reader fetches
+	// the object to find out (one at a time, dropping it again). nil: the stub's own
+	// fields are matched.
+	StubMatches func(e *schemas.Entry) bool
 }
 
 // Selector accumulates a recall over chunks of entries given newest chunk first.
 type Selector struct {
-	query   string // lower case
-	counter tokens.Counter
-	out     schemas.RecallResponse
+	query       string // lower case
+	counter     tokens.Counter
+	maxBytes    int
+	bytes       int // the JSON bytes of out.Messages, a stub counted with its object
+	stubMatches func(e *schemas.Entry) bool
+	out         schemas.RecallResponse
 }
 
 // NewSelector returns an empty selection.
@@ -36,7 +50,7 @@ func NewSelector(o Options) *Selector {
 	if o.Counter == nil {
 		o.Counter = tokens.Chars4{}
 	}
-	return &Selector{query: strings.ToLower(o.Query), counter: o.Counter,
+	return &Selector{query: strings.ToLower(o.Query), counter: o.Counter, maxBytes: o.MaxBytes, stubMatches: o.StubMatches,
 		out: schemas.RecallResponse{MaxTokens: o.MaxTokens, Messages: []schemas.RecalledMessage{}}}
 }
 
@@ -129,30 +143,66 @@ func (s *Selector) round(es []schemas.Entry, complete bool) {
 	s.take(unit)
 }
 
-// take selects one unit when it matches and fits the budget left.
+// take selects one unit when it matches and fits the budget and the bytes left. A
+// stub is weighed by its reference (Weigh, Bytes) and selected as it is: the reader
+// fetches the objects of what was selected only (ResolveStubs).
 func (s *Selector) take(unit []schemas.Entry) {
 	if !s.matches(unit) {
 		return
 	}
 	s.out.Matched += len(unit)
-	n := 0
+	n, size := 0, 0
 	for k := range unit {
-		n += tokens.MessageWith(s.counter, &unit[k].Message)
+		n += Weigh(s.counter, &unit[k].Message)
+		size += Bytes(unit[k].Seq, &unit[k].Message)
 	}
-	if s.out.Tokens+n > s.out.MaxTokens {
-		s.out.CutByBudget = true
+	overBudget := s.out.Tokens+n > s.out.MaxTokens
+	overBytes := s.maxBytes > 0 && s.bytes+size > s.maxBytes
+	if overBudget || overBytes {
+		s.out.CutByBudget = s.out.CutByBudget || overBudget
+		s.out.CutByPayload = s.out.CutByPayload || (overBytes && !overBudget)
 		if len(s.out.SkippedSeqs) < schemas.MaxRecallSkippedSeqs {
 			s.out.SkippedSeqs = append(s.out.SkippedSeqs, unit[0].Seq)
 		}
 		return
 	}
 	s.out.Tokens += n
+	s.bytes += size
 	for k := range unit {
 		e := &unit[k]
 		s.out.Messages = append(s.out.Messages, schemas.RecalledMessage{Seq: e.Seq, Message: e.Message.StripMetadata(),
-			Tokens: tokens.MessageWith(s.counter, &e.Message)})
+			Tokens: Weigh(s.counter, &e.Message)})
 	}
 	s.out.Returned += len(unit)
+}
+
+// Weigh is a message's weight against a recall's budget (tokens.MessageWith); a stub
+// weighs at least its own fields and its object's bytes over 4, whatever its reference
+// declares, so what a stub is selected for is never far below what its object holds.
+func Weigh(c tokens.Counter, m *schemas.Message) int {
+	n := tokens.MessageWith(c, m)
+	if ref := m.ContentRef; ref != nil {
+		own := *m
+		own.ContentRef, own.Tokens, own.Content = nil, 0, schemas.Content{}
+		n = max(n, tokens.EstimateWith(c, &own)+int((ref.Size+3)/4))
+	}
+	return n
+}
+
+// Bytes is the size of a message in a recall answer: its JSON with the leading seq
+// field and a separator; a stub counts its object's bytes too (an upper bound of the
+// message once restored).
+func Bytes(seq uint64, m *schemas.Message) int {
+	sm := m.StripMetadata()
+	body, err := sm.Encode()
+	n := len(body) + len(`{"seq":,`) + len(strconv.FormatUint(seq, 10))
+	if err != nil {
+		n = 0
+	}
+	if ref := m.ContentRef; ref != nil {
+		n += int(ref.Size)
+	}
+	return n
 }
 
 func (s *Selector) matches(unit []schemas.Entry) bool {
@@ -160,7 +210,14 @@ func (s *Selector) matches(unit []schemas.Entry) bool {
 		return true
 	}
 	for k := range unit {
-		if matchLower(&unit[k].Message, s.query) {
+		e := &unit[k]
+		if e.Message.ContentRef != nil && s.stubMatches != nil {
+			if s.stubMatches(e) {
+				return true
+			}
+			continue
+		}
+		if matchLower(&e.Message, s.query) {
 			return true
 		}
 	}
@@ -185,6 +242,65 @@ func matchLower(m *schemas.Message, lowerQuery string) bool {
 		}
 	}
 	return false
+}
+
+// ResolveStubs restores the selected stubs with fetch, which returns the whole message
+// (what the stub and its object hold), or ok false when the object is gone, corrupt or
+// refused: the unit holding that stub is then left out, the stub counted invalid and
+// the unit's other messages incomplete. An error of fetch stops it and is returned.
+// Called once the selection is over, it fetches only what is returned.
+func (s *Selector) ResolveStubs(fetch func(seq uint64, stub *schemas.Message) (m schemas.Message, ok bool, err error)) error {
+	msgs := s.out.Messages
+	out := make([]schemas.RecalledMessage, 0, len(msgs))
+	for start := 0; start < len(msgs); {
+		end := start + 1
+		for end < len(msgs) && msgs[end].Seq > msgs[end-1].Seq {
+			end++
+		}
+		unit, ok, err := s.resolveUnit(msgs[start:end], fetch)
+		if err != nil {
+			return err
+		}
+		if ok {
+			out = append(out, unit...)
+		}
+		start = end
+	}
+	s.out.Messages = out
+	return nil
+}
+
+// resolveUnit restores the stubs of one selected unit; ok false: one's object is gone
+// and the unit was taken out of the counts.
+func (s *Selector) resolveUnit(unit []schemas.RecalledMessage, fetch func(uint64, *schemas.Message) (schemas.Message, bool, error)) ([]schemas.RecalledMessage, bool, error) {
+	resolved := slices.Clone(unit)
+	for i := range resolved {
+		r := &resolved[i]
+		if r.Message.ContentRef == nil {
+			continue
+		}
+		m, ok, err := fetch(r.Seq, &r.Message)
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok {
+			for _, u := range unit {
+				s.out.Tokens -= u.Tokens
+			}
+			s.out.Returned -= len(unit)
+			s.out.Invalid++
+			s.out.Incomplete += len(unit) - 1
+			if len(s.out.SkippedSeqs) < schemas.MaxRecallSkippedSeqs {
+				s.out.SkippedSeqs = append(s.out.SkippedSeqs, unit[0].Seq)
+			}
+			return nil, false, nil
+		}
+		n := Weigh(s.counter, &m)
+		m = m.StripMetadata()
+		s.out.Tokens += n - r.Tokens
+		r.Message, r.Tokens = m, n
+	}
+	return resolved, true, nil
 }
 
 // Result returns the selection so far. The reader sets Conversation and the scan fields.

@@ -317,3 +317,29 @@ func TestFitBytes(t *testing.T) {
 		})
 	}
 }
+
+// A byte bound skips a unit that does not fit the bytes left, names it and still takes
+// older, smaller ones; a stub counts with its object's size and is matched through
+// StubMatches, not its note.
+func TestSelectWithinMaxBytes(t *testing.T) {
+	large := user(3, strings.Repeat("l", 500))
+	stub := user(2, "a note standing for the content")
+	stub.Message.ContentRef = &schemas.ContentRef{Name: "c/x", Size: 10_000, Tokens: 2}
+	all := es(user(1, "old"), stub, large, user(4, "new"))
+	bytesOf := func(e schemas.Entry) int { return recall.Bytes(e.Seq, &e.Message) }
+	got := recall.Select(all, recall.Options{MaxBytes: bytesOf(all[3]) + bytesOf(all[0]) + 10})
+	if fmt.Sprint(seqs(got)) != "[4 1]" || fmt.Sprint(got.SkippedSeqs) != "[3 2]" || !got.CutByPayload || got.CutByBudget {
+		t.Fatalf("seqs %v skipped %v cut %v/%v; want [4 1], [3 2] skipped for bytes", seqs(got), got.SkippedSeqs, got.CutByPayload, got.CutByBudget)
+	}
+	if w := recall.Weigh(nil, &stub.Message); w < 10_000/4 {
+		t.Fatalf("a stub of a 10,000-byte object declaring 2 tokens weighs %d", w)
+	}
+	q := recall.Select(all, recall.Options{Query: "NOTE", StubMatches: func(e *schemas.Entry) bool { return false }})
+	if q.Matched != 0 {
+		t.Fatalf("the stub's note matched: %v", seqs(q))
+	}
+	q = recall.Select(all, recall.Options{Query: "inside", StubMatches: func(e *schemas.Entry) bool { return e.Seq == 2 }})
+	if fmt.Sprint(seqs(q)) != "[2]" {
+		t.Fatalf("a stub whose object holds the query: %v", seqs(q))
+	}
+}

@@ -34,7 +34,14 @@ import type {
   PolicyResponse,
   RecallResponse,
 } from "./types.js";
-import { checkRecallOptions, decodeRecallArguments, type RecallOptions } from "./tool.js";
+import {
+  ANSWER_RECALL_MAX_TOKENS,
+  checkRecallOptions,
+  decodeRecallArguments,
+  DEFAULT_RECALL_MAX_TOKENS,
+  MAX_RECALL_MAX_TOKENS,
+  type RecallOptions,
+} from "./tool.js";
 
 /** Options of a Compactor client. */
 export interface CompactorOptions {
@@ -538,10 +545,17 @@ export class Compactor {
    * Answers a model's call of the recall tool (RECALL_TOOL) in conversation conv:
    * args is the call's arguments text; the answer is the content of the tool message
    * to send back. Arguments that break a rule are answered as {"error": "..."}, so the
-   * model can correct its call; other failures throw.
+   * model can correct its call; other failures throw. The budget is capped at maxTokens
+   * (0 or left out: ANSWER_RECALL_MAX_TOKENS, 8000): a call that asks for more gets the
+   * cap and asked_max_tokens in the answer; one that asks for nothing gets 4000, or the
+   * cap when that is lower.
    */
-  async answerRecall(conv: string, args: string): Promise<string> {
+  async answerRecall(conv: string, args: string, maxTokens = 0): Promise<string> {
     validateConversationId(conv);
+    if (!Number.isSafeInteger(maxTokens) || maxTokens < 0 || maxTokens > MAX_RECALL_MAX_TOKENS) {
+      throw new InvalidError("max_tokens", `the cap of answerRecall must be between 0 (the default, ${ANSWER_RECALL_MAX_TOKENS}) and ${MAX_RECALL_MAX_TOKENS}`);
+    }
+    const cap = maxTokens || ANSWER_RECALL_MAX_TOKENS;
     let opts: RecallOptions;
     try {
       opts = decodeRecallArguments(args);
@@ -549,7 +563,9 @@ export class Compactor {
       if (e instanceof InvalidError) return JSON.stringify({ error: e.message });
       throw e;
     }
-    return JSON.stringify(await this.recall(conv, opts));
+    const asked = opts.maxTokens ?? 0;
+    const r = await this.recall(conv, { ...opts, maxTokens: Math.min(asked || DEFAULT_RECALL_MAX_TOKENS, cap) });
+    return JSON.stringify(asked > cap ? { ...r, asked_max_tokens: asked } : r);
   }
 
   /** Sends one request to an endpoint of the compactor service and decodes its answer. */

@@ -17,6 +17,8 @@ export {
   RECALL_TOOL_NAME,
   MAX_RECALL_MAX_TOKENS,
   MAX_RECALL_QUERY_BYTES,
+  ANSWER_RECALL_MAX_TOKENS,
+  DEFAULT_RECALL_MAX_TOKENS,
   checkRecallOptions,
   decodeRecallArguments,
   type RecallOptions,

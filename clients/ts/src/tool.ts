@@ -8,6 +8,12 @@ export const RECALL_TOOL_NAME = "recall";
 
 /** The largest recall budget, and the longest query in UTF-8 bytes. */
 export const MAX_RECALL_MAX_TOKENS = 1_000_000;
+
+/** The budget of a recall that names none, or 0 (Go: schemas.DefaultRecallMaxTokens). */
+export const DEFAULT_RECALL_MAX_TOKENS = 4000;
+
+/** The cap answerRecall puts on a model's max_tokens unless given another (Go: schemas.DefaultAnswerRecallMaxTokens). */
+export const ANSWER_RECALL_MAX_TOKENS = 8000;
 export const MAX_RECALL_QUERY_BYTES = 1024;
 
 /** The recall tool's definition, for the tools of a chat completion request. */
@@ -36,9 +42,10 @@ export const RECALL_TOOL = {
         },
         max_tokens: {
           type: "integer",
-          minimum: 1,
+          minimum: 0,
           maximum: 1000000,
-          description: "Budget of the answer in tokens; default 4000.",
+          description:
+            "Budget of the answer in tokens; 0 or left out: 4000. A budget over the application's cap (8000 unless it set another) is lowered to the cap, and asked_max_tokens then says what you asked.",
         },
       },
       additionalProperties: false,

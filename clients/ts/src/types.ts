@@ -239,11 +239,13 @@ export interface RecallResponse {
   returned: number;
   tokens: number;
   max_tokens: number;
+  /** What a model's recall tool call asked for when answerRecall capped it (max_tokens is the cap applied). */
+  asked_max_tokens?: number;
   /** Matching messages were left out to fit max_tokens. */
   cut_by_budget: boolean;
   /** The first sequence of each unit left out (budget, then payload), at most 32. */
   skipped_seqs?: number[];
-  /** The oldest selected units were left out to stay under the NATS max payload. */
+  /** Matching units were left out to stay under the NATS max payload (named in skipped_seqs). */
   cut_by_payload?: boolean;
   scanned_from_seq: number;
   scanned_to_seq: number;

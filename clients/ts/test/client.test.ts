@@ -6,6 +6,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
+  ANSWER_RECALL_MAX_TOKENS,
+  DEFAULT_RECALL_MAX_TOKENS,
   BusyError,
   checkPairs,
   Compactor,
@@ -272,6 +274,29 @@ test("recall returns raw messages with their sequences, rounds whole, newest fir
   assert.deepStrictEqual(JSON.parse(await c.answerRecall(conv, `{"pattern":"x"}`)), {
     error: 'arguments: must be a JSON object of query, from_seq, to_seq and max_tokens (unknown field "pattern")',
   });
+});
+
+test("answerRecall caps what a model asks for and says what it asked; 0 is the default", async (t) => {
+  const c = await client(t, "NATS_URL");
+  const conv = convId("ts-recall-cap");
+  const acks = await c.publishAll(conv, [0, 1, 2, 3, 4, 5].map((i) => ({ role: "user" as const, content: `${i} ${"w".repeat(6000)}` })));
+  const seqs = acks.map((a) => a.seq);
+  const answer = async (args: string, cap?: number) => JSON.parse(await c.answerRecall(conv, args, cap));
+  const big = await answer(`{"max_tokens":1000000}`);
+  assert.equal(big.max_tokens, ANSWER_RECALL_MAX_TOKENS);
+  assert.equal(big.asked_max_tokens, 1000000);
+  assert.equal(big.returned, 5);
+  for (const args of ["{}", `{"max_tokens":0}`]) {
+    const d = await answer(args);
+    assert.equal(d.max_tokens, DEFAULT_RECALL_MAX_TOKENS, args);
+    assert.equal(d.asked_max_tokens, undefined, args);
+  }
+  const capped = await answer(`{"max_tokens":5000}`, 2000);
+  assert.deepStrictEqual([capped.max_tokens, capped.asked_max_tokens, capped.messages.map((m: { seq: number }) => m.seq)], [2000, 5000, [seqs[5]]]);
+  const fits = await answer(`{"max_tokens":3000}`);
+  assert.deepStrictEqual([fits.max_tokens, fits.asked_max_tokens], [3000, undefined]);
+  assert.equal((await c.recall(conv, { maxTokens: 0 })).max_tokens, DEFAULT_RECALL_MAX_TOKENS);
+  await assert.rejects(c.answerRecall(conv, "{}", -1), InvalidError);
 });
 
 test("recall without a compactor service says so", async (t) => {
