@@ -100,19 +100,18 @@ const FloorBytesPerToken = 8
 const maxFloorBytes = 1 << 40
 
 // Floor is the fewest tokens the content of m is taken to hold, whatever its producer
-// declares: PerMessage, PerToolCall per tool call, and a token per FloorBytesPerToken
-// UTF-8 bytes of its text (the name, the content's text, the reasoning, the tool calls'
-// names and arguments), rounded up. Non-text parts count nothing. A stub counts its
-// object's size (ContentRef.Size) in place of its content and reasoning. It depends on
-// bytes only, so every client computes the same floor.
+// declares: a token per FloorBytesPerToken UTF-8 bytes of its text (the name, the
+// content's text, the reasoning, the tool calls' names and arguments), rounded up.
+// Non-text parts and the fixed costs count nothing. A stub counts its object's size
+// (ContentRef.Size) in place of its content and reasoning. It depends on bytes only, so
+// every client computes the same floor.
 func Floor(m *schemas.Message) int {
-	n := PerMessage + len(m.ToolCalls)*PerToolCall
 	b := len(m.Name)
 	for _, tc := range m.ToolCalls {
 		b += len(tc.Function.Name) + len(tc.Function.Arguments)
 	}
 	if m.ContentRef != nil {
-		return n + bytesFloor(b) + refFloor(m.ContentRef)
+		return bytesFloor(b) + refFloor(m.ContentRef)
 	}
 	b += len(m.Reasoning)
 	switch {
@@ -128,7 +127,7 @@ func Floor(m *schemas.Message) int {
 			}
 		}
 	}
-	return n + bytesFloor(b)
+	return bytesFloor(b)
 }
 
 // bytesFloor is ceil(b / FloorBytesPerToken).

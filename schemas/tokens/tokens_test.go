@@ -91,7 +91,7 @@ func TestEstimateAndMessage(t *testing.T) {
 		{
 			name:         "producer count far below the content is held to the floor",
 			give:         schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("x", 400)), Tokens: 7},
-			wantEstimate: tokens.PerMessage + 100, wantMessage: tokens.PerMessage + 50,
+			wantEstimate: tokens.PerMessage + 100, wantMessage: 50,
 		},
 		{
 			name:         "zero producer count is no count",
@@ -213,12 +213,12 @@ func TestDeclaredCountsAreHeldToTheContent(t *testing.T) {
 		{
 			name:      "900 KB tool output marked tokens 1",
 			give:      schemas.Message{Role: schemas.RoleTool, ToolCallID: "c", Content: schemas.Text(big), Tokens: 1},
-			wantFloor: tokens.PerMessage + (len(big)+7)/8, wantMsg: tokens.PerMessage + (len(big)+7)/8,
+			wantFloor: (len(big) + 7) / 8, wantMsg: (len(big) + 7) / 8,
 		},
 		{
 			name:      "bytes, not characters: é is two bytes",
 			give:      schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("é", 40)), Tokens: 1},
-			wantFloor: tokens.PerMessage + 10, wantMsg: tokens.PerMessage + 10,
+			wantFloor: 10, wantMsg: 10,
 		},
 		{
 			name: "text parts, reasoning, name and tool calls; other parts nothing",
@@ -227,22 +227,22 @@ func TestDeclaredCountsAreHeldToTheContent(t *testing.T) {
 					json.RawMessage(`{"type":"image_url","image_url":{"url":"https://x/a/very/long/url/that/does/not/count"}}`)),
 				ToolCalls: []schemas.ToolCall{{ID: "a", Type: "function", Function: schemas.FunctionCall{Name: "ls", Arguments: `{"p":1}`}}}},
 			// bytes: name 3 + ls 2 + args 7 + reasoning 8 + text 8 = 28 → 4
-			wantFloor: tokens.PerMessage + tokens.PerToolCall + 4, wantMsg: tokens.PerMessage + tokens.PerToolCall + 4,
+			wantFloor: 4, wantMsg: 4,
 		},
 		{
 			name:      "an honest count above the floor stands",
 			give:      schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("x", 80)), Tokens: 15},
-			wantFloor: tokens.PerMessage + 10, wantMsg: 15,
+			wantFloor: 10, wantMsg: 15,
 		},
 		{
 			name:      "stub marked tokens 1 with a reference of 1 token",
 			give:      schemas.Message{Role: schemas.RoleTool, ToolCallID: "c", Content: schemas.Text("[stored]"), Tokens: 1, ContentRef: ref(900_000, 1)},
-			wantFloor: tokens.PerMessage + 112_500, wantMsg: tokens.PerMessage + 112_500,
+			wantFloor: 112_500, wantMsg: 112_500, // the placeholder text is not counted: the object is
 		},
 		{
 			name:      "hostile size is bounded",
 			give:      schemas.Message{Role: schemas.RoleTool, ToolCallID: "c", Tokens: 1, ContentRef: ref(1<<62, 1)},
-			wantFloor: tokens.PerMessage + 1<<40/8, wantMsg: tokens.PerMessage + 1<<40/8,
+			wantFloor: 1 << 40 / 8, wantMsg: 1 << 40 / 8,
 		},
 	}
 	for _, tt := range tests {
