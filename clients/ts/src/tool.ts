@@ -9,6 +9,8 @@ export const RECALL_TOOL_NAME = "recall";
 /** The largest recall budget, and the longest query in UTF-8 bytes. */
 export const MAX_RECALL_MAX_TOKENS = 1_000_000;
 export const MAX_RECALL_QUERY_BYTES = 1024;
+/** The longest arguments of a recall tool call, in UTF-8 bytes (as the Go reader counts them). */
+export const MAX_RECALL_ARGUMENTS_BYTES = 8192;
 
 /** The recall tool's definition, for the tools of a chat completion request. */
 export const RECALL_TOOL = {
@@ -81,7 +83,10 @@ export function checkRecallOptions(o: RecallOptions): void {
  * into recall options; an InvalidError names what is wrong, for the model to correct.
  */
 export function decodeRecallArguments(args: string): RecallOptions {
-  if (args.length > 8192) throw new InvalidError("arguments", `are ${args.length} characters long; at most 8192 are allowed`);
+  const n = Buffer.byteLength(args);
+  if (n > MAX_RECALL_ARGUMENTS_BYTES) {
+    throw new InvalidError("arguments", `are ${n} bytes long; at most ${MAX_RECALL_ARGUMENTS_BYTES} are allowed`);
+  }
   let v: unknown;
   try {
     v = args.trim() === "" ? {} : JSON.parse(args);
