@@ -57,9 +57,25 @@ func Message(m *schemas.Message) int { return MessageWith(Chars4{}, m) }
 // `tokens: 1` that holds 900 KB still weighs what its bytes imply.
 func MessageWith(c Counter, m *schemas.Message) int {
 	if m.Tokens > 0 {
+		if m.Tokens >= floorBound(m) {
+			return m.Tokens // above any floor the content can have: nothing to decode
+		}
 		return max(m.Tokens, Floor(m))
 	}
 	return EstimateWith(c, m)
+}
+
+// floorBound is at least Floor(m), from lengths alone: a JSON string's encoding is never
+// shorter than its text, so the content's raw bytes bound its text's.
+func floorBound(m *schemas.Message) int {
+	b := len(m.Name)
+	for _, tc := range m.ToolCalls {
+		b += len(tc.Function.Name) + len(tc.Function.Arguments)
+	}
+	if m.ContentRef != nil {
+		return bytesFloor(b) + refFloor(m.ContentRef)
+	}
+	return bytesFloor(b + len(m.Reasoning) + len(m.Content.Raw()))
 }
 
 // Estimate ignores m.Tokens and estimates from the content with chars/4.

@@ -280,3 +280,17 @@ func TestStubEstimateIsHeldToItsObjectSize(t *testing.T) {
 		}
 	}
 }
+
+// The shortcut that skips decoding a content whose declared count is above any floor
+// its raw bytes allow gives what the floor gives, for escaped strings and parts too.
+func TestDeclaredCountShortcutAgreesWithTheFloor(t *testing.T) {
+	for _, raw := range []string{`"plain text of some length"`, `"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\n\n\"q\""`,
+		`[{"type":"text","text":"\u00e9t\u00e9 \ud83d\ude00"},{"type":"image_url","image_url":{"url":"data:x"}}]`, `null`} {
+		for declared := 1; declared <= 12; declared++ {
+			m := schemas.Message{Role: schemas.RoleUser, Content: schemas.RawContent(json.RawMessage(raw)), Reasoning: "why", Tokens: declared}
+			if got, want := tokens.Message(&m), max(declared, tokens.Floor(&m)); got != want {
+				t.Errorf("%s declared %d: Message %d; want %d", raw, declared, got, want)
+			}
+		}
+	}
+}
