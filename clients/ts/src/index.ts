@@ -17,6 +17,7 @@ export {
   RECALL_TOOL_NAME,
   MAX_RECALL_MAX_TOKENS,
   MAX_RECALL_QUERY_BYTES,
+  MAX_RECALL_ARGUMENTS_BYTES,
   checkRecallOptions,
   decodeRecallArguments,
   type RecallOptions,
