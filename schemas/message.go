@@ -48,9 +48,12 @@ type Message struct {
 
 	// Compactor's own metadata; the reader strips it unless raw messages are asked for.
 
-	// Tokens is the exact token count of this message when the producer knows it.
+	// Tokens is the token count of this message when the producer knows it: a hint that
+	// counts never below tokens.Floor, a token per 8 UTF-8 bytes of the text.
 	Tokens int `json:"tokens,omitempty"`
 	// Usage is what the agent's model reported for the call that produced this message.
+	// PromptTokens must count the whole context, cached tokens included; the trigger
+	// ignores a usage under half its own estimate.
 	Usage *Usage `json:"usage,omitempty"`
 	// ContextGeneration is the compaction generation of the context that call was sent;
 	// usage without it is ignored.

@@ -30,7 +30,7 @@ type ContentRef struct {
 	SHA256 string `json:"sha256"`
 	// Tokens is the chars/4 estimate of what the object holds (the content's text, a
 	// fixed cost per non-text part, the reasoning), so the message can be counted
-	// without fetching it.
+	// without fetching it; counters hold it to a token per 8 bytes of Size.
 	Tokens int `json:"tokens"`
 }
 

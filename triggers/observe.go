@@ -3,6 +3,8 @@ package triggers
 import (
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/compactor/compactor/jetstream"
 )
 
@@ -28,6 +30,23 @@ type Observer interface {
 	Counted(age time.Duration)
 	// Requested: the trigger asked for a compaction of kind (schemas.TriggerBudget, …).
 	Requested(kind string, result RequestResult)
+}
+
+// UsageObserver is an Observer that also hears of the usage the trigger ignored. An
+// Observer that does not implement it is not told.
+type UsageObserver interface {
+	// UsageIgnored: a reply's usage (prompt_tokens + completion_tokens) was under half
+	// the trigger's estimate of the context, and the estimate was kept.
+	UsageIgnored()
+}
+
+// usageIgnored logs and counts a reply's usage the trigger did not believe.
+func (t *Trigger) usageIgnored(u ignoredUsage, log zerolog.Logger) {
+	log.Warn().Int("usage_tokens", u.reported).Int("estimate_tokens", u.estimate).
+		Msg("reply's usage is under half the estimate of its context and is ignored; send prompt_tokens with the cached tokens included (docs/wire.md)")
+	if o, ok := t.cfg.Observer.(UsageObserver); ok {
+		o.UsageIgnored()
+	}
 }
 
 func (t *Trigger) counted(d *jetstream.Delivery) {

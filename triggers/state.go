@@ -100,20 +100,38 @@ type timers struct {
 	inFlightCheckAt stamp
 }
 
+// usageFloorDivisor says how far below the estimate a reply's usage may be and still be
+// believed: a usage under estimate/usageFloorDivisor is ignored. A model's own count
+// of a context is rarely under half the chars/4 estimate (and it includes the system
+// prompt and tools, which the estimate leaves out); a usage that is, is a producer
+// sending the wrong field (Anthropic's input_tokens without the cache reads).
+const usageFloorDivisor = 2
+
+// ignoredUsage is a reply's usage the trigger did not believe: what it reported
+// (prompt + completion) and the estimate it was checked against. The zero value means
+// none.
+type ignoredUsage struct{ reported, estimate int }
+
 // add counts one message and follows the open tool calls of the newest round.
 //
 // A reply that carries the usage its model reported, measured on the context of the
 // conversation's current generation (context_generation), resets the estimate to what
-// the model counted: prompt_tokens + completion_tokens. Usage measured on an older
-// generation's context is ignored.
+// the model counted: prompt_tokens + completion_tokens, unless that is under half the
+// estimate with the reply counted, which it then keeps (the usage is returned, to be
+// logged and counted). Usage measured on an older generation's context is ignored.
 //
 // It also counts assistant rounds since the last compaction, and marks a tool output
 // over tool_output_trigger_tokens for a structural trigger.
-func (c *convState) add(m *schemas.Message, seq uint64) {
+func (c *convState) add(m *schemas.Message, seq uint64) (ignored ignoredUsage) {
 	c.base = min(c.base, seq)
 	t := tokens.MessageWith(c.count, m)
 	if u := m.Usage; u != nil && m.ContextGeneration != nil && *m.ContextGeneration == c.generation && u.PromptTokens > 0 {
-		c.tokens = u.PromptTokens + u.CompletionTokens
+		reported, estimate := u.PromptTokens+u.CompletionTokens, c.tokens+t
+		if reported < estimate/usageFloorDivisor {
+			c.tokens, ignored = estimate, ignoredUsage{reported: reported, estimate: estimate}
+		} else {
+			c.tokens = reported
+		}
 	} else {
 		c.tokens += t
 	}
@@ -139,6 +157,7 @@ func (c *convState) add(m *schemas.Message, seq uint64) {
 	case m.Role == schemas.RoleAssistant:
 		c.open = nil // the agent moved on; the round stays incomplete forever
 	}
+	return ignored
 }
 
 // decide says whether the conversation needs compacting and why: the kinds are OR-ed,

@@ -898,7 +898,9 @@ func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.D
 		// One read late (redelivered after a failover, or by a trigger behind the
 		// workers), after a compaction covered it, is in the summary.
 		if d.Seq >= c.tailStart {
-			c.add(&e.Message, d.Seq)
+			if u := c.add(&e.Message, d.Seq); u.estimate > 0 {
+				t.usageIgnored(u, log)
+			}
 		}
 	}
 	// A redelivery (already counted) is evaluated again too: it was not acknowledged

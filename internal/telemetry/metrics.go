@@ -36,6 +36,7 @@ type Metrics struct {
 	summarizerTokens *prometheus.CounterVec   // model, kind
 	triggerLag       prometheus.Histogram
 	triggerRequests  *prometheus.CounterVec // trigger, result
+	usageIgnored     prometheus.Counter
 }
 
 // triggerKinds are the values of the trigger label.
@@ -81,6 +82,9 @@ func NewMetrics(version string) *Metrics {
 		Help:    "Age of each chat message when the trigger counted it (time since JetStream stored it).",
 		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800}})
 	m.reg.MustRegister(m.triggerLag)
+	m.usageIgnored = prometheus.NewCounter(prometheus.CounterOpts{Name: "compactor_trigger_usage_ignored_total",
+		Help: "Replies whose usage (prompt_tokens + completion_tokens) was under half the trigger's estimate of their context, and was ignored (docs/wire.md says which fields to send)."})
+	m.reg.MustRegister(m.usageIgnored)
 	m.triggerRequests = counter("compactor_trigger_requests_total",
 		"Compaction requests the trigger made, by trigger kind and what the work queue said (queued, pending: one already waits, error).",
 		"trigger", "result")
@@ -127,6 +131,9 @@ func (m *Metrics) Counted(age time.Duration) { m.triggerLag.Observe(age.Seconds(
 func (m *Metrics) Requested(kind string, r triggers.RequestResult) {
 	m.triggerRequests.WithLabelValues(kind, string(r)).Inc()
 }
+
+// UsageIgnored is triggers.UsageObserver.
+func (m *Metrics) UsageIgnored() { m.usageIgnored.Inc() }
 
 // llmModel makes the series of a model's LLM metrics exist at 0.
 func (m *Metrics) llmModel(model string) {

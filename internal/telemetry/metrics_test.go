@@ -43,6 +43,11 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 		Duration: time.Second, TokensBefore: 3500, TokensAfter: 1200, Fallback: true})
 	m.Counted(time.Second)
 	m.Requested(schemas.TriggerBudget, triggers.RequestQueued)
+	var usage triggers.UsageObserver = m // the trigger tells the metrics of the usage it ignores
+	usage.UsageIgnored()
+	if got := testutil.ToFloat64(m.usageIgnored); got != 1 {
+		t.Errorf("compactor_trigger_usage_ignored_total = %v after one ignored usage; want 1", got)
+	}
 	m.llmModel("gpt-4o-mini")
 	m.llmCall("gpt-4o-mini", time.Second, &schemas.Usage{PromptTokens: 900, CompletionTokens: 100}, nil)
 	pool, err := summarizer.NewPool(summarizer.DefaultConfig(), st, summarizer.Options{Policies: basePolicy{},
@@ -76,6 +81,7 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 		"compactor_compaction_tokens_before", "compactor_compaction_tokens_after", "compactor_fallback_summaries_total",
 		"compactor_llm_requests_total", "compactor_llm_errors_total", "compactor_llm_request_duration_seconds",
 		"compactor_summarizer_tokens_total", "compactor_trigger_lag_seconds", "compactor_trigger_requests_total",
+		"compactor_trigger_usage_ignored_total",
 		"compactor_trigger_conversations", "compactor_request_backlog", "compactor_trigger_backlog",
 		"compactor_backlog_read_errors_total", "compactor_workers", "compactor_workers_busy", "compactor_nats_connected",
 		"compactor_nats_reconnects_total", "compactor_build_info", "go_goroutines", "process_cpu_seconds_total"} {

@@ -50,7 +50,8 @@ type Context struct {
 	Generation   uint64
 	TailStartSeq uint64
 	HasSummary   bool
-	// Tokens is the estimate of Messages (producer counts win where given).
+	// Tokens is the estimate of Messages: producer counts win where given, but never
+	// below what the content's bytes imply (tokens.Floor).
 	Tokens   int
 	Degraded bool
 	Skipped  []rounds.Skipped
@@ -133,7 +134,8 @@ func Assemble(in Input, opts Options) Context {
 }
 
 // add appends one entry, counting its tokens before the metadata is stripped so a
-// producer's exact count wins over the estimate.
+// producer's count wins over the estimate (held to tokens.Floor, so a count far below
+// the content does not hide it from MaxTokens).
 func (c *builder) add(e schemas.Entry, overrides map[uint64]schemas.Override, raw bool) {
 	m := e.Message
 	if o, ok := overrides[e.Seq]; ok {

@@ -402,6 +402,23 @@ func TestAssembleMaxTokensProducerCounts(t *testing.T) {
 	}
 }
 
+// A producer's count far below its content does not hide the content from the count
+// or the cut: a 40,000-byte tool output marked `tokens: 1` weighs at least 5,000 tokens
+// and is cut to the budget (issue 18).
+func TestAssembleMaxTokensDistrustsLowProducerCounts(t *testing.T) {
+	m := schemas.Message{Role: schemas.RoleTool, ToolCallID: "a", Content: schemas.Text(strings.Repeat("x", 40_000)), Tokens: 1}
+	tail := []schemas.Entry{callEntry(1, "a"), entry(2, m)}
+	whole := assemble.Assemble(assemble.Input{Tail: tail}, assemble.Options{})
+	if whole.Tokens < 5000 {
+		t.Fatalf("Tokens %d; want at least the floor of 40,000 bytes, 5,000", whole.Tokens)
+	}
+	got := assemble.Assemble(assemble.Input{Tail: tail}, assemble.Options{MaxTokens: 2000})
+	if got.Tokens > 2000 || !got.Degraded || len(got.Messages[1].Content.String()) > 8000 {
+		t.Fatalf("Tokens %d, Degraded %v, %d bytes; want ≤ 2000 tokens, degraded, the output cut",
+			got.Tokens, got.Degraded, len(got.Messages[1].Content.String()))
+	}
+}
+
 // The evidence section is part of the summary message, so the context's token count
 // includes it: a value with evidence_text counts exactly its extra text more.
 func TestAssembleCountsEvidence(t *testing.T) {

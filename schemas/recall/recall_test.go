@@ -12,8 +12,8 @@ import (
 )
 
 // Entry builders; seq is the CHAT sequence. Every message weighs exactly tok tokens
-// (Message.Tokens), so budgets are easy to read.
-const tok = 10
+// (Message.Tokens, above the floor of every message's bytes), so budgets are easy to read.
+const tok = 40
 
 func text(seq uint64, role schemas.Role, s string) schemas.Entry {
 	return schemas.Entry{Seq: seq, Message: schemas.Message{Role: role, Content: schemas.Text(s), Tokens: tok}}

@@ -49,15 +49,33 @@ func Text(s string) int {
 	return (utf8.RuneCountInString(s) + 3) / 4
 }
 
-// Message returns m.Tokens when the producer set it, else the chars/4 estimate.
+// Message returns MessageWith(Chars4{}, m).
 func Message(m *schemas.Message) int { return MessageWith(Chars4{}, m) }
 
-// MessageWith returns m.Tokens when the producer set it, else EstimateWith(c, m).
+// MessageWith returns the producer's count m.Tokens when it set one, held to at least
+// Floor(m), else EstimateWith(c, m). A declared count is a hint: a message marked
+// `tokens: 1` that holds 900 KB still weighs what its bytes imply.
 func MessageWith(c Counter, m *schemas.Message) int {
 	if m.Tokens > 0 {
-		return m.Tokens
+		if m.Tokens >= floorBound(m) {
+			return m.Tokens // above any floor the content can have: nothing to decode
+		}
+		return max(m.Tokens, Floor(m))
 	}
 	return EstimateWith(c, m)
+}
+
+// floorBound is at least Floor(m), from lengths alone: a JSON string's encoding is never
+// shorter than its text, so the content's raw bytes bound its text's.
+func floorBound(m *schemas.Message) int {
+	b := len(m.Name)
+	for _, tc := range m.ToolCalls {
+		b += len(tc.Function.Name) + len(tc.Function.Arguments)
+	}
+	if m.ContentRef != nil {
+		return bytesFloor(b) + refFloor(m.ContentRef)
+	}
+	return bytesFloor(b + len(m.Reasoning) + len(m.Content.Raw()))
 }
 
 // Estimate ignores m.Tokens and estimates from the content with chars/4.
@@ -67,14 +85,16 @@ func Estimate(m *schemas.Message) int { return EstimateWith(Chars4{}, m) }
 // (nil means Chars4), a fixed cost per non-text part, the reasoning, the name and every
 // tool call (a fixed cost plus its name and arguments counted by c). A stub (a message
 // whose content is stored as an object) counts its reference's tokens in place of its
-// content and reasoning, so it weighs what the whole message does without a fetch.
+// content and reasoning, held to at least a token per FloorBytesPerToken bytes of the
+// object (ContentRef.Size, which a reader checks against the object it fetches), so it
+// weighs what the whole message does without a fetch.
 func EstimateWith(c Counter, m *schemas.Message) int {
 	if c == nil {
 		c = Chars4{}
 	}
 	n := PerMessage + c.Count(m.Name)
 	if m.ContentRef != nil {
-		n += m.ContentRef.Tokens
+		n += max(m.ContentRef.Tokens, refFloor(m.ContentRef))
 	} else {
 		n += stored(c, m)
 	}
@@ -82,6 +102,56 @@ func EstimateWith(c Counter, m *schemas.Message) int {
 		n += PerToolCall + c.Count(tc.Function.Name) + c.Count(tc.Function.Arguments)
 	}
 	return n
+}
+
+// FloorBytesPerToken is the most UTF-8 bytes of text one token is taken to stand for
+// when a declared count is checked against the content (see [Floor]). Real text takes
+// about 4 bytes a token, code and JSON fewer, other scripts than Latin fewer still; 8
+// leaves an honest count room to be below the chars/4 estimate and no room to be far
+// below it.
+const FloorBytesPerToken = 8
+
+// maxFloorBytes bounds the bytes a stub's declared object size counts for, so a hostile
+// size cannot overflow a sum.
+const maxFloorBytes = 1 << 40
+
+// Floor is the fewest tokens the content of m is taken to hold, whatever its producer
+// declares: a token per FloorBytesPerToken UTF-8 bytes of its text (the name, the
+// content's text, the reasoning, the tool calls' names and arguments), rounded up.
+// Non-text parts and the fixed costs count nothing. A stub counts its object's size
+// (ContentRef.Size) in place of its content and reasoning. It depends on bytes only, so
+// every client computes the same floor.
+func Floor(m *schemas.Message) int {
+	b := len(m.Name)
+	for _, tc := range m.ToolCalls {
+		b += len(tc.Function.Name) + len(tc.Function.Arguments)
+	}
+	if m.ContentRef != nil {
+		return bytesFloor(b) + refFloor(m.ContentRef)
+	}
+	b += len(m.Reasoning)
+	switch {
+	case m.Content.IsString():
+		b += len(m.Content.String())
+	case m.Content.IsParts():
+		parts, err := m.Content.Parts()
+		if err == nil {
+			for _, p := range parts {
+				if p.Type == "text" {
+					b += len(p.Text)
+				}
+			}
+		}
+	}
+	return bytesFloor(b)
+}
+
+// bytesFloor is ceil(b / FloorBytesPerToken).
+func bytesFloor(b int) int { return (b + FloorBytesPerToken - 1) / FloorBytesPerToken }
+
+// refFloor is the floor of what a stub's object holds: its size in bytes.
+func refFloor(r *schemas.ContentRef) int {
+	return bytesFloor(int(min(max(r.Size, 0), maxFloorBytes)))
 }
 
 // Stored is the chars/4 estimate of what Offload moves into an object (the content and

@@ -84,9 +84,14 @@ func TestEstimateAndMessage(t *testing.T) {
 			wantMessage:  tokens.PerMessage + 2*tokens.PerToolCall + 1 + 3 + 3,
 		},
 		{
-			name:         "producer count wins",
+			name:         "producer count wins over the estimate above the floor",
+			give:         schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("x", 400)), Tokens: 60},
+			wantEstimate: tokens.PerMessage + 100, wantMessage: 60,
+		},
+		{
+			name:         "producer count far below the content is held to the floor",
 			give:         schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("x", 400)), Tokens: 7},
-			wantEstimate: tokens.PerMessage + 100, wantMessage: 7,
+			wantEstimate: tokens.PerMessage + 100, wantMessage: 50,
 		},
 		{
 			name:         "zero producer count is no count",
@@ -186,6 +191,106 @@ func TestStubCountsAsTheMessageItReplaces(t *testing.T) {
 		}
 		if tokens.Message(&stub) <= tokens.Estimate(&schemas.Message{Role: m.Role, Content: stub.Content}) {
 			t.Errorf("stub counted as its placeholder text")
+		}
+	}
+}
+
+// A declared count is held to a floor of a token per 8 UTF-8 bytes of text: the issue's
+// 900 KB tool output marked `tokens: 1` weighs about 115,000 tokens, not 1. A stub
+// counts its object's size in place of the content it left out, whatever its
+// reference's tokens say.
+func TestDeclaredCountsAreHeldToTheContent(t *testing.T) {
+	big := strings.Repeat("log line 0123456789 abcdefghijklmnopqrstuvwxyz\n", 900_000/48)
+	ref := func(size int64, toks int) *schemas.ContentRef {
+		return &schemas.ContentRef{Bucket: "b", Name: "c/x", Size: size, Tokens: toks}
+	}
+	tests := []struct {
+		name      string
+		give      schemas.Message
+		wantFloor int
+		wantMsg   int
+	}{
+		{
+			name:      "900 KB tool output marked tokens 1",
+			give:      schemas.Message{Role: schemas.RoleTool, ToolCallID: "c", Content: schemas.Text(big), Tokens: 1},
+			wantFloor: (len(big) + 7) / 8, wantMsg: (len(big) + 7) / 8,
+		},
+		{
+			name:      "bytes, not characters: é is two bytes",
+			give:      schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("é", 40)), Tokens: 1},
+			wantFloor: 10, wantMsg: 10,
+		},
+		{
+			name: "text parts, reasoning, name and tool calls; other parts nothing",
+			give: schemas.Message{Role: schemas.RoleAssistant, Name: "bob", Reasoning: "12345678", Tokens: 2,
+				Content: schemas.Parts(json.RawMessage(`{"type":"text","text":"abcdefgh"}`),
+					json.RawMessage(`{"type":"image_url","image_url":{"url":"https://x/a/very/long/url/that/does/not/count"}}`)),
+				ToolCalls: []schemas.ToolCall{{ID: "a", Type: "function", Function: schemas.FunctionCall{Name: "ls", Arguments: `{"p":1}`}}}},
+			// bytes: name 3 + ls 2 + args 7 + reasoning 8 + text 8 = 28 → 4
+			wantFloor: 4, wantMsg: 4,
+		},
+		{
+			name:      "an honest count above the floor stands",
+			give:      schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("x", 80)), Tokens: 15},
+			wantFloor: 10, wantMsg: 15,
+		},
+		{
+			name:      "stub marked tokens 1 with a reference of 1 token",
+			give:      schemas.Message{Role: schemas.RoleTool, ToolCallID: "c", Content: schemas.Text("[stored]"), Tokens: 1, ContentRef: ref(900_000, 1)},
+			wantFloor: 112_500, wantMsg: 112_500, // the placeholder text is not counted: the object is
+		},
+		{
+			name:      "hostile size is bounded",
+			give:      schemas.Message{Role: schemas.RoleTool, ToolCallID: "c", Tokens: 1, ContentRef: ref(1<<62, 1)},
+			wantFloor: 1 << 40 / 8, wantMsg: 1 << 40 / 8,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tokens.Floor(&tt.give); got != tt.wantFloor {
+				t.Errorf("Floor got %d; want %d", got, tt.wantFloor)
+			}
+			if got := tokens.Message(&tt.give); got != tt.wantMsg {
+				t.Errorf("Message got %d; want %d", got, tt.wantMsg)
+			}
+			if got := tokens.Message(&tt.give); got < tokens.Floor(&tt.give) {
+				t.Errorf("Message %d is below the floor %d", got, tokens.Floor(&tt.give))
+			}
+		})
+	}
+}
+
+// A stub without a declared count is estimated from its reference's tokens, held to a
+// token per 8 bytes of its object: a reference that says 1 for 900 KB is not believed,
+// one that says more than the floor is.
+func TestStubEstimateIsHeldToItsObjectSize(t *testing.T) {
+	stub := func(size int64, toks int) schemas.Message {
+		return schemas.Message{Role: schemas.RoleTool, ToolCallID: "c",
+			ContentRef: &schemas.ContentRef{Bucket: "b", Name: "c/x", Size: size, Tokens: toks}}
+	}
+	for _, tt := range []struct {
+		give schemas.Message
+		want int
+	}{
+		{stub(900_000, 1), tokens.PerMessage + 112_500},
+		{stub(800, 300), tokens.PerMessage + 300},
+	} {
+		if got := tokens.Estimate(&tt.give); got != tt.want {
+			t.Errorf("Estimate of a stub of %d bytes and %d tokens got %d; want %d", tt.give.ContentRef.Size, tt.give.ContentRef.Tokens, got, tt.want)
+		}
+	}
+}
+
+// The shortcut that skips decoding a content whose declared count is above any floor
+// its raw bytes allow gives what the floor gives, for escaped strings and parts too.
+func TestDeclaredCountShortcutAgreesWithTheFloor(t *testing.T) {
+	for _, raw := range []string{`"plain text of some length"`, `"\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9\n\n\"q\""`,
+		`[{"type":"text","text":"\u00e9t\u00e9 \ud83d\ude00"},{"type":"image_url","image_url":{"url":"data:x"}}]`, `null`} {
+		for declared := 1; declared <= 12; declared++ {
+			m := schemas.Message{Role: schemas.RoleUser, Content: schemas.RawContent(json.RawMessage(raw)), Reasoning: "why", Tokens: declared}
+			if got, want := tokens.Message(&m), max(declared, tokens.Floor(&m)); got != want {
+				t.Errorf("%s declared %d: Message %d; want %d", raw, declared, got, want)
+			}
 		}
 	}
 }

@@ -19,6 +19,7 @@ export {
   MAX_RECALL_QUERY_BYTES,
   ANSWER_RECALL_MAX_TOKENS,
   DEFAULT_RECALL_MAX_TOKENS,
+  MAX_RECALL_ARGUMENTS_BYTES,
   checkRecallOptions,
   decodeRecallArguments,
   type RecallOptions,
@@ -29,7 +30,7 @@ export { assemble, applyOverride, truncate, summaryText, SUMMARY_PREFIX, type As
 export { normalize, checkPairs, type Entry } from "./rounds.js";
 export { decodeMessage, validateConversationId, stripMetadata, contentText } from "./message.js";
 export { decodeValue, type ValueView } from "./value.js";
-export { chars4, messageTokens, estimateTokens, type Counter } from "./tokens.js";
+export { chars4, messageTokens, estimateTokens, floorTokens, FLOOR_BYTES_PER_TOKEN, type Counter } from "./tokens.js";
 export { restore, offload, ObjectGap, OBJECTS_BUCKET, MAX_OBJECT_SIZE } from "./objects.js";
 export { readContext, resolveEntries, type ContextSource, type ReadOptions } from "./reader.js";
 export { toEntry, missingPinned } from "./store.js";

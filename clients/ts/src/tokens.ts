@@ -3,7 +3,7 @@
 
 import { runeCount } from "./json.js";
 import { isObject } from "./json.js";
-import type { Message } from "./types.js";
+import type { ContentRef, Message } from "./types.js";
 
 /** The fixed cost of one message (role, separators). */
 export const PER_MESSAGE = 4;
@@ -11,6 +11,13 @@ export const PER_MESSAGE = 4;
 export const PER_NON_TEXT_PART = 256;
 /** The fixed cost of one tool call besides its name and arguments. */
 export const PER_TOOL_CALL = 4;
+/**
+ * The most UTF-8 bytes of text one token is taken to stand for when a declared count is
+ * checked against the content (see floorTokens).
+ */
+export const FLOOR_BYTES_PER_TOKEN = 8;
+/** Bounds the bytes a stub's declared object size counts for. */
+const MAX_FLOOR_BYTES = 2 ** 40;
 
 /** Counts the tokens of a text. */
 export type Counter = (text: string) => number;
@@ -18,20 +25,24 @@ export type Counter = (text: string) => number;
 /** The default counter: ceil(characters / 4), characters being Unicode code points. */
 export const chars4: Counter = (text) => Math.floor((runeCount(text) + 3) / 4);
 
-/** A message's tokens: the producer's count when it set one, else the estimate. */
+/**
+ * A message's tokens: the producer's count when it set one, held to at least
+ * floorTokens(m) (a declared count is a hint), else the estimate.
+ */
 export function messageTokens(m: Message, count: Counter = chars4): number {
-  if (typeof m.tokens === "number" && m.tokens > 0) return m.tokens;
+  if (typeof m.tokens === "number" && m.tokens > 0) return Math.max(m.tokens, floorTokens(m));
   return estimateTokens(m, count);
 }
 
 /**
  * The estimate from the content: text counted, a fixed cost per non-text part, the
  * reasoning, the name and every tool call. A stub counts its reference's tokens in
- * place of its content and reasoning.
+ * place of its content and reasoning, held to at least a token per
+ * FLOOR_BYTES_PER_TOKEN bytes of its object.
  */
 export function estimateTokens(m: Message, count: Counter = chars4): number {
   let n = PER_MESSAGE + count(m.name ?? "");
-  n += m.content_ref ? m.content_ref.tokens : storedTokens(m, count);
+  n += m.content_ref ? Math.max(m.content_ref.tokens, refFloor(m.content_ref)) : storedTokens(m, count);
   for (const tc of m.tool_calls ?? []) n += PER_TOOL_CALL + count(tc.function.name) + count(tc.function.arguments);
   return n;
 }
@@ -45,4 +56,37 @@ export function storedTokens(m: Message, count: Counter = chars4): number {
     for (const p of c) n += isObject(p) && p.type === "text" ? count(typeof p["text"] === "string" ? (p["text"] as string) : "") : PER_NON_TEXT_PART;
   }
   return n;
+}
+
+/**
+ * The fewest tokens the content of m is taken to hold, whatever its producer declares
+ * (Go's tokens.Floor): a token per FLOOR_BYTES_PER_TOKEN UTF-8 bytes (not UTF-16 code
+ * units) of its text (the name, the content's text, the reasoning, the tool calls' names
+ * and arguments), rounded up. A stub counts its object's size in place of its content
+ * and reasoning.
+ */
+export function floorTokens(m: Message): number {
+  let b = utf8Length(m.name ?? "");
+  for (const tc of m.tool_calls ?? []) b += utf8Length(tc.function.name) + utf8Length(tc.function.arguments);
+  if (m.content_ref) return bytesFloor(b) + refFloor(m.content_ref);
+  b += utf8Length(m.reasoning ?? "");
+  const c = m.content;
+  if (typeof c === "string") b += utf8Length(c);
+  else if (Array.isArray(c)) {
+    for (const p of c) if (isObject(p) && p.type === "text" && typeof p["text"] === "string") b += utf8Length(p["text"] as string);
+  }
+  return bytesFloor(b);
+}
+
+/** The length of s in UTF-8 bytes, as Go's len counts a string. */
+export function utf8Length(s: string): number {
+  return Buffer.byteLength(s, "utf8");
+}
+
+function bytesFloor(b: number): number {
+  return Math.floor((b + FLOOR_BYTES_PER_TOKEN - 1) / FLOOR_BYTES_PER_TOKEN);
+}
+
+function refFloor(r: ContentRef): number {
+  return bytesFloor(Math.min(Math.max(r.size, 0), MAX_FLOOR_BYTES));
 }

@@ -15,6 +15,8 @@ export const DEFAULT_RECALL_MAX_TOKENS = 4000;
 /** The cap answerRecall puts on a model's max_tokens unless given another (Go: schemas.DefaultAnswerRecallMaxTokens). */
 export const ANSWER_RECALL_MAX_TOKENS = 8000;
 export const MAX_RECALL_QUERY_BYTES = 1024;
+/** The longest arguments of a recall tool call, in UTF-8 bytes (as the Go reader counts them). */
+export const MAX_RECALL_ARGUMENTS_BYTES = 8192;
 
 /** The recall tool's definition, for the tools of a chat completion request. */
 export const RECALL_TOOL = {
@@ -88,7 +90,10 @@ export function checkRecallOptions(o: RecallOptions): void {
  * into recall options; an InvalidError names what is wrong, for the model to correct.
  */
 export function decodeRecallArguments(args: string): RecallOptions {
-  if (args.length > 8192) throw new InvalidError("arguments", `are ${args.length} characters long; at most 8192 are allowed`);
+  const n = Buffer.byteLength(args);
+  if (n > MAX_RECALL_ARGUMENTS_BYTES) {
+    throw new InvalidError("arguments", `are ${n} bytes long; at most ${MAX_RECALL_ARGUMENTS_BYTES} are allowed`);
+  }
   let v: unknown;
   try {
     v = args.trim() === "" ? {} : JSON.parse(args);

@@ -55,8 +55,10 @@ export interface Message {
   reasoning?: string;
   /** Any JSON object the producer wants back untouched. */
   extra?: Record<string, unknown>;
-  /** Compactor's metadata, stripped from a context unless format "raw" is asked for. */
+  // Compactor's metadata, stripped from a context unless format "raw" is asked for.
+  /** The producer's token count: a hint, never counted below a token per 8 UTF-8 bytes of the text (floorTokens). */
   tokens?: number;
+  /** What the model reported for the call; prompt_tokens counts the whole context, cached tokens included. */
   usage?: Usage;
   context_generation?: number;
   /** meta.pin = "true" pins a message verbatim forever. */

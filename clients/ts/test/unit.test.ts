@@ -3,12 +3,16 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
+  assemble,
   checkPairs,
   connectOptionsFromEnv,
   decodeMessage,
   decodeRecallArguments,
   decodeValue,
+  estimateTokens,
+  floorTokens,
   InvalidError,
+  messageTokens,
   NewerSchemaError,
   ObjectGap,
   offload,
@@ -163,4 +167,51 @@ test("decodeRecallArguments reads a model's arguments by the service's rules", (
   ] as const) {
     assert.throws(() => decodeRecallArguments(args), (e: unknown) => e instanceof InvalidError && e.field === field, args.slice(0, 40));
   }
+});
+
+test("a declared count is held to a token per 8 UTF-8 bytes of the content, as Go holds it", () => {
+  const big = "log line 0123456789 abcdefghijklmnopqrstuvwxyz\n".repeat(900_000 / 48);
+  const declared = (content: string, tokens: number): Message => ({ role: "tool", tool_call_id: "c", content, tokens });
+  assert.equal(messageTokens(declared(big, 1)), Math.ceil(big.length / 8), "900 KB marked tokens: 1");
+  assert.equal(messageTokens(declared("x".repeat(80), 15)), 15, "an honest count above the floor stands");
+  // Bytes, not UTF-16 code units: é is 2 bytes and 1 unit, 😀 4 bytes and 2 units.
+  assert.equal(floorTokens(declared("é".repeat(40), 1)), 10);
+  assert.equal(messageTokens(declared("😀".repeat(10), 1)), 5);
+  const parts: Message = {
+    role: "assistant",
+    name: "bob",
+    reasoning: "12345678",
+    tokens: 2,
+    content: [{ type: "text", text: "abcdefgh" }, { type: "image_url", image_url: { url: "https://x/a/very/long/url/that/does/not/count" } }],
+    tool_calls: [{ id: "a", type: "function", function: { name: "ls", arguments: `{"p":1}` } }],
+  };
+  assert.equal(messageTokens(parts), 4, "name 3 + ls 2 + args 7 + reasoning 8 + text 8 = 28 bytes");
+  const ref = { bucket: "compaction-objects", name: "c/x", size: 900_000, sha256: "x", tokens: 1 };
+  const stub: Message = { role: "tool", tool_call_id: "c", content: "[stored]", content_ref: ref };
+  assert.equal(estimateTokens(stub), 4 + 112_500, "a stub's reference of 1 token for 900 KB");
+  assert.equal(messageTokens({ ...stub, tokens: 1 }), 112_500);
+  assert.equal(estimateTokens({ ...stub, content_ref: { ...ref, size: 800, tokens: 300 } }), 4 + 300);
+});
+
+test("the read-time cut counts the content of a message marked tokens: 1", () => {
+  const out = "x".repeat(40_000);
+  const call: Message = { role: "assistant", content: null, tool_calls: [{ id: "a", type: "function", function: { name: "f", arguments: "{}" } }] };
+  const tail = [
+    { seq: 1, message: call },
+    { seq: 2, message: { role: "tool", tool_call_id: "a", content: out, tokens: 1 } as Message },
+  ];
+  const whole = assemble({ value: null, pinned: [], tail });
+  assert.ok(whole.tokens >= 5000, `tokens ${whole.tokens}; want at least the floor of 40,000 bytes`);
+  const cut = assemble({ value: null, pinned: [], tail }, { maxTokens: 2000 });
+  assert.ok(cut.degraded && cut.tokens <= 2000, `degraded ${cut.degraded}, tokens ${cut.tokens}; want a degraded read within 2,000`);
+  assert.ok((cut.messages[1]!.content as string).length < 8000, "the tool output is cut");
+});
+
+test("recall arguments are bounded in UTF-8 bytes, as Go bounds them", () => {
+  // 4,100 é: 4,112 UTF-16 code units, 8,212 bytes: over the 8,192 bytes Go allows.
+  const args = `{"query":"${"é".repeat(4100)}"}`;
+  assert.throws(
+    () => decodeRecallArguments(args),
+    (e: unknown) => e instanceof InvalidError && e.field === "arguments" && /8212 bytes/.test(e.message),
+  );
 });
