@@ -33,6 +33,9 @@ type Names struct {
 	// TriggersBucket is the KV bucket where trigger processes announce themselves when
 	// the trigger is partitioned (Config.TriggerPartitions > 1).
 	TriggersBucket string // compaction-triggers
+	// WindowsBucket is the KV bucket where workers share the context window they
+	// learned of each summarizer endpoint and model (see Windows).
+	WindowsBucket string // compaction-windows
 }
 
 // DefaultNames returns the contract's names.
@@ -47,7 +50,7 @@ func DefaultNames() Names {
 		ObjectsBucket: "compaction-objects", ForgetBucket: "compaction-forgotten",
 		TriggerConsumer: "compactor-trigger", TriggerGroup: "trigger",
 		WorkerConsumer: "compactor-workers", IdleConsumer: "compactor-idle",
-		TriggersBucket: "compaction-triggers",
+		TriggersBucket: "compaction-triggers", WindowsBucket: "compaction-windows",
 	}
 }
 
@@ -68,7 +71,7 @@ func NamespacedNames(ns string) Names {
 		ObjectsBucket: ns + "-objects", ForgetBucket: ns + "-forgotten",
 		TriggerConsumer: ns + "-trigger", TriggerGroup: "trigger",
 		WorkerConsumer: ns + "-workers", IdleConsumer: ns + "-idle",
-		TriggersBucket: ns + "-triggers",
+		TriggersBucket: ns + "-triggers", WindowsBucket: ns + "-windows",
 	}
 }
 
@@ -78,7 +81,7 @@ func NamespacedNames(ns string) Names {
 func (n Names) Streams() []string {
 	return []string{n.ChatStream, n.RequestsStream, n.EventsStream, n.DeadStream, n.ActivityStream,
 		"KV_" + n.ResultsBucket, "KV_" + n.PolicyBucket, "KV_" + n.ForgetBucket, "KV_" + n.TriggersBucket,
-		objectsStream(n.ObjectsBucket)}
+		"KV_" + n.WindowsBucket, objectsStream(n.ObjectsBucket)}
 }
 
 // ObjectsTTL is how long the objects bucket keeps an object: forever when CHAT keeps
@@ -306,7 +309,7 @@ func (c Config) Validate() error {
 		"request prefix": c.RequestPrefix, "events stream": c.EventsStream, "event prefix": c.EventPrefix,
 		"dead stream": c.DeadStream, "dead prefix": c.DeadPrefix, "activity stream": c.ActivityStream,
 		"activity prefix": c.ActivityPrefix, "results bucket": c.ResultsBucket, "policy bucket": c.PolicyBucket,
-		"objects bucket": c.ObjectsBucket, "forget bucket": c.ForgetBucket, "triggers bucket": c.TriggersBucket,
+		"objects bucket": c.ObjectsBucket, "forget bucket": c.ForgetBucket, "triggers bucket": c.TriggersBucket, "windows bucket": c.WindowsBucket,
 		"trigger consumer": c.TriggerConsumer, "trigger group": c.TriggerGroup, "worker consumer": c.WorkerConsumer, "idle consumer": c.IdleConsumer,
 	} {
 		if v == "" {
