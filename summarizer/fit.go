@@ -200,7 +200,9 @@ func endpointOf(sum Summarizer) endpoint {
 // thirds of the request when it named no window (requests are then at most half of the
 // one refused).
 func learnedFrom(err error, refused int) int {
-	var cl interface{ ContextLimit() (window, requested int) }
+	var cl interface {
+		ContextLimit() (window, requested int)
+	}
 	if !errors.As(err, &cl) {
 		return refused * 2 / 3
 	}
@@ -237,7 +239,9 @@ func (p *Pool) learnWindow(ctx context.Context, j *job, ep endpoint, window, ref
 		return
 	}
 	lw := jetstream.LearnedWindow{Endpoint: ep.url, Model: ep.model, Tokens: window, RefusedTokens: refused, LearnedAt: p.now().UTC()}
-	var cl interface{ ContextLimit() (window, requested int) }
+	var cl interface {
+		ContextLimit() (window, requested int)
+	}
 	if errors.As(err, &cl) {
 		lw.StatedTokens, _ = cl.ContextLimit()
 	}
