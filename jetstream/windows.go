@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -40,10 +41,51 @@ type LearnedWindow struct {
 // summarizer endpoint and model. Store.Windows returns it. The bucket is provisioned
 // like the others; a deployment whose provisioning predates it, or a user without its
 // rights, gets the errors of a missing bucket, which callers treat as nothing learned.
-type Windows struct{ *core }
+type Windows struct {
+	*core
+
+	mu sync.Mutex
+	// quietUntil: a read or write that failed (a bucket that is not there, a user
+	// without its rights, whose requests go unanswered) is not tried again before it.
+	quietUntil time.Time
+	lastErr    error
+}
+
+// windowsTimeout bounds one read or write of the windows bucket, and windowsQuiet is how
+// long the handle answers ErrWindowsUnavailable after one failed: learning a window is
+// an optimisation, and a job or a status never waits long for it.
+const (
+	windowsTimeout = 2 * time.Second
+	windowsQuiet   = time.Minute
+)
+
+// ErrWindowsUnavailable is matched by the errors of a Windows handle while it rests
+// after a failed read or write.
+var ErrWindowsUnavailable = errors.New("the windows bucket did not answer lately")
 
 // Windows returns the handle on the windows bucket.
-func (s *Store) Windows() *Windows { return &Windows{&s.core} }
+func (s *Store) Windows() *Windows { return &s.windows }
+
+// guard runs op within windowsTimeout, unless the handle is resting after a failure;
+// a failure starts a rest.
+func (w *Windows) guard(ctx context.Context, op func(ctx context.Context) error) error {
+	w.mu.Lock()
+	if time.Now().Before(w.quietUntil) {
+		err := w.lastErr
+		w.mu.Unlock()
+		return fmt.Errorf("%w: %w", ErrWindowsUnavailable, err)
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, windowsTimeout)
+	defer cancel()
+	err := op(ctx)
+	if err != nil {
+		w.mu.Lock()
+		w.quietUntil, w.lastErr = time.Now().Add(windowsQuiet), err
+		w.mu.Unlock()
+	}
+	return err
+}
 
 // WindowKey is the key of an endpoint and model in the windows bucket: the first 32 hex
 // digits of the SHA-256 of both, so no URL character has to fit a key.
@@ -60,7 +102,11 @@ func (w *Windows) stream() string { return "KV_" + w.cfg.WindowsBucket }
 // expired).
 func (w *Windows) Get(ctx context.Context, endpoint, model string) (*LearnedWindow, error) {
 	subj := w.subject(WindowKey(endpoint, model))
-	msgs, _, err := w.directRequest(ctx, w.stream(), map[string]any{"multi_last": []string{subj}, "batch": 1}, subj)
+	var msgs []StoredMsg
+	err := w.guard(ctx, func(ctx context.Context) (err error) {
+		msgs, _, err = w.directRequest(ctx, w.stream(), map[string]any{"multi_last": []string{subj}, "batch": 1}, subj)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("learned window of %s %s: %w", endpoint, model, err)
 	}
@@ -88,7 +134,11 @@ func (w *Windows) Learn(ctx context.Context, lw LearnedWindow) (LearnedWindow, e
 	if err != nil {
 		return lw, err
 	}
-	if _, err := w.js.Publish(ctx, w.subject(WindowKey(lw.Endpoint, lw.Model)), data, natsjs.WithExpectStream(w.stream())); err != nil {
+	err = w.guard(ctx, func(ctx context.Context) error {
+		_, err := w.js.Publish(ctx, w.subject(WindowKey(lw.Endpoint, lw.Model)), data, natsjs.WithExpectStream(w.stream()))
+		return err
+	})
+	if err != nil {
 		return lw, fmt.Errorf("record the learned window of %s %s: %w", lw.Endpoint, lw.Model, err)
 	}
 	return lw, nil
@@ -97,7 +147,11 @@ func (w *Windows) Learn(ctx context.Context, lw LearnedWindow) (LearnedWindow, e
 // List returns every window on record, by endpoint and model.
 func (w *Windows) List(ctx context.Context) ([]LearnedWindow, error) {
 	subj := w.subject("*")
-	msgs, _, err := w.directRequest(ctx, w.stream(), map[string]any{"multi_last": []string{subj}, "batch": MaxCoalesced}, subj)
+	var msgs []StoredMsg
+	err := w.guard(ctx, func(ctx context.Context) (err error) {
+		msgs, _, err = w.directRequest(ctx, w.stream(), map[string]any{"multi_last": []string{subj}, "batch": MaxCoalesced}, subj)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("learned windows: %w", err)
 	}

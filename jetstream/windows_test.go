@@ -1,6 +1,7 @@
 package jetstream_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -42,6 +43,9 @@ func TestLearnedWindowsAreShared(t *testing.T) {
 		if err != nil || len(all) != 2 || all[0].Model != "other" || all[1].Model != "small" {
 			t.Fatalf("list: %+v, %v", all, err)
 		}
+		if status := other.Status(ctx); len(status.LearnedWindows) != 2 || status.LearnedWindowsError != "" || status.LearnedWindows[1].Tokens != 3000 {
+			t.Fatalf("status shows %+v, %q", status.LearnedWindows, status.LearnedWindowsError)
+		}
 		js, err := natsjs.New(nc)
 		if err != nil {
 			t.Fatal(err)
@@ -52,6 +56,37 @@ func TestLearnedWindowsAreShared(t *testing.T) {
 		}
 		if age := s.CachedInfo().Config.MaxAge; age != jetstream.LearnedWindowTTL || age > 24*time.Hour {
 			t.Fatalf("learned windows kept for %s; want %s", age, jetstream.LearnedWindowTTL)
+		}
+	})
+}
+
+// A windows bucket that does not answer (not provisioned yet, or a user without its
+// rights) costs a caller at most a couple of seconds, once: the handle then rests and
+// answers ErrWindowsUnavailable at once, so a job or a status never waits on it.
+func TestLearnedWindowsUnavailableRests(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := ctxT(t)
+		js, err := natsjs.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := js.DeleteKeyValue(ctx, st.Config().WindowsBucket); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := st.Windows().Get(ctx, "http://llm/v1", "m"); err == nil {
+			t.Fatal("read a bucket that is not there")
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("the first read took %s", took)
+		}
+		start = time.Now()
+		_, err = st.Windows().Learn(ctx, jetstream.LearnedWindow{Endpoint: "http://llm/v1", Model: "m", Tokens: 3000})
+		if !errors.Is(err, jetstream.ErrWindowsUnavailable) || time.Since(start) > 100*time.Millisecond {
+			t.Fatalf("learn while resting: %v after %s; want ErrWindowsUnavailable at once", err, time.Since(start))
+		}
+		if s := st.Status(ctx); s.LearnedWindowsError == "" {
+			t.Fatal("status does not say the learned windows could not be read")
 		}
 	})
 }

@@ -194,15 +194,19 @@ func endpointOf(sum Summarizer) endpoint {
 	return endpoint{}
 }
 
+// contextLimiter is the error of a refusal for length that says what the endpoint named
+// of its window and of the request (see llm's ContextLimit).
+type contextLimiter interface {
+	ContextLimit() (window, requested int)
+}
+
 // learnedFrom is the window a refusal of a request of refused tokens teaches, as
 // Compactor counts tokens: the window the endpoint named, scaled by how its count of the
 // request compares with ours when it said both, never the request refused or more; two
 // thirds of the request when it named no window (requests are then at most half of the
 // one refused).
 func learnedFrom(err error, refused int) int {
-	var cl interface {
-		ContextLimit() (window, requested int)
-	}
+	var cl contextLimiter
 	if !errors.As(err, &cl) {
 		return refused * 2 / 3
 	}
@@ -239,9 +243,7 @@ func (p *Pool) learnWindow(ctx context.Context, j *job, ep endpoint, window, ref
 		return
 	}
 	lw := jetstream.LearnedWindow{Endpoint: ep.url, Model: ep.model, Tokens: window, RefusedTokens: refused, LearnedAt: p.now().UTC()}
-	var cl interface {
-		ContextLimit() (window, requested int)
-	}
+	var cl contextLimiter
 	if errors.As(err, &cl) {
 		lw.StatedTokens, _ = cl.ContextLimit()
 	}
