@@ -238,7 +238,10 @@ type Config struct {
 	DeadMaxAge   time.Duration
 	// ResultHistory is how many revisions of each KV value are kept.
 	ResultHistory uint8
-	// WorkerAckWait is how long a worker may hold a request without InProgress.
+	// WorkerAckWait is how long a worker may hold a request without InProgress: what a
+	// worker that dies or freezes holding one costs before another gets it. Working
+	// jobs send InProgress every 2 s at most (see summarizer.Config.InProgressEvery), so
+	// it can be short.
 	WorkerAckWait time.Duration
 	// TriggerAckWait is how long the trigger may hold a chat message before redelivery.
 	TriggerAckWait time.Duration
@@ -282,7 +285,7 @@ func DefaultConfig() Config {
 		EventsMaxAge:      7 * 24 * time.Hour,
 		DeadMaxAge:        30 * 24 * time.Hour,
 		ResultHistory:     5,
-		WorkerAckWait:     30 * time.Second,
+		WorkerAckWait:     DefaultWorkerAckWait,
 		TriggerAckWait:    30 * time.Second,
 		TriggerPinnedTTL:  10 * time.Second,
 		ActivityMarkerTTL: 24 * time.Hour,
@@ -292,6 +295,11 @@ func DefaultConfig() Config {
 		TriggerHeartbeat:  2 * time.Second,
 	}
 }
+
+// DefaultWorkerAckWait is Config.WorkerAckWait's default: three of the workers' 2 s
+// heartbeats, so a dead worker's request is another's within seconds while one or two
+// lost heartbeats (a busy machine, a stream electing its leader) cost nothing.
+const DefaultWorkerAckWait = 6 * time.Second
 
 // DefaultMaxObjectSize is 16 MiB, about 4 million tokens: more than any model's window.
 const DefaultMaxObjectSize = 16 << 20
