@@ -8,8 +8,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/summarizer/llm"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 // Issue 18: the learned window of each endpoint and model is a gauge, read from the
@@ -39,5 +43,36 @@ compactor_summarizer_learned_window_tokens{endpoint="https://api.example.com/v1"
 	fresh.LearnedWindows(st, zerolog.Nop())
 	if err := testutil.GatherAndCompare(fresh.reg, strings.NewReader(want), "compactor_summarizer_learned_window_tokens"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The compact form of an observed LLM summarizer (what the pool switches to for a small
+// window) is observed too: its calls count, and it still names its endpoint and sizes
+// its requests.
+func TestCompactFormIsObserved(t *testing.T) {
+	f := fakellm.New(t)
+	s, err := llm.New(llm.Config{BaseURL: f.URL(), Model: "small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := NewMetrics("test")
+	observed := Telemetry{Metrics: m}.LLM(s)
+	c, ok := observed.(interface{ Compact() summary.Summarizer })
+	if !ok {
+		t.Fatal("the observed summarizer has no compact form")
+	}
+	short := c.Compact()
+	if _, ok := short.(interface{ Endpoint() (string, string) }); !ok {
+		t.Fatal("the compact form does not name its endpoint")
+	}
+	sized, ok := short.(interface{ RequestTokens(summary.Input) int })
+	if !ok || sized.RequestTokens(summary.Input{MaxSummaryTokens: 100}) >= s.RequestTokens(summary.Input{MaxSummaryTokens: 100}) {
+		t.Fatal("the compact form does not size its shorter requests")
+	}
+	if _, err := short.Summarize(context.Background(), summary.Input{Messages: []schemas.Message{{Role: schemas.RoleUser, Content: schemas.Text("hi")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(m.llmRequests.WithLabelValues("small")); got != 1 {
+		t.Fatalf("%v requests counted; want the compact form's 1", got)
 	}
 }
