@@ -266,3 +266,37 @@ func TestPreviousSummaryLargerThanARequest(t *testing.T) {
 		}
 	}
 }
+
+// Issue 18: an endpoint whose model has a 2,000-token window, configured as 128,000,
+// with everything that crowds a request: a long agent system prompt, operator
+// instructions, a previous summary larger than a request and a message larger than a
+// chunk. After the one refusal that names the window, every request fits it, the
+// summary is the LLM's, and everything reached the model.
+func TestTwoThousandTokenWindowWithACrowdedRequest(t *testing.T) {
+	w, sum := newWindowLLM(t, 2000)
+	var prev strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&prev, "- earlier fact %d: the build id is B-%05d\n", i, i)
+	}
+	msgs := append(messages(30, 1200, "new"), messages(1, 20000, "huge")...)
+	in := summarizer.Input{Conversation: "c", Messages: msgs, PreviousSummary: prev.String(),
+		SystemPrompt: "You are Ops Bot. " + strings.Repeat("Follow the runbook to the letter. ", 300),
+		Instructions: strings.Repeat("Keep every build id and every host name. ", 8), MaxSummaryTokens: 850}
+	out, err := summarizer.SummarizeToFit(context.Background(), sum, in, 128000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Summary == "" || out.Model != "small-local-model" {
+		t.Fatalf("summary %q by %q", out.Summary, out.Model)
+	}
+	if refused := w.refusedThenSmaller(t); refused != 1 {
+		t.Fatalf("%d refusals; want the one that names the window", refused)
+	}
+	for _, want := range []string{"B-00000", "B-00199", "new-0 ", "new-29 ", "huge-0 ", "You are Ops Bot.", "Keep every build id"} {
+		if !strings.Contains(w.text.String(), want) {
+			t.Fatalf("%q never reached the model", want)
+		}
+	}
+	n, _, _ := w.stats()
+	t.Logf("%d requests: %v", n, w.sizes)
+}
