@@ -228,7 +228,12 @@ func (p *Pool) learnedWindow(ctx context.Context, j *job, ep endpoint) int {
 	}
 	lw, err := p.store.Windows().Get(ctx, ep.url, ep.model)
 	if err != nil {
-		j.log.Warn().Err(err).Msg("read the learned window of the summarizer; using the configured one")
+		// Said once a minute: the handle then rests (ErrWindowsUnavailable).
+		ev := j.log.Warn()
+		if errors.Is(err, jetstream.ErrWindowsUnavailable) {
+			ev = j.log.Debug()
+		}
+		ev.Err(err).Msg("read the learned window of the summarizer; using the configured one")
 		return 0
 	}
 	if lw == nil {
@@ -248,7 +253,7 @@ func (p *Pool) learnWindow(ctx context.Context, j *job, ep endpoint, window, ref
 		lw.StatedTokens, _ = cl.ContextLimit()
 	}
 	if _, err := p.store.Windows().Learn(ctx, lw); err != nil {
-		j.log.Warn().Err(err).Msg("share the learned window of the summarizer")
+		j.log.Warn().Err(err).Msg("share the learned window of the summarizer; this job still uses it")
 	}
 }
 
