@@ -33,6 +33,9 @@ type Names struct {
 	// TriggersBucket is the KV bucket where trigger processes announce themselves when
 	// the trigger is partitioned (Config.TriggerPartitions > 1).
 	TriggersBucket string // compaction-triggers
+	// WindowsBucket is the KV bucket where workers share the context window they
+	// learned of each summarizer endpoint and model (see Windows).
+	WindowsBucket string // compaction-windows
 }
 
 // DefaultNames returns the contract's names.
@@ -47,7 +50,7 @@ func DefaultNames() Names {
 		ObjectsBucket: "compaction-objects", ForgetBucket: "compaction-forgotten",
 		TriggerConsumer: "compactor-trigger", TriggerGroup: "trigger",
 		WorkerConsumer: "compactor-workers", IdleConsumer: "compactor-idle",
-		TriggersBucket: "compaction-triggers",
+		TriggersBucket: "compaction-triggers", WindowsBucket: "compaction-windows",
 	}
 }
 
@@ -68,7 +71,7 @@ func NamespacedNames(ns string) Names {
 		ObjectsBucket: ns + "-objects", ForgetBucket: ns + "-forgotten",
 		TriggerConsumer: ns + "-trigger", TriggerGroup: "trigger",
 		WorkerConsumer: ns + "-workers", IdleConsumer: ns + "-idle",
-		TriggersBucket: ns + "-triggers",
+		TriggersBucket: ns + "-triggers", WindowsBucket: ns + "-windows",
 	}
 }
 
@@ -78,7 +81,7 @@ func NamespacedNames(ns string) Names {
 func (n Names) Streams() []string {
 	return []string{n.ChatStream, n.RequestsStream, n.EventsStream, n.DeadStream, n.ActivityStream,
 		"KV_" + n.ResultsBucket, "KV_" + n.PolicyBucket, "KV_" + n.ForgetBucket, "KV_" + n.TriggersBucket,
-		objectsStream(n.ObjectsBucket)}
+		"KV_" + n.WindowsBucket, objectsStream(n.ObjectsBucket)}
 }
 
 // ObjectsTTL is how long the objects bucket keeps an object: forever when CHAT keeps
@@ -235,7 +238,10 @@ type Config struct {
 	DeadMaxAge   time.Duration
 	// ResultHistory is how many revisions of each KV value are kept.
 	ResultHistory uint8
-	// WorkerAckWait is how long a worker may hold a request without InProgress.
+	// WorkerAckWait is how long a worker may hold a request without InProgress: what a
+	// worker that dies or freezes holding one costs before another gets it. Working
+	// jobs send InProgress every 2 s at most (see summarizer.Config.InProgressEvery), so
+	// it can be short.
 	WorkerAckWait time.Duration
 	// TriggerAckWait is how long the trigger may hold a chat message before redelivery.
 	TriggerAckWait time.Duration
@@ -279,7 +285,7 @@ func DefaultConfig() Config {
 		EventsMaxAge:      7 * 24 * time.Hour,
 		DeadMaxAge:        30 * 24 * time.Hour,
 		ResultHistory:     5,
-		WorkerAckWait:     30 * time.Second,
+		WorkerAckWait:     DefaultWorkerAckWait,
 		TriggerAckWait:    30 * time.Second,
 		TriggerPinnedTTL:  10 * time.Second,
 		ActivityMarkerTTL: 24 * time.Hour,
@@ -289,6 +295,11 @@ func DefaultConfig() Config {
 		TriggerHeartbeat:  2 * time.Second,
 	}
 }
+
+// DefaultWorkerAckWait is Config.WorkerAckWait's default: three of the workers' 2 s
+// heartbeats, so a dead worker's request is another's within seconds while one or two
+// lost heartbeats (a busy machine, a stream electing its leader) cost nothing.
+const DefaultWorkerAckWait = 6 * time.Second
 
 // DefaultMaxObjectSize is 16 MiB, about 4 million tokens: more than any model's window.
 const DefaultMaxObjectSize = 16 << 20
@@ -306,7 +317,7 @@ func (c Config) Validate() error {
 		"request prefix": c.RequestPrefix, "events stream": c.EventsStream, "event prefix": c.EventPrefix,
 		"dead stream": c.DeadStream, "dead prefix": c.DeadPrefix, "activity stream": c.ActivityStream,
 		"activity prefix": c.ActivityPrefix, "results bucket": c.ResultsBucket, "policy bucket": c.PolicyBucket,
-		"objects bucket": c.ObjectsBucket, "forget bucket": c.ForgetBucket, "triggers bucket": c.TriggersBucket,
+		"objects bucket": c.ObjectsBucket, "forget bucket": c.ForgetBucket, "triggers bucket": c.TriggersBucket, "windows bucket": c.WindowsBucket,
 		"trigger consumer": c.TriggerConsumer, "trigger group": c.TriggerGroup, "worker consumer": c.WorkerConsumer, "idle consumer": c.IdleConsumer,
 	} {
 		if v == "" {

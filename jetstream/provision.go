@@ -126,7 +126,8 @@ func streamConfigs(cfg Config) []natsjs.StreamConfig {
 	}
 }
 
-// bucketConfigs are the contract's key-value buckets: results, policies, tombstones and,
+// bucketConfigs are the contract's key-value buckets: results, policies, tombstones, the
+// learned windows and,
 // with more than one trigger partition, the trigger processes' presence.
 func bucketConfigs(cfg Config) []natsjs.KeyValueConfig {
 	buckets := []natsjs.KeyValueConfig{
@@ -149,6 +150,14 @@ func bucketConfigs(cfg Config) []natsjs.KeyValueConfig {
 			Description: "Compactor tombstones of forgotten conversations, keyed by the SHA-256 of the id",
 			History:     1,
 			TTL:         cfg.ForgetTTL,
+			Storage:     natsjs.FileStorage,
+			Replicas:    cfg.Replicas,
+		},
+		{
+			Bucket:      cfg.WindowsBucket,
+			Description: "Compactor learned context windows of the summarizer endpoints, keyed by the SHA-256 of endpoint and model",
+			History:     1,
+			TTL:         LearnedWindowTTL,
 			Storage:     natsjs.FileStorage,
 			Replicas:    cfg.Replicas,
 		},

@@ -156,6 +156,10 @@ func (qu *Queue) Requests(ctx context.Context) (*Requests, error) {
 	return &Requests{s: qu.core, cons: c}, nil
 }
 
+// AckWait is the workers' consumer's ack wait as the server had it when Requests bound
+// it: what another process may have provisioned, whatever this one's config says.
+func (r *Requests) AckWait() time.Duration { return r.cons.CachedInfo().Config.AckWait }
+
 // Next fetches one request, waiting up to wait; (nil, nil) when none came. It is
 // called only by a free worker, so a process never holds more requests than it has
 // workers.

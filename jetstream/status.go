@@ -36,6 +36,10 @@ type Status struct {
 	// TriggerMembersError says why they could not be read.
 	TriggerMembers      []string `json:"trigger_members,omitempty"`
 	TriggerMembersError string   `json:"trigger_members_error,omitempty"`
+	// LearnedWindows are the summarizer windows the workers learned of their endpoints
+	// (see Windows); LearnedWindowsError says why they could not be read.
+	LearnedWindows      []LearnedWindow `json:"learned_windows,omitempty"`
+	LearnedWindowsError string          `json:"learned_windows_error,omitempty"`
 }
 
 // Status reads the state of every stream and consumer of the contract. Errors are
@@ -95,6 +99,10 @@ func (s *Store) Status(ctx context.Context) Status {
 			cs.Error = err.Error()
 		}
 		out.Consumers = append(out.Consumers, cs)
+	}
+	var werr error
+	if out.LearnedWindows, werr = s.Windows().List(ctx); werr != nil {
+		out.LearnedWindowsError = werr.Error()
 	}
 	return out
 }

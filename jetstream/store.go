@@ -21,7 +21,7 @@ import (
 // triggers decide or how summaries are written.
 //
 // It is a small root: each resource is read and written through its handle (Chat,
-// Results, Queue, Events, Objects, Policies, Activity and Membership), made once with
+// Results, Queue, Events, Objects, Policies, Activity, Windows and Membership), made once with
 // the store, so asking for one costs nothing. The store itself keeps what spans
 // resources: its config and health, forgetting a conversation and taking back what was
 // written for a forgotten one, and the recall.
@@ -35,6 +35,7 @@ type Store struct {
 	objects  Objects
 	policies Policies
 	activity Activity
+	windows  Windows
 }
 
 // core is the state every handle shares: the connection, the JetStream context and
@@ -64,6 +65,7 @@ func (s *Store) bindHandles() {
 	s.objects = Objects{&s.core}
 	s.policies = Policies{&s.core}
 	s.activity = Activity{&s.core}
+	s.windows = Windows{core: &s.core}
 }
 
 // Config returns the store's config.

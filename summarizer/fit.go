@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/tokens"
@@ -73,23 +74,25 @@ func inputTokens(in Input) int {
 // takes (map-reduce); every level must shrink the summaries. Nothing is dropped: a
 // single message too large for a chunk is cut to its head and tail, with a marker.
 //
-// When the endpoint still refuses a request as too long (ErrContextLength), it tries
-// again with requests of at most half the size of the one refused, so every retry sends
-// strictly less. When the room a request leaves for messages falls below what merging
-// needs (two summaries), it fails with ErrNothingFits, a permanent failure.
+// The window is the configured one, or the smaller one learned of the endpoint and
+// model (see learnedWindow). The summary's cap is lowered until a request can merge two
+// summaries, and a summarizer that has a compact form uses it when that keeps more of
+// the cap (see fitCap). When the endpoint still refuses a request as too long
+// (ErrContextLength), the window it names (or, when it names none, two thirds of the
+// request refused) is learned and shared, and the summarization starts again with
+// requests of at most fitMargin of it, so every retry sends strictly less. When the
+// room a request leaves falls below what merging needs even with the smallest cap, it
+// fails with ErrNothingFits, a permanent failure.
 func (p *Pool) summarizeToFit(ctx context.Context, j *job, sum Summarizer, in Input, window int) (Output, error) {
+	ep := endpointOf(sum)
+	if learned := p.learnedWindow(ctx, j, ep); learned > 0 && learned < window {
+		window = learned
+	}
 	budget := int(float64(window) * fitMargin)
 	var lastErr error
 	for range maxShrinks {
 		f := &fitter{p: p, j: j, sum: sum, budget: budget}
-		fitIn := in
-		fitIn.SystemPrompt = cutText(in.SystemPrompt, budget/4, "cut so the summarizer can read it beside the conversation")
-		if len(in.Pinned) > 0 && tokens.Messages(in.Pinned) > budget/4 {
-			// The agent's pinned messages would crowd out the conversation: the system
-			// prompt alone (cut like above) stands for them, and the request no longer
-			// starts like the agent's.
-			fitIn.Pinned = nil
-		}
+		fitIn := f.fitCap(f.fitPrompt(in))
 		if err := f.checkFloor(fitIn); err != nil {
 			return Output{}, withLast(err, lastErr)
 		}
@@ -98,12 +101,160 @@ func (p *Pool) summarizeToFit(ctx context.Context, j *job, sum Summarizer, in In
 			return out, withLast(err, lastErr)
 		}
 		lastErr = err
-		budget = min(budget, f.refused) / 2
-		j.log.Warn().Err(err).Int("refused_tokens", f.refused).Int("request_tokens", budget).
-			Msg("summarizer refused a request as too long; retrying with requests of at most half its size")
+		learned := learnedFrom(err, f.refused)
+		p.learnWindow(ctx, j, ep, learned, f.refused, err)
+		budget = min(budget, int(float64(learned)*fitMargin), f.refused-1)
+		j.log.Warn().Err(err).Int("refused_tokens", f.refused).Int("learned_window", learned).Int("request_tokens", budget).
+			Msg("summarizer refused a request as too long; retrying with requests sized by the window it names")
 	}
 	return Output{}, fmt.Errorf("%w: refused %d times as too long, down to requests of %d tokens: %w: %w",
 		ErrNothingFits, maxShrinks, budget, errPermanent, lastErr)
+}
+
+// fitPrompt cuts the agent's system prompt to a quarter of the budget, and leaves out
+// pinned messages that would take more than that.
+func (f *fitter) fitPrompt(in Input) Input {
+	in.SystemPrompt = cutText(in.SystemPrompt, f.budget/4, "cut so the summarizer can read it beside the conversation")
+	if len(in.Pinned) > 0 && tokens.Messages(in.Pinned) > f.budget/4 {
+		// The agent's pinned messages would crowd out the conversation: the system
+		// prompt alone (cut like above) stands for them, and the request no longer
+		// starts like the agent's.
+		in.Pinned = nil
+	}
+	return in
+}
+
+// minSummaryTokens is the smallest summary cap fitCap lowers a request to: below it a
+// summary keeps too little to be worth writing, and nothing fits.
+const minSummaryTokens = 128
+
+// compacter is a Summarizer with a compact form: the same endpoint and model, a shorter
+// prompt. *llm.Summarizer has it.
+type compacter interface {
+	Compact() Summarizer
+}
+
+// fitCap lowers in's summary cap to the largest with which a request still leaves room
+// to merge two summaries of that cap, when the cap asked for leaves less; with a
+// summarizer that has a compact form, the form that keeps the larger cap is used. The
+// map-reduce then needs as many levels as it takes, and every summary it writes, the
+// last included, is within the lowered cap.
+func (f *fitter) fitCap(in Input) Input {
+	asked := summaryTokens(in)
+	most := f.capRoom(in)
+	if most >= asked {
+		return in
+	}
+	if c, ok := f.sum.(compacter); ok {
+		short := &fitter{p: f.p, j: f.j, sum: c.Compact(), budget: f.budget}
+		if m := short.capRoom(in); m > most {
+			f.sum, most = short.sum, m
+		}
+	}
+	if most >= asked || most < minSummaryTokens {
+		return in // checkFloor says why nothing fits
+	}
+	f.j.log.Info().Int("max_summary_tokens", asked).Int("request_tokens", f.budget).Int("summary_tokens", most).
+		Msg("summary cap lowered to fit the summarizer's window")
+	in.MaxSummaryTokens = most
+	return in
+}
+
+// capRoom is the largest summary cap S with which a request (the prompt, in's system
+// prompt and instructions, the longest line a chunk adds) leaves room for two summaries
+// of S with their labels: S ≤ (budget − prompt − 2 × (messageOverhead+labelOverhead)) / 3.
+func (f *fitter) capRoom(in Input) int {
+	probe := in
+	probe.MaxSummaryTokens = 1
+	base := f.budget - f.room(probe, longestLine(len(in.Messages))) - 1 // the request without messages, cap excluded
+	// The cap's digits are in the prompt too: a few tokens of slack.
+	return (f.budget - base - 2*(messageOverhead+labelOverhead) - 4) / 3
+}
+
+// longestLine is the longest instruction line a chunk or a merge of n messages adds.
+func longestLine(n int) string {
+	longest := max(len(partLine(n, n)), len(groupLine(n, n)), len(finalLine(true)))
+	return strings.Repeat("x", longest)
+}
+
+// endpoint names a summarizer's endpoint and model, for the window learned of them.
+type endpoint struct{ url, model string }
+
+// endpointer is a Summarizer that can name its endpoint and model. *llm.Summarizer has
+// it; the extractive one does not (it has no window to learn).
+type endpointer interface {
+	Endpoint() (baseURL, model string)
+}
+
+func endpointOf(sum Summarizer) endpoint {
+	if e, ok := sum.(endpointer); ok {
+		url, model := e.Endpoint()
+		return endpoint{url, model}
+	}
+	return endpoint{}
+}
+
+// contextLimiter is the error of a refusal for length that says what the endpoint named
+// of its window and of the request (see llm's ContextLimit).
+type contextLimiter interface {
+	ContextLimit() (window, requested int)
+}
+
+// learnedFrom is the window a refusal of a request of refused tokens teaches, as
+// Compactor counts tokens: the window the endpoint named, scaled by how its count of the
+// request compares with ours when it said both, never the request refused or more; two
+// thirds of the request when it named no window (requests are then at most half of the
+// one refused).
+func learnedFrom(err error, refused int) int {
+	var cl contextLimiter
+	if !errors.As(err, &cl) {
+		return refused * 2 / 3
+	}
+	window, requested := cl.ContextLimit()
+	switch {
+	case window <= 0:
+		return refused * 2 / 3
+	case requested > 0:
+		window = int(int64(window) * int64(refused) / int64(requested))
+	}
+	return max(min(window, refused-1), 1)
+}
+
+// learnedWindow is the window on record for ep (0: none, or no endpoint, or no store).
+// A store that cannot be read leaves the configured window.
+func (p *Pool) learnedWindow(ctx context.Context, j *job, ep endpoint) int {
+	if ep.url == "" || p.store == nil {
+		return 0
+	}
+	lw, err := p.store.Windows().Get(ctx, ep.url, ep.model)
+	if err != nil {
+		// Said once a minute: the handle then rests (ErrWindowsUnavailable).
+		ev := j.log.Warn()
+		if errors.Is(err, jetstream.ErrWindowsUnavailable) {
+			ev = j.log.Debug()
+		}
+		ev.Err(err).Msg("read the learned window of the summarizer; using the configured one")
+		return 0
+	}
+	if lw == nil {
+		return 0
+	}
+	return lw.Tokens
+}
+
+// learnWindow shares what a refusal taught of ep's window with every worker.
+func (p *Pool) learnWindow(ctx context.Context, j *job, ep endpoint, window, refused int, err error) {
+	if ep.url == "" || p.store == nil {
+		return
+	}
+	lw := jetstream.LearnedWindow{Endpoint: ep.url, Model: ep.model, Tokens: window, RefusedTokens: refused, LearnedAt: p.now().UTC()}
+	var cl contextLimiter
+	if errors.As(err, &cl) {
+		lw.StatedTokens, _ = cl.ContextLimit()
+	}
+	if _, err := p.store.Windows().Learn(ctx, lw); err != nil {
+		j.log.Warn().Err(err).Msg("share the learned window of the summarizer; this job still uses it")
+	}
 }
 
 // withLast adds the refusal that led to err, when err is ErrNothingFits after one.
@@ -184,8 +335,7 @@ func (f *fitter) room(base Input, line string) int {
 // checkFloor fails with ErrNothingFits when a request leaves too little room to merge
 // two summaries, so merging could never shrink them.
 func (f *fitter) checkFloor(in Input) error {
-	longest := max(len(partLine(len(in.Messages), len(in.Messages))), len(groupLine(len(in.Messages), len(in.Messages))), len(finalLine(true)))
-	room := f.room(in, strings.Repeat("x", longest))
+	room := f.room(in, longestLine(len(in.Messages)))
 	if floor := 2 * (summaryTokens(in) + messageOverhead + labelOverhead); room < floor {
 		return f.nothingFits("a request leaves %d tokens for input beside the prompt and a %d-token summary, fewer than the %d that merging two summaries needs",
 			room, summaryTokens(in), floor)

@@ -25,6 +25,8 @@ import (
 // OpenAI error code context_length_exceeded. It records the size of every request.
 type windowLLM struct {
 	window int
+	// silent refusals name neither the window nor the request's size.
+	silent bool
 	mu     sync.Mutex
 	sizes  []int  // every request, in order
 	over   []bool // whether it was refused
@@ -72,6 +74,10 @@ func (w *windowLLM) serve(rw http.ResponseWriter, r *http.Request) {
 	rw.Header().Set("Content-Type", "application/json")
 	if size > w.window {
 		rw.WriteHeader(http.StatusBadRequest)
+		if w.silent {
+			fmt.Fprint(rw, `{"error":{"message":"prompt is too long","type":"invalid_request_error","code":"context_length_exceeded"}}`)
+			return
+		}
 		fmt.Fprintf(rw, `{"error":{"message":"This model's maximum context length is %d tokens. However, you requested %d tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, w.window, size)
 		return
 	}
@@ -194,22 +200,28 @@ func TestSmallSummarizerBesideALargeAgentWindow(t *testing.T) {
 // Issue 13: the endpoint's real window is smaller than the one configured. Every
 // retry after context_length_exceeded sends strictly less than the request refused,
 // also when the input is one message; when even the floor does not fit, the error is
-// ErrNothingFits, which the worker does not retry.
+// ErrNothingFits, which the worker does not retry. Issue 18: a refusal that names the
+// window is the last one (refusals at most); one that names nothing halves the request.
 func TestContextLengthRetriesSendLess(t *testing.T) {
 	tests := []struct {
 		name     string
 		msgs     []schemas.Message
 		real     int // the endpoint's window
+		silent   bool
 		wantErr  error
 		refusals int // at least
+		most     int // at most (0: no bound)
 	}{
-		{"many messages", messages(40, 1600, "needle"), 3000, nil, 2},
-		{"one large message", messages(1, 28000, "needle"), 3000, nil, 2},
-		{"nothing fits", messages(40, 1600, "needle"), 1000, summarizer.ErrNothingFits, 1},
+		{"many messages", messages(40, 1600, "needle"), 3000, false, nil, 1, 1},
+		{"one large message", messages(1, 28000, "needle"), 3000, false, nil, 1, 1},
+		{"many messages, silent refusals", messages(40, 1600, "needle"), 3000, true, nil, 2, 0},
+		{"one large message, silent refusals", messages(1, 28000, "needle"), 3000, true, nil, 2, 0},
+		{"nothing fits", messages(40, 1600, "needle"), 1000, false, summarizer.ErrNothingFits, 1, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			w, sum := newWindowLLM(t, tc.real)
+			w.silent = tc.silent
 			in := summarizer.Input{Conversation: "c", Messages: tc.msgs, MaxSummaryTokens: 200}
 			out, err := summarizer.SummarizeToFit(context.Background(), sum, in, 128000)
 			if !errors.Is(err, tc.wantErr) {
@@ -218,8 +230,8 @@ func TestContextLengthRetriesSendLess(t *testing.T) {
 			if tc.wantErr == nil && out.Summary == "" {
 				t.Fatal("empty summary")
 			}
-			if got := w.refusedThenSmaller(t); got < tc.refusals {
-				t.Fatalf("%d refusals; want at least %d", got, tc.refusals)
+			if got := w.refusedThenSmaller(t); got < tc.refusals || (tc.most > 0 && got > tc.most) {
+				t.Fatalf("%d refusals; want %d to %d", got, tc.refusals, tc.most)
 			}
 			if tc.wantErr != nil && !errors.Is(err, summarizer.ErrContextLength) {
 				t.Fatalf("%v does not say the context length was exceeded", err)
@@ -253,4 +265,38 @@ func TestPreviousSummaryLargerThanARequest(t *testing.T) {
 			t.Fatalf("%q never reached the model", want)
 		}
 	}
+}
+
+// Issue 18: an endpoint whose model has a 2,000-token window, configured as 128,000,
+// with everything that crowds a request: a long agent system prompt, operator
+// instructions, a previous summary larger than a request and a message larger than a
+// chunk. After the one refusal that names the window, every request fits it, the
+// summary is the LLM's, and everything reached the model.
+func TestTwoThousandTokenWindowWithACrowdedRequest(t *testing.T) {
+	w, sum := newWindowLLM(t, 2000)
+	var prev strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&prev, "- earlier fact %d: the build id is B-%05d\n", i, i)
+	}
+	msgs := append(messages(30, 1200, "new"), messages(1, 20000, "huge")...)
+	in := summarizer.Input{Conversation: "c", Messages: msgs, PreviousSummary: prev.String(),
+		SystemPrompt: "You are Ops Bot. " + strings.Repeat("Follow the runbook to the letter. ", 300),
+		Instructions: strings.Repeat("Keep every build id and every host name. ", 8), MaxSummaryTokens: 850}
+	out, err := summarizer.SummarizeToFit(context.Background(), sum, in, 128000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Summary == "" || out.Model != "small-local-model" {
+		t.Fatalf("summary %q by %q", out.Summary, out.Model)
+	}
+	if refused := w.refusedThenSmaller(t); refused != 1 {
+		t.Fatalf("%d refusals; want the one that names the window", refused)
+	}
+	for _, want := range []string{"B-00000", "B-00199", "new-0 ", "new-29 ", "huge-0 ", "You are Ops Bot.", "Keep every build id"} {
+		if !strings.Contains(w.text.String(), want) {
+			t.Fatalf("%q never reached the model", want)
+		}
+	}
+	n, _, _ := w.stats()
+	t.Logf("%d requests: %v", n, w.sizes)
 }

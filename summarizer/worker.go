@@ -29,7 +29,8 @@ type Config struct {
 	BackoffBase time.Duration
 	BackoffMax  time.Duration
 	// InProgressEvery is how often a working job tells JetStream it is still alive; keep
-	// it well under the consumer's AckWait.
+	// it well under the consumer's AckWait. Run shortens it to a third of the ack wait
+	// of the consumer it binds, when that is shorter (another process provisioned it).
 	InProgressEvery time.Duration
 	// FetchWait is how long one fetch waits for a request.
 	FetchWait time.Duration
@@ -54,7 +55,7 @@ func DefaultConfig() Config {
 		MaxAttempts:     5,
 		BackoffBase:     2 * time.Second,
 		BackoffMax:      2 * time.Minute,
-		InProgressEvery: 15 * time.Second,
+		InProgressEvery: MaxInProgressEvery,
 		FetchWait:       5 * time.Second,
 	}
 }
@@ -82,6 +83,12 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// MaxInProgressEvery is the default heartbeat of a working job, and the longest a
+// node gives it (a third of jetstream.DefaultWorkerAckWait): frequent enough that the
+// consumer's ack wait can be a few seconds, whatever the version of the process that
+// provisioned it.
+const MaxInProgressEvery = 2 * time.Second
 
 // defaultHandBackTimeout is Config.HandBackTimeout's default.
 const defaultHandBackTimeout = 10 * time.Second
@@ -166,6 +173,12 @@ func (p *Pool) Run(ctx context.Context) error {
 			return nil // stopped before it started
 		}
 		return err
+	}
+	if aw := q.AckWait(); aw > 0 && 3*p.cfg.InProgressEvery > aw {
+		// The consumer was provisioned with a shorter ack wait than this process's:
+		// three heartbeats per ack wait, so one lost heartbeat costs no redelivery.
+		p.cfg.InProgressEvery = max(aw/3, 100*time.Millisecond)
+		p.log.Info().Dur("ack_wait", aw).Dur("heartbeat", p.cfg.InProgressEvery).Msg("heartbeat follows the consumer's ack wait")
 	}
 	p.log.Info().Int("workers", p.cfg.Workers).Msg("summarizer pool started")
 	// Jobs outlive ctx: shutdown drains them instead of abandoning them, until the drain

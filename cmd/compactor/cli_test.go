@@ -799,3 +799,21 @@ func TestASecondSignalEndsACommandAtOnce(t *testing.T) {
 		t.Fatalf("after SIGINT and SIGTERM: %v; want exit 130 or 143 at the second\n%s", err, errOut)
 	}
 }
+
+// Issue 18: status lists the summarizer windows the workers learned, one row each.
+func TestStatusShowsLearnedWindows(t *testing.T) {
+	var b strings.Builder
+	at := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	err := writePipelineStatus(&b, jetstream.Status{LearnedWindows: []jetstream.LearnedWindow{
+		{Endpoint: "http://llm:8000/v1", Model: "small-local-model", Tokens: 3041, StatedTokens: 3000, RefusedTokens: 8884, LearnedAt: at},
+		{Endpoint: "https://proxy.example.com/v1", Model: "m", Tokens: 5000, RefusedTokens: 7500, LearnedAt: at},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"LEARNED WINDOW", "http://llm:8000/v1", "small-local-model", "3,041", "3,000", "2026-11-27T08:00:00Z", "https://proxy.example.com/v1"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+}

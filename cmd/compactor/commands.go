@@ -761,7 +761,27 @@ func writePipelineStatus(w io.Writer, s jetstream.Status) error {
 	if s.TriggerMembersError != "" {
 		fmt.Fprintf(w, "\ntrigger members: %s\n", s.TriggerMembersError)
 	}
-	return nil
+	return writeLearnedWindows(w, s)
+}
+
+// writeLearnedWindows lists the summarizer windows the workers learned, if any.
+func writeLearnedWindows(w io.Writer, s jetstream.Status) error {
+	if s.LearnedWindowsError != "" {
+		fmt.Fprintf(w, "\nlearned summarizer windows: %s\n", s.LearnedWindowsError)
+	}
+	if len(s.LearnedWindows) == 0 {
+		return nil
+	}
+	rows := [][]string{{"LEARNED WINDOW", "MODEL", "TOKENS", "STATED", "LEARNED AT"}}
+	for _, lw := range s.LearnedWindows {
+		stated := "-"
+		if lw.StatedTokens > 0 {
+			stated = thousands(lw.StatedTokens)
+		}
+		rows = append(rows, []string{lw.Endpoint, lw.Model, thousands(lw.Tokens), stated, lw.LearnedAt.UTC().Format(time.RFC3339)})
+	}
+	fmt.Fprintln(w)
+	return writeTable(w, rows)
 }
 
 // writeTable writes rows (the first is the header) in aligned columns, leaving out the

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/compactor/compactor/schemas"
 )
@@ -41,6 +42,11 @@ type LLM struct {
 	// MaxChars, when non-zero, refuses requests whose messages hold more characters,
 	// as an endpoint does with context_length_exceeded.
 	MaxChars int
+	// Window, when non-zero, is the model's context window in tokens: a request whose
+	// messages (a quarter of the characters of each one's text and tool call arguments,
+	// plus 4 a message and 3 for the reply) and reserved completion tokens exceed it is
+	// refused as OpenAI refuses one, with context_length_exceeded naming both sizes.
+	Window int
 	// Hook, when set, runs at the start of every request (outside the lock).
 	Hook func()
 	// Pad, when non-zero, appends that many characters to every summary (a model that
@@ -69,7 +75,7 @@ func (f *LLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	model, input, err := readRequest(r)
+	model, input, size, err := readRequest(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -80,7 +86,13 @@ func (f *LLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if hook != nil {
 		hook()
 	}
-	c := f.take(input)
+	c := f.take(input, size)
+	if c.window > 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"error":{"message":"This model's maximum context length is %d tokens. However, you requested %d tokens. Please reduce the length of the messages or completion.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`, c.window, size)
+		return
+	}
 	if c.tooLong {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
@@ -100,12 +112,14 @@ func (f *LLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // readRequest is the model asked for and what the model is given, in either request
-// shape: the text of every message and the arguments of its tool calls.
-func readRequest(r *http.Request) (model, input string, err error) {
+// shape: the text of every message and the arguments of its tool calls; and the
+// request's size in tokens, as Window counts it.
+func readRequest(r *http.Request) (model, input string, size int, err error) {
 	var req struct {
-		Model     string `json:"model"`
-		MaxTokens int    `json:"max_tokens"`
-		Messages  []struct {
+		Model               string `json:"model"`
+		MaxTokens           int    `json:"max_tokens"`
+		MaxCompletionTokens int    `json:"max_completion_tokens"`
+		Messages            []struct {
 			Role      string          `json:"role"`
 			Content   json.RawMessage `json:"content"`
 			ToolCalls []struct {
@@ -116,15 +130,18 @@ func readRequest(r *http.Request) (model, input string, err error) {
 		} `json:"messages"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		return "", "", err
+		return "", "", 0, err
 	}
+	size = 3 + req.MaxTokens + req.MaxCompletionTokens
 	for _, m := range req.Messages {
-		input += contentText(m.Content)
+		text := contentText(m.Content)
 		for _, tc := range m.ToolCalls {
-			input += tc.Function.Arguments
+			text += tc.Function.Arguments
 		}
+		input += text
+		size += 4 + (utf8.RuneCountInString(text)+3)/4
 	}
-	return req.Model, input, nil
+	return req.Model, input, size, nil
 }
 
 // call is how the endpoint answers one request, decided under its lock.
@@ -133,13 +150,14 @@ type call struct {
 	status, pad int
 	tooLong     bool
 	maxChars    int
+	window      int // the window a request over Window is refused with (0: not refused)
 	block       chan struct{}
 }
 
-// take counts a request of input and decides its answer from the knobs: a failure
-// while Failures lasts, a refusal over MaxChars (else the input is recorded), a hold
-// while Block is set.
-func (f *LLM) take(input string) call {
+// take counts a request of input and size tokens and decides its answer from the
+// knobs: a failure while Failures lasts, a refusal over Window or MaxChars (else the
+// input is recorded), a hold while Block is set.
+func (f *LLM) take(input string, size int) call {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -152,6 +170,9 @@ func (f *LLM) take(input string) call {
 		c.status = http.StatusInternalServerError
 	}
 	c.tooLong = f.MaxChars > 0 && len(input) > f.MaxChars
+	if f.Window > 0 && size > f.Window {
+		c.tooLong, c.window = true, f.Window
+	}
 	if c.tooLong {
 		f.refused++
 	} else {
@@ -282,7 +303,7 @@ func (f *LLM) Calls() int {
 }
 
 // Counts is how many requests arrived and how many of them were refused for holding
-// more than MaxChars, read together.
+// more than MaxChars or Window, read together.
 func (f *LLM) Counts() (calls, refused int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

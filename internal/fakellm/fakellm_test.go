@@ -98,3 +98,23 @@ func TestBlockAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Window refuses a request over it as OpenAI does, naming the window and the request's
+// size (its messages at chars/4, 4 a message, 3 for the reply, and the completion
+// tokens reserved); a request within it is answered.
+func TestWindow(t *testing.T) {
+	f := New(t)
+	f.Set(func(f *LLM) { f.Window = 16 })
+	text := strings.Repeat("x", 40) // 10 tokens: 3 + 4 + 10 = 17
+	_, err := ask(f, text)
+	if status(err) != http.StatusBadRequest || !strings.Contains(err.Error(), "maximum context length is 16 tokens. However, you requested 17 tokens") {
+		t.Fatalf("over the window: %v; want 400 naming 16 and 17 tokens", err)
+	}
+	f.Set(func(f *LLM) { f.Window = 17 })
+	if _, err := ask(f, text); err != nil {
+		t.Fatalf("within the window: %v", err)
+	}
+	if calls, refused := f.Counts(); calls != 2 || refused != 1 {
+		t.Fatalf("calls %d, refused %d; want 2, 1", calls, refused)
+	}
+}

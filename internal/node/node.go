@@ -181,6 +181,7 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 	if m := tel.Metrics; m != nil {
 		if n.pool != nil {
 			m.Pool(n.pool)
+			m.LearnedWindows(st, log)
 		}
 		m.Connection(nc)
 		var parts func() []jetstream.Partition

@@ -38,7 +38,7 @@ type Settings struct {
 	BackoffBase, BackoffMax time.Duration
 	RetryDelay              time.Duration
 	// AckWait is how long a request may go without a worker's heartbeat; heartbeats go
-	// every third of it.
+	// every third of it, and at least every 2 s.
 	AckWait time.Duration
 	// DrainTimeout bounds the drain at shutdown (see StopBudgets).
 	DrainTimeout time.Duration
@@ -114,8 +114,10 @@ func (s Settings) Summarizer() summarizer.Config {
 	c.BackoffBase = s.BackoffBase
 	c.BackoffMax = s.BackoffMax
 	c.Counters = s.counters().Get
-	// Three heartbeats per ack wait: one lost heartbeat does not cost a redelivery.
-	c.InProgressEvery = max(s.AckWait/3, time.Second)
+	// Three heartbeats per ack wait (one lost heartbeat does not cost a redelivery), and
+	// never fewer than one per 2 s, so a consumer another process provisioned with a
+	// shorter ack wait is kept alive too.
+	c.InProgressEvery = min(max(s.AckWait/3, time.Second), summarizer.MaxInProgressEvery)
 	c.DrainTimeout, c.HandBackTimeout = StopBudgets(s.DrainTimeout)
 	return c
 }

@@ -62,7 +62,7 @@ func testEnv(t *testing.T, window int) stackEnv {
 		Roles:   "trigger,worker,api",
 		Workers: 4, MaxAttempts: 5,
 		BackoffBase: 2 * time.Second, BackoffMax: 2 * time.Minute,
-		RetryDelay: 200 * time.Millisecond, AckWait: 30 * time.Second,
+		RetryDelay: 200 * time.Millisecond, AckWait: jetstream.DefaultWorkerAckWait,
 		DrainTimeout: 3 * time.Minute, ForgetTTL: 24 * time.Hour,
 		TriggerHeartbeat: 2 * time.Second,
 		Replicas:         1, TriggerPartitions: 1,

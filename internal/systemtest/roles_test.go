@@ -305,6 +305,31 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		}
 	})
 
+	t.Run("worker learns and shares a small summarizer window; api shows it in status", func(t *testing.T) {
+		llm.Set(func(f *fakellm.LLM) { f.Window = 3000 })
+		defer llm.Set(func(f *fakellm.LLM) { f.Window = 0 })
+		const small = "roles-small-window"
+		msgs, _ := fakellm.NeedleConversation(20)
+		for i, m := range msgs {
+			if _, err := pc.Publish(ctx, small, m); err != nil {
+				t.Fatalf("publish %d as producer: %v", i, err)
+			}
+		}
+		eventually(t, time.Minute, "an LLM summary of "+small, func() bool {
+			v, err := rc.Result(ctx, small)
+			return err == nil && v != nil && v.Generation >= 1 && !v.Fallback
+		})
+		m, err := admin.NC.Request(schemas.StatusSubject, []byte(`{}`), 10*time.Second)
+		if err != nil {
+			t.Fatalf("compactor.status: %v", err)
+		}
+		var status jetstream.Status
+		if err := json.Unmarshal(m.Data, &status); err != nil || len(status.LearnedWindows) != 1 || status.LearnedWindowsError != "" ||
+			status.LearnedWindows[0].StatedTokens != 3000 {
+			t.Fatalf("compactor.status answered %s (%v); want the learned window", m.Data, err)
+		}
+	})
+
 	t.Run("producer forgets its conversation through the service", func(t *testing.T) {
 		// Objects of the conversation, as large messages leave them, and another's.
 		obs, err := natsjs.New(admin.NC)

@@ -39,6 +39,10 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 	st := jstest.Provision(t, nc)
 	m.Connection(nc)
 	m.Backlog(st, func() []jetstream.Partition { return st.Config().Partitions() }, zerolog.Nop())
+	if _, err := st.Windows().Learn(context.Background(), jetstream.LearnedWindow{Endpoint: "http://llm:8000/v1", Model: "small", Tokens: 3000, RefusedTokens: 8000}); err != nil {
+		t.Fatal(err)
+	}
+	m.LearnedWindows(st, zerolog.Nop())
 	m.JobDone(summarizer.JobReport{Trigger: schemas.TriggerBudget, Outcome: summarizer.OutcomeCompleted, Attempt: 1,
 		Duration: time.Second, TokensBefore: 3500, TokensAfter: 1200, Fallback: true})
 	m.Counted(time.Second)
@@ -83,7 +87,7 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 		"compactor_summarizer_tokens_total", "compactor_trigger_lag_seconds", "compactor_trigger_requests_total",
 		"compactor_trigger_usage_ignored_total",
 		"compactor_trigger_conversations", "compactor_request_backlog", "compactor_trigger_backlog",
-		"compactor_backlog_read_errors_total", "compactor_workers", "compactor_workers_busy", "compactor_nats_connected",
+		"compactor_backlog_read_errors_total", "compactor_summarizer_learned_window_tokens", "compactor_learned_windows_read_errors_total", "compactor_workers", "compactor_workers_busy", "compactor_nats_connected",
 		"compactor_nats_reconnects_total", "compactor_build_info", "go_goroutines", "process_cpu_seconds_total"} {
 		if !names[name] {
 			t.Errorf("%s is not gathered, so not linted", name)

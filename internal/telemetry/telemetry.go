@@ -60,6 +60,16 @@ type observedLLM struct {
 	model   string
 }
 
+// Compact is the compact form of the summarizer (see llm.Summarizer.Compact), measured
+// and traced like it: the pool switches to it for a small window.
+func (s observedLLM) Compact() summary.Summarizer {
+	c := s
+	if short, ok := s.Summarizer.Compact().(*llm.Summarizer); ok {
+		c.Summarizer = short
+	}
+	return c
+}
+
 func (s observedLLM) Summarize(ctx context.Context, in summary.Input) (summary.Output, error) {
 	var span trace.Span
 	if s.tracer != nil {

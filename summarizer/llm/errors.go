@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -144,6 +145,9 @@ type callError struct {
 	err        error
 	secrets    []string
 	retryAfter time.Duration
+	// window and requested are what a refusal for length said of the model's window
+	// and of the request, in the model's tokens (0 when it did not say).
+	window, requested int
 }
 
 func (e *callError) Error() string {
@@ -164,6 +168,54 @@ func (e *callError) Unwrap() error { return e.err }
 // ask. The worker pool finds it through errors.As with an interface of this one method,
 // and waits at least this long before the next attempt.
 func (e *callError) RetryAfter() time.Duration { return e.retryAfter }
+
+// ContextLimit is what the endpoint said when it refused a request as too long
+// (ErrContextLength): the model's window and the size of the request, in the model's
+// tokens; either is 0 when the refusal did not say. The worker pool finds it through
+// errors.As with an interface of this one method, and sizes its next requests by it.
+func (e *callError) ContextLimit() (window, requested int) { return e.window, e.requested }
+
+// contextLimitPatterns read a refusal's numbers in the words OpenAI, vLLM, llama.cpp,
+// Anthropic-compatible proxies and others use. Each names which of its groups is the
+// window and which the request (0: none). Only counts said to be tokens are read.
+var contextLimitPatterns = []struct {
+	re                *regexp.Regexp
+	window, requested int
+}{
+	// OpenAI, vLLM, LiteLLM: "This model's maximum context length is 8192 tokens.
+	// However, you requested 9000 tokens (…)" or "… your messages resulted in 9000 tokens".
+	{regexp.MustCompile(`(?i)maximum context length is (\d+) tokens`), 1, 0},
+	{regexp.MustCompile(`(?i)(?:requested|resulted in) (\d+) tokens`), 0, 1},
+	// llama.cpp: "request (9000 tokens) exceeds the available context size (8192 tokens)".
+	{regexp.MustCompile(`(?i)request \((\d+) tokens\) exceeds the available context size \((\d+) tokens\)`), 2, 1},
+	{regexp.MustCompile(`(?i)context size \((\d+) tokens\)`), 1, 0},
+	// Anthropic's wording: "prompt is too long: 210000 tokens > 200000 maximum".
+	{regexp.MustCompile(`(?i)(\d+) tokens > (\d+) maximum`), 2, 1},
+}
+
+// contextLimit reads the model's window and the request's size from the text of a
+// refusal for length (its message, or the body of a response go-openai could not read
+// as an error); 0 for what it does not say.
+func contextLimit(err error) (window, requested int) {
+	text := err.Error()
+	var reqErr *openai.RequestError
+	if errors.As(err, &reqErr) {
+		text += " " + string(reqErr.Body)
+	}
+	for _, p := range contextLimitPatterns {
+		m := p.re.FindStringSubmatch(text)
+		if m == nil {
+			continue
+		}
+		if p.window > 0 && window == 0 {
+			window, _ = strconv.Atoi(m[p.window])
+		}
+		if p.requested > 0 && requested == 0 {
+			requested, _ = strconv.Atoi(m[p.requested])
+		}
+	}
+	return window, requested
+}
 
 // RetryAfter is the wait the endpoint asked for with a failed call's error (see
 // callError.RetryAfter): ok is false when it asked for none.

@@ -36,6 +36,8 @@ type Summarizer struct {
 	client chatCompleter
 	// secrets are cut from the text of every error (see callError).
 	secrets []string
+	// compact sends CompactPrompt in the transcript shape (see Compact).
+	compact bool
 }
 
 var _ summary.Summarizer = (*Summarizer)(nil)
@@ -73,6 +75,24 @@ func secrets(cfg Config) []string {
 	return out
 }
 
+// Compact returns a summarizer of the same endpoint and model whose requests are as
+// short as this package makes them: the transcript shape (no chat message per agent
+// message) with CompactPrompt, a quarter of Prompt. The worker uses it for a model
+// whose window is too small for the full prompt beside the summary and the input it
+// must merge. Its outputs' PromptHash is CompactPromptHash.
+func (s *Summarizer) Compact() summary.Summarizer {
+	c := *s
+	c.cfg.RequestShape = ShapeTranscript
+	c.compact = true
+	return &c
+}
+
+// Endpoint names what answers this summarizer's requests, for the window the worker
+// learns of it: the base URL without credentials, query or fragment, and the model.
+func (s *Summarizer) Endpoint() (baseURL, model string) {
+	return redactURL(s.cfg.BaseURL), s.cfg.Model
+}
+
 // Config returns the configuration in use, with defaults applied and BaseURL as it is
 // called (with "/v1" added when it had no path).
 func (s *Summarizer) Config() Config { return s.cfg }
@@ -97,7 +117,11 @@ func (s *Summarizer) Summarize(ctx context.Context, in summary.Input) (summary.O
 	var retryAfter time.Duration
 	out, err := s.summarize(context.WithValue(ctx, retryAfterKey{}, &retryAfter), in)
 	if err != nil {
-		return summary.Output{}, &callError{err: err, secrets: s.secrets, retryAfter: retryAfter}
+		ce := &callError{err: err, secrets: s.secrets, retryAfter: retryAfter}
+		if errors.Is(err, ErrContextLength) {
+			ce.window, ce.requested = contextLimit(err)
+		}
+		return summary.Output{}, ce
 	}
 	return out, nil
 }
@@ -152,6 +176,9 @@ func (s *Summarizer) summarize(ctx context.Context, in summary.Input) (summary.O
 
 // promptHash is PromptHash or PrefixPromptHash, after the request shape.
 func (s *Summarizer) promptHash(maxTokens int, instructions string) string {
+	if s.compact {
+		return CompactPromptHash(maxTokens, instructions)
+	}
 	if s.cfg.RequestShape == ShapeTranscript {
 		return PromptHash(maxTokens, instructions)
 	}
@@ -173,8 +200,12 @@ func (s *Summarizer) request(in summary.Input) (openai.ChatCompletionRequest, in
 	}
 	req := openai.ChatCompletionRequest{Model: s.cfg.Model, Temperature: s.cfg.Temperature}
 	if s.cfg.RequestShape == ShapeTranscript {
+		system := systemMessage(maxTokens)
+		if s.compact {
+			system = compactSystemMessage(maxTokens)
+		}
 		req.Messages = []openai.ChatCompletionMessage{
-			{Role: openai.ChatMessageRoleSystem, Content: systemMessage(maxTokens)},
+			{Role: openai.ChatMessageRoleSystem, Content: system},
 			{Role: openai.ChatMessageRoleUser, Content: userMessage(in, maxTokens)},
 		}
 	} else {
