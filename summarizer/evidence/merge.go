@@ -57,6 +57,27 @@ func Merge(prev *schemas.Evidence, entries []schemas.Entry, through uint64) *sch
 	return &schemas.Evidence{ThroughSeq: through, Items: bound(items)}
 }
 
+// Since returns ev without the items whose newest reference is older than firstSeq
+// (the oldest message of the conversation still in CHAT): their messages have left
+// with the age limit or a purge, and evidence does not outlive them. A firstSeq of 0
+// says no message is left: no item is. ev is not modified; it is returned as is when
+// every item stays.
+func Since(ev *schemas.Evidence, firstSeq uint64) *schemas.Evidence {
+	if ev == nil || firstSeq == 1 {
+		return ev
+	}
+	out := &schemas.Evidence{ThroughSeq: ev.ThroughSeq}
+	for _, it := range ev.Items {
+		if firstSeq != 0 && it.LastSeq >= firstSeq {
+			out.Items = append(out.Items, it)
+		}
+	}
+	if len(out.Items) == len(ev.Items) {
+		return ev
+	}
+	return out
+}
+
 // bound keeps at most MaxPerKind items of each kind and MaxValueBytes of values, the
 // most valuable by Rank, and returns them in canonical order.
 func bound(items []schemas.EvidenceItem) []schemas.EvidenceItem {

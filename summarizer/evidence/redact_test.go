@@ -162,3 +162,23 @@ func TestExtractRedacts(t *testing.T) {
 		t.Errorf("redaction lost what is not secret: %q", got(items))
 	}
 }
+
+// TestSince: items whose newest reference is older than the first message left go;
+// the rest stay, and nothing is left when no message is.
+func TestSince(t *testing.T) {
+	ev := &schemas.Evidence{ThroughSeq: 30, Items: []schemas.EvidenceItem{
+		{Kind: schemas.EvidenceFile, Value: "a.go", Count: 2, LastSeq: 9},
+		{Kind: schemas.EvidenceFile, Value: "b.go", Count: 1, LastSeq: 10},
+		{Kind: schemas.EvidenceCommand, Value: "make", Count: 4, LastSeq: 30},
+	}}
+	if got := evidence.Since(ev, 1); got != ev {
+		t.Errorf("Since(1) changed the value: %+v", got)
+	}
+	got := evidence.Since(ev, 10)
+	if len(got.Items) != 2 || got.Items[0].Value != "b.go" || got.ThroughSeq != 30 || len(ev.Items) != 3 {
+		t.Errorf("Since(10) = %+v (input now %+v)", got, ev)
+	}
+	if got := evidence.Since(ev, 0); len(got.Items) != 0 {
+		t.Errorf("Since(0) = %+v; want no item", got)
+	}
+}
