@@ -158,6 +158,12 @@ func TestExtractRedacts(t *testing.T) {
 			}
 		}
 	}
+	for _, u := range []string{"url https://bob:[redacted]@api.example.com/x?api_key=[redacted]&q=1", "url https://api.example.com/hook?token=[redacted]",
+		"url https://user:[redacted]@example.com/data.json"} {
+		if !slices.Contains(got(items), u) {
+			t.Errorf("a redacted URL is not kept whole: want %q in %q", u, got(items))
+		}
+	}
 	if !slices.Contains(got(items), "file db/schema.sql") || !slices.Contains(got(items), "command export OPENAI_API_KEY=[redacted] && python app.py") {
 		t.Errorf("redaction lost what is not secret: %q", got(items))
 	}
