@@ -25,7 +25,7 @@ type rule struct {
 // GITHUB_TOKEN, access_token, client_secret, DB_PASSWORD, passwd, pwd, private_key,
 // signature, credentials... A name that only contains one of these words (monkey,
 // token_count, max_tokens, task-id) is not one.
-const secretKey = `(?:[A-Za-z0-9]+[_.-])*(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|auth[_-]?token|access[_-]?token|refresh[_-]?token|id[_-]?token|session[_-]?token|token|secret|client[_-]?secret|password|passwd|passphrase|pwd|credentials?|signature|sig|x-amz-signature|x-amz-credential|x-amz-security-token|key)`
+const secretKey = `(?:[A-Za-z0-9]+[_.-])*(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|auth[_-]?token|access[_-]?token|refresh[_-]?token|id[_-]?token|session[_-]?token|token|secret|client[_-]?secret|password|pgpassword|passwd|passphrase|pwd|credentials?|signature|sig|x-amz-signature|x-amz-credential|x-amz-security-token|key)`
 
 // value is what follows a secret key: up to a blank, a quote, a separator or a
 // bracket. Values that name a secret instead of holding it ($VAR, ${VAR}, <token>) are
@@ -50,6 +50,8 @@ var rules = []rule{
 	// mysql and its tools take the password glued to -p (-psecret); sshpass and the
 	// registry logins (docker, podman, helm, oras) take it as the next word.
 	{regexp.MustCompile(`\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlshow|mysqlcheck)\b[^\n;&|]*?\s-p(?P<s>[^\s"']+)`), "-p", nil},
+	{regexp.MustCompile(`\b(?:curl|wget|http)\b[^\n;&|]*?\s(?:-u|--user)\s*["']?[^\s:"']*:(?P<s>[^\s"']+)`), "-", nil},
+	{regexp.MustCompile(`\bredis-cli\b[^\n;&|]*?\s(?:-a|--pass)\s+["']?(?P<s>[^\s"']+)`), "redis-cli", nil},
 	{regexp.MustCompile(`\b(?:sshpass\s+-p|(?:docker|podman|helm\s+registry|oras|buildah|skopeo)\s+login\b[^\n;&|]*?\s-p)\s+["']?(?P<s>[^\s"']+)`), "-p", nil},
 	// Well-known key shapes.
 	{regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_-]{16,}`), "sk-ant-", nil},

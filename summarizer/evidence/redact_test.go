@@ -49,6 +49,10 @@ func TestRedact(t *testing.T) {
 		{give: `mysql -u root -psecret123 mydb`, want: `mysql -u root -p[redacted] mydb`},
 		{give: `mysqldump -h db -u admin -pTopSecret! shop > dump.sql`, want: `mysqldump -h db -u admin -p[redacted] shop > dump.sql`},
 		{give: `docker login -u bob -p s3cret registry.example.com`, want: `docker login -u bob -p [redacted] registry.example.com`},
+		{give: `curl -u admin:S3cretPw https://api.example.com/x`, want: `curl -u admin:[redacted] https://api.example.com/x`},
+		{give: `curl --user 'bob:pa55' -X POST https://x.example`, want: `curl --user 'bob:[redacted]' -X POST https://x.example`},
+		{give: `PGPASSWORD=hunter2 psql -h db -U app`, want: `PGPASSWORD=[redacted] psql -h db -U app`},
+		{give: `redis-cli -h cache -a r3disPw PING`, want: `redis-cli -h cache -a [redacted] PING`},
 		{give: `sshpass -p 'mypass' ssh user@host`, want: `sshpass -p '[redacted]' ssh user@host`},
 		{give: `{"username": "bob", "password": "hunter2"}`, want: `{"username": "bob", "password": "[redacted]"}`},
 		{give: `OPENAI_API_KEY is ` + fakeOpenAI, want: `OPENAI_API_KEY is [redacted]`},
@@ -111,6 +115,8 @@ func TestRedactKeeps(t *testing.T) {
 		"https://docs.python.org/3/library/secrets.html",
 		"-----BEGIN PUBLIC KEY-----",
 		"password reset flow for TICKET-42",
+		"curl -u admin https://api.example.com/x",
+		"curl -s -X POST https://x.example -d @body.json",
 	} {
 		if got := evidence.Redact(s); got != s {
 			t.Errorf("Redact(%q) = %q, want it unchanged", s, got)
