@@ -31,33 +31,40 @@ const MaxEncodedBytes = schemas.MaxEvidenceBytes
 // Merge adds the evidence of entries (newly covered messages, through sequence
 // through) to prev (the previous compaction's; nil for none) and returns the new value:
 // counts add up, the newest sequence and "changed" carry over, and the value is cut to
-// MaxPerKind items of each kind and MaxEncodedBytes of JSON, least valuable first. prev is not modified. A prev that does not pass
+// MaxPerKind items of each kind and MaxEncodedBytes of JSON, least valuable first.
+// Secrets in prev's items (stored before they were redacted) are redacted. prev is not modified. A prev that does not pass
 // Validate is not built on: the caller reports it and passes nil.
 func Merge(prev *schemas.Evidence, entries []schemas.Entry, through uint64) *schemas.Evidence {
 	c := newCollector()
 	if prev != nil {
+		// Items stored before secrets were redacted are redacted as they are carried.
 		for _, it := range prev.Items {
-			cp := it
-			c.items[itemKey{it.Kind, it.Value}] = &cp
+			it.Value = Redact(it.Value)
+			c.merge(it)
 		}
 		through = max(through, prev.ThroughSeq)
 	}
 	for _, it := range Extract(entries) {
-		k := itemKey{it.Kind, it.Value}
-		if old := c.items[k]; old != nil {
-			old.Count += it.Count
-			old.LastSeq = max(old.LastSeq, it.LastSeq)
-			old.Changed = old.Changed || it.Changed
-			continue
-		}
-		cp := it
-		c.items[k] = &cp
+		c.merge(it)
 	}
 	items := c.list()
 	for i := range items {
 		through = max(through, items[i].LastSeq)
 	}
 	return &schemas.Evidence{ThroughSeq: through, Items: bound(items, through)}
+}
+
+// merge adds it to the collected items: to the item of the same kind and value when
+// there is one (counts add up, the newest sequence and "changed" carry over).
+func (c *collector) merge(it schemas.EvidenceItem) {
+	k := itemKey{it.Kind, it.Value}
+	if old := c.items[k]; old != nil {
+		old.Count += it.Count
+		old.LastSeq = max(old.LastSeq, it.LastSeq)
+		old.Changed = old.Changed || it.Changed
+		return
+	}
+	c.items[k] = &it
 }
 
 // Since returns ev without the items whose newest reference is older than firstSeq

@@ -194,3 +194,26 @@ func TestSince(t *testing.T) {
 		t.Errorf("Since(0) = %+v; want no item", got)
 	}
 }
+
+// Evidence stored before secrets were redacted is redacted when it is carried forward:
+// a stored secret does not survive the next compaction.
+func TestMergeRedactsCarriedItems(t *testing.T) {
+	prev := &schemas.Evidence{ThroughSeq: 9, Items: []schemas.EvidenceItem{
+		{Kind: schemas.EvidenceCommand, Value: "export GITHUB_TOKEN=" + fakeGitHub, Count: 1, LastSeq: 3},
+		{Kind: schemas.EvidenceURL, Value: "https://bob:pw0rd@api.example.com/x", Count: 2, LastSeq: 5},
+		{Kind: schemas.EvidenceURL, Value: "https://bob:[redacted]@api.example.com/x", Count: 1, LastSeq: 7},
+	}}
+	next := evidence.Merge(prev, nil, 9)
+	for _, it := range next.Items {
+		if strings.Contains(it.Value, fakeGitHub[4:]) || strings.Contains(it.Value, "pw0rd") {
+			t.Errorf("carried %s %q", it.Kind, it.Value)
+		}
+	}
+	want := []string{"command export GITHUB_TOKEN=[redacted]", "url https://bob:[redacted]@api.example.com/x"}
+	if !slices.Equal(got(next.Items), want) || next.Items[1].Count != 3 || next.Items[1].LastSeq != 7 {
+		t.Errorf("merged %+v; want %q, the two URLs one item of 3 references", next.Items, want)
+	}
+	if err := next.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
