@@ -39,12 +39,13 @@ var rules = []rule{
 	{regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://(?:[^\s:@/?#'"]*:(?P<s>[^\s@/?#'"]+)|(?P<s>[A-Za-z0-9_-]{20,}))@`), "://", nil},
 	// Authorization and its kin as headers: the scheme is kept, the credentials go.
 	{regexp.MustCompile(`(?i)\b(?:proxy-)?authorization["']?\s*[:=]\s*["']?(?:(?:bearer|basic|token|digest|bot|apikey)\s+)?(?P<s>` + value + `)`), "", nil},
-	{regexp.MustCompile(`(?i)\b(?:x-api-key|api-key|x-auth-token|x-access-token|private-token|x-goog-api-key|cookie)["']?\s*:\s*["']?(?P<s>` + value + `)`), "", nil},
+	{regexp.MustCompile(`(?i)\b(?:x-api-key|api-key|x-auth-token|x-access-token|private-token|x-goog-api-key)["']?\s*:\s*["']?(?P<s>` + value + `)`), "", nil},
+	{regexp.MustCompile(`(?i)\b(?:set-)?cookie["']?\s*:\s*["']?(?P<s>[^\s"';=]+=[^\s"';]+)`), "", nil},
 	{regexp.MustCompile(`(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})`), "", tokenLike},
 	// key=value pairs: query strings, env assignments (export API_KEY=...), options.
-	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `=["']?(?P<s>` + value + `)`), "=", nil},
+	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `=["']?(?P<s>` + value + `)\(?`), "=", assigned},
 	// "key": "value" in JSON and similar quoted keys.
-	{regexp.MustCompile(`(?i)["']` + secretKey + `["']\s*:\s*["'](?P<s>[^"'\\]+)`), ":", nil},
+	{regexp.MustCompile(`(?i)["']` + secretKey + `["']\s*:\s*["'](?P<s>[^"'\\]+)`), ":", assigned},
 	// Command-line flags that take a secret: --password x, --api-key=x, --token x.
 	{regexp.MustCompile(`(?i)(?:^|\s)--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|token|secret|api-key|apikey|access-key|secret-key|private-key|client-secret|auth)(?:=|\s+)["']?(?P<s>[^\s"'-][^\s"']*)`), "--", notNegated},
 	// mysql and its tools take the password glued to -p (-psecret); sshpass and the
@@ -143,6 +144,46 @@ func keep(v string) bool {
 func tokenLike(_, w string) bool {
 	return len(w) >= 20 || strings.ContainsAny(w, "0123456789")
 }
+
+// weakKeys are secret key names that also name things that are not secret
+// (primary_key, sort key=..., a cache key): their value must look like a token.
+var weakKey = regexp.MustCompile(`(?i)(?:^|[_.-])(?:key|sig|signature|credentials?|pwd)$`)
+
+// assigned says the value a key is given is a secret: not a literal of a program
+// (True, False, None, null), not a call (key=attrgetter("pk")), and, for a weak key
+// name (key, sig, ...), token-like (tokenish).
+func assigned(match, v string) bool {
+	if strings.HasSuffix(match, "(") {
+		return false
+	}
+	switch strings.ToLower(strings.Trim(v, `"'`)) {
+	case "true", "false", "none", "null", "nil", "undefined", "yes", "no":
+		return false
+	}
+	name := match
+	if i := strings.IndexAny(name, "=:"); i >= 0 {
+		name = name[:i]
+	}
+	name = strings.Trim(name, `"' `)
+	if weakKey.MatchString(name) && !strongKey.MatchString(name) {
+		return tokenish(v)
+	}
+	return true
+}
+
+// tokenish says a value looks generated rather than named: at least 8 characters with
+// at least 3 digits, or at least 24 with one (user_profile_v2 is a name; Q9x8Rt7Yu6 and
+// AIzaSy... keys are not).
+func tokenish(v string) bool {
+	digits := strings.Count(v, "0")
+	for d := '1'; d <= '9'; d++ {
+		digits += strings.Count(v, string(d))
+	}
+	return len(v) >= 8 && digits >= 3 || len(v) >= 24 && digits >= 1
+}
+
+// strongKey are key names that always hold a secret.
+var strongKey = regexp.MustCompile(`(?i)(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|signature)$`)
 
 // notNegated says a flag is not a --no-... flag, whose next word is not its value.
 func notNegated(match, _ string) bool { return !strings.Contains(strings.ToLower(match), "--no-") }
