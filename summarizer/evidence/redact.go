@@ -164,7 +164,9 @@ func assigned(match, v string) bool {
 	if i := strings.IndexAny(name, "=:"); i >= 0 {
 		name = name[:i]
 	}
-	name = strings.Trim(name, `"' `)
+	name = strings.TrimLeftFunc(strings.TrimRight(name, `"' `), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	})
 	if weakKey.MatchString(name) && !strongKey.MatchString(name) {
 		return tokenish(v)
 	}
@@ -172,14 +174,14 @@ func assigned(match, v string) bool {
 }
 
 // tokenish says a value looks generated rather than named: at least 8 characters with
-// at least 3 digits, or at least 24 with one (user_profile_v2 is a name; Q9x8Rt7Yu6 and
+// at least 3 digits, or at least 20 with one (user_profile_v2 is a name; Q9x8Rt7Yu6 and
 // AIzaSy... keys are not).
 func tokenish(v string) bool {
 	digits := strings.Count(v, "0")
 	for d := '1'; d <= '9'; d++ {
 		digits += strings.Count(v, string(d))
 	}
-	return len(v) >= 8 && digits >= 3 || len(v) >= 24 && digits >= 1
+	return len(v) >= 8 && digits >= 3 || len(v) >= 20 && digits >= 1
 }
 
 // strongKey are key names that always hold a secret.

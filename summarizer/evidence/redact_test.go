@@ -37,7 +37,7 @@ func TestRedact(t *testing.T) {
 		{give: `git clone https://` + fakeGitHub + `@github.com/org/repo.git`, want: `git clone https://[redacted]@github.com/org/repo.git`},
 		{give: `psql postgres://app:hunter2@db.internal:5432/app`, want: `psql postgres://app:[redacted]@db.internal:5432/app`},
 		{give: `curl "https://api.example.com/v1/data?api_key=abcd1234efgh&format=json"`, want: `curl "https://api.example.com/v1/data?api_key=[redacted]&format=json"`},
-		{give: `https://x.blob.core.windows.net/c/f?sv=2022-11-02&sig=AbCdEf%2Bgh&se=2026`, want: `https://x.blob.core.windows.net/c/f?sv=2022-11-02&sig=[redacted]&se=2026`},
+		{give: `https://x.blob.core.windows.net/c/f?sv=2022-11-02&sig=Xz7Fo%2BRkmJqeJxT%2FdEzyWcbVnpLq%3D&se=2026`, want: `https://x.blob.core.windows.net/c/f?sv=2022-11-02&sig=[redacted]&se=2026`},
 		{give: `https://example.com/cb?access_token=ya29.a0Af&state=1`, want: `https://example.com/cb?access_token=[redacted]&state=1`},
 		{give: `export GITHUB_TOKEN=` + fakeGitHub, want: `export GITHUB_TOKEN=[redacted]`},
 		{give: `API_KEY=abc123 python run.py`, want: `API_KEY=[redacted] python run.py`},
@@ -123,6 +123,7 @@ func TestRedactKeeps(t *testing.T) {
 		"def __init__(self, verbose_name=None, password=None):",
 		"where $ORDER is set in the session cookie: if (isset($ORDER)) {",
 		"cache key=user_profile_v2",
+		"curl 'https://api.example.com/items?sort=asc&key=name'",
 		"curl -u admin https://api.example.com/x",
 		"curl -s -X POST https://x.example -d @body.json",
 	} {
