@@ -312,6 +312,23 @@ func (ch *Chat) LastSeq(ctx context.Context, conv string) (uint64, error) {
 	return m.Seq, nil
 }
 
+// FirstSeq returns the sequence of a conversation's oldest message still in CHAT
+// (older ones left with the age limit or a purge), 0 when it has none.
+func (ch *Chat) FirstSeq(ctx context.Context, conv string) (uint64, error) {
+	subj, err := ch.cfg.ChatFilter(conv)
+	if err != nil {
+		return 0, err
+	}
+	m, err := ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"seq": 1, "next_by_subj": subj})
+	if errors.Is(err, errNoMessage) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Seq, nil
+}
+
 // Consume delivers CHAT's messages to the active trigger: every process calls it
 // with the same durable consumer and priority group, one is pinned and gets the
 // messages, the others stand by and take over when it goes silent. handle settles each

@@ -20,6 +20,10 @@ const (
 	MaxEvidenceItems = 2000
 	// MaxEvidenceValueBytes is the longest item value, in bytes.
 	MaxEvidenceValueBytes = 512
+	// MaxEvidenceBytes is the most an Evidence value's JSON encoding takes, escapes
+	// included. A writer keeps within it; Validate does not check it, so that a value
+	// written before the bound is trimmed by the next compaction, not refused.
+	MaxEvidenceBytes = 64 << 10
 )
 
 // Evidence is what a compaction extracted deterministically from the messages it

@@ -17,14 +17,16 @@ import (
 // covered entries (as loaded, before pre-trim) hold, and the section rendered within
 // the budget's EvidenceTokens. An evidence budget of 0 turns it off: next has neither.
 // A previous value whose evidence does not validate is not built on (it is reported);
-// the new evidence starts from the covered entries.
+// the new evidence starts from the covered entries. Items whose messages have all left
+// CHAT (their newest reference is older than firstSeq, the conversation's oldest message
+// still there, 0 when none is) are dropped: evidence lives no longer than its messages.
 //
 // The value must fit one NATS message (maxValue, the connection's max payload less
 // room for headers) whatever the evidence holds: JSON escapes some characters six
 // bytes to one, and the section repeats the values. When the value would be too large,
 // the section is rendered within half the budget, again and again, then the evidence
 // is left out, so a compaction is never lost to its evidence (invariant 9).
-func withEvidence(log zerolog.Logger, next, prev *schemas.Result, covered []schemas.Entry, b budget.Budget, count tokens.Counter, maxValue int) {
+func withEvidence(log zerolog.Logger, next, prev *schemas.Result, covered []schemas.Entry, b budget.Budget, count tokens.Counter, maxValue int, firstSeq uint64) {
 	limit := b.EvidenceTokens()
 	if limit <= 0 {
 		return
@@ -34,7 +36,7 @@ func withEvidence(log zerolog.Logger, next, prev *schemas.Result, covered []sche
 		if err := prev.Evidence.Validate(); err != nil {
 			log.Warn().Err(err).Uint64("generation", prev.Generation).Msg("previous evidence is invalid; not carried forward")
 		} else {
-			base = prev.Evidence
+			base = evidence.Since(prev.Evidence, firstSeq)
 		}
 	}
 	next.Evidence = evidence.Merge(base, covered, next.CoveredThroughSeq)

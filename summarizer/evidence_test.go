@@ -16,6 +16,7 @@ import (
 	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/evidence"
 	"github.com/compactor/compactor/summarizer/extractive"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // evidenceOff is window4000 with evidence_budget 0.
@@ -165,5 +166,59 @@ func TestEvidenceOff(t *testing.T) {
 	v := compact(t, ctx, st, "off", last)
 	if v.Evidence != nil || v.EvidenceText != "" {
 		t.Fatalf("evidence stored with evidence_budget 0: %+v %q", v.Evidence, v.EvidenceText)
+	}
+}
+
+// Evidence does not outlive its messages: once the messages an item came from have
+// left CHAT (the age limit, or a purge), the next compaction drops it; items whose
+// messages are still there stay.
+func TestEvidenceLeavesWithItsMessages(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	last := publishRounds(t, ctx, st, "aged", 0, 8)
+	cfg := summarizer.DefaultConfig()
+	cfg.Workers, cfg.FetchWait = 1, 200*time.Millisecond
+	runPool(t, st, cfg, summarizer.Options{Policies: window4000{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return extractive.New(), nil }})
+	v := compact(t, ctx, st, "aged", last)
+	has := func(ev *schemas.Evidence, value string) bool {
+		for _, it := range ev.Items {
+			if it.Value == value {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(v.Evidence, "/repo/pkg0/file.go") {
+		t.Fatalf("first evidence lacks pkg0: %+v", v.Evidence.Items)
+	}
+
+	// The covered messages leave CHAT, as the age limit would take them.
+	filter, err := st.Config().ChatFilter("aged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := testJetStream(t, nc).Stream(ctx, st.Config().ChatStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx, natsjs.WithPurgeSubject(filter), natsjs.WithPurgeSequence(v.TailStartSeq)); err != nil {
+		t.Fatal(err)
+	}
+	last = publishRounds(t, ctx, st, "aged", 8, 8)
+	v2 := compact(t, ctx, st, "aged", last)
+	for _, it := range v2.Evidence.Items {
+		if it.LastSeq < v.TailStartSeq {
+			t.Errorf("item %s %q of sequence %d outlived its messages (the oldest left is %d)", it.Kind, it.Value, it.LastSeq, v.TailStartSeq)
+		}
+	}
+	if has(v2.Evidence, "/repo/pkg0/file.go") || !has(v2.Evidence, "/repo/pkg10/file.go") {
+		t.Fatalf("second evidence: %+v", v2.Evidence.Items)
+	}
+	if strings.Contains(v2.EvidenceText, "/repo/pkg0/") {
+		t.Fatalf("the section still shows pkg0:\n%s", v2.EvidenceText)
 	}
 }

@@ -85,7 +85,9 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	}
 	// 4. Guard.
 	c.next = p.result(j, c.ld, c.pl, c.out, c.before, c.s)
-	p.addEvidence(c)
+	if err := p.addEvidence(ctx, c); err != nil {
+		return err
+	}
 	if reason := p.guard(c); reason != "" {
 		return p.decline(ctx, j, c.ld, c.before.Tokens, c.after.Tokens, reason)
 	}
@@ -260,9 +262,14 @@ func (p *Pool) summarizeOrFallBack(ctx context.Context, c *compaction) error {
 }
 
 // addEvidence adds the evidence of the covered messages to the next value, within its
-// budget and the max payload.
-func (p *Pool) addEvidence(c *compaction) {
-	withEvidence(c.j.log, c.next, c.ld.cur, c.pl.coveredEntries, c.s.Budget(), c.count, int(p.store.MaxPayload())-jetstream.HeaderRoom)
+// budget and the max payload, without the items whose messages have left CHAT.
+func (p *Pool) addEvidence(ctx context.Context, c *compaction) error {
+	first, err := p.store.Chat().FirstSeq(ctx, c.j.req.Conversation)
+	if err != nil {
+		return fmt.Errorf("first message: %w", err)
+	}
+	withEvidence(c.j.log, c.next, c.ld.cur, c.pl.coveredEntries, c.s.Budget(), c.count, int(p.store.MaxPayload())-jetstream.HeaderRoom, first)
+	return nil
 }
 
 // guard measures the agent's context with the next value and decides whether it is

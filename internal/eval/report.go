@@ -77,13 +77,15 @@ type Survival struct {
 	MacroWithoutEvidence float64 `json:"macro_without_evidence"`
 	MicroByConstruction  float64 `json:"micro_by_construction"`
 	MacroByConstruction  float64 `json:"macro_by_construction"`
-	// CompactedMicro is Micro over the compacted conversations only (the others keep
-	// everything verbatim).
-	CompactedMicro                                                float64 `json:"compacted_micro"`
-	CompactedMicroWithoutEvidence                                 float64 `json:"compacted_micro_without_evidence"`
-	CompactedMicroByConstruction                                  float64 `json:"compacted_micro_by_construction"`
-	compacted, compactedKept, compactedBare, compactedCons, convs int
-	macro, macroBare, macroCons                                   float64
+	// CompactedTotal counts the items of the compacted conversations only;
+	// CompactedMicro is Micro over them (the others keep everything verbatim). A share
+	// of no items (Total or CompactedTotal 0) is 0, and printed as n/a.
+	CompactedTotal                                     int     `json:"compacted_total"`
+	CompactedMicro                                     float64 `json:"compacted_micro"`
+	CompactedMicroWithoutEvidence                      float64 `json:"compacted_micro_without_evidence"`
+	CompactedMicroByConstruction                       float64 `json:"compacted_micro_by_construction"`
+	compactedKept, compactedBare, compactedCons, convs int
+	macro, macroBare, macroCons                        float64
 }
 
 func (s *Survival) add(c Count, compacted bool) {
@@ -98,7 +100,7 @@ func (s *Survival) add(c Count, compacted bool) {
 		s.macroCons += float64(c.KeptByConstruction) / float64(c.Total)
 	}
 	if compacted {
-		s.compacted += c.Total
+		s.CompactedTotal += c.Total
 		s.compactedKept += c.Kept
 		s.compactedBare += c.KeptWithoutEvidence
 		s.compactedCons += c.KeptByConstruction
@@ -108,20 +110,18 @@ func (s *Survival) add(c Count, compacted bool) {
 func (s *Survival) finish() {
 	s.Micro, s.MicroWithoutEvidence = ratio(s.Kept, s.Total), ratio(s.KeptWithoutEvidence, s.Total)
 	s.MicroByConstruction = ratio(s.KeptByConstruction, s.Total)
-	s.CompactedMicro, s.CompactedMicroWithoutEvidence = ratio(s.compactedKept, s.compacted), ratio(s.compactedBare, s.compacted)
-	s.CompactedMicroByConstruction = ratio(s.compactedCons, s.compacted)
+	s.CompactedMicro, s.CompactedMicroWithoutEvidence = ratio(s.compactedKept, s.CompactedTotal), ratio(s.compactedBare, s.CompactedTotal)
+	s.CompactedMicroByConstruction = ratio(s.compactedCons, s.CompactedTotal)
 	if s.convs > 0 {
 		n := float64(s.convs)
 		s.Macro, s.MacroWithoutEvidence, s.MacroByConstruction = s.macro/n, s.macroBare/n, s.macroCons/n
-	} else {
-		s.Macro, s.MacroWithoutEvidence, s.MacroByConstruction = 1, 1, 1
 	}
 }
 
-// ratio is a ÷ b, 1 when there is nothing to keep.
+// ratio is a ÷ b, 0 when there is nothing to keep (b = 0): the tables print n/a.
 func ratio(a, b int) float64 {
 	if b == 0 {
-		return 1
+		return 0
 	}
 	return float64(a) / float64(b)
 }
@@ -259,6 +259,22 @@ func (r *Report) WriteJSON(w io.Writer) error {
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
+// share is pct of a share of n items, "n/a" when n is 0: 0 of 0 is not 100%.
+func share(f float64, n int) string {
+	if n == 0 {
+		return "n/a"
+	}
+	return pct(f)
+}
+
+// saved is a strategy's saved share, "n/a" when nothing would have been sent.
+func saved(s StrategyReport) string {
+	if s.TokensWithout == 0 {
+		return "n/a"
+	}
+	return pct(s.Saved)
+}
+
 // WriteTable writes the per-strategy table for people, then what it means.
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
@@ -270,10 +286,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, s := range r.Strategies {
 		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n",
 			s.Strategy, s.Compacted, s.Conversations, s.Compactions, s.TokensWith, s.TokensWithout,
-			s.SummarizerIn+s.SummarizerOut, pct(s.Saved),
-			pct(s.Paths.Micro), pct(s.Paths.MicroWithoutEvidence), pct(s.Paths.MicroByConstruction),
-			pct(s.Commands.Micro), pct(s.Commands.MicroWithoutEvidence), pct(s.Commands.MicroByConstruction),
-			factsCell(s.Facts), pct(s.EvidenceShareMax), s.BrokenToolPairs, s.MissingPinned)
+			s.SummarizerIn+s.SummarizerOut, saved(s),
+			share(s.Paths.Micro, s.Paths.Total), share(s.Paths.MicroWithoutEvidence, s.Paths.Total), share(s.Paths.MicroByConstruction, s.Paths.Total),
+			share(s.Commands.Micro, s.Commands.Total), share(s.Commands.MicroWithoutEvidence, s.Commands.Total), share(s.Commands.MicroByConstruction, s.Commands.Total),
+			factsCell(s.Facts), share(s.EvidenceShareMax, s.Compacted), s.BrokenToolPairs, s.MissingPinned)
 	}
 	tw.Flush()
 	b.WriteString("\nSurvival in the final context (micro = items kept ÷ items; macro = mean per conversation; compacted = only the conversations compacted;\n" +
@@ -289,9 +305,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if k.v.Total == 0 {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Strategy, k.name, k.v.Total, pct(k.v.Micro), pct(k.v.Macro),
-				pct(k.v.CompactedMicro), pct(k.v.MicroWithoutEvidence), pct(k.v.MacroWithoutEvidence), pct(k.v.CompactedMicroWithoutEvidence),
-				pct(k.v.MicroByConstruction), pct(k.v.MacroByConstruction), pct(k.v.CompactedMicroByConstruction))
+			n, c := k.v.Total, k.v.CompactedTotal
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Strategy, k.name, k.v.Total, share(k.v.Micro, n), share(k.v.Macro, n),
+				share(k.v.CompactedMicro, c), share(k.v.MicroWithoutEvidence, n), share(k.v.MacroWithoutEvidence, n), share(k.v.CompactedMicroWithoutEvidence, c),
+				share(k.v.MicroByConstruction, n), share(k.v.MacroByConstruction, n), share(k.v.CompactedMicroByConstruction, c))
 		}
 	}
 	tw.Flush()
@@ -333,14 +350,14 @@ func factsCell(s Survival) string {
 	if s.Total == 0 {
 		return "-"
 	}
-	return pct(s.Micro)
+	return share(s.Micro, s.Total)
 }
 
 func factsCellByConstruction(s Survival) string {
 	if s.Total == 0 {
 		return "-"
 	}
-	return pct(s.MicroByConstruction)
+	return share(s.MicroByConstruction, s.Total)
 }
 
 // WriteMarkdown writes the per-strategy tables as Markdown (the README's "What
@@ -353,27 +370,35 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, s := range r.Strategies {
 		fmt.Fprintf(&b, "| %s | %d of %d | %d | %d | %d | %d + %d | %s | %d | %d |\n", s.Strategy, s.Compacted, s.Conversations, s.Compactions,
-			s.TokensWith, s.TokensWithout, s.SummarizerIn, s.SummarizerOut, pct(s.Saved), s.BrokenToolPairs, s.MissingPinned)
+			s.TokensWith, s.TokensWithout, s.SummarizerIn, s.SummarizerOut, saved(s), s.BrokenToolPairs, s.MissingPinned)
 	}
 	b.WriteString("\nIn the final context, with the evidence section (without it), over every conversation (micro, macro) and over the compacted ones only:\n\n")
 	b.WriteString("| strategy | paths (micro) | paths (macro) | paths, compacted | commands (micro) | commands (macro) | commands, compacted | facts | evidence tokens (mean) | evidence share of target × W (max) |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	both := func(v, bare float64) string { return fmt.Sprintf("%s (%s)", pct(v), pct(bare)) }
+	both := func(v, bare float64, n int) string {
+		if n == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%s (%s)", pct(v), pct(bare))
+	}
 	for _, s := range r.Strategies {
+		p, c := s.Paths, s.Commands
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s |\n", s.Strategy,
-			both(s.Paths.Micro, s.Paths.MicroWithoutEvidence), both(s.Paths.Macro, s.Paths.MacroWithoutEvidence),
-			both(s.Paths.CompactedMicro, s.Paths.CompactedMicroWithoutEvidence),
-			both(s.Commands.Micro, s.Commands.MicroWithoutEvidence), both(s.Commands.Macro, s.Commands.MacroWithoutEvidence),
-			both(s.Commands.CompactedMicro, s.Commands.CompactedMicroWithoutEvidence),
-			factsCell(s.Facts), s.EvidenceTokensMean, pct(s.EvidenceShareMax))
+			both(p.Micro, p.MicroWithoutEvidence, p.Total), both(p.Macro, p.MacroWithoutEvidence, p.Total),
+			both(p.CompactedMicro, p.CompactedMicroWithoutEvidence, p.CompactedTotal),
+			both(c.Micro, c.MicroWithoutEvidence, c.Total), both(c.Macro, c.MacroWithoutEvidence, c.Total),
+			both(c.CompactedMicro, c.CompactedMicroWithoutEvidence, c.CompactedTotal),
+			factsCell(s.Facts), s.EvidenceTokensMean, share(s.EvidenceShareMax, s.Compacted))
 	}
 	b.WriteString("\nBy construction: the same final context with the summary's own text removed (the summary message keeps only its prefix and the evidence section; pinned and tail messages unchanged), what survives whatever the summarizer writes:\n\n")
 	b.WriteString("| strategy | paths (micro) | paths (macro) | paths, compacted | commands (micro) | commands (macro) | commands, compacted | facts |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, s := range r.Strategies {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Strategy,
-			pct(s.Paths.MicroByConstruction), pct(s.Paths.MacroByConstruction), pct(s.Paths.CompactedMicroByConstruction),
-			pct(s.Commands.MicroByConstruction), pct(s.Commands.MacroByConstruction), pct(s.Commands.CompactedMicroByConstruction),
+			share(s.Paths.MicroByConstruction, s.Paths.Total), share(s.Paths.MacroByConstruction, s.Paths.Total),
+			share(s.Paths.CompactedMicroByConstruction, s.Paths.CompactedTotal),
+			share(s.Commands.MicroByConstruction, s.Commands.Total), share(s.Commands.MacroByConstruction, s.Commands.Total),
+			share(s.Commands.CompactedMicroByConstruction, s.Commands.CompactedTotal),
 			factsCellByConstruction(s.Facts))
 	}
 	if len(r.Strategies) > 0 {

@@ -1,7 +1,8 @@
 // Package evidence extracts, carries forward and renders the evidence a summary tends
 // to lose: files the agent read or changed, commands it ran, URLs, identifiers (issue
 // and ticket ids, commit hashes, error codes) and numbers with units from user
-// messages. It is pure and deterministic: plain functions over entries, no NATS, no
+// messages. Secrets in them are redacted (see [Redact]) before anything is cut or
+// kept. It is pure and deterministic: plain functions over entries, no NATS, no
 // LLM.
 //
 // [Extract] finds the items of some messages, [Merge] adds them to a previous

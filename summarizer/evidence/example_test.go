@@ -19,7 +19,6 @@ func Example() {
 	// Output:
 	// [Earlier messages through sequence 2 that are not shown are summarized above; a recall tool, where offered, returns any of them verbatim by sequence range (from_seq, to_seq) or text (query). Evidence taken verbatim from them:]
 	// Files changed: /repo/parser.go
-	// Files read: /repo
 	// Commands run:
 	// $ cd /repo && sed -i 's/a/b/' parser.go && go test ./...
 	// Identifiers: PROJ-42

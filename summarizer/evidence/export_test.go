@@ -11,7 +11,7 @@ import (
 
 // ArgumentEvidence is what tool calls state directly, for tests to check extraction
 // against: the normalized path arguments of every tool call and the compact commands of
-// shell tools.
+// shell tools, their secrets redacted.
 func ArgumentEvidence(entries []schemas.Entry) (paths, commands []string) {
 	for _, e := range entries {
 		for _, tc := range e.Message.ToolCalls {
@@ -32,7 +32,7 @@ func ArgumentEvidence(entries []schemas.Entry) (paths, commands []string) {
 					}
 				}
 				if commandKeys[strings.ToLower(k)] && shellTool(lname) && strings.TrimSpace(s) != "" {
-					commands = append(commands, Compact(s))
+					commands = append(commands, Compact(Redact(s))) // secrets are expected redacted
 				}
 			}
 		}

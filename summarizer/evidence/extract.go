@@ -60,6 +60,7 @@ type itemKey struct{ kind, value string }
 func newCollector() *collector { return &collector{items: map[itemKey]*schemas.EvidenceItem{}} }
 
 func (c *collector) add(kind, value string, seq uint64, changed bool) {
+	value = Redact(value) // what was found is redacted before it was cut; this is a backstop
 	if value == "" || len(value) > schemas.MaxEvidenceValueBytes || !utf8.ValidString(value) {
 		return
 	}
@@ -85,7 +86,8 @@ func (c *collector) list() []schemas.EvidenceItem {
 }
 
 // Extract returns the evidence items of entries, in canonical order (kind, then value),
-// each with its reference count and newest sequence. Invalid entries, system messages
+// each with its reference count and newest sequence. Secrets are redacted (see Redact)
+// before anything is cut or kept. Invalid entries, system messages
 // and tool outputs are not read (tool outputs hold too much that is not the agent's own
 // doing to pick from without noise).
 func Extract(entries []schemas.Entry) []schemas.EvidenceItem {
@@ -120,15 +122,11 @@ func (c *collector) entry(e *schemas.Entry) {
 	}
 }
 
+// capText is what of a text is scanned: its first maxScanBytes, secrets redacted
+// (before the cut, so none is left half there).
 func capText(s string) string {
-	if len(s) <= maxScanBytes {
-		return s
-	}
-	s = s[:maxScanBytes]
-	for !utf8.ValidString(s) && len(s) > 0 { // do not end inside a rune
-		s = s[:len(s)-1]
-	}
-	return s
+	out, _ := RedactPrefix(s, maxScanBytes)
+	return out
 }
 
 // fenceRE finds fenced code blocks labelled as shell.
@@ -182,7 +180,7 @@ func (c *collector) toolCall(name, args string, seq uint64) {
 	}
 	var v any
 	if err := json.Unmarshal([]byte(args), &v); err != nil {
-		if shell && strings.TrimSpace(args) != "" {
+		if shell && strings.TrimSpace(args) != "" { // command redacts it
 			c.command(args, seq) // some agents send the command itself as the arguments
 		}
 		return
@@ -221,7 +219,7 @@ func (c *collector) walk(obj map[string]any, shell, changed bool, seq uint64, de
 		case string:
 			switch {
 			case pathKeys[lk]:
-				if p, ok := normalizePath(v, false); ok {
+				if p, ok := normalizePath(Redact(v), false); ok {
 					c.add(schemas.EvidenceFile, p, seq, changed)
 				}
 			case commandKeys[lk] && shell:

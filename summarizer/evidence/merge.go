@@ -2,6 +2,8 @@ package evidence
 
 import (
 	"cmp"
+	"encoding/json"
+	"math"
 	"slices"
 	"strings"
 
@@ -10,71 +12,110 @@ import (
 
 // MaxPerKind bounds how many items of each kind an Evidence value keeps; the least
 // valuable (see Rank) are dropped first. Together they stay within
-// schemas.MaxEvidenceItems.
+// schemas.MaxEvidenceItems. They are wide: MaxEncodedBytes is what binds first, so that
+// a long conversation is not cut to a fixed number of commands while its section has
+// room for more.
 var MaxPerKind = map[string]int{
-	schemas.EvidenceFile:    400,
-	schemas.EvidenceCommand: 300,
-	schemas.EvidenceURL:     100,
-	schemas.EvidenceID:      100,
-	schemas.EvidenceNumber:  100,
+	schemas.EvidenceFile:    700,
+	schemas.EvidenceCommand: 700,
+	schemas.EvidenceURL:     200,
+	schemas.EvidenceID:      200,
+	schemas.EvidenceNumber:  200,
 }
 
-// MaxValueBytes bounds the bytes of all item values of an Evidence value together (raw,
-// before JSON escapes them); the least valuable items leave first. It keeps the value
-// small; that the value fits one NATS message is enforced where it is written (the
-// worker renders less, then keeps fewer items).
-const MaxValueBytes = 128 << 10
+// MaxEncodedBytes bounds an Evidence value Merge returns, as stored: its JSON encoding,
+// escapes included (a value of control characters or quotes takes up to six bytes a
+// byte). The least valuable items leave first.
+const MaxEncodedBytes = schemas.MaxEvidenceBytes
 
 // Merge adds the evidence of entries (newly covered messages, through sequence
 // through) to prev (the previous compaction's; nil for none) and returns the new value:
-// counts add up, the newest sequence and "changed" carry over, and each kind is cut to
-// MaxPerKind, least valuable first. prev is not modified. A prev that does not pass
+// counts add up, the newest sequence and "changed" carry over, and the value is cut to
+// MaxPerKind items of each kind and MaxEncodedBytes of JSON, least valuable first.
+// Secrets in prev's items (stored before they were redacted) are redacted. prev is not modified. A prev that does not pass
 // Validate is not built on: the caller reports it and passes nil.
 func Merge(prev *schemas.Evidence, entries []schemas.Entry, through uint64) *schemas.Evidence {
 	c := newCollector()
 	if prev != nil {
+		// Items stored before secrets were redacted are redacted as they are carried.
 		for _, it := range prev.Items {
-			cp := it
-			c.items[itemKey{it.Kind, it.Value}] = &cp
+			it.Value = Redact(it.Value)
+			c.merge(it)
 		}
 		through = max(through, prev.ThroughSeq)
 	}
 	for _, it := range Extract(entries) {
-		k := itemKey{it.Kind, it.Value}
-		if old := c.items[k]; old != nil {
-			old.Count += it.Count
-			old.LastSeq = max(old.LastSeq, it.LastSeq)
-			old.Changed = old.Changed || it.Changed
-			continue
-		}
-		cp := it
-		c.items[k] = &cp
+		c.merge(it)
 	}
 	items := c.list()
 	for i := range items {
 		through = max(through, items[i].LastSeq)
 	}
-	return &schemas.Evidence{ThroughSeq: through, Items: bound(items)}
+	return &schemas.Evidence{ThroughSeq: through, Items: bound(items, through)}
 }
 
-// bound keeps at most MaxPerKind items of each kind and MaxValueBytes of values, the
-// most valuable by Rank, and returns them in canonical order.
-func bound(items []schemas.EvidenceItem) []schemas.EvidenceItem {
+// merge adds it to the collected items: to the item of the same kind and value when
+// there is one (counts add up, the newest sequence and "changed" carry over).
+func (c *collector) merge(it schemas.EvidenceItem) {
+	k := itemKey{it.Kind, it.Value}
+	if old := c.items[k]; old != nil {
+		old.Count += it.Count
+		old.LastSeq = max(old.LastSeq, it.LastSeq)
+		old.Changed = old.Changed || it.Changed
+		return
+	}
+	c.items[k] = &it
+}
+
+// Since returns ev without the items whose newest reference is older than firstSeq
+// (the oldest message of the conversation still in CHAT): their messages have left
+// with the age limit or a purge, and evidence does not outlive them. A firstSeq of 0
+// says no message is left: no item is. ev is not modified; it is returned as is when
+// every item stays.
+func Since(ev *schemas.Evidence, firstSeq uint64) *schemas.Evidence {
+	if ev == nil || firstSeq == 1 {
+		return ev
+	}
+	out := &schemas.Evidence{ThroughSeq: ev.ThroughSeq}
+	for _, it := range ev.Items {
+		if firstSeq != 0 && it.LastSeq >= firstSeq {
+			out.Items = append(out.Items, it)
+		}
+	}
+	if len(out.Items) == len(ev.Items) {
+		return ev
+	}
+	return out
+}
+
+// bound keeps at most MaxPerKind items of each kind and MaxEncodedBytes of encoding
+// (through through), the most valuable by Rank, and returns them in canonical order.
+func bound(items []schemas.EvidenceItem, through uint64) []schemas.EvidenceItem {
 	ranked := slices.Clone(items)
 	slices.SortFunc(ranked, Rank)
 	kept := make(map[string]int, len(MaxPerKind))
 	out := ranked[:0]
-	size := 0
+	size := encodedSize(&schemas.Evidence{ThroughSeq: through, Items: []schemas.EvidenceItem{}})
 	for _, it := range ranked {
-		if kept[it.Kind] >= MaxPerKind[it.Kind] || len(out) >= schemas.MaxEvidenceItems || size+len(it.Value) > MaxValueBytes {
+		n := encodedSize(&it) + 1 // and the comma before it
+		if kept[it.Kind] >= MaxPerKind[it.Kind] || len(out) >= schemas.MaxEvidenceItems || size+n > MaxEncodedBytes {
 			continue
 		}
 		kept[it.Kind]++
-		size += len(it.Value)
+		size += n
 		out = append(out, it)
 	}
 	slices.SortFunc(out, canonical)
 	return out
+}
+
+// encodedSize is the length of v's JSON encoding.
+func encodedSize(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return math.MaxInt / 2 // not stored: an item that cannot be encoded is not kept
+	}
+	return len(b)
 }
 
 // frequent is how many references make an item "most referenced".

@@ -1,6 +1,7 @@
 package evidence_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -53,7 +54,7 @@ func TestMergeBounds(t *testing.T) {
 	limit := evidence.MaxPerKind[schemas.EvidenceFile]
 	var es []schemas.Entry
 	for i := range limit + 50 {
-		es = append(es, call(uint64(i+1), "bash", map[string]any{"command": fmt.Sprintf("cat /f/%04d.txt", i)}))
+		es = append(es, call(uint64(i+1), "Read", map[string]any{"file_path": fmt.Sprintf("/f/%04d.txt", i)}))
 	}
 	// An old file, changed: it outranks every newer file that was only read.
 	es = append([]schemas.Entry{call(0, "bash", map[string]any{"command": "touch /f/old.txt"})}, es...)
@@ -163,22 +164,130 @@ func cl100k(t *testing.T) tokens.Counter {
 	return c
 }
 
-// However large the covered messages, the stored evidence stays within MaxValueBytes.
+// However large the covered messages, the stored evidence stays within
+// MaxEncodedBytes as encoded, escapes included: commands full of < > & and quotes take
+// up to six bytes a character in JSON, so a bound on the raw values does not hold.
 func TestMergeBoundsBytes(t *testing.T) {
 	var es []schemas.Entry
 	for i := range 3000 {
-		long := fmt.Sprintf("/%03d/%s.txt", i, strings.Repeat("p", 240))
-		es = append(es, call(uint64(i+1), "bash", map[string]any{"command": fmt.Sprintf("cat %s # %s", long, strings.Repeat("c", 150))}))
+		long := fmt.Sprintf("/%03d/%s.txt", i, strings.Repeat("p", 100))
+		es = append(es, call(uint64(i+1), "bash", map[string]any{"command": fmt.Sprintf("cat %s %s", long, strings.Repeat("<&>\"", 12))}))
 	}
 	ev := evidence.Merge(nil, es, uint64(len(es)))
-	size := 0
-	for _, it := range ev.Items {
-		size += len(it.Value)
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if size > evidence.MaxValueBytes || size < evidence.MaxValueBytes/2 {
-		t.Fatalf("%d bytes of values kept; want at most %d, and most of it used", size, evidence.MaxValueBytes)
+	if len(b) > evidence.MaxEncodedBytes || len(b) < evidence.MaxEncodedBytes*3/4 {
+		t.Fatalf("evidence of %d bytes encoded; want at most %d, and most of it used", len(b), evidence.MaxEncodedBytes)
 	}
 	if err := ev.Validate(); err != nil {
 		t.Fatal(err)
+	}
+	// A previous value over the bound (written before it) is trimmed, not refused.
+	big := &schemas.Evidence{ThroughSeq: 9000}
+	for i := range 1500 {
+		big.Items = append(big.Items, item(schemas.EvidenceCommand, fmt.Sprintf("echo %04d %s", i, strings.Repeat("<>", 60)), 1, uint64(i+1), false))
+	}
+	if err := big.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = json.Marshal(evidence.Merge(big, nil, 9000))
+	if len(b) > evidence.MaxEncodedBytes {
+		t.Fatalf("a merged old value is %d bytes encoded, over %d", len(b), evidence.MaxEncodedBytes)
+	}
+}
+
+// checkWhole checks that a section shows only whole items: every line after the header
+// is a group of complete values, one complete command, or the left-out line, whose
+// count is exactly the items neither shown nor named by a shown command; a section
+// that leaves anything out says so.
+func checkWhole(t *testing.T, ev *schemas.Evidence, section string, budget int) {
+	t.Helper()
+	values := map[string]bool{}
+	for _, it := range ev.Items {
+		values[it.Value] = true
+	}
+	lines := strings.Split(section, "\n")[1:]
+	shown := map[string]bool{}
+	var commands []string
+	omitted := -1
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, "$ "):
+			if !values[l[2:]] {
+				t.Fatalf("budget %d: half a command %q", budget, l)
+			}
+			shown[l[2:]] = true
+			commands = append(commands, l[2:])
+		case strings.HasPrefix(l, "("):
+			if _, err := fmt.Sscanf(l, "(%d older", &omitted); err != nil {
+				t.Fatalf("budget %d: line %q", budget, l)
+			}
+		case l == "Commands run:":
+		default:
+			_, list, ok := strings.Cut(l, ": ")
+			if !ok {
+				t.Fatalf("budget %d: line %q", budget, l)
+			}
+			for _, v := range strings.Split(list, ", ") {
+				if !values[v] {
+					t.Fatalf("budget %d: half an item %q in %q", budget, v, l)
+				}
+				shown[v] = true
+			}
+		}
+	}
+	named := 0
+	for _, it := range ev.Items {
+		if !shown[it.Value] && !it.Changed && it.Kind == schemas.EvidenceFile {
+			for _, c := range commands {
+				if strings.Contains(c, it.Value) {
+					named++
+					break
+				}
+			}
+		}
+	}
+	left := len(ev.Items) - len(shown) - named
+	switch {
+	case left > 0 && omitted != left:
+		t.Fatalf("budget %d: %d items left out, the section says %d:\n%s", budget, left, omitted, section)
+	case left == 0 && omitted != -1:
+		t.Fatalf("budget %d: nothing left out, the section says %d", budget, omitted)
+	}
+}
+
+// With a small budget the section stays within it, every budget from 0 up: it is ""
+// while the header and the left-out line do not fit together (a header alone would
+// promise evidence and show none), then it grows item by whole item, and never shows a
+// cut item; the section's bytes stay under MaxEncodedBytes however large the budget.
+func TestRenderSmallBudgets(t *testing.T) {
+	ev := sample()
+	for _, counter := range []tokens.Counter{tokens.Chars4{}, cl100k(t)} {
+		minimal := fmt.Sprintf(evidence.Header, 61) + "\n" + fmt.Sprintf("(%d older or less referenced items left out to fit; recall finds them in the messages)", len(ev.Items))
+		for budget := range counter.Count(minimal) + 120 {
+			got := evidence.Render(ev, 61, budget, counter)
+			if n := counter.Count(got); n > budget {
+				t.Fatalf("budget %d: %d tokens", budget, n)
+			}
+			if budget < counter.Count(minimal) && got != "" {
+				t.Fatalf("budget %d: %q; want nothing, the header and the left-out line do not fit", budget, got)
+			}
+			if budget >= counter.Count(minimal) && got == "" {
+				t.Fatalf("budget %d: nothing, though the header and the left-out line fit", budget)
+			}
+			if got != "" {
+				checkWhole(t, ev, got, budget)
+			}
+		}
+	}
+	var es []schemas.Entry
+	for i := range 5000 {
+		es = append(es, call(uint64(i+1), "bash", map[string]any{"command": fmt.Sprintf("grep -n %s /src/%04d.go", strings.Repeat("x", 100), i)}))
+	}
+	big := evidence.Merge(nil, es, 5000)
+	if got := evidence.Render(big, 5000, 1<<30, nil); len(got) > evidence.MaxEncodedBytes {
+		t.Fatalf("a section of %d bytes; want at most %d", len(got), evidence.MaxEncodedBytes)
 	}
 }

@@ -13,8 +13,9 @@ const maxPerMessage = 200
 // maxURLBytes is the longest URL kept: longer ones are mostly signed or data-laden.
 const maxURLBytes = 300
 
-// urlRE is an http or https URL; trailing punctuation is trimmed after matching.
-var urlRE = regexp.MustCompile(`https?://[^\s<>"'` + "`" + `\\^{}|\[\]]+`)
+// urlRE is an http or https URL; trailing punctuation is trimmed after matching. A
+// redacted part (Redacted) is part of the URL.
+var urlRE = regexp.MustCompile(`https?://(?:[^\s<>"'` + "`" + `\\^{}|\[\]]|` + regexp.QuoteMeta(Redacted) + `)+`)
 
 // urls records the http(s) URLs of text.
 func (c *collector) urls(text string, seq uint64) {

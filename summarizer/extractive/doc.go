@@ -24,4 +24,8 @@
 // One line, the second, says what was left out; its counts add up what earlier
 // extractive summaries left out too. The same input always gives byte for byte the same
 // summary.
+//
+// Secrets are redacted (evidence.Redact) before anything is quoted or cut: a URL's
+// password, api_key= and token= values, Authorization headers, well-known key shapes,
+// PEM private keys. An earlier extractive summary is redacted as it is read back.
 package extractive

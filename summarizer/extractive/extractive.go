@@ -12,6 +12,7 @@ import (
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/tokens"
+	"github.com/compactor/compactor/summarizer/evidence"
 	"github.com/compactor/compactor/summarizer/summary"
 )
 
@@ -154,7 +155,8 @@ type previous struct {
 // bullets. Summaries written before bullets were carried one by one (a left-out line
 // per generation, sinceLabel between generations) are read too.
 func parsePrevious(s string) previous {
-	s = strings.TrimSpace(s)
+	// Summaries written before secrets were redacted are redacted as they are read.
+	s = strings.TrimSpace(evidence.Redact(s))
 	header, body, _ := strings.Cut(s, "\n")
 	if !strings.HasPrefix(header, HeaderPrefix) {
 		return previous{foreign: s}
@@ -453,6 +455,7 @@ func bullets(msgs []schemas.Message) []line {
 	for i := range msgs {
 		m := &msgs[i]
 		text, textLen := excerptSource(m)
+		text = redacted(text, userChars)
 		switch m.Role {
 		case schemas.RoleAssistant:
 			if text != "" {
@@ -460,7 +463,7 @@ func bullets(msgs []schemas.Message) []line {
 			}
 			for _, tc := range m.ToolCalls {
 				callNames[tc.ID] = tc.Function.Name
-				add(kindToolCall, "- assistant called "+oneLine(tc.Function.Name)+"("+clip(tc.Function.Arguments, argsChars)+")")
+				add(kindToolCall, "- assistant called "+oneLine(tc.Function.Name)+"("+clip(redacted(tc.Function.Arguments, argsChars), argsChars)+")")
 			}
 		case schemas.RoleTool:
 			name := callNames[m.ToolCallID]
@@ -479,6 +482,17 @@ func bullets(msgs []schemas.Message) []line {
 			}
 			add(kindUser, "- "+role+who(m)+": "+quote(text, userChars))
 		}
+	}
+	return out
+}
+
+// redacted is the start of s that a line quoting at most n characters of it can show,
+// its secrets redacted before it is cut (evidence.RedactPrefix): a secret cut short
+// may no longer be recognized. It reads a bounded prefix of s, however long s is.
+func redacted(s string, n int) string {
+	out, more := evidence.RedactPrefix(s, 8<<10+16*n)
+	if more {
+		out += " …"
 	}
 	return out
 }

@@ -1,0 +1,211 @@
+package evidence
+
+import (
+	"regexp"
+	"strings"
+	"unicode/utf8"
+)
+
+// Redacted replaces a secret in evidence and in extractive summaries.
+const Redacted = "[redacted]"
+
+// A rule replaces the secret part of its matches: the whole match, or only its
+// submatch named "s" (the value after a key, a header, a flag or a URL's user).
+type rule struct {
+	re *regexp.Regexp
+	// hint is a string every match contains (case-sensitive), to skip the expression on
+	// texts that cannot match; "" runs it always.
+	hint string
+	// secret, when set, must accept a match (whole, and its secret part) for the
+	// secret part to be replaced.
+	secret func(match, value string) bool
+}
+
+// secretKey is a key name whose value is a secret: api_key, API-KEY, apikey, token,
+// GITHUB_TOKEN, access_token, client_secret, DB_PASSWORD, passwd, pwd, private_key,
+// signature, credentials... A name that only contains one of these words (monkey,
+// token_count, max_tokens, task-id) is not one.
+const secretKey = `(?:[A-Za-z0-9]+[_.-])*(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|auth[_-]?token|access[_-]?token|refresh[_-]?token|id[_-]?token|session[_-]?token|token|secret|client[_-]?secret|password|pgpassword|passwd|passphrase|pwd|credentials?|signature|sig|x-amz-signature|x-amz-credential|x-amz-security-token|key)`
+
+// value is what follows a secret key: up to a blank, a quote, a separator or a
+// bracket. Values that name a secret instead of holding it ($VAR, ${VAR}, <token>) are
+// kept by keep.
+const value = `[^\s"'&;,<>()\[\]{}\\` + "`" + `]+`
+
+var rules = []rule{
+	// PEM private key blocks, whole; one without its end line runs to the end of the text.
+	{regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\z)`), "-----BEGIN ", nil},
+	// A URL's user-info with a password (https://user:pass@host), or a token as the user.
+	{regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://(?:[^\s:@/?#'"]*:(?P<s>[^\s@/?#'"]+)|(?P<s>[A-Za-z0-9_-]{20,}))@`), "://", nil},
+	// Authorization and its kin as headers: the scheme is kept, the credentials go.
+	{regexp.MustCompile(`(?i)\b(?:proxy-)?authorization["']?\s*[:=]\s*["']?(?:(?:bearer|basic|token|digest|bot|apikey)\s+)?(?P<s>` + value + `)`), "", nil},
+	{regexp.MustCompile(`(?i)\b(?:x-api-key|api-key|x-auth-token|x-access-token|private-token|x-goog-api-key)["']?\s*:\s*["']?(?P<s>` + value + `)`), "", nil},
+	{regexp.MustCompile(`(?i)\b(?:set-)?cookie["']?\s*:\s*["']?(?P<s>[^\s"';=]+=[^\s"';]+)`), "", nil},
+	{regexp.MustCompile(`(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})`), "", tokenLike},
+	// key=value pairs: query strings, env assignments (export API_KEY=...), options.
+	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `=["']?(?P<s>` + value + `)\(?`), "=", assigned},
+	// "key": "value" in JSON and similar quoted keys.
+	{regexp.MustCompile(`(?i)["']` + secretKey + `["']\s*:\s*["'](?P<s>[^"'\\]+)`), ":", assigned},
+	// Command-line flags that take a secret: --password x, --api-key=x, --token x.
+	{regexp.MustCompile(`(?i)(?:^|\s)--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|token|secret|api-key|apikey|access-key|secret-key|private-key|client-secret|auth)(?:=|\s+)["']?(?P<s>[^\s"'-][^\s"']*)`), "--", notNegated},
+	// mysql and its tools take the password glued to -p (-psecret); sshpass and the
+	// registry logins (docker, podman, helm, oras) take it as the next word.
+	{regexp.MustCompile(`\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlshow|mysqlcheck)\b[^\n;&|]*?\s-p(?P<s>[^\s"']+)`), "-p", nil},
+	{regexp.MustCompile(`\b(?:curl|wget|http)\b[^\n;&|]*?\s(?:-u|--user)\s*["']?[^\s:"']*:(?P<s>[^\s"']+)`), "-", nil},
+	{regexp.MustCompile(`\bredis-cli\b[^\n;&|]*?\s(?:-a|--pass)\s+["']?(?P<s>[^\s"']+)`), "redis-cli", nil},
+	{regexp.MustCompile(`\b(?:sshpass\s+-p|(?:docker|podman|helm\s+registry|oras|buildah|skopeo)\s+login\b[^\n;&|]*?\s-p)\s+["']?(?P<s>[^\s"']+)`), "-p", nil},
+	// Well-known key shapes.
+	{regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_-]{16,}`), "sk-ant-", nil},
+	{regexp.MustCompile(`\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}`), "sk-", nil},
+	{regexp.MustCompile(`\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}`), "k_", nil},
+	{regexp.MustCompile(`\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[A-Z0-9]{16}\b`), "A", nil},
+	{regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{30,}`), "gh", nil},
+	{regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{22,}`), "github_pat_", nil},
+	{regexp.MustCompile(`\bxox[abposr]-[A-Za-z0-9-]{10,}`), "xox", nil},
+	{regexp.MustCompile(`\bglpat-[A-Za-z0-9_-]{20,}`), "glpat-", nil},
+	{regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`), "AIza", nil},
+	{regexp.MustCompile(`\bnpm_[A-Za-z0-9]{36}`), "npm_", nil},
+	{regexp.MustCompile(`\bhf_[A-Za-z0-9]{30,}`), "hf_", nil},
+	{regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{6,}\.eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*`), "eyJ", nil},
+	{regexp.MustCompile(`hooks\.slack\.com/services/(?P<s>[A-Za-z0-9/]+)`), "hooks.slack.com", nil},
+}
+
+// Redact returns s with the secrets it recognizes replaced by Redacted: a URL's
+// password (or a token used as its user), the values of secret-named keys in query
+// strings, assignments and JSON (api_key=, token=, GITHUB_TOKEN=, "password": ...),
+// Authorization and API-key headers and Bearer tokens, the values of secret flags
+// (--password, --token, mysql's -p<password>, docker login -p), well-known key shapes
+// (sk-..., sk-ant-..., AKIA..., ghp_..., github_pat_..., xoxb-..., glpat-..., AIza...,
+// JWTs) and PEM private key blocks. Values that name a secret rather than hold it ($VAR,
+// ${VAR}, <token>) stay. It is deterministic and idempotent.
+//
+// Redact whole texts before cutting them: a secret cut short may no longer have the
+// shape that finds it.
+func Redact(s string) string {
+	for _, r := range rules {
+		if r.hint != "" && !strings.Contains(s, r.hint) {
+			continue
+		}
+		s = r.apply(s)
+	}
+	return s
+}
+
+func (r rule) apply(s string) string {
+	idx := r.re.FindAllStringSubmatchIndex(s, -1)
+	if idx == nil {
+		return s
+	}
+	names := r.re.SubexpNames()
+	var b strings.Builder
+	last := 0
+	for _, m := range idx {
+		from, to := m[0], m[1]
+		for i, name := range names {
+			if name == "s" && m[2*i] >= 0 {
+				from, to = m[2*i], m[2*i+1]
+			}
+		}
+		if from < last || keep(s[from:to]) || r.secret != nil && !r.secret(s[m[0]:m[1]], s[from:to]) {
+			continue
+		}
+		b.WriteString(s[last:from])
+		b.WriteString(Redacted)
+		last = to
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+// keep says a matched value is not a secret: a reference to one ($VAR, ${VAR}, %VAR%,
+// <token>, {{token}}), a placeholder (xxx, ***, ...), or one already redacted.
+func keep(v string) bool {
+	v = strings.Trim(v, `"'`)
+	switch {
+	case v == "", strings.HasPrefix(v, Redacted), strings.HasPrefix(v, "redacted]"):
+		return true
+	case strings.HasPrefix(v, "$"), strings.HasPrefix(v, "%"), strings.HasPrefix(v, "<"), strings.HasPrefix(v, "{{"):
+		return true
+	case strings.Trim(v, "*xX.…-_") == "":
+		return true
+	}
+	switch strings.ToLower(v) { // an Authorization scheme whose credentials are gone
+	case "bearer", "basic", "token", "digest", "bot", "apikey":
+		return true
+	}
+	return false
+}
+
+// tokenLike says a word after "Bearer" is a token, not prose: it holds a digit or is
+// at least 20 characters long.
+func tokenLike(_, w string) bool {
+	return len(w) >= 20 || strings.ContainsAny(w, "0123456789")
+}
+
+// weakKeys are secret key names that also name things that are not secret
+// (primary_key, sort key=..., a cache key): their value must look like a token.
+var weakKey = regexp.MustCompile(`(?i)(?:^|[_.-])(?:key|sig|signature|credentials?|pwd)$`)
+
+// assigned says the value a key is given is a secret: not a literal of a program
+// (True, False, None, null), not a call (key=attrgetter("pk")), and, for a weak key
+// name (key, sig, ...), token-like (tokenish).
+func assigned(match, v string) bool {
+	if strings.HasSuffix(match, "(") {
+		return false
+	}
+	switch strings.ToLower(strings.Trim(v, `"'`)) {
+	case "true", "false", "none", "null", "nil", "undefined", "yes", "no":
+		return false
+	}
+	name := match
+	if i := strings.IndexAny(name, "=:"); i >= 0 {
+		name = name[:i]
+	}
+	name = strings.TrimLeftFunc(strings.TrimRight(name, `"' `), func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	})
+	if weakKey.MatchString(name) && !strongKey.MatchString(name) {
+		return tokenish(v)
+	}
+	return true
+}
+
+// tokenish says a value looks generated rather than named: at least 8 characters with
+// at least 3 digits, or at least 20 with one (user_profile_v2 is a name; Q9x8Rt7Yu6 and
+// AIzaSy... keys are not).
+func tokenish(v string) bool {
+	digits := strings.Count(v, "0")
+	for d := '1'; d <= '9'; d++ {
+		digits += strings.Count(v, string(d))
+	}
+	return len(v) >= 8 && digits >= 3 || len(v) >= 20 && digits >= 1
+}
+
+// strongKey are key names that always hold a secret.
+var strongKey = regexp.MustCompile(`(?i)(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|signature)$`)
+
+// notNegated says a flag is not a --no-... flag, whose next word is not its value.
+func notNegated(match, _ string) bool { return !strings.Contains(strings.ToLower(match), "--no-") }
+
+// RedactPrefix is Redact of at most the first n bytes of s, for texts too large to
+// redact whole, without reading the rest: the cut is on a rune boundary and the last,
+// possibly cut, word is left out, so no part of a secret that runs past n survives (a
+// PEM block that starts before the cut is redacted to it). more says s went on.
+func RedactPrefix(s string, n int) (out string, more bool) {
+	if len(s) <= n {
+		return Redact(s), false
+	}
+	s = s[:max(n, 0)]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	if i := strings.LastIndexAny(s, " \t\r\n"); i >= 0 {
+		s = s[:i]
+	} else {
+		s = ""
+	}
+	return Redact(s), true
+}
