@@ -3,13 +3,20 @@ package systemtest
 import (
 	"bytes"
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/internal/rolestest"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
@@ -82,5 +89,132 @@ func TestPrivilegeProducerStoresObjectsWithoutPurge(t *testing.T) {
 	})
 	if _, err := pst.Objects().Read(ctx, "priv-large", ref); err != nil {
 		t.Fatalf("the object after the producer's purge: %v", err)
+	}
+}
+
+// runTrigger runs the trigger role as c's user with cfg's partitions and returns its
+// log and its store.
+func runTrigger(t *testing.T, ctx context.Context, c *rolestest.Conn, cfg jetstream.Config) (*proctest.LogBuffer, *jetstream.Store) {
+	t.Helper()
+	st, err := jetstream.Provision(ctx, c.NC, cfg)
+	if err != nil {
+		t.Fatalf("provision as %s after the admin: %v", c.User, err)
+	}
+	env := testEnv(t, 8000)
+	env.Roles = "trigger"
+	env.TriggerPartitions, env.TriggerHeartbeat = cfg.TriggerPartitions, cfg.TriggerHeartbeat
+	log := &proctest.LogBuffer{}
+	nd, err := build(env, c.NC, st, zerolog.New(log).Level(zerolog.InfoLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- nd.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("trigger: %v", err)
+		}
+	})
+	return log, st
+}
+
+// The trigger user of accounts.conf runs a trigger of 3 partitions (the file names no
+// count): a producer's conversations are compacted, with no permissions violation.
+func TestPrivilegeTriggerPartitionCounts(t *testing.T) {
+	_, connect := rolestest.Server(t)
+	cfg := jetstream.DefaultConfig()
+	cfg.TriggerPartitions = 3
+	cfg.TriggerHeartbeat = 200 * time.Millisecond
+	ctx := ctxFor(t, 2*time.Minute)
+	if _, err := jetstream.Provision(ctx, connect("admin").NC, cfg); err != nil {
+		t.Fatalf("provision as admin: %v", err)
+	}
+	trigger := connect("trigger")
+	runTrigger(t, ctx, trigger, cfg)
+	worker := connect("worker")
+	wst, err := jetstream.Provision(ctx, worker.NC, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testEnv(t, 8000)
+	env.Roles, env.TriggerPartitions = "worker", cfg.TriggerPartitions
+	runStack(t, worker.NC, wst, env, nil)
+
+	producer := connect("producer")
+	pst, err := jetstream.Open(ctx, producer.NC, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := pipeline.NewWithStore(producer.NC, pst)
+	convs := []string{"priv-p0", "priv-p1", "priv-p2", "priv-p3"}
+	msgs, _ := fakellm.NeedleConversation(20)
+	for _, conv := range convs {
+		for i, m := range msgs {
+			if _, err := pc.Publish(ctx, conv, m); err != nil {
+				t.Fatalf("publish %d of %s as producer: %v", i, conv, err)
+			}
+		}
+	}
+	for _, conv := range convs {
+		eventually(t, time.Minute, "a compaction of "+conv, func() bool {
+			cx, err := pc.Context(ctx, conv)
+			return err == nil && cx.HasSummary && cx.Generation >= 1
+		})
+	}
+	if v := trigger.Violations(); v != "" {
+		t.Errorf("trigger: permissions violations:\n%s", v)
+	}
+}
+
+// A trigger whose pulls the server refuses (here a copy of accounts.conf that names
+// only the unpartitioned consumer, run with 2 partitions) fails visibly: an error in
+// its log naming the refused subject, the refusal counted, and readiness not ready
+// with the refusal as its reason.
+func TestPrivilegeRefusedPullMakesTheTriggerNotReady(t *testing.T) {
+	conf, err := os.ReadFile(rolestest.AccountsConf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	narrowed := strings.Replace(string(conf), `"$JS.API.CONSUMER.MSG.NEXT.CHAT.*"`, `"$JS.API.CONSUMER.MSG.NEXT.CHAT.compactor-trigger"`, 1)
+	if narrowed == string(conf) {
+		t.Fatal("accounts.conf no longer grants the trigger's pulls with a wildcard: change this test")
+	}
+	path := filepath.Join(t.TempDir(), "accounts.conf")
+	if err := os.WriteFile(path, []byte(narrowed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, connect := rolestest.ServerFrom(t, path)
+	cfg := jetstream.DefaultConfig()
+	cfg.TriggerPartitions = 2
+	cfg.TriggerHeartbeat = 200 * time.Millisecond
+	ctx := ctxFor(t, time.Minute)
+	if _, err := jetstream.Provision(ctx, connect("admin").NC, cfg); err != nil {
+		t.Fatalf("provision as admin: %v", err)
+	}
+	trigger := connect("trigger")
+	log, st := runTrigger(t, ctx, trigger, cfg)
+	ready := telemetry.NewReadiness()
+	ready.Running(st)
+	subject := "$JS.API.CONSUMER.MSG.NEXT.CHAT.compactor-trigger-2-"
+	var reason error
+	eventually(t, 30*time.Second, "readiness to report the refused pull", func() bool {
+		reason = ready.Check(ctx)
+		return reason != nil && strings.Contains(reason.Error(), subject)
+	})
+	if !errors.Is(reason, jetstream.ErrPermission) {
+		t.Errorf("not ready because %v; want a permission error", reason)
+	}
+	eventually(t, 10*time.Second, "an error in the trigger's log naming the refused subject", func() bool {
+		for _, line := range strings.Split(log.String(), "\n") {
+			if strings.Contains(line, `"level":"error"`) && strings.Contains(line, `"subject":"`+subject) {
+				return true
+			}
+		}
+		return false
+	})
+	if n := jetstream.Refusals(trigger.NC); n == 0 {
+		t.Error("no refusal counted on the trigger's connection")
 	}
 }
