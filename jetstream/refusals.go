@@ -133,14 +133,14 @@ func OnRefusal(nc *nats.Conn, fn func(*PermissionError)) (stop func()) {
 func Refusals(nc *nats.Conn) uint64 { return hubOf(nc).count.Load() }
 
 // RefusedContext returns a context that is cancelled, with the *PermissionError as its
-// cause (context.Cause), when the server refuses on nc a subject match accepts (every
-// subject when match is nil). An operation under it that sent the refused subject then
+// cause (context.Cause), when the server refuses on nc what match accepts (every
+// refusal when match is nil). An operation under it that sent the refused subject then
 // ends at once instead of waiting for its timeout; PermissionCause turns its error into
 // the refusal. cancel releases the watch.
-func RefusedContext(ctx context.Context, nc *nats.Conn, match func(subject string) bool) (context.Context, context.CancelFunc) {
+func RefusedContext(ctx context.Context, nc *nats.Conn, match func(*PermissionError) bool) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	stop := OnRefusal(nc, func(pe *PermissionError) {
-		if match == nil || match(pe.Subject) {
+		if match == nil || match(pe) {
 			cancel(pe)
 		}
 	})

@@ -218,3 +218,45 @@ func TestPrivilegeRefusedPullMakesTheTriggerNotReady(t *testing.T) {
 		t.Error("no refusal counted on the trigger's connection")
 	}
 }
+
+// The Go client reports a refusal at once, naming the subject: a reader's publish gets
+// no acknowledgement and its requests to the service no answer, yet each fails with
+// jetstream.ErrPermission well before the deadline.
+func TestPrivilegeClientReportsRefusals(t *testing.T) {
+	_, connect := rolestest.Server(t)
+	cfg := jetstream.DefaultConfig()
+	ctx := ctxFor(t, time.Minute)
+	if _, err := jetstream.Provision(ctx, connect("admin").NC, cfg); err != nil {
+		t.Fatalf("provision as admin: %v", err)
+	}
+	rc, err := pipeline.New(ctx, connect("reader").NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const conv = "priv-refused"
+	for _, tc := range []struct {
+		what, subject string
+		op            func(context.Context) error
+	}{
+		{"publish", "chat." + conv + ".msg", func(ctx context.Context) error {
+			_, err := rc.Publish(ctx, conv, schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hi")})
+			return err
+		}},
+		{"compact", schemas.CompactSubject, func(ctx context.Context) error {
+			_, err := rc.Compact(ctx, conv)
+			return err
+		}},
+		{"forget", schemas.ForgetSubject, func(ctx context.Context) error {
+			_, err := rc.Forget(ctx, conv)
+			return err
+		}},
+	} {
+		opCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := tc.op(opCtx)
+		deadline := opCtx.Err()
+		cancel()
+		if !errors.Is(err, jetstream.ErrPermission) || !strings.Contains(err.Error(), tc.subject) || deadline != nil {
+			t.Errorf("%s as reader: %v (context: %v); want a permission error naming %s before the deadline", tc.what, err, deadline, tc.subject)
+		}
+	}
+}
