@@ -173,19 +173,7 @@ func TestPrivilegeTriggerPartitionCounts(t *testing.T) {
 // its log naming the refused subject, the refusal counted, and readiness not ready
 // with the refusal as its reason.
 func TestPrivilegeRefusedPullMakesTheTriggerNotReady(t *testing.T) {
-	conf, err := os.ReadFile(rolestest.AccountsConf())
-	if err != nil {
-		t.Fatal(err)
-	}
-	narrowed := strings.Replace(string(conf), `"$JS.API.CONSUMER.MSG.NEXT.CHAT.*"`, `"$JS.API.CONSUMER.MSG.NEXT.CHAT.compactor-trigger"`, 1)
-	if narrowed == string(conf) {
-		t.Fatal("accounts.conf no longer grants the trigger's pulls with a wildcard: change this test")
-	}
-	path := filepath.Join(t.TempDir(), "accounts.conf")
-	if err := os.WriteFile(path, []byte(narrowed), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, connect := rolestest.ServerFrom(t, path)
+	_, connect := rolestest.ServerFrom(t, narrowedConf(t, `"$JS.API.CONSUMER.MSG.NEXT.CHAT.*"`, `"$JS.API.CONSUMER.MSG.NEXT.CHAT.compactor-trigger"`))
 	cfg := jetstream.DefaultConfig()
 	cfg.TriggerPartitions = 2
 	cfg.TriggerHeartbeat = 200 * time.Millisecond
@@ -259,4 +247,49 @@ func TestPrivilegeClientReportsRefusals(t *testing.T) {
 			t.Errorf("%s as reader: %v (context: %v); want a permission error naming %s before the deadline", tc.what, err, deadline, tc.subject)
 		}
 	}
+}
+
+// narrowedConf writes a copy of accounts.conf with grant replaced by narrower and
+// returns its path.
+func narrowedConf(t *testing.T, grant, narrower string) string {
+	t.Helper()
+	conf, err := os.ReadFile(rolestest.AccountsConf())
+	if err != nil {
+		t.Fatal(err)
+	}
+	narrowed := strings.Replace(string(conf), grant, narrower, 1)
+	if narrowed == string(conf) {
+		t.Fatalf("accounts.conf no longer grants %s: change this test", grant)
+	}
+	path := filepath.Join(t.TempDir(), "accounts.conf")
+	if err := os.WriteFile(path, []byte(narrowed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A worker whose pulls from the work queue the server refuses is not ready either,
+// with the refusal as the reason.
+func TestPrivilegeRefusedPullMakesTheWorkerNotReady(t *testing.T) {
+	_, connect := rolestest.ServerFrom(t, narrowedConf(t, `"$JS.API.CONSUMER.MSG.NEXT.COMPACT_REQUESTS.compactor-workers"`,
+		`"$JS.API.CONSUMER.MSG.NEXT.COMPACT_REQUESTS.other"`))
+	cfg := jetstream.DefaultConfig()
+	ctx := ctxFor(t, time.Minute)
+	if _, err := jetstream.Provision(ctx, connect("admin").NC, cfg); err != nil {
+		t.Fatalf("provision as admin: %v", err)
+	}
+	worker := connect("worker")
+	st, err := jetstream.Provision(ctx, worker.NC, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testEnv(t, 8000)
+	env.Roles = "worker"
+	runStack(t, worker.NC, st, env, nil)
+	ready := telemetry.NewReadiness()
+	ready.Running(st)
+	eventually(t, 30*time.Second, "readiness to report the refused pull", func() bool {
+		err := ready.Check(ctx)
+		return errors.Is(err, jetstream.ErrPermission) && strings.Contains(err.Error(), "$JS.API.CONSUMER.MSG.NEXT.COMPACT_REQUESTS.compactor-workers")
+	})
 }
