@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,17 +185,43 @@ func TestPrivilegeRefusedPullMakesTheTriggerNotReady(t *testing.T) {
 	}
 	trigger := connect("trigger")
 	log, st := runTrigger(t, ctx, trigger, cfg)
+	// The operators' listener, as serve runs it.
 	ready := telemetry.NewReadiness()
 	ready.Running(st)
-	subject := "$JS.API.CONSUMER.MSG.NEXT.CHAT.compactor-trigger-2-"
-	var reason error
-	eventually(t, 30*time.Second, "readiness to report the refused pull", func() bool {
-		reason = ready.Check(ctx)
-		return reason != nil && strings.Contains(reason.Error(), subject)
-	})
-	if !errors.Is(reason, jetstream.ErrPermission) {
-		t.Errorf("not ready because %v; want a permission error", reason)
+	metrics := telemetry.NewMetrics("test")
+	metrics.Connection(trigger.NC)
+	ops, err := telemetry.NewOpsServer("127.0.0.1:0", zerolog.Nop(), ready, metrics)
+	if err != nil {
+		t.Fatal(err)
 	}
+	octx, stopOps := context.WithCancel(context.Background())
+	opsDone := make(chan error, 1)
+	go func() { opsDone <- ops.Run(octx) }()
+	t.Cleanup(func() { stopOps(); <-opsDone })
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + ops.Addr() + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+
+	subject := "$JS.API.CONSUMER.MSG.NEXT.CHAT.compactor-trigger-2-"
+	var body string
+	eventually(t, 30*time.Second, "/readyz to report the refused pull", func() bool {
+		var code int
+		code, body = get("/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, subject)
+	})
+	if !strings.Contains(body, "permission denied") {
+		t.Errorf("/readyz answered %q; want a permission error", body)
+	}
+	eventually(t, 10*time.Second, "the refusals counted in /metrics", func() bool {
+		_, m := get("/metrics")
+		return strings.Contains(m, "compactor_nats_permission_refusals_total ") && !strings.Contains(m, "compactor_nats_permission_refusals_total 0\n")
+	})
 	eventually(t, 10*time.Second, "an error in the trigger's log naming the refused subject", func() bool {
 		for _, line := range strings.Split(log.String(), "\n") {
 			if strings.Contains(line, `"level":"error"`) && strings.Contains(line, `"subject":"`+subject) {
@@ -202,9 +230,6 @@ func TestPrivilegeRefusedPullMakesTheTriggerNotReady(t *testing.T) {
 		}
 		return false
 	})
-	if n := jetstream.Refusals(trigger.NC); n == 0 {
-		t.Error("no refusal counted on the trigger's connection")
-	}
 }
 
 // The Go client reports a refusal at once, naming the subject: a reader's publish gets
