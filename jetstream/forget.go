@@ -410,6 +410,7 @@ func (s *core) forgetObjects(ctx context.Context, conv string) (uint64, error) {
 		default:
 			for _, id := range ChunkIDs(info) { // its chunks and those of its earlier copies
 				if others[id] {
+					failed = append(failed, fmt.Errorf("object %s: the chunks of an earlier copy (chunk id %q) are named by another conversation's object too; they are left", info.Name, id))
 					continue
 				}
 				if _, err := s.purge(ctx, "OBJ_"+s.cfg.ObjectsBucket, "$O."+s.cfg.ObjectsBucket+".C."+id, 0); err != nil {
