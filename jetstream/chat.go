@@ -356,17 +356,23 @@ func (s *core) consume(ctx context.Context, stream, durable string, convOf func(
 	if err != nil {
 		return nil, fmt.Errorf("consume %s: %w", stream, err)
 	}
-	return &Consumption{cc: cc}, nil
+	return &Consumption{cc: cc, stop: s.watchConsumer(stream, durable, onErr)}, nil
 }
 
 // Consumption is a running consumer.
-type Consumption struct{ cc natsjs.ConsumeContext }
+type Consumption struct {
+	cc   natsjs.ConsumeContext
+	stop func() // ends the watch of its refusals
+}
 
 // Drain stops taking messages, lets the handler finish those in hand and returns once
 // it has.
 func (c *Consumption) Drain() {
 	c.cc.Drain()
 	<-c.cc.Closed()
+	if c.stop != nil {
+		c.stop()
+	}
 }
 
 // Subscription is a core NATS subscription of the store's.

@@ -388,6 +388,9 @@ func (s *core) forgetObjects(ctx context.Context, conv string) (uint64, error) {
 	for _, info := range list {
 		if !strings.HasPrefix(info.Name, prefix) {
 			others[info.NUID] = true
+			for _, id := range ChunkIDs(info) { // and the chunks of its earlier copies
+				others[id] = true
+			}
 		}
 	}
 	var n uint64
@@ -405,8 +408,14 @@ func (s *core) forgetObjects(ctx context.Context, conv string) (uint64, error) {
 		case info.Bucket != s.cfg.ObjectsBucket || !validNUID(info.NUID) || others[info.NUID]:
 			failed = append(failed, fmt.Errorf("object %s: its chunks (bucket %q, chunk id %q) are not its own; only its description is deleted", info.Name, info.Bucket, info.NUID))
 		default:
-			if _, err := s.purge(ctx, "OBJ_"+s.cfg.ObjectsBucket, "$O."+s.cfg.ObjectsBucket+".C."+info.NUID, 0); err != nil {
-				failed = append(failed, fmt.Errorf("chunks of %s: %w", info.Name, err))
+			for _, id := range ChunkIDs(info) { // its chunks and those of its earlier copies
+				if others[id] {
+					failed = append(failed, fmt.Errorf("object %s: the chunks of an earlier copy (chunk id %q) are named by another conversation's object too; they are left", info.Name, id))
+					continue
+				}
+				if _, err := s.purge(ctx, "OBJ_"+s.cfg.ObjectsBucket, "$O."+s.cfg.ObjectsBucket+".C."+id, 0); err != nil {
+					failed = append(failed, fmt.Errorf("chunks of %s: %w", info.Name, err))
+				}
 			}
 		}
 		meta := "$O." + s.cfg.ObjectsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(info.Name))

@@ -3,15 +3,18 @@ package jetstream
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/schemas"
@@ -81,6 +84,12 @@ func (s *core) objectMetaSubject(name string) string {
 // written again, which restarts its age: the bucket keeps objects for the max age plus
 // the duplicate window (Config.ObjectsTTL), so each outlives every message that refers
 // to it. An object over Config.MaxObjectSize is refused with ErrTooLarge.
+//
+// Put never purges (a producer has no purge right: the purge API cannot be limited to
+// one object). The chunks of an object written again stay until the bucket's age limit
+// removes them; its new description names them (EarlierChunksKey) so that a forget
+// finds them. So do the chunks of a store that failed half way, which no description
+// names.
 func (ob *Objects) Put(ctx context.Context, conv, name string, object []byte) error {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return err
@@ -98,14 +107,82 @@ func (ob *Objects) Put(ctx context.Context, conv, name string, object []byte) er
 	case err != nil && !errors.Is(err, ErrObjectMissing):
 		return err
 	}
-	obs, err := ob.objectStore(ctx)
+	if _, err := ob.objectStore(ctx); err != nil { // the bucket exists
+		return err
+	}
+	var earlier []string
+	if info != nil {
+		earlier = ChunkIDs(info)
+	}
+	if err := ob.write(ctx, name, object, earlier); err != nil {
+		return fmt.Errorf("store object %s: %w", name, err)
+	}
+	return nil
+}
+
+// EarlierChunksKey is the key of an object description's metadata that lists, space
+// separated, the chunk ids of the object's earlier copies whose chunks may still be
+// stored (Put writes an object again without purging them). At most maxEarlierChunks
+// are listed, the newest first.
+const EarlierChunksKey = "compactor-earlier-chunks"
+
+// maxEarlierChunks bounds EarlierChunksKey: an object written again more often than
+// that within the bucket's age limit leaves its oldest chunks to the age limit alone.
+const maxEarlierChunks = 64
+
+// ChunkIDs are the chunk ids an object's description names as its own: its current
+// one first, then those of its earlier copies (EarlierChunksKey), each a plain id.
+// Descriptions are written by producers: a forget still checks that no other
+// conversation's object names an id before it purges its chunks.
+func ChunkIDs(info *natsjs.ObjectInfo) []string {
+	var ids []string
+	if validNUID(info.NUID) {
+		ids = append(ids, info.NUID)
+	}
+	for _, id := range strings.Fields(info.Metadata[EarlierChunksKey]) {
+		if validNUID(id) && !slices.Contains(ids, id) && len(ids) <= maxEarlierChunks {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// write stores object under name in the format of nats.go's object store (chunks on
+// a fresh chunk id, then the description, which replaces the name's earlier one),
+// without the purge nats.go's Put makes of the earlier chunks: the description lists
+// their ids instead.
+func (ob *Objects) write(ctx context.Context, name string, object []byte, earlier []string) error {
+	stream := objectsStream(ob.cfg.ObjectsBucket)
+	id := rand.Text() // 26 characters of [A-Z2-7]: a plain chunk id
+	subj := "$O." + ob.cfg.ObjectsBucket + ".C." + id
+	size := max(min(maxChunk, int(ob.nc.MaxPayload())-HeaderRoom), 1)
+	h := sha256.New()
+	chunks := 0
+	for off := 0; off < len(object); off += size {
+		part := object[off:min(off+size, len(object))]
+		h.Write(part)
+		if _, err := ob.js.Publish(ctx, subj, part, natsjs.WithExpectStream(stream)); err != nil {
+			return fmt.Errorf("chunk %d: %w", chunks, err)
+		}
+		chunks++
+	}
+	info := natsjs.ObjectInfo{
+		ObjectMeta: natsjs.ObjectMeta{Name: name, Opts: &natsjs.ObjectMetaOptions{ChunkSize: uint32(size)}},
+		Bucket:     ob.cfg.ObjectsBucket, NUID: id, Size: uint64(len(object)), Chunks: uint32(chunks),
+		ModTime: time.Now().UTC(), Digest: natsjs.GetObjectDigestValue(h),
+	}
+	if len(earlier) > 0 {
+		info.Metadata = map[string]string{EarlierChunksKey: strings.Join(earlier[:min(len(earlier), maxEarlierChunks)], " ")}
+	}
+	data, err := json.Marshal(info)
 	if err != nil {
 		return err
 	}
-	chunk := min(maxChunk, int(ob.nc.MaxPayload())-HeaderRoom)
-	if _, err := obs.Put(ctx, natsjs.ObjectMeta{Name: name, Opts: &natsjs.ObjectMetaOptions{ChunkSize: uint32(max(chunk, 1))}},
-		bytes.NewReader(object)); err != nil {
-		return fmt.Errorf("store object %s: %w", name, err)
+	m := nats.NewMsg(ob.objectMetaSubject(name))
+	m.Header.Set(natsjs.MsgRollup, natsjs.MsgRollupSubject)
+	m.Data = data
+	if _, err := ob.js.PublishMsg(ctx, m, natsjs.WithExpectStream(stream)); err != nil {
+		return fmt.Errorf("description: %w", err)
 	}
 	return nil
 }

@@ -147,12 +147,14 @@ type Requests struct {
 	cons natsjs.Consumer
 }
 
-// Requests binds to the workers' durable consumer.
+// Requests binds to the workers' durable consumer. Until ctx is done, a pull from it or
+// an ack to it the server refuses is kept for Store.ConsumerRefused.
 func (qu *Queue) Requests(ctx context.Context) (*Requests, error) {
 	c, err := qu.js.Consumer(ctx, qu.cfg.RequestsStream, qu.cfg.WorkerConsumer)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s on %s: %w", qu.cfg.WorkerConsumer, qu.cfg.RequestsStream, err)
 	}
+	context.AfterFunc(ctx, qu.watchConsumer(qu.cfg.RequestsStream, qu.cfg.WorkerConsumer, nil))
 	return &Requests{s: qu.core, cons: c}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -54,6 +55,10 @@ type core struct {
 
 	objMu    sync.Mutex
 	objStore natsjs.ObjectStore // bound on the first object stored
+
+	// consumerRefused is the last refusal of a consumer's pull or ack (see
+	// Store.ConsumerRefused).
+	consumerRefused atomic.Pointer[refusal]
 }
 
 // bindHandles makes the store's handles; newStore calls it once.

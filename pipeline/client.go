@@ -3,6 +3,7 @@ package pipeline
 import (
 	"container/list"
 	"context"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -72,4 +73,22 @@ func New(ctx context.Context, nc *nats.Conn, opts ...Option) (*Client, error) {
 // compactor service (usually the store's own connection).
 func NewWithStore(nc *nats.Conn, st *jetstream.Store) *Client {
 	return &Client{nc: nc, store: st, calls: map[string]*list.Element{}, lru: list.New()}
+}
+
+// refusable returns ctx, cancelled with the server's refusal (a *jetstream.PermissionError)
+// as soon as it refuses, on the client's connection, a publish whose subject is one
+// publish accepts, or the subscription to the client's replies. A refused request gets
+// no answer: without this the call would wait for its timeout. Pass the call's error
+// through jetstream.PermissionCause.
+func (c *Client) refusable(ctx context.Context, publish func(subject string) bool) (context.Context, context.CancelFunc) {
+	inbox := strings.TrimSuffix(c.nc.Opts.InboxPrefix, ".")
+	if inbox == "" {
+		inbox = strings.TrimSuffix(nats.InboxPrefix, ".")
+	}
+	return jetstream.RefusedContext(ctx, c.nc, func(pe *jetstream.PermissionError) bool {
+		if pe.Op == "subscribe" {
+			return strings.HasPrefix(pe.Subject, inbox+".")
+		}
+		return publish(pe.Subject)
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -159,7 +160,12 @@ func (c *Client) call(ctx context.Context, subject string, wait time.Duration, i
 		ctx, cancel = context.WithTimeout(ctx, wait+serviceTimeout)
 		defer cancel()
 	}
+	ctx, cancel := c.refusable(ctx, func(s string) bool { return s == subject })
+	defer cancel()
 	m, err := c.nc.RequestWithContext(ctx, subject, body)
+	if err = jetstream.PermissionCause(ctx, err); errors.Is(err, jetstream.ErrPermission) {
+		return err
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("%w (%w)", ErrNoService, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/compactor/compactor/jetstream"
@@ -23,17 +24,31 @@ func MsgID(id string) PublishOption { return func(o *publishOptions) { o.msgID =
 // Publish validates m and appends it to the conversation, returning its stream
 // sequence (pass it to AtLeastSeq to read your own write). A tool message must answer
 // an open call of the conversation's newest tool round.
+//
+// A publish the server refuses (the user may not publish to the conversation's subject
+// or store objects) fails at once with a *jetstream.PermissionError naming the subject.
 func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, opts ...PublishOption) (uint64, error) {
+	ctx, cancel := c.refusable(ctx, c.publishSubject(conv))
+	defer cancel()
 	data, po, err := c.prepare(ctx, conv, &m, opts)
 	if err != nil {
-		return 0, err
+		return 0, jetstream.PermissionCause(ctx, err)
 	}
 	seq, err := c.store.Chat().Publish(ctx, conv, data, po.msgID)
 	if err != nil {
 		c.forget(conv, &m)
-		return 0, err
+		return 0, jetstream.PermissionCause(ctx, err)
 	}
 	return seq, nil
+}
+
+// publishSubject accepts the subjects a publish to conv sends to: the conversation's
+// subject and the objects bucket's.
+func (c *Client) publishSubject(conv string) func(string) bool {
+	cfg := c.store.Config()
+	chat, _ := cfg.ChatSubject(conv)
+	objects := "$O." + cfg.ObjectsBucket + "."
+	return func(s string) bool { return s == chat || strings.HasPrefix(s, objects) }
 }
 
 // PubAck is the outcome of an asynchronous publish.

@@ -334,7 +334,12 @@ func (t *Trigger) listen(hctx context.Context) (stop func(), err error) {
 func (t *Trigger) consume(ctx, hctx context.Context) (chat, idle *jetstream.Consumption, err error) {
 	consumerErr := func(what string) func(error) {
 		return func(err error) {
-			if ctx.Err() == nil {
+			var pe *jetstream.PermissionError
+			switch {
+			case ctx.Err() != nil:
+			case errors.As(err, &pe): // nothing comes until the user's permissions change
+				t.log.Error().Err(err).Str("subject", pe.Subject).Msg(what + " refused: the partition stalls (the user may not pull from it or ack)")
+			default:
 				t.log.Warn().Err(err).Msg(what)
 			}
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/compactor/compactor/internal/bench"
 	"github.com/compactor/compactor/internal/natsconn"
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
@@ -57,6 +58,10 @@ type call struct {
 	lookup func(string) (string, bool)
 	conn   *connFlags
 	env    *Env
+	// refuse cancels the command's context with a refusal of the server's (connect
+	// watches the connection for them): the command then ends at once, and run reports
+	// the refusal.
+	refuse context.CancelCauseFunc
 }
 
 // loadEnv reads the COMPACTOR_ variables once.
@@ -115,6 +120,11 @@ func (c *call) connect(ctx context.Context) (*pipeline.Client, *nats.Conn, error
 	nc, err := natsconn.Connect(conn.URL, "compactor-cli", zerolog.Nop(), append(conn.Options(), nats.Timeout(5*time.Second))...)
 	if err != nil {
 		return nil, nil, connectionError(conn, err)
+	}
+	if c.refuse != nil {
+		// A refused publish or subscription gets no answer: without this the command
+		// would wait for its timeout and report that instead.
+		jetstream.OnRefusal(nc, func(pe *jetstream.PermissionError) { c.refuse(pe) })
 	}
 	cl, err := pipeline.New(ctx, nc, pipeline.WithConfig(env.jetstream()))
 	if err != nil {
@@ -299,8 +309,13 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 		// serve's logs are JSON (escaped by zerolog); what the others print is for people.
 		std.out, std.err = newTextOut(std.out), newTextOut(std.err)
 	}
-	c := &call{cmd: cmd, args: pos, raw: rest, std: std, lookup: lookup, conn: cf}
-	err = body(ctx, c)
+	cctx, refuse := context.WithCancelCause(ctx)
+	defer refuse(nil)
+	c := &call{cmd: cmd, args: pos, raw: rest, std: std, lookup: lookup, conn: cf, refuse: refuse}
+	err = body(cctx, c)
+	if rerr := refusedError(cctx); rerr != nil {
+		return rerr
+	}
 	var ue usageError
 	if errors.As(err, &ue) && ue.usage == "" {
 		ue.usage = commandUsage(cmd, fs)
@@ -425,6 +440,7 @@ Exit codes:
   5    failed: the compaction failed (see its dead letter)
   6    timed out: no answer or outcome in time; the request may still complete
   7    unavailable: NATS cannot be reached, has no Compactor streams, or no service answers
+  8    permission denied: the server refused this user a subject the command needs
   130  interrupted (ctrl-C); compact --wait prints the request id to follow
 
 Environment (variable, default, meaning):

@@ -15,8 +15,8 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
-// Exit codes a script can tell apart (docs/cli.md). Codes 3 to 7 say
-// what to do next: 4, 6 and 7 may succeed later as they are; 2, 3 and 5 will not
+// Exit codes a script can tell apart (docs/cli.md). Codes 3 to 8 say
+// what to do next: 4, 6 and 7 may succeed later as they are; 2, 3, 5 and 8 will not
 // without a change.
 const (
 	exitOK = 0
@@ -38,6 +38,10 @@ const (
 	// exitUnavailable: NATS cannot be reached, has no Compactor streams, or no compactor
 	// service answers.
 	exitUnavailable = 7
+	// exitPermission: the server refused to let this user publish or subscribe to a
+	// subject the command needed. What needed it was not done; retrying as the same
+	// user will not help.
+	exitPermission = 8
 	// exitInterrupted is 128 + SIGINT, as shells report a process ended by ctrl-C.
 	exitInterrupted = 130
 )
@@ -48,6 +52,7 @@ var (
 	errFailed      = errors.New("failed")
 	errTimeout     = errors.New("timed out")
 	errUnavailable = errors.New("unavailable")
+	errPermission  = errors.New("permission denied")
 	errInterrupted = errors.New("interrupted")
 	// errConfig marks a configuration that cannot work (variables, a nats context):
 	// exitUsage, like a bad flag.
@@ -104,6 +109,8 @@ func exitCode(err error) int {
 	case errors.As(err, &ue), errors.Is(err, errConfig), errors.Is(err, schemas.ErrInvalid), errors.Is(err, jetstream.ErrConfig),
 		errors.Is(err, natsconn.ErrConfig):
 		return exitUsage
+	case errors.Is(err, errPermission), errors.Is(err, jetstream.ErrPermission):
+		return exitPermission
 	case errors.Is(err, pipeline.ErrNotFound):
 		return exitNotFound
 	case errors.Is(err, errBusy), errors.Is(err, pipeline.ErrBusy):
@@ -116,4 +123,19 @@ func exitCode(err error) int {
 		return exitTimeout
 	}
 	return exitError
+}
+
+// refusedError is the error of a command the server refused a subject to (the command's
+// context was cancelled with the refusal as its cause, see call.connect), whatever the
+// command made of its cancelled context.
+func refusedError(ctx context.Context) error {
+	var pe *jetstream.PermissionError
+	if !errors.As(context.Cause(ctx), &pe) {
+		return nil
+	}
+	hint := "use a user whose permissions allow it (deploy/nats/accounts.conf lists what each role may)"
+	if pe.Op == "subscribe" {
+		hint = "check the inbox prefix (--inbox-prefix, COMPACTOR_NATS_INBOX_PREFIX) against what the user may subscribe to"
+	}
+	return newError(errPermission, pe, "%v; nothing that needed it was done: %s", pe, hint)
 }

@@ -32,12 +32,19 @@ func AccountsConf() string {
 // returns its URL and a function that connects as a user, closed at cleanup.
 func Server(t testing.TB) (url string, connect func(user string) *Conn) {
 	t.Helper()
+	return ServerFrom(t, AccountsConf())
+}
+
+// ServerFrom is Server with the configuration at path (a changed copy of
+// accounts.conf, with the same users).
+func ServerFrom(t testing.TB, path string) (url string, connect func(user string) *Conn) {
+	t.Helper()
 	passwords := map[string]string{}
 	for _, u := range Users {
 		passwords[u] = "pw-" + u + "-" + rand.Text()
 		t.Setenv("NATS_"+strings.ToUpper(u)+"_PASSWORD", passwords[u])
 	}
-	ns := jstest.ServerFromFile(t, AccountsConf(), jstest.MaxPayload(MaxPayload))
+	ns := jstest.ServerFromFile(t, path, jstest.MaxPayload(MaxPayload))
 	url = ns.ClientURL()
 	return url, func(user string) *Conn {
 		t.Helper()

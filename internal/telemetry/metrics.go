@@ -175,6 +175,9 @@ func (m *Metrics) Connection(nc *nats.Conn) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compactor_nats_reconnects_total",
 			Help: "Times the process's NATS connection reconnected."},
 			func() float64 { return float64(nc.Stats().Reconnects) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compactor_nats_permission_refusals_total",
+			Help: "Publishes and subscriptions the server refused this process for want of permission (each is logged with its subject)."},
+			func() float64 { return float64(jetstream.Refusals(nc)) }),
 	)
 }
 

@@ -99,10 +99,15 @@ func (o *OpsServer) Run(ctx context.Context) error {
 const (
 	readyTTL     = time.Second
 	readyTimeout = 2 * time.Second
+	// refusedFor is how long a refused pull or ack keeps the process not ready: a
+	// refused consumer is refused again at each of its pulls, every half minute or so.
+	refusedFor = 90 * time.Second
 )
 
 // Readiness answers /readyz: ready when start-up has connected and provisioned, the
-// NATS connection is connected, and JetStream answers (jetstream.Store.Ping). The
+// NATS connection is connected, JetStream answers (jetstream.Store.Ping), and the
+// server has not refused a pull from or an ack to one of the process's consumers
+// within refusedFor (jetstream.Store.ConsumerRefused: its work would stall). The
 // answer is kept for readyTTL; probes that come while one is asked wait for it.
 type Readiness struct {
 	mu      sync.Mutex
@@ -147,6 +152,9 @@ func (r *Readiness) Check(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyTimeout)
 	defer cancel()
 	r.lastErr = r.store.Ping(ctx)
+	if r.lastErr == nil {
+		r.lastErr = r.store.ConsumerRefused(refusedFor)
+	}
 	r.at = time.Now()
 	return r.lastErr
 }
