@@ -725,14 +725,35 @@ func (c *counting) add(conv string, in summary.Input, out summary.Output) {
 	t.in, t.out, t.calls = t.in+ti, t.out+to, t.calls+1
 }
 
-// wrap counts sum's calls; a summarizer that sizes its own requests keeps doing so.
+// wrap counts sum's calls; a summarizer that sizes its own requests keeps doing so,
+// and an LLM summarizer keeps its endpoint and its compact form, so an eval against a
+// small-window endpoint learns its window and shortens its prompt as a worker does.
 func (c *counting) wrap(sum summary.Summarizer) summary.Summarizer {
 	cs := countedSummarizer{next: sum, c: c}
-	if rs, ok := sum.(interface{ RequestTokens(summary.Input) int }); ok {
+	rs, sized := sum.(interface{ RequestTokens(summary.Input) int })
+	if l, ok := sum.(llmForm); ok && sized {
+		return llmSummarizer{sizedSummarizer: sizedSummarizer{countedSummarizer: cs, sizer: rs}, llm: l, c: c}
+	}
+	if sized {
 		return sizedSummarizer{countedSummarizer: cs, sizer: rs}
 	}
 	return cs
 }
+
+// llmForm is what the worker reads of an LLM summarizer beside Summarize.
+type llmForm interface {
+	Compact() summary.Summarizer
+	Endpoint() (baseURL, model string)
+}
+
+type llmSummarizer struct {
+	sizedSummarizer
+	llm llmForm
+	c   *counting
+}
+
+func (s llmSummarizer) Compact() summary.Summarizer       { return s.c.wrap(s.llm.Compact()) }
+func (s llmSummarizer) Endpoint() (baseURL, model string) { return s.llm.Endpoint() }
 
 type countedSummarizer struct {
 	next summary.Summarizer
