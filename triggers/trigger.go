@@ -994,8 +994,7 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 // scheduleRetry evaluates the conversation again after d (a pending request may have
 // freed its slot, or a backoff ended). A retry already pending for later stays; one
 // pending for sooner is moved to the new deadline. A re-evaluation that cannot rebuild
-// the state is tried again RebuildAttempts times, then left to the next message.
-// Callers hold the conversation's lock.
+// the state is tried again (retryRebuild). Callers hold the conversation's lock.
 func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d time.Duration) {
 	at := t.now().Add(d)
 	if c.retry != nil {
@@ -1024,15 +1023,7 @@ func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d 
 		log := t.log.With().Str("conversation", id).Logger()
 		c, err := t.ready(ctx, tr, id, tr.st.watermark)
 		if err != nil {
-			st := tr.st
-			st.retryErrors++
-			if st.retryErrors >= t.cfg.RebuildAttempts {
-				log.Error().Err(err).Int("attempts", st.retryErrors).Msg("rebuild conversation state; giving up until its next message")
-				st.retryErrors = 0
-				return
-			}
-			log.Warn().Err(err).Msg("rebuild conversation state; will retry")
-			t.scheduleRetry(ctx, id, st, t.cfg.RetryDelay*time.Duration(st.retryErrors))
+			t.retryRebuild(ctx, id, tr.st, err, log)
 			return
 		}
 		c.retryErrors = 0
@@ -1041,6 +1032,27 @@ func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d 
 			t.scheduleRetry(ctx, id, c, t.cfg.RetryDelay)
 		}
 	})
+}
+
+// retryRebuild schedules another re-evaluation of a conversation whose state could not
+// be rebuilt for one (a stream electing its leader, a policy that cannot be read): after
+// RetryDelay, doubled per failure in a row up to BrokenRetry. It never gives up: a
+// conversation over its budget that waits for its next message may wait for good.
+// After RebuildAttempts failures in a row it logs an error. Callers hold the
+// conversation's lock.
+func (t *Trigger) retryRebuild(ctx context.Context, id string, st *convState, err error, log zerolog.Logger) {
+	st.retryErrors++
+	d := t.cfg.RetryDelay
+	for i := 1; i < st.retryErrors && d < t.cfg.BrokenRetry; i++ {
+		d *= 2
+	}
+	d = min(d, max(t.cfg.BrokenRetry, t.cfg.RetryDelay))
+	if st.retryErrors == t.cfg.RebuildAttempts {
+		log.Error().Err(err).Int("attempts", st.retryErrors).Dur("retry_in", d).Msg("rebuild conversation state; still retrying")
+	} else {
+		log.Warn().Err(err).Dur("retry_in", d).Msg("rebuild conversation state; will retry")
+	}
+	t.scheduleRetry(ctx, id, st, d)
 }
 
 // onPolicy makes a conversation's state stale when its policy changes, so it is
@@ -1057,7 +1069,9 @@ func (t *Trigger) onPolicy(id string) {
 // failure also wakes the conversation, so one that went quiet is not left over its
 // budget: after a decline, messages that arrived while the worker summarized may be
 // growth enough to ask again; after a failure, it is asked again when the backoff ends.
-// (After completed, the worker itself re-evaluates.)
+// A completion wakes it too (see wake): the worker queues the follow-up a conversation
+// still over its threshold needs, but a worker that dies between its completed event
+// and that follow-up takes it along, and the trigger asks in its place.
 func (t *Trigger) onEvent(ctx context.Context, ev schemas.Event) {
 	tr := t.lookup(ev.Conversation)
 	if tr == nil {
@@ -1071,24 +1085,33 @@ func (t *Trigger) onEvent(ctx context.Context, ev schemas.Event) {
 				s.completed, s.failures = true, 0
 			}
 		})
-		if ev.Type == schemas.EventDeclined {
-			go t.wake(ctx, ev.Conversation)
-		}
+		go t.wake(ctx, ev.Conversation, ev.Type == schemas.EventCompleted)
 	case schemas.EventFailed:
 		tr.signal(func(s *signals) { s.outcome, s.failures = true, s.failures+1 })
-		go t.wake(ctx, ev.Conversation)
+		go t.wake(ctx, ev.Conversation, false)
 	case schemas.EventForgotten:
 		// What the trigger holds of the conversation is dropped at once, timers included.
 		// (A trigger that misses this event finds the tombstone when it next asks.)
 		tr.signal(func(s *signals) { s.forgotten = true })
-		go t.wake(ctx, ev.Conversation)
+		go t.wake(ctx, ev.Conversation, false)
 	}
 }
 
+// followUpGrace is the least time a completion leaves the worker to queue its
+// follow-up before the trigger looks in the queue for it (see wake).
+const followUpGrace = time.Second
+
 // wake applies what an outcome event signalled and evaluates the conversation: a
 // request goes now if the rules allow it, or when a failure's backoff ends (request
-// schedules that).
-func (t *Trigger) wake(ctx context.Context, id string) {
+// schedules that). A state that cannot be rebuilt now is tried again (see
+// scheduleRetry), not left to a next message that may never come.
+//
+// After a completion (completed) a conversation still over its budget is the worker's
+// to follow up: it is held as in flight, and the queue is looked at after
+// followUpGrace (or RetryDelay, if longer). The worker's follow-up found there is
+// watched like a request of the trigger's, with its escalation; none found (the worker
+// died after its event) is asked for by the trigger.
+func (t *Trigger) wake(ctx context.Context, id string, completed bool) {
 	tr := t.lookup(id)
 	if tr == nil || ctx.Err() != nil {
 		return
@@ -1101,7 +1124,14 @@ func (t *Trigger) wake(ctx context.Context, id string) {
 	log := t.log.With().Str("conversation", id).Logger()
 	c, err := t.ready(ctx, tr, id, tr.st.watermark)
 	if err != nil {
-		return // the next message rebuilds it
+		t.retryRebuild(ctx, id, tr.st, err, log)
+		return
+	}
+	c.retryErrors = 0
+	if kind, _ := c.decide(); completed && kind != "" && c.inFlightUntil == 0 {
+		now := t.now()
+		c.inFlightUntil = stampOf(now.Add(t.cfg.InFlightTimeout))
+		c.inFlightCheckAt = stampOf(now.Add(max(t.cfg.RetryDelay, followUpGrace)))
 	}
 	if err := t.evaluate(ctx, c, log); err != nil {
 		log.Warn().Err(err).Msg("queue compaction; will retry")
