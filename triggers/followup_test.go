@@ -104,3 +104,27 @@ func TestARebuildThatKeepsFailingIsRetriedUntilItWorks(t *testing.T) {
 	}
 	waitFor(t, "a request once the state can be rebuilt", func() bool { return stored(t, nc, st) > first })
 }
+
+// With one partition, the trigger that takes over from another (its pin expired)
+// adopts the requests in the queue, as a partition's new owner does: it watches their
+// end, and asks again for a conversation whose request left the queue without an
+// outcome, with no message of that conversation after the takeover.
+func TestATakeOverAdoptsThePendingRequests(t *testing.T) {
+	nc, st := setup(t) // pinned TTL 1 s
+	old := start(t, st)
+	for range 15 { // over the threshold: the old trigger queues a request
+		publish(t, st, "adopted", text(800))
+	}
+	d, _ := fetchRequest(t, st) // a worker has it
+	old.stop()
+	start(t, st)
+	// The new trigger becomes the active one with another conversation's message.
+	handled(t, nc, st, publish(t, st, "other", text(10)))
+	first := stored(t, nc, st)
+	// The worker finished and died before its event: only a trigger that watches the
+	// request finds it gone and asks again.
+	if err := d.AckSync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new trigger to ask again for the adopted conversation", func() bool { return stored(t, nc, st) > first })
+}

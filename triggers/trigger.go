@@ -160,6 +160,10 @@ type Trigger struct {
 	lastDelivery atomic.Uint64
 	// stopping is set when Run's context is done: the handlers then wait for their acks.
 	stopping atomic.Bool
+	// adopting is set while adoptPending runs.
+	adopting atomic.Bool
+	// idleSeen is set once the idle consumer delivered to this process.
+	idleSeen atomic.Bool
 
 	// shared holds the policies the tracked conversations share.
 	shared sharedPolicies
@@ -279,12 +283,9 @@ func (t *Trigger) Run(ctx context.Context) error {
 	}
 	if t.part.Partitioned() {
 		// A partition taken over: the old owner's watch on the requests it had queued
-		// went with its state.
-		t.workers.Add(1)
-		go func() {
-			defer t.workers.Done()
-			t.adoptPending(hctx)
-		}()
+		// went with its state. (Unpartitioned, every process runs a trigger, and the
+		// one that becomes active adopts on its first delivery: see becameActive.)
+		t.startAdoption(hctx)
 	}
 	t.log.Info().Msg("trigger started (active or standby)")
 	evict := time.NewTicker(max(t.cfg.EvictAfter/4, time.Second))
@@ -526,6 +527,31 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 	}
 	tr.st, tr.stale, tr.broken = c, false, nil
 	return c, nil
+}
+
+// startAdoption runs adoptPending unless one is running. Called from Run, or from a
+// consumer's callback before the drain, so the workers' wait covers it.
+func (t *Trigger) startAdoption(ctx context.Context) {
+	if !t.adopting.CompareAndSwap(false, true) {
+		return
+	}
+	t.workers.Add(1)
+	go func() {
+		defer t.workers.Done()
+		defer t.adopting.Store(false)
+		t.adoptPending(ctx)
+	}()
+}
+
+// becameActive adopts the pending requests when an unpartitioned trigger gets its first
+// delivery, or its first after a gap (another process held the pin meanwhile): it has
+// just become the active one, and what the process it took over from watched went with
+// that process. (A partition's trigger adopts when it starts: it runs only while its
+// process owns the partition.)
+func (t *Trigger) becameActive(ctx context.Context) {
+	if !t.part.Partitioned() && !t.stopping.Load() {
+		t.startAdoption(ctx)
+	}
 }
 
 // adoptPending takes on the conversations of the trigger's partition that have a
@@ -795,7 +821,11 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		_ = d.Term(ctx, "no metadata")
 		return
 	}
-	if prev := t.lastDelivery.Swap(d.ConsumerSeq); prev != 0 && d.ConsumerSeq != prev+1 {
+	prev := t.lastDelivery.Swap(d.ConsumerSeq)
+	if prev == 0 || d.ConsumerSeq != prev+1 {
+		t.becameActive(ctx)
+	}
+	if prev != 0 && d.ConsumerSeq != prev+1 {
 		// Deliveries this process did not get came in between: another trigger process
 		// held the pin for a while (a failover, the pin moving with a consumer leader),
 		// or they were lost on the way. Any conversation may have messages this process
@@ -1167,6 +1197,9 @@ func (t *Trigger) armFor(c *convState, ttl time.Duration) {
 // signal, handed to the conversation's handler; the timer messages themselves are only
 // acknowledged. A signal whose request could not be queued is delivered again.
 func (t *Trigger) onIdle(ctx context.Context, d *jetstream.Delivery) {
+	if !t.idleSeen.Swap(true) {
+		t.becameActive(ctx)
+	}
 	if !d.IsIdleSignal() || d.Conversation == "" {
 		_ = d.Ack()
 		return
