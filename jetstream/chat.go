@@ -331,6 +331,7 @@ func (s *core) consume(ctx context.Context, stream, durable string, convOf func(
 		handle(s.delivery(msg, convOf))
 	},
 		natsjs.PullPriorityGroup(s.cfg.TriggerGroup),
+		natsjs.PullExpiry(s.cfg.triggerPullExpiry()),
 		natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
 			if onErr != nil && !errors.Is(err, natsjs.ErrNoHeartbeat) {
 				onErr(err)
