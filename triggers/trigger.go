@@ -180,10 +180,21 @@ type Trigger struct {
 // delivery in hand): enough to hide the round trips of many new conversations.
 const maxHandlers = 64
 
+// maxQueued bounds the chat deliveries waiting for one conversation's handler. A
+// conversation whose handler is held up (a rebuild waiting on a stream electing its
+// leader) while its messages keep coming would otherwise hold them all unacknowledged
+// and fill the consumer's max ack pending, and no other conversation's message would be
+// delivered. Past the bound, one delivery (the newest) waits in place of the surplus,
+// which is acknowledged at once and counted from the stream when the handler gets to
+// it (see coalesce).
+const maxQueued = 64
+
 // job is one delivery for a conversation's handler: a chat message, or an idle marker.
+// A carrier is a chat message that stands for the surplus before it (see coalesce).
 type job struct {
-	d    *jetstream.Delivery
-	idle bool
+	d       *jetstream.Delivery
+	idle    bool
+	carrier bool
 }
 
 // tracked is one conversation the trigger holds state for.
@@ -853,7 +864,11 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 func (t *Trigger) dispatch(ctx context.Context, tr *tracked, j job) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tr.jobs = append(tr.jobs, j)
+	if !j.idle && len(tr.jobs) >= maxQueued {
+		t.coalesce(tr, j)
+	} else {
+		tr.jobs = append(tr.jobs, j)
+	}
 	if tr.working {
 		return // waiting in runq, or being handled: its worker takes this one after
 	}
@@ -863,6 +878,30 @@ func (t *Trigger) dispatch(ctx context.Context, tr *tracked, j job) {
 		t.running++
 		t.workers.Add(1)
 		go t.work(ctx)
+	}
+}
+
+// coalesce queues a chat delivery for a conversation that has maxQueued waiting: the
+// first past the bound waits as the carrier; a later one takes the carrier's place,
+// and the carrier it replaces is acknowledged uncounted, with a gap signalled before
+// the new one, so its handler rebuilds the state through the message before it (the
+// surplus read from the stream) before counting it. A delivery not newer than the
+// carrier (a redelivery) is acknowledged: the carrier's rebuild counts it. Callers hold
+// t.mu; acks do not wait for the server.
+func (t *Trigger) coalesce(tr *tracked, j job) {
+	last := &tr.jobs[len(tr.jobs)-1]
+	switch {
+	case !last.carrier:
+		j.carrier = true
+		tr.jobs = append(tr.jobs, j)
+	case j.d.Seq <= last.d.Seq:
+		_ = j.d.Ack()
+	default:
+		old := last.d
+		j.carrier = true
+		*last = j
+		tr.signal(func(s *signals) { s.addGap(j.d.Seq) })
+		_ = old.Ack()
 	}
 }
 
