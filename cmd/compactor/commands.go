@@ -793,6 +793,13 @@ func writePipelineStatus(w io.Writer, s jetstream.Status) error {
 	if len(s.TriggerMembers) > 0 {
 		fmt.Fprintf(w, "\ntrigger members: %s\n", strings.Join(s.TriggerMembers, ", "))
 	}
+	if len(s.PolicyDisagreements) > 0 {
+		fmt.Fprintf(w, "\nthe roles run with different policy defaults (the trigger counts against its settings, the workers compact to theirs; "+
+			"set the same COMPACTOR_ policy variables and profiles on every process):\n")
+		for _, d := range s.PolicyDisagreements {
+			fmt.Fprintf(w, "  %s\n", d)
+		}
+	}
 	if s.TriggerMembersError != "" {
 		fmt.Fprintf(w, "\ntrigger members: %s\n", s.TriggerMembersError)
 	}

@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
 )
 
 // `compactor status <conv>` shows the compaction request that is queued or being worked
@@ -53,4 +57,34 @@ func pendingRow(out string) string {
 		}
 	}
 	return ""
+}
+
+// `compactor status` lists the policy keys on which the roles of the deployment run
+// with different defaults, as each process logged at its start.
+func TestStatusListsPolicyDisagreements(t *testing.T) {
+	testEnv(t, 8000)
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	t.Setenv("COMPACTOR_NATS_URL", srv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, p := range []struct {
+		roles  node.Roles
+		window string
+	}{{node.Roles{Trigger: true}, "8000"}, {node.Roles{Worker: true}, "128000"}} {
+		r, err := policy.NewResolver(policy.Layer{"context_window": p.window}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.CheckPolicy(ctx, node.Config{Roles: p.roles, Resolver: r, Logger: zerolog.Nop()}, st)
+	}
+	out, _, err := cli(t, "", "status")
+	if err != nil || !strings.Contains(out, "different policy defaults") || !strings.Contains(out, "  context_window: trigger 8000, worker 128000\n") {
+		t.Fatalf("status = %s, %v; want the window the roles disagree on", out, err)
+	}
+	out, _, err = cli(t, "", "status", "--json")
+	if err != nil || !strings.Contains(out, `"context_window: trigger 8000, worker 128000"`) {
+		t.Fatalf("status --json = %s, %v; want policy_disagreements", out, err)
+	}
 }

@@ -112,6 +112,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
+	CheckPolicy(ctx, cfg.Node, st)
 	ready.Running(st)
 	defer ready.Stopping()
 	return n.runUntilDrained(ctx, cfg.DrainTimeout, ready)
