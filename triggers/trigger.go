@@ -885,9 +885,9 @@ func (t *Trigger) dispatch(ctx context.Context, tr *tracked, j job) {
 // first past the bound waits as the carrier; a later one takes the carrier's place,
 // and the carrier it replaces is acknowledged uncounted, with a gap signalled before
 // the new one, so its handler rebuilds the state through the message before it (the
-// surplus read from the stream) before counting it. A delivery not newer than the
-// carrier (a redelivery) is acknowledged: the carrier's rebuild counts it. Callers hold
-// t.mu; acks do not wait for the server.
+// surplus read from the stream) before counting it. A delivery older than the carrier
+// (a redelivery) is acknowledged the same way, and one of the carrier's own message
+// needs nothing more. Callers hold t.mu; acks do not wait for the server.
 func (t *Trigger) coalesce(tr *tracked, j job) {
 	last := &tr.jobs[len(tr.jobs)-1]
 	switch {
@@ -895,6 +895,10 @@ func (t *Trigger) coalesce(tr *tracked, j job) {
 		j.carrier = true
 		tr.jobs = append(tr.jobs, j)
 	case j.d.Seq <= last.d.Seq:
+		if j.d.Seq < last.d.Seq {
+			seq := last.d.Seq
+			tr.signal(func(s *signals) { s.addGap(seq) })
+		}
 		_ = j.d.Ack()
 	default:
 		old := last.d
