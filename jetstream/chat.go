@@ -27,7 +27,8 @@ var ErrMissingMessage = errors.New("message is not in the conversation's history
 
 // Publish stores one encoded chat message and returns its CHAT sequence. A
 // non-empty msgID sets Nats-Msg-Id, so a retried publish is stored once; the duplicate's
-// ack carries the first copy's sequence.
+// ack carries the first copy's sequence. An id the stream had for another message is an
+// error matching ErrDuplicate (see CheckDuplicate).
 func (ch *Chat) Publish(ctx context.Context, conv string, data []byte, msgID string) (uint64, error) {
 	subj, err := ch.cfg.ChatSubject(conv)
 	if err != nil {
@@ -40,6 +41,11 @@ func (ch *Chat) Publish(ctx context.Context, conv string, data []byte, msgID str
 	ack, err := ch.js.Publish(ctx, subj, data, opts...)
 	if err != nil {
 		return 0, fmt.Errorf("publish to %s: %w", subj, err)
+	}
+	if ack.Duplicate {
+		if err := ch.CheckDuplicate(ctx, conv, data, msgID, ack.Sequence); err != nil {
+			return 0, err
+		}
 	}
 	return ack.Sequence, nil
 }
@@ -348,6 +354,7 @@ func (s *core) consume(ctx context.Context, stream, durable string, convOf func(
 		handle(s.delivery(msg, convOf))
 	},
 		natsjs.PullPriorityGroup(s.cfg.TriggerGroup),
+		natsjs.PullExpiry(s.cfg.triggerPullExpiry()),
 		natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
 			if onErr != nil && !errors.Is(err, natsjs.ErrNoHeartbeat) {
 				onErr(err)

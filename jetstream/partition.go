@@ -111,6 +111,16 @@ func (n Names) activityTransform(parts int) *natsjs.SubjectTransformConfig {
 	}
 }
 
+// triggerPullExpiry is how long a pull of a trigger consumer waits for messages: half
+// the pinned TTL (at least 1 s, the client's least). The server renews a pin when its
+// client pulls again, and the client pulls again when a pull expires or half its batch
+// is used: with the client's default expiry (30 s), a trigger that got fewer than half
+// a batch in a pinned TTL sent no pull in it and lost its pin to a standby, which then
+// counted every conversation again. A pinned TTL under 2 s cannot be kept that way.
+func (c Config) triggerPullExpiry() time.Duration {
+	return max(c.TriggerPinnedTTL/2, time.Second)
+}
+
 // ConsumePartition is Consume for partition p's trigger consumer.
 func (ch *Chat) ConsumePartition(ctx context.Context, p Partition, handle func(*Delivery), onErr func(error)) (*Consumption, error) {
 	return ch.consume(ctx, ch.cfg.ChatStream, ch.cfg.TriggerConsumerOf(p), ch.cfg.ConversationOf, handle, onErr)

@@ -40,6 +40,9 @@ type Status struct {
 	// (see Windows); LearnedWindowsError says why they could not be read.
 	LearnedWindows      []LearnedWindow `json:"learned_windows,omitempty"`
 	LearnedWindowsError string          `json:"learned_windows_error,omitempty"`
+	// PolicyDisagreements are the policy keys on which the roles of the deployment
+	// recorded different defaults (see Store.RecordPolicy), one line each.
+	PolicyDisagreements []string `json:"policy_disagreements,omitempty"`
 }
 
 // Status reads the state of every stream and consumer of the contract. Errors are
@@ -54,6 +57,9 @@ func (s *Store) Status(ctx context.Context) Status {
 			info, ierr := st.Info(ctx)
 			if err = ierr; err == nil {
 				ss.Messages, ss.Bytes, ss.Subjects = info.State.Msgs, info.State.Bytes, int(info.State.NumSubjects)
+				if name == s.cfg.ChatStream {
+					out.PolicyDisagreements = PolicyDisagreements(rolePolicies(info.Config.Metadata))
+				}
 			}
 		}
 		if err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/tokens"
@@ -23,7 +25,10 @@ func MsgID(id string) PublishOption { return func(o *publishOptions) { o.msgID =
 
 // Publish validates m and appends it to the conversation, returning its stream
 // sequence (pass it to AtLeastSeq to read your own write). A tool message must answer
-// an open call of the conversation's newest tool round.
+// an open call of the conversation's newest tool round. A retry with the MsgID of a
+// stored message returns that message's sequence; a MsgID the stream had for another
+// message (other content, or another conversation) is an error matching ErrDuplicate,
+// and nothing is stored.
 //
 // A publish the server refuses (the user may not publish to the conversation's subject
 // or store objects) fails at once with a *jetstream.PermissionError naming the subject.
@@ -81,8 +86,10 @@ func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Messag
 		var err error
 		select {
 		case ack := <-f.Ok():
-			out <- PubAck{Seq: ack.Sequence}
-			return
+			if err = c.checkDuplicate(ctx, conv, data, po.msgID, ack); err == nil {
+				out <- PubAck{Seq: ack.Sequence}
+				return
+			}
 		case err = <-f.Err():
 		case <-ctx.Done():
 			err = ctx.Err()
@@ -90,9 +97,27 @@ func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Messag
 			err = fmt.Errorf("no ack within %s (the message may still be stored: retry with the same MsgID)", jetstream.PublishAsyncTimeout)
 		}
 		c.forget(conv, &m)
-		out <- PubAck{Err: fmt.Errorf("publish to %s: %w", conv, err)}
+		if !errors.Is(err, ErrDuplicate) {
+			err = fmt.Errorf("publish to %s: %w", conv, err)
+		}
+		out <- PubAck{Err: err}
 	}()
 	return out, nil
+}
+
+// ErrDuplicate is matched by the error of a publish whose MsgID the stream had for
+// another message; the error is a *DuplicateError naming that message's sequence.
+var ErrDuplicate = jetstream.ErrDuplicate
+
+// DuplicateError is the error of a publish whose MsgID names another stored message.
+type DuplicateError = jetstream.DuplicateError
+
+// checkDuplicate tells a retry from a reuse of a MsgID when the ack says duplicate.
+func (c *Client) checkDuplicate(ctx context.Context, conv string, data []byte, msgID string, ack *natsjs.PubAck) error {
+	if !ack.Duplicate {
+		return nil
+	}
+	return c.store.Chat().CheckDuplicate(ctx, conv, data, msgID, ack.Sequence)
 }
 
 // PublishAsyncComplete is closed when every asynchronous publish has been acked.

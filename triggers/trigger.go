@@ -160,6 +160,10 @@ type Trigger struct {
 	lastDelivery atomic.Uint64
 	// stopping is set when Run's context is done: the handlers then wait for their acks.
 	stopping atomic.Bool
+	// adopting is set while adoptPending runs.
+	adopting atomic.Bool
+	// idleSeen is set once the idle consumer delivered to this process.
+	idleSeen atomic.Bool
 
 	// shared holds the policies the tracked conversations share.
 	shared sharedPolicies
@@ -176,10 +180,21 @@ type Trigger struct {
 // delivery in hand): enough to hide the round trips of many new conversations.
 const maxHandlers = 64
 
+// maxQueued bounds the chat deliveries waiting for one conversation's handler. A
+// conversation whose handler is held up (a rebuild waiting on a stream electing its
+// leader) while its messages keep coming would otherwise hold them all unacknowledged
+// and fill the consumer's max ack pending, and no other conversation's message would be
+// delivered. Past the bound, one delivery (the newest) waits in place of the surplus,
+// which is acknowledged at once and counted from the stream when the handler gets to
+// it (see coalesce).
+const maxQueued = 64
+
 // job is one delivery for a conversation's handler: a chat message, or an idle marker.
+// A carrier is a chat message that stands for the surplus before it (see coalesce).
 type job struct {
-	d    *jetstream.Delivery
-	idle bool
+	d       *jetstream.Delivery
+	idle    bool
+	carrier bool
 }
 
 // tracked is one conversation the trigger holds state for.
@@ -279,12 +294,9 @@ func (t *Trigger) Run(ctx context.Context) error {
 	}
 	if t.part.Partitioned() {
 		// A partition taken over: the old owner's watch on the requests it had queued
-		// went with its state.
-		t.workers.Add(1)
-		go func() {
-			defer t.workers.Done()
-			t.adoptPending(hctx)
-		}()
+		// went with its state. (Unpartitioned, every process runs a trigger, and the
+		// one that becomes active adopts on its first delivery: see becameActive.)
+		t.startAdoption(hctx)
 	}
 	t.log.Info().Msg("trigger started (active or standby)")
 	evict := time.NewTicker(max(t.cfg.EvictAfter/4, time.Second))
@@ -531,6 +543,31 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 	}
 	tr.st, tr.stale, tr.broken = c, false, nil
 	return c, nil
+}
+
+// startAdoption runs adoptPending unless one is running. Called from Run, or from a
+// consumer's callback before the drain, so the workers' wait covers it.
+func (t *Trigger) startAdoption(ctx context.Context) {
+	if !t.adopting.CompareAndSwap(false, true) {
+		return
+	}
+	t.workers.Add(1)
+	go func() {
+		defer t.workers.Done()
+		defer t.adopting.Store(false)
+		t.adoptPending(ctx)
+	}()
+}
+
+// becameActive adopts the pending requests when an unpartitioned trigger gets its first
+// delivery, or its first after a gap (another process held the pin meanwhile): it has
+// just become the active one, and what the process it took over from watched went with
+// that process. (A partition's trigger adopts when it starts: it runs only while its
+// process owns the partition.)
+func (t *Trigger) becameActive(ctx context.Context) {
+	if !t.part.Partitioned() && !t.stopping.Load() {
+		t.startAdoption(ctx)
+	}
 }
 
 // adoptPending takes on the conversations of the trigger's partition that have a
@@ -800,7 +837,11 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		_ = d.Term(ctx, "no metadata")
 		return
 	}
-	if prev := t.lastDelivery.Swap(d.ConsumerSeq); prev != 0 && d.ConsumerSeq != prev+1 {
+	prev := t.lastDelivery.Swap(d.ConsumerSeq)
+	if prev == 0 || d.ConsumerSeq != prev+1 {
+		t.becameActive(ctx)
+	}
+	if prev != 0 && d.ConsumerSeq != prev+1 {
 		// Deliveries this process did not get came in between: another trigger process
 		// held the pin for a while (a failover, the pin moving with a consumer leader),
 		// or they were lost on the way. Any conversation may have messages this process
@@ -828,7 +869,11 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 func (t *Trigger) dispatch(ctx context.Context, tr *tracked, j job) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tr.jobs = append(tr.jobs, j)
+	if !j.idle && len(tr.jobs) >= maxQueued {
+		t.coalesce(tr, j)
+	} else {
+		tr.jobs = append(tr.jobs, j)
+	}
 	if tr.working {
 		return // waiting in runq, or being handled: its worker takes this one after
 	}
@@ -838,6 +883,34 @@ func (t *Trigger) dispatch(ctx context.Context, tr *tracked, j job) {
 		t.running++
 		t.workers.Add(1)
 		go t.work(ctx)
+	}
+}
+
+// coalesce queues a chat delivery for a conversation that has maxQueued waiting: the
+// first past the bound waits as the carrier; a later one takes the carrier's place,
+// and the carrier it replaces is acknowledged uncounted, with a gap signalled before
+// the new one, so its handler rebuilds the state through the message before it (the
+// surplus read from the stream) before counting it. A delivery older than the carrier
+// (a redelivery) is acknowledged the same way, and one of the carrier's own message
+// needs nothing more. Callers hold t.mu; acks do not wait for the server.
+func (t *Trigger) coalesce(tr *tracked, j job) {
+	last := &tr.jobs[len(tr.jobs)-1]
+	switch {
+	case !last.carrier:
+		j.carrier = true
+		tr.jobs = append(tr.jobs, j)
+	case j.d.Seq <= last.d.Seq:
+		if j.d.Seq < last.d.Seq {
+			seq := last.d.Seq
+			tr.signal(func(s *signals) { s.addGap(seq) })
+		}
+		_ = j.d.Ack()
+	default:
+		old := last.d
+		j.carrier = true
+		*last = j
+		tr.signal(func(s *signals) { s.addGap(j.d.Seq) })
+		_ = old.Ack()
 	}
 }
 
@@ -1001,8 +1074,7 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 // scheduleRetry evaluates the conversation again after d (a pending request may have
 // freed its slot, or a backoff ended). A retry already pending for later stays; one
 // pending for sooner is moved to the new deadline. A re-evaluation that cannot rebuild
-// the state is tried again RebuildAttempts times, then left to the next message.
-// Callers hold the conversation's lock.
+// the state is tried again (retryRebuild). Callers hold the conversation's lock.
 func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d time.Duration) {
 	at := t.now().Add(d)
 	if c.retry != nil {
@@ -1031,15 +1103,7 @@ func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d 
 		log := t.log.With().Str("conversation", id).Logger()
 		c, err := t.ready(ctx, tr, id, tr.st.watermark)
 		if err != nil {
-			st := tr.st
-			st.retryErrors++
-			if st.retryErrors >= t.cfg.RebuildAttempts {
-				log.Error().Err(err).Int("attempts", st.retryErrors).Msg("rebuild conversation state; giving up until its next message")
-				st.retryErrors = 0
-				return
-			}
-			log.Warn().Err(err).Msg("rebuild conversation state; will retry")
-			t.scheduleRetry(ctx, id, st, t.cfg.RetryDelay*time.Duration(st.retryErrors))
+			t.retryRebuild(ctx, id, tr.st, err, log)
 			return
 		}
 		c.retryErrors = 0
@@ -1048,6 +1112,27 @@ func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d 
 			t.scheduleRetry(ctx, id, c, t.cfg.RetryDelay)
 		}
 	})
+}
+
+// retryRebuild schedules another re-evaluation of a conversation whose state could not
+// be rebuilt for one (a stream electing its leader, a policy that cannot be read): after
+// RetryDelay, doubled per failure in a row up to BrokenRetry. It never gives up: a
+// conversation over its budget that waits for its next message may wait for good.
+// After RebuildAttempts failures in a row it logs an error. Callers hold the
+// conversation's lock.
+func (t *Trigger) retryRebuild(ctx context.Context, id string, st *convState, err error, log zerolog.Logger) {
+	st.retryErrors++
+	d := t.cfg.RetryDelay
+	for i := 1; i < st.retryErrors && d < t.cfg.BrokenRetry; i++ {
+		d *= 2
+	}
+	d = min(d, max(t.cfg.BrokenRetry, t.cfg.RetryDelay))
+	if st.retryErrors == t.cfg.RebuildAttempts {
+		log.Error().Err(err).Int("attempts", st.retryErrors).Dur("retry_in", d).Msg("rebuild conversation state; still retrying")
+	} else {
+		log.Warn().Err(err).Dur("retry_in", d).Msg("rebuild conversation state; will retry")
+	}
+	t.scheduleRetry(ctx, id, st, d)
 }
 
 // onPolicy makes a conversation's state stale when its policy changes, so it is
@@ -1064,7 +1149,9 @@ func (t *Trigger) onPolicy(id string) {
 // failure also wakes the conversation, so one that went quiet is not left over its
 // budget: after a decline, messages that arrived while the worker summarized may be
 // growth enough to ask again; after a failure, it is asked again when the backoff ends.
-// (After completed, the worker itself re-evaluates.)
+// A completion wakes it too (see wake): the worker queues the follow-up a conversation
+// still over its threshold needs, but a worker that dies between its completed event
+// and that follow-up takes it along, and the trigger asks in its place.
 func (t *Trigger) onEvent(ctx context.Context, ev schemas.Event) {
 	tr := t.lookup(ev.Conversation)
 	if tr == nil {
@@ -1078,24 +1165,33 @@ func (t *Trigger) onEvent(ctx context.Context, ev schemas.Event) {
 				s.completed, s.failures = true, 0
 			}
 		})
-		if ev.Type == schemas.EventDeclined {
-			go t.wake(ctx, ev.Conversation)
-		}
+		go t.wake(ctx, ev.Conversation, ev.Type == schemas.EventCompleted)
 	case schemas.EventFailed:
 		tr.signal(func(s *signals) { s.outcome, s.failures = true, s.failures+1 })
-		go t.wake(ctx, ev.Conversation)
+		go t.wake(ctx, ev.Conversation, false)
 	case schemas.EventForgotten:
 		// What the trigger holds of the conversation is dropped at once, timers included.
 		// (A trigger that misses this event finds the tombstone when it next asks.)
 		tr.signal(func(s *signals) { s.forgotten = true })
-		go t.wake(ctx, ev.Conversation)
+		go t.wake(ctx, ev.Conversation, false)
 	}
 }
 
+// followUpGrace is the least time a completion leaves the worker to queue its
+// follow-up before the trigger looks in the queue for it (see wake).
+const followUpGrace = time.Second
+
 // wake applies what an outcome event signalled and evaluates the conversation: a
 // request goes now if the rules allow it, or when a failure's backoff ends (request
-// schedules that).
-func (t *Trigger) wake(ctx context.Context, id string) {
+// schedules that). A state that cannot be rebuilt now is tried again (see
+// scheduleRetry), not left to a next message that may never come.
+//
+// After a completion (completed) a conversation still over its budget is the worker's
+// to follow up: it is held as in flight, and the queue is looked at after
+// followUpGrace (or RetryDelay, if longer). The worker's follow-up found there is
+// watched like a request of the trigger's, with its escalation; none found (the worker
+// died after its event) is asked for by the trigger.
+func (t *Trigger) wake(ctx context.Context, id string, completed bool) {
 	tr := t.lookup(id)
 	if tr == nil || ctx.Err() != nil {
 		return
@@ -1108,7 +1204,14 @@ func (t *Trigger) wake(ctx context.Context, id string) {
 	log := t.log.With().Str("conversation", id).Logger()
 	c, err := t.ready(ctx, tr, id, tr.st.watermark)
 	if err != nil {
-		return // the next message rebuilds it
+		t.retryRebuild(ctx, id, tr.st, err, log)
+		return
+	}
+	c.retryErrors = 0
+	if kind, _ := c.decide(); completed && kind != "" && c.inFlightUntil == 0 {
+		now := t.now()
+		c.inFlightUntil = stampOf(now.Add(t.cfg.InFlightTimeout))
+		c.inFlightCheckAt = stampOf(now.Add(max(t.cfg.RetryDelay, followUpGrace)))
 	}
 	if err := t.evaluate(ctx, c, log); err != nil {
 		log.Warn().Err(err).Msg("queue compaction; will retry")
@@ -1144,6 +1247,9 @@ func (t *Trigger) armFor(c *convState, ttl time.Duration) {
 // signal, handed to the conversation's handler; the timer messages themselves are only
 // acknowledged. A signal whose request could not be queued is delivered again.
 func (t *Trigger) onIdle(ctx context.Context, d *jetstream.Delivery) {
+	if !t.idleSeen.Swap(true) {
+		t.becameActive(ctx)
+	}
 	if !d.IsIdleSignal() || d.Conversation == "" {
 		_ = d.Ack()
 		return

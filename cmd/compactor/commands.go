@@ -584,7 +584,7 @@ it with compactor status or on compact.event.<conv> (exit 130).`,
 			if err != nil {
 				if ctx.Err() != nil {
 					return interrupted(ctx, "interrupted: compaction request %s of %s was sent and may be queued or in progress; "+
-						"follow it with `compactor status %s`, or its outcome on %s (request_id %s)", id, conv, conv, events, id)
+						"`compactor status %s` shows it while it is pending; its outcome is published on %s (request_id %s)", id, conv, conv, events, id)
 				}
 				return serviceError(err)
 			}
@@ -606,7 +606,7 @@ it with compactor status or on compact.event.<conv> (exit 130).`,
 			case pipeline.StatusQueued:
 				if *wait > 0 {
 					return newError(errTimeout, nil, "no outcome within %s: request %s of %s stays queued or in progress; "+
-						"follow it with `compactor status %s`, or its outcome on %s", *wait, r.RequestID, conv, conv, events)
+						"`compactor status %s` shows it while it is pending; its outcome is published on %s", *wait, r.RequestID, conv, conv, events)
 				}
 				if !*asJSON {
 					fmt.Fprintf(c.std.out, "queued: request %s of %s; its outcome will be published on %s\n", r.RequestID, conv, events)
@@ -649,7 +649,8 @@ var statusCommand = &command{
 	name: "status", args: "[<conv>]", conn: fullConn, interruptible: true,
 	summary: "one conversation's compaction state, or the pipeline's streams and consumers",
 	about: `With <conv>: its generation, tokens before and after the last compaction, where the
-tail starts, what a read shows now, and any decline (exit 3 when it has nothing stored).
+tail starts, what a read shows now, any decline, and the compaction request queued or being
+worked on, if any (exit 3 when it has nothing stored).
 Without: every stream (messages, bytes, subjects) and consumer (pending, waiting for an
 ack, redelivered), and with a partitioned trigger each partition's owner.`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
@@ -692,18 +693,43 @@ ack, redelivered), and with a partitioned trigger each partition's owner.`,
 			if err != nil {
 				return err
 			}
+			p := readPending(ctx, cl, conv)
 			if *asJSON {
-				return writeJSON(c.std.out, map[string]any{
+				out := map[string]any{
 					"conversation": conv, "context_tokens": cx.Tokens, "context_messages": len(cx.Messages),
-					"skipped": nonNil(cx.Skipped), "value": v,
-				})
+					"skipped": nonNil(cx.Skipped), "value": v, "pending": p.req != nil,
+				}
+				if p.req != nil {
+					out["pending_request_id"] = p.req.RequestID
+				}
+				if p.err != "" {
+					out["pending_error"] = p.err
+				}
+				return writeJSON(c.std.out, out)
 			}
-			return writeConversationStatus(c.std.out, conv, v, cx)
+			return writeConversationStatus(c.std.out, conv, v, cx, p)
 		}
 	},
 }
 
-func writeConversationStatus(w io.Writer, conv string, v *schemas.Result, cx *pipeline.Context) error {
+// pendingRead is the conversation's pending request as status shows it: the request,
+// or why it could not be read (a user without the right to read the work queue).
+type pendingRead struct {
+	req *schemas.Request
+	err string
+}
+
+// readPending reads the request queued or being worked on for conv; a read that fails
+// is shown, not fatal: the rest of the status stands.
+func readPending(ctx context.Context, cl *pipeline.Client, conv string) pendingRead {
+	req, err := cl.Pending(ctx, conv)
+	if err != nil {
+		return pendingRead{err: err.Error()}
+	}
+	return pendingRead{req: req}
+}
+
+func writeConversationStatus(w io.Writer, conv string, v *schemas.Result, cx *pipeline.Context, p pendingRead) error {
 	tw := tabwriter.NewWriter(w, 2, 0, 3, ' ', 0)
 	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, args...)) }
 	row("conversation", "%s", conv)
@@ -723,6 +749,15 @@ func writeConversationStatus(w io.Writer, conv string, v *schemas.Result, cx *pi
 	}
 	if v != nil && v.DeclinedAtSeq > 0 {
 		row("declined", "the last compaction was declined at seq %d (it waits for the conversation to grow)", v.DeclinedAtSeq)
+	}
+	switch {
+	case p.err != "":
+		row("pending", "cannot be read: %s", p.err)
+	case p.req != nil:
+		row("pending", "request %s (%s, asked %s): queued or being worked on; its outcome is published on compact.event.%s",
+			p.req.RequestID, p.req.Trigger, p.req.RequestedAt.Local().Format(time.RFC3339), conv)
+	default:
+		row("pending", "none")
 	}
 	row("context now", "%s messages, about %s tokens", thousands(len(cx.Messages)), thousands(cx.Tokens))
 	for _, s := range cx.Skipped {
@@ -757,6 +792,13 @@ func writePipelineStatus(w io.Writer, s jetstream.Status) error {
 	}
 	if len(s.TriggerMembers) > 0 {
 		fmt.Fprintf(w, "\ntrigger members: %s\n", strings.Join(s.TriggerMembers, ", "))
+	}
+	if len(s.PolicyDisagreements) > 0 {
+		fmt.Fprintf(w, "\nthe roles run with different policy defaults (the trigger counts against its settings, the workers compact to theirs; "+
+			"set the same COMPACTOR_ policy variables and profiles on every process):\n")
+		for _, d := range s.PolicyDisagreements {
+			fmt.Fprintf(w, "  %s\n", d)
+		}
 	}
 	if s.TriggerMembersError != "" {
 		fmt.Fprintf(w, "\ntrigger members: %s\n", s.TriggerMembersError)

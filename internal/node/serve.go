@@ -112,6 +112,15 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
+	// In the background: a user that may not update CHAT waits for its refusal.
+	policyChecked := make(chan struct{})
+	go func() {
+		defer close(policyChecked)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		CheckPolicy(cctx, cfg.Node, st)
+	}()
+	defer func() { <-policyChecked }()
 	ready.Running(st)
 	defer ready.Stopping()
 	return n.runUntilDrained(ctx, cfg.DrainTimeout, ready)
