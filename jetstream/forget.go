@@ -154,6 +154,11 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 // forgotten within the forget bucket's TTL. It reads from the bucket's stream leader,
 // so a check made after a write sees every tombstone written before it.
 func (s *Store) Forgotten(ctx context.Context, conv string) (*schemas.Tombstone, error) {
+	return s.forgotten(ctx, conv)
+}
+
+// forgotten is Forgotten, for every handle.
+func (s *core) forgotten(ctx context.Context, conv string) (*schemas.Tombstone, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}
@@ -418,4 +423,48 @@ func (s *core) forgetObjects(ctx context.Context, conv string) (uint64, error) {
 		return n, errors.Join(failed...)
 	}
 	return n, nil
+}
+
+// Live reads a conversation's value as a reader may serve it, with the conversation's
+// tombstone (nil when it was not forgotten within the forget bucket's TTL). A value the
+// tombstone covers (FirstSeq <= through_seq: it holds something of the forgotten
+// conversation, left by a writer that died or gave up before taking it back) is not
+// returned: v is nil and rev 0, as for a conversation never compacted. A reader then
+// reads CHAT only above the tombstone's through_seq.
+//
+// The value is read first and the tombstone after it, so a covered value written at
+// any time before the tombstone is read is dropped. With fromLeader both come from the
+// streams' leaders; otherwise any replica may answer, and the tombstone read is one
+// batched direct get shared with the other readers of the moment.
+func (rs *Results) Live(ctx context.Context, conv string, fromLeader bool) (v *schemas.Result, rev uint64, tomb *schemas.Tombstone, err error) {
+	if v, rev, err = rs.Get(ctx, conv, fromLeader); err != nil {
+		return nil, 0, nil, err
+	}
+	if tomb, err = rs.tombstone(ctx, conv, fromLeader); err != nil {
+		return nil, 0, nil, err
+	}
+	if v != nil && tomb.Covers(v.FirstSeq) {
+		return nil, 0, tomb, nil
+	}
+	return v, rev, tomb, nil
+}
+
+// tombstone reads a conversation's tombstone from the forget bucket's leader, or with a
+// coalesced direct get from any replica.
+func (rs *Results) tombstone(ctx context.Context, conv string, fromLeader bool) (*schemas.Tombstone, error) {
+	if fromLeader {
+		return rs.forgotten(ctx, conv)
+	}
+	m, err := rs.lastForget.queueRead("$KV." + rs.cfg.ForgetBucket + "." + schemas.ForgetKey(conv)).wait(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the tombstone of %s: %w", conv, err)
+	}
+	if m == nil || kvDeleted(m) {
+		return nil, nil
+	}
+	var t schemas.Tombstone
+	if err := json.Unmarshal(m.Data, &t); err != nil {
+		return nil, fmt.Errorf("the tombstone of %s does not decode: %w", conv, err)
+	}
+	return &t, nil
 }

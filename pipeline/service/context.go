@@ -22,14 +22,11 @@ func (s *Service) onContext(ctx context.Context, req micro.Request) (any, error)
 	if err := in.Validate(); err != nil {
 		return nil, badRequest(err)
 	}
-	v, last, err := s.valueAndLast(ctx, in.Conversation)
+	v, from, last, err := s.valueAndLast(ctx, in.Conversation)
 	if err != nil {
 		return nil, err
 	}
-	out := schemas.ContextResponse{Conversation: in.Conversation, Value: v, TailStartSeq: 1, LastSeq: last}
-	if v != nil && v.TailStartSeq > 0 {
-		out.TailStartSeq = v.TailStartSeq
-	}
+	out := schemas.ContextResponse{Conversation: in.Conversation, Value: v, TailStartSeq: from, LastSeq: last}
 	if in.Format == "" {
 		return out, nil
 	}
@@ -50,15 +47,23 @@ func (s *Service) onContext(ctx context.Context, req micro.Request) (any, error)
 	return json.RawMessage(body), nil
 }
 
-// valueAndLast reads the KV value (from the leader) and the newest CHAT sequence.
-func (s *Service) valueAndLast(ctx context.Context, conv string) (*schemas.Result, uint64, error) {
-	v, _, err := s.store.Results().Get(ctx, conv, true)
+// valueAndLast reads the KV value (from the leader), where the tail starts and the
+// newest CHAT sequence. A value the forget tombstone covers is not served (nil), and
+// the tail starts above what the forget deleted.
+func (s *Service) valueAndLast(ctx context.Context, conv string) (v *schemas.Result, from, last uint64, err error) {
+	v, _, tomb, err := s.store.Results().Live(ctx, conv, true)
 	if err != nil {
-		return nil, 0, internal(conv, err)
+		return nil, 0, 0, internal(conv, err)
 	}
-	last, err := s.store.Chat().LastSeq(ctx, conv)
-	if err != nil {
-		return nil, 0, internal(conv, err)
+	from = 1
+	if v != nil && v.TailStartSeq > 0 {
+		from = v.TailStartSeq
 	}
-	return v, last, nil
+	if tomb != nil && from <= tomb.ThroughSeq {
+		from = tomb.ThroughSeq + 1
+	}
+	if last, err = s.store.Chat().LastSeq(ctx, conv); err != nil {
+		return nil, 0, 0, internal(conv, err)
+	}
+	return v, from, last, nil
 }
