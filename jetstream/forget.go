@@ -162,9 +162,10 @@ func (s *core) forgotten(ctx context.Context, conv string) (*schemas.Tombstone, 
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}
-	m, err := s.leaderGet(ctx, "KV_"+s.cfg.ForgetBucket, map[string]any{
+	// A missing bucket is an error: it must not read as "not forgotten".
+	m, err := s.leaderGetOf(ctx, "KV_"+s.cfg.ForgetBucket, map[string]any{
 		"last_by_subj": "$KV." + s.cfg.ForgetBucket + "." + schemas.ForgetKey(conv),
-	})
+	}, true)
 	if errors.Is(err, errNoMessage) {
 		return nil, nil
 	}
