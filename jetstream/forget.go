@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,9 +84,18 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 	out.ForgottenAt = time.Now().UTC()
 
 	tomb, _ := json.Marshal(schemas.Tombstone{ThroughSeq: out.ThroughSeq, ForgottenAt: out.ForgottenAt})
-	if _, err := s.js.Publish(ctx, "$KV."+s.cfg.ForgetBucket+"."+schemas.ForgetKey(conv), tomb,
-		natsjs.WithExpectStream("KV_"+s.cfg.ForgetBucket)); err != nil {
+	ack, err := s.js.Publish(ctx, "$KV."+s.cfg.ForgetBucket+"."+schemas.ForgetKey(conv), tomb,
+		natsjs.WithExpectStream("KV_"+s.cfg.ForgetBucket))
+	if err != nil {
 		return out, &ForgetStepError{Step: "write the tombstone", Err: err}
+	}
+	// The objects the forgotten conversation's messages refer to, read before the
+	// messages are deleted, and when the server stored the tombstone, to tell objects
+	// stored before it from those after.
+	var stepErrs []error
+	objects, tombAt, err := s.objectsToForget(ctx, conv, out.ThroughSeq, ack.Sequence)
+	if err != nil {
+		stepErrs = append(stepErrs, &ForgetStepError{Step: "find the objects", Err: err})
 	}
 	// For live subscribers (the trigger drops its state, a waiting compact request
 	// answers): best effort, as every writer checks the tombstone anyway. The purge of
@@ -119,12 +127,19 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		{name: "dead letters", stream: s.cfg.DeadStream, subject: subj(s.cfg.DeadSubject), counted: &d.DeadLetters},
 		{name: "events", stream: s.cfg.EventsStream, subject: subj(s.cfg.EventSubject), counted: &d.Events, eventsOf: true},
 	}
-	var stepErrs []error
 	for _, st := range steps {
+		if forgetStepHook != nil {
+			forgetStepHook(st.name)
+		}
 		var n, erased uint64
 		switch {
 		case st.objects:
-			n, err = s.forgetObjects(ctx, conv)
+			// Those a message of the new conversation refers to (published since the
+			// forget began, the same content again) stay: read now, as late as can be.
+			var keep map[string]bool
+			if keep, err = s.objectRefs(ctx, conv, out.ThroughSeq+1, 0); err == nil {
+				n, err = s.forgetObjects(ctx, objects, keep, tombAt)
+			}
 		case st.erase:
 			// Raw history is most of a conversation's bytes: each message is
 			// overwritten in the store, not only unlinked; the purge then takes what
@@ -365,65 +380,129 @@ func (s *core) eraseChat(ctx context.Context, conv string, through uint64, deadl
 	return n, nil
 }
 
-// forgetObjects deletes every object of the objects bucket whose name starts with
-// <conv>/, with its chunks and its metadata, and returns how many it deleted. A missing
-// bucket holds nothing. A deleted object leaves a metadata marker that still names it
-// (for watchers); that marker is purged too, as are the markers of objects deleted
-// before.
-func (s *core) forgetObjects(ctx context.Context, conv string) (uint64, error) {
-	obs, err := s.js.ObjectStore(ctx, s.cfg.ObjectsBucket)
-	if errors.Is(err, natsjs.ErrBucketNotFound) {
-		return 0, nil
-	}
+// forgetStepHook, when set (by a test), is called before each deletion step of a
+// forget with the step's name.
+var forgetStepHook func(step string)
+
+// objectsToForget reads what the objects step of a forget needs: the objects the
+// messages of conv up to through refer to, and when the server stored the tombstone
+// (at sequence tombSeq of the forget bucket).
+func (s *core) objectsToForget(ctx context.Context, conv string, through, tombSeq uint64) (forget map[string]bool, at time.Time, err error) {
+	m, err := s.leaderGetOf(ctx, "KV_"+s.cfg.ForgetBucket, map[string]any{"seq": tombSeq}, true)
 	if err != nil {
-		return 0, fmt.Errorf("bucket %s: %w", s.cfg.ObjectsBucket, err)
+		return nil, time.Time{}, fmt.Errorf("read the tombstone back: %w", err)
 	}
-	list, err := obs.List(ctx, natsjs.ListObjectsShowDeleted())
-	if errors.Is(err, natsjs.ErrNoObjectsFound) {
-		return 0, nil
+	if forget, err = s.objectRefs(ctx, conv, 1, through); err != nil {
+		return nil, m.Time, err
 	}
+	return forget, m.Time, nil
+}
+
+// objectRefs returns the names of the objects of conv that the conversation's stubs
+// with a sequence in [from, through] refer to (through 0: to the end), read with
+// batched direct gets: in time proportional to the conversation, not to the bucket.
+func (s *core) objectRefs(ctx context.Context, conv string, from, through uint64) (map[string]bool, error) {
+	subj, err := s.cfg.ChatFilter(conv)
 	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", s.cfg.ObjectsBucket, err)
+		return nil, err
 	}
-	// Descriptions are written by producers and may be hostile: the chunks are purged
-	// by their chunk id only when it is a plain id of this bucket that no object of
-	// another conversation names (a copied id would delete another conversation's
-	// content, a wildcard every object's). nats.go's Delete would trust the description.
-	prefix := conv + "/"
-	others := map[string]bool{}
-	for _, info := range list {
-		if !strings.HasPrefix(info.Name, prefix) {
-			others[info.NUID] = true
+	refs := map[string]bool{}
+	for {
+		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, from, DirectBatchSize)
+		if err != nil {
+			return nil, err
 		}
-	}
-	var n uint64
-	var failed []error
-	for _, info := range list {
-		if !strings.HasPrefix(info.Name, prefix) {
-			continue
-		}
-		if !info.Deleted {
-			n++
-		}
-		switch {
-		case info.Opts != nil && info.Opts.Link != nil, info.Deleted:
-			// A link has no chunks of its own; a deleted object's are gone.
-		case info.Bucket != s.cfg.ObjectsBucket || !validNUID(info.NUID) || others[info.NUID]:
-			failed = append(failed, fmt.Errorf("object %s: its chunks (bucket %q, chunk id %q) are not its own; only its description is deleted", info.Name, info.Bucket, info.NUID))
-		default:
-			if _, err := s.purge(ctx, "OBJ_"+s.cfg.ObjectsBucket, "$O."+s.cfg.ObjectsBucket+".C."+info.NUID, 0); err != nil {
-				failed = append(failed, fmt.Errorf("chunks of %s: %w", info.Name, err))
+		for _, m := range page {
+			if through > 0 && m.Seq > through {
+				return refs, nil
+			}
+			// Read leniently: any name in the conversation's prefix is looked up.
+			var stub struct {
+				Ref *struct{ Bucket, Name string } `json:"content_ref"`
+			}
+			if json.Unmarshal(m.Data, &stub) == nil && stub.Ref != nil && stub.Ref.Bucket == s.cfg.ObjectsBucket &&
+				strings.HasPrefix(stub.Ref.Name, conv+"/") {
+				refs[stub.Ref.Name] = true
 			}
 		}
-		meta := "$O." + s.cfg.ObjectsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(info.Name))
-		if _, err := s.purge(ctx, "OBJ_"+s.cfg.ObjectsBucket, meta, 0); err != nil {
-			failed = append(failed, fmt.Errorf("description of %s: %w", info.Name, err))
+		if !more || len(page) == 0 {
+			return refs, nil
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+}
+
+// forgetObjects deletes the objects named in names (those the forgotten conversation's
+// stubs refer to) but those in keep (named by a message of the new conversation too),
+// each with its chunks and its metadata, and returns how many it deleted. An object
+// whose description was stored after the tombstone (at, the server's time of it) is
+// the new conversation's (stored again for a message published after the forget): it
+// stays, and so does a description stored after the one read here (only the revisions
+// up to it are purged). A deleted object's metadata marker, which still names it, is
+// purged too. A missing bucket holds nothing.
+func (s *core) forgetObjects(ctx context.Context, names, keep map[string]bool, at time.Time) (uint64, error) {
+	sorted := make([]string, 0, len(names))
+	for name := range names {
+		if !keep[name] {
+			sorted = append(sorted, name)
 		}
 	}
-	if len(failed) > 0 {
-		return n, errors.Join(failed...)
+	slices.Sort(sorted)
+	stream := objectsStream(s.cfg.ObjectsBucket)
+	var n uint64
+	var failed []error
+	for _, name := range sorted {
+		meta := s.objectMetaSubject(name)
+		m, err := s.leaderGet(ctx, stream, map[string]any{"last_by_subj": meta})
+		if errors.Is(err, errNoMessage) {
+			continue
+		}
+		if err != nil {
+			failed = append(failed, fmt.Errorf("object %s: %w", name, err))
+			continue
+		}
+		if m.Time.After(at) {
+			continue // stored after the tombstone: the new conversation's
+		}
+		var info natsjs.ObjectInfo
+		if err := json.Unmarshal(m.Data, &info); err != nil {
+			info = natsjs.ObjectInfo{ObjectMeta: natsjs.ObjectMeta{Name: name}, Deleted: true} // no chunks of its own to find
+		}
+		if err := s.deleteObject(ctx, name, &info); err != nil {
+			failed = append(failed, err)
+		} else if !info.Deleted {
+			n++
+		}
+		if _, err := s.purge(ctx, stream, meta, m.Seq+1); err != nil {
+			failed = append(failed, fmt.Errorf("description of %s: %w", name, err))
+		}
 	}
-	return n, nil
+	return n, errors.Join(failed...)
+}
+
+// deleteObject purges an object's chunks. Descriptions are written by producers and may
+// be hostile: the chunks are purged by their chunk id only when it is a plain id of
+// this bucket (a wildcard would delete every object's) and they hold what the name
+// says (<conv>/<SHA-256 of the object>): a description copying another object's chunk
+// id names other bytes. nats.go's Delete would trust the description.
+func (s *core) deleteObject(ctx context.Context, name string, info *natsjs.ObjectInfo) error {
+	switch {
+	case info.Opts != nil && info.Opts.Link != nil, info.Deleted:
+		return nil // a link has no chunks of its own; a deleted object's are gone
+	case info.Bucket != s.cfg.ObjectsBucket || !validNUID(info.NUID) || info.Size > uint64(max(s.cfg.MaxObjectSize, 0)):
+		return fmt.Errorf("object %s: its chunks (bucket %q, chunk id %q) are not its own; only its description is deleted", name, info.Bucket, info.NUID)
+	}
+	body, err := s.readChunks(ctx, info)
+	if err == nil && schemas.ObjectName(name[:strings.LastIndexByte(name, '/')], body) != name {
+		err = errors.New("they do not hold what its name says")
+	}
+	if err != nil {
+		return fmt.Errorf("object %s: its chunks (chunk id %q) are not its own (%v); only its description is deleted", name, info.NUID, err)
+	}
+	if _, err := s.purge(ctx, objectsStream(s.cfg.ObjectsBucket), "$O."+s.cfg.ObjectsBucket+".C."+info.NUID, 0); err != nil {
+		return fmt.Errorf("chunks of %s: %w", name, err)
+	}
+	return nil
 }
 
 // Live reads a conversation's value as a reader may serve it, with the conversation's
