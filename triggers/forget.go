@@ -2,6 +2,7 @@ package triggers
 
 import (
 	"context"
+	"time"
 
 	"github.com/compactor/compactor/schemas"
 )
@@ -13,8 +14,15 @@ import (
 // expires the next compaction would build on it. Readers do not serve it meanwhile;
 // this removes it for good. Only the revisions up to rev go, never a newer one. A
 // failure is logged: the worker of the conversation's next job removes it too.
+//
+// A value written before the forget began is the forget's to delete while it runs (it
+// counts what it deleted): the trigger leaves it alone for forgetGrace after the
+// tombstone, and removes it after that only if the forget failed to.
 func (t *Trigger) removeForgotten(ctx context.Context, id string, v *schemas.Result, rev uint64, tomb *schemas.Tombstone) {
 	if v == nil || rev == 0 || !tomb.Covers(v.FirstSeq) {
+		return
+	}
+	if !v.CreatedAt.After(tomb.ForgottenAt) && t.now().Sub(tomb.ForgottenAt) < forgetGrace {
 		return
 	}
 	log := t.log.With().Str("conversation", id).Uint64("generation", v.Generation).Uint64("revision", rev).Logger()
@@ -24,3 +32,8 @@ func (t *Trigger) removeForgotten(ctx context.Context, id string, v *schemas.Res
 	}
 	log.Warn().Uint64("through_seq", tomb.ThroughSeq).Msg("a value of the forgotten conversation outlived its forget; removed")
 }
+
+// forgetGrace is how long after a tombstone the trigger leaves a value written before
+// it to the forget that runs (its deletions take seconds; the erase of raw history at
+// most jetstream.EraseBudget).
+const forgetGrace = 2 * time.Minute
