@@ -548,3 +548,72 @@ func (rs *Results) tombstone(ctx context.Context, conv string, fromLeader bool) 
 	}
 	return &t, nil
 }
+
+// ForgetGrace is how long after a tombstone a value written before it is left to the
+// forget that runs (its deletions take seconds; the erase of raw history at most
+// EraseBudget), by the sweep and the trigger: the forget counts what it deletes.
+const ForgetGrace = 2 * time.Minute
+
+// SweepForgotten removes every value of the results bucket that the tombstone of its
+// conversation covers and returns how many it removed: the backstop for a writer that
+// died between its write and its tombstone check, after the forget had deleted its
+// request, of a conversation no job or trigger met since. Run more often than
+// tombstones expire (the api role runs it every quarter of ForgetTTL), no such value
+// outlives its tombstone. It lists the keys of the forget bucket (the forgets of the
+// last ForgetTTL) and of the results bucket, matches them by hash, and reads from the
+// leaders, and removes, only values of forgotten conversations. A value written before
+// the forget is left to it for ForgetGrace.
+func (s *Store) SweepForgotten(ctx context.Context) (int, error) {
+	tombs, err := s.listKeys(ctx, s.cfg.ForgetBucket)
+	if err != nil || len(tombs) == 0 {
+		return 0, err
+	}
+	keys, err := s.listKeys(ctx, s.cfg.ResultsBucket)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for conv := range keys {
+		if !tombs[schemas.ForgetKey(conv)] || schemas.ValidateConversationID(conv) != nil {
+			continue
+		}
+		v, rev, err := s.results.Get(ctx, conv, true)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		tomb, err := s.forgotten(ctx, conv)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if v == nil || !tomb.Covers(v.FirstSeq) || (!v.CreatedAt.After(tomb.ForgottenAt) && time.Since(tomb.ForgottenAt) < ForgetGrace) {
+			continue
+		}
+		if err := s.results.Remove(ctx, conv, rev); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// listKeys returns the keys of a bucket.
+func (s *Store) listKeys(ctx context.Context, bucket string) (map[string]bool, error) {
+	kv, err := s.js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", bucket, err)
+	}
+	l, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the keys of %s: %w", bucket, err)
+	}
+	defer func() { _ = l.Stop() }()
+	out := map[string]bool{}
+	for k := range l.Keys() {
+		out[k] = true
+	}
+	return out, ctx.Err()
+}

@@ -2,8 +2,8 @@ package triggers
 
 import (
 	"context"
-	"time"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -17,12 +17,13 @@ import (
 //
 // A value written before the forget began is the forget's to delete while it runs (it
 // counts what it deleted): the trigger leaves it alone for forgetGrace after the
-// tombstone, and removes it after that only if the forget failed to.
+// tombstone (jetstream.ForgetGrace), and removes it after that only if the forget
+// failed to.
 func (t *Trigger) removeForgotten(ctx context.Context, id string, v *schemas.Result, rev uint64, tomb *schemas.Tombstone) {
 	if v == nil || rev == 0 || !tomb.Covers(v.FirstSeq) {
 		return
 	}
-	if !v.CreatedAt.After(tomb.ForgottenAt) && t.now().Sub(tomb.ForgottenAt) < forgetGrace {
+	if !v.CreatedAt.After(tomb.ForgottenAt) && t.now().Sub(tomb.ForgottenAt) < jetstream.ForgetGrace {
 		return
 	}
 	log := t.log.With().Str("conversation", id).Uint64("generation", v.Generation).Uint64("revision", rev).Logger()
@@ -32,8 +33,3 @@ func (t *Trigger) removeForgotten(ctx context.Context, id string, v *schemas.Res
 	}
 	log.Warn().Uint64("through_seq", tomb.ThroughSeq).Msg("a value of the forgotten conversation outlived its forget; removed")
 }
-
-// forgetGrace is how long after a tombstone the trigger leaves a value written before
-// it to the forget that runs (its deletions take seconds; the erase of raw history at
-// most jetstream.EraseBudget).
-const forgetGrace = 2 * time.Minute

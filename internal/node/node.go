@@ -161,7 +161,7 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		n.comps = append(n.comps, svc)
+		n.comps = append(n.comps, svc, newForgetSweep(st, log))
 		n.service = svc
 	}
 	if cfg.Roles.Trigger {
