@@ -71,7 +71,7 @@ func TestSpansHoldAHashOfTheConversationID(t *testing.T) {
 	s := spans[0]
 	var all []string
 	for _, kv := range s.Attributes {
-		all = append(all, string(kv.Key)+"="+kv.Value.Emit())
+		all = append(all, string(kv.Key)+"="+kv.Value.String())
 		if kv.Key == telemetry.ConversationAttribute && kv.Value.AsString() != h.Hash(rawID) {
 			t.Errorf("%s = %q; want %q", kv.Key, kv.Value.AsString(), h.Hash(rawID))
 		}
