@@ -75,7 +75,6 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return out, err
 	}
-	subj := func(b func(string) (string, error)) string { v, _ := b(conv); return v }
 	chat, err := s.js.Stream(ctx, s.cfg.ChatStream)
 	if err != nil {
 		return out, &ForgetStepError{Step: "read the last sequence of " + s.cfg.ChatStream, Err: err}
@@ -103,17 +102,29 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 	notified := s.events.Publish(ctx, schemas.Event{Type: schemas.EventForgotten, Conversation: conv,
 		RequestID: schemas.NewRequestID(), At: out.ForgottenAt}) == nil
 
+	stepErrs = append(stepErrs, s.forgetSteps(ctx, conv, &out, objects, tombAt, notified)...)
+	return out, errors.Join(stepErrs...)
+}
+
+// forgetStep is one deletion of a forget.
+type forgetStep struct {
+	name     string
+	stream   string
+	subject  string
+	before   uint64 // 0: every message of the subject
+	counted  *uint64
+	erase    bool // each message is erased before the purge
+	objects  bool // the objects bucket, not one subject
+	eventsOf bool
+}
+
+// forgetSteps runs the deletions of a forget whose tombstone is written, counting what
+// each deleted in out, and returns the errors of those that failed: a step that fails
+// does not keep the others from running.
+func (s *Store) forgetSteps(ctx context.Context, conv string, out *schemas.ForgetResponse, objects map[string]bool, tombAt time.Time, notified bool) []error {
+	subj := func(b func(string) (string, error)) string { v, _ := b(conv); return v }
 	d := &out.Deleted
-	steps := []struct {
-		name     string
-		stream   string
-		subject  string
-		before   uint64 // 0: every message of the subject
-		counted  *uint64
-		erase    bool // each message is erased before the purge
-		objects  bool // the objects bucket, not one subject
-		eventsOf bool
-	}{
+	steps := []forgetStep{
 		// Work first, so no new job starts on a pending request and no idle timer fires.
 		{name: "pending request", stream: s.cfg.RequestsStream, subject: subj(s.cfg.RequestSubject), counted: &d.Requests},
 		{name: "idle timer", stream: s.cfg.ActivityStream, subject: subj(s.cfg.ActivitySubject), counted: &d.ActivityMarkers},
@@ -127,42 +138,49 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		{name: "dead letters", stream: s.cfg.DeadStream, subject: subj(s.cfg.DeadSubject), counted: &d.DeadLetters},
 		{name: "events", stream: s.cfg.EventsStream, subject: subj(s.cfg.EventSubject), counted: &d.Events, eventsOf: true},
 	}
+	var errs []error
 	for _, st := range steps {
 		if forgetStepHook != nil {
 			forgetStepHook(st.name)
 		}
-		var n, erased uint64
-		switch {
-		case st.objects:
-			// Those a message of the new conversation refers to (published since the
-			// forget began, the same content again) stay: read now, as late as can be.
-			var keep map[string]bool
-			if keep, err = s.objectRefs(ctx, conv, out.ThroughSeq+1, 0); err == nil {
-				n, err = s.forgetObjects(ctx, objects, keep, tombAt)
-			}
-		case st.erase:
-			// Raw history is most of a conversation's bytes: each message is
-			// overwritten in the store, not only unlinked; the purge then takes what
-			// the erase missed.
-			if erased, err = s.eraseChat(ctx, conv, out.ThroughSeq, time.Now().Add(EraseBudget)); err == nil {
-				n, err = s.purge(ctx, st.stream, st.subject, st.before)
-				n += erased
-				d.ChatMessagesErased = erased
-			}
-		default:
-			n, err = s.purge(ctx, st.stream, st.subject, st.before)
-		}
+		n, err := s.forgetStep(ctx, conv, out, st, objects, tombAt)
 		if err != nil {
 			// The other places are still deleted: a step that fails (a hostile object
 			// description, a timeout) must not keep the rest of the conversation.
-			stepErrs = append(stepErrs, &ForgetStepError{Step: "delete the " + st.name, Err: err})
+			errs = append(errs, &ForgetStepError{Step: "delete the " + st.name, Err: err})
 		}
 		if st.eventsOf && notified && n > 0 {
 			n-- // the forgotten event of this forget is not the conversation's
 		}
 		*st.counted += n
 	}
-	return out, errors.Join(stepErrs...)
+	return errs
+}
+
+// forgetStep runs one deletion and returns how many messages it deleted.
+func (s *Store) forgetStep(ctx context.Context, conv string, out *schemas.ForgetResponse, st forgetStep, objects map[string]bool, tombAt time.Time) (uint64, error) {
+	switch {
+	case st.objects:
+		// Those a message of the new conversation refers to (published since the forget
+		// began, the same content again) stay: read now, as late as can be.
+		keep, err := s.objectRefs(ctx, conv, out.ThroughSeq+1, 0)
+		if err != nil {
+			return 0, err
+		}
+		return s.forgetObjects(ctx, objects, keep, tombAt)
+	case st.erase:
+		// Raw history is most of a conversation's bytes: each message is overwritten in
+		// the store, not only unlinked; the purge then takes what the erase missed.
+		erased, err := s.eraseChat(ctx, conv, out.ThroughSeq, time.Now().Add(EraseBudget))
+		out.Deleted.ChatMessagesErased = erased
+		if err != nil {
+			return erased, err
+		}
+		n, err := s.purge(ctx, st.stream, st.subject, st.before)
+		return n + erased, err
+	default:
+		return s.purge(ctx, st.stream, st.subject, st.before)
+	}
 }
 
 // Forgotten returns the tombstone of a forgotten conversation, nil when it was not
