@@ -48,9 +48,16 @@ import (
 // reads CHAT only above T, so the new conversation is compacted from scratch.
 //
 // What this does not cover: a process that dies between a write and its check, while
-// the conversation is being forgotten, leaves that write (a job's value is removed by
-// the next job of the same id; a request is dropped by the worker that gets it; an
-// event or a dead letter stays until its stream's max age). Forget again to remove it.
+// the conversation is being forgotten, leaves that write. A value so left is never
+// served (every reader drops a value the tombstone covers: Results.Live) and is removed
+// by the trigger, the next job of the same id, or SweepForgotten before the tombstone
+// expires; a request is dropped by the worker that gets it; an event or a dead letter
+// stays until its stream's max age (forget again to remove it).
+//
+// Objects are found through the stubs of the conversation's messages (objectRefs), so a
+// forget takes time in proportion to the conversation, and are ordered against the
+// tombstone: one stored after it, or named by a message published after the forget
+// began, is the new conversation's and stays.
 
 // ForgetStepError is the error of one step of a forget; the tombstone is written and
 // the other steps still ran. Forgetting again is safe and finishes what it can.
@@ -67,8 +74,8 @@ func (e *ForgetStepError) Unwrap() error { return e.Err }
 
 // Forget deletes a conversation everywhere, for good: its CHAT messages, every revision
 // of its KV value and policy, its pending request, idle timer, dead letters and events,
-// and its objects (every object named <conv>/... in the objects bucket, when that bucket
-// exists). A conversation with nothing stored is not an error: every count is 0. See
+// and its objects (those its messages' stubs name in the objects bucket, when that bucket
+// exists, stored before the tombstone). A conversation with nothing stored is not an error: every count is 0. See
 // the comment above for the order and why work in flight does not bring it back.
 func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse, error) {
 	out := schemas.ForgetResponse{Conversation: conv}
