@@ -125,16 +125,32 @@ func TestElectionOfTheForgetBucketDuringAForget(t *testing.T) {
 	if _, err := st.Forget(ctx, "elect"); err != nil {
 		t.Fatal(err)
 	}
-	close(sum.release)
-	// Leader elections one after the other while the job writes and checks.
-	for i := range 3 {
-		if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.KV_"+cfg.ForgetBucket, nil, 5*time.Second); err != nil {
-			t.Fatalf("step down %d: %v", i, err)
+	// Leader elections one after the other while the job writes and checks, until the
+	// pool has drained (the job settled).
+	flapping := make(chan struct{})
+	flapped := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-flapping:
+				flapped <- n
+				return
+			default:
+			}
+			if _, err := nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.KV_"+cfg.ForgetBucket, nil, 5*time.Second); err == nil {
+				n++
+			}
+			time.Sleep(100 * time.Millisecond) // between elections, as in a flapping cluster
 		}
-		time.Sleep(200 * time.Millisecond) // between elections, as they come in a flapping cluster
-	}
+	}()
+	close(sum.release)
 	waitDrained(t, nc, st)
 	stop()
+	close(flapping)
+	if n := <-flapped; n == 0 {
+		t.Fatal("no election took place during the job")
+	}
 	if v, _, err := st.Results().Get(ctx, "elect", true); err != nil || v != nil {
 		t.Fatalf("after the elections: value %+v, %v; want none", v, err)
 	}
