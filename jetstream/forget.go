@@ -2,10 +2,10 @@ package jetstream
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -49,9 +49,16 @@ import (
 // reads CHAT only above T, so the new conversation is compacted from scratch.
 //
 // What this does not cover: a process that dies between a write and its check, while
-// the conversation is being forgotten, leaves that write (a job's value is removed by
-// the next job of the same id; a request is dropped by the worker that gets it; an
-// event or a dead letter stays until its stream's max age). Forget again to remove it.
+// the conversation is being forgotten, leaves that write. A value so left is never
+// served (every reader drops a value the tombstone covers: Results.Live) and is removed
+// by the trigger, the next job of the same id, or SweepForgotten before the tombstone
+// expires; a request is dropped by the worker that gets it; an event or a dead letter
+// stays until its stream's max age (forget again to remove it).
+//
+// Objects are found through the stubs of the conversation's messages (objectRefs), so a
+// forget takes time in proportion to the conversation, and are ordered against the
+// tombstone: one stored after it, or named by a message published after the forget
+// began, is the new conversation's and stays.
 
 // ForgetStepError is the error of one step of a forget; the tombstone is written and
 // the other steps still ran. Forgetting again is safe and finishes what it can.
@@ -68,15 +75,14 @@ func (e *ForgetStepError) Unwrap() error { return e.Err }
 
 // Forget deletes a conversation everywhere, for good: its CHAT messages, every revision
 // of its KV value and policy, its pending request, idle timer, dead letters and events,
-// and its objects (every object named <conv>/... in the objects bucket, when that bucket
-// exists). A conversation with nothing stored is not an error: every count is 0. See
+// and its objects (those its messages' stubs name in the objects bucket, when that bucket
+// exists, stored before the tombstone). A conversation with nothing stored is not an error: every count is 0. See
 // the comment above for the order and why work in flight does not bring it back.
 func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse, error) {
 	out := schemas.ForgetResponse{Conversation: conv}
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return out, err
 	}
-	subj := func(b func(string) (string, error)) string { v, _ := b(conv); return v }
 	chat, err := s.js.Stream(ctx, s.cfg.ChatStream)
 	if err != nil {
 		return out, &ForgetStepError{Step: "read the last sequence of " + s.cfg.ChatStream, Err: err}
@@ -85,9 +91,18 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 	out.ForgottenAt = time.Now().UTC()
 
 	tomb, _ := json.Marshal(schemas.Tombstone{ThroughSeq: out.ThroughSeq, ForgottenAt: out.ForgottenAt})
-	if _, err := s.js.Publish(ctx, "$KV."+s.cfg.ForgetBucket+"."+schemas.ForgetKey(conv), tomb,
-		natsjs.WithExpectStream("KV_"+s.cfg.ForgetBucket)); err != nil {
+	ack, err := s.js.Publish(ctx, "$KV."+s.cfg.ForgetBucket+"."+schemas.ForgetKey(conv), tomb,
+		natsjs.WithExpectStream("KV_"+s.cfg.ForgetBucket))
+	if err != nil {
 		return out, &ForgetStepError{Step: "write the tombstone", Err: err}
+	}
+	// The objects the forgotten conversation's messages refer to, read before the
+	// messages are deleted, and when the server stored the tombstone, to tell objects
+	// stored before it from those after.
+	var stepErrs []error
+	objects, tombAt, err := s.objectsToForget(ctx, conv, out.ThroughSeq, ack.Sequence)
+	if err != nil {
+		stepErrs = append(stepErrs, &ForgetStepError{Step: "find the objects", Err: err})
 	}
 	// For live subscribers (the trigger drops its state, a waiting compact request
 	// answers): best effort, as every writer checks the tombstone anyway. The purge of
@@ -95,17 +110,29 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 	notified := s.events.Publish(ctx, schemas.Event{Type: schemas.EventForgotten, Conversation: conv,
 		RequestID: schemas.NewRequestID(), At: out.ForgottenAt}) == nil
 
+	stepErrs = append(stepErrs, s.forgetSteps(ctx, conv, &out, objects, tombAt, notified)...)
+	return out, errors.Join(stepErrs...)
+}
+
+// forgetStep is one deletion of a forget.
+type forgetStep struct {
+	name     string
+	stream   string
+	subject  string
+	before   uint64 // 0: every message of the subject
+	counted  *uint64
+	erase    bool // each message is erased before the purge
+	objects  bool // the objects bucket, not one subject
+	eventsOf bool
+}
+
+// forgetSteps runs the deletions of a forget whose tombstone is written, counting what
+// each deleted in out, and returns the errors of those that failed: a step that fails
+// does not keep the others from running.
+func (s *Store) forgetSteps(ctx context.Context, conv string, out *schemas.ForgetResponse, objects map[string]bool, tombAt time.Time, notified bool) []error {
+	subj := func(b func(string) (string, error)) string { v, _ := b(conv); return v }
 	d := &out.Deleted
-	steps := []struct {
-		name     string
-		stream   string
-		subject  string
-		before   uint64 // 0: every message of the subject
-		counted  *uint64
-		erase    bool // each message is erased before the purge
-		objects  bool // the objects bucket, not one subject
-		eventsOf bool
-	}{
+	steps := []forgetStep{
 		// Work first, so no new job starts on a pending request and no idle timer fires.
 		{name: "pending request", stream: s.cfg.RequestsStream, subject: subj(s.cfg.RequestSubject), counted: &d.Requests},
 		{name: "idle timer", stream: s.cfg.ActivityStream, subject: subj(s.cfg.ActivitySubject), counted: &d.ActivityMarkers},
@@ -119,47 +146,67 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		{name: "dead letters", stream: s.cfg.DeadStream, subject: subj(s.cfg.DeadSubject), counted: &d.DeadLetters},
 		{name: "events", stream: s.cfg.EventsStream, subject: subj(s.cfg.EventSubject), counted: &d.Events, eventsOf: true},
 	}
-	var stepErrs []error
+	var errs []error
 	for _, st := range steps {
-		var n, erased uint64
-		switch {
-		case st.objects:
-			n, err = s.forgetObjects(ctx, conv)
-		case st.erase:
-			// Raw history is most of a conversation's bytes: each message is
-			// overwritten in the store, not only unlinked; the purge then takes what
-			// the erase missed.
-			if erased, err = s.eraseChat(ctx, conv, out.ThroughSeq, time.Now().Add(EraseBudget)); err == nil {
-				n, err = s.purge(ctx, st.stream, st.subject, st.before)
-				n += erased
-				d.ChatMessagesErased = erased
-			}
-		default:
-			n, err = s.purge(ctx, st.stream, st.subject, st.before)
+		if forgetStepHook != nil {
+			forgetStepHook(st.name)
 		}
+		n, err := s.forgetStep(ctx, conv, out, st, objects, tombAt)
 		if err != nil {
 			// The other places are still deleted: a step that fails (a hostile object
 			// description, a timeout) must not keep the rest of the conversation.
-			stepErrs = append(stepErrs, &ForgetStepError{Step: "delete the " + st.name, Err: err})
+			errs = append(errs, &ForgetStepError{Step: "delete the " + st.name, Err: err})
 		}
 		if st.eventsOf && notified && n > 0 {
 			n-- // the forgotten event of this forget is not the conversation's
 		}
 		*st.counted += n
 	}
-	return out, errors.Join(stepErrs...)
+	return errs
+}
+
+// forgetStep runs one deletion and returns how many messages it deleted.
+func (s *Store) forgetStep(ctx context.Context, conv string, out *schemas.ForgetResponse, st forgetStep, objects map[string]bool, tombAt time.Time) (uint64, error) {
+	switch {
+	case st.objects:
+		// Those a message of the new conversation refers to (published since the forget
+		// began, the same content again) stay: read now, as late as can be.
+		keep, err := s.objectRefs(ctx, conv, out.ThroughSeq+1, 0)
+		if err != nil {
+			return 0, err
+		}
+		return s.forgetObjects(ctx, objects, keep, tombAt)
+	case st.erase:
+		// Raw history is most of a conversation's bytes: each message is overwritten in
+		// the store, not only unlinked; the purge then takes what the erase missed.
+		erased, err := s.eraseChat(ctx, conv, out.ThroughSeq, time.Now().Add(EraseBudget))
+		out.Deleted.ChatMessagesErased = erased
+		if err != nil {
+			return erased, err
+		}
+		n, err := s.purge(ctx, st.stream, st.subject, st.before)
+		return n + erased, err
+	default:
+		return s.purge(ctx, st.stream, st.subject, st.before)
+	}
 }
 
 // Forgotten returns the tombstone of a forgotten conversation, nil when it was not
 // forgotten within the forget bucket's TTL. It reads from the bucket's stream leader,
 // so a check made after a write sees every tombstone written before it.
 func (s *Store) Forgotten(ctx context.Context, conv string) (*schemas.Tombstone, error) {
+	return s.forgotten(ctx, conv)
+}
+
+// forgotten is Forgotten, for every handle.
+func (s *core) forgotten(ctx context.Context, conv string) (*schemas.Tombstone, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}
-	m, err := s.leaderGet(ctx, "KV_"+s.cfg.ForgetBucket, map[string]any{
+	// A missing bucket is an error: it must not read as "not forgotten".
+	m, err := s.leaderGetOf(ctx, "KV_"+s.cfg.ForgetBucket, map[string]any{
 		"last_by_subj": "$KV." + s.cfg.ForgetBucket + "." + schemas.ForgetKey(conv),
-	})
+	}, true)
 	if errors.Is(err, errNoMessage) {
 		return nil, nil
 	}
@@ -359,72 +406,266 @@ func (s *core) eraseChat(ctx context.Context, conv string, through uint64, deadl
 	return n, nil
 }
 
-// forgetObjects deletes every object of the objects bucket whose name starts with
-// <conv>/, with its chunks and its metadata, and returns how many it deleted. A missing
-// bucket holds nothing. A deleted object leaves a metadata marker that still names it
-// (for watchers); that marker is purged too, as are the markers of objects deleted
-// before.
-func (s *core) forgetObjects(ctx context.Context, conv string) (uint64, error) {
-	obs, err := s.js.ObjectStore(ctx, s.cfg.ObjectsBucket)
-	if errors.Is(err, natsjs.ErrBucketNotFound) {
-		return 0, nil
-	}
+// forgetStepHook, when set (by a test), is called before each deletion step of a
+// forget with the step's name.
+var forgetStepHook func(step string)
+
+// objectsToForget reads what the objects step of a forget needs: the objects the
+// messages of conv up to through refer to, and when the server stored the tombstone
+// (at sequence tombSeq of the forget bucket).
+func (s *core) objectsToForget(ctx context.Context, conv string, through, tombSeq uint64) (forget map[string]bool, at time.Time, err error) {
+	m, err := s.leaderGetOf(ctx, "KV_"+s.cfg.ForgetBucket, map[string]any{"seq": tombSeq}, true)
 	if err != nil {
-		return 0, fmt.Errorf("bucket %s: %w", s.cfg.ObjectsBucket, err)
+		return nil, time.Time{}, fmt.Errorf("read the tombstone back: %w", err)
 	}
-	list, err := obs.List(ctx, natsjs.ListObjectsShowDeleted())
-	if errors.Is(err, natsjs.ErrNoObjectsFound) {
-		return 0, nil
+	if forget, err = s.objectRefs(ctx, conv, 1, through); err != nil {
+		return nil, m.Time, err
 	}
+	return forget, m.Time, nil
+}
+
+// objectRefs returns the names of the objects of conv that the conversation's stubs
+// with a sequence in [from, through] refer to (through 0: to the end), read with
+// batched direct gets: in time proportional to the conversation, not to the bucket.
+func (s *core) objectRefs(ctx context.Context, conv string, from, through uint64) (map[string]bool, error) {
+	subj, err := s.cfg.ChatFilter(conv)
 	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", s.cfg.ObjectsBucket, err)
+		return nil, err
 	}
-	// Descriptions are written by producers and may be hostile: the chunks are purged
-	// by their chunk id only when it is a plain id of this bucket that no object of
-	// another conversation names (a copied id would delete another conversation's
-	// content, a wildcard every object's). nats.go's Delete would trust the description.
-	prefix := conv + "/"
-	others := map[string]bool{}
-	for _, info := range list {
-		if !strings.HasPrefix(info.Name, prefix) {
-			others[info.NUID] = true
-			for _, id := range ChunkIDs(info) { // and the chunks of its earlier copies
-				others[id] = true
+	refs := map[string]bool{}
+	for {
+		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, from, DirectBatchSize)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range page {
+			if through > 0 && m.Seq > through {
+				return refs, nil
+			}
+			// Read leniently: any name in the conversation's prefix is looked up.
+			var stub struct {
+				Ref *struct{ Bucket, Name string } `json:"content_ref"`
+			}
+			if json.Unmarshal(m.Data, &stub) == nil && stub.Ref != nil && stub.Ref.Bucket == s.cfg.ObjectsBucket &&
+				strings.HasPrefix(stub.Ref.Name, conv+"/") {
+				refs[stub.Ref.Name] = true
 			}
 		}
+		if !more || len(page) == 0 {
+			return refs, nil
+		}
+		from = page[len(page)-1].Seq + 1
 	}
+}
+
+// forgetObjects deletes the objects named in names (those the forgotten conversation's
+// stubs refer to) but those in keep (named by a message of the new conversation too),
+// each with its chunks and its metadata, and returns how many it deleted. An object
+// whose description was stored after the tombstone (at, the server's time of it) is
+// the new conversation's (stored again for a message published after the forget): it
+// stays, and so does a description stored after the one read here (only the revisions
+// up to it are purged). A deleted object's metadata marker, which still names it, is
+// purged too. A missing bucket holds nothing.
+func (s *core) forgetObjects(ctx context.Context, names, keep map[string]bool, at time.Time) (uint64, error) {
+	sorted := make([]string, 0, len(names))
+	for name := range names {
+		if !keep[name] {
+			sorted = append(sorted, name)
+		}
+	}
+	slices.Sort(sorted)
+	stream := objectsStream(s.cfg.ObjectsBucket)
 	var n uint64
 	var failed []error
-	for _, info := range list {
-		if !strings.HasPrefix(info.Name, prefix) {
+	for _, name := range sorted {
+		meta := s.objectMetaSubject(name)
+		m, err := s.leaderGet(ctx, stream, map[string]any{"last_by_subj": meta})
+		if errors.Is(err, errNoMessage) {
 			continue
 		}
-		if !info.Deleted {
+		if err != nil {
+			failed = append(failed, fmt.Errorf("object %s: %w", name, err))
+			continue
+		}
+		if m.Time.After(at) {
+			continue // stored after the tombstone: the new conversation's
+		}
+		var info natsjs.ObjectInfo
+		if err := json.Unmarshal(m.Data, &info); err != nil {
+			info = natsjs.ObjectInfo{ObjectMeta: natsjs.ObjectMeta{Name: name}, Deleted: true} // no chunks of its own to find
+		}
+		if err := s.deleteObject(ctx, name, &info); err != nil {
+			failed = append(failed, err)
+		} else if !info.Deleted {
 			n++
 		}
-		switch {
-		case info.Opts != nil && info.Opts.Link != nil, info.Deleted:
-			// A link has no chunks of its own; a deleted object's are gone.
-		case info.Bucket != s.cfg.ObjectsBucket || !validNUID(info.NUID) || others[info.NUID]:
-			failed = append(failed, fmt.Errorf("object %s: its chunks (bucket %q, chunk id %q) are not its own; only its description is deleted", info.Name, info.Bucket, info.NUID))
-		default:
-			for _, id := range ChunkIDs(info) { // its chunks and those of its earlier copies
-				if others[id] {
-					failed = append(failed, fmt.Errorf("object %s: the chunks of an earlier copy (chunk id %q) are named by another conversation's object too; they are left", info.Name, id))
-					continue
-				}
-				if _, err := s.purge(ctx, "OBJ_"+s.cfg.ObjectsBucket, "$O."+s.cfg.ObjectsBucket+".C."+id, 0); err != nil {
-					failed = append(failed, fmt.Errorf("chunks of %s: %w", info.Name, err))
-				}
+		if _, err := s.purge(ctx, stream, meta, m.Seq+1); err != nil {
+			failed = append(failed, fmt.Errorf("description of %s: %w", name, err))
+		}
+	}
+	return n, errors.Join(failed...)
+}
+
+// deleteObject purges an object's chunks. Descriptions are written by producers and may
+// be hostile: the chunks are purged by their chunk id only when it is a plain id of
+// this bucket (a wildcard would delete every object's) and they hold what the name
+// says (<conv>/<SHA-256 of the object>): a description copying another object's chunk
+// id names other bytes. nats.go's Delete would trust the description.
+func (s *core) deleteObject(ctx context.Context, name string, info *natsjs.ObjectInfo) error {
+	switch {
+	case info.Opts != nil && info.Opts.Link != nil, info.Deleted:
+		return nil // a link has no chunks of its own; a deleted object's are gone
+	case info.Bucket != s.cfg.ObjectsBucket || !validNUID(info.NUID) || info.Size > uint64(max(s.cfg.MaxObjectSize, 0)):
+		return fmt.Errorf("object %s: its chunks (bucket %q, chunk id %q) are not its own; only its description is deleted", name, info.Bucket, info.NUID)
+	}
+	if err := s.checkChunks(ctx, name, info, info.NUID); err != nil {
+		return fmt.Errorf("object %s: its chunks (chunk id %q) are not its own (%v); only its description is deleted", name, info.NUID, err)
+	}
+	var failed []error
+	for _, id := range ChunkIDs(info) { // its chunks and those of its earlier copies
+		if id != info.NUID {
+			err := s.checkChunks(ctx, name, info, id)
+			if errors.Is(err, errIncomplete) {
+				continue // an earlier copy the bucket's age limit already removed (or never whole)
+			}
+			if err != nil {
+				failed = append(failed, fmt.Errorf("object %s: the chunks of an earlier copy (chunk id %q) are not its own (%v); they are left", name, id, err))
+				continue
 			}
 		}
-		meta := "$O." + s.cfg.ObjectsBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(info.Name))
-		if _, err := s.purge(ctx, "OBJ_"+s.cfg.ObjectsBucket, meta, 0); err != nil {
-			failed = append(failed, fmt.Errorf("description of %s: %w", info.Name, err))
+		if _, err := s.purge(ctx, objectsStream(s.cfg.ObjectsBucket), "$O."+s.cfg.ObjectsBucket+".C."+id, 0); err != nil {
+			failed = append(failed, fmt.Errorf("chunks of %s: %w", name, err))
 		}
 	}
-	if len(failed) > 0 {
-		return n, errors.Join(failed...)
+	return errors.Join(failed...)
+}
+
+// checkChunks reads the chunks stored under chunk id (the object's own, or an earlier
+// copy's the description lists) and checks that they hold what the object's name says
+// (<conv>/<SHA-256 of the object>): a hostile description may name another object's
+// chunks. An earlier copy holds the same bytes in as many chunks as it took then.
+func (s *core) checkChunks(ctx context.Context, name string, info *natsjs.ObjectInfo, id string) error {
+	copyInfo := *info
+	copyInfo.NUID = id
+	if id != info.NUID {
+		copyInfo.Chunks = uint32(min(info.Size+1, math.MaxUint32))
 	}
-	return n, nil
+	body, err := s.readChunks(ctx, &copyInfo)
+	if err == nil && schemas.ObjectName(name[:strings.LastIndexByte(name, '/')], body) != name {
+		err = errors.New("they do not hold what its name says")
+	}
+	return err
+}
+
+// Live reads a conversation's value as a reader may serve it, with the conversation's
+// tombstone (nil when it was not forgotten within the forget bucket's TTL). A value the
+// tombstone covers (FirstSeq <= through_seq: it holds something of the forgotten
+// conversation, left by a writer that died or gave up before taking it back) is not
+// returned: v is nil and rev 0, as for a conversation never compacted. A reader then
+// reads CHAT only above the tombstone's through_seq.
+//
+// The value is read first and the tombstone after it, so a covered value written at
+// any time before the tombstone is read is dropped. With fromLeader both come from the
+// streams' leaders; otherwise any replica may answer, and the tombstone read is one
+// batched direct get shared with the other readers of the moment.
+func (rs *Results) Live(ctx context.Context, conv string, fromLeader bool) (v *schemas.Result, rev uint64, tomb *schemas.Tombstone, err error) {
+	if v, rev, err = rs.Get(ctx, conv, fromLeader); err != nil {
+		return nil, 0, nil, err
+	}
+	if tomb, err = rs.tombstone(ctx, conv, fromLeader); err != nil {
+		return nil, 0, nil, err
+	}
+	if v != nil && tomb.Covers(v.FirstSeq) {
+		return nil, 0, tomb, nil
+	}
+	return v, rev, tomb, nil
+}
+
+// tombstone reads a conversation's tombstone from the forget bucket's leader, or with a
+// coalesced direct get from any replica.
+func (rs *Results) tombstone(ctx context.Context, conv string, fromLeader bool) (*schemas.Tombstone, error) {
+	if fromLeader {
+		return rs.forgotten(ctx, conv)
+	}
+	m, err := rs.lastForget.queueRead("$KV." + rs.cfg.ForgetBucket + "." + schemas.ForgetKey(conv)).wait(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the tombstone of %s: %w", conv, err)
+	}
+	if m == nil || kvDeleted(m) {
+		return nil, nil
+	}
+	var t schemas.Tombstone
+	if err := json.Unmarshal(m.Data, &t); err != nil {
+		return nil, fmt.Errorf("the tombstone of %s does not decode: %w", conv, err)
+	}
+	return &t, nil
+}
+
+// ForgetGrace is how long after a tombstone a value written before it is left to the
+// forget that runs (its deletions take seconds; the erase of raw history at most
+// EraseBudget), by the sweep and the trigger: the forget counts what it deletes.
+const ForgetGrace = 2 * time.Minute
+
+// SweepForgotten removes every value of the results bucket that the tombstone of its
+// conversation covers and returns how many it removed: the backstop for a writer that
+// died between its write and its tombstone check, after the forget had deleted its
+// request, of a conversation no job or trigger met since. Run more often than
+// tombstones expire (the api role runs it every quarter of ForgetTTL), no such value
+// outlives its tombstone. It lists the keys of the forget bucket (the forgets of the
+// last ForgetTTL) and of the results bucket, matches them by hash, and reads from the
+// leaders, and removes, only values of forgotten conversations. A value written before
+// the forget is left to it for ForgetGrace.
+func (s *Store) SweepForgotten(ctx context.Context) (int, error) {
+	tombs, err := s.listKeys(ctx, s.cfg.ForgetBucket)
+	if err != nil || len(tombs) == 0 {
+		return 0, err
+	}
+	keys, err := s.listKeys(ctx, s.cfg.ResultsBucket)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for conv := range keys {
+		if !tombs[schemas.ForgetKey(conv)] || schemas.ValidateConversationID(conv) != nil {
+			continue
+		}
+		v, rev, err := s.results.Get(ctx, conv, true)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		tomb, err := s.forgotten(ctx, conv)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if v == nil || !tomb.Covers(v.FirstSeq) || (!v.CreatedAt.After(tomb.ForgottenAt) && time.Since(tomb.ForgottenAt) < ForgetGrace) {
+			continue
+		}
+		if err := s.results.Remove(ctx, conv, rev); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
+}
+
+// listKeys returns the keys of a bucket.
+func (s *Store) listKeys(ctx context.Context, bucket string) (map[string]bool, error) {
+	kv, err := s.js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", bucket, err)
+	}
+	l, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the keys of %s: %w", bucket, err)
+	}
+	defer func() { _ = l.Stop() }()
+	out := map[string]bool{}
+	for k := range l.Keys() {
+		out[k] = true
+	}
+	return out, ctx.Err()
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -65,12 +66,24 @@ func seedConversation(t *testing.T, st *jetstream.Store, obs natsjs.ObjectStore,
 	if err := st.Activity().ArmIdle(conv, time.Hour, last); err != nil {
 		t.Fatal(err)
 	}
+	// Objects of messages over the max payload, each named by its stub in CHAT (forget
+	// finds them there), one of them deleted since.
 	for _, name := range []string{"x", "y", "gone"} {
-		if _, err := obs.PutBytes(ctx, conv+"/"+name, bytes.Repeat([]byte(needle+" object "), 50)); err != nil {
+		body := bytes.Repeat([]byte(needle+" object "+name+" "), 50)
+		if err := st.Objects().Put(ctx, conv, schemas.ObjectName(conv, body), body); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := st.Chat().Publish(ctx, conv, stubOf(t, st, conv, body), ""); err != nil {
+			t.Fatal(err)
+		}
+		if name == "gone" {
+			if err := obs.Delete(ctx, schemas.ObjectName(conv, body)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	if err := obs.Delete(ctx, conv+"/gone"); err != nil {
+	last, err := st.Chat().Publish(ctx, conv, fmt.Appendf(nil, `{"role":"user","content":"%s last"}`, needle), "")
+	if err != nil {
 		t.Fatal(err)
 	}
 	return last
@@ -100,7 +113,7 @@ func TestForgetDeletesEverythingOfTheConversation(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("forget answered %+v", out)
-	want := schemas.ForgetCounts{ChatMessages: 4, ChatMessagesErased: 4, ResultRevisions: 3, PolicyRevisions: 1, Requests: 1, Events: 2,
+	want := schemas.ForgetCounts{ChatMessages: 8, ChatMessagesErased: 8, ResultRevisions: 3, PolicyRevisions: 1, Requests: 1, Events: 2,
 		DeadLetters: 1, ActivityMarkers: 1, Objects: 2}
 	if out.Deleted != want || out.Conversation != "forget-me" || out.ThroughSeq < last {
 		t.Fatalf("forget answered %+v; want deleted %+v through seq ≥ %d", out, want, last)
@@ -123,8 +136,9 @@ func TestForgetDeletesEverythingOfTheConversation(t *testing.T) {
 		t.Fatalf("tombstone of a conversation never forgotten: %+v, %v", tomb, err)
 	}
 	for _, name := range []string{"x", "y"} {
-		if _, err := obs.GetInfo(ctx, "keep-me/"+name); err != nil {
-			t.Errorf("object keep-me/%s after forgetting another conversation: %v", name, err)
+		body := bytes.Repeat([]byte("NEEDLE-kept object "+name+" "), 50)
+		if _, err := obs.GetInfo(ctx, schemas.ObjectName("keep-me", body)); err != nil {
+			t.Errorf("object %s of keep-me after forgetting another conversation: %v", name, err)
 		}
 	}
 	if v, _, err := st.Results().Get(ctx, "keep-me", true); err != nil || v == nil || v.Generation != 3 {
@@ -327,6 +341,10 @@ func TestForgetTrustsNoObjectDescription(t *testing.T) {
 		if _, err := testJS(t, nc).Publish(ctx, subj, []byte(meta), natsjs.WithMsgID(name)); err != nil {
 			t.Fatal(err)
 		}
+		stub := fmt.Sprintf(`{"role":"user","content_ref":{"bucket":%q,"name":%q,"size":33,"sha256":"%064d"}}`, cfg.ObjectsBucket, name, 0)
+		if _, err := st.Chat().Publish(ctx, "hostile", []byte(stub), ""); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out, err := st.Forget(ctx, "hostile")
 	var step *jetstream.ForgetStepError
@@ -343,6 +361,19 @@ func TestForgetTrustsNoObjectDescription(t *testing.T) {
 	if found, _ := jstest.Scan(t, nc, "hostile/", "NEEDLE-hostile"); len(found) > 0 {
 		t.Fatalf("after the forget: %v", found)
 	}
+}
+
+// stubOf is the encoded stub of a tool message whose content is body, stored as an
+// object of conv.
+func stubOf(t *testing.T, st *jetstream.Store, conv string, body []byte) []byte {
+	t.Helper()
+	m := schemas.Message{Role: schemas.RoleUser, ContentRef: &schemas.ContentRef{Bucket: st.Config().ObjectsBucket,
+		Name: schemas.ObjectName(conv, body), Size: int64(len(body)), SHA256: strings.TrimPrefix(schemas.ObjectName("", body), "/")}}
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 func base64URL(s string) string { return base64.URLEncoding.EncodeToString([]byte(s)) }

@@ -102,7 +102,8 @@ func (ob *Objects) Put(ctx context.Context, conv, name string, object []byte) er
 	}
 	info, at, err := ob.objectInfo(ctx, name)
 	switch {
-	case err == nil && ob.sameObject(info, name, object) && (ob.cfg.ChatMaxAge == 0 || time.Since(at) < ob.cfg.DuplicateWindow/2):
+	case err == nil && ob.sameObject(info, name, object) && (ob.cfg.ChatMaxAge == 0 || time.Since(at) < ob.cfg.DuplicateWindow/2) &&
+		!ob.forgottenSince(ctx, conv, at):
 		return nil
 	case err != nil && !errors.Is(err, ErrObjectMissing):
 		return err
@@ -185,6 +186,18 @@ func (ob *Objects) write(ctx context.Context, name string, object []byte, earlie
 		return fmt.Errorf("description: %w", err)
 	}
 	return nil
+}
+
+// forgottenSince reports whether conv was forgotten after at (the server's time its
+// object was stored): a forget in progress deletes the objects stored before its
+// tombstone, so an object stored before it is stored again for a new message. A
+// tombstone that cannot be read counts as one: storing again is always safe.
+func (s *core) forgottenSince(ctx context.Context, conv string, at time.Time) bool {
+	m, err := s.lastForget.queueRead("$KV." + s.cfg.ForgetBucket + "." + schemas.ForgetKey(conv)).wait(ctx)
+	if err != nil {
+		return true
+	}
+	return m != nil && !kvDeleted(m) && !m.Time.Before(at)
 }
 
 // sameObject reports whether info describes object, stored whole under name.

@@ -212,8 +212,15 @@ type apiMsgGet struct {
 // errNoMessage is the leader's "no message found".
 var errNoMessage = errors.New("no message found")
 
-// leaderGet asks the stream leader (not any replica) for one message.
+// leaderGet asks the stream leader (not any replica) for one message. A stream that
+// does not exist holds no message.
 func (s *core) leaderGet(ctx context.Context, stream string, req map[string]any) (StoredMsg, error) {
+	return s.leaderGetOf(ctx, stream, req, false)
+}
+
+// leaderGetOf is leaderGet; with missingIsError a stream that does not exist is an
+// error, not an empty answer.
+func (s *core) leaderGetOf(ctx context.Context, stream string, req map[string]any, missingIsError bool) (StoredMsg, error) {
 	body, _ := json.Marshal(req)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -229,7 +236,8 @@ func (s *core) leaderGet(ctx context.Context, stream string, req map[string]any)
 		return StoredMsg{}, fmt.Errorf("leader get on %s: %w", stream, err)
 	}
 	if r.Error != nil {
-		if r.Error.ErrCode == int(natsjs.JSErrCodeMessageNotFound) || r.Error.Code == 404 {
+		missing := r.Error.ErrCode == int(natsjs.JSErrCodeStreamNotFound)
+		if r.Error.ErrCode == int(natsjs.JSErrCodeMessageNotFound) || (r.Error.Code == 404 && !(missing && missingIsError)) {
 			return StoredMsg{}, errNoMessage
 		}
 		return StoredMsg{}, fmt.Errorf("leader get on %s: %s (code %d)", stream, r.Error.Description, r.Error.ErrCode)

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
 )
 
 // Client publishes chat events, reads compacted context and asks for compactions. It is
@@ -91,4 +92,23 @@ func (c *Client) refusable(ctx context.Context, publish func(subject string) boo
 		}
 		return publish(pe.Subject)
 	})
+}
+
+// liveValue reads conv's value as Context may serve it: a value the conversation's
+// forget tombstone covers is dropped (a forget that a writer outlived), and from is
+// where the tail starts: the value's TailStartSeq, never at or below what the forget
+// deleted.
+func (c *Client) liveValue(ctx context.Context, conv string, leader bool) (v *schemas.Result, from uint64, err error) {
+	v, _, tomb, err := c.store.Results().Live(ctx, conv, leader)
+	if err != nil {
+		return nil, 0, err
+	}
+	from = 1
+	if v != nil && v.TailStartSeq > 0 {
+		from = v.TailStartSeq
+	}
+	if tomb != nil && from <= tomb.ThroughSeq {
+		from = tomb.ThroughSeq + 1
+	}
+	return v, from, nil
 }

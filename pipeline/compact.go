@@ -210,11 +210,12 @@ func (c *Client) WaitForOutcome(ctx context.Context, conv, requestID string) (sc
 	return c.store.Events().WaitOutcome(ctx, conv, requestID, time.Time{})
 }
 
-// Result returns a conversation's current compaction value (nil when never compacted).
+// Result returns a conversation's current compaction value (nil when never compacted,
+// or when the value is of a forgotten conversation: see Context).
 func (c *Client) Result(ctx context.Context, conv string) (*schemas.Result, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}
-	v, _, err := c.store.Results().Get(ctx, conv, false)
+	v, _, err := c.liveValue(ctx, conv, false)
 	return v, err
 }

@@ -67,7 +67,7 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 	}
 	leader := false
 	for attempt := 0; ; attempt++ {
-		v, _, err := c.store.Results().Get(ctx, conv, leader)
+		v, from, err := c.liveValue(ctx, conv, leader)
 		if err != nil {
 			return nil, err
 		}
@@ -76,10 +76,6 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 			if in.Pinned, err = c.store.Chat().LoadPinned(ctx, conv, v.PinnedSeqs); err != nil {
 				return nil, err
 			}
-		}
-		from := uint64(1)
-		if v != nil && v.TailStartSeq > 0 {
-			from = v.TailStartSeq
 		}
 		var msgs []jetstream.StoredMsg
 		if leader {

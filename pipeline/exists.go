@@ -23,7 +23,7 @@ func (c *Client) Exists(ctx context.Context, conv string) (bool, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return false, err
 	}
-	v, _, err := c.store.Results().Get(ctx, conv, false)
+	v, _, err := c.liveValue(ctx, conv, false)
 	if err != nil {
 		return false, err
 	}

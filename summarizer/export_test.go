@@ -13,3 +13,10 @@ func SummarizeToFit(ctx context.Context, sum Summarizer, in Input, window int) (
 	p := &Pool{cfg: DefaultConfig(), log: zerolog.Nop(), now: time.Now}
 	return p.summarizeToFit(ctx, &job{log: zerolog.Nop()}, sum, in, window)
 }
+
+// SetForgetCheckWait shortens how long one tombstone check asks, until the test ends.
+func SetForgetCheckWait(t interface{ Cleanup(func()) }, d time.Duration) {
+	old := forgetCheckWait
+	forgetCheckWait = d
+	t.Cleanup(func() { forgetCheckWait = old })
+}

@@ -91,8 +91,11 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if reason := p.guard(c); reason != "" {
 		return p.decline(ctx, j, c.ld, c.before.Tokens, c.after.Tokens, reason)
 	}
-	// 5. Compare-and-set on the revision read in step 2.
+	// 5. Compare-and-set on the revision read in step 2, then the tombstone check.
 	if err := p.commit(ctx, c); err != nil {
+		return err
+	}
+	if err := p.checkCommitted(ctx, j); err != nil {
 		return err
 	}
 	// 6. Ack, report, re-evaluate.
@@ -101,16 +104,31 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 
 // checkForgotten decides whether the request was made before its conversation was
 // forgotten (errForgotten: it is dropped), and keeps the tombstone for the later reads.
+// A dropped request may be the redelivery of one whose job wrote its value and died,
+// or could not check, before taking it back: a value the tombstone covers is removed.
 func (p *Pool) checkForgotten(ctx context.Context, j *job) error {
 	tomb, err := p.store.Forgotten(ctx, j.req.Conversation)
 	if err != nil {
 		return err
 	}
 	j.tomb = tomb
-	if tomb.Covers(j.req.UpToSeq) {
-		return errForgotten
+	if !tomb.Covers(j.req.UpToSeq) {
+		return nil
 	}
-	return nil
+	cur, rev, err := p.store.Results().Get(ctx, j.req.Conversation, true)
+	if err != nil && !errors.Is(err, schemas.ErrInvalid) {
+		var newer *schemas.ErrNewerSchema
+		if !errors.As(err, &newer) {
+			return err
+		}
+	}
+	if cur != nil && tomb.Covers(cur.FirstSeq) {
+		if err := p.store.Results().Remove(ctx, j.req.Conversation, rev); err != nil {
+			return err
+		}
+		j.log.Warn().Uint64("revision", rev).Msg("removed a value of the forgotten conversation")
+	}
+	return errForgotten
 }
 
 // readCurrent reads the current value from the leader; a value it cannot decode is a

@@ -454,38 +454,78 @@ func (p *Pool) report(j *job) {
 // was forgotten: it is dropped, with nothing written.
 var errForgotten = errors.New("the conversation was forgotten after this request was made")
 
-// forgottenMeanwhile checks, after the job's writes, whether its conversation was
-// forgotten while it worked on it (a tombstone through the job's firstSeq, read from
-// the bucket's leader), and if so takes back everything the job stored and acks its
-// request. It reports whether it did. Checking after writing leaves no gap: a forget
-// whose tombstone came later deletes the writes itself (see jetstream.Store.Forget).
-func (p *Pool) forgottenMeanwhile(settle context.Context, j *job) bool {
-	ctx, cancel := context.WithTimeout(settle, 30*time.Second)
-	defer cancel()
-	var (
-		tomb *schemas.Tombstone
-		err  error
-	)
-	// Asked until it answers or 30 s pass: long enough for the forget bucket's stream to
-	// elect a leader (a few seconds), since an unanswered check leaves the writes.
-	for attempt := 1; ctx.Err() == nil; attempt++ {
-		if tomb, err = p.store.Forgotten(ctx, j.req.Conversation); err == nil {
-			break
+// forgetCheckWait is how long a tombstone check asks the forget bucket before it says
+// in the log that it cannot tell yet. It never gives up while the process runs: a write
+// whose check gave up would outlive the forget (during an election of the bucket's
+// stream, say). A process that stops first leaves the write to the backstops: readers
+// do not serve a value a tombstone covers, and the trigger and the next job remove it.
+var forgetCheckWait = 30 * time.Second
+
+// readTombstone reads the conversation's tombstone from the forget bucket's leader,
+// asking again until it answers or ctx ends.
+func (p *Pool) readTombstone(ctx context.Context, j *job) (tomb *schemas.Tombstone, err error) {
+	warnAt := time.Now().Add(forgetCheckWait)
+	for attempt := 1; ; attempt++ {
+		if tomb, err = p.store.Forgotten(ctx, j.req.Conversation); err == nil || ctx.Err() != nil {
+			return tomb, err
+		}
+		if time.Now().After(warnAt) {
+			j.log.Warn().Err(err).Int("attempts", attempt).Msg("cannot tell yet whether the conversation was forgotten meanwhile; asking again")
+			warnAt = time.Now().Add(forgetCheckWait)
 		}
 		sleep(ctx, min(time.Duration(attempt)*250*time.Millisecond, 2*time.Second))
 	}
+}
+
+// checkCommitted is the tombstone check of a job's value, after the write and before
+// the request is acknowledged: a tombstone through the job's firstSeq takes the job's
+// writes back (errForgotten: the request is then acknowledged). It asks until it knows.
+// A take-back that fails returns an error and leaves the request unacknowledged: a
+// next delivery (when the forget has not deleted the request) removes the value
+// (checkForgotten, readCurrent); readers do not serve it meanwhile, and the trigger
+// removes it.
+func (p *Pool) checkCommitted(ctx context.Context, j *job) error {
+	tomb, err := p.readTombstone(ctx, j)
 	if err != nil {
-		j.log.Error().Err(err).Msg("cannot tell whether the conversation was forgotten meanwhile; what this job wrote stays")
+		return fmt.Errorf("cannot tell whether the conversation was forgotten meanwhile: %w", err)
+	}
+	if !tomb.Covers(j.firstSeq) {
+		return nil
+	}
+	if err := p.store.TakeBack(ctx, j.req.Conversation, &j.writes); err != nil {
+		return fmt.Errorf("conversation forgotten while compacting; taking back what this job wrote failed (the request is delivered again to remove it): %w", err)
+	}
+	j.tomb = tomb
+	j.log.Info().Uint64("through_seq", tomb.ThroughSeq).Msg("conversation forgotten while compacting; what this job wrote was taken back")
+	return errForgotten
+}
+
+// forgottenMeanwhile checks, after the job's writes, whether its conversation was
+// forgotten while it worked on it (a tombstone through the job's firstSeq, read from
+// the bucket's leader), and if so takes back everything the job stored and acks its
+// request; when the take-back fails the request is delivered again instead, and its
+// next job removes what is left. It reports whether the conversation was forgotten.
+// Checking after writing leaves no gap: a forget whose tombstone came later deletes the
+// writes itself (see jetstream.Store.Forget).
+func (p *Pool) forgottenMeanwhile(settle context.Context, j *job) bool {
+	tomb, err := p.readTombstone(settle, j)
+	if err != nil {
+		j.log.Error().Err(err).Msg("cannot tell whether the conversation was forgotten meanwhile; readers do not serve a value a later forget covers, and the next job or the trigger removes it")
 		return false
 	}
 	if !tomb.Covers(j.firstSeq) {
 		return false
 	}
+	ctx, cancel := context.WithTimeout(settle, forgetCheckWait)
+	defer cancel()
 	if err := p.store.TakeBack(ctx, j.req.Conversation, &j.writes); err != nil {
-		j.log.Error().Err(err).Msg("conversation forgotten while compacting; taking back what this job wrote failed: forget it again")
-	} else {
-		j.log.Info().Uint64("through_seq", tomb.ThroughSeq).Msg("conversation forgotten while compacting; what this job wrote was taken back")
+		j.log.Error().Err(err).Msg("conversation forgotten while compacting; taking back what this job wrote failed: the request is delivered again to remove it")
+		if nerr := j.d.NakAfter(ctx, p.cfg.BackoffBase); nerr != nil {
+			j.log.Error().Err(nerr).Msg("nak request; it is redelivered after the ack wait")
+		}
+		return true
 	}
+	j.log.Info().Uint64("through_seq", tomb.ThroughSeq).Msg("conversation forgotten while compacting; what this job wrote was taken back")
 	_ = j.d.Ack()
 	return true
 }

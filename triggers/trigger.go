@@ -712,8 +712,9 @@ func (t *Trigger) rebuild(ctx context.Context, id string, through uint64, old *t
 // request: the forget's forgotten event, published after the tombstone, drops the
 // state, and the rebuild that follows reads the tombstone from the leader.
 func (t *Trigger) readValue(ctx context.Context, id string, first bool) (tomb *schemas.Tombstone, v *schemas.Result, err error) {
+	var rev uint64
 	if first {
-		tomb, v, _, err = t.firstSight(ctx, id)
+		tomb, v, rev, err = t.firstSight(ctx, id)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -721,11 +722,12 @@ func (t *Trigger) readValue(ctx context.Context, id string, first bool) (tomb *s
 		if tomb, err = t.store.Forgotten(ctx, id); err != nil {
 			return nil, nil, err
 		}
-		if v, _, err = t.store.Results().Get(ctx, id, true); err != nil {
+		if v, rev, err = t.store.Results().Get(ctx, id, true); err != nil {
 			return nil, nil, err
 		}
 	}
 	if v != nil && tomb.Covers(v.FirstSeq) {
+		t.removeForgotten(ctx, id, v, rev, tomb)
 		v = nil
 	}
 	return tomb, v, nil

@@ -64,6 +64,8 @@ type Env struct {
 	OTelEndpoint      string        `envconfig:"OTEL_ENDPOINT" desc:"serve: OTLP/HTTP endpoint traces are sent to, e.g. http://otel-collector:4318 (/v1/traces is added to a URL without a path); empty: the standard OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT, and no traces when neither is set"`
 	LogLevel          string        `envconfig:"LOG_LEVEL" default:"info" desc:"trace, debug, info, warn or error"`
 	LogFormat         string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
+	LogHashIDs        bool          `envconfig:"LOG_HASH_IDS" default:"false" desc:"replace conversation ids in logs and exported spans with a keyed hash of them (HMAC-SHA-256 under COMPACTOR_LOG_HASH_KEY): a forget cannot reach logs and traces. Give every process of a deployment the same key, so a conversation has one hash everywhere"`
+	LogHashKey        string        `envconfig:"LOG_HASH_KEY" desc:"with COMPACTOR_LOG_HASH_IDS: the secret key of the hash, at least 16 bytes; keep it out of the logs"`
 
 	// UpdateStreams applies this process's settings to existing streams, buckets and
 	// consumers (also serve --update-streams).
@@ -234,6 +236,7 @@ func (e Env) validateSettings() error {
 			fmt.Sprintf("must be 1 to %d", jetstream.MaxTriggerPartitions)},
 		{e.TriggerHeartbeat >= 100*time.Millisecond, "TRIGGER_HEARTBEAT", "must be at least 100ms"},
 		{e.LogFormat == "json" || e.LogFormat == "console", "LOG_FORMAT", "must be json or console"},
+		{!e.LogHashIDs || len(e.LogHashKey) >= 16, "LOG_HASH_KEY", "must be at least 16 bytes with COMPACTOR_LOG_HASH_IDS=true"},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -342,8 +345,17 @@ func (e Env) settings() node.Settings {
 		RetryDelay: e.RetryDelay, AckWait: e.AckWait, DrainTimeout: e.DrainTimeout,
 		Replicas: e.Replicas, TriggerPartitions: e.TriggerPartitions, ChatMaxAge: e.ChatMaxAge, ForgetTTL: e.ForgetTTL,
 		TriggerHeartbeat: e.TriggerHeartbeat, MaxObject: e.MaxObject, UpdateStreams: e.UpdateStreams,
-		ViewListen: e.ViewListen, ViewToken: e.ViewToken, Counters: e.counters,
+		ViewListen: e.ViewListen, ViewToken: e.ViewToken, Counters: e.counters, IDs: e.idHasher(),
 	}
+}
+
+// idHasher is the hasher of conversation ids in logs and spans; nil when
+// COMPACTOR_LOG_HASH_IDS is off.
+func (e Env) idHasher() *telemetry.IDHasher {
+	if !e.LogHashIDs {
+		return nil
+	}
+	return telemetry.NewIDHasher([]byte(e.LogHashKey))
 }
 
 // jetstream is the streams' configuration of env.

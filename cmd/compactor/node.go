@@ -31,6 +31,7 @@ func newLogger(env Env, w io.Writer) zerolog.Logger {
 	if env.LogFormat == "console" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
 	}
+	w = env.idHasher().Writer(w) // hashes the JSON event before any formatting
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 

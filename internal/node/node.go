@@ -68,6 +68,8 @@ type Config struct {
 
 	Telemetry telemetry.Telemetry
 	Logger    zerolog.Logger
+	// IDs, when set, hashes conversation ids in the spans exported (see Settings.IDs).
+	IDs *telemetry.IDHasher
 
 	// Policies, when set, replaces the policies in KV as every role's source of
 	// settings (bench: one fixed policy).
@@ -159,7 +161,7 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		n.comps = append(n.comps, svc)
+		n.comps = append(n.comps, svc, newForgetSweep(st, log))
 		n.service = svc
 	}
 	if cfg.Roles.Trigger {

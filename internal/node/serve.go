@@ -147,7 +147,7 @@ func shutdownWithin(ctx context.Context, drainTimeout time.Duration) func() time
 // its tracer provider; stop flushes the last spans, waiting at most within().
 func startTracing(ctx context.Context, cfg *ServeConfig, within func() time.Duration) (stop func(), err error) {
 	log := cfg.Node.Logger
-	tp, err := telemetry.NewTracing(ctx, cfg.OTelEndpoint, cfg.Node.Lookup, cfg.Version)
+	tp, err := telemetry.NewTracing(ctx, cfg.OTelEndpoint, cfg.Node.Lookup, cfg.Version, cfg.Node.IDs)
 	if err != nil {
 		return nil, err
 	}

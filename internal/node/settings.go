@@ -53,6 +53,10 @@ type Settings struct {
 
 	// Counters hands out the token counters; nil: a set of its own.
 	Counters *Counters
+
+	// IDs, when set, hashes conversation ids in the spans the node exports
+	// (COMPACTOR_LOG_HASH_IDS; the logger's writer hashes them in logs).
+	IDs *telemetry.IDHasher
 }
 
 // ParseRoles reads a comma-separated list of roles. It names what it does not know,
@@ -150,7 +154,7 @@ func (s Settings) Config(log zerolog.Logger, tel telemetry.Telemetry) (Config, e
 		Resolver: r, Profiles: s.Profiles, Lookup: s.Lookup, Counters: s.counters().Get,
 		Trigger: s.Trigger(), Summarizer: s.Summarizer(),
 		ViewListen: s.ViewListen, ViewToken: s.ViewToken,
-		Telemetry: tel, Logger: log,
+		Telemetry: tel, Logger: log, IDs: s.IDs,
 	}, nil
 }
 

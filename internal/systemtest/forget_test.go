@@ -1,7 +1,6 @@
 package systemtest
 
 import (
-	"bytes"
 	"errors"
 	"slices"
 	"strings"
@@ -100,10 +99,20 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 		Trigger: schemas.TriggerManual, Instructions: "keep NEEDLE-fdead"}, Error: "llm down", Attempts: 5, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
+	// Objects of large messages, each named by its stub in CHAT (forget finds them there).
 	for conv, names := range map[string][]string{gone: {"a", "b"}, kept: {"a"}} {
 		for _, n := range names {
 			tag := map[string]string{gone: "f", kept: "k"}[conv]
-			if _, err := obs.PutBytes(ctx, conv+"/"+n, bytes.Repeat([]byte("tool output NEEDLE-"+tag+"object "), 100)); err != nil {
+			m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(strings.Repeat("tool output "+n+" NEEDLE-"+tag+"object ", 100))}
+			stub, object, err := m.Offload(conv, cfg.ObjectsBucket, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := obs.PutBytes(ctx, stub.ContentRef.Name, object); err != nil {
+				t.Fatal(err)
+			}
+			data, _ := stub.Encode()
+			if _, err := s.st.Chat().Publish(ctx, conv, data, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -133,9 +142,9 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 	}
 	t.Logf("forget answered in %s: %+v", time.Since(start).Round(time.Millisecond), out)
 	d := out.Deleted
-	if d.ChatMessages != 41 || d.ChatMessagesErased != 41 || d.ResultRevisions == 0 || d.PolicyRevisions != 1 || d.Requests != 1 || d.Events == 0 ||
+	if d.ChatMessages != 43 || d.ChatMessagesErased != 43 || d.ResultRevisions == 0 || d.PolicyRevisions != 1 || d.Requests != 1 || d.Events == 0 ||
 		d.DeadLetters != 1 || d.ActivityMarkers != 1 || d.Objects != 2 {
-		t.Errorf("deleted %+v; want 41 messages, the value's revisions, the policy, the request in flight, the events, the dead letter, the idle timer and 2 objects", d)
+		t.Errorf("deleted %+v; want 43 messages, the value's revisions, the policy, the request in flight, the events, the dead letter, the idle timer and 2 objects", d)
 	}
 	llm.Release(false)
 	s.stop(t) // the held job finishes before the stack stops: all it will write is written

@@ -340,8 +340,20 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{conv + "/big", "roles-other/big"} {
-			if _, err := store.PutString(ctx, name, "a large tool output of "+name); err != nil {
+		var otherObject string
+		for _, c := range []string{conv, "roles-other"} {
+			// An object and the stub that names it (forget finds objects through stubs).
+			m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("a large tool output of " + c)}
+			stub, object, err := m.Offload(c, cfg.ObjectsBucket, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.PutBytes(ctx, stub.ContentRef.Name, object); err != nil {
+				t.Fatal(err)
+			}
+			otherObject = stub.ContentRef.Name
+			data, _ := stub.Encode()
+			if _, err := obs.Publish(ctx, "chat."+c+".msg", data); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -355,7 +367,7 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		if found, _ := jstest.Scan(t, admin.NC, conv); len(found) > 0 {
 			t.Fatalf("after the forget: %v", found)
 		}
-		if _, err := store.GetInfo(ctx, "roles-other/big"); err != nil {
+		if _, err := store.GetInfo(ctx, otherObject); err != nil {
 			t.Fatalf("another conversation's object after the forget: %v", err)
 		}
 	})

@@ -74,7 +74,9 @@ func CheckOTelEndpoint(endpoint string) error {
 // OTLP/HTTP, service.name compactor (OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
 // override it), sampled as OTEL_TRACES_SAMPLER says (default: every trace, or as the
 // parent said). Nil when traces are off. Shutdown flushes what is batched.
-func NewTracing(ctx context.Context, otelEndpoint string, lookup func(string) (string, bool), version string) (*sdktrace.TracerProvider, error) {
+//
+// ids, when not nil, hashes the conversation ids of every span exported (see IDHasher).
+func NewTracing(ctx context.Context, otelEndpoint string, lookup func(string) (string, bool), version string, ids ...*IDHasher) (*sdktrace.TracerProvider, error) {
 	on, endpoint := TracesEndpoint(otelEndpoint, lookup)
 	if !on {
 		return nil, nil
@@ -93,7 +95,11 @@ func NewTracing(ctx context.Context, otelEndpoint string, lookup func(string) (s
 	if err != nil {
 		return nil, fmt.Errorf("trace resource: %w", err)
 	}
-	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+	var out sdktrace.SpanExporter = exp
+	for _, h := range ids {
+		out = h.Exporter(out)
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(out), sdktrace.WithResource(res)), nil
 }
 
 // ErrorHandler logs what the OpenTelemetry SDK reports (a collector that refuses or is

@@ -265,7 +265,7 @@ func (s *Service) outcome(ctx context.Context, conv string, ev schemas.Event) sc
 	if ev.Type != schemas.EventCompleted {
 		return resp
 	}
-	v, _, err := s.store.Results().Get(ctx, conv, true)
+	v, _, _, err := s.store.Results().Live(ctx, conv, true)
 	if err != nil {
 		s.log.Error().Err(err).Str("conversation", conv).Str("request_id", ev.RequestID).Msg("read the result of a completed request")
 		resp.Error = strings.TrimPrefix(resp.Error+"; ", "; ") + "completed, but reading the result failed: " + err.Error()

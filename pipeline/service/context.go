@@ -22,18 +22,15 @@ func (s *Service) onContext(ctx context.Context, req micro.Request) (any, error)
 	if err := in.Validate(); err != nil {
 		return nil, badRequest(err)
 	}
-	v, last, err := s.valueAndLast(ctx, in.Conversation)
+	v, from, last, err := s.valueAndLast(ctx, in.Conversation)
 	if err != nil {
 		return nil, err
 	}
-	out := schemas.ContextResponse{Conversation: in.Conversation, Value: v, TailStartSeq: 1, LastSeq: last}
-	if v != nil && v.TailStartSeq > 0 {
-		out.TailStartSeq = v.TailStartSeq
-	}
+	out := schemas.ContextResponse{Conversation: in.Conversation, Value: v, TailStartSeq: from, LastSeq: last}
 	if in.Format == "" {
 		return out, nil
 	}
-	if err := s.checkStoredSize(ctx, in, v); err != nil {
+	if err := s.checkStoredSize(ctx, in, v, from); err != nil {
 		return nil, err
 	}
 	rendered, err := pipeline.NewWithStore(s.nc, s.store).Render(ctx, in.Conversation, formats.Format(in.Format))
@@ -63,20 +60,19 @@ const renderOnTheClient = "render it on the client instead (Go: pipeline.Client.
 const storedFactor = 2
 
 // checkStoredSize answers 413 when the context is over storedFactor max payloads as
-// stored (the value, its pinned messages and the tail, a large message counted with its
+// stored (the value, its pinned messages and the tail from from, a large message counted with its
 // object), measured without holding it: the tail is counted in bounded batches and the
 // count stops once past the bound, and no object is fetched.
-func (s *Service) checkStoredSize(ctx context.Context, in schemas.ContextRequest, v *schemas.Result) error {
+func (s *Service) checkStoredSize(ctx context.Context, in schemas.ContextRequest, v *schemas.Result, from uint64) error {
 	maxPayload := s.nc.MaxPayload()
 	limit := storedFactor * maxPayload
-	n, from := int64(0), uint64(1)
+	n := int64(0)
 	if v != nil {
 		b, err := json.Marshal(v)
 		if err != nil {
 			return internal(in.Conversation, err)
 		}
 		n += 2 * int64(len(b)) // the answer carries the value, and the rendering its summary
-		from = max(v.TailStartSeq, 1)
 		for _, seq := range v.PinnedSeqs {
 			if n > limit {
 				break
@@ -108,15 +104,23 @@ func (s *Service) checkStoredSize(ctx context.Context, in schemas.ContextRequest
 		in.Conversation, limit, in.Format, maxPayload, renderOnTheClient)}
 }
 
-// valueAndLast reads the KV value (from the leader) and the newest CHAT sequence.
-func (s *Service) valueAndLast(ctx context.Context, conv string) (*schemas.Result, uint64, error) {
-	v, _, err := s.store.Results().Get(ctx, conv, true)
+// valueAndLast reads the KV value (from the leader), where the tail starts and the
+// newest CHAT sequence. A value the forget tombstone covers is not served (nil), and
+// the tail starts above what the forget deleted.
+func (s *Service) valueAndLast(ctx context.Context, conv string) (v *schemas.Result, from, last uint64, err error) {
+	v, _, tomb, err := s.store.Results().Live(ctx, conv, true)
 	if err != nil {
-		return nil, 0, internal(conv, err)
+		return nil, 0, 0, internal(conv, err)
 	}
-	last, err := s.store.Chat().LastSeq(ctx, conv)
-	if err != nil {
-		return nil, 0, internal(conv, err)
+	from = 1
+	if v != nil && v.TailStartSeq > 0 {
+		from = v.TailStartSeq
 	}
-	return v, last, nil
+	if tomb != nil && from <= tomb.ThroughSeq {
+		from = tomb.ThroughSeq + 1
+	}
+	if last, err = s.store.Chat().LastSeq(ctx, conv); err != nil {
+		return nil, 0, 0, internal(conv, err)
+	}
+	return v, from, last, nil
 }

@@ -875,3 +875,43 @@ func TestServiceCompactCarriesTheCallersTrace(t *testing.T) {
 		t.Fatalf("queued request's traceparent %q; want %q (the request span's)", got, want)
 	}
 }
+
+// A value that outlived a forget (written after the tombstone, for an old generation,
+// by a worker that gave up its check or crashed before it) is not served by
+// compactor.context (with or without a format) nor compactor.status, and the tail
+// starts above what the forget deleted.
+func TestServiceDoesNotServeAValueTheTombstoneCovers(t *testing.T) {
+	s := startService(t, service.Config{})
+	ctx := svcCtx(t)
+	for i := range 3 {
+		if _, err := s.st.Chat().Publish(ctx, "late", fmt.Appendf(nil, `{"role":"user","content":"old %d"}`, i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out schemas.ForgetResponse
+	svcCall(t, s.client, schemas.ForgetSubject, `{"conversation":"late"}`, &out)
+	late := &schemas.Result{SchemaVersion: 1, Conversation: "late", Generation: 4, Summary: "FORGOTTEN SUMMARY",
+		TailStartSeq: out.ThroughSeq, CoveredThroughSeq: out.ThroughSeq - 1, FirstSeq: 1, CreatedAt: time.Now()}
+	if _, err := s.st.Results().Put(ctx, late, 0); err != nil {
+		t.Fatal(err)
+	}
+	last, err := s.st.Chat().Publish(ctx, "late", []byte(`{"role":"user","content":"new"}`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cx schemas.ContextResponse
+	svcCall(t, s.client, schemas.ContextSubject, `{"conversation":"late"}`, &cx)
+	if cx.Value != nil || cx.TailStartSeq != out.ThroughSeq+1 || cx.LastSeq != last {
+		t.Fatalf("context = %+v; want no value and the tail from %d", cx, out.ThroughSeq+1)
+	}
+	var rx schemas.ContextResponse
+	svcCall(t, s.client, schemas.ContextSubject, `{"conversation":"late","format":"openai"}`, &rx)
+	if rx.Value != nil || strings.Contains(string(rx.Rendered), "FORGOTTEN") || !strings.Contains(string(rx.Rendered), "new") {
+		t.Fatalf("rendered context = %s; want only the new message", rx.Rendered)
+	}
+	var st schemas.ConversationStatus
+	svcCall(t, s.client, schemas.StatusSubject, `{"conversation":"late"}`, &st)
+	if st.Value != nil {
+		t.Fatalf("status = %+v; want no value", st)
+	}
+}

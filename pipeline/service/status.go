@@ -21,7 +21,7 @@ func (s *Service) onStatus(ctx context.Context, req micro.Request) (any, error) 
 	if err := in.Validate(); err != nil {
 		return nil, badRequest(err)
 	}
-	v, last, err := s.valueAndLast(ctx, in.Conversation)
+	v, _, last, err := s.valueAndLast(ctx, in.Conversation)
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func (v *View) list(ctx context.Context, r *http.Request) (any, error) {
 // a glance, not a decision.
 func (v *View) row(ctx context.Context, c jetstream.ConversationCount) Row {
 	row := Row{Conversation: c.ID, Messages: c.Messages}
-	value, _, err := v.store.Results().Get(ctx, c.ID, false)
+	value, _, tomb, err := v.store.Results().Live(ctx, c.ID, false)
 	if err != nil {
 		row.Error = err.Error()
 		return row
@@ -68,7 +68,7 @@ func (v *View) row(ctx context.Context, c jetstream.ConversationCount) Row {
 		row.Error = err.Error()
 		return row
 	}
-	ac, _, err := v.assemble(ctx, c.ID, value, count)
+	ac, _, err := v.assemble(ctx, c.ID, value, tomb, count)
 	if err != nil {
 		row.Error = err.Error()
 		return row
@@ -95,7 +95,7 @@ func (v *View) settings(ctx context.Context, conv string) (policy.Settings, toke
 // assemble reads and assembles the context a reader would (the reader algorithm, with
 // Compactor's metadata kept). Messages stored as objects are not fetched: their stubs
 // carry their token counts. It also returns the time of each tail message.
-func (v *View) assemble(ctx context.Context, conv string, value *schemas.Result, count tokens.Counter) (assemble.Context, map[uint64]time.Time, error) {
+func (v *View) assemble(ctx context.Context, conv string, value *schemas.Result, tomb *schemas.Tombstone, count tokens.Counter) (assemble.Context, map[uint64]time.Time, error) {
 	in := assemble.Input{Value: value}
 	from := uint64(1)
 	if value != nil {
@@ -104,6 +104,9 @@ func (v *View) assemble(ctx context.Context, conv string, value *schemas.Result,
 			return assemble.Context{}, nil, err
 		}
 		from = max(value.TailStartSeq, 1)
+	}
+	if tomb != nil {
+		from = max(from, tomb.ThroughSeq+1) // what the forget deleted is not shown
 	}
 	msgs, err := v.store.Chat().Load(ctx, conv, from, 0)
 	if err != nil {
@@ -133,9 +136,10 @@ func (v *View) conversation(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	out.Profile, out.Strategy = s.Profile, s.Strategy
-	// The value from the leader, as compactor.status reads it. One that does not decode
-	// is shown as a note, and the page goes on as if there were none.
-	value, _, err := v.store.Results().Get(ctx, conv, true)
+	// The value from the leader, as compactor.status reads it (none when the forget
+	// tombstone covers it). One that does not decode is shown as a note, and the page
+	// goes on as if there were none.
+	value, _, _, err := v.store.Results().Live(ctx, conv, true)
 	var newer *schemas.ErrNewerSchema
 	var invalid *schemas.ValidationError
 	switch {
@@ -158,10 +162,10 @@ func (v *View) conversation(ctx context.Context, r *http.Request) (any, error) {
 	if out.Forgotten, err = v.store.Forgotten(ctx, conv); err != nil {
 		return nil, err
 	}
-	if out.Timeline, err = v.timeline(ctx, conv, &out.Notes); err != nil {
+	if out.Timeline, err = v.timeline(ctx, conv, out.Forgotten, &out.Notes); err != nil {
 		return nil, err
 	}
-	ac, times, err := v.assemble(ctx, conv, value, count)
+	ac, times, err := v.assemble(ctx, conv, value, out.Forgotten, count)
 	if err != nil {
 		return nil, err
 	}
@@ -170,12 +174,15 @@ func (v *View) conversation(ctx context.Context, r *http.Request) (any, error) {
 	return out, nil
 }
 
-// timeline reads the kept revisions of the value and the events since the oldest.
-func (v *View) timeline(ctx context.Context, conv string, notes *[]string) ([]Entry, error) {
+// timeline reads the kept revisions of the value and the events since the oldest. A
+// revision the forget tombstone covers (left by a writer that outlived the forget) is
+// not shown.
+func (v *View) timeline(ctx context.Context, conv string, tomb *schemas.Tombstone, notes *[]string) ([]Entry, error) {
 	revs, more, err := v.store.Results().History(ctx, conv)
 	if err != nil {
 		return nil, err
 	}
+	revs = slices.DeleteFunc(revs, func(r jetstream.Revision) bool { return r.Value != nil && tomb.Covers(r.Value.FirstSeq) })
 	if more {
 		*notes = append(*notes, fmt.Sprintf("the timeline shows the oldest %d revisions of the value only", jetstream.MaxRevisions))
 	}
@@ -256,7 +263,7 @@ func (v *View) messages(ctx context.Context, r *http.Request) (any, error) {
 	if err != nil && !errors.Is(err, policy.ErrPolicy) {
 		return nil, err
 	}
-	value, _, err := v.store.Results().Get(ctx, conv, false)
+	value, _, _, err := v.store.Results().Live(ctx, conv, false)
 	if err != nil {
 		value = nil // the page shows raw messages; the value only marks the pinned ones
 	}

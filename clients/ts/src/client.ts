@@ -21,7 +21,7 @@ import { checkMessage, encodeMessageBytes, hasToolCalls, validateConversationId 
 import { MAX_OBJECT_SIZE, offload } from "./objects.js";
 import type { Entry } from "./rounds.js";
 import { DEFAULT_NAMES, HEADER_ROOM, mapNatsError, natsSource, Store, type Names } from "./store.js";
-import { readContext } from "./reader.js";
+import { liveValue, readContext } from "./reader.js";
 import type { Counter } from "./tokens.js";
 import type {
   CompactionEvent,
@@ -375,10 +375,10 @@ export class Compactor {
     });
   }
 
-  /** The conversation's current compaction value (null when never compacted). */
+  /** The conversation's current compaction value (null when never compacted, or when a forget covers it). */
   async value(conv: string): Promise<CompactionValue | null> {
     validateConversationId(conv);
-    return (await this.store.getValue(conv, false))?.value ?? null;
+    return (await liveValue(natsSource(this.store, this.maxObjectSize), conv, false)).v?.value ?? null;
   }
 
   /** Waits up to ms for the outcome of the conversation's pending request, if any. */

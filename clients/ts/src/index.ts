@@ -32,6 +32,6 @@ export { decodeMessage, validateConversationId, stripMetadata, contentText } fro
 export { decodeValue, type ValueView } from "./value.js";
 export { chars4, messageTokens, estimateTokens, floorTokens, FLOOR_BYTES_PER_TOKEN, type Counter } from "./tokens.js";
 export { restore, offload, ObjectGap, OBJECTS_BUCKET, MAX_OBJECT_SIZE } from "./objects.js";
-export { readContext, resolveEntries, type ContextSource, type ReadOptions } from "./reader.js";
+export { liveValue, readContext, resolveEntries, type ContextSource, type ReadOptions, type Tombstone } from "./reader.js";
 export { toEntry, missingPinned } from "./store.js";
 export { checkOwner, checkInfo, checkBytes, objectMetaSubject, type ObjectInfo } from "./objects.js";

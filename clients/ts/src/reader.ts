@@ -19,6 +19,33 @@ export interface ContextSource {
   tail(conv: string, from: number, leader: boolean): Promise<Entry[]>;
   /** The object a stub names; an ObjectGap when it is missing, corrupt or refused. */
   object(conv: string, ref: ContentRef): Promise<Uint8Array>;
+  /**
+   * The conversation's forget tombstone (null: not forgotten lately); from the bucket's
+   * leader when leader is set. A source without it has no forgotten conversations.
+   */
+  tombstone?(conv: string, leader: boolean): Promise<Tombstone | null>;
+}
+
+/** What a forget leaves for a while (schemas/tombstone.v1.json): the messages up to through_seq were deleted. */
+export interface Tombstone {
+  through_seq: number;
+  forgotten_at: string;
+}
+
+/**
+ * The value a reader may serve and where its tail starts. A value the tombstone covers
+ * (first_seq <= through_seq, or no first_seq: it holds something of the forgotten
+ * conversation, left by a writer that outlived the forget) is dropped, and the tail
+ * starts above what the forget deleted. The value is read before the tombstone, so a
+ * covered value written before the tombstone is read is dropped.
+ */
+export async function liveValue(src: ContextSource, conv: string, leader: boolean): Promise<{ v: ValueView | null; from: number }> {
+  let v = await src.value(conv, leader);
+  const tomb = src.tombstone ? await src.tombstone(conv, leader) : null;
+  if (v && tomb && v.firstSeq <= tomb.through_seq) v = null;
+  let from = v && v.tailStartSeq > 0 ? v.tailStartSeq : 1;
+  if (tomb && from <= tomb.through_seq) from = tomb.through_seq + 1;
+  return { v, from };
 }
 
 export interface ReadOptions extends AssembleOptions {
@@ -31,9 +58,9 @@ export async function readContext(src: ContextSource, conv: string, opts: ReadOp
   const atLeast = opts.atLeastSeq ?? 0;
   let leader = false;
   for (let attempt = 0; ; attempt++) {
-    const v = await src.value(conv, leader);
+    const { v, from } = await liveValue(src, conv, leader);
     const pinned = v ? await src.pinned(conv, v.pinnedSeqs) : [];
-    const tail = await src.tail(conv, v ? v.tailStartSeq : 1, leader);
+    const tail = await src.tail(conv, from, leader);
     const last = tail.length > 0 ? tail[tail.length - 1]!.seq : 0;
     if (atLeast === 0 || (v !== null && v.tailStartSeq > atLeast) || last >= atLeast) {
       // Stubs of messages over the max payload are shown whole; one whose object is

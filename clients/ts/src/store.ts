@@ -2,6 +2,7 @@
 // publishes. Only the requests a role of deploy/nats/accounts.conf may make are sent
 // (no $JS.API.INFO, no stream lookups a reader is not allowed).
 
+import { createHash } from "node:crypto";
 import { createInbox, type MsgHdrs, type NatsConnection, type NatsError } from "nats";
 import {
   CompactorError,
@@ -15,7 +16,7 @@ import { checkBytes, checkInfo, checkOwner, objectMetaSubject, ObjectGap, type O
 import type { Entry } from "./rounds.js";
 import type { ContentRef } from "./types.js";
 import { decodeValue, type ValueView } from "./value.js";
-import type { ContextSource } from "./reader.js";
+import type { ContextSource, Tombstone } from "./reader.js";
 
 /** Stream, subject and bucket names: the contract's defaults unless a deployment renames them. */
 export interface Names {
@@ -23,6 +24,8 @@ export interface Names {
   chatPrefix: string;
   resultsBucket: string;
   objectsBucket: string;
+  /** The forget tombstones, keyed by the SHA-256 (hex) of the conversation id. */
+  forgetBucket: string;
   requestsStream: string;
   requestPrefix: string;
   eventsStream: string;
@@ -36,6 +39,7 @@ export const DEFAULT_NAMES: Readonly<Names> = Object.freeze({
   chatPrefix: "chat",
   resultsBucket: "compaction",
   objectsBucket: "compaction-objects",
+  forgetBucket: "compaction-forgotten",
   requestsStream: "COMPACT_REQUESTS",
   requestPrefix: "compact.request",
   eventsStream: "COMPACT_EVENTS",
@@ -312,6 +316,31 @@ export class Store {
     return decodeValue(Buffer.from(m.data).toString("utf8"), conv);
   }
 
+  /**
+   * conv's forget tombstone, null when it was not forgotten within the bucket's TTL;
+   * from the stream leader when asked. Its key is the SHA-256 (hex) of the id.
+   */
+  async getTombstone(conv: string, leader: boolean): Promise<Tombstone | null> {
+    const bucket = this.names.forgetBucket;
+    const subject = `$KV.${bucket}.${createHash("sha256").update(conv, "utf8").digest("hex")}`;
+    let m: StoredMsg | null;
+    if (leader) m = await this.leaderGet(`KV_${bucket}`, { last_by_subj: subject });
+    else m = (await this.direct(`KV_${bucket}`, { last_by_subj: subject }, `the tombstone of ${conv}`)).msgs[0] ?? null;
+    if (!m) return null;
+    const op = m.headers.get("KV-Operation");
+    if (op === "DEL" || op === "PURGE") return null;
+    let t: Partial<Tombstone>;
+    try {
+      t = JSON.parse(Buffer.from(m.data).toString("utf8"));
+    } catch {
+      throw new CompactorError(`the tombstone of ${conv} does not decode`);
+    }
+    if (typeof t?.through_seq !== "number" || !Number.isSafeInteger(t.through_seq) || t.through_seq < 0) {
+      throw new CompactorError(`the tombstone of ${conv} has no valid through_seq`);
+    }
+    return { through_seq: t.through_seq, forgotten_at: String(t.forgotten_at ?? "") };
+  }
+
   /** The sequence of conv's newest message, 0 when it has none (the leader's word). */
   async lastSeq(conv: string): Promise<number> {
     const m = await this.leaderGet(this.names.chatStream, { last_by_subj: this.chatFilter(conv) });
@@ -474,5 +503,6 @@ export function natsSource(store: Store, maxObjectSize: number): ContextSource {
     tail: async (conv, from, leader) =>
       (leader ? await store.loadConversationLeader(conv, from) : (await store.loadConversation(conv, from)).msgs).map(toEntry),
     object: (conv, ref) => store.readObject(conv, ref, maxObjectSize),
+    tombstone: (conv, leader) => store.getTombstone(conv, leader),
   };
 }

@@ -18,6 +18,8 @@ export interface ValueView {
   coveredThroughSeq: number;
   pinnedSeqs: number[];
   overrides: Override[];
+  /** The lowest CHAT sequence the value depends on (0: unknown); a forget through it covers the value. */
+  firstSeq: number;
 }
 
 type Kind = "int" | "uint" | "string" | "bool" | "uints" | "overrides" | "usage" | "time" | "evidence";
@@ -114,6 +116,7 @@ function decodeChecked(text: string, conv: string): ValueView {
     coveredThroughSeq: (f["covered_through_seq"] as number) ?? 0,
     pinnedSeqs: (f["pinned_seqs"] as number[]) ?? [],
     overrides: (f["overrides"] as Override[]) ?? [],
+    firstSeq: (f["first_seq"] as number) ?? 0,
   };
   const id = (f["conversation"] as string) ?? "";
   try {

@@ -303,3 +303,30 @@ test("recall without a compactor service says so", async (t) => {
   const c = await client(t, "NATS_SMALL_URL", { timeoutMs: 2000 });
   await assert.rejects(c.recall(convId("ts-recall-nosvc")), NoServiceError);
 });
+
+test("a value a forget covers is not served: a late value of an old generation", async (t) => {
+  const c = await client(t, "NATS_URL");
+  const conv = convId("ts-late");
+  await c.publishAll(conv, [
+    { role: "user", content: "old one" },
+    { role: "assistant", content: "old two" },
+  ]);
+  const gone = await c.forget(conv);
+  // What a worker that outlived the forget (its check gave up, or it crashed before it)
+  // would have written after the tombstone: a value built on the forgotten conversation.
+  const nc = await connect({ servers: need("NATS_URL") });
+  t.after(() => nc.close());
+  const kv = await nc.jetstream().views.kv("compaction");
+  const late = {
+    schema_version: 1, conversation: conv, generation: 3, summary: "FORGOTTEN SUMMARY", tail_start_seq: gone.through_seq,
+    covered_through_seq: gone.through_seq - 1, first_seq: 1, created_at: new Date().toISOString(),
+    llm_base_generation: 0, fallback: false, tokens_before: 0, tokens_after: 0, messages_before: 0, messages_after: 0,
+  };
+  await kv.put(conv, JSON.stringify(late));
+  const fresh = await c.publish(conv, { role: "user", content: "new one" });
+  for (const atLeastSeq of [0, fresh.seq]) {
+    const cx = await c.context(conv, { atLeastSeq });
+    assert.deepStrictEqual([cx.messages, cx.generation], [[{ role: "user", content: "new one" }], 0], `atLeastSeq ${atLeastSeq}`);
+  }
+  assert.equal(await c.value(conv), null);
+});

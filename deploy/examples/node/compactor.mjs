@@ -322,12 +322,27 @@ async function directRequest(nc, request, stream = "CHAT") {
   return { msgs: out, more };
 }
 
+// tombstone returns conv's forget tombstone ({through_seq, forgotten_at}), null when it
+// was not forgotten lately: bucket compaction-forgotten, key the SHA-256 (hex) of the id.
+// One batched direct get (a reader may not look the bucket up); a delete marker has no data.
+async function tombstone(nc, conv) {
+  const subject = `$KV.compaction-forgotten.${createHash("sha256").update(conv, "utf8").digest("hex")}`;
+  const { msgs } = await directRequest(nc, { multi_last: [subject], batch: 1 }, "KV_compaction-forgotten");
+  return msgs.length > 0 && msgs[0].data.length > 0 ? decodeJSON(msgs[0].data) : null;
+}
+
 async function readContext(nc, conv) {
   if (!ID_RULE.test(conv)) throw new Error("conversation id must be 1-128 characters of [A-Za-z0-9_-]");
   // 1. The compaction value (none: the whole history is the tail).
   const kv = await nc.jetstream({ checkAPI: false }).views.kv("compaction");
   const entry = await kv.get(conv);
-  const value = entry && entry.operation === "PUT" ? entry.json() : null;
+  let value = entry && entry.operation === "PUT" ? entry.json() : null;
+  // 1b. The forget tombstone, read after the value (README, "Forgetting a conversation"):
+  //     a value it covers (first_seq <= through_seq) was left by a writer that outlived
+  //     the forget and holds something of the forgotten conversation: not served; and
+  //     the tail starts above what the forget deleted.
+  const tomb = await tombstone(nc, conv);
+  if (value && tomb && (value.first_seq ?? 0) <= tomb.through_seq) value = null;
   if (value && value.schema_version > 1) throw new Error(`schema_version ${value.schema_version} is newer than this reader`);
   const context = [];
   const skipped = [];
@@ -354,7 +369,7 @@ async function readContext(nc, conv) {
   // 4. The tail, paging with batched direct gets from tail_start_seq, on each subject the
   //    conversation's messages are stored on (chat.<conv>.msg, or with a partitioned
   //    trigger chat.<conv>.msg.<N>.<p>), merged in stream order.
-  const start = Math.max(value?.tail_start_seq ?? 1, 1);
+  const start = Math.max(value?.tail_start_seq ?? 1, 1, tomb ? tomb.through_seq + 1 : 1);
   const stored = [];
   for (const subject of await chatSubjects(nc, conv, start)) {
     let from = start;
