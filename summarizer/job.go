@@ -50,6 +50,11 @@ type compaction struct {
 	out    Output           // its summary, or the fallback's
 	next   *schemas.Result  // the value to write
 	after  assemble.Context // the agent's context with next
+
+	// repair is the repair of a value built on a fallback this job tries (nil: none);
+	// repaired says the LLM wrote the summary from the raw messages.
+	repair   *repairPlan
+	repaired bool
 }
 
 // process runs steps 2–6 of the job protocol. A nil error means the request was acked.
@@ -69,6 +74,9 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if p.checkDone(c) {
 		return p.finish(ctx, j, c.cur, 0, policy.Settings{}, nil)
 	}
+	if j.req.Repair && !c.cur.NeedsRepair() {
+		return p.nothingToRepair(ctx, c)
+	}
 	if err := p.resolve(ctx, c); err != nil {
 		return err
 	}
@@ -77,14 +85,24 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err := p.loadAndPlan(ctx, c); err != nil {
 		return err
 	}
-	if len(c.pl.covered) == 0 {
+	if err := p.planRepair(ctx, c); err != nil {
+		return err
+	}
+	if j.req.Repair && c.repair.gap {
+		return p.markGap(ctx, c)
+	}
+	if len(c.pl.covered) == 0 && c.repair == nil {
 		return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, "nothing to compact: every message is pinned, kept or must stay in the tail")
 	}
 	if err := p.summarizeOrFallBack(ctx, c); err != nil {
+		if errors.Is(err, errNoLLM) {
+			return p.nothingToRepair(ctx, c)
+		}
 		return err
 	}
 	// 4. Guard.
 	c.next = p.result(j, c.ld, c.pl, c.out, c.before, c.s)
+	p.markFallbackState(c)
 	p.addEvidence(c)
 	if reason := p.guard(c); reason != "" {
 		return p.decline(ctx, j, c.ld, c.before.Tokens, c.after.Tokens, reason)
@@ -92,6 +110,9 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	// 5. Compare-and-set on the revision read in step 2.
 	if err := p.commit(ctx, c); err != nil {
 		return err
+	}
+	if c.repaired {
+		j.repair = RepairRepaired
 	}
 	// 6. Ack, report, re-evaluate.
 	return p.finish(ctx, j, c.next, c.ld.lastSeq, c.s, c.count)
@@ -225,29 +246,80 @@ func summaryInput(c *compaction) Input {
 
 // summarizeOrFallBack asks the summarizer (once more, firmer, when its summary is over
 // the cap) and decides when its failure is the job's (retried or dead-lettered) and
-// when the deterministic fallback summary is written instead.
+// when the deterministic fallback summary is written instead. A value built on a
+// fallback is repaired first: the LLM summarizes the raw messages it covers with the
+// newly covered ones (see repairSummary).
 func (p *Pool) summarizeOrFallBack(ctx context.Context, c *compaction) error {
 	j, b := c.j, c.s.Budget()
 	c.in = summaryInput(c)
 	pastHard := c.before.Tokens >= b.HardLimitTokens()
-	err := p.step(ctx, "compactor.summarize", func(ctx context.Context) (err error) {
-		c.out, err = p.summarizeToFit(ctx, j, c.sum, c.in, c.s.SummarizerContextWindow)
+	if c.repair != nil && !c.repair.gap {
+		err := p.repairSummary(ctx, c)
 		if err == nil {
-			c.out, err = p.firmer(ctx, j, c.sum, c.in, c.out, b.SummaryCap(), c.s.SummarizerContextWindow, c.count)
+			return nil
 		}
-		return err
-	}, attribute.Int("compactor.messages", len(c.in.Messages)), attribute.Int("compactor.tokens_before", c.before.Tokens))
+		giveUp := isGiveUp(err)
+		switch {
+		case errors.Is(err, errNoLLM) && j.req.Repair:
+			return err // nothing to repair (process)
+		case errors.Is(err, errNoLLM):
+			// The usual summary, by the summarizer the profile has.
+		case j.req.Repair && !pastHard:
+			// A repair request never writes a fallback below the hard limit: that would
+			// be a new fallback to repair.
+			if giveUp {
+				return fmt.Errorf("%w: %v", errPermanent, err)
+			}
+			return err
+		case giveUp:
+			// The LLM answers, but the whole range does not fit it: the usual summary,
+			// built on the fallback, which stays to be repaired.
+		case !pastHard:
+			return err
+		default:
+			return p.writeFallback(ctx, c, err, pastHard)
+		}
+	}
+	err := p.llmSummary(ctx, c, c.in, "compactor.summarize")
 	if err == nil {
 		return nil
 	}
-	giveUp := errors.Is(err, errSummaryTooLong) || errors.Is(err, ErrNothingFits)
-	if !pastHard && !giveUp {
+	if !pastHard && !isGiveUp(err) {
 		return err
 	}
-	// The bound wins: past the hard limit the deterministic summary is written at
-	// once, whatever the attempt; so it is when the summarizer cannot do the job at
-	// all (its summaries stay over their cap, or nothing fits its window). The failure
-	// is still reported (completed event with the error, dead letter).
+	return p.writeFallback(ctx, c, err, pastHard)
+}
+
+// isGiveUp reports whether a summarizer's error says no retry can help: its summaries
+// stay over their cap, or nothing fits its window.
+func isGiveUp(err error) bool {
+	return errors.Is(err, errSummaryTooLong) || errors.Is(err, ErrNothingFits)
+}
+
+// llmSummary asks the conversation's summarizer for in's summary (once more, firmer,
+// when it is over the cap) in a step of the given name; the summary is c.out.
+func (p *Pool) llmSummary(ctx context.Context, c *compaction, in Input, step string) error {
+	b := c.s.Budget()
+	return p.step(ctx, step, func(ctx context.Context) (err error) {
+		out, err := p.summarizeToFit(ctx, c.j, c.sum, in, c.s.SummarizerContextWindow)
+		if err == nil {
+			out, err = p.firmer(ctx, c.j, c.sum, in, out, b.SummaryCap(), c.s.SummarizerContextWindow, c.count)
+		}
+		if err == nil {
+			c.out = out
+		}
+		return err
+	}, attribute.Int("compactor.messages", len(in.Messages)), attribute.Int("compactor.tokens_before", c.before.Tokens))
+}
+
+// writeFallback writes the deterministic summary of c.in instead of the summarizer's,
+// which failed with err. The bound wins: past the hard limit it is written at once,
+// whatever the attempt; so it is when the summarizer cannot do the job at all (its
+// summaries stay over their cap, or nothing fits its window). The failure is still
+// reported (completed event with the error, dead letter), and a repair is queued once
+// the value is written.
+func (p *Pool) writeFallback(ctx context.Context, c *compaction, err error, pastHard bool) error {
+	j := c.j
 	j.log.Warn().Err(err).Bool("past_hard_limit", pastHard).Msg("writing the fallback summary")
 	fb, ferr := p.fallback.Summarize(ctx, c.in)
 	if ferr != nil {
@@ -274,6 +346,14 @@ func (p *Pool) guard(c *compaction) (reason string) {
 	before, after := c.before.Tokens, c.after.Tokens
 	if st, limit := c.count.Count(c.out.Summary), c.s.Budget().SummaryCap(); st > limit {
 		return fmt.Sprintf("summary has %d tokens, over max_summary_tokens %d", st, limit)
+	}
+	if c.repaired {
+		// A repair is worth writing for what it restores, not for what it saves; it may
+		// not make the context grow past the threshold.
+		if threshold := c.s.Budget().ThresholdTokens(); after > before && after >= threshold {
+			return fmt.Sprintf("the repair would grow the context from %d to %d tokens, over the threshold %d", before, after, threshold)
+		}
+		return ""
 	}
 	if float64(after) > float64(before)*(1-c.s.MinProgress) {
 		return fmt.Sprintf("context would shrink from %d to %d tokens, less than min_progress %g", before, after, c.s.MinProgress)
@@ -665,6 +745,9 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 	}
 	p.event(ctx, j, schemas.Event{Type: schemas.EventDeclined, Generation: next.Generation,
 		TokensBefore: before, TokensAfter: after, Error: reason})
+	if !j.req.Repair { // a declined repair waits for the next compaction: no loop
+		p.scheduleRepair(ctx, j, &next)
+	}
 	return nil
 }
 
@@ -686,10 +769,15 @@ func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThro
 	if j.fallbackFor != nil {
 		ev.Error = "summarizer failed, fallback summary written: " + j.fallbackFor.Error()
 	}
+	if j.repair == RepairRepaired {
+		ev.RepairOf = r.RepairOf
+	}
+	ev.RepairGap = j.repair == RepairGap
 	p.event(ctx, j, ev)
 	if loadedThrough > 0 {
 		p.reevaluate(ctx, j, r, loadedThrough, s, count)
 	}
+	p.scheduleRepair(ctx, j, r)
 	return nil
 }
 

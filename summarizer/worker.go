@@ -283,6 +283,8 @@ type job struct {
 	// (for the Observer).
 	outcome                   Outcome
 	tokensBefore, tokensAfter int
+	// repair is what became of the repair the job tried ("" when it tried none).
+	repair RepairOutcome
 }
 
 // decodeRequest reads and validates a request before anything acts on it: it must
@@ -398,7 +400,9 @@ func (p *Pool) settleJob(ctx, settle context.Context, j *job, err error) {
 func (p *Pool) fail(ctx, settle context.Context, j *job, err error) {
 	j.outcome = OutcomeRetried
 	permanent := errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
-	if !permanent && j.attempt < uint64(p.cfg.MaxAttempts) {
+	// A repair is tried again for as long as its value needs it (the LLM may be down
+	// for hours), each time after a longer backoff; the value meanwhile keeps the bound.
+	if !permanent && (j.attempt < uint64(p.cfg.MaxAttempts) || j.req.Repair) {
 		delay := p.backoff(j.attempt)
 		// An endpoint that said when to ask again (HTTP Retry-After, which the llm
 		// summarizer's errors carry) is not asked sooner.
@@ -430,7 +434,7 @@ func (p *Pool) report(j *job) {
 	if p.observer == nil || j.outcome == "" {
 		return
 	}
-	r := JobReport{Trigger: knownTrigger(j.req.Trigger), Outcome: j.outcome, Attempt: j.attempt, Duration: p.now().Sub(j.start)}
+	r := JobReport{Trigger: knownTrigger(j.req.Trigger), Outcome: j.outcome, Attempt: j.attempt, Duration: p.now().Sub(j.start), Repair: j.repair}
 	if j.outcome == OutcomeCompleted {
 		r.TokensBefore, r.TokensAfter, r.Fallback = j.tokensBefore, j.tokensAfter, j.fallbackFor != nil
 	}
