@@ -37,12 +37,6 @@ type Request struct {
 	// strategy keeps, 2 summarizes everything. Set when a conversation is still over
 	// budget right after a compaction.
 	Escalation int `json:"escalation,omitempty"`
-	// Repair asks for the repair of a value whose summary is, or was built on, an
-	// extractive fallback: the worker summarizes the messages it covers again from CHAT
-	// with the LLM. A worker queues it after writing such a value. A failed repair is
-	// tried again after a longer backoff for as long as the value needs it; it is not
-	// dead-lettered for running out of attempts.
-	Repair bool `json:"repair,omitempty"`
 }
 
 // Validate checks a request.

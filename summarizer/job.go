@@ -74,9 +74,6 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if p.checkDone(c) {
 		return p.finish(ctx, j, c.cur, 0, policy.Settings{}, nil)
 	}
-	if j.req.Repair && !c.cur.NeedsRepair() {
-		return p.nothingToRepair(ctx, c)
-	}
 	if err := p.resolve(ctx, c); err != nil {
 		return err
 	}
@@ -88,15 +85,15 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err := p.planRepair(ctx, c); err != nil {
 		return err
 	}
-	if j.req.Repair && c.repair.gap {
+	if j.repairing() && c.repair.gap {
 		return p.markGap(ctx, c)
 	}
 	if len(c.pl.covered) == 0 && c.repair == nil {
 		return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, "nothing to compact: every message is pinned, kept or must stay in the tail")
 	}
 	if err := p.summarizeOrFallBack(ctx, c); err != nil {
-		if errors.Is(err, errNoLLM) {
-			return p.nothingToRepair(ctx, c)
+		if errors.Is(err, errNoLLM) || errors.Is(err, errRepairEnds) {
+			return p.endRepair(ctx, c, err)
 		}
 		return err
 	}
@@ -165,6 +162,12 @@ func (p *Pool) readCurrent(ctx context.Context, j *job) (*compaction, error) {
 func (p *Pool) checkDone(c *compaction) bool {
 	j := c.j
 	if c.cur == nil || c.cur.RequestSeq != j.seq || c.cur.RequestID != j.req.RequestID {
+		return false
+	}
+	if c.cur.NeedsRepair() {
+		// Its value is a fallback (or built on one): the request stayed queued to
+		// repair it (finish), and this delivery is the repair.
+		j.repairOfOwn = true
 		return false
 	}
 	j.outcome = OutcomeAlreadyDone
@@ -260,15 +263,15 @@ func (p *Pool) summarizeOrFallBack(ctx context.Context, c *compaction) error {
 		}
 		giveUp := isGiveUp(err)
 		switch {
-		case errors.Is(err, errNoLLM) && j.req.Repair:
-			return err // nothing to repair (process)
+		case errors.Is(err, errNoLLM) && j.repairing():
+			return err // the repair ends (process)
 		case errors.Is(err, errNoLLM):
 			// The usual summary, by the summarizer the profile has.
-		case j.req.Repair && !pastHard:
-			// A repair request never writes a fallback below the hard limit: that would
-			// be a new fallback to repair.
+		case j.repairing() && !pastHard:
+			// A repair never writes a fallback below the hard limit: that would be a
+			// new fallback to repair. One that cannot fit the summarizer ends.
 			if giveUp {
-				return fmt.Errorf("%w: %v", errPermanent, err)
+				return fmt.Errorf("%w: %w", errRepairEnds, err)
 			}
 			return err
 		case giveUp:
@@ -745,9 +748,6 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 	}
 	p.event(ctx, j, schemas.Event{Type: schemas.EventDeclined, Generation: next.Generation,
 		TokensBefore: before, TokensAfter: after, Error: reason})
-	if !j.req.Repair { // a declined repair waits for the next compaction: no loop
-		p.scheduleRepair(ctx, j, &next)
-	}
 	return nil
 }
 
@@ -757,11 +757,23 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 //
 // The result is in KV when finish runs: an ack that fails is logged, not reported as a
 // failure (a redelivery finds the value holding this request and acks then).
+//
+// A value that needs a repair (a fallback, or built on one) keeps its request queued
+// instead, handed back with a backoff: its next delivery finds the value holding it and
+// repairs it (checkDone). So the repair survives the process: a crash leaves the
+// request to the ack wait, never lost between an ack and a new request.
 func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings, count tokens.Counter) error {
 	if j.outcome == "" {
 		j.outcome, j.tokensBefore, j.tokensAfter = OutcomeCompleted, r.TokensBefore, r.TokensAfter
 	}
-	if err := j.d.AckSync(ctx); err != nil {
+	if r.NeedsRepair() && r.RequestSeq == j.seq && j.outcome == OutcomeCompleted {
+		delay := p.backoff(j.attempt)
+		if err := j.d.NakAfter(ctx, delay); err != nil {
+			j.log.Warn().Err(err).Msg("keep the request queued for the repair of its fallback; it is redelivered after the ack wait")
+		} else {
+			j.log.Info().Uint64("generation", r.Generation).Dur("repair_in", delay).Msg("the request stays queued to repair the fallback summary")
+		}
+	} else if err := j.d.AckSync(ctx); err != nil {
 		j.log.Warn().Err(err).Uint64("generation", r.Generation).Msg("ack completed request failed; a redelivery will find it done")
 	}
 	ev := schemas.Event{Type: schemas.EventCompleted, Generation: r.Generation,
@@ -774,10 +786,9 @@ func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThro
 	}
 	ev.RepairGap = j.repair == RepairGap
 	p.event(ctx, j, ev)
-	if loadedThrough > 0 {
+	if loadedThrough > 0 && !r.NeedsRepair() { // else the request stays queued, and compacts again
 		p.reevaluate(ctx, j, r, loadedThrough, s, count)
 	}
-	p.scheduleRepair(ctx, j, r)
 	return nil
 }
 

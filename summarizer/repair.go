@@ -13,12 +13,13 @@ import (
 )
 
 // A value whose summary is, or was built on, an extractive fallback is repaired once the
-// LLM answers again: the worker that wrote it queues a repair request (schemas.Request
-// Repair), tried again with a growing backoff for as long as the LLM fails, and any
-// compaction of such a value tries the repair first. A repair has the LLM summarize the
-// raw messages the value covers, read again from CHAT, with the newly covered ones:
-// never the fallback's text. Where some of those messages left CHAT, the fallback
-// stays and the value says so (repair_gap).
+// LLM answers again: the worker that wrote it keeps its request queued, handed back
+// with a backoff (Pool.finish); each later delivery finds the value holding the request
+// and tries the repair, again after a longer backoff for as long as the LLM fails. Any
+// compaction of such a value tries the repair first too. A repair has the LLM summarize
+// the raw messages the value covers, read again from CHAT, with the newly covered ones:
+// never the fallback's text. Where some of those messages left CHAT, the fallback stays
+// and the value says so (repair_gap).
 
 // repairPlan is the repair a job tries: the raw messages the current value's summary
 // covers (neither pinned nor kept), or a gap where some of them left CHAT.
@@ -28,11 +29,11 @@ type repairPlan struct {
 }
 
 // planRepair decides whether the job repairs the current value and reads the messages
-// its summary covers. A plain request repairs only when it compacts anything: one with
-// nothing to compact is declined as before, and the decline queues the repair.
+// its summary covers. A request other than the value's own repairs only when it
+// compacts anything: one with nothing to compact is declined as before.
 func (p *Pool) planRepair(ctx context.Context, c *compaction) error {
 	j, cur := c.j, c.cur
-	if !cur.NeedsRepair() || (!j.req.Repair && len(c.pl.covered) == 0) {
+	if !cur.NeedsRepair() || (!j.repairing() && len(c.pl.covered) == 0) {
 		return nil
 	}
 	from := uint64(1)
@@ -127,8 +128,8 @@ func (p *Pool) markFallbackState(c *compaction) {
 	}
 }
 
-// markGap ends a repair request whose messages left CHAT: the value is kept, marked
-// repair_gap (so no repair is queued again), and a declined event says why.
+// markGap ends a repair whose messages left CHAT: the value is kept, marked repair_gap
+// (so no repair is tried again), the request acked, and a declined event says why.
 func (p *Pool) markGap(ctx context.Context, c *compaction) error {
 	j := c.j
 	next := *c.cur
@@ -152,39 +153,20 @@ func (p *Pool) markGap(ctx context.Context, c *compaction) error {
 	return nil
 }
 
-// nothingToRepair acks a repair request whose value needs none any more (a compaction
-// repaired it meanwhile, or a gap was found).
-func (p *Pool) nothingToRepair(ctx context.Context, c *compaction) error {
+// endRepair acks a request kept for a repair that cannot be made (err says why: the
+// conversation's summarizer is no LLM now, or the messages do not fit it); the fallback
+// stays until a later compaction repairs it, and a declined event says why.
+func (p *Pool) endRepair(ctx context.Context, c *compaction, err error) error {
 	j := c.j
-	j.outcome = OutcomeAlreadyDone
-	j.log.Info().Uint64("generation", genOf(c.cur)).Msg("repair request: the value needs no repair any more; acking")
-	if err := j.d.AckSync(ctx); err != nil {
-		j.log.Warn().Err(err).Msg("ack repair request; it will be redelivered")
+	j.outcome = OutcomeDeclined
+	j.log.Warn().Err(err).Uint64("generation", genOf(c.cur)).Msg("the fallback summary cannot be repaired now; it stays")
+	if aerr := j.d.AckSync(ctx); aerr != nil {
+		j.log.Warn().Err(aerr).Msg("ack the request of a repair that ends; it will be redelivered")
 	}
+	p.event(ctx, j, schemas.Event{Type: schemas.EventDeclined, Generation: genOf(c.cur),
+		TokensBefore: c.before.Tokens, TokensAfter: c.before.Tokens, Error: "cannot repair the fallback summary: " + err.Error()})
 	return nil
 }
 
-// scheduleRepair queues the repair of r when it needs one. When a request is already
-// pending, that one repairs: any compaction of a value built on a fallback tries the
-// repair first. Queued right after the job's ack, so that no new message is needed for
-// the repair to happen once the LLM answers again.
-func (p *Pool) scheduleRepair(ctx context.Context, j *job, r *schemas.Result) {
-	if !r.NeedsRepair() {
-		return
-	}
-	req := schemas.Request{
-		RequestID: schemas.NewRequestID(), Conversation: j.req.Conversation, Trigger: j.req.Trigger, Repair: true,
-		Reason:      fmt.Sprintf("repair of generation %d, whose summary is an extractive fallback or built on one", r.Generation),
-		RequestedAt: p.now().UTC(), UpToSeq: max(r.LoadedThroughSeq, r.CoveredThroughSeq, r.DeclinedAtSeq, j.req.UpToSeq),
-	}
-	seq, err := p.enqueueTraced(ctx, req)
-	switch {
-	case errors.Is(err, jetstream.ErrRequestPending):
-		j.log.Debug().Msg("a request is pending: it repairs the fallback summary")
-	case err != nil:
-		j.log.Warn().Err(err).Msg("queue the repair of the fallback summary; the next compaction repairs it")
-	default:
-		j.writes.Request(seq)
-		j.log.Info().Uint64("generation", r.Generation).Str("repair_request_id", req.RequestID).Msg("queued the repair of the fallback summary")
-	}
-}
+// errRepairEnds wraps the error of a repair that no retry can make.
+var errRepairEnds = errors.New("the repair cannot be made")

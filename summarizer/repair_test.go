@@ -141,11 +141,11 @@ func repairPool(t *testing.T, st *jetstream.Store, sum summarizer.Summarizer, ob
 }
 
 // Issue 18: a fallback summary written while the LLM was down is repaired once it
-// answers again, with no new message: the repair request the fallback queued is tried
-// with a growing backoff (past the attempts of a plain request, never dead-lettered),
-// one at a time; a fallback on top of a fallback (a second outage past the hard limit)
-// is repaired as a whole; the repair has the LLM summarize the raw messages, never the
-// fallback's text, and writes a new generation that says what it repaired.
+// answers again, with no new message: the request stays queued and is tried again with
+// a growing backoff (past the attempts of a plain request, never dead-lettered); a
+// fallback on top of a fallback (a second outage past the hard limit) is repaired as a
+// whole; the repair has the LLM summarize the raw messages, never the fallback's text,
+// and writes a new generation that says what it repaired.
 func TestFallbackIsRepairedOnceTheLLMAnswers(t *testing.T) {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
@@ -195,9 +195,10 @@ func TestFallbackIsRepairedOnceTheLLMAnswers(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	pending := waitRepairQueued(t, ctx, st, "heal")
+	waitQueued(t, ctx, st, "heal", req.RequestID)
+	up := time.Now()
 	o.down.Store(false)
-	ev, err := st.Events().WaitOutcome(ctx, "heal", pending.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, "heal", req.RequestID, up)
 	if err != nil || ev.Type != schemas.EventCompleted || ev.RepairOf != v2.Generation || ev.Error != "" {
 		t.Fatalf("repair outcome %+v, %v; want completed, repair_of %d, no error", ev, err, v2.Generation)
 	}
@@ -245,14 +246,14 @@ func TestFallbackIsRepairedOnceTheLLMAnswers(t *testing.T) {
 	if r := reps[len(reps)-1]; r.Repair != summarizer.RepairRepaired || r.Outcome != summarizer.OutcomeCompleted || r.Fallback {
 		t.Fatalf("last report %+v; want a completed repair", r)
 	}
-	if p, err := st.Queue().Pending(ctx, "heal"); err != nil || p != nil && p.Repair {
-		t.Fatalf("pending after the repair: %+v, %v; want no repair", p, err)
+	if p, err := st.Queue().Pending(ctx, "heal"); err != nil || p != nil && p.RequestID == req.RequestID {
+		t.Fatalf("pending after the repair: %+v, %v; want the request done", p, err)
 	}
 }
 
 // Issue 18: where the messages a fallback covers left CHAT, the repair keeps the
-// fallback and says so (repair_gap on the value and its declined event), and no repair
-// is queued again.
+// fallback and says so (repair_gap on the value and its declined event), and its
+// request is done.
 func TestFallbackWithAGapStays(t *testing.T) {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
@@ -271,7 +272,8 @@ func TestFallbackWithAGapStays(t *testing.T) {
 	if err != nil || v1 == nil || !v1.BuiltOnFallback {
 		t.Fatalf("value %+v, %v; want a fallback", v1, err)
 	}
-	pending := waitRepairQueued(t, ctx, st, "gap")
+	waitQueued(t, ctx, st, "gap", req.RequestID)
+	deleted := time.Now()
 	js := testJetStream(t, nc)
 	chat, err := js.Stream(ctx, st.Config().ChatStream)
 	if err != nil {
@@ -281,7 +283,7 @@ func TestFallbackWithAGapStays(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.down.Store(false)
-	ev, err := st.Events().WaitOutcome(ctx, "gap", pending.RequestID, time.Time{})
+	ev, err := st.Events().WaitOutcome(ctx, "gap", req.RequestID, deleted)
 	if err != nil || ev.Type != schemas.EventDeclined || !ev.RepairGap {
 		t.Fatalf("repair outcome %+v, %v; want declined with repair_gap", ev, err)
 	}
@@ -296,7 +298,7 @@ func TestFallbackWithAGapStays(t *testing.T) {
 		t.Fatalf("%d LLM calls for a repair that cannot be made", len(o.bodies()))
 	}
 	reps, _ := obs.snapshot()
-	for reps[len(reps)-1].Repair == summarizer.RepairFailed { // the report follows the event
+	for len(reps) == 0 || reps[len(reps)-1].Repair == summarizer.RepairFailed { // the report follows the event
 		select {
 		case <-ctx.Done():
 			t.Fatal("no report of the gap")
@@ -313,7 +315,7 @@ func TestFallbackWithAGapStays(t *testing.T) {
 }
 
 // A summary that is extractive because no LLM is configured is not a fallback to
-// repair: no repair is queued for it.
+// repair: its request is done.
 func TestExtractiveWithoutAnLLMNeedsNoRepair(t *testing.T) {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
@@ -345,18 +347,18 @@ func compactWith(t *testing.T, ctx context.Context, st *jetstream.Store, conv st
 	return v
 }
 
-// waitRepairQueued waits for the repair request the fallback's worker queues after
-// its completed event.
-func waitRepairQueued(t *testing.T, ctx context.Context, st *jetstream.Store, conv string) *schemas.Request {
+// waitQueued waits until the work queue holds request id of conv: a request done with
+// a fallback stays queued to repair it.
+func waitQueued(t *testing.T, ctx context.Context, st *jetstream.Store, conv, id string) {
 	t.Helper()
 	for {
 		p, err := st.Queue().Pending(ctx, conv)
-		if err == nil && p != nil && p.Repair {
-			return p
+		if err == nil && p != nil && p.RequestID == id {
+			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("pending request %+v, %v; want the repair", p, err)
+			t.Fatalf("pending request %+v, %v; want %s, kept for its repair", p, err, id)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -285,7 +285,14 @@ type job struct {
 	tokensBefore, tokensAfter int
 	// repair is what became of the repair the job tried ("" when it tried none).
 	repair RepairOutcome
+	// repairOfOwn says the request was done with a fallback summary and stayed queued
+	// to repair it: this delivery is the repair.
+	repairOfOwn bool
 }
+
+// repairing reports whether the delivery is a repair: its request was done with a
+// fallback summary, which holds it, and stayed queued to repair it (see Pool.finish).
+func (j *job) repairing() bool { return j.repairOfOwn }
 
 // decodeRequest reads and validates a request before anything acts on it: it must
 // decode, pass schemas.Request.Validate, and name the conversation of its subject.
@@ -402,7 +409,7 @@ func (p *Pool) fail(ctx, settle context.Context, j *job, err error) {
 	permanent := errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
 	// A repair is tried again for as long as its value needs it (the LLM may be down
 	// for hours), each time after a longer backoff; the value meanwhile keeps the bound.
-	if !permanent && (j.attempt < uint64(p.cfg.MaxAttempts) || j.req.Repair) {
+	if !permanent && (j.attempt < uint64(p.cfg.MaxAttempts) || j.repairing()) {
 		delay := p.backoff(j.attempt)
 		// An endpoint that said when to ask again (HTTP Retry-After, which the llm
 		// summarizer's errors carry) is not asked sooner.
