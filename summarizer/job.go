@@ -721,12 +721,7 @@ func (p *Pool) result(j *job, ld *loaded, pl plan, out Output, before assemble.C
 // yet) carries the figures of this decline, not of the first one. When the value
 // changed meanwhile, nothing is recorded and the request is tried again on the new one.
 func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after int, reason string) error {
-	var next schemas.Result
-	if ld.cur != nil {
-		next = *ld.cur
-	} else {
-		next = schemas.Result{SchemaVersion: schemas.SchemaVersion, Conversation: j.req.Conversation, TailStartSeq: 1}
-	}
+	next := declineMarker(ld, j.req.Conversation)
 	if next.Generation == 0 {
 		next.TokensBefore, next.TokensAfter, next.CreatedAt = before, before, p.now().UTC()
 	}
@@ -749,6 +744,28 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 	p.event(ctx, j, schemas.Event{Type: schemas.EventDeclined, Generation: next.Generation,
 		TokensBefore: before, TokensAfter: after, Error: reason})
 	return nil
+}
+
+// declineMarker is the value a decline writes: the value before it, as the next
+// compaction builds on it, without what is stale now: pinned and kept messages gone
+// from CHAT are dropped (with their overrides), as a compaction drops them, and the
+// audit of the write before (repair_of: a marker repairs nothing) is not carried.
+func declineMarker(ld *loaded, conv string) schemas.Result {
+	if ld.cur == nil {
+		return schemas.Result{SchemaVersion: schemas.SchemaVersion, Conversation: conv, TailStartSeq: 1}
+	}
+	next := *ld.cur
+	next.RepairOf = 0
+	if len(ld.missing) == 0 {
+		return next
+	}
+	gone := func(seq uint64) bool {
+		return slices.ContainsFunc(ld.missing, func(e schemas.Entry) bool { return e.Seq == seq })
+	}
+	next.PinnedSeqs = slices.DeleteFunc(slices.Clone(next.PinnedSeqs), gone)
+	next.KeptSeqs = slices.DeleteFunc(slices.Clone(next.KeptSeqs), gone)
+	next.Overrides = slices.DeleteFunc(slices.Clone(next.Overrides), func(o schemas.Override) bool { return gone(o.Seq) })
+	return next
 }
 
 // finish acks the request (freeing the conversation's slot), publishes completed and,
