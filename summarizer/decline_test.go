@@ -241,7 +241,7 @@ func TestDeclineMarkerCarriesNothingStale(t *testing.T) {
 	before := &schemas.Result{SchemaVersion: 1, Conversation: "stale", Generation: 2, Summary: "the summary",
 		TailStartSeq: 5, CoveredThroughSeq: 4, PinnedSeqs: []uint64{1, 3}, KeptSeqs: []uint64{3},
 		Overrides: []schemas.Override{{Seq: 3, KeepHead: 10, KeepTail: 10, Note: "[cut]"}},
-		RepairOf: 1, LLMBaseGeneration: 2, FirstSeq: 1, RequestID: "earlier", TokensBefore: 3500, TokensAfter: 2000,
+		RepairOf:  1, LLMBaseGeneration: 2, FirstSeq: 1, RequestID: "earlier", TokensBefore: 3500, TokensAfter: 2000,
 		CreatedAt: time.Now().UTC()}
 	if _, err := st.Results().Put(ctx, before, 0); err != nil {
 		t.Fatal(err)
