@@ -176,7 +176,7 @@ func TestFallbackIsRepairedOnceTheLLMAnswers(t *testing.T) {
 
 	// A second outage past the hard limit: the pending repair's next delivery keeps the
 	// bound with a fallback built on the first.
-	last = needleMessages(t, ctx, st, "heal", "b", 10, 8, needles)
+	needleMessages(t, ctx, st, "heal", "b", 10, 8, needles)
 	v2 := waitValue(t, ctx, st, "heal", "a second fallback", func(v *schemas.Result) bool { return v.Generation == v1.Generation+1 })
 	if !v2.Fallback || !v2.BuiltOnFallback || v2.CoveredThroughSeq <= v1.CoveredThroughSeq {
 		t.Fatalf("second value %+v; want a fallback beyond the first, built on it", v2)
