@@ -319,8 +319,8 @@ func (p *Pool) llmSummary(ctx context.Context, c *compaction, in Input, step str
 // which failed with err. The bound wins: past the hard limit it is written at once,
 // whatever the attempt; so it is when the summarizer cannot do the job at all (its
 // summaries stay over their cap, or nothing fits its window). The failure is still
-// reported (completed event with the error, dead letter), and a repair is queued once
-// the value is written.
+// reported (completed event with the error, dead letter), and the request stays queued
+// to repair the value once it is written (finish).
 func (p *Pool) writeFallback(ctx context.Context, c *compaction, err error, pastHard bool) error {
 	j := c.j
 	j.log.Warn().Err(err).Bool("past_hard_limit", pastHard).Msg("writing the fallback summary")
@@ -784,7 +784,7 @@ func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThro
 		j.outcome, j.tokensBefore, j.tokensAfter = OutcomeCompleted, r.TokensBefore, r.TokensAfter
 	}
 	if r.NeedsRepair() && r.RequestSeq == j.seq && j.outcome == OutcomeCompleted {
-		delay := p.backoff(j.attempt)
+		delay := p.repairBackoff(j.attempt)
 		if err := j.d.NakAfter(ctx, delay); err != nil {
 			j.log.Warn().Err(err).Msg("keep the request queued for the repair of its fallback; it is redelivered after the ack wait")
 		} else {

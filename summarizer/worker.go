@@ -411,6 +411,9 @@ func (p *Pool) fail(ctx, settle context.Context, j *job, err error) {
 	// for hours), each time after a longer backoff; the value meanwhile keeps the bound.
 	if !permanent && (j.attempt < uint64(p.cfg.MaxAttempts) || j.repairing()) {
 		delay := p.backoff(j.attempt)
+		if j.repairing() {
+			delay = p.repairBackoff(j.attempt)
+		}
 		// An endpoint that said when to ask again (HTTP Retry-After, which the llm
 		// summarizer's errors carry) is not asked sooner.
 		var hint interface{ RetryAfter() time.Duration }
@@ -515,6 +518,18 @@ func (p *Pool) backoff(attempt uint64) time.Duration {
 	jitter := time.Duration(rand.Int64N(int64(d)/2+1)) - d/4
 	return max(d+jitter, time.Millisecond)
 }
+
+// repairBackoff is the delay before the next try of a repair: backoff's, doubling at
+// most three times (8 × BackoffBase, within BackoffMax). A repair is tried for as long
+// as the LLM fails, and its request holds the conversation's place in the queue
+// meanwhile: a conversation that crosses its hard limit waits for that request, which
+// keeps the bound with another fallback when it comes.
+func (p *Pool) repairBackoff(attempt uint64) time.Duration {
+	return p.backoff(min(attempt, maxRepairDoublings+1))
+}
+
+// maxRepairDoublings bounds how often repairBackoff doubles.
+const maxRepairDoublings = 3
 
 var errPermanent = errors.New("permanent failure")
 
