@@ -115,6 +115,18 @@ type Result struct {
 	// FirstSeq <= T: such a value holds something of the forgotten conversation.
 	FirstSeq  uint64    `json:"first_seq,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// BuiltOnFallback says the summary is an extractive fallback written because the LLM
+	// failed, or was built on one: some of the messages it covers were never summarized
+	// by the LLM. It passes from generation to generation until a repair summarizes them
+	// again (RepairOf).
+	BuiltOnFallback bool `json:"built_on_fallback,omitempty"`
+	// RepairOf is the generation of the fallback (or built-on-fallback) value this one
+	// repaired: its summary was written by the LLM from the raw messages in CHAT, not
+	// from the fallback text.
+	RepairOf uint64 `json:"repair_of,omitempty"`
+	// RepairGap says the value cannot be repaired: messages its fallback covers left
+	// CHAT (its age limit, a purge). The fallback stays, and no repair is tried again.
+	RepairGap bool `json:"repair_gap,omitempty"`
 	// Evidence is what compactions extracted from the messages they covered, carried
 	// forward between them; EvidenceText is its rendered section, which readers append
 	// to the summary message (see assemble.SummaryMessage).
@@ -249,6 +261,14 @@ func (r *Result) validate() error {
 	return nil
 }
 
+// NeedsRepair reports whether the value's summary is, or was built on, an extractive
+// fallback written because the LLM failed (BuiltOnFallback), that a repair can still
+// replace (no RepairGap). A summary that is extractive because no LLM is configured
+// (Fallback alone) needs none.
+func (r *Result) NeedsRepair() bool {
+	return r != nil && r.Generation > 0 && r.BuiltOnFallback && !r.RepairGap
+}
+
 // SummaryRoleOrDefault returns the role the summary message is given (default user).
 func (r *Result) SummaryRoleOrDefault() Role {
 	if r.SummaryRole == "" {
@@ -283,6 +303,11 @@ type Event struct {
 	DurationMS   int64     `json:"duration_ms"`
 	Error        string    `json:"error,omitempty"`
 	At           time.Time `json:"at"`
+	// RepairOf is set on the completed event of a repair: the generation it repaired.
+	RepairOf uint64 `json:"repair_of,omitempty"`
+	// RepairGap is set on the outcome of a repair that cannot be made: messages the
+	// fallback covers left CHAT.
+	RepairGap bool `json:"repair_gap,omitempty"`
 }
 
 // DeadLetter is what COMPACT_DEAD keeps of a request that used up its attempts.

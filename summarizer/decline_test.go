@@ -226,3 +226,53 @@ func TestNoTermWithoutADeadLetter(t *testing.T) {
 		t.Fatalf("no dead letter once the stream was back: %v", err)
 	}
 }
+
+// Issue 18: a decline marker does not carry stale fields of the value before it: a
+// pinned and kept message gone from CHAT is dropped with its override (as a compaction
+// drops it), and repair_of, the audit of the write before, is not carried; what the
+// next compaction builds on stays.
+func TestDeclineMarkerCarriesNothingStale(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	last := seed(t, ctx, st, "stale", 8)
+	before := &schemas.Result{SchemaVersion: 1, Conversation: "stale", Generation: 2, Summary: "the summary",
+		TailStartSeq: 5, CoveredThroughSeq: 4, PinnedSeqs: []uint64{1, 3}, KeptSeqs: []uint64{3},
+		Overrides: []schemas.Override{{Seq: 3, KeepHead: 10, KeepTail: 10, Note: "[cut]"}},
+		RepairOf:  1, LLMBaseGeneration: 2, FirstSeq: 1, RequestID: "earlier", TokensBefore: 3500, TokensAfter: 2000,
+		CreatedAt: time.Now().UTC()}
+	if _, err := st.Results().Put(ctx, before, 0); err != nil {
+		t.Fatal(err)
+	}
+	chat, err := testJetStream(t, nc).Stream(ctx, st.Config().ChatStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chat.DeleteMsg(ctx, 3); err != nil { // the kept message left CHAT
+		t.Fatal(err)
+	}
+	pcfg := summarizer.DefaultConfig()
+	pcfg.Workers, pcfg.FetchWait = 1, 200*time.Millisecond
+	req := request(t, ctx, st, "stale", last)
+	runPool(t, st, pcfg, summarizer.Options{Policies: strict{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return extractive.New(), nil }})
+	ev, err := st.Events().WaitOutcome(ctx, "stale", req.RequestID, time.Time{})
+	if err != nil || ev.Type != schemas.EventDeclined {
+		t.Fatalf("outcome %+v, %v; want declined", ev, err)
+	}
+	v, _, err := st.Results().Get(ctx, "stale", true)
+	if err != nil || v == nil {
+		t.Fatal(v, err)
+	}
+	if v.DeclinedAtSeq != last || v.Generation != 2 || v.Summary != "the summary" || v.TailStartSeq != 5 || v.LLMBaseGeneration != 2 {
+		t.Fatalf("marker %+v; want the value before, declined at %d", v, last)
+	}
+	if !slices.Equal(v.PinnedSeqs, []uint64{1}) || len(v.KeptSeqs) != 0 || len(v.Overrides) != 0 {
+		t.Fatalf("marker pinned %v kept %v overrides %v; want the message gone from CHAT dropped", v.PinnedSeqs, v.KeptSeqs, v.Overrides)
+	}
+	if v.RepairOf != 0 {
+		t.Fatalf("marker repair_of %d; a decline repairs nothing", v.RepairOf)
+	}
+}

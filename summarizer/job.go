@@ -50,6 +50,11 @@ type compaction struct {
 	out    Output           // its summary, or the fallback's
 	next   *schemas.Result  // the value to write
 	after  assemble.Context // the agent's context with next
+
+	// repair is the repair of a value built on a fallback this job tries (nil: none);
+	// repaired says the LLM wrote the summary from the raw messages.
+	repair   *repairPlan
+	repaired bool
 }
 
 // process runs steps 2–6 of the job protocol. A nil error means the request was acked.
@@ -77,14 +82,24 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err := p.loadAndPlan(ctx, c); err != nil {
 		return err
 	}
-	if len(c.pl.covered) == 0 {
+	if err := p.planRepair(ctx, c); err != nil {
+		return err
+	}
+	if j.repairing() && c.repair.gap {
+		return p.markGap(ctx, c)
+	}
+	if len(c.pl.covered) == 0 && c.repair == nil {
 		return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, "nothing to compact: every message is pinned, kept or must stay in the tail")
 	}
 	if err := p.summarizeOrFallBack(ctx, c); err != nil {
+		if errors.Is(err, errNoLLM) || errors.Is(err, errRepairEnds) {
+			return p.endRepair(ctx, c, err)
+		}
 		return err
 	}
 	// 4. Guard.
 	c.next = p.result(j, c.ld, c.pl, c.out, c.before, c.s)
+	p.markFallbackState(c)
 	if err := p.addEvidence(ctx, c); err != nil {
 		return err
 	}
@@ -97,6 +112,9 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	}
 	if err := p.checkCommitted(ctx, j); err != nil {
 		return err
+	}
+	if c.repaired {
+		j.repair = RepairRepaired
 	}
 	// 6. Ack, report, re-evaluate.
 	return p.finish(ctx, j, c.next, c.ld.lastSeq, c.s, c.count)
@@ -164,6 +182,12 @@ func (p *Pool) readCurrent(ctx context.Context, j *job) (*compaction, error) {
 func (p *Pool) checkDone(c *compaction) bool {
 	j := c.j
 	if c.cur == nil || c.cur.RequestSeq != j.seq || c.cur.RequestID != j.req.RequestID {
+		return false
+	}
+	if c.cur.NeedsRepair() {
+		// Its value is a fallback (or built on one): the request stayed queued to
+		// repair it (finish), and this delivery is the repair.
+		j.repairOfOwn = true
 		return false
 	}
 	j.outcome = OutcomeAlreadyDone
@@ -245,29 +269,80 @@ func summaryInput(c *compaction) Input {
 
 // summarizeOrFallBack asks the summarizer (once more, firmer, when its summary is over
 // the cap) and decides when its failure is the job's (retried or dead-lettered) and
-// when the deterministic fallback summary is written instead.
+// when the deterministic fallback summary is written instead. A value built on a
+// fallback is repaired first: the LLM summarizes the raw messages it covers with the
+// newly covered ones (see repairSummary).
 func (p *Pool) summarizeOrFallBack(ctx context.Context, c *compaction) error {
 	j, b := c.j, c.s.Budget()
 	c.in = summaryInput(c)
 	pastHard := c.before.Tokens >= b.HardLimitTokens()
-	err := p.step(ctx, "compactor.summarize", func(ctx context.Context) (err error) {
-		c.out, err = p.summarizeToFit(ctx, j, c.sum, c.in, c.s.SummarizerContextWindow)
+	if c.repair != nil && !c.repair.gap {
+		err := p.repairSummary(ctx, c)
 		if err == nil {
-			c.out, err = p.firmer(ctx, j, c.sum, c.in, c.out, b.SummaryCap(), c.s.SummarizerContextWindow, c.count)
+			return nil
 		}
-		return err
-	}, attribute.Int("compactor.messages", len(c.in.Messages)), attribute.Int("compactor.tokens_before", c.before.Tokens))
+		giveUp := isGiveUp(err)
+		switch {
+		case errors.Is(err, errNoLLM) && j.repairing():
+			return err // the repair ends (process)
+		case errors.Is(err, errNoLLM):
+			// The usual summary, by the summarizer the profile has.
+		case j.repairing() && !pastHard:
+			// A repair never writes a fallback below the hard limit: that would be a
+			// new fallback to repair. One that cannot fit the summarizer ends.
+			if giveUp {
+				return fmt.Errorf("%w: %w", errRepairEnds, err)
+			}
+			return err
+		case giveUp:
+			// The LLM answers, but the whole range does not fit it: the usual summary,
+			// built on the fallback, which stays to be repaired.
+		case !pastHard:
+			return err
+		default:
+			return p.writeFallback(ctx, c, err, pastHard)
+		}
+	}
+	err := p.llmSummary(ctx, c, c.in, "compactor.summarize")
 	if err == nil {
 		return nil
 	}
-	giveUp := errors.Is(err, errSummaryTooLong) || errors.Is(err, ErrNothingFits)
-	if !pastHard && !giveUp {
+	if !pastHard && !isGiveUp(err) {
 		return err
 	}
-	// The bound wins: past the hard limit the deterministic summary is written at
-	// once, whatever the attempt; so it is when the summarizer cannot do the job at
-	// all (its summaries stay over their cap, or nothing fits its window). The failure
-	// is still reported (completed event with the error, dead letter).
+	return p.writeFallback(ctx, c, err, pastHard)
+}
+
+// isGiveUp reports whether a summarizer's error says no retry can help: its summaries
+// stay over their cap, or nothing fits its window.
+func isGiveUp(err error) bool {
+	return errors.Is(err, errSummaryTooLong) || errors.Is(err, ErrNothingFits)
+}
+
+// llmSummary asks the conversation's summarizer for in's summary (once more, firmer,
+// when it is over the cap) in a step of the given name; the summary is c.out.
+func (p *Pool) llmSummary(ctx context.Context, c *compaction, in Input, step string) error {
+	b := c.s.Budget()
+	return p.step(ctx, step, func(ctx context.Context) (err error) {
+		out, err := p.summarizeToFit(ctx, c.j, c.sum, in, c.s.SummarizerContextWindow)
+		if err == nil {
+			out, err = p.firmer(ctx, c.j, c.sum, in, out, b.SummaryCap(), c.s.SummarizerContextWindow, c.count)
+		}
+		if err == nil {
+			c.out = out
+		}
+		return err
+	}, attribute.Int("compactor.messages", len(in.Messages)), attribute.Int("compactor.tokens_before", c.before.Tokens))
+}
+
+// writeFallback writes the deterministic summary of c.in instead of the summarizer's,
+// which failed with err. The bound wins: past the hard limit it is written at once,
+// whatever the attempt; so it is when the summarizer cannot do the job at all (its
+// summaries stay over their cap, or nothing fits its window). The failure is still
+// reported (completed event with the error, dead letter), and the request stays queued
+// to repair the value once it is written (finish).
+func (p *Pool) writeFallback(ctx context.Context, c *compaction, err error, pastHard bool) error {
+	j := c.j
 	j.log.Warn().Err(err).Bool("past_hard_limit", pastHard).Msg("writing the fallback summary")
 	fb, ferr := p.fallback.Summarize(ctx, c.in)
 	if ferr != nil {
@@ -299,6 +374,14 @@ func (p *Pool) guard(c *compaction) (reason string) {
 	before, after := c.before.Tokens, c.after.Tokens
 	if st, limit := c.count.Count(c.out.Summary), c.s.Budget().SummaryCap(); st > limit {
 		return fmt.Sprintf("summary has %d tokens, over max_summary_tokens %d", st, limit)
+	}
+	if c.repaired {
+		// A repair is worth writing for what it restores, not for what it saves; it may
+		// not make the context grow past the threshold.
+		if threshold := c.s.Budget().ThresholdTokens(); after > before && after >= threshold {
+			return fmt.Sprintf("the repair would grow the context from %d to %d tokens, over the threshold %d", before, after, threshold)
+		}
+		return ""
 	}
 	if float64(after) > float64(before)*(1-c.s.MinProgress) {
 		return fmt.Sprintf("context would shrink from %d to %d tokens, less than min_progress %g", before, after, c.s.MinProgress)
@@ -663,12 +746,7 @@ func (p *Pool) result(j *job, ld *loaded, pl plan, out Output, before assemble.C
 // yet) carries the figures of this decline, not of the first one. When the value
 // changed meanwhile, nothing is recorded and the request is tried again on the new one.
 func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after int, reason string) error {
-	var next schemas.Result
-	if ld.cur != nil {
-		next = *ld.cur
-	} else {
-		next = schemas.Result{SchemaVersion: schemas.SchemaVersion, Conversation: j.req.Conversation, TailStartSeq: 1}
-	}
+	next := declineMarker(ld, j.req.Conversation)
 	if next.Generation == 0 {
 		next.TokensBefore, next.TokensAfter, next.CreatedAt = before, before, p.now().UTC()
 	}
@@ -693,17 +771,51 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 	return nil
 }
 
+// declineMarker is the value a decline writes: the value before it, as the next
+// compaction builds on it, without what is stale now: pinned and kept messages gone
+// from CHAT are dropped (with their overrides), as a compaction drops them, and the
+// audit of the write before (repair_of: a marker repairs nothing) is not carried.
+func declineMarker(ld *loaded, conv string) schemas.Result {
+	if ld.cur == nil {
+		return schemas.Result{SchemaVersion: schemas.SchemaVersion, Conversation: conv, TailStartSeq: 1}
+	}
+	next := *ld.cur
+	next.RepairOf = 0
+	if len(ld.missing) == 0 {
+		return next
+	}
+	gone := func(seq uint64) bool {
+		return slices.ContainsFunc(ld.missing, func(e schemas.Entry) bool { return e.Seq == seq })
+	}
+	next.PinnedSeqs = slices.DeleteFunc(slices.Clone(next.PinnedSeqs), gone)
+	next.KeptSeqs = slices.DeleteFunc(slices.Clone(next.KeptSeqs), gone)
+	next.Overrides = slices.DeleteFunc(slices.Clone(next.Overrides), func(o schemas.Override) bool { return gone(o.Seq) })
+	return next
+}
+
 // finish acks the request (freeing the conversation's slot), publishes completed and,
 // when loadedThrough > 0, queues another compaction if messages that arrived meanwhile
 // put the conversation over its threshold again.
 //
 // The result is in KV when finish runs: an ack that fails is logged, not reported as a
 // failure (a redelivery finds the value holding this request and acks then).
+//
+// A value that needs a repair (a fallback, or built on one) keeps its request queued
+// instead, handed back with a backoff: its next delivery finds the value holding it and
+// repairs it (checkDone). So the repair survives the process: a crash leaves the
+// request to the ack wait, never lost between an ack and a new request.
 func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThrough uint64, s policy.Settings, count tokens.Counter) error {
 	if j.outcome == "" {
 		j.outcome, j.tokensBefore, j.tokensAfter = OutcomeCompleted, r.TokensBefore, r.TokensAfter
 	}
-	if err := j.d.AckSync(ctx); err != nil {
+	if r.NeedsRepair() && r.RequestSeq == j.seq && j.outcome == OutcomeCompleted {
+		delay := p.repairBackoff(j.attempt)
+		if err := j.d.NakAfter(ctx, delay); err != nil {
+			j.log.Warn().Err(err).Msg("keep the request queued for the repair of its fallback; it is redelivered after the ack wait")
+		} else {
+			j.log.Info().Uint64("generation", r.Generation).Dur("repair_in", delay).Msg("the request stays queued to repair the fallback summary")
+		}
+	} else if err := j.d.AckSync(ctx); err != nil {
 		j.log.Warn().Err(err).Uint64("generation", r.Generation).Msg("ack completed request failed; a redelivery will find it done")
 	}
 	ev := schemas.Event{Type: schemas.EventCompleted, Generation: r.Generation,
@@ -711,8 +823,12 @@ func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThro
 	if j.fallbackFor != nil {
 		ev.Error = "summarizer failed, fallback summary written: " + j.fallbackFor.Error()
 	}
+	if j.repair == RepairRepaired {
+		ev.RepairOf = r.RepairOf
+	}
+	ev.RepairGap = j.repair == RepairGap
 	p.event(ctx, j, ev)
-	if loadedThrough > 0 {
+	if loadedThrough > 0 && !r.NeedsRepair() { // else the request stays queued, and compacts again
 		p.reevaluate(ctx, j, r, loadedThrough, s, count)
 	}
 	return nil

@@ -14,8 +14,8 @@ type Outcome string
 const (
 	// OutcomeCompleted: a new value was written (an LLM summary or the fallback one).
 	OutcomeCompleted Outcome = "completed"
-	// OutcomeAlreadyDone: the value already held this request (done before a crash);
-	// only acked.
+	// OutcomeAlreadyDone: the value already held this request (done before a crash),
+	// or a repair request found nothing left to repair; only acked.
 	OutcomeAlreadyDone Outcome = "already_done"
 	// OutcomeDeclined: the guard refused the result (too little progress, a summary
 	// over its cap, nothing to compact).
@@ -57,7 +57,29 @@ type JobReport struct {
 	// Fallback is true when a completed compaction wrote the deterministic fallback
 	// summary because the summarizer failed.
 	Fallback bool
+	// Repair is what became of the repair of a fallback the delivery tried ("" when it
+	// tried none).
+	Repair RepairOutcome
 }
+
+// RepairOutcome is what became of the repair of a value built on a fallback.
+type RepairOutcome string
+
+// The outcomes of a repair. The set is closed: an observer may use them as metric label
+// values.
+const (
+	// RepairRepaired: the LLM summarized the raw messages and the repaired value was
+	// written.
+	RepairRepaired RepairOutcome = "repaired"
+	// RepairFailed: the LLM failed (or its repair was declined); the fallback stays and
+	// the repair is tried again later.
+	RepairFailed RepairOutcome = "failed"
+	// RepairGap: messages the fallback covers left CHAT; the fallback stays for good.
+	RepairGap RepairOutcome = "gap"
+)
+
+// RepairOutcomes lists every RepairOutcome.
+var RepairOutcomes = []RepairOutcome{RepairRepaired, RepairFailed, RepairGap}
 
 // Observer hears the outcome of every delivery the pool handles, for metrics. It is
 // called from the workers' goroutines, after the request was settled, and must not

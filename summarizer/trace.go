@@ -68,7 +68,7 @@ func (p *Pool) step(ctx context.Context, name string, fn func(ctx context.Contex
 	defer span.End()
 	err := fn(ctx)
 	if err != nil {
-		if name == "compactor.summarize" {
+		if name == "compactor.summarize" || name == "compactor.repair" {
 			// A summarizer's error may quote what the model answered (a refusal, a
 			// response body): content, which spans never carry. The LLM call's own span
 			// says what kind of failure it was.

@@ -296,7 +296,16 @@ type job struct {
 	// (for the Observer).
 	outcome                   Outcome
 	tokensBefore, tokensAfter int
+	// repair is what became of the repair the job tried ("" when it tried none).
+	repair RepairOutcome
+	// repairOfOwn says the request was done with a fallback summary and stayed queued
+	// to repair it: this delivery is the repair.
+	repairOfOwn bool
 }
+
+// repairing reports whether the delivery is a repair: its request was done with a
+// fallback summary, which holds it, and stayed queued to repair it (see Pool.finish).
+func (j *job) repairing() bool { return j.repairOfOwn }
 
 // decodeRequest reads and validates a request before anything acts on it: it must
 // decode, pass schemas.Request.Validate, and name the conversation of its subject.
@@ -411,8 +420,13 @@ func (p *Pool) settleJob(ctx, settle context.Context, j *job, err error) {
 func (p *Pool) fail(ctx, settle context.Context, j *job, err error) {
 	j.outcome = OutcomeRetried
 	permanent := errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
-	if !permanent && j.attempt < uint64(p.cfg.MaxAttempts) {
+	// A repair is tried again for as long as its value needs it (the LLM may be down
+	// for hours), each time after a longer backoff; the value meanwhile keeps the bound.
+	if !permanent && (j.attempt < uint64(p.cfg.MaxAttempts) || j.repairing()) {
 		delay := p.backoff(j.attempt)
+		if j.repairing() {
+			delay = p.repairBackoff(j.attempt)
+		}
 		// An endpoint that said when to ask again (HTTP Retry-After, which the llm
 		// summarizer's errors carry) is not asked sooner.
 		var hint interface{ RetryAfter() time.Duration }
@@ -443,7 +457,7 @@ func (p *Pool) report(j *job) {
 	if p.observer == nil || j.outcome == "" {
 		return
 	}
-	r := JobReport{Trigger: knownTrigger(j.req.Trigger), Outcome: j.outcome, Attempt: j.attempt, Duration: p.now().Sub(j.start)}
+	r := JobReport{Trigger: knownTrigger(j.req.Trigger), Outcome: j.outcome, Attempt: j.attempt, Duration: p.now().Sub(j.start), Repair: j.repair}
 	if j.outcome == OutcomeCompleted {
 		r.TokensBefore, r.TokensAfter, r.Fallback = j.tokensBefore, j.tokensAfter, j.fallbackFor != nil
 	}
@@ -557,6 +571,18 @@ func (p *Pool) backoff(attempt uint64) time.Duration {
 	jitter := time.Duration(rand.Int64N(int64(d)/2+1)) - d/4
 	return max(d+jitter, time.Millisecond)
 }
+
+// repairBackoff is the delay before the next try of a repair: backoff's, doubling at
+// most three times (8 × BackoffBase, within BackoffMax). A repair is tried for as long
+// as the LLM fails, and its request holds the conversation's place in the queue
+// meanwhile: a conversation that crosses its hard limit waits for that request, which
+// keeps the bound with another fallback when it comes.
+func (p *Pool) repairBackoff(attempt uint64) time.Duration {
+	return p.backoff(min(attempt, maxRepairDoublings+1))
+}
+
+// maxRepairDoublings bounds how often repairBackoff doubles.
+const maxRepairDoublings = 3
 
 var errPermanent = errors.New("permanent failure")
 

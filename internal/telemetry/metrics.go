@@ -30,6 +30,7 @@ type Metrics struct {
 	tokensBefore     *prometheus.HistogramVec // trigger
 	tokensAfter      *prometheus.HistogramVec // trigger
 	fallbacks        *prometheus.CounterVec   // trigger
+	repairs          *prometheus.CounterVec   // outcome
 	llmRequests      *prometheus.CounterVec   // model
 	llmErrors        *prometheus.CounterVec   // model, kind
 	llmDuration      *prometheus.HistogramVec // model
@@ -69,6 +70,9 @@ func NewMetrics(version string) *Metrics {
 		"Context size in tokens after each completed compaction (pinned + summary + tail).", tokenBuckets, "trigger")
 	m.fallbacks = counter("compactor_fallback_summaries_total",
 		"Completed compactions that wrote the deterministic fallback summary because the summarizer failed.", "trigger")
+	m.repairs = counter("compactor_fallback_repairs_total",
+		"Repairs of fallback summaries tried, by outcome (repaired: the LLM summarized the raw messages again; failed: tried again later; gap: messages left CHAT, the fallback stays).",
+		"outcome")
 	m.llmRequests = counter("compactor_llm_requests_total",
 		"Chat completion requests sent to the summarizer's LLM, by configured model.", "model")
 	m.llmErrors = counter("compactor_llm_errors_total",
@@ -96,6 +100,9 @@ func NewMetrics(version string) *Metrics {
 			m.compactions.WithLabelValues(k, string(o))
 		}
 	}
+	for _, o := range summarizer.RepairOutcomes {
+		m.repairs.WithLabelValues(string(o))
+	}
 	for _, k := range triggerKinds {
 		m.fallbacks.WithLabelValues(k)
 		for _, r := range []triggers.RequestResult{triggers.RequestQueued, triggers.RequestPending, triggers.RequestError} {
@@ -121,6 +128,9 @@ func (m *Metrics) JobDone(r summarizer.JobReport) {
 		if r.Fallback {
 			m.fallbacks.WithLabelValues(r.Trigger).Inc()
 		}
+	}
+	if r.Repair != "" {
+		m.repairs.WithLabelValues(string(r.Repair)).Inc()
 	}
 }
 

@@ -83,7 +83,7 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 	}
 	for _, name := range []string{"compactor_compactions_total", "compactor_compaction_duration_seconds",
 		"compactor_compaction_tokens_before", "compactor_compaction_tokens_after", "compactor_fallback_summaries_total",
-		"compactor_llm_requests_total", "compactor_llm_errors_total", "compactor_llm_request_duration_seconds",
+		"compactor_fallback_repairs_total", "compactor_llm_requests_total", "compactor_llm_errors_total", "compactor_llm_request_duration_seconds",
 		"compactor_summarizer_tokens_total", "compactor_trigger_lag_seconds", "compactor_trigger_requests_total",
 		"compactor_trigger_usage_ignored_total",
 		"compactor_trigger_conversations", "compactor_request_backlog", "compactor_trigger_backlog",
@@ -91,6 +91,20 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 		"compactor_nats_reconnects_total", "compactor_build_info", "go_goroutines", "process_cpu_seconds_total"} {
 		if !names[name] {
 			t.Errorf("%s is not gathered, so not linted", name)
+		}
+	}
+}
+
+// Issue 18: every repair of a fallback a worker tries is counted by its outcome, and
+// only those.
+func TestRepairsAreCounted(t *testing.T) {
+	m := NewMetrics("test")
+	m.JobDone(summarizer.JobReport{Trigger: schemas.TriggerBudget, Outcome: summarizer.OutcomeRetried, Repair: summarizer.RepairFailed})
+	m.JobDone(summarizer.JobReport{Trigger: schemas.TriggerBudget, Outcome: summarizer.OutcomeCompleted, Repair: summarizer.RepairRepaired})
+	m.JobDone(summarizer.JobReport{Trigger: schemas.TriggerBudget, Outcome: summarizer.OutcomeCompleted})
+	for o, want := range map[summarizer.RepairOutcome]float64{summarizer.RepairRepaired: 1, summarizer.RepairFailed: 1, summarizer.RepairGap: 0} {
+		if got := testutil.ToFloat64(m.repairs.WithLabelValues(string(o))); got != want {
+			t.Errorf("compactor_fallback_repairs_total{outcome=%q} = %g; want %g", o, got, want)
 		}
 	}
 }

@@ -1,0 +1,172 @@
+package summarizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/rounds"
+	"github.com/compactor/compactor/summarizer/pretrim"
+)
+
+// A value whose summary is, or was built on, an extractive fallback is repaired once the
+// LLM answers again: the worker that wrote it keeps its request queued, handed back
+// with a backoff (Pool.finish); each later delivery finds the value holding the request
+// and tries the repair, again after a longer backoff for as long as the LLM fails. Any
+// compaction of such a value tries the repair first too. A repair has the LLM summarize
+// the raw messages the value covers, read again from CHAT, with the newly covered ones:
+// never the fallback's text. Where some of those messages left CHAT, the fallback stays
+// and the value says so (repair_gap).
+
+// repairPlan is the repair a job tries: the raw messages the current value's summary
+// covers (neither pinned nor kept), or a gap where some of them left CHAT.
+type repairPlan struct {
+	entries []schemas.Entry
+	gap     bool
+}
+
+// planRepair decides whether the job repairs the current value and reads the messages
+// its summary covers. A request other than the value's own repairs only when it
+// compacts anything: one with nothing to compact is declined as before.
+func (p *Pool) planRepair(ctx context.Context, c *compaction) error {
+	j, cur := c.j, c.cur
+	if !cur.NeedsRepair() || (!j.repairing() && len(c.pl.covered) == 0) {
+		return nil
+	}
+	from := uint64(1)
+	if j.tomb != nil {
+		from = j.tomb.ThroughSeq + 1
+	}
+	from = max(from, cur.FirstSeq)
+	rp := &repairPlan{}
+	c.repair = rp
+	present := map[uint64]bool{}
+	for _, es := range [][]schemas.Entry{c.ld.pinned, c.ld.kept} {
+		for _, e := range es {
+			present[e.Seq] = true
+		}
+	}
+	if cur.CoveredThroughSeq >= from {
+		es, err := p.store.Chat().LoadEntries(ctx, j.req.Conversation, from, cur.CoveredThroughSeq)
+		if err != nil {
+			return fmt.Errorf("load the messages to repair: %w", err)
+		}
+		for _, e := range es {
+			present[e.Seq] = true
+			if !slices.Contains(cur.PinnedSeqs, e.Seq) {
+				rp.entries = append(rp.entries, e)
+			}
+		}
+		if err := p.store.Objects().Resolve(ctx, j.req.Conversation, rp.entries); err != nil {
+			return fmt.Errorf("load the messages to repair: %w", err)
+		}
+	}
+	// The value's first sequence is its conversation's first message (see
+	// schemas.Result.FirstSeq): CHAT loses its oldest messages first, so when that one
+	// is gone, messages the fallback covers may be gone too.
+	if cur.FirstSeq > 0 && cur.FirstSeq <= cur.CoveredThroughSeq && !present[cur.FirstSeq] {
+		rp.gap = true
+		j.repair = RepairGap
+		j.log.Warn().Uint64("first_seq", cur.FirstSeq).Uint64("covered_through_seq", cur.CoveredThroughSeq).
+			Msg("the fallback summary cannot be repaired: messages it covers left CHAT; it stays")
+	}
+	return nil
+}
+
+// repairInput is what the summarizer is asked for a repair: the raw messages the
+// current value covers and the newly covered ones, in order, with no previous summary
+// (the fallback's text, whose excerpts and marker would be copied into the repair).
+func repairInput(c *compaction) Input {
+	in := summaryInput(c)
+	in.PreviousSummary, in.SummaryMessage = "", nil
+	kept, _ := rounds.Normalize(sortedBySeq(c.repair.entries, c.pl.coveredEntries))
+	msgs := make([]schemas.Message, 0, len(kept))
+	for _, e := range kept {
+		msgs = append(msgs, e.Message.StripMetadata())
+	}
+	in.Messages = pretrim.TotalBudget(pretrim.ToolOutputs(msgs, c.s.ToolOutputCap), c.s.ToolOutputBudget)
+	return in
+}
+
+// repairSummary asks the LLM for the repair's summary; c.out is it when it answers.
+func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
+	j := c.j
+	j.repair = RepairFailed // until the repaired value is written
+	in := repairInput(c)
+	if err := p.llmSummary(ctx, c, in, "compactor.repair"); err != nil {
+		j.log.Warn().Err(err).Uint64("generation", c.cur.Generation).Msg("repair of the fallback summary failed; it stays until a later repair")
+		return err
+	}
+	if c.out.Fallback {
+		// The conversation's profile has no LLM (any more): no repair can be made.
+		c.out = Output{}
+		return errNoLLM
+	}
+	c.in, c.repaired = in, true
+	return nil
+}
+
+// errNoLLM is the outcome of a repair when the conversation's summarizer is not an LLM.
+var errNoLLM = errors.New("the conversation's summarizer is not an LLM: a fallback summary cannot be repaired")
+
+// markFallbackState records in the next value whether it is built on a fallback: a
+// fallback written because the summarizer failed is, and so is every summary built on
+// one, until a repair (RepairOf). A gap found once stays: the messages do not come back.
+func (p *Pool) markFallbackState(c *compaction) {
+	next, cur := c.next, c.ld.cur
+	gap := c.repair != nil && c.repair.gap
+	degraded := cur != nil && cur.BuiltOnFallback
+	switch {
+	case c.repaired:
+		next.RepairOf = cur.Generation
+	case c.j.fallbackFor != nil || degraded:
+		next.BuiltOnFallback = true
+		next.RepairGap = gap || (degraded && cur.RepairGap)
+	}
+}
+
+// markGap ends a repair whose messages left CHAT: the value is kept, marked repair_gap
+// (so no repair is tried again), the request acked, and a declined event says why.
+func (p *Pool) markGap(ctx context.Context, c *compaction) error {
+	j := c.j
+	next := *c.cur
+	next.RepairGap = true
+	next.FirstSeq = j.firstSeq
+	rev, err := p.putResult(ctx, &next, c.rev)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrRevisionMismatch) {
+			return fmt.Errorf("compaction value changed while planning its repair; trying again on the new one: %w", err)
+		}
+		return err
+	}
+	j.writes.Result(rev)
+	j.outcome, j.repair = OutcomeDeclined, RepairGap
+	if err := j.d.AckSync(ctx); err != nil {
+		j.log.Warn().Err(err).Msg("ack repair request; it will be redelivered")
+	}
+	p.event(ctx, j, schemas.Event{Type: schemas.EventDeclined, Generation: next.Generation, RepairGap: true,
+		TokensBefore: next.TokensAfter, TokensAfter: next.TokensAfter,
+		Error: fmt.Sprintf("cannot repair the fallback summary of generation %d: messages it covers left CHAT", next.Generation)})
+	return nil
+}
+
+// endRepair acks a request kept for a repair that cannot be made (err says why: the
+// conversation's summarizer is no LLM now, or the messages do not fit it); the fallback
+// stays until a later compaction repairs it, and a declined event says why.
+func (p *Pool) endRepair(ctx context.Context, c *compaction, err error) error {
+	j := c.j
+	j.outcome = OutcomeDeclined
+	j.log.Warn().Err(err).Uint64("generation", genOf(c.cur)).Msg("the fallback summary cannot be repaired now; it stays")
+	if aerr := j.d.AckSync(ctx); aerr != nil {
+		j.log.Warn().Err(aerr).Msg("ack the request of a repair that ends; it will be redelivered")
+	}
+	p.event(ctx, j, schemas.Event{Type: schemas.EventDeclined, Generation: genOf(c.cur),
+		TokensBefore: c.before.Tokens, TokensAfter: c.before.Tokens, Error: "cannot repair the fallback summary: " + err.Error()})
+	return nil
+}
+
+// errRepairEnds wraps the error of a repair that no retry can make.
+var errRepairEnds = errors.New("the repair cannot be made")
