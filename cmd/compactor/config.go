@@ -79,6 +79,9 @@ type Env struct {
 	lookup   func(string) (string, bool)
 	counters *node.Counters
 
+	// The compactor service (the api role).
+	APIConcurrency int `envconfig:"API_CONCURRENCY" default:"16" desc:"serve, api role: how many requests each endpoint of the compactor service serves at once in this process; one more is answered Busy (503) at once"`
+
 	// The web view for people (internal/node/view.go, docs/view.md).
 	ViewListen string `envconfig:"VIEW_LISTEN" desc:"serve, api role: host:port of the read-only web view (conversations, token gauges, compaction timelines, summaries and tails); empty: off. It shows conversation content: set COMPACTOR_VIEW_TOKEN, which is required on any address but loopback"`
 	ViewToken  string `envconfig:"VIEW_TOKEN" desc:"the web view's credential (at least 16 characters), sent as a bearer token or as the basic-auth password; never logged. Empty: the view answers only requests to localhost"`
@@ -230,6 +233,7 @@ func (e Env) validateSettings() error {
 			"must be 0 (forever) or at least the duplicate window of " + jetstream.DefaultConfig().DuplicateWindow.String()},
 		{e.MaxObject >= 1<<10 && e.MaxObject <= 1<<30, "MAX_OBJECT_SIZE", "must be 1024 to 1073741824 bytes"},
 		{e.DrainTimeout > 0, "DRAIN_TIMEOUT", "must be positive"},
+		{e.APIConcurrency >= 1 && e.APIConcurrency <= 4096, "API_CONCURRENCY", "must be 1 to 4096"},
 		{e.AckWait >= 3*time.Second, "WORKER_ACK_WAIT", "must be at least 3s (heartbeats go every third of it)"},
 		{e.ForgetTTL >= time.Minute, "FORGET_TTL", "must be at least 1m (tombstones must outlive the compactions in flight)"},
 		{e.TriggerPartitions >= 1 && e.TriggerPartitions <= jetstream.MaxTriggerPartitions, "TRIGGER_PARTITIONS",
@@ -345,7 +349,7 @@ func (e Env) settings() node.Settings {
 		RetryDelay: e.RetryDelay, AckWait: e.AckWait, DrainTimeout: e.DrainTimeout,
 		Replicas: e.Replicas, TriggerPartitions: e.TriggerPartitions, ChatMaxAge: e.ChatMaxAge, ForgetTTL: e.ForgetTTL,
 		TriggerHeartbeat: e.TriggerHeartbeat, MaxObject: e.MaxObject, UpdateStreams: e.UpdateStreams,
-		ViewListen: e.ViewListen, ViewToken: e.ViewToken, Counters: e.counters, IDs: e.idHasher(),
+		ViewListen: e.ViewListen, ViewToken: e.ViewToken, APIConcurrency: e.APIConcurrency, Counters: e.counters, IDs: e.idHasher(),
 	}
 }
 

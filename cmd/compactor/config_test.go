@@ -30,6 +30,7 @@ func TestBadVariableStopsStartUpNamingIt(t *testing.T) {
 		{"bad summary role", "COMPACTOR_SUMMARY_ROLE", "tool"},
 		{"backoff max under base", "COMPACTOR_BACKOFF_MAX", "1s"},
 		{"object size too small", "COMPACTOR_MAX_OBJECT_SIZE", "100"},
+		{"no api concurrency", "COMPACTOR_API_CONCURRENCY", "0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/pipeline/service"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/schemas/tokens/bpe"
@@ -50,6 +51,9 @@ type Settings struct {
 	UpdateStreams               bool
 
 	ViewListen, ViewToken string
+	// APIConcurrency bounds the requests each endpoint of the compactor service serves
+	// at once (0: service.DefaultConfig's); one more is answered Busy.
+	APIConcurrency int
 
 	// Counters hands out the token counters; nil: a set of its own.
 	Counters *Counters
@@ -153,9 +157,19 @@ func (s Settings) Config(log zerolog.Logger, tel telemetry.Telemetry) (Config, e
 		Roles:    roles,
 		Resolver: r, Profiles: s.Profiles, Lookup: s.Lookup, Counters: s.counters().Get,
 		Trigger: s.Trigger(), Summarizer: s.Summarizer(),
-		ViewListen: s.ViewListen, ViewToken: s.ViewToken,
+		ViewListen: s.ViewListen, ViewToken: s.ViewToken, Service: s.service(),
 		Telemetry: tel, Logger: log, IDs: s.IDs,
 	}, nil
+}
+
+// service is the compactor service's configuration: the defaults, with the settings'
+// concurrency when one is given.
+func (s Settings) service() *service.Config {
+	cfg := service.DefaultConfig()
+	if s.APIConcurrency > 0 {
+		cfg.MaxConcurrentRequests = s.APIConcurrency
+	}
+	return &cfg
 }
 
 func (s Settings) counters() *Counters {
