@@ -364,6 +364,14 @@ func TestObjectStoredAgainUnderAFiniteMaxAge(t *testing.T) {
 	if got := later.Metadata[jetstream.EarlierChunksKey]; got != first.NUID {
 		t.Fatalf("the new description names earlier chunks %q; want the first copy's %s", got, first.NUID)
 	}
+	// Forget finds a conversation's objects through its messages' stubs.
+	stub, err := json.Marshal(schemas.Message{Role: schemas.RoleTool, ToolCallID: "c1", ContentRef: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Chat().Publish(ctxT(t), "c", stub, ""); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := st.Forget(ctxT(t), "c"); err != nil {
 		t.Fatal(err)
 	}
