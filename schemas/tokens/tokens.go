@@ -1,8 +1,12 @@
 package tokens
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/compactor/compactor/schemas"
@@ -117,8 +121,9 @@ const maxFloorBytes = 1 << 40
 
 // Floor is the fewest tokens the content of m is taken to hold, whatever its producer
 // declares: a token per FloorBytesPerToken UTF-8 bytes of its text (the name, the
-// content's text, the reasoning, the tool calls' names and arguments), rounded up.
-// Non-text parts and the fixed costs count nothing. A stub counts its object's size
+// content's text, the reasoning, the tool calls' names and arguments, the text a
+// non-text part carries: see PartText), rounded up. Media and the fixed costs count
+// nothing. A stub counts its object's size
 // (ContentRef.Size) in place of its content and reasoning. It depends on bytes only, so
 // every client computes the same floor.
 func Floor(m *schemas.Message) int {
@@ -139,6 +144,8 @@ func Floor(m *schemas.Message) int {
 			for _, p := range parts {
 				if p.Type == "text" {
 					b += len(p.Text)
+				} else {
+					b += len(PartText(p))
 				}
 			}
 		}
@@ -152,6 +159,48 @@ func bytesFloor(b int) int { return (b + FloorBytesPerToken - 1) / FloorBytesPer
 // refFloor is the floor of what a stub's object holds: its size in bytes.
 func refFloor(r *schemas.ContentRef) int {
 	return bytesFloor(int(min(max(r.Size, 0), maxFloorBytes)))
+}
+
+// mediaParts are the part types whose payload is media a model counts by its size in
+// pixels, seconds or pages, not by its encoded bytes: they weigh PerNonTextPart.
+var mediaParts = map[string]bool{"image_url": true, "image": true, "input_audio": true, "audio": true, "file": true}
+
+// PartText is the text a non-text content part carries beside its media, which a
+// model is sent as text (a refusal's words; any field of a part of a type Compactor
+// does not know): every string value in the part but its type, concatenated. A media
+// part (image, audio, file) carries none. A part cannot hide text from the count by
+// its type.
+func PartText(p schemas.ContentPart) string {
+	if p.Type == "text" || mediaParts[p.Type] {
+		return ""
+	}
+	var v any
+	if json.Unmarshal(p.Raw, &v) != nil {
+		return string(p.Raw)
+	}
+	fields, ok := v.(map[string]any)
+	if ok {
+		delete(fields, "type")
+	}
+	var b strings.Builder
+	appendStrings(&b, v)
+	return b.String()
+}
+
+// appendStrings writes every string value in v, depth first, in key order.
+func appendStrings(b *strings.Builder, v any) {
+	switch x := v.(type) {
+	case string:
+		b.WriteString(x)
+	case []any:
+		for _, e := range x {
+			appendStrings(b, e)
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			appendStrings(b, x[k])
+		}
+	}
 }
 
 // Stored is the chars/4 estimate of what Offload moves into an object (the content and
@@ -170,7 +219,7 @@ func stored(c Counter, m *schemas.Message) int {
 				if p.Type == "text" {
 					n += c.Count(p.Text)
 				} else {
-					n += PerNonTextPart
+					n += PerNonTextPart + c.Count(PartText(p))
 				}
 			}
 		}

@@ -294,3 +294,39 @@ func TestDeclaredCountShortcutAgreesWithTheFloor(t *testing.T) {
 		}
 	}
 }
+
+// A part of another type than text carries text a model is sent (a refusal's words, a
+// field of a type Compactor does not know): it counts, declared or not, and a declared
+// count is held to it. Media parts weigh their fixed cost whatever their encoded size.
+func TestNonTextPartsCannotHideText(t *testing.T) {
+	big := strings.Repeat("word ", 180_000) // 900 KB
+	for _, typ := range []string{"refusal", "made_up"} {
+		field := typ
+		if typ == "made_up" {
+			field = "payload"
+		}
+		part, err := json.Marshal(map[string]any{"type": typ, field: map[string]string{"nested": big}})
+		if typ == "refusal" {
+			part, err = json.Marshal(map[string]string{"type": typ, field: big})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Parts(part)}
+		if got, want := tokens.Message(&m), len(big)/4; got < want {
+			t.Errorf("%s part of %d bytes, no declared count: %d tokens; want at least %d", typ, len(big), got, want)
+		}
+		m.Tokens = 1
+		if got, want := tokens.Message(&m), len(big)/tokens.FloorBytesPerToken; got < want {
+			t.Errorf("%s part of %d bytes declared 1 token: %d tokens; want at least %d", typ, len(big), got, want)
+		}
+	}
+	image, err := json.Marshal(map[string]any{"type": "image_url", "image_url": map[string]string{"url": "data:image/png;base64," + strings.Repeat("A", 400_000)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Parts(image)}
+	if got := tokens.Message(&m); got > tokens.PerMessage+tokens.PerNonTextPart {
+		t.Errorf("an image of 400 KB encoded: %d tokens; want its fixed cost %d", got, tokens.PerMessage+tokens.PerNonTextPart)
+	}
+}

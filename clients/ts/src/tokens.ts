@@ -53,7 +53,9 @@ export function storedTokens(m: Message, count: Counter = chars4): number {
   const c = m.content;
   if (typeof c === "string") n += count(c);
   else if (Array.isArray(c)) {
-    for (const p of c) n += isObject(p) && p.type === "text" ? count(typeof p["text"] === "string" ? (p["text"] as string) : "") : PER_NON_TEXT_PART;
+    for (const p of c) {
+      n += isObject(p) && p.type === "text" ? count(typeof p["text"] === "string" ? (p["text"] as string) : "") : PER_NON_TEXT_PART + count(partText(p));
+    }
   }
   return n;
 }
@@ -62,8 +64,8 @@ export function storedTokens(m: Message, count: Counter = chars4): number {
  * The fewest tokens the content of m is taken to hold, whatever its producer declares
  * (Go's tokens.Floor): a token per FLOOR_BYTES_PER_TOKEN UTF-8 bytes (not UTF-16 code
  * units) of its text (the name, the content's text, the reasoning, the tool calls' names
- * and arguments), rounded up. A stub counts its object's size in place of its content
- * and reasoning.
+ * and arguments, the text a non-text part carries: see partText), rounded up. A stub
+ * counts its object's size in place of its content and reasoning.
  */
 export function floorTokens(m: Message): number {
   let b = utf8Length(m.name ?? "");
@@ -73,9 +75,33 @@ export function floorTokens(m: Message): number {
   const c = m.content;
   if (typeof c === "string") b += utf8Length(c);
   else if (Array.isArray(c)) {
-    for (const p of c) if (isObject(p) && p.type === "text" && typeof p["text"] === "string") b += utf8Length(p["text"] as string);
+    for (const p of c) {
+      if (isObject(p) && p.type === "text") b += typeof p["text"] === "string" ? utf8Length(p["text"] as string) : 0;
+      else b += utf8Length(partText(p));
+    }
   }
   return bytesFloor(b);
+}
+
+/** Part types whose payload is media, counted by a model by its size, not its bytes. */
+const MEDIA_PARTS = new Set(["image_url", "image", "input_audio", "audio", "file"]);
+
+/**
+ * The text a non-text content part carries beside its media (Go's tokens.PartText): a
+ * refusal's words, any field of a part of a type not known; every string value in the
+ * part but its type. A media part carries none.
+ */
+export function partText(p: unknown): string {
+  if (!isObject(p)) return "";
+  if (p.type === "text" || (typeof p.type === "string" && MEDIA_PARTS.has(p.type))) return "";
+  const out: string[] = [];
+  const walk = (v: unknown): void => {
+    if (typeof v === "string") out.push(v);
+    else if (Array.isArray(v)) v.forEach(walk);
+    else if (isObject(v)) for (const k of Object.keys(v)) walk(v[k]);
+  };
+  for (const k of Object.keys(p)) if (k !== "type") walk(p[k]);
+  return out.join("");
 }
 
 /** The length of s in UTF-8 bytes, as Go's len counts a string. */

@@ -169,6 +169,17 @@ test("decodeRecallArguments reads a model's arguments by the service's rules", (
   }
 });
 
+test("a non-text part cannot hide text from the count, as in Go", () => {
+  const big = "word ".repeat(180_000); // 900 KB
+  for (const part of [{ type: "refusal", refusal: big }, { type: "made_up", payload: { nested: big } }]) {
+    const m = { role: "assistant", content: [part] } as unknown as Message;
+    assert.ok(estimateTokens(m) >= big.length / 4, `${part.type}: estimate ${estimateTokens(m)}`);
+    assert.ok(messageTokens({ ...m, tokens: 1 }) >= big.length / 8, `${part.type} declared 1 token: ${messageTokens({ ...m, tokens: 1 })}`);
+  }
+  const image = { role: "user", content: [{ type: "image_url", image_url: { url: "data:image/png;base64," + "A".repeat(400_000) } }] } as unknown as Message;
+  assert.equal(estimateTokens(image), 4 + 256, "an image weighs its fixed cost");
+});
+
 test("a declared count is held to a token per 8 UTF-8 bytes of the content, as Go holds it", () => {
   const big = "log line 0123456789 abcdefghijklmnopqrstuvwxyz\n".repeat(900_000 / 48);
   const declared = (content: string, tokens: number): Message => ({ role: "tool", tool_call_id: "c", content, tokens });
