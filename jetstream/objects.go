@@ -188,6 +188,13 @@ func (ob *Objects) write(ctx context.Context, name string, object []byte, earlie
 	return nil
 }
 
+// ForgottenSince reports whether conv was forgotten at or after at (the server's time of
+// its tombstone), or its tombstone cannot be read: a publisher whose object Put found
+// stored already stores it again after its stub is published (see Put).
+func (ob *Objects) ForgottenSince(ctx context.Context, conv string, at time.Time) bool {
+	return ob.forgottenSince(ctx, conv, at)
+}
+
 // forgottenSince reports whether conv was forgotten after at (the server's time its
 // object was stored): a forget in progress deletes the objects stored before its
 // tombstone, so an object stored before it is stored again for a new message. A

@@ -17,7 +17,14 @@ import (
 // PublishOption configures one publish.
 type PublishOption func(*publishOptions)
 
-type publishOptions struct{ msgID string }
+type publishOptions struct {
+	msgID string
+	// Set by offload for a message stored as an object: its object and when the client
+	// began storing it (see keepObject).
+	object     []byte
+	objectName string
+	storedFrom time.Time
+}
 
 // MsgID makes the publish idempotent: a retry with the same id within the stream's
 // duplicate window (2 minutes by default) is stored once.
@@ -39,10 +46,16 @@ func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, op
 	if err != nil {
 		return 0, jetstream.PermissionCause(ctx, err)
 	}
+	if beforeStubHook != nil && po.object != nil {
+		beforeStubHook()
+	}
 	seq, err := c.store.Chat().Publish(ctx, conv, data, po.msgID)
 	if err != nil {
 		c.forget(conv, &m)
 		return 0, jetstream.PermissionCause(ctx, err)
+	}
+	if err := c.keepObject(ctx, conv, po); err != nil {
+		return seq, jetstream.PermissionCause(ctx, err)
 	}
 	return seq, nil
 }
@@ -87,7 +100,11 @@ func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Messag
 		select {
 		case ack := <-f.Ok():
 			if err = c.checkDuplicate(ctx, conv, data, po.msgID, ack); err == nil {
-				out <- PubAck{Seq: ack.Sequence}
+				if err = c.keepObject(ctx, conv, po); err == nil {
+					out <- PubAck{Seq: ack.Sequence}
+					return
+				}
+				out <- PubAck{Seq: ack.Sequence, Err: err}
 				return
 			}
 		case err = <-f.Err():
@@ -148,7 +165,7 @@ func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, o
 	}
 	data, err := m.Encode()
 	if err == nil && len(data) > c.store.Objects().InlineLimit(po.msgID) {
-		data, err = c.offload(ctx, conv, m, len(data), po.msgID)
+		data, err = c.offload(ctx, conv, m, len(data), &po)
 	}
 	if err != nil {
 		// What checkToolPairing learnt from m is not true of the stream: the next
@@ -169,8 +186,8 @@ var ErrTooLarge = jetstream.ErrTooLarge
 // tool calls, tool_call_id and metadata and names the object. The object is stored
 // before the stub is published, so a reader never sees a stub before its object; a
 // retry stores nothing twice (its name is its content's hash).
-func (c *Client) offload(ctx context.Context, conv string, m *schemas.Message, size int, msgID string) ([]byte, error) {
-	limit := c.store.Objects().InlineLimit(msgID)
+func (c *Client) offload(ctx context.Context, conv string, m *schemas.Message, size int, po *publishOptions) ([]byte, error) {
+	limit := c.store.Objects().InlineLimit(po.msgID)
 	cfg := c.store.Config()
 	stub, object, err := m.Offload(conv, cfg.ObjectsBucket, tokens.Stored(m))
 	if err != nil {
@@ -189,10 +206,33 @@ func (c *Client) offload(ctx context.Context, conv string, m *schemas.Message, s
 		return nil, fmt.Errorf("%w: the message is %d bytes, over the limit of %d bytes (the server's max_payload), "+
 			"and its content of %d bytes is over the max object size of %d bytes", ErrTooLarge, size, limit, len(object), cfg.MaxObjectSize)
 	}
+	po.storedFrom = time.Now()
 	if err := c.store.Objects().Put(ctx, conv, stub.ContentRef.Name, object); err != nil {
 		return nil, err
 	}
+	po.object, po.objectName = object, stub.ContentRef.Name
 	return data, nil
+}
+
+// beforeStubHook, when set (by a test), runs between storing an offloaded message's
+// object and publishing its stub.
+var beforeStubHook func()
+
+// keepObject runs after the stub of an offloaded message is stored. Put stores nothing
+// when the bucket holds the same object already; a forget of the conversation that
+// began since (its tombstone newer than the store began, with a minute's margin for the
+// clocks) may delete that object after the stub is published, and the new message
+// would lose its content. Then the object is stored again: Put writes it anew, after
+// the tombstone, which the forget leaves. A retry of the publish with the same MsgID
+// does the same.
+func (c *Client) keepObject(ctx context.Context, conv string, po publishOptions) error {
+	if po.object == nil || !c.store.Objects().ForgottenSince(ctx, conv, po.storedFrom.Add(-time.Minute)) {
+		return nil
+	}
+	if err := c.store.Objects().Put(ctx, conv, po.objectName, po.object); err != nil {
+		return fmt.Errorf("the message is stored, but its object may be lost to the forget of %s that ran meanwhile (publish it again with the same MsgID): %w", conv, err)
+	}
+	return nil
 }
 
 // ErrToolResultWithoutCall is matched by the error for a tool message whose call is not
