@@ -9,8 +9,8 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
-// forgetTimeout bounds one forget: a purge per stream, and a listing of the objects
-// bucket, which grows with the objects of every conversation.
+// forgetTimeout bounds one forget: a purge per stream, the erasure of the conversation's
+// messages (EraseBudget) and a read of its objects through its messages' stubs.
 const forgetTimeout = time.Minute
 
 // onForget deletes a conversation everywhere, for good (jetstream.Store.Forget): its
