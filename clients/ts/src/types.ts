@@ -124,6 +124,12 @@ export interface CompactionValue {
   declined_at_seq?: number;
   loaded_through_seq?: number;
   first_seq?: number;
+  /** The summary is, or was built on, a fallback written while the LLM failed; a repair replaces it. */
+  built_on_fallback?: boolean;
+  /** Set on a repair: the generation of the fallback value it replaced. */
+  repair_of?: number;
+  /** The fallback cannot be repaired: messages it covers left the stream. */
+  repair_gap?: boolean;
   created_at: string;
   /** Fields of a newer writer, kept. */
   [unknown: string]: unknown;

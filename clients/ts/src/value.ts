@@ -54,6 +54,9 @@ const FIELDS: Record<string, Kind> = {
   declined_at_seq: "uint",
   loaded_through_seq: "uint",
   first_seq: "uint",
+  built_on_fallback: "bool",
+  repair_of: "uint",
+  repair_gap: "bool",
   created_at: "time",
 };
 

@@ -83,6 +83,14 @@ test("a value of a newer schema is refused with its version", () => {
   assert.deepStrictEqual(v.value["future_field"], { x: 1 }, "unknown fields are kept");
 });
 
+test("a repair's fields are checked as Go decodes them", () => {
+  const head = '{"schema_version":1,"conversation":"c","tail_start_seq":2,"covered_through_seq":1';
+  const v = decodeValue(`${head},"generation":3,"built_on_fallback":false,"repair_of":2,"repair_gap":false}`, "c");
+  assert.equal(v.value.repair_of, 2);
+  assert.throws(() => decodeValue(`${head},"repair_of":"2"}`, "c"), /repair_of/);
+  assert.throws(() => decodeValue(`${head},"built_on_fallback":"yes"}`, "c"), /built_on_fallback/);
+});
+
 test("evidence_text follows the summary after a blank line; evidence is checked as Go decodes it", () => {
   const head = '{"schema_version":1,"conversation":"c","tail_start_seq":2,"covered_through_seq":1';
   const v = decodeValue(`${head},"summary":"s","evidence_text":"[e]","evidence":{"through_seq":1,"items":[{"kind":"file","value":"a.go","count":1,"last_seq":1,"changed":true}]}}`, "c");
