@@ -1,10 +1,13 @@
 package evidence_test
 
 import (
+	"encoding/json"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/summarizer/evidence"
 )
@@ -334,5 +337,42 @@ func TestExtractRedactsReviewShapes(t *testing.T) {
 		if !slices.Contains(got(items), "command "+want) {
 			t.Errorf("want %q among %q", "command "+want, got(items))
 		}
+	}
+}
+
+// TestRedactCorpusCommands: over the shell commands of the corpus, Redact changes only
+// values given to secret-named keys (SECRET_KEY='test', {"token": "value"} in test
+// scripts) and the one real password (curl -u user:password): the rules do not redact
+// ordinary commands. A line it redacts in another form fails the test, to be reviewed.
+func TestRedactCorpusCommands(t *testing.T) {
+	reviewed := regexp.MustCompile(`(?i)(?:["']?\b(?:secret|token|password|api_key|secret_key)["']?\s*[:=]\s*["']\[redacted\]["']|curl -u theagentcompany:\[redacted\] )`)
+	commands, redacted := 0, 0
+	for _, c := range corpustest.Load(t) {
+		for _, e := range c.Entries {
+			for _, tc := range e.Message.ToolCalls {
+				var args map[string]any
+				if json.Unmarshal([]byte(tc.Function.Arguments), &args) != nil {
+					continue
+				}
+				cmd, ok := args["command"].(string)
+				if !ok {
+					continue
+				}
+				commands++
+				for _, line := range strings.Split(evidence.Redact(cmd), "\n") {
+					if !strings.Contains(line, evidence.Redacted) {
+						continue
+					}
+					redacted++
+					if !reviewed.MatchString(line) {
+						t.Errorf("%s: an unreviewed redaction: %q", c.Name, line)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d commands, %d lines redacted", commands, redacted)
+	if commands == 0 || redacted == 0 {
+		t.Fatalf("%d commands, %d lines redacted: the check proves nothing", commands, redacted)
 	}
 }
