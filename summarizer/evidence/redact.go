@@ -70,11 +70,12 @@ var rules = []rule{
 	{regexp.MustCompile(`\bredis-cli\b[^\n;&|]*?\s(?:-a|--pass)\s+` + arg), "redis-cli", nil},
 	{regexp.MustCompile(`\b(?:sshpass\s+-p|(?:docker|podman|helm\s+registry|oras|buildah|skopeo|az)\s+login\b[^\n;&|]*?\s-p)\s+` + arg), "-p", nil},
 	// aws configure set aws_secret_access_key x; openssl's -k/-K and pass:x; ssh-keygen's
-	// -N; htpasswd's password in batch mode (-b).
+	// -N; a password echoed into sudo -S; htpasswd's password in batch mode (-b).
 	{regexp.MustCompile(`\baws\s+configure\s+set\s+(?:[\w-]+\.)?(?:aws_secret_access_key|aws_session_token|aws_security_token)\s+` + arg), "aws", nil},
 	{regexp.MustCompile(`\bopenssl\b[^\n;&|]*?\s-[kK]\s+` + arg), "openssl", nil},
 	{regexp.MustCompile(`\s-pass(?:in|out)?\s+(?:"pass:(?P<s>[^"\n]*)"|'pass:(?P<s>[^'\n]*)'|pass:(?P<s>[^\s"';&|<>]+))`), "pass:", nil},
 	{regexp.MustCompile(`\bssh-keygen\b[^\n;&|]*?\s-N\s+` + arg), "ssh-keygen", nil},
+	{regexp.MustCompile(`\becho\s+` + arg + `[ \t]*\|[ \t]*sudo(?:\s+-[A-Za-z]+)*?\s+-[A-Za-z]*S\b`), "sudo", nil},
 	{regexp.MustCompile(`\bhtpasswd((?:\s+-[A-Za-z]+)+)\s+[^\s"';&|<>-][^\s;&|<>]*\s+[^\s"';&|<>]+\s+` + arg), "htpasswd", htpasswdFile},
 	{regexp.MustCompile(`\bhtpasswd((?:\s+-[A-Za-z]+)+)\s+[^\s"';&|<>-][^\s;&|<>]*\s+` + arg), "htpasswd", htpasswdNoFile},
 	// Well-known key shapes.

@@ -109,6 +109,8 @@ func TestRedact(t *testing.T) {
 		{give: `htpasswd -c -b /etc/nginx/.htpasswd bob 'Hunter2 Secret' && nginx -s reload`, want: `htpasswd -c -b /etc/nginx/.htpasswd bob '[redacted]' && nginx -s reload`},
 		{give: `htpasswd -nbB admin Hunter2Secret > auth`, want: `htpasswd -nbB admin [redacted] > auth`},
 		{give: `ssh-keygen -t ed25519 -N 'Hunter2 Secret' -f key`, want: `ssh-keygen -t ed25519 -N '[redacted]' -f key`},
+		{give: `echo Hunter2Secret | sudo -S apt-get update`, want: `echo [redacted] | sudo -S apt-get update`},
+		{give: `echo 'Hunter2 Secret' | sudo -kS ls /root`, want: `echo '[redacted]' | sudo -kS ls /root`},
 		{give: `curl -H "Authorization: token Hunter2Secret99" https://api.github.com/user`, want: `curl -H "Authorization: token [redacted]" https://api.github.com/user`},
 		{give: `curl -H 'Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l' https://x.example`, want: `curl -H 'Authorization: Basic [redacted]' https://x.example`},
 		{give: `headers = {"Authorization": "Basic YWxhZGRpbjpvcGVuc2VzYW1l"}`, want: `headers = {"Authorization": "Basic [redacted]"}`},
@@ -197,6 +199,9 @@ func TestRedactKeeps(t *testing.T) {
 		"htpasswd -v .htpasswd admin",
 		"ssh-keygen -t ed25519 -N \"\" -f key",
 		"ssh-keygen -t rsa -b 4096 -C me@example.com",
+		"echo hello | sudo tee /etc/motd",
+		"echo \"$SUDO_PASS\" | sudo -S ls",
+		"echo done | sudo -u app -H ls",
 		"export PASSWORD=\"$DB_PASSWORD\"",
 		"TOKEN=\"$(gh auth token)\" ./release.sh",
 		// Found on the corpus: prose, and a tool's signature in a YAML config.
