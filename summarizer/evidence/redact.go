@@ -32,6 +32,16 @@ const secretKey = `(?:[A-Za-z0-9]+[_.-])*(?:api[_-]?key|apikey|access[_-]?key|se
 // kept by keep.
 const value = `[^\s"'&;,<>()\[\]{}\\` + "`" + `]+`
 
+// quoted is a secret value as written after a key or a flag: a quoted one whole, to its
+// closing quote on the same line (a blank inside does not end it), else the unquoted
+// word; a quote left open is skipped and the word after it taken.
+func quoted(word string) string {
+	return `(?:"(?P<s>[^"\n]*)"|'(?P<s>[^'\n]*)'|["']?(?P<s>` + word + `))`
+}
+
+// arg is one argument of a command: a quoted one whole, or a word.
+var arg = quoted(`[^\s"';&|<>]+`)
+
 var rules = []rule{
 	// PEM private key blocks, whole; one without its end line runs to the end of the text.
 	{regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\z)`), "-----BEGIN ", nil},
@@ -43,17 +53,31 @@ var rules = []rule{
 	{regexp.MustCompile(`(?i)\b(?:set-)?cookie["']?\s*:\s*["']?(?P<s>[^\s"';=]+=[^\s"';]+)`), "", nil},
 	{regexp.MustCompile(`(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})`), "", tokenLike},
 	// key=value pairs: query strings, env assignments (export API_KEY=...), options.
-	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `=["']?(?P<s>` + value + `)\(?`), "=", assigned},
+	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `=` + quoted(value) + `\(?`), "=", assigned},
 	// "key": "value" in JSON and similar quoted keys.
-	{regexp.MustCompile(`(?i)["']` + secretKey + `["']\s*:\s*["'](?P<s>[^"'\\]+)`), ":", assigned},
+	{regexp.MustCompile(`(?i)["']` + secretKey + `["']\s*:\s*(?:"(?P<s>(?:[^"\\\n]|\\.)+)"|'(?P<s>[^'\n]+)')`), ":", assigned},
+	// key: value in YAML and other unquoted maps (password: x, DB_PASSWORD: x, {token: x}):
+	// the key first on its line (after an indent or a list's "- ") or in a {...} map, so
+	// prose ("the CSRF token: if ...") is not read as one; the value on the same line,
+	// not a type (password: str) nor a name in code.
+	{regexp.MustCompile(`(?im)(?:^[ \t]*(?:-[ \t]+)?|[{,][ \t]*)` + secretKey + `[ \t]*:[ \t]+` + quoted(value) + `(?P<t>[ \t]*[\[<|=]?)`), ":", yamlValue},
 	// Command-line flags that take a secret: --password x, --api-key=x, --token x.
-	{regexp.MustCompile(`(?i)(?:^|\s)--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|token|secret|api-key|apikey|access-key|secret-key|private-key|client-secret|auth)(?:=|\s+)["']?(?P<s>[^\s"'-][^\s"']*)`), "--", notNegated},
-	// mysql and its tools take the password glued to -p (-psecret); sshpass and the
-	// registry logins (docker, podman, helm, oras) take it as the next word.
-	{regexp.MustCompile(`\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlshow|mysqlcheck)\b[^\n;&|]*?\s-p(?P<s>[^\s"']+)`), "-p", nil},
-	{regexp.MustCompile(`\b(?:curl|wget|http)\b[^\n;&|]*?\s(?:-u|--user)\s*["']?[^\s:"']*:(?P<s>[^\s"']+)`), "-", nil},
-	{regexp.MustCompile(`\bredis-cli\b[^\n;&|]*?\s(?:-a|--pass)\s+["']?(?P<s>[^\s"']+)`), "redis-cli", nil},
-	{regexp.MustCompile(`\b(?:sshpass\s+-p|(?:docker|podman|helm\s+registry|oras|buildah|skopeo)\s+login\b[^\n;&|]*?\s-p)\s+["']?(?P<s>[^\s"']+)`), "-p", nil},
+	{regexp.MustCompile(`(?i)(?:^|\s)--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|token|secret|api-key|apikey|access-key|secret-key|private-key|client-secret|auth)(?:=|\s+)` + quoted(`[^\s"'-][^\s"']*`)), "--", notNegated},
+	// mysql and its tools take the password glued to -p (-psecret, -p'secret'); sshpass
+	// and the logins (docker, podman, helm, oras, az) take it as the next word.
+	{regexp.MustCompile(`\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlshow|mysqlcheck)\b[^\n;&|]*?\s-p` + quoted(`[^\s"']+`)), "-p", nil},
+	{regexp.MustCompile(`\b(?:curl|wget|http)\b[^\n;&|]*?\s(?:-u|--user)\s*(?:"[^\s:"]*:(?P<s>[^"\n]+)"|'[^\s:']*:(?P<s>[^'\n]+)'|["']?[^\s:"']*:(?P<s>[^\s"']+))`), "-", nil},
+	{regexp.MustCompile(`\bredis-cli\b[^\n;&|]*?\s(?:-a|--pass)\s+` + arg), "redis-cli", nil},
+	{regexp.MustCompile(`\b(?:sshpass\s+-p|(?:docker|podman|helm\s+registry|oras|buildah|skopeo|az)\s+login\b[^\n;&|]*?\s-p)\s+` + arg), "-p", nil},
+	// aws configure set aws_secret_access_key x; openssl's -k/-K and pass:x; ssh-keygen's
+	// -N; a password echoed into sudo -S; htpasswd's password in batch mode (-b).
+	{regexp.MustCompile(`\baws\s+configure\s+set\s+(?:[\w-]+\.)?(?:aws_secret_access_key|aws_session_token|aws_security_token)\s+` + arg), "aws", nil},
+	{regexp.MustCompile(`\bopenssl\b[^\n;&|]*?\s-[kK]\s+` + arg), "openssl", nil},
+	{regexp.MustCompile(`\s-pass(?:in|out)?\s+(?:"pass:(?P<s>[^"\n]*)"|'pass:(?P<s>[^'\n]*)'|pass:(?P<s>[^\s"';&|<>]+))`), "pass:", nil},
+	{regexp.MustCompile(`\bssh-keygen\b[^\n;&|]*?\s-N\s+` + arg), "ssh-keygen", nil},
+	{regexp.MustCompile(`\becho\s+` + arg + `[ \t]*\|[ \t]*sudo(?:\s+-[A-Za-z]+)*?\s+-[A-Za-z]*S\b`), "sudo", nil},
+	{regexp.MustCompile(`\bhtpasswd((?:\s+-[A-Za-z]+)+)\s+[^\s"';&|<>-][^\s;&|<>]*\s+[^\s"';&|<>]+\s+` + arg), "htpasswd", htpasswdFile},
+	{regexp.MustCompile(`\bhtpasswd((?:\s+-[A-Za-z]+)+)\s+[^\s"';&|<>-][^\s;&|<>]*\s+` + arg), "htpasswd", htpasswdNoFile},
 	// Well-known key shapes.
 	{regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_-]{16,}`), "sk-ant-", nil},
 	{regexp.MustCompile(`\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}`), "sk-", nil},
@@ -186,6 +210,67 @@ func tokenish(v string) bool {
 
 // strongKey are key names that always hold a secret.
 var strongKey = regexp.MustCompile(`(?i)(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key|signature)$`)
+
+// types are the type names code gives a secret-named field or parameter (password:
+// str, token: string, api_key: Optional[str]): a YAML-like key: value match on one of
+// them is an annotation, not a secret.
+var types = map[string]bool{
+	"str": true, "string": true, "int": true, "integer": true, "bool": true, "boolean": true, "bytes": true,
+	"number": true, "any": true, "unknown": true, "object": true, "optional": true, "union": true,
+	"secretstr": true, "secretbytes": true, "list": true, "dict": true, "char": true, "text": true, "uuid": true,
+}
+
+// codeName is a name in code (req.body.password, this.token, self._secret): a value of
+// that shape after key: is a reference, not a secret.
+var codeName = regexp.MustCompile(`^[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+$`)
+
+// yamlValue says an unquoted key: value holds a secret: assigned, and neither a type
+// annotation (a type name, or a value followed by [, <, | or =) nor a name in code.
+func yamlValue(match, v string) bool {
+	rest := match[strings.LastIndex(match, v)+len(v):]
+	if strings.ContainsAny(rest, "[<|=") {
+		return false
+	}
+	if rest == "" || rest[0] != '"' && rest[0] != '\'' { // unquoted
+		word, _, _ := strings.Cut(v, "|")
+		if types[strings.ToLower(word)] || codeName.MatchString(v) {
+			return false
+		}
+	}
+	if yamlSig.MatchString(strings.TrimSpace(match[:strings.Index(match, ":")])) {
+		return tokenish(v) // signature: submit names a function's signature
+	}
+	return assigned(match, v)
+}
+
+// yamlSig is a key named signature or sig.
+var yamlSig = regexp.MustCompile(`(?i)(?:^|[_.-])sig(?:nature)?$`)
+
+// htpasswdFile says an htpasswd command whose password a rule found after a file and
+// a user is in batch mode (-b) with a file (no -n); htpasswdNoFile, with -n and no file.
+func htpasswdFile(match, _ string) bool {
+	b, n := htpasswdFlags(match)
+	return b && !n
+}
+
+func htpasswdNoFile(match, _ string) bool {
+	b, n := htpasswdFlags(match)
+	return b && n
+}
+
+// htpasswdFlags reads the flags after htpasswd: b (batch: the password is an
+// argument) and n (no file: the result goes to standard output).
+func htpasswdFlags(match string) (b, n bool) {
+	fields := strings.Fields(match[strings.Index(match, "htpasswd")+len("htpasswd"):])
+	for _, f := range fields {
+		if !strings.HasPrefix(f, "-") {
+			break
+		}
+		b = b || strings.Contains(f, "b")
+		n = n || strings.Contains(f, "n")
+	}
+	return b, n
+}
 
 // notNegated says a flag is not a --no-... flag, whose next word is not its value.
 func notNegated(match, _ string) bool { return !strings.Contains(strings.ToLower(match), "--no-") }

@@ -1,10 +1,13 @@
 package evidence_test
 
 import (
+	"encoding/json"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/summarizer/evidence"
 )
@@ -42,7 +45,7 @@ func TestRedact(t *testing.T) {
 		{give: `export GITHUB_TOKEN=` + fakeGitHub, want: `export GITHUB_TOKEN=[redacted]`},
 		{give: `API_KEY=abc123 python run.py`, want: `API_KEY=[redacted] python run.py`},
 		{give: `AWS_SECRET_ACCESS_KEY="wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY" aws s3 ls`, want: `AWS_SECRET_ACCESS_KEY="[redacted]" aws s3 ls`},
-		{give: `DB_PASSWORD='p@ss w0rd' ./migrate`, secrets: []string{"p@ss"}},
+		{give: `DB_PASSWORD='p@ss w0rd' ./migrate`, want: `DB_PASSWORD='[redacted]' ./migrate`},
 		{give: `client --token=abc.def.ghi --verbose`, want: `client --token=[redacted] --verbose`},
 		{give: `vault login --password hunter22 -method=userpass`, want: `vault login --password [redacted] -method=userpass`},
 		{give: `app --client-secret 'Zx9-Yw8' run`, want: `app --client-secret '[redacted]' run`},
@@ -70,6 +73,47 @@ func TestRedact(t *testing.T) {
 		{give: "cat > id <<EOF\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\nEOF",
 			want: "cat > id <<EOF\n[redacted]\nEOF"},
 		{give: "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7", want: "[redacted]"},
+		// Found by the outside review. Quoted values go whole, in either quote, for every
+		// key=value, key: value and flag rule (a quoted password with a blank kept its end).
+		{give: `mysql -u root -p'Hunter2Secret' db`, want: `mysql -u root -p'[redacted]' db`},
+		{give: `mysql -u root -p"Hunter2 Secret" db`, want: `mysql -u root -p"[redacted]" db`},
+		{give: `PGPASSWORD='Hunter2 Secret' psql -h db app`, want: `PGPASSWORD='[redacted]' psql -h db app`},
+		{give: `export API_TOKEN="Hunter2 Secret" && ./run`, want: `export API_TOKEN="[redacted]" && ./run`},
+		{give: `curl "https://x.example/a?token='Hunter2 Secret'"`, want: `curl "https://x.example/a?token='[redacted]'"`},
+		{give: `app --password "Hunter2 Secret" run`, want: `app --password "[redacted]" run`},
+		{give: `app --token='Hunter2 Secret' run`, want: `app --token='[redacted]' run`},
+		{give: `{"password": "it's Hunter2"}`, want: `{"password": "[redacted]"}`},
+		{give: `{'password': 'Hunter2 "x" Secret'}`, want: `{'password': '[redacted]'}`},
+		{give: `redis-cli -a 'Hunter2 Secret' PING`, want: `redis-cli -a '[redacted]' PING`},
+		{give: `curl -u 'bob:Hunter2 Secret' https://x.example`, want: `curl -u 'bob:[redacted]' https://x.example`},
+		{give: `docker login -u bob -p "Hunter2 Secret" registry.example.com`, want: `docker login -u bob -p "[redacted]" registry.example.com`},
+		// YAML and other unquoted key: value.
+		{give: `password: Hunter2Secret`, want: `password: [redacted]`},
+		{give: "db:\n  DB_PASSWORD: Hunter2Secret\n  user: app", want: "db:\n  DB_PASSWORD: [redacted]\n  user: app"},
+		{give: `api_key: "Hunter2Secret"`, want: `api_key: "[redacted]"`},
+		{give: `  token: 'Hunter2 Secret'`, want: `  token: '[redacted]'`},
+		{give: `- POSTGRES_PASSWORD: postgres`, want: `- POSTGRES_PASSWORD: [redacted]`},
+		{give: `{password: Hunter2Secret, user: bob}`, want: `{password: [redacted], user: bob}`},
+		{give: `aws_secret_access_key: wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY`, want: `aws_secret_access_key: [redacted]`},
+		{give: `"token": "Hunter2Secret"`, want: `"token": "[redacted]"`},
+		// Tools that take a secret as a plain argument.
+		{give: `aws configure set aws_secret_access_key wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY`, want: `aws configure set aws_secret_access_key [redacted]`},
+		{give: `aws configure set aws_session_token 'FwoGZXIvYXdzEJr' --profile dev`, want: `aws configure set aws_session_token '[redacted]' --profile dev`},
+		{give: `az login -u a@b.c -p Hunter2Secret`, want: `az login -u a@b.c -p [redacted]`},
+		{give: `az login --service-principal -u app -p 'Hunter2 Secret' --tenant t`, want: `az login --service-principal -u app -p '[redacted]' --tenant t`},
+		{give: `openssl enc -aes-256-cbc -k Hunter2Secret -in f -out f.enc`, want: `openssl enc -aes-256-cbc -k [redacted] -in f -out f.enc`},
+		{give: `openssl enc -aes-128-cbc -K 00112233445566778899aabbccddeeff -iv 0 -in f`, want: `openssl enc -aes-128-cbc -K [redacted] -iv 0 -in f`},
+		{give: `openssl enc -d -aes-256-cbc -pass pass:Hunter2Secret -in f.enc`, want: `openssl enc -d -aes-256-cbc -pass pass:[redacted] -in f.enc`},
+		{give: `openssl pkcs12 -export -in c.pem -passout 'pass:Hunter2 Secret' -out c.p12`, want: `openssl pkcs12 -export -in c.pem -passout 'pass:[redacted]' -out c.p12`},
+		{give: `htpasswd -b .htpasswd admin Hunter2Secret`, want: `htpasswd -b .htpasswd admin [redacted]`},
+		{give: `htpasswd -c -b /etc/nginx/.htpasswd bob 'Hunter2 Secret' && nginx -s reload`, want: `htpasswd -c -b /etc/nginx/.htpasswd bob '[redacted]' && nginx -s reload`},
+		{give: `htpasswd -nbB admin Hunter2Secret > auth`, want: `htpasswd -nbB admin [redacted] > auth`},
+		{give: `ssh-keygen -t ed25519 -N 'Hunter2 Secret' -f key`, want: `ssh-keygen -t ed25519 -N '[redacted]' -f key`},
+		{give: `echo Hunter2Secret | sudo -S apt-get update`, want: `echo [redacted] | sudo -S apt-get update`},
+		{give: `echo 'Hunter2 Secret' | sudo -kS ls /root`, want: `echo '[redacted]' | sudo -kS ls /root`},
+		{give: `curl -H "Authorization: token Hunter2Secret99" https://api.github.com/user`, want: `curl -H "Authorization: token [redacted]" https://api.github.com/user`},
+		{give: `curl -H 'Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l' https://x.example`, want: `curl -H 'Authorization: Basic [redacted]' https://x.example`},
+		{give: `headers = {"Authorization": "Basic YWxhZGRpbjpvcGVuc2VzYW1l"}`, want: `headers = {"Authorization": "Basic [redacted]"}`},
 	}
 	for _, tt := range tests {
 		got := evidence.Redact(tt.give)
@@ -126,6 +170,44 @@ func TestRedactKeeps(t *testing.T) {
 		"curl 'https://api.example.com/items?sort=asc&key=name'",
 		"curl -u admin https://api.example.com/x",
 		"curl -s -X POST https://x.example -d @body.json",
+		// Near-misses of the rules the outside review asked for.
+		"mysql -u root -p'' db",
+		"primary_key: id",
+		"keys: [a, b]",
+		"token_count: 3",
+		"max_tokens: 4096",
+		"  secretKeyRef:\n    name: db\n    key: password",
+		"password:\n  from_env: DB_PASSWORD",
+		"token: ${{ secrets.GITHUB_TOKEN }}",
+		"password: \"{{ vault_db_password }}\"",
+		"password: <your password>",
+		"api_key: null",
+		"def login(self, password: str) -> bool:",
+		"    api_key: Optional[str] = None",
+		"  password: string;",
+		"    token: String,",
+		"    secret: str | None = None",
+		"const user = { name, password: req.body.password };",
+		"redis://cache:6379",
+		"aws configure set region us-east-1",
+		"aws configure get aws_secret_access_key",
+		"az login --use-device-code",
+		"openssl req -new -key server.key -out server.csr",
+		"openssl enc -d -aes-256-cbc -pass env:ENC_PASS -in f.enc",
+		"openssl enc -d -aes-256-cbc -pass file:pw.txt -in f.enc",
+		"htpasswd -c .htpasswd admin",
+		"htpasswd -v .htpasswd admin",
+		"ssh-keygen -t ed25519 -N \"\" -f key",
+		"ssh-keygen -t rsa -b 4096 -C me@example.com",
+		"echo hello | sudo tee /etc/motd",
+		"echo \"$SUDO_PASS\" | sudo -S ls",
+		"echo done | sudo -u app -H ls",
+		"export PASSWORD=\"$DB_PASSWORD\"",
+		"TOKEN=\"$(gh auth token)\" ./release.sh",
+		// Found on the corpus: prose, and a tool's signature in a YAML config.
+		"2. You're not including the CSRF token: If you're making a POST request via AJAX",
+		"  signature: submit '<flag>'",
+		"  signature: scroll_down",
 	} {
 		if got := evidence.Redact(s); got != s {
 			t.Errorf("Redact(%q) = %q, want it unchanged", s, got)
@@ -224,5 +306,78 @@ func TestMergeRedactsCarriedItems(t *testing.T) {
 	}
 	if err := next.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestExtractRedactsReviewShapes: the shapes the outside review found passing through
+// reach no evidence item, and the commands are kept with only their secrets gone.
+func TestExtractRedactsReviewShapes(t *testing.T) {
+	commands := map[string]string{
+		`mysql -u root -p'Hunter2Secret' shop < db/schema.sql`:                    `mysql -u root -p'[redacted]' shop < db/schema.sql`,
+		`PGPASSWORD='Hunter2 Secret' psql -h db app`:                              `PGPASSWORD='[redacted]' psql -h db app`,
+		`aws configure set aws_secret_access_key wJalrXUtnFEMIK7MDENGbPxRfi`:      `aws configure set aws_secret_access_key [redacted]`,
+		`az login -u a@b.c -p Hunter2Secret`:                                      `az login -u a@b.c -p [redacted]`,
+		`openssl enc -d -aes-256-cbc -pass pass:Hunter2Secret -in f.enc`:          `openssl enc -d -aes-256-cbc -pass pass:[redacted] -in f.enc`,
+		`openssl enc -aes-256-cbc -k Hunter2Secret -in f -out f.enc`:              `openssl enc -aes-256-cbc -k [redacted] -in f -out f.enc`,
+		`htpasswd -b .htpasswd admin Hunter2Secret`:                               `htpasswd -b .htpasswd admin [redacted]`,
+		`curl -H "Authorization: token Hunter2Secret99" https://x.example/a`:      `curl -H "Authorization: token [redacted]" https://x.example/a`,
+		`curl -H 'Authorization: Basic SHVudGVyMlNlY3JldA==' https://x.example/b`: `curl -H 'Authorization: Basic [redacted]' https://x.example/b`,
+	}
+	var entries []schemas.Entry
+	seq := uint64(2)
+	for c := range commands {
+		entries = append(entries, call(seq, "bash", map[string]any{"command": c}))
+		seq++
+	}
+	entries = append(entries,
+		text(seq, schemas.RoleAssistant, "```yaml\ndb:\n  password: Hunter2Secret\n  api_key: \"Hunter2Key\"\n```\nthen run `cat config/db.yaml`"),
+		call(seq+1, "Write", map[string]any{"file_path": "config/db.yaml", "content": "DB_PASSWORD: Hunter2Secret\n"}))
+	items := evidence.Extract(entries)
+	for _, it := range items {
+		if strings.Contains(it.Value, "Hunter2") || strings.Contains(it.Value, "wJalr") || strings.Contains(it.Value, "Secret'") {
+			t.Errorf("%s %q holds the secret", it.Kind, it.Value)
+		}
+	}
+	for _, want := range commands {
+		if !slices.Contains(got(items), "command "+want) {
+			t.Errorf("want %q among %q", "command "+want, got(items))
+		}
+	}
+}
+
+// TestRedactCorpusCommands: over the shell commands of the corpus, Redact changes only
+// values given to secret-named keys (SECRET_KEY='test', {"token": "value"} in test
+// scripts) and the one real password (curl -u user:password): the rules do not redact
+// ordinary commands. A line it redacts in another form fails the test, to be reviewed.
+func TestRedactCorpusCommands(t *testing.T) {
+	reviewed := regexp.MustCompile(`(?i)(?:["']?\b(?:secret|token|password|api_key|secret_key)["']?\s*[:=]\s*["']\[redacted\]["']|curl -u theagentcompany:\[redacted\] )`)
+	commands, redacted := 0, 0
+	for _, c := range corpustest.Load(t) {
+		for _, e := range c.Entries {
+			for _, tc := range e.Message.ToolCalls {
+				var args map[string]any
+				if json.Unmarshal([]byte(tc.Function.Arguments), &args) != nil {
+					continue
+				}
+				cmd, ok := args["command"].(string)
+				if !ok {
+					continue
+				}
+				commands++
+				for _, line := range strings.Split(evidence.Redact(cmd), "\n") {
+					if !strings.Contains(line, evidence.Redacted) {
+						continue
+					}
+					redacted++
+					if !reviewed.MatchString(line) {
+						t.Errorf("%s: an unreviewed redaction: %q", c.Name, line)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d commands, %d lines redacted", commands, redacted)
+	if commands == 0 || redacted == 0 {
+		t.Fatalf("%d commands, %d lines redacted: the check proves nothing", commands, redacted)
 	}
 }
