@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -25,6 +26,10 @@ const policyKeyPrefix = "policy."
 // the deployment bucket is not there (provisioned by an earlier version, and this
 // process may not create it): nothing is recorded or compared.
 var ErrNoDeploymentBucket = errors.New("the deployment bucket is not there (provision once as admin to create it)")
+
+// policyReadTimeout bounds status's read of the records: a user without the right to read
+// them gets no answer, and status does not wait long for one.
+const policyReadTimeout = 2 * time.Second
 
 // RolePolicies are the policy defaults recorded per role: role → key → value.
 type RolePolicies map[string]map[string]string

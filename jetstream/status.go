@@ -111,7 +111,9 @@ func (s *Store) Status(ctx context.Context) Status {
 	if out.LearnedWindows, werr = s.Windows().List(ctx); werr != nil {
 		out.LearnedWindowsError = werr.Error()
 	}
-	rp, perr := s.RolePolicies(ctx)
+	pctx, cancel := context.WithTimeout(ctx, policyReadTimeout)
+	rp, perr := s.RolePolicies(pctx)
+	cancel()
 	switch {
 	case perr == nil:
 		out.PolicyDisagreements = PolicyDisagreements(rp)
