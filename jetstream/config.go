@@ -36,6 +36,10 @@ type Names struct {
 	// WindowsBucket is the KV bucket where workers share the context window they
 	// learned of each summarizer endpoint and model (see Windows).
 	WindowsBucket string // compaction-windows
+	// DeploymentBucket is the KV bucket where the processes of a deployment record what
+	// they must agree on: the policy defaults of each role (key policy.<role>, see
+	// Store.RecordPolicy).
+	DeploymentBucket string // compaction-deployment
 }
 
 // DefaultNames returns the contract's names.
@@ -51,6 +55,7 @@ func DefaultNames() Names {
 		TriggerConsumer: "compactor-trigger", TriggerGroup: "trigger",
 		WorkerConsumer: "compactor-workers", IdleConsumer: "compactor-idle",
 		TriggersBucket: "compaction-triggers", WindowsBucket: "compaction-windows",
+		DeploymentBucket: "compaction-deployment",
 	}
 }
 
@@ -72,6 +77,7 @@ func NamespacedNames(ns string) Names {
 		TriggerConsumer: ns + "-trigger", TriggerGroup: "trigger",
 		WorkerConsumer: ns + "-workers", IdleConsumer: ns + "-idle",
 		TriggersBucket: ns + "-triggers", WindowsBucket: ns + "-windows",
+		DeploymentBucket: ns + "-deployment",
 	}
 }
 
@@ -81,7 +87,7 @@ func NamespacedNames(ns string) Names {
 func (n Names) Streams() []string {
 	return []string{n.ChatStream, n.RequestsStream, n.EventsStream, n.DeadStream, n.ActivityStream,
 		"KV_" + n.ResultsBucket, "KV_" + n.PolicyBucket, "KV_" + n.ForgetBucket, "KV_" + n.TriggersBucket,
-		"KV_" + n.WindowsBucket, objectsStream(n.ObjectsBucket)}
+		"KV_" + n.WindowsBucket, "KV_" + n.DeploymentBucket, objectsStream(n.ObjectsBucket)}
 }
 
 // ObjectsTTL is how long the objects bucket keeps an object: forever when CHAT keeps
@@ -318,7 +324,7 @@ func (c Config) Validate() error {
 		"dead stream": c.DeadStream, "dead prefix": c.DeadPrefix, "activity stream": c.ActivityStream,
 		"activity prefix": c.ActivityPrefix, "results bucket": c.ResultsBucket, "policy bucket": c.PolicyBucket,
 		"objects bucket": c.ObjectsBucket, "forget bucket": c.ForgetBucket, "triggers bucket": c.TriggersBucket, "windows bucket": c.WindowsBucket,
-		"trigger consumer": c.TriggerConsumer, "trigger group": c.TriggerGroup, "worker consumer": c.WorkerConsumer, "idle consumer": c.IdleConsumer,
+		"deployment bucket": c.DeploymentBucket, "trigger consumer": c.TriggerConsumer, "trigger group": c.TriggerGroup, "worker consumer": c.WorkerConsumer, "idle consumer": c.IdleConsumer,
 	} {
 		if v == "" {
 			return bad("%s name is empty", name)

@@ -127,8 +127,8 @@ func streamConfigs(cfg Config) []natsjs.StreamConfig {
 }
 
 // bucketConfigs are the contract's key-value buckets: results, policies, tombstones, the
-// learned windows and,
-// with more than one trigger partition, the trigger processes' presence.
+// learned windows, the deployment's records and, with more than one trigger partition,
+// the trigger processes' presence.
 func bucketConfigs(cfg Config) []natsjs.KeyValueConfig {
 	buckets := []natsjs.KeyValueConfig{
 		{
@@ -158,6 +158,15 @@ func bucketConfigs(cfg Config) []natsjs.KeyValueConfig {
 			Description: "Compactor learned context windows of the summarizer endpoints, keyed by the SHA-256 of endpoint and model",
 			History:     1,
 			TTL:         LearnedWindowTTL,
+			Storage:     natsjs.FileStorage,
+			Replicas:    cfg.Replicas,
+		},
+		{
+			// No TTL: a record stays as long as the deployment runs its role, however
+			// long ago its process started.
+			Bucket:      cfg.DeploymentBucket,
+			Description: "Compactor deployment records: the policy defaults each role runs with, key policy.<role>",
+			History:     1,
 			Storage:     natsjs.FileStorage,
 			Replicas:    cfg.Replicas,
 		},

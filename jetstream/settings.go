@@ -3,73 +3,95 @@ package jetstream
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// policyMetadataPrefix starts the CHAT stream metadata keys under which the processes
-// of a deployment record the policy defaults of each role they run (the environment
-// tier and profiles of the conversation keys, which the trigger and the workers must
-// agree on): compactor_policy.trigger, .worker, .api.
-const policyMetadataPrefix = "compactor_policy."
+// policyKeyPrefix starts the keys of the deployment bucket under which the processes of
+// a deployment record the policy defaults of each role they run (the environment tier
+// and profiles of the conversation keys, which the trigger and the workers must agree
+// on): policy.trigger, policy.worker, policy.api. Each role's process writes its own key
+// with a plain put, so recording touches no stream's config and needs no more than the
+// right to publish that one subject.
+const policyKeyPrefix = "policy."
+
+// ErrNoDeploymentBucket is matched by the errors of RecordPolicy and RolePolicies when
+// the deployment bucket is not there (provisioned by an earlier version, and this
+// process may not create it): nothing is recorded or compared.
+var ErrNoDeploymentBucket = errors.New("the deployment bucket is not there (provision once as admin to create it)")
+
+// policyReadTimeout bounds status's read of the records: a user without the right to read
+// them gets no answer, and status does not wait long for one.
+const policyReadTimeout = 2 * time.Second
 
 // RolePolicies are the policy defaults recorded per role: role → key → value.
 type RolePolicies map[string]map[string]string
 
-// RecordPolicy records own, this process's policy defaults, under each of its roles in
-// CHAT's metadata (the last process of a role to start wins), and returns what the roles
-// had recorded before, to compare own with: a process that starts with other defaults
-// than the running ones says so. A process without the right to update the stream (a
-// least-privilege user) records nothing and still gets what the others recorded: the
-// error then says why it recorded nothing.
-func (s *Store) RecordPolicy(ctx context.Context, roles []string, own map[string]string) (before RolePolicies, err error) {
-	st, err := s.js.Stream(ctx, s.cfg.ChatStream)
-	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
+func (s *Store) deploymentStream() string { return "KV_" + s.cfg.DeploymentBucket }
+
+func (s *Store) policySubject(role string) string {
+	return "$KV." + s.cfg.DeploymentBucket + "." + policyKeyPrefix + role
+}
+
+// RolePolicies reads what the roles of the deployment recorded (see RecordPolicy); a
+// record that does not decode is left out.
+func (s *Store) RolePolicies(ctx context.Context) (RolePolicies, error) {
+	subj := s.policySubject("*")
+	msgs, _, err := s.directRequest(ctx, s.deploymentStream(), map[string]any{"multi_last": []string{subj}, "batch": DirectBatchSize}, subj)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return RolePolicies{}, fmt.Errorf("policy records: %w", ErrNoDeploymentBucket)
 	}
-	cfg := st.CachedInfo().Config
-	before = rolePolicies(cfg.Metadata)
+	if err != nil {
+		return RolePolicies{}, fmt.Errorf("policy records: %w", err)
+	}
+	out := RolePolicies{}
+	prefix := "$KV." + s.cfg.DeploymentBucket + "." + policyKeyPrefix
+	for _, m := range msgs {
+		role, ok := strings.CutPrefix(m.Subject, prefix)
+		if !ok || m.Header.Get("KV-Operation") != "" || len(m.Data) == 0 {
+			continue
+		}
+		var p map[string]string
+		if json.Unmarshal(m.Data, &p) == nil {
+			out[role] = p
+		}
+	}
+	return out, nil
+}
+
+// RecordPolicy records own, this process's policy defaults, under each of its roles in
+// the deployment bucket (the last process of a role to start wins), and returns what the
+// roles had recorded before, to compare own with: a process that starts with other
+// defaults than the running ones says so. A role whose record already holds own is not
+// written again. A process that may not write a role's key records nothing for it and
+// still gets what the others recorded: the error then says why. Without the bucket it
+// records and returns nothing, with an error matching ErrNoDeploymentBucket.
+func (s *Store) RecordPolicy(ctx context.Context, roles []string, own map[string]string) (before RolePolicies, err error) {
+	before, err = s.RolePolicies(ctx)
+	if err != nil {
+		return before, err
+	}
 	data, err := json.Marshal(own)
 	if err != nil {
 		return before, err
 	}
-	meta := maps.Clone(cfg.Metadata)
-	if meta == nil {
-		meta = map[string]string{}
-	}
-	changed := false
+	var errs []error
 	for _, r := range roles {
-		if meta[policyMetadataPrefix+r] != string(data) {
-			meta[policyMetadataPrefix+r], changed = string(data), true
-		}
-	}
-	if !changed {
-		return before, nil
-	}
-	cfg.Metadata = meta
-	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
-		return before, fmt.Errorf("record the policy defaults in %s's metadata: %w", s.cfg.ChatStream, err)
-	}
-	return before, nil
-}
-
-// rolePolicies reads the recorded policy defaults out of a stream's metadata; a value
-// that does not decode is left out.
-func rolePolicies(meta map[string]string) RolePolicies {
-	out := RolePolicies{}
-	for k, v := range meta {
-		role, ok := strings.CutPrefix(k, policyMetadataPrefix)
-		if !ok {
+		if have, ok := before[r]; ok && maps.Equal(have, own) {
 			continue
 		}
-		var m map[string]string
-		if json.Unmarshal([]byte(v), &m) == nil {
-			out[role] = m
+		if _, err := s.js.Publish(ctx, s.policySubject(r), data, natsjs.WithExpectStream(s.deploymentStream())); err != nil {
+			errs = append(errs, fmt.Errorf("record the policy defaults of the %s role in %s: %w", r, s.cfg.DeploymentBucket, err))
 		}
 	}
-	return out
+	return before, errors.Join(errs...)
 }
 
 // PolicyDisagreements lists the keys on which the recorded roles disagree, one line

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 )
 
 // StreamStatus is what status shows of one stream.
@@ -41,8 +42,11 @@ type Status struct {
 	LearnedWindows      []LearnedWindow `json:"learned_windows,omitempty"`
 	LearnedWindowsError string          `json:"learned_windows_error,omitempty"`
 	// PolicyDisagreements are the policy keys on which the roles of the deployment
-	// recorded different defaults (see Store.RecordPolicy), one line each.
+	// recorded different defaults (see Store.RecordPolicy), one line each;
+	// PolicyRecordsError says why the records could not be read (none when the
+	// deployment bucket is not there).
 	PolicyDisagreements []string `json:"policy_disagreements,omitempty"`
+	PolicyRecordsError  string   `json:"policy_records_error,omitempty"`
 }
 
 // Status reads the state of every stream and consumer of the contract. Errors are
@@ -57,9 +61,6 @@ func (s *Store) Status(ctx context.Context) Status {
 			info, ierr := st.Info(ctx)
 			if err = ierr; err == nil {
 				ss.Messages, ss.Bytes, ss.Subjects = info.State.Msgs, info.State.Bytes, int(info.State.NumSubjects)
-				if name == s.cfg.ChatStream {
-					out.PolicyDisagreements = PolicyDisagreements(rolePolicies(info.Config.Metadata))
-				}
 			}
 		}
 		if err != nil {
@@ -109,6 +110,15 @@ func (s *Store) Status(ctx context.Context) Status {
 	var werr error
 	if out.LearnedWindows, werr = s.Windows().List(ctx); werr != nil {
 		out.LearnedWindowsError = werr.Error()
+	}
+	pctx, cancel := context.WithTimeout(ctx, policyReadTimeout)
+	rp, perr := s.RolePolicies(pctx)
+	cancel()
+	switch {
+	case perr == nil:
+		out.PolicyDisagreements = PolicyDisagreements(rp)
+	case !errors.Is(perr, ErrNoDeploymentBucket):
+		out.PolicyRecordsError = perr.Error()
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -43,12 +44,13 @@ func PolicyDefaults(r *policy.Resolver) map[string]string {
 }
 
 // CheckPolicy compares this process's policy defaults with those the roles of the
-// deployment recorded (see jetstream.Store.RecordPolicy), records its own, and logs a
-// warning for each key on which they differ: a worker at a 128,000-token window beside
-// a trigger at 8,000 would otherwise leave conversations over the agent's window
-// without a word. `compactor status` lists what the roles recorded differently. It
-// returns the differences it logged. A process with a fixed policy source (no
-// resolver) has nothing to compare.
+// deployment recorded in the deployment bucket (see jetstream.Store.RecordPolicy),
+// records its own under its roles, and logs a warning for each key on which they
+// differ: a worker at a 128,000-token window beside a trigger at 8,000 would otherwise
+// leave conversations over the agent's window without a word. `compactor status` lists
+// what the roles recorded differently. It returns the differences it logged. A process
+// with a fixed policy source (no resolver) has nothing to compare, nor has one whose
+// deployment has no such bucket yet (provisioned by an earlier version).
 func CheckPolicy(ctx context.Context, cfg Config, st *jetstream.Store) []string {
 	if cfg.Resolver == nil {
 		return nil
@@ -56,10 +58,12 @@ func CheckPolicy(ctx context.Context, cfg Config, st *jetstream.Store) []string 
 	log := cfg.Logger
 	own := PolicyDefaults(cfg.Resolver)
 	before, err := st.RecordPolicy(ctx, cfg.Roles.names(), own)
-	if err != nil {
-		// A least-privilege user may not update CHAT: only processes allowed to
-		// provision record their defaults; the others still compare theirs.
-		log.Info().Err(err).Msg("the policy defaults of this process's roles are not recorded; processes that start later cannot compare theirs with them")
+	switch {
+	case errors.Is(err, jetstream.ErrNoDeploymentBucket):
+		log.Info().Err(err).Msg("the policy defaults of this process's roles are neither recorded nor compared with the other processes'")
+		return nil
+	case err != nil:
+		log.Warn().Err(err).Msg("the policy defaults of this process's roles are not recorded; processes that start later cannot compare theirs with them")
 	}
 	before["this process"] = own
 	diffs := jetstream.PolicyDisagreements(before)

@@ -3,6 +3,7 @@ package node_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/internal/rolestest"
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
 
@@ -44,5 +47,74 @@ func TestProcessesThatDisagreeOnThePolicySaySo(t *testing.T) {
 	s := st.Status(ctx)
 	if got := strings.Join(s.PolicyDisagreements, "; "); got != "context_window: api 8000, trigger 8000, worker 128000" {
 		t.Fatalf("status lists %q; want the worker's window against the others'", got)
+	}
+}
+
+// With the least-privilege users of accounts.conf, each role's process records its
+// policy defaults and compares them with the others' without a permissions violation:
+// the trigger, the worker and the api each write their own key of the deployment
+// bucket and read every role's, and the api's status lists the difference. A role may
+// not write another role's record.
+func TestPolicyRecordsWithTheLeastPrivilegeUsers(t *testing.T) {
+	_, connect := rolestest.Server(t)
+	cfg := jetstream.DefaultConfig()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := jetstream.Provision(ctx, connect("admin").NC, cfg); err != nil {
+		t.Fatalf("provision as admin: %v", err)
+	}
+	conns := map[string]*rolestest.Conn{}
+	stores := map[string]*jetstream.Store{}
+	for _, p := range []struct {
+		role   string
+		roles  node.Roles
+		window int
+		want   string
+	}{
+		{"trigger", node.Roles{Trigger: true}, 8000, ""},
+		{"api", node.Roles{API: true}, 8000, ""},
+		{"worker", node.Roles{Worker: true}, 128000, "context_window: api 8000, this process 128000, trigger 8000"},
+	} {
+		c := connect(p.role)
+		st, err := jetstream.Provision(ctx, c.NC, cfg)
+		if err != nil {
+			t.Fatalf("provision as %s after the admin: %v", p.role, err)
+		}
+		conns[p.role], stores[p.role] = c, st
+		var logs bytes.Buffer
+		diffs := node.CheckPolicy(ctx, node.Config{Roles: p.roles, Resolver: resolver(t, p.window), Logger: zerolog.New(&logs)}, st)
+		if strings.Join(diffs, "; ") != p.want || strings.Contains(logs.String(), "not recorded") {
+			t.Fatalf("%s found %q and logged:\n%s\nwant %q", p.role, diffs, logs.String(), p.want)
+		}
+	}
+	for role, st := range stores {
+		rp, err := st.RolePolicies(ctx)
+		if err != nil || len(rp) != 3 || rp[role]["context_window"] == "" {
+			t.Fatalf("%s reads the records %v, %v; want the three roles'", role, rp, err)
+		}
+	}
+	s := stores["api"].Status(ctx)
+	if got := strings.Join(s.PolicyDisagreements, "; "); got != "context_window: api 8000, trigger 8000, worker 128000" || s.PolicyRecordsError != "" {
+		t.Fatalf("the api's status lists %q (%s); want the worker's window against the others'", got, s.PolicyRecordsError)
+	}
+	// No role may write another role's record. Each refusal also shows that the server
+	// has answered everything that role sent before: the only violation reported to it
+	// is this one.
+	next := map[string]string{"trigger": "worker", "worker": "api", "api": "trigger"}
+	for role, c := range conns {
+		other := "$KV." + cfg.DeploymentBucket + ".policy." + next[role]
+		if err := c.NC.Publish(other, []byte(`{"context_window":"1"}`)); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("nats: permissions violation: Permissions Violation for Publish to %q", other)
+		for !strings.Contains(c.Violations(), want) {
+			if ctx.Err() != nil {
+				t.Fatalf("%s wrote the %s's record: no %q among %q", role, next[role], want, c.Violations())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if v := c.Violations(); v != want {
+			t.Fatalf("%s met a permissions violation: %s", role, v)
+		}
 	}
 }

@@ -112,7 +112,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	// In the background: a user that may not update CHAT waits for its refusal.
+	// In the background: recording the policy defaults never holds up the start.
 	policyChecked := make(chan struct{})
 	go func() {
 		defer close(policyChecked)
