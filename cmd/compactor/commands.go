@@ -803,6 +803,9 @@ func writePipelineStatus(w io.Writer, s jetstream.Status) error {
 	if s.TriggerMembersError != "" {
 		fmt.Fprintf(w, "\ntrigger members: %s\n", s.TriggerMembersError)
 	}
+	if s.PolicyRecordsError != "" {
+		fmt.Fprintf(w, "\npolicy records (whether the roles run with the same defaults): %s\n", s.PolicyRecordsError)
+	}
 	return writeLearnedWindows(w, s)
 }
 
