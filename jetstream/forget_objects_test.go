@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -107,28 +106,15 @@ func TestForgetReadsOnlyTheConversationsObjects(t *testing.T) {
 	for i := range 3 {
 		mine[largeMessage(t, st, "mine", fmt.Appendf(nil, "NEEDLE-mine %d %s", i, strings.Repeat("y", 300)))] = true
 	}
+	// The spy's messages go to a channel from the connection's reader, in order: once
+	// its Flush returns, every message the server sent it before is in the channel (an
+	// async handler could still be running).
 	spy := jstest.Conn(t, srv)
-	var mu sync.Mutex
-	var creates int
-	var metaReads []string
+	seen := make(chan *nats.Msg, 1<<14)
 	objects := "OBJ_" + st.Config().ObjectsBucket
 	for _, subj := range []string{"$JS.API.CONSUMER.CREATE." + objects + ".>", "$JS.API.CONSUMER.CREATE." + objects,
 		"$JS.API.STREAM.MSG.GET." + objects, "$JS.API.DIRECT.GET." + objects + ".>"} {
-		if _, err := spy.Subscribe(subj, func(m *nats.Msg) {
-			mu.Lock()
-			defer mu.Unlock()
-			if strings.HasPrefix(m.Subject, "$JS.API.CONSUMER.CREATE.") {
-				creates++
-				return
-			}
-			var req struct {
-				Last string `json:"last_by_subj"`
-			}
-			_ = json.Unmarshal(m.Data, &req)
-			if strings.Contains(req.Last, ".M.") || strings.Contains(m.Subject, ".M.") {
-				metaReads = append(metaReads, req.Last+strings.TrimPrefix(m.Subject, "$JS.API.DIRECT.GET."+objects))
-			}
-		}); err != nil {
+		if _, err := spy.ChanSubscribe(subj, seen); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -142,8 +128,22 @@ func TestForgetReadsOnlyTheConversationsObjects(t *testing.T) {
 	if err := spy.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	var creates int
+	var metaReads []string
+	for len(seen) > 0 {
+		m := <-seen
+		if strings.HasPrefix(m.Subject, "$JS.API.CONSUMER.CREATE.") {
+			creates++
+			continue
+		}
+		var req struct {
+			Last string `json:"last_by_subj"`
+		}
+		_ = json.Unmarshal(m.Data, &req)
+		if strings.Contains(req.Last, ".M.") || strings.Contains(m.Subject, ".M.") {
+			metaReads = append(metaReads, req.Last+strings.TrimPrefix(m.Subject, "$JS.API.DIRECT.GET."+objects))
+		}
+	}
 	if creates != 0 || len(metaReads) != len(mine) {
 		t.Fatalf("forget made %d consumers on the objects stream and read %d descriptions (%v); want none and %d, its own",
 			creates, len(metaReads), metaReads, len(mine))
