@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
@@ -170,3 +171,75 @@ func (p *Pool) endRepair(ctx context.Context, c *compaction, err error) error {
 
 // errRepairEnds wraps the error of a repair that no retry can make.
 var errRepairEnds = errors.New("the repair cannot be made")
+
+// An endpoint that answered with a Retry-After is not asked again before that time by
+// this pool's repairs: the repair's request is handed back for a short while only (a
+// request held for the endpoint's hour would keep the conversation's place in the
+// queue, and nothing could compact it past its hard limit meanwhile), and each
+// delivery before that time skips the LLM: past the hard limit it covers the new
+// messages with a fallback, otherwise it waits again.
+
+// holdOff records that the endpoint of sum asked, with err, not to be called again for
+// a while.
+func (p *Pool) holdOff(sum Summarizer, err error) {
+	var hint interface{ RetryAfter() time.Duration }
+	if !errors.As(err, &hint) || hint.RetryAfter() <= 0 {
+		return
+	}
+	until := p.now().Add(hint.RetryAfter())
+	ep := endpointOf(sum)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.quiet == nil {
+		p.quiet = map[endpoint]time.Time{}
+	}
+	if until.After(p.quiet[ep]) {
+		p.quiet[ep] = until
+	}
+}
+
+// heldOff is the error of a repair that skips its LLM call because the endpoint of sum
+// asked to be left alone until a later time (nil: it may be called).
+func (p *Pool) heldOff(sum Summarizer) error {
+	ep := endpointOf(sum)
+	p.mu.Lock()
+	until, ok := p.quiet[ep]
+	if ok && !p.now().Before(until) {
+		delete(p.quiet, ep)
+		ok = false
+	}
+	p.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return &waitErr{until: until, left: until.Sub(p.now())}
+}
+
+// waitErr says the summarizer's endpoint asked not to be called before until.
+type waitErr struct {
+	until time.Time
+	left  time.Duration
+}
+
+func (e *waitErr) Error() string {
+	return fmt.Sprintf("the summarizer's endpoint asked not to be called before %s (Retry-After)", e.until.UTC().Format(time.RFC3339))
+}
+
+// RetryAfter is how long is left to wait.
+func (e *waitErr) RetryAfter() time.Duration { return e.left }
+
+// maxRepairDelay is the longest a repair's request is handed back for: repairBackoff's
+// cap, without its jitter. Whatever an endpoint asks, the request comes back within it
+// and keeps the conversation's hard limit.
+func (p *Pool) maxRepairDelay() time.Duration {
+	d := p.cfg.BackoffBase
+	for i := 0; i < maxRepairDoublings && d < p.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, p.cfg.BackoffMax) * 5 / 4
+}
+
+// permanent reports whether err is a failure no retry can help.
+func (p *Pool) permanent(err error) bool {
+	return errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
+}
