@@ -763,7 +763,7 @@ func (p *Pool) result(j *job, ld *loaded, pl plan, out Output, before assemble.C
 }
 
 // decline records that this state of the conversation cannot be compacted usefully, so
-// triggers wait for it to grow, then acks. A marker that stands alone (no compaction
+// triggers wait for it to grow, then checks the tombstone and acks. A marker that stands alone (no compaction
 // yet) carries the figures of this decline, not of the first one. When the value
 // changed meanwhile, nothing is recorded and the request is tried again on the new one.
 func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after int, reason string) error {
@@ -781,6 +781,10 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 		return err
 	}
 	j.writes.Result(rev)
+	// The tombstone check comes before the ack, as a compaction's does (process).
+	if err := p.checkCommitted(ctx, j); err != nil {
+		return err
+	}
 	j.outcome = OutcomeDeclined
 	j.log.Info().Str("reason", reason).Int("tokens_before", before).Int("tokens_after", after).Msg("compaction declined")
 	if err := j.d.AckSync(ctx); err != nil {

@@ -130,7 +130,8 @@ func (p *Pool) markFallbackState(c *compaction) {
 }
 
 // markGap ends a repair whose messages left CHAT: the value is kept, marked repair_gap
-// (so no repair is tried again), the request acked, and a declined event says why.
+// (so no repair is tried again), the tombstone checked, the request acked, and a
+// declined event says why.
 func (p *Pool) markGap(ctx context.Context, c *compaction) error {
 	j := c.j
 	next := *c.cur
@@ -144,6 +145,10 @@ func (p *Pool) markGap(ctx context.Context, c *compaction) error {
 		return err
 	}
 	j.writes.Result(rev)
+	// The tombstone check comes before the ack, as a compaction's does (process).
+	if err := p.checkCommitted(ctx, j); err != nil {
+		return err
+	}
 	j.outcome, j.repair = OutcomeDeclined, RepairGap
 	if err := j.d.AckSync(ctx); err != nil {
 		j.log.Warn().Err(err).Msg("ack repair request; it will be redelivered")

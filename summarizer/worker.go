@@ -400,9 +400,9 @@ func (p *Pool) settleJob(ctx, settle context.Context, j *job, err error) {
 		j.outcome = OutcomeAborted
 		j.log.Warn().Err(err).Msg("job aborted at the drain timeout; its request was handed back to the queue")
 		// Only what it wrote needs the tombstone check. A job aborted before its first
-		// write (in its LLM call, typically) returns at once: the check would wait on
-		// the forget bucket, up to 30 s while its stream elects a leader, past the
-		// process's drain timeout.
+		// write (in its LLM call, typically) returns at once: the check asks the forget
+		// bucket until it answers or the settle context ends (a stream electing its
+		// leader answers nothing for seconds), past the process's drain timeout.
 		if !j.writes.Empty() {
 			p.forgottenMeanwhile(settle, j)
 		}
