@@ -12,6 +12,7 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer"
 	"github.com/compactor/compactor/summarizer/llm"
 )
@@ -42,7 +43,11 @@ func TestRepairWaitingOnRetryAfterKeepsTheHardLimit(t *testing.T) {
 	obs := &repairReports{}
 	needles := map[uint64]string{}
 	last := needleMessages(t, ctx, st, "ra", "a", 0, 10, needles) // past the hard limit
-	repairPool(t, st, sum, obs)
+	cfg := summarizer.DefaultConfig()
+	cfg.Workers, cfg.MaxAttempts, cfg.FetchWait = 1, 2, 200*time.Millisecond
+	cfg.BackoffBase, cfg.BackoffMax = 100*time.Millisecond, 10*time.Second
+	runPool(t, st, cfg, summarizer.Options{Policies: window4000{}, Observer: obs, Retryable: llm.Retryable, // as serve does
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
 	req := request(t, ctx, st, "ra", last)
 	if ev, err := st.Events().WaitOutcome(ctx, "ra", req.RequestID, time.Time{}); err != nil || ev.Type != schemas.EventCompleted {
 		t.Fatalf("outcome %+v, %v; want completed with the fallback", ev, err)
