@@ -20,3 +20,11 @@ func SetForgetCheckWait(t interface{ Cleanup(func()) }, d time.Duration) {
 	forgetCheckWait = d
 	t.Cleanup(func() { forgetCheckWait = old })
 }
+
+// SetRepairWindowBytes bounds what a repair holds of the covered messages at once,
+// until the test ends.
+func SetRepairWindowBytes(t interface{ Cleanup(func()) }, n int) {
+	old := repairWindowBytes
+	repairWindowBytes = n
+	t.Cleanup(func() { repairWindowBytes = old })
+}

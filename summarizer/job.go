@@ -277,30 +277,18 @@ func (p *Pool) summarizeOrFallBack(ctx context.Context, c *compaction) error {
 	c.in = summaryInput(c)
 	pastHard := c.before.Tokens >= b.HardLimitTokens()
 	if c.repair != nil && !c.repair.gap {
-		err := p.repairSummary(ctx, c)
+		err := p.heldOff(c.sum)
+		if err == nil {
+			err = p.repairSummary(ctx, c)
+		} else {
+			j.repair = RepairFailed
+			j.log.Info().Err(err).Bool("past_hard_limit", pastHard).Msg("repair of the fallback summary skipped: its endpoint asked to wait")
+		}
 		if err == nil {
 			return nil
 		}
-		giveUp := isGiveUp(err)
-		switch {
-		case errors.Is(err, errNoLLM) && j.repairing():
-			return err // the repair ends (process)
-		case errors.Is(err, errNoLLM):
-			// The usual summary, by the summarizer the profile has.
-		case j.repairing() && !pastHard:
-			// A repair never writes a fallback below the hard limit: that would be a
-			// new fallback to repair. One that cannot fit the summarizer ends.
-			if giveUp {
-				return fmt.Errorf("%w: %w", errRepairEnds, err)
-			}
+		if done, err := p.afterFailedRepair(ctx, c, err, pastHard); done {
 			return err
-		case giveUp:
-			// The LLM answers, but the whole range does not fit it: the usual summary,
-			// built on the fallback, which stays to be repaired.
-		case !pastHard:
-			return err
-		default:
-			return p.writeFallback(ctx, c, err, pastHard)
 		}
 	}
 	err := p.llmSummary(ctx, c, c.in, "compactor.summarize")
@@ -311,6 +299,37 @@ func (p *Pool) summarizeOrFallBack(ctx context.Context, c *compaction) error {
 		return err
 	}
 	return p.writeFallback(ctx, c, err, pastHard)
+}
+
+// afterFailedRepair decides what a job does once its repair failed with err: done says
+// the job's summary step ends with the error returned; otherwise the job goes on with
+// the usual summary, built on the fallback, which stays to be repaired.
+func (p *Pool) afterFailedRepair(ctx context.Context, c *compaction, err error, pastHard bool) (done bool, _ error) {
+	j := c.j
+	// A repair no retry can make (its summaries stay over their cap, nothing fits the
+	// window, the endpoint refuses the raw messages for good) is given up.
+	giveUp := isGiveUp(err) || p.permanent(err)
+	switch {
+	case errors.Is(err, errNoLLM) && j.repairing():
+		return true, err // the repair ends (process)
+	case errors.Is(err, errNoLLM):
+		return false, nil // the usual summary, by the summarizer the profile has
+	case j.repairing() && !pastHard:
+		// A repair never writes a fallback below the hard limit: that would be a new
+		// fallback to repair. One that no retry can make ends.
+		if giveUp {
+			return true, fmt.Errorf("%w: %w", errRepairEnds, err)
+		}
+		return true, err
+	case giveUp:
+		return false, nil
+	case !pastHard:
+		return true, err
+	default:
+		// Past the hard limit (an endpoint that asked to wait was not asked): the new
+		// messages are covered by a fallback at once.
+		return true, p.writeFallback(ctx, c, err, pastHard)
+	}
 }
 
 // isGiveUp reports whether a summarizer's error says no retry can help: its summaries
@@ -328,10 +347,12 @@ func (p *Pool) llmSummary(ctx context.Context, c *compaction, in Input, step str
 		if err == nil {
 			out, err = p.firmer(ctx, c.j, c.sum, in, out, b.SummaryCap(), c.s.SummarizerContextWindow, c.count)
 		}
-		if err == nil {
-			c.out = out
+		if err != nil {
+			p.holdOff(c.sum, err)
+			return err
 		}
-		return err
+		c.out = out
+		return nil
 	}, attribute.Int("compactor.messages", len(in.Messages)), attribute.Int("compactor.tokens_before", c.before.Tokens))
 }
 
@@ -742,7 +763,7 @@ func (p *Pool) result(j *job, ld *loaded, pl plan, out Output, before assemble.C
 }
 
 // decline records that this state of the conversation cannot be compacted usefully, so
-// triggers wait for it to grow, then acks. A marker that stands alone (no compaction
+// triggers wait for it to grow, then checks the tombstone and acks. A marker that stands alone (no compaction
 // yet) carries the figures of this decline, not of the first one. When the value
 // changed meanwhile, nothing is recorded and the request is tried again on the new one.
 func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after int, reason string) error {
@@ -760,6 +781,10 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 		return err
 	}
 	j.writes.Result(rev)
+	// The tombstone check comes before the ack, as a compaction's does (process).
+	if err := p.checkCommitted(ctx, j); err != nil {
+		return err
+	}
 	j.outcome = OutcomeDeclined
 	j.log.Info().Str("reason", reason).Int("tokens_before", before).Int("tokens_after", after).Msg("compaction declined")
 	if err := j.d.AckSync(ctx); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
@@ -21,16 +22,20 @@ import (
 // never the fallback's text. Where some of those messages left CHAT, the fallback stays
 // and the value says so (repair_gap).
 
-// repairPlan is the repair a job tries: the raw messages the current value's summary
-// covers (neither pinned nor kept), or a gap where some of them left CHAT.
+// repairPlan is the repair a job tries: the range of CHAT the current value's summary
+// covers, read again window by window (repairReader), without its pinned and kept
+// messages; or a gap where some of them left CHAT.
 type repairPlan struct {
-	entries []schemas.Entry
-	gap     bool
+	from, through uint64
+	skip          []uint64 // the value's pinned and kept sequences: not summarized
+	gap           bool
 }
 
-// planRepair decides whether the job repairs the current value and reads the messages
-// its summary covers. A request other than the value's own repairs only when it
-// compacts anything: one with nothing to compact is declined as before.
+// planRepair decides whether the job repairs the current value, and whether the
+// messages its summary covers are all still in CHAT. A request other than the value's
+// own repairs only when it compacts anything: one with nothing to compact is declined
+// as before. Nothing of the covered range is loaded here: repairSummary reads it in
+// windows.
 func (p *Pool) planRepair(ctx context.Context, c *compaction) error {
 	j, cur := c.j, c.cur
 	if !cur.NeedsRepair() || (!j.repairing() && len(c.pl.covered) == 0) {
@@ -40,34 +45,26 @@ func (p *Pool) planRepair(ctx context.Context, c *compaction) error {
 	if j.tomb != nil {
 		from = j.tomb.ThroughSeq + 1
 	}
-	from = max(from, cur.FirstSeq)
-	rp := &repairPlan{}
+	rp := &repairPlan{from: max(from, cur.FirstSeq), through: cur.CoveredThroughSeq, skip: cur.PinnedSeqs}
 	c.repair = rp
-	present := map[uint64]bool{}
-	for _, es := range [][]schemas.Entry{c.ld.pinned, c.ld.kept} {
-		for _, e := range es {
-			present[e.Seq] = true
-		}
-	}
-	if cur.CoveredThroughSeq >= from {
-		es, err := p.store.Chat().LoadEntries(ctx, j.req.Conversation, from, cur.CoveredThroughSeq)
-		if err != nil {
-			return fmt.Errorf("load the messages to repair: %w", err)
-		}
-		for _, e := range es {
-			present[e.Seq] = true
-			if !slices.Contains(cur.PinnedSeqs, e.Seq) {
-				rp.entries = append(rp.entries, e)
-			}
-		}
-		if err := p.store.Objects().Resolve(ctx, j.req.Conversation, rp.entries); err != nil {
-			return fmt.Errorf("load the messages to repair: %w", err)
-		}
-	}
 	// The value's first sequence is its conversation's first message (see
 	// schemas.Result.FirstSeq): CHAT loses its oldest messages first, so when that one
 	// is gone, messages the fallback covers may be gone too.
-	if cur.FirstSeq > 0 && cur.FirstSeq <= cur.CoveredThroughSeq && !present[cur.FirstSeq] {
+	if cur.FirstSeq == 0 || cur.FirstSeq > cur.CoveredThroughSeq {
+		return nil
+	}
+	for _, es := range [][]schemas.Entry{c.ld.pinned, c.ld.kept} {
+		for _, e := range es {
+			if e.Seq == cur.FirstSeq {
+				return nil
+			}
+		}
+	}
+	msgs, _, err := p.store.Chat().LoadPage(ctx, j.req.Conversation, cur.FirstSeq, cur.FirstSeq, 1)
+	if err != nil {
+		return fmt.Errorf("load the messages to repair: %w", err)
+	}
+	if len(msgs) == 0 {
 		rp.gap = true
 		j.repair = RepairGap
 		j.log.Warn().Uint64("first_seq", cur.FirstSeq).Uint64("covered_through_seq", cur.CoveredThroughSeq).
@@ -76,13 +73,14 @@ func (p *Pool) planRepair(ctx context.Context, c *compaction) error {
 	return nil
 }
 
-// repairInput is what the summarizer is asked for a repair: the raw messages the
-// current value covers and the newly covered ones, in order, with no previous summary
-// (the fallback's text, whose excerpts and marker would be copied into the repair).
-func repairInput(c *compaction) Input {
+// repairInput is what the summarizer is asked for one window of a repair: the raw
+// messages of the window (with the newly covered ones in the last), in order, after
+// the summary the LLM wrote of the windows before it (none for the first): never the
+// fallback's text, whose excerpts and marker would be copied into the repair.
+func repairInput(c *compaction, window []schemas.Entry, previous string) Input {
 	in := summaryInput(c)
-	in.PreviousSummary, in.SummaryMessage = "", nil
-	kept, _ := rounds.Normalize(sortedBySeq(c.repair.entries, c.pl.coveredEntries))
+	in.PreviousSummary, in.SummaryMessage = previous, nil
+	kept, _ := rounds.Normalize(window)
 	msgs := make([]schemas.Message, 0, len(kept))
 	for _, e := range kept {
 		msgs = append(msgs, e.Message.StripMetadata())
@@ -91,22 +89,141 @@ func repairInput(c *compaction) Input {
 	return in
 }
 
-// repairSummary asks the LLM for the repair's summary; c.out is it when it answers.
+// repairSummary asks the LLM for the repair's summary, a window of the covered range
+// at a time (each window summarized on the summary of those before it), so a repair
+// holds at most repairWindowBytes of the conversation; c.out is it when it answers.
 func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
 	j := c.j
 	j.repair = RepairFailed // until the repaired value is written
-	in := repairInput(c)
-	if err := p.llmSummary(ctx, c, in, "compactor.repair"); err != nil {
-		j.log.Warn().Err(err).Uint64("generation", c.cur.Generation).Msg("repair of the fallback summary failed; it stays until a later repair")
-		return err
+	rd := &repairReader{p: p, conv: j.req.Conversation, rp: c.repair, next: c.repair.from}
+	var (
+		in       Input
+		previous string
+		usage    *schemas.Usage
+	)
+	for {
+		window, last, err := rd.window(ctx)
+		if err != nil {
+			return err
+		}
+		if last {
+			window = sortedBySeq(window, c.pl.coveredEntries)
+		}
+		if len(window) == 0 && !last {
+			continue
+		}
+		in = repairInput(c, window, previous)
+		if err := p.llmSummary(ctx, c, in, "compactor.repair"); err != nil {
+			j.log.Warn().Err(err).Uint64("generation", c.cur.Generation).Msg("repair of the fallback summary failed; it stays until a later repair")
+			return err
+		}
+		if c.out.Fallback {
+			// The conversation's profile has no LLM (any more): no repair can be made.
+			c.out = Output{}
+			return errNoLLM
+		}
+		previous, usage = c.out.Summary, addUsage(usage, c.out.Usage)
+		if last {
+			break
+		}
 	}
-	if c.out.Fallback {
-		// The conversation's profile has no LLM (any more): no repair can be made.
-		c.out = Output{}
-		return errNoLLM
-	}
+	c.out.Usage = usage
 	c.in, c.repaired = in, true
 	return nil
+}
+
+// repairWindowBytes bounds the bytes of covered messages a repair holds at once (one
+// message larger than it is held alone). A variable for the tests.
+var repairWindowBytes = 4 << 20
+
+// repairPage is how many messages a repair reads from CHAT at a time; their objects
+// are read one by one, as the window has room.
+const repairPage = 64
+
+// repairReader reads the range a repair covers again, a window at a time.
+type repairReader struct {
+	p      *Pool
+	conv   string
+	rp     *repairPlan
+	next   uint64          // the next sequence to read from CHAT
+	queued []schemas.Entry // read, objects not yet resolved
+	carry  []schemas.Entry // the open round at the end of the last window
+	done   bool            // CHAT has nothing more of the range
+}
+
+// window returns the next window of the range: messages up to repairWindowBytes,
+// never ending inside a tool round that goes on (it is carried to the next window);
+// last says it is the range's last.
+func (r *repairReader) window(ctx context.Context) (window []schemas.Entry, last bool, err error) {
+	window, r.carry = r.carry, nil
+	size := 0
+	for _, e := range window {
+		size += entryBytes(e)
+	}
+	for size < repairWindowBytes || len(window) == 0 {
+		if len(r.queued) == 0 {
+			if err := r.read(ctx); err != nil {
+				return nil, false, err
+			}
+			if len(r.queued) == 0 {
+				break
+			}
+		}
+		e := r.queued[0]
+		r.queued = r.queued[1:]
+		one := []schemas.Entry{e}
+		if err := r.p.store.Objects().Resolve(ctx, r.conv, one); err != nil {
+			return nil, false, fmt.Errorf("load the messages to repair: %w", err)
+		}
+		window = append(window, one[0])
+		size += entryBytes(one[0])
+	}
+	last = r.done && len(r.queued) == 0
+	if !last {
+		if us := rounds.Units(window); len(us) > 0 {
+			u := us[len(us)-1]
+			if u.Kind == rounds.Round && !u.Complete && u.End == len(window) && u.Start > 0 {
+				window, r.carry = window[:u.Start], slices.Clone(window[u.Start:])
+			}
+		}
+	}
+	return window, last, nil
+}
+
+// read reads the next page of the range from CHAT, without the value's pinned and kept
+// messages.
+func (r *repairReader) read(ctx context.Context) error {
+	if r.done || r.next > r.rp.through {
+		r.done = true
+		return nil
+	}
+	msgs, more, err := r.p.store.Chat().LoadPage(ctx, r.conv, r.next, r.rp.through, repairPage)
+	if err != nil {
+		return fmt.Errorf("load the messages to repair: %w", err)
+	}
+	if len(msgs) == 0 || !more {
+		r.done = true
+	}
+	if n := len(msgs); n > 0 {
+		r.next = msgs[n-1].Seq + 1
+	}
+	for _, m := range msgs {
+		if !slices.Contains(r.rp.skip, m.Seq) {
+			r.queued = append(r.queued, m.Entry())
+		}
+	}
+	return nil
+}
+
+// entryBytes is about what an entry takes in memory: its text, reasoning, tool calls
+// and extra fields.
+func entryBytes(e schemas.Entry) int {
+	m := e.Message
+	n := len(m.Content.String()) + len(m.Reasoning) + len(m.Extra) + len(m.Name)
+	for _, tc := range m.ToolCalls {
+		n += len(tc.Function.Name) + len(tc.Function.Arguments) + len(tc.ID)
+	}
+	return n
 }
 
 // errNoLLM is the outcome of a repair when the conversation's summarizer is not an LLM.
@@ -129,7 +246,8 @@ func (p *Pool) markFallbackState(c *compaction) {
 }
 
 // markGap ends a repair whose messages left CHAT: the value is kept, marked repair_gap
-// (so no repair is tried again), the request acked, and a declined event says why.
+// (so no repair is tried again), the tombstone checked, the request acked, and a
+// declined event says why.
 func (p *Pool) markGap(ctx context.Context, c *compaction) error {
 	j := c.j
 	next := *c.cur
@@ -143,6 +261,10 @@ func (p *Pool) markGap(ctx context.Context, c *compaction) error {
 		return err
 	}
 	j.writes.Result(rev)
+	// The tombstone check comes before the ack, as a compaction's does (process).
+	if err := p.checkCommitted(ctx, j); err != nil {
+		return err
+	}
 	j.outcome, j.repair = OutcomeDeclined, RepairGap
 	if err := j.d.AckSync(ctx); err != nil {
 		j.log.Warn().Err(err).Msg("ack repair request; it will be redelivered")
@@ -170,3 +292,75 @@ func (p *Pool) endRepair(ctx context.Context, c *compaction, err error) error {
 
 // errRepairEnds wraps the error of a repair that no retry can make.
 var errRepairEnds = errors.New("the repair cannot be made")
+
+// An endpoint that answered with a Retry-After is not asked again before that time by
+// this pool's repairs: the repair's request is handed back for a short while only (a
+// request held for the endpoint's hour would keep the conversation's place in the
+// queue, and nothing could compact it past its hard limit meanwhile), and each
+// delivery before that time skips the LLM: past the hard limit it covers the new
+// messages with a fallback, otherwise it waits again.
+
+// holdOff records that the endpoint of sum asked, with err, not to be called again for
+// a while.
+func (p *Pool) holdOff(sum Summarizer, err error) {
+	var hint interface{ RetryAfter() time.Duration }
+	if !errors.As(err, &hint) || hint.RetryAfter() <= 0 {
+		return
+	}
+	until := p.now().Add(hint.RetryAfter())
+	ep := endpointOf(sum)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.quiet == nil {
+		p.quiet = map[endpoint]time.Time{}
+	}
+	if until.After(p.quiet[ep]) {
+		p.quiet[ep] = until
+	}
+}
+
+// heldOff is the error of a repair that skips its LLM call because the endpoint of sum
+// asked to be left alone until a later time (nil: it may be called).
+func (p *Pool) heldOff(sum Summarizer) error {
+	ep := endpointOf(sum)
+	p.mu.Lock()
+	until, ok := p.quiet[ep]
+	if ok && !p.now().Before(until) {
+		delete(p.quiet, ep)
+		ok = false
+	}
+	p.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return &waitErr{until: until, left: until.Sub(p.now())}
+}
+
+// waitErr says the summarizer's endpoint asked not to be called before until.
+type waitErr struct {
+	until time.Time
+	left  time.Duration
+}
+
+func (e *waitErr) Error() string {
+	return fmt.Sprintf("the summarizer's endpoint asked not to be called before %s (Retry-After)", e.until.UTC().Format(time.RFC3339))
+}
+
+// RetryAfter is how long is left to wait.
+func (e *waitErr) RetryAfter() time.Duration { return e.left }
+
+// maxRepairDelay is the longest a repair's request is handed back for: repairBackoff's
+// cap, without its jitter. Whatever an endpoint asks, the request comes back within it
+// and keeps the conversation's hard limit.
+func (p *Pool) maxRepairDelay() time.Duration {
+	d := p.cfg.BackoffBase
+	for i := 0; i < maxRepairDoublings && d < p.cfg.BackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, p.cfg.BackoffMax) * 5 / 4
+}
+
+// permanent reports whether err is a failure no retry can help.
+func (p *Pool) permanent(err error) bool {
+	return errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
+}

@@ -120,6 +120,9 @@ type Pool struct {
 
 	mu       sync.Mutex
 	inFlight map[*job]bool // the jobs being worked on, for a drain that times out
+	// quiet is when each endpoint that answered with a Retry-After may be called again
+	// by a repair (see holdOff).
+	quiet map[endpoint]time.Time
 }
 
 // Options are a pool's collaborators.
@@ -397,9 +400,9 @@ func (p *Pool) settleJob(ctx, settle context.Context, j *job, err error) {
 		j.outcome = OutcomeAborted
 		j.log.Warn().Err(err).Msg("job aborted at the drain timeout; its request was handed back to the queue")
 		// Only what it wrote needs the tombstone check. A job aborted before its first
-		// write (in its LLM call, typically) returns at once: the check would wait on
-		// the forget bucket, up to 30 s while its stream elects a leader, past the
-		// process's drain timeout.
+		// write (in its LLM call, typically) returns at once: the check asks the forget
+		// bucket until it answers or the settle context ends (a stream electing its
+		// leader answers nothing for seconds), past the process's drain timeout.
 		if !j.writes.Empty() {
 			p.forgottenMeanwhile(settle, j)
 		}
@@ -419,7 +422,7 @@ func (p *Pool) settleJob(ctx, settle context.Context, j *job, err error) {
 // event.
 func (p *Pool) fail(ctx, settle context.Context, j *job, err error) {
 	j.outcome = OutcomeRetried
-	permanent := errors.Is(err, errPermanent) || (p.retryable != nil && !p.retryable(err))
+	permanent := p.permanent(err)
 	// A repair is tried again for as long as its value needs it (the LLM may be down
 	// for hours), each time after a longer backoff; the value meanwhile keeps the bound.
 	if !permanent && (j.attempt < uint64(p.cfg.MaxAttempts) || j.repairing()) {
@@ -428,10 +431,16 @@ func (p *Pool) fail(ctx, settle context.Context, j *job, err error) {
 			delay = p.repairBackoff(j.attempt)
 		}
 		// An endpoint that said when to ask again (HTTP Retry-After, which the llm
-		// summarizer's errors carry) is not asked sooner.
+		// summarizer's errors carry) is not asked sooner. A repair's request is handed
+		// back for repairBackoff's cap at most, whatever the endpoint said: it holds its
+		// conversation's place in the queue, and its next delivery keeps the hard limit
+		// (without asking the endpoint before its time: heldOff).
 		var hint interface{ RetryAfter() time.Duration }
 		if errors.As(err, &hint) {
 			delay = max(delay, hint.RetryAfter())
+			if j.repairing() {
+				delay = min(delay, p.maxRepairDelay())
+			}
 		}
 		j.log.Warn().Err(err).Dur("retry_in", delay).Msg("compaction attempt failed")
 		if nerr := j.d.NakAfter(ctx, delay); nerr != nil {
