@@ -34,13 +34,19 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 	if err != nil {
 		return nil, nil, fmt.Errorf("jetstream context: %w", err)
 	}
-	p := &provisioner{js: js, update: cfg.UpdateExisting}
+	p := &provisioner{js: js, nc: nc, update: cfg.UpdateExisting}
 	for _, sc := range streamConfigs(cfg) {
 		if err := p.stream(ctx, sc); err != nil {
 			return nil, nil, err
 		}
 	}
 	for _, kc := range bucketConfigs(cfg) {
+		if optionalBucket(cfg, kc.Bucket) {
+			if err := p.optionalBucket(ctx, kc); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
 		if err := p.bucket(ctx, kc); err != nil {
 			return nil, nil, err
 		}
@@ -61,7 +67,38 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 		return nil, nil, fmt.Errorf("bucket %s: %w", cfg.ResultsBucket, err)
 	}
 	st, err := newStore(nc, js, cfg, results)
+	if st != nil {
+		st.missingBuckets = p.skipped
+	}
 	return st, p.applied, err
+}
+
+// optionalBucket reports whether a process works without the bucket: the learned
+// summarizer windows (workers then learn each for themselves) and the deployment
+// records (processes then compare no policy defaults). A deployment made by an
+// earlier version lacks both until an admin provisions, and a least-privilege process
+// of this version still starts.
+func optionalBucket(cfg Config, bucket string) bool {
+	return bucket == cfg.WindowsBucket || bucket == cfg.DeploymentBucket
+}
+
+// optionalBucket provisions kc like bucket, except that a bucket this user may not
+// create is left missing (noted for MissingBuckets) instead of failing the start: the
+// server's refusal of the create ends the wait at once.
+func (p *provisioner) optionalBucket(ctx context.Context, kc natsjs.KeyValueConfig) error {
+	// nats.go reads the account's info before it creates a bucket.
+	create := "$JS.API.STREAM.CREATE.KV_" + kc.Bucket
+	rctx, cancel := RefusedContext(ctx, p.nc, func(pe *PermissionError) bool {
+		return pe.Subject == create || pe.Subject == "$JS.API.INFO"
+	})
+	defer cancel()
+	err := p.bucket(rctx, kc)
+	var pe *PermissionError
+	if errors.As(PermissionCause(rctx, err), &pe) {
+		p.skipped = append(p.skipped, kc.Bucket)
+		return nil
+	}
+	return err
 }
 
 // streamConfigs are the contract's streams: CHAT, the work queue, events, dead letters
@@ -233,7 +270,9 @@ func consumerConfigs(cfg Config) []streamConsumer {
 // provisioner creates what is missing and compares what exists.
 type provisioner struct {
 	js        natsjs.JetStream
+	nc        *nats.Conn
 	update    bool
+	skipped   []string     // optional buckets missing that this user may not create
 	conflicts []Difference // left alone
 	applied   []Difference // changed (update only)
 }

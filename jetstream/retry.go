@@ -61,6 +61,10 @@ func ProvisionRetrying(ctx context.Context, nc *nats.Conn, cfg Config, b Backoff
 				log.Warn().Str(d.Kind, d.Name).Str("setting", d.Setting).Str("was", d.Existing).Str("now", d.Wanted).
 					Msg("changed an existing setting (update of existing streams requested)")
 			}
+			for _, b := range st.MissingBuckets() {
+				log.Warn().Str("bucket", b).Msg("optional bucket missing and this user may not create it: what it holds " +
+					"(learned summarizer windows, or the roles' policy records) is off until an admin provisions")
+			}
 			return st, nil
 		}
 		if ctx.Err() != nil {

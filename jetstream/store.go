@@ -37,7 +37,14 @@ type Store struct {
 	policies Policies
 	activity Activity
 	windows  Windows
+
+	missingBuckets []string
 }
+
+// MissingBuckets names the optional buckets provisioning found missing and could not
+// create with this user's rights (see Provision): what they hold is off until an admin
+// provisions.
+func (s *Store) MissingBuckets() []string { return s.missingBuckets }
 
 // core is the state every handle shares: the connection, the JetStream context and
 // the reads shared between resources. The store and each handle embed it.
