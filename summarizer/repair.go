@@ -215,11 +215,11 @@ func (r *repairReader) read(ctx context.Context) error {
 	return nil
 }
 
-// entryBytes is about what an entry takes in memory: its text, reasoning, tool calls
-// and extra fields.
+// entryBytes is about what an entry takes in memory: its content as stored (every
+// part: an image's data weighs what it holds), reasoning, tool calls and extra fields.
 func entryBytes(e schemas.Entry) int {
 	m := e.Message
-	n := len(m.Content.String()) + len(m.Reasoning) + len(m.Extra) + len(m.Name)
+	n := len(m.Content.Raw()) + len(m.Reasoning) + len(m.Extra) + len(m.Name)
 	for _, tc := range m.ToolCalls {
 		n += len(tc.Function.Name) + len(tc.Function.Arguments) + len(tc.ID)
 	}
