@@ -1,12 +1,8 @@
 package tokens
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/compactor/compactor/schemas"
@@ -121,9 +117,9 @@ const maxFloorBytes = 1 << 40
 
 // Floor is the fewest tokens the content of m is taken to hold, whatever its producer
 // declares: a token per FloorBytesPerToken UTF-8 bytes of its text (the name, the
-// content's text, the reasoning, the tool calls' names and arguments, the text a
-// non-text part carries: see PartText), rounded up. Media and the fixed costs count
-// nothing. A stub counts its object's size
+// content's text, the reasoning, the tool calls' names and arguments, what a content
+// part holds beside its text or media: see PartBytes), rounded up. Media payloads and the
+// fixed costs count nothing. A stub counts its object's size
 // (ContentRef.Size) in place of its content and reasoning. It depends on bytes only, so
 // every client computes the same floor.
 func Floor(m *schemas.Message) int {
@@ -142,11 +138,7 @@ func Floor(m *schemas.Message) int {
 		parts, err := m.Content.Parts()
 		if err == nil {
 			for _, p := range parts {
-				if p.Type == "text" {
-					b += len(p.Text)
-				} else {
-					b += len(PartText(p))
-				}
+				b += PartBytes(p)
 			}
 		}
 	}
@@ -162,45 +154,69 @@ func refFloor(r *schemas.ContentRef) int {
 }
 
 // mediaParts are the part types whose payload is media a model counts by its size in
-// pixels, seconds or pages, not by its encoded bytes: they weigh PerNonTextPart.
+// pixels, seconds or pages, not by its encoded bytes: the payload weighs PerNonTextPart.
 var mediaParts = map[string]bool{"image_url": true, "image": true, "input_audio": true, "audio": true, "file": true}
 
-// PartText is the text a non-text content part carries beside its media, which a
-// model is sent as text (a refusal's words; any field of a part of a type Compactor
-// does not know): every string value in the part but its type, concatenated. A media
-// part (image, audio, file) carries none. A part cannot hide text from the count by
-// its type.
-func PartText(p schemas.ContentPart) string {
-	if p.Type == "text" || mediaParts[p.Type] {
-		return ""
+// partWrapper is what a part's JSON may take beside its text or media payload without
+// counting: the type and the field names ({"type":"text","text":…}, an image's url).
+const partWrapper = 64
+
+// PartBytes is how many bytes of a content part a model is sent as text, for the floor:
+// a text part's text, plus its other fields past partWrapper; a media part (image,
+// audio, file) its fields beside the payload (its longest string) past partWrapper; a
+// part of any other type (a refusal, a type Compactor does not know) its whole JSON. A
+// part cannot hide bytes from the count by its type or by a field of its own.
+func PartBytes(p schemas.ContentPart) int {
+	switch {
+	case p.Type == "text":
+		return len(p.Text) + partExtra(p)
+	case mediaParts[p.Type]:
+		return max(len(p.Raw)-payloadLength(p.Raw)-partWrapper, 0)
 	}
-	var v any
-	if json.Unmarshal(p.Raw, &v) != nil {
-		return string(p.Raw)
-	}
-	fields, ok := v.(map[string]any)
-	if ok {
-		delete(fields, "type")
-	}
-	var b strings.Builder
-	appendStrings(&b, v)
-	return b.String()
+	return len(p.Raw)
 }
 
-// appendStrings writes every string value in v, depth first, in key order.
-func appendStrings(b *strings.Builder, v any) {
-	switch x := v.(type) {
-	case string:
-		b.WriteString(x)
-	case []any:
-		for _, e := range x {
-			appendStrings(b, e)
+// partExtra is what a text part's JSON holds beside its text, past partWrapper.
+func partExtra(p schemas.ContentPart) int {
+	return max(len(p.Raw)-len(p.Text)-partWrapper, 0)
+}
+
+// payloadKeys are the fields that hold a media part's payload: an image's url (a data
+// URL), audio's or a file's base64 data.
+var payloadKeys = map[string]bool{"url": true, "data": true, "file_data": true, "image_url": true, "image": true}
+
+// payloadLength is the length, quotes included, of the longest JSON string literal in
+// raw that is the value of a payload key (payloadKeys): a media part's payload.
+func payloadLength(raw []byte) int {
+	best, key := 0, ""
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '"' {
+			continue
 		}
-	case map[string]any:
-		for _, k := range slices.Sorted(maps.Keys(x)) {
-			appendStrings(b, x[k])
+		j := i + 1
+		for j < len(raw) && raw[j] != '"' {
+			if raw[j] == '\\' {
+				j++
+			}
+			j++
 		}
+		end := min(j, len(raw)-1)
+		k := end + 1
+		for k < len(raw) && (raw[k] == ' ' || raw[k] == '\t' || raw[k] == '\n' || raw[k] == '\r') {
+			k++
+		}
+		switch {
+		case k < len(raw) && raw[k] == ':': // a key: the literal after it is its value
+			key = string(raw[i+1 : end])
+		case payloadKeys[key]:
+			best = max(best, end-i+1)
+			key = ""
+		default:
+			key = ""
+		}
+		i = end
 	}
+	return best
 }
 
 // Stored is the chars/4 estimate of what Offload moves into an object (the content and
@@ -217,9 +233,9 @@ func stored(c Counter, m *schemas.Message) int {
 		if err == nil {
 			for _, p := range parts {
 				if p.Type == "text" {
-					n += c.Count(p.Text)
+					n += c.Count(p.Text) + (partExtra(p)+3)/4
 				} else {
-					n += PerNonTextPart + c.Count(PartText(p))
+					n += PerNonTextPart + (PartBytes(p)+3)/4
 				}
 			}
 		}

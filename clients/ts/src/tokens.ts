@@ -54,7 +54,8 @@ export function storedTokens(m: Message, count: Counter = chars4): number {
   if (typeof c === "string") n += count(c);
   else if (Array.isArray(c)) {
     for (const p of c) {
-      n += isObject(p) && p.type === "text" ? count(typeof p["text"] === "string" ? (p["text"] as string) : "") : PER_NON_TEXT_PART + count(partText(p));
+      if (isObject(p) && p.type === "text") n += count(typeof p["text"] === "string" ? (p["text"] as string) : "") + Math.floor((partExtra(p) + 3) / 4);
+      else n += PER_NON_TEXT_PART + Math.floor((partBytes(p) + 3) / 4);
     }
   }
   return n;
@@ -64,7 +65,8 @@ export function storedTokens(m: Message, count: Counter = chars4): number {
  * The fewest tokens the content of m is taken to hold, whatever its producer declares
  * (Go's tokens.Floor): a token per FLOOR_BYTES_PER_TOKEN UTF-8 bytes (not UTF-16 code
  * units) of its text (the name, the content's text, the reasoning, the tool calls' names
- * and arguments, the text a non-text part carries: see partText), rounded up. A stub
+ * and arguments, what a content part holds beside its text or media: see partBytes),
+ * rounded up. A stub
  * counts its object's size in place of its content and reasoning.
  */
 export function floorTokens(m: Message): number {
@@ -75,33 +77,51 @@ export function floorTokens(m: Message): number {
   const c = m.content;
   if (typeof c === "string") b += utf8Length(c);
   else if (Array.isArray(c)) {
-    for (const p of c) {
-      if (isObject(p) && p.type === "text") b += typeof p["text"] === "string" ? utf8Length(p["text"] as string) : 0;
-      else b += utf8Length(partText(p));
-    }
+    for (const p of c) b += partBytes(p);
   }
   return bytesFloor(b);
 }
 
 /** Part types whose payload is media, counted by a model by its size, not its bytes. */
 const MEDIA_PARTS = new Set(["image_url", "image", "input_audio", "audio", "file"]);
+/** The fields that hold a media part's payload. */
+const PAYLOAD_KEYS = new Set(["url", "data", "file_data", "image_url", "image"]);
+/** What a part's JSON may take beside its text or media payload without counting. */
+const PART_WRAPPER = 64;
 
 /**
- * The text a non-text content part carries beside its media (Go's tokens.PartText): a
- * refusal's words, any field of a part of a type not known; every string value in the
- * part but its type. A media part carries none.
+ * How many bytes of a content part a model is sent as text, for the floor (Go's
+ * tokens.PartBytes): a text part's text plus its other fields past PART_WRAPPER; a media
+ * part its fields beside the payload past PART_WRAPPER; any other part its whole JSON.
  */
-export function partText(p: unknown): string {
-  if (!isObject(p)) return "";
-  if (p.type === "text" || (typeof p.type === "string" && MEDIA_PARTS.has(p.type))) return "";
-  const out: string[] = [];
-  const walk = (v: unknown): void => {
-    if (typeof v === "string") out.push(v);
-    else if (Array.isArray(v)) v.forEach(walk);
-    else if (isObject(v)) for (const k of Object.keys(v)) walk(v[k]);
+export function partBytes(p: unknown): number {
+  const whole = utf8Length(JSON.stringify(p) ?? "");
+  if (!isObject(p)) return whole;
+  if (p.type === "text") return (typeof p["text"] === "string" ? utf8Length(p["text"] as string) : 0) + partExtra(p);
+  if (typeof p.type === "string" && MEDIA_PARTS.has(p.type)) return Math.max(whole - payloadLength(p) - PART_WRAPPER, 0);
+  return whole;
+}
+
+/** What a text part's JSON holds beside its text, past PART_WRAPPER. */
+function partExtra(p: Record<string, unknown>): number {
+  const text = typeof p["text"] === "string" ? (p["text"] as string) : "";
+  return Math.max(utf8Length(JSON.stringify(p)) - utf8Length(text) - PART_WRAPPER, 0);
+}
+
+/** The JSON length of the longest string under a payload key: a media part's payload. */
+function payloadLength(v: unknown): number {
+  let best = 0;
+  const walk = (x: unknown): void => {
+    if (Array.isArray(x)) x.forEach(walk);
+    else if (isObject(x)) {
+      for (const [k, e] of Object.entries(x)) {
+        if (typeof e === "string" && PAYLOAD_KEYS.has(k)) best = Math.max(best, utf8Length(JSON.stringify(e)));
+        else walk(e);
+      }
+    }
   };
-  for (const k of Object.keys(p)) if (k !== "type") walk(p[k]);
-  return out.join("");
+  walk(v);
+  return best;
 }
 
 /** The length of s in UTF-8 bytes, as Go's len counts a string. */

@@ -186,6 +186,17 @@ test("a non-text part cannot hide text from the count, as in Go", () => {
   }
   const image = { role: "user", content: [{ type: "image_url", image_url: { url: "data:image/png;base64," + "A".repeat(400_000) } }] } as unknown as Message;
   assert.equal(estimateTokens(image), 4 + 256, "an image weighs its fixed cost");
+  // Bytes in keys, numbers, or a field beside a part's text or media count too.
+  const k = "k".repeat(900_000);
+  for (const part of [
+    { type: "blob", data: Array.from({ length: 90_000 }, () => 123456789) },
+    { type: "blob", [k]: 1 },
+    { type: "image_url", image_url: { url: "https://x/y.png" }, detail_text: k },
+    { type: "text", text: "hi", annotations: k },
+  ]) {
+    const m = { role: "tool", tool_call_id: "c", tokens: 1, content: [part] } as unknown as Message;
+    assert.ok(floorTokens(m) >= 900_000 / 16, `floor ${floorTokens(m)} for a ${part.type} part`);
+  }
 });
 
 test("a declared count is held to a token per 8 UTF-8 bytes of the content, as Go holds it", () => {
