@@ -540,17 +540,29 @@ func (s *core) deleteObject(ctx context.Context, name string, info *natsjs.Objec
 	return errors.Join(failed...)
 }
 
+// errOtherOwner is chunks whose first one names (ChunkOwnerHeader) another object.
+var errOtherOwner = errors.New("they were written for another object")
+
 // checkChunks reads the chunks stored under chunk id (the object's own, or an earlier
-// copy's the description lists) and checks that they hold what the object's name says
-// (<conv>/<SHA-256 of the object>): a hostile description may name another object's
-// chunks. An earlier copy holds the same bytes in as many chunks as it took then.
+// copy's the description lists) and checks that they are this object's: a hostile
+// description may name another object's chunks, and names of the same content in two
+// conversations share the hash. Chunks whose first one names its object
+// (ChunkOwnerHeader, set by Objects.Put) must name this one; chunks without it (written
+// by nats.go or nats.js) are only checked to hold what the name says (<conv>/<SHA-256
+// of the object>), which a copy of the same content in another conversation passes. An
+// earlier copy holds the same bytes in as many chunks as it took then.
 func (s *core) checkChunks(ctx context.Context, name string, info *natsjs.ObjectInfo, id string) error {
 	copyInfo := *info
 	copyInfo.NUID = id
 	if id != info.NUID {
 		copyInfo.Chunks = uint32(min(info.Size+1, math.MaxUint32))
 	}
-	body, err := s.readChunks(ctx, &copyInfo)
+	body, err := s.readChunks(ctx, &copyInfo, func(m StoredMsg) error {
+		if owner := m.Header.Get(ChunkOwnerHeader); owner != "" && owner != name {
+			return errOtherOwner // the other object's name is not repeated to the forget's caller
+		}
+		return nil
+	})
 	if err == nil && schemas.ObjectName(name[:strings.LastIndexByte(name, '/')], body) != name {
 		err = errors.New("they do not hold what its name says")
 	}
