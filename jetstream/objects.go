@@ -28,9 +28,10 @@ type Objects struct{ *core }
 // Messages over the server's max payload: a client stores what makes them large as an
 // object of the objects bucket and publishes a stub with a schemas.ContentRef instead
 // (schemas.Message.Offload); readers fetch the object and restore the message. Objects
-// are written with nats.go's object store, in the format every NATS client reads, and
-// read here with batched direct gets of their chunks: bounded by the reference's size
-// before a byte is read, without an ephemeral consumer (a reader needs get rights only),
+// are written in the format of nats.go's object store, which every NATS client reads
+// (each chunk also naming its object: ChunkOwnerHeader), and read here with batched
+// direct gets of their chunks: bounded by the reference's size before a byte is read,
+// without an ephemeral consumer (a reader needs get rights only),
 // never following a link to another object or bucket, and with the stream leader's word
 // when a replica has not caught up.
 
