@@ -508,9 +508,10 @@ func (s *core) forgetObjects(ctx context.Context, names, keep map[string]bool, a
 
 // deleteObject purges an object's chunks. Descriptions are written by producers and may
 // be hostile: the chunks are purged by their chunk id only when it is a plain id of
-// this bucket (a wildcard would delete every object's) and they hold what the name
-// says (<conv>/<SHA-256 of the object>): a description copying another object's chunk
-// id names other bytes. nats.go's Delete would trust the description.
+// this bucket (a wildcard would delete every object's) and they are this object's
+// (checkChunks: they hold what the name says, and name no other object): a description
+// copying another object's chunk id names other bytes, or the same bytes of another
+// conversation. nats.go's Delete would trust the description.
 func (s *core) deleteObject(ctx context.Context, name string, info *natsjs.ObjectInfo) error {
 	switch {
 	case info.Opts != nil && info.Opts.Link != nil, info.Deleted:
@@ -540,17 +541,29 @@ func (s *core) deleteObject(ctx context.Context, name string, info *natsjs.Objec
 	return errors.Join(failed...)
 }
 
+// errOtherOwner is chunks whose first one names (ChunkOwnerHeader) another object.
+var errOtherOwner = errors.New("they were written for another object")
+
 // checkChunks reads the chunks stored under chunk id (the object's own, or an earlier
-// copy's the description lists) and checks that they hold what the object's name says
-// (<conv>/<SHA-256 of the object>): a hostile description may name another object's
-// chunks. An earlier copy holds the same bytes in as many chunks as it took then.
+// copy's the description lists) and checks that they are this object's: a hostile
+// description may name another object's chunks, and names of the same content in two
+// conversations share the hash. They must hold what the name says (<conv>/<SHA-256 of
+// the object>), and when their first one names its object (ChunkOwnerHeader, set by
+// Objects.Put) it must name this one. Chunks without the header (written by nats.go or
+// nats.js) have only the hash check, which another conversation's copy of the same
+// content passes. An earlier copy holds the same bytes in as many chunks as it took then.
 func (s *core) checkChunks(ctx context.Context, name string, info *natsjs.ObjectInfo, id string) error {
 	copyInfo := *info
 	copyInfo.NUID = id
 	if id != info.NUID {
 		copyInfo.Chunks = uint32(min(info.Size+1, math.MaxUint32))
 	}
-	body, err := s.readChunks(ctx, &copyInfo)
+	body, err := s.readChunks(ctx, &copyInfo, func(m StoredMsg) error {
+		if owner := m.Header.Get(ChunkOwnerHeader); owner != "" && owner != name {
+			return errOtherOwner // the other object's name is not repeated to the forget's caller
+		}
+		return nil
+	})
 	if err == nil && schemas.ObjectName(name[:strings.LastIndexByte(name, '/')], body) != name {
 		err = errors.New("they do not hold what its name says")
 	}

@@ -28,9 +28,10 @@ type Objects struct{ *core }
 // Messages over the server's max payload: a client stores what makes them large as an
 // object of the objects bucket and publishes a stub with a schemas.ContentRef instead
 // (schemas.Message.Offload); readers fetch the object and restore the message. Objects
-// are written with nats.go's object store, in the format every NATS client reads, and
-// read here with batched direct gets of their chunks: bounded by the reference's size
-// before a byte is read, without an ephemeral consumer (a reader needs get rights only),
+// are written in the format of nats.go's object store, which every NATS client reads
+// (each chunk also naming its object: ChunkOwnerHeader), and read here with batched
+// direct gets of their chunks: bounded by the reference's size before a byte is read,
+// without an ephemeral consumer (a reader needs get rights only),
 // never following a link to another object or bucket, and with the stream leader's word
 // when a replica has not caught up.
 
@@ -148,21 +149,33 @@ func ChunkIDs(info *natsjs.ObjectInfo) []string {
 	return ids
 }
 
+// ChunkOwnerHeader is the header Objects.Put sets on every chunk it writes, naming the
+// object the chunks are for. Chunk ids are copied into descriptions a producer may
+// write, and object names share the content's hash across conversations: a forget
+// purges chunks whose first one names another object under no description. Chunks
+// without it (written by nats.go's or nats.js's object store, or before this header)
+// are checked against the name's hash alone. Readers of chunk data ignore headers.
+const ChunkOwnerHeader = "Compactor-Object"
+
 // write stores object under name in the format of nats.go's object store (chunks on
-// a fresh chunk id, then the description, which replaces the name's earlier one),
-// without the purge nats.go's Put makes of the earlier chunks: the description lists
-// their ids instead.
+// a fresh chunk id, each with ChunkOwnerHeader, then the description, which replaces
+// the name's earlier one), without the purge nats.go's Put makes of the earlier chunks:
+// the description lists their ids instead.
 func (ob *Objects) write(ctx context.Context, name string, object []byte, earlier []string) error {
 	stream := objectsStream(ob.cfg.ObjectsBucket)
 	id := rand.Text() // 26 characters of [A-Z2-7]: a plain chunk id
 	subj := "$O." + ob.cfg.ObjectsBucket + ".C." + id
-	size := max(min(maxChunk, int(ob.nc.MaxPayload())-HeaderRoom), 1)
+	// Room for the owner header ("Compactor-Object: <name>\r\n") beside HeaderRoom.
+	size := max(min(maxChunk, int(ob.nc.MaxPayload())-HeaderRoom-len(ChunkOwnerHeader)-len(name)-4), 1)
 	h := sha256.New()
 	chunks := 0
 	for off := 0; off < len(object); off += size {
 		part := object[off:min(off+size, len(object))]
 		h.Write(part)
-		if _, err := ob.js.Publish(ctx, subj, part, natsjs.WithExpectStream(stream)); err != nil {
+		m := nats.NewMsg(subj)
+		m.Header.Set(ChunkOwnerHeader, name)
+		m.Data = part
+		if _, err := ob.js.PublishMsg(ctx, m, natsjs.WithExpectStream(stream)); err != nil {
 			return fmt.Errorf("chunk %d: %w", chunks, err)
 		}
 		chunks++
@@ -314,7 +327,7 @@ func (ob *Objects) Read(ctx context.Context, conv string, ref *schemas.ContentRe
 		if err := ob.checkInfo(info, ref); err != nil {
 			return nil, err
 		}
-		object, err := ob.readChunks(ctx, info)
+		object, err := ob.readChunks(ctx, info, nil)
 		if errors.Is(err, errIncomplete) && attempt == 0 {
 			continue // stored again while read (a refresh): its new chunks are whole
 		}
@@ -333,8 +346,9 @@ func (ob *Objects) Read(ctx context.Context, conv string, ref *schemas.ContentRe
 
 // readChunks reads the chunks info describes, with batched direct gets (any replica),
 // then from the stream leader when a replica's answer ends short. It never holds more
-// than info.Size bytes or reads more than info.Chunks chunks.
-func (s *core) readChunks(ctx context.Context, info *natsjs.ObjectInfo) ([]byte, error) {
+// than info.Size bytes or reads more than info.Chunks chunks. first, when not nil,
+// checks the first chunk before anything of it is kept: its error ends the read.
+func (s *core) readChunks(ctx context.Context, info *natsjs.ObjectInfo, first func(StoredMsg) error) ([]byte, error) {
 	stream := objectsStream(s.cfg.ObjectsBucket)
 	subj := "$O." + s.cfg.ObjectsBucket + ".C." + info.NUID
 	size := int(info.Size)
@@ -342,6 +356,11 @@ func (s *core) readChunks(ctx context.Context, info *natsjs.ObjectInfo) ([]byte,
 	chunks := 0
 	from := uint64(1)
 	add := func(m StoredMsg) error {
+		if chunks == 0 && first != nil {
+			if err := first(m); err != nil {
+				return err
+			}
+		}
 		chunks++
 		if chunks > int(info.Chunks) || len(out)+len(m.Data) > size {
 			return fmt.Errorf("%w: %s has more than its %d bytes in %d chunks", ErrObjectMissing, info.Name, size, info.Chunks)
