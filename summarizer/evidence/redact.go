@@ -71,8 +71,9 @@ var rules = []rule{
 	// key: value in YAML and other unquoted maps (password: x, DB_PASSWORD: x, {token: x}):
 	// the key first on its line (after an indent or a list's "- ") or in a {...} map, so
 	// prose ("the CSRF token: if ...") is not read as one; the value on the same line,
-	// not a type (password: str) nor a name in code.
-	{regexp.MustCompile(`(?im)(?:^[ \t]*(?:-[ \t]+)?|[{,][ \t]*)` + secretKey + `[ \t]*:[ \t]+` + quoted(value) + `(?P<t>[ \t]*[\[<|=]?)`), ":", yamlValue},
+	// not a type (password: str) nor a name in code. A value in angle brackets is taken
+	// whole, and kept when it is a placeholder (<your token>).
+	{regexp.MustCompile(`(?im)(?:^[ \t]*(?:-[ \t]+)?|[{,][ \t]*)` + secretKey + `[ \t]*:[ \t]+(?:` + quoted(value) + `|(?P<s><[^<>\n]+>))(?P<t>[ \t]*[\[<|=]?)`), ":", yamlValue},
 	// Command-line flags that take a secret: --password x, --api-key=x, --token x.
 	{regexp.MustCompile(`(?i)(?:^|\s)--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|token|secret|api-key|apikey|access-key|secret-key|private-key|client-secret|auth)(?:=|\s+)` + quoted(`[^\s"'-][^\s"']*`)), "--", notNegated},
 	// mysql and its tools take the password glued to -p (-psecret, -p'secret'); sshpass
@@ -80,6 +81,10 @@ var rules = []rule{
 	{regexp.MustCompile(`\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlshow|mysqlcheck)\b[^\n;&|]*?\s-p` + quoted(`[^\s"']+`)), "-p", nil},
 	{regexp.MustCompile(`\b(?:curl|wget|http)\b[^\n;&|]*?\s(?:-u|--user)\s*(?:"[^\s:"]*:(?P<s>[^"\n]+)"|'[^\s:']*:(?P<s>[^'\n]+)'|["']?[^\s:"']*:(?P<s>[^\s"']+))`), "-", nil},
 	{regexp.MustCompile(`\bredis-cli\b[^\n;&|]*?\s(?:-a|--pass)\s+` + arg), "redis-cli", nil},
+	// A password fed to a registry login's --password-stdin by echo or printf, or a
+	// here-string.
+	{regexp.MustCompile(`\b(?:echo|printf)(?:\s+-[A-Za-z]+)*(?:\s+["']?%s(?:\\n)?["']?)?\s+` + arg + `[ \t]*\|[ \t]*(?:sudo\s+)?(?:docker|podman|nerdctl|helm\s+registry|oras|buildah|skopeo|crane)\s+(?:auth\s+)?login\b[^\n;&|]*?\s--password-stdin\b`), "--password-stdin", nil},
+	{regexp.MustCompile(`\s--password-stdin\b[^\n;&|]*?<<<[ \t]*` + arg), "--password-stdin", nil},
 	{regexp.MustCompile(`\b(?:sshpass\s+-p|(?:docker|podman|helm\s+registry|oras|buildah|skopeo|az)\s+login\b[^\n;&|]*?\s-p)\s+` + arg), "-p", nil},
 	// aws configure set aws_secret_access_key x; openssl's -k/-K and pass:x; ssh-keygen's
 	// -N; a password echoed into sudo -S; htpasswd's password in batch mode (-b).
@@ -111,7 +116,8 @@ var rules = []rule{
 // strings, assignments, code and JSON (api_key=, token=, GITHUB_TOKEN=, api_key = "...",
 // "password": ...), passwords set in SQL (WITH PASSWORD '...', IDENTIFIED BY '...'),
 // Authorization and API-key headers and Bearer tokens, the values of secret flags
-// (--password, --token, mysql's -p<password>, docker login -p), well-known key shapes
+// (--password, --token, mysql's -p<password>, docker login -p, a password echoed into
+// --password-stdin), well-known key shapes
 // (sk-..., sk-ant-..., AKIA..., ghp_..., github_pat_..., xoxb-..., glpat-..., AIza...,
 // JWTs) and PEM private key blocks. Values that name a secret rather than hold it ($VAR
 // and $(cmd) where a shell expands them, ${VAR}, %VAR%, <your token>, a name in code)

@@ -137,6 +137,12 @@ func TestRedact(t *testing.T) {
 		{give: `CREATE ROLE app LOGIN PASSWORD 'Tr0ub4dorX9';`, want: `CREATE ROLE app LOGIN PASSWORD '[redacted]';`},
 		{give: `CREATE USER 'app'@'%' IDENTIFIED BY 'Tr0ub4dorX9';`, want: `CREATE USER 'app'@'%' IDENTIFIED BY '[redacted]';`},
 		{give: `ALTER USER root@localhost IDENTIFIED WITH mysql_native_password BY "Tr0ub4dor X9"`, want: `ALTER USER root@localhost IDENTIFIED WITH mysql_native_password BY "[redacted]"`},
+		// Also found by the second review: a password given to --password-stdin, and a
+		// token-like value in angle brackets after a YAML key.
+		{give: `docker login -u me --password-stdin <<< 'Hunter2Pass!x'`, want: `docker login -u me --password-stdin <<< '[redacted]'`},
+		{give: `echo "Hunter2Pass9" | docker login -u me --password-stdin ghcr.io`, want: `echo "[redacted]" | docker login -u me --password-stdin ghcr.io`},
+		{give: `printf '%s' Hunter2Pass9 | helm registry login r.example -u me --password-stdin`, want: `printf '%s' [redacted] | helm registry login r.example -u me --password-stdin`},
+		{give: `token: <svc-Q9x8Rt7Yu6Io5>`, want: `token: [redacted]`},
 	}
 	for _, tt := range tests {
 		got := evidence.Redact(tt.give)
@@ -255,6 +261,14 @@ func TestRedactKeeps(t *testing.T) {
 		"password=%s",
 		"password = '${DB_PASSWORD}'",
 		"{\"password\": \"${DB_PASSWORD}\", \"token\": \"%s\"}",
+		"echo $CR_PAT | docker login ghcr.io -u me --password-stdin",
+		"echo \"$TOKEN\" | docker login -u me --password-stdin",
+		"cat ~/token.txt | docker login -u me --password-stdin",
+		"docker login -u me --password-stdin < ~/token.txt",
+		"docker login -u me --password-stdin <<< \"$TOKEN\"",
+		"echo ok | docker login --help",
+		"token: <your token here>",
+		"api_key: <API_KEY>",
 		"SET PASSWORD = '<your password>'",
 		"psql -c \"ALTER USER app WITH PASSWORD NULL\"",
 	} {
