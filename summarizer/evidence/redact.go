@@ -32,6 +32,10 @@ const secretKey = `(?:[A-Za-z0-9]+[_.-])*(?:api[_-]?key|apikey|access[_-]?key|se
 // kept by keep.
 const value = `[^\s"'&;,<>()\[\]{}\\` + "`" + `]+`
 
+// annotation is a type written between a name and its "=": ": str", ": Optional[str]",
+// ": str | None" (Python, TypeScript), " string" (a Go var).
+const annotation = `(?:[ \t]*:[ \t]*[A-Za-z_][\w.\[\]|, ]*?|[ \t]+(?:string|\[\]byte))?`
+
 // doubleQuoted is a double-quoted value to its closing quote on the same line; an
 // escaped quote (\") inside does not end it.
 const doubleQuoted = `"(?P<s>(?:[^"\\\n]|\\.)*)"`
@@ -59,9 +63,10 @@ var rules = []rule{
 	// key=value pairs: query strings, env assignments (export API_KEY=...), options.
 	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `=` + quoted(value) + `\(?`), "=", assigned},
 	// key = value with blanks around "=" (or :=), in code and config files: api_key =
-	// "...", const apiKey = '...', os.environ["DB_PASSWORD"] = "...", $env:TOKEN = "...".
+	// "...", const apiKey = '...', os.environ["DB_PASSWORD"] = "...", $env:TOKEN = "...",
+	// with a type between (password: str = "...", var password string = "...").
 	// Not a comparison (==), a call, a name in code or a plain name (spacedValue).
-	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `(?:["']\][ \t]*=|[ \t]+:?=|:=|=[ \t])[ \t]*(?:` +
+	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + annotation + `(?:["']\][ \t]*=|[ \t]+:?=|:=|=[ \t])[ \t]*(?:` +
 		doubleQuoted + `|'(?P<s>[^'\n]*)'|(?P<s>[^\s"'&;,<>()\[\]{}\\` + "`" + `=~!][^\s"'&;,<>()\[\]{}\\` + "`" + `]*))\(?`), "=", spacedValue},
 	// SQL that sets a password: ALTER USER x WITH PASSWORD '...', CREATE ROLE x LOGIN
 	// PASSWORD '...', CREATE USER ... IDENTIFIED [WITH plugin] BY '...'.

@@ -143,6 +143,11 @@ func TestRedact(t *testing.T) {
 		{give: `echo "Hunter2Pass9" | docker login -u me --password-stdin ghcr.io`, want: `echo "[redacted]" | docker login -u me --password-stdin ghcr.io`},
 		{give: `printf '%s' Hunter2Pass9 | helm registry login r.example -u me --password-stdin`, want: `printf '%s' [redacted] | helm registry login r.example -u me --password-stdin`},
 		{give: `token: <svc-Q9x8Rt7Yu6Io5>`, want: `token: [redacted]`},
+		// A type between the name and "=": Python and TypeScript annotations, Go's var.
+		{give: `password: str = "Hunter2x9"`, want: `password: str = "[redacted]"`},
+		{give: `const apiKey: string = 'Zq9Xr8Wp7Vn6Mm5Ll4Kk';`, want: `const apiKey: string = '[redacted]';`},
+		{give: `    DB_PASSWORD: Final[str] = "Hunter2 x9"`, want: `    DB_PASSWORD: Final[str] = "[redacted]"`},
+		{give: `var password string = "Hunter2x9"`, want: `var password string = "[redacted]"`},
 	}
 	for _, tt := range tests {
 		got := evidence.Redact(tt.give)
@@ -269,6 +274,10 @@ func TestRedactKeeps(t *testing.T) {
 		"echo ok | docker login --help",
 		"token: <your token here>",
 		"api_key: <API_KEY>",
+		"token: str = Depends(oauth2_scheme)",
+		"password: Optional[str] = Field(default=None, repr=False)",
+		"var password string = cfg.Password",
+		"    token: str | None = None",
 		"SET PASSWORD = '<your password>'",
 		"psql -c \"ALTER USER app WITH PASSWORD NULL\"",
 	} {
