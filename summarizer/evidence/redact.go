@@ -32,11 +32,19 @@ const secretKey = `(?:[A-Za-z0-9]+[_.-])*(?:api[_-]?key|apikey|access[_-]?key|se
 // kept by keep.
 const value = `[^\s"'&;,<>()\[\]{}\\` + "`" + `]+`
 
+// annotation is a type written between a name and its "=": ": str", ": Optional[str]",
+// ": str | None" (Python, TypeScript), " string" (a Go var).
+const annotation = `(?:[ \t]*:[ \t]*[A-Za-z_][\w.\[\]|, ]*?|[ \t]+(?:string|\[\]byte))?`
+
+// doubleQuoted is a double-quoted value to its closing quote on the same line; an
+// escaped quote (\") inside does not end it.
+const doubleQuoted = `"(?P<s>(?:[^"\\\n]|\\.)*)"`
+
 // quoted is a secret value as written after a key or a flag: a quoted one whole, to its
 // closing quote on the same line (a blank inside does not end it), else the unquoted
 // word; a quote left open is skipped and the word after it taken.
 func quoted(word string) string {
-	return `(?:"(?P<s>[^"\n]*)"|'(?P<s>[^'\n]*)'|["']?(?P<s>` + word + `))`
+	return `(?:` + doubleQuoted + `|'(?P<s>[^'\n]*)'|["']?(?P<s>` + word + `))`
 }
 
 // arg is one argument of a command: a quoted one whole, or a word.
@@ -54,13 +62,23 @@ var rules = []rule{
 	{regexp.MustCompile(`(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})`), "", tokenLike},
 	// key=value pairs: query strings, env assignments (export API_KEY=...), options.
 	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `=` + quoted(value) + `\(?`), "=", assigned},
+	// key = value with blanks around "=" (or :=), in code and config files: api_key =
+	// "...", const apiKey = '...', os.environ["DB_PASSWORD"] = "...", $env:TOKEN = "...",
+	// with a type between (password: str = "...", var password string = "...").
+	// Not a comparison (==), a call, a name in code or a plain name (spacedValue).
+	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + annotation + `(?:["']\][ \t]*=|[ \t]+:?=|:=|=[ \t])[ \t]*(?:` +
+		doubleQuoted + `|'(?P<s>[^'\n]*)'|(?P<s>[^\s"'&;,<>()\[\]{}\\` + "`" + `=~!][^\s"'&;,<>()\[\]{}\\` + "`" + `]*))\(?`), "=", spacedValue},
+	// SQL that sets a password: ALTER USER x WITH PASSWORD '...', CREATE ROLE x LOGIN
+	// PASSWORD '...', CREATE USER ... IDENTIFIED [WITH plugin] BY '...'.
+	{regexp.MustCompile(`(?i)\b(?:(?:with|encrypted|login|user\s+[^\s;]+|role\s+[^\s;]+)\s+password|identified(?:\s+with\s+[^\s;]+)?\s+by(?:\s+password)?)\s+(?:'(?P<s>(?:[^'\n]|'')*)'|"(?P<s>[^"\n]*)")`), "", nil},
 	// "key": "value" in JSON and similar quoted keys.
 	{regexp.MustCompile(`(?i)["']` + secretKey + `["']\s*:\s*(?:"(?P<s>(?:[^"\\\n]|\\.)+)"|'(?P<s>[^'\n]+)')`), ":", assigned},
 	// key: value in YAML and other unquoted maps (password: x, DB_PASSWORD: x, {token: x}):
 	// the key first on its line (after an indent or a list's "- ") or in a {...} map, so
 	// prose ("the CSRF token: if ...") is not read as one; the value on the same line,
-	// not a type (password: str) nor a name in code.
-	{regexp.MustCompile(`(?im)(?:^[ \t]*(?:-[ \t]+)?|[{,][ \t]*)` + secretKey + `[ \t]*:[ \t]+` + quoted(value) + `(?P<t>[ \t]*[\[<|=]?)`), ":", yamlValue},
+	// not a type (password: str) nor a name in code. A value in angle brackets is taken
+	// whole, and kept when it is a placeholder (<your token>).
+	{regexp.MustCompile(`(?im)(?:^[ \t]*(?:-[ \t]+)?|[{,][ \t]*)` + secretKey + `[ \t]*:[ \t]+(?:` + quoted(value) + `|(?P<s><[^<>\n]+>))(?P<t>[ \t]*[\[<|=]?)`), ":", yamlValue},
 	// Command-line flags that take a secret: --password x, --api-key=x, --token x.
 	{regexp.MustCompile(`(?i)(?:^|\s)--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|token|secret|api-key|apikey|access-key|secret-key|private-key|client-secret|auth)(?:=|\s+)` + quoted(`[^\s"'-][^\s"']*`)), "--", notNegated},
 	// mysql and its tools take the password glued to -p (-psecret, -p'secret'); sshpass
@@ -68,6 +86,10 @@ var rules = []rule{
 	{regexp.MustCompile(`\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlshow|mysqlcheck)\b[^\n;&|]*?\s-p` + quoted(`[^\s"']+`)), "-p", nil},
 	{regexp.MustCompile(`\b(?:curl|wget|http)\b[^\n;&|]*?\s(?:-u|--user)\s*(?:"[^\s:"]*:(?P<s>[^"\n]+)"|'[^\s:']*:(?P<s>[^'\n]+)'|["']?[^\s:"']*:(?P<s>[^\s"']+))`), "-", nil},
 	{regexp.MustCompile(`\bredis-cli\b[^\n;&|]*?\s(?:-a|--pass)\s+` + arg), "redis-cli", nil},
+	// A password fed to a registry login's --password-stdin by echo or printf, or a
+	// here-string.
+	{regexp.MustCompile(`\b(?:echo|printf)(?:\s+-[A-Za-z]+)*(?:\s+["']?%s(?:\\n)?["']?)?\s+` + arg + `[ \t]*\|[ \t]*(?:sudo\s+)?(?:docker|podman|nerdctl|helm\s+registry|oras|buildah|skopeo|crane)\s+(?:auth\s+)?login\b[^\n;&|]*?\s--password-stdin\b`), "--password-stdin", nil},
+	{regexp.MustCompile(`\s--password-stdin\b[^\n;&|]*?<<<[ \t]*` + arg), "--password-stdin", nil},
 	{regexp.MustCompile(`\b(?:sshpass\s+-p|(?:docker|podman|helm\s+registry|oras|buildah|skopeo|az)\s+login\b[^\n;&|]*?\s-p)\s+` + arg), "-p", nil},
 	// aws configure set aws_secret_access_key x; openssl's -k/-K and pass:x; ssh-keygen's
 	// -N; a password echoed into sudo -S; htpasswd's password in batch mode (-b).
@@ -96,12 +118,15 @@ var rules = []rule{
 
 // Redact returns s with the secrets it recognizes replaced by Redacted: a URL's
 // password (or a token used as its user), the values of secret-named keys in query
-// strings, assignments and JSON (api_key=, token=, GITHUB_TOKEN=, "password": ...),
+// strings, assignments, code and JSON (api_key=, token=, GITHUB_TOKEN=, api_key = "...",
+// "password": ...), passwords set in SQL (WITH PASSWORD '...', IDENTIFIED BY '...'),
 // Authorization and API-key headers and Bearer tokens, the values of secret flags
-// (--password, --token, mysql's -p<password>, docker login -p), well-known key shapes
+// (--password, --token, mysql's -p<password>, docker login -p, a password echoed into
+// --password-stdin), well-known key shapes
 // (sk-..., sk-ant-..., AKIA..., ghp_..., github_pat_..., xoxb-..., glpat-..., AIza...,
-// JWTs) and PEM private key blocks. Values that name a secret rather than hold it ($VAR,
-// ${VAR}, <token>) stay. It is deterministic and idempotent.
+// JWTs) and PEM private key blocks. Values that name a secret rather than hold it ($VAR
+// and $(cmd) where a shell expands them, ${VAR}, %VAR%, <your token>, a name in code)
+// stay. It is deterministic and idempotent.
 //
 // Redact whole texts before cutting them: a secret cut short may no longer have the
 // shape that finds it.
@@ -130,7 +155,7 @@ func (r rule) apply(s string) string {
 				from, to = m[2*i], m[2*i+1]
 			}
 		}
-		if from < last || keep(s[from:to]) || r.secret != nil && !r.secret(s[m[0]:m[1]], s[from:to]) {
+		if from < last || keep(s[from:to], literal(s[m[0]:from])) || r.secret != nil && !r.secret(s[m[0]:m[1]], s[from:to]) {
 			continue
 		}
 		b.WriteString(s[last:from])
@@ -144,14 +169,33 @@ func (r rule) apply(s string) string {
 	return b.String()
 }
 
-// keep says a matched value is not a secret: a reference to one ($VAR, ${VAR}, %VAR%,
-// <token>, {{token}}), a placeholder (xxx, ***, ...), or one already redacted.
-func keep(v string) bool {
+// literal says a value is written where nothing expands $VAR: in single quotes, or
+// after a quoted key ("password": "...", os.environ["PW"] = "..."). before is the
+// match up to the value.
+func literal(before string) bool {
+	if strings.HasSuffix(before, "'") {
+		return true
+	}
+	k := strings.TrimRight(before, "\" \t")
+	k = strings.TrimRight(strings.TrimRight(k, ":="), " \t")
+	return strings.HasSuffix(k, `"`) || strings.HasSuffix(k, "'") || strings.HasSuffix(k, "]")
+}
+
+// keep says a matched value is not a secret: a reference to one ($VAR, $(cmd) and
+// ${VAR} where the shell expands them; ${VAR}, %VAR%, a %s verb, <your token> and
+// {{token}} anywhere), a placeholder (xxx, ***, ...), or one already redacted. A value
+// that only starts like a reference ($2b$10$..., '$uper...', %41bc..., <Q9x8Rt7...>)
+// is not one. literal says nothing expands $VAR where the value is written.
+func keep(v string, literal bool) bool {
 	v = strings.Trim(v, `"'`)
 	switch {
 	case v == "", strings.HasPrefix(v, Redacted), strings.HasPrefix(v, "redacted]"):
 		return true
-	case strings.HasPrefix(v, "$"), strings.HasPrefix(v, "%"), strings.HasPrefix(v, "<"), strings.HasPrefix(v, "{{"):
+	case strings.HasPrefix(v, "{{"), template.MatchString(v), percentRef.MatchString(v):
+		return true
+	case strings.HasPrefix(v, "$") && !literal && (v == "$" || strings.ContainsAny(v[1:2], "{(_") || isLetter(v[1])):
+		return true
+	case strings.HasPrefix(v, "<") && strings.HasSuffix(v, ">") && !tokenish(v):
 		return true
 	case strings.Trim(v, "*xX.…-_") == "":
 		return true
@@ -161,6 +205,34 @@ func keep(v string) bool {
 		return true
 	}
 	return false
+}
+
+// template is a whole value that names a variable for a tool to fill in: ${VAR}.
+var template = regexp.MustCompile(`^\$\{[^{}]*\}$`)
+
+// percentRef is a Windows %VAR%, a printf verb (%s, %-8v) or a lone % (the rest of
+// %(name)s cut off): a value of that shape is filled in, not a secret.
+var percentRef = regexp.MustCompile(`^%(?:[A-Za-z_]\w*%|[-+ #0-9.]*[A-Za-z])?$`)
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
+
+// plainName is a name in code or a number: password = new_password, key = lambda,
+// max_token = 4096. An unquoted value of that shape after a blank "=" is not a secret.
+var plainName = regexp.MustCompile(`^(?:[A-Za-z_][A-Za-z_]*|[0-9.]+)$`)
+
+// spacedValue says a key = value with blanks holds a secret: not a call (getpass(),
+// tokenizer(x)); unquoted, neither a name in code (settings.API_KEY, os.environ), a
+// plain name without a digit (new_password, lambda) nor a number; and assigned.
+func spacedValue(match, v string) bool {
+	if strings.HasSuffix(match, "(") {
+		return false
+	}
+	if i := strings.LastIndex(match, v); i > 0 && match[i-1] != '"' && match[i-1] != '\'' {
+		if codeName.MatchString(v) || plainName.MatchString(v) {
+			return false
+		}
+	}
+	return assigned(match, v)
 }
 
 // tokenLike says a word after "Bearer" is a token, not prose: it holds a digit or is

@@ -114,6 +114,40 @@ func TestRedact(t *testing.T) {
 		{give: `curl -H "Authorization: token Hunter2Secret99" https://api.github.com/user`, want: `curl -H "Authorization: token [redacted]" https://api.github.com/user`},
 		{give: `curl -H 'Authorization: Basic YWxhZGRpbjpvcGVuc2VzYW1l' https://x.example`, want: `curl -H 'Authorization: Basic [redacted]' https://x.example`},
 		{give: `headers = {"Authorization": "Basic YWxhZGRpbjpvcGVuc2VzYW1l"}`, want: `headers = {"Authorization": "Basic [redacted]"}`},
+		// Found by the second outside review: assignments with blanks around "=" (code,
+		// config files, PowerShell), literal values that only start like a reference, a
+		// percent-encoded value, an escaped quote inside a double-quoted value, SQL.
+		{give: `api_key = "Zq9Xr8Wp7Vn6Mm5Ll4Kk"`, want: `api_key = "[redacted]"`},
+		{give: `password = hunter2pw`, want: `password = [redacted]`},
+		{give: `const apiKey = "Zq9Xr8Wp7Vn6Mm5Ll4Kk";`, want: `const apiKey = "[redacted]";`},
+		{give: `os.environ["DB_PASSWORD"] = "Tr0ub4dor&3x"`, want: `os.environ["DB_PASSWORD"] = "[redacted]"`},
+		{give: `$env:GITHUB_TOKEN = "Zq9Xr8Wp7Vn6Mm5Ll4Kk"`, want: `$env:GITHUB_TOKEN = "[redacted]"`},
+		{give: `client_secret = 'Zq9Xr8Wp7Vn6Mm5Ll4Kk'`, want: `client_secret = '[redacted]'`},
+		{give: `SECRET_KEY = "django-insecure-9f8e7d6c5b4a3"`, want: `SECRET_KEY = "[redacted]"`},
+		{give: `password := "Hunter2 Secret"`, want: `password := "[redacted]"`},
+		{give: `openai.api_key = "Zq9Xr8Wp7Vn6Mm5Ll4Kk"; print(1)`, want: `openai.api_key = "[redacted]"; print(1)`},
+		{give: `export DB_PASSWORD='$uperS3cretPw9'`, want: `export DB_PASSWORD='[redacted]'`},
+		{give: `{"password": "$2b$10$N9qo8uLOickgx2ZMRZoMye"}`, want: `{"password": "[redacted]"}`},
+		{give: `{"password": "$uperS3cretPw9"}`, want: `{"password": "[redacted]"}`},
+		{give: `PASSWORD="$2b$10$N9qo8uLOickgx2ZMRZoMye" ./run`, want: `PASSWORD="[redacted]" ./run`},
+		{give: `curl "https://api.example.com/v1?api_key=%41bc123def456ghi789"`, want: `curl "https://api.example.com/v1?api_key=[redacted]"`},
+		{give: `PASSWORD="ab\"cd9f8e7d6c" ./run`, want: `PASSWORD="[redacted]" ./run`},
+		{give: `{"password": "ab\"cd9f8e7d6c"}`, want: `{"password": "[redacted]"}`},
+		{give: `psql -c "ALTER USER app WITH PASSWORD 'Tr0ub4dorX9'"`, want: `psql -c "ALTER USER app WITH PASSWORD '[redacted]'"`},
+		{give: `CREATE ROLE app LOGIN PASSWORD 'Tr0ub4dorX9';`, want: `CREATE ROLE app LOGIN PASSWORD '[redacted]';`},
+		{give: `CREATE USER 'app'@'%' IDENTIFIED BY 'Tr0ub4dorX9';`, want: `CREATE USER 'app'@'%' IDENTIFIED BY '[redacted]';`},
+		{give: `ALTER USER root@localhost IDENTIFIED WITH mysql_native_password BY "Tr0ub4dor X9"`, want: `ALTER USER root@localhost IDENTIFIED WITH mysql_native_password BY "[redacted]"`},
+		// Also found by the second review: a password given to --password-stdin, and a
+		// token-like value in angle brackets after a YAML key.
+		{give: `docker login -u me --password-stdin <<< 'Hunter2Pass!x'`, want: `docker login -u me --password-stdin <<< '[redacted]'`},
+		{give: `echo "Hunter2Pass9" | docker login -u me --password-stdin ghcr.io`, want: `echo "[redacted]" | docker login -u me --password-stdin ghcr.io`},
+		{give: `printf '%s' Hunter2Pass9 | helm registry login r.example -u me --password-stdin`, want: `printf '%s' [redacted] | helm registry login r.example -u me --password-stdin`},
+		{give: `token: <svc-Q9x8Rt7Yu6Io5>`, want: `token: [redacted]`},
+		// A type between the name and "=": Python and TypeScript annotations, Go's var.
+		{give: `password: str = "Hunter2x9"`, want: `password: str = "[redacted]"`},
+		{give: `const apiKey: string = 'Zq9Xr8Wp7Vn6Mm5Ll4Kk';`, want: `const apiKey: string = '[redacted]';`},
+		{give: `    DB_PASSWORD: Final[str] = "Hunter2 x9"`, want: `    DB_PASSWORD: Final[str] = "[redacted]"`},
+		{give: `var password string = "Hunter2x9"`, want: `var password string = "[redacted]"`},
 	}
 	for _, tt := range tests {
 		got := evidence.Redact(tt.give)
@@ -208,6 +242,44 @@ func TestRedactKeeps(t *testing.T) {
 		"2. You're not including the CSRF token: If you're making a POST request via AJAX",
 		"  signature: submit '<flag>'",
 		"  signature: scroll_down",
+		// Near-misses of the rules of the second outside review: code that assigns a
+		// name, a call, a literal or a number, comparisons, and references.
+		"x = 5",
+		"password = None",
+		"password = getpass()",
+		"password = getpass.getpass(\"Password: \")",
+		"password = os.environ[\"PW\"]",
+		"token = tokenizer(x)",
+		"key = lambda x: x",
+		"api_key = settings.API_KEY",
+		"password = request.form['password']",
+		"if password == \"Hunter2Secret\":",
+		"if (token === 'Hunter2Secret9') {",
+		"assert password != 'Hunter2Secret9'",
+		"password = new_password",
+		"password = \"\"",
+		"max_token = 4096",
+		"token := r.Header.Get(\"X-Token\")",
+		"password = f\"{prefix}{suffix}\"",
+		"export DB_PASSWORD=\"$SECRET\"",
+		"API_KEY=${API_KEY:-default}",
+		"password=%s",
+		"password = '${DB_PASSWORD}'",
+		"{\"password\": \"${DB_PASSWORD}\", \"token\": \"%s\"}",
+		"echo $CR_PAT | docker login ghcr.io -u me --password-stdin",
+		"echo \"$TOKEN\" | docker login -u me --password-stdin",
+		"cat ~/token.txt | docker login -u me --password-stdin",
+		"docker login -u me --password-stdin < ~/token.txt",
+		"docker login -u me --password-stdin <<< \"$TOKEN\"",
+		"echo ok | docker login --help",
+		"token: <your token here>",
+		"api_key: <API_KEY>",
+		"token: str = Depends(oauth2_scheme)",
+		"password: Optional[str] = Field(default=None, repr=False)",
+		"var password string = cfg.Password",
+		"    token: str | None = None",
+		"SET PASSWORD = '<your password>'",
+		"psql -c \"ALTER USER app WITH PASSWORD NULL\"",
 	} {
 		if got := evidence.Redact(s); got != s {
 			t.Errorf("Redact(%q) = %q, want it unchanged", s, got)
@@ -336,6 +408,40 @@ func TestExtractRedactsReviewShapes(t *testing.T) {
 	for _, it := range items {
 		if strings.Contains(it.Value, "Hunter2") || strings.Contains(it.Value, "wJalr") || strings.Contains(it.Value, "Secret'") {
 			t.Errorf("%s %q holds the secret", it.Kind, it.Value)
+		}
+	}
+	for _, want := range commands {
+		if !slices.Contains(got(items), "command "+want) {
+			t.Errorf("want %q among %q", "command "+want, got(items))
+		}
+	}
+}
+
+// TestExtractRedactsSpacedAssignments: the second outside review's commands (a config
+// line written by printf, a key set in python -c, SQL that sets a password) reach no
+// evidence item with their secret, and are kept with only the secret gone.
+func TestExtractRedactsSpacedAssignments(t *testing.T) {
+	commands := map[string]string{
+		`printf 'password = Hunter2pw9x\n' >> /etc/app/db.ini`:                         `printf 'password = [redacted]\n' >> /etc/app/db.ini`,
+		`python -c 'import openai; openai.api_key = "Zq9Xr8Wp7Vn6Mm5Ll4Kk"; print(1)'`: `python -c 'import openai; openai.api_key = "[redacted]"; print(1)'`,
+		`psql -c "ALTER USER app WITH PASSWORD 'Tr0ub4dorX9'"`:                         `psql -c "ALTER USER app WITH PASSWORD '[redacted]'"`,
+		`mysql -e "CREATE USER 'app'@'%' IDENTIFIED BY 'Tr0ub4dorX8'"`:                 `mysql -e "CREATE USER 'app'@'%' IDENTIFIED BY '[redacted]'"`,
+		`export DB_PASSWORD='$uperS3cretPw9' && ./migrate`:                             `export DB_PASSWORD='[redacted]' && ./migrate`,
+	}
+	var entries []schemas.Entry
+	seq := uint64(2)
+	for c := range commands {
+		entries = append(entries, call(seq, "bash", map[string]any{"command": c}))
+		seq++
+	}
+	entries = append(entries, call(seq, "Write", map[string]any{"file_path": "app/settings.py",
+		"content": "SECRET_KEY = \"django-insecure-9f8e7d6c5b4a3\"\nDEBUG = True\n"}))
+	items := evidence.Extract(entries)
+	for _, it := range items {
+		for _, s := range []string{"Hunter2pw9x", "Zq9Xr8Wp7Vn6Mm5Ll4Kk", "Tr0ub4dorX9", "Tr0ub4dorX8", "uperS3cretPw9", "9f8e7d6c5b4a3"} {
+			if strings.Contains(it.Value, s) {
+				t.Errorf("%s %q holds %q", it.Kind, it.Value, s)
+			}
 		}
 	}
 	for _, want := range commands {
