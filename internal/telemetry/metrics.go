@@ -234,9 +234,28 @@ type backlogCollector struct {
 	requests, trigger *prometheus.Desc
 	errors            *prometheus.CounterVec
 
+	cache scrapeCache
+}
+
+// scrapeCache keeps what a collector read from JetStream for backlogTTL, so many
+// scrapers do not each ask the server, and bounds each read by BacklogTimeout.
+type scrapeCache struct {
 	mu     sync.Mutex
 	readAt time.Time
 	cached []prometheus.Metric
+}
+
+// get returns the metrics read less than backlogTTL ago, or those read now.
+func (sc *scrapeCache) get(read func(ctx context.Context) []prometheus.Metric) []prometheus.Metric {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if time.Since(sc.readAt) < backlogTTL {
+		return sc.cached
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), BacklogTimeout)
+	defer cancel()
+	sc.cached, sc.readAt = read(ctx), time.Now()
+	return sc.cached
 }
 
 const (
@@ -271,20 +290,13 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, m := range c.read() {
+	for _, m := range c.cache.get(c.read) {
 		ch <- m
 	}
 	c.errors.Collect(ch)
 }
 
-func (c *backlogCollector) read() []prometheus.Metric {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.readAt) < backlogTTL {
-		return c.cached
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), BacklogTimeout)
-	defer cancel()
+func (c *backlogCollector) read(ctx context.Context) []prometheus.Metric {
 	var out []prometheus.Metric
 	add := func(desc *prometheus.Desc, name string, b jetstream.Backlog, err error) {
 		if err != nil {
@@ -311,7 +323,6 @@ func (c *backlogCollector) read() []prometheus.Metric {
 	if c.parts != nil {
 		add(c.trigger, "trigger", trg, terr)
 	}
-	c.readAt, c.cached = time.Now(), out
 	return out
 }
 

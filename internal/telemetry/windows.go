@@ -2,8 +2,6 @@ package telemetry
 
 import (
 	"context"
-	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -34,9 +32,7 @@ type windowsCollector struct {
 	desc   *prometheus.Desc
 	errors prometheus.Counter
 
-	mu     sync.Mutex
-	readAt time.Time
-	cached []prometheus.Metric
+	cache scrapeCache
 }
 
 func (c *windowsCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -45,20 +41,13 @@ func (c *windowsCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *windowsCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, m := range c.read() {
+	for _, m := range c.cache.get(c.read) {
 		ch <- m
 	}
 	c.errors.Collect(ch)
 }
 
-func (c *windowsCollector) read() []prometheus.Metric {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.readAt) < backlogTTL {
-		return c.cached
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), BacklogTimeout)
-	defer cancel()
+func (c *windowsCollector) read(ctx context.Context) []prometheus.Metric {
 	windows, err := c.st.Windows().List(ctx)
 	if err != nil {
 		c.errors.Inc()
@@ -69,6 +58,5 @@ func (c *windowsCollector) read() []prometheus.Metric {
 	for _, w := range windows {
 		out = append(out, prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(w.Tokens), w.Endpoint, w.Model))
 	}
-	c.readAt, c.cached = time.Now(), out
 	return out
 }
