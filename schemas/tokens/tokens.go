@@ -121,7 +121,8 @@ const maxFloorBytes = 1 << 40
 // part holds beside its text or media: see PartBytes), rounded up. Media payloads and the
 // fixed costs count nothing. A stub counts its object's size
 // (ContentRef.Size) in place of its content and reasoning. It depends on bytes only, so
-// every client computes the same floor.
+// every client computes it (the TS client from a part's JSON as it re-encodes it, which
+// may differ from the bytes received by whitespace and escapes).
 func Floor(m *schemas.Message) int {
 	b := len(m.Name)
 	for _, tc := range m.ToolCalls {
