@@ -60,6 +60,9 @@ type JobReport struct {
 	// Repair is what became of the repair of a fallback the delivery tried ("" when it
 	// tried none).
 	Repair RepairOutcome
+	// RetryIn is how long the request is handed back for after a failed attempt
+	// (OutcomeRetried): the backoff, or what the endpoint asked for.
+	RetryIn time.Duration
 }
 
 // RepairOutcome is what became of the repair of a value built on a fallback.

@@ -225,28 +225,31 @@ func TestFallbackIsRepairedOnceTheLLMAnswers(t *testing.T) {
 		}
 	}
 	// The report follows the outcome's event.
-	reps, at := obs.snapshot()
+	reps, _ := obs.snapshot()
 	for reps[len(reps)-1].Repair == summarizer.RepairFailed {
 		select {
 		case <-ctx.Done():
 			t.Fatal("no report of the repair")
 		case <-time.After(20 * time.Millisecond):
 		}
-		reps, at = obs.snapshot()
+		reps, _ = obs.snapshot()
 	}
-	// The wait after a failed repair: from its report to the next delivery's arrival
-	// (that report's time less its Duration), so the jobs' own time, which grows with
-	// the machine's load, is left out.
+	// Each failed repair is handed back for the backoff of its attempt, doubling from
+	// the base (100 ms) up to 8 × the base, jittered by ±25%: past MaxAttempts (2) too,
+	// and never dead-lettered.
 	var waits []time.Duration
-	for i, r := range reps[:len(reps)-1] {
-		if r.Repair == summarizer.RepairFailed && r.Outcome == summarizer.OutcomeRetried {
-			waits = append(waits, at[i+1].Add(-reps[i+1].Duration).Sub(at[i]))
+	for _, r := range reps {
+		if r.Repair != summarizer.RepairFailed || r.Outcome != summarizer.OutcomeRetried {
+			continue
+		}
+		waits = append(waits, r.RetryIn)
+		want := 100 * time.Millisecond << (min(r.Attempt, 4) - 1)
+		if r.RetryIn < want*3/4 || r.RetryIn > want*5/4 {
+			t.Errorf("attempt %d handed back for %s; want %s ±25%%", r.Attempt, r.RetryIn, want)
 		}
 	}
-	// Jittered by ±25%: the first wait is 200 ms at most 250, the last (the cap, 8 ×
-	// the base) at least 600.
-	if n := len(waits); n < 4 || waits[n-1] <= waits[0]*3/2 {
-		t.Fatalf("waits after the failed repairs %v; want them to grow (the last more than 1.5 times the first)", waits)
+	if n := len(waits); n < 4 || reps[len(reps)-2].Attempt < 4 {
+		t.Fatalf("waits after the failed repairs %v; want at least 4, up to the cap", waits)
 	}
 	if r := reps[len(reps)-1]; r.Repair != summarizer.RepairRepaired || r.Outcome != summarizer.OutcomeCompleted || r.Fallback {
 		t.Fatalf("last report %+v; want a completed repair", r)

@@ -282,6 +282,7 @@ type job struct {
 	seq     uint64 // work-queue sequence: stable across redeliveries
 	attempt uint64
 	start   time.Time
+	retryIn time.Duration // after a failed attempt: how long the request is handed back for
 	// fallbackFor is the summarizer error a fallback summary stands in for.
 	fallbackFor error
 	log         zerolog.Logger
@@ -442,6 +443,7 @@ func (p *Pool) fail(ctx, settle context.Context, j *job, err error) {
 				delay = min(delay, p.maxRepairDelay())
 			}
 		}
+		j.retryIn = delay
 		j.log.Warn().Err(err).Dur("retry_in", delay).Msg("compaction attempt failed")
 		if nerr := j.d.NakAfter(ctx, delay); nerr != nil {
 			j.log.Error().Err(nerr).Msg("nak compaction request; it is redelivered after the ack wait")
@@ -466,7 +468,7 @@ func (p *Pool) report(j *job) {
 	if p.observer == nil || j.outcome == "" {
 		return
 	}
-	r := JobReport{Trigger: knownTrigger(j.req.Trigger), Outcome: j.outcome, Attempt: j.attempt, Duration: p.now().Sub(j.start), Repair: j.repair}
+	r := JobReport{Trigger: knownTrigger(j.req.Trigger), Outcome: j.outcome, Attempt: j.attempt, Duration: p.now().Sub(j.start), Repair: j.repair, RetryIn: j.retryIn}
 	if j.outcome == OutcomeCompleted {
 		r.TokensBefore, r.TokensAfter, r.Fallback = j.tokensBefore, j.tokensAfter, j.fallbackFor != nil
 	}
