@@ -22,6 +22,10 @@ type ContentPart struct {
 	Text string `json:"text,omitempty"`
 	// Raw is the part exactly as sent.
 	Raw json.RawMessage `json:"-"`
+	// Fields is the size in bytes of the part's fields other than its type (and, for a
+	// text part, its text): each name and its value as sent. A token count reads it
+	// (schemas/tokens), so a part cannot hide bytes in fields of its own.
+	Fields int `json:"-"`
 }
 
 // Text returns a string content.
@@ -142,6 +146,11 @@ func (c Content) Parts() ([]ContentPart, error) {
 				parts[i].Text = t // the common case, without a second JSON decoder pass
 			} else if err := json.Unmarshal(v, &parts[i].Text); err != nil {
 				return nil, err
+			}
+		}
+		for k, v := range fields {
+			if k != "type" && (k != "text" || parts[i].Type != "text") {
+				parts[i].Fields += len(k) + len(v)
 			}
 		}
 		parts[i].Raw = r

@@ -158,28 +158,37 @@ func refFloor(r *schemas.ContentRef) int {
 // pixels, seconds or pages, not by its encoded bytes: the payload weighs PerNonTextPart.
 var mediaParts = map[string]bool{"image_url": true, "image": true, "input_audio": true, "audio": true, "file": true}
 
-// partWrapper is what a part's JSON may take beside its text or media payload without
-// counting: the type and the field names ({"type":"text","text":…}, an image's url).
-const partWrapper = 64
-
 // PartBytes is how many bytes of a content part a model is sent as text, for the floor:
-// a text part's text, plus its other fields past partWrapper; a media part (image,
-// audio, file) its fields beside the payload (its longest string) past partWrapper; a
-// part of any other type (a refusal, a type Compactor does not know) its whole JSON. A
-// part cannot hide bytes from the count by its type or by a field of its own.
+// a text part's text and its other fields; a media part (image, audio, file) its fields
+// beside the payload (an image's data URL, audio's or a file's data); a part of any
+// other type (a refusal, a type Compactor does not know) its whole JSON. A part cannot
+// hide bytes from the count by its type or in a field of its own.
 func PartBytes(p schemas.ContentPart) int {
 	switch {
 	case p.Type == "text":
-		return len(p.Text) + partExtra(p)
+		return len(p.Text) + p.Fields
 	case mediaParts[p.Type]:
-		return max(len(p.Raw)-payloadLength(p.Raw)-partWrapper, 0)
+		return mediaFields(p)
 	}
 	return len(p.Raw)
 }
 
-// partExtra is what a text part's JSON holds beside its text, past partWrapper.
-func partExtra(p schemas.ContentPart) int {
-	return max(len(p.Raw)-len(p.Text)-partWrapper, 0)
+// mediaFields is what a media part holds beside its payload.
+func mediaFields(p schemas.ContentPart) int {
+	return max(p.Fields-payloadLength(p.Raw), 0)
+}
+
+// partEstimate is the chars/4 estimate of a content part but the text of a text part:
+// a text part's other fields; a media part's fixed cost, which covers up to
+// 4 × PerNonTextPart bytes of fields beside its payload; another part's whole JSON.
+func partEstimate(p schemas.ContentPart) int {
+	switch {
+	case p.Type == "text":
+		return (p.Fields + 3) / 4
+	case mediaParts[p.Type]:
+		return PerNonTextPart + (max(mediaFields(p)-4*PerNonTextPart, 0)+3)/4
+	}
+	return PerNonTextPart + (len(p.Raw)+3)/4
 }
 
 // payloadKeys are the fields that hold a media part's payload: an image's url (a data
@@ -234,10 +243,9 @@ func stored(c Counter, m *schemas.Message) int {
 		if err == nil {
 			for _, p := range parts {
 				if p.Type == "text" {
-					n += c.Count(p.Text) + (partExtra(p)+3)/4
-				} else {
-					n += PerNonTextPart + (PartBytes(p)+3)/4
+					n += c.Count(p.Text)
 				}
+				n += partEstimate(p)
 			}
 		}
 	}

@@ -221,13 +221,14 @@ func TestDeclaredCountsAreHeldToTheContent(t *testing.T) {
 			wantFloor: 10, wantMsg: 10,
 		},
 		{
-			name: "text parts, reasoning, name and tool calls; other parts nothing",
+			name: "text parts, reasoning, name and tool calls; a media payload nothing",
 			give: schemas.Message{Role: schemas.RoleAssistant, Name: "bob", Reasoning: "12345678", Tokens: 2,
 				Content: schemas.Parts(json.RawMessage(`{"type":"text","text":"abcdefgh"}`),
 					json.RawMessage(`{"type":"image_url","image_url":{"url":"https://x/a/very/long/url/that/does/not/count"}}`)),
 				ToolCalls: []schemas.ToolCall{{ID: "a", Type: "function", Function: schemas.FunctionCall{Name: "ls", Arguments: `{"p":1}`}}}},
-			// bytes: name 3 + ls 2 + args 7 + reasoning 8 + text 8 = 28 → 4
-			wantFloor: 4, wantMsg: 4,
+			// bytes: name 3 + ls 2 + args 7 + reasoning 8 + text 8 = 28, and the image's
+			// fields beside its url: "image_url" 9 + {"url":…} 55 - the url's 47 = 17 → 6
+			wantFloor: 6, wantMsg: 6,
 		},
 		{
 			name:      "an honest count above the floor stands",

@@ -54,8 +54,8 @@ export function storedTokens(m: Message, count: Counter = chars4): number {
   if (typeof c === "string") n += count(c);
   else if (Array.isArray(c)) {
     for (const p of c) {
-      if (isObject(p) && p.type === "text") n += count(typeof p["text"] === "string" ? (p["text"] as string) : "") + Math.floor((partExtra(p) + 3) / 4);
-      else n += PER_NON_TEXT_PART + Math.floor((partBytes(p) + 3) / 4);
+      if (isObject(p) && p.type === "text") n += count(typeof p["text"] === "string" ? (p["text"] as string) : "");
+      n += partEstimate(p);
     }
   }
   return n;
@@ -86,26 +86,41 @@ export function floorTokens(m: Message): number {
 const MEDIA_PARTS = new Set(["image_url", "image", "input_audio", "audio", "file"]);
 /** The fields that hold a media part's payload. */
 const PAYLOAD_KEYS = new Set(["url", "data", "file_data", "image_url", "image"]);
-/** What a part's JSON may take beside its text or media payload without counting. */
-const PART_WRAPPER = 64;
 
 /**
  * How many bytes of a content part a model is sent as text, for the floor (Go's
- * tokens.PartBytes): a text part's text plus its other fields past PART_WRAPPER; a media
- * part its fields beside the payload past PART_WRAPPER; any other part its whole JSON.
+ * tokens.PartBytes): a text part's text and its other fields; a media part its fields
+ * beside the payload; any other part its whole JSON.
  */
 export function partBytes(p: unknown): number {
-  const whole = utf8Length(JSON.stringify(p) ?? "");
-  if (!isObject(p)) return whole;
-  if (p.type === "text") return (typeof p["text"] === "string" ? utf8Length(p["text"] as string) : 0) + partExtra(p);
-  if (typeof p.type === "string" && MEDIA_PARTS.has(p.type)) return Math.max(whole - payloadLength(p) - PART_WRAPPER, 0);
-  return whole;
+  if (!isObject(p)) return utf8Length(JSON.stringify(p) ?? "");
+  if (p.type === "text") return (typeof p["text"] === "string" ? utf8Length(p["text"] as string) : 0) + partFields(p);
+  if (typeof p.type === "string" && MEDIA_PARTS.has(p.type)) return mediaFields(p);
+  return utf8Length(JSON.stringify(p));
 }
 
-/** What a text part's JSON holds beside its text, past PART_WRAPPER. */
-function partExtra(p: Record<string, unknown>): number {
-  const text = typeof p["text"] === "string" ? (p["text"] as string) : "";
-  return Math.max(utf8Length(JSON.stringify(p)) - utf8Length(text) - PART_WRAPPER, 0);
+/** The chars/4 estimate of a part but a text part's text (Go's partEstimate). */
+function partEstimate(p: unknown): number {
+  if (isObject(p) && p.type === "text") return Math.floor((partFields(p) + 3) / 4);
+  if (isObject(p) && typeof p.type === "string" && MEDIA_PARTS.has(p.type)) {
+    return PER_NON_TEXT_PART + Math.floor((Math.max(mediaFields(p) - 4 * PER_NON_TEXT_PART, 0) + 3) / 4);
+  }
+  return PER_NON_TEXT_PART + Math.floor((utf8Length(JSON.stringify(p) ?? "") + 3) / 4);
+}
+
+/** The bytes of a part's fields but its type (and a text part's text): name and JSON value. */
+function partFields(p: Record<string, unknown>): number {
+  let n = 0;
+  for (const [k, v] of Object.entries(p)) {
+    if (k === "type" || (k === "text" && p.type === "text")) continue;
+    n += utf8Length(k) + utf8Length(JSON.stringify(v) ?? "");
+  }
+  return n;
+}
+
+/** What a media part holds beside its payload. */
+function mediaFields(p: Record<string, unknown>): number {
+  return Math.max(partFields(p) - payloadLength(p), 0);
 }
 
 /** The JSON length of the longest string under a payload key: a media part's payload. */

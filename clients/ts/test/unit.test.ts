@@ -215,7 +215,7 @@ test("a declared count is held to a token per 8 UTF-8 bytes of the content, as G
     content: [{ type: "text", text: "abcdefgh" }, { type: "image_url", image_url: { url: "https://x/a/very/long/url/that/does/not/count" } }],
     tool_calls: [{ id: "a", type: "function", function: { name: "ls", arguments: `{"p":1}` } }],
   };
-  assert.equal(messageTokens(parts), 4, "name 3 + ls 2 + args 7 + reasoning 8 + text 8 = 28 bytes");
+  assert.equal(messageTokens(parts), 6, "name 3 + ls 2 + args 7 + reasoning 8 + text 8 + the image's fields beside its url 17 = 45 bytes");
   const ref = { bucket: "compaction-objects", name: "c/x", size: 900_000, sha256: "x", tokens: 1 };
   const stub: Message = { role: "tool", tool_call_id: "c", content: "[stored]", content_ref: ref };
   assert.equal(estimateTokens(stub), 4 + 112_500, "a stub's reference of 1 token for 900 KB");
