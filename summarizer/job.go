@@ -773,16 +773,7 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 	}
 	next.DeclinedAtSeq = ld.lastSeq
 	next.FirstSeq = j.firstSeq
-	rev, err := p.putResult(ctx, &next, ld.rev)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrRevisionMismatch) {
-			return fmt.Errorf("compaction value changed while deciding to decline; trying again on the new one: %w", err)
-		}
-		return err
-	}
-	j.writes.Result(rev)
-	// The tombstone check comes before the ack, as a compaction's does (process).
-	if err := p.checkCommitted(ctx, j); err != nil {
+	if err := p.writeMarker(ctx, j, &next, ld.rev, "deciding to decline"); err != nil {
 		return err
 	}
 	j.outcome = OutcomeDeclined
@@ -794,6 +785,23 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 	p.event(ctx, j, schemas.Event{Type: schemas.EventDeclined, Generation: next.Generation,
 		TokensBefore: before, TokensAfter: after, Error: reason})
 	return nil
+}
+
+// writeMarker writes next, a value that ends the request without a compaction (a
+// decline, a repair's gap), on the revision rev the job read, then checks the
+// tombstone before the caller acks, as a compaction's commit does. When the value
+// changed meanwhile (while doing what), nothing is written and the request is tried
+// again on the new one.
+func (p *Pool) writeMarker(ctx context.Context, j *job, next *schemas.Result, rev uint64, doing string) error {
+	newRev, err := p.putResult(ctx, next, rev)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrRevisionMismatch) {
+			return fmt.Errorf("compaction value changed while %s; trying again on the new one: %w", doing, err)
+		}
+		return err
+	}
+	j.writes.Result(newRev)
+	return p.checkCommitted(ctx, j)
 }
 
 // declineMarker is the value a decline writes: the value before it, as the next

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/rounds"
 	"github.com/compactor/compactor/summarizer/pretrim"
@@ -253,16 +252,7 @@ func (p *Pool) markGap(ctx context.Context, c *compaction) error {
 	next := *c.cur
 	next.RepairGap = true
 	next.FirstSeq = j.firstSeq
-	rev, err := p.putResult(ctx, &next, c.rev)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrRevisionMismatch) {
-			return fmt.Errorf("compaction value changed while planning its repair; trying again on the new one: %w", err)
-		}
-		return err
-	}
-	j.writes.Result(rev)
-	// The tombstone check comes before the ack, as a compaction's does (process).
-	if err := p.checkCommitted(ctx, j); err != nil {
+	if err := p.writeMarker(ctx, j, &next, c.rev, "planning its repair"); err != nil {
 		return err
 	}
 	j.outcome, j.repair = OutcomeDeclined, RepairGap
