@@ -68,10 +68,7 @@ func MessageWith(c Counter, m *schemas.Message) int {
 // floorBound is at least Floor(m), from lengths alone: a JSON string's encoding is never
 // shorter than its text, so the content's raw bytes bound its text's.
 func floorBound(m *schemas.Message) int {
-	b := len(m.Name)
-	for _, tc := range m.ToolCalls {
-		b += len(tc.Function.Name) + len(tc.Function.Arguments)
-	}
+	b := callBytes(m)
 	if m.ContentRef != nil {
 		return bytesFloor(b) + refFloor(m.ContentRef)
 	}
@@ -124,10 +121,7 @@ const maxFloorBytes = 1 << 40
 // every client computes it (the TS client from a part's JSON as it re-encodes it, which
 // may differ from the bytes received by whitespace and escapes).
 func Floor(m *schemas.Message) int {
-	b := len(m.Name)
-	for _, tc := range m.ToolCalls {
-		b += len(tc.Function.Name) + len(tc.Function.Arguments)
-	}
+	b := callBytes(m)
 	if m.ContentRef != nil {
 		return bytesFloor(b) + refFloor(m.ContentRef)
 	}
@@ -144,6 +138,16 @@ func Floor(m *schemas.Message) int {
 		}
 	}
 	return bytesFloor(b)
+}
+
+// callBytes is what of m the floor counts beside its content and reasoning, which a
+// stub moves into its object: the name and the tool calls' names and arguments.
+func callBytes(m *schemas.Message) int {
+	b := len(m.Name)
+	for _, tc := range m.ToolCalls {
+		b += len(tc.Function.Name) + len(tc.Function.Arguments)
+	}
+	return b
 }
 
 // bytesFloor is ceil(b / FloorBytesPerToken).
