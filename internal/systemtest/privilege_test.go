@@ -15,7 +15,6 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/internal/rolestest"
 	"github.com/compactor/compactor/internal/telemetry"
@@ -151,20 +150,7 @@ func TestPrivilegeTriggerPartitionCounts(t *testing.T) {
 	}
 	pc := pipeline.NewWithStore(producer.NC, pst)
 	convs := []string{"priv-p0", "priv-p1", "priv-p2", "priv-p3"}
-	msgs, _ := fakellm.NeedleConversation(20)
-	for _, conv := range convs {
-		for i, m := range msgs {
-			if _, err := pc.Publish(ctx, conv, m); err != nil {
-				t.Fatalf("publish %d of %s as producer: %v", i, conv, err)
-			}
-		}
-	}
-	for _, conv := range convs {
-		eventually(t, time.Minute, "a compaction of "+conv, func() bool {
-			cx, err := pc.Context(ctx, conv)
-			return err == nil && cx.HasSummary && cx.Generation >= 1
-		})
-	}
+	publishUntilCompacted(t, ctx, pc, convs)
 	if v := trigger.Violations(); v != "" {
 		t.Errorf("trigger: permissions violations:\n%s", v)
 	}

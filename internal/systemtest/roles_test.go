@@ -610,6 +610,18 @@ func TestRolesPartitionedTrigger(t *testing.T) {
 		t.Fatal(err)
 	}
 	convs := []string{"roles-p0", "roles-p1", "roles-p2", "roles-p3", "roles-p4", "roles-p5"}
+	publishUntilCompacted(t, ctx, pc, convs)
+	for _, c := range append(triggers, producer) {
+		if v := c.Violations(); v != "" {
+			t.Errorf("%s: permissions violations:\n%s", c.User, v)
+		}
+	}
+}
+
+// publishUntilCompacted publishes a 20-message needle conversation to each of convs as
+// the producer pc, and waits until each has a summary: what the roles must do together.
+func publishUntilCompacted(t *testing.T, ctx context.Context, pc *pipeline.Client, convs []string) {
+	t.Helper()
 	msgs, _ := fakellm.NeedleConversation(20)
 	for _, conv := range convs {
 		for i, m := range msgs {
@@ -623,10 +635,5 @@ func TestRolesPartitionedTrigger(t *testing.T) {
 			cx, err := pc.Context(ctx, conv)
 			return err == nil && cx.HasSummary && cx.Generation >= 1
 		})
-	}
-	for _, c := range append(triggers, producer) {
-		if v := c.Violations(); v != "" {
-			t.Errorf("%s: permissions violations:\n%s", c.User, v)
-		}
 	}
 }
