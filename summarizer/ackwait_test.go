@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
-
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
@@ -95,19 +93,5 @@ func TestHeartbeatFollowsTheConsumersAckWait(t *testing.T) {
 	if aw := q.AckWait(); aw != cfg.WorkerAckWait {
 		t.Fatalf("the consumer's ack wait reads %s; want %s", aw, cfg.WorkerAckWait)
 	}
-	js, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.Consumer(ctx, cfg.RequestsStream, cfg.WorkerConsumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Delivered.Consumer != 1 || info.NumRedelivered != 0 {
-		t.Fatalf("the request was delivered %d times (%d redelivered); want once: the job's heartbeat lapsed", info.Delivered.Consumer, info.NumRedelivered)
-	}
+	deliveredOnce(t, ctx, nc, cfg)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream"
@@ -52,6 +53,13 @@ func TestHeartbeatCoversTheWholeJob(t *testing.T) {
 	if err != nil || ev.Type != schemas.EventCompleted {
 		t.Fatalf("outcome %+v, %v; want completed", ev, err)
 	}
+	deliveredOnce(t, ctx, nc, cfg)
+}
+
+// deliveredOnce fails t unless the workers' consumer delivered its one request once:
+// a job whose heartbeat lapsed would have had it delivered again.
+func deliveredOnce(t *testing.T, ctx context.Context, nc *nats.Conn, cfg jetstream.Config) {
+	t.Helper()
 	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
