@@ -11,6 +11,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
@@ -59,16 +60,29 @@ func (r *rig) publishHistory(ctx context.Context, conv string, msgs []CorpusMess
 var requestIDs atomic.Int64
 
 // compact queues a request for conv and waits for its outcome, which must be
-// completed.
+// completed. A request the workers queued themselves (the follow-up of a compaction
+// that left the conversation over its threshold) is let finish first: the queue holds
+// one request per conversation.
 func (r *rig) compact(ctx context.Context, conv string, upTo uint64) (schemas.Event, error) {
 	id := "bench-" + strconv.FormatInt(requestIDs.Add(1), 10)
-	since := time.Now().Add(-time.Second)
-	if _, err := r.store.Queue().Enqueue(ctx, schemas.Request{RequestID: id, Conversation: conv, Trigger: "manual",
-		Reason: "bench", RequestedAt: time.Now().UTC(), UpToSeq: upTo}); err != nil {
-		return schemas.Event{}, err
-	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	since := time.Now().Add(-time.Second)
+	for {
+		_, err := r.store.Queue().Enqueue(wctx, schemas.Request{RequestID: id, Conversation: conv, Trigger: "manual",
+			Reason: "bench", RequestedAt: time.Now().UTC(), UpToSeq: upTo})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrRequestPending) {
+			return schemas.Event{}, err
+		}
+		select {
+		case <-wctx.Done():
+			return schemas.Event{}, fmt.Errorf("compaction of %s: another request stayed pending: %w", conv, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 	ev, err := r.store.Events().WaitOutcome(wctx, conv, id, since)
 	if err != nil {
 		return ev, err
