@@ -382,12 +382,22 @@ func (c *Consumption) Drain() {
 	}
 }
 
-// Subscription is a core NATS subscription of the store's.
-type Subscription struct{ sub *nats.Subscription }
+// Subscription is a core NATS subscription of the store's, or a watcher of a shared
+// one.
+type Subscription struct {
+	sub  *nats.Subscription
+	stop func()
+}
 
 // Stop ends the subscription.
 func (s *Subscription) Stop() {
-	if s != nil && s.sub != nil {
+	if s == nil {
+		return
+	}
+	if s.stop != nil {
+		s.stop()
+	}
+	if s.sub != nil {
 		_ = s.sub.Unsubscribe()
 	}
 }

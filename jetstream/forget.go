@@ -123,6 +123,7 @@ type forgetStep struct {
 	counted  *uint64
 	erase    bool // each message is erased before the purge
 	objects  bool // the objects bucket, not one subject
+	notify   bool // the policy: its watchers (the caches of every process) hear of the purge
 	eventsOf bool
 }
 
@@ -140,7 +141,7 @@ func (s *Store) forgetSteps(ctx context.Context, conv string, out *schemas.Forge
 		{name: "idle timer", stream: s.cfg.ActivityStream, subject: subj(s.cfg.activityFilter), counted: &d.ActivityMarkers},
 		{name: "messages", stream: s.cfg.ChatStream, subject: subj(s.cfg.ChatFilter), before: out.ThroughSeq + 1, counted: &d.ChatMessages, erase: true},
 		{name: "value", stream: "KV_" + s.cfg.ResultsBucket, subject: "$KV." + s.cfg.ResultsBucket + "." + conv, counted: &d.ResultRevisions},
-		{name: "policy", stream: "KV_" + s.cfg.PolicyBucket, subject: "$KV." + s.cfg.PolicyBucket + "." + conv, counted: &d.PolicyRevisions},
+		{name: "policy", stream: "KV_" + s.cfg.PolicyBucket, subject: "$KV." + s.cfg.PolicyBucket + "." + conv, counted: &d.PolicyRevisions, notify: true},
 		{name: "objects", objects: true, counted: &d.Objects},
 		// Last: jobs in flight may still report until they see the tombstone.
 		{name: "dead letters", stream: s.cfg.DeadStream, subject: subj(s.cfg.DeadSubject), counted: &d.DeadLetters},
@@ -186,6 +187,12 @@ func (s *Store) forgetStep(ctx context.Context, conv string, out *schemas.Forget
 		}
 		n, err := s.purge(ctx, st.stream, st.subject, st.before)
 		return n + erased, err
+	case st.notify:
+		n, err := s.purge(ctx, st.stream, st.subject, st.before)
+		if err != nil {
+			return n, err
+		}
+		return n, s.policies.Notify(ctx, conv)
 	default:
 		return s.purge(ctx, st.stream, st.subject, st.before)
 	}
