@@ -385,7 +385,7 @@ func BenchmarkPolicySettings(b *testing.B) {
 	for i := range convs {
 		convs[i] = fmt.Sprintf("bench-%d", i)
 		if i%2 == 0 {
-			putPolicy(b, st, convs[i], policy.Layer{"threshold": fmt.Sprintf("0.%d", 5+i%4), "strategy": "tool-rounds"})
+			putPolicy(b, st, convs[i], policy.Layer{"threshold": fmt.Sprintf("0.%d", 6+i%3), "strategy": "tool-rounds"})
 		}
 	}
 	for _, tc := range []struct {
