@@ -210,6 +210,16 @@ func entries(msgs []StoredMsg) []schemas.Entry {
 // answer stops short of through, the rest is read from the stream leader, so the
 // entries are never fewer than what the stream held at through.
 func (ch *Chat) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, through uint64) ([]schemas.Entry, error) {
+	msgs, err := ch.loadThrough(ctx, conv, fromSeq, through)
+	if err != nil {
+		return nil, err
+	}
+	return entries(msgs), nil
+}
+
+// loadThrough is LoadEntriesThrough's read: batched direct gets of the conversation's
+// literal subjects, then the stream leader for what the answer lacked before through.
+func (ch *Chat) loadThrough(ctx context.Context, conv string, fromSeq, through uint64) ([]StoredMsg, error) {
 	msgs, past, err := ch.loadConversation(ctx, conv, fromSeq, through)
 	if err != nil {
 		return nil, err
@@ -223,18 +233,42 @@ func (ch *Chat) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, th
 	// That is the common case of a new conversation, whose read from 1 finds the message
 	// just delivered.
 	if next <= through && !past {
-		rest, err := ch.LoadLeader(ctx, conv, next, through)
+		rest, err := ch.leaderTail(ctx, conv, next, through)
 		if err != nil {
 			return nil, err
 		}
 		msgs = append(msgs, rest...)
 	}
-	return entries(msgs), nil
+	return msgs, nil
 }
 
-// LoadLeader is Load answered by the stream leader, one message
-// per request: slower, but it sees every acknowledged write (read-your-writes).
+// LoadLeader is Load as the stream leader has it: it sees every acknowledged write
+// (read-your-writes). It asks the leader for the conversation's newest message (one
+// request, answered from the subject index), reads up to it with the batched direct
+// gets of Load, and asks the leader, one message a request, only for what that answer
+// lacked (a replica that had not yet applied the newest writes): not the whole range
+// message by message.
 func (ch *Chat) LoadLeader(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
+	last, err := ch.LastSeq(ctx, conv)
+	if err != nil {
+		return nil, err
+	}
+	end := last
+	if upToSeq > 0 {
+		end = min(end, upToSeq)
+	}
+	if end == 0 || end < max(fromSeq, 1) {
+		return nil, nil
+	}
+	return ch.loadThrough(ctx, conv, fromSeq, end)
+}
+
+// leaderTail reads conv's messages in [fromSeq, upToSeq] (upToSeq 0: to the end) from
+// the stream leader, one message per request. Each request filters on the
+// conversation's wildcard (its messages may be on two partition layouts), which the
+// server answers by walking its blocks from fromSeq: callers ask only for a recent
+// tail.
+func (ch *Chat) leaderTail(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
 	subj, err := ch.cfg.ChatFilter(conv)
 	if err != nil {
 		return nil, err
@@ -258,6 +292,37 @@ func (ch *Chat) LoadLeader(ctx context.Context, conv string, fromSeq, upToSeq ui
 		fromSeq = m.Seq + 1
 	}
 	return out, nil
+}
+
+// eachPage calls fn with conv's messages in [fromSeq, through] (through 0: to the end),
+// a batched direct get of one literal subject at a time (see chatSubjects): in the
+// order of each subject, not across subjects. fn returns false to stop.
+func (s *core) eachPage(ctx context.Context, conv string, fromSeq, through uint64, fn func([]StoredMsg) bool) error {
+	fromSeq = max(fromSeq, 1)
+	subjects, err := s.chatSubjects(ctx, conv, fromSeq)
+	if err != nil {
+		return err
+	}
+	for _, sub := range subjects {
+		for from := fromSeq; through == 0 || from <= through; {
+			page, more, err := s.directBatch(ctx, s.cfg.ChatStream, sub.name, from, DirectBatchSize)
+			if err != nil {
+				return err
+			}
+			i := len(page)
+			if through > 0 {
+				i, _ = slices.BinarySearchFunc(page, through+1, func(m StoredMsg, seq uint64) int { return cmp.Compare(m.Seq, seq) })
+			}
+			if i > 0 && !fn(page[:i]) {
+				return nil
+			}
+			if !more || len(page) == 0 || i < len(page) {
+				break
+			}
+			from = page[len(page)-1].Seq + 1
+		}
+	}
+	return nil
 }
 
 // LoadPinned reads the messages at seqs (a value's pinned_seqs) of conversation conv,

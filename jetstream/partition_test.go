@@ -495,6 +495,22 @@ func seeRequests(t *testing.T, nc *nats.Conn, subject string) *requestSpy {
 	return &requestSpy{nc: nc, sub: sub}
 }
 
+// count returns how many requests were seen so far (see requests).
+func (r *requestSpy) count(t *testing.T) int {
+	t.Helper()
+	if err := r.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n, _, err := r.sub.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// stop ends the spying.
+func (r *requestSpy) stop() { _ = r.sub.Unsubscribe() }
+
 // requests returns the requests seen so far: after the flush's round trip every copy
 // the server sent before it is in the subscription's queue (the connection reads in
 // order).
