@@ -326,45 +326,65 @@ func (s *core) eachPage(ctx context.Context, conv string, fromSeq, through uint6
 }
 
 // LoadPinned reads the messages at seqs (a value's pinned_seqs) of conversation conv,
-// as entries, with one batched direct get each. A message that is no longer in CHAT
-// (the stream leader confirms it), or that belongs to another conversation, gives an
-// entry whose Err matches ErrMissingMessage: readers skip and report it instead of failing the whole read. Any
+// as entries, with one direct get of each sequence (no subject filter: the server looks
+// the sequence up). A message that is no longer in CHAT (the stream leader confirms it),
+// or that belongs to another conversation, gives an entry whose Err matches
+// ErrMissingMessage: readers skip and report it instead of failing the whole read. Any
 // other failure is an error.
 func (ch *Chat) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]schemas.Entry, error) {
-	subj, err := ch.cfg.ChatFilter(conv)
-	if err != nil {
+	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}
+	ours := func(m StoredMsg) bool { c, ok := ch.cfg.ConversationOf(m.Subject); return ok && c == conv }
 	out := make([]schemas.Entry, 0, len(seqs))
 	for _, seq := range seqs {
 		if seq == 0 {
 			out = append(out, schemas.Entry{Seq: seq, Err: fmt.Errorf("pinned sequence 0: %w", ErrMissingMessage)})
 			continue
 		}
-		// The next message of this conversation at or after seq: it is the pinned one
-		// only when its sequence is seq (a gap means it left the stream, or was never
-		// this conversation's).
-		page, _, err := ch.directBatch(ctx, ch.cfg.ChatStream, subj, seq, 1)
-		if err != nil {
+		m, err := ch.directSeq(ctx, ch.cfg.ChatStream, seq)
+		if err != nil && !errors.Is(err, errNoMessage) {
 			return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
 		}
-		if len(page) == 0 || page[0].Seq != seq {
-			// A replica may lag or lose a message it should have: only the stream leader
-			// says a pinned message is gone.
-			m, err := ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"seq": seq, "next_by_subj": subj})
-			switch {
-			case err == nil && m.Seq == seq:
-				out = append(out, m.Entry())
-			case err == nil || errors.Is(err, errNoMessage):
-				out = append(out, schemas.Entry{Seq: seq, Err: fmt.Errorf("pinned message %d: %w", seq, ErrMissingMessage)})
-			default:
-				return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
-			}
+		if err == nil && m.Seq == seq && ours(m) {
+			out = append(out, m.Entry())
 			continue
 		}
-		out = append(out, page[0].Entry())
+		// A replica may lag or lose a message it should have: only the stream leader
+		// says a pinned message is gone.
+		m, err = ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"seq": seq})
+		switch {
+		case err == nil && m.Seq == seq && ours(m):
+			out = append(out, m.Entry())
+		case err == nil || errors.Is(err, errNoMessage):
+			out = append(out, schemas.Entry{Seq: seq, Err: fmt.Errorf("pinned message %d: %w", seq, ErrMissingMessage)})
+		default:
+			return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
+		}
 	}
 	return out, nil
+}
+
+// directSeq is a direct get of the message at seq (any replica answers); errNoMessage
+// when the server that answered has none there.
+func (s *core) directSeq(ctx context.Context, stream string, seq uint64) (StoredMsg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	body := fmt.Appendf(nil, `{"seq":%d}`, seq)
+	m, err := s.nc.RequestWithContext(ctx, apiPrefix+"DIRECT.GET."+stream, body)
+	if err != nil {
+		return StoredMsg{}, fmt.Errorf("direct get %d of %s: %w", seq, stream, err)
+	}
+	if status := m.Header.Get("Status"); status != "" {
+		if status == "404" {
+			return StoredMsg{}, errNoMessage
+		}
+		return StoredMsg{}, fmt.Errorf("direct get %d of %s: status %s %s", seq, stream, status, m.Header.Get("Description"))
+	}
+	return storedFromDirect(m)
 }
 
 // LastSeq returns the sequence of a conversation's newest message, 0 when it has none.

@@ -1,6 +1,7 @@
 package jetstream_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -132,5 +133,39 @@ func TestForgetReadsLiteralSubjects(t *testing.T) {
 	}
 	if msgs, err := st1.Chat().Load(ctxT(t), "other", 1, 0); err != nil || len(msgs) != len(want) {
 		t.Fatalf("the other conversation: %d messages, %v; want %d", len(msgs), err, len(want))
+	}
+}
+
+// LoadPinned reads each pinned message by its sequence, never with a filter on the
+// conversation's wildcard (from a pinned message gone by age, the server would walk
+// every block after it), across two layouts; a sequence of another conversation, one
+// past the end and 0 are missing. Before, each was a batched read filtered on
+// chat.<conv>.>.
+func TestLoadPinnedReadsBySequence(t *testing.T) {
+	_, st4, want, spy := twoLayouts(t, 5)
+	direct := spy("$JS.API.DIRECT.GET.CHAT")
+	leader := spy("$JS.API.STREAM.MSG.GET.CHAT")
+	other := want[2] + 1 // "other" was published right after each of mixed's
+	seqs := []uint64{want[1], want[7], other, want[9] + 100, 0, want[3]}
+	es, err := st4.Chat().LoadPinned(ctxT(t), "mixed", seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range es {
+		missing := seqs[i] == other || seqs[i] == want[9]+100 || seqs[i] == 0
+		if missing != errors.Is(e.Err, jetstream.ErrMissingMessage) || e.Seq != seqs[i] {
+			t.Fatalf("pinned %d: entry %d, %v; missing: %v", seqs[i], e.Seq, e.Err, missing)
+		}
+		if !missing && (e.Err != nil || e.Message.Role == "") {
+			t.Fatalf("pinned %d: %+v", seqs[i], e)
+		}
+	}
+	for _, req := range direct.requests(t) {
+		if req.Next != "" {
+			t.Fatalf("a pinned read filtered on %q; want a read by sequence", req.Next)
+		}
+	}
+	if n := leader.count(t); n != 2 { // the two missing ones are confirmed by the leader
+		t.Fatalf("%d leader requests; want 2", n)
 	}
 }
