@@ -142,37 +142,29 @@ func TestPolicyCacheSeesChangesOfOthers(t *testing.T) {
 	src := cachedSource(t, cachedSt)
 	wait := heard(t, cachedSt)
 	const conv = "cache-1"
-
-	if s := settingsOf(t, src, conv); s.Threshold != 0.75 {
-		t.Fatalf("threshold %v without a policy", s.Threshold)
+	steps := []struct {
+		what   string
+		policy policy.Layer // nil: deleted
+		want   float64
+	}{
+		{"no policy", nil, 0.75},
+		{"set", policy.Layer{"threshold": "0.6"}, 0.6},
+		{"changed", policy.Layer{"threshold": "0.55"}, 0.55},
+		{"deleted", nil, 0.75},
 	}
-	hits := src.CacheStats().Hits
-	settingsOf(t, src, conv)
-	if src.CacheStats().Hits != hits+1 {
-		t.Fatal("a conversation without a policy is read again: absence is not cached")
-	}
-
-	putPolicy(t, other, conv, policy.Layer{"threshold": "0.6"})
-	wait(other)
-	if s := settingsOf(t, src, conv); s.Threshold != 0.6 {
-		t.Fatalf("threshold %v after another process set 0.6", s.Threshold)
-	}
-	hits = src.CacheStats().Hits
-	settingsOf(t, src, conv)
-	if src.CacheStats().Hits != hits+1 {
-		t.Fatal("a conversation's policy is read again without a change")
-	}
-
-	putPolicy(t, other, conv, policy.Layer{"threshold": "0.55"})
-	wait(other)
-	if s := settingsOf(t, src, conv); s.Threshold != 0.55 {
-		t.Fatalf("threshold %v after another process changed it to 0.55", s.Threshold)
-	}
-
-	putPolicy(t, other, conv, nil)
-	wait(other)
-	if s := settingsOf(t, src, conv); s.Threshold != 0.75 {
-		t.Fatalf("threshold %v after another process deleted the policy", s.Threshold)
+	for i, step := range steps {
+		if i > 0 {
+			putPolicy(t, other, conv, step.policy)
+			wait(other)
+		}
+		if s := settingsOf(t, src, conv); s.Threshold != step.want {
+			t.Fatalf("%s by another process: threshold %v; want %v", step.what, s.Threshold, step.want)
+		}
+		// Read again without a change: from memory (absence included).
+		hits := src.CacheStats().Hits
+		if s := settingsOf(t, src, conv); s.Threshold != step.want || src.CacheStats().Hits != hits+1 {
+			t.Fatalf("%s: read again without a change: threshold %v, %d hits (were %d); want from memory", step.what, s.Threshold, src.CacheStats().Hits, hits)
+		}
 	}
 }
 
