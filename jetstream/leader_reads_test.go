@@ -1,6 +1,7 @@
 package jetstream_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -167,5 +168,54 @@ func TestLoadPinnedReadsBySequence(t *testing.T) {
 	}
 	if n := leader.count(t); n != 2 { // the two missing ones are confirmed by the leader
 		t.Fatalf("%d leader requests; want 2", n)
+	}
+}
+
+// BenchmarkLoadLeader reads a 200-message conversation spread over a stream of 70,000
+// conversations (past the 64Ki subjects where the server stops skipping ahead on a
+// wildcard filter) as the leader has it: LoadLeader against the read of one message a
+// request on the conversation's wildcard that LoadLeader was before.
+func BenchmarkLoadLeader(b *testing.B) {
+	srv := jstest.Server(b)
+	st := jstest.Provision(b, jstest.Conn(b, srv))
+	const others, mine = 70_000, 200
+	data := []byte(`{"role":"user","content":"` + strings.Repeat("w", 100) + `"}`)
+	for i := range others {
+		if i%(others/mine) == 0 {
+			if _, err := st.Chat().PublishAsync("target", data, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if _, err := st.Chat().PublishAsync(fmt.Sprintf("c%d", i), data, ""); err != nil {
+			b.Fatal(err)
+		}
+		if i%1024 == 0 {
+			<-st.Chat().PublishAsyncComplete()
+		}
+	}
+	<-st.Chat().PublishAsyncComplete()
+	ctx := context.Background()
+	reads := []struct {
+		name string
+		read func() ([]jetstream.StoredMsg, error)
+	}{
+		{"batched", func() ([]jetstream.StoredMsg, error) { return st.Chat().LoadLeader(ctx, "target", 1, 0) }},
+		{"one-by-one", func() ([]jetstream.StoredMsg, error) { return jetstream.LeaderTail(st.Chat(), ctx, "target", 1, 0) }},
+	}
+	for _, tc := range reads {
+		if _, err := tc.read(); err != nil { // the server's blocks loaded for both alike
+			b.Fatal(err)
+		}
+	}
+	for _, tc := range reads {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				msgs, err := tc.read()
+				if err != nil || len(msgs) != mine {
+					b.Fatalf("%d messages, %v; want %d", len(msgs), err, mine)
+				}
+			}
+		})
 	}
 }
