@@ -210,6 +210,16 @@ func entries(msgs []StoredMsg) []schemas.Entry {
 // answer stops short of through, the rest is read from the stream leader, so the
 // entries are never fewer than what the stream held at through.
 func (ch *Chat) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, through uint64) ([]schemas.Entry, error) {
+	msgs, err := ch.loadThrough(ctx, conv, fromSeq, through)
+	if err != nil {
+		return nil, err
+	}
+	return entries(msgs), nil
+}
+
+// loadThrough is LoadEntriesThrough's read: batched direct gets of the conversation's
+// literal subjects, then the stream leader for what the answer lacked before through.
+func (ch *Chat) loadThrough(ctx context.Context, conv string, fromSeq, through uint64) ([]StoredMsg, error) {
 	msgs, past, err := ch.loadConversation(ctx, conv, fromSeq, through)
 	if err != nil {
 		return nil, err
@@ -223,18 +233,42 @@ func (ch *Chat) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, th
 	// That is the common case of a new conversation, whose read from 1 finds the message
 	// just delivered.
 	if next <= through && !past {
-		rest, err := ch.LoadLeader(ctx, conv, next, through)
+		rest, err := ch.leaderTail(ctx, conv, next, through)
 		if err != nil {
 			return nil, err
 		}
 		msgs = append(msgs, rest...)
 	}
-	return entries(msgs), nil
+	return msgs, nil
 }
 
-// LoadLeader is Load answered by the stream leader, one message
-// per request: slower, but it sees every acknowledged write (read-your-writes).
+// LoadLeader is Load as the stream leader has it: it sees every acknowledged write
+// (read-your-writes). It asks the leader for the conversation's newest message (one
+// request, answered from the subject index), reads up to it with the batched direct
+// gets of Load, and asks the leader, one message a request, only for what that answer
+// lacked (a replica that had not yet applied the newest writes): not the whole range
+// message by message.
 func (ch *Chat) LoadLeader(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
+	last, err := ch.LastSeq(ctx, conv)
+	if err != nil {
+		return nil, err
+	}
+	end := last
+	if upToSeq > 0 {
+		end = min(end, upToSeq)
+	}
+	if end == 0 || end < max(fromSeq, 1) {
+		return nil, nil
+	}
+	return ch.loadThrough(ctx, conv, fromSeq, end)
+}
+
+// leaderTail reads conv's messages in [fromSeq, upToSeq] (upToSeq 0: to the end) from
+// the stream leader, one message per request. Each request filters on the
+// conversation's wildcard (its messages may be on two partition layouts), which the
+// server answers by walking its blocks from fromSeq: callers ask only for a recent
+// tail.
+func (ch *Chat) leaderTail(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
 	subj, err := ch.cfg.ChatFilter(conv)
 	if err != nil {
 		return nil, err
@@ -260,46 +294,97 @@ func (ch *Chat) LoadLeader(ctx context.Context, conv string, fromSeq, upToSeq ui
 	return out, nil
 }
 
+// eachPage calls fn with conv's messages in [fromSeq, through] (through 0: to the end),
+// a batched direct get of one literal subject at a time (see chatSubjects): in the
+// order of each subject, not across subjects. fn returns false to stop.
+func (s *core) eachPage(ctx context.Context, conv string, fromSeq, through uint64, fn func([]StoredMsg) bool) error {
+	fromSeq = max(fromSeq, 1)
+	subjects, err := s.chatSubjects(ctx, conv, fromSeq)
+	if err != nil {
+		return err
+	}
+	for _, sub := range subjects {
+		for from := fromSeq; through == 0 || from <= through; {
+			page, more, err := s.directBatch(ctx, s.cfg.ChatStream, sub.name, from, DirectBatchSize)
+			if err != nil {
+				return err
+			}
+			i := len(page)
+			if through > 0 {
+				i, _ = slices.BinarySearchFunc(page, through+1, func(m StoredMsg, seq uint64) int { return cmp.Compare(m.Seq, seq) })
+			}
+			if i > 0 && !fn(page[:i]) {
+				return nil
+			}
+			if !more || len(page) == 0 || i < len(page) {
+				break
+			}
+			from = page[len(page)-1].Seq + 1
+		}
+	}
+	return nil
+}
+
 // LoadPinned reads the messages at seqs (a value's pinned_seqs) of conversation conv,
-// as entries, with one batched direct get each. A message that is no longer in CHAT
-// (the stream leader confirms it), or that belongs to another conversation, gives an
-// entry whose Err matches ErrMissingMessage: readers skip and report it instead of failing the whole read. Any
+// as entries, with one direct get of each sequence (no subject filter: the server looks
+// the sequence up). A message that is no longer in CHAT (the stream leader confirms it),
+// or that belongs to another conversation, gives an entry whose Err matches
+// ErrMissingMessage: readers skip and report it instead of failing the whole read. Any
 // other failure is an error.
 func (ch *Chat) LoadPinned(ctx context.Context, conv string, seqs []uint64) ([]schemas.Entry, error) {
-	subj, err := ch.cfg.ChatFilter(conv)
-	if err != nil {
+	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}
+	ours := func(m StoredMsg) bool { c, ok := ch.cfg.ConversationOf(m.Subject); return ok && c == conv }
 	out := make([]schemas.Entry, 0, len(seqs))
 	for _, seq := range seqs {
 		if seq == 0 {
 			out = append(out, schemas.Entry{Seq: seq, Err: fmt.Errorf("pinned sequence 0: %w", ErrMissingMessage)})
 			continue
 		}
-		// The next message of this conversation at or after seq: it is the pinned one
-		// only when its sequence is seq (a gap means it left the stream, or was never
-		// this conversation's).
-		page, _, err := ch.directBatch(ctx, ch.cfg.ChatStream, subj, seq, 1)
-		if err != nil {
+		m, err := ch.directSeq(ctx, ch.cfg.ChatStream, seq)
+		if err != nil && !errors.Is(err, errNoMessage) {
 			return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
 		}
-		if len(page) == 0 || page[0].Seq != seq {
-			// A replica may lag or lose a message it should have: only the stream leader
-			// says a pinned message is gone.
-			m, err := ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"seq": seq, "next_by_subj": subj})
-			switch {
-			case err == nil && m.Seq == seq:
-				out = append(out, m.Entry())
-			case err == nil || errors.Is(err, errNoMessage):
-				out = append(out, schemas.Entry{Seq: seq, Err: fmt.Errorf("pinned message %d: %w", seq, ErrMissingMessage)})
-			default:
-				return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
-			}
+		if err == nil && m.Seq == seq && ours(m) {
+			out = append(out, m.Entry())
 			continue
 		}
-		out = append(out, page[0].Entry())
+		// A replica may lag or lose a message it should have: only the stream leader
+		// says a pinned message is gone.
+		m, err = ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"seq": seq})
+		switch {
+		case err == nil && m.Seq == seq && ours(m):
+			out = append(out, m.Entry())
+		case err == nil || errors.Is(err, errNoMessage):
+			out = append(out, schemas.Entry{Seq: seq, Err: fmt.Errorf("pinned message %d: %w", seq, ErrMissingMessage)})
+		default:
+			return nil, fmt.Errorf("load pinned message %d: %w", seq, err)
+		}
 	}
 	return out, nil
+}
+
+// directSeq is a direct get of the message at seq (any replica answers); errNoMessage
+// when the server that answered has none there.
+func (s *core) directSeq(ctx context.Context, stream string, seq uint64) (StoredMsg, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	body := fmt.Appendf(nil, `{"seq":%d}`, seq)
+	m, err := s.nc.RequestWithContext(ctx, apiPrefix+"DIRECT.GET."+stream, body)
+	if err != nil {
+		return StoredMsg{}, fmt.Errorf("direct get %d of %s: %w", seq, stream, err)
+	}
+	if status := m.Header.Get("Status"); status != "" {
+		if status == "404" {
+			return StoredMsg{}, errNoMessage
+		}
+		return StoredMsg{}, fmt.Errorf("direct get %d of %s: status %s %s", seq, stream, status, m.Header.Get("Description"))
+	}
+	return storedFromDirect(m)
 }
 
 // LastSeq returns the sequence of a conversation's newest message, 0 when it has none.
@@ -382,12 +467,22 @@ func (c *Consumption) Drain() {
 	}
 }
 
-// Subscription is a core NATS subscription of the store's.
-type Subscription struct{ sub *nats.Subscription }
+// Subscription is a core NATS subscription of the store's, or a watcher of a shared
+// one.
+type Subscription struct {
+	sub  *nats.Subscription
+	stop func()
+}
 
 // Stop ends the subscription.
 func (s *Subscription) Stop() {
-	if s != nil && s.sub != nil {
+	if s == nil {
+		return
+	}
+	if s.stop != nil {
+		s.stop()
+	}
+	if s.sub != nil {
 		_ = s.sub.Unsubscribe()
 	}
 }

@@ -123,6 +123,7 @@ type forgetStep struct {
 	counted  *uint64
 	erase    bool // each message is erased before the purge
 	objects  bool // the objects bucket, not one subject
+	notify   bool // the policy: its watchers (the caches of every process) hear of the purge
 	eventsOf bool
 }
 
@@ -140,7 +141,7 @@ func (s *Store) forgetSteps(ctx context.Context, conv string, out *schemas.Forge
 		{name: "idle timer", stream: s.cfg.ActivityStream, subject: subj(s.cfg.activityFilter), counted: &d.ActivityMarkers},
 		{name: "messages", stream: s.cfg.ChatStream, subject: subj(s.cfg.ChatFilter), before: out.ThroughSeq + 1, counted: &d.ChatMessages, erase: true},
 		{name: "value", stream: "KV_" + s.cfg.ResultsBucket, subject: "$KV." + s.cfg.ResultsBucket + "." + conv, counted: &d.ResultRevisions},
-		{name: "policy", stream: "KV_" + s.cfg.PolicyBucket, subject: "$KV." + s.cfg.PolicyBucket + "." + conv, counted: &d.PolicyRevisions},
+		{name: "policy", stream: "KV_" + s.cfg.PolicyBucket, subject: "$KV." + s.cfg.PolicyBucket + "." + conv, counted: &d.PolicyRevisions, notify: true},
 		{name: "objects", objects: true, counted: &d.Objects},
 		// Last: jobs in flight may still report until they see the tombstone.
 		{name: "dead letters", stream: s.cfg.DeadStream, subject: subj(s.cfg.DeadSubject), counted: &d.DeadLetters},
@@ -186,6 +187,12 @@ func (s *Store) forgetStep(ctx context.Context, conv string, out *schemas.Forget
 		}
 		n, err := s.purge(ctx, st.stream, st.subject, st.before)
 		return n + erased, err
+	case st.notify:
+		n, err := s.purge(ctx, st.stream, st.subject, st.before)
+		if err != nil {
+			return n, err
+		}
+		return n, s.policies.Notify(ctx, conv)
 	default:
 		return s.purge(ctx, st.stream, st.subject, st.before)
 	}
@@ -374,36 +381,24 @@ func (s *core) eraseMsg(ctx context.Context, stream string, seq uint64) error {
 const EraseBudget = 20 * time.Second
 
 // eraseChat erases (overwrites, then deletes) the messages of conv up to through,
-// found with batched direct gets, until the deadline, and returns how many it erased.
+// found with batched direct gets of its literal subjects, until the deadline, and
+// returns how many it erased.
 func (s *core) eraseChat(ctx context.Context, conv string, through uint64, deadline time.Time) (uint64, error) {
-	subj, err := s.cfg.ChatFilter(conv)
-	if err != nil {
-		return 0, err
-	}
 	var n uint64
-	for from := uint64(1); from <= through && time.Now().Before(deadline); {
-		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, from, DirectBatchSize)
-		if err != nil {
-			return n, err
-		}
+	var ferr error
+	err := s.eachPage(ctx, conv, 1, through, func(page []StoredMsg) bool {
 		for _, m := range page {
-			if m.Seq > through {
-				return n, nil
-			}
 			if time.Now().After(deadline) {
-				return n, nil
+				return false
 			}
-			if err := s.eraseMsg(ctx, s.cfg.ChatStream, m.Seq); err != nil {
-				return n, err
+			if ferr = s.eraseMsg(ctx, s.cfg.ChatStream, m.Seq); ferr != nil {
+				return false
 			}
 			n++
 		}
-		if !more || len(page) == 0 {
-			return n, nil
-		}
-		from = page[len(page)-1].Seq + 1
-	}
-	return n, nil
+		return true
+	})
+	return n, errors.Join(err, ferr)
 }
 
 // forgetStepHook, when set (by a test), is called before each deletion step of a
@@ -426,22 +421,15 @@ func (s *core) objectsToForget(ctx context.Context, conv string, through, tombSe
 
 // objectRefs returns the names of the objects of conv that the conversation's stubs
 // with a sequence in [from, through] refer to (through 0: to the end), read with
-// batched direct gets: in time proportional to the conversation, not to the bucket.
+// batched direct gets of its literal subjects: in time proportional to the
+// conversation, not to the bucket.
 func (s *core) objectRefs(ctx context.Context, conv string, from, through uint64) (map[string]bool, error) {
-	subj, err := s.cfg.ChatFilter(conv)
-	if err != nil {
+	if _, err := s.cfg.ChatFilter(conv); err != nil {
 		return nil, err
 	}
 	refs := map[string]bool{}
-	for {
-		page, more, err := s.directBatch(ctx, s.cfg.ChatStream, subj, from, DirectBatchSize)
-		if err != nil {
-			return nil, err
-		}
+	err := s.eachPage(ctx, conv, from, through, func(page []StoredMsg) bool {
 		for _, m := range page {
-			if through > 0 && m.Seq > through {
-				return refs, nil
-			}
 			// Read leniently: any name in the conversation's prefix is looked up.
 			var stub struct {
 				Ref *struct{ Bucket, Name string } `json:"content_ref"`
@@ -451,11 +439,12 @@ func (s *core) objectRefs(ctx context.Context, conv string, from, through uint64
 				refs[stub.Ref.Name] = true
 			}
 		}
-		if !more || len(page) == 0 {
-			return refs, nil
-		}
-		from = page[len(page)-1].Seq + 1
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
+	return refs, nil
 }
 
 // forgetObjects deletes the objects named in names (those the forgotten conversation's

@@ -367,39 +367,9 @@ func TestMembership(t *testing.T) {
 // subjects (measured: 7–9 ms against 0.15–0.2 ms a read at 100,000 conversations; the
 // full bench's 100,000-conversation trigger run went from about a minute to over six).
 func TestReadsUseLiteralSubjectsAcrossLayouts(t *testing.T) {
-	srv := jstest.Server(t)
-	nc := jstest.Conn(t, srv)
-	one := jetstream.DefaultConfig()
-	st1, err := jetstream.Provision(ctxT(t), nc, one)
-	if err != nil {
-		t.Fatal(err)
-	}
-	publish := func(st *jetstream.Store, conv string, i int) uint64 {
-		t.Helper()
-		seq, err := st.Chat().Publish(ctxT(t), conv, fmt.Appendf(nil, `{"role":"user","content":"m%d"}`, i), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return seq
-	}
-	var want []uint64
-	for i := range 3 {
-		want = append(want, publish(st1, "mixed", i))
-		publish(st1, "other", i)
-	}
-	four := jetstream.DefaultConfig()
-	four.TriggerPartitions = 4
-	four.UpdateExisting = true
-	st4, err := jetstream.Provision(ctxT(t), nc, four)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 3; i < 6; i++ {
-		want = append(want, publish(st4, "mixed", i))
-		publish(st4, "other", i)
-	}
+	st1, st4, want, spy := twoLayouts(t, 3)
 	// Every direct get the reads send, as the server receives them.
-	sub := seeRequests(t, nc, "$JS.API.DIRECT.GET.CHAT")
+	sub := spy("$JS.API.DIRECT.GET.CHAT")
 	for _, st := range []*jetstream.Store{st1, st4} {
 		for _, from := range []int{0, 1, 4} {
 			msgs, err := st.Chat().Load(ctxT(t), "mixed", want[from], 0)
@@ -495,10 +465,8 @@ func seeRequests(t *testing.T, nc *nats.Conn, subject string) *requestSpy {
 	return &requestSpy{nc: nc, sub: sub}
 }
 
-// requests returns the requests seen so far: after the flush's round trip every copy
-// the server sent before it is in the subscription's queue (the connection reads in
-// order).
-func (r *requestSpy) requests(t *testing.T) []directRequest {
+// count returns how many requests were seen so far (see requests).
+func (r *requestSpy) count(t *testing.T) int {
 	t.Helper()
 	if err := r.nc.Flush(); err != nil {
 		t.Fatal(err)
@@ -507,6 +475,18 @@ func (r *requestSpy) requests(t *testing.T) []directRequest {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return n
+}
+
+// stop ends the spying.
+func (r *requestSpy) stop() { _ = r.sub.Unsubscribe() }
+
+// requests returns the requests seen so far: after the flush's round trip every copy
+// the server sent before it is in the subscription's queue (the connection reads in
+// order).
+func (r *requestSpy) requests(t *testing.T) []directRequest {
+	t.Helper()
+	n := r.count(t)
 	out := make([]directRequest, 0, n)
 	for range n {
 		m, err := r.sub.NextMsg(time.Second)

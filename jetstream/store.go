@@ -66,6 +66,9 @@ type core struct {
 	// consumerRefused is the last refusal of a consumer's pull or ack (see
 	// Store.ConsumerRefused).
 	consumerRefused atomic.Pointer[refusal]
+
+	// policyHub is the subscription every policy watch shares (see Policies.Watch).
+	policyHub policyHub
 }
 
 // bindHandles makes the store's handles; newStore calls it once.

@@ -142,10 +142,12 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 	}
 	log := cfg.Logger
 	var policies PolicySourcer = cfg.Policies
-	if policies == nil {
-		policies = NewPolicySource(st, cfg.Resolver)
-	}
 	n := &Node{log: log}
+	if policies == nil {
+		src := NewPolicySourceLog(st, cfg.Resolver, log)
+		policies = src
+		n.comps = append(n.comps, src) // its watch, for the cache
+	}
 	tel := cfg.Telemetry
 	if cfg.Roles.API {
 		scfg := service.DefaultConfig()
@@ -296,24 +298,68 @@ func (n *Node) Run(ctx context.Context) error {
 // PolicySource resolves a conversation's settings: the resolver's tiers plus the
 // conversation's policy in KV compaction-policy. It is what the trigger, the workers,
 // the service and the view are given, so they all resolve alike.
+//
+// While Run holds its watch of the policies, it answers from memory what it read
+// before and reads a conversation's policy again only when it changed (see the policy
+// cache's bounds in policycache.go); otherwise every call reads the policy from the
+// bucket's stream leader.
 type PolicySource struct {
 	store    *jetstream.Store
 	resolver *policy.Resolver
+	cache    *policyCache
+	// none is the settings of a conversation without a policy, resolved once.
+	none *policy.Settings
+	// noneErr is what resolving no policy gave (then none is the resolver's base).
+	noneErr error
 }
 
-// NewPolicySource resolves with r's tiers and the policies st holds.
+// NewPolicySource resolves with r's tiers and the policies st holds. Run caches them.
 func NewPolicySource(st *jetstream.Store, r *policy.Resolver) PolicySource {
-	return PolicySource{store: st, resolver: r}
+	return NewPolicySourceLog(st, r, zerolog.Nop())
 }
+
+// NewPolicySourceLog is NewPolicySource whose watch reports to log.
+func NewPolicySourceLog(st *jetstream.Store, r *policy.Resolver, log zerolog.Logger) PolicySource {
+	none, err := r.Resolve(nil)
+	if err != nil {
+		none = r.Base()
+	}
+	return PolicySource{store: st, resolver: r, cache: newPolicyCache(st, log), none: &none, noneErr: err}
+}
+
+// Run watches the policies until ctx is done, and meanwhile Settings answers from
+// memory what it read before (a node runs it with its roles).
+func (ps PolicySource) Run(ctx context.Context) error { return ps.cache.run(ctx) }
+
+// CacheStats reports what the cache did.
+func (ps PolicySource) CacheStats() PolicyCacheStats { return ps.cache.stats() }
 
 // Settings resolves conv's settings. When its policy is invalid, the error matches
 // policy.ErrPolicy and the settings returned are those without the policy.
 func (ps PolicySource) Settings(ctx context.Context, conv string) (policy.Settings, error) {
+	e, st, ok := ps.cache.get(conv)
+	if ok {
+		ps.cache.hits.Add(1)
+		return *e.s, e.err
+	}
+	ps.cache.misses.Add(1)
+	b := ps.cache.begin(st)
 	data, _, err := ps.store.Policies().Get(ctx, conv)
 	if err != nil {
 		return policy.Settings{}, err
 	}
+	e = ps.resolve(conv, data)
+	ps.cache.put(conv, b, e)
+	return *e.s, e.err
+}
+
+// resolve is the settings of conv with the policy data (nil: none).
+func (ps PolicySource) resolve(conv string, data []byte) cacheEntry {
+	if data == nil && ps.noneErr == nil {
+		return cacheEntry{s: ps.none}
+	}
 	var l policy.Layer
+	var err error
 	if data != nil {
 		l, err = policy.DecodeConversation(data)
 	}
@@ -322,13 +368,9 @@ func (ps PolicySource) Settings(ctx context.Context, conv string) (policy.Settin
 		s, err = ps.resolver.Resolve(l)
 	}
 	if err != nil {
-		base, berr := ps.resolver.Resolve(nil)
-		if berr != nil {
-			base = ps.resolver.Base()
-		}
-		return base, fmt.Errorf("policy of %s: %w", conv, err)
+		return cacheEntry{s: ps.none, err: fmt.Errorf("policy of %s: %w", conv, err)}
 	}
-	return s, nil
+	return cacheEntry{s: &s}
 }
 
 // DefaultEndpoint is where summaries go when no endpoint is configured but a key is.

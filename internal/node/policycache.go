@@ -1,0 +1,260 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas/policy"
+)
+
+// The policy cache: a process asks a conversation's settings for every new
+// conversation the trigger sees, every job a worker takes and every request the
+// service and the view answer. Read from the policy bucket's stream leader each time,
+// that is a network round trip per conversation. The cache answers from memory what
+// it read before, and drops a conversation's entry when it hears that its policy
+// changed.
+//
+// What it hears is the store's policy watch (jetstream.Policies.WatchFirst): a core
+// NATS subscription to the policy subjects, which hears every write to a policy as
+// the server routes it, the writes of this process synchronously once stored, and a
+// forget's purge through its notification. It is told before the trigger's own watch,
+// so a trigger that re-reads a policy on a change reads past the cache.
+//
+// Bounds:
+//   - A change another process makes is seen by the first Settings call after its
+//     notification reaches this process (normally well under a millisecond after the
+//     write). The notification may arrive before the stream has stored the write: an
+//     answer read within settleWindow of a notification is kept only until
+//     settleWindow after it, then read again.
+//   - Whatever the watch missed, no entry is served past maxEntryAge: it is read again
+//     then (a write the stream stored later than settleWindow after its notification,
+//     during a leader election say, is served late by at most that).
+//   - A change of this process's own (Put, Update, a forget's Notify) is seen by the
+//     next call, in every goroutine: the entry is dropped before the write returns.
+//   - While the watch cannot be trusted (not subscribed, disconnected, refused by the
+//     user's permissions, or notifications dropped), every call reads the stream, and
+//     every entry learned before is forgotten.
+//
+// Memory: conversations without a policy (most) cost an entry that points at the one
+// shared default settings; those with one hold their resolved settings. The entries are
+// bounded by maxEntries in two generations: when the newer one fills half the bound,
+// the older is dropped and the newer takes its place, and a hit in the older moves the
+// entry to the newer. That keeps the conversations in use, like an LRU, at a map
+// lookup a hit, with no list to maintain.
+
+// Cache bounds (see above).
+const (
+	maxEntries   = 1 << 16
+	maxEntryAge  = 2 * time.Minute
+	settleWindow = 5 * time.Second
+)
+
+// policyCache is PolicySource's memory of settings.
+type policyCache struct {
+	store  *jetstream.Store
+	log    zerolog.Logger
+	now    func() time.Time
+	bound  int
+	maxAge time.Duration
+	settle time.Duration
+
+	// running is set while Run holds the watch: only then is the cache used.
+	running atomic.Bool
+
+	mu       sync.Mutex
+	epoch    uint64 // the watch's epoch the entries were learned under
+	cur, old map[string]cacheEntry
+	// recent holds the conversations heard of within settle, with the change count
+	// then; changes counts what was heard.
+	recent  map[string]change
+	changes uint64
+
+	hits, misses atomic.Uint64
+}
+
+// cacheEntry is a conversation's settings, or the error its policy resolved to.
+type cacheEntry struct {
+	s       *policy.Settings
+	err     error
+	expires time.Time
+}
+
+// change is when a conversation's policy change was heard, and the change count then.
+type change struct {
+	at time.Time
+	n  uint64
+}
+
+func newPolicyCache(st *jetstream.Store, log zerolog.Logger) *policyCache {
+	return &policyCache{store: st, log: log, now: time.Now, bound: maxEntries, maxAge: maxEntryAge, settle: settleWindow,
+		cur: map[string]cacheEntry{}, old: map[string]cacheEntry{}, recent: map[string]change{}}
+}
+
+// run holds the watch until ctx is done. A watch that cannot be made leaves every call
+// reading the stream.
+func (c *policyCache) run(ctx context.Context) error {
+	sub, err := c.store.Policies().WatchFirst(c.changed)
+	if err != nil {
+		c.log.Warn().Err(err).Msg("policy watch: every settings read goes to the stream")
+		<-ctx.Done()
+		return nil
+	}
+	c.running.Store(true)
+	defer func() {
+		c.running.Store(false)
+		sub.Stop()
+		c.clear(0)
+	}()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	var last jetstream.WatchState
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			last = c.report(last)
+		}
+	}
+}
+
+// report logs a change of the watch's state.
+func (c *policyCache) report(last jetstream.WatchState) jetstream.WatchState {
+	st := c.store.Policies().WatchState()
+	switch {
+	case st.Refused && !last.Refused:
+		c.log.Warn().Str("subject", "$KV."+c.store.Config().PolicyBucket+".*").
+			Msg("policy watch refused (the user may not subscribe to the policy subjects): every settings read goes to the stream")
+	case st.Live && last.Refused:
+		c.log.Info().Msg("policy watch live again: settings are cached")
+	}
+	return st
+}
+
+// get returns conv's cached entry, if it has one that may be served.
+func (c *policyCache) get(conv string) (cacheEntry, jetstream.WatchState, bool) {
+	st := c.store.Policies().WatchState()
+	if !c.running.Load() || !st.Live {
+		return cacheEntry{}, st, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.epoch != st.Epoch {
+		c.clearLocked(st.Epoch)
+		return cacheEntry{}, st, false
+	}
+	e, ok := c.cur[conv]
+	if !ok {
+		if e, ok = c.old[conv]; ok {
+			delete(c.old, conv)
+			c.putLocked(conv, e)
+		}
+	}
+	if ok && !c.now().Before(e.expires) {
+		delete(c.cur, conv)
+		ok = false
+	}
+	return e, st, ok
+}
+
+// begin is taken before a read of the stream, for put.
+type begin struct {
+	st      jetstream.WatchState
+	changes uint64
+	at      time.Time
+}
+
+func (c *policyCache) begin(st jetstream.WatchState) begin {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return begin{st: st, changes: c.changes, at: c.now()}
+}
+
+// put keeps what a read begun at b found, unless it may be older than a change heard
+// since b, the watch could have missed one meanwhile, or the read took so long that
+// what was heard during it may be forgotten.
+func (c *policyCache) put(conv string, b begin, e cacheEntry) {
+	if !c.running.Load() || !b.st.Live {
+		return
+	}
+	st := c.store.Policies().WatchState()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if st.Epoch != b.st.Epoch || !st.Live || c.epoch != st.Epoch || now.Sub(b.at) >= c.settle {
+		return
+	}
+	e.expires = now.Add(c.maxAge)
+	if r, ok := c.recent[conv]; ok {
+		if r.n > b.changes {
+			return
+		}
+		if until := r.at.Add(c.settle); until.After(now) {
+			e.expires = until
+		}
+	}
+	c.putLocked(conv, e)
+}
+
+// putLocked stores an entry in the newer generation, turning it into the older one
+// when it holds half the bound.
+func (c *policyCache) putLocked(conv string, e cacheEntry) {
+	if len(c.cur) >= c.bound/2 {
+		c.old, c.cur = c.cur, make(map[string]cacheEntry, len(c.cur))
+	}
+	c.cur[conv] = e
+}
+
+// changed drops conv's entry: its policy changed.
+func (c *policyCache) changed(conv string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.cur, conv)
+	delete(c.old, conv)
+	now := c.now()
+	c.changes++
+	if len(c.recent) >= 1024 {
+		for k, r := range c.recent {
+			if !r.at.Add(c.settle).After(now) {
+				delete(c.recent, k)
+			}
+		}
+	}
+	c.recent[conv] = change{at: now, n: c.changes}
+}
+
+// clear forgets every entry.
+func (c *policyCache) clear(epoch uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clearLocked(epoch)
+}
+
+func (c *policyCache) clearLocked(epoch uint64) {
+	c.epoch = epoch
+	clear(c.cur)
+	clear(c.old)
+}
+
+// PolicyCacheStats is what a PolicySource's cache did.
+type PolicyCacheStats struct {
+	// Hits and Misses count the Settings calls answered from memory and from the
+	// stream.
+	Hits, Misses uint64
+	// Entries is how many conversations it holds.
+	Entries int
+	// Watch is the state of the policy watch it relies on.
+	Watch jetstream.WatchState
+}
+
+func (c *policyCache) stats() PolicyCacheStats {
+	c.mu.Lock()
+	n := len(c.cur) + len(c.old)
+	c.mu.Unlock()
+	return PolicyCacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Entries: n, Watch: c.store.Policies().WatchState()}
+}
