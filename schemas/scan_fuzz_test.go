@@ -58,6 +58,9 @@ func FuzzScanMessage(f *testing.F) {
 	for _, s := range scanSeeds {
 		f.Add([]byte(s.json))
 	}
+	for _, m := range scanBenchMessages {
+		f.Add([]byte(m.json))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkScan(t, data)
 	})
