@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"strings"
 	"unicode/utf8"
 )
@@ -232,10 +233,17 @@ func (s *Scanned) field(sc *scanner, f int) bool {
 	return sc.skip(0)
 }
 
+// roleOf returns the role b names, "" for none (without allocating).
 func roleOf(b []byte) Role {
-	switch r := Role(b); r {
-	case RoleSystem, RoleUser, RoleAssistant, RoleTool:
-		return r
+	switch string(b) {
+	case string(RoleSystem):
+		return RoleSystem
+	case string(RoleUser):
+		return RoleUser
+	case string(RoleAssistant):
+		return RoleAssistant
+	case string(RoleTool):
+		return RoleTool
 	}
 	return ""
 }
@@ -389,6 +397,7 @@ func (s *Scanned) content(sc *scanner) bool {
 	case '"':
 		return sc.text(&s.ContentText)
 	case '[':
+		s.Parts = make([]ScannedPart, 0, 4)
 		return sc.array(func() bool {
 			p, ok := sc.part()
 			s.Parts = append(s.Parts, p)
@@ -750,12 +759,13 @@ const (
 	msb = 0x8080808080808080
 )
 
-// plain8 reports whether none of the 8 bytes of x is '"', '\\', a control character or
-// a byte of a multi-byte UTF-8 sequence.
-func plain8(x uint64) bool {
+// special8 marks, with its high bit, a byte of the 8 bytes of x (little-endian) that is
+// '"', '\\', a control character or a byte of a multi-byte UTF-8 sequence: exactly for
+// the lowest such byte (a byte above it may be marked too), none when there is none.
+func special8(x uint64) uint64 {
 	q := x ^ (lsb * '"')
 	b := x ^ (lsb * '\\')
-	return ((q-lsb)&^q|(b-lsb)&^b|(x-lsb*0x20)|x)&msb == 0
+	return ((q-lsb)&^q | (b-lsb)&^b | (x - lsb*0x20) | x) & msb
 }
 
 // str reads a string literal (of valid UTF-8, which the caller checked): its body
@@ -769,10 +779,18 @@ func (sc *scanner) str() (body []byte, esc bool, size TextSize, ok bool) {
 	start := sc.i + 1
 	i := start
 	for {
-		for i+8 <= len(d) && plain8(binary.LittleEndian.Uint64(d[i:])) {
-			i += 8
-			size.Bytes += 8
-			size.Runes += 8
+		for i+8 <= len(d) {
+			m := special8(binary.LittleEndian.Uint64(d[i:]))
+			n := 8
+			if m != 0 {
+				n = bits.TrailingZeros64(m) / 8
+			}
+			i += n
+			size.Bytes += n
+			size.Runes += n
+			if m != 0 {
+				break
+			}
 		}
 		if i >= len(d) {
 			return nil, false, size, false

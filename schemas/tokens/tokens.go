@@ -206,7 +206,7 @@ var payloadKeys = map[string]bool{"url": true, "data": true, "file_data": true, 
 // payloadLength is the length, quotes included, of the longest JSON string literal in
 // raw that is the value of a payload key (payloadKeys): a media part's payload.
 func payloadLength(raw []byte) int {
-	best, key := 0, ""
+	best, key := 0, []byte(nil)
 	for i := 0; i < len(raw); i++ {
 		if raw[i] != '"' {
 			continue
@@ -225,12 +225,12 @@ func payloadLength(raw []byte) int {
 		}
 		switch {
 		case k < len(raw) && raw[k] == ':': // a key: the literal after it is its value
-			key = string(raw[i+1 : end])
-		case payloadKeys[key]:
+			key = raw[i+1 : end]
+		case payloadKeys[string(key)]:
 			best = max(best, end-i+1)
-			key = ""
+			key = nil
 		default:
-			key = ""
+			key = nil
 		}
 		i = end
 	}
