@@ -45,6 +45,7 @@ var scanSeeds = []struct {
 	{`{"role":"user","content":"a"} x`, false},
 	{`{"role":"user","content":"\u0000\t"}`, true},
 	{`{"role":"tool","content":"[stored]","tool_call_id":"c1","content_ref":{"bucket":"compaction-objects","name":"c/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","size":99,"sha256":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","tokens":3}}`, false},
+	{`{"role":"assistant","content":"ok","content":[{"type":"image_url","image_url":{"url":"data:,AAAA"},"detail":"low"}]}`, false},
 	{`[1]`, false},
 	{`null`, false},
 }
@@ -63,7 +64,71 @@ func FuzzScanMessage(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkScan(t, data)
+		checkScan(t, buildMessage(data))
 	})
+}
+
+// scanBases are the messages buildMessage starts from: valid ones, so that the members
+// it adds (duplicates of theirs among them) are what decides.
+var scanBases = []string{
+	`{"role":"user","content":"hi"`,
+	`{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"f"}}]`,
+	`{"role":"tool","tool_call_id":"c1","content":"x"`,
+	`{"role":"assistant","content":"ok"`,
+	`{"content":"hi"`,
+}
+
+// scanKeys and scanValues are the members buildMessage adds: the top-level keys, cased
+// and escaped ones among them, and values of every shape the keys take, and of shapes
+// they do not.
+var (
+	scanKeys = []string{
+		`"role"`, `"content"`, `"name"`, `"tool_calls"`, `"tool_call_id"`, `"reasoning"`, `"extra"`,
+		`"tokens"`, `"usage"`, `"context_generation"`, `"meta"`, `"content_ref"`, `"Role"`, `"r\u006fle"`,
+		`"x"`, `"CONTENT"`,
+	}
+	scanValues = []string{
+		`"user"`, `"assistant"`, `"tool"`, `"system"`, `""`, `"c1"`, `"c\u0031"`, `"\ud83d\ude00\ud800é"`,
+		`null`, `0`, `7`, `-1`, `1.5`, `1e2`, `12345678901234567890`, `true`, `[]`, `{}`, `[null]`, `"true"`,
+		`[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]`,
+		`[{"id":"c2","type":"function","function":{"name":"g"}},{"id":"c3","type":"function","function":{"name":"h","arguments":null}}]`,
+		`[{"id":"c1","type":"function","function":{"name":"f"}},{"id":"c1","type":"function","function":{"name":"f"}}]`,
+		`[{"id":"c1","Id":"c4","type":"function","function":{"name":"f"}}]`,
+		`[{"id":"c1","type":"function","function":{"name":"f","Name":"g"},"index":0}]`,
+		`[{"id":"c1","type":"tool","function":{"name":"f"}}]`,
+		`[{"id":"","type":"function","function":{"name":"f"}}]`,
+		`[{"id":"c1","type":"function","function":{"name":""}}]`,
+		`[{"id":"c1","type":"function","function":null}]`,
+		`[{"id":"c1","id":"c5","type":"function","function":{"name":"f"}}]`,
+		`[{"ıd":"c1","type":"function","function":{"name":"f"}}]`,
+		`{"prompt_tokens":100,"completion_tokens":5}`, `{"prompt_tokens":1,"prompt_tokens":2}`,
+		`{"Prompt_tokens":3}`, `{"prompt_tokens":null,"total_tokens":4,"cached_tokens":1,"prompt_tokens_details":{"cached_tokens":9}}`,
+		`{"prompt_tokens":-5}`, `{"completion_tokenſ":2}`,
+		`{"pin":"true"}`, `{"pin":null}`, `{"pin":"false","a":"b"}`, `{"pin":"true","pin":"no"}`, `{"pin":1}`, `{"Pin":"true"}`, `{"p\u0069n":"true"}`,
+		`[{"type":"text","text":"hi"}]`, `[{"type":"text","text":null}]`, `[{"type":"text"}]`, `[{"type":"text","text":3}]`,
+		`[{"type":"image_url","image_url":{"url":"data:,AAAA"},"detail":"low"}]`, `[{"type":"image_url"}]`,
+		`[{"type":"x","text":"t","y":[1]}]`, `[{"type":""}]`, `[{"type":null}]`, `[{}]`, `[{"type":"refusal","refusal":"no"}]`,
+		`[{"type":"file","file":{"filename":"a","file_data":"QUFB"}},{"type":"input_audio","input_audio":{"data":"AA"}}]`,
+		`[{"type":"text","text":"a","text":"b"}]`, `[{"type":"text","Text":"a","text":"b"}]`, `[{"t\u0079pe":"text","text":"a"}]`,
+		`{"bucket":"b","name":"c/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","size":99,"sha256":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","tokens":3}`,
+		`{"a":[1,{"b":null}]}`, `"\u0000\t\"\\\/"`,
+	}
+)
+
+// buildMessage makes a message of data: its first byte picks one of scanBases, then two
+// bytes a member, a key of scanKeys and a value of scanValues.
+func buildMessage(data []byte) []byte {
+	if len(data) == 0 {
+		return nil
+	}
+	b := []byte(scanBases[int(data[0])%len(scanBases)])
+	for i := 1; i+1 < len(data); i += 2 {
+		b = append(b, ',')
+		b = append(b, scanKeys[int(data[i])%len(scanKeys)]...)
+		b = append(b, ':')
+		b = append(b, scanValues[int(data[i+1])%len(scanValues)]...)
+	}
+	return append(b, '}')
 }
 
 // checkScan compares ScanMessage and its one-pass reader with DecodeMessage on data.
