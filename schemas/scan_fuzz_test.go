@@ -68,6 +68,9 @@ func FuzzScanMessage(f *testing.F) {
 	})
 }
 
+// maxBuiltMembers is the most members buildMessage adds to its base.
+const maxBuiltMembers = 3
+
 // scanBases are the messages buildMessage starts from: valid ones, so that the members
 // it adds (duplicates of theirs among them) are what decides.
 var scanBases = []string{
@@ -78,18 +81,21 @@ var scanBases = []string{
 	`{"content":"hi"`,
 }
 
-// scanKeys and scanValues are the members buildMessage adds: the top-level keys, cased
-// and escaped ones among them, and values of every shape the keys take, and of shapes
-// they do not.
-var (
-	scanKeys = []string{
-		`"role"`, `"content"`, `"name"`, `"tool_calls"`, `"tool_call_id"`, `"reasoning"`, `"extra"`,
-		`"tokens"`, `"usage"`, `"context_generation"`, `"meta"`, `"content_ref"`, `"Role"`, `"r\u006fle"`,
-		`"x"`, `"CONTENT"`,
-	}
-	scanValues = []string{
-		`"user"`, `"assistant"`, `"tool"`, `"system"`, `""`, `"c1"`, `"c\u0031"`, `"\ud83d\ude00\ud800é"`,
-		`null`, `0`, `7`, `-1`, `1.5`, `1e2`, `12345678901234567890`, `true`, `[]`, `{}`, `[null]`, `"true"`,
+// scanMembers are the members buildMessage adds: each top-level key (cased and escaped
+// ones among them) with values of the shapes it takes and of shapes it does not.
+var scanMembers = []struct {
+	key    string
+	values []string
+}{
+	{`"role"`, []string{`"user"`, `"assistant"`, `"tool"`, `"system"`, `""`, `"x"`, `"us\u0065r"`, `null`, `1`}},
+	{`"content"`, []string{`"hi"`, `"\ud83d\ude00\ud800é\u0000\t\"\\\/"`, `null`, `[]`, `1`, `{}`, `[null]`, `[{}]`,
+		`[{"type":"text","text":"hi"}]`, `[{"type":"text","text":null}]`, `[{"type":"text"}]`, `[{"type":"text","text":3}]`,
+		`[{"type":"image_url","image_url":{"url":"data:,AAAA"},"detail":"low"}]`, `[{"type":"image_url"}]`, `[{"type":"image_url","image_url":null}]`,
+		`[{"type":"x","text":"t","y":[1]}]`, `[{"type":""}]`, `[{"type":null}]`, `[{"type":"refusal","refusal":"no"}]`,
+		`[{"type":"file","file":{"filename":"a","file_data":"QUFB"}},{"type":"input_audio","input_audio":{"data":"AA"}}]`,
+		`[{"type":"text","text":"a","text":"b"}]`, `[{"type":"text","Text":"a","text":"b"}]`, `[{"t\u0079pe":"text","text":"a"}]`}},
+	{`"name"`, []string{`"n"`, `"\u00e9x"`, `""`, `null`, `1`}},
+	{`"tool_calls"`, []string{`[]`, `null`, `[null]`, `{}`,
 		`[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]`,
 		`[{"id":"c2","type":"function","function":{"name":"g"}},{"id":"c3","type":"function","function":{"name":"h","arguments":null}}]`,
 		`[{"id":"c1","type":"function","function":{"name":"f"}},{"id":"c1","type":"function","function":{"name":"f"}}]`,
@@ -101,32 +107,42 @@ var (
 		`[{"id":"c1","type":"function","function":null}]`,
 		`[{"id":"c1","id":"c5","type":"function","function":{"name":"f"}}]`,
 		`[{"ıd":"c1","type":"function","function":{"name":"f"}}]`,
-		`{"prompt_tokens":100,"completion_tokens":5}`, `{"prompt_tokens":1,"prompt_tokens":2}`,
+		`[{"id":"c1","type":"function","function":{"name":"f"},"FUNCTION":{"name":"longer"}}]`,
+		`[{"id":"c1","type":"function","function":{"name":"f","ARGUMENTS":"{\"a\":1}"}}]`,
+		`[{"id":"c1","TYPE":"x","type":"function","function":{"name":"f"}}]`}},
+	{`"tool_call_id"`, []string{`"c1"`, `"c\u0031"`, `"c2"`, `""`, `null`, `1`, `"\ud800"`}},
+	{`"reasoning"`, []string{`"why"`, `"\n"`, `null`, `[]`}},
+	{`"extra"`, []string{`{}`, `{"a":[1,{"b":null}]}`, `null`, `[1]`, `"x"`}},
+	{`"tokens"`, []string{`0`, `7`, `100000`, `-1`, `1.5`, `1e2`, `null`, `12345678901234567890`, `"7"`}},
+	{`"usage"`, []string{`{"prompt_tokens":100,"completion_tokens":5}`, `{"prompt_tokens":1,"prompt_tokens":2}`, `{}`, `null`, `[]`,
 		`{"Prompt_tokens":3}`, `{"prompt_tokens":null,"total_tokens":4,"cached_tokens":1,"prompt_tokens_details":{"cached_tokens":9}}`,
-		`{"prompt_tokens":-5}`, `{"completion_tokenſ":2}`,
-		`{"pin":"true"}`, `{"pin":null}`, `{"pin":"false","a":"b"}`, `{"pin":"true","pin":"no"}`, `{"pin":1}`, `{"Pin":"true"}`, `{"p\u0069n":"true"}`,
-		`[{"type":"text","text":"hi"}]`, `[{"type":"text","text":null}]`, `[{"type":"text"}]`, `[{"type":"text","text":3}]`,
-		`[{"type":"image_url","image_url":{"url":"data:,AAAA"},"detail":"low"}]`, `[{"type":"image_url"}]`,
-		`[{"type":"x","text":"t","y":[1]}]`, `[{"type":""}]`, `[{"type":null}]`, `[{}]`, `[{"type":"refusal","refusal":"no"}]`,
-		`[{"type":"file","file":{"filename":"a","file_data":"QUFB"}},{"type":"input_audio","input_audio":{"data":"AA"}}]`,
-		`[{"type":"text","text":"a","text":"b"}]`, `[{"type":"text","Text":"a","text":"b"}]`, `[{"t\u0079pe":"text","text":"a"}]`,
-		`{"bucket":"b","name":"c/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","size":99,"sha256":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","tokens":3}`,
-		`{"a":[1,{"b":null}]}`, `"\u0000\t\"\\\/"`,
-	}
-)
+		`{"prompt_tokens":-5}`, `{"completion_tokenſ":2}`, `{"prompt_tokens":1.0}`}},
+	{`"context_generation"`, []string{`0`, `2`, `-1`, `null`, `1.5`, `18446744073709551615`, `18446744073709551616`, `"2"`}},
+	{`"meta"`, []string{`{"pin":"true"}`, `{"pin":null}`, `{"pin":"false","a":"b"}`, `{"pin":"true","pin":"no"}`, `{"pin":1}`,
+		`{"Pin":"true"}`, `{"p\u0069n":"true"}`, `{"pin":"tru\u0065"}`, `{}`, `null`, `[]`}},
+	{`"content_ref"`, []string{`null`, `{}`,
+		`{"bucket":"b","name":"c/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","size":99,"sha256":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","tokens":3}`}},
+	{`"Role"`, []string{`"tool"`, `1`}},
+	{`"r\u006fle"`, []string{`"tool"`, `"user"`}},
+	{`"x"`, []string{`[1,{"b":null},"\u00e9",-0.5e+3,true,false]`, `{"role":"x"}`}},
+	{`"CONTENT"`, []string{`null`, `"x"`}},
+}
 
 // buildMessage makes a message of data: its first byte picks one of scanBases, then two
-// bytes a member, a key of scanKeys and a value of scanValues.
+// bytes a member of scanMembers, its key and one of its values, at most
+// maxBuiltMembers (more would nearly always repeat a key, which the one-pass reader
+// leaves to DecodeMessage).
 func buildMessage(data []byte) []byte {
 	if len(data) == 0 {
 		return nil
 	}
 	b := []byte(scanBases[int(data[0])%len(scanBases)])
-	for i := 1; i+1 < len(data); i += 2 {
+	for i := 1; i+1 < len(data) && i < 2*maxBuiltMembers; i += 2 {
+		m := scanMembers[int(data[i])%len(scanMembers)]
 		b = append(b, ',')
-		b = append(b, scanKeys[int(data[i])%len(scanKeys)]...)
+		b = append(b, m.key...)
 		b = append(b, ':')
-		b = append(b, scanValues[int(data[i+1])%len(scanValues)]...)
+		b = append(b, m.values[int(data[i+1])%len(m.values)]...)
 	}
 	return append(b, '}')
 }
