@@ -71,6 +71,14 @@ func ScanMessage(data []byte) (Scanned, error) {
 	if utf8.Valid(data) && s.scan(data) {
 		return s, nil
 	}
+	return decodeScanned(data)
+}
+
+// decodeScanned is ScanMessage by DecodeMessage. It is a function of its own so that the
+// Message it decodes does not weigh on the stack of every scan.
+//
+//go:noinline
+func decodeScanned(data []byte) (Scanned, error) {
 	m, err := DecodeMessage(data)
 	if err != nil {
 		return Scanned{}, err
