@@ -132,7 +132,7 @@ type incoming struct {
 // tokenizer) in one pass (schemas.ScanMessage), without decoding the message; with
 // another tokenizer, which counts text, by decoding it. An error is DecodeMessage's.
 func read(data []byte, count tokens.Counter) (incoming, error) {
-	if count != tokens.Counter(tokens.Chars4{}) {
+	if _, chars4 := count.(tokens.Chars4); !chars4 {
 		m, err := schemas.DecodeMessage(data)
 		if err != nil {
 			return incoming{}, err
