@@ -2,6 +2,7 @@ package triggers
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/compactor/compactor/schemas/tokens"
@@ -33,6 +34,34 @@ func TestReadScansAsItDecodes(t *testing.T) {
 		}
 		if !reflect.DeepEqual(scanned, dec) {
 			t.Errorf("%s: read in one pass\n %+v\nwant (decoded)\n %+v", data, scanned, dec)
+		}
+	}
+}
+
+// BenchmarkRead is what the trigger reads of each message it counts: in one pass
+// (chars/4) and decoded (another tokenizer), on a tool output and an assistant message
+// with tool calls. Run: go test ./triggers -bench Read -benchmem -run '^$'
+func BenchmarkRead(b *testing.B) {
+	msgs := map[string]string{
+		"tool-output": `{"role":"tool","tool_call_id":"call_1","content":"` + strings.Repeat(`ok  \tgithub.com/x/y\t0.01s\n`, 40) + `"}`,
+		"assistant-calls": `{"role":"assistant","content":"Reading both.","tool_calls":[` +
+			`{"id":"call_1","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.go\"}"}},` +
+			`{"id":"call_2","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"b.go\"}"}}]}`,
+	}
+	for name, m := range msgs {
+		data := []byte(m)
+		for _, c := range []struct {
+			how   string
+			count tokens.Counter
+		}{{"scan", tokens.Chars4{}}, {"decode", chars4Twin{}}} {
+			b.Run(name+"/"+c.how, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if _, err := read(data, c.count); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		}
 	}
 }
