@@ -129,7 +129,8 @@ var scanMembers = []struct {
 }
 
 // buildMessage makes a message of data: its first byte picks one of scanBases, then two
-// bytes a member of scanMembers, its key and one of its values, at most
+// bytes a member of scanMembers, its key and one of its values (with white space around
+// its colon and comma when the second byte's high bit is set), at most
 // maxBuiltMembers (more would nearly always repeat a key, which the one-pass reader
 // leaves to DecodeMessage).
 func buildMessage(data []byte) []byte {
@@ -139,9 +140,13 @@ func buildMessage(data []byte) []byte {
 	b := []byte(scanBases[int(data[0])%len(scanBases)])
 	for i := 1; i+1 < len(data) && i < 2*maxBuiltMembers; i += 2 {
 		m := scanMembers[int(data[i])%len(scanMembers)]
-		b = append(b, ',')
+		comma, colon := ",", ":"
+		if data[i+1]&0x80 != 0 {
+			comma, colon = " \n,\t", "\r: "
+		}
+		b = append(b, comma...)
 		b = append(b, m.key...)
-		b = append(b, ':')
+		b = append(b, colon...)
 		b = append(b, m.values[int(data[i+1])%len(m.values)]...)
 	}
 	return append(b, '}')
