@@ -9,7 +9,9 @@
 //
 //   - [Message]: one chat event in OpenAI chat format on chat.<conv>.msg. Its content,
 //     extra and unknown top-level fields are kept and written back byte for byte by
-//     [Message.Encode]. [DecodeMessage] parses and validates one.
+//     [Message.Encode]. [DecodeMessage] parses and validates one; [ScanMessage]
+//     accepts and refuses the same, reading only what a count needs (role, tool
+//     calls, usage, pin, sizes), in one pass over the bytes.
 //   - [Request]: a compaction request on compact.request.<conv>.
 //   - [Result]: the KV value of key <conv> in bucket "compaction", a summary plus the
 //     sequence where the verbatim tail starts. Unknown fields survive a rewrite, and

@@ -7,7 +7,9 @@
 // so a redelivered message is never counted twice, and asks for a compaction when a
 // budget rule (threshold, token limit, soft threshold, assistant rounds), a structural
 // rule (a large tool output) or a temporal rule (an idle conversation) says so — never
-// while the newest tool calls are unanswered.
+// while the newest tool calls are unanswered. With the chars/4 tokenizer (the default) it
+// counts a message from one pass over its bytes (schemas.ScanMessage) instead of
+// decoding it.
 //
 // Per-conversation state and its rules (state.go) are pure; the network calls live in
 // trigger.go and go through package jetstream.

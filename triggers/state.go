@@ -112,7 +112,70 @@ const usageFloorDivisor = 2
 // none.
 type ignoredUsage struct{ reported, estimate int }
 
-// add counts one message and follows the open tool calls of the newest round.
+// incoming is what the trigger counts of one message: its token count and what the
+// trigger rules read. read fills it from the message's bytes; decoded from a decoded
+// message.
+type incoming struct {
+	role   schemas.Role
+	tokens int
+	// callIDs are the ids of the message's tool calls.
+	callIDs    []string
+	toolCallID string
+	// usage and generation are set when hasUsage and hasGeneration say so.
+	usage         schemas.Usage
+	hasUsage      bool
+	generation    uint64
+	hasGeneration bool
+}
+
+// read reads one message's bytes for counting with count: with chars/4 (the default
+// tokenizer) in one pass (schemas.ScanMessage), without decoding the message; with
+// another tokenizer, which counts text, by decoding it. An error is DecodeMessage's.
+func read(data []byte, count tokens.Counter) (incoming, error) {
+	if _, chars4 := count.(tokens.Chars4); !chars4 {
+		m, err := schemas.DecodeMessage(data)
+		if err != nil {
+			return incoming{}, err
+		}
+		return decoded(&m, count), nil
+	}
+	s, err := schemas.ScanMessage(data)
+	if err != nil {
+		return incoming{}, err
+	}
+	in := incoming{
+		role: s.Role, tokens: tokens.Scanned(&s), toolCallID: s.ToolCallID,
+		usage: s.Usage, hasUsage: s.HasUsage, generation: s.ContextGeneration, hasGeneration: s.HasContextGeneration,
+	}
+	if len(s.ToolCalls) > 0 {
+		in.callIDs = make([]string, len(s.ToolCalls))
+		for i, tc := range s.ToolCalls {
+			in.callIDs[i] = tc.ID
+		}
+	}
+	return in, nil
+}
+
+// decoded is what the trigger counts of the decoded message m, counted with count.
+func decoded(m *schemas.Message, count tokens.Counter) incoming {
+	in := incoming{role: m.Role, tokens: tokens.MessageWith(count, m), toolCallID: m.ToolCallID}
+	if m.Usage != nil {
+		in.usage, in.hasUsage = *m.Usage, true
+	}
+	if m.ContextGeneration != nil {
+		in.generation, in.hasGeneration = *m.ContextGeneration, true
+	}
+	if len(m.ToolCalls) > 0 {
+		in.callIDs = make([]string, len(m.ToolCalls))
+		for i, tc := range m.ToolCalls {
+			in.callIDs[i] = tc.ID
+		}
+	}
+	return in
+}
+
+// add counts one message and follows the open tool calls of the newest round. It keeps
+// m.callIDs.
 //
 // A reply that carries the usage its model reported, measured on the context of the
 // conversation's current generation (context_generation), resets the estimate to what
@@ -122,10 +185,10 @@ type ignoredUsage struct{ reported, estimate int }
 //
 // It also counts assistant rounds since the last compaction, and marks a tool output
 // over tool_output_trigger_tokens for a structural trigger.
-func (c *convState) add(m *schemas.Message, seq uint64) (ignored ignoredUsage) {
+func (c *convState) add(m incoming, seq uint64) (ignored ignoredUsage) {
 	c.base = min(c.base, seq)
-	t := tokens.MessageWith(c.count, m)
-	if u := m.Usage; u != nil && m.ContextGeneration != nil && *m.ContextGeneration == c.generation && u.PromptTokens > 0 {
+	t := m.tokens
+	if u := m.usage; m.hasUsage && m.hasGeneration && m.generation == c.generation && u.PromptTokens > 0 {
 		reported, estimate := u.PromptTokens+u.CompletionTokens, c.tokens+t
 		if reported < estimate/usageFloorDivisor {
 			c.tokens, ignored = estimate, ignoredUsage{reported: reported, estimate: estimate}
@@ -135,26 +198,23 @@ func (c *convState) add(m *schemas.Message, seq uint64) (ignored ignoredUsage) {
 	} else {
 		c.tokens += t
 	}
-	if m.Role == schemas.RoleAssistant && seq > c.loadedThrough {
+	if m.role == schemas.RoleAssistant && seq > c.loadedThrough {
 		c.rounds++
 	}
-	if lim := c.settings.ToolOutputTriggerTokens; lim > 0 && m.Role == schemas.RoleTool && t > lim {
+	if lim := c.settings.ToolOutputTriggerTokens; lim > 0 && m.role == schemas.RoleTool && t > lim {
 		c.structural = fmt.Sprintf("tool output of %d tokens at seq %d > tool_output_trigger_tokens %d", t, seq, lim)
 	}
 	switch {
-	case m.HasToolCalls():
+	case m.role == schemas.RoleAssistant && len(m.callIDs) > 0:
 		// A slice, not a set: a few bytes per call instead of a map's hundreds. An id
 		// listed twice is answered by one result (every copy is removed below), and
 		// adding is linear however many calls a hostile message lists.
-		c.open = make([]string, len(m.ToolCalls))
-		for i, tc := range m.ToolCalls {
-			c.open[i] = tc.ID
-		}
-	case m.Role == schemas.RoleTool:
-		if c.open = slices.DeleteFunc(c.open, func(id string) bool { return id == m.ToolCallID }); len(c.open) == 0 {
+		c.open = m.callIDs
+	case m.role == schemas.RoleTool:
+		if c.open = slices.DeleteFunc(c.open, func(id string) bool { return id == m.toolCallID }); len(c.open) == 0 {
 			c.open = nil
 		}
-	case m.Role == schemas.RoleAssistant:
+	case m.role == schemas.RoleAssistant:
 		c.open = nil // the agent moved on; the round stays incomplete forever
 	}
 	return ignored

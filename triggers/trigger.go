@@ -749,7 +749,7 @@ func (c *convState) countLoaded(count tokens.Counter, v *schemas.Result, pinned,
 	for i := range tail {
 		c.base = min(c.base, tail[i].Seq)
 		if tail[i].Err == nil {
-			c.add(&tail[i].Message, tail[i].Seq)
+			c.add(decoded(&tail[i].Message, count), tail[i].Seq)
 		}
 	}
 	c.structural = "" // a large output already covered by a compaction, or counted before a restart
@@ -949,7 +949,8 @@ func (t *Trigger) work(ctx context.Context) {
 // compaction when it calls for one.
 func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.Delivery) {
 	id := d.Conversation
-	log := t.log.With().Str("conversation", id).Uint64("seq", d.Seq).Logger()
+	// Built only when something is logged: most messages log nothing.
+	log := func() zerolog.Logger { return t.log.With().Str("conversation", id).Uint64("seq", d.Seq).Logger() }
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	t.counted(d)
@@ -958,7 +959,7 @@ func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.D
 	// compaction still calls for a structural compaction.
 	c, err := t.ready(ctx, tr, id, d.Seq-1)
 	if err != nil {
-		t.cannotRebuild(ctx, tr, id, d, err, log)
+		t.cannotRebuild(ctx, tr, id, d, err, log())
 		return
 	}
 	if d.Seq <= c.forgottenThrough {
@@ -966,31 +967,35 @@ func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.D
 		return
 	}
 	if d.Seq > c.watermark {
-		e := jetstream.StoredMsg{Seq: d.Seq, Data: d.Data()}.Entry()
+		in, err := read(d.Data(), c.count)
 		c.watermark = d.Seq
 		c.base = min(c.base, d.Seq)
 		c.lastMsgAt = stampOf(d.Time)
-		if e.Err != nil {
-			log.Warn().Err(e.Err).Msg("invalid chat message skipped")
+		if err != nil {
+			l := log()
+			l.Warn().Err(err).Msg("invalid chat message skipped")
 			t.ack(ctx, d)
 			return
 		}
 		// One read late (redelivered after a failover, or by a trigger behind the
 		// workers), after a compaction covered it, is in the summary.
 		if d.Seq >= c.tailStart {
-			if u := c.add(&e.Message, d.Seq); u.estimate > 0 {
-				t.usageIgnored(u, log)
+			if u := c.add(in, d.Seq); u.estimate > 0 {
+				t.usageIgnored(u, log())
 			}
 		}
 	}
 	// A redelivery (already counted) is evaluated again too: it was not acknowledged
 	// because its request could not be queued.
-	if err := t.evaluate(t.withCause(ctx, d), c, log); err != nil {
-		log.Warn().Err(err).Dur("retry_in", t.cfg.RetryDelay).Msg("queue compaction; the message is redelivered")
-		if nerr := d.NakAfter(ctx, t.cfg.RetryDelay); nerr != nil {
-			log.Warn().Err(nerr).Msg("nak chat message; it is redelivered after the ack wait")
+	if kind, reason := c.decide(); kind != "" {
+		l := log()
+		if _, err := t.request(t.withCause(ctx, d), c, kind, reason, l); err != nil {
+			l.Warn().Err(err).Dur("retry_in", t.cfg.RetryDelay).Msg("queue compaction; the message is redelivered")
+			if nerr := d.NakAfter(ctx, t.cfg.RetryDelay); nerr != nil {
+				l.Warn().Err(nerr).Msg("nak chat message; it is redelivered after the ack wait")
+			}
+			return
 		}
-		return
 	}
 	if !c.forgotten {
 		t.arm(c)

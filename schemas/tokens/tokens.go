@@ -167,32 +167,36 @@ var mediaParts = map[string]bool{"image_url": true, "image": true, "input_audio"
 // beside the payload (an image's data URL, audio's or a file's data); a part of any
 // other type (a refusal, a type Compactor does not know) its whole JSON. A part cannot
 // hide bytes from the count by its type or in a field of its own.
-func PartBytes(p schemas.ContentPart) int {
+func PartBytes(p schemas.ContentPart) int { return partBytes(p.Type, len(p.Text), p.Fields, p.Raw) }
+
+// partBytes is PartBytes of a part of type typ, whose text is textBytes long, whose
+// Fields is fields and whose JSON is raw.
+func partBytes(typ string, textBytes, fields int, raw []byte) int {
 	switch {
-	case p.Type == "text":
-		return len(p.Text) + p.Fields
-	case mediaParts[p.Type]:
-		return mediaFields(p)
+	case typ == "text":
+		return textBytes + fields
+	case mediaParts[typ]:
+		return mediaFields(fields, raw)
 	}
-	return len(p.Raw)
+	return len(raw)
 }
 
 // mediaFields is what a media part holds beside its payload.
-func mediaFields(p schemas.ContentPart) int {
-	return max(p.Fields-payloadLength(p.Raw), 0)
+func mediaFields(fields int, raw []byte) int {
+	return max(fields-payloadLength(raw), 0)
 }
 
 // partEstimate is the chars/4 estimate of a content part but the text of a text part:
 // a text part's other fields; a media part's fixed cost, which covers up to
 // 4 × PerNonTextPart bytes of fields beside its payload; another part's whole JSON.
-func partEstimate(p schemas.ContentPart) int {
+func partEstimate(typ string, fields int, raw []byte) int {
 	switch {
-	case p.Type == "text":
-		return (p.Fields + 3) / 4
-	case mediaParts[p.Type]:
-		return PerNonTextPart + (max(mediaFields(p)-4*PerNonTextPart, 0)+3)/4
+	case typ == "text":
+		return (fields + 3) / 4
+	case mediaParts[typ]:
+		return PerNonTextPart + (max(mediaFields(fields, raw)-4*PerNonTextPart, 0)+3)/4
 	}
-	return PerNonTextPart + (len(p.Raw)+3)/4
+	return PerNonTextPart + (len(raw)+3)/4
 }
 
 // payloadKeys are the fields that hold a media part's payload: an image's url (a data
@@ -202,7 +206,7 @@ var payloadKeys = map[string]bool{"url": true, "data": true, "file_data": true, 
 // payloadLength is the length, quotes included, of the longest JSON string literal in
 // raw that is the value of a payload key (payloadKeys): a media part's payload.
 func payloadLength(raw []byte) int {
-	best, key := 0, ""
+	best, key := 0, []byte(nil)
 	for i := 0; i < len(raw); i++ {
 		if raw[i] != '"' {
 			continue
@@ -221,12 +225,12 @@ func payloadLength(raw []byte) int {
 		}
 		switch {
 		case k < len(raw) && raw[k] == ':': // a key: the literal after it is its value
-			key = string(raw[i+1 : end])
-		case payloadKeys[key]:
+			key = raw[i+1 : end]
+		case payloadKeys[string(key)]:
 			best = max(best, end-i+1)
-			key = ""
+			key = nil
 		default:
-			key = ""
+			key = nil
 		}
 		i = end
 	}
@@ -249,7 +253,7 @@ func stored(c Counter, m *schemas.Message) int {
 				if p.Type == "text" {
 					n += c.Count(p.Text)
 				}
-				n += partEstimate(p)
+				n += partEstimate(p.Type, p.Fields, p.Raw)
 			}
 		}
 	}
