@@ -1,0 +1,241 @@
+package pipeline_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas"
+)
+
+// The publish benchmarks compare, on one in-process server, the client's publish with a
+// raw JetStream publish of the same encoded bytes to a plain stream shaped like CHAT
+// (what `compactor bench --only ingest` calls its baseline). Their messages are the
+// example transcripts (examples/transcripts: short and long texts, tool calls and the
+// results answering them), copied into benchConversations conversations published
+// interleaved, each in its order (a result after its call). One op is one message.
+//
+//	go test -run '^$' -bench 'Publish' -benchmem -count 5 ./pipeline/
+//
+// BenchmarkPublishRatio times the two in alternating windows of the same messages and
+// reports client÷raw, which the machine's other load moves far less than either alone.
+// allocs/op counts the in-process server's allocations too (the same for both).
+
+// benchConversations is how many conversations the benchmarks publish to at once.
+const benchConversations = 16
+
+// benchWindow is how many asynchronous publishes a benchmark keeps in flight before it
+// waits for their acks (internal/bench keeps 2,000).
+const benchWindow = 1000
+
+// benchMsg is one message of the load: its conversation, the decoded message the
+// client publishes and its encoding the raw publish sends.
+type benchMsg struct {
+	conv    string
+	rawSubj string
+	msg     schemas.Message
+	payload []byte
+}
+
+// benchLoad reads the example transcripts into one round of the load.
+func benchLoad(b *testing.B) []benchMsg {
+	b.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "examples", "transcripts", "*.jsonl"))
+	if err != nil || len(files) == 0 {
+		b.Fatalf("no example transcripts (%v)", err)
+	}
+	slices.Sort(files)
+	var convs [][]schemas.Message
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ms []schemas.Message
+		sc := bufio.NewScanner(bytes.NewReader(data))
+		sc.Buffer(nil, len(data)+1)
+		for sc.Scan() {
+			m, err := schemas.DecodeMessage(sc.Bytes())
+			if err != nil {
+				b.Fatalf("%s: %v", f, err)
+			}
+			ms = append(ms, m)
+		}
+		convs = append(convs, ms)
+	}
+	var out []benchMsg
+	for i := 0; ; i++ {
+		added := false
+		for k := range benchConversations {
+			ms := convs[k%len(convs)]
+			if i >= len(ms) {
+				continue
+			}
+			p, err := ms[i].Encode()
+			if err != nil {
+				b.Fatal(err)
+			}
+			conv := fmt.Sprintf("bench-%d", k)
+			out = append(out, benchMsg{conv: conv, rawSubj: "raw." + conv + ".msg", msg: ms[i], payload: p})
+			added = true
+		}
+		if !added {
+			return out
+		}
+	}
+}
+
+// publishBench is a server with the contract provisioned, a plain stream shaped like
+// CHAT on raw.*.msg, a client and a raw JetStream context on the same connection.
+type publishBench struct {
+	ctx    context.Context
+	client *pipeline.Client
+	js     natsjs.JetStream
+	load   []benchMsg
+	// next is where each kind of publish goes on in load.
+	nextRaw, nextClient int
+}
+
+func newPublishBench(b *testing.B) *publishBench {
+	b.Helper()
+	srv := jstest.Server(b)
+	nc := jstest.Conn(b, srv)
+	st := jstest.Provision(b, nc)
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	js, err := natsjs.New(nc, natsjs.WithPublishAsyncTimeout(jetstream.PublishAsyncTimeout))
+	if err != nil {
+		b.Fatal(err)
+	}
+	chat, err := js.Stream(ctx, st.Config().ChatStream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := chat.CachedInfo().Config
+	sc.Name, sc.Subjects, sc.SubjectTransform, sc.Description = "RAW", []string{"raw.*.msg"}, nil, ""
+	if _, err := js.CreateStream(ctx, sc); err != nil {
+		b.Fatal(err)
+	}
+	return &publishBench{ctx: ctx, client: pipeline.NewWithStore(nc, st), js: js, load: benchLoad(b)}
+}
+
+// take returns the next n messages of the load from *next on, round after round.
+func (p *publishBench) take(next *int, n int) []benchMsg {
+	out := make([]benchMsg, 0, n)
+	for len(out) < n {
+		k := min(n-len(out), len(p.load)-*next)
+		out = append(out, p.load[*next:*next+k]...)
+		*next = (*next + k) % len(p.load)
+	}
+	return out
+}
+
+// rawAsync publishes ms raw, asynchronously, and waits for every ack.
+func (p *publishBench) rawAsync(b *testing.B, ms []benchMsg) {
+	fs := make([]natsjs.PubAckFuture, len(ms))
+	for i, m := range ms {
+		f, err := p.js.PublishAsync(m.rawSubj, m.payload)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fs[i] = f
+	}
+	for _, f := range fs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			b.Fatal(err)
+		}
+	}
+}
+
+// clientAsync publishes ms with the client's PublishAsync and waits for every outcome.
+func (p *publishBench) clientAsync(b *testing.B, ms []benchMsg) {
+	acks := make([]<-chan pipeline.PubAck, len(ms))
+	for i, m := range ms {
+		a, err := p.client.PublishAsync(p.ctx, m.conv, m.msg)
+		if err != nil {
+			b.Fatalf("publish to %s: %v", m.conv, err)
+		}
+		acks[i] = a
+	}
+	for _, a := range acks {
+		if r := <-a; r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+}
+
+// windows runs publish over b.N messages of the load, benchWindow at a time.
+func (p *publishBench) windows(b *testing.B, next *int, publish func(*testing.B, []benchMsg)) {
+	for done := 0; done < b.N; {
+		n := min(benchWindow, b.N-done)
+		publish(b, p.take(next, n))
+		done += n
+	}
+}
+
+func BenchmarkPublish(b *testing.B) {
+	p := newPublishBench(b)
+	b.Run("raw_async", func(b *testing.B) {
+		b.ReportAllocs()
+		p.windows(b, &p.nextRaw, p.rawAsync)
+	})
+	b.Run("client_async", func(b *testing.B) {
+		b.ReportAllocs()
+		p.windows(b, &p.nextClient, p.clientAsync)
+	})
+	b.Run("raw_sync", func(b *testing.B) {
+		b.ReportAllocs()
+		for _, m := range p.take(&p.nextRaw, b.N) {
+			if _, err := p.js.Publish(p.ctx, m.rawSubj, m.payload); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("client_sync", func(b *testing.B) {
+		b.ReportAllocs()
+		for _, m := range p.take(&p.nextClient, b.N) {
+			if _, err := p.client.Publish(p.ctx, m.conv, m.msg); err != nil {
+				b.Fatalf("publish to %s: %v", m.conv, err)
+			}
+		}
+	})
+}
+
+// BenchmarkPublishRatio alternates a window of raw asynchronous publishes with a
+// window of the client's, and reports each one's time per message and the client's
+// rate as a fraction of the raw rate (raw-ns/msg ÷ client-ns/msg).
+func BenchmarkPublishRatio(b *testing.B) {
+	p := newPublishBench(b)
+	ratio(b, p, p.clientAsync)
+}
+
+// ratio times raw windows against windows of client.
+func ratio(b *testing.B, p *publishBench, client func(*testing.B, []benchMsg)) {
+	var raw, cl time.Duration
+	for done := 0; done < b.N; {
+		n := min(benchWindow, b.N-done)
+		t0 := time.Now()
+		p.rawAsync(b, p.take(&p.nextRaw, n))
+		t1 := time.Now()
+		client(b, p.take(&p.nextClient, n))
+		raw, cl = raw+t1.Sub(t0), cl+time.Since(t1)
+		done += n
+	}
+	b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N), "raw-ns/msg")
+	b.ReportMetric(float64(cl.Nanoseconds())/float64(b.N), "client-ns/msg")
+	b.ReportMetric(float64(raw)/float64(cl), "client/raw")
+}
+
