@@ -238,4 +238,3 @@ func ratio(b *testing.B, p *publishBench, client func(*testing.B, []benchMsg)) {
 	b.ReportMetric(float64(cl.Nanoseconds())/float64(b.N), "client-ns/msg")
 	b.ReportMetric(float64(raw)/float64(cl), "client/raw")
 }
-
