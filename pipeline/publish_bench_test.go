@@ -103,6 +103,7 @@ type publishBench struct {
 	client *pipeline.Client
 	js     natsjs.JetStream
 	load   []benchMsg
+	batch  []pipeline.BatchMsg // load as PublishBatch takes it
 	// next is where each kind of publish goes on in load.
 	nextRaw, nextClient int
 }
@@ -127,7 +128,11 @@ func newPublishBench(b *testing.B) *publishBench {
 	if _, err := js.CreateStream(ctx, sc); err != nil {
 		b.Fatal(err)
 	}
-	return &publishBench{ctx: ctx, client: pipeline.NewWithStore(nc, st), js: js, load: benchLoad(b)}
+	p := &publishBench{ctx: ctx, client: pipeline.NewWithStore(nc, st), js: js, load: benchLoad(b)}
+	for _, m := range p.load {
+		p.batch = append(p.batch, pipeline.BatchMsg{Conv: m.conv, Message: m.msg})
+	}
+	return p
 }
 
 // take returns the next n messages of the load from *next on, round after round.
@@ -139,6 +144,18 @@ func (p *publishBench) take(next *int, n int) []benchMsg {
 		*next = (*next + k) % len(p.load)
 	}
 	return out
+}
+
+// clientBatch publishes the messages of the load from *next on with PublishBatch, n
+// at a time in windows of benchWindow.
+func (p *publishBench) clientBatch(b *testing.B, next *int, n int) {
+	for n > 0 {
+		k := min(n, len(p.batch)-*next)
+		if _, err := p.client.PublishBatch(p.ctx, p.batch[*next:*next+k], pipeline.BatchOptions{Window: benchWindow}); err != nil {
+			b.Fatal(err)
+		}
+		*next, n = (*next+k)%len(p.batch), n-k
+	}
 }
 
 // rawAsync publishes ms raw, asynchronously, and waits for every ack.
@@ -196,6 +213,10 @@ func BenchmarkPublish(b *testing.B) {
 		b.ReportAllocs()
 		p.windows(b, &p.nextClient, p.clientAsync)
 	})
+	b.Run("client_batch", func(b *testing.B) {
+		b.ReportAllocs()
+		p.clientBatch(b, &p.nextClient, b.N)
+	})
 	b.Run("raw_sync", func(b *testing.B) {
 		b.ReportAllocs()
 		for _, m := range p.take(&p.nextRaw, b.N) {
@@ -215,22 +236,28 @@ func BenchmarkPublish(b *testing.B) {
 }
 
 // BenchmarkPublishRatio alternates a window of raw asynchronous publishes with a
-// window of the client's, and reports each one's time per message and the client's
+// window of the client's (PublishAsync, or PublishBatch), and reports each one's time per message and the client's
 // rate as a fraction of the raw rate (raw-ns/msg ÷ client-ns/msg).
 func BenchmarkPublishRatio(b *testing.B) {
-	p := newPublishBench(b)
-	ratio(b, p, p.clientAsync)
+	b.Run("async", func(b *testing.B) {
+		p := newPublishBench(b)
+		ratio(b, p, func(b *testing.B, n int) { p.clientAsync(b, p.take(&p.nextClient, n)) })
+	})
+	b.Run("batch", func(b *testing.B) {
+		p := newPublishBench(b)
+		ratio(b, p, func(b *testing.B, n int) { p.clientBatch(b, &p.nextClient, n) })
+	})
 }
 
 // ratio times raw windows against windows of client.
-func ratio(b *testing.B, p *publishBench, client func(*testing.B, []benchMsg)) {
+func ratio(b *testing.B, p *publishBench, client func(b *testing.B, n int)) {
 	var raw, cl time.Duration
 	for done := 0; done < b.N; {
 		n := min(benchWindow, b.N-done)
 		t0 := time.Now()
 		p.rawAsync(b, p.take(&p.nextRaw, n))
 		t1 := time.Now()
-		client(b, p.take(&p.nextClient, n))
+		client(b, n)
 		raw, cl = raw+t1.Sub(t0), cl+time.Since(t1)
 		done += n
 	}
