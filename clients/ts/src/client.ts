@@ -17,7 +17,7 @@ import {
   ToolResultWithoutCallError,
   TooLargeError,
 } from "./errors.js";
-import { checkMessage, encodeMessageBytes, hasToolCalls, validateConversationId } from "./message.js";
+import { checkMessageEncoded, encodeMessageBytes, hasToolCalls, validateConversationId } from "./message.js";
 import { MAX_OBJECT_SIZE, offload } from "./objects.js";
 import type { Entry } from "./rounds.js";
 import { DEFAULT_NAMES, HEADER_ROOM, mapNatsError, natsSource, Store, type Names } from "./store.js";
@@ -223,7 +223,7 @@ export class Compactor {
     validateConversationId(conv);
     const msgId = opts.msgId ?? randomUUID();
     if (msgId === "") throw new InvalidError("msgId", "must not be empty");
-    const m = checkMessage(message);
+    const { message: m, data: encoded } = checkMessageEncoded(message);
     if (m.content_ref !== undefined) {
       throw new InvalidError("content_ref", "is set by the client for a message over the max payload; publish the whole message");
     }
@@ -235,7 +235,7 @@ export class Compactor {
       if (!(e instanceof ToolResultWithoutCallError && e.answered && opts.msgId !== undefined)) throw e;
     }
     try {
-      let data = encodeMessageBytes(m);
+      let data = encoded;
       const limit = this.inlineLimit(msgId);
       if (data.length > limit) data = await this.offload(conv, m, data.length, limit);
       const { seq, duplicate } = await this.store.publish(conv, data, msgId);
