@@ -61,10 +61,13 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // The first message that fails (invalid, a tool message that answers no open call, or
 // refused by the stream) stops the batch: no message after it is published, those
 // already in flight are waited for, and the error is a *BatchError naming it (it
-// matches the message's own error, e.g. schemas.ErrInvalid). Messages before it may be
-// stored, and so may in-flight messages after it: seqs tells which. Give each message a
-// MsgID to make the whole batch safe to publish again after an error; without ids, publish
-// again only the messages whose seq is 0.
+// matches the message's own error, e.g. schemas.ErrInvalid). A message the client
+// refuses leaves every message before it stored and none after it. A message the stream
+// refused, or did not answer in time, may have later messages in flight, and those may
+// be stored: seqs tells which. Give each message a MsgID to make the whole batch safe to
+// publish again after an error (what was stored keeps its sequence; a message stored only
+// then comes after the later messages stored the first time); without ids, publish again
+// only the messages whose seq is 0.
 //
 // Unlike PublishAsync, a batch starts no goroutine per message: it waits for the acks
 // in the order it published, which is the order they come in.
