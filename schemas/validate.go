@@ -191,15 +191,15 @@ func (m *Message) validateUTF8() error {
 	if off := badUTF8(m.Extra); off >= 0 {
 		return bad("extra", off)
 	}
-	for field, s := range map[string]string{"name": m.Name, "tool_call_id": m.ToolCallID, "reasoning": m.Reasoning} {
-		if off := badUTF8([]byte(s)); off >= 0 {
-			return bad(field, off)
+	for _, f := range [...]struct{ field, s string }{{"name", m.Name}, {"tool_call_id", m.ToolCallID}, {"reasoning", m.Reasoning}} {
+		if off := badUTF8String(f.s); off >= 0 {
+			return bad(f.field, off)
 		}
 	}
 	for i, tc := range m.ToolCalls {
-		for field, s := range map[string]string{"id": tc.ID, "type": tc.Type, "function.name": tc.Function.Name, "function.arguments": tc.Function.Arguments} {
-			if off := badUTF8([]byte(s)); off >= 0 {
-				return bad(fmt.Sprintf("tool_calls[%d].%s", i, field), off)
+		for _, f := range [...]struct{ field, s string }{{"id", tc.ID}, {"type", tc.Type}, {"function.name", tc.Function.Name}, {"function.arguments", tc.Function.Arguments}} {
+			if off := badUTF8String(f.s); off >= 0 {
+				return bad(fmt.Sprintf("tool_calls[%d].%s", i, f.field), off)
 			}
 		}
 	}
@@ -214,6 +214,14 @@ func (m *Message) validateUTF8() error {
 		}
 	}
 	return nil
+}
+
+// badUTF8String is badUTF8 of a string, without copying it when it is valid.
+func badUTF8String(s string) int {
+	if utf8.ValidString(s) {
+		return -1
+	}
+	return badUTF8([]byte(s))
 }
 
 // badUTF8 returns the offset of the first byte of b that is not valid UTF-8, or -1.
