@@ -79,17 +79,16 @@ type PubAck struct {
 // PublishAsync validates m and publishes it without waiting; the returned channel
 // yields the outcome once, at the latest when ctx is done or after
 // jetstream.PublishAsyncTimeout. Checking a tool message against the stream may read the
-// conversation first (unless this client published the call itself). To publish many
-// messages with many in flight, PublishBatch waits for their acks without a goroutine
-// per message.
+// conversation first (unless this client published the call itself). The outcomes are
+// waited for in publish order, by one goroutine of the client's, not one per publish;
+// to publish many messages with many in flight, PublishBatch waits for their acks
+// itself.
 func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Message, opts ...PublishOption) (<-chan PubAck, error) {
 	p, err := c.publishAsync(ctx, conv, &m, applyOptions(opts))
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan PubAck, 1)
-	go func() { out <- c.settle(ctx, p) }()
-	return out, nil
+	return c.enqueue(ctx, p), nil
 }
 
 // inFlight is an asynchronous publish waiting for its ack.
