@@ -69,8 +69,8 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // then comes after the later messages stored the first time); without ids, publish again
 // only the messages whose seq is 0.
 //
-// Unlike PublishAsync, a batch starts no goroutine per message: it waits for the acks
-// in the order it published, which is the order they come in.
+// A batch waits for the acks itself, on the caller's goroutine, in the order it
+// published, which is the order they come in; a done ctx stops it like a failure.
 func (c *Client) PublishBatch(ctx context.Context, msgs []BatchMsg, opts BatchOptions) (seqs []uint64, err error) {
 	window := opts.Window
 	if window <= 0 {
@@ -79,13 +79,17 @@ func (c *Client) PublishBatch(ctx context.Context, msgs []BatchMsg, opts BatchOp
 	window = min(window, MaxBatchWindow, max(len(msgs), 1))
 	b := batch{c: c, ctx: ctx, seqs: make([]uint64, len(msgs)), ring: make([]batchFlight, window)}
 	for i := range msgs {
-		if b.first != nil {
-			break
-		}
 		if b.n == window {
 			b.settleOldest()
 		}
+		if b.first != nil {
+			break // an earlier message failed: none after it goes out
+		}
 		bm := &msgs[i]
+		if err := ctx.Err(); err != nil {
+			b.fail(i, bm.Conv, err)
+			break
+		}
 		p, err := c.publishAsync(ctx, bm.Conv, &bm.Message, publishOptions{msgID: bm.MsgID})
 		if err != nil {
 			b.fail(i, bm.Conv, err)

@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -158,5 +159,58 @@ func TestPublishBatchAgainWithMsgIDsStoresEachMessageOnce(t *testing.T) {
 			}
 		}
 		storedAsBatch(t, st, msgs, second)
+	})
+}
+
+// A message the stream refuses (here: its MsgID names another stored message) stops
+// the batch too: with one publish in flight, the message after it is not published.
+func TestPublishBatchStopsAtAMessageTheStreamRefuses(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		c := pipeline.NewWithStore(nc, st)
+		if _, err := c.Publish(ctxT(t), "elsewhere", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("first")}, pipeline.MsgID("taken")); err != nil {
+			t.Fatal(err)
+		}
+		var msgs []pipeline.BatchMsg
+		for i := range 6 {
+			msgs = append(msgs, pipeline.BatchMsg{Conv: "refused", Message: schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("message %d", i))}})
+		}
+		const at = 2
+		msgs[at].MsgID = "taken"
+		seqs, err := c.PublishBatch(ctxT(t), msgs, pipeline.BatchOptions{Window: 1})
+		var be *pipeline.BatchError
+		if !errors.As(err, &be) || be.Index != at || !errors.Is(err, pipeline.ErrDuplicate) {
+			t.Fatalf("error %v; want message %d named, a duplicate", err, at)
+		}
+		for i, s := range seqs {
+			if (i < at) != (s != 0) {
+				t.Fatalf("message %d has seq %d; want the messages before %d stored, none from it on", i, s, at)
+			}
+		}
+		storedAsBatch(t, st, msgs[:at], seqs[:at])
+	})
+}
+
+// A batch whose context is done publishes nothing more and names the message it
+// stopped at.
+func TestPublishBatchStopsWhenItsContextIsDone(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		c := pipeline.NewWithStore(nc, st)
+		ctx, cancel := context.WithCancel(ctxT(t))
+		cancel()
+		msgs := batchOf(2, 1, "cancelled")
+		seqs, err := c.PublishBatch(ctx, msgs, pipeline.BatchOptions{})
+		var be *pipeline.BatchError
+		if !errors.As(err, &be) || be.Index != 0 || !errors.Is(err, context.Canceled) {
+			t.Fatalf("error %v; want message 0 named, context.Canceled", err)
+		}
+		for i, s := range seqs {
+			if s != 0 {
+				t.Fatalf("message %d stored at %d", i, s)
+			}
+		}
+		storedAsBatch(t, st, nil, nil)
+		if last, err := st.Chat().LastSeq(ctxT(t), msgs[0].Conv); err != nil || last != 0 {
+			t.Fatalf("%s holds a message at %d (%v)", msgs[0].Conv, last, err)
+		}
 	})
 }
