@@ -117,6 +117,7 @@ type publishBench struct {
 	batch  []pipeline.BatchMsg // load as PublishBatch takes it
 	// next is where each kind of publish goes on in load.
 	nextRaw, nextClient int
+	buf                 []benchMsg
 }
 
 func newPublishBench(b *testing.B) *publishBench {
@@ -150,9 +151,16 @@ func newPublishBench(b *testing.B) *publishBench {
 	return p
 }
 
-// take returns the next n messages of the load from *next on, round after round.
+// take returns the next n messages of the load from *next on, round after round: a
+// part of the load itself, or a copy (into a buffer it reuses) where they wrap around.
 func (p *publishBench) take(next *int, n int) []benchMsg {
-	out := make([]benchMsg, 0, n)
+	if *next+n <= len(p.load) {
+		out := p.load[*next : *next+n]
+		*next = (*next + n) % len(p.load)
+		return out
+	}
+	out := p.buf[:0]
+	defer func() { p.buf = out[:0] }()
 	for len(out) < n {
 		k := min(n-len(out), len(p.load)-*next)
 		out = append(out, p.load[*next:*next+k]...)
