@@ -285,15 +285,8 @@ var ErrToolResultWithoutCall = errors.New("tool message answers no open tool cal
 // the conversation's tail.
 func (c *Client) checkToolPairing(ctx context.Context, conv string, m *schemas.Message) error {
 	switch {
-	case m.HasToolCalls():
-		oc := &openCalls{conv: conv, answered: make(map[string]bool, len(m.ToolCalls))}
-		for _, tc := range m.ToolCalls {
-			oc.answered[tc.ID] = false
-		}
-		c.remember(oc)
-		return nil
 	case m.Role == schemas.RoleAssistant:
-		c.remember(&openCalls{conv: conv})
+		c.newRound(conv, m.ToolCalls)
 		return nil
 	case m.Role != schemas.RoleTool:
 		return nil
@@ -379,9 +372,36 @@ func (c *Client) openCallsFromStream(ctx context.Context, conv string) (*openCal
 	return oc, nil
 }
 
+// newRound makes calls (none, for an assistant message that calls no tool) the open
+// calls of conv, in place when the client tracks conv already: the steady state of a
+// publisher allocates nothing here.
+func (c *Client) newRound(conv string, calls []schemas.ToolCall) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.calls[conv]
+	if !ok {
+		oc := &openCalls{conv: conv}
+		c.rememberLocked(oc)
+		el = c.calls[conv]
+	}
+	oc := el.Value.(*openCalls)
+	clear(oc.answered)
+	if oc.answered == nil && len(calls) > 0 {
+		oc.answered = make(map[string]bool, len(calls))
+	}
+	for _, tc := range calls {
+		oc.answered[tc.ID] = false
+	}
+	c.lru.MoveToFront(el)
+}
+
 func (c *Client) remember(oc *openCalls) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.rememberLocked(oc)
+}
+
+func (c *Client) rememberLocked(oc *openCalls) {
 	if el, ok := c.calls[oc.conv]; ok {
 		el.Value = oc
 		c.lru.MoveToFront(el)

@@ -74,7 +74,7 @@ func (m *Message) Validate() error {
 	}
 	seen := make(map[string]bool, len(m.ToolCalls))
 	for i, tc := range m.ToolCalls {
-		f := fmt.Sprintf("tool_calls[%d]", i)
+		f := toolCallField(i)
 		if tc.ID == "" {
 			return invalid(f+".id", "must not be empty")
 		}
@@ -215,6 +215,22 @@ func (m *Message) validateUTF8() error {
 	}
 	return nil
 }
+
+// toolCallField names the i-th tool call ("tool_calls[i]") for an error, without
+// formatting it for the calls of a valid message, nearly always one of the first few.
+func toolCallField(i int) string {
+	if i < len(toolCallFields) {
+		return toolCallFields[i]
+	}
+	return fmt.Sprintf("tool_calls[%d]", i)
+}
+
+var toolCallFields = func() (out [16]string) {
+	for i := range out {
+		out[i] = fmt.Sprintf("tool_calls[%d]", i)
+	}
+	return out
+}()
 
 // badUTF8String is badUTF8 of a string, without copying it when it is valid.
 func badUTF8String(s string) int {
