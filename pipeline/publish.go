@@ -80,9 +80,10 @@ type PubAck struct {
 // yields the outcome once, at the latest when ctx is done or after
 // jetstream.PublishAsyncTimeout. Checking a tool message against the stream may read the
 // conversation first (unless this client published the call itself). The outcomes are
-// waited for in publish order, by one goroutine of the client's, not one per publish;
-// to publish many messages with many in flight, PublishBatch waits for their acks
-// itself.
+// waited for in publish order, by one goroutine of the client's, not one per publish:
+// an outcome whose ack came may wait behind an earlier publish's, at most until that
+// one's context ends or its ack times out. To publish many messages with many in
+// flight, PublishBatch waits for their acks itself.
 func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Message, opts ...PublishOption) (<-chan PubAck, error) {
 	p, err := c.publishAsync(ctx, conv, &m, applyOptions(opts))
 	if err != nil {
