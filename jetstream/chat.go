@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,17 +31,13 @@ var ErrMissingMessage = errors.New("message is not in the conversation's history
 // ack carries the first copy's sequence. An id the stream had for another message is an
 // error matching ErrDuplicate (see CheckDuplicate).
 func (ch *Chat) Publish(ctx context.Context, conv string, data []byte, msgID string) (uint64, error) {
-	subj, err := ch.cfg.ChatSubject(conv)
+	m, err := ch.chatMsg(conv, data, msgID)
 	if err != nil {
 		return 0, err
 	}
-	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(ch.cfg.ChatStream)}
-	if msgID != "" {
-		opts = append(opts, natsjs.WithMsgID(msgID))
-	}
-	ack, err := ch.js.Publish(ctx, subj, data, opts...)
+	ack, err := ch.js.PublishMsg(ctx, m)
 	if err != nil {
-		return 0, fmt.Errorf("publish to %s: %w", subj, err)
+		return 0, fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
 	if ack.Duplicate {
 		if err := ch.CheckDuplicate(ctx, conv, data, msgID, ack.Sequence); err != nil {
@@ -60,21 +57,56 @@ type PubAckFuture = natsjs.PubAckFuture
 
 // PublishAsync is Publish without waiting for the ack. The future always
 // resolves: with the ack, an error, or a timeout after PublishAsyncTimeout (also when
-// the connection closes meanwhile).
+// the connection closes meanwhile). The header of the future's Msg may be shared with
+// other publishes: read it, never change it.
 func (ch *Chat) PublishAsync(conv string, data []byte, msgID string) (PubAckFuture, error) {
+	m, err := ch.chatMsg(conv, data, msgID)
+	if err != nil {
+		return nil, err
+	}
+	f, err := ch.js.PublishMsgAsync(m)
+	if err != nil {
+		return nil, fmt.Errorf("publish to %s: %w", m.Subject, err)
+	}
+	return f, nil
+}
+
+// chatMsg is the message a publish to conv sends: on the conversation's subject, with
+// Nats-Expected-Stream naming CHAT (a subject some other stream captured refuses the
+// message instead of storing it there) and, for a non-empty msgID, Nats-Msg-Id. The
+// headers are set here, once, instead of through publish options: a message without an
+// id shares one read-only header per stream, so a publish builds no header.
+func (ch *Chat) chatMsg(conv string, data []byte, msgID string) (*nats.Msg, error) {
 	subj, err := ch.cfg.ChatSubject(conv)
 	if err != nil {
 		return nil, err
 	}
-	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(ch.cfg.ChatStream)}
+	stream := expectStream(ch.cfg.ChatStream)
+	h := stream.header
 	if msgID != "" {
-		opts = append(opts, natsjs.WithMsgID(msgID))
+		h = nats.Header{natsjs.ExpectedStreamHeader: stream.value, natsjs.MsgIDHeader: {msgID}}
 	}
-	f, err := ch.js.PublishAsync(subj, data, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("publish to %s: %w", subj, err)
+	return &nats.Msg{Subject: subj, Data: data, Header: h}, nil
+}
+
+// streamHeader is the Nats-Expected-Stream header of one stream, shared by every
+// publish to it: no one writes to it after expectStream made it (nats.go and its
+// retries only read a message's header when none of the publish options is given).
+type streamHeader struct {
+	value  []string
+	header nats.Header
+}
+
+// expectHeaders maps a stream's name to its *streamHeader.
+var expectHeaders sync.Map
+
+func expectStream(name string) *streamHeader {
+	if h, ok := expectHeaders.Load(name); ok {
+		return h.(*streamHeader)
 	}
-	return f, nil
+	v := []string{name}
+	h, _ := expectHeaders.LoadOrStore(name, &streamHeader{value: v, header: nats.Header{natsjs.ExpectedStreamHeader: v}})
+	return h.(*streamHeader)
 }
 
 // PublishAsyncComplete is closed when every async publish has been acked.

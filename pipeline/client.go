@@ -21,6 +21,8 @@ type Client struct {
 	mu    sync.Mutex
 	calls map[string]*list.Element // conversation → its open tool calls
 	lru   *list.List
+
+	async asyncQueue // PublishAsync's publishes in flight
 }
 
 // maxTrackedConversations bounds the client's memory of open tool calls.

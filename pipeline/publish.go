@@ -42,7 +42,8 @@ func MsgID(id string) PublishOption { return func(o *publishOptions) { o.msgID =
 func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, opts ...PublishOption) (uint64, error) {
 	ctx, cancel := c.refusable(ctx, c.publishSubject(conv))
 	defer cancel()
-	data, po, err := c.prepare(ctx, conv, &m, opts)
+	po := applyOptions(opts)
+	data, err := c.prepare(ctx, conv, &m, &po)
 	if err != nil {
 		return 0, jetstream.PermissionCause(ctx, err)
 	}
@@ -51,7 +52,7 @@ func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, op
 	}
 	seq, err := c.store.Chat().Publish(ctx, conv, data, po.msgID)
 	if err != nil {
-		c.forget(conv, &m)
+		c.forget(conv, m.Role)
 		return 0, jetstream.PermissionCause(ctx, err)
 	}
 	if err := c.keepObject(ctx, conv, po); err != nil {
@@ -78,48 +79,81 @@ type PubAck struct {
 // PublishAsync validates m and publishes it without waiting; the returned channel
 // yields the outcome once, at the latest when ctx is done or after
 // jetstream.PublishAsyncTimeout. Checking a tool message against the stream may read the
-// conversation first (unless this client published the call itself).
+// conversation first (unless this client published the call itself). The outcomes are
+// waited for in publish order, by one goroutine of the client's, not one per publish:
+// an outcome whose ack came may wait behind an earlier publish's, at most until that
+// one's context ends or its ack times out. To publish many messages with many in
+// flight, PublishBatch waits for their acks itself.
 func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Message, opts ...PublishOption) (<-chan PubAck, error) {
-	data, po, err := c.prepare(ctx, conv, &m, opts)
+	p, err := c.publishAsync(ctx, conv, &m, applyOptions(opts))
 	if err != nil {
 		return nil, err
+	}
+	return c.enqueue(ctx, p), nil
+}
+
+// inFlight is an asynchronous publish waiting for its ack.
+type inFlight struct {
+	conv string
+	role schemas.Role
+	data []byte
+	po   publishOptions
+	f    jetstream.PubAckFuture
+}
+
+// publishAsync prepares m and publishes it without waiting for the ack.
+func (c *Client) publishAsync(ctx context.Context, conv string, m *schemas.Message, po publishOptions) (inFlight, error) {
+	data, err := c.prepare(ctx, conv, m, &po)
+	if err != nil {
+		return inFlight{}, err
 	}
 	f, err := c.store.Chat().PublishAsync(conv, data, po.msgID)
 	if err != nil {
-		c.forget(conv, &m)
-		return nil, err
+		c.forget(conv, m.Role)
+		return inFlight{}, err
 	}
-	out := make(chan PubAck, 1)
-	go func() {
-		// nats.go resolves a future only when an ack, an error or its own timeout comes;
-		// a closed connection resolves nothing. The caller's ctx and a timeout bound the
-		// wait, so the channel always yields.
-		timer := time.NewTimer(jetstream.PublishAsyncTimeout)
-		defer timer.Stop()
-		var err error
-		select {
-		case ack := <-f.Ok():
-			if err = c.checkDuplicate(ctx, conv, data, po.msgID, ack); err == nil {
-				if err = c.keepObject(ctx, conv, po); err == nil {
-					out <- PubAck{Seq: ack.Sequence}
-					return
-				}
-				out <- PubAck{Seq: ack.Sequence, Err: err}
-				return
-			}
-		case err = <-f.Err():
-		case <-ctx.Done():
-			err = ctx.Err()
-		case <-timer.C:
-			err = fmt.Errorf("no ack within %s (the message may still be stored: retry with the same MsgID)", jetstream.PublishAsyncTimeout)
-		}
-		c.forget(conv, &m)
-		if !errors.Is(err, ErrDuplicate) {
-			err = fmt.Errorf("publish to %s: %w", conv, err)
-		}
-		out <- PubAck{Err: err}
-	}()
-	return out, nil
+	return inFlight{conv: conv, role: m.Role, data: data, po: po, f: f}, nil
+}
+
+// settle waits for p's outcome. nats.go resolves a future when an ack or an error comes,
+// or after jetstream.PublishAsyncTimeout (the store's JetStream context sets it), also on
+// a closed connection; ctx may end the wait sooner.
+func (c *Client) settle(ctx context.Context, p inFlight) PubAck {
+	var err error
+	select {
+	case ack := <-p.f.Ok():
+		return c.acked(ctx, p, ack)
+	case err = <-p.f.Err():
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	return c.failed(p, err)
+}
+
+// acked is the outcome of p, whose ack came: a duplicate is told from a retry, and an
+// offloaded message's object is kept.
+func (c *Client) acked(ctx context.Context, p inFlight, ack *natsjs.PubAck) PubAck {
+	if err := c.checkDuplicate(ctx, p.conv, p.data, p.po.msgID, ack); err != nil {
+		return c.failed(p, err)
+	}
+	if err := c.keepObject(ctx, p.conv, p.po); err != nil {
+		return PubAck{Seq: ack.Sequence, Err: err}
+	}
+	return PubAck{Seq: ack.Sequence}
+}
+
+// failed is the outcome of p, which was not stored (or may not have been).
+func (c *Client) failed(p inFlight, err error) PubAck {
+	c.forget(p.conv, p.role)
+	switch {
+	case errors.Is(err, ErrDuplicate):
+	case errors.Is(err, natsjs.ErrAsyncPublishTimeout):
+		err = fmt.Errorf("publish to %s: no ack within %s (the message may still be stored: retry with the same MsgID): %w",
+			p.conv, jetstream.PublishAsyncTimeout, err)
+	default:
+		err = fmt.Errorf("publish to %s: %w", p.conv, err)
+	}
+	return PubAck{Err: err}
 }
 
 // ErrDuplicate is matched by the error of a publish whose MsgID the stream had for
@@ -140,40 +174,48 @@ func (c *Client) checkDuplicate(ctx context.Context, conv string, data []byte, m
 // PublishAsyncComplete is closed when every asynchronous publish has been acked.
 func (c *Client) PublishAsyncComplete() <-chan struct{} { return c.store.Chat().PublishAsyncComplete() }
 
-func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, opts []PublishOption) ([]byte, publishOptions, error) {
+// applyOptions collects a publish's options.
+func applyOptions(opts []PublishOption) publishOptions {
 	var po publishOptions
 	for _, o := range opts {
 		o(&po)
 	}
+	return po
+}
+
+// prepare checks m (on its own, then against the conversation's open tool calls) and
+// encodes it once: the encoding's length is the size check, and a message over the
+// inline limit is offloaded (its object stored, po told of it) and its stub returned.
+func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, po *publishOptions) ([]byte, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
-		return nil, po, err
+		return nil, err
 	}
 	if err := m.Validate(); err != nil {
-		return nil, po, err
+		return nil, err
 	}
 	if m.ContentRef != nil {
 		// A stub is made here, from the whole message, after its object is stored: one
 		// handed in names an object this client never saw stored.
-		return nil, po, &schemas.ValidationError{Field: "content_ref", Rule: "is set by the client for a message over the max payload; publish the whole message"}
+		return nil, &schemas.ValidationError{Field: "content_ref", Rule: "is set by the client for a message over the max payload; publish the whole message"}
 	}
 	if err := c.checkToolPairing(ctx, conv, m); err != nil {
 		// A retry with the same MsgID of a tool result that was stored (its ack lost) is
 		// the stream's to de-duplicate: it answers with the first copy's sequence.
 		if po.msgID == "" || !errors.Is(err, errAnswered) {
-			return nil, po, err
+			return nil, err
 		}
 	}
 	data, err := m.Encode()
 	if err == nil && len(data) > c.store.Objects().InlineLimit(po.msgID) {
-		data, err = c.offload(ctx, conv, m, len(data), &po)
+		data, err = c.offload(ctx, conv, m, len(data), po)
 	}
 	if err != nil {
 		// What checkToolPairing learnt from m is not true of the stream: the next
 		// check reads it.
-		c.forget(conv, m)
-		return nil, po, err
+		c.forget(conv, m.Role)
+		return nil, err
 	}
-	return data, po, nil
+	return data, nil
 }
 
 // ErrTooLarge is matched by the error of a message no publish can carry: over the
@@ -244,15 +286,8 @@ var ErrToolResultWithoutCall = errors.New("tool message answers no open tool cal
 // the conversation's tail.
 func (c *Client) checkToolPairing(ctx context.Context, conv string, m *schemas.Message) error {
 	switch {
-	case m.HasToolCalls():
-		oc := &openCalls{conv: conv, answered: make(map[string]bool, len(m.ToolCalls))}
-		for _, tc := range m.ToolCalls {
-			oc.answered[tc.ID] = false
-		}
-		c.remember(oc)
-		return nil
 	case m.Role == schemas.RoleAssistant:
-		c.remember(&openCalls{conv: conv})
+		c.newRound(conv, m.ToolCalls)
 		return nil
 	case m.Role != schemas.RoleTool:
 		return nil
@@ -338,9 +373,36 @@ func (c *Client) openCallsFromStream(ctx context.Context, conv string) (*openCal
 	return oc, nil
 }
 
+// newRound makes calls (none, for an assistant message that calls no tool) the open
+// calls of conv, in place when the client tracks conv already: the steady state of a
+// publisher allocates nothing here.
+func (c *Client) newRound(conv string, calls []schemas.ToolCall) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.calls[conv]
+	if !ok {
+		oc := &openCalls{conv: conv}
+		c.rememberLocked(oc)
+		el = c.calls[conv]
+	}
+	oc := el.Value.(*openCalls)
+	clear(oc.answered)
+	if oc.answered == nil && len(calls) > 0 {
+		oc.answered = make(map[string]bool, len(calls))
+	}
+	for _, tc := range calls {
+		oc.answered[tc.ID] = false
+	}
+	c.lru.MoveToFront(el)
+}
+
 func (c *Client) remember(oc *openCalls) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.rememberLocked(oc)
+}
+
+func (c *Client) rememberLocked(oc *openCalls) {
 	if el, ok := c.calls[oc.conv]; ok {
 		el.Value = oc
 		c.lru.MoveToFront(el)
@@ -365,8 +427,8 @@ func (c *Client) lookup(conv string) *openCalls {
 }
 
 // forget drops what a failed publish taught the client; the next check reads the stream.
-func (c *Client) forget(conv string, m *schemas.Message) {
-	if m.Role != schemas.RoleTool && m.Role != schemas.RoleAssistant {
+func (c *Client) forget(conv string, role schemas.Role) {
+	if role != schemas.RoleTool && role != schemas.RoleAssistant {
 		return
 	}
 	c.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
@@ -53,6 +54,75 @@ func TestPublishAsyncAlwaysResolves(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("PublishAsync never yielded an outcome")
 	}
+}
+
+// PublishAsync's outcomes are waited for in publish order by one goroutine of the
+// client's; a publish whose context ends still yields at once when an earlier one waits
+// for an ack that does not come (it would wait up to jetstream.PublishAsyncTimeout).
+func TestPublishAsyncYieldsAtItsContextBehindAWaitingPublish(t *testing.T) {
+	srv := jstest.Server(t)
+	jstest.Provision(t, jstest.Conn(t, srv))
+	relay := jstest.NewRelay(t, srv.NATS().Addr().String())
+	nc, err := nats.Connect(relay.URL(), nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := pipeline.New(ctxT(t), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hello")}
+	relay.Mute(true)
+	waiting, err := c.PublishAsync(context.Background(), "behind", msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	later, err := c.PublishAsync(ctx, "behind", msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-later:
+		if !errors.Is(a.Err, context.DeadlineExceeded) {
+			t.Fatalf("later publish = %+v; want its deadline", a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a publish whose context ended waited behind an earlier one")
+	}
+	select {
+	case a := <-waiting:
+		t.Fatalf("the publish without an ack yielded %+v", a)
+	default:
+	}
+}
+
+// Many asynchronous publishes in flight at once, over several conversations: each
+// yields its own outcome, and the sequences follow the publish order.
+func TestPublishAsyncOutcomesFollowThePublishOrder(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		c := pipeline.NewWithStore(nc, st)
+		msgs := batchOf(5, 20, "async")
+		acks := make([]<-chan pipeline.PubAck, len(msgs))
+		for i, bm := range msgs {
+			a, err := c.PublishAsync(ctxT(t), bm.Conv, bm.Message)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks[i] = a
+		}
+		seqs := make([]uint64, len(msgs))
+		for i, a := range acks {
+			r := <-a
+			if r.Err != nil || (i > 0 && r.Seq <= seqs[i-1]) {
+				t.Fatalf("publish %d = %+v; want stored after seq %d", i, r, seqs[max(i-1, 0)])
+			}
+			seqs[i] = r.Seq
+		}
+		storedAsBatch(t, st, msgs, seqs)
+	})
 }
 
 // A tool result from a client that did not see its call (another producer, or this one

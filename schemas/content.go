@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -220,6 +221,9 @@ func scanJSONString(b []byte) int {
 	}
 	kind := plainString
 	for i := 1; i < len(b); i++ {
+		for i+8 <= len(b) && plainJSON8(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
 		for i < len(b) && plainByte[b[i]] {
 			i++
 		}
@@ -258,6 +262,15 @@ func scanJSONString(b []byte) int {
 		}
 	}
 	return notAString
+}
+
+// plainJSON8 reports whether none of the 8 bytes of x is '"', '\\' or a control
+// character: each plainByte. (v-ones)&^v&high is not 0 exactly when a byte of v is 0,
+// and (x-ones*0x20)&^x&high exactly when a byte of x is under 0x20.
+func plainJSON8(x uint64) bool {
+	const ones, high = 0x0101010101010101, 0x8080808080808080
+	q, bs := x^(ones*'"'), x^(ones*'\\')
+	return ((q-ones)&^q|(bs-ones)&^bs|(x-ones*0x20)&^x)&high == 0
 }
 
 // trimJSONSpace cuts the white space JSON allows around a value (not all of Unicode's,

@@ -202,6 +202,7 @@ func (m Message) MarshalJSON() ([]byte, error) { return m.Encode() }
 // MarshalJSON; call Encode directly where byte-for-byte output matters.)
 func (m *Message) Encode() ([]byte, error) {
 	var b bytes.Buffer
+	b.Grow(m.encodedSizeHint())
 	b.WriteString(`{"role":`)
 	writeJSONString(&b, string(m.Role))
 	b.WriteString(`,"content":`)
@@ -215,12 +216,8 @@ func (m *Message) Encode() ([]byte, error) {
 		writeJSONString(&b, m.Name)
 	}
 	if len(m.ToolCalls) > 0 {
-		tc, err := json.Marshal(m.ToolCalls)
-		if err != nil {
-			return nil, err
-		}
 		b.WriteString(`,"tool_calls":`)
-		b.Write(tc)
+		writeToolCalls(&b, m.ToolCalls)
 	}
 	if m.ToolCallID != "" {
 		b.WriteString(`,"tool_call_id":`)
@@ -299,6 +296,12 @@ func DecodeMessage(data []byte) (Message, error) {
 }
 
 func writeJSONString(b *bytes.Buffer, s string) {
+	if plainJSONString(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
 	enc, _ := json.Marshal(s)
 	b.Write(enc)
 }

@@ -74,7 +74,7 @@ func (m *Message) Validate() error {
 	}
 	seen := make(map[string]bool, len(m.ToolCalls))
 	for i, tc := range m.ToolCalls {
-		f := fmt.Sprintf("tool_calls[%d]", i)
+		f := toolCallField(i)
 		if tc.ID == "" {
 			return invalid(f+".id", "must not be empty")
 		}
@@ -191,15 +191,15 @@ func (m *Message) validateUTF8() error {
 	if off := badUTF8(m.Extra); off >= 0 {
 		return bad("extra", off)
 	}
-	for field, s := range map[string]string{"name": m.Name, "tool_call_id": m.ToolCallID, "reasoning": m.Reasoning} {
-		if off := badUTF8([]byte(s)); off >= 0 {
-			return bad(field, off)
+	for _, f := range [...]struct{ field, s string }{{"name", m.Name}, {"tool_call_id", m.ToolCallID}, {"reasoning", m.Reasoning}} {
+		if off := badUTF8String(f.s); off >= 0 {
+			return bad(f.field, off)
 		}
 	}
 	for i, tc := range m.ToolCalls {
-		for field, s := range map[string]string{"id": tc.ID, "type": tc.Type, "function.name": tc.Function.Name, "function.arguments": tc.Function.Arguments} {
-			if off := badUTF8([]byte(s)); off >= 0 {
-				return bad(fmt.Sprintf("tool_calls[%d].%s", i, field), off)
+		for _, f := range [...]struct{ field, s string }{{"id", tc.ID}, {"type", tc.Type}, {"function.name", tc.Function.Name}, {"function.arguments", tc.Function.Arguments}} {
+			if off := badUTF8String(f.s); off >= 0 {
+				return bad(fmt.Sprintf("tool_calls[%d].%s", i, f.field), off)
 			}
 		}
 	}
@@ -214,6 +214,30 @@ func (m *Message) validateUTF8() error {
 		}
 	}
 	return nil
+}
+
+// toolCallField names the i-th tool call ("tool_calls[i]") for an error, without
+// formatting it for the calls of a valid message, nearly always one of the first few.
+func toolCallField(i int) string {
+	if i < len(toolCallFields) {
+		return toolCallFields[i]
+	}
+	return fmt.Sprintf("tool_calls[%d]", i)
+}
+
+var toolCallFields = func() (out [16]string) {
+	for i := range out {
+		out[i] = fmt.Sprintf("tool_calls[%d]", i)
+	}
+	return out
+}()
+
+// badUTF8String is badUTF8 of a string, without copying it when it is valid.
+func badUTF8String(s string) int {
+	if utf8.ValidString(s) {
+		return -1
+	}
+	return badUTF8([]byte(s))
 }
 
 // badUTF8 returns the offset of the first byte of b that is not valid UTF-8, or -1.

@@ -14,10 +14,11 @@ import {
   NotFoundError,
   ServiceError,
   TimeoutError,
+  PublishBatchError,
   ToolResultWithoutCallError,
   TooLargeError,
 } from "./errors.js";
-import { checkMessage, encodeMessageBytes, hasToolCalls, validateConversationId } from "./message.js";
+import { checkMessageEncoded, encodeMessageBytes, hasToolCalls, validateConversationId } from "./message.js";
 import { MAX_OBJECT_SIZE, offload } from "./objects.js";
 import type { Entry } from "./rounds.js";
 import { DEFAULT_NAMES, HEADER_ROOM, mapNatsError, natsSource, Store, type Names } from "./store.js";
@@ -111,6 +112,26 @@ export interface PublishOptions {
    * UUID). Pass the id of an earlier attempt only to retry that message.
    */
   msgId?: string;
+}
+
+/** One message of publishBatch: its conversation, the message and, optionally, its Nats-Msg-Id. */
+export interface BatchMessage {
+  conv: string;
+  message: Message;
+  /** As PublishOptions.msgId (default: a random UUID): the same id to publish the batch again. */
+  msgId?: string;
+}
+
+export interface PublishBatchOptions {
+  /** The most publishes waiting for their acknowledgements at once (default 1000, at most 2000). */
+  window?: number;
+}
+
+/** A message checked, paired and encoded, ready to send. */
+interface Prepared {
+  m: Message;
+  data: Uint8Array;
+  msgId: string;
 }
 
 export interface PublishAllOptions {
@@ -220,10 +241,63 @@ export class Compactor {
    * max payload is stored as an object and published as a stub.
    */
   async publish(conv: string, message: Message, opts: PublishOptions = {}): Promise<PublishResult> {
+    const p = await this.prepare(conv, message, opts);
+    return this.send(conv, p);
+  }
+
+  /**
+   * Publishes messages of one conversation or many, each checked as publish checks it,
+   * in their order, with up to `window` of them (default 1000) waiting for their
+   * acknowledgements at once: each conversation's messages are stored in their order
+   * in the batch. The results are in the batch's order. The first message that fails
+   * stops the batch: nothing after it is sent, those in flight are waited for, and a
+   * PublishBatchError names it (its index, conversation and cause) and holds the
+   * results of the messages stored (undefined for the others). A message the client
+   * refuses (InvalidError) leaves every message before it stored and none after it; one
+   * the stream refused, or did not acknowledge in time, may have later messages in
+   * flight, which may be stored. Give each message a msgId to publish the whole batch
+   * again after an error: what was stored is not stored twice.
+   */
+  async publishBatch(messages: BatchMessage[], opts: PublishBatchOptions = {}): Promise<PublishResult[]> {
+    const window = Math.max(1, Math.min(opts.window ?? 1000, 2000));
+    const results: (PublishResult | undefined)[] = new Array(messages.length);
+    const inFlight: { i: number; conv: string; ack: Promise<PublishResult> }[] = [];
+    let failed: PublishBatchError | undefined;
+    const fail = (i: number, conv: string, cause: unknown) => {
+      if (!failed || i < failed.index) failed = new PublishBatchError(i, conv, cause, results);
+    };
+    const settleOldest = async () => {
+      const f = inFlight.shift()!;
+      try {
+        results[f.i] = await f.ack;
+      } catch (e) {
+        fail(f.i, f.conv, e);
+      }
+    };
+    for (const [i, { conv, message, msgId }] of messages.entries()) {
+      if (inFlight.length >= window) await settleOldest();
+      if (failed) break;
+      try {
+        const p = await this.prepare(conv, message, { msgId });
+        const ack = this.send(conv, p);
+        ack.catch(() => {}); // awaited in order by settleOldest
+        inFlight.push({ i, conv, ack });
+      } catch (e) {
+        fail(i, conv, e);
+        break;
+      }
+    }
+    while (inFlight.length > 0) await settleOldest();
+    if (failed) throw failed;
+    return results as PublishResult[];
+  }
+
+  /** Checks a message against the wire contract and its conversation, and encodes it (offloading it when too large). */
+  private async prepare(conv: string, message: Message, opts: PublishOptions): Promise<Prepared> {
     validateConversationId(conv);
     const msgId = opts.msgId ?? randomUUID();
     if (msgId === "") throw new InvalidError("msgId", "must not be empty");
-    const m = checkMessage(message);
+    const { message: m, data: encoded } = checkMessageEncoded(message);
     if (m.content_ref !== undefined) {
       throw new InvalidError("content_ref", "is set by the client for a message over the max payload; publish the whole message");
     }
@@ -235,14 +309,24 @@ export class Compactor {
       if (!(e instanceof ToolResultWithoutCallError && e.answered && opts.msgId !== undefined)) throw e;
     }
     try {
-      let data = encodeMessageBytes(m);
+      let data = encoded;
       const limit = this.inlineLimit(msgId);
       if (data.length > limit) data = await this.offload(conv, m, data.length, limit);
-      const { seq, duplicate } = await this.store.publish(conv, data, msgId);
-      return { seq, msgId, duplicate };
+      return { m, data, msgId };
     } catch (e) {
       // What the pairing check learnt from m is not true of the stream: the next check reads it.
       this.forgetCalls(conv, m);
+      throw e;
+    }
+  }
+
+  /** Sends a prepared message; its result once the stream acknowledges it. */
+  private async send(conv: string, p: Prepared): Promise<PublishResult> {
+    try {
+      const { seq, duplicate } = await this.store.publish(conv, p.data, p.msgId);
+      return { seq, msgId: p.msgId, duplicate };
+    } catch (e) {
+      this.forgetCalls(conv, p.m);
       throw e;
     }
   }

@@ -117,3 +117,20 @@ export class NewerSchemaError extends CompactorError {
     super(`compaction value has schema_version ${version}; this reader understands 1: upgrade the reader`);
   }
 }
+
+/**
+ * publishBatch's error: the first message of the batch (in its order) that was not
+ * stored, or whose outcome is not known. `cause` is that message's own error;
+ * `results` holds the result of every message stored, undefined for the others.
+ */
+export class PublishBatchError extends CompactorError {
+  override name = "PublishBatchError";
+  constructor(
+    readonly index: number,
+    readonly conv: string,
+    cause: unknown,
+    readonly results: ReadonlyArray<{ seq: number; msgId: string; duplicate: boolean } | undefined>,
+  ) {
+    super(`batch message ${index} (conversation ${conv}): ${(cause as Error)?.message ?? String(cause)}`, { cause });
+  }
+}

@@ -7,7 +7,9 @@ export type {
   ConnectOptions,
   ContextOptions,
   PolicyApi,
+  BatchMessage,
   PublishAllOptions,
+  PublishBatchOptions,
   PublishOptions,
   PublishResult,
 } from "./client.js";

@@ -84,26 +84,33 @@ function skipSpace(t: string, i: number): number {
   return i;
 }
 
+/**
+ * The index after the string literal that starts at i (t.length when it does not end).
+ * It jumps from quote to quote (indexOf is native): a quote after an odd run of
+ * backslashes is escaped, one after an even run ends the string.
+ */
 function skipString(t: string, i: number): number {
-  for (i++; i < t.length; i++) {
-    const c = t.charCodeAt(i);
-    if (c === 0x5c) i++;
-    else if (c === 0x22) return i + 1;
+  for (;;) {
+    const q = t.indexOf('"', i + 1);
+    if (q < 0) return t.length;
+    let b = q - 1;
+    while (b > i && t.charCodeAt(b) === 0x5c) b--;
+    if ((q - 1 - b) % 2 === 0) return q + 1;
+    i = q;
   }
-  return i;
 }
 
 function skipValue(t: string, i: number): number {
-  const c = t[i];
-  if (c === '"') return skipString(t, i);
-  if (c === "{" || c === "[") {
+  const c = t.charCodeAt(i);
+  if (c === 0x22) return skipString(t, i);
+  if (c === 0x7b || c === 0x5b) {
     let depth = 0;
     for (; i < t.length; i++) {
-      const d = t[i];
-      if (d === '"') {
+      const d = t.charCodeAt(i);
+      if (d === 0x22) {
         i = skipString(t, i) - 1;
-      } else if (d === "{" || d === "[") depth++;
-      else if (d === "}" || d === "]") {
+      } else if (d === 0x7b || d === 0x5b) depth++;
+      else if (d === 0x7d || d === 0x5d) {
         depth--;
         if (depth === 0) return i + 1;
       }

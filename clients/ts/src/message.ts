@@ -384,6 +384,19 @@ export function encodeMessageBytes(m: Message): Uint8Array {
  * invalid UTF-8, rather than being stored as U+FFFD.
  */
 export function checkMessage(input: unknown): Message {
+  return checkMessageText(input).message;
+}
+
+/**
+ * checkMessage and the canonical message's encoding (encodeMessageBytes of it), made
+ * once: what publish sends, and its length is the size check.
+ */
+export function checkMessageEncoded(input: unknown): { message: Message; data: Uint8Array } {
+  const { message, text } = checkMessageText(input);
+  return { message, data: utf8Bytes(text) };
+}
+
+function checkMessageText(input: unknown): { message: Message; text: string } {
   if (!isObject(input)) throw new InvalidError("message", "must be a JSON object");
   wellFormed(input, "message", new Set());
   let text: string;
@@ -392,7 +405,36 @@ export function checkMessage(input: unknown): Message {
   } catch (e) {
     throw new InvalidError("message", `does not encode as JSON: ${(e as Error).message}`);
   }
-  return decodeMessageText(text);
+  // JSON.stringify of an object writes an object, with no space before it: what
+  // decodeMessageText would parse whole only to learn that, its fields are read from
+  // (each parsed once). A toJSON may have written something else: that text is decoded
+  // as any other.
+  if (text.charCodeAt(0) !== 0x7b) {
+    const message = decodeMessageText(text);
+    return { message, text: encodeMessage(message) };
+  }
+  const d = decodeFields(memberMap(text));
+  validate(d);
+  const message = canonical(d);
+  return { message, text: encodeCanonical(message, d) };
+}
+
+/**
+ * encodeMessage of m, canonical(d), where d was decoded from text JSON.stringify wrote:
+ * content and extra are written as that text has them instead of encoded again (JSON.stringify
+ * writes what it parses back as it was), every other field as encodeMessage writes it,
+ * in the same order (that of Object.entries, which JSON.stringify follows).
+ */
+function encodeCanonical(m: Message, d: Decoded): string {
+  const parts: string[] = [];
+  for (const [k, v] of Object.entries(m)) {
+    let raw: string;
+    if (k === "content" && d.contentRaw !== undefined) raw = d.contentRaw;
+    else if (k === "extra" && d.extraRaw !== undefined) raw = d.extraRaw;
+    else raw = JSON.stringify(v);
+    parts.push(`${JSON.stringify(k)}:${raw}`);
+  }
+  return `{${parts.join(",")}}`;
 }
 
 function wellFormed(v: unknown, path: string, seen: Set<unknown>): void {

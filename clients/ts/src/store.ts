@@ -3,7 +3,7 @@
 // (no $JS.API.INFO, no stream lookups a reader is not allowed).
 
 import { createHash } from "node:crypto";
-import { createInbox, type MsgHdrs, type NatsConnection, type NatsError } from "nats";
+import { createInbox, type JetStreamClient, type MsgHdrs, type NatsConnection, type NatsError } from "nats";
 import {
   CompactorError,
   InvalidError,
@@ -103,6 +103,9 @@ function parseHeaderBlock(b: Uint8Array): Map<string, string> {
 const enc = new TextEncoder();
 
 export class Store {
+  /** The JetStream client of every chat publish, made on the first. */
+  private publisher: JetStreamClient | undefined;
+
   constructor(
     readonly nc: NatsConnection,
     readonly names: Names,
@@ -460,9 +463,8 @@ export class Store {
   async publish(conv: string, data: Uint8Array, msgId: string): Promise<{ seq: number; duplicate: boolean }> {
     const subject = `${this.names.chatPrefix}.${conv}.msg`;
     try {
-      const ack = await this.nc
-        .jetstream({ checkAPI: false, timeout: this.timeoutMs })
-        .publish(subject, data, { msgID: msgId, expect: { streamName: this.names.chatStream } });
+      this.publisher ??= this.nc.jetstream({ checkAPI: false, timeout: this.timeoutMs });
+      const ack = await this.publisher.publish(subject, data, { msgID: msgId, expect: { streamName: this.names.chatStream } });
       return { seq: ack.seq, duplicate: ack.duplicate };
     } catch (e) {
       const ne = e as NatsError;

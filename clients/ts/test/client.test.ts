@@ -14,8 +14,10 @@ import {
   InvalidError,
   NoServiceError,
   NotFoundError,
+  PublishBatchError,
   ToolResultWithoutCallError,
   TooLargeError,
+  type BatchMessage,
   type Message,
 } from "../src/index.js";
 import { connect, headers } from "nats";
@@ -83,6 +85,48 @@ test("tool results must answer an open call", async (t) => {
   assert.equal(cx.messages.length, 4);
   assert.equal(checkPairs(cx.messages), null);
   assert.ok(r1.seq < r2.seq);
+});
+
+test("publishBatch stores each conversation in order, names its first failure, and stores nothing twice when published again", async (t) => {
+  const c = await client(t, "NATS_URL");
+  const convs = [convId("ts-batch-a"), convId("ts-batch-b"), convId("ts-batch-c")];
+  const per = convs.map((conv) =>
+    [0, 1, 2].flatMap((r): Message[] => [
+      { role: "user", content: `question ${r} of ${conv}` },
+      { role: "assistant", content: null, tool_calls: [call(`${conv}-${r}-a`, "ls"), call(`${conv}-${r}-b`, "pwd")] },
+      { role: "tool", tool_call_id: `${conv}-${r}-b`, content: "/w" },
+      { role: "tool", tool_call_id: `${conv}-${r}-a`, content: "a b" },
+      { role: "assistant", content: `answer ${r}` },
+    ]),
+  );
+  const batch: BatchMessage[] = [];
+  per[0]!.forEach((_, i) => convs.forEach((conv, k) => batch.push({ conv, message: per[k]![i]!, msgId: `${conv}-${i}` })));
+  const at = 20;
+  const good = batch[at]!.message;
+  batch[at]!.message = { role: "user" } as Message; // no content: refused
+  const err = await c.publishBatch(batch, { window: 4 }).then(
+    () => assert.fail("a batch with an invalid message was stored whole"),
+    (e: unknown) => e as PublishBatchError,
+  );
+  assert.ok(err instanceof PublishBatchError, String(err));
+  assert.equal(err.index, at);
+  assert.equal(err.conv, batch[at]!.conv);
+  assert.ok(err.cause instanceof InvalidError);
+  err.results.forEach((r, i) => assert.equal(r !== undefined, i < at, `message ${i}`));
+  assert.equal(err.results.length, batch.length);
+
+  batch[at]!.message = good;
+  const all = await c.publishBatch(batch, { window: 3 });
+  for (let i = 0; i < at; i++) {
+    assert.deepStrictEqual(all[i], { ...err.results[i]!, duplicate: true }, `message ${i} stored again`);
+  }
+  for (const [k, conv] of convs.entries()) {
+    const seqs = batch.flatMap((b, i) => (b.conv === conv ? [all[i]!.seq] : []));
+    assert.deepStrictEqual(seqs, [...seqs].sort((x, y) => x - y), `${conv}: sequences in batch order`);
+    const cx = await c.context(conv, { format: "raw", atLeastSeq: Math.max(...seqs) });
+    assert.deepStrictEqual(cx.messages, per[k]);
+    assert.deepStrictEqual(cx.seqs, seqs);
+  }
 });
 
 test("bad input is refused before anything is sent", async (t) => {

@@ -24,8 +24,9 @@ import {
   validateConversationId,
   type Message,
 } from "../src/index.js";
-import { badUTF8, intFromText, runeCount } from "../src/json.js";
-import { checkMessage } from "../src/message.js";
+import { readdirSync, readFileSync } from "node:fs";
+import { badUTF8, intFromText, rawElements, rawMembers, runeCount, utf8Bytes } from "../src/json.js";
+import { checkMessage, checkMessageEncoded, decodeMessageText, encodeMessage } from "../src/message.js";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 
@@ -244,4 +245,95 @@ test("recall arguments are bounded in UTF-8 bytes, as Go bounds them", () => {
     () => decodeRecallArguments(args),
     (e: unknown) => e instanceof InvalidError && e.field === "arguments" && /8212 bytes/.test(e.message),
   );
+});
+
+// The publish path decodes a message from its JSON.stringify text without parsing the
+// text whole first, and writes its encoding from that text: the reference is the path
+// it replaced, decodeMessageText of the text and encodeMessage of the result.
+function publishedAsBefore(input: unknown): boolean {
+  const text = JSON.stringify(input);
+  let want: Message | undefined;
+  let wantErr: unknown;
+  try {
+    want = decodeMessageText(text);
+  } catch (e) {
+    wantErr = e;
+  }
+  if (wantErr !== undefined) {
+    assert.throws(() => checkMessageEncoded(input), (e: InvalidError) => e.message === (wantErr as Error).message, text);
+    return false;
+  }
+  const { message, data } = checkMessageEncoded(input);
+  assert.deepStrictEqual(message, want, text);
+  assert.deepStrictEqual(data, utf8Bytes(encodeMessage(want!)), text);
+  return true;
+}
+
+// Strings that end where a careless scan of quotes and backslashes would not.
+const tricky = ['a"b', "a\\", '\\"', 'x\\\\"y', "\u0022", "\n", "é😀", "", "}", "]", '{"k":"v"}', "\\\"", "1"];
+
+test("a message is published as the decode it replaced decodes and encodes it", () => {
+  let seed = 42;
+  const rnd = (n: number) => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0), (seed >>> 16) % n);
+  const str = () => Array.from({ length: rnd(4) }, () => tricky[rnd(tricky.length)]).join("");
+  const val = (depth: number): unknown => {
+    switch (rnd(depth > 2 ? 4 : 6)) {
+      case 0:
+        return str();
+      case 1:
+        return rnd(1000) - 500;
+      case 2:
+        return [true, false, null][rnd(3)];
+      case 3:
+        return rnd(2) ? 1.5e300 : -0;
+      case 4:
+        return Array.from({ length: rnd(3) }, () => val(depth + 1));
+      default:
+        return Object.fromEntries(Array.from({ length: rnd(3) }, () => [str(), val(depth + 1)]));
+    }
+  };
+  const roles = ["user", "assistant", "tool", "system", "robot"];
+  let valid = 0;
+  for (let i = 0; i < 3000; i++) {
+    const m: Record<string, unknown> = { role: roles[rnd(roles.length)] };
+    if (rnd(4)) m["content"] = rnd(3) ? str() : [{ type: "text", text: str() }, { type: str(), x: val(0) }];
+    if (m["role"] === "tool") m["tool_call_id"] = str() || "c";
+    if (m["role"] === "assistant" && rnd(2)) {
+      m["tool_calls"] = [{ id: `${str()}1`, type: "function", function: { name: str() || "f", arguments: JSON.stringify(val(0)) }, [str()]: val(1) }];
+      if (rnd(2)) m["tool_calls"] = [...(m["tool_calls"] as unknown[]), { ID: "2", Type: "function", Function: { Name: "g", Arguments: "{}" } }];
+    }
+    if (rnd(3) === 0) m["extra"] = rnd(4) ? { [str()]: val(0) } : val(1);
+    if (rnd(4) === 0) m["name"] = str();
+    if (rnd(4) === 0) m["meta"] = { pin: "true", [str()]: str() };
+    if (rnd(4) === 0) m["tokens"] = rnd(100);
+    if (rnd(3) === 0) m[str() || "__proto__"] = val(0);
+    if (rnd(5) === 0) m["7"] = val(1);
+    if (publishedAsBefore(m)) valid++;
+  }
+  assert.ok(valid > 1000, `${valid} of 3000 messages valid`);
+  publishedAsBefore({ toJSON: () => ({ role: "user", content: "from toJSON" }) });
+  publishedAsBefore({ toJSON: () => ["not", "an", "object"] });
+  publishedAsBefore({ role: "user", content: "x", extra: { toJSON: () => ({ a: "b" }) } });
+});
+
+test("the example transcripts are published as the decode it replaced decodes and encodes them", () => {
+  const dir = new URL("../../../../examples/transcripts/", import.meta.url).pathname;
+  let n = 0;
+  for (const f of readdirSync(dir).filter((f) => f.endsWith(".jsonl"))) {
+    for (const line of readFileSync(dir + f, "utf8").split("\n")) {
+      if (line.trim() === "") continue;
+      publishedAsBefore(JSON.parse(line));
+      n++;
+    }
+  }
+  assert.ok(n > 200, `${n} messages`);
+});
+
+test("raw members and elements end where JSON.parse ends them", () => {
+  const values: unknown[] = [tricky, Object.fromEntries(tricky.map((t, i) => [t, tricky[(i + 3) % tricky.length]])), [[tricky], { a: [{ b: "\\" }] }]];
+  for (const v of values) {
+    const text = JSON.stringify(v);
+    if (Array.isArray(v)) assert.deepStrictEqual(rawElements(text).map((e) => JSON.parse(e)), v);
+    else assert.deepStrictEqual(Object.fromEntries(rawMembers(text).map(([k, e]) => [k, JSON.parse(e)])), v);
+  }
 });
