@@ -107,6 +107,11 @@ func (c *Client) publishAsync(ctx context.Context, conv string, m *schemas.Messa
 	if err != nil {
 		return inFlight{}, err
 	}
+	return c.send(conv, m, po, data)
+}
+
+// send publishes data, m prepared, without waiting for the ack.
+func (c *Client) send(conv string, m *schemas.Message, po publishOptions, data []byte) (inFlight, error) {
 	f, err := c.store.Chat().PublishAsync(conv, data, po.msgID)
 	if err != nil {
 		c.forget(conv, m.Role)
@@ -187,6 +192,16 @@ func applyOptions(opts []PublishOption) publishOptions {
 // encodes it once: the encoding's length is the size check, and a message over the
 // inline limit is offloaded (its object stored, po told of it) and its stub returned.
 func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, po *publishOptions) ([]byte, error) {
+	data, err := encodeChecked(conv, m)
+	if err != nil {
+		return nil, err
+	}
+	return c.admit(ctx, conv, m, po, data)
+}
+
+// encodeChecked checks m on its own (and conv's id) and encodes it. It reads nothing
+// but its arguments, so a batch runs it ahead of the publishes (see PublishBatch).
+func encodeChecked(conv string, m *schemas.Message) ([]byte, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}
@@ -198,6 +213,12 @@ func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, p
 		// handed in names an object this client never saw stored.
 		return nil, &schemas.ValidationError{Field: "content_ref", Rule: "is set by the client for a message over the max payload; publish the whole message"}
 	}
+	return m.Encode()
+}
+
+// admit checks m, encoded as data by encodeChecked, against the conversation's open
+// tool calls, in publish order, and offloads it when data is over the inline limit.
+func (c *Client) admit(ctx context.Context, conv string, m *schemas.Message, po *publishOptions, data []byte) ([]byte, error) {
 	if err := c.checkToolPairing(ctx, conv, m); err != nil {
 		// A retry with the same MsgID of a tool result that was stored (its ack lost) is
 		// the stream's to de-duplicate: it answers with the first copy's sequence.
@@ -205,10 +226,10 @@ func (c *Client) prepare(ctx context.Context, conv string, m *schemas.Message, p
 			return nil, err
 		}
 	}
-	data, err := m.Encode()
-	if err == nil && len(data) > c.store.Objects().InlineLimit(po.msgID) {
-		data, err = c.offload(ctx, conv, m, len(data), po)
+	if len(data) <= c.store.Objects().InlineLimit(po.msgID) {
+		return data, nil
 	}
+	data, err := c.offload(ctx, conv, m, len(data), po)
 	if err != nil {
 		// What checkToolPairing learnt from m is not true of the stream: the next
 		// check reads it.

@@ -78,6 +78,8 @@ func (c *Client) PublishBatch(ctx context.Context, msgs []BatchMsg, opts BatchOp
 	}
 	window = min(window, MaxBatchWindow, max(len(msgs), 1))
 	b := batch{c: c, ctx: ctx, seqs: make([]uint64, len(msgs)), ring: make([]batchFlight, window)}
+	next, stop := encodeAhead(msgs)
+	defer stop()
 	for i := range msgs {
 		if b.n == window {
 			b.settleOldest()
@@ -90,7 +92,7 @@ func (c *Client) PublishBatch(ctx context.Context, msgs []BatchMsg, opts BatchOp
 			b.fail(i, bm.Conv, err)
 			break
 		}
-		p, err := c.publishAsync(ctx, bm.Conv, &bm.Message, publishOptions{msgID: bm.MsgID})
+		p, err := b.publish(bm, <-next)
 		if err != nil {
 			b.fail(i, bm.Conv, err)
 			break
@@ -104,6 +106,55 @@ func (c *Client) PublishBatch(ctx context.Context, msgs []BatchMsg, opts BatchOp
 		return b.seqs, b.first
 	}
 	return b.seqs, nil
+}
+
+// encodeAhead is how far the checks and encodings of a batch's messages may run ahead
+// of its publishes.
+const encodeAheadBy = 256
+
+// encoded is a batch message checked on its own and encoded (encodeChecked).
+type encoded struct {
+	data []byte
+	err  error
+}
+
+// encodeAhead checks and encodes msgs in their order on a goroutine of its own, up to
+// encodeAheadBy messages ahead of the batch's publishes, so that the CPU work of the
+// next messages overlaps the publishing of the earlier ones (on the caller's goroutine,
+// which also checks each message against its conversation's tool calls, in order).
+// stop ends the goroutine and returns once it has: no message is read after
+// PublishBatch returns.
+func encodeAhead(msgs []BatchMsg) (next <-chan encoded, stop func()) {
+	out := make(chan encoded, encodeAheadBy)
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range msgs {
+			data, err := encodeChecked(msgs[i].Conv, &msgs[i].Message)
+			select {
+			case out <- encoded{data: data, err: err}:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return out, func() {
+		close(quit)
+		<-done
+	}
+}
+
+// publish publishes bm, e its encoding, without waiting for the ack.
+func (b *batch) publish(bm *BatchMsg, e encoded) (inFlight, error) {
+	if e.err != nil {
+		return inFlight{}, e.err
+	}
+	po := publishOptions{msgID: bm.MsgID}
+	data, err := b.c.admit(b.ctx, bm.Conv, &bm.Message, &po, e.data)
+	if err != nil {
+		return inFlight{}, err
+	}
+	return b.c.send(bm.Conv, &bm.Message, po, data)
 }
 
 // batch is a PublishBatch under way: its publishes in flight, oldest first, in a ring.
