@@ -1,0 +1,145 @@
+package evidence
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/internal/corpustest"
+	"github.com/compactor/compactor/schemas"
+)
+
+// The fast paths are checked against the reference copy of the code they replaced
+// (the ref_*_test.go files): same bytes, same items, for every corpus message and every
+// fuzz input.
+
+// corpusTexts returns every text the evidence code redacts in the corpus: each
+// message's content and each tool call's arguments.
+func corpusTexts(tb testing.TB) []string {
+	var out []string
+	for _, c := range corpustest.Load(tb) {
+		for _, e := range c.Entries {
+			out = append(out, e.Message.Content.String())
+			for _, tc := range e.Message.ToolCalls {
+				out = append(out, tc.Function.Name, tc.Function.Arguments)
+			}
+		}
+	}
+	return out
+}
+
+// TestCorpusRedactMatchesTheReference: Redact and RedactPrefix give the reference's
+// bytes for every message text and tool-call argument of the corpus, and for every line
+// of them (a value short enough to be a single item).
+func TestCorpusRedactMatchesTheReference(t *testing.T) {
+	n := 0
+	for _, s := range corpusTexts(t) {
+		checkRedact(t, s)
+		n++
+		for line := range strings.SplitSeq(s, "\n") {
+			if line != s {
+				if got, want := Redact(line), refRedact(line); got != want {
+					t.Fatalf("Redact(%.200q)\n got %.300q\nwant %.300q", line, got, want)
+				}
+				n++
+			}
+		}
+	}
+	t.Logf("%d texts and lines", n)
+}
+
+func checkRedact(t *testing.T, s string) {
+	t.Helper()
+	if got, want := Redact(s), refRedact(s); got != want {
+		t.Fatalf("Redact(%.200q)\n got %.300q\nwant %.300q", s, got, want)
+	}
+	for _, n := range []int{100, 4096} {
+		got, gotMore := RedactPrefix(s, n)
+		want, wantMore := refRedactPrefix(s, n)
+		if got != want || gotMore != wantMore {
+			t.Fatalf("RedactPrefix(%.200q, %d)\n got %.300q, %v\nwant %.300q, %v", s, n, got, gotMore, want, wantMore)
+		}
+	}
+}
+
+// TestCorpusExtractMatchesTheReference: Extract and Merge give the reference's items
+// for every corpus conversation, whole and as two compactions (the second carrying the
+// first's evidence forward).
+func TestCorpusExtractMatchesTheReference(t *testing.T) {
+	for _, c := range corpustest.Load(t) {
+		checkExtract(t, c.Name, c.Entries)
+		half := len(c.Entries) / 2
+		prev, refPrev := Merge(nil, c.Entries[:half], uint64(half)), refMerge(nil, c.Entries[:half], uint64(half))
+		if !reflect.DeepEqual(prev, refPrev) {
+			t.Fatalf("%s: Merge of the first half differs from the reference", c.Name)
+		}
+		through := uint64(len(c.Entries))
+		if got, want := Merge(prev, c.Entries[half:], through), refMerge(refPrev, c.Entries[half:], through); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: Merge of the second half differs from the reference", c.Name)
+		}
+	}
+}
+
+func checkExtract(t *testing.T, name string, entries []schemas.Entry) {
+	t.Helper()
+	got, want := Extract(entries), refExtract(entries)
+	if reflect.DeepEqual(got, want) {
+		return
+	}
+	gotSet := map[schemas.EvidenceItem]bool{}
+	for _, it := range got {
+		gotSet[it] = true
+	}
+	for _, it := range want {
+		if !gotSet[it] {
+			t.Errorf("%s: missing %+v", name, it)
+		}
+		delete(gotSet, it)
+	}
+	for it := range gotSet {
+		t.Errorf("%s: extra %+v", name, it)
+	}
+	t.FailNow()
+}
+
+// FuzzRedact: Redact and RedactPrefix always give the reference's bytes.
+func FuzzRedact(f *testing.F) {
+	for _, s := range []string{
+		"export GITHUB_TOKEN=ghp_4fR8tY2uI6oP0aS3dF7gH1jK5lZ9xC2vB6nM",
+		`curl -H "Authorization: Bearer abc123def456ghi789" https://u:p4ss@x.example/?api_key=abcd1234efgh`,
+		"password: hunter22\n  - token: 'Q9x8Rt7Yu6'\n{\"client_secret\": \"abc\"}",
+		"mysql -u root -psecret123 db; echo pw | docker login --password-stdin; htpasswd -b f u pw",
+		"-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----",
+		"ALTER USER app WITH PASSWORD 'x'; aws configure set aws_secret_access_key abc",
+		"\u212aEY=abc123456 ſecret=x Token := \"v\" sk-proj-Zq3xT9vLm2Kp8RwY4bNc7Hd1",
+		"AKIAIOSFODNN7EXAMPLE eyJhbGciOiJI.eyJzdWIiOiIx.sig hooks.slack.com/services/T0/B1/x",
+	} {
+		f.Add(s, 64)
+	}
+	f.Fuzz(func(t *testing.T, s string, n int) {
+		if got, want := Redact(s), refRedact(s); got != want {
+			t.Fatalf("Redact(%q)\n got %q\nwant %q", s, got, want)
+		}
+		got, gotMore := RedactPrefix(s, n)
+		want, wantMore := refRedactPrefix(s, n)
+		if got != want || gotMore != wantMore {
+			t.Fatalf("RedactPrefix(%q, %d)\n got %q, %v\nwant %q, %v", s, n, got, gotMore, want, wantMore)
+		}
+	})
+}
+
+// FuzzExtract: Extract gives the reference's items for a user message, and an
+// assistant message with a tool call, built from the fuzz strings.
+func FuzzExtract(f *testing.F) {
+	f.Add("see https://x.example/a?token=abc123456 and PROJ-12, #4, CVE-2024-1234, HTTP 503, 5 GB, $3.50",
+		"bash", `{"command":"cd /src && sed -i s/a/b/ x.go > out.txt; git show 1a2b3c4d"}`)
+	f.Add("```bash\n$ rm -rf build/ && cp a.txt b/\n```\ncommit abcdef1234 E1101 TS2304",
+		"str_replace_editor", `{"command":"create","path":"./a/../b.py","file_text":"see http://h/x"}`)
+	f.Add("export API_KEY=abc123 ls ~/x.txt", "run_shell", `mysql -u r -pS3cret db < in.sql`)
+	f.Fuzz(func(t *testing.T, text, tool, args string) {
+		user := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(text)}
+		asst := schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(text),
+			ToolCalls: []schemas.ToolCall{{ID: "c1", Type: "function", Function: schemas.FunctionCall{Name: tool, Arguments: args}}}}
+		checkExtract(t, "fuzz", []schemas.Entry{{Seq: 1, Message: user}, {Seq: 2, Message: asst}})
+	})
+}
