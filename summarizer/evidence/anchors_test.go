@@ -1,0 +1,324 @@
+package evidence
+
+import (
+	"regexp/syntax"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// The anchors a rule is skipped without (rule.anchors) are proved here from each
+// expression's syntax tree, not trusted: every string the expression can match holds,
+// for each group, one of its anchors as scan finds it.
+
+// lit is a string an expression matches: exactly, or (fold) in any case of its letters.
+type lit struct {
+	s    string
+	fold bool
+}
+
+// maxExact bounds the strings exact enumerates.
+const maxExact = 4096
+
+// exact returns every string re matches, when they are at most maxExact.
+func exact(re *syntax.Regexp) ([]lit, bool) {
+	switch re.Op {
+	case syntax.OpEmptyMatch, syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText,
+		syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+		return []lit{{}}, true
+	case syntax.OpLiteral:
+		return []lit{{string(re.Rune), re.Flags&syntax.FoldCase != 0}}, true
+	case syntax.OpCharClass:
+		var out []lit
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			for r := re.Rune[i]; r <= re.Rune[i+1]; r++ {
+				if len(out) == 32 {
+					return nil, false
+				}
+				out = append(out, lit{s: string(r)})
+			}
+		}
+		return out, true
+	case syntax.OpCapture:
+		return exact(re.Sub[0])
+	case syntax.OpQuest:
+		e, ok := exact(re.Sub[0])
+		return append(e, lit{}), ok
+	case syntax.OpConcat:
+		return exactRun(re.Sub)
+	case syntax.OpAlternate:
+		var out []lit
+		for _, sub := range re.Sub {
+			e, ok := exact(sub)
+			if !ok || len(out)+len(e) > maxExact {
+				return nil, false
+			}
+			out = append(out, e...)
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+// exactRun returns every string the concatenation of subs matches, when they are few;
+// a repetition of at least once at either end counts as its one repetition next to the
+// others (every match holds that).
+func exactRun(subs []*syntax.Regexp) ([]lit, bool) {
+	out := []lit{{}}
+	for i, sub := range subs {
+		e, ok := exact(sub)
+		if !ok && (i == 0 || i == len(subs)-1) && len(subs) > 1 && atLeastOnce(sub) {
+			e, ok = exact(sub.Sub[0])
+		}
+		if !ok || len(out)*len(e) > maxExact {
+			return nil, false
+		}
+		var next []lit
+		for _, a := range out {
+			for _, b := range e {
+				next = append(next, lit{a.s + b.s, a.fold || b.fold})
+			}
+		}
+		out = next
+	}
+	return out, true
+}
+
+func atLeastOnce(re *syntax.Regexp) bool {
+	return re.Op == syntax.OpPlus || re.Op == syntax.OpRepeat && re.Min >= 1
+}
+
+// covered says every string re matches holds one of anchors, as scan finds them: in
+// the lower-case text when fold (the rule is (?i)), else as written. A text that holds
+// a foldOnly rune is searched whole by every rule.
+func covered(re *syntax.Regexp, anchors []string, fold bool) bool {
+	if e, ok := exact(re); ok {
+		for _, l := range e {
+			if !litCovered(l, anchors, fold) {
+				return false
+			}
+		}
+		return true
+	}
+	switch re.Op {
+	case syntax.OpCapture, syntax.OpPlus:
+		return covered(re.Sub[0], anchors, fold)
+	case syntax.OpRepeat:
+		return re.Min >= 1 && covered(re.Sub[0], anchors, fold)
+	case syntax.OpAlternate:
+		for _, sub := range re.Sub {
+			if !covered(sub, anchors, fold) {
+				return false
+			}
+		}
+		return true
+	case syntax.OpConcat:
+		for i := range re.Sub {
+			if covered(re.Sub[i], anchors, fold) {
+				return true
+			}
+			for j := i + 2; j <= len(re.Sub); j++ {
+				e, ok := exactRun(re.Sub[i:j])
+				if !ok {
+					break
+				}
+				if !slices.ContainsFunc(e, func(l lit) bool { return !litCovered(l, anchors, fold) }) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// litCovered says every text that holds a match of l holds one of anchors as scan
+// finds them.
+func litCovered(l lit, anchors []string, fold bool) bool {
+	for _, a := range anchors {
+		switch {
+		case fold && strings.Contains(asciiLower(l.s), a):
+			return true // a variant of l in ASCII holds a in lower case; one that is not holds a foldOnly rune
+		case fold && !l.fold && slices.ContainsFunc(foldOnly, func(r string) bool { return strings.Contains(l.s, r) }):
+			return true // the text holds a foldOnly rune: searched whole
+		case !fold && strings.Contains(l.s, a) && (!l.fold || !strings.ContainsFunc(a, unicode.IsLetter)):
+			return true
+		}
+	}
+	return false
+}
+
+// lineLocalProblem says why re may match across a line feed (other than as its first
+// byte), or read past a window of a line the way it would not in the whole text; ""
+// when it cannot. re must be a concatenation x0 x1 ... xn where x1...xn match no line
+// feed and no end of text (\z, $ without m), and x0 matches a line feed only as a
+// branch that is one character: then a match that starts at a window's first byte (the
+// line feed) starts with that branch, as it does in the whole text, and reads the rest
+// of the line as the whole text reads it.
+func lineLocalProblem(re *syntax.Regexp) string {
+	subs := []*syntax.Regexp{re}
+	if re.Op == syntax.OpConcat {
+		subs = re.Sub
+	}
+	for _, x := range subs {
+		if has(x, func(n *syntax.Regexp) bool { return n.Op == syntax.OpEndText }) {
+			return "reads the end of the text: " + x.String()
+		}
+	}
+	for _, x := range subs[1:] {
+		if has(x, matchesLineFeed) {
+			return "matches a line feed after its first byte: " + x.String()
+		}
+	}
+	branches := []*syntax.Regexp{subs[0]}
+	if subs[0].Op == syntax.OpAlternate {
+		branches = subs[0].Sub
+	}
+	for _, b := range branches {
+		if has(b, matchesLineFeed) && !(b.Op == syntax.OpCharClass || b.Op == syntax.OpAnyChar || b.Op == syntax.OpLiteral && len(b.Rune) == 1) {
+			return "its first part matches a line feed other than as one character: " + b.String()
+		}
+	}
+	return ""
+}
+
+func matchesLineFeed(n *syntax.Regexp) bool {
+	switch n.Op {
+	case syntax.OpAnyChar:
+		return true
+	case syntax.OpLiteral:
+		return slices.Contains(n.Rune, '\n')
+	case syntax.OpCharClass:
+		for i := 0; i+1 < len(n.Rune); i += 2 {
+			if n.Rune[i] <= '\n' && '\n' <= n.Rune[i+1] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// has says re or a node under it satisfies f.
+func has(re *syntax.Regexp, f func(*syntax.Regexp) bool) bool {
+	if f(re) {
+		return true
+	}
+	return slices.ContainsFunc(re.Sub, func(s *syntax.Regexp) bool { return has(s, f) })
+}
+
+func parse(t *testing.T, expr string) *syntax.Regexp {
+	t.Helper()
+	re, err := syntax.Parse(expr, syntax.Perl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return re
+}
+
+// TestRuleAnchors: every match of each rule's expression holds an anchor of each of
+// its groups, so a text (or a line) without them is rightly not searched.
+func TestRuleAnchors(t *testing.T) {
+	for i, r := range rules {
+		if len(r.anchors) == 0 {
+			t.Errorf("rule %d has no anchors: %s", i, r.re)
+		}
+		re := parse(t, r.re.String())
+		for _, g := range r.anchors {
+			if len(g) == 0 || slices.Contains(g, "") || slices.ContainsFunc(g, func(a string) bool { return strings.Contains(a, "\n") }) {
+				t.Errorf("rule %d: an empty anchor group, an empty anchor or one with a line feed: %q", i, g)
+			}
+			if !covered(re, g, ruleFold[i]) {
+				t.Errorf("rule %d: a match of %s may hold none of %q (fold %v)", i, r.re, g, ruleFold[i])
+			}
+		}
+	}
+}
+
+// TestRuleLineLocal: the rules run line by line match within one line.
+func TestRuleLineLocal(t *testing.T) {
+	n := 0
+	for i, r := range rules {
+		if !r.lineLocal {
+			continue
+		}
+		n++
+		if p := lineLocalProblem(parse(t, r.re.String())); p != "" {
+			t.Errorf("rule %d is marked line-local but %s", i, p)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no line-local rule: the check proves nothing")
+	}
+}
+
+// TestAnchorProofs: the proofs above reject what they must (so that they can fail).
+func TestAnchorProofs(t *testing.T) {
+	for _, tc := range []struct {
+		expr    string
+		anchors []string
+		fold    bool
+		want    bool
+	}{
+		{`a*key=`, []string{"key="}, false, true},
+		{`(?:api[_-]?key|token)=`, []string{"key=", "token="}, false, true},
+		{`p(?:assword|asswd)|pgpassword`, []string{"pass"}, false, true},
+		{`[ \t]+:?=`, []string{" =", "\t=", ":="}, false, true},
+		{`(?:key)?x`, []string{"key"}, false, false},
+		{`ke*y`, []string{"key"}, false, false},
+		{`(?i)key`, []string{"key"}, false, false}, // a case-sensitive anchor misses KEY
+		{`(?i)key`, []string{"key"}, true, true},
+		{`(?i)KEY`, []string{"KEY"}, true, false}, // a (?i) anchor is looked for in lower case
+		{`(?i)--`, []string{"--"}, false, true},
+		{`[A-Za-z0-9]{40}`, []string{"a"}, false, false},
+	} {
+		if got := covered(parse(t, tc.expr), tc.anchors, tc.fold); got != tc.want {
+			t.Errorf("covered(%s, %q, fold %v) = %v; want %v", tc.expr, tc.anchors, tc.fold, got, tc.want)
+		}
+	}
+	for expr, local := range map[string]bool{
+		`(?:^|[^a-z])key=[^\s]+`:    true,
+		`(?im)^[ \t]*key:[ \t]+\S+`: true,
+		`key\s*=`:                   false,
+		`(?s)key=.*`:                false,
+		`key=\S+\z`:                 false,
+		`(?:\b\s)key`:               false,
+	} {
+		if got := lineLocalProblem(parse(t, expr)) == ""; got != local {
+			t.Errorf("lineLocalProblem(%s) says line-local %v; want %v", expr, got, local)
+		}
+	}
+}
+
+// TestFoldOnlyRunes: the only non-ASCII runes (?i) matches as an ASCII letter are
+// foldOnly's.
+func TestFoldOnlyRunes(t *testing.T) {
+	var got []string
+	for c := 'A'; c <= 'z'; c++ {
+		if !unicode.IsLetter(c) {
+			continue
+		}
+		for r := unicode.SimpleFold(c); r != c; r = unicode.SimpleFold(r) {
+			if r > unicode.MaxASCII && !slices.Contains(got, string(r)) {
+				got = append(got, string(r))
+			}
+		}
+	}
+	slices.Sort(got)
+	want := slices.Sorted(slices.Values(foldOnly))
+	if !slices.Equal(got, want) {
+		t.Fatalf("non-ASCII runes folded with ASCII letters: %q; foldOnly %q", got, want)
+	}
+}
+
+// TestRulesAreTheReferences: the rules are the reference's, in its order: only how
+// they are found changed.
+func TestRulesAreTheReferences(t *testing.T) {
+	if len(rules) != len(refRules) {
+		t.Fatalf("%d rules; the reference has %d", len(rules), len(refRules))
+	}
+	for i := range rules {
+		if rules[i].re.String() != refRules[i].re.String() {
+			t.Errorf("rule %d is %s; the reference's is %s", i, rules[i].re, refRules[i].re)
+		}
+	}
+}
