@@ -46,7 +46,7 @@ func exact(re *syntax.Regexp) ([]lit, bool) {
 		e, ok := exact(re.Sub[0])
 		return append(e, lit{}), ok
 	case syntax.OpConcat:
-		return exactRun(re.Sub)
+		return exactRun(re.Sub, false)
 	case syntax.OpAlternate:
 		var out []lit
 		for _, sub := range re.Sub {
@@ -62,13 +62,13 @@ func exact(re *syntax.Regexp) ([]lit, bool) {
 }
 
 // exactRun returns every string the concatenation of subs matches, when they are few;
-// a repetition of at least once at either end counts as its one repetition next to the
-// others (every match holds that).
-func exactRun(subs []*syntax.Regexp) ([]lit, bool) {
+// a repetition of at least once first (or last, when lastRep) counts as its one
+// repetition next to the others: every match holds what that gives.
+func exactRun(subs []*syntax.Regexp, lastRep bool) ([]lit, bool) {
 	out := []lit{{}}
 	for i, sub := range subs {
 		e, ok := exact(sub)
-		if !ok && (i == 0 || i == len(subs)-1) && len(subs) > 1 && atLeastOnce(sub) {
+		if !ok && (i == 0 || i == len(subs)-1 && lastRep) && atLeastOnce(sub) {
 			e, ok = exact(sub.Sub[0])
 		}
 		if !ok || len(out)*len(e) > maxExact {
@@ -118,18 +118,86 @@ func covered(re *syntax.Regexp, anchors []string, fold bool) bool {
 			if covered(re.Sub[i], anchors, fold) {
 				return true
 			}
-			for j := i + 2; j <= len(re.Sub); j++ {
-				e, ok := exactRun(re.Sub[i:j])
+			for j := i + 1; j <= len(re.Sub); j++ {
+				e, ok := exactRun(re.Sub[i:j], true)
 				if !ok {
 					break
 				}
-				if !slices.ContainsFunc(e, func(l lit) bool { return !litCovered(l, anchors, fold) }) {
+				if j > i+1 && allCovered(e, anchors, fold) {
+					return true
+				}
+				// and the character that follows the run
+				if e, ok = exactRun(re.Sub[i:j], false); !ok {
+					continue
+				}
+				if f, ok := firsts(re.Sub[j:]); ok && allCovered(product(e, f), anchors, fold) {
 					return true
 				}
 			}
 		}
 	}
 	return false
+}
+
+func allCovered(e []lit, anchors []string, fold bool) bool {
+	return !slices.ContainsFunc(e, func(l lit) bool { return !litCovered(l, anchors, fold) })
+}
+
+func product(a, b []lit) []lit {
+	var out []lit
+	for _, x := range a {
+		for _, y := range b {
+			out = append(out, lit{x.s + y.s, x.fold || y.fold})
+		}
+	}
+	return out
+}
+
+// firsts returns the characters a match of the concatenation of subs can start with;
+// false when it may be empty or they are not known.
+func firsts(subs []*syntax.Regexp) ([]lit, bool) {
+	if len(subs) == 0 {
+		return nil, false
+	}
+	n, rest := subs[0], subs[1:]
+	with := func(sub ...*syntax.Regexp) ([]lit, bool) { return firsts(append(slices.Clone(sub), rest...)) }
+	switch n.Op {
+	case syntax.OpEmptyMatch, syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText,
+		syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+		return firsts(rest)
+	case syntax.OpLiteral:
+		return []lit{{string(n.Rune[0]), n.Flags&syntax.FoldCase != 0}}, true
+	case syntax.OpCharClass:
+		return exact(n)
+	case syntax.OpCapture, syntax.OpPlus:
+		return with(n.Sub[0])
+	case syntax.OpConcat:
+		return with(n.Sub...)
+	case syntax.OpRepeat:
+		if n.Min >= 1 {
+			return with(n.Sub[0])
+		}
+	}
+	var branches [][]*syntax.Regexp
+	switch n.Op {
+	case syntax.OpAlternate:
+		for _, b := range n.Sub {
+			branches = append(branches, []*syntax.Regexp{b})
+		}
+	case syntax.OpQuest, syntax.OpStar, syntax.OpRepeat:
+		branches = [][]*syntax.Regexp{{n.Sub[0]}, nil}
+	default:
+		return nil, false
+	}
+	var out []lit
+	for _, b := range branches {
+		f, ok := with(b...)
+		if !ok || len(out) > maxExact {
+			return nil, false
+		}
+		out = append(out, f...)
+	}
+	return out, true
 }
 
 // litCovered says every text that holds a match of l holds one of anchors as scan
@@ -270,6 +338,12 @@ func TestAnchorProofs(t *testing.T) {
 		{`(?i)KEY`, []string{"KEY"}, true, false}, // a (?i) anchor is looked for in lower case
 		{`(?i)--`, []string{"--"}, false, true},
 		{`[A-Za-z0-9]{40}`, []string{"a"}, false, false},
+		{`(?:a|bb)key[ \t]*:`, []string{"key:", "key ", "key\t"}, false, true},
+		{`(?:a|bb)key[ \t]*:`, []string{"key:", "key "}, false, false},
+		{`key(?:: *int)?(?:=|:=)`, []string{"key:", "key="}, false, true},
+		{`key(?:: *int)?(?:=|:=)?`, []string{"key:", "key="}, false, false},
+		{`ke+y=`, []string{"ey="}, false, true},
+		{`ke+y=`, []string{"key="}, false, false},
 	} {
 		if got := covered(parse(t, tc.expr), tc.anchors, tc.fold); got != tc.want {
 			t.Errorf("covered(%s, %q, fold %v) = %v; want %v", tc.expr, tc.anchors, tc.fold, got, tc.want)

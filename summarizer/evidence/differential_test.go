@@ -1,7 +1,9 @@
 package evidence
 
 import (
+	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,6 +50,24 @@ func TestCorpusRedactMatchesTheReference(t *testing.T) {
 	t.Logf("%d texts and lines", n)
 }
 
+// checkAnchors: the automata find in s exactly the anchors strings.Contains finds.
+func checkAnchors(t *testing.T, s string) {
+	t.Helper()
+	sc := newScan(s)
+	lower := asciiLower(s)
+	for key, id := range anchorIDs {
+		hay := s
+		if key[0] == 'f' {
+			hay = lower
+		}
+		var bit anchorBits
+		bit.add(id)
+		if got, want := sc.found.meets(&bit), strings.Contains(hay, key[1:]); got != want {
+			t.Fatalf("anchor %q (%c) found %v in %.200q; strings.Contains says %v", key[1:], key[0], got, s, want)
+		}
+	}
+}
+
 func checkRedact(t *testing.T, s string) {
 	t.Helper()
 	if got, want := Redact(s), refRedact(s); got != want {
@@ -58,6 +78,32 @@ func checkRedact(t *testing.T, s string) {
 		want, wantMore := refRedactPrefix(s, n)
 		if got != want || gotMore != wantMore {
 			t.Fatalf("RedactPrefix(%.200q, %d)\n got %.300q, %v\nwant %.300q, %v", s, n, got, gotMore, want, wantMore)
+		}
+	}
+}
+
+// TestAnchorsFound: the automata find every anchor a text holds, and only those, in
+// every corpus text and in texts built of the anchors themselves (in upper case, cut,
+// overlapping, next to each other).
+func TestAnchorsFound(t *testing.T) {
+	var all []string
+	for key := range anchorIDs {
+		all = append(all, key[1:])
+	}
+	slices.Sort(all)
+	joined := strings.Join(all, "")
+	for _, s := range []string{joined, strings.ToUpper(joined), strings.Join(all, " x"), joined[1:], "\u212aey=1 ſecret", ""} {
+		checkAnchors(t, s)
+	}
+	for i := range all {
+		for j := range all {
+			checkAnchors(t, all[i][:len(all[i])/2]+all[j])
+			checkAnchors(t, strings.ToUpper(all[i])+all[j][1:])
+		}
+	}
+	if corpustest.Dir() != "" || os.Getenv("CI") == "true" {
+		for _, s := range corpusTexts(t) {
+			checkAnchors(t, s)
 		}
 	}
 }
@@ -117,6 +163,7 @@ func FuzzRedact(f *testing.F) {
 		f.Add(s, 64)
 	}
 	f.Fuzz(func(t *testing.T, s string, n int) {
+		checkAnchors(t, s)
 		if got, want := Redact(s), refRedact(s); got != want {
 			t.Fatalf("Redact(%q)\n got %q\nwant %q", s, got, want)
 		}

@@ -56,8 +56,23 @@ func quoted(word string) string {
 // arg is one argument of a command: a quoted one whole, or a word.
 var arg = quoted(`[^\s"';&|<>]+`)
 
-// secretWords are what every secretKey holds, in any case.
-var secretWords = []string{"key", "token", "secret", "pass", "pwd", "credential", "sig"}
+// secretWords are what every secretKey holds, in any case; secretEnds, what every
+// secretKey ends with.
+var (
+	secretWords = []string{"key", "token", "secret", "pass", "pwd", "credential", "sig"}
+	secretEnds  = []string{"key", "token", "secret", "password", "passwd", "passphrase", "pwd", "credential", "credentials", "signature", "sig"}
+)
+
+// followed returns every word followed by every one of next.
+func followed(words []string, next ...string) []string {
+	var out []string
+	for _, w := range words {
+		for _, n := range next {
+			out = append(out, w+n)
+		}
+	}
+	return out
+}
 
 // The rules, each with its anchors (and whether it is line-local): written beside the
 // expression they are derived from, and checked against it by TestRuleAnchors and
@@ -79,28 +94,29 @@ var rules = []rule{
 	{re: regexp.MustCompile(`(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})`), anchors: [][]string{{"bearer"}}, secret: tokenLike},
 	// key=value pairs: query strings, env assignments (export API_KEY=...), options.
 	{re: regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `=` + quoted(value) + `\(?`),
-		anchors: [][]string{secretWords, {"="}}, lineLocal: true, secret: assigned},
+		anchors: [][]string{followed(secretEnds, "=")}, lineLocal: true, secret: assigned},
 	// key = value with blanks around "=" (or :=), in code and config files: api_key =
 	// "...", const apiKey = '...', os.environ["DB_PASSWORD"] = "...", $env:TOKEN = "...",
 	// with a type between (password: str = "...", var password string = "...").
 	// Not a comparison (==), a call, a name in code or a plain name (spacedValue).
 	{re: regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + annotation + `(?:["']\][ \t]*=|[ \t]+:?=|:=|=[ \t])[ \t]*(?:` +
 		doubleQuoted + `|'(?P<s>[^'\n]*)'|(?P<s>[^\s"'&;,<>()\[\]{}\\` + "`" + `=~!][^\s"'&;,<>()\[\]{}\\` + "`" + `]*))\(?`),
-		anchors: [][]string{secretWords, {"="}}, lineLocal: true, secret: spacedValue},
+		anchors:   [][]string{secretWords, {"]", " =", "\t=", ":=", "= ", "=\t"}, followed(secretEnds, `"`, "'", " ", "\t", ":", "=")},
+		lineLocal: true, secret: spacedValue},
 	// SQL that sets a password: ALTER USER x WITH PASSWORD '...', CREATE ROLE x LOGIN
 	// PASSWORD '...', CREATE USER ... IDENTIFIED [WITH plugin] BY '...'.
 	{re: regexp.MustCompile(`(?i)\b(?:(?:with|encrypted|login|user\s+[^\s;]+|role\s+[^\s;]+)\s+password|identified(?:\s+with\s+[^\s;]+)?\s+by(?:\s+password)?)\s+(?:'(?P<s>(?:[^'\n]|'')*)'|"(?P<s>[^"\n]*)")`),
 		anchors: [][]string{{"password", "identified"}, {"'", `"`}}},
 	// "key": "value" in JSON and similar quoted keys.
 	{re: regexp.MustCompile(`(?i)["']` + secretKey + `["']\s*:\s*(?:"(?P<s>(?:[^"\\\n]|\\.)+)"|'(?P<s>[^'\n]+)')`),
-		anchors: [][]string{secretWords, {":"}}, secret: assigned},
+		anchors: [][]string{secretWords, {":"}, followed(secretEnds, `"`, "'")}, secret: assigned},
 	// key: value in YAML and other unquoted maps (password: x, DB_PASSWORD: x, {token: x}):
 	// the key first on its line (after an indent or a list's "- ") or in a {...} map, so
 	// prose ("the CSRF token: if ...") is not read as one; the value on the same line,
 	// not a type (password: str) nor a name in code. A value in angle brackets is taken
 	// whole, and kept when it is a placeholder (<your token>).
 	{re: regexp.MustCompile(`(?im)(?:^[ \t]*(?:-[ \t]+)?|[{,][ \t]*)` + secretKey + `[ \t]*:[ \t]+(?:` + quoted(value) + `|(?P<s><[^<>\n]+>))(?P<t>[ \t]*[\[<|=]?)`),
-		anchors: [][]string{secretWords, {":"}}, lineLocal: true, secret: yamlValue},
+		anchors: [][]string{secretWords, {":"}, followed(secretEnds, ":", " ", "\t")}, lineLocal: true, secret: yamlValue},
 	// Command-line flags that take a secret: --password x, --api-key=x, --token x.
 	{re: regexp.MustCompile(`(?i)(?:^|\s)--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|token|secret|api-key|apikey|access-key|secret-key|private-key|client-secret|auth)(?:=|\s+)` + quoted(`[^\s"'-][^\s"']*`)),
 		anchors: [][]string{{"--"}, {"pass", "token", "secret", "key", "auth"}}, secret: notNegated},
@@ -163,7 +179,7 @@ func Redact(s string) string {
 	t := newScan(s)
 	for i := range rules {
 		r := &rules[i]
-		if !t.mayMatch(i, 0, len(t.s)) {
+		if !t.mayMatch(i) {
 			continue
 		}
 		var idx [][]int
