@@ -68,8 +68,8 @@ func exactRun(subs []*syntax.Regexp, lastRep bool) ([]lit, bool) {
 	out := []lit{{}}
 	for i, sub := range subs {
 		e, ok := exact(sub)
-		if !ok && (i == 0 || i == len(subs)-1 && lastRep) && atLeastOnce(sub) {
-			e, ok = exact(sub.Sub[0])
+		if rep, once := atLeastOnce(sub); !ok && (i == 0 || i == len(subs)-1 && lastRep) && once {
+			e, ok = exact(rep)
 		}
 		if !ok || len(out)*len(e) > maxExact {
 			return nil, false
@@ -85,8 +85,16 @@ func exactRun(subs []*syntax.Regexp, lastRep bool) ([]lit, bool) {
 	return out, true
 }
 
-func atLeastOnce(re *syntax.Regexp) bool {
-	return re.Op == syntax.OpPlus || re.Op == syntax.OpRepeat && re.Min >= 1
+// atLeastOnce returns what re repeats when it is a repetition of at least once (in
+// captures or not).
+func atLeastOnce(re *syntax.Regexp) (*syntax.Regexp, bool) {
+	for re.Op == syntax.OpCapture {
+		re = re.Sub[0]
+	}
+	if re.Op == syntax.OpPlus || re.Op == syntax.OpRepeat && re.Min >= 1 {
+		return re.Sub[0], true
+	}
+	return nil, false
 }
 
 // covered says every string re matches holds one of anchors, as scan finds them: in
@@ -283,39 +291,46 @@ func parse(t *testing.T, expr string) *syntax.Regexp {
 	return re
 }
 
-// TestRuleAnchors: every match of each rule's expression holds an anchor of each of
-// its groups, so a text (or a line) without them is rightly not searched.
-func TestRuleAnchors(t *testing.T) {
-	for i, r := range rules {
-		if len(r.anchors) == 0 {
-			t.Errorf("rule %d has no anchors: %s", i, r.re)
+// TestPatternAnchors: every match of each pattern's expression (each rule's and the
+// extraction's) holds an anchor of each of its groups, so a text (or a line) without
+// them is rightly not searched.
+func TestPatternAnchors(t *testing.T) {
+	if len(patterns) != len(rules)+len(extractPatterns) {
+		t.Fatalf("%d patterns for %d rules and %d extraction patterns", len(patterns), len(rules), len(extractPatterns))
+	}
+	for i, p := range patterns {
+		if len(p.anchors) == 0 {
+			t.Errorf("pattern %d has no anchors: %s", i, p.re)
 		}
-		re := parse(t, r.re.String())
-		for _, g := range r.anchors {
-			if len(g) == 0 || slices.Contains(g, "") || slices.ContainsFunc(g, func(a string) bool { return strings.Contains(a, "\n") }) {
-				t.Errorf("rule %d: an empty anchor group, an empty anchor or one with a line feed: %q", i, g)
+		re := parse(t, p.re.String())
+		for _, g := range p.anchors {
+			if len(g) == 0 || slices.Contains(g, "") {
+				t.Errorf("pattern %d: an empty anchor group or an empty anchor: %q", i, g)
 			}
-			if !covered(re, g, ruleFold[i]) {
-				t.Errorf("rule %d: a match of %s may hold none of %q (fold %v)", i, r.re, g, ruleFold[i])
+			if p.lineLocal && slices.ContainsFunc(g, func(a string) bool { return strings.Contains(a, "\n") }) {
+				t.Errorf("pattern %d is line-local and has an anchor with a line feed, which no line holds: %q", i, g)
+			}
+			if !covered(re, g, p.fold) {
+				t.Errorf("pattern %d: a match of %s may hold none of %q (fold %v)", i, p.re, g, p.fold)
 			}
 		}
 	}
 }
 
-// TestRuleLineLocal: the rules run line by line match within one line.
-func TestRuleLineLocal(t *testing.T) {
+// TestPatternLineLocal: the patterns run line by line match within one line.
+func TestPatternLineLocal(t *testing.T) {
 	n := 0
-	for i, r := range rules {
-		if !r.lineLocal {
+	for i, p := range patterns {
+		if !p.lineLocal {
 			continue
 		}
 		n++
-		if p := lineLocalProblem(parse(t, r.re.String())); p != "" {
-			t.Errorf("rule %d is marked line-local but %s", i, p)
+		if problem := lineLocalProblem(parse(t, p.re.String())); problem != "" {
+			t.Errorf("pattern %d (%s) is marked line-local but %s", i, p.re, problem)
 		}
 	}
 	if n == 0 {
-		t.Fatal("no line-local rule: the check proves nothing")
+		t.Fatal("no line-local pattern: the check proves nothing")
 	}
 }
 
@@ -344,6 +359,8 @@ func TestAnchorProofs(t *testing.T) {
 		{`key(?:: *int)?(?:=|:=)?`, []string{"key:", "key="}, false, false},
 		{`ke+y=`, []string{"ey="}, false, true},
 		{`ke+y=`, []string{"key="}, false, false},
+		{`#([0-9]{1,7})\b`, []string{"#1", "#2", "#3", "#4", "#5", "#6", "#7", "#8", "#9", "#0"}, false, true},
+		{`#([0-9]{1,7})\b`, []string{"#1", "#2", "#3", "#4", "#5", "#6", "#7", "#8", "#9"}, false, false},
 	} {
 		if got := covered(parse(t, tc.expr), tc.anchors, tc.fold); got != tc.want {
 			t.Errorf("covered(%s, %q, fold %v) = %v; want %v", tc.expr, tc.anchors, tc.fold, got, tc.want)

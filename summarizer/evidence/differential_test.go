@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
@@ -183,6 +184,12 @@ func FuzzExtract(f *testing.F) {
 	f.Add("```bash\n$ rm -rf build/ && cp a.txt b/\n```\ncommit abcdef1234 E1101 TS2304",
 		"str_replace_editor", `{"command":"create","path":"./a/../b.py","file_text":"see http://h/x"}`)
 	f.Add("export API_KEY=abc123 ls ~/x.txt", "run_shell", `mysql -u r -pS3cret db < in.sql`)
+	// more matches than maxPerMessage, three a line, for the line-local patterns
+	var many strings.Builder
+	for i := range 250 {
+		fmt.Fprintf(&many, "#%d #%d #%d E%04d W%04d F%04d CVE-2024-%04d AB-%d\n", i, i+1000, i+2000, 1000+i, 1000+i, 1000+i, 1000+i, i)
+	}
+	f.Add(many.String(), "bash", `{"command":"echo ok"}`)
 	f.Fuzz(func(t *testing.T, text, tool, args string) {
 		user := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(text)}
 		asst := schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(text),

@@ -13,14 +13,8 @@ const Redacted = "[redacted]"
 // submatch named "s" (the value after a key, a header, a flag or a URL's user).
 type rule struct {
 	re *regexp.Regexp
-	// anchors are what every match holds: for each group, one of its strings. A text
-	// without them is not searched (see scan.go). In a (?i) expression they are written
-	// in lower case and found whatever the case of their ASCII letters; otherwise as
-	// written. TestRuleAnchors proves them from each expression's syntax tree.
-	anchors [][]string
-	// lineLocal says no match holds a line feed but as its first byte: the expression is
-	// run only on the lines that hold the anchors (each with the line feed before it).
-	// TestRuleLineLocal proves it from the syntax tree.
+	// anchors and lineLocal are its pattern's (see pattern).
+	anchors   [][]string
 	lineLocal bool
 	// secret, when set, must accept a match (whole, and its secret part) for the
 	// secret part to be replaced.
@@ -75,8 +69,8 @@ func followed(words []string, next ...string) []string {
 }
 
 // The rules, each with its anchors (and whether it is line-local): written beside the
-// expression they are derived from, and checked against it by TestRuleAnchors and
-// TestRuleLineLocal.
+// expression they are derived from, and checked against it by TestPatternAnchors and
+// TestPatternLineLocal.
 var rules = []rule{
 	// PEM private key blocks, whole; one without its end line runs to the end of the text.
 	{re: regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\z)`),
@@ -178,17 +172,7 @@ var rules = []rule{
 func Redact(s string) string {
 	t := newScan(s)
 	for i := range rules {
-		r := &rules[i]
-		if !t.mayMatch(i) {
-			continue
-		}
-		var idx [][]int
-		if r.lineLocal && !t.unsure {
-			idx = t.lineMatches(i)
-		} else {
-			idx = r.re.FindAllStringSubmatchIndex(t.s, -1)
-		}
-		if out, changed := r.apply(t.s, idx); changed {
+		if out, changed := rules[i].apply(t.s, t.matches(rulePatterns[i], -1)); changed {
 			t.reset(out)
 		}
 	}

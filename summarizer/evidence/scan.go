@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -33,20 +34,47 @@ func (b *anchorBits) meets(o *anchorBits) bool {
 // maxAnchors bounds the distinct anchors of all rules, foldOnly's included.
 const maxAnchors = len(anchorBits{}) * 64
 
-// The anchors of every rule, numbered (anchorIDs: "f" for one found in any case, else
-// "e", then the anchor): ruleGroups[i][g] is the set of group g of rule i; ruleFold[i]
-// says rule i is (?i), its anchors found in any case; foldOnlyBits is the set of the
-// foldOnly runes; foldAnchors and exactAnchors find them in a text.
+// A pattern is an expression with its anchors, looked for in one pass over a text for
+// every pattern at once: each of rules, and the extraction's expressions.
+type pattern struct {
+	re *regexp.Regexp
+	// anchors are what every match holds: for each group, one of its strings. A text
+	// without them is not searched. In a (?i) expression they are written in lower case
+	// and found whatever the case of their ASCII letters; otherwise as written.
+	// TestPatternAnchors proves them from each expression's syntax tree.
+	anchors [][]string
+	// lineLocal says no match holds a line feed but as its first byte: the expression is
+	// run only on the lines that hold the anchors (each with the line feed before it).
+	// TestPatternLineLocal proves it from the syntax tree.
+	lineLocal bool
+	// fold says the expression is (?i); groups are the anchor groups as sets of
+	// numbered anchors (both set by init).
+	fold   bool
+	groups []anchorBits
+}
+
+// patterns are every pattern: rulePatterns (one for each rule, in order), then the
+// extraction's.
+var (
+	rulePatterns = make([]*pattern, len(rules))
+	patterns     []*pattern
+)
+
+// The anchors of every pattern, numbered (anchorIDs: "f" for one found in any case,
+// else "e", then the anchor); foldOnlyBits is the set of the foldOnly runes;
+// foldAnchors and exactAnchors find them in a text.
 var (
 	anchorIDs    = map[string]int{}
-	ruleGroups   [][]anchorBits
-	ruleFold     []bool
 	foldOnlyBits anchorBits
 	foldAnchors  *automaton
 	exactAnchors *automaton
 )
 
 func init() {
+	for i, r := range rules {
+		rulePatterns[i] = &pattern{re: r.re, anchors: r.anchors, lineLocal: r.lineLocal}
+	}
+	patterns = append(slices.Clone(rulePatterns), extractPatterns...)
 	ids := anchorIDs
 	number := func(key string) int {
 		if _, ok := ids[key]; !ok {
@@ -54,17 +82,15 @@ func init() {
 		}
 		return ids[key]
 	}
-	ruleGroups = make([][]anchorBits, len(rules))
-	ruleFold = make([]bool, len(rules))
-	for i := range rules {
-		ruleFold[i] = strings.HasPrefix(rules[i].re.String(), "(?i")
-		kind := map[bool]string{true: "f", false: "e"}[ruleFold[i]]
-		for _, g := range rules[i].anchors {
+	for _, p := range patterns {
+		p.fold = strings.HasPrefix(p.re.String(), "(?i")
+		kind := map[bool]string{true: "f", false: "e"}[p.fold]
+		for _, g := range p.anchors {
 			var set anchorBits
 			for _, a := range g {
 				set.add(number(kind + a))
 			}
-			ruleGroups[i] = append(ruleGroups[i], set)
+			p.groups = append(p.groups, set)
 		}
 	}
 	for _, r := range foldOnly {
@@ -136,29 +162,41 @@ func asciiLower(s string) string {
 	return string(b)
 }
 
-// mayMatch says rule ri's expression may match in s: every group of its anchors has
-// one there, or the text is unsure.
-func (t *scan) mayMatch(ri int) bool {
+// mayMatch says p's expression may match in s: every group of its anchors has one
+// there, or the text is unsure.
+func (t *scan) mayMatch(p *pattern) bool {
 	if t.unsure {
 		return true
 	}
-	for g := range ruleGroups[ri] {
-		if !t.found.meets(&ruleGroups[ri][g]) {
+	for g := range p.groups {
+		if !t.found.meets(&p.groups[g]) {
 			return false
 		}
 	}
 	return true
 }
 
-// lineMatches returns the matches of line-local rule ri in s, in order: those of its
-// expression on each line that holds its anchors (from the line feed before it, so
-// that the expression reads the line as it reads it in s).
-func (t *scan) lineMatches(ri int) [][]int {
-	r := &rules[ri]
-	hay := t.hay(ruleFold[ri])
+// matches returns what p.re.FindAllStringSubmatchIndex(s, n) returns, without running
+// the expression on a text that lacks its anchors, nor, for a line-local pattern, on
+// a line that does.
+func (t *scan) matches(p *pattern, n int) [][]int {
+	switch {
+	case !t.mayMatch(p):
+		return nil
+	case !p.lineLocal || t.unsure:
+		return p.re.FindAllStringSubmatchIndex(t.s, n)
+	}
+	return t.lineMatches(p, n)
+}
+
+// lineMatches returns the first n (all when n < 0) matches of line-local p in s, in
+// order: those of its expression on each line that holds its anchors (from the line
+// feed before it, so that the expression reads the line as it reads it in s).
+func (t *scan) lineMatches(p *pattern, n int) [][]int {
+	hay := t.hay(p.fold)
 	type window struct{ from, to int }
 	var lines []window
-	for _, a := range r.anchors[0] {
+	for _, a := range p.anchors[0] {
 		for at := 0; at < len(hay); {
 			i := strings.Index(hay[at:], a)
 			if i < 0 {
@@ -180,16 +218,19 @@ func (t *scan) lineMatches(ri int) [][]int {
 	lines = slices.Compact(lines)
 	var out [][]int
 	for _, w := range lines {
-		if !holdsAll(hay[w.from:w.to], r.anchors[1:]) {
+		if !holdsAll(hay[w.from:w.to], p.anchors[1:]) {
 			continue
 		}
-		for _, m := range r.re.FindAllStringSubmatchIndex(t.s[w.from:w.to], -1) {
+		for _, m := range p.re.FindAllStringSubmatchIndex(t.s[w.from:w.to], n-len(out)) {
 			for i := range m {
 				if m[i] >= 0 {
 					m[i] += w.from
 				}
 			}
 			out = append(out, m)
+		}
+		if len(out) == n {
+			break
 		}
 	}
 	return out
