@@ -75,6 +75,9 @@ func checkRedact(t *testing.T, s string) {
 		t.Fatalf("Redact(%.200q)\n got %.300q\nwant %.300q", s, got, want)
 	}
 	for _, n := range []int{100, 4096} {
+		if len(s) <= n {
+			continue // Redact(s), checked above
+		}
 		got, gotMore := RedactPrefix(s, n)
 		want, wantMore := refRedactPrefix(s, n)
 		if got != want || gotMore != wantMore {
