@@ -71,27 +71,6 @@ func (c *refCollector) merge(it schemas.EvidenceItem) {
 	c.items[k] = &it
 }
 
-// Since returns ev without the items whose newest reference is older than firstSeq
-// (the oldest message of the conversation still in CHAT): their messages have left
-// with the age limit or a purge, and evidence does not outlive them. A firstSeq of 0
-// says no message is left: no item is. ev is not modified; it is returned as is when
-// every item stays.
-func refSince(ev *schemas.Evidence, firstSeq uint64) *schemas.Evidence {
-	if ev == nil || firstSeq == 1 {
-		return ev
-	}
-	out := &schemas.Evidence{ThroughSeq: ev.ThroughSeq}
-	for _, it := range ev.Items {
-		if firstSeq != 0 && it.LastSeq >= firstSeq {
-			out.Items = append(out.Items, it)
-		}
-	}
-	if len(out.Items) == len(ev.Items) {
-		return ev
-	}
-	return out
-}
-
 // bound keeps at most MaxPerKind items of each kind and MaxEncodedBytes of encoding
 // (through through), the most valuable by Rank, and returns them in canonical order.
 func refBound(items []schemas.EvidenceItem, through uint64) []schemas.EvidenceItem {
