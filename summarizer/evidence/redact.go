@@ -169,14 +169,18 @@ var rules = []rule{
 //
 // Redact whole texts before cutting them: a secret cut short may no longer have the
 // shape that finds it.
-func Redact(s string) string {
+func Redact(s string) string { return redact(s).s }
+
+// redact returns the scan of s redacted, for the extraction to look for its own
+// patterns' anchors in what it already found.
+func redact(s string) scan {
 	t := newScan(s)
 	for i := range rules {
 		if out, changed := rules[i].apply(t.s, t.matches(rulePatterns[i], -1)); changed {
 			t.reset(out)
 		}
 	}
-	return t.s
+	return t
 }
 
 // apply replaces the secret parts of matches idx (of r.re in s, in order) and says
@@ -392,8 +396,14 @@ func notNegated(match, _ string) bool { return !strings.Contains(strings.ToLower
 // possibly cut, word is left out, so no part of a secret that runs past n survives (a
 // PEM block that starts before the cut is redacted to it). more says s went on.
 func RedactPrefix(s string, n int) (out string, more bool) {
+	t, more := redactPrefix(s, n)
+	return t.s, more
+}
+
+// redactPrefix is RedactPrefix, returning the scan of what it returns.
+func redactPrefix(s string, n int) (scan, bool) {
 	if len(s) <= n {
-		return Redact(s), false
+		return redact(s), false
 	}
 	s = s[:max(n, 0)]
 	for len(s) > 0 && !utf8.ValidString(s) {
@@ -404,5 +414,5 @@ func RedactPrefix(s string, n int) (out string, more bool) {
 	} else {
 		s = ""
 	}
-	return Redact(s), true
+	return redact(s), true
 }

@@ -21,14 +21,28 @@ import (
 var foldOnly = []string{"\u212a", "\u017f"}
 
 // anchorBits is a set of anchors, by number.
-type anchorBits [4]uint64
+type anchorBits [8]uint64
 
-func (b *anchorBits) add(id int) { b[id/64] |= 1 << (id % 64) }
-func (b *anchorBits) union(o *anchorBits) {
-	b[0], b[1], b[2], b[3] = b[0]|o[0], b[1]|o[1], b[2]|o[2], b[3]|o[3]
+func (b *anchorBits) add(id int) {
+	if id >= maxAnchors {
+		panic("evidence: more than maxAnchors anchors")
+	}
+	b[id/64] |= 1 << (id % 64)
 }
+
+func (b *anchorBits) union(o *anchorBits) {
+	for i := range b {
+		b[i] |= o[i]
+	}
+}
+
 func (b *anchorBits) meets(o *anchorBits) bool {
-	return b[0]&o[0]|b[1]&o[1]|b[2]&o[2]|b[3]&o[3] != 0
+	for i := range b {
+		if b[i]&o[i] != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // maxAnchors bounds the distinct anchors of all rules, foldOnly's included.
@@ -96,9 +110,6 @@ func init() {
 	for _, r := range foldOnly {
 		foldOnlyBits.add(number("e" + r))
 	}
-	if len(ids) > maxAnchors {
-		panic("evidence: more than maxAnchors anchors")
-	}
 	fold, exact := map[string]int{}, map[string]int{}
 	for k, id := range ids {
 		if k[0] == 'f' {
@@ -121,8 +132,8 @@ type scan struct {
 	unsure bool
 }
 
-func newScan(s string) *scan {
-	t := &scan{}
+func newScan(s string) scan {
+	var t scan
 	t.reset(s)
 	return t
 }

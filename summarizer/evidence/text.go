@@ -76,7 +76,7 @@ var (
 	ticketPat = &pattern{re: ticketRE, anchors: [][]string{followed([]string{"-"}, digits...)}}
 	cvePat    = &pattern{re: cveRE, anchors: [][]string{{"CVE-"}}, lineLocal: true}
 	issuePat  = &pattern{re: issueRE, anchors: [][]string{followed([]string{"#"}, digits...)}, lineLocal: true}
-	commitPat = &pattern{re: commitRE, anchors: [][]string{{"commit", "sha", "revision"}}}
+	commitPat = &pattern{re: commitRE, anchors: [][]string{followed([]string{"commit", "sha", "revision"}, append([]string{" ", "\t", "\n", "\r", "\f", ":", "a", "b", "c", "d", "e", "f"}, digits...)...)}}
 	httpPat   = &pattern{re: httpRE, anchors: [][]string{append(followed([]string{"http"}, "/", ":", " ", "\t", "\n", "\r", "\f"), "status")}}
 	lintPat   = &pattern{re: lintRE, anchors: [][]string{followed([]string{"E", "W", "F", "TS", "CS"}, digits...)}, lineLocal: true}
 
@@ -85,9 +85,9 @@ var (
 
 var digits = []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
 
-// ids records the identifiers of text.
-func (c *collector) ids(text string, seq uint64) {
-	t := newScan(text)
+// ids records the identifiers of t's text.
+func (c *collector) ids(t *scan, seq uint64) {
+	text := t.s
 	for _, m := range t.matches(ticketPat, maxPerMessage) {
 		id := text[m[2]:m[3]]
 		prefix, _, _ := strings.Cut(id, "-")
