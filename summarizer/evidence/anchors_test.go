@@ -208,6 +208,18 @@ func firsts(subs []*syntax.Regexp) ([]lit, bool) {
 	return out, true
 }
 
+// asciiLower returns s with its ASCII letters in lower case, byte for byte: the text
+// a (?i) pattern's anchors are found in.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
 // litCovered says every text that holds a match of l holds one of anchors as scan
 // finds them.
 func litCovered(l lit, anchors []string, fold bool) bool {

@@ -51,7 +51,8 @@ func TestCorpusRedactMatchesTheReference(t *testing.T) {
 	t.Logf("%d texts and lines", n)
 }
 
-// checkAnchors: the automata find in s exactly the anchors strings.Contains finds.
+// checkAnchors: the automata find in s exactly the anchors strings.Contains finds, and
+// each line-local pattern's finders where the first of a group's anchors ends.
 func checkAnchors(t *testing.T, s string) {
 	t.Helper()
 	sc := newScan(s)
@@ -65,6 +66,23 @@ func checkAnchors(t *testing.T, s string) {
 		bit.add(id)
 		if got, want := sc.found.meets(&bit), strings.Contains(hay, key[1:]); got != want {
 			t.Fatalf("anchor %q (%c) found %v in %.200q; strings.Contains says %v", key[1:], key[0], got, s, want)
+		}
+	}
+	for _, p := range patterns {
+		for g, f := range p.finders {
+			hay := s
+			if p.fold {
+				hay = lower
+			}
+			want := -1 // where the anchor that ends first ends
+			for _, a := range p.anchors[g] {
+				if i := strings.Index(hay, a); i >= 0 && (want < 0 || i+len(a) < want) {
+					want = i + len(a)
+				}
+			}
+			if got := f.index(s); got != want {
+				t.Fatalf("pattern %s group %d: index %d in %.200q; the first anchor ends at %d", p.re, g, got, s, want)
+			}
 		}
 	}
 }

@@ -62,9 +62,10 @@ type pattern struct {
 	// TestPatternLineLocal proves it from the syntax tree.
 	lineLocal bool
 	// fold says the expression is (?i); groups are the anchor groups as sets of
-	// numbered anchors (both set by init).
-	fold   bool
-	groups []anchorBits
+	// numbered anchors; finders find each group's anchors in a line (set by init).
+	fold    bool
+	groups  []anchorBits
+	finders []*automaton
 }
 
 // patterns are every pattern: rulePatterns (one for each rule, in order), then the
@@ -101,10 +102,15 @@ func init() {
 		kind := map[bool]string{true: "f", false: "e"}[p.fold]
 		for _, g := range p.anchors {
 			var set anchorBits
+			own := map[string]int{}
 			for _, a := range g {
 				set.add(number(kind + a))
+				own[a] = len(own)
 			}
 			p.groups = append(p.groups, set)
+			if p.lineLocal {
+				p.finders = append(p.finders, newAutomaton(own, p.fold))
+			}
 		}
 	}
 	for _, r := range foldOnly {
@@ -124,8 +130,6 @@ func init() {
 // scan is the text Redact works on and what it has found in it.
 type scan struct {
 	s string
-	// lower is s with its ASCII letters in lower case (byte for byte), made on first use.
-	lower string
 	// found are the anchors s holds.
 	found anchorBits
 	// unsure says s holds a foldOnly rune: every rule runs on the whole text.
@@ -140,37 +144,10 @@ func newScan(s string) scan {
 
 // reset makes s the text, after a rule changed it.
 func (t *scan) reset(s string) {
-	t.s, t.lower, t.found = s, "", anchorBits{}
+	t.s, t.found = s, anchorBits{}
 	foldAnchors.find(s, &t.found)
 	exactAnchors.find(s, &t.found)
 	t.unsure = t.found.meets(&foldOnlyBits)
-}
-
-// hay is the text anchors of a rule are looked for in: s, or its lower-case form for a
-// (?i) rule.
-func (t *scan) hay(fold bool) string {
-	if !fold {
-		return t.s
-	}
-	if t.lower == "" && t.s != "" {
-		t.lower = asciiLower(t.s)
-	}
-	return t.lower
-}
-
-// asciiLower returns s with its ASCII letters in lower case, byte for byte.
-func asciiLower(s string) string {
-	i := strings.IndexFunc(s, func(r rune) bool { return r >= 'A' && r <= 'Z' })
-	if i < 0 {
-		return s
-	}
-	b := []byte(s)
-	for j := i; j < len(b); j++ {
-		if c := b[j]; c >= 'A' && c <= 'Z' {
-			b[j] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }
 
 // mayMatch says p's expression may match in s: every group of its anchors has one
@@ -204,57 +181,34 @@ func (t *scan) matches(p *pattern, n int) [][]int {
 // order: those of its expression on each line that holds its anchors (from the line
 // feed before it, so that the expression reads the line as it reads it in s).
 func (t *scan) lineMatches(p *pattern, n int) [][]int {
-	hay := t.hay(p.fold)
-	type window struct{ from, to int }
-	var lines []window
-	for _, a := range p.anchors[0] {
-		for at := 0; at < len(hay); {
-			i := strings.Index(hay[at:], a)
-			if i < 0 {
-				break
-			}
-			i += at
-			w := window{strings.LastIndexByte(hay[:i], '\n'), strings.IndexByte(hay[i:], '\n')}
-			w.from = max(w.from, 0)
-			if w.to < 0 {
-				w.to = len(hay)
-			} else {
-				w.to += i
-			}
-			lines = append(lines, w)
-			at = w.to
-		}
-	}
-	slices.SortFunc(lines, func(a, b window) int { return a.from - b.from })
-	lines = slices.Compact(lines)
 	var out [][]int
-	for _, w := range lines {
-		if !holdsAll(hay[w.from:w.to], p.anchors[1:]) {
+	for at := 0; at < len(t.s) && len(out) != n; {
+		end := p.finders[0].index(t.s[at:])
+		if end < 0 {
+			break
+		}
+		end += at // an anchor ends here, and holds no line feed
+		from, to := strings.LastIndexByte(t.s[:end], '\n'), strings.IndexByte(t.s[end:], '\n')
+		from = max(from, 0)
+		if to < 0 {
+			to = len(t.s)
+		} else {
+			to += end
+		}
+		at = to
+		if slices.ContainsFunc(p.finders[1:], func(a *automaton) bool { return a.index(t.s[from:to]) < 0 }) {
 			continue
 		}
-		for _, m := range p.re.FindAllStringSubmatchIndex(t.s[w.from:w.to], n-len(out)) {
+		for _, m := range p.re.FindAllStringSubmatchIndex(t.s[from:to], n-len(out)) {
 			for i := range m {
 				if m[i] >= 0 {
-					m[i] += w.from
+					m[i] += from
 				}
 			}
 			out = append(out, m)
 		}
-		if len(out) == n {
-			break
-		}
 	}
 	return out
-}
-
-// holdsAll says s holds an anchor of every group.
-func holdsAll(s string, groups [][]string) bool {
-	for _, g := range groups {
-		if !slices.ContainsFunc(g, func(a string) bool { return strings.Contains(s, a) }) {
-			return false
-		}
-	}
-	return true
 }
 
 // automaton finds which of a set of strings a text holds, in one pass (Aho-Corasick,
@@ -349,6 +303,18 @@ func (a *automaton) link(goTo [][]int32, fail []int32) {
 			}
 		}
 	}
+}
+
+// index returns where the first of the strings that s holds ends in it, or -1.
+func (a *automaton) index(s string) int {
+	st := int32(0)
+	for i := 0; i < len(s); i++ {
+		st = a.next[int(st)*a.nclass+int(a.class[s[i]])]
+		if a.ends[st] {
+			return i + 1
+		}
+	}
+	return -1
 }
 
 // find adds the strings s holds to found.
