@@ -108,7 +108,7 @@ func (c *collector) entry(e *schemas.Entry) {
 		t, _ := redactPrefix(m.Content.String(), maxScanBytes)
 		c.urls(t.s, e.Seq)
 		c.ids(&t, e.Seq)
-		c.numbers(t.s, e.Seq)
+		c.numbers(&t, e.Seq)
 	case schemas.RoleAssistant:
 		t, _ := redactPrefix(m.Content.String(), maxScanBytes)
 		text := t.s

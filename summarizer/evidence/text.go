@@ -80,7 +80,7 @@ var (
 	httpPat   = &pattern{re: httpRE, anchors: [][]string{append(followed([]string{"http"}, "/", ":", " ", "\t", "\n", "\r", "\f"), "status")}}
 	lintPat   = &pattern{re: lintRE, anchors: [][]string{followed([]string{"E", "W", "F", "TS", "CS"}, digits...)}, lineLocal: true}
 
-	extractPatterns = []*pattern{ticketPat, cvePat, issuePat, commitPat, httpPat, lintPat}
+	extractPatterns = []*pattern{ticketPat, cvePat, issuePat, commitPat, httpPat, lintPat, numberPat}
 )
 
 var digits = []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
@@ -143,9 +143,12 @@ func hexRun(s string, n int) bool {
 // one-letter units right after the number, or a currency sign before it.
 var numberRE = regexp.MustCompile(`(?i)(?:[$€£]\s?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:\s?(?:k|m|bn)\b)?)|(?:\b(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:%|\s?(?:ms|µs|us|ns|secs?|seconds?|mins?|minutes?|hrs?|hours?|days?|weeks?|months?|years?|[kmgtp]i?b|bytes?|[kmg]hz|px|rem|dpi|fps|rps|qps|req/s|tokens?|cores?|cpus?|gpus?|threads|workers|replicas|nodes|kg|mg|lbs?|km|cm|mm|miles?|ft|°[cf]|usd|eur|gbp|dollars?|euros?|bags?|passengers?|nights?|adults?|children)\b|(?:s|h|m|k|g|x)\b))`)
 
-// numbers records the numbers with units of a user message.
-func (c *collector) numbers(text string, seq uint64) {
-	for _, m := range numberRE.FindAllString(text, maxPerMessage) {
-		c.add(schemas.EvidenceNumber, strings.Join(strings.Fields(m), " "), seq, false)
+// numberPat is numberRE's pattern: every match holds a digit.
+var numberPat = &pattern{re: numberRE, anchors: [][]string{digits}}
+
+// numbers records the numbers with units of a user message (t's text).
+func (c *collector) numbers(t *scan, seq uint64) {
+	for _, m := range t.matches(numberPat, maxPerMessage) {
+		c.add(schemas.EvidenceNumber, strings.Join(strings.Fields(t.s[m[0]:m[1]]), " "), seq, false)
 	}
 }
