@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"regexp"
 	"regexp/syntax"
 	"slices"
 	"strings"
@@ -413,8 +414,8 @@ func TestFoldOnlyRunes(t *testing.T) {
 	}
 }
 
-// TestRulesAreTheReferences: the rules are the reference's, in its order: only how
-// they are found changed.
+// TestRulesAreTheReferences: the rules are the reference's, in its order, and so are
+// the extraction's expressions: only how they are run changed.
 func TestRulesAreTheReferences(t *testing.T) {
 	if len(rules) != len(refRules) {
 		t.Fatalf("%d rules; the reference has %d", len(rules), len(refRules))
@@ -422,6 +423,12 @@ func TestRulesAreTheReferences(t *testing.T) {
 	for i := range rules {
 		if rules[i].re.String() != refRules[i].re.String() {
 			t.Errorf("rule %d is %s; the reference's is %s", i, rules[i].re, refRules[i].re)
+		}
+	}
+	for _, pair := range [][2]*regexp.Regexp{{ticketRE, refTicketRE}, {cveRE, refCveRE}, {issueRE, refIssueRE},
+		{commitRE, refCommitRE}, {fullCommitRE, refFullCommitRE}, {httpRE, refHttpRE}, {lintRE, refLintRE}, {numberRE, refNumberRE}} {
+		if pair[0].String() != pair[1].String() {
+			t.Errorf("extraction expression %s; the reference's is %s", pair[0], pair[1])
 		}
 	}
 }
