@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"fmt"
 	"regexp"
 	"regexp/syntax"
 	"slices"
@@ -271,6 +272,54 @@ func lineLocalProblem(re *syntax.Regexp) string {
 	return ""
 }
 
+// sepProblem says why re may match a byte of seps, or read what is around a stretch
+// between two of them the way it would not in the whole text; "" when it cannot. seps
+// must be ASCII and not word characters (\b reads one as it reads the edge of a text),
+// and re must not read the start or end of a text or line (a stretch starts or ends
+// where the whole text does not).
+func sepProblem(re *syntax.Regexp, seps string) string {
+	for i := 0; i < len(seps); i++ {
+		if c := seps[i]; c >= 0x80 || syntax.IsWordChar(rune(c)) {
+			return fmt.Sprintf("sep %q is not an ASCII non-word byte", c)
+		}
+	}
+	if has(re, func(n *syntax.Regexp) bool {
+		switch n.Op {
+		case syntax.OpBeginText, syntax.OpEndText, syntax.OpBeginLine, syntax.OpEndLine:
+			return true
+		}
+		return false
+	}) {
+		return "reads the start or end of a text or line"
+	}
+	for i := 0; i < len(seps); i++ {
+		c := rune(seps[i])
+		if has(re, func(n *syntax.Regexp) bool { return matchesRune(n, c) }) {
+			return fmt.Sprintf("matches sep %q", c)
+		}
+	}
+	return ""
+}
+
+// matchesRune says node n (not its subexpressions) may match c, an ASCII non-letter.
+func matchesRune(n *syntax.Regexp, c rune) bool {
+	switch n.Op {
+	case syntax.OpAnyChar:
+		return true
+	case syntax.OpAnyCharNotNL:
+		return c != '\n'
+	case syntax.OpLiteral:
+		return slices.Contains(n.Rune, c)
+	case syntax.OpCharClass:
+		for i := 0; i+1 < len(n.Rune); i += 2 {
+			if n.Rune[i] <= c && c <= n.Rune[i+1] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func matchesLineFeed(n *syntax.Regexp) bool {
 	switch n.Op {
 	case syntax.OpAnyChar:
@@ -330,6 +379,32 @@ func TestPatternAnchors(t *testing.T) {
 	}
 }
 
+// TestPatternSeps: the patterns run between their seps match no sep, and their
+// anchors hold none.
+func TestPatternSeps(t *testing.T) {
+	n := 0
+	for i, p := range patterns {
+		if p.seps == "" {
+			continue
+		}
+		n++
+		if p.lineLocal {
+			t.Errorf("pattern %d (%s) has seps and is line-local", i, p.re)
+		}
+		if problem := sepProblem(parse(t, p.re.String()), p.seps); problem != "" {
+			t.Errorf("pattern %d (%s) has seps %q but %s", i, p.re, p.seps, problem)
+		}
+		for _, g := range p.anchors {
+			if slices.ContainsFunc(g, func(a string) bool { return strings.ContainsAny(a, p.seps) }) {
+				t.Errorf("pattern %d (%s): an anchor holds a sep: %q", i, p.re, g)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no pattern with seps: the check proves nothing")
+	}
+}
+
 // TestPatternLineLocal: the patterns run line by line match within one line.
 func TestPatternLineLocal(t *testing.T) {
 	n := 0
@@ -377,6 +452,22 @@ func TestAnchorProofs(t *testing.T) {
 	} {
 		if got := covered(parse(t, tc.expr), tc.anchors, tc.fold); got != tc.want {
 			t.Errorf("covered(%s, %q, fold %v) = %v; want %v", tc.expr, tc.anchors, tc.fold, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		expr, seps string
+		ok         bool
+	}{
+		{`\b[0-9]+(?:\.[0-9]+)?\s?ms\b`, `;,"`, true},
+		{`\b[0-9]+(?:\.[0-9]+)?\s?ms\b`, `;. `, false}, // it matches . and a blank
+		{`(?i)commit:?\s*[0-9a-f]+`, `;_`, false},      // _ is a word character
+		{`^[0-9]+`, `;`, false},
+		{`[0-9]+$`, `;`, false},
+		{`a.b`, `;`, false},
+		{`a[^x]b`, `;`, false},
+	} {
+		if got := sepProblem(parse(t, tc.expr), tc.seps) == ""; got != tc.ok {
+			t.Errorf("sepProblem(%s, %q) says fine %v; want %v", tc.expr, tc.seps, got, tc.ok)
 		}
 	}
 	for expr, local := range map[string]bool{

@@ -205,6 +205,8 @@ func FuzzExtract(f *testing.F) {
 	f.Add("```bash\n$ rm -rf build/ && cp a.txt b/\n```\ncommit abcdef1234 E1101 TS2304",
 		"str_replace_editor", `{"command":"create","path":"./a/../b.py","file_text":"see http://h/x"}`)
 	f.Add("export API_KEY=abc123 ls ~/x.txt", "run_shell", `mysql -u r -pS3cret db < in.sql`)
+	f.Add("(commit:abc1234;sha 0f1e2d3c) [HTTP/1.1 404] status code\n503, $1,200.50k (5 GB) 3x faster; 10ms-20ms=30 req/s",
+		"bash", `{"command":"git show abc1234"}`)
 	// more matches than maxPerMessage, three a line, for the line-local patterns
 	var many strings.Builder
 	for i := range 250 {

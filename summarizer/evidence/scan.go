@@ -61,11 +61,16 @@ type pattern struct {
 	// run only on the lines that hold the anchors (each with the line feed before it).
 	// TestPatternLineLocal proves it from the syntax tree.
 	lineLocal bool
+	// seps are bytes no match holds (ASCII, not word characters): the expression is run
+	// only on the stretches between them that hold the anchors. TestPatternSeps proves
+	// it from the syntax tree.
+	seps string
 	// fold says the expression is (?i); groups are the anchor groups as sets of
 	// numbered anchors; finders find each group's anchors in a line (set by init).
 	fold    bool
 	groups  []anchorBits
 	finders []*automaton
+	isSep   [256]bool
 }
 
 // patterns are every pattern: rulePatterns (one for each rule, in order), then the
@@ -108,9 +113,14 @@ func init() {
 				own[a] = len(own)
 			}
 			p.groups = append(p.groups, set)
-			if p.lineLocal {
+			if p.lineLocal || p.seps != "" {
 				p.finders = append(p.finders, newAutomaton(own, p.fold))
 			}
+		}
+	}
+	for _, p := range patterns {
+		for i := 0; i < len(p.seps); i++ {
+			p.isSep[p.seps[i]] = true
 		}
 	}
 	for _, r := range foldOnly {
@@ -171,30 +181,42 @@ func (t *scan) matches(p *pattern, n int) [][]int {
 	switch {
 	case !t.mayMatch(p):
 		return nil
-	case !p.lineLocal || t.unsure:
+	case t.unsure || !p.lineLocal && p.seps == "":
 		return p.re.FindAllStringSubmatchIndex(t.s, n)
+	case p.seps != "":
+		return t.windowMatches(p, n, func(end int) (int, int) {
+			from, to := end-1, end
+			for from > 0 && !p.isSep[t.s[from-1]] {
+				from--
+			}
+			for to < len(t.s) && !p.isSep[t.s[to]] {
+				to++
+			}
+			return from, to
+		})
 	}
-	return t.lineMatches(p, n)
+	return t.windowMatches(p, n, func(end int) (int, int) {
+		from, to := strings.LastIndexByte(t.s[:end], '\n'), strings.IndexByte(t.s[end:], '\n')
+		if to < 0 {
+			return max(from, 0), len(t.s)
+		}
+		return max(from, 0), end + to
+	})
 }
 
-// lineMatches returns the first n (all when n < 0) matches of line-local p in s, in
-// order: those of its expression on each line that holds its anchors (from the line
-// feed before it, so that the expression reads the line as it reads it in s).
-func (t *scan) lineMatches(p *pattern, n int) [][]int {
+// windowMatches returns the first n (all when n < 0) matches of p in s, in order:
+// those of its expression on each window that holds its anchors. window gives the
+// window around an anchor that ends at end: for a line-local pattern its line (from
+// the line feed before it, so that the expression reads the line as it reads it in
+// s), else the stretch between two of its seps.
+func (t *scan) windowMatches(p *pattern, n int, window func(end int) (from, to int)) [][]int {
 	var out [][]int
 	for at := 0; at < len(t.s) && len(out) != n; {
 		end := p.finders[0].index(t.s[at:])
 		if end < 0 {
 			break
 		}
-		end += at // an anchor ends here, and holds no line feed
-		from, to := strings.LastIndexByte(t.s[:end], '\n'), strings.IndexByte(t.s[end:], '\n')
-		from = max(from, 0)
-		if to < 0 {
-			to = len(t.s)
-		} else {
-			to += end
-		}
+		from, to := window(at + end) // an anchor ends at at+end; it holds no line feed, nor sep
 		at = to
 		if slices.ContainsFunc(p.finders[1:], func(a *automaton) bool { return a.index(t.s[from:to]) < 0 }) {
 			continue

@@ -76,14 +76,20 @@ var (
 	ticketPat = &pattern{re: ticketRE, anchors: [][]string{followed([]string{"-"}, digits...)}}
 	cvePat    = &pattern{re: cveRE, anchors: [][]string{{"CVE-"}}, lineLocal: true}
 	issuePat  = &pattern{re: issueRE, anchors: [][]string{followed([]string{"#"}, digits...)}, lineLocal: true}
-	commitPat = &pattern{re: commitRE, anchors: [][]string{followed([]string{"commit", "sha", "revision"}, append([]string{" ", "\t", "\n", "\r", "\f", ":", "a", "b", "c", "d", "e", "f"}, digits...)...)}}
-	httpPat   = &pattern{re: httpRE, anchors: [][]string{append(followed([]string{"http"}, "/", ":", " ", "\t", "\n", "\r", "\f"), "status")}}
-	lintPat   = &pattern{re: lintRE, anchors: [][]string{followed([]string{"E", "W", "F", "TS", "CS"}, digits...)}, lineLocal: true}
+	commitPat = &pattern{re: commitRE, anchors: [][]string{followed([]string{"commit", "sha", "revision"}, append([]string{" ", "\t", "\n", "\r", "\f", ":", "a", "b", "c", "d", "e", "f"}, digits...)...)},
+		seps: punctuation + "-,./%$"}
+	httpPat = &pattern{re: httpRE, anchors: [][]string{append(followed([]string{"http"}, "/", ":", " ", "\t", "\n", "\r", "\f"), "status")},
+		seps: punctuation + "-,%$"}
+	lintPat = &pattern{re: lintRE, anchors: [][]string{followed([]string{"E", "W", "F", "TS", "CS"}, digits...)}, lineLocal: true}
 
 	extractPatterns = []*pattern{ticketPat, cvePat, issuePat, commitPat, httpPat, lintPat, numberPat}
 )
 
 var digits = []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
+
+// punctuation are bytes that none of the commit, HTTP status and number expressions
+// matches: each runs only between them (pattern.seps).
+const punctuation = `"'()[]{}<>;=|&*#@!?\` + "`~^+"
 
 // ids records the identifiers of t's text.
 func (c *collector) ids(t *scan, seq uint64) {
@@ -144,7 +150,7 @@ func hexRun(s string, n int) bool {
 var numberRE = regexp.MustCompile(`(?i)(?:[$€£]\s?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:\s?(?:k|m|bn)\b)?)|(?:\b(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?(?:%|\s?(?:ms|µs|us|ns|secs?|seconds?|mins?|minutes?|hrs?|hours?|days?|weeks?|months?|years?|[kmgtp]i?b|bytes?|[kmg]hz|px|rem|dpi|fps|rps|qps|req/s|tokens?|cores?|cpus?|gpus?|threads|workers|replicas|nodes|kg|mg|lbs?|km|cm|mm|miles?|ft|°[cf]|usd|eur|gbp|dollars?|euros?|bags?|passengers?|nights?|adults?|children)\b|(?:s|h|m|k|g|x)\b))`)
 
 // numberPat is numberRE's pattern: every match holds a digit.
-var numberPat = &pattern{re: numberRE, anchors: [][]string{digits}}
+var numberPat = &pattern{re: numberRE, anchors: [][]string{digits}, seps: punctuation + "-:"}
 
 // numbers records the numbers with units of a user message (t's text).
 func (c *collector) numbers(t *scan, seq uint64) {
