@@ -9,9 +9,13 @@ import (
 
 // The benchmarks run the code and its reference (the code before the one-pass scanner,
 // ref_*_test.go) side by side over the whole corpus, one op a pass over every
-// conversation:
+// conversation. On a busy machine, compare them round by round, each round running
+// both:
 //
-//	AGENT_CORPUS_DIR=/work/shared/corpus go test -run '^$' -bench . -benchmem ./summarizer/evidence/
+//	go test -c -o /tmp/evidence.test ./summarizer/evidence/
+//	cd summarizer/evidence && for i in 1 2 3 4 5; do
+//		AGENT_CORPUS_DIR=<corpus> /tmp/evidence.test -test.run '^$' -test.bench . -test.benchmem -test.benchtime 3x
+//	done
 
 // BenchmarkRedact redacts every message text and tool call's arguments.
 func BenchmarkRedact(b *testing.B) {
