@@ -2,7 +2,8 @@
 // to lose: files the agent read or changed, commands it ran, URLs, identifiers (issue
 // and ticket ids, commit hashes, error codes) and numbers with units from user
 // messages. Secrets in them are redacted (see [Redact]) before anything is cut or
-// kept. It is pure and deterministic: plain functions over entries, no NATS, no
+// kept. A text is read once for the fixed strings the matches of every expression
+// hold, and an expression runs only on the texts (or lines) that hold its own. It is pure and deterministic: plain functions over entries, no NATS, no
 // LLM.
 //
 // [Extract] finds the items of some messages, [Merge] adds them to a previous

@@ -105,14 +105,15 @@ func (c *collector) entry(e *schemas.Entry) {
 	m := &e.Message
 	switch m.Role {
 	case schemas.RoleUser:
-		text := capText(m.Content.String())
-		c.urls(text, e.Seq)
-		c.ids(text, e.Seq)
-		c.numbers(text, e.Seq)
+		t, _ := redactPrefix(m.Content.String(), maxScanBytes)
+		c.urls(t.s, e.Seq)
+		c.ids(&t, e.Seq)
+		c.numbers(&t, e.Seq)
 	case schemas.RoleAssistant:
-		text := capText(m.Content.String())
+		t, _ := redactPrefix(m.Content.String(), maxScanBytes)
+		text := t.s
 		c.urls(text, e.Seq)
-		c.ids(text, e.Seq)
+		c.ids(&t, e.Seq)
 		for _, cmd := range shellFences(text) {
 			c.command(cmd, e.Seq)
 		}

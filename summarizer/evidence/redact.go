@@ -13,9 +13,9 @@ const Redacted = "[redacted]"
 // submatch named "s" (the value after a key, a header, a flag or a URL's user).
 type rule struct {
 	re *regexp.Regexp
-	// hint is a string every match contains (case-sensitive), to skip the expression on
-	// texts that cannot match; "" runs it always.
-	hint string
+	// anchors and lineLocal are its pattern's (see pattern).
+	anchors   [][]string
+	lineLocal bool
 	// secret, when set, must accept a match (whole, and its secret part) for the
 	// secret part to be replaced.
 	secret func(match, value string) bool
@@ -50,70 +50,109 @@ func quoted(word string) string {
 // arg is one argument of a command: a quoted one whole, or a word.
 var arg = quoted(`[^\s"';&|<>]+`)
 
+// secretWords are what every secretKey holds, in any case; secretEnds, what every
+// secretKey ends with.
+var (
+	secretWords = []string{"key", "token", "secret", "pass", "pwd", "credential", "sig"}
+	secretEnds  = []string{"key", "token", "secret", "password", "passwd", "passphrase", "pwd", "credential", "credentials", "signature", "sig"}
+)
+
+// followed returns every word followed by every one of next.
+func followed(words []string, next ...string) []string {
+	var out []string
+	for _, w := range words {
+		for _, n := range next {
+			out = append(out, w+n)
+		}
+	}
+	return out
+}
+
+// The rules, each with its anchors (and whether it is line-local): written beside the
+// expression they are derived from, and checked against it by TestPatternAnchors and
+// TestPatternLineLocal.
 var rules = []rule{
 	// PEM private key blocks, whole; one without its end line runs to the end of the text.
-	{regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\z)`), "-----BEGIN ", nil},
+	{re: regexp.MustCompile(`-----BEGIN [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----(?s:.*?)(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\z)`),
+		anchors: [][]string{{"-----BEGIN "}, {"PRIVATE KEY"}}},
 	// A URL's user-info with a password (https://user:pass@host), or a token as the user.
-	{regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://(?:[^\s:@/?#'"]*:(?P<s>[^\s@/?#'"]+)|(?P<s>[A-Za-z0-9_-]{20,}))@`), "://", nil},
+	{re: regexp.MustCompile(`(?i)\b[a-z][a-z0-9+.-]*://(?:[^\s:@/?#'"]*:(?P<s>[^\s@/?#'"]+)|(?P<s>[A-Za-z0-9_-]{20,}))@`),
+		anchors: [][]string{{"://"}, {"@"}}, lineLocal: true},
 	// Authorization and its kin as headers: the scheme is kept, the credentials go.
-	{regexp.MustCompile(`(?i)\b(?:proxy-)?authorization["']?\s*[:=]\s*["']?(?:(?:bearer|basic|token|digest|bot|apikey)\s+)?(?P<s>` + value + `)`), "", nil},
-	{regexp.MustCompile(`(?i)\b(?:x-api-key|api-key|x-auth-token|x-access-token|private-token|x-goog-api-key)["']?\s*:\s*["']?(?P<s>` + value + `)`), "", nil},
-	{regexp.MustCompile(`(?i)\b(?:set-)?cookie["']?\s*:\s*["']?(?P<s>[^\s"';=]+=[^\s"';]+)`), "", nil},
-	{regexp.MustCompile(`(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})`), "", tokenLike},
+	{re: regexp.MustCompile(`(?i)\b(?:proxy-)?authorization["']?\s*[:=]\s*["']?(?:(?:bearer|basic|token|digest|bot|apikey)\s+)?(?P<s>` + value + `)`),
+		anchors: [][]string{{"authorization"}}},
+	{re: regexp.MustCompile(`(?i)\b(?:x-api-key|api-key|x-auth-token|x-access-token|private-token|x-goog-api-key)["']?\s*:\s*["']?(?P<s>` + value + `)`),
+		anchors: [][]string{{"api-key", "-auth-token", "-access-token", "private-token"}, {":"}}},
+	{re: regexp.MustCompile(`(?i)\b(?:set-)?cookie["']?\s*:\s*["']?(?P<s>[^\s"';=]+=[^\s"';]+)`),
+		anchors: [][]string{{"cookie"}, {":"}, {"="}}},
+	{re: regexp.MustCompile(`(?i)\bbearer\s+(?P<s>[A-Za-z0-9._~+/=-]{8,})`), anchors: [][]string{{"bearer"}}, secret: tokenLike},
 	// key=value pairs: query strings, env assignments (export API_KEY=...), options.
-	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `=` + quoted(value) + `\(?`), "=", assigned},
+	{re: regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + `=` + quoted(value) + `\(?`),
+		anchors: [][]string{followed(secretEnds, "=")}, lineLocal: true, secret: assigned},
 	// key = value with blanks around "=" (or :=), in code and config files: api_key =
 	// "...", const apiKey = '...', os.environ["DB_PASSWORD"] = "...", $env:TOKEN = "...",
 	// with a type between (password: str = "...", var password string = "...").
 	// Not a comparison (==), a call, a name in code or a plain name (spacedValue).
-	{regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + annotation + `(?:["']\][ \t]*=|[ \t]+:?=|:=|=[ \t])[ \t]*(?:` +
-		doubleQuoted + `|'(?P<s>[^'\n]*)'|(?P<s>[^\s"'&;,<>()\[\]{}\\` + "`" + `=~!][^\s"'&;,<>()\[\]{}\\` + "`" + `]*))\(?`), "=", spacedValue},
+	{re: regexp.MustCompile(`(?i)(?:^|[^A-Za-z0-9_.-])` + secretKey + annotation + `(?:["']\][ \t]*=|[ \t]+:?=|:=|=[ \t])[ \t]*(?:` +
+		doubleQuoted + `|'(?P<s>[^'\n]*)'|(?P<s>[^\s"'&;,<>()\[\]{}\\` + "`" + `=~!][^\s"'&;,<>()\[\]{}\\` + "`" + `]*))\(?`),
+		anchors:   [][]string{secretWords, {"]", " =", "\t=", ":=", "= ", "=\t"}, followed(secretEnds, `"`, "'", " ", "\t", ":", "=")},
+		lineLocal: true, secret: spacedValue},
 	// SQL that sets a password: ALTER USER x WITH PASSWORD '...', CREATE ROLE x LOGIN
 	// PASSWORD '...', CREATE USER ... IDENTIFIED [WITH plugin] BY '...'.
-	{regexp.MustCompile(`(?i)\b(?:(?:with|encrypted|login|user\s+[^\s;]+|role\s+[^\s;]+)\s+password|identified(?:\s+with\s+[^\s;]+)?\s+by(?:\s+password)?)\s+(?:'(?P<s>(?:[^'\n]|'')*)'|"(?P<s>[^"\n]*)")`), "", nil},
+	{re: regexp.MustCompile(`(?i)\b(?:(?:with|encrypted|login|user\s+[^\s;]+|role\s+[^\s;]+)\s+password|identified(?:\s+with\s+[^\s;]+)?\s+by(?:\s+password)?)\s+(?:'(?P<s>(?:[^'\n]|'')*)'|"(?P<s>[^"\n]*)")`),
+		anchors: [][]string{{"password", "identified"}, {"'", `"`}}},
 	// "key": "value" in JSON and similar quoted keys.
-	{regexp.MustCompile(`(?i)["']` + secretKey + `["']\s*:\s*(?:"(?P<s>(?:[^"\\\n]|\\.)+)"|'(?P<s>[^'\n]+)')`), ":", assigned},
+	{re: regexp.MustCompile(`(?i)["']` + secretKey + `["']\s*:\s*(?:"(?P<s>(?:[^"\\\n]|\\.)+)"|'(?P<s>[^'\n]+)')`),
+		anchors: [][]string{secretWords, {":"}, followed(secretEnds, `"`, "'")}, secret: assigned},
 	// key: value in YAML and other unquoted maps (password: x, DB_PASSWORD: x, {token: x}):
 	// the key first on its line (after an indent or a list's "- ") or in a {...} map, so
 	// prose ("the CSRF token: if ...") is not read as one; the value on the same line,
 	// not a type (password: str) nor a name in code. A value in angle brackets is taken
 	// whole, and kept when it is a placeholder (<your token>).
-	{regexp.MustCompile(`(?im)(?:^[ \t]*(?:-[ \t]+)?|[{,][ \t]*)` + secretKey + `[ \t]*:[ \t]+(?:` + quoted(value) + `|(?P<s><[^<>\n]+>))(?P<t>[ \t]*[\[<|=]?)`), ":", yamlValue},
+	{re: regexp.MustCompile(`(?im)(?:^[ \t]*(?:-[ \t]+)?|[{,][ \t]*)` + secretKey + `[ \t]*:[ \t]+(?:` + quoted(value) + `|(?P<s><[^<>\n]+>))(?P<t>[ \t]*[\[<|=]?)`),
+		anchors: [][]string{secretWords, {":"}, followed(secretEnds, ":", " ", "\t")}, lineLocal: true, secret: yamlValue},
 	// Command-line flags that take a secret: --password x, --api-key=x, --token x.
-	{regexp.MustCompile(`(?i)(?:^|\s)--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|token|secret|api-key|apikey|access-key|secret-key|private-key|client-secret|auth)(?:=|\s+)` + quoted(`[^\s"'-][^\s"']*`)), "--", notNegated},
+	{re: regexp.MustCompile(`(?i)(?:^|\s)--(?:[a-z0-9]+-)*(?:password|passwd|passphrase|token|secret|api-key|apikey|access-key|secret-key|private-key|client-secret|auth)(?:=|\s+)` + quoted(`[^\s"'-][^\s"']*`)),
+		anchors: [][]string{{"--"}, {"pass", "token", "secret", "key", "auth"}}, secret: notNegated},
 	// mysql and its tools take the password glued to -p (-psecret, -p'secret'); sshpass
 	// and the logins (docker, podman, helm, oras, az) take it as the next word.
-	{regexp.MustCompile(`\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlshow|mysqlcheck)\b[^\n;&|]*?\s-p` + quoted(`[^\s"']+`)), "-p", nil},
-	{regexp.MustCompile(`\b(?:curl|wget|http)\b[^\n;&|]*?\s(?:-u|--user)\s*(?:"[^\s:"]*:(?P<s>[^"\n]+)"|'[^\s:']*:(?P<s>[^'\n]+)'|["']?[^\s:"']*:(?P<s>[^\s"']+))`), "-", nil},
-	{regexp.MustCompile(`\bredis-cli\b[^\n;&|]*?\s(?:-a|--pass)\s+` + arg), "redis-cli", nil},
+	{re: regexp.MustCompile(`\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump|mysqlimport|mysqlshow|mysqlcheck)\b[^\n;&|]*?\s-p` + quoted(`[^\s"']+`)),
+		anchors: [][]string{{"mysql", "mariadb"}, {"-p"}}},
+	{re: regexp.MustCompile(`\b(?:curl|wget|http)\b[^\n;&|]*?\s(?:-u|--user)\s*(?:"[^\s:"]*:(?P<s>[^"\n]+)"|'[^\s:']*:(?P<s>[^'\n]+)'|["']?[^\s:"']*:(?P<s>[^\s"']+))`),
+		anchors: [][]string{{"curl", "wget", "http"}, {"-u"}, {":"}}},
+	{re: regexp.MustCompile(`\bredis-cli\b[^\n;&|]*?\s(?:-a|--pass)\s+` + arg), anchors: [][]string{{"redis-cli"}, {"-a", "--pass"}}},
 	// A password fed to a registry login's --password-stdin by echo or printf, or a
 	// here-string.
-	{regexp.MustCompile(`\b(?:echo|printf)(?:\s+-[A-Za-z]+)*(?:\s+["']?%s(?:\\n)?["']?)?\s+` + arg + `[ \t]*\|[ \t]*(?:sudo\s+)?(?:docker|podman|nerdctl|helm\s+registry|oras|buildah|skopeo|crane)\s+(?:auth\s+)?login\b[^\n;&|]*?\s--password-stdin\b`), "--password-stdin", nil},
-	{regexp.MustCompile(`\s--password-stdin\b[^\n;&|]*?<<<[ \t]*` + arg), "--password-stdin", nil},
-	{regexp.MustCompile(`\b(?:sshpass\s+-p|(?:docker|podman|helm\s+registry|oras|buildah|skopeo|az)\s+login\b[^\n;&|]*?\s-p)\s+` + arg), "-p", nil},
+	{re: regexp.MustCompile(`\b(?:echo|printf)(?:\s+-[A-Za-z]+)*(?:\s+["']?%s(?:\\n)?["']?)?\s+` + arg + `[ \t]*\|[ \t]*(?:sudo\s+)?(?:docker|podman|nerdctl|helm\s+registry|oras|buildah|skopeo|crane)\s+(?:auth\s+)?login\b[^\n;&|]*?\s--password-stdin\b`),
+		anchors: [][]string{{"echo", "printf"}, {"login"}, {"--password-stdin"}}},
+	{re: regexp.MustCompile(`\s--password-stdin\b[^\n;&|]*?<<<[ \t]*` + arg), anchors: [][]string{{"--password-stdin"}, {"<<<"}}},
+	{re: regexp.MustCompile(`\b(?:sshpass\s+-p|(?:docker|podman|helm\s+registry|oras|buildah|skopeo|az)\s+login\b[^\n;&|]*?\s-p)\s+` + arg),
+		anchors: [][]string{{"sshpass", "login"}, {"-p"}}},
 	// aws configure set aws_secret_access_key x; openssl's -k/-K and pass:x; ssh-keygen's
 	// -N; a password echoed into sudo -S; htpasswd's password in batch mode (-b).
-	{regexp.MustCompile(`\baws\s+configure\s+set\s+(?:[\w-]+\.)?(?:aws_secret_access_key|aws_session_token|aws_security_token)\s+` + arg), "aws", nil},
-	{regexp.MustCompile(`\bopenssl\b[^\n;&|]*?\s-[kK]\s+` + arg), "openssl", nil},
-	{regexp.MustCompile(`\s-pass(?:in|out)?\s+(?:"pass:(?P<s>[^"\n]*)"|'pass:(?P<s>[^'\n]*)'|pass:(?P<s>[^\s"';&|<>]+))`), "pass:", nil},
-	{regexp.MustCompile(`\bssh-keygen\b[^\n;&|]*?\s-N\s+` + arg), "ssh-keygen", nil},
-	{regexp.MustCompile(`\becho\s+` + arg + `[ \t]*\|[ \t]*sudo(?:\s+-[A-Za-z]+)*?\s+-[A-Za-z]*S\b`), "sudo", nil},
-	{regexp.MustCompile(`\bhtpasswd((?:\s+-[A-Za-z]+)+)\s+[^\s"';&|<>-][^\s;&|<>]*\s+[^\s"';&|<>]+\s+` + arg), "htpasswd", htpasswdFile},
-	{regexp.MustCompile(`\bhtpasswd((?:\s+-[A-Za-z]+)+)\s+[^\s"';&|<>-][^\s;&|<>]*\s+` + arg), "htpasswd", htpasswdNoFile},
+	{re: regexp.MustCompile(`\baws\s+configure\s+set\s+(?:[\w-]+\.)?(?:aws_secret_access_key|aws_session_token|aws_security_token)\s+` + arg),
+		anchors: [][]string{{"configure"}, {"aws_secret_access_key", "aws_session_token", "aws_security_token"}}},
+	{re: regexp.MustCompile(`\bopenssl\b[^\n;&|]*?\s-[kK]\s+` + arg), anchors: [][]string{{"openssl"}, {"-k", "-K"}}},
+	{re: regexp.MustCompile(`\s-pass(?:in|out)?\s+(?:"pass:(?P<s>[^"\n]*)"|'pass:(?P<s>[^'\n]*)'|pass:(?P<s>[^\s"';&|<>]+))`),
+		anchors: [][]string{{"-pass"}, {"pass:"}}},
+	{re: regexp.MustCompile(`\bssh-keygen\b[^\n;&|]*?\s-N\s+` + arg), anchors: [][]string{{"ssh-keygen"}, {"-N"}}},
+	{re: regexp.MustCompile(`\becho\s+` + arg + `[ \t]*\|[ \t]*sudo(?:\s+-[A-Za-z]+)*?\s+-[A-Za-z]*S\b`), anchors: [][]string{{"echo"}, {"sudo"}}},
+	{re: regexp.MustCompile(`\bhtpasswd((?:\s+-[A-Za-z]+)+)\s+[^\s"';&|<>-][^\s;&|<>]*\s+[^\s"';&|<>]+\s+` + arg), anchors: [][]string{{"htpasswd"}}, secret: htpasswdFile},
+	{re: regexp.MustCompile(`\bhtpasswd((?:\s+-[A-Za-z]+)+)\s+[^\s"';&|<>-][^\s;&|<>]*\s+` + arg), anchors: [][]string{{"htpasswd"}}, secret: htpasswdNoFile},
 	// Well-known key shapes.
-	{regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_-]{16,}`), "sk-ant-", nil},
-	{regexp.MustCompile(`\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}`), "sk-", nil},
-	{regexp.MustCompile(`\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}`), "k_", nil},
-	{regexp.MustCompile(`\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[A-Z0-9]{16}\b`), "A", nil},
-	{regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{30,}`), "gh", nil},
-	{regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{22,}`), "github_pat_", nil},
-	{regexp.MustCompile(`\bxox[abposr]-[A-Za-z0-9-]{10,}`), "xox", nil},
-	{regexp.MustCompile(`\bglpat-[A-Za-z0-9_-]{20,}`), "glpat-", nil},
-	{regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`), "AIza", nil},
-	{regexp.MustCompile(`\bnpm_[A-Za-z0-9]{36}`), "npm_", nil},
-	{regexp.MustCompile(`\bhf_[A-Za-z0-9]{30,}`), "hf_", nil},
-	{regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{6,}\.eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*`), "eyJ", nil},
-	{regexp.MustCompile(`hooks\.slack\.com/services/(?P<s>[A-Za-z0-9/]+)`), "hooks.slack.com", nil},
+	{re: regexp.MustCompile(`\bsk-ant-[A-Za-z0-9_-]{16,}`), anchors: [][]string{{"sk-ant-"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}`), anchors: [][]string{{"sk-"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}`), anchors: [][]string{{"k_live_", "k_test_"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA)[A-Z0-9]{16}\b`), anchors: [][]string{{"AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{30,}`), anchors: [][]string{{"ghp_", "gho_", "ghu_", "ghs_", "ghr_"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\bgithub_pat_[A-Za-z0-9_]{22,}`), anchors: [][]string{{"github_pat_"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\bxox[abposr]-[A-Za-z0-9-]{10,}`), anchors: [][]string{{"xox"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\bglpat-[A-Za-z0-9_-]{20,}`), anchors: [][]string{{"glpat-"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\bAIza[0-9A-Za-z_-]{35}`), anchors: [][]string{{"AIza"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\bnpm_[A-Za-z0-9]{36}`), anchors: [][]string{{"npm_"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\bhf_[A-Za-z0-9]{30,}`), anchors: [][]string{{"hf_"}}, lineLocal: true},
+	{re: regexp.MustCompile(`\beyJ[A-Za-z0-9_-]{6,}\.eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*`), anchors: [][]string{{"eyJ"}}, lineLocal: true},
+	{re: regexp.MustCompile(`hooks\.slack\.com/services/(?P<s>[A-Za-z0-9/]+)`), anchors: [][]string{{"hooks.slack.com/services/"}}, lineLocal: true},
 }
 
 // Redact returns s with the secrets it recognizes replaced by Redacted: a URL's
@@ -130,20 +169,25 @@ var rules = []rule{
 //
 // Redact whole texts before cutting them: a secret cut short may no longer have the
 // shape that finds it.
-func Redact(s string) string {
-	for _, r := range rules {
-		if r.hint != "" && !strings.Contains(s, r.hint) {
-			continue
+func Redact(s string) string { return redact(s).s }
+
+// redact returns the scan of s redacted, for the extraction to look for its own
+// patterns' anchors in what it already found.
+func redact(s string) scan {
+	t := newScan(s)
+	for i := range rules {
+		if out, changed := rules[i].apply(t.s, t.matches(rulePatterns[i], -1)); changed {
+			t.reset(out)
 		}
-		s = r.apply(s)
 	}
-	return s
+	return t
 }
 
-func (r rule) apply(s string) string {
-	idx := r.re.FindAllStringSubmatchIndex(s, -1)
+// apply replaces the secret parts of matches idx (of r.re in s, in order) and says
+// whether it replaced any.
+func (r *rule) apply(s string, idx [][]int) (string, bool) {
 	if idx == nil {
-		return s
+		return s, false
 	}
 	names := r.re.SubexpNames()
 	var b strings.Builder
@@ -163,10 +207,10 @@ func (r rule) apply(s string) string {
 		last = to
 	}
 	if last == 0 {
-		return s
+		return s, false
 	}
 	b.WriteString(s[last:])
-	return b.String()
+	return b.String(), true
 }
 
 // literal says a value is written where nothing expands $VAR: in single quotes, or
@@ -352,8 +396,14 @@ func notNegated(match, _ string) bool { return !strings.Contains(strings.ToLower
 // possibly cut, word is left out, so no part of a secret that runs past n survives (a
 // PEM block that starts before the cut is redacted to it). more says s went on.
 func RedactPrefix(s string, n int) (out string, more bool) {
+	t, more := redactPrefix(s, n)
+	return t.s, more
+}
+
+// redactPrefix is RedactPrefix, returning the scan of what it returns.
+func redactPrefix(s string, n int) (scan, bool) {
 	if len(s) <= n {
-		return Redact(s), false
+		return redact(s), false
 	}
 	s = s[:max(n, 0)]
 	for len(s) > 0 && !utf8.ValidString(s) {
@@ -364,5 +414,5 @@ func RedactPrefix(s string, n int) (out string, more bool) {
 	} else {
 		s = ""
 	}
-	return Redact(s), true
+	return redact(s), true
 }
