@@ -38,9 +38,11 @@ type Report struct {
 	Cost     []CostRow     `json:"cost"`
 	ScaleOut []ScaleRow    `json:"scaleout"`
 	// ScaleOutProcesses says what the scale-out's multi-process row ran as.
-	ScaleOutProcesses string      `json:"scaleout_processes"`
-	Heap              HeapReport  `json:"heap"`
-	Tokens            TokenReport `json:"tokens"`
+	ScaleOutProcesses string `json:"scaleout_processes"`
+	// ScaleOutDeclined is how many scale-out compactions were declined, over every row.
+	ScaleOutDeclined int         `json:"scaleout_declined"`
+	Heap             HeapReport  `json:"heap"`
+	Tokens           TokenReport `json:"tokens"`
 }
 
 // Headline holds the figures the issue names, each against its baseline of the same
@@ -181,7 +183,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if s.Slots == 8 && s.Processes == 1 {
 			t = check(s.Speedup >= 7, "≥ 7").String()
 		}
-		row(fmt.Sprintf("5. worker scale-out, %d slots in %d process(es), LLM 200 ms, %d jobs", s.Slots, s.Processes, s.Jobs),
+		row(fmt.Sprintf("5. worker scale-out, %d slots in %d process(es), LLM 200 ms, %d jobs (%d declined)", s.Slots, s.Processes, s.Jobs, s.Declined),
 			fmt.Sprintf("%.1f compactions/s", s.PerSec), "1 slot", f2(s.Speedup)+"x", t)
 	}
 	if hr := r.Heap; hr.Conversations > 0 {

@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// workloadTokens is the estimate of a workload's messages.
+func workloadTokens(w []CorpusMessage) int {
+	n := 0
+	for i := range w {
+		n += tokens.Message(&w[i].Message)
+	}
+	return n
+}
+
+// Every scale-out workload, whichever corpus file it starts at, is at least twice its
+// policy's target and over the threshold: the worker always has something to compact.
+func TestScaleWorkloadsAreOverTarget(t *testing.T) {
+	c, _ := corpus(t)
+	b := settings(scaleWindow).Budget()
+	for k := range 2 * len(c.Files) {
+		w := c.scaleWorkload(k)
+		n := workloadTokens(w)
+		if n < 2*b.TargetTokens() || n < b.ThresholdTokens() || len(w) < scaleMinMessages {
+			t.Errorf("workload %d: %d messages, %d tokens; want at least %d messages and %d tokens (target %d, threshold %d)",
+				k, len(w), n, scaleMinMessages, 2*b.TargetTokens(), b.TargetTokens(), b.ThresholdTokens())
+		}
+	}
+}
+
+// A workload the worker rightly declines (under its target) is counted in the row,
+// and the run goes on: the throughput counts the completed ones.
+func TestScaleRunReportsADecline(t *testing.T) {
+	c, _ := corpus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := startServer(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop()
+	short := []CorpusMessage{{Message: schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("run the build")}},
+		{Message: schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("the build passed")}}}
+	work := [][]CorpusMessage{c.scaleWorkload(0), short, c.scaleWorkload(1)}
+	row, err := scaleRun(ctx, srv.URL, "", work, 2, 1)
+	if err != nil {
+		t.Fatalf("scaleRun with a workload under target: %v; want the decline reported, not an error", err)
+	}
+	if row.Declined != 1 || row.Jobs != 3 || !(row.PerSec > 0) {
+		t.Errorf("row %+v; want 3 jobs, 1 declined, a positive rate of the 2 completed", row)
+	}
+}
