@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 )
 
@@ -61,9 +60,11 @@ type IngestReport struct {
 	// PublishOnlyMsgsPerSec is the raw baseline's publishing alone (all acks in).
 	RawPublishMsgsPerSec float64     `json:"raw_publish_msgs_per_sec"`
 	Rows                 []IngestRow `json:"rows"`
+	// CPU is the trigger's and the server's CPU per message (one partition).
+	CPU CPUReport `json:"cpu"`
 }
 
-func measureIngest(ctx context.Context, url string, serverCPU func() time.Duration, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
+func measureIngest(ctx context.Context, url, self string, serverCPU func() time.Duration, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
 	load := c.interleaved(sz.ingestMessages, sz.ingestConversations)
 	ir := &rep.Ingest
 	ir.Messages, ir.Conversations = len(load), sz.ingestConversations
@@ -91,7 +92,31 @@ func measureIngest(ctx context.Context, url string, serverCPU func() time.Durati
 			"client publishing alone %.0f msgs/s, trigger draining alone %.0f msgs/s using %.2f cores (the server %.2f)",
 			l, row.MsgsPerSec, row.Ratio, row.MaxLag, row.Compactions, row.PublishMsgsPerSec, row.TriggerDrainMsgsPerSec, row.TriggerDrainCores, row.TriggerDrainServerCores)
 	}
+	progress("ingest: CPU per message, %d messages stored, then drained by a trigger in %s", sz.cpuMessages, triggerWhere(self))
+	cr, err := measureCPU(ctx, url, self, serverCPU, c.interleaved(sz.cpuMessages, sz.ingestConversations))
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	ir.CPU = cr
+	progress("ingest: CPU per million messages: trigger %.2f s, server %.2f s (storing %.2f s, serving the trigger %.2f s, in all): ratio %s%s",
+		cr.TriggerPerMillion, cr.ServerPerMillion, cr.ServerStoreCPUSeconds, cr.ServerDrainCPUSeconds, f2(cr.Ratio), noteSuffix(cr.Note))
 	return nil
+}
+
+// triggerWhere is where the CPU measurement's trigger runs, for progress.
+func triggerWhere(self string) string {
+	if self == "" {
+		return "the bench's process"
+	}
+	return "its own process"
+}
+
+// noteSuffix is "; note" when note is set.
+func noteSuffix(note string) string {
+	if note == "" {
+		return ""
+	}
+	return "; " + note
 }
 
 // rawIngest publishes load asynchronously to a plain stream shaped like CHAT, while a
@@ -301,23 +326,8 @@ func triggerDrain(ctx context.Context, url string, serverCPU func() time.Duratio
 		return 0, 0, 0, err
 	}
 	defer r.close()
-	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
-	for i, p := range load {
-		f, err := r.store.Chat().PublishAsync(fmt.Sprintf("c%d", p.conv), p.msg.Payload, "")
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		futures = append(futures, f)
-		if len(futures) == asyncWindow || i == len(load)-1 {
-			for _, f := range futures {
-				select {
-				case <-f.Ok():
-				case err := <-f.Err():
-					return 0, 0, 0, err
-				}
-			}
-			futures = futures[:0]
-		}
+	if err := r.storeLoad(load); err != nil {
+		return 0, 0, 0, err
 	}
 	cons, err := r.triggerConsumers(ctx)
 	if err != nil {

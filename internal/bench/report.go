@@ -55,6 +55,13 @@ type Headline struct {
 	// IngestRatio4x2 with the 4 shared by two trigger processes.
 	IngestRatio4   float64 `json:"ingest_ratio_4"`
 	IngestRatio4x2 float64 `json:"ingest_ratio_4x2"`
+	// TriggerCPUPerMillion and ServerCPUPerMillion: CPU seconds per million messages of
+	// the trigger (draining) and of the nats-server (storing them and serving the
+	// trigger), each read from its own process; TriggerServerCPURatio is their ratio (0
+	// when the server's CPU could not be read). See CPUReport.
+	TriggerCPUPerMillion  float64 `json:"trigger_cpu_s_per_million"`
+	ServerCPUPerMillion   float64 `json:"server_cpu_s_per_million"`
+	TriggerServerCPURatio float64 `json:"trigger_server_cpu_ratio"`
 	// TriggerP99Ratio: the trigger's p99 latency ÷ a bare round trip's, under the same load.
 	TriggerP99Ratio float64 `json:"trigger_p99_ratio"`
 	// ReadSpeedup: ordered-consumer replay time ÷ context read time.
@@ -102,6 +109,7 @@ func (r *Report) Finish() {
 			h.NewConversationsPerSec4x2 = x.PerSec
 		}
 	}
+	h.TriggerCPUPerMillion, h.ServerCPUPerMillion, h.TriggerServerCPURatio = r.Ingest.CPU.TriggerPerMillion, r.Ingest.CPU.ServerPerMillion, r.Ingest.CPU.Ratio
 	h.TriggerP99Ratio = r.Latency.P99Ratio
 	h.ReadSpeedup, h.ReadOverFloor = r.Read.Speedup, r.Read.OverFloor
 	for _, s := range r.ScaleOut {
@@ -155,6 +163,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 				rate(x.MsgsPerSec, "msgs/s"), fmt.Sprintf("raw async publish + bare consumer %s (publishing alone %s)", rate(ir.RawMsgsPerSec, "msgs/s"), rate(ir.RawPublishMsgsPerSec, "msgs/s")),
 				f2(x.Ratio), check(x.Ratio >= 0.8, "≥ 0.8").String())
 		}
+	}
+	if cr := r.Ingest.CPU; cr.Messages > 0 {
+		ratio, t := "n/a: "+cr.Note, ""
+		if cr.Ratio > 0 {
+			ratio, t = f2(cr.Ratio), check(cr.Ratio <= 1, "≤ 1").String()
+		}
+		row(fmt.Sprintf("1. CPU per million messages, %d messages stored then drained by one trigger partition in %s", cr.Messages, cr.TriggerProcess),
+			fmt.Sprintf("trigger %.1f s", cr.TriggerPerMillion),
+			fmt.Sprintf("nats-server %.1f s (storing %.2f s + serving the trigger %.2f s of CPU in all)", cr.ServerPerMillion, cr.ServerStoreCPUSeconds, cr.ServerDrainCPUSeconds),
+			ratio, t)
 	}
 	if lr := r.Latency; lr.Probes > 0 {
 		row(fmt.Sprintf("2. trigger latency (over threshold → request queued), %d probes under %s", lr.Probes, rate(lr.LoadMsgsPerSec, "msgs/s")),

@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain lets the test binary stand in for the compactor binary as the trigger
+// process of the CPU measurement: started with bench-trigger first, it runs RunTrigger.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == TriggerCommand {
+		if err := RunTrigger(context.Background(), os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// The CPU measurement runs the trigger in a process of its own and reads its CPU and
+// the nats-server process's: both per million messages are positive and their ratio is
+// theirs.
+func TestCPUOfTriggerProcessAndServer(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("procCPU reads /proc")
+	}
+	c, _ := corpus(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := startServer(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop()
+	if srv.Kind != "process" {
+		t.Fatalf("server %s (%s); want a nats-server process (nats-server on PATH)", srv.Kind, srv.Note)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cr, err := measureCPU(ctx, srv.URL, self, srv.cpu, c.interleaved(3000, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr.TriggerProcess != triggerOwnProcess || cr.Messages != 3000 || cr.Note != "" {
+		t.Errorf("report %+v; want the trigger in its own process, 3000 messages, no note", cr)
+	}
+	if !(cr.TriggerPerMillion > 0 && cr.ServerPerMillion > 0 && cr.ServerStoreCPUSeconds > 0) {
+		t.Fatalf("report %+v; want positive CPU for the trigger and for the server's storing", cr)
+	}
+	if got := cr.TriggerPerMillion / cr.ServerPerMillion; got != cr.Ratio {
+		t.Errorf("ratio %v; want trigger ÷ server = %v", cr.Ratio, got)
+	}
+}
+
+// With the server embedded (its CPU is the bench's own), the report gives no ratio and
+// says why, rather than a wrong one.
+func TestCPURatioNotAvailableWithoutServerProcess(t *testing.T) {
+	cr := CPUReport{Messages: 1000}
+	cr.fill(0, 40*time.Millisecond, -1, -1, -1, -1)
+	if cr.Ratio != 0 || cr.ServerPerMillion != 0 || !strings.Contains(cr.Note, "ratio is not available") {
+		t.Errorf("report %+v; want no ratio, no server figure and a note saying so", cr)
+	}
+	if cr.TriggerPerMillion != 40 {
+		t.Errorf("trigger %v s per million; want 40 (0.04 s over 1,000 messages)", cr.TriggerPerMillion)
+	}
+	cr = CPUReport{Messages: 1000}
+	cr.fill(0, 40*time.Millisecond, 0, 10*time.Millisecond, 10*time.Millisecond, 30*time.Millisecond)
+	if math.Abs(cr.ServerPerMillion-30) > 1e-9 || math.Abs(cr.Ratio-4.0/3) > 1e-9 || cr.Note != "" {
+		t.Errorf("report %+v; want the server 30 s per million (10 storing, 20 serving) and the ratio 4/3", cr)
+	}
+}
+
+// The trigger process refuses a namespace outside the bench's.
+func TestRunTriggerArguments(t *testing.T) {
+	var out strings.Builder
+	if err := RunTrigger(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--namespace", "CHAT"}, strings.NewReader(""), &out); err == nil {
+		t.Error("RunTrigger outside a bench namespace: nil error; want a refusal")
+	}
+}
