@@ -5,17 +5,27 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/signal"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 )
 
-// TestMain lets the test binary stand in for the compactor binary as the trigger
-// process of the CPU measurement: started with bench-trigger first, it runs RunTrigger.
+// TestMain lets the test binary stand in for the compactor binary as the bench's child
+// processes: started with bench-trigger or bench-worker first, it runs RunTrigger or
+// RunWorker.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == TriggerCommand {
-		if err := RunTrigger(context.Background(), os.Args[2:], os.Stdin, os.Stdout); err != nil {
+	if len(os.Args) > 1 && (os.Args[1] == TriggerCommand || os.Args[1] == WorkerCommand) {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+		defer stop()
+		var err error
+		if os.Args[1] == TriggerCommand {
+			err = RunTrigger(ctx, os.Args[2:], os.Stdin, os.Stdout)
+		} else {
+			err = RunWorker(ctx, os.Args[2:], os.Stdout)
+		}
+		if err != nil && ctx.Err() == nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -84,5 +94,22 @@ func TestRunTriggerArguments(t *testing.T) {
 	var out strings.Builder
 	if err := RunTrigger(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--namespace", "CHAT"}, strings.NewReader(""), &out); err == nil {
 		t.Error("RunTrigger outside a bench namespace: nil error; want a refusal")
+	}
+}
+
+// vmRSS reads the resident set of a /proc status, in bytes, and this process's is
+// positive on Linux.
+func TestVmRSS(t *testing.T) {
+	status := []byte("Name:\tcompactor\nVmPeak:\t  123 kB\nVmRSS:\t   2048 kB\nThreads:\t7\n")
+	if got := vmRSS(status); got != 2048*1024 {
+		t.Errorf("vmRSS = %d; want %d", got, 2048*1024)
+	}
+	if got := vmRSS([]byte("Name:\tx\n")); got != -1 {
+		t.Errorf("vmRSS without the line = %d; want -1", got)
+	}
+	if runtime.GOOS == "linux" {
+		if got := residentSet(); got <= 0 {
+			t.Errorf("residentSet() = %d; want positive", got)
+		}
 	}
 }

@@ -37,8 +37,8 @@ type IngestRow struct {
 	MaxLag int `json:"max_lag"`
 	// Compactions is how many completed while the messages were ingested.
 	Compactions int `json:"compactions"`
-	// PublishMsgsPerSec is the pipeline client's publishing alone (every ack in), in the
-	// same run; TriggerDrainMsgsPerSec the trigger's consumption alone, of the same
+	// PublishMsgsPerSec is the pipeline client's publishing (every ack in) in this run,
+	// while the trigger and the workers run; TriggerDrainMsgsPerSec the trigger's consumption alone, of the same
 	// messages stored beforehand (a run of its own). They tell which side a gap is on.
 	PublishMsgsPerSec      float64 `json:"publish_msgs_per_sec"`
 	TriggerDrainMsgsPerSec float64 `json:"trigger_drain_msgs_per_sec"`
@@ -57,9 +57,17 @@ type IngestReport struct {
 	Conversations int     `json:"conversations"`
 	PayloadBytes  int     `json:"payload_bytes"`
 	RawMsgsPerSec float64 `json:"raw_msgs_per_sec"`
-	// PublishOnlyMsgsPerSec is the raw baseline's publishing alone (all acks in).
-	RawPublishMsgsPerSec float64     `json:"raw_publish_msgs_per_sec"`
-	Rows                 []IngestRow `json:"rows"`
+	// RawPublishMsgsPerSec is the raw baseline's publishing (all acks in) while its
+	// bare consumer takes the messages.
+	RawPublishMsgsPerSec float64 `json:"raw_publish_msgs_per_sec"`
+	// RawAloneMsgsPerSec and ClientAloneMsgsPerSec are raw asynchronous publishing and
+	// the pipeline client's PublishAsync, each with nothing else running (the median of
+	// publishRounds alternating runs); PublishRatio is client ÷ raw.
+	AloneMessages         int         `json:"publish_alone_messages"`
+	RawAloneMsgsPerSec    float64     `json:"raw_publish_alone_msgs_per_sec"`
+	ClientAloneMsgsPerSec float64     `json:"client_publish_alone_msgs_per_sec"`
+	PublishRatio          float64     `json:"publish_ratio"`
+	Rows                  []IngestRow `json:"rows"`
 	// CPU is the trigger's and the server's CPU per message (one partition).
 	CPU CPUReport `json:"cpu"`
 }
@@ -77,7 +85,15 @@ func measureIngest(ctx context.Context, url, self string, serverCPU func() time.
 		return fmt.Errorf("baseline: %w", err)
 	}
 	ir.RawMsgsPerSec, ir.RawPublishMsgsPerSec = raw, pub
-	progress("ingest: raw %.0f msgs/s (publishing alone %.0f msgs/s)", raw, pub)
+	progress("ingest: raw %.0f msgs/s (publishing while the consumer takes them %.0f msgs/s)", raw, pub)
+	alone := c.interleaved(sz.cpuMessages, sz.ingestConversations)
+	ir.AloneMessages = len(alone)
+	progress("ingest: publishing %d messages alone, raw and through the client, %d rounds each, alternating", len(alone), publishRounds)
+	if ir.RawAloneMsgsPerSec, ir.ClientAloneMsgsPerSec, err = publishAlone(ctx, url, alone); err != nil {
+		return fmt.Errorf("publishing alone: %w", err)
+	}
+	ir.PublishRatio = ir.ClientAloneMsgsPerSec / ir.RawAloneMsgsPerSec
+	progress("ingest: publishing alone: raw %.0f msgs/s, client %.0f msgs/s: %.2f of raw", ir.RawAloneMsgsPerSec, ir.ClientAloneMsgsPerSec, ir.PublishRatio)
 	for _, l := range triggerLayouts {
 		row, err := pipelineIngest(ctx, url, load, l)
 		if err != nil {
@@ -89,7 +105,7 @@ func measureIngest(ctx context.Context, url, self string, serverCPU func() time.
 		}
 		ir.Rows = append(ir.Rows, row)
 		progress("ingest: pipeline, %s: %.0f msgs/s (%.2f of raw), max lag %d, %d compactions; "+
-			"client publishing alone %.0f msgs/s, trigger draining alone %.0f msgs/s using %.2f cores (the server %.2f)",
+			"client publishing meanwhile %.0f msgs/s, trigger draining alone %.0f msgs/s using %.2f cores (the server %.2f)",
 			l, row.MsgsPerSec, row.Ratio, row.MaxLag, row.Compactions, row.PublishMsgsPerSec, row.TriggerDrainMsgsPerSec, row.TriggerDrainCores, row.TriggerDrainServerCores)
 	}
 	progress("ingest: CPU per message, %d messages stored, then drained by a trigger in %s", sz.cpuMessages, triggerWhere(self))

@@ -18,7 +18,8 @@ import (
 
 // LatencyReport compares the trigger's latency (a message that puts a conversation
 // over its threshold, until its compaction request is on the work queue) with a bare
-// publish-to-consume round trip, both under background load at half the pipeline's
+// JetStream publish until a bare consumer's delivery (one hop: no reply, no second
+// publish; the trigger's path has a second hop, its request), both under background load at half the pipeline's
 // maximum ingest rate.
 type LatencyReport struct {
 	LoadMsgsPerSec float64 `json:"load_msgs_per_sec"`
@@ -49,7 +50,7 @@ func measureLatency(ctx context.Context, url string, c *Corpus, sz sizes, rep *R
 	}
 	lr.LoadMsgsPerSec, lr.Probes = rate, sz.latencyProbes
 	load := c.interleaved(latencyConvs+int(rate*probeEvery.Seconds()*float64(sz.latencyProbes))+1, latencyConvs)
-	progress("latency: bare publish-to-consume round trip, %d probes under %.0f msgs/s", sz.latencyProbes, rate)
+	progress("latency: bare publish until a consumer's delivery (one hop), %d probes under %.0f msgs/s", sz.latencyProbes, rate)
 	raw, err := rawLatency(ctx, url, load, rate, sz.latencyProbes)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)

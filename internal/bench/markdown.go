@@ -161,11 +161,11 @@ func (r *Report) latencyGap() (gap, bool) {
 		return gap{}, false
 	}
 	return gap{
-		Title: fmt.Sprintf("Trigger p99 latency: %.1f× a bare round trip (target ≤ 3)", r.TriggerP99Ratio),
+		Title: fmt.Sprintf("Trigger p99 latency: %.1f× a bare publish until delivery (target ≤ 3)", r.TriggerP99Ratio),
 		Cause: fmt.Sprintf("The trigger's path is the baseline's plus a second hop: the chat message reaches the "+
 			"trigger the way it reaches the bare consumer, and then the trigger decodes and counts it, evaluates the "+
 			"conversation and publishes the request through the server again, where the measurement sees it; so even "+
-			"the median is %.1f× the bare round trip (%.2f ms against %.2f ms). The tail above that was not "+
+			"the median is %.1f× the bare publish until delivery (%.2f ms against %.2f ms). The tail above that was not "+
 			"profiled since the trigger hands each conversation to its own handler: a probe waits behind its own "+
 			"conversation's messages only, and on the server it shares with the load's rebuilds (see ingest).",
 			r.Latency.P50Ratio, r.Latency.TriggerP50Ms, r.Latency.RawP50Ms),

@@ -55,3 +55,34 @@ func TestScaleRunReportsADecline(t *testing.T) {
 		t.Errorf("row %+v; want 3 jobs, 1 declined, a positive rate of the 2 completed", row)
 	}
 }
+
+// The cost measurement's histories differ only in length: each is the same block of
+// corpus messages repeated, the block closing every tool call it opens, and the new
+// messages after it are the same at every length.
+func TestCostHistoriesHoldContentEqual(t *testing.T) {
+	c, _ := corpus(t)
+	block := closedPrefix(c.history(100))
+	if len(block) == 0 || len(block) > 100 {
+		t.Fatalf("block of %d messages; want 1 to 100", len(block))
+	}
+	open := map[string]bool{}
+	for _, m := range block {
+		for _, tc := range m.Message.ToolCalls {
+			open[tc.ID] = true
+		}
+		if m.Message.Role == schemas.RoleTool {
+			delete(open, m.Message.ToolCallID)
+		}
+	}
+	if len(open) != 0 {
+		t.Errorf("the block leaves calls %v open", open)
+	}
+	small, large := repeatBlock(block, 100), repeatBlock(block, 10000)
+	if len(large)%len(block) != 0 || len(small)%len(block) != 0 || len(large) < 9900 {
+		t.Fatalf("histories of %d and %d messages; want whole blocks of %d, about 100 and 10,000", len(small), len(large), len(block))
+	}
+	perMessage := func(h []CorpusMessage) float64 { return float64(workloadTokens(h)) / float64(len(h)) }
+	if a, b := perMessage(small), perMessage(large); a != b {
+		t.Errorf("tokens per message %v at %d messages, %v at %d; want the same mix", a, len(small), b, len(large))
+	}
+}
