@@ -61,7 +61,7 @@ type sizes struct {
 
 func sizesFor(quick bool) sizes {
 	if quick {
-		return sizes{ingestMessages: 4000, ingestConversations: 200, cpuMessages: 20000, latencyProbes: 100,
+		return sizes{ingestMessages: 10000, ingestConversations: 200, cpuMessages: 20000, latencyProbes: 100,
 			readMessages: 2000, readRepeats: 10, costHistories: []int{100, 1000},
 			scaleSlots: []int{1, 2, 4, 8}, scaleJobsPerSlot: 3, heapConversations: 5000,
 			sessions: 3, turns: 1000}

@@ -113,3 +113,24 @@ func TestVmRSS(t *testing.T) {
 		}
 	}
 }
+
+// The projection turns CPU per message into cores and processes: at 25 s of trigger
+// CPU per million messages, 100,000 msgs/s is 2.5 cores busy, 4.2 planned at 60%,
+// three 2-core processes, 4 partitions.
+func TestProjection(t *testing.T) {
+	rows := Projection(CPUReport{TriggerPerMillion: 25, ServerPerMillion: 10})
+	if len(rows) != len(projectionRates) {
+		t.Fatalf("%d rows; want one per rate", len(rows))
+	}
+	p := rows[1]
+	if p.Rate != 100_000 || math.Abs(p.TriggerCores-2.5) > 1e-9 || math.Abs(p.PlannedCores-2.5/0.6) > 1e-9 ||
+		p.Processes != 3 || p.Partitions != 4 || math.Abs(p.ServerCores-1) > 1e-9 {
+		t.Errorf("at 100,000 msgs/s: %+v; want 2.5 cores, 4.17 planned, 3 processes, 4 partitions, the server 1 core", p)
+	}
+	if rows[0].Processes != 1 || rows[0].Partitions != 1 {
+		t.Errorf("at 10,000 msgs/s: %+v; want one process, one partition", rows[0])
+	}
+	if Projection(CPUReport{}) != nil {
+		t.Error("a projection without a measured CPU figure")
+	}
+}

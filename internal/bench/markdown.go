@@ -136,16 +136,16 @@ func (r *Report) ingestGap() (gap, bool) {
 	return gap{
 		Title: fmt.Sprintf("Ingest: %.2f of raw JetStream (target ≥ 0.8)", r.IngestRatio),
 		Cause: fmt.Sprintf("Two costs add up on two shared cores. The pipeline client's own publishing (it validates "+
-			"each message, checks its size against the server's limit and encodes it) reached %s msgs/s, %.2f of raw "+
-			"publishing. The trigger alone drained the same messages, stored beforehand, at %s msgs/s using %.2f of the "+
+			"each message, checks its size against the server's limit and encodes it), with nothing else running, reached %s msgs/s, %.2f of raw "+
+			"publishing alone. The trigger alone drained the same messages, stored beforehand, at %s msgs/s using %.2f of the "+
 			"machine's %d cores%s: it is busy, not waiting. A CPU profile of the drain (40,000 messages over 1,000 "+
 			"conversations) puts about 85%% of the trigger's handling in decoding and validating each message with "+
 			"encoding/json (`schemas.DecodeMessage`, which checks the JSON, then decodes it field by field), and 10%% in "+
 			"counting its tokens. Before this run two read costs on the server dominated instead, and were removed: "+
 			"reads by the wildcard `chat.<conv>.>` (which the server scans block by block once CHAT holds 64Ki "+
 			"subjects) and bounded reads in full batches (each message of a batch costs the server a walk over the "+
-			"messages in between): the trigger drained 6,200 msgs/s then, 45,000 now. %s", thousands(row.PublishMsgsPerSec),
-			row.PublishMsgsPerSec/r.Ingest.RawPublishMsgsPerSec, thousands(row.TriggerDrainMsgsPerSec), row.TriggerDrainCores, r.CPUs,
+			"messages in between): the trigger drained 6,200 msgs/s then, 45,000 when this was written. %s", thousands(r.Ingest.ClientAloneMsgsPerSec),
+			r.PublishRatio, thousands(row.TriggerDrainMsgsPerSec), row.TriggerDrainCores, r.CPUs,
 			drainServer(row),
 			r.partitionsChanged(func(x IngestRow) float64 { return x.TriggerDrainMsgsPerSec }, "drained", "msgs/s")),
 		Plan: "Decode for counting in one pass: a validating scanner that checks the message against the contract and " +
@@ -252,7 +252,11 @@ func (r *Report) tokensGap() (gap, bool) {
 		Plan:  "Tune the default strategy's knobs."}, true
 }
 
-var docTemplate = template.Must(template.New("doc").Funcs(template.FuncMap{"pct": func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }}).Parse(
+var docTemplate = template.Must(template.New("doc").Funcs(template.FuncMap{
+	"pct":       func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) },
+	"pct100":    func(x float64) float64 { return 100 * x },
+	"thousands": thousands,
+}).Parse(
 	`# Benchmarks
 
 For anyone sizing a deployment or judging a change's cost. Back to the [README](../README.md).
@@ -287,6 +291,7 @@ command regenerates all of it:
 go run ./cmd/compactor bench --charts docs --doc docs/benchmarks.md   # several minutes on 2 cores
 go run ./cmd/compactor bench --quick                                   # under a minute: the table only
 go run ./cmd/compactor bench --quick --json                            # one JSON object (ingest_ratio, trigger_p99_ratio, ...)
+go run ./cmd/compactor bench --quick --check docs/benchmarks.md        # compare a quick run with the figures checked below
 ` + "```" + `
 
 The transcripts it draws on come from ` + "`" + `--corpus DIR` + "`" + `, by default those that ship in
@@ -296,7 +301,8 @@ a nats-server process of its own (` + "`" + `--nats-server PATH` + "`" + `, else
 version go.mod pins, built with the go tool, which takes about a minute on a cold build cache;
 only without any of them an embedded server, which the output says), so the heap measured is
 Compactor's alone. The scale-out's two-process row starts the binary itself twice as worker
-processes (its hidden ` + "`" + `bench-worker` + "`" + ` command). Each measurement works in a
+processes (its hidden ` + "`" + `bench-worker` + "`" + ` command), and the CPU figure runs the trigger in a
+process of its own the same way (` + "`" + `bench-trigger` + "`" + `). Each measurement works in a
 namespace of its own (every stream, bucket and consumer name prefixed) that it deletes
 afterwards, so ` + "`" + `--nats-url` + "`" + ` never touches the contract's own streams. ` + "`" + `--cpuprofile` + "`" + ` and
 ` + "`" + `--heapprofile` + "`" + ` write profiles of the bench's process for ` + "`" + `go tool pprof` + "`" + `. The code is in
@@ -311,7 +317,10 @@ each layout gets a namespace provisioned with it; the members are announced befo
 triggers start and the clock starts only once every partition is owned by exactly one of
 them. The JSON adds ` + "`" + `ingest_ratio_4` + "`" + `, ` + "`" + `ingest_ratio_4x2` + "`" + `, ` + "`" + `new_conversations_per_sec_4` + "`" + ` and
 ` + "`" + `new_conversations_per_sec_4x2` + "`" + `, and a row per layout under ` + "`" + `ingest.rows` + "`" + ` and
-` + "`" + `heap.new_conversations` + "`" + `; the drain also reports the CPU the nats-server process used. [Targets](#targets) says where the trigger's ingest stands and what is planned.
+` + "`" + `heap.new_conversations` + "`" + `; the drain also reports the CPU the nats-server process used.
+` + "`" + `trigger_cpu_s_per_million` + "`" + `, ` + "`" + `server_cpu_s_per_million` + "`" + ` and ` + "`" + `trigger_server_cpu_ratio` + "`" + ` are the
+machine-independent figure of ingest, and ` + "`" + `publish_ratio` + "`" + ` the client's publishing against raw
+publishing, each with nothing else running. [Targets](#targets) says where the trigger's ingest stands and what is planned.
 
 A running ` + "`" + `compactor serve` + "`" + ` is profiled through ` + "`" + `COMPACTOR_HTTP_LISTEN` + "`" + ` (see [configuration](operations.md#configuration)):
 ` + "`" + `go tool pprof http://127.0.0.1:9090/debug/pprof/profile?seconds=30` + "`" + `.
@@ -340,64 +349,105 @@ A running ` + "`" + `compactor serve` + "`" + ` is profiled through ` + "`" + `C
 
 ![Ingest until the trigger drained, by trigger partitions and trigger processes](trigger.png)
 
+## CPU per message
+
+{{if .Ingest.CPU.Messages}}{{with .Ingest.CPU}}The trigger, in a process of its own, spent **{{printf "%.1f" .TriggerPerMillion}} s of CPU per million
+messages** it drained{{if .Ratio}}; the nats-server process spent **{{printf "%.1f" .ServerPerMillion}} s** per million storing them
+and serving them to the trigger ({{printf "%.2f" .ServerStoreCPUSeconds}} s and {{printf "%.2f" .ServerDrainCPUSeconds}} s for these {{.Messages}} messages). The
+trigger costs **{{printf "%.2f" .Ratio}}×** the CPU of the server that stores the messages{{else}}. {{.Note}}{{end}}. These are CPU
+time, not wall time: they do not depend on how busy the machine was, only on its cores'
+speed, so they carry to other machines better than any rate above (` + "`" + `go run ./cmd/compactor bench --only ingest` + "`" + `).
+{{end}}{{else}}The ingest measurement did not run.{{end}}
 ## How each figure is measured
 
 1. **Ingest.** {{.Ingest.Messages}} corpus messages ({{.Ingest.PayloadBytes}} bytes) over {{.Ingest.Conversations}}
    conversations, round-robin. Baseline: asynchronous publishing of the same payloads to a
    plain file stream shaped like CHAT, with a bare pull consumer acknowledging each message;
-   the time until the last is acknowledged. Compactor: the same messages through
-   ` + "`pipeline.Client.PublishAsync`" + ` while a real trigger and a pool of 4 workers (go-openai against
+   the time until the last is acknowledged (the median of 3 runs). Compactor: the same messages through
+   ` + "`" + `pipeline.Client.PublishAsync` + "`" + ` while a real trigger and a pool of 4 workers (go-openai against
    an httptest LLM answering at once) run, at a 16k window so conversations compact while they
    are published; the time until the trigger acknowledged the last message. The lag (stored,
    not yet acknowledged by the trigger) is sampled every 50 ms. Both sides keep at most 2,000
    publishes in flight. The trigger's own drain rate (the same messages stored first), with the
    CPU the bench's process and the nats-server process used meanwhile, and the client's
-   publishing rate are reported beside it. Every row runs in three trigger layouts,
+   publishing rate while the trigger runs are reported beside it. Every row runs in three trigger layouts,
    each in a namespace of its own, since the partition count is the streams' setting
-   (` + "`jetstream.Config.TriggerPartitions`" + `): one partition (the contract's single trigger), 4
+   (` + "`" + `jetstream.Config.TriggerPartitions` + "`" + `): one partition (the contract's single trigger), 4
    partitions in one trigger process, and the 4 shared by two trigger processes (two
-   ` + "`triggers.Partitions`" + ` in the bench's process, each on its own connection, as two processes
+   ` + "`" + `triggers.Partitions` + "`" + ` in the bench's process, each on its own connection, as two processes
    would be; 500 ms heartbeat). The members are announced before the triggers start, as
    processes already running would be, so no partition moves during the run, and publishing
-   starts once every partition is owned by exactly one of them (` + "`Partitions.Owned`" + `).
+   starts once every partition is owned by exactly one of them (` + "`" + `Partitions.Owned` + "`" + `).
    Drained means every partition's consumer has nothing pending and nothing unacknowledged.
+   **Publishing alone** ({{.Ingest.AloneMessages}} messages): raw asynchronous publishing and the client's
+   ` + "`" + `PublishAsync` + "`" + `, each into a namespace where nothing else runs (no trigger, no workers, no
+   consumer taking messages; each stream has one idle durable consumer), 3 rounds each,
+   alternating, the median of each; ` + "`" + `publish_ratio` + "`" + ` is client ÷ raw. **CPU per message**
+   ({{.Ingest.CPU.Messages}} messages): the messages are stored first (raw asynchronous publishes into CHAT,
+   nothing consuming), then one unpartitioned trigger drains them in a process of its own (the
+   binary's hidden ` + "`" + `bench-trigger` + "`" + ` command: it connects and builds its trigger, then starts
+   consuming when told, so its start-up is not counted). The trigger's CPU is its process's
+   user and system time from /proc/PID/stat over the drain; the server's is the nats-server
+   process's, over the storing and over the drain (delivery, acknowledgements and the
+   trigger's reads and requests), both per million messages; ` + "`" + `trigger_server_cpu_ratio` + "`" + ` is
+   trigger ÷ server. With an embedded server (or ` + "`" + `--nats-url` + "`" + `) the server's CPU is not the
+   bench's to read, and the ratio is reported as not available.
+   Reproduce: ` + "`" + `go run ./cmd/compactor bench --only ingest` + "`" + `.
 2. **Trigger latency.** Background load at half the pipeline's ingest rate over 500 conversations
    (tracked before the probes start), and every 25 ms a probe: a conversation already at 70% of
    its window gets 10% more; the latency is from the publish to its compaction request on the
    work queue (a core subscription on the request subjects). Baseline: the same load and probes
-   on a plain stream, from publish to a bare consumer's delivery.
+   on a plain stream, from the publish to a bare consumer's delivery: one hop, where the
+   trigger's path has two (the message to the trigger, then its request through the server).
+   It is not a request-reply round trip. Reproduce: ` + "`" + `go run ./cmd/compactor bench --only ingest,latency` + "`" + `
+   (the load's rate comes from the ingest figure; alone it is 2,000 msgs/s).
 3. **Context read.** A {{.Read.Messages}}-message conversation (the corpus files one after the
-   other) compacted once by a real worker, then ` + "`pipeline.Client.Context`" + ` (KV value, pinned
+   other) compacted once by a real worker, then ` + "`" + `pipeline.Client.Context` + "`" + ` (KV value, pinned
    messages, tail, assembly), median of {{.Read.Repeats}}. Baselines: replaying the conversation's
    subject with an ordered consumer (decoding each message), and the floor: one KV get plus
-   one batched direct get from the tail start.
+   one batched direct get from the tail start. Reproduce: ` + "`" + `go run ./cmd/compactor bench --only read` + "`" + `.
 4. **Compaction cost beyond the LLM.** One worker slot; a conversation of N messages compacted
    once (every message new), then five times after 40 more messages each (median). The time
    from queueing the request to its completed event, less the time the go-openai calls took
-   (the LLM answers at once; the HTTP round trips are counted as LLM time).
+   (the LLM answers at once; the HTTP round trips are counted as LLM time). The content is
+   held equal: every history is the same block of corpus messages (the first ones, cut where
+   no tool call is left open) repeated a whole number of times, and the 40-message additions
+   are the same at every length, so the rows differ in length alone and the growth is the
+   cost of length. Reproduce: ` + "`" + `go run ./cmd/compactor bench --only cost` + "`" + `.
 5. **Worker scale-out.** Pools of 1 to 16 slots started first, in the bench's process, and the
    largest also as two worker processes of half the slots each (the binary's hidden
-   ` + "`bench-worker`" + ` command, a real pool on its own connection); then one request each for fresh
-   30-message conversations (8 per slot) is queued, and the time runs until every one
-   completed. The LLM answers every call after 200 ms.
+   ` + "`" + `bench-worker` + "`" + ` command, a real pool on its own connection); then one request each for fresh
+   conversations (8 per slot) is queued, and the time runs until every one
+   completed or was declined. Each conversation is corpus messages from its own file on, at
+   least 30 and at least 4,000 tokens by the project's estimate: twice the 2,000-token target
+   of its 4,000-token window, so the worker always has messages to cover. A decline is
+   counted in its row (` + "`" + `declined` + "`" + `, and ` + "`" + `scaleout_declined` + "`" + ` over all rows), not an abort, and
+   the rate counts completed compactions only. The LLM answers every call after 200 ms.
+   Reproduce: ` + "`" + `go run ./cmd/compactor bench --only scaleout` + "`" + `.
 6. **Trigger heap.** {{.Heap.Conversations}} conversations of one message each stored first; the
    live heap after GC before a trigger starts and once it tracks every conversation and
-   acknowledged every message, per conversation. The rate it takes them on is the new
+   acknowledged every message, per conversation, and the process's resident set (VmRSS of
+   /proc/self/status, after a GC that returns freed memory to the system) at the same two
+   moments, per conversation: what the machine pays, the heap with the runtime's spare and
+   fragmented pages. The rate it takes them on is the new
    conversations per second, measured again, with the same conversations in namespaces of
    their own, for the 4-partition layouts of figure 1 (the clock starts as the triggers start,
-   for every layout).
-7. **Token economics.** A seeded simulation (` + "`--seed`" + `), no server: {{.Tokens.Sessions}} sessions of
+   for every layout). Reproduce: ` + "`" + `go run ./cmd/compactor bench --only heap --heapprofile heap.pprof` + "`" + `.
+7. **Token economics.** A seeded simulation (` + "`" + `--seed` + "`" + `), no server: {{.Tokens.Sessions}} sessions of
    {{.Tokens.Turns}} turns, each starting with a system prompt of the corpus and each turn one unit of
    the corpus (a single message, or a whole tool round), drawn at random; tokens by the
-   project's estimator (` + "`schemas/tokens`" + `). Each turn sends the whole context. Without
+   project's estimator (` + "`" + `schemas/tokens` + "`" + `). Each turn sends the whole context. Without
    compaction the context is the whole history. With compaction the policy's defaults at a
    {{.Tokens.Window}}-token window apply: when the context reaches the threshold the strategy
-   (` + "`split.Apply`" + `, the worker's own code) chooses the tail, the covered messages are pre-trimmed
-   (` + "`pretrim.ToolOutputs`" + `) and summarized with the previous summary; the summarizer reads
-   ` + "`summarizer.PromptOverhead`" + ` plus that and writes a summary of {{.Tokens.SummaryModel}}.
+   (` + "`" + `split.Apply` + "`" + `, the worker's own code) chooses the tail, the covered messages are pre-trimmed
+   (` + "`" + `pretrim.ToolOutputs` + "`" + `) and summarized with the previous summary; the summarizer reads
+   ` + "`" + `summarizer.PromptOverhead` + "`" + ` plus that and writes a summary of {{.Tokens.SummaryModel}}.
    Ahead of time (soft threshold 0.6): the compaction starts in the background and lands 2 s
    later (a turn takes 3 s); a turn waits only if it reaches the threshold first. Inline: the
-   turn that reaches the threshold waits the 2 s.
+   turn that reaches the threshold waits the 2 s. Reproduce: ` + "`" + `go run ./cmd/compactor bench --only tokens` + "`" + `.
+
+Each reproduction adds ` + "`" + `--corpus DIR` + "`" + ` for the corpus this run used, and ` + "`" + `--quick` + "`" + ` for the
+smaller sizes.
 
 The hot pure functions have ` + "`go test -bench`" + ` benchmarks beside them (the corpus is their input):
 
@@ -416,6 +466,21 @@ Targets this run did not meet, with the cause found and the plan:
 Plan: {{.Plan}}
 {{end}}{{else}}
 Every target was met in this run.
+{{end}}
+## Checked figures
+
+{{with .Check}}CI runs ` + "`" + `compactor bench --quick --check docs/benchmarks.md` + "`" + ` (bounded by ` + "`" + `timeout` + "`" + `) and fails
+when a figure below and the quick run's disagree by more than the figure's band. Only ratios
+are checked, each side of which ran on the same machine at nearly the same moment. The
+figures are the median of {{.Runs}} quick runs made with this file (` + "`" + `--calibrate {{.Runs}}` + "`" + `), since a
+quick run's workloads are smaller than the full run's above; each band is twice the runs'
+widest spread from the median (in ratio, at least ±10%): a run agrees when its figure is
+within median ÷ (1 + band) and median × (1 + band).
+
+| figure | median of the quick runs | runs' spread | band | agrees between |
+|---|---|---|---|---|
+{{range .Figures}}| {{.Key}} | {{printf "%.3g" .Value}} | {{printf "%.3g" .Min}} to {{printf "%.3g" .Max}} | ±{{printf "%.0f" (pct100 .Noise)}}% | {{printf "%.3g" .Low}} to {{printf "%.3g" .High}} |
+{{end}}{{else}}This run made no check figures (` + "`" + `--calibrate N` + "`" + ` makes them from N quick runs).
 {{end}}
 ## Past one machine
 
@@ -440,7 +505,29 @@ network, while reads scale out: direct gets are answered by any replica
 plus a batch of the tail, independent of history. Subjects per conversation spread the
 streams' load evenly, and past one cluster's write rate, conversations can be split across
 streams or accounts by id prefix, since nothing in Compactor spans conversations.
-`))
+
+### Trigger processes for a fleet
+
+{{with .Projection}}From the trigger's measured CPU per message (see [CPU per message](#cpu-per-message)), the trigger
+processes a fleet needs at a given rate of messages:
+
+| fleet rate | trigger CPU | cores planned (busy ≤ {{pct100 $.Busy | printf "%.0f"}}%) | trigger processes of {{$.CoresPerProcess}} cores | partitions | nats-server CPU, for scale |
+|---|---|---|---|---|---|
+{{range .}}| {{thousands .Rate}} msgs/s | {{printf "%.2f" .TriggerCores}} cores | {{printf "%.2f" .PlannedCores}} | {{.Processes}} | {{.Partitions}} | {{if .ServerCores}}{{printf "%.2f" .ServerCores}} cores{{else}}not measured{{end}} |
+{{end}}
+It assumes: partitions spread the trigger's work linearly over processes on machines of their
+own (conversations hash evenly to partitions and nothing is shared between them but the
+server; on one machine, figure 1's partitioned rows show no gain, because they share its
+cores); the CPU per message of one partition holds with more (the partitioned layouts were
+not measured for CPU); a fleet's messages are like the corpus's in size and tool calls; a
+trigger process's cores are its own, planned busy at most {{pct100 $.Busy | printf "%.0f"}}% of the time (headroom for
+bursts, the rebuilds after a restart and partitions moving); the partitions are a power of
+two at least the processes, so each process owns at least one. The nats-server's CPU is
+not included in the trigger's count: the server cluster is sized on its own (its column is
+this run's server CPU per message at the same rate, one server, R1); neither are the workers,
+whose cost is per compaction, not per message.
+{{else}}The trigger's CPU per message was not measured in this run, so there is no projection.
+{{end}}`))
 
 // WriteMarkdown writes docs/benchmarks.md: how to regenerate it, the machine, the
 // table, the charts (written by WriteCharts beside it), the methods, the missed targets
@@ -452,13 +539,23 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	data := struct {
 		*Report
-		Table    string
-		CPUModel string
-		Gaps     []gap
-	}{r, table.String(), cpuModel(), r.gaps()}
+		Table           string
+		CPUModel        string
+		Gaps            []gap
+		Projection      []ProjectionRow
+		Busy            float64
+		CoresPerProcess int
+	}{r, table.String(), cpuModel(), r.gaps(), Projection(r.Ingest.CPU), projectionBusy, projectionCoresPerProcess}
 	var out bytes.Buffer
 	if err := docTemplate.Execute(&out, data); err != nil {
 		return err
+	}
+	if r.Check != nil {
+		c, err := r.Check.checkComment()
+		if err != nil {
+			return err
+		}
+		out.WriteString("\n" + c)
 	}
 	_, err := w.Write(out.Bytes())
 	return err

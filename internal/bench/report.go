@@ -40,9 +40,11 @@ type Report struct {
 	// ScaleOutProcesses says what the scale-out's multi-process row ran as.
 	ScaleOutProcesses string `json:"scaleout_processes"`
 	// ScaleOutDeclined is how many scale-out compactions were declined, over every row.
-	ScaleOutDeclined int         `json:"scaleout_declined"`
-	Heap             HeapReport  `json:"heap"`
-	Tokens           TokenReport `json:"tokens"`
+	ScaleOutDeclined int        `json:"scaleout_declined"`
+	Heap             HeapReport `json:"heap"`
+	// Check is the figures a doc states for the quick check (--calibrate), when made.
+	Check  *CheckFile  `json:"check,omitempty"`
+	Tokens TokenReport `json:"tokens"`
 }
 
 // Headline holds the figures the issue names, each against its baseline of the same
