@@ -122,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			{"read", func() error { return measureRead(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"cost", func() error { return measureCost(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"scaleout", func() error { return measureScaleOut(ctx, srv.URL, cfg.Self, corpus, sz, rep, progress) }},
-			{"heap", func() error { return measureHeap(ctx, srv.URL, sz, cfg.HeapProfile, rep, progress) }},
+			{"heap", func() error { return measureHeap(ctx, srv.URL, cfg.Self, sz, cfg.HeapProfile, rep, progress) }},
 		}
 		for _, s := range steps {
 			if !want(s.name) {

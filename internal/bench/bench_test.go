@@ -32,7 +32,7 @@ func corpus(t *testing.T) (*Corpus, string) {
 }
 
 // tiny are sizes that run every measurement in seconds.
-var tiny = sizes{ingestMessages: 600, ingestConversations: 30, cpuMessages: 600, latencyProbes: 20,
+var tiny = sizes{ingestMessages: 600, ingestConversations: 30, cpuMessages: 10000, latencyProbes: 20,
 	readMessages: 300, readRepeats: 3, costHistories: []int{50, 200},
 	scaleSlots: []int{1, 2, 8}, scaleJobsPerSlot: 1, heapConversations: 300,
 	sessions: 2, turns: 300}

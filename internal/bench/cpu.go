@@ -101,6 +101,8 @@ func (cr *CPUReport) fill(t0, t1, s0, s1, s2, s3 time.Duration) {
 	cr.ServerPerMillion = perMillion(s1 - s0 + s3 - s2)
 	if cr.TriggerPerMillion > 0 && cr.ServerPerMillion > 0 {
 		cr.Ratio = cr.TriggerPerMillion / cr.ServerPerMillion
+	} else if cr.Note == "" {
+		cr.Note = "a process's CPU did not move by one clock tick (10 ms) over the measurement: too few messages for a ratio"
 	}
 }
 

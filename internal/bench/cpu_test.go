@@ -56,12 +56,12 @@ func TestCPUOfTriggerProcessAndServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cr, err := measureCPU(ctx, srv.URL, self, srv.cpu, c.interleaved(3000, 50))
+	cr, err := measureCPU(ctx, srv.URL, self, srv.cpu, c.interleaved(10000, 50))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cr.TriggerProcess != triggerOwnProcess || cr.Messages != 3000 || cr.Note != "" {
-		t.Errorf("report %+v; want the trigger in its own process, 3000 messages, no note", cr)
+	if cr.TriggerProcess != triggerOwnProcess || cr.Messages != 10000 || cr.Note != "" {
+		t.Errorf("report %+v; want the trigger in its own process, 10000 messages, no note", cr)
 	}
 	if !(cr.TriggerPerMillion > 0 && cr.ServerPerMillion > 0 && cr.ServerStoreCPUSeconds > 0) {
 		t.Fatalf("report %+v; want positive CPU for the trigger and for the server's storing", cr)
@@ -132,5 +132,15 @@ func TestProjection(t *testing.T) {
 	}
 	if Projection(CPUReport{}) != nil {
 		t.Error("a projection without a measured CPU figure")
+	}
+}
+
+// A measurement too short for the server's CPU to move a tick gives no ratio, and says
+// so.
+func TestCPURatioNotAvailableBelowATick(t *testing.T) {
+	cr := CPUReport{Messages: 100}
+	cr.fill(0, 10*time.Millisecond, 0, 0, 0, 0)
+	if cr.Ratio != 0 || !strings.Contains(cr.Note, "clock tick") {
+		t.Errorf("report %+v; want no ratio and a note on the clock tick", cr)
 	}
 }

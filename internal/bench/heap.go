@@ -30,6 +30,12 @@ type HeapReport struct {
 	// costs the machine, the live heap plus the runtime's spare and fragmented pages.
 	// 0 where it cannot be read.
 	RSSPerConversation float64 `json:"rss_bytes_per_conversation"`
+	// TriggerProcessRSSPerConversation is the same conversations taken on by a trigger in
+	// a process of its own (the bench-trigger command), its VmRSS once it acknowledged
+	// every message less before it started, per conversation: nothing but the trigger in
+	// it, and no forced GC, so it holds the garbage the runtime keeps between
+	// collections, as a running trigger does. 0 without a binary to start.
+	TriggerProcessRSSPerConversation float64 `json:"trigger_process_rss_bytes_per_conversation"`
 	// NewPerSec is new conversations tracked per second (each one's state rebuilt from
 	// KV and the stream).
 	NewPerSec       float64 `json:"new_conversations_per_sec"`
@@ -46,7 +52,7 @@ type NewConvRow struct {
 	PerSec     float64 `json:"new_conversations_per_sec"`
 }
 
-func measureHeap(ctx context.Context, url string, sz sizes, profile string, rep *Report, progress func(string, ...any)) error {
+func measureHeap(ctx context.Context, url, self string, sz sizes, profile string, rep *Report, progress func(string, ...any)) error {
 	hr := &rep.Heap
 	n := sz.heapConversations
 	hr.Conversations, hr.ServerInProcess = n, rep.Server == "embedded"
@@ -101,6 +107,13 @@ func measureHeap(ctx context.Context, url string, sz sizes, profile string, rep 
 		hr.BytesPerConversation, hr.RSSPerConversation, hr.NewPerSec)
 	stop()
 	r.close()
+	if self != "" {
+		progress("heap: a trigger in its own process takes on %d new conversations", n)
+		if hr.TriggerProcessRSSPerConversation, err = triggerProcessRSS(ctx, url, self, n); err != nil {
+			return fmt.Errorf("trigger process: %w", err)
+		}
+		progress("heap: the trigger process's resident set grew %.0f bytes per conversation", hr.TriggerProcessRSSPerConversation)
+	}
 	for _, l := range triggerLayouts {
 		if l.partitions == 1 {
 			continue
@@ -114,6 +127,41 @@ func measureHeap(ctx context.Context, url string, sz sizes, profile string, rep 
 		progress("new conversations: %s: %.0f/s", l, perSec)
 	}
 	return nil
+}
+
+// triggerProcessRSS stores one message each of n conversations, then has a trigger
+// process (self's bench-trigger command) take them on: its resident set's growth per
+// conversation, from before it started consuming until it acknowledged every message.
+func triggerProcessRSS(ctx context.Context, url, self string, n int) (float64, error) {
+	r, err := newRig(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer r.close()
+	if err := r.publishNewConversations(n); err != nil {
+		return 0, err
+	}
+	cons, err := r.triggerConsumers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	p, err := r.startTriggerProcess(self, benchWindow)
+	if err != nil {
+		return 0, err
+	}
+	defer p.stop()
+	before := procRSS(p.cmd.Process.Pid)
+	if err := p.start(); err != nil {
+		return 0, err
+	}
+	if err := wait(ctx, 10*time.Minute, "the trigger process to acknowledge every message", func() bool { return drained(ctx, cons) }); err != nil {
+		return 0, err
+	}
+	after := procRSS(p.cmd.Process.Pid)
+	if before < 0 || after < 0 {
+		return 0, nil
+	}
+	return float64(after-before) / float64(n), nil
 }
 
 // newConversations stores one message each of n conversations, then starts a trigger

@@ -18,6 +18,11 @@ import (
 // asyncWindow bounds the publishes in flight, for the baseline and the pipeline alike.
 const asyncWindow = 2000
 
+// rawStallWait is how long a raw asynchronous publish waits for a slot when asyncWindow
+// are in flight (nats.go's default is 200 ms, then it fails): the raw side waits on
+// its acknowledgements as the pipeline's side waits on its window.
+const rawStallWait = 30 * time.Second
+
 // benchWindow is the context window of the bench's conversations: small enough that
 // the corpus's conversations cross the threshold while they are published, so the
 // workers compact while the trigger counts.
@@ -195,7 +200,7 @@ func rawIngest(ctx context.Context, url string, load []published) (drained, publ
 	defer cc.Stop()
 	start := time.Now()
 	for _, p := range load {
-		if _, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload); err != nil {
+		if _, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload, natsjs.WithStallWait(rawStallWait)); err != nil {
 			return 0, 0, err
 		}
 	}

@@ -140,13 +140,13 @@ func rawLatency(ctx context.Context, url string, load []published, rate float64,
 	data, _ := payload.Encode()
 	err = paced(ctx, rate, probes, func(i int) error {
 		p := load[(latencyConvs+i)%len(load)]
-		_, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload)
+		_, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload, natsjs.WithStallWait(rawStallWait))
 		return err
 	}, func(i int) error {
 		m := nats.NewMsg(fmt.Sprintf("%s.raw.probe%d.msg", r.ns, i))
 		m.Data = data
 		m.Header.Set("Bench-Sent", strconv.FormatInt(time.Now().UnixNano(), 10))
-		_, err := js.PublishMsgAsync(m)
+		_, err := js.PublishMsgAsync(m, natsjs.WithStallWait(rawStallWait))
 		return err
 	})
 	if err != nil {

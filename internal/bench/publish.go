@@ -58,7 +58,7 @@ func rawPublishOnly(ctx context.Context, url string, load []published) (time.Dur
 	}
 	start := time.Now()
 	for _, p := range load {
-		if _, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload); err != nil {
+		if _, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload, natsjs.WithStallWait(rawStallWait)); err != nil {
 			return 0, err
 		}
 	}
