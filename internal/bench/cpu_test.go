@@ -144,3 +144,29 @@ func TestCPURatioNotAvailableBelowATick(t *testing.T) {
 		t.Errorf("report %+v; want no ratio and a note on the clock tick", cr)
 	}
 }
+
+// A trigger in its own process grows its resident set (read after a GC it is told to
+// do) as it takes on conversations.
+func TestTriggerProcessRSS(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("procRSS reads /proc")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, err := startServer(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perConv, err := triggerProcessRSS(ctx, srv.URL, self, 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(perConv > 0 && perConv < 64<<10) {
+		t.Errorf("%.0f bytes resident per conversation; want more than none and less than 64 KiB", perConv)
+	}
+}

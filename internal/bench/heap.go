@@ -32,9 +32,9 @@ type HeapReport struct {
 	RSSPerConversation float64 `json:"rss_bytes_per_conversation"`
 	// TriggerProcessRSSPerConversation is the same conversations taken on by a trigger in
 	// a process of its own (the bench-trigger command), its VmRSS once it acknowledged
-	// every message less before it started, per conversation: nothing but the trigger in
-	// it, and no forced GC, so it holds the garbage the runtime keeps between
-	// collections, as a running trigger does. 0 without a binary to start.
+	// every message less before it started, each read after a GC that returns freed
+	// memory to the system, per conversation: nothing but the trigger in it. 0 without
+	// a binary to start.
 	TriggerProcessRSSPerConversation float64 `json:"trigger_process_rss_bytes_per_conversation"`
 	// NewPerSec is new conversations tracked per second (each one's state rebuilt from
 	// KV and the stream).
@@ -150,14 +150,20 @@ func triggerProcessRSS(ctx context.Context, url, self string, n int) (float64, e
 		return 0, err
 	}
 	defer p.stop()
-	before := procRSS(p.cmd.Process.Pid)
+	before, err := p.rssAfterGC()
+	if err != nil {
+		return 0, err
+	}
 	if err := p.start(); err != nil {
 		return 0, err
 	}
 	if err := wait(ctx, 10*time.Minute, "the trigger process to acknowledge every message", func() bool { return drained(ctx, cons) }); err != nil {
 		return 0, err
 	}
-	after := procRSS(p.cmd.Process.Pid)
+	after, err := p.rssAfterGC()
+	if err != nil {
+		return 0, err
+	}
 	if before < 0 || after < 0 {
 		return 0, nil
 	}

@@ -462,7 +462,11 @@ carry to other machines better than any rate (` + "`" + `go run ./cmd/compactor 
    acknowledged every message, per conversation, and the process's resident set (VmRSS of
    /proc/self/status, after a GC that returns freed memory to the system) at the same two
    moments, per conversation: what the machine pays, the heap with the runtime's spare and
-   fragmented pages. The rate it takes them on is the new
+   fragmented pages. The same conversations are then taken on by a trigger in a process of
+   its own (` + "`" + `bench-trigger` + "`" + `), its VmRSS read after a GC it is told to do before it starts
+   and once it acknowledged every message: the trigger's resident memory alone
+   (` + "`" + `trigger_process_rss_bytes_per_conversation` + "`" + `, and ` + "`" + `rss_bytes_per_conversation` + "`" + ` when
+   measured). The rate it takes them on is the new
    conversations per second, measured again, with the same conversations in namespaces of
    their own, for the 4-partition layouts of figure 1 (the clock starts as the triggers start,
    for every layout). Reproduce: ` + "`" + `go run ./cmd/compactor bench --only heap --heapprofile heap.pprof` + "`" + `.

@@ -258,7 +258,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 func rssCell(hr HeapReport) string {
 	s := fmt.Sprintf("resident (VmRSS): the bench's process %.0f B after forced GC", hr.RSSPerConversation)
 	if hr.TriggerProcessRSSPerConversation != 0 {
-		s = fmt.Sprintf("resident (VmRSS): a trigger process of its own %.0f B, no forced GC; ", hr.TriggerProcessRSSPerConversation) + s
+		s = fmt.Sprintf("resident (VmRSS): a trigger process of its own %.0f B; ", hr.TriggerProcessRSSPerConversation) + s
 	}
 	return s
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -23,7 +24,9 @@ import (
 // runs: `compactor bench-trigger --nats-url URL --namespace NS --window W`. It builds
 // an unpartitioned trigger, writes "ready", starts it when a line "start" comes on its
 // standard input, and stops when that input ends: so the bench reads the process's CPU
-// around the drain and nothing else runs in it.
+// around the drain and nothing else runs in it. A line "gc", before or after "start",
+// collects garbage and returns freed memory to the system, then writes "gc done": the
+// bench reads the process's resident set after it.
 const TriggerCommand = "bench-trigger"
 
 // RunTrigger runs a trigger in a bench namespace: the trigger process of the ingest
@@ -56,23 +59,39 @@ func RunTrigger(ctx context.Context, args []string, in io.Reader, out io.Writer)
 	}
 	fmt.Fprintln(out, "ready")
 	lines := bufio.NewScanner(in)
-	if !lines.Scan() || lines.Text() != "start" {
-		return nil // the bench went away before starting it
+	for {
+		if !lines.Scan() {
+			return nil // the bench went away before starting it
+		}
+		if lines.Text() == "start" {
+			break
+		}
+		obey(lines.Text(), out)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
 		for lines.Scan() {
+			obey(lines.Text(), out)
 		}
 		cancel() // standard input ended: stop
 	}()
 	return n.Run(ctx)
 }
 
+// obey carries out a trigger process's command line other than "start".
+func obey(line string, out io.Writer) {
+	if line == "gc" {
+		debug.FreeOSMemory()
+		fmt.Fprintln(out, "gc done")
+	}
+}
+
 // triggerProcess is a child process running RunTrigger.
 type triggerProcess struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
+	lines  chan string // its output after "ready"
 	exited chan error
 }
 
@@ -93,11 +112,17 @@ func (r *rig) startTriggerProcess(self string, window int) (*triggerProcess, err
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start trigger process: %w", err)
 	}
-	p := &triggerProcess{cmd: cmd, stdin: stdin, exited: make(chan error, 1)}
+	p := &triggerProcess{cmd: cmd, stdin: stdin, lines: make(chan string, 16), exited: make(chan error, 1)}
 	ready := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		ready <- sc.Scan() && sc.Text() == "ready"
+		for sc.Scan() {
+			select {
+			case p.lines <- sc.Text():
+			default: // nobody waits for it
+			}
+		}
 		_, _ = io.Copy(io.Discard, stdout)
 		p.exited <- cmd.Wait()
 	}()
@@ -116,6 +141,23 @@ func (r *rig) startTriggerProcess(self string, window int) (*triggerProcess, err
 func (p *triggerProcess) start() error {
 	_, err := io.WriteString(p.stdin, "start\n")
 	return err
+}
+
+// rssAfterGC has the process collect its garbage and return freed memory to the
+// system, then reads its resident set (-1 when it cannot be read).
+func (p *triggerProcess) rssAfterGC() (int64, error) {
+	if _, err := io.WriteString(p.stdin, "gc\n"); err != nil {
+		return 0, err
+	}
+	select {
+	case line := <-p.lines:
+		if line != "gc done" {
+			return 0, fmt.Errorf("trigger process answered %q to gc", line)
+		}
+	case <-time.After(30 * time.Second):
+		return 0, errors.New("trigger process did not answer gc within 30s")
+	}
+	return procRSS(p.cmd.Process.Pid), nil
 }
 
 // cpu is the CPU time the process used so far, -1 when it cannot be read.
