@@ -170,29 +170,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row := func(cells ...string) { fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | ")) }
 	row("measurement", "Compactor", "baseline (same run, same server)", "ratio", "target")
 	row("---", "---", "---", "---", "---")
-	if ir := r.Ingest; len(ir.Rows) > 0 {
-		for _, x := range ir.Rows {
-			row(fmt.Sprintf("1. ingest, %d msgs over %d convs, %d trigger partition(s) in %d trigger process(es), publish until trigger drained (max lag %d msgs, %d compactions meanwhile; trigger draining alone %s using %.2f cores%s)",
-				ir.Messages, ir.Conversations, x.Partitions, x.Processes, x.MaxLag, x.Compactions, rate(x.TriggerDrainMsgsPerSec, "msgs/s"), x.TriggerDrainCores, serverCores(x)),
-				rate(x.MsgsPerSec, "msgs/s"), fmt.Sprintf("raw async publish + bare consumer %s (its publishing %s)", rate(ir.RawMsgsPerSec, "msgs/s"), rate(ir.RawPublishMsgsPerSec, "msgs/s")),
-				f2(x.Ratio), check(x.Ratio >= 0.8, "≥ 0.8").String())
-		}
-	}
-	if ir := r.Ingest; ir.ClientAloneMsgsPerSec > 0 {
-		row(fmt.Sprintf("1. publishing alone, %d msgs over %d convs, nothing else running (median of %d alternating rounds)", ir.AloneMessages, ir.Conversations, publishRounds),
-			"client PublishAsync "+rate(ir.ClientAloneMsgsPerSec, "msgs/s"), "raw async publish "+rate(ir.RawAloneMsgsPerSec, "msgs/s"),
-			f2(ir.PublishRatio), check(ir.PublishRatio >= 0.9, "≥ 0.9").String())
-	}
-	if cr := r.Ingest.CPU; cr.Messages > 0 {
-		ratio, t := "n/a: "+cr.Note, ""
-		if cr.Ratio > 0 {
-			ratio, t = f2(cr.Ratio), check(cr.Ratio <= 1, "≤ 1").String()
-		}
-		row(fmt.Sprintf("1. CPU per million messages, %d messages stored then drained by one trigger partition in %s", cr.Messages, cr.TriggerProcess),
-			fmt.Sprintf("trigger %.1f s", cr.TriggerPerMillion),
-			fmt.Sprintf("nats-server %.1f s (storing %.2f s + serving the trigger %.2f s of CPU in all)", cr.ServerPerMillion, cr.ServerStoreCPUSeconds, cr.ServerDrainCPUSeconds),
-			ratio, t)
-	}
+	r.ingestRows(row)
 	if lr := r.Latency; lr.Probes > 0 {
 		row(fmt.Sprintf("2. trigger latency (over threshold → request queued), %d probes under %s", lr.Probes, rate(lr.LoadMsgsPerSec, "msgs/s")),
 			fmt.Sprintf("p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", lr.TriggerP50Ms, lr.TriggerP90Ms, lr.TriggerP99Ms),
@@ -261,6 +239,34 @@ func rssCell(hr HeapReport) string {
 		s = fmt.Sprintf("resident (VmRSS): a trigger process of its own %.0f B; ", hr.TriggerProcessRSSPerConversation) + s
 	}
 	return s
+}
+
+// ingestRows writes the table's rows of figure 1: ingest per layout, publishing alone,
+// and the CPU per message.
+func (r *Report) ingestRows(row func(cells ...string)) {
+	if ir := r.Ingest; len(ir.Rows) > 0 {
+		for _, x := range ir.Rows {
+			row(fmt.Sprintf("1. ingest, %d msgs over %d convs, %d trigger partition(s) in %d trigger process(es), publish until trigger drained (max lag %d msgs, %d compactions meanwhile; trigger draining alone %s using %.2f cores%s)",
+				ir.Messages, ir.Conversations, x.Partitions, x.Processes, x.MaxLag, x.Compactions, rate(x.TriggerDrainMsgsPerSec, "msgs/s"), x.TriggerDrainCores, serverCores(x)),
+				rate(x.MsgsPerSec, "msgs/s"), fmt.Sprintf("raw async publish + bare consumer %s (its publishing %s)", rate(ir.RawMsgsPerSec, "msgs/s"), rate(ir.RawPublishMsgsPerSec, "msgs/s")),
+				f2(x.Ratio), check(x.Ratio >= 0.8, "≥ 0.8").String())
+		}
+	}
+	if ir := r.Ingest; ir.ClientAloneMsgsPerSec > 0 {
+		row(fmt.Sprintf("1. publishing alone, %d msgs over %d convs, nothing else running (median of %d alternating rounds)", ir.AloneMessages, ir.Conversations, publishRounds),
+			"client PublishAsync "+rate(ir.ClientAloneMsgsPerSec, "msgs/s"), "raw async publish "+rate(ir.RawAloneMsgsPerSec, "msgs/s"),
+			f2(ir.PublishRatio), check(ir.PublishRatio >= 0.9, "≥ 0.9").String())
+	}
+	if cr := r.Ingest.CPU; cr.Messages > 0 {
+		ratio, t := "n/a: "+cr.Note, ""
+		if cr.Ratio > 0 {
+			ratio, t = f2(cr.Ratio), check(cr.Ratio <= 1, "≤ 1").String()
+		}
+		row(fmt.Sprintf("1. CPU per million messages, %d messages stored then drained by one trigger partition in %s", cr.Messages, cr.TriggerProcess),
+			fmt.Sprintf("trigger %.1f s", cr.TriggerPerMillion),
+			fmt.Sprintf("nats-server %.1f s (storing %.2f s + serving the trigger %.2f s of CPU in all)", cr.ServerPerMillion, cr.ServerStoreCPUSeconds, cr.ServerDrainCPUSeconds),
+			ratio, t)
+	}
 }
 
 // serverCores is ", the server N" when the server's CPU was read.
