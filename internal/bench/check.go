@@ -13,9 +13,11 @@ import (
 
 // CheckedKeys are the headline figures the doc's check compares with a quick run:
 // ratios of two measurements of the same run (or the simulation's), which depend on
-// the machine far less than rates do.
+// the machine far less than rates do. The trigger's latency is checked at the median:
+// a quick run's p99 is one of its 100 probes, and moved from 0.8 to 155 between five
+// calibration runs on a busy machine.
 var CheckedKeys = []string{"ingest_ratio", "ingest_ratio_4", "ingest_ratio_4x2", "publish_ratio", "trigger_server_cpu_ratio",
-	"trigger_p99_ratio", "read_speedup", "read_over_floor", "cost_growth", "scaleout_8", "token_reduction_1000", "summarizer_share"}
+	"trigger_p50_ratio", "read_speedup", "read_over_floor", "cost_growth", "scaleout_8", "token_reduction_1000", "summarizer_share"}
 
 // checkMinNoise is the narrowest band a figure gets, for the figures that did not
 // move at all between the calibration runs (the simulation's).

@@ -512,7 +512,10 @@ are checked, each side of which ran on the same machine at nearly the same momen
 figures are the median of {{.Runs}} quick runs made with this file (` + "`" + `--calibrate {{.Runs}}` + "`" + `), since a
 quick run's workloads are smaller than the full run's above; each band is twice the runs'
 widest spread from the median (in ratio, at least ±10%): a run agrees when its figure is
-within median ÷ (1 + band) and median × (1 + band).
+within median ÷ (1 + band) and median × (1 + band). A band is as wide as the machine was
+noisy while the quick runs ran ({{$.LoadStart}} load average at the start of the run above): a
+wide one checks little, and a run on a quieter machine narrows it. The trigger's latency is
+checked at the median (` + "`" + `trigger_p50_ratio` + "`" + `), since a quick run's p99 is one of its 100 probes.
 
 | figure | median of the quick runs | runs' spread | band | agrees between |
 |---|---|---|---|---|

@@ -70,6 +70,8 @@ type Headline struct {
 	// TriggerP99Ratio: the trigger's p99 latency ÷ a bare JetStream publish until a
 	// consumer's delivery (one hop), under the same load.
 	TriggerP99Ratio float64 `json:"trigger_p99_ratio"`
+	// TriggerP50Ratio is the same at the median.
+	TriggerP50Ratio float64 `json:"trigger_p50_ratio"`
 	// ReadSpeedup: ordered-consumer replay time ÷ context read time.
 	ReadSpeedup float64 `json:"read_speedup"`
 	// ReadOverFloor: context read time ÷ (one KV get + one batched direct get).
@@ -120,7 +122,7 @@ func (r *Report) Finish() {
 	}
 	h.TriggerCPUPerMillion, h.ServerCPUPerMillion, h.TriggerServerCPURatio = r.Ingest.CPU.TriggerPerMillion, r.Ingest.CPU.ServerPerMillion, r.Ingest.CPU.Ratio
 	h.PublishRatio = r.Ingest.PublishRatio
-	h.TriggerP99Ratio = r.Latency.P99Ratio
+	h.TriggerP99Ratio, h.TriggerP50Ratio = r.Latency.P99Ratio, r.Latency.P50Ratio
 	h.ReadSpeedup, h.ReadOverFloor = r.Read.Speedup, r.Read.OverFloor
 	for _, s := range r.ScaleOut {
 		if s.Slots == 8 && s.Processes == 1 {
