@@ -89,3 +89,42 @@ func TestCheckFiguresRoundTripThroughTheDoc(t *testing.T) {
 		t.Error("ParseCheck of a doc without figures: nil error")
 	}
 }
+
+// With five runs or more, the one furthest from the median is left out of the band:
+// one stall does not widen it; the doc still states the whole spread.
+func TestCalibrateLeavesOutOneOutlier(t *testing.T) {
+	var runs []*Report
+	for _, x := range []float64{4.0, 4.2, 4.4, 4.3, 3880} {
+		runs = append(runs, quickReport(Headline{TriggerP50Ratio: x}))
+	}
+	f := Calibrate("cmd", runs).Figures[0]
+	if f.Key != "trigger_p50_ratio" || f.Value != 4.3 || f.Max != 3880 || f.Min != 4.0 {
+		t.Fatalf("figure %+v; want the median 4.3 and the whole spread 4.0 to 3880", f)
+	}
+	if f.High() > 5.5 || f.Low() > 4.0 {
+		t.Errorf("band %v to %v; want it past the four close runs and nowhere near the outlier", f.Low(), f.High())
+	}
+}
+
+// The check fails a figure only when it is outside its band in every run, and asks
+// for one more run while fewer than two ran.
+func TestCheckRunsNeedsTwoDisagreements(t *testing.T) {
+	cf := Calibrate("cmd", []*Report{quickReport(Headline{IngestRatio: 0.4, ScaleOut8: 7}), quickReport(Headline{IngestRatio: 0.5, ScaleOut8: 7.2})})
+	stall := quickReport(Headline{IngestRatio: 0.05, ScaleOut8: 7.1})
+	res, again, err := CheckRuns(cf, []*Report{stall})
+	if !again || !errors.Is(err, ErrCheckFailed) || res[0].OK {
+		t.Fatalf("one run out of band: again %v, %v; want one more run asked for", again, err)
+	}
+	calm := quickReport(Headline{IngestRatio: 0.45, ScaleOut8: 7.1})
+	if res, again, err := CheckRuns(cf, []*Report{stall, calm}); err != nil || again || !res[0].OK || res[0].Got != 0.45 {
+		t.Errorf("out of band, then in: %+v, again %v, %v; want agreement shown with the second run's figure", res, again, err)
+	}
+	if _, again, err := CheckRuns(cf, []*Report{stall, stall}); again || !errors.Is(err, ErrCheckFailed) || !strings.Contains(err.Error(), "ingest_ratio") {
+		t.Errorf("out of band twice: again %v, %v; want a failure naming ingest_ratio and no third run", again, err)
+	}
+	other := quickReport(Headline{IngestRatio: 0.45, ScaleOut8: 7.1})
+	other.CorpusMessages = 5
+	if res, again, err := CheckRuns(cf, []*Report{other}); res != nil || again || err == nil {
+		t.Errorf("another corpus: %v, again %v, %v; want an error and no second run", res, again, err)
+	}
+}
