@@ -11,8 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-
-	"github.com/compactor/compactor/pipeline"
 )
 
 // asyncWindow bounds the publishes in flight, for the baseline and the pipeline alike.
@@ -262,7 +260,7 @@ func pipelineIngest(ctx context.Context, url string, load []published, l trigger
 	client := r.client()
 	maxLag := sampleLag(ctx, cons)
 	start := time.Now()
-	if err := publishWindowed(ctx, client, load); err != nil {
+	if err := publishInOrder(ctx, client, load); err != nil {
 		return row, err
 	}
 	row.PublishMsgsPerSec = float64(len(load)) / time.Since(start).Seconds()
@@ -304,42 +302,6 @@ func sampleLag(ctx context.Context, cons []natsjs.Consumer) func() int {
 		close(sampling)
 		return <-sampled
 	}
-}
-
-// publishWindowed publishes load through client with at most asyncWindow publishes
-// unacknowledged, until every one is acknowledged or one fails.
-func publishWindowed(ctx context.Context, client *pipeline.Client, load []published) error {
-	sem := make(chan struct{}, asyncWindow)
-	errc := make(chan error, 1)
-	for _, p := range load {
-		select {
-		case sem <- struct{}{}:
-		case err := <-errc:
-			return err
-		}
-		ack, err := client.PublishAsync(ctx, fmt.Sprintf("c%d", p.conv), p.msg.Message)
-		if err != nil {
-			return err
-		}
-		go func() {
-			a := <-ack
-			if a.Err != nil {
-				select {
-				case errc <- a.Err:
-				default:
-				}
-			}
-			<-sem
-		}()
-	}
-	for range asyncWindow {
-		select {
-		case sem <- struct{}{}:
-		case err := <-errc:
-			return err
-		}
-	}
-	return nil
 }
 
 // countEvents counts the namespace's events of one type (core subscription).

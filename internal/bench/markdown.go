@@ -320,7 +320,7 @@ holds the last full run, its charts and, for each target missed, the cause and t
 command regenerates all of it:
 
 ` + "```" + `sh
-go run ./cmd/compactor bench --charts docs --doc docs/benchmarks.md   # several minutes on 2 cores
+go run ./cmd/compactor bench --charts docs --doc docs/benchmarks.md --calibrate 5   # about 6 minutes on 2 cores
 go run ./cmd/compactor bench --quick                                   # under a minute: the table only
 go run ./cmd/compactor bench --quick --json                            # one JSON object (ingest_ratio, trigger_p99_ratio, ...)
 go run ./cmd/compactor bench --quick --check docs/benchmarks.md        # compare a quick run with the figures checked below
@@ -350,9 +350,9 @@ triggers start and the clock starts only once every partition is owned by exactl
 them. The JSON adds ` + "`" + `ingest_ratio_4` + "`" + `, ` + "`" + `ingest_ratio_4x2` + "`" + `, ` + "`" + `new_conversations_per_sec_4` + "`" + ` and
 ` + "`" + `new_conversations_per_sec_4x2` + "`" + `, and a row per layout under ` + "`" + `ingest.rows` + "`" + ` and
 ` + "`" + `heap.new_conversations` + "`" + `; the drain also reports the CPU the nats-server process used.
-` + "`" + `trigger_cpu_s_per_million` + "`" + `, ` + "`" + `server_cpu_s_per_million` + "`" + ` and ` + "`" + `trigger_server_cpu_ratio` + "`" + ` are the
-machine-independent figure of ingest, and ` + "`" + `publish_ratio` + "`" + ` the client's publishing against raw
-publishing, each with nothing else running. [Targets](#targets) says where the trigger's ingest stands and what is planned.
+` + "`" + `trigger_cpu_s_per_million` + "`" + `, ` + "`" + `server_cpu_s_per_million` + "`" + ` and ` + "`" + `trigger_server_cpu_ratio` + "`" + ` are
+ingest's machine-independent figure (CPU time, read from each process), and ` + "`" + `publish_ratio` + "`" + `
+is the client's publishing against raw publishing, both with nothing else running. [Targets](#targets) says where the trigger's ingest stands and what is planned.
 
 A running ` + "`" + `compactor serve` + "`" + ` is profiled through ` + "`" + `COMPACTOR_HTTP_LISTEN` + "`" + ` (see [configuration](operations.md#configuration)):
 ` + "`" + `go tool pprof http://127.0.0.1:9090/debug/pprof/profile?seconds=30` + "`" + `.
@@ -415,7 +415,9 @@ carry to other machines better than any rate (` + "`" + `go run ./cmd/compactor 
    **Publishing alone** ({{.Ingest.AloneMessages}} messages): raw asynchronous publishing and the client's
    ` + "`" + `PublishAsync` + "`" + `, each into a namespace where nothing else runs (no trigger, no workers, no
    consumer taking messages; each stream has one idle durable consumer), 3 rounds each,
-   alternating, the median of each; ` + "`" + `publish_ratio` + "`" + ` is client ÷ raw. **CPU per message**
+   alternating, the median of each; ` + "`" + `publish_ratio` + "`" + ` is client ÷ raw. Both keep at most 2,000
+   publishes in flight; one goroutine waits on the client's acknowledgements in order, as
+   nats.go does for the raw side. **CPU per message**
    ({{.Ingest.CPU.Messages}} messages): the messages are stored first (raw asynchronous publishes into CHAT,
    nothing consuming), then one unpartitioned trigger drains them in a process of its own (the
    binary's hidden ` + "`" + `bench-trigger` + "`" + ` command: it connects and builds its trigger, then starts
