@@ -513,8 +513,10 @@ when a figure below and the quick run's disagree by more than the figure's band.
 are checked, each side of which ran on the same machine at nearly the same moment. The
 figures are the median of {{.Runs}} quick runs made with this file (` + "`" + `--calibrate {{.Runs}}` + "`" + `), since a
 quick run's workloads are smaller than the full run's above; each band is twice the runs'
-widest spread from the median, in ratio, leaving out the one run furthest from it (at least
-±10%): a figure agrees when it is within median ÷ (1 + band) and median × (1 + band), and
+widest spread from the median, in ratio, leaving out the one run furthest from it, and at
+least ±50% for a ratio of two rates, ±25% for the CPU ratio and ±10% for the simulation's
+figures (floors from this machine's quick runs, which moved that much between a quiet
+hour and a busy one): a figure agrees when it is within median ÷ (1 + band) and median × (1 + band), and
 the check fails only on a figure outside its band in two quick runs, so one stall of the
 machine fails neither the calibration nor the check. A band is as wide as the machine was
 noisy while the quick runs ran ({{$.LoadStart}} load average at the start of the run above): a
