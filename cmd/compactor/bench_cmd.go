@@ -37,6 +37,8 @@ embedded server, which the output notes. Measurements: ` + strings.Join(bench.Me
 			only:        fs.String("only", "", "M1,M2", "run only these measurements"),
 			cpuProfile:  fs.String("cpuprofile", "", "FILE", "write a CPU profile of this process (client, trigger, workers) for go tool pprof"),
 			heapProfile: fs.String("heapprofile", "", "FILE", "write the heap once the trigger tracks every conversation"),
+			calibrate:   fs.Int("calibrate", "N", "after the run, N quick runs: the median and noise band of each ratio, which --doc states for --check"),
+			check:       fs.String("check", "", "FILE", "compare this --quick run's ratios with those the benchmarks document FILE states; exit 1 when one is outside its band"),
 		}
 		return func(ctx context.Context, c *call) error { return runBench(ctx, c, f) }
 	},
@@ -48,6 +50,8 @@ type benchFlags struct {
 	url, server, corpus, charts, doc *string
 	seed                             *uint64
 	only, cpuProfile, heapProfile    *string
+	calibrate                        *int
+	check                            *string
 }
 
 // runBench configures the bench from the flags, runs it (under a progress bar and,
@@ -76,14 +80,83 @@ func runBench(ctx context.Context, c *call, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
-	rep.Command = "go run ./cmd/compactor bench " + strings.Join(c.raw, " ")
+	rep.Command = "go run ./cmd/compactor bench " + strings.Join(genericArgs(c.raw), " ")
+	if *f.calibrate > 0 {
+		if err := calibrate(ctx, cfg, rep, *f.calibrate); err != nil {
+			return err
+		}
+	}
 	if err := writeBenchFiles(c, rep, *f.charts, *f.doc); err != nil {
 		return err
+	}
+	if *f.check != "" {
+		return checkBench(ctx, c, cfg, rep, *f.check, *f.asJSON)
 	}
 	if *f.asJSON {
 		return rep.WriteJSON(c.std.out)
 	}
 	return rep.WriteTable(c.std.out)
+}
+
+// calibrate makes the check figures of rep from n quick runs of cfg (rep itself
+// among them when it is quick).
+func calibrate(ctx context.Context, cfg bench.Config, rep *bench.Report, n int) error {
+	var runs []*bench.Report
+	if rep.Quick {
+		runs = append(runs, rep)
+	}
+	cfg.Quick = true
+	for i := len(runs); i < n; i++ {
+		fmt.Fprintf(cfg.Progress, "calibration: quick run %d of %d\n", i+1, n)
+		r, err := bench.Run(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("calibration run %d: %w", i+1, err)
+		}
+		runs = append(runs, r)
+	}
+	cf := bench.Calibrate(rep.Command, runs)
+	rep.Check = &cf
+	return nil
+}
+
+// checkBench compares rep with the check figures of the document doc, with one more
+// quick run of cfg when a figure disagrees: the comparison table on stdout (on stderr
+// with --json, which prints the first report), an error when a figure disagrees in
+// both.
+func checkBench(ctx context.Context, c *call, cfg bench.Config, rep *bench.Report, doc string, asJSON bool) error {
+	data, err := os.ReadFile(doc)
+	if err != nil {
+		return err
+	}
+	cf, err := bench.ParseCheck(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", doc, err)
+	}
+	out := c.std.out
+	if asJSON {
+		if err := rep.WriteJSON(c.std.out); err != nil {
+			return err
+		}
+		out = c.std.err
+	}
+	runs := []*bench.Report{rep}
+	res, again, checkErr := bench.CheckRuns(cf, runs)
+	for again {
+		fmt.Fprintf(cfg.Progress, "check: %v; one more quick run\n", checkErr)
+		r, err := bench.Run(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, r)
+		res, again, checkErr = bench.CheckRuns(cf, runs)
+	}
+	if err := bench.WriteCheck(out, res); err != nil {
+		return err
+	}
+	if checkErr != nil {
+		return fmt.Errorf("%s: %w", doc, checkErr)
+	}
+	return nil
 }
 
 // benchConfig checks the arguments and flags and makes the bench's configuration,
@@ -94,6 +167,12 @@ func benchConfig(c *call, f *benchFlags) (bench.Config, []string, error) {
 	}
 	if *f.seed == 0 {
 		*f.seed = 1
+	}
+	if *f.check != "" && !*f.quick {
+		return bench.Config{}, nil, usagef("--check compares a quick run with the document's quick figures: add --quick")
+	}
+	if *f.calibrate < 0 {
+		return bench.Config{}, nil, usagef("--calibrate takes a number of runs, 0 or more")
 	}
 	cfg := bench.Config{Quick: *f.quick, NATSURL: *f.url, NATSServer: *f.server, Corpus: *f.corpus, Seed: *f.seed, Progress: c.std.err, HeapProfile: *f.heapProfile}
 	if self, err := os.Executable(); err == nil {
@@ -188,4 +267,32 @@ func (p *benchProgress) Write(b []byte) (int, error) {
 		p.bar.println(line)
 		p.bar.set(int64(p.current), fmt.Sprintf("%s (%d of %d)", p.steps[p.current], p.current+1, len(p.steps)))
 	}
+}
+
+// benchTriggerCommand is the trigger process of the bench's CPU measurement (hidden).
+var benchTriggerCommand = &command{
+	name: bench.TriggerCommand, hidden: true, summary: "a trigger process of the bench's CPU measurement",
+	define: func(*flagSet) func(context.Context, *call) error {
+		return nil // run hands its arguments to the bench as they are
+	},
+}
+
+// genericArgs is args with the values of the flags that name this machine's files and
+// servers replaced by their placeholders, for the command a document states.
+func genericArgs(args []string) []string {
+	placeholders := map[string]string{"corpus": "DIR", "nats-server": "PATH", "nats-url": "URL", "cpuprofile": "FILE", "heapprofile": "FILE"}
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(out[i], "-"), "=")
+		ph, ok := placeholders[name]
+		switch {
+		case !ok || !strings.HasPrefix(out[i], "-"):
+		case hasValue:
+			out[i] = "--" + name + "=" + ph
+		case i+1 < len(out):
+			out[i+1] = ph
+			i++
+		}
+	}
+	return out
 }

@@ -234,7 +234,8 @@ var commands []*command
 
 func init() {
 	commands = []*command{serveCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand,
-		policyCommand, forgetCommand, benchCommand, evalCommand, versionCommand, benchWorkerCommand}
+		policyCommand, forgetCommand, benchCommand, evalCommand, versionCommand, benchWorkerCommand,
+		benchTriggerCommand}
 }
 
 func commandNamed(name string) *command {
@@ -285,6 +286,9 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 	}
 	if name == bench.WorkerCommand {
 		return bench.RunWorker(ctx, rest, std.out)
+	}
+	if name == bench.TriggerCommand {
+		return bench.RunTrigger(ctx, rest, std.in, std.out)
 	}
 	cmd := commandNamed(name)
 	fs := newFlagSet(name)

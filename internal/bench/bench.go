@@ -49,6 +49,7 @@ type Config struct {
 // sizes are the workloads of a run.
 type sizes struct {
 	ingestMessages, ingestConversations int
+	cpuMessages                         int
 	latencyProbes                       int
 	readMessages, readRepeats           int
 	costHistories                       []int
@@ -60,12 +61,12 @@ type sizes struct {
 
 func sizesFor(quick bool) sizes {
 	if quick {
-		return sizes{ingestMessages: 4000, ingestConversations: 200, latencyProbes: 100,
+		return sizes{ingestMessages: 10000, ingestConversations: 200, cpuMessages: 20000, latencyProbes: 100,
 			readMessages: 2000, readRepeats: 10, costHistories: []int{100, 1000},
 			scaleSlots: []int{1, 2, 4, 8}, scaleJobsPerSlot: 3, heapConversations: 5000,
 			sessions: 3, turns: 1000}
 	}
-	return sizes{ingestMessages: 40000, ingestConversations: 1000, latencyProbes: 400,
+	return sizes{ingestMessages: 40000, ingestConversations: 1000, cpuMessages: 100000, latencyProbes: 400,
 		readMessages: 10000, readRepeats: 30, costHistories: []int{100, 1000, 10000},
 		scaleSlots: []int{1, 2, 4, 8, 16}, scaleJobsPerSlot: 8, heapConversations: 100000,
 		sessions: 20, turns: 1000}
@@ -116,12 +117,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			name string
 			run  func() error
 		}{
-			{"ingest", func() error { return measureIngest(ctx, srv.URL, srv.cpu, corpus, sz, rep, progress) }},
+			{"ingest", func() error { return measureIngest(ctx, srv.URL, cfg.Self, srv.cpu, corpus, sz, rep, progress) }},
 			{"latency", func() error { return measureLatency(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"read", func() error { return measureRead(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"cost", func() error { return measureCost(ctx, srv.URL, corpus, sz, rep, progress) }},
 			{"scaleout", func() error { return measureScaleOut(ctx, srv.URL, cfg.Self, corpus, sz, rep, progress) }},
-			{"heap", func() error { return measureHeap(ctx, srv.URL, sz, cfg.HeapProfile, rep, progress) }},
+			{"heap", func() error { return measureHeap(ctx, srv.URL, cfg.Self, sz, cfg.HeapProfile, rep, progress) }},
 		}
 		for _, s := range steps {
 			if !want(s.name) {

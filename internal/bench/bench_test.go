@@ -32,7 +32,7 @@ func corpus(t *testing.T) (*Corpus, string) {
 }
 
 // tiny are sizes that run every measurement in seconds.
-var tiny = sizes{ingestMessages: 600, ingestConversations: 30, latencyProbes: 20,
+var tiny = sizes{ingestMessages: 600, ingestConversations: 30, cpuMessages: 10000, latencyProbes: 20,
 	readMessages: 300, readRepeats: 3, costHistories: []int{50, 200},
 	scaleSlots: []int{1, 2, 8}, scaleJobsPerSlot: 1, heapConversations: 300,
 	sessions: 2, turns: 300}
@@ -44,7 +44,11 @@ func TestRunReportsEveryFigure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	rep, err := Run(ctx, Config{Corpus: dir, sizes: &tiny, Progress: &progress, Seed: 7})
+	self, err := os.Executable() // TestMain runs the child processes' commands
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(ctx, Config{Corpus: dir, sizes: &tiny, Progress: &progress, Seed: 7, Self: self})
 	if err != nil {
 		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
 	}
@@ -58,7 +62,8 @@ func TestRunReportsEveryFigure(t *testing.T) {
 	}
 	for _, key := range []string{"ingest_ratio", "ingest_ratio_4", "ingest_ratio_4x2", "trigger_p99_ratio", "read_speedup", "read_over_floor", "scaleout_8",
 		"bytes_per_conversation", "new_conversations_per_sec", "new_conversations_per_sec_4", "new_conversations_per_sec_4x2",
-		"cost_growth", "token_reduction_1000", "summarizer_share"} {
+		"cost_growth", "token_reduction_1000", "summarizer_share", "publish_ratio", "trigger_cpu_s_per_million",
+		"server_cpu_s_per_million", "trigger_server_cpu_ratio"} {
 		v, ok := obj[key].(float64)
 		if !ok {
 			t.Errorf("key %q: %v (%T); want a number", key, obj[key], obj[key])
@@ -67,6 +72,11 @@ func TestRunReportsEveryFigure(t *testing.T) {
 		if !(v > 0) || math.IsInf(v, 0) {
 			t.Errorf("%s = %v; want a positive finite number", key, v)
 		}
+	}
+	// The resident set moves by whole pages: over the tiny run's few conversations its
+	// share may be either sign, but it is read.
+	if v, ok := obj["rss_bytes_per_conversation"].(float64); !ok || v == 0 || math.IsInf(v, 0) {
+		t.Errorf("rss_bytes_per_conversation = %v; want a finite number, read", obj["rss_bytes_per_conversation"])
 	}
 	// Every trigger layout has its ingest and new-conversation rows, each with every figure.
 	if len(rep.Ingest.Rows) != len(triggerLayouts) || len(rep.Heap.NewConversations) != len(triggerLayouts) {
@@ -83,6 +93,10 @@ func TestRunReportsEveryFigure(t *testing.T) {
 				t.Errorf("%v: %s = %v; want a positive finite number", l, name, v)
 			}
 		}
+	}
+	if rep.Ingest.CPU.TriggerProcess != triggerOwnProcess || !strings.Contains(rep.ScaleOutProcesses, "two worker processes") {
+		t.Errorf("the trigger of the CPU figure ran in %q, the scale-out's workers as %q; want child processes",
+			rep.Ingest.CPU.TriggerProcess, rep.ScaleOutProcesses)
 	}
 	if s := rep.SummarizerShare; s > 1 {
 		t.Errorf("summarizer_share = %v; want at most 1", s)

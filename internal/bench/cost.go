@@ -4,13 +4,18 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/compactor/compactor/schemas"
 )
 
 // CostRow is what one compaction costs besides the LLM, for a conversation of History
 // messages: the first compaction (everything is new) and an incremental one (the same
 // conversation, compacted before, with NewMessages added since).
 type CostRow struct {
+	// History is the conversation's length: Block messages of the corpus repeated, the
+	// same block at every length, so every row reads the same mix of content.
 	History     int `json:"history"`
+	Block       int `json:"block"`
 	NewMessages int `json:"new_messages"`
 	// FirstMs and IncrementalMs are the time from queueing the request to its completed
 	// event, less the time the summarizer's LLM calls took; IncrementalMs is the median
@@ -53,10 +58,14 @@ func measureCost(ctx context.Context, url string, c *Corpus, sz sizes, rep *Repo
 		}
 		return time.Since(start) - (sum.llmTime() - llm0), int(sum.calls.Load() - calls0), nil
 	}
-	for _, n := range sz.costHistories {
+	block := closedPrefix(c.history(sz.costHistories[0]))
+	fresh := c.historyFrom(1, costRounds*costNew)
+	for _, want := range sz.costHistories {
+		h := repeatBlock(block, want)
+		n := len(h)
+		h = append(h, fresh...)
 		conv := fmt.Sprintf("h%d", n)
-		progress("cost: compaction of a %d-message conversation, then %d times of %d more", n, costRounds, costNew)
-		h := c.history(n + costRounds*costNew)
+		progress("cost: compaction of a %d-message conversation (a block of %d repeated), then %d times of %d more", n, len(block), costRounds, costNew)
 		last, err := r.publishHistory(ctx, conv, h[:n])
 		if err != nil {
 			return err
@@ -77,9 +86,43 @@ func measureCost(ctx context.Context, url string, c *Corpus, sz sizes, rep *Repo
 			incs = append(incs, inc)
 		}
 		inc := pct(incs, 50)
-		row := CostRow{History: n, NewMessages: costNew, FirstMs: ms(first), FirstLLMCalls: calls, IncrementalMs: ms(inc)}
+		row := CostRow{History: n, Block: len(block), NewMessages: costNew, FirstMs: ms(first), FirstLLMCalls: calls, IncrementalMs: ms(inc)}
 		rep.Cost = append(rep.Cost, row)
 		progress("cost: %d messages: first %.1f ms (%d LLM calls), incremental %.1f ms", n, row.FirstMs, calls, row.IncrementalMs)
 	}
 	return nil
+}
+
+// closedPrefix is the longest prefix of msgs that leaves no tool call open (every call
+// answered by a tool message), so the block can repeat without leaving a call open
+// in the middle of the history; all of msgs when none is closed.
+func closedPrefix(msgs []CorpusMessage) []CorpusMessage {
+	open := map[string]bool{}
+	end := 0
+	for i, m := range msgs {
+		for _, tc := range m.Message.ToolCalls {
+			open[tc.ID] = true
+		}
+		if m.Message.Role == schemas.RoleTool {
+			delete(open, m.Message.ToolCallID)
+		}
+		if len(open) == 0 {
+			end = i + 1
+		}
+	}
+	if end == 0 {
+		return msgs
+	}
+	return msgs[:end]
+}
+
+// repeatBlock is block repeated to about n messages: a whole number of blocks (at
+// least one), the one nearest n.
+func repeatBlock(block []CorpusMessage, n int) []CorpusMessage {
+	times := max(1, (n+len(block)/2)/len(block))
+	out := make([]CorpusMessage, 0, times*len(block))
+	for range times {
+		out = append(out, block...)
+	}
+	return out
 }

@@ -5,18 +5,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-
-	"github.com/compactor/compactor/jetstream"
-	"github.com/compactor/compactor/pipeline"
 )
 
 // asyncWindow bounds the publishes in flight, for the baseline and the pipeline alike.
 const asyncWindow = 2000
+
+// rawStallWait is how long a raw asynchronous publish waits for a slot when asyncWindow
+// are in flight (nats.go's default is 200 ms, then it fails): the raw side waits on
+// its acknowledgements as the pipeline's side waits on its window.
+const rawStallWait = 30 * time.Second
 
 // benchWindow is the context window of the bench's conversations: small enough that
 // the corpus's conversations cross the threshold while they are published, so the
@@ -38,8 +41,8 @@ type IngestRow struct {
 	MaxLag int `json:"max_lag"`
 	// Compactions is how many completed while the messages were ingested.
 	Compactions int `json:"compactions"`
-	// PublishMsgsPerSec is the pipeline client's publishing alone (every ack in), in the
-	// same run; TriggerDrainMsgsPerSec the trigger's consumption alone, of the same
+	// PublishMsgsPerSec is the pipeline client's publishing (every ack in) in this run,
+	// while the trigger and the workers run; TriggerDrainMsgsPerSec the trigger's consumption alone, of the same
 	// messages stored beforehand (a run of its own). They tell which side a gap is on.
 	PublishMsgsPerSec      float64 `json:"publish_msgs_per_sec"`
 	TriggerDrainMsgsPerSec float64 `json:"trigger_drain_msgs_per_sec"`
@@ -58,25 +61,43 @@ type IngestReport struct {
 	Conversations int     `json:"conversations"`
 	PayloadBytes  int     `json:"payload_bytes"`
 	RawMsgsPerSec float64 `json:"raw_msgs_per_sec"`
-	// PublishOnlyMsgsPerSec is the raw baseline's publishing alone (all acks in).
-	RawPublishMsgsPerSec float64     `json:"raw_publish_msgs_per_sec"`
-	Rows                 []IngestRow `json:"rows"`
+	// RawPublishMsgsPerSec is the raw baseline's publishing (all acks in) while its
+	// bare consumer takes the messages.
+	RawPublishMsgsPerSec float64 `json:"raw_publish_msgs_per_sec"`
+	// RawAloneMsgsPerSec and ClientAloneMsgsPerSec are raw asynchronous publishing and
+	// the pipeline client's PublishAsync, each with nothing else running (the median of
+	// publishRounds alternating runs); PublishRatio is client ÷ raw.
+	AloneMessages         int         `json:"publish_alone_messages"`
+	RawAloneMsgsPerSec    float64     `json:"raw_publish_alone_msgs_per_sec"`
+	ClientAloneMsgsPerSec float64     `json:"client_publish_alone_msgs_per_sec"`
+	PublishRatio          float64     `json:"publish_ratio"`
+	Rows                  []IngestRow `json:"rows"`
+	// CPU is the trigger's and the server's CPU per message (one partition).
+	CPU CPUReport `json:"cpu"`
 }
 
-func measureIngest(ctx context.Context, url string, serverCPU func() time.Duration, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
+func measureIngest(ctx context.Context, url, self string, serverCPU func() time.Duration, c *Corpus, sz sizes, rep *Report, progress func(string, ...any)) error {
 	load := c.interleaved(sz.ingestMessages, sz.ingestConversations)
 	ir := &rep.Ingest
 	ir.Messages, ir.Conversations = len(load), sz.ingestConversations
 	for _, p := range load {
 		ir.PayloadBytes += len(p.msg.Payload)
 	}
-	progress("ingest: raw JetStream, %d messages over %d conversations", len(load), sz.ingestConversations)
-	raw, pub, err := rawIngest(ctx, url, load)
+	progress("ingest: raw JetStream, %d messages over %d conversations, %d runs", len(load), sz.ingestConversations, rawRuns)
+	raw, pub, err := rawIngestMedian(ctx, url, load)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
 	}
 	ir.RawMsgsPerSec, ir.RawPublishMsgsPerSec = raw, pub
-	progress("ingest: raw %.0f msgs/s (publishing alone %.0f msgs/s)", raw, pub)
+	progress("ingest: raw %.0f msgs/s (publishing while the consumer takes them %.0f msgs/s)", raw, pub)
+	alone := c.interleaved(sz.cpuMessages, sz.ingestConversations)
+	ir.AloneMessages = len(alone)
+	progress("ingest: publishing %d messages alone, raw and through the client, %d rounds each, alternating", len(alone), publishRounds)
+	if ir.RawAloneMsgsPerSec, ir.ClientAloneMsgsPerSec, err = publishAlone(ctx, url, alone); err != nil {
+		return fmt.Errorf("publishing alone: %w", err)
+	}
+	ir.PublishRatio = ir.ClientAloneMsgsPerSec / ir.RawAloneMsgsPerSec
+	progress("ingest: publishing alone: raw %.0f msgs/s, client %.0f msgs/s: %.2f of raw", ir.RawAloneMsgsPerSec, ir.ClientAloneMsgsPerSec, ir.PublishRatio)
 	for _, l := range triggerLayouts {
 		row, err := pipelineIngest(ctx, url, load, l)
 		if err != nil {
@@ -88,10 +109,54 @@ func measureIngest(ctx context.Context, url string, serverCPU func() time.Durati
 		}
 		ir.Rows = append(ir.Rows, row)
 		progress("ingest: pipeline, %s: %.0f msgs/s (%.2f of raw), max lag %d, %d compactions; "+
-			"client publishing alone %.0f msgs/s, trigger draining alone %.0f msgs/s using %.2f cores (the server %.2f)",
+			"client publishing meanwhile %.0f msgs/s, trigger draining alone %.0f msgs/s using %.2f cores (the server %.2f)",
 			l, row.MsgsPerSec, row.Ratio, row.MaxLag, row.Compactions, row.PublishMsgsPerSec, row.TriggerDrainMsgsPerSec, row.TriggerDrainCores, row.TriggerDrainServerCores)
 	}
+	progress("ingest: CPU per message, %d messages stored, then drained by a trigger in %s", sz.cpuMessages, triggerWhere(self))
+	cr, err := measureCPU(ctx, url, self, serverCPU, c.interleaved(sz.cpuMessages, sz.ingestConversations))
+	if err != nil {
+		return fmt.Errorf("cpu: %w", err)
+	}
+	ir.CPU = cr
+	progress("ingest: CPU per million messages: trigger %.2f s, server %.2f s (storing %.2f s, serving the trigger %.2f s, in all): ratio %s%s",
+		cr.TriggerPerMillion, cr.ServerPerMillion, cr.ServerStoreCPUSeconds, cr.ServerDrainCPUSeconds, f2(cr.Ratio), noteSuffix(cr.Note))
 	return nil
+}
+
+// triggerWhere is where the CPU measurement's trigger runs, for progress.
+func triggerWhere(self string) string {
+	if self == "" {
+		return "the bench's process"
+	}
+	return "its own process"
+}
+
+// noteSuffix is "; note" when note is set.
+func noteSuffix(note string) string {
+	if note == "" {
+		return ""
+	}
+	return "; " + note
+}
+
+// rawRuns is how many times the raw baseline runs; its median is the baseline. It
+// takes a fraction of the pipeline's time, and one stall of the shared machine in a
+// single run would move every ingest ratio.
+const rawRuns = 3
+
+// rawIngestMedian is rawIngest's medians over rawRuns runs.
+func rawIngestMedian(ctx context.Context, url string, load []published) (drained, publishOnly float64, err error) {
+	var ds, ps []float64
+	for range rawRuns {
+		d, p, err := rawIngest(ctx, url, load)
+		if err != nil {
+			return 0, 0, err
+		}
+		ds, ps = append(ds, d), append(ps, p)
+	}
+	slices.Sort(ds)
+	slices.Sort(ps)
+	return ds[len(ds)/2], ps[len(ps)/2], nil
 }
 
 // rawIngest publishes load asynchronously to a plain stream shaped like CHAT, while a
@@ -133,7 +198,7 @@ func rawIngest(ctx context.Context, url string, load []published) (drained, publ
 	defer cc.Stop()
 	start := time.Now()
 	for _, p := range load {
-		if _, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload); err != nil {
+		if _, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload, natsjs.WithStallWait(rawStallWait)); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -195,7 +260,7 @@ func pipelineIngest(ctx context.Context, url string, load []published, l trigger
 	client := r.client()
 	maxLag := sampleLag(ctx, cons)
 	start := time.Now()
-	if err := publishWindowed(ctx, client, load); err != nil {
+	if err := publishInOrder(ctx, client, load); err != nil {
 		return row, err
 	}
 	row.PublishMsgsPerSec = float64(len(load)) / time.Since(start).Seconds()
@@ -239,42 +304,6 @@ func sampleLag(ctx context.Context, cons []natsjs.Consumer) func() int {
 	}
 }
 
-// publishWindowed publishes load through client with at most asyncWindow publishes
-// unacknowledged, until every one is acknowledged or one fails.
-func publishWindowed(ctx context.Context, client *pipeline.Client, load []published) error {
-	sem := make(chan struct{}, asyncWindow)
-	errc := make(chan error, 1)
-	for _, p := range load {
-		select {
-		case sem <- struct{}{}:
-		case err := <-errc:
-			return err
-		}
-		ack, err := client.PublishAsync(ctx, fmt.Sprintf("c%d", p.conv), p.msg.Message)
-		if err != nil {
-			return err
-		}
-		go func() {
-			a := <-ack
-			if a.Err != nil {
-				select {
-				case errc <- a.Err:
-				default:
-				}
-			}
-			<-sem
-		}()
-	}
-	for range asyncWindow {
-		select {
-		case sem <- struct{}{}:
-		case err := <-errc:
-			return err
-		}
-	}
-	return nil
-}
-
 // countEvents counts the namespace's events of one type (core subscription).
 func (r *rig) countEvents(typ string) (*atomic.Int64, func(), error) {
 	var n atomic.Int64
@@ -301,23 +330,8 @@ func triggerDrain(ctx context.Context, url string, serverCPU func() time.Duratio
 		return 0, 0, 0, err
 	}
 	defer r.close()
-	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
-	for i, p := range load {
-		f, err := r.store.Chat().PublishAsync(fmt.Sprintf("c%d", p.conv), p.msg.Payload, "")
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		futures = append(futures, f)
-		if len(futures) == asyncWindow || i == len(load)-1 {
-			for _, f := range futures {
-				select {
-				case <-f.Ok():
-				case err := <-f.Err():
-					return 0, 0, 0, err
-				}
-			}
-			futures = futures[:0]
-		}
+	if err := r.storeLoad(load); err != nil {
+		return 0, 0, 0, err
 	}
 	cons, err := r.triggerConsumers(ctx)
 	if err != nil {

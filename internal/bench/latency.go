@@ -18,7 +18,8 @@ import (
 
 // LatencyReport compares the trigger's latency (a message that puts a conversation
 // over its threshold, until its compaction request is on the work queue) with a bare
-// publish-to-consume round trip, both under background load at half the pipeline's
+// JetStream publish until a bare consumer's delivery (one hop: no reply, no second
+// publish; the trigger's path has a second hop, its request), both under background load at half the pipeline's
 // maximum ingest rate.
 type LatencyReport struct {
 	LoadMsgsPerSec float64 `json:"load_msgs_per_sec"`
@@ -49,7 +50,7 @@ func measureLatency(ctx context.Context, url string, c *Corpus, sz sizes, rep *R
 	}
 	lr.LoadMsgsPerSec, lr.Probes = rate, sz.latencyProbes
 	load := c.interleaved(latencyConvs+int(rate*probeEvery.Seconds()*float64(sz.latencyProbes))+1, latencyConvs)
-	progress("latency: bare publish-to-consume round trip, %d probes under %.0f msgs/s", sz.latencyProbes, rate)
+	progress("latency: bare publish until a consumer's delivery (one hop), %d probes under %.0f msgs/s", sz.latencyProbes, rate)
 	raw, err := rawLatency(ctx, url, load, rate, sz.latencyProbes)
 	if err != nil {
 		return fmt.Errorf("baseline: %w", err)
@@ -139,13 +140,13 @@ func rawLatency(ctx context.Context, url string, load []published, rate float64,
 	data, _ := payload.Encode()
 	err = paced(ctx, rate, probes, func(i int) error {
 		p := load[(latencyConvs+i)%len(load)]
-		_, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload)
+		_, err := js.PublishAsync(fmt.Sprintf("%s.raw.c%d.msg", r.ns, p.conv), p.msg.Payload, natsjs.WithStallWait(rawStallWait))
 		return err
 	}, func(i int) error {
 		m := nats.NewMsg(fmt.Sprintf("%s.raw.probe%d.msg", r.ns, i))
 		m.Data = data
 		m.Header.Set("Bench-Sent", strconv.FormatInt(time.Now().UnixNano(), 10))
-		_, err := js.PublishMsgAsync(m)
+		_, err := js.PublishMsgAsync(m, natsjs.WithStallWait(rawStallWait))
 		return err
 	})
 	if err != nil {

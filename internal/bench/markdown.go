@@ -118,7 +118,7 @@ func verdict(factors []float64) string {
 // bench was written: see docs/benchmarks.md) and the plan.
 func (r *Report) gaps() []gap {
 	var out []gap
-	for _, missed := range []func() (gap, bool){r.ingestGap, r.latencyGap, r.readGap, r.costGap, r.scaleOutGap,
+	for _, missed := range []func() (gap, bool){r.ingestGap, r.publishGap, r.cpuGap, r.latencyGap, r.readGap, r.costGap, r.scaleOutGap,
 		r.heapGap, r.newConversationsGap, r.tokensGap} {
 		if g, ok := missed(); ok {
 			out = append(out, g)
@@ -136,16 +136,16 @@ func (r *Report) ingestGap() (gap, bool) {
 	return gap{
 		Title: fmt.Sprintf("Ingest: %.2f of raw JetStream (target ≥ 0.8)", r.IngestRatio),
 		Cause: fmt.Sprintf("Two costs add up on two shared cores. The pipeline client's own publishing (it validates "+
-			"each message, checks its size against the server's limit and encodes it) reached %s msgs/s, %.2f of raw "+
-			"publishing. The trigger alone drained the same messages, stored beforehand, at %s msgs/s using %.2f of the "+
+			"each message, checks its size against the server's limit and encodes it), with nothing else running, reached %s msgs/s, %.2f of raw "+
+			"publishing alone. The trigger alone drained the same messages, stored beforehand, at %s msgs/s using %.2f of the "+
 			"machine's %d cores%s: it is busy, not waiting. A CPU profile of the drain (40,000 messages over 1,000 "+
 			"conversations) puts about 85%% of the trigger's handling in decoding and validating each message with "+
 			"encoding/json (`schemas.DecodeMessage`, which checks the JSON, then decodes it field by field), and 10%% in "+
 			"counting its tokens. Before this run two read costs on the server dominated instead, and were removed: "+
 			"reads by the wildcard `chat.<conv>.>` (which the server scans block by block once CHAT holds 64Ki "+
 			"subjects) and bounded reads in full batches (each message of a batch costs the server a walk over the "+
-			"messages in between): the trigger drained 6,200 msgs/s then, 45,000 now. %s", thousands(row.PublishMsgsPerSec),
-			row.PublishMsgsPerSec/r.Ingest.RawPublishMsgsPerSec, thousands(row.TriggerDrainMsgsPerSec), row.TriggerDrainCores, r.CPUs,
+			"messages in between): the trigger drained 6,200 msgs/s then, 45,000 when this was written. %s", thousands(r.Ingest.ClientAloneMsgsPerSec),
+			r.PublishRatio, thousands(row.TriggerDrainMsgsPerSec), row.TriggerDrainCores, r.CPUs,
 			drainServer(row),
 			r.partitionsChanged(func(x IngestRow) float64 { return x.TriggerDrainMsgsPerSec }, "drained", "msgs/s")),
 		Plan: "Decode for counting in one pass: a validating scanner that checks the message against the contract and " +
@@ -155,17 +155,49 @@ func (r *Report) ingestGap() (gap, bool) {
 			"with its own cores; on one machine they share its cores with the server and the publisher."}, true
 }
 
+// publishGap is the client's publishing target, when this run missed it.
+func (r *Report) publishGap() (gap, bool) {
+	if !(r.Ingest.ClientAloneMsgsPerSec > 0 && r.PublishRatio < 0.9) {
+		return gap{}, false
+	}
+	return gap{
+		Title: fmt.Sprintf("Client publishing: %.2f of raw asynchronous publishing, both alone (target ≥ 0.9)", r.PublishRatio),
+		Cause: fmt.Sprintf("%s msgs/s through pipeline.Client.PublishAsync against %s msgs/s of raw PublishAsync of the "+
+			"same payloads, with nothing else running. The client validates each message, encodes it and checks its "+
+			"size before it publishes, and waits on each acknowledgement through a channel of its own; raw "+
+			"publishing sends bytes already encoded.", thousands(r.Ingest.ClientAloneMsgsPerSec), thousands(r.Ingest.RawAloneMsgsPerSec)),
+		Plan: "Validate and encode once, with no second pass for the size check, and batches that keep many " +
+			"publishes in flight (issue 19)."}, true
+}
+
+// cpuGap is the trigger's CPU target (at most the server's per message), when this
+// run missed it.
+func (r *Report) cpuGap() (gap, bool) {
+	if !(r.TriggerServerCPURatio > 1) {
+		return gap{}, false
+	}
+	cr := r.Ingest.CPU
+	return gap{
+		Title: fmt.Sprintf("Trigger CPU: %.2f× the server's per message (target ≤ 1)", r.TriggerServerCPURatio),
+		Cause: fmt.Sprintf("The trigger spent %.1f s of CPU per million messages, the nats-server %.1f s storing them and "+
+			"serving them to the trigger. Two profiles of the trigger's drain put 59–85%% of its handling in decoding "+
+			"and validating each message (encoding/json), which the trigger needs only for a message's role, tool-call "+
+			"ids, pins and token estimate.", cr.TriggerPerMillion, cr.ServerPerMillion),
+		Plan: "Read what the trigger needs in one validating pass over the bytes, with encoding/json as the reference " +
+			"in a fuzz target (issue 19)."}, true
+}
+
 // latencyGap is the trigger latency target, when this run missed it.
 func (r *Report) latencyGap() (gap, bool) {
 	if !(r.Latency.Probes > 0 && r.TriggerP99Ratio > 3) {
 		return gap{}, false
 	}
 	return gap{
-		Title: fmt.Sprintf("Trigger p99 latency: %.1f× a bare round trip (target ≤ 3)", r.TriggerP99Ratio),
+		Title: fmt.Sprintf("Trigger p99 latency: %.1f× a bare publish until delivery (target ≤ 3)", r.TriggerP99Ratio),
 		Cause: fmt.Sprintf("The trigger's path is the baseline's plus a second hop: the chat message reaches the "+
 			"trigger the way it reaches the bare consumer, and then the trigger decodes and counts it, evaluates the "+
 			"conversation and publishes the request through the server again, where the measurement sees it; so even "+
-			"the median is %.1f× the bare round trip (%.2f ms against %.2f ms). The tail above that was not "+
+			"the median is %.1f× the bare publish until delivery (%.2f ms against %.2f ms). The tail above that was not "+
 			"profiled since the trigger hands each conversation to its own handler: a probe waits behind its own "+
 			"conversation's messages only, and on the server it shares with the load's rebuilds (see ingest).",
 			r.Latency.P50Ratio, r.Latency.TriggerP50Ms, r.Latency.RawP50Ms),
@@ -252,7 +284,11 @@ func (r *Report) tokensGap() (gap, bool) {
 		Plan:  "Tune the default strategy's knobs."}, true
 }
 
-var docTemplate = template.Must(template.New("doc").Funcs(template.FuncMap{"pct": func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }}).Parse(
+var docTemplate = template.Must(template.New("doc").Funcs(template.FuncMap{
+	"pct":       func(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) },
+	"pct100":    func(x float64) float64 { return 100 * x },
+	"thousands": thousands,
+}).Parse(
 	`# Benchmarks
 
 For anyone sizing a deployment or judging a change's cost. Back to the [README](../README.md).
@@ -284,9 +320,10 @@ holds the last full run, its charts and, for each target missed, the cause and t
 command regenerates all of it:
 
 ` + "```" + `sh
-go run ./cmd/compactor bench --charts docs --doc docs/benchmarks.md   # several minutes on 2 cores
+go run ./cmd/compactor bench --charts docs --doc docs/benchmarks.md --calibrate 5   # about 6 minutes on 2 cores
 go run ./cmd/compactor bench --quick                                   # under a minute: the table only
 go run ./cmd/compactor bench --quick --json                            # one JSON object (ingest_ratio, trigger_p99_ratio, ...)
+go run ./cmd/compactor bench --quick --check docs/benchmarks.md        # compare a quick run with the figures checked below
 ` + "```" + `
 
 The transcripts it draws on come from ` + "`" + `--corpus DIR` + "`" + `, by default those that ship in
@@ -296,7 +333,8 @@ a nats-server process of its own (` + "`" + `--nats-server PATH` + "`" + `, else
 version go.mod pins, built with the go tool, which takes about a minute on a cold build cache;
 only without any of them an embedded server, which the output says), so the heap measured is
 Compactor's alone. The scale-out's two-process row starts the binary itself twice as worker
-processes (its hidden ` + "`" + `bench-worker` + "`" + ` command). Each measurement works in a
+processes (its hidden ` + "`" + `bench-worker` + "`" + ` command), and the CPU figure runs the trigger in a
+process of its own the same way (` + "`" + `bench-trigger` + "`" + `). Each measurement works in a
 namespace of its own (every stream, bucket and consumer name prefixed) that it deletes
 afterwards, so ` + "`" + `--nats-url` + "`" + ` never touches the contract's own streams. ` + "`" + `--cpuprofile` + "`" + ` and
 ` + "`" + `--heapprofile` + "`" + ` write profiles of the bench's process for ` + "`" + `go tool pprof` + "`" + `. The code is in
@@ -311,7 +349,10 @@ each layout gets a namespace provisioned with it; the members are announced befo
 triggers start and the clock starts only once every partition is owned by exactly one of
 them. The JSON adds ` + "`" + `ingest_ratio_4` + "`" + `, ` + "`" + `ingest_ratio_4x2` + "`" + `, ` + "`" + `new_conversations_per_sec_4` + "`" + ` and
 ` + "`" + `new_conversations_per_sec_4x2` + "`" + `, and a row per layout under ` + "`" + `ingest.rows` + "`" + ` and
-` + "`" + `heap.new_conversations` + "`" + `; the drain also reports the CPU the nats-server process used. [Targets](#targets) says where the trigger's ingest stands and what is planned.
+` + "`" + `heap.new_conversations` + "`" + `; the drain also reports the CPU the nats-server process used.
+` + "`" + `trigger_cpu_s_per_million` + "`" + `, ` + "`" + `server_cpu_s_per_million` + "`" + ` and ` + "`" + `trigger_server_cpu_ratio` + "`" + ` are
+ingest's machine-independent figure (CPU time, read from each process), and ` + "`" + `publish_ratio` + "`" + `
+is the client's publishing against raw publishing, both with nothing else running. [Targets](#targets) says where the trigger's ingest stands and what is planned.
 
 A running ` + "`" + `compactor serve` + "`" + ` is profiled through ` + "`" + `COMPACTOR_HTTP_LISTEN` + "`" + ` (see [configuration](operations.md#configuration)):
 ` + "`" + `go tool pprof http://127.0.0.1:9090/debug/pprof/profile?seconds=30` + "`" + `.
@@ -340,64 +381,112 @@ A running ` + "`" + `compactor serve` + "`" + ` is profiled through ` + "`" + `C
 
 ![Ingest until the trigger drained, by trigger partitions and trigger processes](trigger.png)
 
+## CPU per message
+
+{{if .Ingest.CPU.Messages}}{{with .Ingest.CPU}}The trigger, in a process of its own, spent **{{printf "%.1f" .TriggerPerMillion}} s of CPU per million
+messages** it drained{{if .Ratio}}; the nats-server process spent **{{printf "%.1f" .ServerPerMillion}} s** per million storing them
+and serving them to the trigger ({{printf "%.2f" .ServerStoreCPUSeconds}} s and {{printf "%.2f" .ServerDrainCPUSeconds}} s for these {{.Messages}} messages). The
+trigger costs **{{printf "%.2f" .Ratio}}×** the CPU of the server that stores the messages{{else}}. {{.Note}}{{end}}. These are CPU
+time, not wall time: they depend much less on how busy the machine was than the rates above
+do (contention, the cores' speed and how much each side batches still move them), so they
+carry to other machines better than any rate (` + "`" + `go run ./cmd/compactor bench --only ingest` + "`" + `).
+{{end}}{{else}}The ingest measurement did not run.{{end}}
 ## How each figure is measured
 
 1. **Ingest.** {{.Ingest.Messages}} corpus messages ({{.Ingest.PayloadBytes}} bytes) over {{.Ingest.Conversations}}
    conversations, round-robin. Baseline: asynchronous publishing of the same payloads to a
    plain file stream shaped like CHAT, with a bare pull consumer acknowledging each message;
-   the time until the last is acknowledged. Compactor: the same messages through
-   ` + "`pipeline.Client.PublishAsync`" + ` while a real trigger and a pool of 4 workers (go-openai against
+   the time until the last is acknowledged (the median of 3 runs). Compactor: the same messages through
+   ` + "`" + `pipeline.Client.PublishAsync` + "`" + ` while a real trigger and a pool of 4 workers (go-openai against
    an httptest LLM answering at once) run, at a 16k window so conversations compact while they
    are published; the time until the trigger acknowledged the last message. The lag (stored,
    not yet acknowledged by the trigger) is sampled every 50 ms. Both sides keep at most 2,000
    publishes in flight. The trigger's own drain rate (the same messages stored first), with the
    CPU the bench's process and the nats-server process used meanwhile, and the client's
-   publishing rate are reported beside it. Every row runs in three trigger layouts,
+   publishing rate while the trigger runs are reported beside it. Every row runs in three trigger layouts,
    each in a namespace of its own, since the partition count is the streams' setting
-   (` + "`jetstream.Config.TriggerPartitions`" + `): one partition (the contract's single trigger), 4
+   (` + "`" + `jetstream.Config.TriggerPartitions` + "`" + `): one partition (the contract's single trigger), 4
    partitions in one trigger process, and the 4 shared by two trigger processes (two
-   ` + "`triggers.Partitions`" + ` in the bench's process, each on its own connection, as two processes
+   ` + "`" + `triggers.Partitions` + "`" + ` in the bench's process, each on its own connection, as two processes
    would be; 500 ms heartbeat). The members are announced before the triggers start, as
    processes already running would be, so no partition moves during the run, and publishing
-   starts once every partition is owned by exactly one of them (` + "`Partitions.Owned`" + `).
+   starts once every partition is owned by exactly one of them (` + "`" + `Partitions.Owned` + "`" + `).
    Drained means every partition's consumer has nothing pending and nothing unacknowledged.
+   **Publishing alone** ({{.Ingest.AloneMessages}} messages): raw asynchronous publishing and the client's
+   ` + "`" + `PublishAsync` + "`" + `, each into a namespace where nothing else runs (no trigger, no workers, no
+   consumer taking messages; each stream has one idle durable consumer), 3 rounds each,
+   alternating, the median of each; ` + "`" + `publish_ratio` + "`" + ` is client ÷ raw. Both keep at most 2,000
+   publishes in flight; one goroutine waits on the client's acknowledgements in order, as
+   nats.go does for the raw side. **CPU per message**
+   ({{.Ingest.CPU.Messages}} messages): the messages are stored first (raw asynchronous publishes into CHAT,
+   nothing consuming), then one unpartitioned trigger drains them in a process of its own (the
+   binary's hidden ` + "`" + `bench-trigger` + "`" + ` command: it connects and builds its trigger, then starts
+   consuming when told, so its start-up is not counted). The trigger's CPU is its process's
+   user and system time from /proc/PID/stat over the drain; the server's is the nats-server
+   process's, over the storing and over the drain (delivery, acknowledgements and the
+   trigger's reads and requests), both per million messages; ` + "`" + `trigger_server_cpu_ratio` + "`" + ` is
+   trigger ÷ server. With an embedded server (or ` + "`" + `--nats-url` + "`" + `) the server's CPU is not the
+   bench's to read, and the ratio is reported as not available.
+   Reproduce: ` + "`" + `go run ./cmd/compactor bench --only ingest` + "`" + `.
 2. **Trigger latency.** Background load at half the pipeline's ingest rate over 500 conversations
    (tracked before the probes start), and every 25 ms a probe: a conversation already at 70% of
    its window gets 10% more; the latency is from the publish to its compaction request on the
    work queue (a core subscription on the request subjects). Baseline: the same load and probes
-   on a plain stream, from publish to a bare consumer's delivery.
+   on a plain stream, from the publish to a bare consumer's delivery: one hop, where the
+   trigger's path has two (the message to the trigger, then its request through the server).
+   It is not a request-reply round trip. Reproduce: ` + "`" + `go run ./cmd/compactor bench --only ingest,latency` + "`" + `
+   (the load's rate comes from the ingest figure; alone it is 2,000 msgs/s).
 3. **Context read.** A {{.Read.Messages}}-message conversation (the corpus files one after the
-   other) compacted once by a real worker, then ` + "`pipeline.Client.Context`" + ` (KV value, pinned
+   other) compacted once by a real worker, then ` + "`" + `pipeline.Client.Context` + "`" + ` (KV value, pinned
    messages, tail, assembly), median of {{.Read.Repeats}}. Baselines: replaying the conversation's
    subject with an ordered consumer (decoding each message), and the floor: one KV get plus
-   one batched direct get from the tail start.
+   one batched direct get from the tail start. Reproduce: ` + "`" + `go run ./cmd/compactor bench --only read` + "`" + `.
 4. **Compaction cost beyond the LLM.** One worker slot; a conversation of N messages compacted
    once (every message new), then five times after 40 more messages each (median). The time
    from queueing the request to its completed event, less the time the go-openai calls took
-   (the LLM answers at once; the HTTP round trips are counted as LLM time).
+   (the LLM answers at once; the HTTP round trips are counted as LLM time). The content is
+   held equal: every history is the same block of corpus messages (the first ones, cut where
+   no tool call is left open) repeated a whole number of times, and the 40-message additions
+   are the same at every length, so the rows differ in length alone and the growth is the
+   cost of length. Reproduce: ` + "`" + `go run ./cmd/compactor bench --only cost` + "`" + `.
 5. **Worker scale-out.** Pools of 1 to 16 slots started first, in the bench's process, and the
    largest also as two worker processes of half the slots each (the binary's hidden
-   ` + "`bench-worker`" + ` command, a real pool on its own connection); then one request each for fresh
-   30-message conversations (8 per slot) is queued, and the time runs until every one
-   completed. The LLM answers every call after 200 ms.
+   ` + "`" + `bench-worker` + "`" + ` command, a real pool on its own connection); then one request each for fresh
+   conversations (8 per slot) is queued, and the time runs until every one
+   completed or was declined. Each conversation is corpus messages from its own file on, at
+   least 30 and at least 4,000 tokens by the project's estimate: twice the 2,000-token target
+   of its 4,000-token window, so the worker always has messages to cover. A decline is
+   counted in its row (` + "`" + `declined` + "`" + `, and ` + "`" + `scaleout_declined` + "`" + ` over all rows), not an abort, and
+   the rate counts completed compactions only. The LLM answers every call after 200 ms.
+   Reproduce: ` + "`" + `go run ./cmd/compactor bench --only scaleout` + "`" + `.
 6. **Trigger heap.** {{.Heap.Conversations}} conversations of one message each stored first; the
    live heap after GC before a trigger starts and once it tracks every conversation and
-   acknowledged every message, per conversation. The rate it takes them on is the new
+   acknowledged every message, per conversation, and the process's resident set (VmRSS of
+   /proc/self/status, after a GC that returns freed memory to the system) at the same two
+   moments, per conversation: what the machine pays, the heap with the runtime's spare and
+   fragmented pages. The same conversations are then taken on by a trigger in a process of
+   its own (` + "`" + `bench-trigger` + "`" + `), its VmRSS read after a GC it is told to do before it starts
+   and once it acknowledged every message: the trigger's resident memory alone
+   (` + "`" + `trigger_process_rss_bytes_per_conversation` + "`" + `, and ` + "`" + `rss_bytes_per_conversation` + "`" + ` when
+   measured). The rate it takes them on is the new
    conversations per second, measured again, with the same conversations in namespaces of
    their own, for the 4-partition layouts of figure 1 (the clock starts as the triggers start,
-   for every layout).
-7. **Token economics.** A seeded simulation (` + "`--seed`" + `), no server: {{.Tokens.Sessions}} sessions of
+   for every layout). Reproduce: ` + "`" + `go run ./cmd/compactor bench --only heap --heapprofile heap.pprof` + "`" + `.
+7. **Token economics.** A seeded simulation (` + "`" + `--seed` + "`" + `), no server: {{.Tokens.Sessions}} sessions of
    {{.Tokens.Turns}} turns, each starting with a system prompt of the corpus and each turn one unit of
    the corpus (a single message, or a whole tool round), drawn at random; tokens by the
-   project's estimator (` + "`schemas/tokens`" + `). Each turn sends the whole context. Without
+   project's estimator (` + "`" + `schemas/tokens` + "`" + `). Each turn sends the whole context. Without
    compaction the context is the whole history. With compaction the policy's defaults at a
    {{.Tokens.Window}}-token window apply: when the context reaches the threshold the strategy
-   (` + "`split.Apply`" + `, the worker's own code) chooses the tail, the covered messages are pre-trimmed
-   (` + "`pretrim.ToolOutputs`" + `) and summarized with the previous summary; the summarizer reads
-   ` + "`summarizer.PromptOverhead`" + ` plus that and writes a summary of {{.Tokens.SummaryModel}}.
+   (` + "`" + `split.Apply` + "`" + `, the worker's own code) chooses the tail, the covered messages are pre-trimmed
+   (` + "`" + `pretrim.ToolOutputs` + "`" + `) and summarized with the previous summary; the summarizer reads
+   ` + "`" + `summarizer.PromptOverhead` + "`" + ` plus that and writes a summary of {{.Tokens.SummaryModel}}.
    Ahead of time (soft threshold 0.6): the compaction starts in the background and lands 2 s
    later (a turn takes 3 s); a turn waits only if it reaches the threshold first. Inline: the
-   turn that reaches the threshold waits the 2 s.
+   turn that reaches the threshold waits the 2 s. Reproduce: ` + "`" + `go run ./cmd/compactor bench --only tokens` + "`" + `.
+
+Each reproduction adds ` + "`" + `--corpus DIR` + "`" + ` for the corpus this run used, and ` + "`" + `--quick` + "`" + ` for the
+smaller sizes.
 
 The hot pure functions have ` + "`go test -bench`" + ` benchmarks beside them (the corpus is their input):
 
@@ -416,6 +505,28 @@ Targets this run did not meet, with the cause found and the plan:
 Plan: {{.Plan}}
 {{end}}{{else}}
 Every target was met in this run.
+{{end}}
+## Checked figures
+
+{{with .Check}}CI runs ` + "`" + `compactor bench --quick --check docs/benchmarks.md` + "`" + ` (bounded by ` + "`" + `timeout` + "`" + `) and fails
+when a figure below and the quick run's disagree by more than the figure's band. Only ratios
+are checked, each side of which ran on the same machine at nearly the same moment. The
+figures are the median of {{.Runs}} quick runs made with this file (` + "`" + `--calibrate {{.Runs}}` + "`" + `), since a
+quick run's workloads are smaller than the full run's above; each band is twice the runs'
+widest spread from the median, in ratio, leaving out the one run furthest from it, and at
+least ±50% for a ratio of two rates, ±25% for the CPU ratio and ±10% for the simulation's
+figures (floors from this machine's quick runs, which moved that much between a quiet
+hour and a busy one): a figure agrees when it is within median ÷ (1 + band) and median × (1 + band), and
+the check fails only on a figure outside its band in two quick runs, so one stall of the
+machine fails neither the calibration nor the check. A band is as wide as the machine was
+noisy while the quick runs ran ({{$.LoadStart}} load average at the start of the run above): a
+wide one checks little, and a run on a quieter machine narrows it. The trigger's latency is
+checked at the median (` + "`" + `trigger_p50_ratio` + "`" + `), since a quick run's p99 is one of its 100 probes.
+
+| figure | median of the quick runs | runs' spread | band | agrees between |
+|---|---|---|---|---|
+{{range .Figures}}| {{.Key}} | {{printf "%.3g" .Value}} | {{printf "%.3g" .Min}} to {{printf "%.3g" .Max}} | ±{{printf "%.0f" (pct100 .Noise)}}% | {{printf "%.3g" .Low}} to {{printf "%.3g" .High}} |
+{{end}}{{else}}This run made no check figures (` + "`" + `--calibrate N` + "`" + ` makes them from N quick runs).
 {{end}}
 ## Past one machine
 
@@ -440,7 +551,29 @@ network, while reads scale out: direct gets are answered by any replica
 plus a batch of the tail, independent of history. Subjects per conversation spread the
 streams' load evenly, and past one cluster's write rate, conversations can be split across
 streams or accounts by id prefix, since nothing in Compactor spans conversations.
-`))
+
+### Trigger processes for a fleet
+
+{{with .Projection}}From the trigger's measured CPU per message (see [CPU per message](#cpu-per-message)), the trigger
+processes a fleet needs at a given rate of messages:
+
+| fleet rate | trigger CPU | cores planned (busy ≤ {{pct100 $.Busy | printf "%.0f"}}%) | trigger processes of {{$.CoresPerProcess}} cores | partitions | nats-server CPU, for scale |
+|---|---|---|---|---|---|
+{{range .}}| {{thousands .Rate}} msgs/s | {{printf "%.2f" .TriggerCores}} cores | {{printf "%.2f" .PlannedCores}} | {{.Processes}} | {{.Partitions}} | {{if .ServerCores}}{{printf "%.2f" .ServerCores}} cores{{else}}not measured{{end}} |
+{{end}}
+It assumes: partitions spread the trigger's work linearly over processes on machines of their
+own (conversations hash evenly to partitions and nothing is shared between them but the
+server; on one machine, figure 1's partitioned rows show no gain, because they share its
+cores); the CPU per message of one partition holds with more (the partitioned layouts were
+not measured for CPU); a fleet's messages are like the corpus's in size and tool calls; a
+trigger process's cores are its own, planned busy at most {{pct100 $.Busy | printf "%.0f"}}% of the time (headroom for
+bursts, the rebuilds after a restart and partitions moving); the partitions are a power of
+two at least the processes, so each process owns at least one. The nats-server's CPU is
+not included in the trigger's count: the server cluster is sized on its own (its column is
+this run's server CPU per message at the same rate, one server, R1); neither are the workers,
+whose cost is per compaction, not per message.
+{{else}}The trigger's CPU per message was not measured in this run, so there is no projection.
+{{end}}`))
 
 // WriteMarkdown writes docs/benchmarks.md: how to regenerate it, the machine, the
 // table, the charts (written by WriteCharts beside it), the methods, the missed targets
@@ -452,13 +585,23 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	data := struct {
 		*Report
-		Table    string
-		CPUModel string
-		Gaps     []gap
-	}{r, table.String(), cpuModel(), r.gaps()}
+		Table           string
+		CPUModel        string
+		Gaps            []gap
+		Projection      []ProjectionRow
+		Busy            float64
+		CoresPerProcess int
+	}{r, table.String(), cpuModel(), r.gaps(), Projection(r.Ingest.CPU), projectionBusy, projectionCoresPerProcess}
 	var out bytes.Buffer
 	if err := docTemplate.Execute(&out, data); err != nil {
 		return err
+	}
+	if r.Check != nil {
+		c, err := r.Check.checkComment()
+		if err != nil {
+			return err
+		}
+		out.WriteString("\n" + c)
 	}
 	_, err := w.Write(out.Bytes())
 	return err

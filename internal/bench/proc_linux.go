@@ -7,6 +7,16 @@ import (
 	"time"
 )
 
+// procRSS is process pid's resident set (VmRSS of /proc/PID/status) in bytes, or -1
+// when it cannot be read.
+func procRSS(pid int) int64 {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	return vmRSS(data)
+}
+
 // procCPU is the CPU time process pid used so far (user and system, from
 // /proc/PID/stat), or -1 when it cannot be read.
 func procCPU(pid int) time.Duration {

@@ -38,9 +38,13 @@ type Report struct {
 	Cost     []CostRow     `json:"cost"`
 	ScaleOut []ScaleRow    `json:"scaleout"`
 	// ScaleOutProcesses says what the scale-out's multi-process row ran as.
-	ScaleOutProcesses string      `json:"scaleout_processes"`
-	Heap              HeapReport  `json:"heap"`
-	Tokens            TokenReport `json:"tokens"`
+	ScaleOutProcesses string `json:"scaleout_processes"`
+	// ScaleOutDeclined is how many scale-out compactions were declined, over every row.
+	ScaleOutDeclined int        `json:"scaleout_declined"`
+	Heap             HeapReport `json:"heap"`
+	// Check is the figures a doc states for the quick check (--calibrate), when made.
+	Check  *CheckFile  `json:"check,omitempty"`
+	Tokens TokenReport `json:"tokens"`
 }
 
 // Headline holds the figures the issue names, each against its baseline of the same
@@ -53,16 +57,32 @@ type Headline struct {
 	// IngestRatio4x2 with the 4 shared by two trigger processes.
 	IngestRatio4   float64 `json:"ingest_ratio_4"`
 	IngestRatio4x2 float64 `json:"ingest_ratio_4x2"`
-	// TriggerP99Ratio: the trigger's p99 latency ÷ a bare round trip's, under the same load.
+	// PublishRatio: the pipeline client's publishing alone ÷ raw asynchronous publishing
+	// alone (nothing else running on either side).
+	PublishRatio float64 `json:"publish_ratio"`
+	// TriggerCPUPerMillion and ServerCPUPerMillion: CPU seconds per million messages of
+	// the trigger (draining) and of the nats-server (storing them and serving the
+	// trigger), each read from its own process; TriggerServerCPURatio is their ratio (0
+	// when the server's CPU could not be read). See CPUReport.
+	TriggerCPUPerMillion  float64 `json:"trigger_cpu_s_per_million"`
+	ServerCPUPerMillion   float64 `json:"server_cpu_s_per_million"`
+	TriggerServerCPURatio float64 `json:"trigger_server_cpu_ratio"`
+	// TriggerP99Ratio: the trigger's p99 latency ÷ a bare JetStream publish until a
+	// consumer's delivery (one hop), under the same load.
 	TriggerP99Ratio float64 `json:"trigger_p99_ratio"`
+	// TriggerP50Ratio is the same at the median.
+	TriggerP50Ratio float64 `json:"trigger_p50_ratio"`
 	// ReadSpeedup: ordered-consumer replay time ÷ context read time.
 	ReadSpeedup float64 `json:"read_speedup"`
 	// ReadOverFloor: context read time ÷ (one KV get + one batched direct get).
 	ReadOverFloor float64 `json:"read_over_floor"`
 	// ScaleOut8: compactions/s with 8 worker slots ÷ with 1.
 	ScaleOut8 float64 `json:"scaleout_8"`
-	// BytesPerConversation: the trigger's heap per tracked conversation.
+	// BytesPerConversation: the trigger's live heap per tracked conversation;
+	// RSSPerConversation: resident memory per tracked conversation, of the trigger's
+	// own process when it ran in one, else of the bench's process.
 	BytesPerConversation float64 `json:"bytes_per_conversation"`
+	RSSPerConversation   float64 `json:"rss_bytes_per_conversation"`
 	// NewConversationsPerSec: new conversations the trigger takes on per second.
 	NewConversationsPerSec float64 `json:"new_conversations_per_sec"`
 	// NewConversationsPerSec4 and NewConversationsPerSec4x2: the same with 4 trigger
@@ -100,7 +120,9 @@ func (r *Report) Finish() {
 			h.NewConversationsPerSec4x2 = x.PerSec
 		}
 	}
-	h.TriggerP99Ratio = r.Latency.P99Ratio
+	h.TriggerCPUPerMillion, h.ServerCPUPerMillion, h.TriggerServerCPURatio = r.Ingest.CPU.TriggerPerMillion, r.Ingest.CPU.ServerPerMillion, r.Ingest.CPU.Ratio
+	h.PublishRatio = r.Ingest.PublishRatio
+	h.TriggerP99Ratio, h.TriggerP50Ratio = r.Latency.P99Ratio, r.Latency.P50Ratio
 	h.ReadSpeedup, h.ReadOverFloor = r.Read.Speedup, r.Read.OverFloor
 	for _, s := range r.ScaleOut {
 		if s.Slots == 8 && s.Processes == 1 {
@@ -108,6 +130,10 @@ func (r *Report) Finish() {
 		}
 	}
 	h.BytesPerConversation, h.NewConversationsPerSec = r.Heap.BytesPerConversation, r.Heap.NewPerSec
+	h.RSSPerConversation = r.Heap.RSSPerConversation
+	if x := r.Heap.TriggerProcessRSSPerConversation; x > 0 {
+		h.RSSPerConversation = x // the trigger alone in its process
+	}
 	if n := len(r.Cost); n > 1 && r.Cost[0].IncrementalMs > 0 {
 		h.CostGrowth = r.Cost[n-1].IncrementalMs / r.Cost[0].IncrementalMs
 	}
@@ -146,18 +172,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row := func(cells ...string) { fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | ")) }
 	row("measurement", "Compactor", "baseline (same run, same server)", "ratio", "target")
 	row("---", "---", "---", "---", "---")
-	if ir := r.Ingest; len(ir.Rows) > 0 {
-		for _, x := range ir.Rows {
-			row(fmt.Sprintf("1. ingest, %d msgs over %d convs, %d trigger partition(s) in %d trigger process(es), publish until trigger drained (max lag %d msgs, %d compactions meanwhile; trigger draining alone %s using %.2f cores%s)",
-				ir.Messages, ir.Conversations, x.Partitions, x.Processes, x.MaxLag, x.Compactions, rate(x.TriggerDrainMsgsPerSec, "msgs/s"), x.TriggerDrainCores, serverCores(x)),
-				rate(x.MsgsPerSec, "msgs/s"), fmt.Sprintf("raw async publish + bare consumer %s (publishing alone %s)", rate(ir.RawMsgsPerSec, "msgs/s"), rate(ir.RawPublishMsgsPerSec, "msgs/s")),
-				f2(x.Ratio), check(x.Ratio >= 0.8, "≥ 0.8").String())
-		}
-	}
+	r.ingestRows(row)
 	if lr := r.Latency; lr.Probes > 0 {
 		row(fmt.Sprintf("2. trigger latency (over threshold → request queued), %d probes under %s", lr.Probes, rate(lr.LoadMsgsPerSec, "msgs/s")),
 			fmt.Sprintf("p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", lr.TriggerP50Ms, lr.TriggerP90Ms, lr.TriggerP99Ms),
-			fmt.Sprintf("bare publish → consume p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", lr.RawP50Ms, lr.RawP90Ms, lr.RawP99Ms),
+			fmt.Sprintf("bare publish → consumer delivery (one hop) p50 %.2f ms, p90 %.2f ms, p99 %.2f ms", lr.RawP50Ms, lr.RawP90Ms, lr.RawP99Ms),
 			fmt.Sprintf("p50 %s, p99 %s", f2(lr.P50Ratio), f2(lr.P99Ratio)), check(lr.P99Ratio <= 3, "p99 ≤ 3").String())
 	}
 	if rr := r.Read; rr.Messages > 0 {
@@ -168,7 +187,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			check(rr.Speedup >= 10 && rr.OverFloor <= 3, "≥ 10x replay, ≤ 3x floor").String())
 	}
 	for _, c := range r.Cost {
-		row(fmt.Sprintf("4. compaction cost beyond the LLM, %d-message history", c.History),
+		row(fmt.Sprintf("4. compaction cost beyond the LLM, %d-message history (the same %d corpus messages repeated)", c.History, c.Block),
 			fmt.Sprintf("incremental (+%d msgs) %.1f ms", c.NewMessages, c.IncrementalMs),
 			fmt.Sprintf("first compaction of the whole history %.1f ms (%d LLM calls)", c.FirstMs, c.FirstLLMCalls),
 			"", "")
@@ -181,7 +200,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if s.Slots == 8 && s.Processes == 1 {
 			t = check(s.Speedup >= 7, "≥ 7").String()
 		}
-		row(fmt.Sprintf("5. worker scale-out, %d slots in %d process(es), LLM 200 ms, %d jobs", s.Slots, s.Processes, s.Jobs),
+		row(fmt.Sprintf("5. worker scale-out, %d slots in %d process(es), LLM 200 ms, %d jobs (%d declined)", s.Slots, s.Processes, s.Jobs, s.Declined),
 			fmt.Sprintf("%.1f compactions/s", s.PerSec), "1 slot", f2(s.Speedup)+"x", t)
 	}
 	if hr := r.Heap; hr.Conversations > 0 {
@@ -190,7 +209,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 			where = "server in this process: includes its share"
 		}
 		row(fmt.Sprintf("6. trigger heap after GC per tracked conversation, %d conversations (%s)", hr.Conversations, where),
-			fmt.Sprintf("%.0f B", hr.BytesPerConversation), "", "", check(hr.BytesPerConversation <= 512, "≤ 512 B").String())
+			fmt.Sprintf("%.0f B live heap", hr.BytesPerConversation), rssCell(hr), "",
+			check(hr.BytesPerConversation <= 512, "heap ≤ 512 B").String())
 		for _, x := range hr.NewConversations {
 			row(fmt.Sprintf("6. new conversations taken on by the trigger, %d partition(s) in %d trigger process(es)", x.Partitions, x.Processes),
 				rate(x.PerSec, "convs/s"), "", "", check(x.PerSec >= 10000, "≥ 10,000/s").String())
@@ -211,6 +231,44 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// rssCell is the heap row's resident memory per conversation: the trigger process's,
+// and the bench's process's.
+func rssCell(hr HeapReport) string {
+	s := fmt.Sprintf("resident (VmRSS): the bench's process %.0f B after forced GC", hr.RSSPerConversation)
+	if hr.TriggerProcessRSSPerConversation != 0 {
+		s = fmt.Sprintf("resident (VmRSS): a trigger process of its own %.0f B; ", hr.TriggerProcessRSSPerConversation) + s
+	}
+	return s
+}
+
+// ingestRows writes the table's rows of figure 1: ingest per layout, publishing alone,
+// and the CPU per message.
+func (r *Report) ingestRows(row func(cells ...string)) {
+	if ir := r.Ingest; len(ir.Rows) > 0 {
+		for _, x := range ir.Rows {
+			row(fmt.Sprintf("1. ingest, %d msgs over %d convs, %d trigger partition(s) in %d trigger process(es), publish until trigger drained (max lag %d msgs, %d compactions meanwhile; trigger draining alone %s using %.2f cores%s)",
+				ir.Messages, ir.Conversations, x.Partitions, x.Processes, x.MaxLag, x.Compactions, rate(x.TriggerDrainMsgsPerSec, "msgs/s"), x.TriggerDrainCores, serverCores(x)),
+				rate(x.MsgsPerSec, "msgs/s"), fmt.Sprintf("raw async publish + bare consumer %s (its publishing %s)", rate(ir.RawMsgsPerSec, "msgs/s"), rate(ir.RawPublishMsgsPerSec, "msgs/s")),
+				f2(x.Ratio), check(x.Ratio >= 0.8, "≥ 0.8").String())
+		}
+	}
+	if ir := r.Ingest; ir.ClientAloneMsgsPerSec > 0 {
+		row(fmt.Sprintf("1. publishing alone, %d msgs over %d convs, nothing else running (median of %d alternating rounds)", ir.AloneMessages, ir.Conversations, publishRounds),
+			"client PublishAsync "+rate(ir.ClientAloneMsgsPerSec, "msgs/s"), "raw async publish "+rate(ir.RawAloneMsgsPerSec, "msgs/s"),
+			f2(ir.PublishRatio), check(ir.PublishRatio >= 0.9, "≥ 0.9").String())
+	}
+	if cr := r.Ingest.CPU; cr.Messages > 0 {
+		ratio, t := "n/a: "+cr.Note, ""
+		if cr.Ratio > 0 {
+			ratio, t = f2(cr.Ratio), check(cr.Ratio <= 1, "≤ 1").String()
+		}
+		row(fmt.Sprintf("1. CPU per million messages, %d messages stored then drained by one trigger partition in %s", cr.Messages, cr.TriggerProcess),
+			fmt.Sprintf("trigger %.1f s", cr.TriggerPerMillion),
+			fmt.Sprintf("nats-server %.1f s (storing %.2f s + serving the trigger %.2f s of CPU in all)", cr.ServerPerMillion, cr.ServerStoreCPUSeconds, cr.ServerDrainCPUSeconds),
+			ratio, t)
+	}
 }
 
 // serverCores is ", the server N" when the server's CPU was read.

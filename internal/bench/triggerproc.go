@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/exec"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/internal/natsconn"
+	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/jetstream"
+)
+
+// TriggerCommand is the hidden command a trigger process of the ingest measurement
+// runs: `compactor bench-trigger --nats-url URL --namespace NS --window W`. It builds
+// an unpartitioned trigger, writes "ready", starts it when a line "start" comes on its
+// standard input, and stops when that input ends: so the bench reads the process's CPU
+// around the drain and nothing else runs in it. A line "gc", before or after "start",
+// collects garbage and returns freed memory to the system, then writes "gc done": the
+// bench reads the process's resident set after it.
+const TriggerCommand = "bench-trigger"
+
+// RunTrigger runs a trigger in a bench namespace: the trigger process of the ingest
+// measurement's drain (see TriggerCommand).
+func RunTrigger(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
+	fs := flag.NewFlagSet(TriggerCommand, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	url := fs.String("nats-url", "", "")
+	ns := fs.String("namespace", "", "")
+	window := fs.Int("window", benchWindow, "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *url == "" || !strings.HasPrefix(*ns, "bench") || *window < 1 {
+		return errors.New(TriggerCommand + ": needs --nats-url, --namespace bench… and --window ≥ 1")
+	}
+	nc, err := natsconn.Connect(*url, "bench-trigger-process", zerolog.Nop())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	st, err := jetstream.Open(ctx, nc, configFor(*ns))
+	if err != nil {
+		return err
+	}
+	n, err := node.New(node.Config{Roles: node.Roles{Trigger: true}, Trigger: triggerConfig(),
+		Policies: fixedPolicy(settings(*window)), Logger: zerolog.Nop()}, nc, st)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "ready")
+	lines := bufio.NewScanner(in)
+	for {
+		if !lines.Scan() {
+			return nil // the bench went away before starting it
+		}
+		if lines.Text() == "start" {
+			break
+		}
+		obey(lines.Text(), out)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for lines.Scan() {
+			obey(lines.Text(), out)
+		}
+		cancel() // standard input ended: stop
+	}()
+	return n.Run(ctx)
+}
+
+// obey carries out a trigger process's command line other than "start".
+func obey(line string, out io.Writer) {
+	if line == "gc" {
+		debug.FreeOSMemory()
+		fmt.Fprintln(out, "gc done")
+	}
+}
+
+// triggerProcess is a child process running RunTrigger.
+type triggerProcess struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string // its output after "ready"
+	exited chan error
+}
+
+// startTriggerProcess starts self as the trigger process of r's namespace and waits
+// until it is ready (built, not yet consuming).
+func (r *rig) startTriggerProcess(self string, window int) (*triggerProcess, error) {
+	cmd := exec.Command(self, TriggerCommand, "--nats-url", r.url, "--namespace", r.ns, "--window", strconv.Itoa(window))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start trigger process: %w", err)
+	}
+	p := &triggerProcess{cmd: cmd, stdin: stdin, lines: make(chan string, 16), exited: make(chan error, 1)}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		ready <- sc.Scan() && sc.Text() == "ready"
+		for sc.Scan() {
+			select {
+			case p.lines <- sc.Text():
+			default: // nobody waits for it
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		p.exited <- cmd.Wait()
+	}()
+	select {
+	case ok := <-ready:
+		if ok {
+			return p, nil
+		}
+	case <-time.After(30 * time.Second):
+	}
+	p.stop()
+	return nil, fmt.Errorf("trigger process not ready: %s", stderr.String())
+}
+
+// start lets the process's trigger start consuming.
+func (p *triggerProcess) start() error {
+	_, err := io.WriteString(p.stdin, "start\n")
+	return err
+}
+
+// rssAfterGC has the process collect its garbage and return freed memory to the
+// system, then reads its resident set (-1 when it cannot be read).
+func (p *triggerProcess) rssAfterGC() (int64, error) {
+	if _, err := io.WriteString(p.stdin, "gc\n"); err != nil {
+		return 0, err
+	}
+	select {
+	case line := <-p.lines:
+		if line != "gc done" {
+			return 0, fmt.Errorf("trigger process answered %q to gc", line)
+		}
+	case <-time.After(30 * time.Second):
+		return 0, errors.New("trigger process did not answer gc within 30s")
+	}
+	return procRSS(p.cmd.Process.Pid), nil
+}
+
+// cpu is the CPU time the process used so far, -1 when it cannot be read.
+func (p *triggerProcess) cpu() time.Duration { return procCPU(p.cmd.Process.Pid) }
+
+// stop closes the process's input (it stops its trigger and exits) and waits for it.
+func (p *triggerProcess) stop() {
+	_ = p.stdin.Close()
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
