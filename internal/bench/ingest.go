@@ -65,7 +65,7 @@ type IngestReport struct {
 	// bare consumer takes the messages.
 	RawPublishMsgsPerSec float64 `json:"raw_publish_msgs_per_sec"`
 	// RawAloneMsgsPerSec and ClientAloneMsgsPerSec are raw asynchronous publishing and
-	// the pipeline client's PublishAsync, each with nothing else running (the median of
+	// the pipeline client's PublishBatch, each with nothing else running (the median of
 	// publishRounds alternating runs); PublishRatio is client ÷ raw.
 	AloneMessages         int         `json:"publish_alone_messages"`
 	RawAloneMsgsPerSec    float64     `json:"raw_publish_alone_msgs_per_sec"`

@@ -394,7 +394,7 @@ carry to other machines better than any rate (` + "`" + `go run ./cmd/compactor 
    conversations, round-robin. Baseline: asynchronous publishing of the same payloads to a
    plain file stream shaped like CHAT, with a bare pull consumer acknowledging each message;
    the time until the last is acknowledged (the median of 3 runs). Compactor: the same messages through
-   ` + "`" + `pipeline.Client.PublishAsync` + "`" + ` while a real trigger and a pool of 4 workers (go-openai against
+   ` + "`" + `pipeline.Client.PublishBatch` + "`" + ` while a real trigger and a pool of 4 workers (go-openai against
    an httptest LLM answering at once) run, at a 16k window so conversations compact while they
    are published; the time until the trigger acknowledged the last message. The lag (stored,
    not yet acknowledged by the trigger) is sampled every 50 ms. Both sides keep at most 2,000
@@ -410,11 +410,11 @@ carry to other machines better than any rate (` + "`" + `go run ./cmd/compactor 
    starts once every partition is owned by exactly one of them (` + "`" + `Partitions.Owned` + "`" + `).
    Drained means every partition's consumer has nothing pending and nothing unacknowledged.
    **Publishing alone** ({{.Ingest.AloneMessages}} messages): raw asynchronous publishing and the client's
-   ` + "`" + `PublishAsync` + "`" + `, each into a namespace where nothing else runs (no trigger, no workers, no
+   ` + "`" + `PublishBatch` + "`" + `, each into a namespace where nothing else runs (no trigger, no workers, no
    consumer taking messages; each stream has one idle durable consumer), 3 rounds each,
    alternating, the median of each; ` + "`" + `publish_ratio` + "`" + ` is client ÷ raw. Both keep at most 2,000
-   publishes in flight; one goroutine waits on the client's acknowledgements in order, as
-   nats.go does for the raw side. **CPU per message**
+   publishes in flight; the batch waits on its acknowledgements in order, as nats.go does for
+   the raw side, and checks and encodes its messages on a goroutine of its own. **CPU per message**
    ({{.Ingest.CPU.Messages}} messages): the messages are stored first (raw asynchronous publishes into CHAT,
    nothing consuming), then one unpartitioned trigger drains them in a process of its own (the
    binary's hidden ` + "`" + `bench-trigger` + "`" + ` command: it connects and builds its trigger, then starts

@@ -75,7 +75,7 @@ func rawPublishOnly(ctx context.Context, url string, load []published) (time.Dur
 	return time.Since(start), nil
 }
 
-// clientPublishOnly publishes load through the pipeline client (PublishAsync) into a
+// clientPublishOnly publishes load through the pipeline client (PublishBatch) into a
 // fresh namespace where nothing runs, and times it until every publish is
 // acknowledged.
 func clientPublishOnly(ctx context.Context, url string, load []published) (time.Duration, error) {

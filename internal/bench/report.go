@@ -256,7 +256,7 @@ func (r *Report) ingestRows(row func(cells ...string)) {
 	}
 	if ir := r.Ingest; ir.ClientAloneMsgsPerSec > 0 {
 		row(fmt.Sprintf("1. publishing alone, %d msgs over %d convs, nothing else running (median of %d alternating rounds)", ir.AloneMessages, ir.Conversations, publishRounds),
-			"client PublishAsync "+rate(ir.ClientAloneMsgsPerSec, "msgs/s"), "raw async publish "+rate(ir.RawAloneMsgsPerSec, "msgs/s"),
+			"client PublishBatch "+rate(ir.ClientAloneMsgsPerSec, "msgs/s"), "raw async publish "+rate(ir.RawAloneMsgsPerSec, "msgs/s"),
 			f2(ir.PublishRatio), check(ir.PublishRatio >= 0.9, "≥ 0.9").String())
 	}
 	if cr := r.Ingest.CPU; cr.Messages > 0 {
