@@ -88,53 +88,16 @@ func obey(line string, out io.Writer) {
 }
 
 // triggerProcess is a child process running RunTrigger.
-type triggerProcess struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string // its output after "ready"
-	exited chan error
-}
+type triggerProcess struct{ *child }
 
 // startTriggerProcess starts self as the trigger process of r's namespace and waits
 // until it is ready (built, not yet consuming).
 func (r *rig) startTriggerProcess(self string, window int) (*triggerProcess, error) {
-	cmd := exec.Command(self, TriggerCommand, "--nats-url", r.url, "--namespace", r.ns, "--window", strconv.Itoa(window))
-	stdin, err := cmd.StdinPipe()
+	c, err := startChild("trigger", self, TriggerCommand, "--nats-url", r.url, "--namespace", r.ns, "--window", strconv.Itoa(window))
 	if err != nil {
 		return nil, err
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start trigger process: %w", err)
-	}
-	p := &triggerProcess{cmd: cmd, stdin: stdin, lines: make(chan string, 16), exited: make(chan error, 1)}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		ready <- sc.Scan() && sc.Text() == "ready"
-		for sc.Scan() {
-			select {
-			case p.lines <- sc.Text():
-			default: // nobody waits for it
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-		p.exited <- cmd.Wait()
-	}()
-	select {
-	case ok := <-ready:
-		if ok {
-			return p, nil
-		}
-	case <-time.After(30 * time.Second):
-	}
-	p.stop()
-	return nil, fmt.Errorf("trigger process not ready: %s", stderr.String())
+	return &triggerProcess{c}, nil
 }
 
 // start lets the process's trigger start consuming.
@@ -164,12 +127,66 @@ func (p *triggerProcess) rssAfterGC() (int64, error) {
 func (p *triggerProcess) cpu() time.Duration { return procCPU(p.cmd.Process.Pid) }
 
 // stop closes the process's input (it stops its trigger and exits) and waits for it.
-func (p *triggerProcess) stop() {
-	_ = p.stdin.Close()
+func (p *triggerProcess) stop() { p.child.stop(func() { _ = p.stdin.Close() }) }
+
+// child is a child process of the bench (the binary's bench-worker or bench-trigger
+// command), which writes "ready" as its first line once it is.
+type child struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  chan string // its output after "ready"
+	exited chan error
+}
+
+// startChild starts name (args) as the bench's child process what and waits until it
+// says it is ready.
+func startChild(what, name string, args ...string) (*child, error) {
+	cmd := exec.Command(name, args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s process: %w", what, err)
+	}
+	c := &child{cmd: cmd, stdin: stdin, lines: make(chan string, 16), exited: make(chan error, 1)}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		ready <- sc.Scan() && sc.Text() == "ready"
+		for sc.Scan() {
+			select {
+			case c.lines <- sc.Text():
+			default: // nobody waits for it
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+		c.exited <- cmd.Wait()
+	}()
 	select {
-	case <-p.exited:
+	case ok := <-ready:
+		if ok {
+			return c, nil
+		}
+	case <-time.After(30 * time.Second):
+	}
+	c.stop(func() { _ = cmd.Process.Kill() })
+	return nil, fmt.Errorf("%s process not ready: %s", what, stderr.String())
+}
+
+// stop asks the process to exit with quit and waits for it, killing it after 20 s.
+func (c *child) stop(quit func()) {
+	quit()
+	select {
+	case <-c.exited:
 	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
+		_ = c.cmd.Process.Kill()
+		<-c.exited
 	}
 }

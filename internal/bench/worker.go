@@ -1,17 +1,14 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -64,52 +61,18 @@ func RunWorker(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // workerProcess is a child process running RunWorker.
-type workerProcess struct {
-	cmd    *exec.Cmd
-	exited chan error
-}
+type workerProcess struct{ *child }
 
 // startWorkerProcess starts self as a worker process of r's namespace and waits until
 // it is ready.
 func (r *rig) startWorkerProcess(self, llmURL string, slots, window int) (*workerProcess, error) {
-	cmd := exec.Command(self, WorkerCommand, "--nats-url", r.url, "--namespace", r.ns,
+	c, err := startChild("worker", self, WorkerCommand, "--nats-url", r.url, "--namespace", r.ns,
 		"--slots", strconv.Itoa(slots), "--llm-url", llmURL, "--window", strconv.Itoa(window))
-	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start worker process: %w", err)
-	}
-	w := &workerProcess{cmd: cmd, exited: make(chan error, 1)}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		ok := sc.Scan() && sc.Text() == "ready"
-		ready <- ok
-		_, _ = io.Copy(io.Discard, stdout)
-		w.exited <- cmd.Wait()
-	}()
-	select {
-	case ok := <-ready:
-		if ok {
-			return w, nil
-		}
-	case <-time.After(30 * time.Second):
-	}
-	w.stop()
-	return nil, fmt.Errorf("worker process not ready: %s", stderr.String())
+	return &workerProcess{c}, nil
 }
 
 // stop interrupts the process (it drains like serve) and waits for it.
-func (w *workerProcess) stop() {
-	_ = w.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-w.exited:
-	case <-time.After(20 * time.Second):
-		_ = w.cmd.Process.Kill()
-		<-w.exited
-	}
-}
+func (w *workerProcess) stop() { w.child.stop(func() { _ = w.cmd.Process.Signal(os.Interrupt) }) }
