@@ -45,23 +45,30 @@ import (
 // bounded by maxEntries in two generations: when the newer one fills half the bound,
 // the older is dropped and the newer takes its place, and a hit in the older moves the
 // entry to the newer. That keeps the conversations in use, like an LRU, at a map
-// lookup a hit, with no list to maintain.
+// lookup a hit, with no list to maintain. The changes heard within the settle window are
+// kept in the order heard and dropped from the oldest as they age, each at a constant
+// cost; a burst of more than maxRecent conversations changed within one window makes the
+// cache keep nothing new until the window after the burst has passed (every call reads
+// the stream meanwhile), so a bulk update bounds memory and work, not correctness.
 
 // Cache bounds (see above).
 const (
 	maxEntries   = 1 << 16
 	maxEntryAge  = 2 * time.Minute
 	settleWindow = 5 * time.Second
+	maxRecent    = 1 << 16
 )
 
 // policyCache is PolicySource's memory of settings.
 type policyCache struct {
-	store  *jetstream.Store
-	log    zerolog.Logger
-	now    func() time.Time
-	bound  int
-	maxAge time.Duration
-	settle time.Duration
+	store *jetstream.Store
+	log   zerolog.Logger
+	now   func() time.Time
+	bound int
+	// maxRecent bounds the changes kept within the settle window (see above).
+	maxRecent int
+	maxAge    time.Duration
+	settle    time.Duration
 
 	// running is set while Run holds the watch: only then is the cache used.
 	running atomic.Bool
@@ -73,6 +80,10 @@ type policyCache struct {
 	// then; changes counts what was heard.
 	recent  map[string]change
 	changes uint64
+	// heard is recent's changes in the order heard, oldest first.
+	heard []heardChange
+	// quietUntil: after a burst of changes over maxRecent, nothing is kept until then.
+	quietUntil time.Time
 
 	hits, misses atomic.Uint64
 }
@@ -90,8 +101,14 @@ type change struct {
 	n  uint64
 }
 
+// heardChange is one change of heard: the conversation and its change.
+type heardChange struct {
+	conv string
+	change
+}
+
 func newPolicyCache(st *jetstream.Store, log zerolog.Logger) *policyCache {
-	return &policyCache{store: st, log: log, now: time.Now, bound: maxEntries, maxAge: maxEntryAge, settle: settleWindow,
+	return &policyCache{store: st, log: log, now: time.Now, bound: maxEntries, maxRecent: maxRecent, maxAge: maxEntryAge, settle: settleWindow,
 		cur: map[string]cacheEntry{}, old: map[string]cacheEntry{}, recent: map[string]change{}}
 }
 
@@ -186,7 +203,7 @@ func (c *policyCache) put(conv string, b begin, e cacheEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
-	if st.Epoch != b.st.Epoch || !st.Live || c.epoch != st.Epoch || now.Sub(b.at) >= c.settle {
+	if st.Epoch != b.st.Epoch || !st.Live || c.epoch != st.Epoch || now.Sub(b.at) >= c.settle || now.Before(c.quietUntil) {
 		return
 	}
 	e.expires = now.Add(c.maxAge)
@@ -218,14 +235,30 @@ func (c *policyCache) changed(conv string) {
 	delete(c.old, conv)
 	now := c.now()
 	c.changes++
-	if len(c.recent) >= 1024 {
-		for k, r := range c.recent {
-			if !r.at.Add(c.settle).After(now) {
-				delete(c.recent, k)
-			}
-		}
+	ch := change{at: now, n: c.changes}
+	c.recent[conv] = ch
+	c.heard = append(c.heard, heardChange{conv: conv, change: ch})
+	c.forgetSettled(now)
+	if len(c.recent) > c.maxRecent {
+		// A burst: keep nothing until it has settled, and nothing of it.
+		c.quietUntil = now.Add(c.settle)
+		clear(c.recent)
+		c.heard = nil
 	}
-	c.recent[conv] = change{at: now, n: c.changes}
+}
+
+// forgetSettled drops the changes heard a settle window before now or earlier, oldest
+// first.
+func (c *policyCache) forgetSettled(now time.Time) {
+	k := 0
+	for k < len(c.heard) && !c.heard[k].at.Add(c.settle).After(now) {
+		if h := c.heard[k]; c.recent[h.conv].n == h.n {
+			delete(c.recent, h.conv)
+		}
+		c.heard[k] = heardChange{}
+		k++
+	}
+	c.heard = c.heard[k:]
 }
 
 // clear forgets every entry.

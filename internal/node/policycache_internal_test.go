@@ -112,3 +112,34 @@ func TestPolicyCacheDropsAReadOlderThanAChange(t *testing.T) {
 		t.Fatal("a read that took the whole settle window was kept")
 	}
 }
+
+// The changes heard are kept for the settle window only, dropped oldest first; a burst
+// of more conversations changed within one window than the cache keeps makes it keep
+// nothing new until the window after the burst has passed.
+func TestPolicyCacheBurstOfChanges(t *testing.T) {
+	c, now := testCache(t)
+	c.maxRecent = 100
+	for i := range 1000 { // 10 changes a settle window: only the window's stay
+		*now = now.Add(c.settle / 10)
+		c.changed(fmt.Sprintf("slow%d", i))
+		if len(c.recent) > 10 || len(c.heard) > 10 {
+			t.Fatalf("after %d changes: %d recent, %d heard; at most 10 fall within the window", i+1, len(c.recent), len(c.heard))
+		}
+	}
+	for i := range c.maxRecent + 1 { // a burst past the bound, within one window
+		c.changed(fmt.Sprintf("burst%d", i))
+	}
+	if len(c.recent) > c.maxRecent || len(c.heard) > c.maxRecent {
+		t.Fatalf("a burst left %d recent and %d heard; bound %d", len(c.recent), len(c.heard), c.maxRecent)
+	}
+	*now = now.Add(time.Second)
+	learn(t, c, "burst3")
+	if held(c, "burst3") {
+		t.Fatal("a read within the window after a burst was kept, though the burst's changes were not")
+	}
+	*now = now.Add(c.settle)
+	learn(t, c, "burst3")
+	if !held(c, "burst3") {
+		t.Fatal("a read after the burst settled was not kept")
+	}
+}
