@@ -120,31 +120,33 @@ const DirectBatchSize = 256
 // sequence + 1. Any replica may answer a direct get; use LoadLeader when a
 // read must see the newest writes. Messages that left the stream are simply not there.
 func (ch *Chat) Load(ctx context.Context, conv string, fromSeq, upToSeq uint64) ([]StoredMsg, error) {
-	msgs, _, err := ch.loadConversation(ctx, conv, fromSeq, upToSeq)
+	msgs, _, _, err := ch.loadConversation(ctx, conv, fromSeq, upToSeq)
 	return msgs, err
 }
 
 // loadConversation is Chat.Load; past reports that the answer held a message of
-// the conversation after upToSeq.
-func (s *core) loadConversation(ctx context.Context, conv string, fromSeq, upToSeq uint64) (out []StoredMsg, past bool, err error) {
+// the conversation after upToSeq, and layouts how many subjects (partition layouts) it
+// read: the answers for two subjects may come from two replicas, one further behind
+// than the other, so a message past upToSeq on one says nothing of the other's.
+func (s *core) loadConversation(ctx context.Context, conv string, fromSeq, upToSeq uint64) (out []StoredMsg, past bool, layouts int, err error) {
 	if fromSeq == 0 {
 		fromSeq = 1
 	}
 	subjects, err := s.chatSubjects(ctx, conv, fromSeq)
 	if err != nil {
-		return nil, false, err
+		return nil, false, 0, err
 	}
 	for _, sub := range subjects {
 		msgs, p, err := s.loadSubject(ctx, sub.name, fromSeq, upToSeq, sub.last)
 		if err != nil {
-			return nil, false, err
+			return nil, false, 0, err
 		}
 		out, past = append(out, msgs...), past || p
 	}
 	if len(subjects) > 1 {
 		slices.SortFunc(out, func(a, b StoredMsg) int { return cmp.Compare(a.Seq, b.Seq) })
 	}
-	return out, past, nil
+	return out, past, len(subjects), nil
 }
 
 // chatSubjects returns the subjects conversation conv has messages on at or after
@@ -252,12 +254,18 @@ func (ch *Chat) LoadEntriesThrough(ctx context.Context, conv string, fromSeq, th
 // loadThrough is LoadEntriesThrough's read: batched direct gets of the conversation's
 // literal subjects, then the stream leader for what the answer lacked before through.
 func (ch *Chat) loadThrough(ctx context.Context, conv string, fromSeq, through uint64) ([]StoredMsg, error) {
-	msgs, past, err := ch.loadConversation(ctx, conv, fromSeq, through)
+	msgs, past, layouts, err := ch.loadConversation(ctx, conv, fromSeq, through)
 	if err != nil {
 		return nil, err
 	}
 	next := max(fromSeq, 1)
-	if n := len(msgs); n > 0 {
+	switch n := len(msgs); {
+	case layouts > 1:
+		// On two layouts (a partition change), each subject's answer may have come from
+		// another replica: a message of one says nothing of what the other lacks before
+		// it. The leader is asked for the whole range (rare, and bounded by through).
+		msgs, past = nil, false
+	case n > 0:
 		next = msgs[n-1].Seq + 1
 	}
 	// A server that answered with a message after through holds the stream up to it (a

@@ -60,13 +60,34 @@ func seqsOf(msgs []jetstream.StoredMsg) []uint64 {
 // conversation's newest message) and batched direct gets of literal subjects, not one
 // leader request a message filtered on the conversation's wildcard; it returns what the
 // one-message-a-request read returns, across two partition layouts. Before, a read of
-// 80 messages sent 81 leader requests.
+// 80 messages sent 81 leader requests. A conversation on two layouts (while the
+// partition count changes) is read from the leader whole: the batched answers for its two
+// subjects may come from two replicas, and a message of one says nothing of what the
+// other lacks (a review found a lagging replica's gap left unread).
 func TestLoadLeaderReadsInBatches(t *testing.T) {
 	st1, st4, want, spy := twoLayouts(t, 40)
+	var single []uint64 // a conversation on the 4-partition layout only
+	for i := range 40 {
+		seq, err := st4.Chat().Publish(ctxT(t), "single", fmt.Appendf(nil, `{"role":"user","content":"s%d"}`, i), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		single = append(single, seq)
+	}
 	ranges := [][2]uint64{{0, 0}, {want[0], 0}, {want[5], want[60]}, {want[39], want[40]}, {want[41], 0}, {want[79], 0},
 		{want[79] + 1, 0}, {want[10], want[10]}, {want[10] + 1, want[11] - 1}}
 	for _, st := range []*jetstream.Store{st1, st4} {
 		leader := spy("$JS.API.STREAM.MSG.GET.CHAT")
+		for _, r := range [][2]uint64{{0, 0}, {single[5], single[30]}, {single[39], 0}} {
+			if _, err := st.Chat().LoadLeader(ctxT(t), "single", r[0], r[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := leader.count(t); n != 3 {
+			t.Fatalf("%d leader requests for 3 reads of a conversation on one layout; want one a read", n)
+		}
+		leader.stop()
+		leader = spy("$JS.API.STREAM.MSG.GET.CHAT")
 		direct := spy("$JS.API.DIRECT.GET.CHAT")
 		got := make([][]jetstream.StoredMsg, len(ranges))
 		for i, r := range ranges {
@@ -74,9 +95,6 @@ func TestLoadLeaderReadsInBatches(t *testing.T) {
 			if got[i], err = st.Chat().LoadLeader(ctxT(t), "mixed", r[0], r[1]); err != nil {
 				t.Fatal(err)
 			}
-		}
-		if n := leader.count(t); n != len(ranges) {
-			t.Fatalf("%d leader requests for %d reads; want one a read", n, len(ranges))
 		}
 		for _, req := range direct.requests(t) {
 			if strings.ContainsAny(req.Next, "*>") {

@@ -125,6 +125,13 @@ func (c *Client) send(conv string, m *schemas.Message, po publishOptions, data [
 // a closed connection; ctx may end the wait sooner.
 func (c *Client) settle(ctx context.Context, p inFlight) PubAck {
 	var err error
+	select { // an outcome already in is taken, whatever ctx says
+	case ack := <-p.f.Ok():
+		return c.acked(ctx, p, ack)
+	case err = <-p.f.Err():
+		return c.failed(p, err)
+	default:
+	}
 	select {
 	case ack := <-p.f.Ok():
 		return c.acked(ctx, p, ack)

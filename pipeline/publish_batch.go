@@ -54,7 +54,8 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // PublishBatch publishes msgs, each checked as Publish checks it, in their order, with
 // up to opts.Window of them waiting for their acks at once, and returns once every
 // publish it made has its outcome. seqs[i] is the stream sequence of msgs[i], 0 when it
-// was not stored. The messages of one conversation are stored in their order in the
+// was not stored or its outcome is not known (ctx ended, or its ack did not come within
+// jetstream.PublishAsyncTimeout, before its ack came: it may be stored). The messages of one conversation are stored in their order in the
 // batch (they go out in order on the client's connection), and the messages of many
 // conversations may be mixed in one batch.
 //
@@ -64,10 +65,13 @@ func (e *BatchError) Unwrap() error { return e.Err }
 // matches the message's own error, e.g. schemas.ErrInvalid). A message the client
 // refuses leaves every message before it stored and none after it. A message the stream
 // refused, or did not answer in time, may have later messages in flight, and those may
-// be stored: seqs tells which. Give each message a MsgID to make the whole batch safe to
-// publish again after an error (what was stored keeps its sequence; a message stored only
-// then comes after the later messages stored the first time); without ids, publish again
-// only the messages whose seq is 0.
+// be stored: seqs tells which were. Give each message a MsgID to make the whole batch
+// safe to publish again after an error (what was stored keeps its sequence; a message
+// stored only then comes after the later messages stored the first time, so a tool call
+// the stream refused can end up after results of it stored the first time, which readers
+// treat as results without their call). Without ids, a batch whose error is not a
+// refusal by the client or the stream (a done ctx, a timeout) cannot tell a message
+// stored from one lost: publish again with ids, or read the conversation first.
 //
 // A batch waits for the acks itself, on the caller's goroutine, in the order it
 // published, which is the order they come in; a done ctx stops it like a failure.
@@ -116,6 +120,9 @@ const encodeAheadBy = 256
 type encoded struct {
 	data []byte
 	err  error
+	// panicked is what checking or encoding the message panicked with: the caller's
+	// goroutine panics with it, as it would have without the goroutine.
+	panicked any
 }
 
 // encodeAhead checks and encodes msgs in their order on a goroutine of its own, up to
@@ -130,9 +137,8 @@ func encodeAhead(msgs []BatchMsg) (next <-chan encoded, stop func()) {
 	go func() {
 		defer close(done)
 		for i := range msgs {
-			data, err := encodeChecked(msgs[i].Conv, &msgs[i].Message)
 			select {
-			case out <- encoded{data: data, err: err}:
+			case out <- encodeOne(&msgs[i]):
 			case <-quit:
 				return
 			}
@@ -144,8 +150,22 @@ func encodeAhead(msgs []BatchMsg) (next <-chan encoded, stop func()) {
 	}
 }
 
+// encodeOne checks and encodes bm, and catches a panic doing it.
+func encodeOne(bm *BatchMsg) (e encoded) {
+	defer func() {
+		if v := recover(); v != nil {
+			e = encoded{panicked: v}
+		}
+	}()
+	e.data, e.err = encodeChecked(bm.Conv, &bm.Message)
+	return e
+}
+
 // publish publishes bm, e its encoding, without waiting for the ack.
 func (b *batch) publish(bm *BatchMsg, e encoded) (inFlight, error) {
+	if e.panicked != nil {
+		panic(e.panicked)
+	}
 	if e.err != nil {
 		return inFlight{}, e.err
 	}
