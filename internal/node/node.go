@@ -143,12 +143,15 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 	log := cfg.Logger
 	var policies PolicySourcer = cfg.Policies
 	n := &Node{log: log}
+	tel := cfg.Telemetry
 	if policies == nil {
 		src := NewPolicySourceLog(st, cfg.Resolver, log)
 		policies = src
 		n.comps = append(n.comps, src) // its watch, for the cache
+		if m := tel.Metrics; m != nil {
+			m.PolicyCache(src.cacheFigures)
+		}
 	}
-	tel := cfg.Telemetry
 	if cfg.Roles.API {
 		scfg := service.DefaultConfig()
 		if cfg.Service != nil {
@@ -333,6 +336,12 @@ func (ps PolicySource) Run(ctx context.Context) error { return ps.cache.run(ctx)
 
 // CacheStats reports what the cache did.
 func (ps PolicySource) CacheStats() PolicyCacheStats { return ps.cache.stats() }
+
+// cacheFigures is CacheStats for the metrics.
+func (ps PolicySource) cacheFigures() telemetry.PolicyCacheFigures {
+	s := ps.CacheStats()
+	return telemetry.PolicyCacheFigures{Hits: s.Hits, Misses: s.Misses, Entries: s.Entries, Live: s.Watch.Live && ps.cache.running.Load()}
+}
 
 // Settings resolves conv's settings. When its policy is invalid, the error matches
 // policy.ErrPolicy and the settings returned are those without the policy.

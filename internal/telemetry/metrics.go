@@ -191,6 +191,40 @@ func (m *Metrics) Connection(nc *nats.Conn) {
 	)
 }
 
+// PolicyCacheFigures is what a process's policy cache did: the lookups it answered
+// from memory (Hits) and from the stream (Misses), the conversations it holds, and
+// whether the subscription that keeps it current is live.
+type PolicyCacheFigures struct {
+	Hits, Misses uint64
+	Entries      int
+	Live         bool
+}
+
+// PolicyCache exports the process's policy cache, as figures reads it.
+func (m *Metrics) PolicyCache(figures func() PolicyCacheFigures) {
+	lookups := func(result string, of func(PolicyCacheFigures) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compactor_policy_cache_lookups_total",
+			Help:        "Conversation settings this process looked up, by where the answer came from: hit (memory) or miss (a read of the policy stream).",
+			ConstLabels: prometheus.Labels{"result": result}},
+			func() float64 { return float64(of(figures())) })
+	}
+	m.reg.MustRegister(
+		lookups("hit", func(f PolicyCacheFigures) uint64 { return f.Hits }),
+		lookups("miss", func(f PolicyCacheFigures) uint64 { return f.Misses }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_policy_cache_entries",
+			Help: "Conversations whose settings this process's policy cache holds."},
+			func() float64 { return float64(figures().Entries) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_policy_watch_live",
+			Help: "1 while this process hears policy changes (its cache is used), 0 while every lookup reads the stream."},
+			func() float64 {
+				if figures().Live {
+					return 1
+				}
+				return 0
+			}),
+	)
+}
+
 // Pool exports the workers' saturation.
 func (m *Metrics) Pool(p *summarizer.Pool) {
 	m.reg.MustRegister(
