@@ -265,12 +265,12 @@ func scanJSONString(b []byte) int {
 }
 
 // plainJSON8 reports whether none of the 8 bytes of x is '"', '\\' or a control
-// character: each plainByte. (v-ones)&^v&high is not 0 exactly when a byte of v is 0,
-// and (x-ones*0x20)&^x&high exactly when a byte of x is under 0x20.
+// character: each plainByte. (v-lsb)&^v&msb is not 0 exactly when a byte of v is 0,
+// and (x-lsb*0x20)&^x&msb exactly when a byte of x is under 0x20. (special8, the
+// one-pass reader's step, also stops at bytes of 0x80 and up, which it counts as runes.)
 func plainJSON8(x uint64) bool {
-	const ones, high = 0x0101010101010101, 0x8080808080808080
-	q, bs := x^(ones*'"'), x^(ones*'\\')
-	return ((q-ones)&^q|(bs-ones)&^bs|(x-ones*0x20)&^x)&high == 0
+	q, bs := x^(lsb*'"'), x^(lsb*'\\')
+	return ((q-lsb)&^q|(bs-lsb)&^bs|(x-lsb*0x20)&^x)&msb == 0
 }
 
 // trimJSONSpace cuts the white space JSON allows around a value (not all of Unicode's,

@@ -74,19 +74,18 @@ func (m *Message) Validate() error {
 	}
 	seen := make(map[string]bool, len(m.ToolCalls))
 	for i, tc := range m.ToolCalls {
-		f := toolCallField(i)
 		if tc.ID == "" {
-			return invalid(f+".id", "must not be empty")
+			return invalid(toolCallField(i, "id"), "must not be empty")
 		}
 		if seen[tc.ID] {
-			return invalid(f+".id", "%q is used twice in the same message", tc.ID)
+			return invalid(toolCallField(i, "id"), "%q is used twice in the same message", tc.ID)
 		}
 		seen[tc.ID] = true
 		if tc.Type != "function" {
-			return invalid(f+".type", "must be \"function\", not %q", tc.Type)
+			return invalid(toolCallField(i, "type"), "must be \"function\", not %q", tc.Type)
 		}
 		if tc.Function.Name == "" {
-			return invalid(f+".function.name", "must not be empty")
+			return invalid(toolCallField(i, "function.name"), "must not be empty")
 		}
 	}
 	switch {
@@ -199,7 +198,7 @@ func (m *Message) validateUTF8() error {
 	for i, tc := range m.ToolCalls {
 		for _, f := range [...]struct{ field, s string }{{"id", tc.ID}, {"type", tc.Type}, {"function.name", tc.Function.Name}, {"function.arguments", tc.Function.Arguments}} {
 			if off := badUTF8String(f.s); off >= 0 {
-				return bad(fmt.Sprintf("tool_calls[%d].%s", i, f.field), off)
+				return bad(toolCallField(i, f.field), off)
 			}
 		}
 	}
@@ -216,21 +215,9 @@ func (m *Message) validateUTF8() error {
 	return nil
 }
 
-// toolCallField names the i-th tool call ("tool_calls[i]") for an error, without
-// formatting it for the calls of a valid message, nearly always one of the first few.
-func toolCallField(i int) string {
-	if i < len(toolCallFields) {
-		return toolCallFields[i]
-	}
-	return fmt.Sprintf("tool_calls[%d]", i)
-}
-
-var toolCallFields = func() (out [16]string) {
-	for i := range out {
-		out[i] = fmt.Sprintf("tool_calls[%d]", i)
-	}
-	return out
-}()
+// toolCallField names a field of the i-th tool call for an error: it is formatted
+// only when a message breaks a rule.
+func toolCallField(i int, field string) string { return fmt.Sprintf("tool_calls[%d].%s", i, field) }
 
 // badUTF8String is badUTF8 of a string, without copying it when it is valid.
 func badUTF8String(s string) int {
