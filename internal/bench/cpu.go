@@ -143,17 +143,24 @@ func (r *rig) cpuTrigger(ctx context.Context, self string) (cpuTrigger, error) {
 	return r.startTriggerProcess(self, benchWindow)
 }
 
-// storeLoad stores load in the rig's CHAT (raw asynchronous publishes of the
-// payloads, at most asyncWindow in flight) and waits until every one is stored.
+// storeLoad stores load in the rig's CHAT and waits until every one is stored.
 func (r *rig) storeLoad(load []published) error {
+	return r.storeRaw(len(load), func(i int) (string, []byte) { return fmt.Sprintf("c%d", load[i].conv), load[i].msg.Payload })
+}
+
+// storeRaw stores n messages in the rig's CHAT, message(i) giving the i-th's
+// conversation and payload: raw asynchronous publishes, at most asyncWindow in flight,
+// each window waited for before the next.
+func (r *rig) storeRaw(n int, message func(i int) (conv string, data []byte)) error {
 	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
-	for i, p := range load {
-		f, err := r.store.Chat().PublishAsync(fmt.Sprintf("c%d", p.conv), p.msg.Payload, "")
+	for i := range n {
+		conv, data := message(i)
+		f, err := r.store.Chat().PublishAsync(conv, data, "")
 		if err != nil {
 			return err
 		}
 		futures = append(futures, f)
-		if len(futures) == asyncWindow || i == len(load)-1 {
+		if len(futures) == asyncWindow || i == n-1 {
 			for _, f := range futures {
 				select {
 				case <-f.Ok():

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -205,25 +204,7 @@ func (r *rig) publishNewConversations(n int) error {
 	if err != nil {
 		return err
 	}
-	futures := make([]jetstream.PubAckFuture, 0, asyncWindow)
-	for i := range n {
-		f, err := r.store.Chat().PublishAsync(fmt.Sprintf("conversation-%08d", i), data, "")
-		if err != nil {
-			return err
-		}
-		futures = append(futures, f)
-		if len(futures) == asyncWindow || i == n-1 {
-			for _, f := range futures {
-				select {
-				case <-f.Ok():
-				case err := <-f.Err():
-					return err
-				}
-			}
-			futures = futures[:0]
-		}
-	}
-	return nil
+	return r.storeRaw(n, func(i int) (string, []byte) { return fmt.Sprintf("conversation-%08d", i), data })
 }
 
 // residentSet is this process's resident set (VmRSS) in bytes, after a GC that

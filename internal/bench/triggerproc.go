@@ -15,9 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
-	"github.com/compactor/compactor/jetstream"
 )
 
 // TriggerCommand is the hidden command a trigger process of the ingest measurement
@@ -43,15 +41,11 @@ func RunTrigger(ctx context.Context, args []string, in io.Reader, out io.Writer)
 	if *url == "" || !strings.HasPrefix(*ns, "bench") || *window < 1 {
 		return errors.New(TriggerCommand + ": needs --nats-url, --namespace bench… and --window ≥ 1")
 	}
-	nc, err := natsconn.Connect(*url, "bench-trigger-process", zerolog.Nop())
+	nc, st, err := openNamespace(ctx, *url, "bench-trigger-process", *ns)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	st, err := jetstream.Open(ctx, nc, configFor(*ns))
-	if err != nil {
-		return err
-	}
 	n, err := node.New(node.Config{Roles: node.Roles{Trigger: true}, Trigger: triggerConfig(),
 		Policies: fixedPolicy(settings(*window)), Logger: zerolog.Nop()}, nc, st)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/natsconn"
@@ -39,15 +40,11 @@ func RunWorker(ctx context.Context, args []string, out io.Writer) error {
 	if *url == "" || !strings.HasPrefix(*ns, "bench") || *llmURL == "" || *slots < 1 {
 		return errors.New(WorkerCommand + ": needs --nats-url, --namespace bench…, --llm-url and --slots ≥ 1")
 	}
-	nc, err := natsconn.Connect(*url, "bench-worker-process", zerolog.Nop())
+	nc, st, err := openNamespace(ctx, *url, "bench-worker-process", *ns)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	st, err := jetstream.Open(ctx, nc, configFor(*ns))
-	if err != nil {
-		return err
-	}
 	sum, err := llmSummarizer(*llmURL)
 	if err != nil {
 		return err
@@ -76,3 +73,18 @@ func (r *rig) startWorkerProcess(self, llmURL string, slots, window int) (*worke
 
 // stop interrupts the process (it drains like serve) and waits for it.
 func (w *workerProcess) stop() { w.child.stop(func() { _ = w.cmd.Process.Signal(os.Interrupt) }) }
+
+// openNamespace connects to url as name and opens the bench namespace ns's store: a
+// child process's start.
+func openNamespace(ctx context.Context, url, name, ns string) (*nats.Conn, *jetstream.Store, error) {
+	nc, err := natsconn.Connect(url, name, zerolog.Nop())
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := jetstream.Open(ctx, nc, configFor(ns))
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, st, nil
+}
