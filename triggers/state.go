@@ -143,33 +143,34 @@ func read(data []byte, count tokens.Counter) (incoming, error) {
 	if err != nil {
 		return incoming{}, err
 	}
-	in := incoming{
+	return incoming{
 		role: s.Role, tokens: tokens.Scanned(&s), toolCallID: s.ToolCallID,
-		usage: s.Usage, hasUsage: s.HasUsage, generation: s.ContextGeneration, hasGeneration: s.HasContextGeneration,
+		callIDs: idsOf(s.ToolCalls, func(tc *schemas.ScannedCall) string { return tc.ID }),
+		usage:   s.Usage, hasUsage: s.HasUsage, generation: s.ContextGeneration, hasGeneration: s.HasContextGeneration,
+	}, nil
+}
+
+// idsOf is the ids of calls (nil when there are none), id reading one's.
+func idsOf[T any](calls []T, id func(*T) string) []string {
+	if len(calls) == 0 {
+		return nil
 	}
-	if len(s.ToolCalls) > 0 {
-		in.callIDs = make([]string, len(s.ToolCalls))
-		for i, tc := range s.ToolCalls {
-			in.callIDs[i] = tc.ID
-		}
+	ids := make([]string, len(calls))
+	for i := range calls {
+		ids[i] = id(&calls[i])
 	}
-	return in, nil
+	return ids
 }
 
 // decoded is what the trigger counts of the decoded message m, counted with count.
 func decoded(m *schemas.Message, count tokens.Counter) incoming {
-	in := incoming{role: m.Role, tokens: tokens.MessageWith(count, m), toolCallID: m.ToolCallID}
+	in := incoming{role: m.Role, tokens: tokens.MessageWith(count, m), toolCallID: m.ToolCallID,
+		callIDs: idsOf(m.ToolCalls, func(tc *schemas.ToolCall) string { return tc.ID })}
 	if m.Usage != nil {
 		in.usage, in.hasUsage = *m.Usage, true
 	}
 	if m.ContextGeneration != nil {
 		in.generation, in.hasGeneration = *m.ContextGeneration, true
-	}
-	if len(m.ToolCalls) > 0 {
-		in.callIDs = make([]string, len(m.ToolCalls))
-		for i, tc := range m.ToolCalls {
-			in.callIDs[i] = tc.ID
-		}
 	}
 	return in
 }
