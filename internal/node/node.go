@@ -149,7 +149,7 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 		policies = src
 		n.comps = append(n.comps, src) // its watch, for the cache
 		if m := tel.Metrics; m != nil {
-			m.PolicyCache(src.cacheFigures)
+			m.PolicyCache(src.CacheStats)
 		}
 	}
 	if cfg.Roles.API {
@@ -334,14 +334,8 @@ func NewPolicySourceLog(st *jetstream.Store, r *policy.Resolver, log zerolog.Log
 // memory what it read before (a node runs it with its roles).
 func (ps PolicySource) Run(ctx context.Context) error { return ps.cache.run(ctx) }
 
-// CacheStats reports what the cache did.
-func (ps PolicySource) CacheStats() PolicyCacheStats { return ps.cache.stats() }
-
-// cacheFigures is CacheStats for the metrics.
-func (ps PolicySource) cacheFigures() telemetry.PolicyCacheFigures {
-	s := ps.CacheStats()
-	return telemetry.PolicyCacheFigures{Hits: s.Hits, Misses: s.Misses, Entries: s.Entries, Live: s.Watch.Live && ps.cache.running.Load()}
-}
+// CacheStats reports what the cache did (the figures its metrics export).
+func (ps PolicySource) CacheStats() telemetry.PolicyCacheFigures { return ps.cache.stats() }
 
 // Settings resolves conv's settings. When its policy is invalid, the error matches
 // policy.ErrPolicy and the settings returned are those without the policy.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas/policy"
 )
@@ -274,20 +275,12 @@ func (c *policyCache) clearLocked(epoch uint64) {
 	clear(c.old)
 }
 
-// PolicyCacheStats is what a PolicySource's cache did.
-type PolicyCacheStats struct {
-	// Hits and Misses count the Settings calls answered from memory and from the
-	// stream.
-	Hits, Misses uint64
-	// Entries is how many conversations it holds.
-	Entries int
-	// Watch is the state of the policy watch it relies on.
-	Watch jetstream.WatchState
-}
-
-func (c *policyCache) stats() PolicyCacheStats {
+// stats is what the cache did, and whether it is used: Run holds the watch and the
+// watch is live.
+func (c *policyCache) stats() telemetry.PolicyCacheFigures {
 	c.mu.Lock()
 	n := len(c.cur) + len(c.old)
 	c.mu.Unlock()
-	return PolicyCacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Entries: n, Watch: c.store.Policies().WatchState()}
+	return telemetry.PolicyCacheFigures{Hits: c.hits.Load(), Misses: c.misses.Load(), Entries: n,
+		Live: c.running.Load() && c.store.Policies().WatchState().Live}
 }

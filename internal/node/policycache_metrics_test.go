@@ -23,7 +23,7 @@ func TestPolicyCacheMetrics(t *testing.T) {
 	}
 	src := NewPolicySourceLog(st, r, zerolog.Nop())
 	m := telemetry.NewMetrics("test")
-	m.PolicyCache(src.cacheFigures)
+	m.PolicyCache(src.CacheStats)
 	value := func(name, result string) float64 {
 		t.Helper()
 		fams, err := m.Registry().Gather()

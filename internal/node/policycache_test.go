@@ -303,7 +303,7 @@ func TestPolicyCacheWithoutWatchPermission(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = src.Run(rctx) }()
 	defer func() { rcancel(); <-done }()
-	waitUntil(t, 10*time.Second, "the watch to be refused", func() bool { return src.CacheStats().Watch.Refused })
+	waitUntil(t, 10*time.Second, "the watch to be refused", func() bool { return st.Policies().WatchState().Refused })
 
 	const conv = "limited-1"
 	for i, th := range []string{"0.6", "0.55", ""} {
@@ -318,7 +318,7 @@ func TestPolicyCacheWithoutWatchPermission(t *testing.T) {
 			t.Fatalf("step %d: threshold %v; want %v", i, s.Threshold, want)
 		}
 	}
-	if st := src.CacheStats(); st.Hits != 0 || st.Watch.Live {
+	if st := src.CacheStats(); st.Hits != 0 || st.Live {
 		t.Fatalf("a refused watch: %+v; want no hit and not live", st)
 	}
 }
@@ -432,8 +432,8 @@ func TestPolicyCacheUnderTheRoles(t *testing.T) {
 			if v := c.Violations(); strings.Contains(v, "compaction-policy") {
 				t.Fatalf("the %s role may not watch the policies: %s", role, v)
 			}
-			if st := src.CacheStats(); !st.Watch.Live || st.Watch.Refused || st.Hits == 0 {
-				t.Fatalf("the %s role's cache: %+v", role, st)
+			if cs, w := src.CacheStats(), st.Policies().WatchState(); !cs.Live || !w.Live || w.Refused || cs.Hits == 0 {
+				t.Fatalf("the %s role's cache: %+v, watch %+v", role, cs, w)
 			}
 		})
 	}
