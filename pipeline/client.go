@@ -105,12 +105,18 @@ func (c *Client) liveValue(ctx context.Context, conv string, leader bool) (v *sc
 	if err != nil {
 		return nil, 0, err
 	}
-	from = 1
+	return v, tailFrom(v, tomb), nil
+}
+
+// tailFrom is the first sequence of the tail read with value v: its tail start, and
+// never a sequence the tombstone covers.
+func tailFrom(v *schemas.Result, tomb *schemas.Tombstone) uint64 {
+	from := uint64(1)
 	if v != nil && v.TailStartSeq > 0 {
 		from = v.TailStartSeq
 	}
 	if tomb != nil && from <= tomb.ThroughSeq {
 		from = tomb.ThroughSeq + 1
 	}
-	return v, from, nil
+	return from
 }

@@ -20,6 +20,7 @@ type contextOptions struct {
 	raw         bool
 	maxTokens   int
 	waitPending time.Duration
+	value       *schemas.Result
 
 	// Recall's options.
 	query          string
@@ -44,6 +45,13 @@ func MaxTokens(n int) ContextOption { return func(o *contextOptions) { o.maxToke
 // in KV before it is needed.
 func WaitPending(d time.Duration) ContextOption { return func(o *contextOptions) { o.waitPending = d } }
 
+// Value makes the read assemble with v, an earlier value of the same conversation,
+// instead of the live one, so that a caller can keep sending the prefix a provider has
+// cached. v is used only while it is still safe: not newer than the live value and not
+// covered by a forget (the conversation's tombstone); otherwise the read uses the live
+// value, as without the option. Context.Generation says which one was used.
+func Value(v *schemas.Result) ContextOption { return func(o *contextOptions) { o.value = v } }
+
 // Context is what a model should be sent for a conversation.
 type Context = assemble.Context
 
@@ -67,7 +75,7 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 	}
 	leader := false
 	for attempt := 0; ; attempt++ {
-		v, from, err := c.liveValue(ctx, conv, leader)
+		v, from, err := c.readValue(ctx, conv, leader, o.value)
 		if err != nil {
 			return nil, err
 		}
@@ -114,6 +122,22 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 		case <-time.After(time.Duration(attempt+1) * 20 * time.Millisecond):
 		}
 	}
+}
+
+// readValue is liveValue, or earlier when it is still safe to read with: the same
+// conversation, no newer than the live value, and not covered by its tombstone.
+func (c *Client) readValue(ctx context.Context, conv string, leader bool, earlier *schemas.Result) (*schemas.Result, uint64, error) {
+	if earlier == nil || earlier.Conversation != conv {
+		return c.liveValue(ctx, conv, leader)
+	}
+	v, _, tomb, err := c.store.Results().Live(ctx, conv, leader)
+	if err != nil {
+		return nil, 0, err
+	}
+	if v != nil && earlier.Generation <= v.Generation && !tomb.Covers(earlier.FirstSeq) {
+		v = earlier
+	}
+	return v, tailFrom(v, tomb), nil
 }
 
 // waitPending waits up to d for the outcome of the conversation's pending request, if
