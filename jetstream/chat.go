@@ -429,18 +429,25 @@ func (s *core) directSeq(ctx context.Context, stream string, seq uint64) (Stored
 
 // LastSeq returns the sequence of a conversation's newest message, 0 when it has none.
 func (ch *Chat) LastSeq(ctx context.Context, conv string) (uint64, error) {
+	m, _, err := ch.Last(ctx, conv)
+	return m.Seq, err
+}
+
+// Last returns a conversation's newest message, read from the stream leader; ok is
+// false when it has none.
+func (ch *Chat) Last(ctx context.Context, conv string) (m StoredMsg, ok bool, err error) {
 	subj, err := ch.cfg.ChatFilter(conv)
 	if err != nil {
-		return 0, err
+		return StoredMsg{}, false, err
 	}
-	m, err := ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"last_by_subj": subj})
+	m, err = ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"last_by_subj": subj})
 	if errors.Is(err, errNoMessage) {
-		return 0, nil
+		return StoredMsg{}, false, nil
 	}
 	if err != nil {
-		return 0, err
+		return StoredMsg{}, false, err
 	}
-	return m.Seq, nil
+	return m, true, nil
 }
 
 // FirstSeq returns the sequence of a conversation's oldest message still in CHAT

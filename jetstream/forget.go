@@ -111,7 +111,46 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		RequestID: schemas.NewRequestID(), At: out.ForgottenAt}) == nil
 
 	stepErrs = append(stepErrs, s.forgetSteps(ctx, conv, &out, objects, tombAt, notified)...)
+	if !strings.Contains(conv, BranchSep) {
+		if err := s.forgetBranches(ctx, conv, &out); err != nil {
+			stepErrs = append(stepErrs, &ForgetStepError{Step: "forget the branches", Err: err})
+		}
+	}
 	return out, errors.Join(stepErrs...)
+}
+
+// BranchSep separates a conversation's id from the name of one of its branches
+// (<conversation>--<digest>): the conversations the proxy stores a client's edited
+// history in. Forgetting a conversation forgets its branches.
+const BranchSep = "--"
+
+// forgetBranches forgets every conversation named <conv>--<...>, adding what each
+// deleted to out. It walks CHAT's subjects: a branch is found wherever it is stored.
+func (s *Store) forgetBranches(ctx context.Context, conv string, out *schemas.ForgetResponse) error {
+	var branches []string
+	for offset := 0; ; offset += MaxListPage {
+		page, err := s.chat.List(ctx, offset, MaxListPage)
+		if err != nil {
+			return err
+		}
+		for _, c := range page.Conversations {
+			if strings.HasPrefix(c.ID, conv+BranchSep) && !slices.Contains(branches, c.ID) {
+				branches = append(branches, c.ID)
+			}
+		}
+		if offset+MaxListPage >= page.Subjects {
+			break
+		}
+	}
+	var errs []error
+	for _, b := range branches {
+		r, err := s.Forget(ctx, b)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("branch %s: %w", b, err))
+		}
+		out.Deleted.Add(r.Deleted)
+	}
+	return errors.Join(errs...)
 }
 
 // forgetStep is one deletion of a forget.

@@ -400,3 +400,35 @@ func TestForgetLeavesTheDeadLettersOfInvalidRequests(t *testing.T) {
 		t.Fatalf("dead letters after the forget: %+v, %v; want the invalid request's", info, err)
 	}
 }
+
+// Forgetting a conversation forgets its branches (<conv>--<digest>, where the proxy
+// stores an edited history), and nothing of another conversation that shares the
+// prefix without the separator.
+func TestForgetTakesTheBranches(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := context.Background()
+		for _, conv := range []string{"root", "root--0123456789abcdef", "root--fedcba9876543210", "rootless", "other--0123456789abcdef"} {
+			m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("in " + conv)}
+			data, _ := m.Encode()
+			if _, err := st.Chat().Publish(ctx, conv, data, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := st.Forget(ctx, "root")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Deleted.ChatMessages != 3 {
+			t.Fatalf("forget deleted %d messages; want 3 (root and its two branches)", out.Deleted.ChatMessages)
+		}
+		for conv, want := range map[string]bool{"root": false, "root--0123456789abcdef": false, "root--fedcba9876543210": false, "rootless": true, "other--0123456789abcdef": true} {
+			seq, err := st.Chat().LastSeq(ctx, conv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (seq != 0) != want {
+				t.Errorf("%s has messages: %v; want %v", conv, seq != 0, want)
+			}
+		}
+	})
+}

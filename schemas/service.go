@@ -245,6 +245,19 @@ type ForgetCounts struct {
 	Objects         uint64 `json:"objects"`
 }
 
+// Add adds o's counts to c's.
+func (c *ForgetCounts) Add(o ForgetCounts) {
+	c.ChatMessages += o.ChatMessages
+	c.ChatMessagesErased += o.ChatMessagesErased
+	c.ResultRevisions += o.ResultRevisions
+	c.PolicyRevisions += o.PolicyRevisions
+	c.Requests += o.Requests
+	c.Events += o.Events
+	c.DeadLetters += o.DeadLetters
+	c.ActivityMarkers += o.ActivityMarkers
+	c.Objects += o.Objects
+}
+
 // Tombstone is the value a forget leaves, for a while, in KV bucket
 // compaction-forgotten under ForgetKey(conversation) (tombstone.v1.json): the
 // conversation's messages up to ThroughSeq were deleted. Processes that were working on

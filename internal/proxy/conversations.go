@@ -1,0 +1,403 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// The meta keys the proxy writes on every message it stores.
+const (
+	// MetaPos is the message's position in the client's history, from 1. On a branch's
+	// seed (the parent's summary) it is the last position the summary covers.
+	MetaPos = "proxy.n"
+	// MetaChain is the chain link (Link) through the message: the digest of the client's
+	// history up to and including it.
+	MetaChain = "proxy.chain"
+	// MetaOwner is the digest of the credential the message came with.
+	MetaOwner = "proxy.owner"
+	// MetaSeed, on a branch's seed messages, names the conversation whose summary they
+	// carry.
+	MetaSeed = "proxy.seed"
+)
+
+// BranchSep separates a conversation's id from the digest that names one of its
+// branches: <conversation>--<16 hex digits>. Forgetting the conversation forgets them.
+const BranchSep = jetstream.BranchSep
+
+// branchDigits is how many hex digits of the client's link name a branch.
+const branchDigits = 16
+
+// MaxConversationIDLen is the longest conversation id the proxy takes: a branch's id
+// must still be a valid conversation id.
+const MaxConversationIDLen = schemas.MaxConversationIDLen - len(BranchSep) - branchDigits
+
+// maxDepth bounds how many branches one request may walk through.
+const maxDepth = 8
+
+// maxRemembered bounds the per-process memory of cached prefixes and branch routes.
+const maxRemembered = 100_000
+
+// SettingsFunc returns the settings of one conversation (the policy cache's Settings).
+type SettingsFunc func(ctx context.Context, conv string) (policy.Settings, error)
+
+// Store is the Conversations the proxy runs on: the client's history is stored once in
+// CHAT with a digest chain in each message's meta, and the model is sent the compacted
+// context. It is safe for concurrent use.
+type Store struct {
+	st       *jetstream.Store
+	c        *pipeline.Client
+	settings SettingsFunc
+	log      zerolog.Logger
+	now      func() time.Time
+
+	locks  sync.Map // conversation -> *sync.Mutex: one turn at a time per conversation and process
+	mu     sync.Mutex
+	sticky map[string]stickyValue // conversation -> the value last sent
+	routes map[string]route       // conversation -> the branch last resolved
+}
+
+// stickyValue is the compaction a conversation was last sent with, and when: its
+// prefix is what the provider has cached.
+type stickyValue struct {
+	value *schemas.Result
+	at    time.Time
+}
+
+// route remembers that a client history whose link at pos is link lives on branch.
+type route struct {
+	pos    int
+	link   Digest
+	branch string
+}
+
+// NewConversations returns the Store of st, on nc. settings gives each conversation's
+// policy (its context window bounds what the model is sent).
+func NewConversations(nc *nats.Conn, st *jetstream.Store, settings SettingsFunc, log zerolog.Logger) *Store {
+	return &Store{
+		st: st, c: pipeline.NewWithStore(nc, st), settings: settings, log: log, now: time.Now,
+		sticky: map[string]stickyValue{}, routes: map[string]route{},
+	}
+}
+
+// turnState is what Finish needs of a turn.
+type turnState struct {
+	root    string
+	msgs    []schemas.Message
+	chain   []Digest
+	owner   string
+	extends bool // the reply extends Turn.Conv at position len(msgs)+1
+	gen     uint64
+}
+
+// Prepare implements Conversations.
+func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message, opts TurnOptions) (*Turn, error) {
+	if err := checkHistory(conv, msgs); err != nil {
+		return nil, err
+	}
+	unlock := s.lock(conv)
+	defer unlock()
+	chain := Chain(msgs)
+	pl, err := s.resolve(ctx, conv, msgs, chain, opts.Owner)
+	if err != nil {
+		return nil, err
+	}
+	t := &Turn{Conv: pl.conv, Branch: pl.reason, Published: pl.published, ClientTokens: tokens.Messages(msgs)}
+	limit, err := s.limit(ctx, pl.conv, opts.MaxOutput)
+	if err != nil {
+		return nil, err
+	}
+	if pl.upTo > 0 {
+		err = s.forwardPrefix(ctx, t, pl, msgs, limit)
+	} else {
+		err = s.forward(ctx, t, pl, limit, opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.state = &turnState{root: conv, msgs: msgs, chain: chain, owner: opts.Owner, extends: pl.upTo == 0, gen: t.Context.Generation}
+	return t, nil
+}
+
+// checkHistory refuses what the proxy cannot store: no messages, an id too long for
+// its branches, a message that breaks the wire contract.
+func checkHistory(conv string, msgs []schemas.Message) error {
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if len(conv) > MaxConversationIDLen {
+		return fmt.Errorf("%w: conversation id is %d characters long; the proxy takes at most %d (its branches add %d)",
+			ErrBadRequest, len(conv), MaxConversationIDLen, len(BranchSep)+branchDigits)
+	}
+	if len(msgs) == 0 {
+		return fmt.Errorf("%w: the request has no messages", ErrBadRequest)
+	}
+	for i := range msgs {
+		if err := msgs[i].Validate(); err != nil {
+			return fmt.Errorf("%w: message %d: %v", ErrBadRequest, i, err)
+		}
+	}
+	return nil
+}
+
+// lock serializes the turns of one conversation in this process.
+func (s *Store) lock(conv string) func() {
+	m, _ := s.locks.LoadOrStore(conv, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// Finish implements Conversations.
+func (s *Store) Finish(ctx context.Context, t *Turn, reply schemas.Message, usage *Usage) error {
+	st, ok := t.state.(*turnState)
+	if !ok {
+		return errors.New("proxy: a turn Prepare did not return")
+	}
+	reply.Role = schemas.RoleAssistant
+	if usage != nil && usage.Input > 0 {
+		reply.Usage = &schemas.Usage{PromptTokens: usage.Input, CompletionTokens: usage.Output,
+			TotalTokens: usage.Input + usage.Output, CachedTokens: usage.CacheRead}
+		gen := st.gen
+		reply.ContextGeneration = &gen
+	}
+	unlock := s.lock(st.root)
+	defer unlock()
+	if st.extends {
+		// The usual turn: the reply is the next message of the conversation the turn
+		// stored in.
+		n := len(st.msgs)
+		var prev Digest
+		if n > 0 {
+			prev = st.chain[n-1]
+		}
+		_, _, err := s.publish(ctx, t.Conv, []schemas.Message{reply}, n, prev, st.owner)
+		return err
+	}
+	// The client had dropped messages the conversation holds: its history with this
+	// reply is a branch of its own.
+	msgs := append(append([]schemas.Message(nil), st.msgs...), reply)
+	_, err := s.resolve(ctx, st.root, msgs, Chain(msgs), st.owner)
+	return err
+}
+
+// place is where a client's history stands in the stored conversations.
+type place struct {
+	conv      string
+	reason    string // "" or the branch's reason
+	published int
+	// upTo > 0: the client's history is a strict prefix of conv's (it dropped the
+	// messages after position upTo): nothing was stored.
+	upTo int
+	// last is the sequence of conv's newest message: what the read must include.
+	last uint64
+}
+
+// tip is what the newest stored message of a conversation says of the history.
+type tip struct {
+	seq   uint64
+	pos   int
+	link  Digest
+	owner string
+	empty bool
+}
+
+// resolve finds the conversation (conv or one of its branches) the client's history
+// extends, stores what it adds there, and returns it.
+func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message, chain []Digest, owner string) (place, error) {
+	target, reason := root, ""
+	tp, err := s.tip(ctx, root)
+	if err != nil {
+		return place{}, err
+	}
+	if tp.empty {
+		// New, or forgotten: a branch remembered from before is not its history.
+		s.forgetRoute(root)
+	} else if r, ok := s.route(root); ok && r.pos <= len(chain) && chain[r.pos-1] == r.link {
+		target, reason = r.branch, "edit"
+	}
+	for depth := 0; depth < maxDepth; depth++ {
+		if depth > 0 || target != root {
+			if tp, err = s.tip(ctx, target); err != nil {
+				return place{}, err
+			}
+		}
+		if err := checkOwner(tp, owner); err != nil {
+			return place{}, err
+		}
+		if tp.empty || tp.pos <= len(chain) && chain[tp.pos-1] == tp.link {
+			n, last, err := s.publish(ctx, target, msgs[tp.pos:], tp.pos, prevLink(chain, tp.pos), owner)
+			return place{conv: target, reason: reason, published: n, last: max(last, tp.seq)}, err
+		}
+		common, stored, err := s.common(ctx, target, chain)
+		if err != nil {
+			return place{}, err
+		}
+		if common == len(chain) {
+			why := "truncate"
+			if tp.pos == common+1 {
+				why = "regenerate"
+			}
+			if reason != "" {
+				why = reason
+			}
+			return place{conv: target, reason: why, upTo: common}, nil
+		}
+		branch := root + BranchSep + chain[common].String()[:branchDigits]
+		if err := s.seed(ctx, target, branch, stored, chain[:common], owner); err != nil {
+			return place{}, err
+		}
+		s.remember(root, route{pos: common + 1, link: chain[common], branch: branch})
+		target = branch
+		if reason == "" {
+			reason = "edit"
+		}
+	}
+	return place{}, fmt.Errorf("%w: the history of %s walks through more than %d branches", ErrBadRequest, root, maxDepth)
+}
+
+// prevLink is the link before position pos+1: the chain's at pos, zero at 0.
+func prevLink(chain []Digest, pos int) Digest {
+	if pos == 0 {
+		return Digest{}
+	}
+	return chain[pos-1]
+}
+
+// checkOwner refuses a history that the conversation's newest message says another
+// credential wrote.
+func checkOwner(tp tip, owner string) error {
+	if tp.empty || tp.owner == "" || tp.owner == owner {
+		return nil
+	}
+	return ErrNotOwner
+}
+
+// tip reads a conversation's newest message from the stream leader.
+func (s *Store) tip(ctx context.Context, conv string) (tip, error) {
+	m, ok, err := s.st.Chat().Last(ctx, conv)
+	if err != nil {
+		return tip{}, err
+	}
+	if !ok {
+		return tip{empty: true}, nil
+	}
+	e := m.Entry()
+	if e.Err != nil {
+		return tip{}, fmt.Errorf("%w: the newest message of %s breaks the wire contract: %v", ErrBadRequest, conv, e.Err)
+	}
+	pos, link, ok := position(&e.Message)
+	if !ok {
+		return tip{}, fmt.Errorf("%w: conversation %s was not written through the proxy (its newest message has no %s)", ErrBadRequest, conv, MetaChain)
+	}
+	return tip{seq: m.Seq, pos: pos, link: link, owner: e.Message.Meta[MetaOwner]}, nil
+}
+
+// position reads a stored message's place in the client's history from its meta.
+func position(m *schemas.Message) (int, Digest, bool) {
+	pos, err := strconv.Atoi(m.Meta[MetaPos])
+	if err != nil || pos < 0 {
+		return 0, Digest{}, false
+	}
+	link, ok := parseDigest(m.Meta[MetaChain])
+	return pos, link, ok
+}
+
+// common is how many of the client's first messages conv holds unchanged: the largest
+// position at which a stored link equals the client's.
+func (s *Store) common(ctx context.Context, conv string, chain []Digest) (int, []schemas.Entry, error) {
+	stored, err := s.st.Chat().LoadLeader(ctx, conv, 0, 0)
+	if err != nil {
+		return 0, nil, err
+	}
+	best := 0
+	entries := make([]schemas.Entry, 0, len(stored))
+	for _, m := range stored {
+		e := m.Entry()
+		if e.Err != nil {
+			continue
+		}
+		entries = append(entries, e)
+		if pos, link, ok := position(&e.Message); ok && pos > best && pos <= len(chain) && chain[pos-1] == link {
+			best = pos
+		}
+	}
+	return best, entries, nil
+}
+
+// publish stores msgs as the client's positions from+1 on, after link prev, with ids
+// that make the same turn sent again store nothing twice.
+func (s *Store) publish(ctx context.Context, conv string, msgs []schemas.Message, from int, prev Digest, owner string) (n int, last uint64, err error) {
+	if len(msgs) == 0 {
+		return 0, 0, nil
+	}
+	batch := make([]pipeline.BatchMsg, len(msgs))
+	for i := range msgs {
+		m := msgs[i]
+		prev = Link(prev, &m)
+		m.Meta = withMeta(m.Meta, from+i+1, prev, owner)
+		batch[i] = pipeline.BatchMsg{Conv: conv, Message: m, MsgID: "proxy:" + conv + ":" + strconv.Itoa(from+i+1) + ":" + prev.String()}
+	}
+	seqs, err := s.c.PublishBatch(ctx, batch, pipeline.BatchOptions{})
+	if err != nil {
+		if errors.Is(err, schemas.ErrInvalid) || errors.Is(err, pipeline.ErrToolResultWithoutCall) || errors.Is(err, pipeline.ErrTooLarge) {
+			return 0, 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		}
+		return 0, 0, err
+	}
+	return len(seqs), seqs[len(seqs)-1], nil
+}
+
+// withMeta is meta with the proxy's keys set (a copy: the client's map is not changed).
+func withMeta(meta map[string]string, pos int, link Digest, owner string) map[string]string {
+	out := make(map[string]string, len(meta)+3)
+	for k, v := range meta {
+		out[k] = v
+	}
+	out[MetaPos] = strconv.Itoa(pos)
+	out[MetaChain] = link.String()
+	if owner != "" {
+		out[MetaOwner] = owner
+	} else {
+		delete(out, MetaOwner)
+	}
+	return out
+}
+
+// remember keeps the branch a client's history was last found on.
+func (s *Store) remember(root string, r route) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.routes) >= maxRemembered {
+		clear(s.routes)
+	}
+	s.routes[root] = r
+}
+
+// route is the branch remembered for root.
+func (s *Store) route(root string) (route, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.routes[root]
+	return r, ok
+}
+
+// forgetRoute drops what is remembered of conv (its route and its cached prefix).
+func (s *Store) forgetRoute(conv string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.routes, conv)
+	delete(s.sticky, conv)
+}

@@ -1,0 +1,224 @@
+package proxy_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+)
+
+func user(s string) schemas.Message { return schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(s)} }
+func bot(s string) schemas.Message {
+	return schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(s)}
+}
+
+// textBlock is s as the one text part a client may send back instead of a string.
+func textBlock(role schemas.Role, s string) schemas.Message {
+	return schemas.Message{Role: role, Content: schemas.Parts([]byte(`{"type":"text","text":"` + s + `"}`))}
+}
+
+type fixture struct {
+	t    *testing.T
+	ctx  context.Context
+	st   *jetstream.Store
+	conv *proxy.Store
+	opts proxy.TurnOptions
+}
+
+func newFixture(t *testing.T, nc *nats.Conn, st *jetstream.Store, window int) *fixture {
+	set := policy.Defaults()
+	set.ContextWindow = window
+	settings := func(context.Context, string) (policy.Settings, error) { return set, nil }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return &fixture{t: t, ctx: ctx, st: st, conv: proxy.NewConversations(nc, st, settings, zerolog.Nop()), opts: proxy.TurnOptions{Owner: "owner-a", CacheTTL: time.Minute}}
+}
+
+// turn prepares a turn and finishes it with reply ("" leaves it unfinished).
+func (f *fixture) turn(conv string, msgs []schemas.Message, reply string) *proxy.Turn {
+	f.t.Helper()
+	tr, err := f.conv.Prepare(f.ctx, conv, msgs, f.opts)
+	if err != nil {
+		f.t.Fatalf("prepare: %v", err)
+	}
+	if reply != "" {
+		if err := f.conv.Finish(f.ctx, tr, bot(reply), &proxy.Usage{Input: 100, Output: 10}); err != nil {
+			f.t.Fatalf("finish: %v", err)
+		}
+	}
+	return tr
+}
+
+// stored is the text of every message of conv in CHAT, in order.
+func (f *fixture) stored(conv string) []string {
+	f.t.Helper()
+	msgs, err := f.st.Chat().LoadLeader(f.ctx, conv, 0, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []string
+	for _, m := range msgs {
+		e := m.Entry()
+		out = append(out, e.Message.Content.String())
+	}
+	return out
+}
+
+// sent is the text the model is sent in t.
+func sent(t *proxy.Turn) string {
+	var b strings.Builder
+	for _, m := range t.Context.Messages {
+		b.WriteString(m.Content.String())
+		b.WriteString("|")
+	}
+	return b.String()
+}
+
+// A client resends its whole history every turn: each message is stored once, the
+// reply as the assistant message, a retried turn stores nothing, and the client's copy
+// of the reply as a text block is the same message as the string stored.
+func TestEachMessageStoredOnce(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		sys := schemas.Message{Role: schemas.RoleSystem, Content: schemas.Text("be brief")}
+		t1 := f.turn("c1", []schemas.Message{sys, user("one")}, "reply one")
+		if t1.Published != 2 || t1.Conv != "c1" || t1.Branch != "" {
+			t.Fatalf("first turn: published %d on %s (%q)", t1.Published, t1.Conv, t1.Branch)
+		}
+		h2 := []schemas.Message{sys, user("one"), textBlock(schemas.RoleAssistant, "reply one"), user("two")}
+		t2 := f.turn("c1", h2, "")
+		if t2.Published != 1 {
+			t.Fatalf("second turn published %d; want 1 (only the new user message)", t2.Published)
+		}
+		retry := f.turn("c1", h2, "reply two")
+		if retry.Published != 0 || retry.Branch != "" {
+			t.Fatalf("retried turn published %d (%q); want 0", retry.Published, retry.Branch)
+		}
+		got := strings.Join(f.stored("c1"), "|")
+		if want := "be brief|one|reply one|two|reply two"; got != want {
+			t.Fatalf("CHAT holds %q; want %q", got, want)
+		}
+		if s := sent(retry); s != "be brief|one|reply one|two|" {
+			t.Fatalf("model sent %q", s)
+		}
+	})
+}
+
+// A regenerated reply: the client drops the last reply and sends the rest again. The
+// model is never sent the dropped reply; the new reply goes to a branch, and the next
+// turn on it finds the branch.
+func TestRegenerateBranches(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		h := []schemas.Message{user("one")}
+		f.turn("c2", h, "first answer")
+		regen := f.turn("c2", h, "second answer")
+		if regen.Branch != "regenerate" || strings.Contains(sent(regen), "first answer") {
+			t.Fatalf("regenerate: branch %q, sent %q", regen.Branch, sent(regen))
+		}
+		next := f.turn("c2", []schemas.Message{user("one"), bot("second answer"), user("two")}, "")
+		if !strings.HasPrefix(next.Conv, "c2--") || strings.Contains(sent(next), "first answer") {
+			t.Fatalf("after the regenerate: on %s, sent %q", next.Conv, sent(next))
+		}
+		if got := strings.Join(f.stored(next.Conv), "|"); got != "one|second answer|two" {
+			t.Fatalf("branch holds %q", got)
+		}
+		if got := strings.Join(f.stored("c2"), "|"); got != "one|first answer" {
+			t.Fatalf("the conversation was changed: %q", got)
+		}
+	})
+}
+
+// summarize writes a value for conv whose summary covers every message before the one
+// holding tailText, as a worker would.
+func summarize(f *fixture, conv, summary, tailText string) {
+	f.t.Helper()
+	msgs, err := f.st.Chat().LoadLeader(f.ctx, conv, 0, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if e := m.Entry(); e.Message.Content.String() == tailText {
+			_, rev, _ := f.st.Results().Get(f.ctx, conv, true)
+			v := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: 1, Summary: summary,
+				TailStartSeq: m.Seq, CoveredThroughSeq: m.Seq - 1, FirstSeq: msgs[0].Seq, CreatedAt: time.Now()}
+			if _, err := f.st.Results().Put(f.ctx, v, rev); err != nil {
+				f.t.Fatal(err)
+			}
+			return
+		}
+	}
+	f.t.Fatalf("no message %q", tailText)
+}
+
+// Edits: an edit in the tail makes a branch that starts from the parent's summary (it
+// covers only messages the client still has); an edit of a message the summary covers
+// makes a branch from the client's own messages: the old summary is never sent.
+func TestEditsBranchOnDigests(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		h := []schemas.Message{user("alpha"), bot("beta"), user("gamma"), bot("delta"), user("epsilon")}
+		f.turn("c3", h, "zeta")
+		summarize(f, "c3", "SUMMARY of the first two", "gamma")
+		live := f.turn("c3", append(h, bot("zeta"), user("eta")), "")
+		if s := sent(live); !strings.Contains(s, "SUMMARY") || strings.Contains(s, "alpha|") {
+			t.Fatalf("compacted turn sent %q", s)
+		}
+
+		tailEdit := []schemas.Message{user("alpha"), bot("beta"), user("gamma"), bot("delta"), user("EPSILON EDITED")}
+		te := f.turn("c3", tailEdit, "")
+		if te.Branch != "edit" || !strings.Contains(sent(te), "SUMMARY") || strings.Contains(sent(te), "epsilon|") || strings.Contains(sent(te), "zeta") {
+			t.Fatalf("tail edit: branch %q, sent %q", te.Branch, sent(te))
+		}
+		if got := strings.Join(f.stored(te.Conv), "|"); !strings.Contains(got, "SUMMARY") || !strings.HasSuffix(got, "gamma|delta|EPSILON EDITED") {
+			t.Fatalf("tail-edit branch holds %q", got)
+		}
+
+		earlyEdit := []schemas.Message{user("ALPHA EDITED"), bot("beta"), user("gamma")}
+		ee := f.turn("c3", earlyEdit, "")
+		if ee.Branch != "edit" || strings.Contains(sent(ee), "SUMMARY") || sent(ee) != "ALPHA EDITED|beta|gamma|" {
+			t.Fatalf("edit of a summarized message: branch %q on %s, sent %q", ee.Branch, ee.Conv, sent(ee))
+		}
+		if ee.Conv == te.Conv {
+			t.Fatal("two different edits share a branch")
+		}
+	})
+}
+
+// A conversation written with one credential is refused to another.
+func TestAnotherCredentialIsRefused(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		f.turn("c4", []schemas.Message{user("secret plan")}, "ok")
+		f.opts.Owner = "owner-b"
+		if _, err := f.conv.Prepare(f.ctx, "c4", []schemas.Message{user("secret plan")}, f.opts); !errors.Is(err, proxy.ErrNotOwner) {
+			t.Fatalf("another owner: %v; want ErrNotOwner", err)
+		}
+	})
+}
+
+// Over the window with no compaction coming, the context is cut at read time to fit.
+func TestOverTheWindowIsCut(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 2000)
+		var h []schemas.Message
+		for i := 0; i < 20; i++ {
+			h = append(h, user(strings.Repeat("word ", 200)), bot("ok"))
+		}
+		h = append(h, user("last"))
+		tr := f.turn("c5", h, "")
+		if !tr.Cut || tr.Context.Tokens > 2000 || tr.ClientTokens <= 2000 {
+			t.Fatalf("cut %v, sent %d tokens of the client's %d; want a cut under 2000", tr.Cut, tr.Context.Tokens, tr.ClientTokens)
+		}
+	})
+}
