@@ -115,14 +115,15 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 		return nil, err
 	}
 	t := &Turn{Conv: pl.conv, Branch: pl.reason, Published: pl.published, ClientTokens: tokens.Messages(msgs)}
-	limit, err := s.limit(ctx, pl.conv, opts.MaxOutput)
+	// The client's conversation's settings bound its branches too.
+	b, err := s.bounds(ctx, conv, opts.MaxOutput)
 	if err != nil {
 		return nil, err
 	}
 	if pl.upTo > 0 {
-		err = s.forwardPrefix(ctx, t, pl, msgs, limit)
+		err = s.forwardPrefix(ctx, t, pl, msgs, b.limit)
 	} else {
-		err = s.forward(ctx, t, pl, limit, opts)
+		err = s.forward(ctx, t, pl, b, opts)
 	}
 	if err != nil {
 		return nil, err

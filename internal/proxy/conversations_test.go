@@ -17,7 +17,9 @@ import (
 	"github.com/compactor/compactor/schemas/policy"
 )
 
-func user(s string) schemas.Message { return schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(s)} }
+func user(s string) schemas.Message {
+	return schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(s)}
+}
 func bot(s string) schemas.Message {
 	return schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(s)}
 }
@@ -139,28 +141,6 @@ func TestRegenerateBranches(t *testing.T) {
 	})
 }
 
-// summarize writes a value for conv whose summary covers every message before the one
-// holding tailText, as a worker would.
-func summarize(f *fixture, conv, summary, tailText string) {
-	f.t.Helper()
-	msgs, err := f.st.Chat().LoadLeader(f.ctx, conv, 0, 0)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	for _, m := range msgs {
-		if e := m.Entry(); e.Message.Content.String() == tailText {
-			_, rev, _ := f.st.Results().Get(f.ctx, conv, true)
-			v := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: 1, Summary: summary,
-				TailStartSeq: m.Seq, CoveredThroughSeq: m.Seq - 1, FirstSeq: msgs[0].Seq, CreatedAt: time.Now()}
-			if _, err := f.st.Results().Put(f.ctx, v, rev); err != nil {
-				f.t.Fatal(err)
-			}
-			return
-		}
-	}
-	f.t.Fatalf("no message %q", tailText)
-}
-
 // Edits: an edit in the tail makes a branch that starts from the parent's summary (it
 // covers only messages the client still has); an edit of a message the summary covers
 // makes a branch from the client's own messages: the old summary is never sent.
@@ -169,7 +149,7 @@ func TestEditsBranchOnDigests(t *testing.T) {
 		f := newFixture(t, nc, st, 128000)
 		h := []schemas.Message{user("alpha"), bot("beta"), user("gamma"), bot("delta"), user("epsilon")}
 		f.turn("c3", h, "zeta")
-		summarize(f, "c3", "SUMMARY of the first two", "gamma")
+		putValue(f, "c3", 1, "SUMMARY of the first two", "gamma")
 		live := f.turn("c3", append(h, bot("zeta"), user("eta")), "")
 		if s := sent(live); !strings.Contains(s, "SUMMARY") || strings.Contains(s, "alpha|") {
 			t.Fatalf("compacted turn sent %q", s)
@@ -219,6 +199,57 @@ func TestOverTheWindowIsCut(t *testing.T) {
 		tr := f.turn("c5", h, "")
 		if !tr.Cut || tr.Context.Tokens > 2000 || tr.ClientTokens <= 2000 {
 			t.Fatalf("cut %v, sent %d tokens of the client's %d; want a cut under 2000", tr.Cut, tr.Context.Tokens, tr.ClientTokens)
+		}
+	})
+}
+
+// putValue writes generation gen of conv's value, its tail starting at the message
+// holding tailText.
+func putValue(f *fixture, conv string, gen uint64, summary, tailText string) {
+	f.t.Helper()
+	msgs, err := f.st.Chat().LoadLeader(f.ctx, conv, 0, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if e := m.Entry(); e.Message.Content.String() == tailText {
+			_, rev, _ := f.st.Results().Get(f.ctx, conv, true)
+			v := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: gen, Summary: summary,
+				TailStartSeq: m.Seq, CoveredThroughSeq: m.Seq - 1, FirstSeq: msgs[0].Seq, CreatedAt: time.Now()}
+			if _, err := f.st.Results().Put(f.ctx, v, rev); err != nil {
+				f.t.Fatal(err)
+			}
+			return
+		}
+	}
+	f.t.Fatalf("no message %q", tailText)
+}
+
+// Between compactions the model is sent the same prefix: a newer compaction is not
+// swapped in while the provider's cache likely holds the one sent before, and is once
+// the cache has likely expired, or once the context outgrows the threshold.
+func TestNewerCompactionWaitsForTheCache(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		now := time.Now()
+		proxy.SetClock(f.conv, func() time.Time { return now })
+		h := []schemas.Message{user("m1"), bot("m2"), user("m3"), bot("m4"), user("m5")}
+		f.turn("c6", h, "m6")
+		putValue(f, "c6", 1, "FIRST SUMMARY", "m3")
+		h = append(h, bot("m6"), user("m7"))
+		if tr := f.turn("c6", h, "m8"); tr.Context.Generation != 1 {
+			t.Fatalf("first compacted turn: generation %d", tr.Context.Generation)
+		}
+		putValue(f, "c6", 2, "SECOND SUMMARY", "m7")
+		h = append(h, bot("m8"), user("m9"))
+		now = now.Add(time.Second)
+		if tr := f.turn("c6", h, "m10"); tr.Context.Generation != 1 || !strings.Contains(sent(tr), "FIRST SUMMARY") {
+			t.Fatalf("within the cache's life: generation %d, sent %q; want the first summary again", tr.Context.Generation, sent(tr))
+		}
+		h = append(h, bot("m10"), user("m11"))
+		now = now.Add(2 * time.Minute) // past the fixture's CacheTTL of a minute
+		if tr := f.turn("c6", h, ""); tr.Context.Generation != 2 || !strings.Contains(sent(tr), "SECOND SUMMARY") {
+			t.Fatalf("past the cache's life: generation %d, sent %q; want the second summary", tr.Context.Generation, sent(tr))
 		}
 	})
 }

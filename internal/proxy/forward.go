@@ -11,23 +11,33 @@ import (
 	"github.com/compactor/compactor/schemas/tokens"
 )
 
-// limit is the most the model may be sent for conv: the hard limit of its window, less
-// the output the request reserves, never under a quarter of the window.
-func (s *Store) limit(ctx context.Context, conv string, maxOutput int) (int, error) {
+// bounds are what a turn may send the model.
+type bounds struct {
+	// limit is the most the model may be sent: the hard limit of its window, less the
+	// output the request reserves, never under a quarter of the window.
+	limit int
+	// stale is the size past which a compaction sent before is given up for a newer
+	// one although the provider may still cache it: the compaction threshold.
+	stale int
+}
+
+// bounds reads conv's window.
+func (s *Store) bounds(ctx context.Context, conv string, maxOutput int) (bounds, error) {
 	set, err := s.settings(ctx, conv)
 	if err != nil {
-		return 0, err
+		return bounds{}, err
 	}
 	w := set.ContextWindow
-	limit := min(set.Budget().HardLimitTokens(), w-maxOutput)
-	return max(limit, w/4), nil
+	limit := max(min(set.Budget().HardLimitTokens(), w-maxOutput), w/4)
+	return bounds{limit: limit, stale: min(limit, int(set.Threshold*float64(w)))}, nil
 }
 
 // forward reads what the model is sent for a history the conversation holds whole:
 // the compaction last sent while the provider's cache likely holds it and the window
 // allows, else the newest; a pending compaction is waited for (up to opts.Wait) when
 // the context is over the limit, and the context is cut at read time when it still is.
-func (s *Store) forward(ctx context.Context, t *Turn, pl place, limit int, opts TurnOptions) error {
+func (s *Store) forward(ctx context.Context, t *Turn, pl place, b bounds, opts TurnOptions) error {
+	limit := b.limit
 	read := func(more ...pipeline.ContextOption) (*assemble.Context, error) {
 		return s.c.Context(ctx, pl.conv, append([]pipeline.ContextOption{pipeline.AtLeastSeq(pl.last)}, more...)...)
 	}
@@ -36,7 +46,7 @@ func (s *Store) forward(ctx context.Context, t *Turn, pl place, limit int, opts 
 	if err != nil {
 		return err
 	}
-	if cx.Tokens > limit && earlier != nil && cx.Generation == earlier.Generation {
+	if cx.Tokens > b.stale && earlier != nil && cx.Generation == earlier.Generation {
 		if cx, err = read(); err != nil {
 			return err
 		}
