@@ -31,6 +31,10 @@ func (s *Store) seed(ctx context.Context, parent, branch string, stored []schema
 	if err != nil || cx.Generation != v.Generation {
 		return err
 	}
+	base, err := s.base(ctx, branch, tp)
+	if err != nil {
+		return err
+	}
 	var batch []pipeline.BatchMsg
 	for i := range cx.Messages {
 		if cx.Seqs[i] != 0 && cx.Seqs[i] >= v.TailStartSeq {
@@ -39,7 +43,7 @@ func (s *Store) seed(ctx context.Context, parent, branch string, stored []schema
 		m := cx.Messages[i].StripMetadata()
 		m.Meta = withMeta(nil, pos, link, owner)
 		m.Meta[MetaSeed] = parent
-		batch = append(batch, pipeline.BatchMsg{Conv: branch, Message: m, MsgID: "proxy-seed:" + branch + ":" + strconv.Itoa(i)})
+		batch = append(batch, pipeline.BatchMsg{Conv: branch, Message: m, MsgID: "proxy-seed:" + branch + ":" + strconv.FormatUint(base, 10) + ":" + strconv.Itoa(i)})
 	}
 	if len(batch) == 0 {
 		return nil

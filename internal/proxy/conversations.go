@@ -98,7 +98,8 @@ type turnState struct {
 	msgs    []schemas.Message
 	chain   []Digest
 	owner   string
-	extends bool // the reply extends Turn.Conv at position len(msgs)+1
+	extends bool   // the reply extends Turn.Conv at position len(msgs)+1
+	last    uint64 // the sequence the reply is appended after
 	gen     uint64
 }
 
@@ -128,7 +129,7 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 	if err != nil {
 		return nil, err
 	}
-	t.state = &turnState{root: conv, msgs: msgs, chain: chain, owner: opts.Owner, extends: pl.upTo == 0, gen: t.Context.Generation}
+	t.state = &turnState{root: conv, msgs: msgs, chain: chain, owner: opts.Owner, extends: pl.upTo == 0, last: pl.last, gen: t.Context.Generation}
 	return t, nil
 }
 
@@ -184,7 +185,7 @@ func (s *Store) Finish(ctx context.Context, t *Turn, reply schemas.Message, usag
 		if n > 0 {
 			prev = st.chain[n-1]
 		}
-		_, _, err := s.publish(ctx, t.Conv, []schemas.Message{reply}, n, prev, st.owner)
+		_, _, err := s.publish(ctx, t.Conv, []schemas.Message{reply}, n, prev, st.owner, st.last)
 		return err
 	}
 	// The client had dropped messages the conversation holds: its history with this
@@ -239,7 +240,11 @@ func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message
 			return place{}, err
 		}
 		if tp.empty || tp.pos <= len(chain) && chain[tp.pos-1] == tp.link {
-			n, last, err := s.publish(ctx, target, msgs[tp.pos:], tp.pos, prevLink(chain, tp.pos), owner)
+			base, err := s.base(ctx, target, tp)
+			if err != nil {
+				return place{}, err
+			}
+			n, last, err := s.publish(ctx, target, msgs[tp.pos:], tp.pos, prevLink(chain, tp.pos), owner, base)
 			return place{conv: target, reason: reason, published: n, last: max(last, tp.seq)}, err
 		}
 		common, stored, err := s.common(ctx, target, chain)
@@ -340,7 +345,12 @@ func (s *Store) common(ctx context.Context, conv string, chain []Digest) (int, [
 
 // publish stores msgs as the client's positions from+1 on, after link prev, with ids
 // that make the same turn sent again store nothing twice.
-func (s *Store) publish(ctx context.Context, conv string, msgs []schemas.Message, from int, prev Digest, owner string) (n int, last uint64, err error) {
+//
+// base is what the messages are appended after (the sequence of the conversation's
+// newest message; for an empty one, what its last forget deleted through): two copies
+// of one turn share it, while the same history stored again after a forget does not,
+// so the stream's duplicate window never refuses it.
+func (s *Store) publish(ctx context.Context, conv string, msgs []schemas.Message, from int, prev Digest, owner string, base uint64) (n int, last uint64, err error) {
 	if len(msgs) == 0 {
 		return 0, 0, nil
 	}
@@ -349,7 +359,7 @@ func (s *Store) publish(ctx context.Context, conv string, msgs []schemas.Message
 		m := msgs[i]
 		prev = Link(prev, &m)
 		m.Meta = withMeta(m.Meta, from+i+1, prev, owner)
-		batch[i] = pipeline.BatchMsg{Conv: conv, Message: m, MsgID: "proxy:" + conv + ":" + strconv.Itoa(from+i+1) + ":" + prev.String()}
+		batch[i] = pipeline.BatchMsg{Conv: conv, Message: m, MsgID: msgID(conv, base, from+i+1, prev)}
 	}
 	seqs, err := s.c.PublishBatch(ctx, batch, pipeline.BatchOptions{})
 	if err != nil {
@@ -359,6 +369,24 @@ func (s *Store) publish(ctx context.Context, conv string, msgs []schemas.Message
 		return 0, 0, err
 	}
 	return len(seqs), seqs[len(seqs)-1], nil
+}
+
+// msgID is the id of the message at client position pos with link link, appended
+// after base.
+func msgID(conv string, base uint64, pos int, link Digest) string {
+	return "proxy:" + conv + ":" + strconv.FormatUint(base, 10) + ":" + strconv.Itoa(pos) + ":" + link.String()
+}
+
+// base is what a publish to conv appends after (see publish).
+func (s *Store) base(ctx context.Context, conv string, tp tip) (uint64, error) {
+	if !tp.empty {
+		return tp.seq, nil
+	}
+	_, _, tomb, err := s.st.Results().Live(ctx, conv, true)
+	if err != nil || tomb == nil {
+		return 0, err
+	}
+	return tomb.ThroughSeq, nil
 }
 
 // withMeta is meta with the proxy's keys set (a copy: the client's map is not changed).

@@ -253,3 +253,25 @@ func TestNewerCompactionWaitsForTheCache(t *testing.T) {
 		}
 	})
 }
+
+// Forgetting a conversation forgets its branches: a client that sends its edited
+// history again after the forget is never sent the summary its branch started from.
+func TestForgottenBranchIsNeverServed(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		h := []schemas.Message{user("alpha"), bot("beta"), user("gamma"), bot("delta"), user("epsilon")}
+		f.turn("c7", h, "zeta")
+		putValue(f, "c7", 1, "FORGOTTEN SUMMARY", "gamma")
+		edited := []schemas.Message{user("alpha"), bot("beta"), user("gamma"), bot("delta"), user("EDITED")}
+		if tr := f.turn("c7", edited, "eta"); !strings.Contains(sent(tr), "FORGOTTEN SUMMARY") {
+			t.Fatalf("before the forget the branch starts from the summary: sent %q", sent(tr))
+		}
+		if _, err := st.Forget(f.ctx, "c7"); err != nil {
+			t.Fatal(err)
+		}
+		tr := f.turn("c7", append(edited, bot("eta"), user("again")), "")
+		if strings.Contains(sent(tr), "FORGOTTEN SUMMARY") || tr.Conv != "c7" || tr.Published != 7 {
+			t.Fatalf("after the forget: on %s, published %d, sent %q; want the client's messages stored anew on c7", tr.Conv, tr.Published, sent(tr))
+		}
+	})
+}
