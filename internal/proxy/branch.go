@@ -8,25 +8,112 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
+// parentView is what a diverging history was compared with.
+type parentView struct {
+	// common is how many of the client's first messages the conversation holds
+	// unchanged.
+	common int
+	// value is the conversation's live value (nil: never compacted) and covered the
+	// last client position its summary covers (0: unknown).
+	value   *schemas.Result
+	covered int
+}
+
+// common compares the client's history with conv's. The tail of conv's live value
+// is read first: a regenerate or an edit of a recent message is found there. Only an
+// edit of a message the summary covers needs the whole conversation.
+func (s *Store) common(ctx context.Context, conv string, chain []Digest) (parentView, error) {
+	v, err := s.c.Result(ctx, conv)
+	if err != nil {
+		return parentView{}, err
+	}
+	pv := parentView{value: v}
+	from := uint64(1)
+	if v != nil {
+		from = v.TailStartSeq
+	}
+	tail, err := s.entries(ctx, conv, from)
+	if err != nil {
+		return parentView{}, err
+	}
+	pv.common = longestCommon(tail, chain)
+	if v == nil || len(tail) == 0 {
+		if v != nil {
+			// Everything is summarized: compare with the whole conversation.
+			all, err := s.entries(ctx, conv, 1)
+			if err != nil {
+				return parentView{}, err
+			}
+			pv.common = longestCommon(all, chain)
+		}
+		return pv, nil
+	}
+	first := &tail[0].Message
+	pos, link, ok := position(first)
+	if !ok || first.Meta[MetaSeed] != "" {
+		return pv, nil
+	}
+	pv.covered = pos - 1
+	if pv.common > 0 || pv.covered == 0 || pv.covered > len(chain) {
+		return pv, nil
+	}
+	// The client's history diverges at the first message of the tail or before: the
+	// first tail message's link tells whether it still has what the summary covers.
+	if Link(chain[pv.covered-1], first) == link {
+		pv.common = pv.covered
+		return pv, nil
+	}
+	all, err := s.entries(ctx, conv, 1)
+	if err != nil {
+		return parentView{}, err
+	}
+	pv.common = longestCommon(all, chain)
+	return pv, nil
+}
+
+// entries reads conv's messages from sequence from on, from the stream leader.
+func (s *Store) entries(ctx context.Context, conv string, from uint64) ([]schemas.Entry, error) {
+	stored, err := s.st.Chat().LoadLeader(ctx, conv, from, 0)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]schemas.Entry, 0, len(stored))
+	for _, m := range stored {
+		if e := m.Entry(); e.Err == nil {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// longestCommon is the largest client position at which a stored link equals the
+// client's: links chain, so the histories agree up to it.
+func longestCommon(stored []schemas.Entry, chain []Digest) int {
+	best := 0
+	for i := range stored {
+		if pos, link, ok := position(&stored[i].Message); ok && pos > best && pos <= len(chain) && chain[pos-1] == link {
+			best = pos
+		}
+	}
+	return best
+}
+
 // seed starts branch from its parent when the branch has no messages yet: with the
 // parent's summary (and the messages its context keeps ahead of it) when that summary
-// covers only messages the client still has unchanged, the first len(common) of its
-// history. The summary is reused only on that digest: the parent's link at the last
-// position it covers must equal the client's. Otherwise the branch gets no seed and
-// starts from the client's own messages.
-func (s *Store) seed(ctx context.Context, parent, branch string, stored []schemas.Entry, common []Digest, owner string) error {
+// covers only messages the client still has unchanged. The summary is reused only on
+// that digest: the client's link at the last position the summary covers equals the
+// parent's. Otherwise the branch gets no seed and starts from the client's own
+// messages.
+func (s *Store) seed(ctx context.Context, parent, branch string, pv parentView, chain []Digest, owner string) error {
 	tp, err := s.tip(ctx, branch)
 	if err != nil || !tp.empty {
 		return err
 	}
-	v, err := s.c.Result(ctx, parent)
-	if err != nil || v == nil {
-		return err
-	}
-	pos, link, ok := coveredPosition(stored, v.TailStartSeq)
-	if !ok || pos == 0 || pos > len(common) || common[pos-1] != link {
+	v, pos := pv.value, pv.covered
+	if v == nil || pos == 0 || pos > pv.common {
 		return nil
 	}
+	link := chain[pos-1]
 	cx, err := s.c.Context(ctx, parent, pipeline.Value(v))
 	if err != nil || cx.Generation != v.Generation {
 		return err
@@ -50,15 +137,4 @@ func (s *Store) seed(ctx context.Context, parent, branch string, stored []schema
 	}
 	_, err = s.c.PublishBatch(ctx, batch, pipeline.BatchOptions{})
 	return err
-}
-
-// coveredPosition is the client position of the newest stored message before
-// tailStart (the last one a summary with that tail start covers) and its link.
-func coveredPosition(stored []schemas.Entry, tailStart uint64) (int, Digest, bool) {
-	for i := len(stored) - 1; i >= 0; i-- {
-		if stored[i].Seq < tailStart {
-			return position(&stored[i].Message)
-		}
-	}
-	return 0, Digest{}, false
 }

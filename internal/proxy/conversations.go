@@ -247,10 +247,11 @@ func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message
 			n, last, err := s.publish(ctx, target, msgs[tp.pos:], tp.pos, prevLink(chain, tp.pos), owner, base)
 			return place{conv: target, reason: reason, published: n, last: max(last, tp.seq)}, err
 		}
-		common, stored, err := s.common(ctx, target, chain)
+		pv, err := s.common(ctx, target, chain)
 		if err != nil {
 			return place{}, err
 		}
+		common := pv.common
 		if common == len(chain) {
 			why := "truncate"
 			if tp.pos == common+1 {
@@ -262,7 +263,7 @@ func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message
 			return place{conv: target, reason: why, upTo: common}, nil
 		}
 		branch := root + BranchSep + chain[common].String()[:branchDigits]
-		if err := s.seed(ctx, target, branch, stored, chain[:common], owner); err != nil {
+		if err := s.seed(ctx, target, branch, pv, chain, owner); err != nil {
 			return place{}, err
 		}
 		s.remember(root, route{pos: common + 1, link: chain[common], branch: branch})
@@ -319,28 +320,6 @@ func position(m *schemas.Message) (int, Digest, bool) {
 	}
 	link, ok := parseDigest(m.Meta[MetaChain])
 	return pos, link, ok
-}
-
-// common is how many of the client's first messages conv holds unchanged: the largest
-// position at which a stored link equals the client's.
-func (s *Store) common(ctx context.Context, conv string, chain []Digest) (int, []schemas.Entry, error) {
-	stored, err := s.st.Chat().LoadLeader(ctx, conv, 0, 0)
-	if err != nil {
-		return 0, nil, err
-	}
-	best := 0
-	entries := make([]schemas.Entry, 0, len(stored))
-	for _, m := range stored {
-		e := m.Entry()
-		if e.Err != nil {
-			continue
-		}
-		entries = append(entries, e)
-		if pos, link, ok := position(&e.Message); ok && pos > best && pos <= len(chain) && chain[pos-1] == link {
-			best = pos
-		}
-	}
-	return best, entries, nil
 }
 
 // publish stores msgs as the client's positions from+1 on, after link prev, with ids
