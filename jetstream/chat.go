@@ -31,7 +31,18 @@ var ErrMissingMessage = errors.New("message is not in the conversation's history
 // ack carries the first copy's sequence. An id the stream had for another message is an
 // error matching ErrDuplicate (see CheckDuplicate).
 func (ch *Chat) Publish(ctx context.Context, conv string, data []byte, msgID string) (uint64, error) {
-	m, err := ch.chatMsg(conv, data, msgID)
+	return ch.PublishWith(ctx, conv, data, msgID, TraceHeader{})
+}
+
+// TraceHeader is the W3C trace context (traceparent, tracestate) a chat message carries
+// to the trigger, which links the compaction it leads to with it. Zero: none.
+type TraceHeader struct {
+	Parent, State string
+}
+
+// PublishWith is Publish with the trace context tr on the message.
+func (ch *Chat) PublishWith(ctx context.Context, conv string, data []byte, msgID string, tr TraceHeader) (uint64, error) {
+	m, err := ch.chatMsg(conv, data, msgID, tr)
 	if err != nil {
 		return 0, err
 	}
@@ -60,7 +71,12 @@ type PubAckFuture = natsjs.PubAckFuture
 // the connection closes meanwhile). The header of the future's Msg may be shared with
 // other publishes: read it, never change it.
 func (ch *Chat) PublishAsync(conv string, data []byte, msgID string) (PubAckFuture, error) {
-	m, err := ch.chatMsg(conv, data, msgID)
+	return ch.PublishAsyncWith(conv, data, msgID, TraceHeader{})
+}
+
+// PublishAsyncWith is PublishAsync with the trace context tr on the message.
+func (ch *Chat) PublishAsyncWith(conv string, data []byte, msgID string, tr TraceHeader) (PubAckFuture, error) {
+	m, err := ch.chatMsg(conv, data, msgID, tr)
 	if err != nil {
 		return nil, err
 	}
@@ -75,16 +91,28 @@ func (ch *Chat) PublishAsync(conv string, data []byte, msgID string) (PubAckFutu
 // Nats-Expected-Stream naming CHAT (a subject some other stream captured refuses the
 // message instead of storing it there) and, for a non-empty msgID, Nats-Msg-Id. The
 // headers are set here, once, instead of through publish options: a message without an
-// id shares one read-only header per stream, so a publish builds no header.
-func (ch *Chat) chatMsg(conv string, data []byte, msgID string) (*nats.Msg, error) {
+// id shares one read-only header per stream, so a publish builds no header. A trace
+// context that would break the header block is left out.
+func (ch *Chat) chatMsg(conv string, data []byte, msgID string, tr TraceHeader) (*nats.Msg, error) {
 	subj, err := ch.cfg.ChatSubject(conv)
 	if err != nil {
 		return nil, err
 	}
 	stream := expectStream(ch.cfg.ChatStream)
 	h := stream.header
-	if msgID != "" {
-		h = nats.Header{natsjs.ExpectedStreamHeader: stream.value, natsjs.MsgIDHeader: {msgID}}
+	traced := tr.Parent != "" && checkHeader("traceparent", tr.Parent) == nil &&
+		(tr.State == "" || checkHeader("tracestate", tr.State) == nil)
+	if msgID != "" || traced {
+		h = nats.Header{natsjs.ExpectedStreamHeader: stream.value}
+		if msgID != "" {
+			h[natsjs.MsgIDHeader] = []string{msgID}
+		}
+		if traced {
+			h["traceparent"] = []string{tr.Parent}
+			if tr.State != "" {
+				h["tracestate"] = []string{tr.State}
+			}
+		}
 	}
 	return &nats.Msg{Subject: subj, Data: data, Header: h}, nil
 }

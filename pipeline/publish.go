@@ -7,6 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream"
@@ -19,6 +22,8 @@ type PublishOption func(*publishOptions)
 
 type publishOptions struct {
 	msgID string
+	// trace is the trace context of the caller's span, when its ctx has one.
+	trace jetstream.TraceHeader
 	// Set by offload for a message stored as an object: its object and when the client
 	// began storing it (see keepObject).
 	object     []byte
@@ -50,7 +55,7 @@ func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, op
 	if beforeStubHook != nil && po.object != nil {
 		beforeStubHook()
 	}
-	seq, err := c.store.Chat().Publish(ctx, conv, data, po.msgID)
+	seq, err := c.store.Chat().PublishWith(ctx, conv, data, po.msgID, po.trace)
 	if err != nil {
 		c.forget(conv, m.Role)
 		return 0, jetstream.PermissionCause(ctx, err)
@@ -112,7 +117,7 @@ func (c *Client) publishAsync(ctx context.Context, conv string, m *schemas.Messa
 
 // send publishes data, m prepared, without waiting for the ack.
 func (c *Client) send(conv string, m *schemas.Message, po publishOptions, data []byte) (inFlight, error) {
-	f, err := c.store.Chat().PublishAsync(conv, data, po.msgID)
+	f, err := c.store.Chat().PublishAsyncWith(conv, data, po.msgID, po.trace)
 	if err != nil {
 		c.forget(conv, m.Role)
 		return inFlight{}, err
@@ -226,6 +231,7 @@ func encodeChecked(conv string, m *schemas.Message) ([]byte, error) {
 // admit checks m, encoded as data by encodeChecked, against the conversation's open
 // tool calls, in publish order, and offloads it when data is over the inline limit.
 func (c *Client) admit(ctx context.Context, conv string, m *schemas.Message, po *publishOptions, data []byte) ([]byte, error) {
+	po.trace = traceOf(ctx)
 	if err := c.checkToolPairing(ctx, conv, m); err != nil {
 		// A retry with the same MsgID of a tool result that was stored (its ack lost) is
 		// the stream's to de-duplicate: it answers with the first copy's sequence.
@@ -244,6 +250,18 @@ func (c *Client) admit(ctx context.Context, conv string, m *schemas.Message, po 
 		return nil, err
 	}
 	return data, nil
+}
+
+// traceOf is the trace context of ctx's span, carried by the message to the trigger:
+// the compaction the message leads to links to the publisher's trace.
+func traceOf(ctx context.Context) jetstream.TraceHeader {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return jetstream.TraceHeader{}
+	}
+	h := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, h)
+	return jetstream.TraceHeader{Parent: h["traceparent"], State: h["tracestate"]}
 }
 
 // ErrTooLarge is matched by the error of a message no publish can carry: over the
