@@ -93,6 +93,9 @@ type TurnOptions struct {
 	Owner string
 	// MaxOutput is the output the request reserves in the window.
 	MaxOutput int
+	// Reserve is the tokens the request takes besides its messages (tool definitions,
+	// a response format): the window left for the messages is smaller by it.
+	Reserve int
 	// Wait bounds the wait for a pending compaction when the context is over the window.
 	Wait time.Duration
 	// CacheTTL is how long the provider's prompt cache is taken to live: a newer

@@ -117,7 +117,7 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 	}
 	t := &Turn{Conv: pl.conv, Branch: pl.reason, Published: pl.published, ClientTokens: tokens.Messages(msgs)}
 	// The client's conversation's settings bound its branches too.
-	b, err := s.bounds(ctx, conv, opts.MaxOutput)
+	b, err := s.bounds(ctx, conv, opts.MaxOutput+opts.Reserve)
 	if err != nil {
 		return nil, err
 	}
