@@ -36,6 +36,33 @@ type ConversationList struct {
 // MaxListPage bounds one page of Chat.List.
 const MaxListPage = 1000
 
+// eachConversation calls fn with the conversation of every CHAT subject (a
+// conversation stored under two partition layouts, once per subject), a page of the
+// server's answer (up to 100,000 subjects) at a time.
+func (ch *Chat) eachConversation(ctx context.Context, fn func(conv string)) error {
+	for offset := 0; ; {
+		var info struct {
+			State struct {
+				Subjects map[string]uint64 `json:"subjects"`
+			} `json:"state"`
+			Total int `json:"total"`
+		}
+		req := map[string]any{"subjects_filter": ch.cfg.ChatPrefix + ".>", "offset": offset}
+		if err := ch.apiRequest(ctx, apiPrefix+"STREAM.INFO."+ch.cfg.ChatStream, req, &info); err != nil {
+			return fmt.Errorf("list the conversations of %s: %w", ch.cfg.ChatStream, err)
+		}
+		for subj := range info.State.Subjects {
+			if conv, ok := ch.cfg.ConversationOf(subj); ok {
+				fn(conv)
+			}
+		}
+		offset += len(info.State.Subjects)
+		if len(info.State.Subjects) == 0 || offset >= info.Total {
+			return nil
+		}
+	}
+}
+
 // List returns the conversations of limit CHAT subjects, skipping the
 // first offset subjects in sorted order. The server answers a stream info with its
 // subjects and their counts, at most 100,000 from offset on, so a call costs the

@@ -128,19 +128,13 @@ const BranchSep = "--"
 // deleted to out. It walks CHAT's subjects: a branch is found wherever it is stored.
 func (s *Store) forgetBranches(ctx context.Context, conv string, out *schemas.ForgetResponse) error {
 	var branches []string
-	for offset := 0; ; offset += MaxListPage {
-		page, err := s.chat.List(ctx, offset, MaxListPage)
-		if err != nil {
-			return err
+	err := s.chat.eachConversation(ctx, func(c string) {
+		if strings.HasPrefix(c, conv+BranchSep) && !slices.Contains(branches, c) {
+			branches = append(branches, c)
 		}
-		for _, c := range page.Conversations {
-			if strings.HasPrefix(c.ID, conv+BranchSep) && !slices.Contains(branches, c.ID) {
-				branches = append(branches, c.ID)
-			}
-		}
-		if offset+MaxListPage >= page.Subjects {
-			break
-		}
+	})
+	if err != nil {
+		return err
 	}
 	var errs []error
 	for _, b := range branches {
