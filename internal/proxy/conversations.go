@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"sync"
 	"time"
@@ -63,7 +64,7 @@ type Store struct {
 	log      zerolog.Logger
 	now      func() time.Time
 
-	locks  sync.Map // conversation -> *sync.Mutex: one turn at a time per conversation and process
+	locks  [lockStripes]sync.Mutex // one turn at a time per conversation (and stripe) in a process
 	mu     sync.Mutex
 	sticky map[string]stickyValue // conversation -> the value last sent
 	routes map[string]route       // conversation -> the branch last resolved
@@ -108,10 +109,12 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 	if err := checkHistory(conv, msgs); err != nil {
 		return nil, err
 	}
-	unlock := s.lock(conv)
-	defer unlock()
 	chain := Chain(msgs)
+	// Only the storing is serialized: reading and waiting for a compaction hold no lock,
+	// so a slow conversation never holds up another on its stripe.
+	unlock := s.lock(conv)
 	pl, err := s.resolve(ctx, conv, msgs, chain, opts.Owner)
+	unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -154,10 +157,16 @@ func checkHistory(conv string, msgs []schemas.Message) error {
 	return nil
 }
 
-// lock serializes the turns of one conversation in this process.
+// lockStripes is how many locks the conversations share: a fixed number, so that
+// memory does not grow with the conversations a process has seen.
+const lockStripes = 256
+
+// lock serializes the turns of one conversation in this process (and of the others on
+// its stripe).
 func (s *Store) lock(conv string) func() {
-	m, _ := s.locks.LoadOrStore(conv, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
+	h := fnv.New32a()
+	h.Write([]byte(conv))
+	mu := &s.locks[h.Sum32()%lockStripes]
 	mu.Lock()
 	return mu.Unlock
 }
