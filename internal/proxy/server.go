@@ -163,7 +163,7 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 		tp = noop.NewTracerProvider()
 	}
 	s := &Server{cfg: cfg, wires: wires, convs: convs, opts: opts, log: opts.Logger, openai: oa, anthro: an,
-		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		ownerKey: []byte(cfg.OwnerKey), tracer: tp.Tracer("github.com/compactor/compactor/internal/proxy")}
 	s.rp = newReverseProxy(oa, an, transport, s.passthroughError)
 	if cfg.Listen != "" {
