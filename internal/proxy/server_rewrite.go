@@ -346,6 +346,11 @@ func (x *exchange) end() {
 		x.span.SetStatus(codes.Error, r.Outcome)
 	}
 	x.span.End()
+	ev := x.s.log.Debug().Str("api", r.API).Str("outcome", r.Outcome).Dur("added", r.Added).Int("stored", r.Stored)
+	if r.Turn != nil {
+		ev = ev.Str("conversation", r.Turn.Conv).Str("branch", r.Turn.Branch).Bool("cut", r.Turn.Cut)
+	}
+	ev.Msg("proxy: request")
 	if o := x.s.opts.Observer; o != nil {
 		o.ProxyRequest(*r)
 	}
