@@ -154,10 +154,8 @@ func TestStreamBrokenBeforeItsEndGetsTheErrorEventAndIsNotStored(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			up := newFakeUpstream(t, handle)
-			var outcomes []Report
-			p := newTestProxy(t, up, func(_ *Config, o *Options) {
-				o.Observer = observerFunc(func(r Report) { outcomes = append(outcomes, r) })
-			})
+			reports := make(reportsOf, 4)
+			p := newTestProxy(t, up, func(_ *Config, o *Options) { o.Observer = reports })
 			resp := p.post(t, "/v1/messages", `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`, ConversationHeader, "c1")
 			body := readAll(t, resp)
 			want := "data: {\"text\":\"Hel\"}\n\n" + string(testWire{}.StreamError("the upstream stream ended before its end (compactor proxy)"))
@@ -167,16 +165,12 @@ func TestStreamBrokenBeforeItsEndGetsTheErrorEventAndIsNotStored(t *testing.T) {
 			if _, fin := p.convs.calls(); len(fin) != 0 {
 				t.Fatalf("a broken stream was stored: %+v", fin)
 			}
-			if len(outcomes) != 1 || outcomes[0].Outcome != OutcomeFailed {
-				t.Fatalf("reports %+v", outcomes)
+			if r := reports.next(t); r.Outcome != OutcomeFailed {
+				t.Fatalf("report %+v", r)
 			}
 		})
 	}
 }
-
-type observerFunc func(Report)
-
-func (f observerFunc) ProxyRequest(r Report) { f(r) }
 
 func TestUpstreamErrorEventPassesThroughAndIsNotStored(t *testing.T) {
 	events := "data: {\"text\":\"Hel\"}\n\nevent: error\ndata: {\"type\":\"overloaded_error\"}\n\n"
@@ -203,8 +197,8 @@ func TestClientThatDisconnectsCancelsTheUpstreamAndStoresNothing(t *testing.T) {
 		<-r.Context().Done()
 		close(cancelled)
 	})
-	done := make(chan Report, 1)
-	p := newTestProxy(t, up, func(_ *Config, o *Options) { o.Observer = observerFunc(func(r Report) { done <- r }) })
+	reports := make(reportsOf, 1)
+	p := newTestProxy(t, up, func(_ *Config, o *Options) { o.Observer = reports })
 	req, _ := http.NewRequest(http.MethodPost, p.http.URL+"/v1/chat/completions",
 		strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
 	req.Header.Set(ConversationHeader, "c1")
@@ -222,7 +216,7 @@ func TestClientThatDisconnectsCancelsTheUpstreamAndStoresNothing(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the upstream request was not cancelled")
 	}
-	r := <-done
+	r := reports.next(t)
 	if _, fin := p.convs.calls(); len(fin) != 0 || r.Outcome != OutcomeFailed {
 		t.Fatalf("stored %+v, outcome %s", fin, r.Outcome)
 	}
@@ -230,8 +224,8 @@ func TestClientThatDisconnectsCancelsTheUpstreamAndStoresNothing(t *testing.T) {
 
 func TestWholeReplyIsStoredThenGivenVerbatim(t *testing.T) {
 	up := newFakeUpstream(t, replyJSON("the answer"))
-	var rep Report
-	p := newTestProxy(t, up, func(_ *Config, o *Options) { o.Observer = observerFunc(func(r Report) { rep = r }) })
+	reports := make(reportsOf, 1)
+	p := newTestProxy(t, up, func(_ *Config, o *Options) { o.Observer = reports })
 	p.convs.branch = "edit"
 	resp := p.post(t, "/v1/chat/completions", chatBody, ConversationHeader, "c1")
 	body := readAll(t, resp)
@@ -243,7 +237,7 @@ func TestWholeReplyIsStoredThenGivenVerbatim(t *testing.T) {
 	if len(fin) != 1 || fin[0].reply.Content.String() != "the answer" || fin[0].usage == nil || fin[0].usage.Input != 5 {
 		t.Fatalf("finished %+v", fin)
 	}
-	if rep.Outcome != OutcomeCompacted || rep.Stored != 4 || rep.Usage == nil {
+	if rep := reports.next(t); rep.Outcome != OutcomeCompacted || rep.Stored != 4 || rep.Usage == nil {
 		t.Fatalf("report %+v", rep)
 	}
 }
