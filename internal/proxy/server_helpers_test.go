@@ -287,10 +287,6 @@ func readAll(t *testing.T, resp *http.Response) string {
 
 const chatBody = `{"model":"m","messages":[{"role":"user","content":"hello"},{"role":"assistant","content":"hi"},{"role":"user","content":"again"}],"temperature":0.5}`
 
-type observerFunc func(Report)
-
-func (f observerFunc) ProxyRequest(r Report) { f(r) }
-
 // reportsOf is an Observer whose reports a test waits for (a report is made after
 // the response is written, so the client may read the response first).
 type reportsOf chan Report
