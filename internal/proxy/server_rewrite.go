@@ -87,7 +87,7 @@ func (x *exchange) compact(body []byte, conv string) {
 		Wait: x.s.cfg.Wait, CacheTTL: x.s.cfg.CacheTTL}
 	turn, err := x.s.convs.Prepare(x.r.Context(), conv, req.Messages, opts)
 	switch {
-	case err != nil && connectionError(err) && x.r.Context().Err() == nil:
+	case err != nil && connectionError(err) != nil && x.r.Context().Err() == nil:
 		x.natsDown(body, conv, err)
 		return
 	case err != nil:
@@ -362,16 +362,19 @@ type TurnTracer interface {
 	TurnSpanContext(t *Turn) trace.SpanContext
 }
 
-// connectionError reports whether err says NATS could not be reached: no responders,
+// connectionErrors are the errors that say NATS could not be reached: no responders,
 // a timeout, a closed or reconnecting connection.
-func connectionError(err error) bool {
-	for _, e := range []error{nats.ErrNoResponders, nats.ErrTimeout, nats.ErrConnectionClosed, nats.ErrDisconnected,
-		nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, natsjs.ErrNoStreamResponse, context.DeadlineExceeded} {
+var connectionErrors = []error{nats.ErrNoResponders, nats.ErrTimeout, nats.ErrConnectionClosed, nats.ErrDisconnected,
+	nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, natsjs.ErrNoStreamResponse, context.DeadlineExceeded}
+
+// connectionError is the one of connectionErrors err matches (nil: none).
+func connectionError(err error) error {
+	for _, e := range connectionErrors {
 		if errors.Is(err, e) {
-			return true
+			return e
 		}
 	}
-	return false
+	return nil
 }
 
 // errorKind is a short name of an error's kind for a log line: never its text, which
@@ -380,8 +383,8 @@ func errorKind(err error) string {
 	switch {
 	case err == nil:
 		return ""
-	case connectionError(err):
-		return "nats: " + err.Error()
+	case connectionError(err) != nil:
+		return "nats: " + connectionError(err).Error()
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -295,5 +296,37 @@ func TestRefusalsAreInTheAPIsErrorShape(t *testing.T) {
 	}
 	if len(up.requests()) != 0 {
 		t.Fatal("a refused request went upstream")
+	}
+}
+
+func TestClientThatDisconnectsBeforeAWholeReplyStoresNothing(t *testing.T) {
+	arrived, cancelled := make(chan struct{}), make(chan struct{})
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		<-r.Context().Done()
+		close(cancelled)
+	})
+	reports := make(reportsOf, 1)
+	p := newTestProxy(t, up, func(_ *Config, o *Options) { o.Observer = reports })
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.http.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	req.Header.Set(ConversationHeader, "c1")
+	go func() {
+		<-arrived
+		cancel() // the client goes away while the upstream works
+	}()
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("the request was answered")
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the upstream request was not cancelled")
+	}
+	if r := reports.next(t); r.Outcome != OutcomeFailed {
+		t.Fatalf("report %+v", r)
+	}
+	if prep, fin := p.convs.calls(); len(prep) != 1 || len(fin) != 0 {
+		t.Fatalf("prepared %d, finished %+v", len(prep), fin)
 	}
 }
