@@ -14,6 +14,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/compactor/compactor/schemas"
@@ -36,7 +37,9 @@ type exchange struct {
 // rewrite serves one request of a rewritten path: the conversation named, the
 // client's history stored, the compacted context sent upstream and the reply stored.
 func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, up upstream) {
-	ctx, span := s.tracer.Start(r.Context(), "proxy "+wire.Name(), trace.WithSpanKind(trace.SpanKindServer),
+	// A client that sends a traceparent gets the request's span in its trace.
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := s.tracer.Start(ctx, "proxy "+wire.Name(), trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("compactor.proxy.api", wire.Name())))
 	x := &exchange{s: s, w: w, r: r.WithContext(ctx), wire: wire, up: up, span: span, start: time.Now(),
 		report: Report{API: wire.Name()}}

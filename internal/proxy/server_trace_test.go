@@ -36,6 +36,7 @@ func TestEachRequestHasASpanLinkedToTheCompaction(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(chatBody))
 	req.Header.Set(ConversationHeader, "c1")
 	req.Header.Set("Authorization", "Bearer sk-span-planted")
+	req.Header.Set("Traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 	w := httptest.NewRecorder()
 	s.Handler().ServeHTTP(w, req)
 	reports.next(t)
@@ -54,6 +55,9 @@ func TestEachRequestHasASpanLinkedToTheCompaction(t *testing.T) {
 	if sp.Name() != "proxy openai" || sp.SpanKind() != trace.SpanKindServer || attrs["compactor.proxy.outcome"].AsString() != OutcomeCompacted ||
 		attrs[conversationAttribute].AsString() != "c1" || attrs["compactor.generation"].AsInt64() != 7 {
 		t.Fatalf("span %s %v %v", sp.Name(), sp.SpanKind(), attrs)
+	}
+	if sp.Parent().TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
+		t.Fatalf("the client's trace is not the span's: parent %v", sp.Parent())
 	}
 	if links := sp.Links(); len(links) != 1 || links[0].SpanContext.TraceID() != compaction.TraceID() {
 		t.Fatalf("links %+v", links)
