@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	stdlog "log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -166,13 +167,17 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		ownerKey: []byte(cfg.OwnerKey), tracer: tp.Tracer("github.com/compactor/compactor/internal/proxy")}
 	s.rp = newReverseProxy(oa, an, transport, s.passthroughError)
+	// What net/http itself reports goes to the process's log, not to stderr as text.
+	errorLog := stdlog.New(s.log.With().Str("component", "proxy-http").Logger(), "", 0)
+	s.rp.ErrorLog = errorLog
 	if cfg.Listen != "" {
 		ln, err := net.Listen("tcp", cfg.Listen)
 		if err != nil {
 			return nil, fmt.Errorf("COMPACTOR_PROXY_LISTEN: %w", err)
 		}
 		s.ln = ln
-		s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+		s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+			ErrorLog: errorLog}
 	}
 	return s, nil
 }
