@@ -233,7 +233,7 @@ func usagef(format string, args ...any) error { return usageError{msg: fmt.Sprin
 var commands []*command
 
 func init() {
-	commands = []*command{serveCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand,
+	commands = []*command{serveCommand, proxyCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand,
 		policyCommand, forgetCommand, benchCommand, evalCommand, versionCommand, benchWorkerCommand,
 		benchTriggerCommand}
 }

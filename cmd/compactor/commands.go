@@ -32,34 +32,75 @@ on purpose. While NATS or JetStream is not ready, serve retries. SIGINT or SIGTE
 the work in flight (COMPACTOR_DRAIN_TIMEOUT) and exits 0.
 
 serve connects with its flags and the COMPACTOR_NATS_* variables only: it creates streams
-where it connects, so it never takes a server from NATS_URL or a nats CLI context.`,
+where it connects, so it never takes a server from NATS_URL or a nats CLI context.
+
+With COMPACTOR_PROXY_LISTEN set, serve runs the proxy role too (see compactor proxy).`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
 		update := fs.Bool("update-streams", "", "apply this process's settings to existing streams, buckets and consumers whose settings differ")
 		return func(ctx context.Context, c *call) error {
 			if len(c.args) > 0 {
 				return usagef("serve takes no arguments, got %s", strings.Join(quoteAll(c.args), " "))
 			}
-			env, err := c.loadEnv()
-			if err != nil {
-				return err
-			}
-			conn, err := resolveConnection(env, c.conn, false)
-			if err != nil {
-				return err
-			}
-			if !conn.Local {
-				a := conn.Auth
-				env.NATSURL = conn.URL
-				env.NATSCreds, env.NATSNKey, env.NATSToken, env.NATSUser, env.NATSPassword = a.CredsFile, a.NKeyFile, a.Token, a.User, a.Password
-				env.NATSCA, env.NATSCert, env.NATSKey = a.CAFile, a.CertFile, a.KeyFile
-			}
-			env.NATSInbox = conn.Auth.InboxPrefix
-			if *update {
-				env.UpdateStreams = true
-			}
-			return serve(ctx, env, c.std)
+			return runServe(ctx, c, *update, false)
 		}
 	},
+}
+
+var proxyCommand = &command{
+	name: "proxy", conn: explicitConn,
+	summary: "run the proxy role alone: an agent's OpenAI or Anthropic base URL, with its conversation compacted",
+	about: `Listens on COMPACTOR_PROXY_LISTEN (default 127.0.0.1:8088) and forwards to
+COMPACTOR_PROXY_UPSTREAM (OpenAI-compatible) and COMPACTOR_PROXY_ANTHROPIC_UPSTREAM (every
+path under /v1/messages). POST /v1/chat/completions and POST /v1/messages of a request that
+names its conversation (X-Compactor-Conversation, a session header, or
+COMPACTOR_PROXY_BODY_FIELD) are sent with the compacted context; everything else passes
+through unchanged. It connects as serve does (COMPACTOR_NATS_URL, or an embedded server
+when none), and runs no other role: run the trigger and workers with serve. SIGINT or
+SIGTERM lets the requests in flight finish and exits 0. docs/proxy.md is the guide.`,
+	define: func(fs *flagSet) func(context.Context, *call) error {
+		return func(ctx context.Context, c *call) error {
+			if len(c.args) > 0 {
+				return usagef("proxy takes no arguments, got %s", strings.Join(quoteAll(c.args), " "))
+			}
+			return runServe(ctx, c, false, true)
+		}
+	},
+}
+
+// proxyListen is where compactor proxy listens when COMPACTOR_PROXY_LISTEN is empty.
+const proxyListen = "127.0.0.1:8088"
+
+// runServe runs serve's node, or with proxyOnly the proxy role alone, connected with
+// the command's flags and the COMPACTOR_NATS_* variables.
+func runServe(ctx context.Context, c *call, update, proxyOnly bool) error {
+	env, err := c.loadEnv()
+	if err != nil {
+		return err
+	}
+	if proxyOnly {
+		env.Roles = ""
+		if env.ProxyListen == "" {
+			env.ProxyListen = proxyListen
+		}
+		if err := env.validateProxy(); err != nil {
+			return err
+		}
+	}
+	conn, err := resolveConnection(env, c.conn, false)
+	if err != nil {
+		return err
+	}
+	if !conn.Local {
+		a := conn.Auth
+		env.NATSURL = conn.URL
+		env.NATSCreds, env.NATSNKey, env.NATSToken, env.NATSUser, env.NATSPassword = a.CredsFile, a.NKeyFile, a.Token, a.User, a.Password
+		env.NATSCA, env.NATSCert, env.NATSKey = a.CAFile, a.CertFile, a.KeyFile
+	}
+	env.NATSInbox = conn.Auth.InboxPrefix
+	if update {
+		env.UpdateStreams = true
+	}
+	return serve(ctx, env, c.std)
 }
 
 // maxLine bounds one JSONL line on stdin (raised to fit COMPACTOR_MAX_OBJECT_SIZE).

@@ -16,6 +16,7 @@ import (
 
 	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/internal/proxy"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas/policy"
@@ -85,6 +86,21 @@ type Env struct {
 	// The web view for people (internal/node/view.go, docs/view.md).
 	ViewListen string `envconfig:"VIEW_LISTEN" desc:"serve, api role: host:port of the read-only web view (conversations, token gauges, compaction timelines, summaries and tails); empty: off. It shows conversation content: set COMPACTOR_VIEW_TOKEN, which is required on any address but loopback"`
 	ViewToken  string `envconfig:"VIEW_TOKEN" desc:"the web view's credential (at least 16 characters), sent as a bearer token or as the basic-auth password; never logged. Empty: the view answers only requests to localhost"`
+
+	// The proxy role (internal/proxy, docs/proxy.md).
+	ProxyListen            string        `envconfig:"PROXY_LISTEN" desc:"host:port of the proxy an agent calls instead of its model (OpenAI chat completions and Anthropic messages rewritten with the compacted context; every other path passed through); serve runs the proxy role when it is set; compactor proxy: default 127.0.0.1:8088"`
+	ProxyUpstream          string        `envconfig:"PROXY_UPSTREAM" default:"https://api.openai.com" desc:"proxy: the OpenAI-compatible base URL requests go to (the request path is appended: /v1/chat/completions -> <upstream>/v1/chat/completions)"`
+	ProxyAnthropicUpstream string        `envconfig:"PROXY_ANTHROPIC_UPSTREAM" default:"https://api.anthropic.com" desc:"proxy: the base URL every path under /v1/messages goes to"`
+	ProxyUpstreamKey       string        `envconfig:"PROXY_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_UPSTREAM, sent in place of the client's Authorization; empty: the client's own; never logged"`
+	ProxyAnthropicKey      string        `envconfig:"PROXY_ANTHROPIC_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_ANTHROPIC_UPSTREAM, sent in place of the client's x-api-key; empty: the client's own; never logged"`
+	ProxySessionHeaders    string        `envconfig:"PROXY_SESSION_HEADERS" default:"X-Claude-Code-Session-Id,session-id,x-opencode-session" desc:"proxy: headers naming the conversation when X-Compactor-Conversation is absent, looked at in order, comma separated (a value that is not a valid id becomes s- and 32 hex digits of its SHA-256)"`
+	ProxyBodyField         string        `envconfig:"PROXY_BODY_FIELD" desc:"proxy: dotted path of a string field of the request body naming the conversation when no header does, e.g. metadata.user_id; empty: none"`
+	ProxyRequireID         bool          `envconfig:"PROXY_REQUIRE_ID" default:"false" desc:"proxy: refuse (400) a request that names no conversation; false: pass it through untouched, marked X-Compactor-Passthrough: no-conversation-id"`
+	ProxyOnNATSDown        string        `envconfig:"PROXY_ON_NATS_DOWN" default:"fail" desc:"proxy: with NATS unreachable, fail (503) or pass (the request forwarded as sent, marked X-Compactor-Passthrough: nats-unavailable)"`
+	ProxyWait              time.Duration `envconfig:"PROXY_WAIT" default:"10s" desc:"proxy: how long a request over the window waits for a pending compaction before its context is cut at read time"`
+	ProxyCacheTTL          time.Duration `envconfig:"PROXY_CACHE_TTL" default:"5m" desc:"proxy: how long the provider's prompt cache is taken to live: a newer compaction is swapped in only past it, or when the window needs it"`
+	ProxyMaxBody           int64         `envconfig:"PROXY_MAX_BODY" default:"33554432" desc:"proxy: bytes: the largest request body of the rewritten paths (413 over it)"`
+	ProxyOwnerKey          string        `envconfig:"PROXY_OWNER_KEY" desc:"proxy: key of the HMAC-SHA-256 digest that binds a conversation to the credential that wrote it; empty: SHA-256 with a domain prefix. Keep it secret and the same on every proxy process"`
 }
 
 // loadEnv reads and checks every variable; an error names the variable at fault.
@@ -260,6 +276,9 @@ func (e Env) validateSettings() error {
 	if err := e.validateView(); err != nil {
 		return err
 	}
+	if err := e.validateProxy(); err != nil {
+		return err
+	}
 	if _, err := parseLevel(e.LogLevel); err != nil {
 		return bad("LOG_LEVEL", "%v", err)
 	}
@@ -350,7 +369,43 @@ func (e Env) settings() node.Settings {
 		Replicas: e.Replicas, TriggerPartitions: e.TriggerPartitions, ChatMaxAge: e.ChatMaxAge, ForgetTTL: e.ForgetTTL,
 		TriggerHeartbeat: e.TriggerHeartbeat, MaxObject: e.MaxObject, UpdateStreams: e.UpdateStreams,
 		ViewListen: e.ViewListen, ViewToken: e.ViewToken, APIConcurrency: e.APIConcurrency, Counters: e.counters, IDs: e.idHasher(),
+		Proxy: e.proxy(),
 	}
+}
+
+// proxy is the proxy role's configuration; nil when COMPACTOR_PROXY_LISTEN is empty.
+func (e Env) proxy() *proxy.Config {
+	if e.ProxyListen == "" {
+		return nil
+	}
+	var headers []string
+	for h := range strings.SplitSeq(e.ProxySessionHeaders, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			headers = append(headers, h)
+		}
+	}
+	return &proxy.Config{
+		Listen: e.ProxyListen, Upstream: e.ProxyUpstream, AnthropicUpstream: e.ProxyAnthropicUpstream,
+		UpstreamKey: e.ProxyUpstreamKey, AnthropicUpstreamKey: e.ProxyAnthropicKey,
+		SessionHeaders: headers, BodyField: strings.TrimSpace(e.ProxyBodyField), RequireID: e.ProxyRequireID,
+		OnNATSDown: e.ProxyOnNATSDown, Wait: e.ProxyWait, CacheTTL: e.ProxyCacheTTL, MaxBody: e.ProxyMaxBody,
+		OwnerKey: e.ProxyOwnerKey,
+	}
+}
+
+// validateProxy checks the proxy's variables when the role runs.
+func (e Env) validateProxy() error {
+	c := e.proxy()
+	if c == nil {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return bad("PROXY_LISTEN", "must be host:port (e.g. 127.0.0.1:8088): %v", err)
+	}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	return nil
 }
 
 // idHasher is the hasher of conversation ids in logs and spans; nil when

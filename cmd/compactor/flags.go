@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -252,7 +253,10 @@ func (f *flagSet) writeFlags(w io.Writer) {
 		}
 		tw.Flush()
 	}
-	if len(groups) == 0 {
+	if !slices.Contains(groups, "") {
+		if len(groups) > 0 {
+			fmt.Fprintln(w)
+		}
 		fmt.Fprintln(w, "Flags:")
 		fmt.Fprintln(w, "  -h, --help   this help")
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/compactor/compactor/internal/proxy"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/service"
@@ -32,6 +33,8 @@ type Roles struct {
 	// is a role of its own because it writes policies: a worker or trigger process
 	// runs without that right.
 	API bool
+	// Proxy runs the proxy's HTTP server (Config.Proxy says how).
+	Proxy bool
 }
 
 // Config is how a node is built. Resolver is required, and so are Trigger and
@@ -62,6 +65,9 @@ type Config struct {
 	// random one). Used only with more than one partition.
 	MemberID string
 
+	// Proxy is the proxy role's configuration (required with Roles.Proxy).
+	Proxy *proxy.Config
+
 	// ViewListen is the web view's host:port ("": off; only with the API role), and
 	// ViewToken its credential ("": only requests to localhost).
 	ViewListen, ViewToken string
@@ -90,8 +96,10 @@ type PolicySourcer interface {
 // Validate reports what makes cfg unusable.
 func (c Config) Validate() error {
 	switch {
-	case !c.Roles.Trigger && !c.Roles.Worker && !c.Roles.API:
+	case !c.Roles.Trigger && !c.Roles.Worker && !c.Roles.API && !c.Roles.Proxy:
 		return errors.New("node: no role to run")
+	case c.Roles.Proxy && c.Proxy == nil:
+		return errors.New("node: the proxy role needs its configuration")
 	case c.Resolver == nil && (c.Policies == nil || c.Roles.API || c.Roles.Worker && c.Summarizers == nil):
 		// The service checks policies with it, and the workers build each profile's
 		// summarizer from it.
@@ -132,6 +140,7 @@ type Node struct {
 	pool    *summarizer.Pool
 	service *service.Service
 	view    *viewServer
+	proxy   *proxy.Server
 }
 
 // New wires the roles of cfg on nc and st. It binds the web view's address now, so a
@@ -208,6 +217,17 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 		n.comps = append(n.comps, vs)
 		n.view = vs
 	}
+	if cfg.Roles.Proxy {
+		ps, err := newProxy(cfg, nc, st, policies)
+		if err != nil {
+			if n.view != nil {
+				_ = n.view.ln.Close() // no port left bound by a node that is not built
+			}
+			return nil, err
+		}
+		n.comps = append(n.comps, ps)
+		n.proxy = ps
+	}
 	return n, nil
 }
 
@@ -269,6 +289,14 @@ func (n *Node) ViewAddr() string {
 		return ""
 	}
 	return n.view.Addr()
+}
+
+// ProxyAddr is the address the proxy listens on ("" without the proxy role).
+func (n *Node) ProxyAddr() string {
+	if n.proxy == nil {
+		return ""
+	}
+	return n.proxy.Addr()
 }
 
 // Start runs n in a goroutine until stop is called: stop cancels it, waits until it has

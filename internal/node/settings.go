@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/proxy"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/service"
@@ -57,6 +58,10 @@ type Settings struct {
 
 	// Counters hands out the token counters; nil: a set of its own.
 	Counters *Counters
+
+	// Proxy, when set, adds the proxy role (COMPACTOR_PROXY_LISTEN). With Roles
+	// empty, the proxy is the node's only role (compactor proxy).
+	Proxy *proxy.Config
 
 	// IDs, when set, hashes conversation ids in the spans the node exports
 	// (COMPACTOR_LOG_HASH_IDS; the logger's writer hashes them in logs).
@@ -149,17 +154,31 @@ func (s Settings) Config(log zerolog.Logger, tel telemetry.Telemetry) (Config, e
 	if err != nil {
 		return Config{}, err
 	}
-	roles, err := ParseRoles(s.Roles)
+	roles, err := s.roles()
 	if err != nil {
-		return Config{}, fmt.Errorf("roles %w", err)
+		return Config{}, err
 	}
 	return Config{
 		Roles:    roles,
 		Resolver: r, Profiles: s.Profiles, Lookup: s.Lookup, Counters: s.counters().Get,
 		Trigger: s.Trigger(), Summarizer: s.Summarizer(),
 		ViewListen: s.ViewListen, ViewToken: s.ViewToken, Service: s.service(),
-		Telemetry: tel, Logger: log, IDs: s.IDs,
+		Telemetry: tel, Logger: log, IDs: s.IDs, Proxy: s.Proxy,
 	}, nil
+}
+
+// roles are the roles of s: those Roles names, and the proxy when s has its
+// configuration (alone when Roles names none).
+func (s Settings) roles() (Roles, error) {
+	if s.Proxy != nil && strings.TrimSpace(s.Roles) == "" {
+		return Roles{Proxy: true}, nil
+	}
+	roles, err := ParseRoles(s.Roles)
+	if err != nil {
+		return Roles{}, fmt.Errorf("roles %w", err)
+	}
+	roles.Proxy = s.Proxy != nil
+	return roles, nil
 }
 
 // service is the compactor service's configuration: the defaults, with the settings'

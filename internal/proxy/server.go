@@ -1,0 +1,262 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	stdlog "log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Response headers the proxy sets on every response of the two rewritten paths (and
+// StatusHeader and PassthroughHeader on every other one).
+const (
+	// StatusHeader is StatusCompacted or StatusPassthrough.
+	StatusHeader = "X-Compactor-Status"
+	// PassthroughHeader says why a request was passed through unchanged.
+	PassthroughHeader = "X-Compactor-Passthrough"
+	GenerationHeader  = "X-Compactor-Generation"
+	TokensSentHeader  = "X-Compactor-Tokens-Sent"
+	TokensClientHead  = "X-Compactor-Tokens-Client"
+	CutHeader         = "X-Compactor-Cut"
+	BranchHeader      = "X-Compactor-Branch"
+
+	StatusCompacted   = "compacted"
+	StatusPassthrough = "passthrough"
+
+	// PassNoConversation: the request named no conversation.
+	PassNoConversation = "no-conversation-id"
+	// PassNATSDown: NATS was unreachable and the operator chose to pass requests on.
+	PassNATSDown = "nats-unavailable"
+	// PassNotRewritten: a path the proxy does not rewrite (models, embeddings...).
+	PassNotRewritten = "not-rewritten-path"
+)
+
+// What COMPACTOR_PROXY_ON_NATS_DOWN chooses.
+const (
+	NATSDownFail = "fail"
+	NATSDownPass = "pass"
+)
+
+// Config is the proxy's settings (COMPACTOR_PROXY_*).
+type Config struct {
+	// Listen is the host:port Run serves on ("": New binds nothing; use Handler).
+	Listen string
+	// Upstream is the OpenAI-compatible base URL; AnthropicUpstream gets every path
+	// under /v1/messages. The request path is appended to each.
+	Upstream, AnthropicUpstream string
+	// UpstreamKey and AnthropicUpstreamKey, when set, replace the client's credential
+	// (Authorization, x-api-key) for their upstream.
+	UpstreamKey, AnthropicUpstreamKey string
+	// SessionHeaders are the headers naming a session, looked at in order after
+	// X-Compactor-Conversation.
+	SessionHeaders []string
+	// BodyField is a dotted path to a string field of the body naming the
+	// conversation ("": none).
+	BodyField string
+	// RequireID refuses (400) a request that names no conversation, instead of
+	// passing it through.
+	RequireID bool
+	// OnNATSDown is NATSDownFail (503) or NATSDownPass (the request forwarded as sent).
+	OnNATSDown string
+	// Wait bounds the wait for a pending compaction; CacheTTL is how long the
+	// provider's prompt cache is taken to live (see TurnOptions).
+	Wait, CacheTTL time.Duration
+	// MaxBody bounds a request body of the rewritten paths (413 over it).
+	MaxBody int64
+	// OwnerKey keys the digest of the credential a conversation is bound to ("":
+	// SHA-256 with a domain prefix).
+	OwnerKey string
+}
+
+// DefaultConfig is the configuration of the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Listen:            "127.0.0.1:8088",
+		Upstream:          "https://api.openai.com",
+		AnthropicUpstream: "https://api.anthropic.com",
+		SessionHeaders:    append([]string(nil), DefaultSessionHeaders...),
+		OnNATSDown:        NATSDownFail,
+		Wait:              10 * time.Second,
+		CacheTTL:          5 * time.Minute,
+		MaxBody:           32 << 20,
+	}
+}
+
+// Validate reports what makes c unusable.
+func (c Config) Validate() error {
+	switch {
+	case c.OnNATSDown != NATSDownFail && c.OnNATSDown != NATSDownPass:
+		return fmt.Errorf("COMPACTOR_PROXY_ON_NATS_DOWN: %q is neither %q nor %q", c.OnNATSDown, NATSDownFail, NATSDownPass)
+	case c.MaxBody <= 0:
+		return fmt.Errorf("COMPACTOR_PROXY_MAX_BODY: must be positive, not %d", c.MaxBody)
+	case c.Wait < 0 || c.CacheTTL < 0:
+		return errors.New("COMPACTOR_PROXY_WAIT and COMPACTOR_PROXY_CACHE_TTL must not be negative")
+	}
+	if _, err := parseUpstream("COMPACTOR_PROXY_UPSTREAM", c.Upstream, "", false); err != nil {
+		return err
+	}
+	_, err := parseUpstream("COMPACTOR_PROXY_ANTHROPIC_UPSTREAM", c.AnthropicUpstream, "", true)
+	return err
+}
+
+// Options are what the proxy runs with besides its settings. Each zero value is off.
+type Options struct {
+	// NATS is the connection Conversations uses: while it is not connected, requests
+	// are treated as OnNATSDown says without asking Conversations.
+	NATS *nats.Conn
+	// Logger logs requests' outcomes, never a credential or content.
+	Logger zerolog.Logger
+	// Observer is told of every request of the rewritten paths (metrics).
+	Observer Observer
+	// Tracer gives the span of each request of the rewritten paths.
+	Tracer trace.TracerProvider
+	// Transport sends the upstream requests (nil: http.DefaultTransport).
+	Transport http.RoundTripper
+}
+
+// Server is the proxy role: an HTTP server between an agent and its model.
+type Server struct {
+	cfg      Config
+	wires    map[string]Wire
+	convs    Conversations
+	opts     Options
+	log      zerolog.Logger
+	openai   upstream
+	anthro   upstream
+	client   *http.Client
+	rp       *httputil.ReverseProxy
+	ownerKey []byte
+	tracer   trace.Tracer
+
+	ln  net.Listener
+	srv *http.Server
+}
+
+// New builds the proxy of cfg, rewriting the conversation of the APIs wires names
+// ("openai", "anthropic"; an API without a wire passes through) with convs. When
+// cfg.Listen is set it binds it now, so a port in use stops start-up.
+func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if convs == nil {
+		return nil, errors.New("proxy: no Conversations")
+	}
+	oa, _ := parseUpstream("COMPACTOR_PROXY_UPSTREAM", cfg.Upstream, cfg.UpstreamKey, false)
+	an, _ := parseUpstream("COMPACTOR_PROXY_ANTHROPIC_UPSTREAM", cfg.AnthropicUpstream, cfg.AnthropicUpstreamKey, true)
+	transport := opts.Transport
+	if transport == nil {
+		transport = http.DefaultTransport
+	}
+	tp := opts.Tracer
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	s := &Server{cfg: cfg, wires: wires, convs: convs, opts: opts, log: opts.Logger, openai: oa, anthro: an,
+		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		ownerKey: []byte(cfg.OwnerKey), tracer: tp.Tracer("github.com/compactor/compactor/internal/proxy")}
+	s.rp = newReverseProxy(oa, an, transport, s.passthroughError)
+	// What net/http itself reports goes to the process's log, not to stderr as text.
+	errorLog := stdlog.New(s.log.With().Str("component", "proxy-http").Logger(), "", 0)
+	s.rp.ErrorLog = errorLog
+	if cfg.Listen != "" {
+		ln, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("COMPACTOR_PROXY_LISTEN: %w", err)
+		}
+		s.ln = ln
+		s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+			ErrorLog: errorLog}
+	}
+	return s, nil
+}
+
+// Handler is the proxy's HTTP handler: POST /v1/chat/completions and POST
+// /v1/messages are rewritten, every other request passes through unchanged.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		switch r.URL.Path {
+		case "/v1/chat/completions":
+			if wire := s.wires["openai"]; wire != nil {
+				s.rewrite(w, r, wire, s.openai)
+				return
+			}
+		case "/v1/messages":
+			if wire := s.wires["anthropic"]; wire != nil {
+				s.rewrite(w, r, wire, s.anthro)
+				return
+			}
+		}
+	}
+	s.rp.ServeHTTP(w, r)
+}
+
+// Addr is the address Run serves on ("" when New bound none).
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Run serves on the address New bound until ctx is done, then lets the requests in
+// flight finish for a few seconds (a stream still open then is cut).
+func (s *Server) Run(ctx context.Context) error {
+	if s.ln == nil {
+		return errors.New("proxy: no listen address")
+	}
+	s.log.Info().Str("addr", s.Addr()).Str("upstream", s.openai.base.Redacted()).
+		Str("anthropic_upstream", s.anthro.base.Redacted()).Msg("proxy listening")
+	served := make(chan error, 1)
+	go func() { served <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("proxy: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(sctx); err != nil {
+		_ = s.srv.Close()
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return nil
+}
+
+// readBody reads a bounded request body: an error matching *http.MaxBytesError over
+// the bound.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+}
+
+// setTurnHeaders sets the headers that tell the client what its request became.
+func setTurnHeaders(h http.Header, t *Turn) {
+	h.Set(ConversationHeader, t.Conv)
+	h.Set(StatusHeader, StatusCompacted)
+	if cx := t.Context; cx != nil {
+		h.Set(GenerationHeader, strconv.FormatUint(cx.Generation, 10))
+		h.Set(TokensSentHeader, strconv.Itoa(cx.Tokens))
+	}
+	h.Set(TokensClientHead, strconv.Itoa(t.ClientTokens))
+	if t.Cut {
+		h.Set(CutHeader, "true")
+	}
+	if t.Branch != "" {
+		h.Set(BranchHeader, t.Branch)
+	}
+}

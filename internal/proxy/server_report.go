@@ -1,0 +1,53 @@
+package proxy
+
+import "time"
+
+// Outcomes of a request of a rewritten path (the outcome label of
+// compactor_proxy_requests_total).
+const (
+	// OutcomeCompacted: the compacted context went upstream and a 2xx reply came back.
+	OutcomeCompacted = "compacted"
+	// OutcomePassthrough: forwarded as sent (no conversation named, or NATS down
+	// with COMPACTOR_PROXY_ON_NATS_DOWN=pass).
+	OutcomePassthrough = "passthrough"
+	// OutcomeRefused: the proxy answered 4xx itself (bad id, bad body, another
+	// credential's conversation, a body over the limit).
+	OutcomeRefused = "refused"
+	// OutcomeUpstreamError: the upstream answered non-2xx, or its stream carried its
+	// own error event.
+	OutcomeUpstreamError = "upstream_error"
+	// OutcomeFailed: the proxy answered 5xx (NATS down with fail, upstream
+	// unreachable), the stream broke before its end, or the client went away.
+	OutcomeFailed = "failed"
+)
+
+// Outcomes are the values of the outcome label.
+var Outcomes = []string{OutcomeCompacted, OutcomePassthrough, OutcomeRefused, OutcomeUpstreamError, OutcomeFailed}
+
+// APIs are the values of the api label.
+var APIs = []string{"openai", "anthropic"}
+
+// Branches are the values of Turn.Branch on a branch.
+var Branches = []string{"edit", "regenerate", "truncate"}
+
+// Report is what one request of a rewritten path did, for the metrics.
+type Report struct {
+	// API is the wire's name.
+	API string
+	// Outcome is one of Outcomes.
+	Outcome string
+	// Turn is the turn Prepare returned (nil when the request did not get that far).
+	Turn *Turn
+	// Usage is what the upstream reported of a 2xx reply (nil when none).
+	Usage *Usage
+	// Stored is the messages stored: the client's the turn published, and the reply.
+	Stored int
+	// Added is the proxy's own time: the request's, less the time spent on the
+	// upstream.
+	Added time.Duration
+}
+
+// Observer is told of every request of the rewritten paths.
+type Observer interface {
+	ProxyRequest(r Report)
+}

@@ -1,0 +1,399 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/compactor/compactor/schemas"
+)
+
+// exchange is one request of a rewritten path on its way through the proxy.
+type exchange struct {
+	s    *Server
+	w    http.ResponseWriter
+	r    *http.Request
+	wire Wire
+	up   upstream
+	span trace.Span
+
+	start    time.Time
+	upstream time.Duration // time spent waiting for and reading the upstream
+	report   Report
+}
+
+// rewrite serves one request of a rewritten path: the conversation named, the
+// client's history stored, the compacted context sent upstream and the reply stored.
+func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, up upstream) {
+	// A client that sends a traceparent gets the request's span in its trace.
+	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+	ctx, span := s.tracer.Start(ctx, "proxy "+wire.Name(), trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("compactor.proxy.api", wire.Name())))
+	x := &exchange{s: s, w: w, r: r.WithContext(ctx), wire: wire, up: up, span: span, start: time.Now(),
+		report: Report{API: wire.Name()}}
+	defer x.end()
+	body, err := readBody(w, x.r, s.cfg.MaxBody)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			x.refuse(http.StatusRequestEntityTooLarge, "request_too_large", "the request body is over the proxy's limit (COMPACTOR_PROXY_MAX_BODY)")
+			return
+		}
+		x.report.Outcome = OutcomeFailed
+		return // the client went away while sending
+	}
+	id, err := identify(r.Header, body, s.cfg.SessionHeaders, s.cfg.BodyField)
+	switch {
+	case err != nil:
+		x.refuse(http.StatusBadRequest, "invalid_request_error", err.Error())
+		return
+	case id.conv == "" && s.cfg.RequireID:
+		x.refuse(http.StatusBadRequest, "invalid_request_error", "bad request: no conversation named: send the header "+ConversationHeader+
+			" (1-128 characters of [A-Za-z0-9_-]) or a session header ("+strings.Join(s.cfg.SessionHeaders, ", ")+")")
+		return
+	case id.conv == "":
+		x.pass(body, "", PassNoConversation)
+		return
+	}
+	span.SetAttributes(attribute.String(conversationAttribute, id.conv))
+	if nc := s.opts.NATS; nc != nil && !nc.IsConnected() {
+		x.natsDown(body, id.conv, nats.ErrDisconnected)
+		return
+	}
+	x.compact(body, id.conv)
+}
+
+// conversationAttribute is the span attribute of a conversation id (the exporter
+// hashes it when the operator asks for it).
+const conversationAttribute = "compactor.conversation"
+
+// compact parses the request, prepares the turn and sends the rewritten request.
+func (x *exchange) compact(body []byte, conv string) {
+	req, err := x.wire.Parse(body)
+	if err != nil {
+		x.refuseErr(err)
+		return
+	}
+	opts := TurnOptions{Owner: ownerDigest(x.s.ownerKey, credential(x.r.Header)), MaxOutput: req.MaxOutput,
+		Wait: x.s.cfg.Wait, CacheTTL: x.s.cfg.CacheTTL}
+	turn, err := x.s.convs.Prepare(x.r.Context(), conv, req.Messages, opts)
+	switch {
+	case err != nil && connectionError(err) != nil && x.r.Context().Err() == nil:
+		x.natsDown(body, conv, err)
+		return
+	case err != nil:
+		x.refuseErr(err)
+		return
+	}
+	x.report.Turn = turn
+	x.link(turn)
+	out, err := x.wire.Build(req, turn.Context)
+	if err != nil {
+		x.s.log.Error().Err(err).Str("api", x.wire.Name()).Msg("proxy: build the upstream request")
+		x.refuse(http.StatusInternalServerError, "api_error", "the proxy could not build the upstream request")
+		return
+	}
+	setTurnHeaders(x.w.Header(), turn)
+	x.send(out, turn)
+}
+
+// send sends the rewritten body upstream and relays the answer.
+func (x *exchange) send(out []byte, turn *Turn) {
+	upReq, err := x.up.newRequest(x.r, out)
+	if err != nil {
+		x.refuse(http.StatusInternalServerError, "api_error", "the proxy could not build the upstream request")
+		return
+	}
+	t0 := time.Now()
+	resp, err := x.s.client.Do(upReq)
+	if err != nil {
+		x.upstream += time.Since(t0)
+		x.upstreamUnreachable(err)
+		return
+	}
+	defer resp.Body.Close()
+	defer func() { x.upstream += time.Since(t0) }()
+	switch {
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		x.relayError(resp)
+	case isEventStream(resp.Header):
+		x.relayStream(resp, turn)
+	default:
+		x.relayReply(resp, turn)
+	}
+}
+
+// isEventStream reports whether a response is server-sent events.
+func isEventStream(h http.Header) bool {
+	ct := strings.ToLower(h.Get("Content-Type"))
+	return strings.HasPrefix(strings.TrimSpace(ct), "text/event-stream")
+}
+
+// relayError gives the client the upstream's refusal verbatim: status, headers
+// (retry-after, x-ratelimit-*, request ids) and body. Nothing is stored for it.
+func (x *exchange) relayError(resp *http.Response) {
+	x.report.Outcome = OutcomeUpstreamError
+	x.span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	copyResponseHeaders(x.w.Header(), resp.Header)
+	x.w.WriteHeader(resp.StatusCode)
+	_, _ = copyFlushing(x.w, resp.Body)
+}
+
+// copyFlushing copies src to w, flushing after each read.
+func copyFlushing(w http.ResponseWriter, src io.Reader) (int64, error) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			if _, werr := w.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			_ = rc.Flush()
+			n += int64(k)
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// relayReply handles a whole (not streamed) 2xx reply: stored, then given to the
+// client verbatim.
+func (x *exchange) relayReply(resp *http.Response, turn *Turn) {
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		x.report.Outcome = OutcomeFailed
+		if x.r.Context().Err() != nil {
+			return // the client went away: nothing stored
+		}
+		x.refuse(http.StatusBadGateway, "api_error", "the upstream's reply broke off before its end")
+		return
+	}
+	x.span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	x.report.Outcome = OutcomeCompacted
+	if msg, usage, err := x.wire.Reply(body); err != nil {
+		x.s.log.Warn().Err(err).Str("api", x.wire.Name()).Msg("proxy: upstream reply not understood; not stored")
+	} else {
+		x.finish(turn, msg, usage)
+	}
+	copyResponseHeaders(x.w.Header(), resp.Header)
+	x.w.WriteHeader(resp.StatusCode)
+	_, _ = x.w.Write(body)
+}
+
+// natsDown answers a request while NATS is unreachable: 503, or the request forwarded
+// as sent, as the operator chose.
+func (x *exchange) natsDown(body []byte, conv string, cause error) {
+	x.s.log.Warn().Str("cause", errorKind(cause)).Str("api", x.wire.Name()).Str("on_nats_down", x.s.cfg.OnNATSDown).
+		Msg("proxy: NATS unavailable")
+	x.span.SetAttributes(attribute.String("compactor.proxy.nats", "unavailable"))
+	if x.s.cfg.OnNATSDown == NATSDownPass {
+		x.pass(body, conv, PassNATSDown)
+		return
+	}
+	x.report.Outcome = OutcomeFailed
+	x.w.Header().Set(ConversationHeader, conv)
+	x.writeError(http.StatusServiceUnavailable, "api_error",
+		"compactor proxy: the conversation store (NATS) is unavailable; try again later")
+}
+
+// pass forwards the request as the client sent it, marked with why.
+func (x *exchange) pass(body []byte, conv, reason string) {
+	x.report.Outcome = OutcomePassthrough
+	if conv != "" {
+		x.w.Header().Set(ConversationHeader, conv)
+	}
+	r := withPassthrough(x.r, reason)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	t0 := time.Now()
+	x.s.rp.ServeHTTP(x.w, r)
+	x.upstream += time.Since(t0)
+}
+
+// passthroughError answers a passed-through request whose upstream could not be
+// reached: 502 in the API's error shape.
+func (s *Server) passthroughError(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Context().Err() != nil {
+		return
+	}
+	s.log.Warn().Str("cause", errorKind(err)).Str("path", r.URL.Path).Msg("proxy: upstream unreachable")
+	reason, _ := r.Context().Value(passthroughKey{}).(string)
+	if reason == "" {
+		reason = PassNotRewritten
+	}
+	w.Header().Set(StatusHeader, StatusPassthrough)
+	w.Header().Set(PassthroughHeader, reason)
+	writeAPIError(w, isAnthropicPath(r.URL.Path), http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
+}
+
+// upstreamUnreachable answers a rewritten request whose upstream could not be
+// reached (nothing is stored for it).
+func (x *exchange) upstreamUnreachable(err error) {
+	x.report.Outcome = OutcomeFailed
+	if x.r.Context().Err() != nil {
+		return // the client went away
+	}
+	x.s.log.Warn().Str("cause", errorKind(err)).Str("api", x.wire.Name()).Msg("proxy: upstream unreachable")
+	x.writeError(http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
+}
+
+// refuseErr answers a request that Parse or Prepare refused.
+func (x *exchange) refuseErr(err error) {
+	switch {
+	case errors.Is(err, ErrNotOwner):
+		x.refuse(http.StatusForbidden, "permission_error", "compactor proxy: "+err.Error())
+	case errors.Is(err, ErrBadRequest):
+		x.refuse(http.StatusBadRequest, "invalid_request_error", err.Error())
+	case x.r.Context().Err() != nil:
+		x.report.Outcome = OutcomeFailed
+	default:
+		x.s.log.Error().Err(err).Str("api", x.wire.Name()).Msg("proxy: prepare the turn")
+		x.report.Outcome = OutcomeFailed
+		x.writeError(http.StatusInternalServerError, "api_error", "compactor proxy: the conversation could not be prepared")
+	}
+}
+
+// refuse answers with an error the proxy itself decided.
+func (x *exchange) refuse(status int, kind, msg string) {
+	x.report.Outcome = OutcomeRefused
+	if status >= 500 {
+		x.report.Outcome = OutcomeFailed
+	}
+	x.writeError(status, kind, msg)
+}
+
+func (x *exchange) writeError(status int, kind, msg string) {
+	x.span.SetAttributes(attribute.Int("http.response.status_code", status))
+	if x.w.Header().Get(StatusHeader) == "" {
+		x.w.Header().Set(StatusHeader, StatusPassthrough)
+	}
+	writeAPIError(x.w, x.wire.Name() == "anthropic", status, kind, msg)
+}
+
+// writeAPIError writes an error in the API's own shape, so the client's SDK shows its
+// message.
+func writeAPIError(w http.ResponseWriter, anthropic bool, status int, kind, msg string) {
+	var body any
+	if anthropic {
+		body = map[string]any{"type": "error", "error": map[string]string{"type": kind, "message": msg}}
+	} else {
+		body = map[string]any{"error": map[string]any{"message": msg, "type": kind, "param": nil, "code": nil}}
+	}
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Del("Content-Length")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// finish stores the reply, unless the client went away.
+func (x *exchange) finish(turn *Turn, msg schemas.Message, usage *Usage) {
+	x.report.Usage = usage
+	if x.r.Context().Err() != nil {
+		return
+	}
+	if err := x.s.convs.Finish(x.r.Context(), turn, msg, usage); err != nil {
+		x.s.log.Error().Err(err).Str("api", x.wire.Name()).Msg("proxy: store the reply")
+		return
+	}
+	x.report.Stored++
+}
+
+// link joins the request's span to the compaction's trace, when the Conversations
+// says which it is.
+func (x *exchange) link(t *Turn) {
+	if l, ok := x.s.convs.(TurnTracer); ok {
+		if sc := l.TurnSpanContext(t); sc.IsValid() {
+			x.span.AddLink(trace.Link{SpanContext: sc})
+		}
+	}
+	if t.Branch != "" {
+		x.span.SetAttributes(attribute.String("compactor.proxy.branch", t.Branch))
+	}
+}
+
+// end reports the request to the observer and ends its span.
+func (x *exchange) end() {
+	r := &x.report
+	if r.Outcome == "" {
+		r.Outcome = OutcomeFailed
+	}
+	if r.Turn != nil {
+		r.Stored += r.Turn.Published
+	}
+	r.Added = max(time.Since(x.start)-x.upstream, 0)
+	x.span.SetAttributes(attribute.String("compactor.proxy.outcome", r.Outcome))
+	if r.Turn != nil && r.Turn.Context != nil {
+		x.span.SetAttributes(attribute.Int64("compactor.generation", int64(r.Turn.Context.Generation)),
+			attribute.Int("compactor.proxy.tokens_sent", r.Turn.Context.Tokens), attribute.Int("compactor.proxy.tokens_client", r.Turn.ClientTokens))
+	}
+	if r.Outcome == OutcomeFailed {
+		x.span.SetStatus(codes.Error, r.Outcome)
+	}
+	x.span.End()
+	ev := x.s.log.Debug().Str("api", r.API).Str("outcome", r.Outcome).Dur("added", r.Added).Int("stored", r.Stored)
+	if r.Turn != nil {
+		ev = ev.Str("conversation", r.Turn.Conv).Str("branch", r.Turn.Branch).Bool("cut", r.Turn.Cut)
+	}
+	ev.Msg("proxy: request")
+	if o := x.s.opts.Observer; o != nil {
+		o.ProxyRequest(*r)
+	}
+}
+
+// TurnTracer is implemented by a Conversations that knows the span of the compaction
+// a turn's context comes from: the request's span links to it.
+type TurnTracer interface {
+	TurnSpanContext(t *Turn) trace.SpanContext
+}
+
+// connectionErrors are the errors that say NATS could not be reached: no responders,
+// a timeout, a closed or reconnecting connection.
+var connectionErrors = []error{nats.ErrNoResponders, nats.ErrTimeout, nats.ErrConnectionClosed, nats.ErrDisconnected,
+	nats.ErrConnectionReconnecting, nats.ErrConnectionDraining, natsjs.ErrNoStreamResponse, context.DeadlineExceeded}
+
+// connectionError is the one of connectionErrors err matches (nil: none).
+func connectionError(err error) error {
+	for _, e := range connectionErrors {
+		if errors.Is(err, e) {
+			return e
+		}
+	}
+	return nil
+}
+
+// errorKind is a short name of an error's kind for a log line: never its text, which
+// may quote an upstream URL with a key or content.
+func errorKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case connectionError(err) != nil:
+		return "nats: " + connectionError(err).Error()
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	var ne interface{ Timeout() bool }
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	return "error"
+}

@@ -1,0 +1,55 @@
+package telemetry
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/schemas/assemble"
+)
+
+// The proxy's metrics follow Prometheus's conventions and count what the reports say:
+// tokens the clients sent against those forwarded, the upstream's input by kind, the
+// messages stored and the turns on a branch.
+func TestProxyMetrics(t *testing.T) {
+	m := NewMetrics("test")
+	var obs proxy.Observer = m.Proxy()
+	turn := &proxy.Turn{Conv: "c", Branch: "edit", ClientTokens: 9000, Published: 2, Waited: 2 * time.Second,
+		Context: &assemble.Context{Tokens: 3000}}
+	obs.ProxyRequest(proxy.Report{API: "anthropic", Outcome: proxy.OutcomeCompacted, Turn: turn, Stored: 3, Added: 3 * time.Millisecond,
+		Usage: &proxy.Usage{Input: 3100, Output: 50, CacheRead: 2000, CacheWrite: 600}})
+	obs.ProxyRequest(proxy.Report{API: "openai", Outcome: proxy.OutcomePassthrough})
+
+	problems, err := testutil.GatherAndLint(m.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+	p := obs.(*ProxyMetrics)
+	for name, c := range map[string]struct{ got, want float64 }{
+		"requests compacted":   {testutil.ToFloat64(p.requests.WithLabelValues("anthropic", "compacted")), 1},
+		"requests passthrough": {testutil.ToFloat64(p.requests.WithLabelValues("openai", "passthrough")), 1},
+		"client tokens":        {testutil.ToFloat64(p.clientTokens.WithLabelValues("anthropic")), 9000},
+		"forwarded tokens":     {testutil.ToFloat64(p.forwarded.WithLabelValues("anthropic")), 3000},
+		"cached":               {testutil.ToFloat64(p.upstreamIn.WithLabelValues("anthropic", "cached")), 2000},
+		"cache_write":          {testutil.ToFloat64(p.upstreamIn.WithLabelValues("anthropic", "cache_write")), 600},
+		"uncached":             {testutil.ToFloat64(p.upstreamIn.WithLabelValues("anthropic", "uncached")), 500},
+		"stored":               {testutil.ToFloat64(p.stored.WithLabelValues("anthropic")), 3},
+		"branches":             {testutil.ToFloat64(p.branches.WithLabelValues("edit")), 1},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %g; want %g", name, c.got, c.want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.reg, "compactor_proxy_compaction_wait_seconds", "compactor_proxy_added_seconds"); n != 2 {
+		t.Errorf("histograms gathered: %d", n)
+	}
+	// Every series of the closed label sets exists at 0 before its first request.
+	if n := testutil.CollectAndCount(m.reg, "compactor_proxy_requests_total"); n != len(proxy.APIs)*len(proxy.Outcomes) {
+		t.Errorf("request series: %d", n)
+	}
+}
