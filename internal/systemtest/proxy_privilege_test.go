@@ -139,6 +139,30 @@ func proxyDoes(t *testing.T, ctx context.Context, admin, proxy *rolestest.Conn, 
 		t.Fatalf("wait for the outcome of %s as proxy: %+v, %v", resp.RequestID, ev, err)
 	}
 
+	// The proxy's own paths: a turn stored as a batch with message ids (stored again:
+	// nothing twice), the conversation's messages from the leader, the live value and tombstone from the leader, a compaction waited for by
+	// the service.
+	turn := []pipeline.BatchMsg{
+		{Conv: conv, Message: schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("next question")}, MsgID: conv + "-turn-1"},
+		{Conv: conv, Message: schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("next answer")}, MsgID: conv + "-turn-2"},
+	}
+	seqs, err := pc.PublishBatch(ctx, turn, pipeline.BatchOptions{})
+	if err != nil {
+		t.Fatalf("publish a batch as proxy: %v", err)
+	}
+	if again, err := pc.PublishBatch(ctx, turn, pipeline.BatchOptions{}); err != nil || again[1] != seqs[1] {
+		t.Fatalf("the batch again as proxy: %v, %v; want the same sequences %v", again, err, seqs)
+	}
+	if ms, err := st.Chat().LoadLeader(ctx, conv, seqs[0], 0); err != nil || len(ms) != 2 {
+		t.Fatalf("the turn from the leader as proxy: %d messages, %v", len(ms), err)
+	}
+	if v, _, _, err := st.Results().Live(ctx, conv, true); err != nil || v == nil {
+		t.Fatalf("the live value from the leader as proxy: %+v, %v", v, err)
+	}
+	if r, err := pc.Compact(ctx, conv, pipeline.Wait(30*time.Second)); err != nil || r.Status == pipeline.StatusQueued {
+		t.Fatalf("a compaction waited for as proxy: %+v, %v", r, err)
+	}
+
 	// A message over the max payload: its object stored, and read back.
 	big := conv + "-large"
 	large := schemas.Message{Role: schemas.RoleUser,
