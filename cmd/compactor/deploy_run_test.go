@@ -330,6 +330,9 @@ func TestComposeDeploymentRuns(t *testing.T) {
 			t.Logf("%s (compactor %s as %s) exited 0 after %s", s.name, strings.Join(args, " "), e.NATSUser, time.Since(start).Round(10*time.Millisecond))
 			continue
 		}
+		if kindOf(args) == proxyProcess {
+			e.Roles = "" // compactor proxy runs no other role
+		}
 		grace, _ := time.ParseDuration(str(dig(s.m, "stop_grace_period")))
 		for i := range s.replicas() {
 			r := &composeRun{service: fmt.Sprintf("%s-%d", s.name, i+1), env: e, grace: grace}
@@ -361,7 +364,7 @@ func TestComposeDeploymentRuns(t *testing.T) {
 			}
 			if httpOK("http://"+r.ops+probe.liveness) == nil && httpOK("http://"+r.ops+probe.readiness) == nil {
 				r.ready = time.Since(r.started)
-				t.Logf("%s (%s as %s) ready %s after its start", r.service, r.env.Roles, r.env.NATSUser, r.ready.Round(10*time.Millisecond))
+				t.Logf("%s (%q as %s) ready %s after its start", r.service, r.env.Roles, r.env.NATSUser, r.ready.Round(10*time.Millisecond))
 				continue
 			}
 			pending++
