@@ -39,7 +39,8 @@ ENV COMPACTOR_DATA_DIR=/var/lib/compactor
 USER 65532:65532
 # 9090: the operators' HTTP listener when COMPACTOR_HTTP_LISTEN=0.0.0.0:9090 (it is off by
 # default). 4222: the embedded NATS server, when COMPACTOR_LISTEN=0.0.0.0:4222 (it listens
-# on 127.0.0.1 by default, unreachable from outside the container).
-EXPOSE 9090 4222
+# on 127.0.0.1 by default, unreachable from outside the container). 8088: the proxy, when
+# COMPACTOR_PROXY_LISTEN=0.0.0.0:8088 (compactor proxy listens on 127.0.0.1:8088 by default).
+EXPOSE 9090 4222 8088
 ENTRYPOINT ["/usr/local/bin/compactor"]
 CMD ["serve"]

@@ -152,8 +152,10 @@ type composeRun struct {
 	// For a NATS node: its ports here, and its server name.
 	client, http, cluster int
 	serverName            string
-	// For a compactor process: its operators' listener here, and its Compose settings.
+	// For a compactor process: its operators' listener here (and the proxy's address,
+	// for the proxy), and its Compose settings.
 	ops     string
+	proxy   string
 	env     Env
 	grace   time.Duration
 	started time.Time
@@ -173,13 +175,15 @@ type composeRun struct {
 // node is healthy by the Compose health check, every process live and ready by the
 // probes of the Kubernetes manifests, a producer's conversation is compacted by the
 // trigger and a worker through the fake LLM, a manual compaction is answered by the
-// service, KEDA's query of the Kubernetes ScaledObject finds the workers' consumer on
+// service, an agent's request through the proxy reaches the upstream and its
+// conversation is stored, KEDA's query of the Kubernetes ScaledObject finds the workers' consumer on
 // its leader, no role met a permissions violation, and every process stops within its
 // stop_grace_period.
 func TestComposeDeploymentRuns(t *testing.T) {
 	natsBin := proctest.NATSServer(t)
 	bin := proctest.Compactor(t)
 	llm := fakellm.New(t)
+	upstream := fakellm.New(t) // the agents' model, behind the proxy
 
 	// The host's environment: passwords of its own, the fake LLM, a small window.
 	p := problems{}
@@ -187,6 +191,7 @@ func TestComposeDeploymentRuns(t *testing.T) {
 		"COMPACTOR_LLM_BASE_URL":   llm.URL(),
 		"COMPACTOR_LLM_API_KEY":    "test-key",
 		"COMPACTOR_CONTEXT_WINDOW": "8000",
+		"COMPACTOR_PROXY_UPSTREAM": upstream.URL(),
 	}
 	for _, v := range loadDeployment(repoRoot, nil, &p).passwordVars {
 		host[v] = "pw-" + rand.Text()
@@ -325,11 +330,18 @@ func TestComposeDeploymentRuns(t *testing.T) {
 			t.Logf("%s (compactor %s as %s) exited 0 after %s", s.name, strings.Join(args, " "), e.NATSUser, time.Since(start).Round(10*time.Millisecond))
 			continue
 		}
+		if kindOf(args) == proxyProcess {
+			e.Roles = "" // compactor proxy runs no other role
+		}
 		grace, _ := time.ParseDuration(str(dig(s.m, "stop_grace_period")))
 		for i := range s.replicas() {
 			r := &composeRun{service: fmt.Sprintf("%s-%d", s.name, i+1), env: e, grace: grace}
 			r.ops = fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
 			vars["COMPACTOR_HTTP_LISTEN"] = r.ops
+			if kindOf(args) == proxyProcess {
+				r.proxy = fmt.Sprintf("127.0.0.1:%d", proctest.FreePort(t))
+				vars[proxyListenVar] = r.proxy
+			}
 			var env []string
 			for k, v := range vars {
 				env = append(env, k+"="+v)
@@ -352,7 +364,7 @@ func TestComposeDeploymentRuns(t *testing.T) {
 			}
 			if httpOK("http://"+r.ops+probe.liveness) == nil && httpOK("http://"+r.ops+probe.readiness) == nil {
 				r.ready = time.Since(r.started)
-				t.Logf("%s (%s as %s) ready %s after its start", r.service, r.env.Roles, r.env.NATSUser, r.ready.Round(10*time.Millisecond))
+				t.Logf("%s (%q as %s) ready %s after its start", r.service, r.env.Roles, r.env.NATSUser, r.ready.Round(10*time.Millisecond))
 				continue
 			}
 			pending++
@@ -442,6 +454,30 @@ func TestComposeDeploymentRuns(t *testing.T) {
 		t.Errorf("manual compaction through the service: %+v, %v", resp, err)
 	}
 
+	// An agent's request through each proxy process: answered by the upstream, and the
+	// client's message and the reply stored in its conversation.
+	var proxies int
+	for _, r := range procs {
+		if r.proxy == "" {
+			continue
+		}
+		proxies++
+		conv := "compose-proxy-" + strconv.Itoa(proxies)
+		calls := upstream.Calls()
+		status, body := proxyChat(t, r.proxy, conv)
+		if status != http.StatusOK || upstream.Calls() != calls+1 {
+			t.Errorf("%s: a chat completion through the proxy: %d %s (upstream calls %d, before %d)", r.service, status, body, upstream.Calls(), calls)
+			continue
+		}
+		eventually(t, time.Minute, conv+"'s message and reply stored", func() bool {
+			cx, err := reader.Context(ctx, conv)
+			return err == nil && len(cx.Messages) == 2 && cx.Messages[1].Role == "assistant"
+		})
+	}
+	if proxies == 0 {
+		t.Error("no proxy process ran")
+	}
+
 	// KEDA's nats-jetstream scaler: /jsz of the ScaledObject's account, then the node
 	// that leads the consumer reports it.
 	keda := asMap(dig(asList(dig(d.kubeFind("ScaledObject", "compactor-worker"), "spec", "triggers"))[0], "metadata"))
@@ -490,6 +526,27 @@ func TestComposeDeploymentRuns(t *testing.T) {
 			t.Errorf("%s stopped with %v:\n%s", r.service, err, r.proc.Logs.Tail(8<<10))
 		}
 	}
+}
+
+// proxyChat sends one OpenAI chat completion for conversation conv to the proxy at
+// addr, as an agent's SDK would, and returns the status and body.
+func proxyChat(t *testing.T, addr, conv string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
+		strings.NewReader(`{"model":"agent-model","messages":[{"role":"user","content":"hello through the proxy"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer agent-key")
+	req.Header.Set("X-Compactor-Conversation", conv)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 // relocateStoreDir changes the store_dir of the configuration file at conf from dir to

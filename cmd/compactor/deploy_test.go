@@ -54,15 +54,50 @@ const (
 )
 
 // adminUser provisions (compactor provision, a one-shot); the serve roles connect as
-// the user of their own name.
-const adminUser = "admin"
+// the user of their own name, and so does the proxy (proxyRole).
+const (
+	adminUser = "admin"
+	proxyRole = "proxy"
+)
 
-// provisionArgs and serveArgs are the command lines of the admin's one-shot and of the
-// roles.
+// provisionArgs, serveArgs and proxyArgs are the command lines of the admin's one-shot,
+// of the roles and of the proxy.
 var (
 	provisionArgs = []string{"provision"}
 	serveArgs     = []string{"serve"}
+	proxyArgs     = []string{"proxy"}
 )
+
+// processKind is what a process of the deployment runs.
+type processKind int
+
+const (
+	serveProcess     processKind = iota // compactor serve: one role
+	provisionProcess                    // compactor provision: the admin's one-shot
+	proxyProcess                        // compactor proxy: the proxy role alone
+)
+
+// kindOf is the kind of a process with these arguments.
+func kindOf(args []string) processKind {
+	switch {
+	case slices.Equal(args, provisionArgs):
+		return provisionProcess
+	case slices.Equal(args, proxyArgs):
+		return proxyProcess
+	}
+	return serveProcess
+}
+
+// proxyListenVar is where the proxy listens; serve runs the proxy role beside its own
+// when it is set.
+const proxyListenVar = "COMPACTOR_PROXY_LISTEN"
+
+// proxyPort is the port of a proxy process's COMPACTOR_PROXY_LISTEN (0 when none).
+func proxyPort(vars map[string]string) int {
+	_, port, _ := net.SplitHostPort(vars[proxyListenVar])
+	n, _ := strconv.Atoi(port)
+	return n
+}
 
 // argsOf reads a command or args list of a manifest.
 func argsOf(v any) []string {
@@ -345,13 +380,17 @@ func knownVariables() map[string]bool {
 
 // secretVariables hold secrets: given from a Secret (Kubernetes) or the host's
 // environment (Compose), never written in a file.
-var secretVariables = []string{"COMPACTOR_NATS_PASSWORD", "COMPACTOR_NATS_TOKEN", "COMPACTOR_LLM_API_KEY"}
+var secretVariables = []string{"COMPACTOR_NATS_PASSWORD", "COMPACTOR_NATS_TOKEN", "COMPACTOR_LLM_API_KEY",
+	"COMPACTOR_PROXY_UPSTREAM_KEY", "COMPACTOR_PROXY_ANTHROPIC_UPSTREAM_KEY", "COMPACTOR_PROXY_OWNER_KEY"}
 
 // checkProcessEnv checks the variables of one process: every COMPACTOR_ variable is
 // one the command reads, the values are valid together, a serve process runs one role
-// as the user of that role and the provision one-shot runs as the admin, each with the
-// user's inbox prefix and password. It returns the process's Env (zero when invalid).
-func (d *deployment) checkProcessEnv(p *problems, where string, vars map[string]string, validate envValidator, provision bool) (Env, bool) {
+// as the user of that role (and no proxy beside it), the proxy runs as the proxy user
+// on an address reachable from outside the container, and the provision one-shot runs
+// as the admin, each with the user's inbox prefix and password. It returns the
+// process's Env (zero when invalid).
+func (d *deployment) checkProcessEnv(p *problems, where string, vars map[string]string, validate envValidator, kind processKind) (Env, bool) {
+	provision := kind == provisionProcess
 	known := knownVariables()
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		if strings.HasPrefix(k, envPrefix+"_") && !known[k] {
@@ -373,8 +412,18 @@ func (d *deployment) checkProcessEnv(p *problems, where string, vars map[string]
 			names = append(names, role.name)
 		}
 	}
-	if len(names) != 1 && !provision {
-		p.addf("%s: COMPACTOR_ROLES=%s: run one role per process, so that each scales on its own and has its own user", where, e.Roles)
+	switch kind {
+	case proxyProcess:
+		names = []string{proxyRole} // compactor proxy runs no other role
+		d.checkProxyListen(p, where, vars, e)
+	case serveProcess:
+		if len(names) != 1 {
+			p.addf("%s: COMPACTOR_ROLES=%s: run one role per process, so that each scales on its own and has its own user", where, e.Roles)
+		}
+		if vars[proxyListenVar] != "" {
+			p.addf("%s: %s=%s runs the proxy beside role %s: run it as its own process (compactor proxy), as user %s",
+				where, proxyListenVar, vars[proxyListenVar], e.Roles, proxyRole)
+		}
 	}
 	u, ok := d.accounts[e.NATSUser]
 	switch {
@@ -408,6 +457,20 @@ func (d *deployment) checkProcessEnv(p *problems, where string, vars map[string]
 		p.addf("%s: COMPACTOR_HTTP_LISTEN=%s: bound to %s, the listener cannot be reached from outside the container", where, e.HTTPListen, host)
 	}
 	return e, true
+}
+
+// checkProxyListen checks where a proxy process listens: an address reachable from
+// outside the container, on another port than the operators' listener.
+func (d *deployment) checkProxyListen(p *problems, where string, vars map[string]string, e Env) {
+	host, _, err := net.SplitHostPort(vars[proxyListenVar])
+	switch {
+	case err != nil:
+		p.addf("%s: %s=%q: the proxy needs host:port", where, proxyListenVar, vars[proxyListenVar])
+	case host != "0.0.0.0" && host != "::" && host != "[::]" && host != "":
+		p.addf("%s: %s=%s: bound to %s, the agents cannot reach the proxy from outside the container", where, proxyListenVar, vars[proxyListenVar], host)
+	case proxyPort(vars) == httpPort(e):
+		p.addf("%s: %s=%s: the same port as COMPACTOR_HTTP_LISTEN", where, proxyListenVar, vars[proxyListenVar])
+	}
 }
 
 // httpPort is the port of COMPACTOR_HTTP_LISTEN.
@@ -1027,7 +1090,8 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 			continue
 		}
 		where := fmt.Sprintf("%s: service %s", composePath, s.name)
-		oneShot := slices.Equal(argsOf(dig(s.m, "command")), provisionArgs)
+		kind := kindOf(argsOf(dig(s.m, "command")))
+		oneShot := kind == provisionProcess
 		if oneShot {
 			provisions = append(provisions, s.name)
 		}
@@ -1047,8 +1111,8 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 		if dig(s.m, "entrypoint") != nil {
 			p.addf("%s: overrides the image's entrypoint", where)
 		}
-		if c := argsOf(dig(s.m, "command")); !oneShot && !slices.Equal(c, serveArgs) {
-			p.addf("%s: command %v; the roles run serve, the admin's one-shot provision", where, c)
+		if c := argsOf(dig(s.m, "command")); kind == serveProcess && !slices.Equal(c, serveArgs) {
+			p.addf("%s: command %v; the roles run serve, the proxy proxy, the admin's one-shot provision", where, c)
 		}
 		restart := str(dig(s.m, "restart"))
 		switch {
@@ -1079,9 +1143,12 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 				p.addf("%s: %s is written in the file: take it from the host's environment (${…})", where, k)
 			}
 		}
-		e, ok := d.checkProcessEnv(p, where, vars, validate, oneShot)
+		e, ok := d.checkProcessEnv(p, where, vars, validate, kind)
 		if !ok {
 			continue
+		}
+		if kind == proxyProcess {
+			d.checkComposeProxy(p, where, s, vars, exposed)
 		}
 		streams[s.name] = streamSettings(e)
 		if u, ok := d.accounts[e.NATSUser]; ok {
@@ -1119,10 +1186,13 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 		if e.NATSUser == adminUser {
 			role = adminUser
 		}
+		if kind == proxyProcess {
+			role = proxyRole
+		}
 		roles[role] += s.replicas()
 		policies[s.name] = conversationPolicy(e)
 	}
-	for role, want := range map[string]int{adminUser: 1, "trigger": 1, "worker": 2, "api": 1} {
+	for role, want := range map[string]int{adminUser: 1, "trigger": 1, "worker": 2, "api": 1, proxyRole: 1} {
 		if roles[role] < want {
 			p.addf("%s: %d processes run as %s; the deployment has at least %d", composePath, roles[role], role, want)
 		}
@@ -1156,6 +1226,28 @@ func (d *deployment) checkCompose(p *problems, validate envValidator, exposed ma
 }
 
 func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
+
+// checkComposeProxy checks that the agents reach the proxy service: its port is
+// published (on the host's loopback: it takes the agents' keys) and EXPOSEd by the image.
+func (d *deployment) checkComposeProxy(p *problems, where string, s composeService, vars map[string]string, exposed map[int]bool) {
+	port := proxyPort(vars)
+	if !exposed[port] {
+		p.addf("%s: %s's port %d is not EXPOSEd by %s", where, proxyListenVar, port, dockerfilePath)
+	}
+	published := false
+	for _, pt := range asList(dig(s.m, "ports")) {
+		parts := strings.Split(scalar(pt), ":")
+		if len(parts) == 3 && parts[2] == strconv.Itoa(port) {
+			published = true
+			if parts[0] != "127.0.0.1" {
+				p.addf("%s: publishes the proxy on %s: keep it on the host's loopback (127.0.0.1), or put TLS in front of it", where, scalar(pt))
+			}
+		}
+	}
+	if !published {
+		p.addf("%s: the proxy's port %d (%s) is not published (ports: 127.0.0.1:%d:%d)", where, port, proxyListenVar, port, port)
+	}
+}
 
 // --- Kubernetes ---
 
@@ -1298,11 +1390,15 @@ func (d *deployment) checkKubernetes(p *problems, validate envValidator, exposed
 			p.addf("%s: overrides the image's entrypoint", where)
 		}
 		args := argsOf(k.c["args"])
+		kind := kindOf(args)
 		switch {
 		case job && !slices.Equal(args, provisionArgs):
 			p.addf("%s: args %v; the Job runs the admin's one-shot provision", where, args)
-		case !job && !slices.Equal(args, serveArgs):
-			p.addf("%s: args %v; the roles run serve (provision is a one-shot: a Job, not a %s, which would restart it forever)", where, args, k.doc.kind())
+		case !job && kind != proxyProcess && !slices.Equal(args, serveArgs):
+			p.addf("%s: args %v; the roles run serve, the proxy proxy (provision is a one-shot: a Job, not a %s, which would restart it forever)", where, args, k.doc.kind())
+		}
+		if job {
+			kind = provisionProcess
 		}
 		if job {
 			provisions = append(provisions, k.doc.name())
@@ -1312,7 +1408,7 @@ func (d *deployment) checkKubernetes(p *problems, validate envValidator, exposed
 				p.addf("%s: %s is written in a manifest: give it from a Secret (valueFrom secretKeyRef)", where, s)
 			}
 		}
-		e, ok := d.checkProcessEnv(p, where, k.vars, validate, job)
+		e, ok := d.checkProcessEnv(p, where, k.vars, validate, kind)
 		if !ok {
 			continue
 		}
@@ -1321,6 +1417,10 @@ func (d *deployment) checkKubernetes(p *problems, validate envValidator, exposed
 			role = adminUser
 		} else {
 			policies[k.doc.name()] = conversationPolicy(e)
+		}
+		if kind == proxyProcess {
+			role = proxyRole
+			d.checkKubeProxy(p, k, exposed)
 		}
 		roles[role] = true
 		streams[k.doc.name()] = streamSettings(e)
@@ -1381,7 +1481,7 @@ func (d *deployment) checkKubernetes(p *problems, validate envValidator, exposed
 			pods = append(pods, asMap(dig(k.doc.obj, "spec", "template", "metadata", "labels")))
 		}
 	}
-	for _, r := range []string{adminUser, "trigger", "worker", "api"} {
+	for _, r := range []string{adminUser, "trigger", "worker", "api", proxyRole} {
 		if !roles[r] {
 			p.addf("%s: no workload runs %s (the roles: a Deployment each; the %s: the provision Job)", kubeDir, r, adminUser)
 		}
@@ -1447,6 +1547,15 @@ func (d *deployment) checkKubernetes(p *problems, validate envValidator, exposed
 					if !hasPort(dig(pt, "port")) {
 						p.addf("%s: port %v is no port of the pods", doc, dig(pt, "port"))
 					}
+				}
+			}
+		case "Service":
+			if !selectsSome(map[string]any{"matchLabels": dig(doc.obj, "spec", "selector")}) {
+				p.addf("%s: selects no pod of the Deployments", doc)
+			}
+			for _, pt := range asList(dig(doc.obj, "spec", "ports")) {
+				if !hasPort(dig(pt, "targetPort")) {
+					p.addf("%s: targetPort %v is no port of the pods", doc, dig(pt, "targetPort"))
 				}
 			}
 		case "Secret":
@@ -1516,6 +1625,32 @@ func (d *deployment) checkServePod(p *problems, k kubeContainer, e Env, exposed 
 	if !kubeSelects(dig(k.doc.obj, "spec", "selector"), dig(k.doc.obj, "spec", "template", "metadata", "labels")) {
 		p.addf("%s: its selector does not select its pods", where)
 	}
+}
+
+// checkKubeProxy checks that the agents reach the proxy's pods: a container port at
+// COMPACTOR_PROXY_LISTEN's port, EXPOSEd by the image, and a Service that selects the
+// pods and sends to that port.
+func (d *deployment) checkKubeProxy(p *problems, k kubeContainer, exposed map[int]bool) {
+	where := k.where()
+	port := proxyPort(k.vars)
+	if !exposed[port] {
+		p.addf("%s: %s's port %d is not EXPOSEd by %s", where, proxyListenVar, port, dockerfilePath)
+	}
+	if !slices.ContainsFunc(asList(k.c["ports"]), func(cp any) bool { return dig(cp, "containerPort") == port }) {
+		p.addf("%s: no containerPort %d, where the proxy listens (%s)", where, port, proxyListenVar)
+	}
+	labels := dig(k.doc.obj, "spec", "template", "metadata", "labels")
+	for _, doc := range d.kube {
+		if doc.kind() != "Service" || !kubeSelects(map[string]any{"matchLabels": dig(doc.obj, "spec", "selector")}, labels) {
+			continue
+		}
+		for _, pt := range asList(dig(doc.obj, "spec", "ports")) {
+			if k.port(dig(pt, "targetPort")) == port {
+				return
+			}
+		}
+	}
+	p.addf("%s: no Service selects its pods with a targetPort at the proxy's port %d: the agents cannot reach it", where, port)
 }
 
 // checkJob checks the provision Job: it runs once (a failed run retried a bounded number
@@ -1839,6 +1974,15 @@ func TestDeployChecksCatchBrokenManifests(t *testing.T) {
 		{"roles do not wait for provision", composePath, []edit{{"provision: {condition: service_completed_successfully}", "provision: {condition: service_started}"}}, "to exit 0"},
 		{"provision with other stream settings", composePath, []edit{{"      COMPACTOR_NATS_USER: admin\n", "      COMPACTOR_NATS_USER: admin\n      COMPACTOR_CHAT_MAX_AGE: 720h\n"}}, "other settings than provision creates them with"},
 		{"listener on localhost", composePath, []edit{{"COMPACTOR_HTTP_LISTEN: 0.0.0.0:9090", "COMPACTOR_HTTP_LISTEN: 127.0.0.1:9090"}}, "cannot be reached"},
+		{"proxy as another user", composePath, []edit{{"COMPACTOR_NATS_USER: proxy", "COMPACTOR_NATS_USER: producer"}}, "each role connects as the user"},
+		{"no proxy", composePath, []edit{{`command: ["proxy"]`, `command: ["serve"]`}}, "processes run as proxy"},
+		{"proxy beside a role", composePath, []edit{{"      COMPACTOR_ROLES: trigger\n", "      COMPACTOR_ROLES: trigger\n      COMPACTOR_PROXY_LISTEN: 0.0.0.0:8088\n"}}, "runs the proxy beside role trigger"},
+		{"proxy on localhost", composePath, []edit{{"COMPACTOR_PROXY_LISTEN: 0.0.0.0:8088", "COMPACTOR_PROXY_LISTEN: 127.0.0.1:8088"}}, "cannot reach the proxy"},
+		{"proxy on the ops port", composePath, []edit{{"COMPACTOR_PROXY_LISTEN: 0.0.0.0:8088", "COMPACTOR_PROXY_LISTEN: 0.0.0.0:9090"}}, "the same port as COMPACTOR_HTTP_LISTEN"},
+		{"proxy not published", composePath, []edit{{`    ports: ["127.0.0.1:8088:8088"]` + "\n", ""}}, "is not published"},
+		{"proxy published on every address", composePath, []edit{{`"127.0.0.1:8088:8088"`, `"0.0.0.0:8088:8088"`}}, "host's loopback"},
+		{"proxy's owner key in the file", composePath, []edit{{"COMPACTOR_PROXY_OWNER_KEY: ${COMPACTOR_PROXY_OWNER_KEY:-}", "COMPACTOR_PROXY_OWNER_KEY: an-owner-key-in-the-file"}}, "written in the file"},
+		{"proxy port not exposed", dockerfilePath, []edit{{"EXPOSE 9090 4222 8088", "EXPOSE 9090 4222"}}, "COMPACTOR_PROXY_LISTEN's port 8088 is not EXPOSEd"},
 
 		{"route to a missing node", "deploy/nats/cluster.conf", []edit{{"nats-route://nats-3:6222", "nats-route://nats-4:6222"}}, "routes to"},
 		{"route to the wrong port", "deploy/nats/cluster.conf", []edit{{"nats-route://nats-3:6222", "nats-route://nats-3:7222"}}, "cluster port"},
@@ -1880,6 +2024,16 @@ func TestDeployChecksCatchBrokenManifests(t *testing.T) {
 		{"no worker disruption budget", "deploy/kubernetes/worker.yaml", []edit{{"maxUnavailable: 1\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: compactor\n      app.kubernetes.io/component: worker", "maxUnavailable: 1\n  selector:\n    matchLabels:\n      app.kubernetes.io/name: compactor\n      app.kubernetes.io/component: workers"}}, "no PodDisruptionBudget selects the workers"},
 		{"pod monitor on a missing port", "deploy/kubernetes/monitoring/podmonitor.yaml", []edit{{"- port: ops", "- port: metrics"}}, "endpoint port"},
 		{"manifest not in the kustomization", kustomizePath, []edit{{"  - worker.yaml\n", ""}}, "resources"},
+		{"proxy runs serve", "deploy/kubernetes/proxy.yaml", []edit{{`args: ["proxy"]`, `args: ["serve"]`}}, "runs the proxy beside role"},
+		{"proxy without its container port", "deploy/kubernetes/proxy.yaml", []edit{{"            - name: proxy\n              containerPort: 8088\n", ""}}, "no containerPort 8088"},
+		{"proxy Service to another port", "deploy/kubernetes/proxy.yaml", []edit{{"targetPort: proxy", "targetPort: ops"}}, "no Service selects its pods with a targetPort"},
+		{"proxy Service to no port", "deploy/kubernetes/proxy.yaml", []edit{{"targetPort: proxy", "targetPort: http"}}, "targetPort http is no port of the pods"},
+		{"proxy Service selects nothing", "deploy/kubernetes/proxy.yaml", []edit{{"    app.kubernetes.io/component: proxy\n  # A replica", "    app.kubernetes.io/component: proxies\n  # A replica"}}, "Service compactor-proxy: selects no pod"},
+		{"proxy's password of another user", "deploy/kubernetes/proxy.yaml", []edit{{"name: compactor-nats-proxy", "name: compactor-nats-producer"}}, "user proxy's is compactor-nats-proxy/password"},
+		{"proxy's owner key in a manifest", "deploy/kubernetes/proxy.yaml", []edit{{"            - name: COMPACTOR_PROXY_OWNER_KEY\n              valueFrom:\n                secretKeyRef:\n                  name: compactor-proxy\n                  key: owner-key\n",
+			"            - name: COMPACTOR_PROXY_OWNER_KEY\n              value: an-owner-key-in-the-manifest\n"}}, "COMPACTOR_PROXY_OWNER_KEY is written in a manifest"},
+		{"no proxy Deployment", kustomizePath, []edit{{"  - proxy.yaml\n", ""}}, "resources"},
+		{"proxy's Secret not documented", deployDocPath, []edit{{"kubectl create secret generic compactor-proxy ", "kubectl create secret generic compactor-proxies "}}, "Secret compactor-proxy is read"},
 		{"Secret not documented", deployDocPath, []edit{{"kubectl create secret generic compactor-nats-worker", "kubectl create secret generic compactor-nats-workers"}}, "does not say how to create it"},
 
 		{"KEDA: another stream", "deploy/kubernetes/keda/scaledobject.yaml", []edit{{"stream: COMPACT_REQUESTS", "stream: COMPACT_REQUEST"}}, "the work queue is COMPACT_REQUESTS"},

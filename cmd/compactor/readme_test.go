@@ -624,7 +624,7 @@ var notRun = []struct{ prefix, reason string }{
 	{"docker ", "needs a Docker engine, which the test machine lacks; TestDockerfileBuildsAStaticBinary and TestComposeDeploymentRuns run the build and the Compose file without it"},
 	{"kubectl ", "needs a Kubernetes cluster; TestDeployManifestsMatchTheCode checks the manifests"},
 	{"helm ", "needs a Kubernetes cluster; TestDeployManifestsMatchTheCode checks the Helm values"},
-	{"for u in sys admin trigger worker api producer reader;", "writes the Kubernetes Secrets' password files for the kubectl lines after it"},
+	{"for u in sys admin trigger worker api producer reader proxy;", "writes the Kubernetes Secrets' password files for the kubectl lines after it"},
 	{"cd clients/ts && npm ci && npm run build", "TestTSClient* build clients/ts the same way (npm ci in .ci/run)"},
 	{"npm install ../path/to/compactor/clients/ts", "installs into the reader's own service"},
 	{"node compactor.mjs forget ", "TestNodeExample* run the Node.js example's forget against a server of their own"},

@@ -19,7 +19,7 @@ import (
 const MaxPayload = 16 << 10
 
 // Users are the users of accounts.conf.
-var Users = []string{"sys", "admin", "trigger", "worker", "api", "producer", "reader"}
+var Users = []string{"sys", "admin", "trigger", "worker", "api", "producer", "reader", "proxy"}
 
 // AccountsConf is the path of the configuration deploy/nats ships, tested as it is.
 func AccountsConf() string {
