@@ -1,0 +1,832 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
+	"github.com/compactor/compactor/schemas/formats"
+)
+
+// The keys of a message's Extra that keep what Compactor's form has no field for, so
+// that Build gives it back to the API.
+const (
+	// ExtraContentPrefix holds an assistant turn's thinking and redacted_thinking
+	// blocks, verbatim (their signatures must come back unchanged): Build puts them
+	// back before the message's content.
+	ExtraContentPrefix = "anthropic_content_prefix"
+	// ExtraIsError marks a tool message read from a tool_result with is_error true.
+	ExtraIsError = "anthropic_is_error"
+)
+
+// Anthropic returns the wire of Anthropic Messages (POST /v1/messages).
+//
+// Parse reads the request into Compactor's chat messages: "system" (a string or text
+// blocks) is the first message, role system; a user turn's tool_result blocks are
+// tool messages, in order, before a user message holding the rest of the turn; an
+// assistant turn's tool_use blocks are tool calls (arguments: the input object as
+// compact JSON with sorted keys). Text blocks become text parts without their
+// cache_control (clients move it from turn to turn), images image_url parts (a
+// base64 source as a data: URL); other blocks are kept verbatim as parts. Thinking
+// blocks go to Extra[ExtraContentPrefix], is_error to Extra[ExtraIsError]; Build
+// puts both back. Reply and the stream read the upstream's content blocks the way
+// Parse reads an assistant turn, so the reply stored and the same turn sent back by
+// the client are the same message.
+func Anthropic() Wire { return anthropicWire{} }
+
+type anthropicWire struct{}
+
+func (anthropicWire) Name() string { return "anthropic" }
+
+func (anthropicWire) Parse(body []byte) (*Request, error) {
+	if off := invalidUTF8(body); off >= 0 {
+		return nil, badRequest("the body is not valid UTF-8 (first bad byte at offset %d)", off)
+	}
+	f, err := requestFields(body)
+	if err != nil {
+		return nil, err
+	}
+	req := &Request{Body: body}
+	if err := commonFields(f, req, "max_tokens"); err != nil {
+		return nil, err
+	}
+	if sys, ok := f["system"]; ok && !isNull(sys) {
+		m, err := anthropicSystem(sys)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil {
+			req.Messages = append(req.Messages, *m)
+		}
+	}
+	raw, ok := f["messages"]
+	if !ok || isNull(raw) {
+		return nil, badRequest("messages is required")
+	}
+	var turns []json.RawMessage
+	if err := json.Unmarshal(raw, &turns); err != nil {
+		return nil, badRequest("messages must be an array of messages")
+	}
+	if len(turns) == 0 {
+		return nil, badRequest("messages must not be empty")
+	}
+	for i, t := range turns {
+		msgs, err := anthropicTurn(t)
+		if err != nil {
+			return nil, badRequest("messages[%d]: %v", i, err)
+		}
+		req.Messages = append(req.Messages, msgs...)
+	}
+	for i := range req.Messages {
+		if err := req.Messages[i].Validate(); err != nil {
+			return nil, badRequest("%v", err)
+		}
+	}
+	return req, nil
+}
+
+// invalidUTF8 returns the offset of the first byte of body that is not UTF-8, -1 when
+// none: encoding/json would silently replace it.
+func invalidUTF8(body []byte) int {
+	if utf8.Valid(body) {
+		return -1
+	}
+	for i := 0; i < len(body); {
+		r, n := utf8.DecodeRune(body[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
+}
+
+// anthropicSystem reads the system field: a string, or an array of text blocks (one
+// text part each). A blank system is no message.
+func anthropicSystem(raw json.RawMessage) (*schemas.Message, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if s == "" {
+			return nil, nil
+		}
+		return &schemas.Message{Role: schemas.RoleSystem, Content: schemas.RawContent(raw)}, nil
+	}
+	var blocks []json.RawMessage
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return nil, badRequest("system must be a string or an array of text blocks")
+	}
+	parts := make([]json.RawMessage, 0, len(blocks))
+	for i, b := range blocks {
+		var blk struct {
+			Type string  `json:"type"`
+			Text *string `json:"text"`
+		}
+		if err := json.Unmarshal(b, &blk); err != nil || blk.Type != "text" || blk.Text == nil {
+			return nil, badRequest("system[%d] must be a text block", i)
+		}
+		parts = append(parts, textPart(*blk.Text))
+	}
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	return &schemas.Message{Role: schemas.RoleSystem, Content: schemas.Parts(parts...)}, nil
+}
+
+// textPart is the text part {"type":"text","text":s}.
+func textPart(s string) json.RawMessage {
+	b, _ := marshalNoEscape(s)
+	return append(append([]byte(`{"type":"text","text":`), b...), '}')
+}
+
+// marshalNoEscape encodes v without HTML escaping and without a trailing newline.
+func marshalNoEscape(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// anthropicTurn reads one element of messages.
+func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
+	var t struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	}
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return nil, errors.New("must be an object {role, content}")
+	}
+	var s string
+	if json.Unmarshal(t.Content, &s) == nil {
+		if t.Role != "user" && t.Role != "assistant" {
+			return nil, fmt.Errorf("role must be user or assistant, not %q", t.Role)
+		}
+		return []schemas.Message{{Role: schemas.Role(t.Role), Content: schemas.RawContent(t.Content)}}, nil
+	}
+	var blocks []json.RawMessage
+	if err := json.Unmarshal(t.Content, &blocks); err != nil {
+		return nil, errors.New("content must be a string or an array of content blocks")
+	}
+	switch t.Role {
+	case "user":
+		return anthropicUser(blocks)
+	case "assistant":
+		m, err := anthropicAssistant(blocks)
+		if err != nil {
+			return nil, err
+		}
+		return []schemas.Message{m}, nil
+	}
+	return nil, fmt.Errorf("role must be user or assistant, not %q", t.Role)
+}
+
+// block is the fields of a content block the proxy reads.
+type block struct {
+	Type      string          `json:"type"`
+	Text      *string         `json:"text"`
+	Source    *imageSource    `json:"source"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+	IsError   bool            `json:"is_error"`
+}
+
+type imageSource struct {
+	Type      string `json:"type"`
+	MediaType string `json:"media_type"`
+	Data      string `json:"data"`
+	URL       string `json:"url"`
+}
+
+func readBlock(raw json.RawMessage, i int) (block, error) {
+	var b block
+	if err := json.Unmarshal(raw, &b); err != nil || b.Type == "" {
+		return block{}, fmt.Errorf("content[%d] must be a content block with a type", i)
+	}
+	return b, nil
+}
+
+// anthropicUser reads a user turn's blocks: one tool message per tool_result, then a
+// user message with the other blocks (none when there are none).
+func anthropicUser(blocks []json.RawMessage) ([]schemas.Message, error) {
+	var (
+		out   []schemas.Message
+		parts []json.RawMessage
+	)
+	for i, raw := range blocks {
+		b, err := readBlock(raw, i)
+		if err != nil {
+			return nil, err
+		}
+		if b.Type != "tool_result" {
+			p, err := contentPart(b, raw, i)
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, p)
+			continue
+		}
+		m, err := toolResult(b, i)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	if len(parts) > 0 || len(out) == 0 {
+		out = append(out, schemas.Message{Role: schemas.RoleUser, Content: partsContent(parts)})
+	}
+	return out, nil
+}
+
+// partsContent is an array content of parts ([] when none).
+func partsContent(parts []json.RawMessage) schemas.Content {
+	if len(parts) == 0 {
+		return schemas.RawContent(json.RawMessage("[]"))
+	}
+	return schemas.Parts(parts...)
+}
+
+// toolResult reads a tool_result block as a tool message.
+func toolResult(b block, i int) (schemas.Message, error) {
+	if b.ToolUseID == "" {
+		return schemas.Message{}, fmt.Errorf("content[%d].tool_use_id is required", i)
+	}
+	m := schemas.Message{Role: schemas.RoleTool, ToolCallID: b.ToolUseID, Content: schemas.Text("")}
+	if len(b.Content) > 0 && !isNull(b.Content) {
+		var s string
+		if json.Unmarshal(b.Content, &s) == nil {
+			m.Content = schemas.RawContent(b.Content)
+		} else {
+			var inner []json.RawMessage
+			if err := json.Unmarshal(b.Content, &inner); err != nil {
+				return schemas.Message{}, fmt.Errorf("content[%d].content must be a string or an array of blocks", i)
+			}
+			parts := make([]json.RawMessage, 0, len(inner))
+			for j, raw := range inner {
+				ib, err := readBlock(raw, j)
+				if err != nil {
+					return schemas.Message{}, fmt.Errorf("content[%d].%v", i, err)
+				}
+				p, err := contentPart(ib, raw, j)
+				if err != nil {
+					return schemas.Message{}, fmt.Errorf("content[%d].%v", i, err)
+				}
+				parts = append(parts, p)
+			}
+			m.Content = partsContent(parts)
+		}
+	}
+	if b.IsError {
+		m.Extra = json.RawMessage(`{"` + ExtraIsError + `":true}`)
+	}
+	return m, nil
+}
+
+// contentPart turns a text or image block into Compactor's content part; any other
+// block is kept verbatim.
+func contentPart(b block, raw json.RawMessage, i int) (json.RawMessage, error) {
+	switch b.Type {
+	case "text":
+		if b.Text == nil {
+			return nil, fmt.Errorf("content[%d].text is required", i)
+		}
+		return textPart(*b.Text), nil
+	case "image":
+		if b.Source == nil {
+			return nil, fmt.Errorf("content[%d].source is required", i)
+		}
+		url := b.Source.URL
+		if b.Source.Type == "base64" {
+			url = "data:" + b.Source.MediaType + ";base64," + b.Source.Data
+		}
+		if url == "" {
+			return raw, nil
+		}
+		enc, _ := marshalNoEscape(url)
+		return append(append([]byte(`{"type":"image_url","image_url":{"url":`), enc...), "}}"...), nil
+	}
+	return raw, nil
+}
+
+// anthropicAssistant reads an assistant turn's blocks: text and other parts as its
+// content, tool_use blocks as its tool calls, thinking blocks into its Extra.
+func anthropicAssistant(blocks []json.RawMessage) (schemas.Message, error) {
+	m := schemas.Message{Role: schemas.RoleAssistant}
+	var parts, thinking []json.RawMessage
+	for i, raw := range blocks {
+		b, err := readBlock(raw, i)
+		if err != nil {
+			return schemas.Message{}, err
+		}
+		switch b.Type {
+		case "thinking", "redacted_thinking":
+			thinking = append(thinking, json.RawMessage(canonicalArgs(raw)))
+		case "tool_use":
+			if b.ID == "" || b.Name == "" {
+				return schemas.Message{}, fmt.Errorf("content[%d]: a tool_use needs an id and a name", i)
+			}
+			m.ToolCalls = append(m.ToolCalls, schemas.ToolCall{ID: b.ID, Type: "function",
+				Function: schemas.FunctionCall{Name: b.Name, Arguments: canonicalArgs(b.Input)}})
+		default:
+			p, err := contentPart(b, raw, i)
+			if err != nil {
+				return schemas.Message{}, err
+			}
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) > 0 || len(m.ToolCalls) == 0 {
+		m.Content = partsContent(parts)
+	}
+	if len(thinking) > 0 {
+		var e bytes.Buffer
+		e.WriteString(`{"` + ExtraContentPrefix + `":[`)
+		for i, t := range thinking {
+			if i > 0 {
+				e.WriteByte(',')
+			}
+			e.Write(t)
+		}
+		e.WriteString("]}")
+		m.Extra = e.Bytes()
+	}
+	return m, nil
+}
+
+// canonicalArgs returns a JSON value (a tool_use input, a thinking block) as compact
+// JSON with sorted keys (numbers as written), "{}" when absent; a value that does not
+// decode is kept as sent.
+func canonicalArgs(input json.RawMessage) string {
+	if len(input) == 0 || isNull(input) {
+		return "{}"
+	}
+	d := json.NewDecoder(bytes.NewReader(input))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return string(input)
+	}
+	b, err := marshalNoEscape(v)
+	if err != nil {
+		return string(input)
+	}
+	return string(b)
+}
+
+func (anthropicWire) Build(req *Request, cx *assemble.Context) ([]byte, error) {
+	if cx == nil {
+		return nil, errors.New("no context to send")
+	}
+	marked, marks, err := markExtras(cx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := formats.Render(marked, formats.Anthropic)
+	if err != nil {
+		return nil, err
+	}
+	f, err := fieldMap(r.JSON)
+	if err != nil {
+		return nil, err
+	}
+	msgs := f["messages"]
+	if len(marks.byText) > 0 {
+		if msgs, err = marks.restore(msgs); err != nil {
+			return nil, err
+		}
+	}
+	return setFields(req.Body, edit{"system", f["system"]}, edit{"messages", msgs})
+}
+
+// Reply reads a Messages response.
+func (anthropicWire) Reply(body []byte) (schemas.Message, *Usage, error) {
+	var r struct {
+		Type    string            `json:"type"`
+		Role    string            `json:"role"`
+		Content []json.RawMessage `json:"content"`
+		Usage   *anthropicUsage   `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &r); err != nil {
+		return schemas.Message{}, nil, fmt.Errorf("the reply is not a message: %w", err)
+	}
+	if r.Type != "message" || r.Role != "assistant" {
+		return schemas.Message{}, nil, fmt.Errorf("the reply is not an assistant message (type %q, role %q)", r.Type, r.Role)
+	}
+	m, err := anthropicAssistant(r.Content)
+	if err == nil {
+		err = m.Validate()
+	}
+	if err != nil {
+		return schemas.Message{}, nil, fmt.Errorf("the reply's content: %w", err)
+	}
+	return m, r.Usage.usage(), nil
+}
+
+type anthropicUsage struct {
+	InputTokens              *int `json:"input_tokens"`
+	OutputTokens             *int `json:"output_tokens"`
+	CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
+}
+
+func (u *anthropicUsage) usage() *Usage {
+	if u == nil {
+		return nil
+	}
+	var out Usage
+	u.into(&out)
+	return &out
+}
+
+// into sets the counts u reports in out (a message_delta reports only some).
+func (u *anthropicUsage) into(out *Usage) {
+	in, read, write := out.Input-out.CacheRead-out.CacheWrite, out.CacheRead, out.CacheWrite
+	if u.InputTokens != nil {
+		in = *u.InputTokens
+	}
+	if u.CacheReadInputTokens != nil {
+		read = *u.CacheReadInputTokens
+	}
+	if u.CacheCreationInputTokens != nil {
+		write = *u.CacheCreationInputTokens
+	}
+	if u.OutputTokens != nil {
+		out.Output = *u.OutputTokens
+	}
+	out.Input, out.CacheRead, out.CacheWrite = in+read+write, read, write
+}
+
+func (anthropicWire) NewStream() Stream { return &anthropicStream{} }
+
+func (anthropicWire) StreamError(message string) []byte {
+	e := struct {
+		Type  string `json:"type"`
+		Error struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}{Type: "error"}
+	e.Error.Type = "api_error"
+	e.Error.Message = message
+	b, _ := json.Marshal(e)
+	return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
+}
+
+// marks are the assistant and tool messages of a context whose Extra Build puts back
+// into the rendering: each gets a text part that no client text can equal (a random
+// nonce) at the start of its content, found again in the rendered blocks.
+type marks struct {
+	nonce  string
+	byText map[string]mark
+}
+
+type mark struct {
+	// prefix is the blocks put before an assistant message's content.
+	prefix []json.RawMessage
+	// isError marks a tool_result is_error; wasString says its content was a string.
+	isError, wasString bool
+}
+
+// markExtras returns cx with a marker part first in the content of each message
+// whose Extra holds something for the API (cx itself when none does).
+func markExtras(cx *assemble.Context) (*assemble.Context, *marks, error) {
+	mk := &marks{byText: map[string]mark{}}
+	var out *assemble.Context
+	for i := range cx.Messages {
+		m := &cx.Messages[i]
+		x, ok := readExtra(m)
+		if !ok {
+			continue
+		}
+		if out == nil {
+			n, err := nonce()
+			if err != nil {
+				return nil, nil, err
+			}
+			mk.nonce = n
+			c := *cx
+			c.Messages = append([]schemas.Message(nil), cx.Messages...)
+			out = &c
+		}
+		text := "\x00compactor-mark:" + mk.nonce + ":" + strconv.Itoa(i)
+		parts := []json.RawMessage{textPart(text)}
+		switch {
+		case m.Content.IsParts():
+			var ps []json.RawMessage
+			if err := json.Unmarshal(m.Content.Raw(), &ps); err != nil {
+				return nil, nil, fmt.Errorf("message %d: %w", i, err)
+			}
+			parts = append(parts, ps...)
+		case m.Content.IsString():
+			parts = append(parts, textPart(m.Content.String()))
+			x.wasString = true
+		}
+		out.Messages[i].Content = schemas.Parts(parts...)
+		mk.byText[text] = x
+	}
+	if out == nil {
+		return cx, mk, nil
+	}
+	return out, mk, nil
+}
+
+// readExtra reads what m's Extra holds for the API.
+func readExtra(m *schemas.Message) (mark, bool) {
+	if len(m.Extra) == 0 || (m.Role != schemas.RoleAssistant && m.Role != schemas.RoleTool) {
+		return mark{}, false
+	}
+	var x struct {
+		Prefix  []json.RawMessage `json:"anthropic_content_prefix"`
+		IsError bool              `json:"anthropic_is_error"`
+	}
+	if json.Unmarshal(m.Extra, &x) != nil {
+		return mark{}, false
+	}
+	if m.Role == schemas.RoleAssistant && len(x.Prefix) > 0 {
+		return mark{prefix: x.Prefix}, true
+	}
+	if m.Role == schemas.RoleTool && x.IsError {
+		return mark{isError: true}, true
+	}
+	return mark{}, false
+}
+
+func nonce() (string, error) {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// renderedTurn is one message of a rendering.
+type renderedTurn struct {
+	Role    string            `json:"role"`
+	Content []json.RawMessage `json:"content"`
+}
+
+// restore replaces the marker blocks of a rendered messages array with what they
+// stand for.
+func (mk *marks) restore(msgs json.RawMessage) (json.RawMessage, error) {
+	var turns []renderedTurn
+	if err := json.Unmarshal(msgs, &turns); err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, t := range turns {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		role, _ := marshalNoEscape(t.Role)
+		b.WriteString(`{"role":`)
+		b.Write(role)
+		b.WriteString(`,"content":[`)
+		n := 0
+		for _, blk := range t.Content {
+			out, err := mk.restoreBlock(blk)
+			if err != nil {
+				return nil, err
+			}
+			for _, o := range out {
+				if n > 0 {
+					b.WriteByte(',')
+				}
+				b.Write(o)
+				n++
+			}
+		}
+		b.WriteString("]}")
+	}
+	b.WriteByte(']')
+	return b.Bytes(), nil
+}
+
+// markOf returns the mark a block is the marker of.
+func (mk *marks) markOf(blk json.RawMessage) (mark, bool) {
+	if !bytes.Contains(blk, []byte(mk.nonce)) {
+		return mark{}, false
+	}
+	var t struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(blk, &t) != nil || t.Type != "text" {
+		return mark{}, false
+	}
+	x, ok := mk.byText[t.Text]
+	return x, ok
+}
+
+// restoreBlock returns what stands for one rendered block: the thinking blocks for
+// an assistant's marker, a tool_result without its marker and with is_error, or the
+// block itself.
+func (mk *marks) restoreBlock(blk json.RawMessage) ([]json.RawMessage, error) {
+	if x, ok := mk.markOf(blk); ok {
+		return x.prefix, nil
+	}
+	if !bytes.Contains(blk, []byte(mk.nonce)) {
+		return []json.RawMessage{blk}, nil
+	}
+	var f map[string]json.RawMessage
+	if err := json.Unmarshal(blk, &f); err != nil {
+		return nil, err
+	}
+	var inner []json.RawMessage
+	if json.Unmarshal(f["content"], &inner) != nil || len(inner) == 0 {
+		return []json.RawMessage{blk}, nil
+	}
+	x, ok := mk.markOf(inner[0])
+	if !ok {
+		return []json.RawMessage{blk}, nil
+	}
+	inner = inner[1:]
+	var t struct {
+		Type string  `json:"type"`
+		Text *string `json:"text"`
+	}
+	switch {
+	case len(inner) == 0:
+		delete(f, "content")
+	case x.wasString && len(inner) == 1 && json.Unmarshal(inner[0], &t) == nil && t.Type == "text" && t.Text != nil:
+		f["content"], _ = marshalNoEscape(*t.Text)
+	default:
+		f["content"], _ = marshalNoEscape(inner)
+	}
+	if x.isError {
+		f["is_error"] = json.RawMessage("true")
+	}
+	out, err := marshalNoEscape(f)
+	return []json.RawMessage{out}, err
+}
+
+// anthropicStream puts a Messages event stream back together.
+type anthropicStream struct {
+	blocks       map[int]*streamBlock
+	order        []int
+	usage        Usage
+	hasUsage     bool
+	done, failed bool
+}
+
+// streamBlock is one content block being streamed: its start and its deltas.
+type streamBlock struct {
+	start                           map[string]any
+	text, json, thinking, signature strings.Builder
+}
+
+// anthropicEvent is the fields of a stream event the proxy reads.
+type anthropicEvent struct {
+	Type    string `json:"type"`
+	Index   int    `json:"index"`
+	Message *struct {
+		Usage *anthropicUsage `json:"usage"`
+	} `json:"message"`
+	ContentBlock map[string]any `json:"content_block"`
+	Delta        *struct {
+		Type        string `json:"type"`
+		Text        string `json:"text"`
+		PartialJSON string `json:"partial_json"`
+		Thinking    string `json:"thinking"`
+		Signature   string `json:"signature"`
+	} `json:"delta"`
+	Usage *anthropicUsage `json:"usage"`
+}
+
+func (s *anthropicStream) Event(name string, data []byte) error {
+	if s.done || name == "ping" {
+		return nil
+	}
+	if name == "error" {
+		s.failed = true
+		return nil
+	}
+	var e anthropicEvent
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber() // a block's fields are written back as they came
+	if err := d.Decode(&e); err != nil {
+		return fmt.Errorf("a stream event is not a Messages event: %w", err)
+	}
+	if e.Type == "" {
+		e.Type = name
+	}
+	switch e.Type {
+	case "message_start":
+		if e.Message != nil && e.Message.Usage != nil {
+			e.Message.Usage.into(&s.usage)
+			s.hasUsage = true
+		}
+	case "content_block_start":
+		return s.startBlock(e)
+	case "content_block_delta":
+		return s.delta(e)
+	case "message_delta":
+		if e.Usage != nil {
+			e.Usage.into(&s.usage)
+			s.hasUsage = true
+		}
+	case "message_stop":
+		s.done = true
+	case "error":
+		s.failed = true
+	}
+	return nil
+}
+
+func (s *anthropicStream) startBlock(e anthropicEvent) error {
+	if e.ContentBlock == nil {
+		return errors.New("content_block_start without a content_block")
+	}
+	if s.blocks == nil {
+		s.blocks = map[int]*streamBlock{}
+	}
+	if _, ok := s.blocks[e.Index]; !ok {
+		s.order = append(s.order, e.Index)
+	}
+	s.blocks[e.Index] = &streamBlock{start: e.ContentBlock}
+	return nil
+}
+
+func (s *anthropicStream) delta(e anthropicEvent) error {
+	b := s.blocks[e.Index]
+	if b == nil || e.Delta == nil {
+		return fmt.Errorf("content_block_delta for block %d, which has not started", e.Index)
+	}
+	switch e.Delta.Type {
+	case "text_delta":
+		b.text.WriteString(e.Delta.Text)
+	case "input_json_delta":
+		b.json.WriteString(e.Delta.PartialJSON)
+	case "thinking_delta":
+		b.thinking.WriteString(e.Delta.Thinking)
+	case "signature_delta":
+		b.signature.WriteString(e.Delta.Signature)
+	}
+	return nil
+}
+
+func (s *anthropicStream) Done() bool   { return s.done }
+func (s *anthropicStream) Failed() bool { return s.failed }
+
+func (s *anthropicStream) Result() (schemas.Message, *Usage, error) {
+	if s.failed {
+		return schemas.Message{}, nil, errors.New("the upstream's stream ended with an error")
+	}
+	if !s.done {
+		return schemas.Message{}, nil, errors.New("the stream did not reach message_stop")
+	}
+	blocks := make([]json.RawMessage, 0, len(s.order))
+	for _, i := range s.order {
+		raw, err := s.blocks[i].whole()
+		if err != nil {
+			return schemas.Message{}, nil, fmt.Errorf("block %d: %w", i, err)
+		}
+		blocks = append(blocks, raw)
+	}
+	m, err := anthropicAssistant(blocks)
+	if err == nil {
+		err = m.Validate()
+	}
+	if err != nil {
+		return schemas.Message{}, nil, fmt.Errorf("the streamed reply: %w", err)
+	}
+	var u *Usage
+	if s.hasUsage {
+		u = &s.usage
+	}
+	return m, u, nil
+}
+
+// whole returns the block its start and deltas make.
+func (b *streamBlock) whole() (json.RawMessage, error) {
+	f := b.start
+	str := func(k string) string { s, _ := f[k].(string); return s }
+	switch str("type") {
+	case "text":
+		f["text"] = str("text") + b.text.String()
+	case "thinking":
+		f["thinking"] = str("thinking") + b.thinking.String()
+		f["signature"] = str("signature") + b.signature.String()
+	case "tool_use":
+		if b.json.Len() > 0 {
+			in := json.RawMessage(b.json.String())
+			if !json.Valid(in) {
+				return nil, errors.New("the tool_use input streamed is not JSON")
+			}
+			f["input"] = in
+		}
+	}
+	return marshalNoEscape(f)
+}
