@@ -194,7 +194,7 @@ func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
 type block struct {
 	Type      string          `json:"type"`
 	Text      *string         `json:"text"`
-	Source    *imageSource    `json:"source"`
+	Source    json.RawMessage `json:"source"`
 	ID        string          `json:"id"`
 	Name      string          `json:"name"`
 	Input     json.RawMessage `json:"input"`
@@ -304,12 +304,13 @@ func contentPart(b block, raw json.RawMessage, i int) (json.RawMessage, error) {
 		}
 		return textPart(*b.Text), nil
 	case "image":
-		if b.Source == nil {
-			return nil, fmt.Errorf("content[%d].source is required", i)
+		var src imageSource
+		if json.Unmarshal(b.Source, &src) != nil || src.Type == "" {
+			return nil, fmt.Errorf("content[%d].source must be an image source", i)
 		}
-		url := b.Source.URL
-		if b.Source.Type == "base64" {
-			url = "data:" + b.Source.MediaType + ";base64," + b.Source.Data
+		url := src.URL
+		if src.Type == "base64" {
+			url = "data:" + src.MediaType + ";base64," + src.Data
 		}
 		if url == "" {
 			return raw, nil
@@ -402,7 +403,7 @@ func (anthropicWire) Build(req *Request, cx *assemble.Context) ([]byte, error) {
 		return nil, err
 	}
 	msgs := f["messages"]
-	if len(marks.byText) > 0 {
+	if marked != cx {
 		if msgs, err = marks.restore(msgs); err != nil {
 			return nil, err
 		}
@@ -484,62 +485,113 @@ func (anthropicWire) StreamError(message string) []byte {
 	return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
 }
 
-// marks are the assistant and tool messages of a context whose Extra Build puts back
-// into the rendering: each gets a text part that no client text can equal (a random
-// nonce) at the start of its content, found again in the rendered blocks.
+// marks are what Build puts back into the rendering that formats.Render leaves out:
+// an assistant's thinking blocks, a tool_result's is_error, and the blocks of the API's
+// own that Compactor's format does not know (documents, server tool blocks...), which
+// Render would turn into placeholder text. Each is a text part that no client text can
+// equal (it holds a random nonce) put in the message's content before rendering, and
+// found again in the rendered blocks.
 type marks struct {
 	nonce  string
 	byText map[string]mark
 }
 
 type mark struct {
-	// prefix is the blocks put before an assistant message's content.
-	prefix []json.RawMessage
-	// isError marks a tool_result is_error; wasString says its content was a string.
-	isError, wasString bool
+	// blocks stand for the marker: an assistant's thinking blocks, or one block kept
+	// verbatim.
+	blocks []json.RawMessage
+	// flags is the marker first in a tool message's content: isError sets is_error,
+	// wasString says the content was a string.
+	flags, isError, wasString bool
 }
 
-// markExtras returns cx with a marker part first in the content of each message
-// whose Extra holds something for the API (cx itself when none does).
+// chatPartTypes are the content part types of Compactor's (OpenAI's) format: any other
+// part came from the API's own blocks and goes back verbatim.
+var chatPartTypes = map[string]bool{"text": true, "image_url": true, "input_audio": true, "file": true, "refusal": true}
+
+// markExtras returns cx with markers in the content of the messages that need them
+// (cx itself when none does).
 func markExtras(cx *assemble.Context) (*assemble.Context, *marks, error) {
-	mk := &marks{byText: map[string]mark{}}
+	n, err := nonce()
+	if err != nil {
+		return nil, nil, err
+	}
+	mk := &marks{nonce: n, byText: map[string]mark{}}
 	var out *assemble.Context
 	for i := range cx.Messages {
-		m := &cx.Messages[i]
-		x, ok := readExtra(m)
-		if !ok {
+		if cx.HasSummary && i < len(cx.Seqs) && cx.Seqs[i] == 0 {
+			continue // the summary is text Compactor wrote
+		}
+		c, changed, err := mk.markMessage(i, &cx.Messages[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		if !changed {
 			continue
 		}
 		if out == nil {
-			n, err := nonce()
-			if err != nil {
-				return nil, nil, err
-			}
-			mk.nonce = n
 			c := *cx
 			c.Messages = append([]schemas.Message(nil), cx.Messages...)
 			out = &c
 		}
-		text := "\x00compactor-mark:" + mk.nonce + ":" + strconv.Itoa(i)
-		parts := []json.RawMessage{textPart(text)}
-		switch {
-		case m.Content.IsParts():
-			var ps []json.RawMessage
-			if err := json.Unmarshal(m.Content.Raw(), &ps); err != nil {
-				return nil, nil, fmt.Errorf("message %d: %w", i, err)
-			}
-			parts = append(parts, ps...)
-		case m.Content.IsString():
-			parts = append(parts, textPart(m.Content.String()))
-			x.wasString = true
-		}
-		out.Messages[i].Content = schemas.Parts(parts...)
-		mk.byText[text] = x
+		out.Messages[i].Content = c
 	}
 	if out == nil {
 		return cx, mk, nil
 	}
 	return out, mk, nil
+}
+
+// markMessage returns message i's content with its markers, and whether it has any.
+func (mk *marks) markMessage(i int, m *schemas.Message) (schemas.Content, bool, error) {
+	if m.Role == schemas.RoleSystem {
+		return schemas.Content{}, false, nil
+	}
+	x, hasX := readExtra(m)
+	var raws []json.RawMessage
+	if m.Content.IsParts() {
+		if err := json.Unmarshal(m.Content.Raw(), &raws); err != nil {
+			return schemas.Content{}, false, fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	foreign := false
+	for _, r := range raws {
+		foreign = foreign || !chatPartTypes[partType(r)]
+	}
+	if !hasX && !foreign {
+		return schemas.Content{}, false, nil
+	}
+	var parts []json.RawMessage
+	if hasX {
+		if m.Content.IsString() {
+			parts = append(parts, textPart(m.Content.String()))
+			x.wasString = true
+		}
+		parts = append([]json.RawMessage{mk.add(i, 0, x)}, parts...)
+	}
+	for j, r := range raws {
+		if chatPartTypes[partType(r)] {
+			parts = append(parts, r)
+		} else {
+			parts = append(parts, mk.add(i, j+1, mark{blocks: []json.RawMessage{r}}))
+		}
+	}
+	return schemas.Parts(parts...), true, nil
+}
+
+// add records x under a new marker and returns the marker's text part.
+func (mk *marks) add(i, j int, x mark) json.RawMessage {
+	text := "\x00compactor-mark:" + mk.nonce + ":" + strconv.Itoa(i) + ":" + strconv.Itoa(j)
+	mk.byText[text] = x
+	return textPart(text)
+}
+
+func partType(raw json.RawMessage) string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	_ = json.Unmarshal(raw, &p)
+	return p.Type
 }
 
 // readExtra reads what m's Extra holds for the API.
@@ -555,10 +607,10 @@ func readExtra(m *schemas.Message) (mark, bool) {
 		return mark{}, false
 	}
 	if m.Role == schemas.RoleAssistant && len(x.Prefix) > 0 {
-		return mark{prefix: x.Prefix}, true
+		return mark{blocks: x.Prefix}, true
 	}
 	if m.Role == schemas.RoleTool && x.IsError {
-		return mark{isError: true}, true
+		return mark{flags: true, isError: true}, true
 	}
 	return mark{}, false
 }
@@ -630,12 +682,11 @@ func (mk *marks) markOf(blk json.RawMessage) (mark, bool) {
 	return x, ok
 }
 
-// restoreBlock returns what stands for one rendered block: the thinking blocks for
-// an assistant's marker, a tool_result without its marker and with is_error, or the
-// block itself.
+// restoreBlock returns what stands for one rendered block: the blocks of a marker,
+// a tool_result with its content's markers restored, or the block itself.
 func (mk *marks) restoreBlock(blk json.RawMessage) ([]json.RawMessage, error) {
 	if x, ok := mk.markOf(blk); ok {
-		return x.prefix, nil
+		return x.blocks, nil
 	}
 	if !bytes.Contains(blk, []byte(mk.nonce)) {
 		return []json.RawMessage{blk}, nil
@@ -645,27 +696,35 @@ func (mk *marks) restoreBlock(blk json.RawMessage) ([]json.RawMessage, error) {
 		return nil, err
 	}
 	var inner []json.RawMessage
-	if json.Unmarshal(f["content"], &inner) != nil || len(inner) == 0 {
+	if json.Unmarshal(f["content"], &inner) != nil {
 		return []json.RawMessage{blk}, nil
 	}
-	x, ok := mk.markOf(inner[0])
-	if !ok {
-		return []json.RawMessage{blk}, nil
+	var flags mark
+	kept := make([]json.RawMessage, 0, len(inner))
+	for _, ib := range inner {
+		x, ok := mk.markOf(ib)
+		switch {
+		case !ok:
+			kept = append(kept, ib)
+		case x.flags:
+			flags = x
+		default:
+			kept = append(kept, x.blocks...)
+		}
 	}
-	inner = inner[1:]
 	var t struct {
 		Type string  `json:"type"`
 		Text *string `json:"text"`
 	}
 	switch {
-	case len(inner) == 0:
+	case len(kept) == 0:
 		delete(f, "content")
-	case x.wasString && len(inner) == 1 && json.Unmarshal(inner[0], &t) == nil && t.Type == "text" && t.Text != nil:
+	case flags.wasString && len(kept) == 1 && json.Unmarshal(kept[0], &t) == nil && t.Type == "text" && t.Text != nil:
 		f["content"], _ = marshalNoEscape(*t.Text)
 	default:
-		f["content"], _ = marshalNoEscape(inner)
+		f["content"], _ = marshalNoEscape(kept)
 	}
-	if x.isError {
+	if flags.isError {
 		f["is_error"] = json.RawMessage("true")
 	}
 	out, err := marshalNoEscape(f)

@@ -376,3 +376,58 @@ func TestAnthropicStreamError(t *testing.T) {
 		t.Fatal("not a failure")
 	}
 }
+
+// Blocks of the API's own that Compactor's format has no part for (a PDF document,
+// server tool blocks, search results) go back to the API verbatim, not as the
+// placeholder text formats.Render would give them.
+func TestAnthropicRoundTripForeignBlocks(t *testing.T) {
+	body := `{"model":"m","max_tokens":9,"messages":[
+  {"role":"user","content":[
+    {"type":"document","source":{"type":"base64","media_type":"application/pdf","data":"JVBERi0xLjQK"},"title":"Q3","citations":{"enabled":true}},
+    {"type":"text","text":"Summarize it, then search."}]},
+  {"role":"assistant","content":[
+    {"type":"server_tool_use","id":"srvtoolu_01","name":"web_search","input":{"query":"q3 results"}},
+    {"type":"web_search_tool_result","tool_use_id":"srvtoolu_01","content":[{"type":"web_search_result","url":"https://a.example","title":"A","encrypted_content":"EqgfCio","page_age":null}]},
+    {"type":"text","text":"Found it."},
+    {"type":"tool_use","id":"toolu_9","name":"lookup","input":{"k":1}},
+    {"type":"tool_use","id":"toolu_10","name":"lookup","input":{"k":2}}]},
+  {"role":"user","content":[
+    {"type":"tool_result","tool_use_id":"toolu_9","content":[{"type":"search_result","source":"https://b.example","title":"B","content":[{"type":"text","text":"b"}]},{"type":"text","text":"done"}]},
+    {"type":"tool_result","tool_use_id":"toolu_10","is_error":true,"content":"nope"}]}
+]}`
+	req, err := Anthropic().Parse([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Anthropic().Build(req, contextOf(req.Messages))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := normalizeAnthropic(t, out), normalizeAnthropic(t, []byte(body))
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.MarshalIndent(got, "", " ")
+		t.Fatalf("round trip changed the request:\n%s", g)
+	}
+}
+
+// Build leaves the summary as formats.Render writes it (the cache breakpoint) and puts
+// the thinking blocks back into the tail.
+func TestAnthropicBuildWithSummary(t *testing.T) {
+	req, err := Anthropic().Parse([]byte(anthropicRequest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// system, summary, then the tail from the first assistant turn on.
+	msgs := append([]schemas.Message{req.Messages[0], {Role: "user", Content: schemas.Text("Summary: asked about Paris.")}}, req.Messages[2:]...)
+	cx := contextOf(msgs)
+	cx.HasSummary = true
+	cx.Seqs[1] = 0
+	out, err := Anthropic().Build(req, cx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	if !strings.Contains(s, `"messages": [{"role":"user","content":[{"type":"text","text":"Summary: asked about Paris.","cache_control":{"type":"ephemeral"}}]},{"role":"assistant","content":[{"signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds","thinking":"The user wants the weather in Paris. I'll call get_weather.","type":"thinking"},{"type":"text","text":"Let me check."}`) {
+		t.Fatalf("got %s", s)
+	}
+}
