@@ -125,11 +125,8 @@ func anthropicSystem(raw json.RawMessage) (*schemas.Message, error) {
 	}
 	parts := make([]json.RawMessage, 0, len(blocks))
 	for i, b := range blocks {
-		var blk struct {
-			Type string  `json:"type"`
-			Text *string `json:"text"`
-		}
-		if err := json.Unmarshal(b, &blk); err != nil || blk.Type != "text" || blk.Text == nil {
+		blk, err := readBlock(b, i)
+		if err != nil || blk.Type != "text" || blk.Text == nil {
 			return nil, badRequest("system[%d] must be a text block", i)
 		}
 		parts = append(parts, textPart(*blk.Text))
@@ -159,13 +156,14 @@ func marshalNoEscape(v any) ([]byte, error) {
 
 // anthropicTurn reads one element of messages.
 func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
-	var t struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &t); err != nil {
+	var f map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &f); err != nil || f == nil {
 		return nil, errors.New("must be an object {role, content}")
 	}
+	t := struct {
+		Role    string
+		Content json.RawMessage
+	}{stringField(f, "role"), f["content"]}
 	var s string
 	if json.Unmarshal(t.Content, &s) == nil {
 		if t.Role != "user" && t.Role != "assistant" {
@@ -210,12 +208,27 @@ type imageSource struct {
 	URL       string `json:"url"`
 }
 
+// readBlock reads a content block by the exact field names the API reads (encoding/json
+// would match a field name in any case).
 func readBlock(raw json.RawMessage, i int) (block, error) {
-	var b block
-	if err := json.Unmarshal(raw, &b); err != nil || b.Type == "" {
+	var f map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &f); err != nil || stringField(f, "type") == "" {
 		return block{}, fmt.Errorf("content[%d] must be a content block with a type", i)
 	}
+	b := block{Type: stringField(f, "type"), Source: f["source"], ID: stringField(f, "id"), Name: stringField(f, "name"),
+		Input: f["input"], ToolUseID: stringField(f, "tool_use_id"), Content: f["content"], IsError: string(f["is_error"]) == "true"}
+	var text string
+	if json.Unmarshal(f["text"], &text) == nil && !isNull(f["text"]) {
+		b.Text = &text
+	}
 	return b, nil
+}
+
+// stringField returns field k of f when it is a string, else "".
+func stringField(f map[string]json.RawMessage, k string) string {
+	var s string
+	_ = json.Unmarshal(f[k], &s)
+	return s
 }
 
 // anthropicUser reads a user turn's blocks: one tool message per tool_result, then a
@@ -304,8 +317,10 @@ func contentPart(b block, raw json.RawMessage, i int) (json.RawMessage, error) {
 		}
 		return textPart(*b.Text), nil
 	case "image":
-		var src imageSource
-		if json.Unmarshal(b.Source, &src) != nil || src.Type == "" {
+		var f map[string]json.RawMessage
+		_ = json.Unmarshal(b.Source, &f)
+		src := imageSource{Type: stringField(f, "type"), MediaType: stringField(f, "media_type"), Data: stringField(f, "data"), URL: stringField(f, "url")}
+		if src.Type == "" {
 			return nil, fmt.Errorf("content[%d].source must be an image source", i)
 		}
 		url := src.URL

@@ -108,6 +108,10 @@ func TestAnthropicParseRefuses(t *testing.T) {
 		`{"model":"m","max_tokens":"5","messages":[{"role":"user","content":"x"}]}`,
 		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"system":"a","system":"b"}`,
 		"{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}",
+		// Field names are read exactly, as the API reads them.
+		`{"model":"m","max_tokens":5,"messages":[{"role":"user","Content":"x"}]}`,
+		`{"model":"m","max_tokens":5,"messages":[{"Role":"user","content":"x"}]}`,
+		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","Text":"x"}]}]}`,
 	} {
 		_, err := Anthropic().Parse([]byte(body))
 		if !errors.Is(err, ErrBadRequest) {

@@ -79,8 +79,18 @@ func FuzzParseAnthropic(f *testing.F) {
 			return
 		}
 		out := checkBuild(t, Anthropic(), req, "messages", "system")
+		if out == nil {
+			return
+		}
 		if strings.Contains(string(out), "compactor-mark") {
 			t.Fatalf("a marker left in %s", out)
+		}
+		// What Build sends is a request the wire reads again (but for a context of
+		// empty turns only, which renders no message at all: the API's refusal is
+		// then the client's answer).
+		f, _ := fieldMap(out)
+		if _, err := Anthropic().Parse(out); err != nil && string(f["messages"]) != "[]" {
+			t.Fatalf("the built body does not parse: %v\n%s", err, out)
 		}
 	})
 }
