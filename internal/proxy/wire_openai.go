@@ -144,12 +144,10 @@ func (openAIWire) Build(req *Request, cx *assemble.Context) ([]byte, error) {
 // openAIMessage is the assistant message of a reply (choices[].message) or the
 // delta of a stream chunk.
 type openAIMessage struct {
-	Role             string          `json:"role"`
-	Content          json.RawMessage `json:"content"`
-	Refusal          *string         `json:"refusal"`
-	ToolCalls        []openAICall    `json:"tool_calls"`
-	ReasoningContent *string         `json:"reasoning_content"`
-	Reasoning        *string         `json:"reasoning"`
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	Refusal   *string         `json:"refusal"`
+	ToolCalls []openAICall    `json:"tool_calls"`
 }
 
 type openAICall struct {
@@ -202,7 +200,9 @@ func (openAIWire) Reply(body []byte) (schemas.Message, *Usage, error) {
 }
 
 // assistant returns the reply as Compactor's assistant message: its content (the
-// refusal as text when it has none), its tool calls and its reasoning.
+// refusal as text when it has none) and its tool calls. Other fields (a compatible
+// server's reasoning, annotations, audio) are not kept: the model is never sent a field
+// the client did not send.
 func (o *openAIMessage) assistant() (schemas.Message, error) {
 	m := schemas.Message{Role: schemas.RoleAssistant}
 	switch {
@@ -219,11 +219,6 @@ func (o *openAIMessage) assistant() (schemas.Message, error) {
 			tc.Type = "function"
 		}
 		m.ToolCalls = append(m.ToolCalls, tc)
-	}
-	if o.ReasoningContent != nil {
-		m.Reasoning = *o.ReasoningContent
-	} else if o.Reasoning != nil {
-		m.Reasoning = *o.Reasoning
 	}
 	if err := m.Validate(); err != nil {
 		return schemas.Message{}, fmt.Errorf("the reply's message: %w", err)
@@ -250,13 +245,13 @@ func (openAIWire) StreamError(message string) []byte {
 
 // openAIStream puts a chat completion chunk stream back together: choice 0's deltas.
 type openAIStream struct {
-	role               string
-	content, reasoning bytes.Buffer
-	hasContent         bool
-	refusal            bytes.Buffer
-	calls              map[int]*openAICall
-	usage              *Usage
-	done, failed       bool
+	role         string
+	content      bytes.Buffer
+	hasContent   bool
+	refusal      bytes.Buffer
+	calls        map[int]*openAICall
+	usage        *Usage
+	done, failed bool
 }
 
 func (s *openAIStream) Event(name string, data []byte) error {
@@ -312,11 +307,6 @@ func (s *openAIStream) add(d *openAIMessage) {
 	if d.Refusal != nil {
 		s.refusal.WriteString(*d.Refusal)
 	}
-	if d.ReasoningContent != nil {
-		s.reasoning.WriteString(*d.ReasoningContent)
-	} else if d.Reasoning != nil {
-		s.reasoning.WriteString(*d.Reasoning)
-	}
 	for _, tc := range d.ToolCalls {
 		c := s.calls[tc.Index]
 		if c == nil {
@@ -351,10 +341,6 @@ func (s *openAIStream) Result() (schemas.Message, *Usage, error) {
 	if s.refusal.Len() > 0 {
 		r := s.refusal.String()
 		o.Refusal = &r
-	}
-	if s.reasoning.Len() > 0 {
-		r := s.reasoning.String()
-		o.ReasoningContent = &r
 	}
 	idx := make([]int, 0, len(s.calls))
 	for i := range s.calls {

@@ -183,8 +183,8 @@ func TestOpenAIReply(t *testing.T) {
 			&Usage{Input: 82, Output: 17}},
 		{"refusal", `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}`,
 			`{"role":"assistant","content":"I can't help with that."}`, nil},
-		{"reasoning of a compatible server", `{"choices":[{"message":{"role":"assistant","content":"4","reasoning_content":"2+2"}}]}`,
-			`{"role":"assistant","content":"4","reasoning":"2+2"}`, nil},
+		{"reasoning of a compatible server is not kept", `{"choices":[{"message":{"role":"assistant","content":"4","reasoning_content":"2+2","annotations":[]}}]}`,
+			`{"role":"assistant","content":"4"}`, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
