@@ -90,6 +90,9 @@ func (anthropicWire) Parse(body []byte) (*Request, error) {
 			return nil, badRequest("%v", err)
 		}
 	}
+	if err := checkPairs(req.Messages); err != nil {
+		return nil, err
+	}
 	return req, nil
 }
 

@@ -108,6 +108,9 @@ func TestAnthropicParseRefuses(t *testing.T) {
 		`{"model":"m","max_tokens":"5","messages":[{"role":"user","content":"x"}]}`,
 		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}],"system":"a","system":"b"}`,
 		"{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}",
+		// Tool calls and results that do not pair up.
+		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"f","input":{}}]},{"role":"user","content":"no result"}]}`,
+		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","content":"r"}]}]}`,
 		// Field names are read exactly, as the API reads them.
 		`{"model":"m","max_tokens":5,"messages":[{"role":"user","Content":"x"}]}`,
 		`{"model":"m","max_tokens":5,"messages":[{"Role":"user","content":"x"}]}`,
@@ -263,7 +266,8 @@ func TestAnthropicReply(t *testing.T) {
 		Content json.RawMessage `json:"content"`
 	}
 	_ = json.Unmarshal([]byte(anthropicReply), &r)
-	req, err := Anthropic().Parse([]byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":` + string(r.Content) + `}]}`))
+	req, err := Anthropic().Parse([]byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":` + string(r.Content) + `},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","content":"15"}]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

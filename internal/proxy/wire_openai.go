@@ -10,13 +10,15 @@ import (
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/formats"
+	"github.com/compactor/compactor/schemas/rounds"
 )
 
 // OpenAI returns the wire of OpenAI Chat Completions (POST /v1/chat/completions).
 //
 // Parse reads "messages" as Compactor's messages (the chat format is Compactor's own):
 // each is decoded and validated like a published message, except that role
-// "developer" is read as "system" (OpenAI's own models treat the two alike). Build
+// "developer" is read as "system" (OpenAI's own models treat the two alike); a history
+// whose tool calls and results do not pair up is refused, as the API refuses it. Build
 // replaces "messages" with the context's messages, Compactor's metadata (tokens,
 // usage, context_generation, meta) left out.
 func OpenAI() Wire { return openAIWire{} }
@@ -95,7 +97,20 @@ func (openAIWire) Parse(body []byte) (*Request, error) {
 		}
 		req.Messages[i] = m
 	}
+	if err := checkPairs(req.Messages); err != nil {
+		return nil, err
+	}
 	return req, nil
+}
+
+// checkPairs refuses a history whose tool calls and results do not pair up (a call
+// without its result, a result without its call, a message between them): both APIs
+// refuse it, and it could not be stored or rendered.
+func checkPairs(msgs []schemas.Message) error {
+	if err := rounds.CheckPairs(msgs); err != nil {
+		return badRequest("tool calls and results do not pair up: %v", err)
+	}
+	return nil
 }
 
 // decodeOpenAIMessage decodes one client message: role developer is read as system.

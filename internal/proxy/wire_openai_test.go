@@ -92,6 +92,10 @@ func TestOpenAIParseRefuses(t *testing.T) {
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1}`,
 		`{"model":"m","messages":[{"role":"user","content":"x"}],"messages":[]}`,
 		"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
+		// Tool calls and results that do not pair up.
+		`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"a","content":"r"}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"user","content":"x"},{"role":"tool","tool_call_id":"a","content":"r"}]}`,
 	} {
 		_, err := OpenAI().Parse([]byte(body))
 		if !errors.Is(err, ErrBadRequest) {
