@@ -166,7 +166,7 @@ type openAIMessage struct {
 }
 
 type openAICall struct {
-	Index    int    `json:"index"`
+	Index    *int   `json:"index"`
 	ID       string `json:"id"`
 	Type     string `json:"type"`
 	Function struct {
@@ -265,6 +265,7 @@ type openAIStream struct {
 	hasContent   bool
 	refusal      bytes.Buffer
 	calls        map[int]*openAICall
+	last, next   int // the slot of the last call added to, and the first slot free
 	usage        *Usage
 	done, failed bool
 }
@@ -323,11 +324,7 @@ func (s *openAIStream) add(d *openAIMessage) {
 		s.refusal.WriteString(*d.Refusal)
 	}
 	for _, tc := range d.ToolCalls {
-		c := s.calls[tc.Index]
-		if c == nil {
-			c = &openAICall{Index: tc.Index}
-			s.calls[tc.Index] = c
-		}
+		c := s.call(tc)
 		if tc.ID != "" {
 			c.ID = tc.ID
 		}
@@ -337,6 +334,29 @@ func (s *openAIStream) add(d *openAIMessage) {
 		c.Function.Name += tc.Function.Name
 		c.Function.Arguments += tc.Function.Arguments
 	}
+}
+
+// call returns the call a tool-call delta adds to: the one at its index; a new one
+// for a delta without an index that brings an id, or whose id differs from the id
+// already at its index (servers that number every call 0); else the last one.
+func (s *openAIStream) call(tc openAICall) *openAICall {
+	slot := s.last
+	switch {
+	case tc.Index != nil:
+		slot = *tc.Index
+	case tc.ID != "":
+		slot = s.next
+	}
+	if c := s.calls[slot]; c != nil && c.ID != "" && tc.ID != "" && c.ID != tc.ID {
+		slot = s.next
+	}
+	c := s.calls[slot]
+	if c == nil {
+		c = &openAICall{}
+		s.calls[slot] = c
+	}
+	s.last, s.next = slot, max(s.next, slot+1)
+	return c
 }
 
 func (s *openAIStream) Done() bool   { return s.done }

@@ -274,6 +274,34 @@ func TestOpenAIStreamToolCallsOnly(t *testing.T) {
 	}
 }
 
+// Servers that leave out the index, or number every call 0, still give each call
+// its own id, name and arguments.
+func TestOpenAIStreamCallsWithoutIndex(t *testing.T) {
+	for name, events := range map[string][]string{
+		"no index": {
+			`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"id":"call_a","type":"function","function":{"name":"ls","arguments":"{\"p\":"}}]}}]}`,
+			`{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"1}"}}]}}]}`,
+			`{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"call_b","type":"function","function":{"name":"pwd","arguments":"{}"}}]}}]}`,
+		},
+		"every call 0": {
+			`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"ls","arguments":"{\"p\":1}"}}]}}]}`,
+			`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_b","type":"function","function":{"name":"pwd","arguments":"{}"}}]}}]}`,
+		},
+	} {
+		s := OpenAI().NewStream()
+		feed(t, s, append(events, `[DONE]`)...)
+		m, _, err := s.Result()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		enc, _ := json.Marshal(m.ToolCalls)
+		want := `[{"id":"call_a","type":"function","function":{"name":"ls","arguments":"{\"p\":1}"}},{"id":"call_b","type":"function","function":{"name":"pwd","arguments":"{}"}}]`
+		if string(enc) != want {
+			t.Errorf("%s: got %s", name, enc)
+		}
+	}
+}
+
 func TestOpenAIStreamFailed(t *testing.T) {
 	s := OpenAI().NewStream()
 	feed(t, s, `{"choices":[{"index":0,"delta":{"content":"Hi"}}]}`,
