@@ -311,7 +311,8 @@ func toolResult(b block, i int) (schemas.Message, error) {
 }
 
 // contentPart turns a text or image block into Compactor's content part; any other
-// block is kept verbatim.
+// block is kept whole, in canonical form (compact, keys sorted), so that the same block
+// sent twice with other spacing or key order is the same part.
 func contentPart(b block, raw json.RawMessage, i int) (json.RawMessage, error) {
 	switch b.Type {
 	case "text":
@@ -331,12 +332,12 @@ func contentPart(b block, raw json.RawMessage, i int) (json.RawMessage, error) {
 			url = "data:" + src.MediaType + ";base64," + src.Data
 		}
 		if url == "" {
-			return raw, nil
+			return json.RawMessage(canonicalArgs(raw)), nil
 		}
 		enc, _ := marshalNoEscape(url)
 		return append(append([]byte(`{"type":"image_url","image_url":{"url":`), enc...), "}}"...), nil
 	}
-	return raw, nil
+	return json.RawMessage(canonicalArgs(raw)), nil
 }
 
 // anthropicAssistant reads an assistant turn's blocks: text and other parts as its
@@ -896,14 +897,13 @@ func (b *streamBlock) whole() (json.RawMessage, error) {
 	case "thinking":
 		f["thinking"] = str("thinking") + b.thinking.String()
 		f["signature"] = str("signature") + b.signature.String()
-	case "tool_use":
-		if b.json.Len() > 0 {
-			in := json.RawMessage(b.json.String())
-			if !json.Valid(in) {
-				return nil, errors.New("the tool_use input streamed is not JSON")
-			}
-			f["input"] = in
+	}
+	if b.json.Len() > 0 { // tool_use, server_tool_use, mcp_tool_use
+		in := json.RawMessage(b.json.String())
+		if !json.Valid(in) {
+			return nil, errors.New("the input streamed is not JSON")
 		}
+		f["input"] = in
 	}
 	return marshalNoEscape(f)
 }

@@ -439,3 +439,72 @@ func TestAnthropicBuildWithSummary(t *testing.T) {
 		t.Fatalf("got %s", s)
 	}
 }
+
+// A server tool's input streams like a tool's, and its block goes back verbatim.
+func TestAnthropicStreamServerToolUse(t *testing.T) {
+	s := Anthropic().NewStream()
+	for _, e := range []sseEvent{
+		{"message_start", `{"type":"message_start","message":{"usage":{"input_tokens":10,"output_tokens":1}}}`},
+		{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"server_tool_use","id":"srvtoolu_014hJH82Qum7Td6UV8gDXThB","name":"web_search","input":{}}}`},
+		{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"query\": \"weather NYC today\"}"}}`},
+		{"content_block_stop", `{"type":"content_block_stop","index":0}`},
+		{"content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"web_search_tool_result","tool_use_id":"srvtoolu_014hJH82Qum7Td6UV8gDXThB","content":[{"type":"web_search_result","title":"Weather","url":"https://weather.example","encrypted_content":"Ev0DCioIAxgCIiQ3NmU4ZmI4OC1k","page_age":null}]}}`},
+		{"content_block_stop", `{"type":"content_block_stop","index":1}`},
+		{"message_stop", `{"type":"message_stop"}`},
+	} {
+		if err := s.Event(e.name, []byte(e.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, u, err := s.Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, _ := m.Encode()
+	want := `{"role":"assistant","content":[{"id":"srvtoolu_014hJH82Qum7Td6UV8gDXThB","input":{"query":"weather NYC today"},"name":"web_search","type":"server_tool_use"},{"content":[{"encrypted_content":"Ev0DCioIAxgCIiQ3NmU4ZmI4OC1k","page_age":null,"title":"Weather","type":"web_search_result","url":"https://weather.example"}],"tool_use_id":"srvtoolu_014hJH82Qum7Td6UV8gDXThB","type":"web_search_tool_result"}]}`
+	if string(enc) != want {
+		t.Fatalf("got  %s\nwant %s", enc, want)
+	}
+	if *u != (Usage{Input: 10, Output: 1}) {
+		t.Fatalf("usage %+v", u)
+	}
+	// The same blocks whole, in another key order and spacing, are the same message.
+	whole, _, err := Anthropic().Reply([]byte(`{"type":"message","role":"assistant","content":[
+	  {"type": "server_tool_use", "name": "web_search", "id": "srvtoolu_014hJH82Qum7Td6UV8gDXThB", "input": {"query": "weather NYC today"}},
+	  {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_014hJH82Qum7Td6UV8gDXThB",
+	   "content": [{"url": "https://weather.example", "type": "web_search_result", "title": "Weather", "page_age": null, "encrypted_content": "Ev0DCioIAxgCIiQ3NmU4ZmI4OC1k"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := whole.Encode(); string(w) != want {
+		t.Fatalf("whole reply %s", w)
+	}
+}
+
+// The stream's bytes in any chunking, CRLF lines included, give the same reply.
+func TestAnthropicStreamThroughTheSplitter(t *testing.T) {
+	var b strings.Builder
+	for _, e := range anthropicStreamEvents {
+		b.WriteString("event: " + e.name + "\r\ndata: " + e.data + "\r\n\r\n")
+	}
+	want, wantU, _ := Anthropic().Reply([]byte(anthropicReply))
+	w, _ := want.Encode()
+	for _, n := range []int{1, 3, 64, b.Len()} {
+		s := Anthropic().NewStream()
+		sp := NewSSESplitter(0, s.Event)
+		raw := b.String()
+		for i := 0; i < len(raw); i += n {
+			if _, err := sp.Write([]byte(raw[i:min(i+n, len(raw))])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, u, err := s.Result()
+		if err != nil {
+			t.Fatalf("chunks of %d: %v", n, err)
+		}
+		got, _ := m.Encode()
+		if string(got) != string(w) || *u != *wantU {
+			t.Fatalf("chunks of %d: %s %+v", n, got, u)
+		}
+	}
+}
