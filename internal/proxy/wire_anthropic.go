@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -311,8 +312,9 @@ func toolResult(b block, i int) (schemas.Message, error) {
 }
 
 // contentPart turns a text or image block into Compactor's content part; any other
-// block is kept whole, in canonical form (compact, keys sorted), so that the same block
-// sent twice with other spacing or key order is the same part.
+// block is kept whole, in canonical form (compact, keys sorted, no cache_control), so
+// that the same block sent twice with other spacing, key order or breakpoints is the
+// same part.
 func contentPart(b block, raw json.RawMessage, i int) (json.RawMessage, error) {
 	switch b.Type {
 	case "text":
@@ -332,12 +334,29 @@ func contentPart(b block, raw json.RawMessage, i int) (json.RawMessage, error) {
 			url = "data:" + src.MediaType + ";base64," + src.Data
 		}
 		if url == "" {
-			return json.RawMessage(canonicalArgs(raw)), nil
+			return canonicalBlock(raw), nil
 		}
 		enc, _ := marshalNoEscape(url)
 		return append(append([]byte(`{"type":"image_url","image_url":{"url":`), enc...), "}}"...), nil
 	}
-	return json.RawMessage(canonicalArgs(raw)), nil
+	return canonicalBlock(raw), nil
+}
+
+// canonicalBlock returns a block kept whole in canonical form, without its
+// cache_control: Build sets the breakpoints (carryBreakpoints), within the API's limit.
+func canonicalBlock(raw json.RawMessage) json.RawMessage {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v map[string]any
+	if d.Decode(&v) != nil || v == nil {
+		return json.RawMessage(canonicalArgs(raw))
+	}
+	delete(v, "cache_control")
+	b, err := marshalNoEscape(v)
+	if err != nil {
+		return json.RawMessage(canonicalArgs(raw))
+	}
+	return b
 }
 
 // anthropicAssistant reads an assistant turn's blocks: text and other parts as its
@@ -421,13 +440,150 @@ func (anthropicWire) Build(req *Request, cx *assemble.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	msgs := f["messages"]
+	msgs, sys := f["messages"], f["system"]
 	if marked != cx {
 		if msgs, err = marks.restore(msgs); err != nil {
 			return nil, err
 		}
 	}
-	return setFields(req.Body, edit{"system", f["system"]}, edit{"messages", msgs})
+	if sys, msgs, err = carryBreakpoints(req.Body, sys, msgs, hasSummary(cx)); err != nil {
+		return nil, err
+	}
+	return setFields(req.Body, edit{"system", sys}, edit{"messages", msgs})
+}
+
+func hasSummary(cx *assemble.Context) bool {
+	return cx.HasSummary && slices.Contains(cx.Seqs, 0)
+}
+
+// maxBreakpoints is the most blocks with cache_control a Messages request may have.
+const maxBreakpoints = 4
+
+// carryBreakpoints puts the client's prompt cache breakpoints back into the rendered
+// system and messages, which Parse left out (clients move them from turn to turn):
+// when the client marked a system block, the last system block is marked; when it
+// marked a block of its messages, the last block of the last message is (Anthropic's
+// incremental caching: the cache is read back from the longest prefix written
+// before). Each gets the client's own cache_control (its last in that field, ttl
+// included). The breakpoints stay within the API's four: those of the client's tools
+// (sent as they are) and the summary's come first, then system's, then the last
+// message's.
+func carryBreakpoints(body []byte, sys, msgs json.RawMessage, summary bool) (json.RawMessage, json.RawMessage, error) {
+	f, err := fieldMap(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	budget := maxBreakpoints - countBreakpoints(f["tools"])
+	if summary {
+		budget--
+	}
+	if cc := lastBreakpoint(f["system"]); cc != nil && len(sys) > 0 && budget > 0 {
+		if sys, err = markLast(sys, cc); err != nil {
+			return nil, nil, err
+		}
+		budget--
+	}
+	if budget <= 0 {
+		return sys, msgs, nil
+	}
+	var turns []json.RawMessage
+	if err := json.Unmarshal(f["messages"], &turns); err != nil {
+		return nil, nil, err
+	}
+	var cc json.RawMessage
+	for _, t := range turns {
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(t, &m)
+		if c := lastBreakpoint(m["content"]); c != nil {
+			cc = c
+		}
+	}
+	if cc == nil {
+		return sys, msgs, nil
+	}
+	msgs, err = markLastTurn(msgs, cc)
+	return sys, msgs, err
+}
+
+// blockFields decodes an array of blocks (nil for anything else).
+func blockFields(raw json.RawMessage) []map[string]json.RawMessage {
+	var blocks []map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &blocks)
+	return blocks
+}
+
+// countBreakpoints counts the blocks of an array that have a cache_control.
+func countBreakpoints(raw json.RawMessage) int {
+	n := 0
+	for _, b := range blockFields(raw) {
+		if v, ok := b["cache_control"]; ok && !isNull(v) {
+			n++
+		}
+	}
+	return n
+}
+
+// lastBreakpoint returns the cache_control of the last block of an array that has
+// one (nil when none).
+func lastBreakpoint(raw json.RawMessage) json.RawMessage {
+	var cc json.RawMessage
+	for _, b := range blockFields(raw) {
+		if v, ok := b["cache_control"]; ok && !isNull(v) && json.Valid(v) {
+			cc = v
+		}
+	}
+	return cc
+}
+
+// markLast returns a rendered array of blocks with cc set on its last block that
+// can carry one (not a thinking block).
+func markLast(blocks json.RawMessage, cc json.RawMessage) (json.RawMessage, error) {
+	var bs []json.RawMessage
+	if err := json.Unmarshal(blocks, &bs); err != nil {
+		return nil, err
+	}
+	for i := len(bs) - 1; i >= 0; i-- {
+		switch partType(bs[i]) {
+		case "thinking", "redacted_thinking":
+			continue
+		}
+		var f map[string]json.RawMessage
+		if err := json.Unmarshal(bs[i], &f); err != nil {
+			return nil, err
+		}
+		if _, ok := f["cache_control"]; ok {
+			return blocks, nil // the summary's own
+		}
+		b := bytes.TrimRight(bs[i], " \t\r\n")
+		marked := append(append(append([]byte(nil), b[:len(b)-1]...), `,"cache_control":`...), cc...)
+		bs[i] = append(marked, '}')
+		break
+	}
+	return marshalNoEscape(bs)
+}
+
+// markLastTurn marks the last block of the last rendered turn.
+func markLastTurn(msgs json.RawMessage, cc json.RawMessage) (json.RawMessage, error) {
+	var turns []json.RawMessage
+	if err := json.Unmarshal(msgs, &turns); err != nil {
+		return nil, err
+	}
+	if len(turns) == 0 {
+		return msgs, nil
+	}
+	last := len(turns) - 1
+	var t renderedTurn
+	if err := json.Unmarshal(turns[last], &t); err != nil {
+		return nil, err
+	}
+	content, _ := marshalNoEscape(t.Content)
+	content, err := markLast(content, cc)
+	if err != nil {
+		return nil, err
+	}
+	role, _ := marshalNoEscape(t.Role)
+	turns[last] = json.RawMessage(`{"role":` + string(role) + `,"content":` + string(content) + `}`)
+	return marshalNoEscape(turns)
 }
 
 // Reply reads a Messages response.

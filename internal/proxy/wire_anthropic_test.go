@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -506,5 +507,77 @@ func TestAnthropicStreamThroughTheSplitter(t *testing.T) {
 		if string(got) != string(w) || *u != *wantU {
 			t.Fatalf("chunks of %d: %s %+v", n, got, u)
 		}
+	}
+}
+
+// The client's prompt cache breakpoints (left out of the messages Parse reads) are
+// put back: on the last system block and the last block of the last message, with the
+// client's own cache_control, within the API's four breakpoints counting the tools'
+// and the summary's; the bytes before them are those of the build without them.
+func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
+	body := func(tools string) string {
+		return `{"model":"m","max_tokens":9,"tools":[` + tools + `],
+"system":[{"type":"text","text":"S1"},{"type":"text","text":"S2","cache_control":{"type":"ephemeral"}}],
+"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"},"cache_control":{"type":"ephemeral"}},{"type":"text","text":"old"}]},
+{"role":"assistant","content":"ok"},
+{"role":"user","content":[{"type":"text","text":"new","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`
+	}
+	tool := `{"name":"t%d","input_schema":{"type":"object"}%s}`
+	marked := `,"cache_control":{"type":"ephemeral"}`
+	build := func(t *testing.T, b string, summary bool) string {
+		t.Helper()
+		req, err := Anthropic().Parse([]byte(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := req.Messages
+		cx := contextOf(msgs)
+		if summary { // the first user message stands for the summary
+			cx.HasSummary, cx.Seqs[1] = true, 0
+		}
+		out, err := Anthropic().Build(req, cx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	// One tool breakpoint, no summary: system and the last message are marked, the
+	// document's own breakpoint is not carried (it would be a fifth).
+	oneTool := fmt.Sprintf(tool, 1, marked)
+	got := build(t, body(oneTool), false)
+	want := `"system":[{"type":"text","text":"S1\nS2","cache_control":{"type":"ephemeral"}}],` + "\n" +
+		`"messages":[{"role":"user","content":[{"source":{"data":"doc","media_type":"text/plain","type":"text"},"type":"document"},{"type":"text","text":"old"}]},` +
+		`{"role":"assistant","content":[{"type":"text","text":"ok"}]},` +
+		`{"role":"user","content":[{"type":"text","text":"new","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`
+	if !strings.HasSuffix(got, want) {
+		t.Fatalf("got  %s\nwant …%s", got, want)
+	}
+	if strings.Count(got, "cache_control") != 3 {
+		t.Fatalf("%d breakpoints: %s", strings.Count(got, "cache_control"), got)
+	}
+	// Three tool breakpoints and a summary leave none: only the summary's.
+	three := fmt.Sprintf(tool, 1, marked) + "," + fmt.Sprintf(tool, 2, marked) + "," + fmt.Sprintf(tool, 3, marked)
+	got = build(t, body(three), true)
+	if n := strings.Count(got, "cache_control"); n != 4 {
+		t.Fatalf("%d breakpoints: %s", n, got)
+	}
+	if !strings.Contains(got, `"system":[{"type":"text","text":"S1\nS2"}]`) {
+		t.Fatalf("system marked: %s", got)
+	}
+	// Two tool breakpoints and a summary leave one: system's.
+	two := fmt.Sprintf(tool, 1, marked) + "," + fmt.Sprintf(tool, 2, marked)
+	got = build(t, body(two), true)
+	if n := strings.Count(got, "cache_control"); n != 4 || !strings.Contains(got, `"S1\nS2","cache_control"`) {
+		t.Fatalf("%d breakpoints: %s", n, got)
+	}
+	// Without a breakpoint of the client's, none is added, and the bytes are those
+	// of the marked build with the breakpoints taken out.
+	plain := strings.NewReplacer(marked, "", `,"cache_control":{"type":"ephemeral","ttl":"1h"}`, "")
+	unmarked := build(t, plain.Replace(body(oneTool)), false)
+	if strings.Contains(unmarked, "cache_control") {
+		t.Fatalf("breakpoints added: %s", unmarked)
+	}
+	if plain.Replace(build(t, body(oneTool), false)) != unmarked {
+		t.Fatalf("the breakpoints changed other bytes")
 	}
 }

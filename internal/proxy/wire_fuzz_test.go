@@ -72,6 +72,7 @@ func FuzzParseOpenAI(f *testing.F) {
 func FuzzParseAnthropic(f *testing.F) {
 	f.Add(anthropicRequest)
 	f.Add(`{"model":"m","max_tokens":1,"system":"s","messages":[{"role":"user","content":"hi"}]}`)
+	f.Add(`{"tools":[{"name":"t","cache_control":{"type":"ephemeral"}}],"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"document","cache_control":{"type":"ephemeral"}},{"type":"text","text":"x","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`)
 	f.Add(`{"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"},{"type":"tool_use","id":"a","name":"f","input":{"b":1,"a":[2]}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"a","is_error":true,"content":"x"},{"type":"tool_result","tool_use_id":"a","content":[{"type":"image","source":{"type":"url","url":"https://x"}}]}]}]}`)
 	f.Fuzz(func(t *testing.T, body string) {
 		req, err := Anthropic().Parse([]byte(body))
