@@ -38,7 +38,8 @@ const (
 // cache_control (clients move it from turn to turn), images image_url parts (a
 // base64 source as a data: URL); other blocks are kept verbatim as parts. Thinking
 // blocks go to Extra[ExtraContentPrefix], is_error to Extra[ExtraIsError]; Build
-// puts both back. Reply and the stream read the upstream's content blocks the way
+// puts both back, with the blocks kept whole and the client's cache breakpoints (see
+// carryBreakpoints). Reply and the stream read the upstream's content blocks the way
 // Parse reads an assistant turn, so the reply stored and the same turn sent back by
 // the client are the same message.
 func Anthropic() Wire { return anthropicWire{} }
