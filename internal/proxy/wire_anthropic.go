@@ -21,8 +21,8 @@ import (
 // that Build gives it back to the API.
 const (
 	// ExtraContentPrefix holds an assistant turn's thinking and redacted_thinking
-	// blocks, verbatim (their signatures must come back unchanged): Build puts them
-	// back before the message's content.
+	// blocks, their text and signatures unchanged (compact, keys sorted): Build puts
+	// them back before the message's content.
 	ExtraContentPrefix = "anthropic_content_prefix"
 	// ExtraIsError marks a tool message read from a tool_result with is_error true.
 	ExtraIsError = "anthropic_is_error"
@@ -36,8 +36,9 @@ const (
 // assistant turn's tool_use blocks are tool calls (arguments: the input object as
 // compact JSON with sorted keys). Text blocks become text parts without their
 // cache_control (clients move it from turn to turn), images image_url parts (a
-// base64 source as a data: URL); other blocks are kept verbatim as parts. Thinking
-// blocks go to Extra[ExtraContentPrefix], is_error to Extra[ExtraIsError]; Build
+// base64 source as a data: URL); other blocks are kept whole as parts, in canonical
+// form (compact, keys sorted, no cache_control). Thinking blocks, in the same form, go
+// to Extra[ExtraContentPrefix], is_error to Extra[ExtraIsError]; Build
 // puts both back, with the blocks kept whole and the client's cache breakpoints (see
 // carryBreakpoints). Reply and the stream read the upstream's content blocks the way
 // Parse reads an assistant turn, so the reply stored and the same turn sent back by
@@ -195,15 +196,10 @@ func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
 
 // block is the fields of a content block the proxy reads.
 type block struct {
-	Type      string          `json:"type"`
-	Text      *string         `json:"text"`
-	Source    json.RawMessage `json:"source"`
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Input     json.RawMessage `json:"input"`
-	ToolUseID string          `json:"tool_use_id"`
-	Content   json.RawMessage `json:"content"`
-	IsError   bool            `json:"is_error"`
+	Type, ID, Name, ToolUseID string
+	Text                      *string
+	Source, Input, Content    json.RawMessage
+	IsError                   bool
 }
 
 type imageSource struct {
