@@ -21,5 +21,5 @@ func newProxy(cfg Config, nc *nats.Conn, st *jetstream.Store, policies PolicySou
 
 // proxyWires are the APIs whose conversation the proxy rewrites.
 func proxyWires() map[string]proxy.Wire {
-	return map[string]proxy.Wire{}
+	return map[string]proxy.Wire{"openai": proxy.OpenAI(), "anthropic": proxy.Anthropic()}
 }

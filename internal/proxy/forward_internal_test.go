@@ -43,3 +43,17 @@ func TestDropOldestKeepsToolRoundsWhole(t *testing.T) {
 		t.Fatalf("%d seqs for %d messages", len(cx.Seqs), len(cx.Messages))
 	}
 }
+
+// A request's tools take room in the window: what is outside its conversation is
+// reserved, 4 bytes to a token.
+func TestReserveCountsWhatIsNotTheConversation(t *testing.T) {
+	tools := `"tools":[{"type":"function","function":{"name":"read","parameters":{"type":"object"}}}]`
+	body := `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 4000) + `"}],"system":"s",` + tools + `}`
+	outside := len(body) - len(`[{"role":"user","content":"`+strings.Repeat("x", 4000)+`"}]`) - len(`"s"`)
+	if got := reserve([]byte(body)); got != outside/4 || got < len(tools)/4 {
+		t.Fatalf("reserve = %d; want %d", got, outside/4)
+	}
+	if got := reserve([]byte("not json")); got != 0 {
+		t.Fatalf("reserve of a body that is no object = %d", got)
+	}
+}

@@ -87,7 +87,7 @@ func (x *exchange) compact(body []byte, conv string) {
 		return
 	}
 	opts := TurnOptions{Owner: ownerDigest(x.s.ownerKey, credential(x.r.Header)), MaxOutput: req.MaxOutput,
-		Wait: x.s.cfg.Wait, CacheTTL: x.s.cfg.CacheTTL}
+		Reserve: reserve(body), Wait: x.s.cfg.Wait, CacheTTL: x.s.cfg.CacheTTL}
 	turn, err := x.s.convs.Prepare(x.r.Context(), conv, req.Messages, opts)
 	switch {
 	case err != nil && connectionError(err) != nil && x.r.Context().Err() == nil:
@@ -357,6 +357,23 @@ func (x *exchange) end() {
 	if o := x.s.opts.Observer; o != nil {
 		o.ProxyRequest(*r)
 	}
+}
+
+// reserve is the tokens a request body takes besides its conversation (tools, their
+// schemas, a response format...): its bytes outside "messages" and "system", 4 to a
+// token, as the estimate counts text.
+func reserve(body []byte) int {
+	fields, err := topFields(body)
+	if err != nil {
+		return 0
+	}
+	n := len(body)
+	for _, f := range fields {
+		if f.key == "messages" || f.key == "system" {
+			n -= f.vend - f.vstart
+		}
+	}
+	return max(n, 0) / 4
 }
 
 // TurnTracer is implemented by a Conversations that knows the span of the compaction

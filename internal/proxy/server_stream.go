@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -21,13 +20,16 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 	_ = rc.Flush()
 	acc := x.wire.NewStream()
 	var accErr error
-	sp := eventSplitter{emit: func(name string, data []byte) {
+	sp := NewSSESplitter(0, func(name string, data []byte) error {
 		if accErr == nil {
 			accErr = acc.Event(name, data)
 		}
-	}}
-	readErr, clientGone := x.tee(resp.Body, rc, &sp)
-	sp.close()
+		return nil
+	})
+	readErr, clientGone := x.tee(resp.Body, rc, sp)
+	if _, err := sp.Write(nil); err != nil && accErr == nil {
+		accErr = err // an event over the bound: the reply cannot be put together
+	}
 	switch {
 	case clientGone || x.r.Context().Err() != nil:
 		x.report.Outcome = OutcomeFailed
@@ -56,7 +58,7 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 // tee copies body to the client, flushing each read, and to sp. It returns the error
 // that ended reading the upstream (nil at its end) and whether a write to the client
 // failed.
-func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *eventSplitter) (readErr error, clientGone bool) {
+func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *SSESplitter) (readErr error, clientGone bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := body.Read(buf)
@@ -67,7 +69,7 @@ func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *eventSpl
 			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
 				return nil, true
 			}
-			sp.write(buf[:n])
+			_, _ = sp.Write(buf[:n]) // its error is read once the stream ends
 		}
 		if err == io.EOF {
 			return nil, false
@@ -76,79 +78,4 @@ func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *eventSpl
 			return err, false
 		}
 	}
-}
-
-// eventSplitter cuts a server-sent event stream into its events (the HTML standard's
-// parsing: lines ended by CRLF, LF or CR; "event" and "data" fields; a blank line
-// dispatches; comments and other fields are ignored) and gives each to emit.
-type eventSplitter struct {
-	emit func(name string, data []byte)
-
-	line    []byte // the line read so far
-	afterCR bool   // the last byte was a CR: a LF next ends nothing more
-	name    string
-	data    []byte
-	hasData bool
-}
-
-// write takes the next bytes of the stream.
-func (sp *eventSplitter) write(p []byte) {
-	for len(p) > 0 {
-		if sp.afterCR {
-			sp.afterCR = false
-			if p[0] == '\n' {
-				p = p[1:]
-				continue
-			}
-		}
-		i := bytes.IndexAny(p, "\r\n")
-		if i < 0 {
-			sp.line = append(sp.line, p...)
-			return
-		}
-		sp.line = append(sp.line, p[:i]...)
-		sp.afterCR = p[i] == '\r'
-		p = p[i+1:]
-		sp.endLine()
-	}
-}
-
-// close ends the stream: an event not followed by its blank line is given too (an
-// upstream that ends without one still said it).
-func (sp *eventSplitter) close() {
-	if len(sp.line) > 0 {
-		sp.endLine()
-	}
-	sp.dispatch()
-}
-
-func (sp *eventSplitter) endLine() {
-	line := sp.line
-	sp.line = sp.line[:0]
-	if len(line) == 0 {
-		sp.dispatch()
-		return
-	}
-	if line[0] == ':' {
-		return
-	}
-	field, value, _ := bytes.Cut(line, []byte(":"))
-	value = bytes.TrimPrefix(value, []byte(" "))
-	switch string(field) {
-	case "event":
-		sp.name = string(value)
-	case "data":
-		if sp.hasData {
-			sp.data = append(sp.data, '\n')
-		}
-		sp.data = append(sp.data, value...)
-		sp.hasData = true
-	}
-}
-
-func (sp *eventSplitter) dispatch() {
-	if sp.hasData {
-		sp.emit(sp.name, bytes.Clone(sp.data))
-	}
-	sp.name, sp.data, sp.hasData = "", sp.data[:0], false
 }
