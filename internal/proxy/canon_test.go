@@ -62,7 +62,8 @@ func FuzzCanonical(f *testing.F) {
 			return
 		}
 		m := schemas.Message{Role: schemas.RoleAssistant, Content: c, ToolCalls: []schemas.ToolCall{{ID: "x", Function: schemas.FunctionCall{Name: "f", Arguments: args}}}}
-		if string(Canonical(&m)) != string(Canonical(&m)) {
+		first := string(Canonical(&m))
+		if again := string(Canonical(&m)); again != first {
 			t.Fatal("not deterministic")
 		}
 	})
