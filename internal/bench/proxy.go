@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,13 @@ type ProxyReport struct {
 	Cut         int    `json:"cut"`
 	Stored      int    `json:"stored"`
 	History     int    `json:"history"`
+	// DirectInput and DirectCached are the input tokens the upstream received straight
+	// from the agent and the part a prompt cache holding the previous request would
+	// serve; ProxyInput and ProxyCached the same through the proxy: the bill effect.
+	DirectInput  int64 `json:"direct_input_tokens"`
+	DirectCached int64 `json:"direct_cached_tokens"`
+	ProxyInput   int64 `json:"proxy_input_tokens"`
+	ProxyCached  int64 `json:"proxy_cached_tokens"`
 }
 
 // proxyWindow is the model's window of the proxy's loop: small, so the 200 turns
@@ -92,8 +100,9 @@ func measureProxy(ctx context.Context, url string, c *Corpus, turns int, rep *Re
 	}
 	defer func() { _ = stopTrigger() }()
 
-	up := newFakeUpstream()
+	up, direct := newFakeUpstream(), newFakeUpstream()
 	defer up.srv.Close()
+	defer direct.srv.Close()
 	pcfg := proxy.DefaultConfig()
 	pcfg.Listen, pcfg.Upstream, pcfg.Wait = "", up.srv.URL, 5*time.Second
 	convs := proxy.NewConversations(r.nc, r.store, fixedPolicy(set).Settings, zerolog.Nop())
@@ -107,7 +116,7 @@ func measureProxy(ctx context.Context, url string, c *Corpus, turns int, rep *Re
 	script := agentScript(c, turns)
 	progress("proxy: %d turns of an agent loop (%d messages) at a %d-token window", len(script.turns), len(script.msgs), proxyWindow)
 	out := ProxyReport{Turns: len(script.turns), Window: proxyWindow, History: len(script.msgs)}
-	direct, proxied, added, err := runAgentLoop(ctx, script, up, ps.URL, r.ns, &out)
+	straight, proxied, added, err := runAgentLoop(ctx, script, direct, up, ps.URL, r.ns, &out)
 	if err != nil {
 		return err
 	}
@@ -120,7 +129,9 @@ func measureProxy(ctx context.Context, url string, c *Corpus, turns int, rep *Re
 		return err
 	}
 	out.Stored = len(stored)
-	out.DirectP50Ms, out.DirectP99Ms = ms(pct(direct, 50)), ms(pct(direct, 99))
+	out.DirectP50Ms, out.DirectP99Ms = ms(pct(straight, 50)), ms(pct(straight, 99))
+	out.DirectInput, out.DirectCached = direct.input, direct.cached
+	out.ProxyInput, out.ProxyCached = up.input, up.cached
 	out.ProxyP50Ms, out.ProxyP99Ms = ms(pct(proxied, 50)), ms(pct(proxied, 99))
 	out.AddedP50Ms, out.AddedP99Ms = ms(pct(added, 50)), ms(pct(added, 99))
 	out.RTTP50Ms, out.RTTP99Ms = ms(pct(rtt, 50)), ms(pct(rtt, 99))
@@ -162,34 +173,50 @@ func agentScript(c *Corpus, turns int) script {
 }
 
 // fakeUpstream answers every chat completion at once with the reply set for the turn.
+// Like a provider's prompt cache, it counts as cached the input its last request
+// shares as a prefix (in bytes, 4 to a token), and reports it in the usage.
 type fakeUpstream struct {
 	srv   *httptest.Server
-	reply atomic.Pointer[[]byte]
+	reply atomic.Pointer[schemas.Message]
+
+	mu            sync.Mutex
+	prev          []byte
+	input, cached int64
 }
 
 func newFakeUpstream() *fakeUpstream {
 	u := &fakeUpstream{}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		_, _ = io.Copy(io.Discard, req.Body)
+		body, _ := io.ReadAll(req.Body)
+		in, cached := u.count(body)
+		msg, _ := json.Marshal(u.reply.Load())
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(*u.reply.Load())
+		_, _ = fmt.Fprintf(w, `{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":%s,"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`, msg, in, in+1, cached)
 	}))
 	return u
 }
 
-// set makes m the upstream's answer.
-func (u *fakeUpstream) set(m schemas.Message) error {
-	msg, err := json.Marshal(m)
-	if err != nil {
-		return err
+// count is body's input tokens and the part of them its previous request shares.
+func (u *fakeUpstream) count(body []byte) (in, cached int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	n := 0
+	for n < len(body) && n < len(u.prev) && body[n] == u.prev[n] {
+		n++
 	}
-	body := fmt.Appendf(nil, `{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":%s,"finish_reason":"stop"}],"usage":{"prompt_tokens":0,"completion_tokens":1,"total_tokens":1}}`, msg)
-	u.reply.Store(&body)
-	return nil
+	u.prev = body
+	in, cached = len(body)/4, n/4
+	u.input += int64(in)
+	u.cached += int64(cached)
+	return in, cached
 }
 
-// runAgentLoop sends each turn straight to the upstream and through the proxy.
-func runAgentLoop(ctx context.Context, s script, up *fakeUpstream, proxyURL, ns string, out *ProxyReport) (direct, proxied, added []time.Duration, err error) {
+// set makes m the upstream's answer.
+func (u *fakeUpstream) set(m schemas.Message) { u.reply.Store(&m) }
+
+// runAgentLoop sends each turn straight to one upstream (straight) and through the
+// proxy to another (up): each counts its own cache.
+func runAgentLoop(ctx context.Context, s script, straight, up *fakeUpstream, proxyURL, ns string, out *ProxyReport) (direct, proxied, added []time.Duration, err error) {
 	hc := &http.Client{Timeout: time.Minute}
 	post := func(url string, body []byte, conv string) (time.Duration, http.Header, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
@@ -215,14 +242,13 @@ func runAgentLoop(ctx context.Context, s script, up *fakeUpstream, proxyURL, ns 
 		return d, resp.Header, nil
 	}
 	for i, n := range s.turns {
-		if err := up.set(s.msgs[n]); err != nil {
-			return nil, nil, nil, err
-		}
+		straight.set(s.msgs[n])
+		up.set(s.msgs[n])
 		body, err := json.Marshal(map[string]any{"model": "bench", "messages": s.msgs[:n]})
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		d, _, err := post(up.srv.URL, body, "")
+		d, _, err := post(straight.srv.URL, body, "")
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("turn %d straight: %w", i, err)
 		}

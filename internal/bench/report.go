@@ -246,9 +246,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Sprintf("%s forwarded (largest turn %s; %d over the window; %d cut at read time; generation %d)", tok(float64(pr.SentTokens)), tok(float64(pr.MaxSentTokens)), pr.OverWindow, pr.Cut, pr.Generations),
 			"the agent sent "+tok(float64(pr.ClientTokens)), f2(pr.TokenRatio),
 			check(pr.OverWindow == 0 && pr.Stored == pr.History, fmt.Sprintf("none over the window; each message stored once: %d of %d", pr.Stored, pr.History)).String())
+		row("8. the upstream's input tokens not served from a prompt cache (one holding the previous request), over the loop",
+			fmt.Sprintf("through the proxy %s of %s (%.0f%% cached)", tok(float64(pr.ProxyInput-pr.ProxyCached)), tok(float64(pr.ProxyInput)), 100*share(pr.ProxyCached, pr.ProxyInput)),
+			fmt.Sprintf("straight %s of %s (%.0f%% cached)", tok(float64(pr.DirectInput-pr.DirectCached)), tok(float64(pr.DirectInput)), 100*share(pr.DirectCached, pr.DirectInput)),
+			f2(share(pr.ProxyInput-pr.ProxyCached, pr.DirectInput-pr.DirectCached)), "")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// share is part ÷ whole, 0 for an empty whole.
+func share(part, whole int64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return float64(part) / float64(whole)
 }
 
 // rssCell is the heap row's resident memory per conversation: the trigger process's,
