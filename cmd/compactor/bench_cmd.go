@@ -182,7 +182,7 @@ func benchConfig(c *call, f *benchFlags) (bench.Config, []string, error) {
 		cfg.Corpus = bench.DefaultCorpus()
 	}
 	// In the order bench.Run measures them.
-	steps := []string{"tokens", "ingest", "latency", "read", "cost", "scaleout", "heap"}
+	steps := []string{"tokens", "ingest", "latency", "read", "cost", "scaleout", "heap", "proxy"}
 	if *f.only != "" {
 		cfg.Only = strings.Split(*f.only, ",")
 		for _, m := range cfg.Only {
@@ -240,7 +240,7 @@ type benchProgress struct {
 // benchStepOf names the measurement a progress line is about, by its prefix.
 var benchStepOf = map[string]string{
 	"token economics:": "tokens", "ingest:": "ingest", "latency:": "latency", "read:": "read", "cost:": "cost",
-	"scale-out:": "scaleout", "heap:": "heap", "new conversations:": "heap",
+	"scale-out:": "scaleout", "heap:": "heap", "new conversations:": "heap", "proxy:": "proxy",
 }
 
 func (p *benchProgress) Write(b []byte) (int, error) {

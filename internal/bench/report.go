@@ -45,6 +45,7 @@ type Report struct {
 	// Check is the figures a doc states for the quick check (--calibrate), when made.
 	Check  *CheckFile  `json:"check,omitempty"`
 	Tokens TokenReport `json:"tokens"`
+	Proxy  ProxyReport `json:"proxy"`
 }
 
 // Headline holds the figures the issue names, each against its baseline of the same
@@ -97,6 +98,12 @@ type Headline struct {
 	TokenReduction1000 float64 `json:"token_reduction_1000"`
 	// SummarizerShare: the summarizer's tokens ÷ all tokens with compaction.
 	SummarizerShare float64 `json:"summarizer_share"`
+	// ProxyAddedP50Ratio and ProxyAddedP99Ratio: the proxy's added latency per turn ÷ a
+	// NATS request-reply round trip, at the median and at p99; ProxyTokenRatio: tokens
+	// the proxy forwarded ÷ tokens the agent sent, over the agent loop.
+	ProxyAddedP50Ratio float64 `json:"proxy_added_p50_ratio"`
+	ProxyAddedP99Ratio float64 `json:"proxy_added_p99_ratio"`
+	ProxyTokenRatio    float64 `json:"proxy_token_ratio"`
 }
 
 // Finish fills the headline from the measurements.
@@ -138,6 +145,7 @@ func (r *Report) Finish() {
 		h.CostGrowth = r.Cost[n-1].IncrementalMs / r.Cost[0].IncrementalMs
 	}
 	h.TokenReduction1000, h.SummarizerShare = r.Tokens.Reduction, r.Tokens.SummarizerShare
+	h.ProxyAddedP50Ratio, h.ProxyAddedP99Ratio, h.ProxyTokenRatio = r.Proxy.AddedP50Ratio, r.Proxy.AddedP99Ratio, r.Proxy.TokenRatio
 }
 
 // WriteJSON writes the report as one JSON object.
@@ -229,8 +237,30 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Sprintf("ahead of time: %.0f / %.0f ms", tr.AheadAddedP50Ms, tr.AheadAddedP99Ms),
 			fmt.Sprintf("inline: %.0f / %.0f ms", tr.InlineAddedP50Ms, tr.InlineAddedP99Ms), "", "")
 	}
+	if pr := r.Proxy; pr.Turns > 0 {
+		row(fmt.Sprintf("8. proxy's added latency per turn, %d-turn agent loop (%d messages) at a %dk window, upstream answering at once", pr.Turns, pr.History, pr.Window/1000),
+			fmt.Sprintf("p50 %.2f ms, p99 %.2f ms (through the proxy p50 %.2f ms; straight p50 %.2f ms)", pr.AddedP50Ms, pr.AddedP99Ms, pr.ProxyP50Ms, pr.DirectP50Ms),
+			fmt.Sprintf("NATS request-reply round trip p50 %.3f ms, p99 %.3f ms", pr.RTTP50Ms, pr.RTTP99Ms),
+			fmt.Sprintf("p50 %s, p99 %s", f2(pr.AddedP50Ratio), f2(pr.AddedP99Ratio)), "")
+		row("8. tokens the proxy forwarded ÷ tokens the agent sent, over the loop",
+			fmt.Sprintf("%s forwarded (largest turn %s; %d over the window; %d cut at read time; generation %d)", tok(float64(pr.SentTokens)), tok(float64(pr.MaxSentTokens)), pr.OverWindow, pr.Cut, pr.Generations),
+			"the agent sent "+tok(float64(pr.ClientTokens)), f2(pr.TokenRatio),
+			check(pr.OverWindow == 0 && pr.Stored == pr.History, fmt.Sprintf("none over the window; each message stored once: %d of %d", pr.Stored, pr.History)).String())
+		row("8. the upstream's input tokens not served from a prompt cache (one holding the previous request), over the loop",
+			fmt.Sprintf("through the proxy %s of %s (%.0f%% cached)", tok(float64(pr.ProxyInput-pr.ProxyCached)), tok(float64(pr.ProxyInput)), 100*share(pr.ProxyCached, pr.ProxyInput)),
+			fmt.Sprintf("straight %s of %s (%.0f%% cached)", tok(float64(pr.DirectInput-pr.DirectCached)), tok(float64(pr.DirectInput)), 100*share(pr.DirectCached, pr.DirectInput)),
+			f2(share(pr.ProxyInput-pr.ProxyCached, pr.DirectInput-pr.DirectCached)), "")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// share is part ÷ whole, 0 for an empty whole.
+func share(part, whole int64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return float64(part) / float64(whole)
 }
 
 // rssCell is the heap row's resident memory per conversation: the trigger process's,
