@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/telemetry"
+
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/schemas"
@@ -289,17 +291,17 @@ const chatBody = `{"model":"m","messages":[{"role":"user","content":"hello"},{"r
 
 // reportsOf is an Observer whose reports a test waits for (a report is made after
 // the response is written, so the client may read the response first).
-type reportsOf chan Report
+type reportsOf chan telemetry.ProxyReport
 
-func (c reportsOf) ProxyRequest(r Report) { c <- r }
+func (c reportsOf) ProxyRequest(r telemetry.ProxyReport) { c <- r }
 
-func (c reportsOf) next(t *testing.T) Report {
+func (c reportsOf) next(t *testing.T) telemetry.ProxyReport {
 	t.Helper()
 	select {
 	case r := <-c:
 		return r
 	case <-time.After(10 * time.Second):
 		t.Fatal("no report")
-		return Report{}
+		return telemetry.ProxyReport{}
 	}
 }

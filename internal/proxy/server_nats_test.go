@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/telemetry"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -57,7 +59,7 @@ func TestNATSDownFailIs503(t *testing.T) {
 	if prep, _ := p.convs.calls(); len(prep) != 1 {
 		t.Fatalf("Prepare was asked while NATS was down: %d calls", len(prep))
 	}
-	if r := [3]Report{reports.next(t), reports.next(t), reports.next(t)}; len(up.requests()) != 1 || r[0].Outcome != OutcomeCompacted ||
+	if r := [3]telemetry.ProxyReport{reports.next(t), reports.next(t), reports.next(t)}; len(up.requests()) != 1 || r[0].Outcome != OutcomeCompacted ||
 		r[1].Outcome != OutcomeFailed || r[2].Outcome != OutcomeFailed {
 		t.Fatalf("upstream got %d requests; reports %+v", len(up.requests()), r)
 	}

@@ -1,6 +1,10 @@
 package proxy
 
-import "time"
+import (
+	"time"
+
+	"github.com/compactor/compactor/internal/telemetry"
+)
 
 // Outcomes of a request of a rewritten path (the outcome label of
 // compactor_proxy_requests_total).
@@ -21,15 +25,6 @@ const (
 	OutcomeFailed = "failed"
 )
 
-// Outcomes are the values of the outcome label.
-var Outcomes = []string{OutcomeCompacted, OutcomePassthrough, OutcomeRefused, OutcomeUpstreamError, OutcomeFailed}
-
-// APIs are the values of the api label.
-var APIs = []string{"openai", "anthropic"}
-
-// Branches are the values of Turn.Branch on a branch.
-var Branches = []string{"edit", "regenerate", "truncate"}
-
 // Report is what one request of a rewritten path did, for the metrics.
 type Report struct {
 	// API is the wire's name.
@@ -47,7 +42,22 @@ type Report struct {
 	Added time.Duration
 }
 
-// Observer is told of every request of the rewritten paths.
+// metrics is what r says for the metrics.
+func (r *Report) metrics() telemetry.ProxyReport {
+	m := telemetry.ProxyReport{API: r.API, Outcome: r.Outcome, Stored: r.Stored, Added: r.Added}
+	if t := r.Turn; t != nil {
+		m.Branch, m.ClientTokens, m.Waited = t.Branch, t.ClientTokens, t.Waited
+		if t.Context != nil {
+			m.ForwardedTokens = t.Context.Tokens
+		}
+	}
+	if u := r.Usage; u != nil {
+		m.HasUsage, m.Input, m.CacheRead, m.CacheWrite = true, u.Input, u.CacheRead, u.CacheWrite
+	}
+	return m
+}
+
+// Observer is told of every request of the rewritten paths (telemetry's ProxyMetrics).
 type Observer interface {
-	ProxyRequest(r Report)
+	ProxyRequest(r telemetry.ProxyReport)
 }

@@ -355,7 +355,7 @@ func (x *exchange) end() {
 	}
 	ev.Msg("proxy: request")
 	if o := x.s.opts.Observer; o != nil {
-		o.ProxyRequest(*r)
+		o.ProxyRequest(r.metrics())
 	}
 }
 

@@ -238,7 +238,7 @@ func TestWholeReplyIsStoredThenGivenVerbatim(t *testing.T) {
 	if len(fin) != 1 || fin[0].reply.Content.String() != "the answer" || fin[0].usage == nil || fin[0].usage.Input != 5 {
 		t.Fatalf("finished %+v", fin)
 	}
-	if rep := reports.next(t); rep.Outcome != OutcomeCompacted || rep.Stored != 4 || rep.Usage == nil {
+	if rep := reports.next(t); rep.Outcome != OutcomeCompacted || rep.Stored != 4 || !rep.HasUsage {
 		t.Fatalf("report %+v", rep)
 	}
 }

@@ -1,12 +1,41 @@
 package telemetry
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
+	"time"
 
-	"github.com/compactor/compactor/internal/proxy"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// ProxyMetrics are the proxy role's metrics: proxy.Observer.
+// The label values of the proxy's metrics: the APIs it rewrites, the outcomes of a
+// request, and why a turn was on a branch.
+var (
+	ProxyAPIs     = []string{"openai", "anthropic"}
+	ProxyOutcomes = []string{"compacted", "passthrough", "refused", "upstream_error", "failed"}
+	ProxyBranches = []string{"edit", "regenerate", "truncate"}
+)
+
+// ProxyReport is what one request of the proxy's rewritten paths did.
+type ProxyReport struct {
+	// API is one of ProxyAPIs, Outcome one of ProxyOutcomes.
+	API, Outcome string
+	// Branch is one of ProxyBranches when the turn was on a branch, else "".
+	Branch string
+	// ClientTokens and ForwardedTokens estimate the history the client sent and the
+	// context sent upstream (0 when the request did not get that far).
+	ClientTokens, ForwardedTokens int
+	// Waited is the time the turn waited for a pending compaction.
+	Waited time.Duration
+	// Stored is the messages stored: the client's new ones and the reply.
+	Stored int
+	// Added is the proxy's own time: the request's, less the upstream's.
+	Added time.Duration
+	// HasUsage says the upstream reported usage: Input tokens in all, CacheRead of them
+	// read from its prompt cache, CacheWrite written to it.
+	HasUsage                     bool
+	Input, CacheRead, CacheWrite int
+}
+
+// ProxyMetrics are the proxy role's metrics (the proxy's Observer).
 type ProxyMetrics struct {
 	requests     *prometheus.CounterVec // api, outcome
 	clientTokens *prometheus.CounterVec // api
@@ -50,8 +79,8 @@ func (m *Metrics) Proxy() *ProxyMetrics {
 	}
 	m.reg.MustRegister(p.wait, p.added)
 	// Every series of a closed label set exists from the start at 0.
-	for _, api := range proxy.APIs {
-		for _, o := range proxy.Outcomes {
+	for _, api := range ProxyAPIs {
+		for _, o := range ProxyOutcomes {
 			p.requests.WithLabelValues(api, o)
 		}
 		p.clientTokens.WithLabelValues(api)
@@ -61,33 +90,31 @@ func (m *Metrics) Proxy() *ProxyMetrics {
 			p.upstreamIn.WithLabelValues(api, k)
 		}
 	}
-	for _, b := range proxy.Branches {
+	for _, b := range ProxyBranches {
 		p.branches.WithLabelValues(b)
 	}
 	return p
 }
 
-// ProxyRequest is proxy.Observer.
-func (p *ProxyMetrics) ProxyRequest(r proxy.Report) {
+// ProxyRequest counts one request.
+func (p *ProxyMetrics) ProxyRequest(r ProxyReport) {
 	p.requests.WithLabelValues(r.API, r.Outcome).Inc()
 	p.added.Observe(r.Added.Seconds())
 	if r.Stored > 0 {
 		p.stored.WithLabelValues(r.API).Add(float64(r.Stored))
 	}
-	if t := r.Turn; t != nil {
-		p.clientTokens.WithLabelValues(r.API).Add(float64(max(t.ClientTokens, 0)))
-		if t.Context != nil {
-			p.forwarded.WithLabelValues(r.API).Add(float64(max(t.Context.Tokens, 0)))
-		}
-		p.wait.Observe(t.Waited.Seconds())
-		if t.Branch != "" {
-			p.branches.WithLabelValues(t.Branch).Inc()
-		}
+	p.clientTokens.WithLabelValues(r.API).Add(float64(max(r.ClientTokens, 0)))
+	p.forwarded.WithLabelValues(r.API).Add(float64(max(r.ForwardedTokens, 0)))
+	if r.ClientTokens > 0 {
+		p.wait.Observe(r.Waited.Seconds())
 	}
-	if u := r.Usage; u != nil {
-		cached, written := max(u.CacheRead, 0), max(u.CacheWrite, 0)
+	if r.Branch != "" {
+		p.branches.WithLabelValues(r.Branch).Inc()
+	}
+	if r.HasUsage {
+		cached, written := max(r.CacheRead, 0), max(r.CacheWrite, 0)
 		p.upstreamIn.WithLabelValues(r.API, "cached").Add(float64(cached))
 		p.upstreamIn.WithLabelValues(r.API, "cache_write").Add(float64(written))
-		p.upstreamIn.WithLabelValues(r.API, "uncached").Add(float64(max(u.Input-cached-written, 0)))
+		p.upstreamIn.WithLabelValues(r.API, "uncached").Add(float64(max(r.Input-cached-written, 0)))
 	}
 }

@@ -5,9 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/compactor/compactor/internal/proxy"
-	"github.com/compactor/compactor/schemas/assemble"
 )
 
 // The proxy's metrics follow Prometheus's conventions and count what the reports say:
@@ -15,12 +12,10 @@ import (
 // messages stored and the turns on a branch.
 func TestProxyMetrics(t *testing.T) {
 	m := NewMetrics("test")
-	var obs proxy.Observer = m.Proxy()
-	turn := &proxy.Turn{Conv: "c", Branch: "edit", ClientTokens: 9000, Published: 2, Waited: 2 * time.Second,
-		Context: &assemble.Context{Tokens: 3000}}
-	obs.ProxyRequest(proxy.Report{API: "anthropic", Outcome: proxy.OutcomeCompacted, Turn: turn, Stored: 3, Added: 3 * time.Millisecond,
-		Usage: &proxy.Usage{Input: 3100, Output: 50, CacheRead: 2000, CacheWrite: 600}})
-	obs.ProxyRequest(proxy.Report{API: "openai", Outcome: proxy.OutcomePassthrough})
+	obs := m.Proxy()
+	obs.ProxyRequest(ProxyReport{API: "anthropic", Outcome: "compacted", Branch: "edit", ClientTokens: 9000, ForwardedTokens: 3000,
+		Waited: 2 * time.Second, Stored: 3, Added: 3 * time.Millisecond, HasUsage: true, Input: 3100, CacheRead: 2000, CacheWrite: 600})
+	obs.ProxyRequest(ProxyReport{API: "openai", Outcome: "passthrough"})
 
 	problems, err := testutil.GatherAndLint(m.reg)
 	if err != nil {
@@ -29,7 +24,7 @@ func TestProxyMetrics(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("%s: %s", p.Metric, p.Text)
 	}
-	p := obs.(*ProxyMetrics)
+	p := obs
 	for name, c := range map[string]struct{ got, want float64 }{
 		"requests compacted":   {testutil.ToFloat64(p.requests.WithLabelValues("anthropic", "compacted")), 1},
 		"requests passthrough": {testutil.ToFloat64(p.requests.WithLabelValues("openai", "passthrough")), 1},
@@ -49,7 +44,7 @@ func TestProxyMetrics(t *testing.T) {
 		t.Errorf("histograms gathered: %d", n)
 	}
 	// Every series of the closed label sets exists at 0 before its first request.
-	if n := testutil.CollectAndCount(m.reg, "compactor_proxy_requests_total"); n != len(proxy.APIs)*len(proxy.Outcomes) {
+	if n := testutil.CollectAndCount(m.reg, "compactor_proxy_requests_total"); n != len(ProxyAPIs)*len(ProxyOutcomes) {
 		t.Errorf("request series: %d", n)
 	}
 }
