@@ -22,8 +22,8 @@ func (s *Server) answerOpenAI(o *writer, id int, u *Usage) {
 		o.writeJSON(map[string]any{
 			"id": cid, "object": "chat.completion", "created": time.Now().Unix(), "model": o.r.Model,
 			"system_fingerprint": "fp_fake",
-			"choices": []any{map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": finish}},
-			"usage":   openAIUsage(u),
+			"choices":            []any{map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": finish}},
+			"usage":              openAIUsage(u),
 		})
 		return
 	}
