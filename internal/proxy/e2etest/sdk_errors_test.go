@@ -177,3 +177,22 @@ func (s *stack) checkSummarizerKey(t *testing.T) {
 		}
 	}
 }
+
+// go-openai against the fake upstream on its own: the scenario TestGoOpenAIThroughProxy
+// runs passes without a proxy between them.
+func TestGoOpenAIAgainstFakeUpstream(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			up := fakeupstream.New(t)
+			goScenario(t, target{up: up, root: up.URL()}, stream)
+		})
+	}
+	t.Run("errors", func(t *testing.T) {
+		for _, c := range errorCases(openAI429) {
+			t.Run(c.name, func(t *testing.T) {
+				up := fakeupstream.New(t)
+				goErrorCase(t, target{up: up, root: up.URL()}, c)
+			})
+		}
+	})
+}

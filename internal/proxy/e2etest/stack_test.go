@@ -212,15 +212,15 @@ func (h *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// goClient is a go-openai client of the proxy with key, sending the conversation
-// header conv ("" for none).
-func (s *stack) goClient(key, conv string) (*openai.Client, *headerTransport) {
+// goClient is a go-openai client of root (the proxy's or the fake's) with key,
+// sending the conversation header conv ("" for none).
+func goClient(root, key, conv string) (*openai.Client, *headerTransport) {
 	tr := &headerTransport{set: http.Header{}}
 	if conv != "" {
 		tr.set.Set("X-Compactor-Conversation", conv)
 	}
 	cfg := openai.DefaultConfig(key)
-	cfg.BaseURL = s.proxy + "/v1"
+	cfg.BaseURL = root + "/v1"
 	cfg.HTTPClient = &http.Client{Transport: tr}
 	return openai.NewClientWithConfig(cfg), tr
 }
