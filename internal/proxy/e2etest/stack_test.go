@@ -61,7 +61,6 @@ func startStack(t *testing.T, env ...string) *stack {
 		"COMPACTOR_LLM_MODEL=" + fakeupstream.SummarizerModel,
 		"COMPACTOR_LLM_API_KEY=" + summarizerKey,
 		"OPENAI_API_KEY=", "OPENAI_BASE_URL=",
-		"COMPACTOR_LOG_FORMAT=console",
 	}
 	s.proc = proctest.Start(t, "compactor serve (proxy)", proctest.Compactor(t), []string{"serve"}, append(base, env...))
 	s.nc = jstest.Conn(t, srv)
