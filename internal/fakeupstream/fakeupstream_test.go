@@ -301,3 +301,16 @@ func TestAnthropicRateLimit(t *testing.T) {
 		t.Fatalf("%d %v %s", resp.StatusCode, resp.Header, got)
 	}
 }
+
+// Script drops what is left of the queue; Push adds to it.
+func TestScriptReplacesQueue(t *testing.T) {
+	s := New(t)
+	s.Push(Reply{Text: "left over"}, Reply{Text: "another"})
+	s.Script(Reply{Text: "fresh"})
+	if got := s.next(&Request{}).Text; got != "fresh" {
+		t.Fatalf("next reply %q", got)
+	}
+	if got := s.next(&Request{}).Text; got != "ok" {
+		t.Fatalf("after the script: %q", got)
+	}
+}

@@ -126,6 +126,14 @@ func (s *Server) Push(replies ...Reply) {
 	s.script = append(s.script, replies...)
 }
 
+// Script replaces the queue of replies with replies: what an earlier test left
+// unanswered is dropped.
+func (s *Server) Script(replies ...Reply) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.script = append([]Reply(nil), replies...)
+}
+
 // Requests is every request received so far, in order of arrival.
 func (s *Server) Requests() []*Request {
 	s.mu.Lock()

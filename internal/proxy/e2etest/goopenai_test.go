@@ -97,7 +97,7 @@ func goScenario(t *testing.T, tg target, stream bool) {
 	}
 	turn := func(rep fakeupstream.Reply) (openai.ChatCompletionMessage, turnResult) {
 		n := len(tg.up.Agent())
-		tg.up.Push(rep)
+		tg.up.Script(rep)
 		msg, err := goTurn(t, client, req)
 		if err != nil {
 			t.Fatalf("go-openai: %v", err)
@@ -131,7 +131,7 @@ func goScenario(t *testing.T, tg target, stream bool) {
 // goErrorCase runs one failure with go-openai.
 func goErrorCase(t *testing.T, tg target, c errorCase) {
 	client, tr := goClient(tg.root, openAIKey, tg.conv)
-	tg.up.Push(c.rep)
+	tg.up.Script(c.rep)
 	_, err := goTurn(t, client, openai.ChatCompletionRequest{Model: "gpt-e2e", Stream: c.stream,
 		Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hello " + c.name}}})
 	if err == nil {

@@ -214,7 +214,7 @@ func (l *loop) disconnectThenRetry(i int) {
 	t := l.t
 	stalled, release := make(chan struct{}), make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	l.s.up.Push(fakeupstream.Reply{Text: fmt.Sprintf("HALF-%03d partial reply that never ends", i), StallAfter: 3,
+	l.s.up.Script(fakeupstream.Reply{Text: fmt.Sprintf("HALF-%03d partial reply that never ends", i), StallAfter: 3,
 		Stalled: stalled, Release: release})
 	l.userAt[i] = len(l.history)
 	l.history = append(l.history, l.userMessage(i))

@@ -49,7 +49,7 @@ func lastAgent(t *testing.T, up *fakeupstream.Server, n int) *fakeupstream.Reque
 func openAITurn(t *testing.T, tg target, req map[string]any, rep fakeupstream.Reply) turnResult {
 	t.Helper()
 	n := len(tg.up.Agent())
-	tg.up.Push(rep)
+	tg.up.Script(rep)
 	sent, _ := json.Marshal(req)
 	got := runNode(t, "openai.mjs", tg.openAIBase(), openAIKey, tg.conv, req)
 	var up *fakeupstream.Request
@@ -149,7 +149,7 @@ func checkProxyHeaders(t *testing.T, tg target, h map[string]string) {
 func anthropicTurn(t *testing.T, tg target, req map[string]any, rep fakeupstream.Reply) turnResult {
 	t.Helper()
 	n := len(tg.up.Agent())
-	tg.up.Push(rep)
+	tg.up.Script(rep)
 	sent, _ := json.Marshal(req)
 	got := runNode(t, "anthropic.mjs", tg.anthropicBase(), anthropicKey, tg.conv, req)
 	var up *fakeupstream.Request
