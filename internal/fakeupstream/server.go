@@ -177,13 +177,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 	case "/v1/messages", "/v1/messages/count_tokens":
 		r.API = Anthropic
 	}
+	var bad error
+	if r.API != "" {
+		bad = parse(r) // before r is recorded: a reader of Requests sees it whole
+	}
 	s.record(r)
 	if r.API == "" {
 		s.serveOther(w, r)
 		return
 	}
-	if err := parse(r); err != nil {
-		writeError(w, r.API, http.StatusBadRequest, err.Error())
+	if bad != nil {
+		writeError(w, r.API, http.StatusBadRequest, bad.Error())
 		return
 	}
 	switch {

@@ -27,7 +27,8 @@ func (s *stack) post(t *testing.T, conv, body string) *http.Response {
 
 // A client that closes its connection the moment it has read the stream's end (as
 // SDKs do once they have the whole reply) gets the same as one that lingers: the reply
-// stored once, and its next turn, which sends the reply back, answered. Run several
+// stored once (before any next turn: the last turn of a conversation has none), and
+// its next turn, which sends the reply back, answered. Run several
 // times over, since the close races the proxy's storing of the reply.
 func TestStreamedReplyStoredWhenClientClosesAtTheEnd(t *testing.T) {
 	s := startStack(t)
@@ -44,6 +45,9 @@ func TestStreamedReplyStoredWhenClientClosesAtTheEnd(t *testing.T) {
 		resp.Body.Close() // at once: the connection goes with it
 		if !done {
 			t.Fatalf("%s: the stream ended without [DONE]: %v", conv, sc.Err())
+		}
+		if got := flatStored(s.waitStored(t, conv, 2)); got[1].Text != reply {
+			t.Fatalf("%s: CHAT holds\n%s", conv, flatLines(got))
 		}
 		resp = s.post(t, conv, fmt.Sprintf(`{"model":"gpt-e2e","messages":[{"role":"user","content":"hello"},`+
 			`{"role":"assistant","content":%q},{"role":"user","content":"and then?"}]}`, reply))

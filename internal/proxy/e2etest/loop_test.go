@@ -149,7 +149,8 @@ func (l *loop) check(r *fakeupstream.Request) {
 	body := string(r.Body)
 	for _, gone := range l.removed {
 		if strings.Contains(body, gone) {
-			t.Fatalf("request %d: the upstream was sent %q, which the client removed", l.sends, gone)
+			t.Fatalf("request %d: the upstream was sent %q, which the client removed; headers %v; it was sent\n%s",
+				l.sends, gone, h, flatLines(flatOpenAI(t, r.Messages)))
 		}
 	}
 	if h.Get("X-Compactor-Cut") == "true" {
@@ -157,7 +158,8 @@ func (l *loop) check(r *fakeupstream.Request) {
 	} else {
 		for _, f := range l.facts {
 			if !strings.Contains(body, f) {
-				t.Fatalf("request %d: the upstream was not sent the planted fact %s (no cut said)", l.sends, f)
+				t.Fatalf("request %d: the upstream was not sent the planted fact %s (no cut said); headers %v; it was sent\n%s",
+					l.sends, f, h, flatLines(flatOpenAI(t, r.Messages)))
 			}
 		}
 	}
