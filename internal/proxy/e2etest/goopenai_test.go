@@ -91,7 +91,7 @@ func goScenario(t *testing.T, tg target, stream bool) {
 	msgs := []openai.ChatCompletionMessage{{Role: "system", Content: "You are terse."},
 		{Role: "user", Content: "What is the weather in Oslo? FACT-osl=12C"}}
 	req := openai.ChatCompletionRequest{Model: "gpt-e2e", Messages: msgs, Tools: []openai.Tool{goWeatherTool},
-		ToolChoice: "auto", Temperature: 0.3, MaxTokens: 200, User: "user-7", Stream: stream}
+		ToolChoice: "auto", Temperature: 0.3, MaxCompletionTokens: 200, User: "user-7", Stream: stream}
 	if stream {
 		req.StreamOptions = &openai.StreamOptions{IncludeUsage: true}
 	}

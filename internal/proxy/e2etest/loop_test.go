@@ -80,7 +80,7 @@ type loop struct {
 	// clientTokens and forwardedTokens sum, over every request, the client's history
 	// and what the upstream was sent, as the project's chars4 estimate counts them.
 	clientTokens, forwardedTokens int
-	cut, summaries                int
+	cut                           int
 	convs                         map[string]bool // the conversations the proxy named
 	lastConv                      string
 	branchAt                      int // history length at the last branch event
@@ -106,7 +106,7 @@ func (l *loop) send() openai.ChatCompletionMessage {
 	l.sends++
 	n := len(l.s.up.Agent())
 	req := openai.ChatCompletionRequest{Model: "gpt-loop", Messages: l.history, Tools: []openai.Tool{runBuild},
-		MaxTokens: loopMaxTokens, Stream: l.sends%3 == 0}
+		MaxCompletionTokens: loopMaxTokens, Stream: l.sends%3 == 0}
 	msg, err := goTurn(t, l.client, req)
 	if err != nil {
 		t.Fatalf("request %d: %v", l.sends, err)
@@ -224,7 +224,7 @@ func (l *loop) disconnectThenRetry(i int) {
 	done := make(chan error, 1)
 	go func() {
 		st, err := l.client.CreateChatCompletionStream(ctx, openai.ChatCompletionRequest{Model: "gpt-loop", Stream: true,
-			Messages: l.history, Tools: []openai.Tool{runBuild}, MaxTokens: loopMaxTokens})
+			Messages: l.history, Tools: []openai.Tool{runBuild}, MaxCompletionTokens: loopMaxTokens})
 		if err == nil {
 			_, err = st.Recv()
 			for err == nil {
