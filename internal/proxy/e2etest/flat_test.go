@@ -42,9 +42,28 @@ func compactJSON(s string) string {
 	return string(b)
 }
 
-// flatOpenAI reduces OpenAI chat messages as sent.
-func flatOpenAI(t *testing.T, raws []json.RawMessage) []flat {
+// flatOpenAI reduces OpenAI chat messages as sent, failing t (nil: panicking) on one
+// that does not decode.
+func flatOpenAI(t testing.TB, raws []json.RawMessage) []flat {
+	out, err := decodeOpenAI(raws)
+	must(t, err)
+	return out
+}
+
+// must fails t with err (panics when t is nil: the fake's responder has none).
+func must(t testing.TB, err error) {
+	if err == nil {
+		return
+	}
+	if t == nil {
+		panic(err)
+	}
 	t.Helper()
+	t.Fatal(err)
+}
+
+// decodeOpenAI is flatOpenAI's work.
+func decodeOpenAI(raws []json.RawMessage) ([]flat, error) {
 	var out []flat
 	for _, raw := range raws {
 		var m struct {
@@ -59,7 +78,7 @@ func flatOpenAI(t *testing.T, raws []json.RawMessage) []flat {
 			} `json:"tool_calls"`
 		}
 		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatalf("message %s: %v", raw, err)
+			return nil, fmt.Errorf("message %s: %v", raw, err)
 		}
 		f := flat{Role: m.Role, Text: fakeupstream.Text(raw), Result: m.ToolCallID}
 		if f.Role == "developer" {
@@ -70,14 +89,13 @@ func flatOpenAI(t *testing.T, raws []json.RawMessage) []flat {
 		}
 		out = append(out, f)
 	}
-	return out
+	return out, nil
 }
 
 // flatAnthropic reduces an Anthropic system field and messages as sent: the system is
 // a first message of role system; a user message of tool_result blocks is one tool
 // message a result, then a user message of its text blocks, if any.
-func flatAnthropic(t *testing.T, system json.RawMessage, raws []json.RawMessage) []flat {
-	t.Helper()
+func flatAnthropic(t testing.TB, system json.RawMessage, raws []json.RawMessage) []flat {
 	var out []flat
 	if len(system) > 0 && string(system) != "null" {
 		var s string
@@ -91,17 +109,14 @@ func flatAnthropic(t *testing.T, system json.RawMessage, raws []json.RawMessage)
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
 		}
-		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatalf("message %s: %v", raw, err)
-		}
+		must(t, json.Unmarshal(raw, &m))
 		out = append(out, flatBlocks(t, m.Role, m.Content)...)
 	}
 	return out
 }
 
 // flatBlocks reduces one Anthropic message's content.
-func flatBlocks(t *testing.T, role string, content json.RawMessage) []flat {
-	t.Helper()
+func flatBlocks(t testing.TB, role string, content json.RawMessage) []flat {
 	var s string
 	if json.Unmarshal(content, &s) == nil {
 		return []flat{{Role: role, Text: s}}
@@ -115,9 +130,7 @@ func flatBlocks(t *testing.T, role string, content json.RawMessage) []flat {
 		ToolUseID string          `json:"tool_use_id"`
 		Content   json.RawMessage `json:"content"`
 	}
-	if err := json.Unmarshal(content, &blocks); err != nil {
-		t.Fatalf("content %s: %v", content, err)
-	}
+	must(t, json.Unmarshal(content, &blocks))
 	var out []flat
 	main := flat{Role: role}
 	var texts []string

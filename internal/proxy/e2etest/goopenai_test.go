@@ -1,6 +1,7 @@
 package e2etest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +23,11 @@ var goWeatherTool = openai.Tool{Type: openai.ToolTypeFunction, Function: &openai
 // together, or the error the client saw.
 func goTurn(t *testing.T, c *openai.Client, req openai.ChatCompletionRequest) (openai.ChatCompletionMessage, error) {
 	t.Helper()
-	ctx := ctxFor(t, 60*time.Second)
+	return goTurnCtx(ctxFor(t, 60*time.Second), c, req)
+}
+
+// goTurnCtx is goTurn within ctx.
+func goTurnCtx(ctx context.Context, c *openai.Client, req openai.ChatCompletionRequest) (openai.ChatCompletionMessage, error) {
 	if !req.Stream {
 		resp, err := c.CreateChatCompletion(ctx, req)
 		if err != nil {
