@@ -1,6 +1,7 @@
 package e2etest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -93,6 +94,14 @@ type loop struct {
 	// direct says the loop talks to the fake upstream itself (no proxy): the checks of
 	// the proxy's work (headers, window, CHAT) are off.
 	direct bool
+	// prev is the last upstream request checked and its generation, for the cached
+	// prefix; extends says the client's next request extends the one before it (false
+	// after a disconnect, a regenerate, an edit or a retry); kept counts the requests
+	// whose prefix was checked byte for byte.
+	prev    *fakeupstream.Request
+	prevGen string
+	extends bool
+	kept    int
 }
 
 // newLoop is a loop speaking wire, the fake upstream of s answering.
@@ -167,6 +176,32 @@ func (l *loop) check(r *fakeupstream.Request, h http.Header) {
 	}
 	l.clientTokens += estimate(l.history)
 	l.forwardedTokens += size - loopMaxTokens
+	l.checkPrefix(r, h)
+}
+
+// checkPrefix checks that, between compactions, what the upstream was sent before is
+// sent again byte for byte: when the client's request extends its previous one and
+// the proxy names the same conversation and generation and cut neither, every message
+// (and the system) the upstream got last time comes first, unchanged.
+func (l *loop) checkPrefix(r *fakeupstream.Request, h http.Header) {
+	t := l.t
+	t.Helper()
+	gen, cut := h.Get("X-Compactor-Generation"), h.Get("X-Compactor-Cut") == "true"
+	prev, prevGen, extends := l.prev, l.prevGen, l.extends
+	l.prev, l.prevGen, l.extends = r, gen, !cut
+	if l.direct || prev == nil || !extends || cut || gen == "" || gen != prevGen || l.branchAt == len(l.history) {
+		return
+	}
+	if !bytes.Equal(prev.System, r.System) || len(r.Messages) < len(prev.Messages) {
+		t.Fatalf("request %d: generation %s again, but the system or the messages before changed:\n%s\nthen\n%s",
+			l.sends, gen, flatLines(l.wire.upstream(prev)), flatLines(l.wire.upstream(r)))
+	}
+	for i, m := range prev.Messages {
+		if !bytes.Equal(m, r.Messages[i]) {
+			t.Fatalf("request %d: generation %s again, but message %d changed:\n%s\nthen\n%s", l.sends, gen, i, m, r.Messages[i])
+		}
+	}
+	l.kept++
 }
 
 // estimate is the project's chars4 estimate of messages.
@@ -230,6 +265,7 @@ func (l *loop) turn(i int) {
 // upstream is mid-stream, then sends the same request again.
 func (l *loop) disconnectThenRetry(i int) {
 	t := l.t
+	l.extends = false
 	stalled, release := make(chan struct{}), make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	l.s.up.Script(fakeupstream.Reply{Text: fmt.Sprintf("HALF-%03d partial reply that never ends", i), StallAfter: 3,
@@ -265,6 +301,7 @@ func (l *loop) retryTwice(i int) {
 	call := l.send()
 	l.history = append(l.history, call, toolResult(i, call))
 	first := l.send()
+	l.extends = false
 	l.removed = append(l.removed, first.Text)
 	l.history = append(l.history, l.send())
 }
@@ -273,12 +310,14 @@ func (l *loop) retryTwice(i int) {
 func (l *loop) regenerate() {
 	old := l.history[len(l.history)-1]
 	l.history = l.history[:len(l.history)-1]
+	l.extends = false
 	l.removed = append(l.removed, old.Text)
 	l.history = append(l.history, l.send())
 }
 
 // edit replaces turn i's user message; its marker is removed.
 func (l *loop) edit(i int) {
+	l.extends = false
 	l.history[l.userAt[i]].Text = fmt.Sprintf("Step %d (edited): run the build with the new flags. EDITED-%03d", i, i)
 	l.removed = append(l.removed, fmt.Sprintf("ORIG-%03d", i))
 }
@@ -365,8 +404,16 @@ func runLoopThroughProxy(t *testing.T, wire func(s *stack) agentWire) {
 	if summaries < 5 {
 		t.Fatalf("the summarizer was called %d times over %d turns: the window did not force compactions", summaries, loopTurns)
 	}
-	t.Logf("%d turns, %d requests checked, %d summarizer calls, %d cut at read time; tokens forwarded / tokens the client sent = %d / %d = %.3f",
-		loopTurns, l.checked, summaries, l.cut, l.forwardedTokens, l.clientTokens, float64(l.forwardedTokens)/float64(l.clientTokens))
+	var input, cached int
+	for _, r := range s.up.Agent() {
+		if r.Usage != nil {
+			input, cached = input+r.Usage.Input, cached+r.Usage.CacheRead
+		}
+	}
+	t.Logf("%d turns, %d requests checked (%d with the previous request's prefix kept byte for byte), %d summarizer calls, %d cut at read time",
+		loopTurns, l.checked, l.kept, summaries, l.cut)
+	t.Logf("tokens forwarded / tokens the client sent = %d / %d = %.3f; upstream input %d tokens, of them cached (the prefix shared with the previous request) %d = %.3f",
+		l.forwardedTokens, l.clientTokens, float64(l.forwardedTokens)/float64(l.clientTokens), input, cached, float64(cached)/float64(input))
 }
 
 // A 200-turn agent loop with tool calls, go-openai through the proxy, in a window of
