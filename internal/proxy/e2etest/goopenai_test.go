@@ -1,6 +1,7 @@
 package e2etest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,4 +159,51 @@ func goErrorCase(t *testing.T, tg target, c errorCase) {
 	}
 	t.Logf("%s: go-openai failed with %v", c.name, err)
 	checkErrorCase(t, tg, c, openAI429, turnResult{got: res}, tg.conv, 1)
+}
+
+// Through the proxy with go-openai: a request without a conversation passes through
+// untouched, marked so; a conversation written with one credential is refused to
+// another (403), which never reaches the upstream; a path the proxy does not rewrite
+// passes through.
+func TestGoOpenAIPassthroughAndOwner(t *testing.T) {
+	s := startStack(t)
+	req := openai.ChatCompletionRequest{Model: "gpt-e2e", Messages: []openai.ChatCompletionMessage{
+		{Role: "system", Content: "You are terse."}, {Role: "user", Content: "no conversation named"}}}
+
+	client, tr := goClient(s.proxy, openAIKey, "")
+	n := len(s.up.Agent())
+	if _, err := goTurn(t, client, req); err != nil {
+		t.Fatal(err)
+	}
+	if got, sent := lastAgent(t, s.up, n).Body, tr.sent[len(tr.sent)-1]; !bytes.Equal(got, sent) {
+		t.Fatalf("passed through as\n%s\nthe client sent\n%s", got, sent)
+	}
+	if st, why := tr.last.Get("X-Compactor-Status"), tr.last.Get("X-Compactor-Passthrough"); st != "passthrough" || why != "no-conversation-id" {
+		t.Fatalf("X-Compactor-Status %q, X-Compactor-Passthrough %q", st, why)
+	}
+
+	owner, _ := goClient(s.proxy, openAIKey, "e2e-owned")
+	if _, err := goTurn(t, owner, req); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := goClient(s.proxy, "sk-another-client", "e2e-owned")
+	n = len(s.up.Agent())
+	_, err := goTurn(t, other, req)
+	var apiErr *openai.APIError
+	if !errors.As(err, &apiErr) || apiErr.HTTPStatusCode != 403 {
+		t.Fatalf("another credential on the conversation got %v", err)
+	}
+	if len(s.up.Agent()) != n {
+		t.Fatal("the refused request reached the upstream")
+	}
+	for _, r := range s.up.Requests() {
+		if strings.Contains(r.Header.Get("Authorization"), "sk-another-client") {
+			t.Fatalf("the upstream got the other client's credential on %s", r.Path)
+		}
+	}
+
+	models, err := client.ListModels(ctxFor(t, 10*time.Second))
+	if err != nil || len(models.Models) != 1 || models.Models[0].ID != "fake-model" {
+		t.Fatalf("models %+v: %v", models, err)
+	}
 }

@@ -2,6 +2,7 @@ package e2etest
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -134,14 +135,24 @@ func checkOpenAITurn(t *testing.T, tg target, r turnResult, text string, calls [
 	checkProxyHeaders(t, tg, r.got.Headers)
 }
 
-// checkProxyHeaders checks the proxy's response headers (through the proxy only).
+// checkProxyHeaders checks the response headers: the upstream's own reach the client
+// (its request id), and through the proxy, the proxy's (the conversation, compacted,
+// the tokens sent and the tokens the client sent).
 func checkProxyHeaders(t *testing.T, tg target, h map[string]string) {
 	t.Helper()
+	if !strings.HasPrefix(h["x-request-id"], "req_fake_") {
+		t.Fatalf("the upstream's x-request-id did not reach the client: %v", h)
+	}
 	if tg.st == nil {
 		return
 	}
 	if h["x-compactor-status"] != "compacted" || h["x-compactor-conversation"] != tg.conv {
 		t.Fatalf("the proxy's headers: %v", h)
+	}
+	for _, k := range []string{"x-compactor-tokens-sent", "x-compactor-tokens-client"} {
+		if n, err := strconv.Atoi(h[k]); err != nil || n <= 0 {
+			t.Fatalf("the proxy's %s is %q: %v", k, h[k], h)
+		}
 	}
 }
 
