@@ -392,6 +392,31 @@ func (l *loop) checkBranches() {
 	t.Logf("conversations the proxy named: %d (the client's and its branches)", len(l.convs))
 }
 
+// checkPipelineContext reads the last conversation's context with the pipeline
+// client, as an agent using Compactor's own client would: it holds a summary (the
+// conversation was compacted), fits the window, and keeps every planted fact.
+func (l *loop) checkPipelineContext() {
+	t := l.t
+	t.Helper()
+	cx, err := l.s.pc.Context(ctxFor(t, 30*time.Second), l.lastConv)
+	if err != nil {
+		t.Fatalf("pipeline context of %s: %v", l.lastConv, err)
+	}
+	var text strings.Builder
+	for _, m := range cx.Messages {
+		text.WriteString(m.Content.String())
+		text.WriteByte('\n')
+	}
+	if !cx.HasSummary || cx.Tokens > loopWindow {
+		t.Fatalf("the pipeline's context of %s: summary %v, %d tokens (window %d)", l.lastConv, cx.HasSummary, cx.Tokens, loopWindow)
+	}
+	for _, f := range l.facts {
+		if !strings.Contains(text.String(), f) {
+			t.Fatalf("the pipeline's context of %s lacks the planted fact %s:\n%s", l.lastConv, f, text.String())
+		}
+	}
+}
+
 // runLoopThroughProxy runs the loop through a proxy with a window of loopWindow and
 // checks what only a proxy can make true.
 func runLoopThroughProxy(t *testing.T, wire func(s *stack) agentWire) {
@@ -399,6 +424,7 @@ func runLoopThroughProxy(t *testing.T, wire func(s *stack) agentWire) {
 	l := newLoop(t, s, wire(s))
 	l.run()
 	l.checkBranches()
+	l.checkPipelineContext()
 	s.checkSummarizerKey(t)
 	summaries := s.up.Summaries()
 	if summaries < 5 {
