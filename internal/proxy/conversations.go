@@ -195,6 +195,9 @@ func (s *Store) Finish(ctx context.Context, t *Turn, reply schemas.Message, usag
 			prev = st.chain[n-1]
 		}
 		_, _, err := s.publish(ctx, t.Conv, []schemas.Message{reply}, n, prev, st.owner, st.last)
+		if errors.Is(err, pipeline.ErrDuplicate) {
+			return nil // the next turn stored the client's copy of this reply first
+		}
 		return err
 	}
 	// The client had dropped messages the conversation holds: its history with this
@@ -254,6 +257,12 @@ func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message
 				return place{}, err
 			}
 			n, last, err := s.publish(ctx, target, msgs[tp.pos:], tp.pos, prevLink(chain, tp.pos), owner, base)
+			if errors.Is(err, pipeline.ErrDuplicate) {
+				// Another writer stored a message at that place meanwhile (the reply of
+				// the turn before, stored as this turn began, is the client's copy here):
+				// read where the conversation stands now and go on from there.
+				continue
+			}
 			return place{conv: target, reason: reason, published: n, last: max(last, tp.seq)}, err
 		}
 		pv, err := s.common(ctx, target, chain)

@@ -275,3 +275,29 @@ func TestForgottenBranchIsNeverServed(t *testing.T) {
 		}
 	})
 }
+
+// The client sends its next turn before the reply of the last one is stored (an SDK
+// closes at the stream's end and sends again at once, or another process takes the next
+// turn): the next turn stores the client's copy of the reply, and storing the reply
+// afterwards is no error and no second copy.
+func TestReplyStoredAfterTheNextTurnStoredItsCopy(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		other := newFixture(t, nc, st, 128000) // a second proxy process
+		h := []schemas.Message{user("one")}
+		first, err := f.conv.Prepare(f.ctx, "c8", h, f.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := append(h, textBlock(schemas.RoleAssistant, "reply one"), user("two"))
+		if tr := other.turn("c8", next, ""); tr.Published != 2 {
+			t.Fatalf("the next turn published %d; want the reply's copy and the new message", tr.Published)
+		}
+		if err := f.conv.Finish(f.ctx, first, bot("reply one"), &proxy.Usage{Input: 10, Output: 2}); err != nil {
+			t.Fatalf("storing the reply after its copy: %v", err)
+		}
+		if got := strings.Join(f.stored("c8"), "|"); got != "one|reply one|two" {
+			t.Fatalf("CHAT holds %q", got)
+		}
+	})
+}

@@ -304,13 +304,17 @@ func writeAPIError(w http.ResponseWriter, anthropic bool, status int, kind, msg 
 	_, _ = w.Write(b)
 }
 
-// finish stores the reply, unless the client went away.
+// finishTimeout bounds the storing of a reply.
+const finishTimeout = 30 * time.Second
+
+// finish stores a whole reply.
 func (x *exchange) finish(turn *Turn, msg schemas.Message, usage *Usage) {
 	x.report.Usage = usage
-	if x.r.Context().Err() != nil {
-		return
-	}
-	if err := x.s.convs.Finish(x.r.Context(), turn, msg, usage); err != nil {
+	// The whole reply came: it is stored even when the client closes at once (SDKs
+	// close the moment they have read the end), within a bound of its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.r.Context()), finishTimeout)
+	defer cancel()
+	if err := x.s.convs.Finish(ctx, turn, msg, usage); err != nil {
 		x.s.log.Error().Err(err).Str("api", x.wire.Name()).Msg("proxy: store the reply")
 		return
 	}

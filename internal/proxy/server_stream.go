@@ -31,7 +31,7 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 		accErr = err // an event over the bound: the reply cannot be put together
 	}
 	switch {
-	case clientGone || x.r.Context().Err() != nil:
+	case clientGone:
 		x.report.Outcome = OutcomeFailed
 		x.s.log.Info().Str("api", x.wire.Name()).Msg("proxy: the client went away mid-stream; the reply is not stored")
 	case acc.Failed():
