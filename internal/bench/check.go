@@ -17,7 +17,7 @@ import (
 // a quick run's p99 is one of its 100 probes, and moved from 0.8 to 155 between five
 // calibration runs on a busy machine.
 var CheckedKeys = []string{"ingest_ratio", "ingest_ratio_4", "ingest_ratio_4x2", "publish_ratio", "trigger_server_cpu_ratio",
-	"trigger_p50_ratio", "read_speedup", "read_over_floor", "cost_growth", "scaleout_8", "token_reduction_1000", "summarizer_share"}
+	"trigger_p50_ratio", "read_speedup", "read_over_floor", "cost_growth", "scaleout_8", "token_reduction_1000", "summarizer_share", "proxy_token_ratio"}
 
 // checkMinNoise is the narrowest band a figure gets: the simulation's figures do not
 // move at all between runs; the others get the least this machine showed between

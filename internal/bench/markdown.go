@@ -489,6 +489,19 @@ carry to other machines better than any rate (` + "`" + `go run ./cmd/compactor 
    Ahead of time (soft threshold 0.6): the compaction starts in the background and lands 2 s
    later (a turn takes 3 s); a turn waits only if it reaches the threshold first. Inline: the
    turn that reaches the threshold waits the 2 s. Reproduce: ` + "`" + `go run ./cmd/compactor bench --only tokens` + "`" + `.
+8. **The proxy.** {{if .Proxy.Turns}}{{.Proxy.Turns}} turns of an agent loop ({{.Proxy.History}} corpus messages: the
+   corpus files one after the other, each up to its last answered tool call; a turn is each
+   assistant message) at a {{.Proxy.Window}}-token window, with a real trigger and one worker slot
+   (the LLM answering at once). Each turn the agent's whole history up to the assistant message
+   is sent as a Chat Completions request twice with the same body: straight to a fake upstream
+   and through the proxy (` + "`" + `internal/proxy` + "`" + ` in this process, over HTTP) to another; both answer at
+   once with that assistant message. The added latency is the per-turn difference, its p50
+   and p99 against a NATS request-reply round trip on the same server (one client, one
+   responder) measured after the loop. Tokens are the proxy's ` + "`" + `X-Compactor-Tokens-Client` + "`" + ` and
+   ` + "`" + `-Sent` + "`" + ` headers summed; the stored messages are read back from CHAT at the end. Each fake
+   upstream counts as cached the bytes its request shares as a prefix with the previous one (a
+   prompt cache holding the previous request, 4 bytes to a token). Reproduce: ` + "`" + `go run
+   ./cmd/compactor bench --only proxy` + "`" + `.{{else}}The proxy's measurement did not run.{{end}}
 
 Each reproduction adds ` + "`" + `--corpus DIR` + "`" + ` for the corpus this run used, and ` + "`" + `--quick` + "`" + ` for the
 smaller sizes.
