@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
@@ -40,13 +41,9 @@ func (s *Store) common(ctx context.Context, conv string, chain []Digest) (parent
 	if v == nil || len(tail) == 0 {
 		if v != nil {
 			// Everything is summarized: compare with the whole conversation.
-			all, err := s.entries(ctx, conv, 1)
-			if err != nil {
-				return parentView{}, err
-			}
-			pv.common = longestCommon(all, chain)
+			pv.common, err = s.scanLinks(ctx, conv, chain)
 		}
-		return pv, nil
+		return pv, err
 	}
 	first := &tail[0].Message
 	pos, link, ok := position(first)
@@ -63,12 +60,39 @@ func (s *Store) common(ctx context.Context, conv string, chain []Digest) (parent
 		pv.common = pv.covered
 		return pv, nil
 	}
-	all, err := s.entries(ctx, conv, 1)
-	if err != nil {
-		return parentView{}, err
+	pv.common, err = s.scanLinks(ctx, conv, chain)
+	return pv, err
+}
+
+// maxLinkScan bounds how many stored messages an edit of a summarized message reads to
+// find where the client's history leaves the conversation. Past it the branch starts
+// from the client's own messages: what the model is sent is the same, only no summary
+// is reused.
+const maxLinkScan = 20_000
+
+// scanLinks is longestCommon over conv's oldest maxLinkScan messages, read a page at a
+// time and kept only as far as their links.
+func (s *Store) scanLinks(ctx context.Context, conv string, chain []Digest) (int, error) {
+	best := 0
+	for from, read := uint64(1), 0; read < maxLinkScan; {
+		page, more, err := s.st.Chat().LoadPage(ctx, conv, from, 0, jetstream.DirectBatchSize-1)
+		if err != nil {
+			return 0, err
+		}
+		entries := make([]schemas.Entry, 0, len(page))
+		for _, m := range page {
+			if e := m.Entry(); e.Err == nil {
+				entries = append(entries, e)
+			}
+		}
+		best = max(best, longestCommon(entries, chain))
+		read += len(page)
+		if !more || len(page) == 0 {
+			break
+		}
+		from = page[len(page)-1].Seq + 1
 	}
-	pv.common = longestCommon(all, chain)
-	return pv, nil
+	return best, nil
 }
 
 // entries reads conv's messages from sequence from on, from the stream leader.
