@@ -111,7 +111,7 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 		RequestID: schemas.NewRequestID(), At: out.ForgottenAt}) == nil
 
 	stepErrs = append(stepErrs, s.forgetSteps(ctx, conv, &out, objects, tombAt, notified)...)
-	if !strings.Contains(conv, BranchSep) {
+	if !IsBranch(conv) {
 		if err := s.forgetBranches(ctx, conv, &out); err != nil {
 			stepErrs = append(stepErrs, &ForgetStepError{Step: "forget the branches", Err: err})
 		}
@@ -124,12 +124,38 @@ func (s *Store) Forget(ctx context.Context, conv string) (schemas.ForgetResponse
 // history in. Forgetting a conversation forgets its branches.
 const BranchSep = "--"
 
-// forgetBranches forgets every conversation named <conv>--<...>, adding what each
+// BranchDigits is how many lowercase hex digits follow BranchSep in a branch's id.
+const BranchDigits = 16
+
+// BranchOf reports whether conv is a branch of parent: parent, BranchSep and exactly
+// BranchDigits lowercase hex digits. A conversation that merely starts with parent and
+// "--" (proj--billing of proj) is not.
+func BranchOf(conv, parent string) bool {
+	rest, ok := strings.CutPrefix(conv, parent+BranchSep)
+	return ok && len(rest) == BranchDigits && IsBranch(conv)
+}
+
+// IsBranch reports whether conv ends like a branch's id: BranchSep and BranchDigits
+// lowercase hex digits.
+func IsBranch(conv string) bool {
+	i := len(conv) - BranchDigits - len(BranchSep)
+	if i < 1 || conv[i:i+len(BranchSep)] != BranchSep {
+		return false
+	}
+	for _, c := range conv[i+len(BranchSep):] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// forgetBranches forgets every branch of conv (BranchOf), adding what each
 // deleted to out. It walks CHAT's subjects: a branch is found wherever it is stored.
 func (s *Store) forgetBranches(ctx context.Context, conv string, out *schemas.ForgetResponse) error {
 	var branches []string
 	err := s.chat.eachConversation(ctx, func(c string) {
-		if strings.HasPrefix(c, conv+BranchSep) && !slices.Contains(branches, c) {
+		if BranchOf(c, conv) && !slices.Contains(branches, c) {
 			branches = append(branches, c)
 		}
 	})

@@ -432,3 +432,36 @@ func TestForgetTakesTheBranches(t *testing.T) {
 		}
 	})
 }
+
+// A forget takes exactly its branches: <conv>--<16 lowercase hex digits>, whatever conv
+// holds ("team--x" has its own), and never a conversation that only starts with conv
+// and "--" (proj--billing is not proj's).
+func TestForgetTakesOnlyItsBranches(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := context.Background()
+		convs := []string{"proj", "proj--billing", "proj--0123456789abcdef", "proj--0123456789ABCDEF", "proj--0123456789abcdef0",
+			"team--x", "team--x--fedcba9876543210"}
+		for _, conv := range convs {
+			m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("in " + conv)}
+			data, _ := m.Encode()
+			if _, err := st.Chat().Publish(ctx, conv, data, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, conv := range []string{"proj", "team--x"} {
+			if _, err := st.Forget(ctx, conv); err != nil {
+				t.Fatal(err)
+			}
+		}
+		gone := map[string]bool{"proj": true, "proj--0123456789abcdef": true, "team--x": true, "team--x--fedcba9876543210": true}
+		for _, conv := range convs {
+			seq, err := st.Chat().LastSeq(ctx, conv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (seq == 0) != gone[conv] {
+				t.Errorf("%s gone: %v; want %v", conv, seq == 0, gone[conv])
+			}
+		}
+	})
+}

@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"strconv"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
+	"github.com/compactor/compactor/schemas/tokens"
 )
 
 // parentView is what a diverging history was compared with.
@@ -122,43 +125,60 @@ func longestCommon(stored []schemas.Entry, chain []Digest) int {
 	return best
 }
 
-// seed starts branch from its parent when the branch has no messages yet: with the
-// parent's summary (and the messages its context keeps ahead of it) when that summary
-// covers only messages the client still has unchanged. The summary is reused only on
-// that digest: the client's link at the last position the summary covers equals the
-// parent's. Otherwise the branch gets no seed and starts from the client's own
-// messages.
+// seedOf is what a branch of parent starts with: the parent's summary (and the
+// messages its context keeps ahead of it) when that summary covers only messages the
+// client still has unchanged, the first pv.common of its history, and the last client
+// position it covers. The summary is reused only on that digest: the client's link at
+// the last position the summary covers equals the parent's. Otherwise there is no seed
+// (nil, 0): the branch starts from the client's own messages.
+func (s *Store) seedOf(ctx context.Context, parent string, pv parentView, chain []Digest) (*assemble.Context, int, error) {
+	v, pos := pv.value, pv.covered
+	if v == nil || pos == 0 || pos > pv.common {
+		return nil, 0, nil
+	}
+	cx, err := s.c.Context(ctx, parent, pipeline.Value(v))
+	if err != nil || cx.Generation != v.Generation {
+		return nil, 0, err
+	}
+	seed := &assemble.Context{Generation: cx.Generation, HasSummary: cx.HasSummary}
+	for i := range cx.Messages {
+		if cx.Seqs[i] != 0 && cx.Seqs[i] >= v.TailStartSeq {
+			break
+		}
+		seed.Messages = append(seed.Messages, cx.Messages[i].StripMetadata())
+		seed.Seqs = append(seed.Seqs, cx.Seqs[i])
+	}
+	if len(seed.Messages) == 0 {
+		return nil, 0, nil
+	}
+	seed.Tokens = tokens.Messages(seed.Messages)
+	return seed, pos, nil
+}
+
+// seed stores the first messages of branch (seedOf) when it has none yet.
 func (s *Store) seed(ctx context.Context, parent, branch string, pv parentView, chain []Digest, owner string) error {
 	tp, err := s.tip(ctx, branch)
 	if err != nil || !tp.empty {
 		return err
 	}
-	v, pos := pv.value, pv.covered
-	if v == nil || pos == 0 || pos > pv.common {
-		return nil
-	}
-	link := chain[pos-1]
-	cx, err := s.c.Context(ctx, parent, pipeline.Value(v))
-	if err != nil || cx.Generation != v.Generation {
+	seed, pos, err := s.seedOf(ctx, parent, pv, chain)
+	if err != nil || seed == nil {
 		return err
 	}
 	base, err := s.base(ctx, branch, tp)
 	if err != nil {
 		return err
 	}
-	var batch []pipeline.BatchMsg
-	for i := range cx.Messages {
-		if cx.Seqs[i] != 0 && cx.Seqs[i] >= v.TailStartSeq {
-			break
-		}
-		m := cx.Messages[i].StripMetadata()
+	link := chain[pos-1]
+	batch := make([]pipeline.BatchMsg, len(seed.Messages))
+	for i, m := range seed.Messages {
 		m.Meta = withMeta(nil, pos, link, owner)
 		m.Meta[MetaSeed] = parent
-		batch = append(batch, pipeline.BatchMsg{Conv: branch, Message: m, MsgID: "proxy-seed:" + branch + ":" + strconv.FormatUint(base, 10) + ":" + strconv.Itoa(i)})
-	}
-	if len(batch) == 0 {
-		return nil
+		batch[i] = pipeline.BatchMsg{Conv: branch, Message: m, MsgID: "proxy-seed:" + branch + ":" + strconv.FormatUint(base, 10) + ":" + strconv.Itoa(i)}
 	}
 	_, err = s.c.PublishBatch(ctx, batch, pipeline.BatchOptions{})
+	if errors.Is(err, pipeline.ErrDuplicate) {
+		return nil // another writer seeded it meanwhile
+	}
 	return err
 }

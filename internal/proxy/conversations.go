@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
 )
@@ -39,7 +41,7 @@ const (
 const BranchSep = jetstream.BranchSep
 
 // branchDigits is how many hex digits of the client's link name a branch.
-const branchDigits = 16
+const branchDigits = jetstream.BranchDigits
 
 // MaxConversationIDLen is the longest conversation id the proxy takes: a branch's id
 // must still be a valid conversation id.
@@ -64,7 +66,7 @@ type Store struct {
 	log      zerolog.Logger
 	now      func() time.Time
 
-	locks  [lockStripes]sync.Mutex // one turn at a time per conversation (and stripe) in a process
+	locks  [lockStripes]chan struct{} // one turn's storing at a time per conversation (and stripe) in a process
 	mu     sync.Mutex
 	sticky map[string]stickyValue // conversation -> the value last sent
 	routes map[string]route       // conversation -> the branch last resolved
@@ -87,57 +89,65 @@ type route struct {
 // NewConversations returns the Store of st, on nc. settings gives each conversation's
 // policy (its context window bounds what the model is sent).
 func NewConversations(nc *nats.Conn, st *jetstream.Store, settings SettingsFunc, log zerolog.Logger) *Store {
-	return &Store{
+	s := &Store{
 		st: st, c: pipeline.NewWithStore(nc, st), settings: settings, log: log, now: time.Now,
 		sticky: map[string]stickyValue{}, routes: map[string]route{},
 	}
+	for i := range s.locks {
+		s.locks[i] = make(chan struct{}, 1)
+	}
+	return s
 }
 
 // turnState is what Finish needs of a turn.
 type turnState struct {
-	root    string
-	msgs    []schemas.Message
-	chain   []Digest
-	owner   string
-	extends bool   // the reply extends Turn.Conv at position len(msgs)+1
-	last    uint64 // the sequence the reply is appended after
-	gen     uint64
+	root  string
+	msgs  []schemas.Message
+	owner string
+	// gen is the generation of the context sent, and calibrates says the reply lands
+	// where that generation is the live one's kind (the conversation the context was
+	// read from), so its usage may calibrate the estimate.
+	gen        uint64
+	calibrates bool
 }
 
-// Prepare implements Conversations.
+// Prepare implements Conversations. It stores nothing: what the client's history adds
+// is stored with the reply, by Finish, once the upstream answered. A request the
+// upstream refuses (a bad key, a rate limit) leaves no trace in CHAT.
 func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message, opts TurnOptions) (*Turn, error) {
 	if err := checkHistory(conv, msgs); err != nil {
 		return nil, err
 	}
 	chain := Chain(msgs)
-	// Only the storing is serialized: reading and waiting for a compaction hold no lock,
-	// so a slow conversation never holds up another on its stripe.
-	unlock := s.lock(conv)
-	pl, err := s.resolve(ctx, conv, msgs, chain, opts.Owner)
-	unlock()
+	pl, err := s.resolve(ctx, conv, msgs, chain, opts.Owner, false)
 	if err != nil {
 		return nil, err
 	}
-	t := &Turn{Conv: pl.conv, Branch: pl.reason, Published: pl.published, ClientTokens: tokens.Messages(msgs)}
+	t := &Turn{Conv: pl.conv, Branch: pl.reason, ClientTokens: tokens.Messages(msgs)}
 	// The client's conversation's settings bound its branches too.
 	b, err := s.bounds(ctx, conv, opts.MaxOutput+opts.Reserve)
 	if err != nil {
 		return nil, err
 	}
-	if pl.upTo > 0 {
+	switch {
+	case pl.upTo > 0:
 		err = s.forwardPrefix(ctx, t, pl, msgs, b.limit)
-	} else {
-		err = s.forward(ctx, t, pl, b, opts)
+	case pl.fresh:
+		err = s.forwardFresh(t, pl, msgs, b.limit)
+	default:
+		err = s.forward(ctx, t, pl, msgs, b, opts)
 	}
 	if err != nil {
 		return nil, err
 	}
-	t.state = &turnState{root: conv, msgs: msgs, chain: chain, owner: opts.Owner, extends: pl.upTo == 0, last: pl.last, gen: t.Context.Generation}
+	t.state = &turnState{root: conv, msgs: msgs, owner: opts.Owner, gen: t.Context.Generation,
+		calibrates: pl.upTo == 0 && !pl.fresh}
 	return t, nil
 }
 
-// checkHistory refuses what the proxy cannot store: no messages, an id too long for
-// its branches, a message that breaks the wire contract.
+// checkHistory refuses what the proxy cannot store: no messages, an id that is not the
+// proxy's to take (too long for its branches, or holding the branches' separator), a
+// message that breaks the wire contract.
 func checkHistory(conv string, msgs []schemas.Message) error {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
@@ -145,6 +155,10 @@ func checkHistory(conv string, msgs []schemas.Message) error {
 	if len(conv) > MaxConversationIDLen {
 		return fmt.Errorf("%w: conversation id is %d characters long; the proxy takes at most %d (its branches add %d)",
 			ErrBadRequest, len(conv), MaxConversationIDLen, len(BranchSep)+branchDigits)
+	}
+	if strings.Contains(conv, BranchSep) {
+		return fmt.Errorf("%w: conversation id %q holds %q, which the proxy keeps for its branches (<conversation>%s<16 hex digits>)",
+			ErrBadRequest, conv, BranchSep, BranchSep)
 	}
 	if len(msgs) == 0 {
 		return fmt.Errorf("%w: the request has no messages", ErrBadRequest)
@@ -161,62 +175,68 @@ func checkHistory(conv string, msgs []schemas.Message) error {
 // memory does not grow with the conversations a process has seen.
 const lockStripes = 256
 
-// lock serializes the turns of one conversation in this process (and of the others on
-// its stripe).
-func (s *Store) lock(conv string) func() {
+// lock serializes the storing of one conversation's turns in this process (and of the
+// others on its stripe). It gives up when ctx ends; the returned func unlocks.
+func (s *Store) lock(ctx context.Context, conv string) (func(), error) {
 	h := fnv.New32a()
 	h.Write([]byte(conv))
-	mu := &s.locks[h.Sum32()%lockStripes]
-	mu.Lock()
-	return mu.Unlock
+	sem := s.locks[h.Sum32()%lockStripes]
+	select {
+	case sem <- struct{}{}:
+		return func() { <-sem }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
-// Finish implements Conversations.
+// Finish implements Conversations: it stores what the client's history added and the
+// reply after it, where the history now stands (the conversation may have moved since
+// Prepare: another turn, another process).
 func (s *Store) Finish(ctx context.Context, t *Turn, reply schemas.Message, usage *Usage) error {
 	st, ok := t.state.(*turnState)
 	if !ok {
 		return errors.New("proxy: a turn Prepare did not return")
 	}
 	reply.Role = schemas.RoleAssistant
+	reply.Usage, reply.ContextGeneration = nil, nil
 	if usage != nil && usage.Input > 0 {
 		reply.Usage = &schemas.Usage{PromptTokens: usage.Input, CompletionTokens: usage.Output,
 			TotalTokens: usage.Input + usage.Output, CachedTokens: usage.CacheRead}
-		gen := st.gen
-		reply.ContextGeneration = &gen
+		if st.calibrates {
+			gen := st.gen
+			reply.ContextGeneration = &gen
+		}
 	}
-	unlock := s.lock(st.root)
-	defer unlock()
-	if st.extends {
-		// The usual turn: the reply is the next message of the conversation the turn
-		// stored in.
-		n := len(st.msgs)
-		var prev Digest
-		if n > 0 {
-			prev = st.chain[n-1]
-		}
-		_, _, err := s.publish(ctx, t.Conv, []schemas.Message{reply}, n, prev, st.owner, st.last)
-		if errors.Is(err, pipeline.ErrDuplicate) {
-			return nil // the next turn stored the client's copy of this reply first
-		}
+	unlock, err := s.lock(ctx, st.root)
+	if err != nil {
 		return err
 	}
-	// The client had dropped messages the conversation holds: its history with this
-	// reply is a branch of its own.
-	msgs := append(append([]schemas.Message(nil), st.msgs...), reply)
-	_, err := s.resolve(ctx, st.root, msgs, Chain(msgs), st.owner)
+	defer unlock()
+	full := append(append(make([]schemas.Message, 0, len(st.msgs)+1), st.msgs...), reply)
+	pl, err := s.resolve(ctx, st.root, full, Chain(full), st.owner, true)
+	t.Published = max(pl.published-1, 0)
 	return err
 }
 
 // place is where a client's history stands in the stored conversations.
 type place struct {
-	conv      string
-	reason    string // "" or the branch's reason
-	published int
+	// conv is the conversation (or branch) the history extends; reason is "" or why it
+	// is a branch.
+	conv, reason string
+	// at is conv's newest message when read, and from how many of the client's
+	// messages conv holds: msgs[from:] are new.
+	at   tip
+	from int
 	// upTo > 0: the client's history is a strict prefix of conv's (it dropped the
-	// messages after position upTo): nothing was stored.
+	// messages after position upTo).
 	upTo int
-	// last is the sequence of conv's newest message: what the read must include.
-	last uint64
+	// fresh: conv is a branch not made yet; seed is what it starts with (nil: the
+	// client's own messages), the parent's messages before its tail.
+	fresh bool
+	seed  *assemble.Context
+	// published is how many messages a storing resolve stored, last the newest's seq.
+	published int
+	last      uint64
 }
 
 // tip is what the newest stored message of a conversation says of the history.
@@ -229,68 +249,105 @@ type tip struct {
 }
 
 // resolve finds the conversation (conv or one of its branches) the client's history
-// extends, stores what it adds there, and returns it.
-func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message, chain []Digest, owner string) (place, error) {
+// extends. With store it also stores what the history adds there (making and seeding a
+// branch on the way); without, it only reads.
+func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message, chain []Digest, owner string, store bool) (place, error) {
 	target, reason := root, ""
-	tp, err := s.tip(ctx, root)
+	rootTip, err := s.tip(ctx, root)
 	if err != nil {
 		return place{}, err
 	}
-	if tp.empty {
+	if rootTip.empty {
 		// New, or forgotten: a branch remembered from before is not its history.
 		s.forgetRoute(root)
 	} else if r, ok := s.route(root); ok && r.pos <= len(chain) && chain[r.pos-1] == r.link {
 		target, reason = r.branch, "edit"
 	}
+	tp := rootTip
 	for depth := 0; depth < maxDepth; depth++ {
 		if depth > 0 || target != root {
 			if tp, err = s.tip(ctx, target); err != nil {
 				return place{}, err
 			}
 		}
+		if depth == 0 && target != root && tp.empty {
+			// The branch remembered was never made (its turn got no reply): find the
+			// history's place from the conversation itself, which seeds it.
+			target, reason, tp = root, "", rootTip
+		}
 		if err := checkOwner(tp, owner); err != nil {
 			return place{}, err
 		}
 		if tp.empty || tp.pos <= len(chain) && chain[tp.pos-1] == tp.link {
+			pl := place{conv: target, reason: reason, at: tp, from: tp.pos, last: tp.seq}
+			if !store {
+				return pl, nil
+			}
 			base, err := s.base(ctx, target, tp)
 			if err != nil {
 				return place{}, err
 			}
 			n, last, err := s.publish(ctx, target, msgs[tp.pos:], tp.pos, prevLink(chain, tp.pos), owner, base)
 			if errors.Is(err, pipeline.ErrDuplicate) {
-				// Another writer stored a message at that place meanwhile (the reply of
-				// the turn before, stored as this turn began, is the client's copy here):
-				// read where the conversation stands now and go on from there.
+				// Another writer stored a message at that place meanwhile (another copy of
+				// this turn, the next turn's copy of this reply, another process): read
+				// where the conversation stands now and go on from there.
 				continue
 			}
-			return place{conv: target, reason: reason, published: n, last: max(last, tp.seq)}, err
+			pl.published, pl.last = n, max(last, tp.seq)
+			return pl, err
 		}
 		pv, err := s.common(ctx, target, chain)
 		if err != nil {
 			return place{}, err
 		}
-		common := pv.common
-		if common == len(chain) {
-			why := "truncate"
-			if tp.pos == common+1 {
-				why = "regenerate"
-			}
-			if reason != "" {
-				why = reason
-			}
-			return place{conv: target, reason: why, upTo: common}, nil
+		if pv.common == len(chain) {
+			return place{conv: target, reason: prefixReason(reason, tp, pv.common), at: tp, upTo: pv.common}, nil
 		}
-		branch := root + BranchSep + chain[common].String()[:branchDigits]
-		if err := s.seed(ctx, target, branch, pv, chain, owner); err != nil {
-			return place{}, err
-		}
-		s.remember(root, route{pos: common + 1, link: chain[common], branch: branch})
-		target = branch
+		branch := root + BranchSep + chain[pv.common].String()[:branchDigits]
+		s.remember(root, route{pos: pv.common + 1, link: chain[pv.common], branch: branch})
 		if reason == "" {
 			reason = "edit"
 		}
+		fresh, err := s.branchTo(ctx, target, branch, pv, chain, owner, store)
+		if err != nil {
+			return place{}, err
+		}
+		if fresh != nil {
+			return *fresh, nil
+		}
+		target = branch
 	}
 	return place{}, fmt.Errorf("%w: the history of %s walks through more than %d branches", ErrBadRequest, root, maxDepth)
+}
+
+// prefixReason is why a history that stops short of the stored one is on its own:
+// "regenerate" when only the last stored message is gone, else "truncate".
+func prefixReason(reason string, tp tip, common int) string {
+	switch {
+	case reason != "":
+		return reason
+	case tp.pos == common+1:
+		return "regenerate"
+	}
+	return "truncate"
+}
+
+// branchTo goes from parent to its branch: storing, it seeds the branch when it is new;
+// reading, it returns the place of a branch not made yet (nil when it exists).
+func (s *Store) branchTo(ctx context.Context, parent, branch string, pv parentView, chain []Digest, owner string, store bool) (*place, error) {
+	if store {
+		return nil, s.seed(ctx, parent, branch, pv, chain, owner)
+	}
+	tp, err := s.tip(ctx, branch)
+	if err != nil || !tp.empty {
+		return nil, err
+	}
+	seed, pos, err := s.seedOf(ctx, parent, pv, chain)
+	if err != nil {
+		return nil, err
+	}
+	return &place{conv: branch, reason: "edit", at: tp, from: pos, fresh: true, seed: seed}, nil
 }
 
 // prevLink is the link before position pos+1: the chain's at pos, zero at 0.
@@ -333,7 +390,7 @@ func (s *Store) tip(ctx context.Context, conv string) (tip, error) {
 // position reads a stored message's place in the client's history from its meta.
 func position(m *schemas.Message) (int, Digest, bool) {
 	pos, err := strconv.Atoi(m.Meta[MetaPos])
-	if err != nil || pos < 0 {
+	if err != nil || pos < 1 {
 		return 0, Digest{}, false
 	}
 	link, ok := parseDigest(m.Meta[MetaChain])
@@ -356,7 +413,7 @@ func (s *Store) publish(ctx context.Context, conv string, msgs []schemas.Message
 		m := msgs[i]
 		prev = Link(prev, &m)
 		m.Meta = withMeta(m.Meta, from+i+1, prev, owner)
-		batch[i] = pipeline.BatchMsg{Conv: conv, Message: m, MsgID: msgID(conv, base, from+i+1, prev)}
+		batch[i] = pipeline.BatchMsg{Conv: conv, Message: m, MsgID: msgID(conv, base, from+i+1)}
 	}
 	seqs, err := s.c.PublishBatch(ctx, batch, pipeline.BatchOptions{})
 	if err != nil {
@@ -368,10 +425,12 @@ func (s *Store) publish(ctx context.Context, conv string, msgs []schemas.Message
 	return len(seqs), seqs[len(seqs)-1], nil
 }
 
-// msgID is the id of the message at client position pos with link link, appended
-// after base.
-func msgID(conv string, base uint64, pos int, link Digest) string {
-	return "proxy:" + conv + ":" + strconv.FormatUint(base, 10) + ":" + strconv.Itoa(pos) + ":" + link.String()
+// msgID is the id of the message at client position pos appended after base. It names
+// the place, not the content: two writers filling one place with different messages
+// (two replies to the same turn) store the first, and the second learns it
+// (pipeline.ErrDuplicate) and goes where its history now belongs.
+func msgID(conv string, base uint64, pos int) string {
+	return "proxy:" + conv + ":" + strconv.FormatUint(base, 10) + ":" + strconv.Itoa(pos)
 }
 
 // base is what a publish to conv appends after (see publish).
@@ -386,11 +445,14 @@ func (s *Store) base(ctx context.Context, conv string, tp tip) (uint64, error) {
 	return tomb.ThroughSeq, nil
 }
 
-// withMeta is meta with the proxy's keys set (a copy: the client's map is not changed).
+// withMeta is meta with the proxy's keys set (a copy: the client's map is not changed);
+// any other proxy.* key the client sent is dropped.
 func withMeta(meta map[string]string, pos int, link Digest, owner string) map[string]string {
 	out := make(map[string]string, len(meta)+3)
 	for k, v := range meta {
-		out[k] = v
+		if !strings.HasPrefix(k, "proxy.") {
+			out[k] = v
+		}
 	}
 	out[MetaPos] = strconv.Itoa(pos)
 	out[MetaChain] = link.String()

@@ -98,19 +98,24 @@ func TestEachMessageStoredOnce(t *testing.T) {
 			t.Fatalf("first turn: published %d on %s (%q)", t1.Published, t1.Conv, t1.Branch)
 		}
 		h2 := []schemas.Message{sys, user("one"), textBlock(schemas.RoleAssistant, "reply one"), user("two")}
-		t2 := f.turn("c1", h2, "")
-		if t2.Published != 1 {
-			t.Fatalf("second turn published %d; want 1 (only the new user message)", t2.Published)
+		// A turn the upstream never answered (a bad key, a 429) stores nothing.
+		failed := f.turn("c1", h2, "")
+		if got := strings.Join(f.stored("c1"), "|"); got != "be brief|one|reply one" || failed.Published != 0 {
+			t.Fatalf("a turn without its reply stored %d: CHAT holds %q", failed.Published, got)
 		}
 		retry := f.turn("c1", h2, "reply two")
-		if retry.Published != 0 || retry.Branch != "" {
-			t.Fatalf("retried turn published %d (%q); want 0", retry.Published, retry.Branch)
+		if retry.Published != 1 || retry.Branch != "" {
+			t.Fatalf("the retried turn published %d (%q); want 1: only the new user message, and the reply", retry.Published, retry.Branch)
+		}
+		again := f.turn("c1", h2, "reply two")
+		if again.Branch != "regenerate" {
+			t.Fatalf("the same turn sent once more (its reply stored) is %q; want a regenerate", again.Branch)
 		}
 		got := strings.Join(f.stored("c1"), "|")
-		if want := "be brief|one|reply one|two|reply two"; got != want {
+		if want := "be brief|one|reply one|two|reply two"; got != want || t1.Published != 2 {
 			t.Fatalf("CHAT holds %q; want %q", got, want)
 		}
-		if s := sent(retry); s != "be brief|one|reply one|two|" {
+		if s := sent(again); s != "be brief|one|reply one|two|" {
 			t.Fatalf("model sent %q", s)
 		}
 	})
@@ -128,11 +133,11 @@ func TestRegenerateBranches(t *testing.T) {
 		if regen.Branch != "regenerate" || strings.Contains(sent(regen), "first answer") {
 			t.Fatalf("regenerate: branch %q, sent %q", regen.Branch, sent(regen))
 		}
-		next := f.turn("c2", []schemas.Message{user("one"), bot("second answer"), user("two")}, "")
+		next := f.turn("c2", []schemas.Message{user("one"), bot("second answer"), user("two")}, "third answer")
 		if !strings.HasPrefix(next.Conv, "c2--") || strings.Contains(sent(next), "first answer") {
 			t.Fatalf("after the regenerate: on %s, sent %q", next.Conv, sent(next))
 		}
-		if got := strings.Join(f.stored(next.Conv), "|"); got != "one|second answer|two" {
+		if got := strings.Join(f.stored(next.Conv), "|"); got != "one|second answer|two|third answer" {
 			t.Fatalf("branch holds %q", got)
 		}
 		if got := strings.Join(f.stored("c2"), "|"); got != "one|first answer" {
@@ -156,11 +161,11 @@ func TestEditsBranchOnDigests(t *testing.T) {
 		}
 
 		tailEdit := []schemas.Message{user("alpha"), bot("beta"), user("gamma"), bot("delta"), user("EPSILON EDITED")}
-		te := f.turn("c3", tailEdit, "")
+		te := f.turn("c3", tailEdit, "omega")
 		if te.Branch != "edit" || !strings.Contains(sent(te), "SUMMARY") || strings.Contains(sent(te), "epsilon|") || strings.Contains(sent(te), "zeta") {
 			t.Fatalf("tail edit: branch %q, sent %q", te.Branch, sent(te))
 		}
-		if got := strings.Join(f.stored(te.Conv), "|"); !strings.Contains(got, "SUMMARY") || !strings.HasSuffix(got, "gamma|delta|EPSILON EDITED") {
+		if got := strings.Join(f.stored(te.Conv), "|"); !strings.Contains(got, "SUMMARY") || !strings.HasSuffix(got, "gamma|delta|EPSILON EDITED|omega") {
 			t.Fatalf("tail-edit branch holds %q", got)
 		}
 
@@ -269,7 +274,7 @@ func TestForgottenBranchIsNeverServed(t *testing.T) {
 		if _, err := st.Forget(f.ctx, "c7"); err != nil {
 			t.Fatal(err)
 		}
-		tr := f.turn("c7", append(edited, bot("eta"), user("again")), "")
+		tr := f.turn("c7", append(edited, bot("eta"), user("again")), "theta")
 		if strings.Contains(sent(tr), "FORGOTTEN SUMMARY") || tr.Conv != "c7" || tr.Published != 7 {
 			t.Fatalf("after the forget: on %s, published %d, sent %q; want the client's messages stored anew on c7", tr.Conv, tr.Published, sent(tr))
 		}
@@ -290,13 +295,13 @@ func TestReplyStoredAfterTheNextTurnStoredItsCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 		next := append(h, textBlock(schemas.RoleAssistant, "reply one"), user("two"))
-		if tr := other.turn("c8", next, ""); tr.Published != 2 {
-			t.Fatalf("the next turn published %d; want the reply's copy and the new message", tr.Published)
+		if tr := other.turn("c8", next, "reply two"); tr.Published != 3 {
+			t.Fatalf("the next turn published %d; want the first message, the reply's copy and the new message", tr.Published)
 		}
 		if err := f.conv.Finish(f.ctx, first, bot("reply one"), &proxy.Usage{Input: 10, Output: 2}); err != nil {
 			t.Fatalf("storing the reply after its copy: %v", err)
 		}
-		if got := strings.Join(f.stored("c8"), "|"); got != "one|reply one|two" {
+		if got := strings.Join(f.stored("c8"), "|"); got != "one|reply one|two|reply two" {
 			t.Fatalf("CHAT holds %q", got)
 		}
 	})

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"context"
 	"errors"
 	"time"
@@ -14,44 +15,66 @@ import (
 // bounds are what a turn may send the model.
 type bounds struct {
 	// limit is the most the model may be sent: the hard limit of its window, less the
-	// output the request reserves, never under a quarter of the window.
+	// output and the rest of the request (tools...) it reserves.
 	limit int
 	// stale is the size past which a compaction sent before is given up for a newer
 	// one although the provider may still cache it: the compaction threshold.
 	stale int
 }
 
-// bounds reads conv's window.
-func (s *Store) bounds(ctx context.Context, conv string, maxOutput int) (bounds, error) {
+// bounds reads conv's window. A request whose output and tools alone leave no room for
+// its messages is refused.
+func (s *Store) bounds(ctx context.Context, conv string, reserved int) (bounds, error) {
 	set, err := s.settings(ctx, conv)
 	if err != nil {
 		return bounds{}, err
 	}
 	w := set.ContextWindow
-	limit := max(min(set.Budget().HardLimitTokens(), w-maxOutput), w/4)
+	limit := min(set.Budget().HardLimitTokens(), w-reserved)
+	if limit <= 0 {
+		return bounds{}, fmt.Errorf("%w: the request's max_tokens and tools take %d of the model's %d-token window (the conversation's context_window): no room is left for its messages",
+			ErrBadRequest, reserved, w)
+	}
 	return bounds{limit: limit, stale: min(limit, int(set.Threshold*float64(w)))}, nil
 }
 
-// forward reads what the model is sent for a history the conversation holds whole:
-// the compaction last sent while the provider's cache likely holds it and the window
-// allows, else the newest; a pending compaction is waited for (up to opts.Wait) when
-// the context is over the limit, and the context is cut at read time when it still is.
-func (s *Store) forward(ctx context.Context, t *Turn, pl place, b bounds, opts TurnOptions) error {
-	limit := b.limit
-	read := func(more ...pipeline.ContextOption) (*assemble.Context, error) {
-		return s.c.Context(ctx, pl.conv, append([]pipeline.ContextOption{pipeline.AtLeastSeq(pl.last)}, more...)...)
+// pendingSeq marks, in a context sent upstream, a client message not stored yet.
+const pendingSeq = ^uint64(0)
+
+// withPending is cx with the client's messages not stored yet after it.
+func withPending(cx *assemble.Context, pending []schemas.Message) *assemble.Context {
+	out := *cx
+	out.Messages = append(append(make([]schemas.Message, 0, len(cx.Messages)+len(pending)), cx.Messages...), pending...)
+	out.Seqs = append(append(make([]uint64, 0, len(out.Messages)), cx.Seqs...), make([]uint64, len(pending))...)
+	for i := len(cx.Seqs); i < len(out.Seqs); i++ {
+		out.Seqs[i] = pendingSeq
+	}
+	out.Tokens = cx.Tokens + tokens.Messages(pending)
+	return &out
+}
+
+// forward is what the model is sent for a history that extends a stored conversation:
+// its context (the compaction last sent while the provider's cache likely holds it and
+// the threshold allows, else the newest) and the client's new messages after it. Over
+// the limit, a pending compaction is waited for (up to opts.Wait), then the context is
+// cut at read time.
+func (s *Store) forward(ctx context.Context, t *Turn, pl place, msgs []schemas.Message, b bounds, opts TurnOptions) error {
+	pending := msgs[pl.from:]
+	more := tokens.Messages(pending)
+	read := func(opt ...pipeline.ContextOption) (*assemble.Context, error) {
+		return s.c.Context(ctx, pl.conv, append([]pipeline.ContextOption{pipeline.AtLeastSeq(pl.at.seq)}, opt...)...)
 	}
 	earlier := s.cached(pl.conv, opts.CacheTTL)
 	cx, err := read(pipeline.Value(earlier))
 	if err != nil {
 		return err
 	}
-	if cx.Tokens > b.stale && earlier != nil && cx.Generation == earlier.Generation {
+	if cx.Tokens+more > b.stale && earlier != nil && cx.Generation == earlier.Generation {
 		if cx, err = read(); err != nil {
 			return err
 		}
 	}
-	if cx.Tokens > limit && opts.Wait > 0 {
+	if cx.Tokens+more > b.limit && opts.Wait > 0 && !pl.at.empty {
 		start := s.now()
 		s.compactNow(ctx, pl.conv, opts.Wait)
 		t.Waited = s.now().Sub(start)
@@ -59,15 +82,31 @@ func (s *Store) forward(ctx context.Context, t *Turn, pl place, b bounds, opts T
 			return err
 		}
 	}
-	if cx.Tokens > limit {
-		if cx, err = read(pipeline.MaxTokens(limit)); err != nil {
-			return err
-		}
-		dropOldest(cx, limit)
-		t.Cut = true
-	}
 	if err := s.keep(ctx, pl.conv, cx.Generation, earlier); err != nil {
 		return err
+	}
+	return s.send(t, withPending(cx, pending), b.limit)
+}
+
+// forwardFresh is what the model is sent for a history that starts a branch not made
+// yet: the parent's summary it is seeded with, or nothing, and the client's messages
+// after what that covers.
+func (s *Store) forwardFresh(t *Turn, pl place, msgs []schemas.Message, limit int) error {
+	seed := pl.seed
+	if seed == nil {
+		seed = &assemble.Context{}
+	}
+	return s.send(t, withPending(seed, msgs[pl.from:]), limit)
+}
+
+// send makes cx what t sends, cut to fit limit when it is over.
+func (s *Store) send(t *Turn, cx *assemble.Context, limit int) error {
+	if cx.Tokens > limit {
+		fitted, err := fit(cx, limit)
+		if err != nil {
+			return err
+		}
+		cx, t.Cut = fitted, true
 	}
 	t.Context = cx
 	return nil
@@ -140,18 +179,13 @@ func (s *Store) forwardPrefix(ctx context.Context, t *Turn, pl place, msgs []sch
 	}
 	kept, ok := upToPosition(cx, pl.upTo)
 	if !ok {
-		kept = &assemble.Context{Messages: msgs, Seqs: make([]uint64, len(msgs))}
+		kept = withPending(&assemble.Context{}, msgs)
 	}
 	for i := range kept.Messages {
 		kept.Messages[i] = kept.Messages[i].StripMetadata()
 	}
 	kept.Tokens = tokens.Messages(kept.Messages)
-	if kept.Tokens > limit {
-		kept = cut(kept, limit)
-		t.Cut = true
-	}
-	t.Context = kept
-	return nil
+	return s.send(t, kept, limit)
 }
 
 // upToPosition is cx without the messages after the client's position upTo; ok is false
@@ -185,48 +219,79 @@ func upToPosition(cx *assemble.Context, upTo int) (*assemble.Context, bool) {
 	return out, true
 }
 
-// cut is cx cut at read time to fit limit, the way readers cut (oldest tool outputs
-// first, then the head and tail of what is still over).
-func cut(cx *assemble.Context, limit int) *assemble.Context {
+// fit cuts cx to limit tokens the way readers cut at read time (the oldest tool
+// outputs, then the largest messages, each down to its head and tail), then leaves out
+// the oldest messages after the leading system messages and the summary, a tool call
+// with its results at once, while it is still over. The newest round (the newest
+// message, and when it is a tool result the call it answers with every result since)
+// is never left out. When that round alone is over the limit the request is refused:
+// the model is never sent more than its window.
+func fit(cx *assemble.Context, limit int) (*assemble.Context, error) {
 	tail := make([]schemas.Entry, len(cx.Messages))
 	for i := range cx.Messages {
 		tail[i] = schemas.Entry{Seq: uint64(i + 1), Message: cx.Messages[i]}
 	}
-	out := assemble.Assemble(assemble.Input{Tail: tail}, assemble.Options{MaxTokens: limit})
-	out.Generation, out.HasSummary, out.TailStartSeq = cx.Generation, cx.HasSummary, cx.TailStartSeq
-	copy(out.Seqs, cx.Seqs)
-	dropOldest(&out, limit)
-	return &out
+	cut := assemble.Assemble(assemble.Input{Tail: tail}, assemble.Options{MaxTokens: limit})
+	for j, seq := range cut.Seqs { // back to the sequences cx gave each message
+		cut.Seqs[j] = cx.Seqs[seq-1]
+	}
+	cut.Generation, cut.HasSummary, cut.TailStartSeq = cx.Generation, cx.HasSummary, cx.TailStartSeq
+	dropOldest(&cut, limit)
+	if cut.Tokens > limit {
+		return nil, fmt.Errorf("%w: the conversation's newest messages alone take %d tokens, over the %d the model's window leaves for them",
+			ErrBadRequest, cut.Tokens, limit)
+	}
+	return &cut, nil
 }
 
-// dropOldest drops the oldest messages after the summary (a tool call with its results,
-// whole) while cx is over limit: what a cut at read time cannot bring under the window,
-// because it keeps some of every message, is left out. The newest message stays.
+// dropOldest leaves out the oldest messages that may go (see fit) while cx is over limit.
 func dropOldest(cx *assemble.Context, limit int) {
 	first := 0
-	for i, seq := range cx.Seqs {
-		if seq == 0 {
-			first = i + 1
+	for first < len(cx.Messages) && cx.Messages[first].Role == schemas.RoleSystem {
+		first++
+	}
+	if cx.HasSummary {
+		for i, seq := range cx.Seqs {
+			if seq == 0 {
+				first = max(first, i+1)
+				break
+			}
 		}
 	}
-	for cx.Tokens > limit && first < len(cx.Messages)-1 {
+	keep := newestRound(cx.Messages)
+	drop := func(from, to int) {
+		cx.Tokens -= tokens.Messages(cx.Messages[from:to])
+		cx.Messages = append(cx.Messages[:from:from], cx.Messages[to:]...)
+		cx.Seqs = append(cx.Seqs[:from:from], cx.Seqs[to:]...)
+		keep -= to - from
+	}
+	for cx.Tokens > limit && first < keep {
 		end := first + 1
-		if ids := cx.Messages[first].ToolCalls; len(ids) > 0 {
-			for end < len(cx.Messages)-1 && cx.Messages[end].Role == schemas.RoleTool {
+		if len(cx.Messages[first].ToolCalls) > 0 {
+			for end < len(cx.Messages) && cx.Messages[end].Role == schemas.RoleTool {
 				end++
 			}
 		}
-		if end >= len(cx.Messages) {
-			break
+		if end > keep {
+			break // the call's results reach into the newest round
 		}
-		cx.Tokens -= tokens.Messages(cx.Messages[first:end])
-		cx.Messages = append(cx.Messages[:first:first], cx.Messages[end:]...)
-		cx.Seqs = append(cx.Seqs[:first:first], cx.Seqs[end:]...)
+		drop(first, end)
 	}
-	// A tool result whose call was dropped would be refused by every provider.
-	for first < len(cx.Messages)-1 && cx.Messages[first].Role == schemas.RoleTool {
-		cx.Tokens -= tokens.Message(&cx.Messages[first])
-		cx.Messages = append(cx.Messages[:first:first], cx.Messages[first+1:]...)
-		cx.Seqs = append(cx.Seqs[:first:first], cx.Seqs[first+1:]...)
+	// A tool result whose call was left out would be refused by every provider.
+	for first < keep && cx.Messages[first].Role == schemas.RoleTool {
+		drop(first, first+1)
 	}
+}
+
+// newestRound is the index where the newest round of msgs starts: the last message,
+// or when it is a tool result, the assistant message whose calls it answers.
+func newestRound(msgs []schemas.Message) int {
+	i := len(msgs) - 1
+	for i > 0 && msgs[i].Role == schemas.RoleTool {
+		i--
+	}
+	if i < len(msgs)-1 && len(msgs[i].ToolCalls) == 0 {
+		return i + 1 // results without their call: only the results are the round
+	}
+	return max(i, 0)
 }

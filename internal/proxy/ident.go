@@ -61,10 +61,11 @@ func identify(h http.Header, body []byte, sessionHeaders []string, bodyField str
 }
 
 // sessionConversation is the conversation id of a client's session value: the value
-// itself when it is a valid id, else sessionIDPrefix and the hex of the first 16 bytes
-// of its SHA-256.
+// itself when the proxy can take it as an id (the id rule, no longer than
+// MaxConversationIDLen, no BranchSep), else sessionIDPrefix and the hex of the first 16
+// bytes of its SHA-256.
 func sessionConversation(v string) string {
-	if schemas.ValidateConversationID(v) == nil {
+	if schemas.ValidateConversationID(v) == nil && len(v) <= MaxConversationIDLen && !strings.Contains(v, BranchSep) {
 		return v
 	}
 	sum := sha256.Sum256([]byte(v))

@@ -127,14 +127,22 @@ func copyResponseHeaders(dst, src http.Header) {
 // with.
 type passthroughKey struct{}
 
+// isAnthropicRequest says a request passing through is for the Anthropic upstream: a
+// path under /v1/messages, or a request an Anthropic client made (its x-api-key or
+// anthropic-version header), whatever its path (/v1/models, /v1/files...). Its key never
+// goes to the OpenAI-compatible upstream.
+func isAnthropicRequest(r *http.Request) bool {
+	return isAnthropicPath(r.URL.Path) || r.Header.Get("X-Api-Key") != "" || r.Header.Get("Anthropic-Version") != ""
+}
+
 // newReverseProxy forwards requests unchanged to the OpenAI-compatible upstream, or to
-// the Anthropic one for paths under /v1/messages, flushing a streamed response as it
+// the Anthropic one (isAnthropicRequest), flushing a streamed response as it
 // arrives. The operator's key replaces the client's credential when configured.
 func newReverseProxy(openai, anthropic upstream, transport http.RoundTripper, onError func(http.ResponseWriter, *http.Request, error)) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			u := openai
-			if isAnthropicPath(pr.In.URL.Path) {
+			if isAnthropicRequest(pr.In) {
 				u = anthropic
 			}
 			pr.Out.URL = u.target(pr.In.URL.Path, pr.In.URL.RawQuery)
