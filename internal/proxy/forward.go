@@ -1,9 +1,9 @@
 package proxy
 
 import (
-	"fmt"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/compactor/compactor/pipeline"
