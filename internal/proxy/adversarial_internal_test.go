@@ -100,3 +100,20 @@ func TestAnthropicClientsOtherPathsGoToTheAnthropicUpstream(t *testing.T) {
 		t.Fatalf("the request went to %s %s; want the Anthropic upstream's /v1/models with its key", r.method, r.path)
 	}
 }
+
+// A reply over the bound the proxy keeps is given to the client whole and not stored:
+// an upstream cannot make the proxy hold an unbounded reply.
+func TestReplyOverTheBoundIsRelayedNotStored(t *testing.T) {
+	defer func(old int) { maxReply = old }(maxReply)
+	maxReply = 64
+	long := strings.Repeat("z", 500)
+	up := newFakeUpstream(t, replyJSON(long))
+	p := newTestProxy(t, up, nil)
+	resp := p.post(t, "/v1/chat/completions", chatBody, ConversationHeader, "c1")
+	if body := readAll(t, resp); !strings.Contains(body, long) || resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, body %q", resp.StatusCode, body)
+	}
+	if _, fin := p.convs.calls(); len(fin) != 0 {
+		t.Fatalf("a reply over the bound was stored: %+v", fin)
+	}
+}

@@ -174,10 +174,24 @@ func copyFlushing(w http.ResponseWriter, src io.Reader) (int64, error) {
 	}
 }
 
+// maxReply bounds the bytes of an upstream's reply the proxy keeps to store it (a
+// whole reply, or the events of a stream): a larger one is relayed, not stored.
+var maxReply = 64 << 20 // a var: tests lower it
+
 // relayReply handles a whole (not streamed) 2xx reply: stored, then given to the
 // client verbatim.
 func (x *exchange) relayReply(resp *http.Response, turn *Turn) {
-	body, err := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxReply)+1))
+	if err == nil && len(body) > maxReply {
+		// Too large to keep: given to the client as it comes, not stored.
+		x.s.log.Warn().Str("api", x.wire.Name()).Int("over_bytes", maxReply).Msg("proxy: upstream reply too large to store; relayed, not stored")
+		x.report.Outcome = OutcomeCompacted
+		copyResponseHeaders(x.w.Header(), resp.Header)
+		x.w.WriteHeader(resp.StatusCode)
+		_, _ = x.w.Write(body)
+		_, _ = io.Copy(x.w, resp.Body)
+		return
+	}
 	if err != nil {
 		x.report.Outcome = OutcomeFailed
 		if x.r.Context().Err() != nil {

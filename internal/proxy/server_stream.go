@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -60,6 +61,7 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 // failed.
 func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *SSESplitter) (readErr error, clientGone bool) {
 	buf := make([]byte, 32<<10)
+	kept := 0
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
@@ -69,7 +71,11 @@ func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *SSESplit
 			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
 				return nil, true
 			}
-			_, _ = sp.Write(buf[:n]) // its error is read once the stream ends
+			if kept += n; kept <= maxReply {
+				_, _ = sp.Write(buf[:n]) // its error is read once the stream ends
+			} else if kept-n <= maxReply {
+				sp.fail(errReplyTooLarge)
+			}
 		}
 		if err == io.EOF {
 			return nil, false
@@ -79,3 +85,6 @@ func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *SSESplit
 		}
 	}
 }
+
+// errReplyTooLarge is why a stream over maxReply is relayed but not stored.
+var errReplyTooLarge = fmt.Errorf("the streamed reply is over %d bytes: relayed, not stored", maxReply)

@@ -133,3 +133,11 @@ func (s *SSESplitter) dispatch() error {
 	}
 	return s.fn(name, data)
 }
+
+// fail makes err the splitter's error: every later Write returns it, and no event
+// after it is passed on.
+func (s *SSESplitter) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+}
