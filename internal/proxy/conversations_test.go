@@ -306,3 +306,34 @@ func TestReplyStoredAfterTheNextTurnStoredItsCopy(t *testing.T) {
 		}
 	})
 }
+
+// The reply was a tool call: the conversation ends with a call whose results the
+// client sends in its next turn. The reader leaves an open call out, so the model is
+// sent the client's copy of the call with its results, never the results alone (the
+// request could not be built before).
+func TestToolRoundOpenAtTheTipIsSentWhole(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		sys := schemas.Message{Role: schemas.RoleSystem, Content: schemas.Text("be brief")}
+		call := schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: "c1", Type: "function",
+			Function: schemas.FunctionCall{Name: "read", Arguments: "{}"}}}}
+		first, err := f.conv.Prepare(f.ctx, "c9", []schemas.Message{sys, user("one")}, f.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.conv.Finish(f.ctx, first, call, nil); err != nil {
+			t.Fatal(err)
+		}
+		result := schemas.Message{Role: schemas.RoleTool, ToolCallID: "c1", Content: schemas.Text("file text")}
+		tr := f.turn("c9", []schemas.Message{sys, user("one"), call, result}, "done")
+		if _, err := proxy.OpenAI().Build(&proxy.Request{Body: []byte(`{"model":"m","messages":[]}`)}, tr.Context); err != nil {
+			t.Fatalf("the turn after a tool call cannot be sent: %v", err)
+		}
+		if n := len(tr.Context.Messages); n != 4 || len(tr.Context.Messages[2].ToolCalls) != 1 {
+			t.Fatalf("sent %d messages: %q", n, sent(tr))
+		}
+		if got := len(f.stored("c9")); got != 5 || tr.Published != 1 {
+			t.Fatalf("CHAT holds %d messages, the turn published %d; want 5 and 1 (the result, then the reply)", got, tr.Published)
+		}
+	})
+}

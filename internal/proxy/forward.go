@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
@@ -59,8 +61,7 @@ func withPending(cx *assemble.Context, pending []schemas.Message) *assemble.Cont
 // the limit, a pending compaction is waited for (up to opts.Wait), then the context is
 // cut at read time.
 func (s *Store) forward(ctx context.Context, t *Turn, pl place, msgs []schemas.Message, b bounds, opts TurnOptions) error {
-	pending := msgs[pl.from:]
-	more := tokens.Messages(pending)
+	more := tokens.Messages(msgs[pl.from:])
 	read := func(opt ...pipeline.ContextOption) (*assemble.Context, error) {
 		return s.c.Context(ctx, pl.conv, append([]pipeline.ContextOption{pipeline.AtLeastSeq(pl.at.seq)}, opt...)...)
 	}
@@ -85,7 +86,72 @@ func (s *Store) forward(ctx context.Context, t *Turn, pl place, msgs []schemas.M
 	if err := s.keep(ctx, pl.conv, cx.Generation, earlier); err != nil {
 		return err
 	}
-	return s.send(t, withPending(cx, pending), b.limit)
+	cx = throughSeq(cx, pl.at.seq)
+	left, from, err := s.leftOut(ctx, pl, cx)
+	if err != nil {
+		return err
+	}
+	return s.send(t, withPending(withPending(cx, left), msgs[from:]), b.limit)
+}
+
+// throughSeq is cx without what was stored after seq, the newest message resolve saw
+// (another turn's, stored meanwhile): the client's own copies of those follow it.
+func throughSeq(cx *assemble.Context, seq uint64) *assemble.Context {
+	out := *cx
+	out.Messages, out.Seqs = nil, nil
+	for i, s := range cx.Seqs {
+		if seq > 0 && s <= seq {
+			out.Messages = append(out.Messages, cx.Messages[i])
+			out.Seqs = append(out.Seqs, s)
+		}
+	}
+	if len(out.Messages) == len(cx.Messages) {
+		return cx
+	}
+	out.Tokens = tokens.Messages(out.Messages)
+	out.HasSummary = out.HasSummary && slices.Contains(out.Seqs, 0)
+	return &out
+}
+
+// leftOut is what the reader left out of cx of the messages pl.conv holds, and how many
+// of the client's messages cx and those hold. The reader leaves out the newest messages
+// when they are an open tool round (the call is stored, and its results are what the
+// client sends now): they are sent as stored, so the bytes of the call do not change
+// once its round is whole.
+func (s *Store) leftOut(ctx context.Context, pl place, cx *assemble.Context) ([]schemas.Message, int, error) {
+	last := uint64(0)
+	for _, seq := range cx.Seqs {
+		last = max(last, seq)
+	}
+	if pl.at.empty || last >= pl.at.seq {
+		return nil, pl.from, nil
+	}
+	stored, err := s.st.Chat().LoadLeader(ctx, pl.conv, max(last+1, cx.TailStartSeq), pl.at.seq)
+	if err != nil {
+		return nil, 0, err
+	}
+	var left []schemas.Message
+	for _, m := range stored {
+		e := m.Entry()
+		if _, _, ok := position(&e.Message); !ok || e.Err != nil || e.Message.Meta[MetaSeed] != "" {
+			// Not a message of the client's history: the client's copies are sent.
+			return nil, s.firstLeft(stored, pl.from), nil
+		}
+		left = append(left, e.Message.StripMetadata())
+	}
+	return left, pl.from, nil
+}
+
+// firstLeft is how many of the client's messages come before the first of stored that
+// has a position (from when none has).
+func (s *Store) firstLeft(stored []jetstream.StoredMsg, from int) int {
+	for _, m := range stored {
+		e := m.Entry()
+		if pos, _, ok := position(&e.Message); ok && e.Err == nil {
+			from = min(from, pos-1)
+		}
+	}
+	return from
 }
 
 // forwardFresh is what the model is sent for a history that starts a branch not made

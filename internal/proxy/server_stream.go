@@ -27,17 +27,26 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 		}
 		return nil
 	})
-	readErr, clientGone := x.tee(resp.Body, rc, sp)
+	held, readErr, clientGone := x.tee(resp.Body, rc, sp, acc.Done)
 	if _, err := sp.Write(nil); err != nil && accErr == nil {
 		accErr = err // an event over the bound: the reply cannot be put together
 	}
+	// The API's end reaches the client only once the reply is stored: a client that
+	// sends its next turn the moment it has read the end finds its reply in place.
+	defer func() {
+		if len(held) > 0 && !clientGone {
+			_, _ = x.w.Write(held)
+			_ = rc.Flush()
+		}
+	}()
 	switch {
 	case clientGone:
 		x.report.Outcome = OutcomeFailed
 		x.s.log.Info().Str("api", x.wire.Name()).Msg("proxy: the client went away mid-stream; the reply is not stored")
 	case acc.Failed():
 		x.report.Outcome = OutcomeUpstreamError
-	case readErr != nil || !acc.Done():
+	case !acc.Done(): // an error after the API's end breaks nothing
+
 		x.report.Outcome = OutcomeFailed
 		x.s.log.Warn().Str("cause", errorKind(readErr)).Str("api", x.wire.Name()).Msg("proxy: the upstream stream broke before its end")
 		_, _ = x.w.Write(x.wire.StreamError("the upstream stream ended before its end (compactor proxy)"))
@@ -56,34 +65,43 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 	}
 }
 
-// tee copies body to the client, flushing each read, and to sp. It returns the error
-// that ended reading the upstream (nil at its end) and whether a write to the client
-// failed.
-func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *SSESplitter) (readErr error, clientGone bool) {
+// tee copies body to the client, flushing each read, and to sp. Once done says the
+// stream reached the API's end, the bytes from that read on are held back and returned
+// (held), for the caller to write after storing the reply. It returns the error that
+// ended reading the upstream (nil at its end) and whether a write to the client failed.
+func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *SSESplitter, done func() bool) (held []byte, readErr error, clientGone bool) {
 	buf := make([]byte, 32<<10)
 	kept := 0
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
-			if _, werr := x.w.Write(buf[:n]); werr != nil {
-				return nil, true
-			}
-			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
-				return nil, true
-			}
 			if kept += n; kept <= maxReply {
 				_, _ = sp.Write(buf[:n]) // its error is read once the stream ends
 			} else if kept-n <= maxReply {
 				sp.fail(errReplyTooLarge)
 			}
+			if held != nil || done() {
+				held = append(held, buf[:n]...)
+			} else if clientGone = x.write(rc, buf[:n]); clientGone {
+				return nil, nil, true
+			}
 		}
 		if err == io.EOF {
-			return nil, false
+			return held, nil, false
 		}
 		if err != nil {
-			return err, false
+			return held, err, false
 		}
 	}
+}
+
+// write writes p to the client and flushes it; it reports whether the client is gone.
+func (x *exchange) write(rc *http.ResponseController, p []byte) bool {
+	if _, err := x.w.Write(p); err != nil {
+		return true
+	}
+	err := rc.Flush()
+	return err != nil && !errors.Is(err, http.ErrNotSupported)
 }
 
 // errReplyTooLarge is why a stream over maxReply is relayed but not stored.
