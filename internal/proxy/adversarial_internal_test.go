@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -115,5 +116,28 @@ func TestReplyOverTheBoundIsRelayedNotStored(t *testing.T) {
 	}
 	if _, fin := p.convs.calls(); len(fin) != 0 {
 		t.Fatalf("a reply over the bound was stored: %+v", fin)
+	}
+}
+
+// A stream's end ([DONE]) reaches the client only after its reply is stored: an SDK
+// sends its next turn the moment it reads the end, and must find its reply in place.
+// The handler runs on this goroutine, so what it has written when Finish runs is read
+// without a race.
+func TestStreamEndReachesTheClientAfterTheReplyIsStored(t *testing.T) {
+	release := make(chan struct{})
+	close(release)
+	up := newFakeUpstream(t, streamUpstream(release, "data: {\"text\":\"lo\"}\n\ndata: [DONE]\n\n"))
+	p := newTestProxy(t, up, nil)
+	rec := httptest.NewRecorder()
+	var atFinish string
+	p.convs.onFinish = func() { atFinish = rec.Body.String() }
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set(ConversationHeader, "c1")
+	p.srv.Handler().ServeHTTP(rec, req)
+	if strings.Contains(atFinish, "[DONE]") {
+		t.Fatalf("when the reply was stored the client had %q; want no end yet", atFinish)
+	}
+	if !strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
+		t.Fatalf("the client got %q", rec.Body.String())
 	}
 }

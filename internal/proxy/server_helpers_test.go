@@ -135,6 +135,8 @@ type memConvs struct {
 	prepareErr error
 	branch     string
 	finishedCh chan struct{}
+	// onFinish, when set, runs inside Finish, on the handler's goroutine.
+	onFinish func()
 }
 
 func newMemConvs() *memConvs { return &memConvs{finishedCh: make(chan struct{}, 16)} }
@@ -155,6 +157,9 @@ func (c *memConvs) Finish(_ context.Context, t *Turn, reply schemas.Message, usa
 	c.mu.Lock()
 	c.finishes = append(c.finishes, finished{t.Conv, reply, usage})
 	c.mu.Unlock()
+	if c.onFinish != nil {
+		c.onFinish()
+	}
 	c.finishedCh <- struct{}{}
 	return nil
 }
