@@ -133,8 +133,9 @@ func (s *Store) leftOut(ctx context.Context, pl place, cx *assemble.Context) ([]
 	var left []schemas.Message
 	for _, m := range stored {
 		e := m.Entry()
-		if _, _, ok := position(&e.Message); !ok || e.Err != nil || e.Message.Meta[MetaSeed] != "" {
-			// Not a message of the client's history: the client's copies are sent.
+		if _, _, ok := position(&e.Message); !ok || e.Err != nil || e.Message.Meta[MetaSeed] != "" || e.Message.ContentRef != nil {
+			// Not a message of the client's history as sent (or one stored as an
+			// object, a stub here): the client's copies are sent.
 			return nil, s.firstLeft(stored, pl.from), nil
 		}
 		left = append(left, e.Message.StripMetadata())
