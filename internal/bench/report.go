@@ -246,13 +246,25 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Sprintf("%s forwarded (largest turn %s; %d over the window; %d cut at read time; generation %d)", tok(float64(pr.SentTokens)), tok(float64(pr.MaxSentTokens)), pr.OverWindow, pr.Cut, pr.Generations),
 			"the agent sent "+tok(float64(pr.ClientTokens)), f2(pr.TokenRatio),
 			check(pr.OverWindow == 0 && pr.Stored == pr.History, fmt.Sprintf("none over the window; each message stored once: %d of %d", pr.Stored, pr.History)).String())
-		row("8. the upstream's input tokens not served from a prompt cache (one holding the previous request), over the loop",
-			fmt.Sprintf("through the proxy %s of %s (%.0f%% cached)", tok(float64(pr.ProxyInput-pr.ProxyCached)), tok(float64(pr.ProxyInput)), 100*share(pr.ProxyCached, pr.ProxyInput)),
-			fmt.Sprintf("straight %s of %s (%.0f%% cached)", tok(float64(pr.DirectInput-pr.DirectCached)), tok(float64(pr.DirectInput)), 100*share(pr.DirectCached, pr.DirectInput)),
-			f2(share(pr.ProxyInput-pr.ProxyCached, pr.DirectInput-pr.DirectCached)), "")
+		billed := func(in, cached int64, price float64) float64 { return float64(in-cached) + price*float64(cached) }
+		row("8. the upstream's input tokens over the loop: not served from a prompt cache (one holding the previous request), and billed with cached input at 0.1 (Anthropic) and 0.5 (OpenAI) of the price",
+			fmt.Sprintf("through the proxy: %s uncached of %s (%.0f%% cached); billed as %s at 0.1, %s at 0.5", tok(float64(pr.ProxyInput-pr.ProxyCached)), tok(float64(pr.ProxyInput)),
+				100*share(pr.ProxyCached, pr.ProxyInput), tok(billed(pr.ProxyInput, pr.ProxyCached, 0.1)), tok(billed(pr.ProxyInput, pr.ProxyCached, 0.5))),
+			fmt.Sprintf("straight: %s uncached of %s (%.0f%% cached); billed as %s at 0.1, %s at 0.5", tok(float64(pr.DirectInput-pr.DirectCached)), tok(float64(pr.DirectInput)),
+				100*share(pr.DirectCached, pr.DirectInput), tok(billed(pr.DirectInput, pr.DirectCached, 0.1)), tok(billed(pr.DirectInput, pr.DirectCached, 0.5))),
+			fmt.Sprintf("billed %s at 0.1, %s at 0.5", f2(ratio(billed(pr.ProxyInput, pr.ProxyCached, 0.1), billed(pr.DirectInput, pr.DirectCached, 0.1))),
+				f2(ratio(billed(pr.ProxyInput, pr.ProxyCached, 0.5), billed(pr.DirectInput, pr.DirectCached, 0.5)))), "")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// ratio is a ÷ b, 0 when b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }
 
 // share is part ÷ whole, 0 for an empty whole.
