@@ -41,26 +41,36 @@ const MaxListPage = 1000
 // server's answer (up to 100,000 subjects) at a time.
 func (ch *Chat) eachConversation(ctx context.Context, fn func(conv string)) error {
 	for offset := 0; ; {
-		var info struct {
-			State struct {
-				Subjects map[string]uint64 `json:"subjects"`
-			} `json:"state"`
-			Total int `json:"total"`
+		subjects, total, err := ch.subjectsPage(ctx, offset)
+		if err != nil {
+			return err
 		}
-		req := map[string]any{"subjects_filter": ch.cfg.ChatPrefix + ".>", "offset": offset}
-		if err := ch.apiRequest(ctx, apiPrefix+"STREAM.INFO."+ch.cfg.ChatStream, req, &info); err != nil {
-			return fmt.Errorf("list the conversations of %s: %w", ch.cfg.ChatStream, err)
-		}
-		for subj := range info.State.Subjects {
+		for subj := range subjects {
 			if conv, ok := ch.cfg.ConversationOf(subj); ok {
 				fn(conv)
 			}
 		}
-		offset += len(info.State.Subjects)
-		if len(info.State.Subjects) == 0 || offset >= info.Total {
+		offset += len(subjects)
+		if len(subjects) == 0 || offset >= total {
 			return nil
 		}
 	}
+}
+
+// subjectsPage is one stream info answer's page of CHAT's subjects with their message
+// counts, from offset on (at most 100,000), and how many subjects CHAT holds in all.
+func (ch *Chat) subjectsPage(ctx context.Context, offset int) (map[string]uint64, int, error) {
+	var info struct {
+		State struct {
+			Subjects map[string]uint64 `json:"subjects"`
+		} `json:"state"`
+		Total int `json:"total"`
+	}
+	req := map[string]any{"subjects_filter": ch.cfg.ChatPrefix + ".>", "offset": offset}
+	if err := ch.apiRequest(ctx, apiPrefix+"STREAM.INFO."+ch.cfg.ChatStream, req, &info); err != nil {
+		return nil, 0, fmt.Errorf("list the conversations of %s: %w", ch.cfg.ChatStream, err)
+	}
+	return info.State.Subjects, info.Total, nil
 }
 
 // List returns the conversations of limit CHAT subjects, skipping the
@@ -72,18 +82,12 @@ func (ch *Chat) List(ctx context.Context, offset, limit int) (ConversationList, 
 	if offset < 0 || limit < 1 || limit > MaxListPage {
 		return ConversationList{}, fmt.Errorf("list conversations: offset %d, limit %d: the offset must not be negative and the limit must be 1 to %d", offset, limit, MaxListPage)
 	}
-	var info struct {
-		State struct {
-			Subjects map[string]uint64 `json:"subjects"`
-		} `json:"state"`
-		Total int `json:"total"`
+	counts, total, err := ch.subjectsPage(ctx, offset)
+	if err != nil {
+		return ConversationList{}, err
 	}
-	req := map[string]any{"subjects_filter": ch.cfg.ChatPrefix + ".>", "offset": offset}
-	if err := ch.apiRequest(ctx, apiPrefix+"STREAM.INFO."+ch.cfg.ChatStream, req, &info); err != nil {
-		return ConversationList{}, fmt.Errorf("list the conversations of %s: %w", ch.cfg.ChatStream, err)
-	}
-	subjects := make([]string, 0, len(info.State.Subjects))
-	for subj := range info.State.Subjects {
+	subjects := make([]string, 0, len(counts))
+	for subj := range counts {
 		subjects = append(subjects, subj)
 	}
 	// The server sorts only the pages after the first; sorting here makes every page
@@ -91,7 +95,7 @@ func (ch *Chat) List(ctx context.Context, offset, limit int) (ConversationList, 
 	slices.Sort(subjects)
 	// A page is limit subjects, so that the next one starts at offset + limit: one that
 	// names no conversation leaves the page a row short.
-	out := ConversationList{Subjects: info.Total}
+	out := ConversationList{Subjects: total}
 	for _, subj := range subjects[:min(limit, len(subjects))] {
 		conv, ok := ch.cfg.ConversationOf(subj)
 		if !ok {
@@ -101,10 +105,10 @@ func (ch *Chat) List(ctx context.Context, offset, limit int) (ConversationList, 
 		// one stored under two layouts is counted once (unless a page ends between
 		// them).
 		if n := len(out.Conversations); n > 0 && out.Conversations[n-1].ID == conv {
-			out.Conversations[n-1].Messages += info.State.Subjects[subj]
+			out.Conversations[n-1].Messages += counts[subj]
 			continue
 		}
-		out.Conversations = append(out.Conversations, ConversationCount{ID: conv, Messages: info.State.Subjects[subj]})
+		out.Conversations = append(out.Conversations, ConversationCount{ID: conv, Messages: counts[subj]})
 	}
 	return out, nil
 }

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/view"
 	"github.com/compactor/compactor/schemas/tokens"
@@ -61,20 +61,5 @@ func (s *viewServer) Run(ctx context.Context) error {
 		ev = s.log.Warn().Str("addr", s.Addr()).Bool("token", false)
 	}
 	ev.Msg("web view listening (read-only; it shows conversation content)")
-	served := make(chan error, 1)
-	go func() { served <- s.srv.Serve(s.ln) }()
-	select {
-	case err := <-served:
-		return fmt.Errorf("web view: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.srv.Shutdown(sctx); err != nil {
-		_ = s.srv.Close()
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("web view: %w", err)
-	}
-	return nil
+	return telemetry.ServeUntilDone(ctx, s.srv, s.ln, "web view")
 }

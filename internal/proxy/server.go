@@ -16,6 +16,8 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/compactor/compactor/internal/telemetry"
 )
 
 // Response headers the proxy sets on every response of the two rewritten paths (and
@@ -220,22 +222,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.log.Info().Str("addr", s.Addr()).Str("upstream", s.openai.base.Redacted()).
 		Str("anthropic_upstream", s.anthro.base.Redacted()).Msg("proxy listening")
-	served := make(chan error, 1)
-	go func() { served <- s.srv.Serve(s.ln) }()
-	select {
-	case err := <-served:
-		return fmt.Errorf("proxy: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.srv.Shutdown(sctx); err != nil {
-		_ = s.srv.Close()
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("proxy: %w", err)
-	}
-	return nil
+	return telemetry.ServeUntilDone(ctx, s.srv, s.ln, "proxy")
 }
 
 // readBody reads a bounded request body: an error matching *http.MaxBytesError over

@@ -76,20 +76,27 @@ func (o *OpsServer) Addr() string { return o.ln.Addr().String() }
 // seconds: a 30-second CPU profile being taken is cut, not waited for.
 func (o *OpsServer) Run(ctx context.Context) error {
 	o.log.Info().Str("addr", o.Addr()).Msg("HTTP listener for operators (/healthz, /readyz, /metrics, /debug/pprof/)")
+	return ServeUntilDone(ctx, o.srv, o.ln, "HTTP listener")
+}
+
+// ServeUntilDone serves srv on ln until ctx is done, then lets the requests in flight
+// finish for up to 5 seconds and closes what is left. An error of the server's own
+// (not its closing) is returned, prefixed with what.
+func ServeUntilDone(ctx context.Context, srv *http.Server, ln net.Listener, what string) error {
 	served := make(chan error, 1)
-	go func() { served <- o.srv.Serve(o.ln) }()
+	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
-		return fmt.Errorf("HTTP listener: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := o.srv.Shutdown(sctx); err != nil {
-		_ = o.srv.Close()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("HTTP listener: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
