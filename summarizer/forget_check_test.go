@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
@@ -113,7 +115,9 @@ func TestElectionOfTheForgetBucketDuringAForget(t *testing.T) {
 	ctx := ctxFor(t)
 	cfg := jetstream.DefaultConfig()
 	cfg.Replicas = 3
-	st, err := jetstream.Provision(ctx, nc, cfg)
+	// A stream at 3 replicas may be refused while a peer is still joining ("no suitable
+	// peers for placement"): provision retrying, as serve does.
+	st, err := jetstream.ProvisionRetrying(ctx, nc, cfg, jetstream.Backoff{Base: 100 * time.Millisecond, Max: time.Second}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

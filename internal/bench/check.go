@@ -32,6 +32,11 @@ func checkMinNoise(key string) float64 {
 		return 0.1
 	case "trigger_server_cpu_ratio":
 		return 0.25
+	case "ingest_ratio", "ingest_ratio_4", "ingest_ratio_4x2":
+		// A quick run's ingest ratio is bimodal on this machine: five calibration runs
+		// on a quiet machine gave 0.30 to 0.33 four times and 0.50 once, and a CI run
+		// then measured 0.53.
+		return 0.75
 	}
 	return 0.5
 }
