@@ -100,6 +100,7 @@ type Env struct {
 	ProxyWait              time.Duration `envconfig:"PROXY_WAIT" default:"10s" desc:"proxy: how long a request over the window waits for a pending compaction before its context is cut at read time"`
 	ProxyCacheTTL          time.Duration `envconfig:"PROXY_CACHE_TTL" default:"5m" desc:"proxy: how long the provider's prompt cache is taken to live: a newer compaction is swapped in only past it, or when the window needs it"`
 	ProxyMaxBody           int64         `envconfig:"PROXY_MAX_BODY" default:"33554432" desc:"proxy: bytes: the largest request body of the rewritten paths (413 over it)"`
+	ProxyBindOwner         bool          `envconfig:"PROXY_BIND_OWNER" default:"true" desc:"proxy: bind each conversation to the credential that first wrote it (another credential gets 403); false for clients whose credential changes during a conversation (OAuth access tokens that refresh): then authenticate in front of the proxy"`
 	ProxyOwnerKey          string        `envconfig:"PROXY_OWNER_KEY" desc:"proxy: key of the HMAC-SHA-256 digest that binds a conversation to the credential that wrote it; empty: SHA-256 with a domain prefix. Keep it secret and the same on every proxy process"`
 }
 
@@ -389,7 +390,7 @@ func (e Env) proxy() *proxy.Config {
 		UpstreamKey: e.ProxyUpstreamKey, AnthropicUpstreamKey: e.ProxyAnthropicKey,
 		SessionHeaders: headers, BodyField: strings.TrimSpace(e.ProxyBodyField), RequireID: e.ProxyRequireID,
 		OnNATSDown: e.ProxyOnNATSDown, Wait: e.ProxyWait, CacheTTL: e.ProxyCacheTTL, MaxBody: e.ProxyMaxBody,
-		OwnerKey: e.ProxyOwnerKey,
+		OwnerKey: e.ProxyOwnerKey, BindOwner: e.ProxyBindOwner,
 	}
 }
 

@@ -90,6 +90,7 @@ type Conversations interface {
 type TurnOptions struct {
 	// Owner is the digest of the credential the request came with ("" when none):
 	// a conversation written under one owner is refused to another (ErrNotOwner).
+	// AnyOwner checks no owner and writes none.
 	Owner string
 	// MaxOutput is the output the request reserves in the window.
 	MaxOutput int

@@ -176,7 +176,11 @@ func (s *Store) seed(ctx context.Context, parent, branch string, pv parentView, 
 		m.Meta[MetaSeed] = parent
 		batch[i] = pipeline.BatchMsg{Conv: branch, Message: m, MsgID: "proxy-seed:" + branch + ":" + strconv.FormatUint(base, 10) + ":" + strconv.Itoa(i)}
 	}
-	_, err = s.c.PublishBatch(ctx, batch, pipeline.BatchOptions{})
+	// The parent may have been forgotten since its summary was read: seed nothing then.
+	if _, _, tomb, err := s.st.Results().Live(ctx, parent, true); err != nil || tomb.Covers(pv.value.FirstSeq) {
+		return err
+	}
+	_, err = s.c.PublishBatch(ctx, batch, pipeline.BatchOptions{Window: 1})
 	if errors.Is(err, pipeline.ErrDuplicate) {
 		return nil // another writer seeded it meanwhile
 	}

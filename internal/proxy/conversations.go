@@ -40,6 +40,10 @@ const (
 // branches: <conversation>--<16 hex digits>. Forgetting the conversation forgets them.
 const BranchSep = jetstream.BranchSep
 
+// AnyOwner, as TurnOptions.Owner, binds no conversation to a credential: no owner is
+// checked, none written (COMPACTOR_PROXY_BIND_OWNER=false).
+const AnyOwner = "*"
+
 // branchDigits is how many hex digits of the client's link name a branch.
 const branchDigits = jetstream.BranchDigits
 
@@ -140,8 +144,10 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 	if err != nil {
 		return nil, err
 	}
+	// The usage of a reply calibrates the estimate only for a context as read: not cut,
+	// not a prefix of the stored one, not a branch not made yet.
 	t.state = &turnState{root: conv, msgs: msgs, owner: opts.Owner, gen: t.Context.Generation,
-		calibrates: pl.upTo == 0 && !pl.fresh}
+		calibrates: pl.upTo == 0 && !pl.fresh && !t.Cut}
 	return t, nil
 }
 
@@ -361,7 +367,7 @@ func prevLink(chain []Digest, pos int) Digest {
 // checkOwner refuses a history that the conversation's newest message says another
 // credential wrote.
 func checkOwner(tp tip, owner string) error {
-	if tp.empty || tp.owner == "" || tp.owner == owner {
+	if tp.empty || tp.owner == "" || tp.owner == owner || owner == AnyOwner {
 		return nil
 	}
 	return ErrNotOwner
@@ -415,7 +421,10 @@ func (s *Store) publish(ctx context.Context, conv string, msgs []schemas.Message
 		m.Meta = withMeta(m.Meta, from+i+1, prev, owner)
 		batch[i] = pipeline.BatchMsg{Conv: conv, Message: m, MsgID: msgID(conv, base, from+i+1)}
 	}
-	seqs, err := s.c.PublishBatch(ctx, batch, pipeline.BatchOptions{})
+	// One at a time: a place another writer filled stops the batch before any later
+	// message is stored after that writer's (a window of several would store this
+	// history's later messages after another's, mixing the two).
+	seqs, err := s.c.PublishBatch(ctx, batch, pipeline.BatchOptions{Window: 1})
 	if err != nil {
 		if errors.Is(err, schemas.ErrInvalid) || errors.Is(err, pipeline.ErrToolResultWithoutCall) || errors.Is(err, pipeline.ErrTooLarge) {
 			return 0, 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
@@ -456,7 +465,7 @@ func withMeta(meta map[string]string, pos int, link Digest, owner string) map[st
 	}
 	out[MetaPos] = strconv.Itoa(pos)
 	out[MetaChain] = link.String()
-	if owner != "" {
+	if owner != "" && owner != AnyOwner {
 		out[MetaOwner] = owner
 	} else {
 		delete(out, MetaOwner)

@@ -337,3 +337,25 @@ func TestToolRoundOpenAtTheTipIsSentWhole(t *testing.T) {
 		}
 	})
 }
+
+// With no owner binding (COMPACTOR_PROXY_BIND_OWNER=false: a client whose credential
+// changes during a conversation), a conversation is neither bound nor refused.
+func TestAnyOwnerBindsNothing(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		f.opts.Owner = proxy.AnyOwner
+		f.turn("c10", []schemas.Message{user("one")}, "reply one")
+		f.opts.Owner = "a-refreshed-token"
+		tr := f.turn("c10", []schemas.Message{user("one"), bot("reply one"), user("two")}, "reply two")
+		if tr.Published != 1 {
+			t.Fatalf("a later credential published %d; want 1", tr.Published)
+		}
+		msgs, err := st.Chat().LoadLeader(f.ctx, "c10", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner := msgs[0].Entry().Message.Meta[proxy.MetaOwner]; owner != "" {
+			t.Fatalf("an unbound turn wrote owner %q", owner)
+		}
+	})
+}

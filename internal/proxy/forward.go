@@ -86,6 +86,12 @@ func (s *Store) forward(ctx context.Context, t *Turn, pl place, msgs []schemas.M
 	if err := s.keep(ctx, pl.conv, cx.Generation, earlier); err != nil {
 		return err
 	}
+	if cx.HasSummary && cx.TailStartSeq > pl.at.seq+1 {
+		// The summary covers messages stored after the newest resolve saw (another
+		// continuation of the conversation, compacted while this turn waited): they are
+		// not this client's. Its own messages are sent, cut to fit.
+		return s.send(t, withPending(&assemble.Context{}, msgs), b.limit)
+	}
 	cx = throughSeq(cx, pl.at.seq)
 	left, from, err := s.leftOut(ctx, pl, cx)
 	if err != nil {

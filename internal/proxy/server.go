@@ -76,6 +76,9 @@ type Config struct {
 	Wait, CacheTTL time.Duration
 	// MaxBody bounds a request body of the rewritten paths (413 over it).
 	MaxBody int64
+	// BindOwner binds each conversation to the credential that first wrote it; false
+	// binds none (TurnOptions.Owner AnyOwner).
+	BindOwner bool
 	// OwnerKey keys the digest of the credential a conversation is bound to ("":
 	// SHA-256 with a domain prefix).
 	OwnerKey string
@@ -92,6 +95,7 @@ func DefaultConfig() Config {
 		Wait:              10 * time.Second,
 		CacheTTL:          5 * time.Minute,
 		MaxBody:           32 << 20,
+		BindOwner:         true,
 	}
 }
 
@@ -193,7 +197,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/chat/completions":
 			if wire := s.wires["openai"]; wire != nil {
-				s.rewrite(w, r, wire, s.openai)
+				up := s.openai
+				if isAnthropicRequest(r) { // an Anthropic key goes to the Anthropic upstream only
+					up = s.anthro
+				}
+				s.rewrite(w, r, wire, up)
 				return
 			}
 		case "/v1/messages":

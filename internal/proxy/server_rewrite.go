@@ -86,7 +86,11 @@ func (x *exchange) compact(body []byte, conv string) {
 		x.refuseErr(err)
 		return
 	}
-	opts := TurnOptions{Owner: ownerDigest(x.s.ownerKey, credential(x.r.Header)), MaxOutput: req.MaxOutput,
+	owner := AnyOwner
+	if x.s.cfg.BindOwner {
+		owner = ownerDigest(x.s.ownerKey, credential(x.r.Header))
+	}
+	opts := TurnOptions{Owner: owner, MaxOutput: req.MaxOutput,
 		Reserve: reserve(body), Wait: x.s.cfg.Wait, CacheTTL: x.s.cfg.CacheTTL}
 	turn, err := x.s.convs.Prepare(x.r.Context(), conv, req.Messages, opts)
 	switch {

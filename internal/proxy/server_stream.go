@@ -45,8 +45,12 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 		x.s.log.Info().Str("api", x.wire.Name()).Msg("proxy: the client went away mid-stream; the reply is not stored")
 	case acc.Failed():
 		x.report.Outcome = OutcomeUpstreamError
-	case !acc.Done(): // an error after the API's end breaks nothing
-
+	case readErr == nil && (errors.Is(accErr, errReplyTooLarge) || errors.Is(accErr, ErrEventTooLarge)):
+		// The stream came whole to the client, past what the proxy keeps (so its end was
+		// not seen): relayed, not stored.
+		x.report.Outcome = OutcomeCompacted
+		x.s.log.Warn().Err(accErr).Str("api", x.wire.Name()).Msg("proxy: streamed reply relayed but not stored")
+	case !acc.Done():
 		x.report.Outcome = OutcomeFailed
 		x.s.log.Warn().Str("cause", errorKind(readErr)).Str("api", x.wire.Name()).Msg("proxy: the upstream stream broke before its end")
 		_, _ = x.w.Write(x.wire.StreamError("the upstream stream ended before its end (compactor proxy)"))
@@ -80,9 +84,13 @@ func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *SSESplit
 			} else if kept-n <= maxReply {
 				sp.fail(errReplyTooLarge)
 			}
-			if held != nil || done() {
-				held = append(held, buf[:n]...)
-			} else if clientGone = x.write(rc, buf[:n]); clientGone {
+			if done() {
+				// The API's end: held back for the caller, and nothing read after it
+				// (an upstream that goes on sending cannot grow it, or keep the client
+				// waiting for its close).
+				return append(held, buf[:n]...), nil, false
+			}
+			if clientGone = x.write(rc, buf[:n]); clientGone {
 				return nil, nil, true
 			}
 		}

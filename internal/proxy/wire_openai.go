@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
@@ -241,7 +242,9 @@ func (o *openAIMessage) assistant() (schemas.Message, error) {
 	return m, nil
 }
 
-func (openAIWire) NewStream() Stream { return &openAIStream{calls: map[int]*openAICall{}} }
+func (openAIWire) NewStream() Stream {
+	return &openAIStream{calls: map[int]*openAICall{}, args: map[*openAICall]*strings.Builder{}}
+}
 
 func (openAIWire) StreamError(message string) []byte {
 	// go-openai recognises an error event only by the exact prefix `data: {"error":`;
@@ -265,7 +268,8 @@ type openAIStream struct {
 	hasContent   bool
 	refusal      bytes.Buffer
 	calls        map[int]*openAICall
-	last, next   int // the slot of the last call added to, and the first slot free
+	args         map[*openAICall]*strings.Builder // each call's arguments, appended in linear time
+	last, next   int                              // the slot of the last call added to, and the first slot free
 	usage        *Usage
 	done, failed bool
 }
@@ -332,7 +336,12 @@ func (s *openAIStream) add(d *openAIMessage) {
 			c.Type = tc.Type
 		}
 		c.Function.Name += tc.Function.Name
-		c.Function.Arguments += tc.Function.Arguments
+		b := s.args[c]
+		if b == nil {
+			b = &strings.Builder{}
+			s.args[c] = b
+		}
+		b.WriteString(tc.Function.Arguments)
 	}
 }
 
@@ -383,7 +392,11 @@ func (s *openAIStream) Result() (schemas.Message, *Usage, error) {
 	}
 	sort.Ints(idx)
 	for _, i := range idx {
-		o.ToolCalls = append(o.ToolCalls, *s.calls[i])
+		c := *s.calls[i]
+		if b := s.args[s.calls[i]]; b != nil {
+			c.Function.Arguments = b.String()
+		}
+		o.ToolCalls = append(o.ToolCalls, c)
 	}
 	m, err := o.assistant()
 	return m, s.usage, err
