@@ -115,8 +115,11 @@ func TestNodeCompactsAndDrains(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // polling an observable: the KV value
 		}
 	}
-	if v.Generation != 1 || v.TailStartSeq == 0 {
-		t.Errorf("the value: generation %d, tail_start_seq %d; want generation 1 and a tail", v.Generation, v.TailStartSeq)
+	// The 40 messages may arrive while the first compaction runs: the worker then
+	// compacts again at once (escalation), and the value read may already be the
+	// second (a CI run on a busy machine read generation 2).
+	if v.Generation < 1 || v.TailStartSeq == 0 {
+		t.Errorf("the value: generation %d, tail_start_seq %d; want a compaction and a tail", v.Generation, v.TailStartSeq)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run = %v after its context was done; want nil", err)
