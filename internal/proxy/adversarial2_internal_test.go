@@ -271,44 +271,51 @@ func TestTwoProcessesNeverMixTwoContinuations(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
 		p1, ctx := r2store(t, nc, st)
 		p2, _ := r2store(t, nc, st)
-		opts := TurnOptions{Owner: "o", CacheTTL: time.Minute}
-		mixed := 0
-		for i := 0; i < 150; i++ {
-			conv := "race" + strings.Repeat("x", 1) + time.Now().Format("150405") + "-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-			t0, err := p1.Prepare(ctx, conv, []schemas.Message{r2user("u0")}, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := p1.Finish(ctx, t0, r2bot("r0"), nil); err != nil {
-				t.Fatal(err)
-			}
-			hA := []schemas.Message{r2user("u0"), r2bot("r0"), r2user("A-user")}
-			hB := []schemas.Message{r2user("u0"), r2bot("r0"), r2user("B-user"), r2bot("B-mid"), r2user("B-user2")}
-			ta, err := p1.Prepare(ctx, conv, hA, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tb, err := p2.Prepare(ctx, conv, hB, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 2)
-			go func() { done <- p1.Finish(ctx, ta, r2bot("A-reply"), nil) }()
-			go func() { done <- p2.Finish(ctx, tb, r2bot("B-reply"), nil) }()
-			for range 2 {
-				if err := <-done; err != nil {
-					t.Logf("finish: %v", err)
-				}
-			}
-			if got := r2texts(t, ctx, st, conv); strings.Contains(got, "A-user") && strings.Contains(got, "B-user2") {
-				mixed++
-				t.Logf("run %d: %s holds %s", i, conv, got)
-			}
-		}
-		if mixed > 0 {
-			t.Fatalf("%d of 150 runs mixed two continuations in one conversation", mixed)
-		}
+		raceTwoContinuations(t, ctx, st, p1, p2)
 	})
+}
+
+// raceTwoContinuations has p1 and p2 finish two different continuations of one tip at
+// once, 150 times, and fails when a conversation ends up holding both.
+func raceTwoContinuations(t *testing.T, ctx context.Context, st *jetstream.Store, p1, p2 *Store) {
+	t.Helper()
+	opts := TurnOptions{Owner: "o", CacheTTL: time.Minute}
+	mixed := 0
+	for i := 0; i < 150; i++ {
+		conv := "race" + strings.Repeat("x", 1) + time.Now().Format("150405") + "-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		t0, err := p1.Prepare(ctx, conv, []schemas.Message{r2user("u0")}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p1.Finish(ctx, t0, r2bot("r0"), nil); err != nil {
+			t.Fatal(err)
+		}
+		hA := []schemas.Message{r2user("u0"), r2bot("r0"), r2user("A-user")}
+		hB := []schemas.Message{r2user("u0"), r2bot("r0"), r2user("B-user"), r2bot("B-mid"), r2user("B-user2")}
+		ta, err := p1.Prepare(ctx, conv, hA, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := p2.Prepare(ctx, conv, hB, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 2)
+		go func() { done <- p1.Finish(ctx, ta, r2bot("A-reply"), nil) }()
+		go func() { done <- p2.Finish(ctx, tb, r2bot("B-reply"), nil) }()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Logf("finish: %v", err)
+			}
+		}
+		if got := r2texts(t, ctx, st, conv); strings.Contains(got, "A-user") && strings.Contains(got, "B-user2") {
+			mixed++
+			t.Logf("run %d: %s holds %s", i, conv, got)
+		}
+	}
+	if mixed > 0 {
+		t.Fatalf("%d of 150 runs mixed two continuations in one conversation", mixed)
+	}
 }
 
 // The race of TestTwoProcessesNeverMixTwoContinuations on a new conversation, with
@@ -357,46 +364,11 @@ func TestTwoCredentialsRacingOnANewConversation(t *testing.T) {
 	})
 }
 
+// The same race within one process, whose stripe lock serializes the storing: the
+// control of TestTwoProcessesNeverMixTwoContinuations.
 func TestOneProcessDoesNotMixTwoContinuations(t *testing.T) {
 	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
-		p1, ctx := r2store(t, nc, st)
-		p2 := p1
-		opts := TurnOptions{Owner: "o", CacheTTL: time.Minute}
-		mixed := 0
-		for i := 0; i < 150; i++ {
-			conv := "race" + strings.Repeat("x", 1) + time.Now().Format("150405") + "-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-			t0, err := p1.Prepare(ctx, conv, []schemas.Message{r2user("u0")}, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := p1.Finish(ctx, t0, r2bot("r0"), nil); err != nil {
-				t.Fatal(err)
-			}
-			hA := []schemas.Message{r2user("u0"), r2bot("r0"), r2user("A-user")}
-			hB := []schemas.Message{r2user("u0"), r2bot("r0"), r2user("B-user"), r2bot("B-mid"), r2user("B-user2")}
-			ta, err := p1.Prepare(ctx, conv, hA, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tb, err := p2.Prepare(ctx, conv, hB, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 2)
-			go func() { done <- p1.Finish(ctx, ta, r2bot("A-reply"), nil) }()
-			go func() { done <- p2.Finish(ctx, tb, r2bot("B-reply"), nil) }()
-			for range 2 {
-				if err := <-done; err != nil {
-					t.Logf("finish: %v", err)
-				}
-			}
-			if got := r2texts(t, ctx, st, conv); strings.Contains(got, "A-user") && strings.Contains(got, "B-user2") {
-				mixed++
-				t.Logf("run %d: %s holds %s", i, conv, got)
-			}
-		}
-		if mixed > 0 {
-			t.Fatalf("%d of 150 runs mixed two continuations in one conversation", mixed)
-		}
+		p, ctx := r2store(t, nc, st)
+		raceTwoContinuations(t, ctx, st, p, p)
 	})
 }
