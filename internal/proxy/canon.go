@@ -111,8 +111,8 @@ func canonicalContent(c schemas.Content, field func(byte, []byte)) {
 	flush()
 }
 
-// canonicalJSON is data re-encoded compactly with sorted keys when it is JSON, and data
-// itself otherwise.
+// canonicalJSON is data re-encoded compactly with sorted keys (numbers as written, no
+// HTML escaping) when it is one JSON value, and data itself otherwise.
 func canonicalJSON(data []byte) []byte {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
@@ -120,7 +120,7 @@ func canonicalJSON(data []byte) []byte {
 	if err := d.Decode(&v); err != nil || d.More() {
 		return data
 	}
-	out, err := json.Marshal(v)
+	out, err := marshalNoEscape(v)
 	if err != nil {
 		return data
 	}

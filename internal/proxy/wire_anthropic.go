@@ -408,17 +408,7 @@ func canonicalArgs(input json.RawMessage) string {
 	if len(input) == 0 || isNull(input) {
 		return "{}"
 	}
-	d := json.NewDecoder(bytes.NewReader(input))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return string(input)
-	}
-	b, err := marshalNoEscape(v)
-	if err != nil {
-		return string(input)
-	}
-	return string(b)
+	return string(canonicalJSON(input))
 }
 
 func (anthropicWire) Build(req *Request, cx *assemble.Context) ([]byte, error) {
