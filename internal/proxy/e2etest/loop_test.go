@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/pipeline"
+
 	"github.com/compactor/compactor/internal/fakeupstream"
 	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/schemas"
@@ -398,9 +400,22 @@ func (l *loop) checkBranches() {
 func (l *loop) checkPipelineContext() {
 	t := l.t
 	t.Helper()
-	cx, err := l.s.pc.Context(ctxFor(t, 30*time.Second), l.lastConv)
+	ctx := ctxFor(t, time.Minute)
+	cx, err := l.s.pc.Context(ctx, l.lastConv)
 	if err != nil {
 		t.Fatalf("pipeline context of %s: %v", l.lastConv, err)
+	}
+	if !cx.HasSummary {
+		// The last conversation may be a branch made late in the loop, still on the
+		// parent's summary it was seeded with: it gets one of its own on request.
+		if r, err := l.s.pc.Compact(ctx, l.lastConv, pipeline.Wait(30*time.Second)); err != nil {
+			t.Fatalf("compact %s: %v", l.lastConv, err)
+		} else {
+			t.Logf("%s had no summary of its own yet: compaction %s", l.lastConv, r.Status)
+		}
+		if cx, err = l.s.pc.Context(ctx, l.lastConv); err != nil {
+			t.Fatalf("pipeline context of %s: %v", l.lastConv, err)
+		}
 	}
 	var text strings.Builder
 	for _, m := range cx.Messages {
