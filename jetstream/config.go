@@ -233,6 +233,9 @@ func subject(prefix, conv, suffix string) (string, error) {
 // Config sets up the streams, buckets and consumers.
 type Config struct {
 	Names
+	// Tenant is the tenant whose names these are ("": the deployment's own, no tenant).
+	// Set it with ForTenant, which changes the names with it.
+	Tenant string
 	// Replicas of every stream and bucket (1 on a single server, 3 in a cluster).
 	Replicas int
 	// ChatMaxAge, when > 0, bounds how long raw history is kept. 0 keeps it forever.
