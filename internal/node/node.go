@@ -68,6 +68,11 @@ type Config struct {
 	// Proxy is the proxy role's configuration (required with Roles.Proxy).
 	Proxy *proxy.Config
 
+	// Tenant, when set, is the tenant whose conversations this node serves: the store is
+	// the tenant's, Resolver and Profiles are the tenant's (tenants.Tenant.Resolver), and
+	// the service answers on the tenant's subjects (docs/tenants.md).
+	Tenant *Tenant
+
 	// ViewListen is the web view's host:port ("": off; only with the API role), and
 	// ViewToken its credential ("": only requests to localhost).
 	ViewListen, ViewToken string
@@ -420,10 +425,14 @@ type Summarizers struct {
 	lookup   func(string) (string, bool)
 	fallback summary.Summarizer
 	log      zerolog.Logger
-	// base is the settings without a profile: its endpoint is the default endpoint.
+	// base is the deployment's settings without a profile: its endpoint is the default
+	// endpoint (for a tenant too: the deployment's, not the tenant's).
 	base policy.Settings
 	// profiles is the profiles file (nil: none): which profile names a key variable.
 	profiles *policy.File
+	// tenantKeyEnv is the variable a tenant's own settings name for its key ("": the
+	// tenant names none, or this is no tenant's).
+	tenantKeyEnv string
 
 	// tel observes the LLM calls.
 	tel telemetry.Telemetry
@@ -439,8 +448,13 @@ func NewSummarizers(cfg Config, fallback summary.Summarizer) *Summarizers {
 	if lookup == nil {
 		lookup = func(string) (string, bool) { return "", false }
 	}
-	return &Summarizers{lookup: lookup, fallback: fallback, log: cfg.Logger, base: cfg.Resolver.Base(), profiles: cfg.Profiles,
+	f := &Summarizers{lookup: lookup, fallback: fallback, log: cfg.Logger, base: cfg.Resolver.Base(), profiles: cfg.Profiles,
 		tel: cfg.Telemetry, cache: map[llm.Config]*llm.Summarizer{}}
+	if t := cfg.Tenant; t != nil {
+		f.base, f.tenantKeyEnv = t.Deployment.Base(), t.KeyEnv
+		f.log = f.log.With().Str("tenant", t.Name).Logger()
+	}
+	return f
 }
 
 // For is the summarizer of s: one per endpoint, model, key and timeout, built once.
@@ -480,10 +494,15 @@ func (f *Summarizers) EndpointAndKey(s policy.Settings) (base, key string) {
 		return v
 	}
 	base = s.LLMBaseURL
-	if s.Profile != "" && orDefault(base) != orDefault(f.base.LLMBaseURL) {
-		// The profile's own endpoint: only the variable the profile itself names.
-		if f.profileSets(s.Profile, "llm_api_key_env") {
+	if orDefault(base) != orDefault(f.base.LLMBaseURL) {
+		// A profile's or a tenant's own endpoint: only the variable the profile itself
+		// names, else the one the tenant's settings name. (Only those tiers set an
+		// endpoint: a conversation's policy cannot.)
+		switch {
+		case s.Profile != "" && f.profileSets(s.Profile, "llm_api_key_env"):
 			key = get(s.LLMAPIKeyEnv)
+		case f.tenantKeyEnv != "":
+			key = get(f.tenantKeyEnv)
 		}
 		return base, key
 	}

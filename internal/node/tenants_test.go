@@ -1,0 +1,253 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/internal/tenants"
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/triggers"
+)
+
+// writeTenants writes a tenants file naming these tenants (no settings) at path.
+func writeTenants(t *testing.T, path string, names ...string) {
+	t.Helper()
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%q: {}", n))
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(`{"tenants": {`+strings.Join(parts, ", ")+`}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil { // the file changes at once, as a ConfigMap's does
+		t.Fatal(err)
+	}
+}
+
+// tenantStore opens tenant's store on nc (after serve provisioned it).
+func tenantStore(ctx context.Context, t *testing.T, nc *nats.Conn, tenant string) *jetstream.Store {
+	t.Helper()
+	cfg, err := jetstream.DefaultConfig().ForTenant(tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := jetstream.Open(ctx, nc, cfg)
+		if err == nil {
+			return st
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("tenant %s's streams: %v", tenant, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling an observable: the streams serve provisions
+	}
+}
+
+// answers reports whether subj is answered (a tenant's service runs).
+func answers(nc *nats.Conn, subj string) bool {
+	_, err := nc.Request(subj, nil, 2*time.Second)
+	return err == nil
+}
+
+// Serve with a tenants file runs every role once per tenant on the tenant's own
+// streams: a conversation outgrowing its window is compacted in its tenant only, the
+// same id in another tenant is another conversation, and a tenant added to or removed
+// from the file is started or stopped while the others run on.
+func TestServeTenants(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.ConnTo(t, srv.ClientURL())
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	writeTenants(t, file, "acme", "globex")
+	tcfg := triggers.DefaultConfig()
+	tcfg.RetryDelay = 100 * time.Millisecond
+	logs := &logLines{t: t}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() {
+		served <- node.Serve(sctx, node.ServeConfig{
+			Node: node.Config{Roles: node.Roles{Trigger: true, Worker: true, API: true}, Resolver: resolver(t, 2000),
+				Trigger: tcfg, Summarizer: summarizer.DefaultConfig(), Logger: zerolog.New(logs).Level(zerolog.WarnLevel)},
+			NATSURL: srv.ClientURL(), JetStream: jetstream.DefaultConfig(), DrainTimeout: 30 * time.Second,
+			Tenants: &node.TenantsSource{Path: file, Every: 50 * time.Millisecond},
+		})
+	}()
+	acme, globex := tenantStore(ctx, t, nc, "acme"), tenantStore(ctx, t, nc, "globex")
+	cl := pipeline.NewWithStore(nc, acme)
+	for i := range 40 {
+		role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
+		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d says something. ", i), 12))}
+		if _, err := cl.Publish(ctx, "c1", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pipeline.NewWithStore(nc, globex).Publish(ctx, "c1", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "acme's c1 compacted", func() bool {
+		v, _, err := acme.Results().Get(ctx, "c1", false)
+		return err == nil && v != nil
+	})
+	if v, _, err := globex.Results().Get(ctx, "c1", true); err != nil || v != nil {
+		t.Fatalf("globex's c1 (one message) has a value %+v (%v): acme's compaction crossed over", v, err)
+	}
+	waitFor(ctx, t, "globex's service", func() bool { return answers(nc, "compactor.globex.status") })
+
+	writeTenants(t, file, "acme", "initech")
+	waitFor(ctx, t, "initech's service to start", func() bool { return answers(nc, "compactor.initech.status") })
+	waitFor(ctx, t, "globex's service to stop", func() bool { return !answers(nc, "compactor.globex.status") })
+	if !answers(nc, "compactor.acme.status") {
+		t.Fatal("acme's service stopped when other tenants changed")
+	}
+	if last, err := globex.Chat().LastSeq(ctx, "c1"); err != nil || last != 1 {
+		t.Fatalf("globex's data after its removal: last seq %d, %v; want it kept", last, err)
+	}
+
+	if err := os.WriteFile(file, []byte(`{"tenants": {"Not A Tenant": {}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A file that no longer reads keeps the tenants as they were.
+	waitFor(ctx, t, "the broken file read", func() bool { return logs.has("the tenants file does not read") })
+	if !answers(nc, "compactor.acme.status") || !answers(nc, "compactor.initech.status") {
+		t.Fatal("a broken tenants file stopped the running tenants")
+	}
+	stop()
+	if err := <-served; err != nil {
+		t.Fatalf("Serve = %v after its context was done", err)
+	}
+	if answers(nc, "compactor.acme.status") {
+		t.Fatal("acme's service answers after Serve returned")
+	}
+}
+
+// A tenants file that does not read stops Serve at once, naming the fault.
+func TestServeTenantsRefusesABadFile(t *testing.T) {
+	srv := jstest.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for name, body := range map[string]string{
+		"a bad name":             `{"tenants": {"Acme": {}}}`,
+		"an unknown key":         `{"tenants": {"acme": {"policy": {"no_such_key": 1}}}}`,
+		"a negative quota":       `{"tenants": {"acme": {"quotas": {"stored_bytes": -1}}}}`,
+		"an unknown field":       `{"tenants": {"acme": {"quota": {}}}}`,
+		"a missing default":      `{"tenants": {"acme": {"default_profile": "big"}}}`,
+		"a profile naming a key": `{"tenants": {"acme": {"policy": {"profile": "x"}}}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "tenants.json")
+			if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := node.Serve(ctx, node.ServeConfig{
+				Node:    node.Config{Roles: node.Roles{API: true}, Resolver: resolver(t, 8000), Logger: zerolog.Nop()},
+				NATSURL: srv.ClientURL(), JetStream: jetstream.DefaultConfig(), DrainTimeout: time.Second,
+				Tenants: &node.TenantsSource{Path: file},
+			})
+			if !errors.Is(err, tenants.ErrFile) && !errors.Is(err, policy.ErrPolicy) {
+				t.Fatalf("Serve = %v; want the file refused", err)
+			}
+		})
+	}
+}
+
+// A tenant's key goes only to the tenant's own endpoint, and the deployment's key only
+// to the deployment's endpoint: a tenant with an endpoint of its own and no key variable
+// of its own gets no key, never the deployment's.
+func TestTenantKeysGoOnlyToTheirEndpoints(t *testing.T) {
+	vars := map[string]string{"COMPACTOR_LLM_API_KEY": "deployment-key", "ACME_KEY": "acme-key", "GLOBEX_KEY": "globex-key"}
+	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	dep, err := policy.NewResolver(policy.Layer{"llm_base_url": "https://llm.operator.example/v1"}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := tenants.Parse([]byte(`{"tenants": {
+		"acme":   {"policy": {"llm_base_url": "https://acme.example/v1", "llm_api_key_env": "ACME_KEY"},
+		           "profiles": {"cheap": {"llm_model": "small"}}},
+		"globex": {"policy": {"llm_base_url": "https://globex.example/v1"}},
+		"initech": {}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tenant, want := range map[string]struct{ base, key string }{
+		"acme":    {"https://acme.example/v1", "acme-key"},
+		"globex":  {"https://globex.example/v1", ""}, // its own endpoint, no variable of its own
+		"initech": {"https://llm.operator.example/v1", "deployment-key"},
+	} {
+		tt := f.Tenants[tenant]
+		r, err := tt.Resolver(tenant, dep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyEnv, _ := tt.Policy["llm_api_key_env"].(string)
+		sums := node.NewSummarizers(node.Config{Resolver: r, Profiles: tt.ProfileFile(), Lookup: lookup, Logger: zerolog.Nop(),
+			Tenant: &node.Tenant{Name: tenant, Deployment: dep, KeyEnv: keyEnv}}, nil)
+		base, key := sums.EndpointAndKey(r.Base())
+		if base != want.base || key != want.key {
+			t.Errorf("%s: endpoint %q key %q; want %q %q", tenant, base, key, want.base, want.key)
+		}
+	}
+	acme, _ := f.Tenants["acme"].Resolver("acme", dep)
+	if _, err := acme.Resolve(policy.Layer{policy.ProfileKey: "cheap"}); err != nil {
+		t.Fatalf("acme's conversation naming acme's profile: %v", err)
+	}
+	globex, _ := f.Tenants["globex"].Resolver("globex", dep)
+	if _, err := globex.Resolve(policy.Layer{policy.ProfileKey: "cheap"}); err == nil {
+		t.Fatal("globex's conversation named acme's profile")
+	}
+}
+
+// waitFor polls an observable condition until it holds or ctx ends.
+func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if ctx.Err() != nil {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// logLines is a log that a test reads: each line is also the test's log.
+type logLines struct {
+	t     *testing.T
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, string(p))
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// has reports whether a line says s.
+func (l *logLines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
