@@ -190,12 +190,9 @@ func (ts *tenantSet) serveTenant(ctx context.Context, name string, t tenants.Ten
 
 // runTenant is one life of a tenant's roles.
 func (ts *tenantSet) runTenant(ctx context.Context, name string, t tenants.Tenant, log zerolog.Logger) error {
-	jcfg, err := ts.cfg.JetStream.ForTenant(name)
+	jcfg, err := t.JetStream(ts.cfg.JetStream, name)
 	if err != nil {
 		return err
-	}
-	if q := t.Quotas.StoredBytes; q > 0 {
-		jcfg.ChatMaxBytes = q
 	}
 	st, err := jetstream.ProvisionRetrying(ctx, ts.nc, jcfg, jetstream.DefaultBackoff(), log)
 	if err != nil {

@@ -127,11 +127,7 @@ func (f *File) Names() []string {
 // Resolver returns tenant name's resolver over the deployment's (r): its policy over the
 // environment, its profiles only (policy.Resolver.ForTenant).
 func (t Tenant) Resolver(name string, r *policy.Resolver) (*policy.Resolver, error) {
-	var f *policy.File
-	if len(t.Profiles) > 0 || t.DefaultProfile != "" {
-		f = &policy.File{DefaultProfile: t.DefaultProfile, Profiles: t.Profiles}
-	}
-	return r.ForTenant(name, t.Policy, f)
+	return r.ForTenant(name, t.Policy, t.ProfileFile())
 }
 
 // ProfileFile is the tenant's profiles as a profiles file (nil: none).
@@ -162,4 +158,16 @@ func (t Tenant) Fingerprint() string {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// JetStream is tenant name's streams' configuration in a deployment whose own is base:
+// base's settings, the tenant's names (jetstream.Config.ForTenant), and its quota of
+// stored bytes as CHAT's bound.
+func (t Tenant) JetStream(base jetstream.Config, name string) (jetstream.Config, error) {
+	c, err := base.ForTenant(name)
+	if err != nil {
+		return jetstream.Config{}, err
+	}
+	c.ChatMaxBytes = t.Quotas.StoredBytes
+	return c, nil
 }
