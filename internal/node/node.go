@@ -12,6 +12,7 @@ import (
 
 	"github.com/compactor/compactor/internal/proxy"
 	"github.com/compactor/compactor/internal/telemetry"
+	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/service"
 	"github.com/compactor/compactor/schemas/policy"
@@ -275,6 +276,9 @@ func newPool(cfg Config, st *jetstream.Store, policies PolicySourcer) (*summariz
 		summarizersFor = sums.For
 	}
 	opts := summarizer.Options{Policies: policies, Summarizers: summarizersFor, Fallback: fallback, Retryable: llm.Retryable, Logger: log}
+	if t := cfg.Tenant; t != nil && (t.Quotas.Conversations > 0 || t.Quotas.SummarizerTokensPerDay > 0) {
+		opts.Quota = tenants.NewQuota(t.Name, t.Quotas, st, log)
+	}
 	cfg.Telemetry.Pool(&opts)
 	return summarizer.NewPool(cfg.Summarizer, st, opts)
 }

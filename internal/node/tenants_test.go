@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
@@ -75,21 +77,10 @@ func TestServeTenants(t *testing.T) {
 	nc := jstest.ConnTo(t, srv.ClientURL())
 	file := filepath.Join(t.TempDir(), "tenants.json")
 	writeTenants(t, file, "acme", "globex")
-	tcfg := triggers.DefaultConfig()
-	tcfg.RetryDelay = 100 * time.Millisecond
 	logs := &logLines{t: t}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sctx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() {
-		served <- node.Serve(sctx, node.ServeConfig{
-			Node: node.Config{Roles: node.Roles{Trigger: true, Worker: true, API: true}, Resolver: resolver(t, 2000),
-				Trigger: tcfg, Summarizer: summarizer.DefaultConfig(), Logger: zerolog.New(logs).Level(zerolog.WarnLevel)},
-			NATSURL: srv.ClientURL(), JetStream: jetstream.DefaultConfig(), DrainTimeout: 30 * time.Second,
-			Tenants: &node.TenantsSource{Path: file, Every: 50 * time.Millisecond},
-		})
-	}()
+	stop := serveTenants(ctx, t, srv.ClientURL(), file, logs, nil)
 	acme, globex := tenantStore(ctx, t, nc, "acme"), tenantStore(ctx, t, nc, "globex")
 	cl := pipeline.NewWithStore(nc, acme)
 	for i := range 40 {
@@ -129,12 +120,33 @@ func TestServeTenants(t *testing.T) {
 	if !answers(nc, "compactor.acme.status") || !answers(nc, "compactor.initech.status") {
 		t.Fatal("a broken tenants file stopped the running tenants")
 	}
-	stop()
-	if err := <-served; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("Serve = %v after its context was done", err)
 	}
 	if answers(nc, "compactor.acme.status") {
 		t.Fatal("acme's service answers after Serve returned")
+	}
+}
+
+// serveTenants runs Serve with every role for the tenants of file on url until stop,
+// which returns what Serve returned.
+func serveTenants(ctx context.Context, t *testing.T, url, file string, logs *logLines, lookup func(string) (string, bool)) (stop func() error) {
+	t.Helper()
+	tcfg := triggers.DefaultConfig()
+	tcfg.RetryDelay = 100 * time.Millisecond
+	sctx, cancel := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() {
+		served <- node.Serve(sctx, node.ServeConfig{
+			Node: node.Config{Roles: node.Roles{Trigger: true, Worker: true, API: true}, Resolver: resolver(t, 2000), Lookup: lookup,
+				Trigger: tcfg, Summarizer: summarizer.DefaultConfig(), Logger: zerolog.New(logs).Level(zerolog.WarnLevel)},
+			NATSURL: url, JetStream: jetstream.DefaultConfig(), DrainTimeout: 30 * time.Second,
+			Tenants: &node.TenantsSource{Path: file, Every: 50 * time.Millisecond},
+		})
+	}()
+	return func() error {
+		cancel()
+		return <-served
 	}
 }
 
@@ -250,4 +262,91 @@ func (l *logLines) has(s string) bool {
 		}
 	}
 	return false
+}
+
+// A quota run: acme's summarizer tokens per day are spent, so its compaction is declined
+// with a reason it reads in the outcome of compactor.compact, and nothing of it is
+// lost; globex, on the same workers and LLM, compacts as if acme were not there. Raised
+// in the file, the quota lets acme's conversation compact with every message it had.
+func TestTenantQuotaDeclinesAndSparesTheOthers(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.ConnTo(t, srv.ClientURL())
+	llm := fakellm.New(t)
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	write := func(acmeTokens int) {
+		body := fmt.Sprintf(`{"tenants": {
+			"acme":   {"policy": {"llm_base_url": %q, "llm_api_key_env": "ACME_KEY"}, "quotas": {"summarizer_tokens_per_day": %d}},
+			"globex": {"policy": {"llm_base_url": %q, "llm_api_key_env": "GLOBEX_KEY"}}}}`, llm.URL()+"/v1", acmeTokens, llm.URL()+"/v1")
+		if err := os.WriteFile(file+".tmp", []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".tmp", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(100)
+	keys := map[string]string{"ACME_KEY": "k-acme", "GLOBEX_KEY": "k-globex"}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	stop := serveTenants(ctx, t, srv.ClientURL(), file, &logLines{t: t}, func(k string) (string, bool) { v, ok := keys[k]; return v, ok })
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	}()
+	acme, globex := tenantStore(ctx, t, nc, "acme"), tenantStore(ctx, t, nc, "globex")
+	for _, st := range []*jetstream.Store{acme, globex} {
+		cl := pipeline.NewWithStore(nc, st)
+		for i := range 40 {
+			role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
+			m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
+			if _, err := cl.Publish(ctx, "c1", m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(ctx, t, "globex's c1 compacted", func() bool {
+		v, _, err := globex.Results().Get(ctx, "c1", false)
+		return err == nil && v != nil && v.Generation > 0 && !v.Fallback
+	})
+	waitFor(ctx, t, "acme's service", func() bool { return answers(nc, "compactor.acme.status") })
+	out := compactWait(ctx, t, nc, "acme", "c1")
+	if out.Status != "declined" || !strings.Contains(out.Error, "quota: tenant acme used") || !strings.Contains(out.Error, "100 summarizer tokens") {
+		t.Fatalf("acme's compaction over its quota: %+v; want declined naming the quota", out)
+	}
+	if v, _, err := acme.Results().Get(ctx, "c1", true); err != nil || (v != nil && v.Generation > 0) {
+		t.Fatalf("acme's c1 after the decline: %+v, %v; want no compaction", v, err)
+	}
+	if last, err := acme.Chat().LastSeq(ctx, "c1"); err != nil || last != 40 {
+		t.Fatalf("acme's messages after the decline: last seq %d, %v; want all 40", last, err)
+	}
+	write(1_000_000)
+	waitFor(ctx, t, "acme's c1 compacted under its raised quota", func() bool {
+		if out := compactWait(ctx, t, nc, "acme", "c1"); out.Status == "completed" || out.Status == "busy" {
+			v, _, err := acme.Results().Get(ctx, "c1", true)
+			return err == nil && v != nil && v.Generation > 0
+		}
+		return false
+	})
+	used, _, err := acme.TokensUsed(ctx, time.Now())
+	if err != nil || used <= 0 {
+		t.Fatalf("acme's tokens used today: %d, %v; want its compaction counted", used, err)
+	}
+	if gused, _, err := globex.TokensUsed(ctx, time.Now()); err != nil || gused != 0 {
+		t.Fatalf("globex (no quota) counted %d tokens (%v); want none counted", gused, err)
+	}
+}
+
+// compactWait asks tenant's service for a compaction of conv and waits for its outcome.
+func compactWait(ctx context.Context, t *testing.T, nc *nats.Conn, tenant, conv string) schemas.CompactResponse {
+	t.Helper()
+	m, err := nc.RequestWithContext(ctx, "compactor."+tenant+".compact", fmt.Appendf(nil, `{"conversation":%q,"wait_ms":20000}`, conv))
+	if err != nil {
+		t.Fatalf("compactor.%s.compact: %v", tenant, err)
+	}
+	var out schemas.CompactResponse
+	if err := json.Unmarshal(m.Data, &out); err != nil {
+		t.Fatalf("compactor.%s.compact answered %s: %v", tenant, m.Data, err)
+	}
+	return out
 }
