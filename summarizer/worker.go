@@ -146,7 +146,7 @@ type Options struct {
 	// Quota, when set, bounds what the pool's compactions may spend (a tenant's quotas):
 	// a compaction it does not allow is declined with its reason, and nothing else is
 	// touched (nil: no bound).
-	Quota Quota
+	Quota  Quota
 	Logger zerolog.Logger
 }
 
