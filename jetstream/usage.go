@@ -67,16 +67,20 @@ func (s *Store) AddTokensUsed(ctx context.Context, day time.Time, n int64) (int6
 	return 0, fmt.Errorf("count %d tokens in %s: %d writers raced it; given up", n, s.cfg.DeploymentBucket, maxUsageAttempts)
 }
 
-// ConversationCount is how many conversations CHAT holds (its subjects: one per
-// conversation in every layout).
-func (s *Store) ConversationCount(ctx context.Context) (int64, error) {
+// ChatFigures are what CHAT holds.
+type ChatFigures struct {
+	// Conversations is its subjects: one per conversation in every layout.
+	Conversations int64
+	// Bytes is its size.
+	Bytes int64
+}
+
+// ChatState reads how many conversations CHAT holds and its bytes.
+func (s *Store) ChatState(ctx context.Context) (ChatFigures, error) {
 	str, err := s.js.Stream(ctx, s.cfg.ChatStream)
 	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
+		return ChatFigures{}, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
 	}
-	info, err := str.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
-	}
-	return int64(info.State.NumSubjects), nil
+	info := str.CachedInfo() // read by the lookup just now
+	return ChatFigures{Conversations: int64(info.State.NumSubjects), Bytes: int64(info.State.Bytes)}, nil
 }

@@ -163,7 +163,7 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 		src := NewPolicySourceLog(st, cfg.Resolver, log)
 		policies = src
 		n.comps = append(n.comps, src) // its watch, for the cache
-		if m := tel.Metrics; m != nil {
+		if m := tel.Metrics; m != nil && cfg.Tenant == nil {
 			m.PolicyCache(src.CacheStats)
 		}
 	}
@@ -200,7 +200,7 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 		n.comps = append(n.comps, p)
 		n.pool = p
 	}
-	if m := tel.Metrics; m != nil {
+	if m := tel.Metrics; m != nil && cfg.Tenant == nil { // a tenant's: its tenant metrics (tenants.go)
 		if n.pool != nil {
 			m.Pool(n.pool)
 			m.LearnedWindows(st, log)
@@ -276,8 +276,13 @@ func newPool(cfg Config, st *jetstream.Store, policies PolicySourcer) (*summariz
 		summarizersFor = sums.For
 	}
 	opts := summarizer.Options{Policies: policies, Summarizers: summarizersFor, Fallback: fallback, Retryable: llm.Retryable, Logger: log}
-	if t := cfg.Tenant; t != nil && (t.Quotas.Conversations > 0 || t.Quotas.SummarizerTokensPerDay > 0) {
-		opts.Quota = tenants.NewQuota(t.Name, t.Quotas, st, log)
+	if t := cfg.Tenant; t != nil {
+		// Every tenant's: it meters the tokens, and bounds them when a quota is set.
+		q := tenants.NewQuota(t.Name, t.Quotas, st, log)
+		if tm := cfg.Telemetry.Tenant; tm != nil {
+			q.Declined, q.Charged = tm.Declined, tm.Tokens
+		}
+		opts.Quota = q
 	}
 	cfg.Telemetry.Pool(&opts)
 	return summarizer.NewPool(cfg.Summarizer, st, opts)

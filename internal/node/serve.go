@@ -235,6 +235,9 @@ func serveTenants(ctx context.Context, cfg ServeConfig, nc *nats.Conn, ready *te
 	if err != nil {
 		return err
 	}
+	if m := cfg.Node.Telemetry.Metrics; m != nil {
+		m.Connection(nc) // the process's; each tenant's roles report as that tenant's
+	}
 	cfg.Node.Logger.Info().Strs("tenants", f.Names()).Str("file", cfg.Tenants.Path).Msg("serving tenants")
 	ready.Running(ts)
 	defer ready.Stopping()

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/service"
@@ -50,6 +51,9 @@ type tenantSet struct {
 	mu      sync.Mutex
 	running map[string]*tenantRun
 	wg      sync.WaitGroup
+	// metrics are the running tenants' metrics: kept while a tenant restarts with new
+	// settings, removed with the tenant.
+	metrics map[string]*telemetry.Tenant
 }
 
 // tenantRun is one tenant's roles running.
@@ -60,7 +64,7 @@ type tenantRun struct {
 }
 
 func newTenantSet(cfg ServeConfig, nc *nats.Conn) *tenantSet {
-	return &tenantSet{cfg: cfg, nc: nc, log: cfg.Node.Logger, running: map[string]*tenantRun{}}
+	return &tenantSet{cfg: cfg, nc: nc, log: cfg.Node.Logger, running: map[string]*tenantRun{}, metrics: map[string]*telemetry.Tenant{}}
 }
 
 // read reads and checks the tenants file against the deployment's tiers.
@@ -125,12 +129,20 @@ func (ts *tenantSet) apply(ctx context.Context, f *tenants.File) {
 		r.cancel()
 		<-r.done
 		delete(ts.running, name)
+		if tm := ts.metrics[name]; tm != nil && !ok {
+			tm.Remove()
+			delete(ts.metrics, name)
+		}
 	}
 	for _, name := range f.Names() {
 		if _, ok := ts.running[name]; ok {
 			continue
 		}
 		t := f.Tenants[name]
+		if m := ts.cfg.Node.Telemetry.Metrics; m != nil && ts.metrics[name] == nil {
+			ts.metrics[name] = m.Tenant(name)
+		}
+		tm := ts.metrics[name]
 		cctx, cancel := context.WithCancel(ctx)
 		r := &tenantRun{fingerprint: t.Fingerprint(), cancel: cancel, done: make(chan struct{})}
 		ts.running[name] = r
@@ -138,7 +150,7 @@ func (ts *tenantSet) apply(ctx context.Context, f *tenants.File) {
 		go func() {
 			defer ts.wg.Done()
 			defer close(r.done)
-			ts.serveTenant(cctx, name, t)
+			ts.serveTenant(cctx, name, t, tm)
 		}()
 	}
 }
@@ -167,11 +179,11 @@ func (ts *tenantSet) Running() []string {
 // serveTenant provisions (or finds) the tenant's streams and runs its roles until ctx
 // is done. A failure stops only this tenant's roles: it is reported and tried again
 // after a backoff, the other tenants untouched.
-func (ts *tenantSet) serveTenant(ctx context.Context, name string, t tenants.Tenant) {
+func (ts *tenantSet) serveTenant(ctx context.Context, name string, t tenants.Tenant, tm *telemetry.Tenant) {
 	log := ts.log.With().Str("tenant", name).Logger()
 	backoff := jetstream.DefaultBackoff()
 	for attempt := 0; ; attempt++ {
-		err := ts.runTenant(ctx, name, t, log)
+		err := ts.runTenant(ctx, name, t, tm, log)
 		if ctx.Err() != nil {
 			return
 		}
@@ -189,7 +201,7 @@ func (ts *tenantSet) serveTenant(ctx context.Context, name string, t tenants.Ten
 }
 
 // runTenant is one life of a tenant's roles.
-func (ts *tenantSet) runTenant(ctx context.Context, name string, t tenants.Tenant, log zerolog.Logger) error {
+func (ts *tenantSet) runTenant(ctx context.Context, name string, t tenants.Tenant, tm *telemetry.Tenant, log zerolog.Logger) error {
 	jcfg, err := t.JetStream(ts.cfg.JetStream, name)
 	if err != nil {
 		return err
@@ -201,6 +213,10 @@ func (ts *tenantSet) runTenant(ctx context.Context, name string, t tenants.Tenan
 	ncfg, err := ts.tenantConfig(name, t, log)
 	if err != nil {
 		return err
+	}
+	if tm != nil {
+		tm.Watch(st)
+		ncfg.Telemetry.Tenant = tm
 	}
 	n, err := New(ncfg, ts.nc, st)
 	if err != nil {
@@ -240,7 +256,6 @@ func (ts *tenantSet) tenantConfig(name string, t tenants.Tenant, log zerolog.Log
 	scfg.Tenant = name
 	ncfg.Service = &scfg
 	ncfg.Roles.Proxy, ncfg.Proxy, ncfg.ViewListen = false, nil, ""
-	ncfg.Telemetry.Metrics = nil // per-tenant metrics: not yet
 	ncfg.Logger = log
 	return ncfg, nil
 }

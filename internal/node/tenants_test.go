@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -80,7 +82,7 @@ func TestServeTenants(t *testing.T) {
 	logs := &logLines{t: t}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	stop := serveTenants(ctx, t, srv.ClientURL(), file, logs, nil)
+	m, stop := serveTenants(ctx, t, srv.ClientURL(), file, logs, nil)
 	acme, globex := tenantStore(ctx, t, nc, "acme"), tenantStore(ctx, t, nc, "globex")
 	cl := pipeline.NewWithStore(nc, acme)
 	for i := range 40 {
@@ -108,6 +110,11 @@ func TestServeTenants(t *testing.T) {
 	if !answers(nc, "compactor.acme.status") {
 		t.Fatal("acme's service stopped when other tenants changed")
 	}
+	for series := range tenantSeries(t, m) {
+		if !strings.Contains(series, "tenant=acme") && !strings.Contains(series, "tenant=initech") {
+			t.Errorf("series %s of a tenant not in the file", series)
+		}
+	}
 	if last, err := globex.Chat().LastSeq(ctx, "c1"); err != nil || last != 1 {
 		t.Fatalf("globex's data after its removal: last seq %d, %v; want it kept", last, err)
 	}
@@ -130,8 +137,9 @@ func TestServeTenants(t *testing.T) {
 
 // serveTenants runs Serve with every role for the tenants of file on url until stop,
 // which returns what Serve returned.
-func serveTenants(ctx context.Context, t *testing.T, url, file string, logs *logLines, lookup func(string) (string, bool)) (stop func() error) {
+func serveTenants(ctx context.Context, t *testing.T, url, file string, logs *logLines, lookup func(string) (string, bool)) (m *telemetry.Metrics, stop func() error) {
 	t.Helper()
+	m = telemetry.NewMetrics("test")
 	tcfg := triggers.DefaultConfig()
 	tcfg.RetryDelay = 100 * time.Millisecond
 	sctx, cancel := context.WithCancel(ctx)
@@ -139,15 +147,43 @@ func serveTenants(ctx context.Context, t *testing.T, url, file string, logs *log
 	go func() {
 		served <- node.Serve(sctx, node.ServeConfig{
 			Node: node.Config{Roles: node.Roles{Trigger: true, Worker: true, API: true}, Resolver: resolver(t, 2000), Lookup: lookup,
-				Trigger: tcfg, Summarizer: summarizer.DefaultConfig(), Logger: zerolog.New(logs).Level(zerolog.WarnLevel)},
+				Trigger: tcfg, Summarizer: summarizer.DefaultConfig(), Logger: zerolog.New(logs).Level(zerolog.WarnLevel),
+				Telemetry: telemetry.Telemetry{Metrics: m}},
 			NATSURL: url, JetStream: jetstream.DefaultConfig(), DrainTimeout: 30 * time.Second,
 			Tenants: &node.TenantsSource{Path: file, Every: 50 * time.Millisecond},
 		})
 	}()
-	return func() error {
+	return m, func() error {
 		cancel()
 		return <-served
 	}
+}
+
+// tenantSeries returns the value of every series of m with a tenant label, keyed by
+// family and labels ("compactor_tenant_conversations{tenant=acme}").
+func tenantSeries(t *testing.T, m *telemetry.Metrics) map[string]float64 {
+	t.Helper()
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			var labels []string
+			tenant := false
+			for _, l := range s.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+				tenant = tenant || l.GetName() == "tenant"
+			}
+			if !tenant {
+				continue
+			}
+			v := s.GetCounter().GetValue() + s.GetGauge().GetValue()
+			out[f.GetName()+"{"+strings.Join(labels, ",")+"}"] = v
+		}
+	}
+	return out
 }
 
 // A tenants file that does not read stops Serve at once, naming the fault.
@@ -288,7 +324,7 @@ func TestTenantQuotaDeclinesAndSparesTheOthers(t *testing.T) {
 	keys := map[string]string{"ACME_KEY": "k-acme", "GLOBEX_KEY": "k-globex"}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	stop := serveTenants(ctx, t, srv.ClientURL(), file, &logLines{t: t}, func(k string) (string, bool) { v, ok := keys[k]; return v, ok })
+	m, stop := serveTenants(ctx, t, srv.ClientURL(), file, &logLines{t: t}, func(k string) (string, bool) { v, ok := keys[k]; return v, ok })
 	defer func() {
 		if err := stop(); err != nil {
 			t.Errorf("Serve = %v", err)
@@ -310,7 +346,10 @@ func TestTenantQuotaDeclinesAndSparesTheOthers(t *testing.T) {
 		return err == nil && v != nil && v.Generation > 0 && !v.Fallback
 	})
 	waitFor(ctx, t, "acme's service", func() bool { return answers(nc, "compactor.acme.status") })
-	out := compactWait(ctx, t, nc, "acme", "c1")
+	out, err := compactWait(ctx, nc, "acme", "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if out.Status != "declined" || !strings.Contains(out.Error, "quota: tenant acme used") || !strings.Contains(out.Error, "100 summarizer tokens") {
 		t.Fatalf("acme's compaction over its quota: %+v; want declined naming the quota", out)
 	}
@@ -321,8 +360,15 @@ func TestTenantQuotaDeclinesAndSparesTheOthers(t *testing.T) {
 		t.Fatalf("acme's messages after the decline: last seq %d, %v; want all 40", last, err)
 	}
 	write(1_000_000)
-	waitFor(ctx, t, "acme's c1 compacted under its raised quota", func() bool {
-		if out := compactWait(ctx, t, nc, "acme", "c1"); out.Status == "completed" || out.Status == "busy" {
+	var last string // what the last try answered, said when the wait times out
+	waitFor(ctx, t, "acme's c1 compacted under its raised quota (last answer in the log)", func() bool {
+		// acme's roles restart with the new quota: an old one may answer stopping, or none.
+		out, err := compactWait(ctx, nc, "acme", "c1")
+		if now := fmt.Sprintf("%+v %v", out, err); now != last {
+			t.Logf("compactor.acme.compact: %s", now)
+			last = now
+		}
+		if err == nil && (out.Status == "completed" || out.Status == "busy") {
 			v, _, err := acme.Results().Get(ctx, "c1", true)
 			return err == nil && v != nil && v.Generation > 0
 		}
@@ -335,18 +381,33 @@ func TestTenantQuotaDeclinesAndSparesTheOthers(t *testing.T) {
 	if gused, _, err := globex.TokensUsed(ctx, time.Now()); err != nil || gused != 0 {
 		t.Fatalf("globex (no quota) counted %d tokens (%v); want none counted", gused, err)
 	}
+	series := tenantSeries(t, m)
+	for key, check := range map[string]func(float64) bool{
+		"compactor_tenant_quota_declines_total{quota=summarizer_tokens_per_day,tenant=acme}":   func(v float64) bool { return v >= 1 },
+		"compactor_tenant_quota_declines_total{quota=summarizer_tokens_per_day,tenant=globex}": func(v float64) bool { return v == 0 },
+		"compactor_tenant_summarizer_tokens_total{tenant=globex}":                              func(v float64) bool { return v > 0 },
+		"compactor_tenant_summarizer_tokens_total{tenant=acme}":                                func(v float64) bool { return v >= float64(used) },
+		"compactor_tenant_conversations{tenant=acme}":                                          func(v float64) bool { return v == 1 },
+		"compactor_tenant_compactions_total{outcome=declined,tenant=acme}":                     func(v float64) bool { return v >= 1 },
+	} {
+		if v, ok := series[key]; !ok || !check(v) {
+			t.Errorf("%s = %v (present %v)", key, v, ok)
+		}
+	}
 }
 
 // compactWait asks tenant's service for a compaction of conv and waits for its outcome.
-func compactWait(ctx context.Context, t *testing.T, nc *nats.Conn, tenant, conv string) schemas.CompactResponse {
-	t.Helper()
+func compactWait(ctx context.Context, nc *nats.Conn, tenant, conv string) (schemas.CompactResponse, error) {
+	var out schemas.CompactResponse
 	m, err := nc.RequestWithContext(ctx, "compactor."+tenant+".compact", fmt.Appendf(nil, `{"conversation":%q,"wait_ms":20000}`, conv))
 	if err != nil {
-		t.Fatalf("compactor.%s.compact: %v", tenant, err)
+		return out, fmt.Errorf("compactor.%s.compact: %w", tenant, err)
 	}
-	var out schemas.CompactResponse
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+		return out, fmt.Errorf("compactor.%s.compact: error %s: %s", tenant, code, m.Header.Get(micro.ErrorHeader))
+	}
 	if err := json.Unmarshal(m.Data, &out); err != nil {
-		t.Fatalf("compactor.%s.compact answered %s: %v", tenant, m.Data, err)
+		return out, fmt.Errorf("compactor.%s.compact answered %s: %w", tenant, m.Data, err)
 	}
-	return out
+	return out, nil
 }

@@ -29,6 +29,8 @@ type Quota struct {
 	// Declined hears each compaction the quota declines, by the quota's name
 	// (conversations, summarizer_tokens_per_day); nil: nobody.
 	Declined func(quota string)
+	// Charged hears the tokens each compaction spent; nil: nobody.
+	Charged func(tokens int64)
 
 	mu      sync.Mutex
 	countAt time.Time
@@ -72,8 +74,14 @@ func (q *Quota) Allow(ctx context.Context, conv string, compacted bool, estimate
 // Charge counts the tokens of u against today's quota. A count that cannot be written is
 // logged: the tokens are spent, and the next compaction reads the count again.
 func (q *Quota) Charge(ctx context.Context, conv string, u schemas.Usage) {
-	n := int64(u.PromptTokens) + int64(u.CompletionTokens)
-	if n <= 0 || q.quotas.SummarizerTokensPerDay <= 0 {
+	n := int64(max(u.PromptTokens, 0)) + int64(max(u.CompletionTokens, 0))
+	if n <= 0 {
+		return
+	}
+	if q.Charged != nil {
+		q.Charged(n)
+	}
+	if q.quotas.SummarizerTokensPerDay <= 0 {
 		return
 	}
 	if _, err := q.store.AddTokensUsed(ctx, q.now(), n); err != nil {
@@ -88,12 +96,12 @@ func (q *Quota) conversations(ctx context.Context) (int64, error) {
 	if now := q.now(); now.Sub(q.countAt) < countTTL {
 		return q.count, nil
 	}
-	n, err := q.store.ConversationCount(ctx)
+	state, err := q.store.ChatState(ctx)
 	if err != nil {
 		return 0, err
 	}
-	q.count, q.countAt = n, q.now()
-	return n, nil
+	q.count, q.countAt = state.Conversations, q.now()
+	return q.count, nil
 }
 
 func (q *Quota) declined(quota string) {
