@@ -52,6 +52,9 @@ func (c *Client) Recall(ctx context.Context, conv string, opts ...ContextOption)
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	if c.svc != nil {
+		return c.serviceRecall(ctx, req, o.scanLimit)
+	}
 	return c.store.Recall(ctx, req, o.scanLimit)
 }
 
