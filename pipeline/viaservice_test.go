@@ -314,9 +314,13 @@ func TestViaServiceRefusesHostileAnswers(t *testing.T) {
 		do      func(ctx context.Context, c *pipeline.Client) error
 	}{
 		{"pub ack of another stream", map[string]string{"chat.*.msg": `{"stream":"EVIL","seq":4}`},
-			func(ctx context.Context, c *pipeline.Client) error { return second(c.Publish(ctx, "h", say(schemas.RoleUser, "x"))) }},
+			func(ctx context.Context, c *pipeline.Client) error {
+				return second(c.Publish(ctx, "h", say(schemas.RoleUser, "x")))
+			}},
 		{"pub ack without a sequence", map[string]string{"chat.*.msg": `{"stream":"CHAT_acme","seq":0}`},
-			func(ctx context.Context, c *pipeline.Client) error { return second(c.Publish(ctx, "h", say(schemas.RoleUser, "x"))) }},
+			func(ctx context.Context, c *pipeline.Client) error {
+				return second(c.Publish(ctx, "h", say(schemas.RoleUser, "x")))
+			}},
 		{"context of another conversation", map[string]string{"compactor.context": `{"conversation":"other","value":null,"tail_start_seq":1,"last_seq":0}`},
 			func(ctx context.Context, c *pipeline.Client) error { return second(c.Context(ctx, "h")) }},
 		{"value of another conversation", map[string]string{"compactor.context": `{"conversation":"h","value":{"schema_version":1,"conversation":"other","generation":1,"summary":"s","tail_start_seq":3,"covered_through_seq":2},"tail_start_seq":3,"last_seq":0}`},
