@@ -202,3 +202,6 @@ func (c *Client) publishChatAsync(conv string, data []byte, po publishOptions) (
 func unseenCall(conv, id string) *openCalls {
 	return &openCalls{conv: conv, answered: map[string]bool{id: false}}
 }
+
+// ServiceMode reports whether c is in service mode (ViaService).
+func (c *Client) ServiceMode() bool { return c.svc != nil }
