@@ -362,3 +362,69 @@ func TestViaServiceRefusesHostileAnswers(t *testing.T) {
 		})
 	}
 }
+
+// twoAccounts is a server configuration of a compactor account, which has JetStream
+// and exports the chat subjects and the tenant endpoints as services, and a tenant
+// account without JetStream that imports them under the same names.
+const twoAccounts = `
+jetstream: enabled
+accounts: {
+  COMPACTOR: {
+    jetstream: enabled
+    users: [{user: admin, password: admin}]
+    exports: [
+      {service: "chat.*.msg"}, {service: "compactor.context"}, {service: "compactor.compact"},
+      {service: "compactor.status"}, {service: "compactor.recall"}, {service: "compactor.forget"}
+    ]
+  }
+  ACME: {
+    users: [{user: tenant, password: tenant, permissions: {
+      publish: ["chat.*.msg", "compactor.context", "compactor.compact", "compactor.status", "compactor.recall", "compactor.forget"],
+      subscribe: ["_INBOX_tenant.>"]}}]
+    imports: [
+      {service: {account: COMPACTOR, subject: "chat.*.msg"}}, {service: {account: COMPACTOR, subject: "compactor.context"}},
+      {service: {account: COMPACTOR, subject: "compactor.compact"}}, {service: {account: COMPACTOR, subject: "compactor.status"}},
+      {service: {account: COMPACTOR, subject: "compactor.recall"}}, {service: {account: COMPACTOR, subject: "compactor.forget"}}
+    ]
+  }
+}
+`
+
+// In an account of its own without JetStream, reaching the compactor's account only
+// through service imports, a client in service mode publishes (the PubAck comes back
+// through the import) and reads the same context as the compactor's own reads; the
+// normal mode cannot open the streams there.
+func TestViaServiceAcrossAccounts(t *testing.T) {
+	srv := jstest.ServerFromFile(t, jstest.WriteFile(t, "accounts.conf", []byte(twoAccounts)))
+	connect := func(user string, opts ...nats.Option) *nats.Conn {
+		nc, err := nats.Connect(srv.ClientURL(), append(opts, nats.UserInfo(user, user))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	admin, tnc := connect("admin"), connect("tenant", nats.CustomInboxPrefix("_INBOX_tenant"))
+	st := jstest.Provision(t, admin)
+	startService(t, admin, st)
+	ctx := ctxT(t)
+	octx, cancel := jetstream.RefusedContext(ctx, tnc, nil)
+	_, err := pipeline.New(octx, tnc)
+	err = jetstream.PermissionCause(octx, err)
+	cancel()
+	if !errors.Is(err, jetstream.ErrPermission) {
+		t.Fatalf("the normal mode as the tenant: %v; want the lookup of the streams refused", err)
+	}
+	tenant, err := pipeline.New(ctx, tnc, pipeline.ViaService())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []schemas.Message{say(schemas.RoleUser, "hi"), call("x"), result("x"), say(schemas.RoleAssistant, "done")} {
+		if _, err := tenant.Publish(ctx, "acme-1", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cx := sameContext(t, pipeline.NewWithStore(admin, st), tenant, "acme-1"); len(cx.Messages) != 4 {
+		t.Fatalf("context: %+v", cx)
+	}
+}

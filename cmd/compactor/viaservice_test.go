@@ -103,3 +103,56 @@ func TestCommandsAsATenantUser(t *testing.T) {
 		t.Fatalf("status after the forget: %v (exit %d); want not found", err, exitCode(err))
 	}
 }
+
+// twoAccounts is a compactor account, with JetStream, exporting the chat subjects and
+// the tenant endpoints as services, and a tenant account without JetStream importing
+// them under the same names, whose user has no other limit.
+const twoAccounts = `
+jetstream: enabled
+accounts: {
+  COMPACTOR: {
+    jetstream: enabled
+    users: [{user: admin, password: admin-pw}]
+    exports: [
+      {service: "chat.*.msg"}, {service: "compactor.context"}, {service: "compactor.compact"},
+      {service: "compactor.status"}, {service: "compactor.recall"}, {service: "compactor.forget"}
+    ]
+  }
+  ACME: {
+    users: [{user: acme, password: acme-pw}]
+    imports: [
+      {service: {account: COMPACTOR, subject: "chat.*.msg"}}, {service: {account: COMPACTOR, subject: "compactor.context"}},
+      {service: {account: COMPACTOR, subject: "compactor.compact"}}, {service: {account: COMPACTOR, subject: "compactor.status"}},
+      {service: {account: COMPACTOR, subject: "compactor.recall"}}, {service: {account: COMPACTOR, subject: "compactor.forget"}}
+    ]
+  }
+}
+`
+
+// A user of an account without JetStream, which reaches the compactor only through
+// service imports, publishes and reads its context: the commands find the account has
+// no JetStream and go through the service, saying so on stderr.
+func TestCommandsInAnAccountWithoutJetStream(t *testing.T) {
+	env := testEnv(t, 128000)
+	srv := jstest.ServerFromFile(t, jstest.WriteFile(t, "accounts.conf", []byte(twoAccounts)))
+	admin, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", "admin-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	s := runStack(t, admin, jstest.Provision(t, admin), env, nil)
+	t.Setenv("COMPACTOR_NATS_URL", srv.ClientURL())
+	t.Setenv("COMPACTOR_NATS_USER", "acme")
+	t.Setenv("COMPACTOR_NATS_PASSWORD", "acme-pw")
+	out, errOut, err := cli(t, `{"role":"user","content":"hello from acme"}`+"\n", "publish", "acme-1")
+	if err != nil || out != "1\n" || !strings.Contains(errOut, "this user's account has no JetStream") {
+		t.Fatalf("publish: %v\nstdout %q\nstderr %q", err, out, errOut)
+	}
+	out, _, err = cli(t, "", "context", "acme-1")
+	if err != nil || out != `{"role":"user","content":"hello from acme"}`+"\n" {
+		t.Fatalf("context: %v\n%q", err, out)
+	}
+	if last, err := s.st.Chat().LastSeq(ctxFor(t, 10e9), "acme-1"); err != nil || last != 1 {
+		t.Fatalf("stored in the compactor's CHAT: last seq %d, %v", last, err)
+	}
+}
