@@ -180,10 +180,14 @@ var ErrDuplicate = jetstream.ErrDuplicate
 // DuplicateError is the error of a publish whose MsgID names another stored message.
 type DuplicateError = jetstream.DuplicateError
 
-// checkDuplicate tells a retry from a reuse of a MsgID when the ack says duplicate.
+// checkDuplicate tells a retry from a reuse of a MsgID when the ack says duplicate. In
+// service mode it checks the ack first (checkAck) and asks the service (serviceDuplicate).
 func (c *Client) checkDuplicate(ctx context.Context, conv string, data []byte, msgID string, ack *natsjs.PubAck) error {
 	if c.svc != nil {
-		return c.svc.checkAck(conv, ack)
+		if err := c.svc.checkAck(conv, ack); err != nil || !ack.Duplicate {
+			return err
+		}
+		return c.serviceDuplicate(ctx, conv, data, msgID, ack.Sequence)
 	}
 	if !ack.Duplicate {
 		return nil

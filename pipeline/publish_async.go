@@ -91,7 +91,7 @@ func (c *Client) settleAsync(a *asyncPublish) {
 		if !a.claimAcked() {
 			return
 		}
-		if c.svc != nil { // the ack is checked, without reads
+		if c.svc != nil && !ack.Duplicate { // the ack is checked, without reads
 			a.out <- c.acked(a.ctx, a.inFlight, ack)
 			return
 		}

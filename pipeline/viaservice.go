@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
 )
 
 // Service mode: a client whose user may not use Compactor's JetStream API (a tenant's
@@ -40,9 +42,10 @@ var ErrBadAnswer = errors.New("the compactor service's answer breaks the contrac
 // "Service mode").
 //
 // What differs from the normal mode: a message over the max payload is refused
-// (ErrTooLarge; no object store); a PubAck that says duplicate is trusted as a retry
-// (a MsgID reused for another message within the duplicate window returns the first
-// message's sequence instead of ErrDuplicate); a tool message answering a call this
+// (ErrTooLarge; no object store); a PubAck that says duplicate is told from a retry
+// by recalling the message it names, which tells only a message outside any tool
+// round: a MsgID reused for a message of a tool round (or for an invalid one) is taken
+// as a retry and returns the first message's sequence, not ErrDuplicate; a tool message answering a call this
 // client did not publish is not checked against the stream; Context reads the tail
 // through compactor.recall pages, so Raw, WaitPending and producer token counts are not
 // served and Skipped names only what the client itself left out; WaitForOutcome,
@@ -113,20 +116,17 @@ func (s *viaService) chatMsg(conv string, data []byte, msgID string, tr jetstrea
 	return m, nil
 }
 
-// publish sends one message and waits for its PubAck, which it checks.
-func (s *viaService) publish(ctx context.Context, conv string, data []byte, msgID string, tr jetstream.TraceHeader) (uint64, error) {
+// publish sends one message and waits for its PubAck.
+func (s *viaService) publish(ctx context.Context, conv string, data []byte, msgID string, tr jetstream.TraceHeader) (*natsjs.PubAck, error) {
 	m, err := s.chatMsg(conv, data, msgID, tr)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	ack, err := s.js.PublishMsg(ctx, m)
 	if err != nil {
-		return 0, fmt.Errorf("publish to %s: %w", m.Subject, err)
+		return nil, fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
-	if err := s.checkAck(conv, ack); err != nil {
-		return 0, err
-	}
-	return ack.Sequence, nil
+	return ack, nil
 }
 
 // publishAsync sends one message without waiting for its PubAck.
@@ -147,9 +147,7 @@ func (s *viaService) publishAsync(conv string, data []byte, msgID string, tr jet
 var tenantName = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,31}$`)
 
 // checkAck checks a PubAck of a publish to conv: it names the chat stream (the
-// config's, or a tenant's CHAT_<tenant>) and a sequence. A duplicate is trusted as a
-// retry of the same message: telling it from another message with the same MsgID
-// would read the stream (ViaService).
+// config's, or a tenant's CHAT_<tenant>) and a sequence.
 func (s *viaService) checkAck(conv string, ack *natsjs.PubAck) error {
 	subject, _ := s.cfg.ChatSubject(conv)
 	name := s.cfg.ChatStream
@@ -181,10 +179,17 @@ func (c *Client) tooLargeViaService(size, limit int) error {
 // publishChat publishes one encoded message and waits for its ack: through the store,
 // or in service mode with a JetStream publish whose PubAck is checked.
 func (c *Client) publishChat(ctx context.Context, conv string, data []byte, po publishOptions) (uint64, error) {
-	if c.svc != nil {
-		return c.svc.publish(ctx, conv, data, po.msgID, po.trace)
+	if c.svc == nil {
+		return c.store.Chat().PublishWith(ctx, conv, data, po.msgID, po.trace)
 	}
-	return c.store.Chat().PublishWith(ctx, conv, data, po.msgID, po.trace)
+	ack, err := c.svc.publish(ctx, conv, data, po.msgID, po.trace)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.checkDuplicate(ctx, conv, data, po.msgID, ack); err != nil {
+		return 0, err
+	}
+	return ack.Sequence, nil
 }
 
 // publishChatAsync is publishChat without waiting for the ack.
@@ -205,3 +210,41 @@ func unseenCall(conv, id string) *openCalls {
 
 // ServiceMode reports whether c is in service mode (ViaService).
 func (c *Client) ServiceMode() bool { return c.svc != nil }
+
+// serviceDuplicate tells a retry from a reuse of msgID, as far as the service shows,
+// when the PubAck of a publish of data to conv says duplicate of the message at seq:
+// that message is recalled. It is this one (the same message, metadata aside): a
+// retry. It is another one, or conv has no message at seq (another conversation's, or
+// one forgotten since): a *DuplicateError. The service recalls a message of a tool
+// round only with its whole round, and does not show an invalid one: then the
+// duplicate is trusted as a retry.
+func (c *Client) serviceDuplicate(ctx context.Context, conv string, data []byte, msgID string, seq uint64) error {
+	r, err := c.recallPage(ctx, schemas.RecallRequest{Conversation: conv, FromSeq: seq, ToSeq: seq, MaxTokens: schemas.MaxRecallMaxTokens})
+	if err != nil {
+		return fmt.Errorf("publish to %s: message id %q names the message stored at seq %d, which cannot be read to tell a retry from another message: %w",
+			conv, msgID, seq, err)
+	}
+	if err := checkRecalled(conv, r, seq, seq); err != nil {
+		return err
+	}
+	switch {
+	case len(r.Messages) == 1 && sameMessage(data, &r.Messages[0].Message):
+		return nil
+	case len(r.Messages) == 0 && (r.Incomplete > 0 || r.Invalid > 0):
+		return nil
+	}
+	return &DuplicateError{Conversation: conv, MsgID: msgID, Seq: seq}
+}
+
+// sameMessage reports whether data encodes m, Compactor's metadata aside (the service
+// recalls messages without it).
+func sameMessage(data []byte, m *schemas.Message) bool {
+	mine, err := schemas.DecodeMessage(data)
+	if err != nil {
+		return false
+	}
+	mine, theirs := mine.StripMetadata(), m.StripMetadata()
+	a, errA := mine.Encode()
+	b, errB := theirs.Encode()
+	return errA == nil && errB == nil && bytes.Equal(a, b)
+}

@@ -111,13 +111,24 @@ func TestViaServiceContextIsTheSame(t *testing.T) {
 	v := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: 1, TailStartSeq: tail, CoveredThroughSeq: tail - 1,
 		PinnedSeqs: []uint64{1, 3, 5}, Summary: "The user asked to fix the tests.", FirstSeq: 1, CreatedAt: time.Now(),
 		Overrides: []schemas.Override{{Seq: tail, KeepHead: 10, KeepTail: 10, Note: "cut"}}}
-	if _, err := st.Results().Put(ctx, v, 0); err != nil {
+	rev, err := st.Results().Put(ctx, v, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	cx := sameContext(t, direct, tenant, conv)
 	if !cx.HasSummary || cx.Seqs[0] != 1 || cx.Seqs[1] != 3 || cx.Seqs[2] != 5 {
 		t.Fatalf("pinned messages and summary not read: seqs %v", cx.Seqs)
 	}
+	// An earlier value kept for the provider's cache is used while it is safe.
+	next := *v
+	next.Generation, next.Summary, next.PinnedSeqs = 2, "A newer summary.", []uint64{1}
+	if _, err := st.Results().Put(ctx, &next, rev); err != nil {
+		t.Fatal(err)
+	}
+	if cx := sameContext(t, direct, tenant, conv, pipeline.Value(v)); cx.Generation != 1 {
+		t.Fatalf("read with the earlier value: generation %d", cx.Generation)
+	}
+	sameContext(t, direct, tenant, conv)
 	sameContext(t, direct, tenant, conv, pipeline.MaxTokens(30))
 	last := publish(say(schemas.RoleUser, "one more"))
 	sameContext(t, direct, tenant, conv, pipeline.AtLeastSeq(last))
@@ -125,7 +136,7 @@ func TestViaServiceContextIsTheSame(t *testing.T) {
 	if _, err := tenant.Forget(ctx, conv); err != nil {
 		t.Fatal(err)
 	}
-	if cx := sameContext(t, direct, tenant, conv); len(cx.Messages) != 0 {
+	if cx := sameContext(t, direct, tenant, conv, pipeline.Value(v)); len(cx.Messages) != 0 {
 		t.Fatalf("forgotten conversation still read: %+v", cx.Messages)
 	}
 	lateValue(ctx, t, st, conv, last)
@@ -204,13 +215,34 @@ func TestViaServicePublishes(t *testing.T) {
 	if err != nil || again != first {
 		t.Fatalf("retry: seq %d, %v; want %d", again, err, first)
 	}
-	// What trusting the duplicate flag does not catch: a MsgID reused for another
-	// message is answered with the first message's sequence, and nothing is stored.
-	reused, err := tenant.Publish(ctx, conv, say(schemas.RoleUser, "other"), pipeline.MsgID("m-1"))
-	if err != nil || reused != first {
-		t.Fatalf("reused id: seq %d, %v; want %d (trusted as a retry)", reused, err, first)
+	// A MsgID reused for another message, or for a message of another conversation,
+	// is told from a retry by recalling the message the PubAck names.
+	if _, err := tenant.Publish(ctx, conv, say(schemas.RoleUser, "other"), pipeline.MsgID("m-1")); !errors.Is(err, pipeline.ErrDuplicate) {
+		t.Fatalf("reused id: %v; want ErrDuplicate", err)
 	}
-	ch, err := tenant.PublishAsync(ctx, conv, say(schemas.RoleAssistant, "hi"))
+	if _, err := tenant.Publish(ctx, "pub-2", say(schemas.RoleUser, "hello"), pipeline.MsgID("m-1")); !errors.Is(err, pipeline.ErrDuplicate) {
+		t.Fatalf("id of another conversation's message: %v; want ErrDuplicate", err)
+	}
+	ch, err := tenant.PublishAsync(ctx, conv, say(schemas.RoleUser, "other"), pipeline.MsgID("m-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack := <-ch; !errors.Is(ack.Err, pipeline.ErrDuplicate) {
+		t.Fatalf("reused id, async: %+v; want ErrDuplicate", ack)
+	}
+	// What the service cannot tell: a message of a tool round is recalled only with its
+	// whole round, so a reuse of its id is taken as a retry.
+	callSeq, err := tenant.Publish(ctx, conv, call("t"), pipeline.MsgID("m-call"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tenant.Publish(ctx, conv, say(schemas.RoleUser, "not the call"), pipeline.MsgID("m-call")); err != nil || got != callSeq {
+		t.Fatalf("reused id of a tool call: seq %d, %v; want %d, taken as a retry", got, err, callSeq)
+	}
+	if _, err := tenant.Publish(ctx, conv, result("t")); err != nil {
+		t.Fatal(err)
+	}
+	ch, err = tenant.PublishAsync(ctx, conv, say(schemas.RoleAssistant, "hi"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +264,7 @@ func TestViaServicePublishes(t *testing.T) {
 	if err != nil || last != seqs[1] {
 		t.Fatalf("last seq %d, %v; want %d: something refused was stored", last, err, seqs[1])
 	}
-	if cx := sameContext(t, direct, tenant, conv); len(cx.Messages) != 4 {
+	if cx := sameContext(t, direct, tenant, conv); len(cx.Messages) != 6 {
 		t.Fatalf("context: %+v", cx.Messages)
 	}
 }
