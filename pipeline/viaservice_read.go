@@ -145,19 +145,25 @@ func (c *Client) serviceStatus(ctx context.Context, conv string) (*schemas.Conve
 	return &st, nil
 }
 
+// maxPinnedOneByOne is how many pinned messages servicePinned recalls one at a time at
+// most; more are read with one read of the range they span.
+const maxPinnedOneByOne = 16
+
 // servicePinned reads the pinned messages at seqs below from (one at or above it is
-// in the tail, where the reader shows it): each with a recall of its own sequence,
-// which answers a message outside any tool round; the pinned messages of tool rounds,
-// which a recall returns only with their whole round, with one read of the range they
-// span. A pinned message the service does not return (gone, invalid, or in a round
-// that is not whole there) is left out.
+// in the tail, where the reader shows it). Up to maxPinnedOneByOne are recalled each
+// by its own sequence, which answers a message outside any tool round; the pinned
+// messages of tool rounds, which a recall returns only with their whole round, are
+// then read with one read of the range they span. More pinned messages are read with
+// one read of the range all of them span. A pinned message the service does not
+// return (gone, invalid, or in a round that is not whole there) is left out.
 func (c *Client) servicePinned(ctx context.Context, conv string, seqs []uint64, from uint64) ([]schemas.Entry, error) {
+	pinned := slices.DeleteFunc(slices.Compact(slices.Sorted(slices.Values(seqs))), func(s uint64) bool { return s == 0 || s >= from })
+	if len(pinned) > maxPinnedOneByOne {
+		return c.serviceRange(ctx, conv, pinned[0], pinned[len(pinned)-1], setOf(pinned))
+	}
 	var out []schemas.Entry
 	var rest []uint64
-	for _, seq := range slices.Compact(slices.Sorted(slices.Values(seqs))) {
-		if seq == 0 || seq >= from {
-			continue
-		}
+	for _, seq := range pinned {
 		es, err := c.serviceRange(ctx, conv, seq, seq, nil)
 		if err != nil {
 			return nil, err
@@ -168,17 +174,22 @@ func (c *Client) servicePinned(ctx context.Context, conv string, seqs []uint64, 
 		out = append(out, es...)
 	}
 	if len(rest) > 1 {
-		want := make(map[uint64]bool, len(rest))
-		for _, s := range rest {
-			want[s] = true
-		}
-		es, err := c.serviceRange(ctx, conv, rest[0], rest[len(rest)-1], want)
+		es, err := c.serviceRange(ctx, conv, rest[0], rest[len(rest)-1], setOf(rest))
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, es...)
 	}
 	return out, nil
+}
+
+// setOf is seqs as a set.
+func setOf(seqs []uint64) map[uint64]bool {
+	set := make(map[uint64]bool, len(seqs))
+	for _, s := range seqs {
+		set[s] = true
+	}
+	return set
 }
 
 // serviceRange reads conv's messages in [lo, hi] (only those in keep, when not nil)

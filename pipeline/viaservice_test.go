@@ -460,3 +460,41 @@ func TestViaServiceAcrossAccounts(t *testing.T) {
 		t.Fatalf("context: %+v", cx)
 	}
 }
+
+// Many pinned messages (as the user-messages strategy keeps) are read with one range
+// read, and give the same context as the normal mode's reads of each.
+func TestViaServiceReadsManyPinnedMessages(t *testing.T) {
+	st, direct, tenant := tenantStack(t)
+	ctx := ctxT(t)
+	const conv = "pinned-1"
+	var pinned []uint64
+	for i := range 20 {
+		seq, err := tenant.Publish(ctx, conv, say(schemas.RoleUser, "ask "+strings.Repeat("a", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pinned = append(pinned, seq)
+		if _, err := tenant.Publish(ctx, conv, say(schemas.RoleAssistant, "answer")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []schemas.Message{call("p"), result("p")} {
+		seq, err := tenant.Publish(ctx, conv, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pinned = append(pinned, seq)
+	}
+	tail, err := tenant.Publish(ctx, conv, say(schemas.RoleUser, "now"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &schemas.Result{SchemaVersion: 1, Conversation: conv, Generation: 1, TailStartSeq: tail, CoveredThroughSeq: tail - 1,
+		PinnedSeqs: pinned, Summary: "Twenty questions.", FirstSeq: 1, CreatedAt: time.Now()}
+	if _, err := st.Results().Put(ctx, v, 0); err != nil {
+		t.Fatal(err)
+	}
+	if cx := sameContext(t, direct, tenant, conv); len(cx.Messages) != len(pinned)+2 {
+		t.Fatalf("read %d messages, want %d pinned, the summary and the tail", len(cx.Messages), len(pinned))
+	}
+}
