@@ -35,7 +35,8 @@ type Recalled = schemas.RecallResponse
 // model which sequences it covers.
 //
 // It reads CHAT directly, like Context, so any role that may read a conversation's
-// messages may recall without the compactor service. It reads at most ScanLimit
+// messages may recall without the compactor service; in service mode (ViaService) it
+// asks compactor.recall, whose answer is checked. It reads at most ScanLimit
 // messages, in bounded windows newest to oldest; Recalled.ScanComplete says whether it
 // reached FromSeq (or the first message). The other ContextOptions (AtLeastSeq, Raw,
 // WaitPending) do not apply: recalled messages are always stripped of Compactor's
