@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -496,5 +497,60 @@ func TestViaServiceReadsManyPinnedMessages(t *testing.T) {
 	}
 	if cx := sameContext(t, direct, tenant, conv); len(cx.Messages) != len(pinned)+2 {
 		t.Fatalf("read %d messages, want %d pinned, the summary and the tail", len(cx.Messages), len(pinned))
+	}
+}
+
+// tenantImport is the tenants' layout of the chat subjects: the compactor's account
+// exports chat.<account>.<conv>.msg with the importing account's name at token 2, a
+// tenant account imports its own as chat.<conv>.msg, and the tenant's stream
+// CHAT_<tenant> stores them.
+const tenantImport = `
+jetstream: enabled
+accounts: {
+  COMPACTOR: {
+    jetstream: enabled
+    users: [{user: admin, password: admin}]
+    exports: [{service: "chat.*.*.msg", account_token_position: 2}]
+  }
+  acme: {
+    users: [{user: tenant, password: tenant, permissions: {publish: ["chat.*.msg"], subscribe: ["_INBOX_tenant.>"]}}]
+    imports: [{service: {account: COMPACTOR, subject: "chat.acme.*.msg"}, to: "chat.*.msg"}]
+  }
+}
+`
+
+// A publish through the tenants' import is stored in the tenant's stream, and its
+// PubAck, naming CHAT_acme, comes back through the import and is taken.
+func TestViaServicePublishesToATenantsStream(t *testing.T) {
+	srv := jstest.ServerFromFile(t, jstest.WriteFile(t, "accounts.conf", []byte(tenantImport)))
+	connect := func(user string, opts ...nats.Option) *nats.Conn {
+		nc, err := nats.Connect(srv.ClientURL(), append(opts, nats.UserInfo(user, user))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	admin, tnc := connect("admin"), connect("tenant", nats.CustomInboxPrefix("_INBOX_tenant"))
+	ctx := ctxT(t)
+	js, err := natsjs.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: "CHAT_acme", Subjects: []string{"chat.acme.*.msg"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pipeline.New(ctx, tnc, pipeline.ViaService())
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := c.Publish(ctx, "c1", say(schemas.RoleUser, "hello"))
+	if err != nil || seq != 1 {
+		t.Fatalf("publish: seq %d, %v", seq, err)
+	}
+	m, err := stream.GetMsg(ctx, seq)
+	if err != nil || m.Subject != "chat.acme.c1.msg" {
+		t.Fatalf("stored: %+v, %v; want it on chat.acme.c1.msg", m, err)
 	}
 }
