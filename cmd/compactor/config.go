@@ -46,6 +46,7 @@ type Env struct {
 	NATSCert     string `envconfig:"NATS_CERT" desc:"PEM client certificate for a NATS server that verifies clients, with COMPACTOR_NATS_KEY; implies TLS"`
 	NATSKey      string `envconfig:"NATS_KEY" desc:"PEM private key of COMPACTOR_NATS_CERT"`
 	NATSInbox    string `envconfig:"NATS_INBOX_PREFIX" desc:"prefix of this process's reply subjects instead of _INBOX, e.g. _INBOX_worker; with a server that lets each user subscribe only to its own prefix (deploy/nats/accounts.conf), no user reads the replies of another"`
+	ViaService   bool   `envconfig:"VIA_SERVICE" default:"false" desc:"publish, context, recall, compact, status <conv> and forget: open no stream, and go through the compactor service (compactor.context, recall, status, compact, forget) and a JetStream publish on chat.<conv>.msg: the mode of a tenant's user, who may not use $JS.API; chosen by itself, said on stderr, when the streams cannot be looked up for want of permission or of JetStream"`
 
 	Workers      int           `envconfig:"WORKERS" default:"4" desc:"summarizer jobs this process runs at once"`
 	MaxAttempts  int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"deliveries of one request before it is dead-lettered"`
