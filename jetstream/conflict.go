@@ -122,6 +122,9 @@ func streamDiff(want, have natsjs.StreamConfig) []Difference {
 		d.check("duplicate_window", have.Duplicates, want.Duplicates, false)
 	}
 	d.check("max_msgs_per_subject", limit(have.MaxMsgsPerSubject), limit(want.MaxMsgsPerSubject), false)
+	if want.MaxBytes != 0 { // CHAT's (a tenant's stored_bytes quota); the others leave it to the operator
+		d.check("max_bytes", limit(have.MaxBytes), limit(want.MaxBytes), false)
+	}
 	d.check("discard", have.Discard, want.Discard, false)
 	d.check("discard_new_per_subject", have.DiscardNewPerSubject, want.DiscardNewPerSubject, false)
 	d.check("allow_direct", have.AllowDirect, want.AllowDirect, false)
@@ -145,6 +148,9 @@ func mergeStream(want, have natsjs.StreamConfig) natsjs.StreamConfig {
 		m.Duplicates = want.Duplicates
 	}
 	m.MaxMsgsPerSubject = want.MaxMsgsPerSubject
+	if want.MaxBytes != 0 {
+		m.MaxBytes = want.MaxBytes
+	}
 	m.Discard = want.Discard
 	m.DiscardNewPerSubject = want.DiscardNewPerSubject
 	m.AllowDirect = want.AllowDirect

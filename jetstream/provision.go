@@ -101,6 +101,23 @@ func (p *provisioner) optionalBucket(ctx context.Context, kc natsjs.KeyValueConf
 	return err
 }
 
+// chatMaxBytes is CHAT's max_bytes: -1 (no bound) unless ChatMaxBytes sets one.
+func chatMaxBytes(cfg Config) int64 {
+	if cfg.ChatMaxBytes > 0 {
+		return cfg.ChatMaxBytes
+	}
+	return -1
+}
+
+// chatDiscard is CHAT's discard policy: with a bound on its bytes, a publish over it is
+// refused instead of the oldest messages being dropped.
+func chatDiscard(cfg Config) natsjs.DiscardPolicy {
+	if cfg.ChatMaxBytes > 0 {
+		return natsjs.DiscardNew
+	}
+	return natsjs.DiscardOld
+}
+
 // streamConfigs are the contract's streams: CHAT, the work queue, events, dead letters
 // and the idle timers.
 func streamConfigs(cfg Config) []natsjs.StreamConfig {
@@ -114,6 +131,8 @@ func streamConfigs(cfg Config) []natsjs.StreamConfig {
 			AllowDirect: true,
 			Duplicates:  cfg.DuplicateWindow,
 			MaxAge:      cfg.ChatMaxAge,
+			MaxBytes:    chatMaxBytes(cfg),
+			Discard:     chatDiscard(cfg),
 			Replicas:    cfg.Replicas,
 			// Partitioned: stored under the conversation's partition (see
 			// Config.TriggerPartitions); published on chat.<conv>.msg as always.

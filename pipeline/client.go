@@ -23,6 +23,8 @@ type Client struct {
 	lru   *list.List
 
 	async asyncQueue // PublishAsync's publishes in flight
+
+	svc *viaService // set in service mode (ViaService): store is nil
 }
 
 // maxTrackedConversations bounds the client's memory of open tool calls.
@@ -37,8 +39,9 @@ type openCalls struct {
 type Option func(*options)
 
 type options struct {
-	cfg       jetstream.Config
-	provision bool
+	cfg        jetstream.Config
+	provision  bool
+	viaService bool
 }
 
 // WithConfig uses other stream, subject and bucket names than the contract's defaults.
@@ -51,11 +54,15 @@ func WithConfig(cfg jetstream.Config) Option { return func(o *options) { o.cfg =
 func WithProvision() Option { return func(o *options) { o.provision = true } }
 
 // New binds a client to a NATS connection. By default it expects the streams and
-// buckets to exist (a compactor serving the same NATS creates them).
+// buckets to exist (a compactor serving the same NATS creates them); with ViaService it
+// opens none and goes through the compactor service.
 func New(ctx context.Context, nc *nats.Conn, opts ...Option) (*Client, error) {
 	o := options{cfg: jetstream.DefaultConfig()}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.viaService {
+		return newViaService(nc, o)
 	}
 	var (
 		st  *jetstream.Store

@@ -111,6 +111,11 @@ func (c *Client) Compact(ctx context.Context, conv string, opts ...CompactOption
 	var r CompactResponse
 	err := c.call(ctx, CompactSubject, o.wait, schemas.CompactRequest{Conversation: conv, RequestID: o.requestID,
 		Instructions: o.instructions, WaitMS: waitMS}, &r)
+	if err == nil && c.svc != nil && r.Result != nil {
+		if err := checkValue(CompactSubject, conv, r.Result.Conversation, r.Result); err != nil {
+			return CompactResponse{}, err
+		}
+	}
 	return r, err
 }
 
@@ -146,6 +151,9 @@ func (c *Client) Forget(ctx context.Context, conv string) (ForgetResponse, error
 	// A forget deletes from every stream and lists the objects bucket: it may take
 	// longer than the other calls.
 	err := c.call(ctx, schemas.ForgetSubject, time.Minute, req, &r)
+	if err == nil && c.svc != nil && r.Conversation != conv {
+		return ForgetResponse{}, badAnswer(schemas.ForgetSubject, "the answer is of conversation %q, not %q", r.Conversation, conv)
+	}
 	return r, err
 }
 
@@ -207,6 +215,10 @@ func (c *Client) RequestCompaction(ctx context.Context, conv, instructions strin
 // call is not missed. A forgotten event (type schemas.EventForgotten: the conversation
 // was forgotten meanwhile and no outcome will come) ends the wait too.
 func (c *Client) WaitForOutcome(ctx context.Context, conv, requestID string) (schemas.Event, error) {
+	if c.svc != nil {
+		return schemas.Event{}, serviceModeError("WaitForOutcome", "the outcome of a compaction is an event of COMPACT_EVENTS, which the service does not serve; "+
+			"ask with Compact and Wait instead")
+	}
 	return c.store.Events().WaitOutcome(ctx, conv, requestID, time.Time{})
 }
 
@@ -215,6 +227,13 @@ func (c *Client) WaitForOutcome(ctx context.Context, conv, requestID string) (sc
 func (c *Client) Result(ctx context.Context, conv string) (*schemas.Result, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
+	}
+	if c.svc != nil {
+		cr, err := c.serviceValue(ctx, conv)
+		if err != nil {
+			return nil, err
+		}
+		return cr.Value, nil
 	}
 	v, _, err := c.liveValue(ctx, conv, false)
 	return v, err

@@ -68,6 +68,9 @@ func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}
+	if c.svc != nil {
+		return c.serviceContext(ctx, conv, o)
+	}
 	if o.waitPending > 0 {
 		if err := c.waitPending(ctx, conv, o.waitPending); err != nil {
 			return nil, err

@@ -23,6 +23,13 @@ func (c *Client) Exists(ctx context.Context, conv string) (bool, error) {
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return false, err
 	}
+	if c.svc != nil {
+		st, err := c.serviceStatus(ctx, conv)
+		if err != nil {
+			return false, err
+		}
+		return st.Value != nil || st.LastSeq > 0, nil
+	}
 	v, _, err := c.liveValue(ctx, conv, false)
 	if err != nil {
 		return false, err

@@ -55,7 +55,7 @@ func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, op
 	if beforeStubHook != nil && po.object != nil {
 		beforeStubHook()
 	}
-	seq, err := c.store.Chat().PublishWith(ctx, conv, data, po.msgID, po.trace)
+	seq, err := c.publishChat(ctx, conv, data, po)
 	if err != nil {
 		c.forget(conv, m.Role)
 		return 0, jetstream.PermissionCause(ctx, err)
@@ -69,7 +69,7 @@ func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, op
 // publishSubject accepts the subjects a publish to conv sends to: the conversation's
 // subject and the objects bucket's.
 func (c *Client) publishSubject(conv string) func(string) bool {
-	cfg := c.store.Config()
+	cfg := c.config()
 	chat, _ := cfg.ChatSubject(conv)
 	objects := "$O." + cfg.ObjectsBucket + "."
 	return func(s string) bool { return s == chat || strings.HasPrefix(s, objects) }
@@ -117,7 +117,7 @@ func (c *Client) publishAsync(ctx context.Context, conv string, m *schemas.Messa
 
 // send publishes data, m prepared, without waiting for the ack.
 func (c *Client) send(conv string, m *schemas.Message, po publishOptions, data []byte) (inFlight, error) {
-	f, err := c.store.Chat().PublishAsyncWith(conv, data, po.msgID, po.trace)
+	f, err := c.publishChatAsync(conv, data, po)
 	if err != nil {
 		c.forget(conv, m.Role)
 		return inFlight{}, err
@@ -180,8 +180,15 @@ var ErrDuplicate = jetstream.ErrDuplicate
 // DuplicateError is the error of a publish whose MsgID names another stored message.
 type DuplicateError = jetstream.DuplicateError
 
-// checkDuplicate tells a retry from a reuse of a MsgID when the ack says duplicate.
+// checkDuplicate tells a retry from a reuse of a MsgID when the ack says duplicate. In
+// service mode it checks the ack first (checkAck) and asks the service (serviceDuplicate).
 func (c *Client) checkDuplicate(ctx context.Context, conv string, data []byte, msgID string, ack *natsjs.PubAck) error {
+	if c.svc != nil {
+		if err := c.svc.checkAck(conv, ack); err != nil || !ack.Duplicate {
+			return err
+		}
+		return c.serviceDuplicate(ctx, conv, data, msgID, ack.Sequence)
+	}
 	if !ack.Duplicate {
 		return nil
 	}
@@ -189,7 +196,12 @@ func (c *Client) checkDuplicate(ctx context.Context, conv string, data []byte, m
 }
 
 // PublishAsyncComplete is closed when every asynchronous publish has been acked.
-func (c *Client) PublishAsyncComplete() <-chan struct{} { return c.store.Chat().PublishAsyncComplete() }
+func (c *Client) PublishAsyncComplete() <-chan struct{} {
+	if c.svc != nil {
+		return c.svc.js.PublishAsyncComplete()
+	}
+	return c.store.Chat().PublishAsyncComplete()
+}
 
 // applyOptions collects a publish's options.
 func applyOptions(opts []PublishOption) publishOptions {
@@ -239,8 +251,13 @@ func (c *Client) admit(ctx context.Context, conv string, m *schemas.Message, po 
 			return nil, err
 		}
 	}
-	if len(data) <= c.store.Objects().InlineLimit(po.msgID) {
+	limit := c.inlineLimit(po.msgID)
+	if len(data) <= limit {
 		return data, nil
+	}
+	if c.svc != nil {
+		c.forget(conv, m.Role)
+		return nil, c.tooLargeViaService(len(data), limit)
 	}
 	data, err := c.offload(ctx, conv, m, len(data), po)
 	if err != nil {
@@ -345,7 +362,7 @@ func (c *Client) checkToolPairing(ctx context.Context, conv string, m *schemas.M
 			return err
 		}
 	}
-	oc, err := c.openCallsFromStream(ctx, conv)
+	oc, err := c.openCallsFromStream(ctx, conv, m.ToolCallID)
 	if err != nil {
 		return err
 	}
@@ -375,8 +392,12 @@ func (c *Client) answer(oc *openCalls, id string) error {
 	return nil
 }
 
-// openCallsFromStream reads the conversation's tail to find the newest tool round.
-func (c *Client) openCallsFromStream(ctx context.Context, conv string) (*openCalls, error) {
+// openCallsFromStream reads the conversation's tail to find the newest tool round. In
+// service mode it reads nothing (unseenCall): the service shows no open round.
+func (c *Client) openCallsFromStream(ctx context.Context, conv string, id string) (*openCalls, error) {
+	if c.svc != nil {
+		return unseenCall(conv, id), nil
+	}
 	from := uint64(1)
 	v, _, err := c.store.Results().Get(ctx, conv, true)
 	if err != nil {

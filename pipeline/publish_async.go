@@ -91,6 +91,10 @@ func (c *Client) settleAsync(a *asyncPublish) {
 		if !a.claimAcked() {
 			return
 		}
+		if c.svc != nil && !ack.Duplicate { // the ack is checked, without reads
+			a.out <- c.acked(a.ctx, a.inFlight, ack)
+			return
+		}
 		if ack.Duplicate || a.po.object != nil {
 			go func() { a.out <- c.acked(a.ctx, a.inFlight, ack) }()
 			return

@@ -35,7 +35,8 @@ type Recalled = schemas.RecallResponse
 // model which sequences it covers.
 //
 // It reads CHAT directly, like Context, so any role that may read a conversation's
-// messages may recall without the compactor service. It reads at most ScanLimit
+// messages may recall without the compactor service; in service mode (ViaService) it
+// asks compactor.recall, whose answer is checked. It reads at most ScanLimit
 // messages, in bounded windows newest to oldest; Recalled.ScanComplete says whether it
 // reached FromSeq (or the first message). The other ContextOptions (AtLeastSeq, Raw,
 // WaitPending) do not apply: recalled messages are always stripped of Compactor's
@@ -51,6 +52,9 @@ func (c *Client) Recall(ctx context.Context, conv string, opts ...ContextOption)
 	}
 	if err := req.Validate(); err != nil {
 		return nil, err
+	}
+	if c.svc != nil {
+		return c.serviceRecall(ctx, req, o.scanLimit)
 	}
 	return c.store.Recall(ctx, req, o.scanLimit)
 }

@@ -51,6 +51,9 @@ type compaction struct {
 	next   *schemas.Result  // the value to write
 	after  assemble.Context // the agent's context with next
 
+	// estimate is the tokens of the summary's input the quota was asked for.
+	estimate int
+
 	// repair is the repair of a value built on a fallback this job tries (nil: none);
 	// repaired says the LLM wrote the summary from the raw messages.
 	repair   *repairPlan
@@ -91,7 +94,14 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if len(c.pl.covered) == 0 && c.repair == nil {
 		return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, "nothing to compact: every message is pinned, kept or must stay in the tail")
 	}
-	if err := p.summarizeOrFallBack(ctx, c); err != nil {
+	if reason, err := p.quotaAllows(ctx, c); err != nil {
+		return err
+	} else if reason != "" {
+		return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, reason)
+	}
+	err = p.summarizeOrFallBack(ctx, c)
+	p.charge(ctx, c)
+	if err != nil {
 		if errors.Is(err, errNoLLM) || errors.Is(err, errRepairEnds) {
 			return p.endRepair(ctx, c, err)
 		}
@@ -118,6 +128,36 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	}
 	// 6. Ack, report, re-evaluate.
 	return p.finish(ctx, j, c.next, c.ld.lastSeq, c.s, c.count)
+}
+
+// quotaAllows asks the pool's quota whether c may be summarized ("" when it may, or
+// without a quota): its estimate is the tokens of the newly covered messages and of the
+// summary they extend.
+func (p *Pool) quotaAllows(ctx context.Context, c *compaction) (string, error) {
+	if p.quota == nil {
+		return "", nil
+	}
+	c.estimate = 0
+	for i := range c.pl.covered {
+		c.estimate += tokens.MessageWith(c.count, &c.pl.covered[i])
+	}
+	if c.cur != nil {
+		c.estimate += c.count.Count(c.cur.Summary)
+	}
+	return p.quota.Allow(ctx, c.j.req.Conversation, c.cur != nil && c.cur.Generation > 0, c.estimate)
+}
+
+// charge records with the quota the tokens the endpoint reported for c's summaries; an
+// LLM's summary reported without usage is charged the estimate of its input, so an
+// endpoint that reports none does not escape the quota. A fallback (no LLM) is free.
+func (p *Pool) charge(ctx context.Context, c *compaction) {
+	switch {
+	case p.quota == nil || c.out.Summary == "" || c.out.Fallback && c.out.Usage == nil:
+	case c.out.Usage != nil:
+		p.quota.Charge(ctx, c.j.req.Conversation, *c.out.Usage)
+	default:
+		p.quota.Charge(ctx, c.j.req.Conversation, schemas.Usage{PromptTokens: c.estimate, TotalTokens: c.estimate})
+	}
 }
 
 // checkForgotten decides whether the request was made before its conversation was

@@ -118,6 +118,7 @@ type Pool struct {
 	log       zerolog.Logger
 	now       func() time.Time
 
+	quota    Quota // nil: no bound
 	mu       sync.Mutex
 	inFlight map[*job]bool // the jobs being worked on, for a drain that times out
 	// quiet is when each endpoint that answered with a Retry-After may be called again
@@ -142,7 +143,20 @@ type Options struct {
 	// Tracer makes a span of every delivery, continuing the trace its request carries
 	// (nil: none).
 	Tracer trace.TracerProvider
+	// Quota, when set, bounds what the pool's compactions may spend (a tenant's quotas):
+	// a compaction it does not allow is declined with its reason, and nothing else is
+	// touched (nil: no bound).
+	Quota  Quota
 	Logger zerolog.Logger
+}
+
+// Quota bounds what compactions may spend (docs/tenants.md, "Quotas").
+type Quota interface {
+	// Allow says why compacting conv must not start now ("" when it may): estimate is
+	// the tokens its summary's input takes, compacted whether conv has a value.
+	Allow(ctx context.Context, conv string, compacted bool, estimate int) (reason string, err error)
+	// Charge records the tokens an endpoint reported for conv's summaries.
+	Charge(ctx context.Context, conv string, u schemas.Usage)
 }
 
 // NewPool returns a pool; Run starts it.
@@ -155,7 +169,7 @@ func NewPool(cfg Config, store *jetstream.Store, opts Options) (*Pool, error) {
 	}
 	return &Pool{
 		cfg: cfg, store: store, policies: opts.Policies, summarizers: opts.Summarizers,
-		fallback: opts.Fallback, retryable: opts.Retryable, observer: opts.Observer, tracer: newTracer(opts.Tracer),
+		fallback: opts.Fallback, retryable: opts.Retryable, observer: opts.Observer, tracer: newTracer(opts.Tracer), quota: opts.Quota,
 		log: opts.Logger.With().Str("component", "summarizer").Logger(), now: time.Now,
 		inFlight: map[*job]bool{},
 	}, nil

@@ -121,17 +121,60 @@ func (c *call) connect(ctx context.Context) (*pipeline.Client, *nats.Conn, error
 	if err != nil {
 		return nil, nil, connectionError(conn, err)
 	}
+	cl, err := c.open(ctx, nc, env)
+	if err != nil {
+		nc.Close()
+		return nil, nil, openError(conn, env, err)
+	}
 	if c.refuse != nil {
 		// A refused publish or subscription gets no answer: without this the command
 		// would wait for its timeout and report that instead.
 		jetstream.OnRefusal(nc, func(pe *jetstream.PermissionError) { c.refuse(pe) })
 	}
-	cl, err := pipeline.New(ctx, nc, pipeline.WithConfig(env.jetstream()))
-	if err != nil {
-		nc.Close()
-		return nil, nil, openError(conn, env, err)
-	}
 	return cl, nc, nil
+}
+
+// open binds a client to the pipeline: to its streams, or in service mode to the
+// compactor service (COMPACTOR_VIA_SERVICE, or when the streams cannot be looked up
+// because the server refuses this user their API or the account has no JetStream: a
+// tenant's user). Any other refusal while opening ends the command as one after it
+// does.
+func (c *call) open(ctx context.Context, nc *nats.Conn, env Env) (*pipeline.Client, error) {
+	cfg := pipeline.WithConfig(env.jetstream())
+	if env.ViaService {
+		return pipeline.New(ctx, nc, cfg, pipeline.ViaService())
+	}
+	octx, cancel := jetstream.RefusedContext(ctx, nc, nil)
+	defer cancel()
+	cl, err := pipeline.New(octx, nc, cfg)
+	err = jetstream.PermissionCause(octx, err)
+	if err == nil {
+		return cl, nil
+	}
+	why := viaServiceReason(err)
+	if why == "" {
+		var pe *jetstream.PermissionError
+		if errors.As(err, &pe) && c.refuse != nil {
+			c.refuse(pe)
+		}
+		return nil, err
+	}
+	fmt.Fprintf(c.std.err, "compactor: %s: going through the compactor service instead (COMPACTOR_VIA_SERVICE=true chooses it up front)\n", why)
+	return pipeline.New(ctx, nc, cfg, pipeline.ViaService())
+}
+
+// viaServiceReason says why the streams could not be opened when that calls for the
+// service mode: the server refused this user the lookup of a stream, or the account
+// has no JetStream. "" for any other error.
+func viaServiceReason(err error) string {
+	var pe *jetstream.PermissionError
+	switch {
+	case errors.As(err, &pe) && pe.Op == "publish" && strings.HasPrefix(pe.Subject, "$JS.API.STREAM.INFO."):
+		return "this user may not look up Compactor's streams (" + pe.Subject + " refused)"
+	case errors.Is(err, natsjs.ErrJetStreamNotEnabled), errors.Is(err, natsjs.ErrJetStreamNotEnabledForAccount):
+		return "this user's account has no JetStream"
+	}
+	return ""
 }
 
 // connectError adds to serve's failed connection what to check: whether NATS runs, or
@@ -319,6 +362,10 @@ func run(ctx context.Context, args []string, std stdio, lookup func(string) (str
 	err = body(cctx, c)
 	if rerr := refusedError(cctx); rerr != nil {
 		return rerr
+	}
+	if errors.Is(err, pipeline.ErrServiceMode) && !errors.Is(err, errConfig) {
+		// What the service does not serve: retrying will not help.
+		err = newError(errConfig, err, "%v", err)
 	}
 	var ue usageError
 	if errors.As(err, &ue) && ue.usage == "" {

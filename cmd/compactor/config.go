@@ -46,6 +46,7 @@ type Env struct {
 	NATSCert     string `envconfig:"NATS_CERT" desc:"PEM client certificate for a NATS server that verifies clients, with COMPACTOR_NATS_KEY; implies TLS"`
 	NATSKey      string `envconfig:"NATS_KEY" desc:"PEM private key of COMPACTOR_NATS_CERT"`
 	NATSInbox    string `envconfig:"NATS_INBOX_PREFIX" desc:"prefix of this process's reply subjects instead of _INBOX, e.g. _INBOX_worker; with a server that lets each user subscribe only to its own prefix (deploy/nats/accounts.conf), no user reads the replies of another"`
+	ViaService   bool   `envconfig:"VIA_SERVICE" default:"false" desc:"publish, context, recall, compact, status <conv> and forget: open no stream, and go through the compactor service (compactor.context, recall, status, compact, forget) and a JetStream publish on chat.<conv>.msg: the mode of a tenant's user, who may not use $JS.API; chosen by itself, said on stderr, when the streams cannot be looked up for want of permission or of JetStream"`
 
 	Workers      int           `envconfig:"WORKERS" default:"4" desc:"summarizer jobs this process runs at once"`
 	MaxAttempts  int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"deliveries of one request before it is dead-lettered"`
@@ -67,6 +68,10 @@ type Env struct {
 	LogFormat         string        `envconfig:"LOG_FORMAT" default:"json" desc:"json (one line per event) or console"`
 	LogHashIDs        bool          `envconfig:"LOG_HASH_IDS" default:"false" desc:"replace conversation ids in logs and exported spans with a keyed hash of them (HMAC-SHA-256 under COMPACTOR_LOG_HASH_KEY): a forget cannot reach logs and traces. Give every process of a deployment the same key, so a conversation has one hash everywhere"`
 	LogHashKey        string        `envconfig:"LOG_HASH_KEY" desc:"with COMPACTOR_LOG_HASH_IDS: the secret key of the hash, at least 16 bytes; keep it out of the logs"`
+
+	// Tenants (internal/tenants, docs/tenants.md).
+	TenantsFile string `envconfig:"TENANTS_FILE" desc:"serve: JSON file of the tenants this deployment serves, each in a NATS account of its own, with its policy defaults, profiles and quotas (docs/tenants.md); serve runs its roles once per tenant on the tenant's own streams and reads the file again when it changes (a tenant added or removed leaves the others running); empty: no tenants, the deployment's own streams"`
+	Tenant      string `envconfig:"TENANT" desc:"the other commands, run in Compactor's own account: act on this tenant's conversations (its streams and service subjects), e.g. COMPACTOR_TENANT=acme compactor status; empty: the deployment's own. A tenant's own users need not set it: their account's imports name their tenant"`
 
 	// UpdateStreams applies this process's settings to existing streams, buckets and
 	// consumers (also serve --update-streams).
@@ -283,6 +288,11 @@ func (e Env) validateSettings() error {
 	if _, err := parseLevel(e.LogLevel); err != nil {
 		return bad("LOG_LEVEL", "%v", err)
 	}
+	if e.Tenant != "" {
+		if err := jetstream.ValidateTenant(e.Tenant); err != nil {
+			return bad("TENANT", "%v", err)
+		}
+	}
 	if _, err := e.resolver(); err != nil {
 		return err
 	}
@@ -419,7 +429,24 @@ func (e Env) idHasher() *telemetry.IDHasher {
 }
 
 // jetstream is the streams' configuration of env.
-func (e Env) jetstream() jetstream.Config { return e.settings().JetStream() }
+// With COMPACTOR_TENANT, it is that tenant's (checked by validateSettings).
+func (e Env) jetstream() jetstream.Config {
+	c := e.settings().JetStream()
+	if e.Tenant != "" {
+		if tc, err := c.ForTenant(e.Tenant); err == nil {
+			return tc
+		}
+	}
+	return c
+}
+
+// tenants is serve's tenants file; nil without COMPACTOR_TENANTS_FILE.
+func (e Env) tenants() *node.TenantsSource {
+	if e.TenantsFile == "" {
+		return nil
+	}
+	return &node.TenantsSource{Path: e.TenantsFile}
+}
 
 // printEnvHelp lists every variable with its default.
 func printEnvHelp(w io.Writer) error {

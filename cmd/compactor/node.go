@@ -38,6 +38,10 @@ func newLogger(env Env, w io.Writer) zerolog.Logger {
 // serve runs the roles of env until ctx is done, then drains them within
 // COMPACTOR_DRAIN_TIMEOUT.
 func serve(ctx context.Context, env Env, std stdio) error {
+	if env.Tenant != "" {
+		return errors.New("configuration: COMPACTOR_TENANT is for the commands an operator runs on one tenant's conversations; " +
+			"serve serves the tenants of COMPACTOR_TENANTS_FILE")
+	}
 	log := newLogger(env, std.err)
 	ncfg, err := env.node(log, telemetry.Telemetry{})
 	if err != nil {
@@ -52,6 +56,7 @@ func serve(ctx context.Context, env Env, std stdio) error {
 		OTelEndpoint: env.OTelEndpoint,
 		Version:      buildVersion().Version,
 		DrainTimeout: env.DrainTimeout,
+		Tenants:      env.tenants(),
 	})
 	var ce *node.ConnectError
 	switch {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/internal/natsconn"
+	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
 )
 
@@ -82,6 +83,8 @@ func (p permissionDenied) Unwrap() error { return p.err }
 // provisionReport is what provision prints: the server and what exists there now.
 type provisionReport struct {
 	Server string `json:"server"`
+	// Tenant is the tenant whose streams these are ("": the deployment's own).
+	Tenant string `json:"tenant,omitempty"`
 	jetstream.Status
 }
 
@@ -115,17 +118,104 @@ func provision(ctx context.Context, c *call, env Env, conn *natsconn.Connection,
 	}
 	defer nc.Close()
 
-	st, err := jetstream.ProvisionRetrying(pctx, nc, env.jetstream(), jetstream.DefaultBackoff(), log)
+	targets, err := provisionTargets(env)
+	if err != nil {
+		return err
+	}
+	var reports []provisionReport
+	for _, tg := range targets {
+		st, err := jetstream.ProvisionRetrying(pctx, nc, tg.cfg, jetstream.DefaultBackoff(), log)
+		if err != nil {
+			return provisionError(ctx, tctx, pctx, conn, timeout, tg.what(), err)
+		}
+		sctx, scancel := context.WithTimeout(pctx, provisionStatusTimeout)
+		reports = append(reports, provisionReport{Server: natsconn.RedactURL(conn.URL), Tenant: tg.cfg.Tenant, Status: st.Status(sctx)})
+		scancel()
+	}
+	if asJSON {
+		if len(reports) == 1 && env.TenantsFile == "" {
+			err = writeJSON(c.std.out, reports[0])
+		} else {
+			err = writeJSON(c.std.out, reports)
+		}
+	} else {
+		for i, r := range reports {
+			if i > 0 {
+				fmt.Fprintln(c.std.out)
+			}
+			if r.Tenant == "" {
+				fmt.Fprintf(c.std.out, "provisioned NATS at %s\n\n", conn.Describe())
+			} else {
+				fmt.Fprintf(c.std.out, "provisioned tenant %s at NATS %s\n\n", r.Tenant, conn.Describe())
+			}
+			if err = writePipelineStatus(c.std.out, r.Status); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range reports {
+		if err := readBackError(r.Status); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// provisionTarget is one layout provision makes: the deployment's own, or a tenant's.
+type provisionTarget struct{ cfg jetstream.Config }
+
+func (t provisionTarget) what() string {
+	if t.cfg.Tenant == "" {
+		return "the deployment's streams"
+	}
+	return "tenant " + t.cfg.Tenant + "'s streams"
+}
+
+// provisionTargets are the layouts provision makes: with COMPACTOR_TENANTS_FILE, every
+// tenant's (with its quotas), or only COMPACTOR_TENANT's when that is set too; else the
+// deployment's own, or COMPACTOR_TENANT's (without a file: no quotas).
+func provisionTargets(env Env) ([]provisionTarget, error) {
+	if env.TenantsFile == "" {
+		return []provisionTarget{{cfg: env.jetstream()}}, nil
+	}
+	f, err := tenants.Read(env.TenantsFile)
+	if err != nil {
+		return nil, newError(errConfig, err, "configuration: COMPACTOR_TENANTS_FILE: %v", err)
+	}
+	names := f.Names()
+	if env.Tenant != "" {
+		if _, ok := f.Tenants[env.Tenant]; !ok {
+			return nil, newError(errConfig, nil, "configuration: COMPACTOR_TENANT %q is not a tenant of %s (tenants: %s)",
+				env.Tenant, env.TenantsFile, strings.Join(names, ", "))
+		}
+		names = []string{env.Tenant}
+	}
+	base := env.settings().JetStream()
+	var out []provisionTarget
+	for _, name := range names {
+		cfg, err := f.Tenants[name].JetStream(base, name)
+		if err != nil {
+			return nil, newError(errConfig, err, "configuration: tenant %q: %v", name, err)
+		}
+		out = append(out, provisionTarget{cfg: cfg})
+	}
+	return out, nil
+}
+
+// provisionError says what a failed provisioning of what means and what to do.
+func provisionError(ctx, tctx, pctx context.Context, conn *natsconn.Connection, timeout time.Duration, what string, err error) error {
 	var denied permissionDenied
 	switch {
-	case err == nil:
 	case errors.As(context.Cause(pctx), &denied):
-		return newError(errConfig, denied, "NATS at %s refused what provisioning asked: %v; provision as a user that may create "+
+		return newError(errConfig, denied, "NATS at %s refused what provisioning %s asked: %v; provision as a user that may create "+
 			"and change the streams, buckets and consumers (admin in deploy/nats/accounts.conf), and check its inbox prefix "+
-			"(COMPACTOR_NATS_INBOX_PREFIX) against the subjects it may subscribe to", conn.Describe(),
+			"(COMPACTOR_NATS_INBOX_PREFIX) against the subjects it may subscribe to", conn.Describe(), what,
 			strings.TrimPrefix(denied.err.Error(), nats.ErrPermissionViolation.Error()+": "))
 	case errors.Is(err, jetstream.ErrConflict):
-		return newError(errConfig, err, "%v", conflictError(err, "provision"))
+		return newError(errConfig, err, "%s: %v", what, conflictError(err, "provision"))
 	case ctx.Err() != nil:
 		return err
 	case tctx.Err() != nil:
@@ -133,20 +223,6 @@ func provision(ctx context.Context, c *call, env Env, conn *natsconn.Connection,
 	default:
 		return err
 	}
-
-	sctx, scancel := context.WithTimeout(pctx, provisionStatusTimeout)
-	defer scancel()
-	r := provisionReport{Server: natsconn.RedactURL(conn.URL), Status: st.Status(sctx)}
-	if asJSON {
-		err = writeJSON(c.std.out, r)
-	} else {
-		fmt.Fprintf(c.std.out, "provisioned NATS at %s\n\n", conn.Describe())
-		err = writePipelineStatus(c.std.out, r.Status)
-	}
-	if err != nil {
-		return err
-	}
-	return readBackError(r.Status)
 }
 
 // readBackError is an error naming what provision created but could not read back.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/compactor/compactor/internal/proxy"
 	"github.com/compactor/compactor/internal/telemetry"
+	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/service"
 	"github.com/compactor/compactor/schemas/policy"
@@ -67,6 +68,11 @@ type Config struct {
 
 	// Proxy is the proxy role's configuration (required with Roles.Proxy).
 	Proxy *proxy.Config
+
+	// Tenant, when set, is the tenant whose conversations this node serves: the store is
+	// the tenant's, Resolver and Profiles are the tenant's (tenants.Tenant.Resolver), and
+	// the service answers on the tenant's subjects (docs/tenants.md).
+	Tenant *Tenant
 
 	// ViewListen is the web view's host:port ("": off; only with the API role), and
 	// ViewToken its credential ("": only requests to localhost).
@@ -157,7 +163,7 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 		src := NewPolicySourceLog(st, cfg.Resolver, log)
 		policies = src
 		n.comps = append(n.comps, src) // its watch, for the cache
-		if m := tel.Metrics; m != nil {
+		if m := tel.Metrics; m != nil && cfg.Tenant == nil {
 			m.PolicyCache(src.CacheStats)
 		}
 	}
@@ -194,7 +200,7 @@ func New(cfg Config, nc *nats.Conn, st *jetstream.Store) (*Node, error) {
 		n.comps = append(n.comps, p)
 		n.pool = p
 	}
-	if m := tel.Metrics; m != nil {
+	if m := tel.Metrics; m != nil && cfg.Tenant == nil { // a tenant's: its tenant metrics (tenants.go)
 		if n.pool != nil {
 			m.Pool(n.pool)
 			m.LearnedWindows(st, log)
@@ -270,6 +276,14 @@ func newPool(cfg Config, st *jetstream.Store, policies PolicySourcer) (*summariz
 		summarizersFor = sums.For
 	}
 	opts := summarizer.Options{Policies: policies, Summarizers: summarizersFor, Fallback: fallback, Retryable: llm.Retryable, Logger: log}
+	if t := cfg.Tenant; t != nil {
+		// Every tenant's: it meters the tokens, and bounds them when a quota is set.
+		q := tenants.NewQuota(t.Name, t.Quotas, st, log)
+		if tm := cfg.Telemetry.Tenant; tm != nil {
+			q.Declined, q.Charged = tm.Declined, tm.Tokens
+		}
+		opts.Quota = q
+	}
 	cfg.Telemetry.Pool(&opts)
 	return summarizer.NewPool(cfg.Summarizer, st, opts)
 }
@@ -420,10 +434,14 @@ type Summarizers struct {
 	lookup   func(string) (string, bool)
 	fallback summary.Summarizer
 	log      zerolog.Logger
-	// base is the settings without a profile: its endpoint is the default endpoint.
+	// base is the deployment's settings without a profile: its endpoint is the default
+	// endpoint (for a tenant too: the deployment's, not the tenant's).
 	base policy.Settings
 	// profiles is the profiles file (nil: none): which profile names a key variable.
 	profiles *policy.File
+	// tenantKeyEnv is the variable a tenant's own settings name for its key ("": the
+	// tenant names none, or this is no tenant's).
+	tenantKeyEnv string
 
 	// tel observes the LLM calls.
 	tel telemetry.Telemetry
@@ -439,8 +457,13 @@ func NewSummarizers(cfg Config, fallback summary.Summarizer) *Summarizers {
 	if lookup == nil {
 		lookup = func(string) (string, bool) { return "", false }
 	}
-	return &Summarizers{lookup: lookup, fallback: fallback, log: cfg.Logger, base: cfg.Resolver.Base(), profiles: cfg.Profiles,
+	f := &Summarizers{lookup: lookup, fallback: fallback, log: cfg.Logger, base: cfg.Resolver.Base(), profiles: cfg.Profiles,
 		tel: cfg.Telemetry, cache: map[llm.Config]*llm.Summarizer{}}
+	if t := cfg.Tenant; t != nil {
+		f.base, f.tenantKeyEnv = t.Deployment.Base(), t.KeyEnv
+		f.log = f.log.With().Str("tenant", t.Name).Logger()
+	}
+	return f
 }
 
 // For is the summarizer of s: one per endpoint, model, key and timeout, built once.
@@ -480,10 +503,15 @@ func (f *Summarizers) EndpointAndKey(s policy.Settings) (base, key string) {
 		return v
 	}
 	base = s.LLMBaseURL
-	if s.Profile != "" && orDefault(base) != orDefault(f.base.LLMBaseURL) {
-		// The profile's own endpoint: only the variable the profile itself names.
-		if f.profileSets(s.Profile, "llm_api_key_env") {
+	if orDefault(base) != orDefault(f.base.LLMBaseURL) {
+		// A profile's or a tenant's own endpoint: only the variable the profile itself
+		// names, else the one the tenant's settings name. (Only those tiers set an
+		// endpoint: a conversation's policy cannot.)
+		switch {
+		case s.Profile != "" && f.profileSets(s.Profile, "llm_api_key_env"):
 			key = get(s.LLMAPIKeyEnv)
+		case f.tenantKeyEnv != "":
+			key = get(f.tenantKeyEnv)
 		}
 		return base, key
 	}

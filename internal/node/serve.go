@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel"
 
 	"github.com/compactor/compactor/internal/natsconn"
@@ -40,6 +41,11 @@ type ServeConfig struct {
 
 	// DrainTimeout bounds the drain once ctx is done.
 	DrainTimeout time.Duration
+
+	// Tenants, when set, makes the node serve the tenants of a tenants file, each with
+	// the roles of Node on streams of its own (JetStream.ForTenant), instead of the
+	// deployment's own layout (docs/tenants.md).
+	Tenants *TenantsSource
 }
 
 // ConnectError is a connection to NATS that could not be made: the server refused the
@@ -97,6 +103,9 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		return &ConnectError{Err: err}
 	}
 	defer nc.Close()
+	if cfg.Tenants != nil {
+		return serveTenants(ctx, cfg, nc, ready)
+	}
 	ready.Starting("provisioning JetStream")
 	st, err := jetstream.ProvisionRetrying(ctx, nc, cfg.JetStream, jetstream.DefaultBackoff(), log)
 	switch {
@@ -123,7 +132,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	defer func() { <-policyChecked }()
 	ready.Running(st)
 	defer ready.Stopping()
-	return n.runUntilDrained(ctx, cfg.DrainTimeout, ready)
+	return runUntilDrained(ctx, n.Run, cfg.DrainTimeout, ready, n.log)
 }
 
 // shutdownWithin is how long what runs after the roles stopped (the listener's last
@@ -192,10 +201,9 @@ func runOps(ctx context.Context, cfg ServeConfig, ready *telemetry.Readiness, wi
 
 // runUntilDrained runs the roles; once ctx is done they stop taking work and finish
 // what they hold, within drain.
-func (n *Node) runUntilDrained(ctx context.Context, drain time.Duration, ready *telemetry.Readiness) error {
-	log := n.log
+func runUntilDrained(ctx context.Context, run func(context.Context) error, drain time.Duration, ready *telemetry.Readiness, log zerolog.Logger) error {
 	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	select {
 	case err := <-done:
 		return err
@@ -213,4 +221,25 @@ func (n *Node) runUntilDrained(ctx context.Context, drain time.Duration, ready *
 	case <-time.After(drain):
 		return fmt.Errorf("in-flight work did not drain within %s (COMPACTOR_DRAIN_TIMEOUT); unacked requests will be redelivered", drain)
 	}
+}
+
+// serveTenants runs the roles of every tenant of the tenants file until ctx is done,
+// then drains them within the drain timeout. A tenants file that does not read or
+// check at start stops the process: nothing would be served.
+func serveTenants(ctx context.Context, cfg ServeConfig, nc *nats.Conn, ready *telemetry.Readiness) error {
+	if cfg.Node.Roles.Proxy || cfg.Node.ViewListen != "" {
+		return errors.New("node: the proxy and the web view do not serve tenants yet; run them without COMPACTOR_TENANTS_FILE")
+	}
+	ts := newTenantSet(cfg, nc)
+	f, err := ts.read()
+	if err != nil {
+		return err
+	}
+	if m := cfg.Node.Telemetry.Metrics; m != nil {
+		m.Connection(nc) // the process's; each tenant's roles report as that tenant's
+	}
+	cfg.Node.Logger.Info().Strs("tenants", f.Names()).Str("file", cfg.Tenants.Path).Msg("serving tenants")
+	ready.Running(ts)
+	defer ready.Stopping()
+	return runUntilDrained(ctx, func(ctx context.Context) error { return ts.run(ctx, f) }, cfg.DrainTimeout, ready, cfg.Node.Logger)
 }

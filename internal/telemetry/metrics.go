@@ -38,6 +38,11 @@ type Metrics struct {
 	triggerLag       prometheus.Histogram
 	triggerRequests  *prometheus.CounterVec // trigger, result
 	usageIgnored     prometheus.Counter
+
+	// The per-tenant families (tenants.go), registered with the first tenant.
+	tenantOnce sync.Once
+	tenants    *tenantFamilies
+	log        zerolog.Logger
 }
 
 // triggerKinds are the values of the trigger label.
@@ -46,7 +51,7 @@ var triggerKinds = []string{schemas.TriggerBudget, schemas.TriggerStructural, sc
 // NewMetrics registers every metric on a registry of their own; version is the
 // compactor_build_info label.
 func NewMetrics(version string) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry()}
+	m := &Metrics{reg: prometheus.NewRegistry(), log: zerolog.Nop()}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 		m.reg.MustRegister(c)
@@ -277,6 +282,13 @@ type scrapeCache struct {
 	mu     sync.Mutex
 	readAt time.Time
 	cached []prometheus.Metric
+}
+
+// invalidate makes the next get read again.
+func (sc *scrapeCache) invalidate() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.readAt = time.Time{}
 }
 
 // get returns the metrics read less than backlogTTL ago, or those read now.

@@ -12,8 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
-
-	"github.com/compactor/compactor/jetstream"
 )
 
 // OpsServer is the operators' HTTP listener (COMPACTOR_HTTP_LISTEN): /healthz, /readyz,
@@ -118,8 +116,8 @@ const (
 // answer is kept for readyTTL; probes that come while one is asked wait for it.
 type Readiness struct {
 	mu      sync.Mutex
-	store   *jetstream.Store // nil until provisioned
-	phase   string           // why not ready before or after running ("" while running)
+	store   Health // nil until provisioned
+	phase   string // why not ready before or after running ("" while running)
 	at      time.Time
 	lastErr error
 }
@@ -134,8 +132,16 @@ func (r *Readiness) Starting(phase string) {
 	r.phase = phase
 }
 
+// Health is what readiness asks once the roles run: a store, or a node's tenants.
+type Health interface {
+	// Ping is nil while the connection and JetStream answer.
+	Ping(ctx context.Context) error
+	// ConsumerRefused is the server's refusal of a consumer within d (nil: none).
+	ConsumerRefused(d time.Duration) error
+}
+
 // Running makes the Readiness follow st's connection and JetStream.
-func (r *Readiness) Running(st *jetstream.Store) {
+func (r *Readiness) Running(st Health) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.store, r.phase, r.at = st, "", time.Time{}

@@ -18,11 +18,17 @@ import (
 type Telemetry struct {
 	Metrics *Metrics
 	Traces  trace.TracerProvider
+	// Tenant, for the roles of one tenant, observes them in the process's families and
+	// the tenant's (nil: no tenant's, or no metrics).
+	Tenant *Tenant
 }
 
 // Triggers adds the trigger's observer and tracer to cfg.
 func (t Telemetry) Triggers(cfg *triggers.Config) {
-	if t.Metrics != nil {
+	switch {
+	case t.Tenant != nil:
+		cfg.Observer = t.Tenant
+	case t.Metrics != nil:
 		cfg.Observer = t.Metrics
 	}
 	cfg.Tracer = t.Traces
@@ -30,7 +36,10 @@ func (t Telemetry) Triggers(cfg *triggers.Config) {
 
 // Pool adds the worker pool's observer and tracer to opts.
 func (t Telemetry) Pool(opts *summarizer.Options) {
-	if t.Metrics != nil {
+	switch {
+	case t.Tenant != nil:
+		opts.Observer = t.Tenant
+	case t.Metrics != nil:
 		opts.Observer = t.Metrics
 	}
 	opts.Tracer = t.Traces

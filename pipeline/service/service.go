@@ -50,6 +50,11 @@ type Config struct {
 	// Tracer, when set, makes each manual compaction a trace that the request's headers
 	// carry to the worker (W3C trace context). nil: no traces.
 	Tracer trace.TracerProvider
+	// Tenant, when set, serves that tenant's conversations (the store must be the
+	// tenant's, jetstream.Config.ForTenant) on compactor.<tenant>.<endpoint>: the subjects
+	// a tenant's account imports as compactor.<endpoint> (docs/tenants.md). "": the
+	// deployment's own conversations, on compactor.<endpoint>.
+	Tenant string
 }
 
 // DefaultConfig returns the defaults.
@@ -87,6 +92,11 @@ func (c Config) Validate() error {
 		return bad("max concurrent waits must not be negative")
 	case c.MaxConcurrentRequests < 0:
 		return bad("max concurrent requests must not be negative")
+	}
+	if c.Tenant != "" {
+		if err := jetstream.ValidateTenant(c.Tenant); err != nil {
+			return bad("%v", err)
+		}
 	}
 	return nil
 }
@@ -129,13 +139,19 @@ func New(cfg Config, nc *nats.Conn, store *jetstream.Store, policies PolicySourc
 	switch {
 	case nc == nil || store == nil:
 		return nil, fmt.Errorf("%w: a connection and a store are required", ErrConfig)
+	case store.Config().Tenant != cfg.Tenant:
+		return nil, fmt.Errorf("%w: the service of tenant %q needs that tenant's store, not tenant %q's", ErrConfig, cfg.Tenant, store.Config().Tenant)
 	case policies == nil:
 		return nil, fmt.Errorf("%w: a policy source is required", ErrConfig)
 	case check == nil:
 		return nil, fmt.Errorf("%w: a policy check is required", ErrConfig)
 	}
+	lctx := log.With().Str("component", "service")
+	if cfg.Tenant != "" {
+		lctx = lctx.Str("tenant", cfg.Tenant)
+	}
 	return &Service{cfg: cfg, nc: nc, store: store, policies: policies, check: check, forget: store.Forget,
-		log:   log.With().Str("component", "service").Logger(),
+		log:   lctx.Logger(),
 		waits: make(chan struct{}, cfg.MaxConcurrentWaits), stopping: make(chan struct{})}, nil
 }
 
@@ -144,9 +160,14 @@ func New(cfg Config, nc *nats.Conn, store *jetstream.Store, policies PolicySourc
 // the requests in hand finish and returns. Run is called once.
 func (s *Service) Run(ctx context.Context) error {
 	nc := s.nc
+	group, meta := schemas.ServiceName, map[string]string(nil)
+	if s.cfg.Tenant != "" {
+		group, meta = schemas.ServiceName+"."+s.cfg.Tenant, map[string]string{"tenant": s.cfg.Tenant}
+	}
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        schemas.ServiceName,
 		Version:     s.cfg.Version,
+		Metadata:    meta,
 		Description: "Compactor: compaction requests, context pointers, status, policies, recall and deletion of LLM conversations",
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
 			s.log.Error().Str("subject", e.Subject).Str("error", e.Description).Msg("service subscription error")
@@ -156,7 +177,7 @@ func (s *Service) Run(ctx context.Context) error {
 		s.shutdown(nc, nil)
 		return fmt.Errorf("add service %s: %w", schemas.ServiceName, err)
 	}
-	g := svc.AddGroup(schemas.ServiceName)
+	g := svc.AddGroup(group)
 	for _, ep := range []struct {
 		name, request string
 		h             handler
@@ -171,7 +192,7 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := g.AddEndpoint(ep.name, s.wrap(ep.name, ep.h),
 			micro.WithEndpointMetadata(map[string]string{"format": "application/json", "request": ep.request})); err != nil {
 			s.shutdown(nc, svc)
-			return fmt.Errorf("add endpoint %s.%s: %w", schemas.ServiceName, ep.name, err)
+			return fmt.Errorf("add endpoint %s.%s: %w", group, ep.name, err)
 		}
 	}
 	s.log.Info().Str("id", svc.Info().ID).Msg("compactor service started")

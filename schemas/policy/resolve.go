@@ -391,3 +391,33 @@ func Merge(current Layer, clear bool, set Layer) (Layer, error) {
 	}
 	return next, nil
 }
+
+// ForTenant returns the resolver of a tenant's conversations (docs/tenants.md): the
+// tiers of r's environment with the tenant's own settings over them (tenant: any key, as
+// the environment; the operator writes both), and the tenant's profiles f (nil: none)
+// instead of r's. A tenant's conversation can name only its tenant's profiles, so it
+// never reaches another tenant's endpoint or key.
+func (r *Resolver) ForTenant(name string, tenant map[string]any, f *File) (*Resolver, error) {
+	env := Layer{}
+	for k, v := range r.env {
+		env[k] = v
+	}
+	for k, v := range tenant {
+		if k == ProfileKey {
+			return nil, bad("tenant %q: name a default profile with default_profile, not %s", name, ProfileKey)
+		}
+		if _, ok := Lookup(k); !ok {
+			return nil, bad("tenant %q: unknown key %q", name, k)
+		}
+		s, err := text(v)
+		if err != nil {
+			return nil, bad("tenant %q: %s: %v", name, k, err)
+		}
+		env[k] = s
+	}
+	out, err := NewResolver(env, f, r.check)
+	if err != nil {
+		return nil, fmt.Errorf("tenant %q: %w", name, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,86 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// The summarizer tokens a deployment (a tenant: its own deployment bucket) spent, per
+// UTC day, are counted in its deployment bucket under usage.tokens.<YYYY-MM-DD>: the
+// workers of every process add to the same count with compare-and-set, so a quota holds
+// across processes. A count is a decimal number.
+
+// usageSubject is the subject of day's count of summarizer tokens.
+func (s *Store) usageSubject(day time.Time) string {
+	return "$KV." + s.cfg.DeploymentBucket + ".usage.tokens." + day.UTC().Format(time.DateOnly)
+}
+
+// maxUsageAttempts bounds the compare-and-set retries of one AddUsage: each lost race is
+// another worker's add, which succeeded.
+const maxUsageAttempts = 16
+
+// TokensUsed is the summarizer tokens counted for day (UTC), and the count's revision
+// (0: none yet), read from the bucket's stream leader.
+func (s *Store) TokensUsed(ctx context.Context, day time.Time) (n int64, rev uint64, err error) {
+	m, err := s.leaderGet(ctx, s.deploymentStream(), map[string]any{"last_by_subj": s.usageSubject(day)})
+	if errors.Is(err, errNoMessage) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("tokens used on %s: %w", day.UTC().Format(time.DateOnly), err)
+	}
+	if kvDeleted(&m) {
+		return 0, m.Seq, nil
+	}
+	n, err = strconv.ParseInt(string(m.Data), 10, 64)
+	if err != nil || n < 0 {
+		return 0, 0, fmt.Errorf("tokens used on %s: the count %q is not a number", day.UTC().Format(time.DateOnly), m.Data)
+	}
+	return n, m.Seq, nil
+}
+
+// AddTokensUsed adds n tokens to day's count and returns the new count.
+func (s *Store) AddTokensUsed(ctx context.Context, day time.Time, n int64) (int64, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("add %d tokens: a negative count", n)
+	}
+	for range maxUsageAttempts {
+		have, rev, err := s.TokensUsed(ctx, day)
+		if err != nil {
+			return 0, err
+		}
+		total := have + n
+		_, err = s.js.Publish(ctx, s.usageSubject(day), []byte(strconv.FormatInt(total, 10)),
+			natsjs.WithExpectStream(s.deploymentStream()), natsjs.WithExpectLastSequencePerSubject(rev))
+		if err == nil {
+			return total, nil
+		}
+		if !isWrongLastSequence(err) {
+			return 0, fmt.Errorf("count %d tokens in %s: %w", n, s.cfg.DeploymentBucket, err)
+		}
+	}
+	return 0, fmt.Errorf("count %d tokens in %s: %d writers raced it; given up", n, s.cfg.DeploymentBucket, maxUsageAttempts)
+}
+
+// ChatFigures are what CHAT holds.
+type ChatFigures struct {
+	// Conversations is its subjects: one per conversation in every layout.
+	Conversations int64
+	// Bytes is its size.
+	Bytes int64
+}
+
+// ChatState reads how many conversations CHAT holds and its bytes.
+func (s *Store) ChatState(ctx context.Context) (ChatFigures, error) {
+	str, err := s.js.Stream(ctx, s.cfg.ChatStream)
+	if err != nil {
+		return ChatFigures{}, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
+	}
+	info := str.CachedInfo() // read by the lookup just now
+	return ChatFigures{Conversations: int64(info.State.NumSubjects), Bytes: int64(info.State.Bytes)}, nil
+}
