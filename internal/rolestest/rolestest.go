@@ -89,6 +89,12 @@ func (r *Running) SetPasswords(users ...string) {
 	}
 }
 
+// Auth is user's credentials and inbox prefix, for a process that connects by itself
+// (node.ServeConfig.NATSOptions).
+func (r *Running) Auth(user string) natsconn.Auth {
+	return natsconn.Auth{User: user, Password: r.passwords[user], InboxPrefix: "_INBOX_" + user}
+}
+
 // Connect connects as user, with its password and its own inbox prefix, and closes the
 // connection at cleanup; a refused connection fails the test.
 func (r *Running) Connect(user string) *Conn {
@@ -106,7 +112,7 @@ func (r *Running) Dial(user string, opts ...nats.Option) (*Conn, error) {
 	c := &Conn{User: user, closed: make(chan struct{}), changed: make(chan struct{})}
 	opts = append([]nats.Option{nats.Name("compactor-" + user),
 		// Each user's replies come on its own prefix, the only inbox it may read.
-		natsconn.Auth{User: user, Password: r.passwords[user], InboxPrefix: "_INBOX_" + user}.Option(),
+		r.Auth(user).Option(),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { c.record(err.Error()) }),
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { c.disconnects.Add(1) }),
 		nats.ClosedHandler(func(*nats.Conn) { close(c.closed) }),

@@ -1,0 +1,150 @@
+package systemtest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/internal/proctest"
+	"github.com/compactor/compactor/internal/rolestest"
+	"github.com/compactor/compactor/internal/telemetry"
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas"
+)
+
+// serveTenantRole runs compactor serve's role for the tenants of file as that user of
+// tenants.conf (its own connection, as the process would) with llm as the summarizer
+// until the test ends, and returns its log.
+func serveTenantRole(t *testing.T, r *rolestest.Running, role, file string, llm *fakellm.LLM) *proctest.LogBuffer {
+	t.Helper()
+	env := testEnv(t, 8000)
+	env.Roles = role
+	env.Policy["llm_base_url"] = llm.URL()
+	env.Lookup = func(k string) (string, bool) { return "test-key", k == "COMPACTOR_LLM_API_KEY" }
+	log := &proctest.LogBuffer{}
+	cfg, err := env.Config(zerolog.New(log).Level(zerolog.WarnLevel), telemetry.Telemetry{Metrics: telemetry.NewMetrics("test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- node.Serve(ctx, node.ServeConfig{
+			Node: cfg, NATSURL: r.URL, NATSOptions: []nats.Option{r.Auth(role).Option()},
+			JetStream: jetstream.DefaultConfig(), DrainTimeout: 30 * time.Second,
+			Tenants: &node.TenantsSource{Path: file, Every: 100 * time.Millisecond},
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve as %s: %v", role, err)
+		}
+	})
+	return log
+}
+
+// tenantClient is a client of c's tenant in service mode, as a tenant's services run
+// it (compactor with COMPACTOR_VIA_SERVICE).
+func tenantClient(t *testing.T, c *rolestest.Conn) *pipeline.Client {
+	t.Helper()
+	cl, err := pipeline.New(ctxFor(t, 10*time.Second), c.NC, pipeline.ViaService())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+// compactor serve runs its trigger, worker and api as the users of tenants.conf for
+// the tenants acme and globex. acme's producer, in service mode, publishes a
+// conversation, and acme's tenant service answers its context (compacted) through the
+// import of compactor.context; globex's producer, with the same conversation id, reads
+// globex's conversation only, and globex's users cannot reach acme's service. acme's
+// reader reads but cannot publish; the workers count acme's summarizer tokens (its
+// quota); acme's producer asks for a compaction and waits for it; acme's
+// producer forgets its conversation, and globex's stays. No role logs a refusal.
+func TestTenantServiceAnswersItsTenant(t *testing.T) {
+	f := startTenants(t)
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	if err := os.WriteFile(file, []byte(`{"tenants": {
+		"acme": {"quotas": {"conversations": 1000, "summarizer_tokens_per_day": 100000000}},
+		"globex": {}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logs := map[string]*proctest.LogBuffer{}
+	llm := fakellm.New(t)
+	for _, role := range []string{"api", "trigger", "worker"} {
+		logs[role] = serveTenantRole(t, f.r, role, file, llm)
+	}
+	ctx := ctxFor(t, 3*time.Minute)
+	const conv = "shared-id"
+	acme := tenantClient(t, f.r.Connect("acme-producer"))
+	msgs, needles := fakellm.NeedleConversation(20)
+	eventually(t, time.Minute, "acme's service", func() bool {
+		_, err := acme.Exists(ctx, conv)
+		return err == nil
+	})
+	for i, m := range msgs {
+		if _, err := acme.Publish(ctx, conv, m); err != nil {
+			t.Fatalf("publish %d as acme-producer in service mode: %v", i, err)
+		}
+	}
+	globexProducer := f.r.Connect("globex-producer")
+	globex := tenantClient(t, globexProducer)
+	if _, err := globex.Publish(ctx, conv, schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("globex only")}); err != nil {
+		t.Fatalf("publish as globex-producer: %v", err)
+	}
+	eventually(t, time.Minute, "acme's context compacted, through acme's service", func() bool {
+		cx, err := acme.Context(ctx, conv)
+		return err == nil && cx.HasSummary && cx.Generation >= 1
+	})
+	reader := tenantClient(t, f.r.Connect("acme-reader"))
+	if cx, err := reader.Context(ctx, conv); err != nil || !cx.HasSummary {
+		t.Fatalf("acme-reader's context: %+v, %v", cx, err)
+	}
+	if _, err := reader.Publish(ctx, conv, msgs[1]); !errors.Is(err, jetstream.ErrPermission) {
+		t.Fatalf("acme-reader publishes: %v; want a permission error", err)
+	}
+	cx, err := globex.Context(ctx, conv)
+	if err != nil || cx.HasSummary || len(cx.Messages) != 1 || cx.Messages[0].Content.String() != "globex only" {
+		t.Fatalf("globex's context of %s: %+v, %v; want its one message", conv, cx, err)
+	}
+	for _, u := range rolestest.TenantUsers("globex") {
+		c := f.r.Connect(u)
+		for _, op := range []string{"context", "status", "recall", "forget", "compact"} {
+			refusedRequest(t, c, "compactor.acme."+op, []byte(`{"conversation":"`+conv+`"}`))
+		}
+	}
+	acmeStore := openTenant(t, f, "acme")
+	eventually(t, time.Minute, "acme's summarizer tokens counted by the worker (or a refusal logged)", func() bool {
+		n, _, err := acmeStore.TokensUsed(ctx, time.Now())
+		return err == nil && n > 0 || strings.Contains(strings.ToLower(logs["worker"].String()), "permission")
+	})
+	// A compaction asked for through the service, which waits for its outcome (the
+	// api's ordered consumer on COMPACT_EVENTS_acme).
+	eventually(t, time.Minute, "acme's manual compaction's outcome", func() bool {
+		r, err := acme.Compact(ctx, conv, pipeline.Wait(10*time.Second))
+		return err == nil && (r.Status == "completed" || r.Status == "declined")
+	})
+	if r, err := acme.Forget(ctx, conv); err != nil || r.ThroughSeq == 0 {
+		t.Fatalf("acme-producer forgets %s: %+v, %v", conv, r, err)
+	}
+	if rc, err := globex.Recall(ctx, conv); err != nil || len(rc.Messages) != 1 {
+		t.Fatalf("globex's %s after acme's forget: %+v, %v; want its one message", conv, rc, err)
+	}
+	for role, log := range logs {
+		if l := log.String(); strings.Contains(strings.ToLower(l), "permission") || strings.Contains(l, needles[0]) {
+			t.Errorf("%s's log:\n%s", role, l)
+		}
+	}
+}
