@@ -257,6 +257,9 @@ func TestTenantAddedAndRemovedByReload(t *testing.T) {
 	if _, err := tenantPublish(ctx, r.Connect("globex-producer"), "c3", "globex's", "g3"); err != nil {
 		t.Fatalf("globex-producer after the reloads: %v", err)
 	}
+	if n := f.admin.Disconnects(); n != 0 {
+		t.Fatalf("Compactor's admin was disconnected %d times by the reloads", n)
+	}
 }
 
 // stillServed checks that c, acme's producer, was never disconnected and still

@@ -70,10 +70,10 @@ func TestTenantCommandsAsTenantUsers(t *testing.T) {
 		t.Fatalf("publish as acme-producer printed %q; want %d sequences", out, len(msgs))
 	}
 	run("globex-producer", `{"role":"user","content":"globex only"}`+"\n", "publish", conv)
-	// The trigger compacts it too: the request waited for completes, or is declined as
-	// having nothing new.
+	// The trigger compacts it too: the request waited for completes, or is declined
+	// when the trigger's compaction left too little to gain.
 	if out := run("acme-producer", "", "compact", conv, "--wait", "30s"); !strings.HasPrefix(out, "completed: generation") &&
-		!strings.HasPrefix(out, "declined: nothing") {
+		!strings.HasPrefix(out, "declined: ") {
 		t.Fatalf("compact as acme-producer: %q", out)
 	}
 	var cx string

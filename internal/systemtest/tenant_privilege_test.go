@@ -134,7 +134,8 @@ func refusedSubscribe(t *testing.T, c *rolestest.Conn, subject string) {
 	since := c.Mark()
 	sub, err := c.NC.SubscribeSync(subject)
 	if err != nil {
-		return // refused by the client already
+		t.Errorf("%s subscribing to %s: %v", c.User, subject, err)
+		return
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := c.WaitFor(ctx, since, fmt.Sprintf("Permissions Violation for Subscription to %q", subject)); err != nil {
