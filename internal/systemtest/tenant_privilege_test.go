@@ -404,3 +404,45 @@ func TestTenantImportOfAnotherRefused(t *testing.T) {
 		}
 	}
 }
+
+// Compactor's roles in tenants.conf keep to their own: each is refused the durable
+// consumers of the others in every tenant (denied by name, whatever the stream), and
+// what accounts.conf already kept from it (a trigger or worker writing a tenant's chat,
+// a worker answering a tenant's service, the proxy forgetting).
+func TestTenantCompactorRolesKeepToTheirOwn(t *testing.T) {
+	f := startTenants(t)
+	for role, requests := range map[string]map[string]string{
+		"trigger": {
+			"$JS.API.CONSUMER.MSG.NEXT.COMPACT_REQUESTS_acme.compactor-workers": `{"batch":1}`,
+			"chat.acme.c1.msg":               `{}`,
+			"compactor.acme.context":         `{}`,
+			"$O.compaction-objects_acme.M.x": `{}`,
+		},
+		"worker": {
+			"$JS.API.CONSUMER.MSG.NEXT.CHAT_acme.compactor-trigger": `{"batch":1}`,
+			"$JS.API.CONSUMER.DELETE.CHAT_acme.compactor-trigger":   ``,
+			"chat.acme.c1.msg":          `{}`,
+			"$KV.compaction_acme.a.b.c": `{}`,
+		},
+		"api": {
+			"$JS.API.CONSUMER.MSG.NEXT.COMPACT_REQUESTS_globex.compactor-workers": `{"batch":1}`,
+			"$JS.API.CONSUMER.DELETE.CHAT_globex.compactor-trigger":               ``,
+			"$JS.API.CONSUMER.DELETE.ACTIVITY_acme.compactor-idle":                ``,
+			"$JS.API.CONSUMER.CREATE.COMPACT_REQUESTS_acme.compactor-workers":     `{}`,
+			"$JS.API.STREAM.DELETE.CHAT_acme":                                     ``,
+			"chat.acme.c1.msg":                                                    `{}`,
+		},
+		"proxy": {
+			"$JS.API.CONSUMER.DELETE.COMPACT_REQUESTS_acme.compactor-workers": ``,
+			"$JS.API.CONSUMER.MSG.NEXT.CHAT_acme.compactor-trigger":           `{"batch":1}`,
+			"$JS.API.STREAM.PURGE.CHAT_acme":                                  `{}`,
+			"$KV.compaction-policy_acme.c1":                                   `{}`,
+			"compactor.acme.forget":                                           `{}`,
+		},
+	} {
+		c := f.r.Connect(role)
+		for subject, body := range requests {
+			refusedRequest(t, c, subject, []byte(body))
+		}
+	}
+}
