@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -146,5 +147,77 @@ func TestTenantServiceAnswersItsTenant(t *testing.T) {
 		if l := log.String(); strings.Contains(strings.ToLower(l), "permission") || strings.Contains(l, needles[0]) {
 			t.Errorf("%s's log:\n%s", role, l)
 		}
+	}
+}
+
+// A tenant added while everything runs, without restarting anything: its account
+// (tenants.conf's acme block renamed, two reloads), its entry in the tenants file that
+// serve reads again, its streams created by the admin after that. The serve processes
+// of every role serve it once its streams are there: initech's producer publishes and
+// reads its context through initech's service, while acme's client, on the same
+// connection throughout, keeps being served.
+func TestTenantAddedWhileServing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.conf")
+	storeDir := t.TempDir()
+	reloadableConf(t, path, storeDir)
+	r := rolestest.Start(t, path, rolestest.TenantsConfUsers(), func(o *server.Options) { o.StoreDir = storeDir })
+	f := provisionTenants(t, r)
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	writeTenantsFile(t, file, "acme", "globex")
+	llm := fakellm.New(t)
+	for _, role := range []string{"api", "trigger", "worker"} {
+		serveTenantRole(t, r, role, file, llm)
+	}
+	ctx := ctxFor(t, 3*time.Minute)
+	acmeConn := r.Connect("acme-producer")
+	acme := tenantClient(t, acmeConn)
+	served := func(cl *pipeline.Client, what string) {
+		t.Helper()
+		eventually(t, time.Minute, what+"'s service", func() bool {
+			_, err := cl.Exists(ctx, "c1")
+			return err == nil
+		})
+		seq, err := cl.Publish(ctx, "c1", schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(what + " speaks")})
+		if err != nil {
+			t.Fatalf("%s publishes: %v", what, err)
+		}
+		eventually(t, time.Minute, what+"'s context through its service", func() bool {
+			cx, err := cl.Context(ctx, "c1")
+			return err == nil && len(cx.Seqs) > 0 && cx.Seqs[len(cx.Seqs)-1] == seq
+		})
+	}
+	served(acme, "acme")
+
+	withInitech := "  # Another tenant"
+	reloadableConf(t, path, storeDir, withInitech, initechBlock(t)+withInitech)
+	r.SetPasswords(rolestest.TenantUsers("initech")...)
+	for i := range 2 { // see TestTenantAddedAndRemovedByReload
+		if err := r.NS.Reload(); err != nil {
+			t.Fatalf("reload %d with initech: %v", i+1, err)
+		}
+	}
+	writeTenantsFile(t, file, "acme", "globex", "initech")
+	f.provision(t, ctx, "initech")
+	served(tenantClient(t, r.Connect("initech-producer")), "initech")
+	served(acme, "acme")
+	if n := acmeConn.Disconnects(); n != 0 {
+		t.Fatalf("acme-producer was disconnected %d times", n)
+	}
+}
+
+// writeTenantsFile replaces the tenants file at path with one naming tenants (no
+// settings), at once, as a ConfigMap changes.
+func writeTenantsFile(t *testing.T, path string, tenants ...string) {
+	t.Helper()
+	var parts []string
+	for _, tn := range tenants {
+		parts = append(parts, `"`+tn+`": {}`)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(`{"tenants": {`+strings.Join(parts, ", ")+`}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }
