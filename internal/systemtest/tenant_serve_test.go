@@ -3,6 +3,7 @@ package systemtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,11 +26,17 @@ import (
 
 // serveTenantRole runs compactor serve's role for the tenants of file as that user of
 // tenants.conf (its own connection, as the process would) with llm as the summarizer
-// until the test ends, and returns its log.
-func serveTenantRole(t *testing.T, r *rolestest.Running, role, file string, llm *fakellm.LLM) *proctest.LogBuffer {
+// and the trigger partitions of base (the layout the admin provisioned) until the test
+// ends, and returns its log.
+func serveTenantRole(t *testing.T, r *rolestest.Running, role, file string, llm *fakellm.LLM, base ...jetstream.Config) *proctest.LogBuffer {
 	t.Helper()
+	js := jetstream.DefaultConfig()
+	if len(base) > 0 {
+		js = base[0]
+	}
 	env := testEnv(t, 8000)
 	env.Roles = role
+	env.TriggerPartitions, env.TriggerHeartbeat = js.TriggerPartitions, js.TriggerHeartbeat
 	env.Policy["llm_base_url"] = llm.URL()
 	env.Lookup = func(k string) (string, bool) { return "test-key", k == "COMPACTOR_LLM_API_KEY" }
 	log := &proctest.LogBuffer{}
@@ -42,7 +49,7 @@ func serveTenantRole(t *testing.T, r *rolestest.Running, role, file string, llm 
 	go func() {
 		served <- node.Serve(ctx, node.ServeConfig{
 			Node: cfg, NATSURL: r.URL, NATSOptions: []nats.Option{r.Auth(role).Option()},
-			JetStream: jetstream.DefaultConfig(), DrainTimeout: 30 * time.Second,
+			JetStream: js, DrainTimeout: 30 * time.Second,
 			Tenants: &node.TenantsSource{Path: file, Every: 100 * time.Millisecond},
 		})
 	}()
@@ -219,5 +226,67 @@ func writeTenantsFile(t *testing.T, path string, tenants ...string) {
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The trigger of tenants.conf runs partitioned (3 partitions, which the file does not
+// name) for every tenant: acme's conversations, published in service mode, are
+// compacted, and no role logs a refusal.
+func TestTenantPartitionedTrigger(t *testing.T) {
+	r := rolestest.TenantsServer(t)
+	f := &tenantFixture{r: r, admin: r.Connect("admin"), cfgs: map[string]jetstream.Config{}}
+	base := jetstream.DefaultConfig()
+	base.TriggerPartitions, base.TriggerHeartbeat = 3, 200*time.Millisecond
+	ctx := ctxFor(t, 3*time.Minute)
+	for _, tn := range rolestest.Tenants {
+		cfg, err := base.ForTenant(tn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := jetstream.Provision(ctx, f.admin.NC, cfg); err != nil {
+			t.Fatalf("provision %s's partitioned layout as admin: %v", tn, err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	writeTenantsFile(t, file, rolestest.Tenants...)
+	llm := fakellm.New(t)
+	logs := map[string]*proctest.LogBuffer{}
+	for _, role := range []string{"api", "trigger", "worker"} {
+		logs[role] = serveTenantRole(t, r, role, file, llm, base)
+	}
+	acme := tenantClient(t, r.Connect("acme-producer"))
+	msgs, _ := fakellm.NeedleConversation(20)
+	convs := []string{"p0", "p1", "p2", "p3"}
+	for _, conv := range convs {
+		for i, m := range msgs {
+			if _, err := acme.Publish(ctx, conv, m); err != nil {
+				t.Fatalf("publish %d of %s as acme-producer: %v", i, conv, err)
+			}
+		}
+	}
+	for _, conv := range convs {
+		eventually(t, time.Minute, "a compaction of acme's "+conv+" (or a refusal logged)", func() bool {
+			cx, err := acme.Context(ctx, conv)
+			return err == nil && cx.HasSummary || strings.Contains(strings.ToLower(logs["trigger"].String()), "permission")
+		})
+	}
+	acked := 0
+	for p := range 3 {
+		name := fmt.Sprintf("compactor-trigger-3-%d", p)
+		cons, err := jsFor(t, f.admin.NC).Consumer(ctx, "CHAT_acme", name)
+		if err != nil {
+			t.Fatalf("consumer %s of CHAT_acme: %v", name, err)
+		}
+		if cons.CachedInfo().AckFloor.Consumer > 0 {
+			acked++
+		}
+	}
+	if acked == 0 {
+		t.Error("none of CHAT_acme's 3 partition consumers acknowledged a message")
+	}
+	for role, log := range logs {
+		if l := log.String(); strings.Contains(strings.ToLower(l), "permission") {
+			t.Errorf("%s's log:\n%s", role, l)
+		}
 	}
 }
