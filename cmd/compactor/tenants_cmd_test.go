@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
 
@@ -74,5 +78,61 @@ func TestProvisionTenants(t *testing.T) {
 	t.Setenv("COMPACTOR_TENANT", "initech")
 	if _, errOut, err = cli(t, "", "provision"); err == nil || !strings.Contains(err.Error(), "not a tenant") {
 		t.Fatalf("provision of a tenant not in the file: %v\n%s", err, errOut)
+	}
+}
+
+// An operator in Compactor's own account runs the commands on one tenant's
+// conversations with COMPACTOR_TENANT: they read that tenant's streams and ask that
+// tenant's service (compactor.<tenant>.<endpoint>), and the same id in another tenant is
+// another conversation, untouched.
+func TestCommandsOnOneTenant(t *testing.T) {
+	env := testEnv(t, 6000)
+	env.Policy["keep_last_n"] = "4"
+	srv := jstest.Server(t)
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	if err := os.WriteFile(file, []byte(`{"tenants": {"acme": {}, "globex": {}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env.NATSURL, env.TenantsFile, env.DrainTimeout = srv.ClientURL(), file, 30*time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, env, stdio{out: io.Discard, err: io.Discard}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	t.Setenv("COMPACTOR_NATS_URL", srv.ClientURL())
+	nc := jstest.Conn(t, srv)
+	eventually(t, 30*time.Second, "both tenants' services", func() bool {
+		_, a := nc.Request("compactor.acme.status", nil, time.Second)
+		_, g := nc.Request("compactor.globex.status", nil, time.Second)
+		return a == nil && g == nil
+	})
+	msgs, needles := fakellm.NeedleConversation(4)
+	for _, tenant := range []string{"acme", "globex"} {
+		t.Setenv("COMPACTOR_TENANT", tenant)
+		if _, errOut, err := cli(t, jsonl(msgs), "publish", "c1"); err != nil {
+			t.Fatalf("publish to %s: %v\n%s", tenant, err, errOut)
+		}
+	}
+	t.Setenv("COMPACTOR_TENANT", "acme")
+	if out, errOut, err := cli(t, "", "compact", "c1", "--wait", "30s"); err != nil || !strings.HasPrefix(out, "completed: generation 1") {
+		t.Fatalf("compact acme's c1: %v\nstdout %q\nstderr %q", err, out, errOut)
+	}
+	if out, _, err := cli(t, "", "context", "c1", "--json"); err != nil || !strings.Contains(out, `"has_summary": true`) {
+		t.Fatalf("acme's context after its compaction: %v\n%s", err, out)
+	}
+	if out, _, err := cli(t, "", "status"); err != nil || !strings.Contains(out, "CHAT_acme") || strings.Contains(out, "CHAT_globex") {
+		t.Fatalf("acme's status: %v\n%s", err, out)
+	}
+	if _, errOut, err := cli(t, "", "forget", "c1"); err != nil {
+		t.Fatalf("forget acme's c1: %v\n%s", err, errOut)
+	}
+	t.Setenv("COMPACTOR_TENANT", "globex")
+	out, _, err := cli(t, "", "context", "c1", "--json")
+	if err != nil || strings.Contains(out, `"has_summary": true`) || !strings.Contains(out, needles[0]) {
+		t.Fatalf("globex's c1 after acme's was compacted and forgotten: %v\n%s", err, out)
 	}
 }
