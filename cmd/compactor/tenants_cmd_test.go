@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +17,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
 
@@ -134,5 +139,72 @@ func TestCommandsOnOneTenant(t *testing.T) {
 	out, _, err := cli(t, "", "context", "c1", "--json")
 	if err != nil || strings.Contains(out, `"has_summary": true`) || !strings.Contains(out, needles[0]) {
 		t.Fatalf("globex's c1 after acme's was compacted and forgotten: %v\n%s", err, out)
+	}
+}
+
+// `compactor proxy` with COMPACTOR_TENANT is one tenant's proxy: the conversations it
+// relays are stored in that tenant's streams, nowhere else.
+func TestProxyOfOneTenant(t *testing.T) {
+	testEnv(t, 128000)
+	ns := jstest.Server(t)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"c-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"stop",`+
+			`"message":{"role":"assistant","content":"hello from upstream"}}],"usage":{"prompt_tokens":12,"completion_tokens":4,"total_tokens":16}}`)
+	}))
+	defer up.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	t.Setenv("COMPACTOR_NATS_URL", ns.ClientURL())
+	t.Setenv("COMPACTOR_PROXY_LISTEN", addr)
+	t.Setenv("COMPACTOR_PROXY_UPSTREAM", up.URL)
+	t.Setenv("COMPACTOR_TENANT", "acme")
+	logs := &proctest.LogBuffer{}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- run(ctx, []string{"proxy"}, stdio{in: strings.NewReader(""), out: &strings.Builder{}, err: logs}, os.LookupEnv)
+	}()
+	defer func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("proxy: %v\n%s", err, logs)
+		}
+	}()
+	var status int
+	eventually(t, 20*time.Second, "the proxy to relay a turn", func() bool {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi there"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Compactor-Conversation", "c1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		status = resp.StatusCode
+		return true
+	})
+	if status != http.StatusOK {
+		t.Fatalf("proxy answered %d\n%s", status, logs)
+	}
+	js, err := natsjs.New(jstest.Conn(t, ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	str, err := js.Stream(t.Context(), "CHAT_acme")
+	if err != nil {
+		t.Fatalf("acme's chat stream: %v", err)
+	}
+	info, err := str.Info(t.Context(), natsjs.WithSubjectFilter("chat.acme.c1.msg"))
+	if err != nil || info.State.Subjects["chat.acme.c1.msg"] != 2 {
+		t.Fatalf("acme's c1 holds %v (%v); want the user's message and the reply", info.State.Subjects, err)
+	}
+	if _, err := js.Stream(t.Context(), "CHAT"); err == nil {
+		t.Fatal("the tenant's proxy made the deployment's own CHAT")
 	}
 }
