@@ -208,3 +208,48 @@ func TestProxyOfOneTenant(t *testing.T) {
 		t.Fatal("the tenant's proxy made the deployment's own CHAT")
 	}
 }
+
+// compactor tenants lists every tenant of the file with its figures beside its quotas,
+// and names a tenant whose streams are not there (exit 1).
+func TestTenantsCommand(t *testing.T) {
+	testEnv(t, 128000)
+	srv := jstest.Server(t)
+	t.Setenv("COMPACTOR_NATS_URL", srv.ClientURL())
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	if err := os.WriteFile(file, []byte(`{"tenants": {"acme": {"quotas": {"stored_bytes": 1048576, "conversations": 10}}, "globex": {}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COMPACTOR_TENANTS_FILE", file)
+	t.Setenv("COMPACTOR_TENANT", "acme")
+	if _, errOut, err := cli(t, "", "provision"); err != nil {
+		t.Fatalf("provision acme: %v\n%s", err, errOut)
+	}
+	msgs, _ := fakellm.NeedleConversation(2)
+	for _, conv := range []string{"c1", "c2"} {
+		if _, errOut, err := cli(t, jsonl(msgs), "publish", conv); err != nil {
+			t.Fatalf("publish: %v\n%s", err, errOut)
+		}
+	}
+	t.Setenv("COMPACTOR_TENANT", "")
+	out, _, err := cli(t, "", "tenants", "--json")
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "tenant globex") {
+		t.Fatalf("tenants with globex not provisioned: %v (exit %d); want exit 1 naming it", err, exitCode(err))
+	}
+	var rows []tenantRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("tenants --json printed %s: %v", out, err)
+	}
+	acme, globex := rows[0], rows[1]
+	if acme.Tenant != "acme" || acme.Conversations != 2 || acme.StoredBytes == 0 || acme.Quotas.Conversations != 10 || acme.Error != "" {
+		t.Errorf("acme: %+v", acme)
+	}
+	if globex.Tenant != "globex" || !strings.Contains(globex.Error, "not provisioned") {
+		t.Errorf("globex: %+v", globex)
+	}
+	out, _, _ = cli(t, "", "tenants")
+	for _, want := range []string{"TENANT", "acme", "1.0 MiB", "globex", "not provisioned"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("tenants printed no %q:\n%s", want, out)
+		}
+	}
+}
