@@ -165,17 +165,6 @@ func (ts *tenantSet) stopAll() {
 	ts.wg.Wait()
 }
 
-// Running names the tenants whose roles run now, for status and tests.
-func (ts *tenantSet) Running() []string {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	out := make([]string, 0, len(ts.running))
-	for name := range ts.running {
-		out = append(out, name)
-	}
-	return out
-}
-
 // serveTenant provisions (or finds) the tenant's streams and runs its roles until ctx
 // is done. A failure stops only this tenant's roles: it is reported and tried again
 // after a backoff, the other tenants untouched.
