@@ -54,6 +54,8 @@ type tenantSet struct {
 	// metrics are the running tenants' metrics: kept while a tenant restarts with new
 	// settings, removed with the tenant.
 	metrics map[string]*telemetry.Tenant
+	// views is the web view (nil: off): each tenant's view is shown while its roles run.
+	views *tenantViews
 }
 
 // tenantRun is one tenant's roles running.
@@ -210,6 +212,9 @@ func (ts *tenantSet) runTenant(ctx context.Context, name string, t tenants.Tenan
 	n, err := New(ncfg, ts.nc, st)
 	if err != nil {
 		return err
+	}
+	if ts.views != nil {
+		defer ts.views.serve(ctx, name, t, st, ncfg.Resolver, log)()
 	}
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
