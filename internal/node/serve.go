@@ -229,7 +229,8 @@ func runUntilDrained(ctx context.Context, run func(context.Context) error, drain
 // check at start stops the process: nothing would be served.
 func serveTenants(ctx context.Context, cfg ServeConfig, nc *nats.Conn, ready *telemetry.Readiness) error {
 	if cfg.Node.Roles.Proxy {
-		return errors.New("node: the proxy does not serve tenants yet; run it without COMPACTOR_TENANTS_FILE")
+		return errors.New("node: a proxy serves one tenant: run `compactor proxy` with COMPACTOR_TENANT=<tenant>, one per tenant, " +
+			"not with COMPACTOR_TENANTS_FILE")
 	}
 	ts := newTenantSet(cfg, nc)
 	f, err := ts.read()

@@ -191,7 +191,7 @@ func TestServeTenantsWebView(t *testing.T) {
 	}
 }
 
-// A view of tenants needs the api role; the proxy does not serve tenants yet.
+// A view of tenants needs the api role; a proxy serves one tenant (compactor proxy with COMPACTOR_TENANT), never a tenants file.
 func TestServeTenantsViewConfiguration(t *testing.T) {
 	srv := jstest.Server(t)
 	file := filepath.Join(t.TempDir(), "tenants.json")
@@ -204,7 +204,7 @@ func TestServeTenantsViewConfiguration(t *testing.T) {
 	}{
 		"no api role":   {node.Config{Roles: node.Roles{Worker: true}, ViewListen: "127.0.0.1:0"}, "needs the api role"},
 		"a short token": {node.Config{Roles: node.Roles{API: true}, ViewListen: "127.0.0.1:0", ViewToken: "short"}, "at least 16"},
-		"the proxy":     {node.Config{Roles: node.Roles{API: true, Proxy: true}}, "proxy does not serve tenants"},
+		"the proxy":     {node.Config{Roles: node.Roles{API: true, Proxy: true}}, "a proxy serves one tenant"},
 	} {
 		tc.ncfg.Resolver, tc.ncfg.Logger = resolver(t, 8000), zerolog.Nop()
 		err := node.Serve(ctx, node.ServeConfig{Node: tc.ncfg, NATSURL: srv.ClientURL(), JetStream: jetstream.DefaultConfig(),
