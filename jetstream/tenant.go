@@ -3,7 +3,6 @@ package jetstream
 import (
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // A tenant is one team served by a shared Compactor: a NATS account of its own, whose
@@ -77,15 +76,4 @@ func (c Config) ForTenant(t string) (Config, error) {
 	}
 	c.Names, c.Tenant = n, t
 	return c, nil
-}
-
-// TenantOfStream returns the tenant whose stream name is stream in a deployment with
-// base names (false for the deployment's own streams and for any other name).
-func TenantOfStream(base Names, stream string) (string, bool) {
-	for _, s := range base.Streams() {
-		if t, ok := strings.CutPrefix(stream, s+"_"); ok && ValidateTenant(t) == nil {
-			return t, true
-		}
-	}
-	return "", false
 }

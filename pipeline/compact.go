@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -159,6 +160,7 @@ func (c *Client) Forget(ctx context.Context, conv string) (ForgetResponse, error
 
 // call sends one request to the compactor service and decodes its answer into out.
 func (c *Client) call(ctx context.Context, subject string, wait time.Duration, in, out any) error {
+	subject = c.serviceSubject(subject)
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
@@ -188,6 +190,21 @@ func (c *Client) call(ctx context.Context, subject string, wait time.Duration, i
 		return fmt.Errorf("%s: undecodable answer: %w", subject, err)
 	}
 	return nil
+}
+
+// serviceSubject is the subject of the service endpoint subject (compactor.<endpoint>)
+// for this client: a client over a tenant's store (an operator in Compactor's account,
+// COMPACTOR_TENANT) asks that tenant's service, on compactor.<tenant>.<endpoint>. A
+// tenant's own users ask compactor.<endpoint>: their account's import adds the tenant.
+func (c *Client) serviceSubject(subject string) string {
+	if c.store == nil || c.store.Config().Tenant == "" {
+		return subject
+	}
+	endpoint, ok := strings.CutPrefix(subject, schemas.ServiceName+".")
+	if !ok {
+		return subject
+	}
+	return schemas.ServiceName + "." + c.store.Config().Tenant + "." + endpoint
 }
 
 // CompactionRequest is the answer to RequestCompaction.

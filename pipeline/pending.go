@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -22,4 +23,21 @@ func (c *Client) Pending(ctx context.Context, conv string) (*schemas.Request, er
 		return &schemas.Request{RequestID: st.PendingRequestID, Conversation: conv}, nil
 	}
 	return c.store.Queue().Pending(ctx, conv)
+}
+
+// PipelineStatus is the streams and consumers of the pipeline this client uses: read
+// directly, or in service mode asked of the compactor service (compactor.status without a
+// conversation), which answers with its tenant's own streams to a tenant's user.
+func (c *Client) PipelineStatus(ctx context.Context) (jetstream.Status, error) {
+	if c.svc == nil {
+		return c.store.Status(ctx), nil
+	}
+	var st jetstream.Status
+	if err := c.call(ctx, schemas.StatusSubject, 0, struct{}{}, &st); err != nil {
+		return jetstream.Status{}, err
+	}
+	if len(st.Streams) == 0 {
+		return jetstream.Status{}, badAnswer(schemas.StatusSubject, "the pipeline's status names no stream")
+	}
+	return st, nil
 }

@@ -277,7 +277,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{serveCommand, proxyCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand,
-		policyCommand, forgetCommand, benchCommand, evalCommand, versionCommand, benchWorkerCommand,
+		tenantsCommand, policyCommand, forgetCommand, benchCommand, evalCommand, versionCommand, benchWorkerCommand,
 		benchTriggerCommand}
 }
 

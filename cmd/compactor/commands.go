@@ -711,16 +711,10 @@ ack, redelivered), and with a partitioned trigger each partition's owner.`,
 			}
 			defer nc.Close()
 			if len(c.args) == 0 {
-				if cl.ServiceMode() {
-					return newError(errConfig, pipeline.ErrServiceMode, "status without a conversation shows the pipeline's streams and consumers, "+
-						"which the compactor service does not serve to this user (service mode): name a conversation, compactor status <conv>")
-				}
-				env, _ := c.loadEnv()
-				st, err := jetstream.Open(ctx, nc, env.jetstream())
+				s, err := cl.PipelineStatus(ctx)
 				if err != nil {
 					return err
 				}
-				s := st.Status(ctx)
 				if *asJSON {
 					return writeJSON(c.std.out, s)
 				}

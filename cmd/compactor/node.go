@@ -38,9 +38,9 @@ func newLogger(env Env, w io.Writer) zerolog.Logger {
 // serve runs the roles of env until ctx is done, then drains them within
 // COMPACTOR_DRAIN_TIMEOUT.
 func serve(ctx context.Context, env Env, std stdio) error {
-	if env.Tenant != "" {
-		return errors.New("configuration: COMPACTOR_TENANT is for the commands an operator runs on one tenant's conversations; " +
-			"serve serves the tenants of COMPACTOR_TENANTS_FILE")
+	if env.Tenant != "" && (env.Roles != "" || env.TenantsFile != "") {
+		return errors.New("configuration: COMPACTOR_TENANT is for the commands an operator runs on one tenant's conversations, " +
+			"and for a proxy of one tenant's (compactor proxy); serve serves the tenants of COMPACTOR_TENANTS_FILE")
 	}
 	log := newLogger(env, std.err)
 	ncfg, err := env.node(log, telemetry.Telemetry{})

@@ -224,16 +224,25 @@ func runUntilDrained(ctx context.Context, run func(context.Context) error, drain
 }
 
 // serveTenants runs the roles of every tenant of the tenants file until ctx is done,
-// then drains them within the drain timeout. A tenants file that does not read or
+// then drains them within the drain timeout. With a web view address, one listener serves
+// each running tenant's view (tenantViews). A tenants file that does not read or
 // check at start stops the process: nothing would be served.
 func serveTenants(ctx context.Context, cfg ServeConfig, nc *nats.Conn, ready *telemetry.Readiness) error {
-	if cfg.Node.Roles.Proxy || cfg.Node.ViewListen != "" {
-		return errors.New("node: the proxy and the web view do not serve tenants yet; run them without COMPACTOR_TENANTS_FILE")
+	if cfg.Node.Roles.Proxy {
+		return errors.New("node: a proxy serves one tenant: run `compactor proxy` with COMPACTOR_TENANT=<tenant>, one per tenant, " +
+			"not with COMPACTOR_TENANTS_FILE")
 	}
 	ts := newTenantSet(cfg, nc)
 	f, err := ts.read()
 	if err != nil {
 		return err
+	}
+	run := func(ctx context.Context) error { return ts.run(ctx, f) }
+	if cfg.Node.ViewListen != "" {
+		if ts.views, err = newTenantViews(cfg.Node); err != nil {
+			return err
+		}
+		run = ts.views.alongside(run)
 	}
 	if m := cfg.Node.Telemetry.Metrics; m != nil {
 		m.Connection(nc) // the process's; each tenant's roles report as that tenant's
@@ -241,5 +250,5 @@ func serveTenants(ctx context.Context, cfg ServeConfig, nc *nats.Conn, ready *te
 	cfg.Node.Logger.Info().Strs("tenants", f.Names()).Str("file", cfg.Tenants.Path).Msg("serving tenants")
 	ready.Running(ts)
 	defer ready.Stopping()
-	return runUntilDrained(ctx, func(ctx context.Context) error { return ts.run(ctx, f) }, cfg.DrainTimeout, ready, cfg.Node.Logger)
+	return runUntilDrained(ctx, run, cfg.DrainTimeout, ready, cfg.Node.Logger)
 }

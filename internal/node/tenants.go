@@ -54,6 +54,8 @@ type tenantSet struct {
 	// metrics are the running tenants' metrics: kept while a tenant restarts with new
 	// settings, removed with the tenant.
 	metrics map[string]*telemetry.Tenant
+	// views is the web view (nil: off): each tenant's view is shown while its roles run.
+	views *tenantViews
 }
 
 // tenantRun is one tenant's roles running.
@@ -165,17 +167,6 @@ func (ts *tenantSet) stopAll() {
 	ts.wg.Wait()
 }
 
-// Running names the tenants whose roles run now, for status and tests.
-func (ts *tenantSet) Running() []string {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	out := make([]string, 0, len(ts.running))
-	for name := range ts.running {
-		out = append(out, name)
-	}
-	return out
-}
-
 // serveTenant provisions (or finds) the tenant's streams and runs its roles until ctx
 // is done. A failure stops only this tenant's roles: it is reported and tried again
 // after a backoff, the other tenants untouched.
@@ -221,6 +212,9 @@ func (ts *tenantSet) runTenant(ctx context.Context, name string, t tenants.Tenan
 	n, err := New(ncfg, ts.nc, st)
 	if err != nil {
 		return err
+	}
+	if ts.views != nil {
+		defer ts.views.serve(ctx, name, t, st, ncfg.Resolver, log)()
 	}
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

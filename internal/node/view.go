@@ -25,23 +25,40 @@ type viewServer struct {
 
 // newViewServer binds addr now, so a port in use stops start-up instead of failing later.
 func newViewServer(cfg Config, st *jetstream.Store, policies PolicySourcer) (*viewServer, error) {
-	log := cfg.Logger
-	vcfg := view.DefaultConfig()
-	vcfg.Token = cfg.ViewToken
-	counters := cfg.Counters
-	if counters == nil {
-		counters = func(string) (tokens.Counter, error) { return tokens.Chars4{}, nil }
-	}
-	v, err := view.New(vcfg, st, policies, counters, log)
+	v, err := view.New(viewConfig(cfg, ""), st, policies, counters(cfg), cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("COMPACTOR_VIEW_LISTEN: %w", err)
 	}
+	return listenView(cfg, v.Handler())
+}
+
+// viewConfig is the view's configuration in a node of cfg, for tenant ("": the
+// deployment's own view).
+func viewConfig(cfg Config, tenant string) view.Config {
+	vcfg := view.DefaultConfig()
+	vcfg.Token = cfg.ViewToken
+	if tenant != "" {
+		vcfg.Token, vcfg.Tenant = "", tenant // the Tenants handler checks the credentials
+	}
+	return vcfg
+}
+
+// counters is the view's token counters: the node's, or chars/4.
+func counters(cfg Config) func(string) (tokens.Counter, error) {
+	if cfg.Counters == nil {
+		return func(string) (tokens.Counter, error) { return tokens.Chars4{}, nil }
+	}
+	return cfg.Counters
+}
+
+// listenView binds COMPACTOR_VIEW_LISTEN for handler h.
+func listenView(cfg Config, h http.Handler) (*viewServer, error) {
 	ln, err := net.Listen("tcp", cfg.ViewListen)
 	if err != nil {
 		return nil, fmt.Errorf("COMPACTOR_VIEW_LISTEN: %w", err)
 	}
-	return &viewServer{ln: ln, log: log, tok: cfg.ViewToken != "", srv: &http.Server{
-		Handler:           v.Handler(),
+	return &viewServer{ln: ln, log: cfg.Logger, tok: cfg.ViewToken != "", srv: &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      2 * time.Minute,

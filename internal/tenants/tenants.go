@@ -46,6 +46,11 @@ type Tenant struct {
 	Profiles map[string]map[string]any `json:"profiles,omitempty"`
 	// Quotas bound what the tenant may use (zero: no bound).
 	Quotas Quotas `json:"quotas"`
+	// ViewTokenEnv names the variable holding the tenant's own credential for the web
+	// view, which then shows the tenant's conversations, and only those, to whoever
+	// holds it ("": the tenant has no view of its own; the operator's token sees every
+	// tenant). The token itself never goes in the file.
+	ViewTokenEnv string `json:"view_token_env,omitempty"`
 }
 
 // Quotas bound one tenant. A zero field is no bound.

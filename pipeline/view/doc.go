@@ -11,4 +11,8 @@
 // sent as a bearer token or as the password of HTTP basic authentication), or without
 // one only for requests addressed to a loopback host. Every response carries strict
 // security headers, and every value a page shows is escaped.
+//
+// A deployment serving tenants serves each tenant's View (Config.Tenant) under
+// /t/<tenant>/ through one Tenants handler: the operator's credential opens every
+// tenant, a tenant's own token its tenant only.
 package view

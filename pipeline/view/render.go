@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -85,8 +86,12 @@ func thousands(s string) string {
 	return b.String()
 }
 
-func parseTemplates() (*template.Template, error) {
-	t, err := template.New("view").Funcs(funcs).ParseFS(assets, "templates/*.html")
+// parseTemplates parses the templates for pages served under base (every link, form
+// and asset starts with it: "" at the root), of tenant ("": the deployment's own).
+func parseTemplates(base, tenant string) (*template.Template, error) {
+	fm := template.FuncMap{"base": func() string { return base }, "tenant": func() string { return tenant }}
+	maps.Copy(fm, funcs)
+	t, err := template.New("view").Funcs(fm).ParseFS(assets, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("view templates: %w", err)
 	}

@@ -54,7 +54,14 @@ type Config struct {
 	QueueWait time.Duration
 	// Timeout bounds the NATS reads of one page. 0: 30s.
 	Timeout time.Duration
+	// Tenant is the tenant whose store the view reads ("": the deployment's own). Its
+	// pages are then served under TenantBase(Tenant) by a Tenants handler, and every
+	// link, form, redirect and asset of theirs points under it.
+	Tenant string
 }
+
+// TenantBase is the path under which tenant's view is served: /t/<tenant>.
+func TenantBase(tenant string) string { return "/t/" + tenant }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -81,6 +88,11 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	if err := ValidateToken(c.Token); c.Token != "" && err != nil {
 		return err
+	}
+	if c.Tenant != "" {
+		if err := jetstream.ValidateTenant(c.Tenant); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
@@ -122,15 +134,16 @@ type PolicySource interface {
 
 // View serves the pages.
 type View struct {
+	renderer
 	cfg      Config
 	store    *jetstream.Store
 	policies PolicySource
 	counter  func(tokenizer string) (tokens.Counter, error)
-	log      zerolog.Logger
 	pages    chan struct{} // one token per page being built
-	tmpl     *template.Template
 	css      []byte
 	mux      *http.ServeMux
+	// base is the path the pages are served under ("" at the root).
+	base string
 }
 
 // New returns a view reading store. counter returns the token counter of a tokenizer
@@ -147,7 +160,11 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource,
 	if counter == nil {
 		counter = func(string) (tokens.Counter, error) { return tokens.Chars4{}, nil }
 	}
-	tmpl, err := parseTemplates()
+	base, lctx := "", log.With().Str("component", "view")
+	if cfg.Tenant != "" {
+		base, lctx = TenantBase(cfg.Tenant), lctx.Str("tenant", cfg.Tenant)
+	}
+	rd, err := newRenderer(base, cfg.Tenant, lctx.Logger())
 	if err != nil {
 		return nil, err
 	}
@@ -155,9 +172,8 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource,
 	if err != nil {
 		return nil, err
 	}
-	v := &View{cfg: cfg, store: store, policies: policies, counter: counter,
-		log: log.With().Str("component", "view").Logger(), pages: make(chan struct{}, cfg.MaxConcurrent),
-		tmpl: tmpl, css: css, mux: http.NewServeMux()}
+	v := &View{renderer: rd, cfg: cfg, store: store, policies: policies, counter: counter,
+		pages: make(chan struct{}, cfg.MaxConcurrent), css: css, mux: http.NewServeMux(), base: base}
 	v.routes()
 	return v, nil
 }
@@ -170,35 +186,27 @@ func (v *View) routes() {
 	v.mux.HandleFunc("GET /api/c/{conv}", v.page("", v.conversation))
 	v.mux.HandleFunc("GET /c/{conv}/messages", v.page("messages", v.messages))
 	v.mux.HandleFunc("GET /api/c/{conv}/messages", v.page("", v.messages))
-	v.mux.HandleFunc("GET /static/view.css", func(w http.ResponseWriter, _ *http.Request) {
+	v.mux.HandleFunc("GET /static/view.css", serveCSS(v.css))
+	v.mux.HandleFunc("/", v.notFound)
+}
+
+// serveCSS serves the style sheet css.
+func serveCSS(css []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
-		_, _ = w.Write(v.css)
-	})
-	v.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		v.fail(w, r, &httpError{http.StatusNotFound, "no such page"})
-	})
+		_, _ = w.Write(css)
+	}
 }
 
 // Handler returns the view's handler: security headers on every answer, GET and HEAD
-// only, the credential checked before anything is read.
+// only, the credential checked before anything is read. A tenant's view
+// (Config.Tenant) is served by a Tenants handler instead, under its tenant's path.
 func (v *View) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		// No script, no frame, nothing from elsewhere: the style sheet is the page's
-		// only resource.
-		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
-		h.Set("X-Frame-Options", "DENY")
-		h.Set("Cross-Origin-Opener-Policy", "same-origin")
-		h.Set("Cross-Origin-Resource-Policy", "same-origin")
-		// Conversations are private: no cache keeps a copy.
-		h.Set("Cache-Control", "no-store")
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			h.Set("Allow", "GET, HEAD")
-			v.fail(w, r, &httpError{http.StatusMethodNotAllowed, "the view is read-only: GET and HEAD only"})
+		if !v.guard(w, r) {
 			return
 		}
+		h := w.Header()
 		if v.cfg.Token == "" {
 			if !loopbackHost(r.Host) {
 				v.fail(w, r, &httpError{http.StatusForbidden, "without COMPACTOR_VIEW_TOKEN the view answers only requests to localhost, 127.0.0.1 or [::1]"})
@@ -212,12 +220,38 @@ func (v *View) Handler() http.Handler {
 				return
 			}
 		} else if !v.authorized(r) {
-			h.Set("WWW-Authenticate", `Basic realm="compactor view", charset="UTF-8"`)
+			h.Set("WWW-Authenticate", authRealm)
 			v.fail(w, r, &httpError{http.StatusUnauthorized, "a credential is required: the view's token as a bearer token or as the basic-auth password"})
 			return
 		}
 		v.mux.ServeHTTP(w, r)
 	})
+}
+
+// authRealm is the WWW-Authenticate of a refusal: a browser asks for the token with
+// its basic-authentication prompt.
+const authRealm = `Basic realm="compactor view", charset="UTF-8"`
+
+// guard sets the security headers of every answer and refuses any method but GET and
+// HEAD; it reports whether the request goes on.
+func (rd renderer) guard(w http.ResponseWriter, r *http.Request) bool {
+	h := w.Header()
+	// No script, no frame, nothing from elsewhere: the style sheet is the page's
+	// only resource.
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	h.Set("Cross-Origin-Resource-Policy", "same-origin")
+	// Conversations are private: no cache keeps a copy.
+	h.Set("Cache-Control", "no-store")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.Set("Allow", "GET, HEAD")
+		rd.fail(w, r, &httpError{http.StatusMethodNotAllowed, "the view is read-only: GET and HEAD only"})
+		return false
+	}
+	return true
 }
 
 // forwardedBy names the first header by which a proxy says it forwarded r, or "".
@@ -233,17 +267,26 @@ func forwardedBy(r *http.Request) string {
 // authorized reports whether r carries the token. The comparison takes the same time
 // whatever the guess (hashes of equal length, compared in constant time).
 func (v *View) authorized(r *http.Request) bool {
+	got, ok := credential(r)
+	return ok && sameHash(got, sha256.Sum256([]byte(v.cfg.Token)))
+}
+
+// credential is the hash of the token r carries, as a bearer token or as the
+// basic-auth password; false when it carries none.
+func credential(r *http.Request) ([sha256.Size]byte, bool) {
 	var got string
 	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		got = tok
 	} else if _, pw, ok := r.BasicAuth(); ok {
 		got = pw
 	} else {
-		return false
+		return [sha256.Size]byte{}, false
 	}
-	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(v.cfg.Token))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+	return sha256.Sum256([]byte(got)), true
 }
+
+// sameHash compares two hashes in constant time.
+func sameHash(a, b [sha256.Size]byte) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }
 
 // loopbackHost reports whether a request's Host names the loopback interface.
 func loopbackHost(host string) bool {
@@ -305,19 +348,45 @@ func (v *View) page(tmpl string, build builder) http.HandlerFunc {
 	}
 }
 
+// renderer answers with the templates: pages, and errors as a page or as JSON.
+type renderer struct {
+	tmpl *template.Template
+	log  zerolog.Logger
+}
+
+// newRenderer parses the templates for pages served under base, of tenant ("": the
+// deployment's own).
+func newRenderer(base, tenant string, log zerolog.Logger) (renderer, error) {
+	tmpl, err := parseTemplates(base, tenant)
+	if err != nil {
+		return renderer{}, err
+	}
+	return renderer{tmpl: tmpl, log: log}, nil
+}
+
+// notFound answers a path that is no page.
+func (rd renderer) notFound(w http.ResponseWriter, r *http.Request) {
+	rd.fail(w, r, &httpError{http.StatusNotFound, "no such page"})
+}
+
 // fail answers err: its own status for an *httpError, 502 for a read that failed; as
 // JSON under /api/, else as a page.
-func (v *View) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (rd renderer) fail(w http.ResponseWriter, r *http.Request, err error) {
+	rd.failAs(w, r, err, strings.HasPrefix(r.URL.Path, "/api/"))
+}
+
+// failAs is fail, answering as JSON when api is set.
+func (rd renderer) failAs(w http.ResponseWriter, r *http.Request, err error, api bool) {
 	var he *httpError
 	if !errors.As(err, &he) {
-		v.log.Warn().Err(err).Str("path", r.URL.Path).Msg("view: read failed")
+		rd.log.Warn().Err(err).Str("path", r.URL.Path).Msg("view: read failed")
 		he = &httpError{http.StatusBadGateway, "reading from NATS failed: " + err.Error()}
 	}
-	if strings.HasPrefix(r.URL.Path, "/api/") {
+	if api {
 		writeJSON(w, he.code, map[string]string{"error": he.msg})
 		return
 	}
-	v.render(w, he.code, "error", map[string]any{"Code": he.code, "Status": http.StatusText(he.code), "Message": he.msg})
+	rd.render(w, he.code, "error", map[string]any{"Code": he.code, "Status": http.StatusText(he.code), "Message": he.msg})
 }
 
 func writeJSON(w http.ResponseWriter, code int, data any) {
@@ -332,10 +401,10 @@ func writeJSON(w http.ResponseWriter, code int, data any) {
 
 // render executes a template into a buffer first, so a failure answers 500 instead of
 // half a page.
-func (v *View) render(w http.ResponseWriter, code int, name string, data any) {
+func (rd renderer) render(w http.ResponseWriter, code int, name string, data any) {
 	var buf bytes.Buffer
-	if err := v.tmpl.ExecuteTemplate(&buf, name, data); err != nil {
-		v.log.Error().Err(err).Str("template", name).Msg("view: render")
+	if err := rd.tmpl.ExecuteTemplate(&buf, name, data); err != nil {
+		rd.log.Error().Err(err).Str("template", name).Msg("view: render")
 		http.Error(w, "render failed", http.StatusInternalServerError)
 		return
 	}
@@ -351,7 +420,7 @@ func (v *View) open(w http.ResponseWriter, r *http.Request) {
 		v.fail(w, r, badRequest("%v", err))
 		return
 	}
-	http.Redirect(w, r, "/c/"+conv, http.StatusSeeOther)
+	http.Redirect(w, r, v.base+"/c/"+conv, http.StatusSeeOther)
 }
 
 // conversationOf is the conversation id of the request's path, checked before anything
