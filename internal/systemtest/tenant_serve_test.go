@@ -290,3 +290,42 @@ func TestTenantPartitionedTrigger(t *testing.T) {
 		}
 	}
 }
+
+// The proxy user of tenants.conf runs a proxy of one tenant (compactor proxy with
+// COMPACTOR_TENANT=acme, in Compactor's account), with serve's roles for the tenants
+// running as their users: everything the proxy does with the Go client (publish,
+// objects, context, pending request, outcomes, a compaction asked of acme's service,
+// policies) is refused nothing.
+func TestTenantProxyOfOneTenant(t *testing.T) {
+	f := startTenants(t)
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	writeTenantsFile(t, file, rolestest.Tenants...)
+	llm := fakellm.New(t)
+	for _, role := range []string{"api", "trigger", "worker"} {
+		serveTenantRole(t, f.r, role, file, llm)
+	}
+	ctx := ctxFor(t, 3*time.Minute)
+	proxy := f.r.Connect("proxy")
+	st, err := jetstream.Provision(ctx, proxy.NC, f.cfgs["acme"])
+	if err != nil {
+		t.Fatalf("provision acme's layout as proxy after the admin: %v", err)
+	}
+	if _, err := st.RecordPolicy(ctx, []string{"proxy"}, map[string]string{"context_window": "8000"}); err != nil {
+		t.Fatalf("record the proxy's policy defaults: %v", err)
+	}
+	res, err := testEnv(t, 8000).resolver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies := node.NewPolicySource(st, res)
+	pctx, stopPolicies := context.WithCancel(ctx)
+	policiesDone := make(chan error, 1)
+	go func() { policiesDone <- policies.Run(pctx) }()
+	t.Cleanup(func() { stopPolicies(); <-policiesDone })
+	reader := tenantClient(t, f.r.Connect("acme-reader"))
+	eventually(t, time.Minute, "acme's service", func() bool {
+		_, err := reader.Exists(ctx, "c1")
+		return err == nil
+	})
+	proxyDoes(t, ctx, f.admin, proxy, pipeline.NewWithStore(proxy.NC, st), policies, st, "proxy-acme")
+}
