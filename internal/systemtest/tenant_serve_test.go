@@ -34,11 +34,31 @@ func serveTenantRole(t *testing.T, r *rolestest.Running, role, file string, llm 
 	if len(base) > 0 {
 		js = base[0]
 	}
+	return serveTenantEnv(t, r, tenantRoleEnv(t, role, llm, js, nil), js, file)
+}
+
+// tenantRoleEnv is the settings of serve's role with llm as the summarizer, js's
+// trigger partitions, and vars (with the LLM's key) as the environment Lookup reads.
+func tenantRoleEnv(t *testing.T, role string, llm *fakellm.LLM, js jetstream.Config, vars map[string]string) stackEnv {
+	t.Helper()
 	env := testEnv(t, 8000)
 	env.Roles = role
 	env.TriggerPartitions, env.TriggerHeartbeat = js.TriggerPartitions, js.TriggerHeartbeat
 	env.Policy["llm_base_url"] = llm.URL()
-	env.Lookup = func(k string) (string, bool) { return "test-key", k == "COMPACTOR_LLM_API_KEY" }
+	env.Lookup = func(k string) (string, bool) {
+		if k == "COMPACTOR_LLM_API_KEY" {
+			return "test-key", true
+		}
+		v, ok := vars[k]
+		return v, ok
+	}
+	return env
+}
+
+// serveTenantEnv runs compactor serve with env for the tenants of file as the user of
+// tenants.conf its role names, until the test ends, and returns its log.
+func serveTenantEnv(t *testing.T, r *rolestest.Running, env stackEnv, js jetstream.Config, file string) *proctest.LogBuffer {
+	t.Helper()
 	log := &proctest.LogBuffer{}
 	cfg, err := env.Config(zerolog.New(log).Level(zerolog.WarnLevel), telemetry.Telemetry{Metrics: telemetry.NewMetrics("test")})
 	if err != nil {
@@ -48,7 +68,7 @@ func serveTenantRole(t *testing.T, r *rolestest.Running, role, file string, llm 
 	served := make(chan error, 1)
 	go func() {
 		served <- node.Serve(ctx, node.ServeConfig{
-			Node: cfg, NATSURL: r.URL, NATSOptions: []nats.Option{r.Auth(role).Option()},
+			Node: cfg, NATSURL: r.URL, NATSOptions: []nats.Option{r.Auth(env.Roles).Option()},
 			JetStream: js, DrainTimeout: 30 * time.Second,
 			Tenants: &node.TenantsSource{Path: file, Every: 100 * time.Millisecond},
 		})
@@ -56,7 +76,7 @@ func serveTenantRole(t *testing.T, r *rolestest.Running, role, file string, llm 
 	t.Cleanup(func() {
 		cancel()
 		if err := <-served; err != nil {
-			t.Errorf("serve as %s: %v", role, err)
+			t.Errorf("serve as %s: %v", env.Roles, err)
 		}
 	})
 	return log
