@@ -49,6 +49,7 @@ func boundaryRefused(t *testing.T, c *rolestest.Conn, subject string, codes ...i
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), refusalDeadline)
 	defer cancel()
+	defer checkPrompt(t, time.Now(), c.User+"'s request on "+subject)
 	m, err := c.NC.RequestWithContext(ctx, subject, []byte(`{}`))
 	if errors.Is(err, nats.ErrNoResponders) {
 		return

@@ -93,6 +93,18 @@ const jsErrStreamNotMatch natsjs.ErrorCode = 10060
 // broken test from hanging, and reaching it fails the test.
 const refusalDeadline = 30 * time.Second
 
+// refusalPrompt is how soon a refusal comes, at the latest, on a busy machine (it
+// takes milliseconds): one that comes later fails the test as not immediate.
+const refusalPrompt = 5 * time.Second
+
+// checkPrompt fails t when a refusal of what came later than refusalPrompt after start.
+func checkPrompt(t *testing.T, start time.Time, what string) {
+	t.Helper()
+	if d := time.Since(start); d > refusalPrompt {
+		t.Errorf("%s was refused after %s; want it at once", what, d.Round(time.Millisecond))
+	}
+}
+
 // refusedRequest sends data as c on subject, as a request, and checks that NATS refused
 // it: the server reported a permissions violation naming subject, or answered that
 // nothing responds. An answer, or only the deadline, fails the test.
@@ -100,7 +112,8 @@ func refusedRequest(t *testing.T, c *rolestest.Conn, subject string, data []byte
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), refusalDeadline)
 	defer cancel()
-	since := c.Mark()
+	since, start := c.Mark(), time.Now()
+	defer checkPrompt(t, start, c.User+"'s request on "+subject)
 	answered := make(chan error, 1)
 	go func() {
 		m, err := c.NC.RequestWithContext(ctx, subject, data)
@@ -131,7 +144,8 @@ func refusedSubscribe(t *testing.T, c *rolestest.Conn, subject string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), refusalDeadline)
 	defer cancel()
-	since := c.Mark()
+	since, start := c.Mark(), time.Now()
+	defer checkPrompt(t, start, c.User+"'s subscription to "+subject)
 	sub, err := c.NC.SubscribeSync(subject)
 	if err != nil {
 		t.Errorf("%s subscribing to %s: %v", c.User, subject, err)
