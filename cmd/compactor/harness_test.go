@@ -97,6 +97,14 @@ func runStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, env Env, llm *fa
 	s := &stack{nc: nc, st: st, client: pipeline.NewWithStore(nc, st), cancel: cancel, done: make(chan error, 1)}
 	go func() { s.done <- nd.Run(ctx) }()
 	t.Cleanup(func() { s.stop(t) })
+	if nd.Service() != nil {
+		// The service subscribes in Run: a command sent before would find no responder
+		// (a CI run on a busy machine did).
+		eventually(t, 10*time.Second, "the compactor service to answer", func() bool {
+			_, err := nc.Request(schemas.StatusSubject, nil, time.Second)
+			return err == nil
+		})
+	}
 	return s
 }
 
