@@ -1,0 +1,63 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas"
+)
+
+// Review of issue 21: the tokens of summaries the worker throws away are never counted
+// against the tenant's quota. An endpoint whose summaries stay over their cap (a model
+// that ignores the length asked for; a tenant's messages can ask it to) is called
+// twice (the first answer and the firmer one), errSummaryTooLong falls back, and
+// charge sees a fallback without usage: the endpoint was paid for both calls, and the
+// tenant's count of tokens today stays at 0, so its summarizer_tokens_per_day never
+// declines anything.
+func TestReviewQuotaCountsTokensOfDiscardedSummaries(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.ConnTo(t, srv.ClientURL())
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Pad = 40000 }) // every summary far over its cap
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	body := fmt.Sprintf(`{"tenants": {"acme": {"policy": {"llm_base_url": %q, "llm_api_key_env": "ACME_KEY"},
+		"quotas": {"summarizer_tokens_per_day": 1000000}}}}`, llm.URL()+"/v1")
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	keys := map[string]string{"ACME_KEY": "k-acme"}
+	_, stop := serveTenants(ctx, t, srv.ClientURL(), file, &logLines{t: t}, func(k string) (string, bool) { v, ok := keys[k]; return v, ok })
+	defer func() { _ = stop() }()
+	acme := tenantStore(ctx, t, nc, "acme")
+	cl := pipeline.NewWithStore(nc, acme)
+	for i := range 40 {
+		role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
+		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
+		if _, err := cl.Publish(ctx, "c1", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(ctx, t, "acme's c1 compacted (by the fallback)", func() bool {
+		v, _, err := acme.Results().Get(ctx, "c1", false)
+		return err == nil && v != nil && v.Generation > 0
+	})
+	calls := llm.Calls()
+	used, _, err := acme.TokensUsed(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("LLM calls %d, tokens counted against acme's quota %d", calls, used)
+	if calls > 0 && used == 0 {
+		t.Fatalf("acme's endpoint answered %d calls (each with usage, over 10000 completion tokens each), and acme's quota counted %d tokens", calls, used)
+	}
+}
