@@ -61,3 +61,64 @@ func TestReviewQuotaCountsTokensOfDiscardedSummaries(t *testing.T) {
 		t.Fatalf("acme's endpoint answered %d calls (each with usage, over 10000 completion tokens each), and acme's quota counted %d tokens", calls, used)
 	}
 }
+
+// Review of issue 21: the token quota is read before a compaction and written after
+// it, so compactions that run at once are each allowed against the same count. With
+// 4 workers (per tenant and process) and a quota that one compaction fits and two do
+// not, two compactions of two conversations are both let through, and the day's count
+// ends over the quota by a whole other compaction, not a compaction "by its own tokens"
+// (docs/tenants.md). Across processes it is workers × processes compactions at once.
+func TestReviewQuotaConcurrentCompactionsOvershoot(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.ConnTo(t, srv.ClientURL())
+	llm := fakellm.New(t)
+	block := make(chan struct{})
+	llm.Set(func(f *fakellm.LLM) { f.Block = block })
+	const quota = 5000 // one compaction's ~3800 tokens fit; a second's estimate after it does not
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	body := fmt.Sprintf(`{"tenants": {"acme": {"policy": {"llm_base_url": %q, "llm_api_key_env": "ACME_KEY"},
+		"quotas": {"summarizer_tokens_per_day": %d}}}}`, llm.URL()+"/v1", quota)
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	keys := map[string]string{"ACME_KEY": "k-acme"}
+	logs := &logLines{t: t}
+	_, stop := serveTenants(ctx, t, srv.ClientURL(), file, logs, func(k string) (string, bool) { v, ok := keys[k]; return v, ok })
+	defer func() { _ = stop() }()
+	acme := tenantStore(ctx, t, nc, "acme")
+	cl := pipeline.NewWithStore(nc, acme)
+	convs := []string{"c1", "c2"}
+	for _, conv := range convs {
+		for i := range 40 {
+			role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
+			m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
+			if _, err := cl.Publish(ctx, conv, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitFor(ctx, t, "both compactions at the endpoint at once", func() bool { return llm.Held() >= len(convs) })
+	close(block)
+	llm.Set(func(f *fakellm.LLM) { f.Block = nil })
+	waitFor(ctx, t, "both conversations compacted", func() bool {
+		for _, conv := range convs {
+			v, _, err := acme.Results().Get(ctx, conv, false)
+			if err != nil || v == nil || v.Generation == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	used, _, err := acme.TokensUsed(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := used / int64(len(convs))
+	t.Logf("tokens counted %d (about %d a compaction), quota %d", used, per, quota)
+	if used > quota {
+		t.Fatalf("acme's quota of %d tokens let %d compactions of about %d tokens each start at once (one after the other, the "+
+			"second would have been declined): %d tokens spent today", quota, len(convs), per, used)
+	}
+}
