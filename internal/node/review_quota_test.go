@@ -122,3 +122,48 @@ func TestReviewQuotaConcurrentCompactionsOvershoot(t *testing.T) {
 			"second would have been declined): %d tokens spent today", quota, len(convs), per, used)
 	}
 }
+
+// Review of issue 21: a tenant over its summarizer_tokens_per_day loses the hard limit.
+// guarantees.md promises that past the hard limit a fallback summary (deterministic,
+// no LLM, no tokens) keeps the bound at once; the quota declines before the worker gets
+// to choose between the LLM and the fallback, so a declined conversation past its hard
+// limit is not compacted at all, and its context grows with every message until
+// midnight UTC. docs/tenants.md does not say so.
+func TestReviewQuotaDeclineKeepsTheHardLimit(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.ConnTo(t, srv.ClientURL())
+	llm := fakellm.New(t)
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	body := fmt.Sprintf(`{"tenants": {"acme": {"policy": {"llm_base_url": %q, "llm_api_key_env": "ACME_KEY"},
+		"quotas": {"summarizer_tokens_per_day": 100}}}}`, llm.URL()+"/v1")
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	keys := map[string]string{"ACME_KEY": "k-acme"}
+	_, stop := serveTenants(ctx, t, srv.ClientURL(), file, &logLines{t: t}, func(k string) (string, bool) { v, ok := keys[k]; return v, ok })
+	defer func() { _ = stop() }()
+	acme := tenantStore(ctx, t, nc, "acme")
+	cl := pipeline.NewWithStore(nc, acme)
+	for i := range 40 {
+		role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
+		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
+		if _, err := cl.Publish(ctx, "c1", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(ctx, t, "acme's c1 declined (its marker)", func() bool {
+		v, _, err := acme.Results().Get(ctx, "c1", true)
+		return err == nil && v != nil && v.DeclinedAtSeq == 40
+	})
+	hard := resolver(t, 2000).Base().Budget().HardLimitTokens()
+	c, err := cl.Context(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Tokens > hard {
+		t.Fatalf("acme's c1 after a quota decline: a context of %d tokens, over its hard limit of %d; a fallback costs no tokens "+
+			"and would have kept the bound (guarantees.md)", c.Tokens, hard)
+	}
+}
