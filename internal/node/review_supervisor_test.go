@@ -2,12 +2,17 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas"
 )
 
 // Review of issue 21: docs/tenants.md says a quota changed later "is a difference the
@@ -40,5 +45,56 @@ func TestReviewStoredBytesChangeKeepsTheTenantServing(t *testing.T) {
 	}
 	if !answers(nc, "compactor.acme.status") {
 		t.Fatal("acme's service does not answer after its stored_bytes quota changed")
+	}
+}
+
+// Review of issue 21: apply stops a changed tenant and waits for its roles to drain
+// while it holds the tenant set, before it looks at any other tenant. A compaction of
+// acme's in flight at its endpoint (a slow LLM) holds the drain, so a tenant added in
+// the same change of the file (globex) is not started until acme's call ends: one
+// tenant's slow endpoint delays every other tenant's start, stop and restart.
+func TestReviewChangedTenantDoesNotHoldUpTheOthers(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.ConnTo(t, srv.ClientURL())
+	llm := fakellm.New(t)
+	block := make(chan struct{})
+	llm.Set(func(f *fakellm.LLM) { f.Block = block })
+	defer llm.Release(false)
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	write := func(body string) {
+		if err := os.WriteFile(file+".tmp", []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".tmp", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acme := fmt.Sprintf(`"acme": {"policy": {"llm_base_url": %q}, "quotas": {"conversations": %%d}}`, llm.URL()+"/v1")
+	write(`{"tenants": {` + fmt.Sprintf(acme, 100) + `}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, stop := serveTenants(ctx, t, srv.ClientURL(), file, &logLines{t: t}, nil)
+	defer func() {
+		llm.Release(false)
+		_ = stop()
+	}()
+	st := tenantStore(ctx, t, nc, "acme")
+	cl := pipeline.NewWithStore(nc, st)
+	for i := range 40 {
+		role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
+		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d says something. ", i), 12))}
+		if _, err := cl.Publish(ctx, "c1", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(ctx, t, "acme's compaction at its endpoint", func() bool { return llm.Held() >= 1 })
+	write(`{"tenants": {` + fmt.Sprintf(acme, 200) + `, "globex": {}}}`)
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	for !answers(nc, "compactor.globex.status") {
+		if wctx.Err() != nil {
+			t.Fatal("globex, added to the file, is not served 20s later: apply waits for acme's roles (changed) to drain, " +
+				"and acme's compaction is held at its endpoint")
+		}
 	}
 }
