@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -165,5 +166,71 @@ func TestReviewQuotaDeclineKeepsTheHardLimit(t *testing.T) {
 	if c.Tokens > hard {
 		t.Fatalf("acme's c1 after a quota decline: a context of %d tokens, over its hard limit of %d; a fallback costs no tokens "+
 			"and would have kept the bound (guarantees.md)", c.Tokens, hard)
+	}
+}
+
+// Review of issue 21: a fallback's request stays queued until the LLM repairs the value
+// (guarantees.md: "No new message is needed"). The quota declines that repair like any
+// compaction, and a decline acks its request: the repair is dropped, and the value stays
+// an extractive fallback until the conversation gets a new message, also after the
+// quota resets at midnight. Here the fallback is written while the endpoint fails, then
+// acme's quota is lowered in the file so the repair does not fit.
+func TestReviewQuotaDeclineKeepsTheRepairQueued(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.ConnTo(t, srv.ClientURL())
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Status = 500 })
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	write := func(quota int) {
+		body := fmt.Sprintf(`{"tenants": {"acme": {"policy": {"llm_base_url": %q, "llm_api_key_env": "ACME_KEY"},
+			"quotas": {"summarizer_tokens_per_day": %d}}}}`, llm.URL()+"/v1", quota)
+		if err := os.WriteFile(file+".tmp", []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".tmp", file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1_000_000)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	keys := map[string]string{"ACME_KEY": "k-acme"}
+	_, stop := serveTenants(ctx, t, srv.ClientURL(), file, &logLines{t: t}, func(k string) (string, bool) { v, ok := keys[k]; return v, ok })
+	defer func() { _ = stop() }()
+	acme := tenantStore(ctx, t, nc, "acme")
+	cl := pipeline.NewWithStore(nc, acme)
+	for i := range 40 {
+		role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
+		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
+		if _, err := cl.Publish(ctx, "c1", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(ctx, t, "acme's c1 on a fallback", func() bool {
+		v, _, err := acme.Results().Get(ctx, "c1", false)
+		return err == nil && v != nil && v.Generation > 0 && v.NeedsRepair()
+	})
+	events, err := nc.SubscribeSync("compact.event.acme.c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(100)
+	llm.Set(func(f *fakellm.LLM) { f.Status = 0 })
+	for declined := false; !declined; {
+		m, err := events.NextMsgWithContext(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the repair's decline: %v", err)
+		}
+		var ev schemas.Event
+		declined = json.Unmarshal(m.Data, &ev) == nil && ev.Type == schemas.EventDeclined && strings.HasPrefix(ev.Error, "quota: ")
+	}
+	p, err := acme.Queue().Pending(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p == nil {
+		v, _, _ := acme.Results().Get(ctx, "c1", false)
+		t.Fatalf("acme's c1 is on a fallback (needs repair %v) and its repair request is gone: the quota's decline acked it; "+
+			"nothing repairs the value until a new message", v.NeedsRepair())
 	}
 }
