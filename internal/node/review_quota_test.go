@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -232,5 +234,57 @@ func TestReviewQuotaDeclineKeepsTheRepairQueued(t *testing.T) {
 		v, _, _ := acme.Results().Get(ctx, "c1", false)
 		t.Fatalf("acme's c1 is on a fallback (needs repair %v) and its repair request is gone: the quota's decline acked it; "+
 			"nothing repairs the value until a new message", v.NeedsRepair())
+	}
+}
+
+// Review of issue 21: the day's token count lives in the deployment bucket, which
+// provisioning treats as optional (a user that may not create it leaves it missing,
+// "what it holds is off until an admin provisions"). Without it the quota is silently
+// off: TokensUsed reads no count as 0, AddTokensUsed's failure is only logged ("not
+// counted"), and a tenant over its summarizer_tokens_per_day compacts on.
+func TestReviewQuotaWithoutTheDeploymentBucket(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.ConnTo(t, srv.ClientURL())
+	llm := fakellm.New(t)
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	// One compaction (~3800 tokens) fits; a second after it does not.
+	body := fmt.Sprintf(`{"tenants": {"acme": {"policy": {"llm_base_url": %q}, "quotas": {"summarizer_tokens_per_day": 5000}}}}`, llm.URL()+"/v1")
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, stop := serveTenants(ctx, t, srv.ClientURL(), file, &logLines{t: t}, nil)
+	defer func() { _ = stop() }()
+	acme := tenantStore(ctx, t, nc, "acme")
+	waitFor(ctx, t, "acme's service", func() bool { return answers(nc, "compactor.acme.status") })
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, "KV_"+acme.Config().DeploymentBucket); err != nil {
+		t.Fatal(err)
+	}
+	cl := pipeline.NewWithStore(nc, acme)
+	for _, conv := range []string{"c1", "c2"} {
+		for i := range 40 {
+			role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
+			m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
+			if _, err := cl.Publish(ctx, conv, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(ctx, t, "acme's "+conv+" compacted or declined", func() bool {
+			v, _, err := acme.Results().Get(ctx, conv, false)
+			return err == nil && v != nil && (v.Generation > 0 || v.DeclinedAtSeq > 0)
+		})
+	}
+	v, _, err := acme.Results().Get(ctx, "c2", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Generation > 0 {
+		t.Fatalf("acme's quota of 5000 tokens a day compacted c1 (~3800 tokens) and then c2 too: without the (optional) deployment " +
+			"bucket no token is counted and the quota is off, said only in a warning")
 	}
 }
