@@ -442,6 +442,8 @@ type Summarizers struct {
 	// tenantKeyEnv is the variable a tenant's own settings name for its key ("": the
 	// tenant names none, or this is no tenant's).
 	tenantKeyEnv string
+	// tenant says these are a tenant's summarizers.
+	tenant bool
 
 	// tel observes the LLM calls.
 	tel telemetry.Telemetry
@@ -460,7 +462,7 @@ func NewSummarizers(cfg Config, fallback summary.Summarizer) *Summarizers {
 	f := &Summarizers{lookup: lookup, fallback: fallback, log: cfg.Logger, base: cfg.Resolver.Base(), profiles: cfg.Profiles,
 		tel: cfg.Telemetry, cache: map[llm.Config]*llm.Summarizer{}}
 	if t := cfg.Tenant; t != nil {
-		f.base, f.tenantKeyEnv = t.Deployment.Base(), t.KeyEnv
+		f.base, f.tenantKeyEnv, f.tenant = t.Deployment.Base(), t.KeyEnv, true
 		f.log = f.log.With().Str("tenant", t.Name).Logger()
 	}
 	return f
@@ -516,8 +518,13 @@ func (f *Summarizers) EndpointAndKey(s policy.Settings) (base, key string) {
 		return base, key
 	}
 	// The default endpoint: the profile's variable (when it names one), then the
-	// default key.
-	for _, name := range []string{s.LLMAPIKeyEnv, f.base.LLMAPIKeyEnv, "OPENAI_API_KEY"} {
+	// default key. A tenant's settings and profiles are the tenant's: its key goes only
+	// to its own endpoint, and the deployment's endpoint gets the deployment's key.
+	names := []string{s.LLMAPIKeyEnv, f.base.LLMAPIKeyEnv, "OPENAI_API_KEY"}
+	if f.tenant {
+		names = names[1:]
+	}
+	for _, name := range names {
 		if key = get(name); key != "" {
 			break
 		}

@@ -114,10 +114,14 @@ func (ts *tenantSet) run(ctx context.Context, f *tenants.File) error {
 	}
 }
 
-// apply starts, restarts and stops tenants so that f's run.
+// apply starts, restarts and stops tenants so that f's run. It waits for nothing: a
+// tenant stopping drains on its own (a compaction held at its endpoint may take
+// minutes), and the run that replaces it starts once it has, so one tenant's drain
+// never holds up another tenant's start or stop.
 func (ts *tenantSet) apply(ctx context.Context, f *tenants.File) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
+	stopped := map[string]chan struct{}{}
 	for name, r := range ts.running {
 		t, ok := f.Tenants[name]
 		if ok && t.Fingerprint() == r.fingerprint {
@@ -129,11 +133,13 @@ func (ts *tenantSet) apply(ctx context.Context, f *tenants.File) {
 		}
 		ts.log.Info().Str("tenant", name).Msgf("tenant %s the tenants file: stopping its roles", what)
 		r.cancel()
-		<-r.done
 		delete(ts.running, name)
-		if tm := ts.metrics[name]; tm != nil && !ok {
-			tm.Remove()
-			delete(ts.metrics, name)
+		stopped[name] = r.done
+		if !ok {
+			ts.wg.Go(func() {
+				<-r.done
+				ts.dropMetrics(name)
+			})
 		}
 	}
 	for _, name := range f.Names() {
@@ -148,12 +154,32 @@ func (ts *tenantSet) apply(ctx context.Context, f *tenants.File) {
 		cctx, cancel := context.WithCancel(ctx)
 		r := &tenantRun{fingerprint: t.Fingerprint(), cancel: cancel, done: make(chan struct{})}
 		ts.running[name] = r
-		ts.wg.Add(1)
-		go func() {
-			defer ts.wg.Done()
+		before := stopped[name] // the run this one replaces, still draining (nil: none)
+		ts.wg.Go(func() {
 			defer close(r.done)
+			if before != nil {
+				select {
+				case <-before:
+				case <-cctx.Done():
+					return
+				}
+			}
 			ts.serveTenant(cctx, name, t, tm)
-		}()
+		})
+	}
+}
+
+// dropMetrics deletes the series of tenant name once its last run is done, unless it
+// runs again meanwhile (added back to the file).
+func (ts *tenantSet) dropMetrics(name string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if _, again := ts.running[name]; again {
+		return
+	}
+	if tm := ts.metrics[name]; tm != nil {
+		tm.Remove()
+		delete(ts.metrics, name)
 	}
 }
 
@@ -197,7 +223,7 @@ func (ts *tenantSet) runTenant(ctx context.Context, name string, t tenants.Tenan
 	if err != nil {
 		return err
 	}
-	st, err := jetstream.ProvisionRetrying(ctx, ts.nc, jcfg, jetstream.DefaultBackoff(), log)
+	st, err := ts.provision(ctx, jcfg, log)
 	if err != nil {
 		return err
 	}
@@ -229,6 +255,27 @@ func (ts *tenantSet) runTenant(ctx context.Context, name string, t tenants.Tenan
 		return errors.New("the tenant's roles returned")
 	}
 	return nil
+}
+
+// provision finds (or, as admin, creates) the tenant's streams. A stored_bytes quota
+// changed in the file differs from the tenant's CHAT until an admin applies it
+// (compactor provision --update-streams): the tenant is served meanwhile on its streams as
+// they are, with a warning, since no other process relies on that bound. Any other
+// difference stops the tenant's roles, as it stops serve.
+func (ts *tenantSet) provision(ctx context.Context, cfg jetstream.Config, log zerolog.Logger) (*jetstream.Store, error) {
+	st, err := jetstream.ProvisionRetrying(ctx, ts.nc, cfg, jetstream.DefaultBackoff(), log)
+	var ce *jetstream.ConflictError
+	if err == nil || !errors.As(err, &ce) {
+		return st, err
+	}
+	for _, d := range ce.Differences {
+		if d.Name != cfg.ChatStream || (d.Setting != "max_bytes" && d.Setting != "discard") {
+			return nil, err
+		}
+	}
+	log.Warn().Err(err).Msg("the tenant's stored_bytes quota in the tenants file is not its chat stream's yet: " +
+		"apply it with compactor provision --update-streams as admin; served meanwhile with the stream as it is")
+	return jetstream.Open(ctx, ts.nc, cfg)
 }
 
 // tenantConfig is the node config of tenant name's roles: the process's roles and
