@@ -40,15 +40,23 @@
 # validation in nats-server, which then refuses the account's users.
 #
 # Adding a tenant later: TENANTS=initech NSC_DIR=<the same store> OUT=<the same dir>
-# ADD_ONLY=1 deploy/nats/nsc-tenants.sh, then `nats-server --signal reload` (the memory
-# resolver's accounts are the configuration's), then the tenants file and
-# `COMPACTOR_TENANT=initech compactor provision` as admin, as with tenants.conf. Nothing
-# of COMPACTOR's JWT changes. Removing one: revoke its activations
-# (nsc revocations add-activation --account COMPACTOR --service --subject <export>
-# --target-account <its key>, for each of the six exports), delete its account, generate
-# the resolver again and reload.
+# ADD_ONLY=1 deploy/nats/nsc-tenants.sh, then `nats-server --signal reload` once (the
+# memory resolver's accounts are the configuration's; unlike tenants.conf, one reload
+# serves the new account's imports), then the tenants file and
+# `COMPACTOR_TENANT=initech compactor provision` as admin, as with tenants.conf.
+# Nothing of COMPACTOR's JWT changes, and no other connection is touched.
+# (nsc below: with --all-dirs NSC_DIR, as the script runs it.)
+# Removing one: nsc delete account --name <tenant>, nsc generate config --mem-resolver
+# --sys-account SYS --force --config-file OUT/resolver.conf, and reload: its
+# connections are closed, its users refused. To cut a tenant off Compactor while its
+# account stays, revoke its activations instead (for each of the six exports:
+# nsc revocations add-activation --account COMPACTOR --service --subject <export>
+# --target-account <its key>), generate and reload: what it sends to Compactor gets no
+# responders.
 # With the full NATS resolver instead of the memory one (resolver: {type: full}, nsc
-# generate config --nats-resolver, nsc push -A), accounts change without a reload.
+# generate config --nats-resolver, nsc push -A), accounts change without a reload; the
+# server refuses a pushed account JWT holding an activation made for another account,
+# and takes one holding a wildcard activation, as the memory resolver does.
 #
 # Clients connect with their credentials file and their own inbox prefix:
 #   COMPACTOR_NATS_CREDS=OUT/creds/api.creds COMPACTOR_NATS_INBOX_PREFIX=_INBOX_api \
@@ -68,14 +76,14 @@ ENDPOINTS="context compact status recall forget"
 nsc() { command nsc --all-dirs "$NSC_DIR" "$@"; }
 
 # account_key prints the public key of account $1.
-account_key() { nsc describe account "$1" --field sub | tr -d '"'; }
+account_key() { nsc describe account --name "$1" --field sub | tr -d '"'; }
 
 # The roles of COMPACTOR: the permissions of tenants.conf's users, as nsc flags.
 add_compactor() {
 	nsc add operator --name "$OPERATOR" --sys
 	nsc add account --name COMPACTOR
 	nsc edit account --name COMPACTOR \
-		--js-mem-storage -1 --js-disk-storage -1 --js-streams -1 --js-consumer -1
+		--js-mem-storage=-1 --js-disk-storage=-1 --js-streams=-1 --js-consumer=-1
 
 	# Private: only an account holding an activation token may import, and only the
 	# subjects the token names.

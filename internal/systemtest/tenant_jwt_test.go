@@ -2,6 +2,7 @@ package systemtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
@@ -34,7 +36,9 @@ import (
 // tenants.conf's. nats-server runs it as nsc's memory resolver configuration does.
 
 // nscScript is the path of deploy/nats/nsc-tenants.sh.
-func nscScript() string { return filepath.Join(filepath.Dir(rolestest.TenantsConf()), "nsc-tenants.sh") }
+func nscScript() string {
+	return filepath.Join(filepath.Dir(rolestest.TenantsConf()), "nsc-tenants.sh")
+}
 
 // nscCommands returns the nsc commands of the script that start with prefix (e.g. "nsc
 // add user"), as words (continuation lines joined, quotes removed), and the commands
@@ -286,7 +290,10 @@ type jwtImport struct {
 type jwtRecipe struct {
 	operator nkeys.KeyPair
 	opClaims *jwt.OperatorClaims
+	opJWT    string
 	keys     map[string]nkeys.KeyPair // account name: its key
+	absent   map[string]bool          // accounts not (or no longer) in the resolver
+	full     bool                     // the full NATS resolver instead of the memory one
 	exports  jwt.Exports              // COMPACTOR's
 	imports  map[string][]jwtImport   // account name: its imports
 	users    map[string]nscUser
@@ -296,7 +303,7 @@ type jwtRecipe struct {
 // tenants' accounts with their imports and activation tokens.
 func newJWTRecipe(t *testing.T, tenants ...string) *jwtRecipe {
 	t.Helper()
-	r := &jwtRecipe{keys: map[string]nkeys.KeyPair{}, imports: map[string][]jwtImport{}, users: nscUsers(t, tenants...)}
+	r := &jwtRecipe{keys: map[string]nkeys.KeyPair{}, absent: map[string]bool{}, imports: map[string][]jwtImport{}, users: nscUsers(t, tenants...)}
 	r.operator = mustKey(t, nkeys.CreateOperator)
 	r.opClaims = jwt.NewOperatorClaims(pub(t, r.operator))
 	r.opClaims.Name = "compactor"
@@ -318,6 +325,18 @@ func newJWTRecipe(t *testing.T, tenants ...string) *jwtRecipe {
 		}
 	}
 	return r
+}
+
+// importOf is account's import whose local subject is local, for a test to change.
+func (r *jwtRecipe) importOf(t *testing.T, account, local string) *jwtImport {
+	t.Helper()
+	for i := range r.imports[account] {
+		if r.imports[account][i].local == local {
+			return &r.imports[account][i]
+		}
+	}
+	t.Fatalf("the script imports nothing into %s as %s: change this test", account, local)
+	return nil
 }
 
 // mustKey is a new key pair of create.
@@ -371,16 +390,33 @@ func (r *jwtRecipe) accountClaims(t *testing.T, name string) *jwt.AccountClaims 
 }
 
 // writeConfig writes the server's configuration as the script makes it (nsc generate
-// config --mem-resolver, included with JetStream) and returns its path.
-func (r *jwtRecipe) writeConfig(t *testing.T) string {
+// config --mem-resolver, included with JetStream; with r.full, the full resolver with
+// the accounts preloaded), with the accounts of the recipe
+// but those absent, into dir (a new one when ""), listening on a free port of
+// 127.0.0.1 and storing in dir, and returns its path. Written again into the same dir,
+// nats-server reloads it.
+func (r *jwtRecipe) writeConfig(t *testing.T, dir string) string {
 	t.Helper()
-	opJWT, err := r.opClaims.Encode(r.operator)
-	if err != nil {
-		t.Fatal(err)
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	if r.opJWT == "" {
+		// Once: the operator of a running server cannot change on a reload.
+		var err error
+		if r.opJWT, err = r.opClaims.Encode(r.operator); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "operator: %s\n\nsystem_account: %s\n\nresolver: MEMORY\n\nresolver_preload: {\n", opJWT, r.opClaims.SystemAccount)
+	resolver := "MEMORY"
+	if r.full {
+		resolver = fmt.Sprintf("{ type: full, dir: %q }", filepath.ToSlash(filepath.Join(dir, "jwt")))
+	}
+	fmt.Fprintf(&b, "operator: %s\n\nsystem_account: %s\n\nresolver: %s\n\nresolver_preload: {\n", r.opJWT, r.opClaims.SystemAccount, resolver)
 	for _, name := range slices.Sorted(maps.Keys(r.keys)) {
+		if r.absent[name] {
+			continue
+		}
 		accJWT, err := r.accountClaims(t, name).Encode(r.operator)
 		if err != nil {
 			t.Fatal(err)
@@ -388,12 +424,12 @@ func (r *jwtRecipe) writeConfig(t *testing.T) string {
 		fmt.Fprintf(&b, "  // Account %q\n  %s: %s\n\n", name, pub(t, r.keys[name]), accJWT)
 	}
 	b.WriteString("}\n")
-	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "resolver.conf"), []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, "server.conf")
-	if err := os.WriteFile(path, []byte("include ./resolver.conf\n\njetstream {\n}\n"), 0o600); err != nil {
+	conf := fmt.Sprintf("listen: 127.0.0.1:-1\n\ninclude ./resolver.conf\n\njetstream {\n  store_dir: %q\n}\n", filepath.ToSlash(filepath.Join(dir, "js")))
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -465,22 +501,21 @@ func (l *serverLog) has(s string) bool {
 	return slices.ContainsFunc(l.lines, func(line string) bool { return strings.Contains(line, s) })
 }
 
-// startJWTServer starts nats-server from the configuration at path (in operator mode)
-// on a free port with its JetStream store in t's temp dir, logging into the returned
-// log, and shuts it down at cleanup.
+// startJWTServer starts nats-server from the configuration at path (in operator
+// mode), logging into the returned log, and shuts it down at cleanup.
 func startJWTServer(t *testing.T, path string) (*server.Server, *serverLog) {
 	t.Helper()
 	o, err := server.ProcessConfigFile(path)
 	if err != nil {
 		t.Fatalf("nats-server config %s: %v", path, err)
 	}
-	o.Host, o.Port, o.StoreDir, o.NoSigs, o.Debug = "127.0.0.1", -1, t.TempDir(), true, true
+	o.NoSigs = true
 	ns, err := server.NewServer(o)
 	if err != nil {
 		t.Fatalf("nats-server from %s: %v", path, err)
 	}
 	log := &serverLog{}
-	ns.SetLogger(log, true, false)
+	ns.SetLogger(log, false, false)
 	ns.Start()
 	t.Cleanup(func() {
 		ns.Shutdown()
@@ -493,10 +528,10 @@ func startJWTServer(t *testing.T, path string) (*server.Server, *serverLog) {
 }
 
 // dialJWT connects to ns as the script's user with its credentials file and its own
-// inbox prefix.
-func dialJWT(t *testing.T, ns *server.Server, r *jwtRecipe, user string) (*nats.Conn, error) {
+// inbox prefix, and opts.
+func dialJWT(t *testing.T, ns *server.Server, r *jwtRecipe, user string, opts ...nats.Option) (*nats.Conn, error) {
 	t.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), jwtOptions(t, r, user)...)
+	nc, err := nats.Connect(ns.ClientURL(), append(jwtOptions(t, r, user), opts...)...)
 	if err == nil {
 		t.Cleanup(nc.Close)
 	}
@@ -507,7 +542,8 @@ func dialJWT(t *testing.T, ns *server.Server, r *jwtRecipe, user string) (*nats.
 func jwtOptions(t *testing.T, r *jwtRecipe, user string) []nats.Option {
 	t.Helper()
 	return []nats.Option{nats.Name("compactor-" + user), nats.UserCredentials(r.creds(t, user)),
-		nats.CustomInboxPrefix("_INBOX_" + user), nats.MaxReconnects(0)}
+		nats.CustomInboxPrefix("_INBOX_" + user), nats.MaxReconnects(0),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}
 }
 
 // connectJWT is dialJWT that fails the test on a refusal. The Conn keeps no
@@ -565,13 +601,13 @@ func serveJWT(t *testing.T, ns *server.Server, r *jwtRecipe, file string) {
 
 // The script's recipe works as tenants.conf does: acme's producer's JetStream publish
 // on chat.c1.msg is stored in CHAT_acme, its PubAck the reply; globex's, with the same
-// id, in CHAT_globex; acme's tenant service (serve as the api user) answers acme's
-// compactor.context with acme's message only; and a user of globex without
-// permissions reaches nothing of acme's.
+// id, in CHAT_globex; each tenant's service (serve as the api user) answers its
+// tenant's compactor.context with its tenant's message only; and a user of globex
+// without permissions reaches nothing of acme's.
 func TestTenantJWTRecipe(t *testing.T) {
 	r := newJWTRecipe(t, "acme", "globex")
 	r.users["globex-root"] = nscUser{account: "globex"}
-	ns, log := startJWTServer(t, r.writeConfig(t))
+	ns, log := startJWTServer(t, r.writeConfig(t, ""))
 	provisionJWT(t, ns, r, "acme", "globex")
 	ctx := ctxFor(t, 2*time.Minute)
 	for tn, stream := range map[string]string{"acme": "CHAT_acme", "globex": "CHAT_globex"} {
@@ -583,15 +619,15 @@ func TestTenantJWTRecipe(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tenants.json")
 	writeTenantsFile(t, file, "acme", "globex")
 	serveJWT(t, ns, r, file)
-	for _, user := range []string{"acme-producer", "acme-reader"} {
+	for user, want := range map[string]string{"acme-producer": "acme secret", "acme-reader": "acme secret", "globex-reader": "globex secret"} {
 		cl := tenantClient(t, connectJWT(t, ns, r, user))
-		eventually(t, time.Minute, user+"'s context through acme's service", func() bool {
+		eventually(t, time.Minute, user+"'s context through its tenant's service", func() bool {
 			cx, err := cl.Context(ctx, "c1")
 			return err == nil && len(cx.Messages) > 0
 		})
 		cx, err := cl.Context(ctx, "c1")
-		if err != nil || len(cx.Messages) != 1 || cx.Messages[0].Content.String() != "acme secret" {
-			t.Fatalf("%s's context of c1: %+v, %v; want acme's one message", user, cx, err)
+		if err != nil || len(cx.Messages) != 1 || cx.Messages[0].Content.String() != want {
+			t.Fatalf("%s's context of c1: %+v, %v; want its one message %q", user, cx, err, want)
 		}
 	}
 	root := connectJWT(t, ns, r, "globex-root")
@@ -609,15 +645,16 @@ func TestTenantJWTRecipe(t *testing.T) {
 // (nsc refuses earlier: "activation is not intended for this account".)
 func TestTenantJWTActivationOfAnotherRefused(t *testing.T) {
 	r := newJWTRecipe(t, "acme", "globex")
-	for _, im := range r.imports["acme"][:2] {
-		r.imports["globex"] = append(r.imports["globex"], jwtImport{im.subject, "stolen." + im.local, im.token})
+	for _, local := range []string{"chat.*.msg", "compactor.context"} {
+		im := r.importOf(t, "acme", local)
+		r.imports["globex"] = append(r.imports["globex"], jwtImport{im.subject, "stolen." + local, im.token})
 	}
 	vr := jwt.CreateValidationResults()
 	r.accountClaims(t, "globex").Validate(vr)
 	if want := "activation token doesn't match account it is being included in"; !strings.Contains(fmt.Sprint(vr.Errors()), want) {
 		t.Errorf("globex's claims with acme's tokens: validation %v; want %q", vr.Errors(), want)
 	}
-	ns, log := startJWTServer(t, r.writeConfig(t))
+	ns, log := startJWTServer(t, r.writeConfig(t, ""))
 	if !log.has("has validation issues") {
 		t.Errorf("nats-server did not warn of globex's account at start:\n%s", strings.Join(log.lines, "\n"))
 	}
@@ -639,17 +676,12 @@ func TestTenantJWTActivationOfAnotherRefused(t *testing.T) {
 // is stored in CHAT_globex.
 func TestTenantJWTWildcardActivationCrossesTenants(t *testing.T) {
 	r := newJWTRecipe(t, "acme", "globex")
-	wildcard := r.activation(t, "acme", "chat.*.*.msg")
-	for i, im := range r.imports["acme"] {
-		if im.local == "chat.*.msg" {
-			r.imports["acme"][i] = jwtImport{"chat.globex.*.msg", im.local, wildcard}
-		}
-	}
+	*r.importOf(t, "acme", "chat.*.msg") = jwtImport{"chat.globex.*.msg", "chat.*.msg", r.activation(t, "acme", "chat.*.*.msg")}
 	vr := jwt.CreateValidationResults()
 	if r.accountClaims(t, "acme").Validate(vr); vr.IsBlocking(true) {
 		t.Fatalf("acme's claims with the wildcard token: %v", vr.Errors())
 	}
-	ns, log := startJWTServer(t, r.writeConfig(t))
+	ns, log := startJWTServer(t, r.writeConfig(t, ""))
 	provisionJWT(t, ns, r, "acme", "globex")
 	ack, err := tenantPublish(ctxFor(t, time.Minute), connectJWT(t, ns, r, "acme-producer"), "c1", "into globex", "m1")
 	if err != nil || ack.Stream != "CHAT_globex" {
@@ -657,5 +689,147 @@ func TestTenantJWTWildcardActivationCrossesTenants(t *testing.T) {
 	}
 	if log.has("validation issues") {
 		t.Errorf("nats-server warned of the wildcard activation, the recipe can say so:\n%s", strings.Join(log.lines, "\n"))
+	}
+}
+
+// A tenant added with the memory resolver: its account JWT added to the resolver's
+// configuration and one reload, and its producer publishes into its stream through its
+// imports, while acme's connection stays. Removed again (its JWT left out, one
+// reload): its connection is closed by the server and its users are refused, and
+// acme's connection still stays.
+func TestTenantJWTAddedAndRemovedByReload(t *testing.T) {
+	r := newJWTRecipe(t, "acme", "initech")
+	r.absent["initech"] = true
+	dir := t.TempDir()
+	ns, _ := startJWTServer(t, r.writeConfig(t, dir))
+	provisionJWT(t, ns, r, "acme", "initech")
+	ctx := ctxFor(t, time.Minute)
+	acme := connectJWT(t, ns, r, "acme-producer")
+	publishes := func(c *rolestest.Conn, tn, id string) {
+		t.Helper()
+		if ack, err := tenantPublish(ctx, c, "c1", tn, id); err != nil || ack.Stream != "CHAT_"+tn {
+			t.Fatalf("%s publishes: %+v, %v; want the PubAck of CHAT_%s", c.User, ack, err, tn)
+		}
+	}
+	publishes(acme, "acme", "a1")
+	refused := func(when string) {
+		t.Helper()
+		if _, err := dialJWT(t, ns, r, "initech-producer"); err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
+			t.Fatalf("initech-producer connects %s: %v; want an authorization violation", when, err)
+		}
+	}
+	refused("before its account is added")
+
+	delete(r.absent, "initech")
+	r.writeConfig(t, dir)
+	if err := ns.Reload(); err != nil {
+		t.Fatalf("reload with initech: %v", err)
+	}
+	closed := make(chan struct{})
+	nc, err := dialJWT(t, ns, r, "initech-producer", nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	if err != nil {
+		t.Fatalf("initech-producer connects after the reload: %v", err)
+	}
+	publishes(&rolestest.Conn{User: "initech-producer", NC: nc}, "initech", "i1")
+	publishes(acme, "acme", "a2")
+
+	r.absent["initech"] = true
+	r.writeConfig(t, dir)
+	if err := ns.Reload(); err != nil {
+		t.Fatalf("reload without initech: %v", err)
+	}
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("initech-producer's connection stays after its account is removed")
+	}
+	refused("after its account is removed")
+	publishes(acme, "acme", "a3")
+	if n := acme.NC.Stats().Reconnects; n != 0 {
+		t.Errorf("acme-producer reconnected %d times", n)
+	}
+}
+
+// COMPACTOR revokes acme's activations (nsc revocations add-activation, COMPACTOR's JWT
+// reloaded): acme's account and connection stay, but nothing of Compactor's answers it
+// any more, while globex is served on.
+func TestTenantJWTActivationRevoked(t *testing.T) {
+	r := newJWTRecipe(t, "acme", "globex")
+	dir := t.TempDir()
+	ns, _ := startJWTServer(t, r.writeConfig(t, dir))
+	provisionJWT(t, ns, r, "acme", "globex")
+	ctx := ctxFor(t, time.Minute)
+	acme, globex := connectJWT(t, ns, r, "acme-producer"), connectJWT(t, ns, r, "globex-producer")
+	for i, c := range []*rolestest.Conn{acme, globex} {
+		if _, err := tenantPublish(ctx, c, "c1", "before", fmt.Sprint("m", i)); err != nil {
+			t.Fatalf("%s publishes: %v", c.User, err)
+		}
+	}
+	for _, e := range r.exports {
+		e.RevokeAt(pub(t, r.keys["acme"]), time.Now())
+	}
+	r.writeConfig(t, dir)
+	if err := ns.Reload(); err != nil {
+		t.Fatalf("reload with the revocations: %v", err)
+	}
+	start := time.Now()
+	// No responders: nats.go's JetStream publish says "no response from stream".
+	if _, err := tenantPublish(ctx, acme, "c1", "after", "a2"); !errors.Is(err, natsjs.ErrNoStreamResponse) {
+		t.Errorf("acme-producer publishes after the revocation: %v; want no responders", err)
+	}
+	checkPrompt(t, start, "acme-producer's publish after the revocation")
+	if ack, err := tenantPublish(ctx, globex, "c1", "after", "g2"); err != nil || ack.Stream != "CHAT_globex" {
+		t.Errorf("globex-producer publishes after acme's revocation: %+v, %v", ack, err)
+	}
+	if acme.NC.IsClosed() || acme.NC.Stats().Reconnects != 0 {
+		t.Errorf("acme-producer's connection was closed or reconnected: the account stays")
+	}
+}
+
+// With the full NATS resolver (accounts pushed to the server, nsc push), the server
+// refuses a push of globex's account JWT holding acme's activation, and takes one of
+// acme's holding a wildcard activation, as the memory resolver does.
+func TestTenantJWTFullResolverPushes(t *testing.T) {
+	r := newJWTRecipe(t, "acme", "globex")
+	r.full = true
+	r.users["sys"] = nscUser{account: "SYS"}
+	ns, _ := startJWTServer(t, r.writeConfig(t, ""))
+	sys := connectJWT(t, ns, r, "sys")
+	push := func(account string) string {
+		t.Helper()
+		accJWT, err := r.accountClaims(t, account).Encode(r.operator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := sys.NC.RequestWithContext(ctxFor(t, refusalDeadline), "$SYS.REQ.CLAIMS.UPDATE", []byte(accJWT))
+		if err != nil {
+			t.Fatalf("push %s's JWT: %v", account, err)
+		}
+		return string(m.Data)
+	}
+	r.imports["globex"] = append(r.imports["globex"], jwtImport{"chat.acme.*.msg", "stolen.*.msg", r.importOf(t, "acme", "chat.*.msg").token})
+	if a := push("globex"); !strings.Contains(a, "jwt validation failed") || !strings.Contains(a, "activation token doesn't match account") {
+		t.Errorf("push of globex's JWT with acme's token: answered %s; want a validation failure", a)
+	}
+	*r.importOf(t, "acme", "chat.*.msg") = jwtImport{"chat.globex.*.msg", "chat.*.msg", r.activation(t, "acme", "chat.*.*.msg")}
+	if a := push("acme"); !strings.Contains(a, "jwt updated") {
+		t.Errorf("push of acme's JWT with a wildcard token: answered %s; want it taken", a)
+	}
+}
+
+// Why the exports are private: exported publicly (nsc add export without --private),
+// any account imports any tenant's subjects without a token, and globex-producer's
+// publish is stored in CHAT_acme.
+func TestTenantJWTPublicExportCrossesTenants(t *testing.T) {
+	r := newJWTRecipe(t, "acme", "globex")
+	for _, e := range r.exports {
+		e.TokenReq = false
+	}
+	*r.importOf(t, "globex", "chat.*.msg") = jwtImport{"chat.acme.*.msg", "chat.*.msg", ""}
+	ns, _ := startJWTServer(t, r.writeConfig(t, ""))
+	provisionJWT(t, ns, r, "acme", "globex")
+	ack, err := tenantPublish(ctxFor(t, time.Minute), connectJWT(t, ns, r, "globex-producer"), "c1", "into acme", "m1")
+	if err != nil || ack.Stream != "CHAT_acme" {
+		t.Fatalf("globex-producer publishes through a public export: %+v, %v; want it stored in CHAT_acme (what this test shows)", ack, err)
 	}
 }
