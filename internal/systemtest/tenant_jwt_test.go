@@ -639,34 +639,50 @@ func TestTenantJWTRecipe(t *testing.T) {
 	}
 }
 
-// An activation is bound to the account it was signed for: globex's account JWT with
-// acme's tokens (importing acme's chat and context subjects) fails validation, nats-
-// server starts but warns of it, and then refuses globex's users, while acme is served.
-// (nsc refuses earlier: "activation is not intended for this account".)
+// An activation is bound to the account it was signed for and to the subjects it
+// names: globex's account JWT holding acme's tokens (importing acme's chat and context
+// subjects), or acme's importing globex's chat subjects with its own token, fails
+// validation; nats-server starts but warns of it, and then refuses every user of that
+// account, while the other tenant is served. (nsc refuses the first earlier: "activation
+// is not intended for this account".)
 func TestTenantJWTActivationOfAnotherRefused(t *testing.T) {
-	r := newJWTRecipe(t, "acme", "globex")
-	for _, local := range []string{"chat.*.msg", "compactor.context"} {
-		im := r.importOf(t, "acme", local)
-		r.imports["globex"] = append(r.imports["globex"], jwtImport{im.subject, "stolen." + local, im.token})
-	}
-	vr := jwt.CreateValidationResults()
-	r.accountClaims(t, "globex").Validate(vr)
-	if want := "activation token doesn't match account it is being included in"; !strings.Contains(fmt.Sprint(vr.Errors()), want) {
-		t.Errorf("globex's claims with acme's tokens: validation %v; want %q", vr.Errors(), want)
-	}
-	ns, log := startJWTServer(t, r.writeConfig(t, ""))
-	if !log.has("has validation issues") {
-		t.Errorf("nats-server did not warn of globex's account at start:\n%s", strings.Join(log.lines, "\n"))
-	}
-	provisionJWT(t, ns, r, "acme")
-	ctx := ctxFor(t, time.Minute)
-	if ack, err := tenantPublish(ctx, connectJWT(t, ns, r, "acme-producer"), "c1", "acme secret", "m1"); err != nil || ack.Stream != "CHAT_acme" {
-		t.Fatalf("acme-producer publishes: %+v, %v", ack, err)
-	}
-	for _, u := range rolestest.TenantUsers("globex") {
-		if _, err := dialJWT(t, ns, r, u); err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
-			t.Errorf("%s connects to an account holding acme's tokens: %v; want an authorization violation", u, err)
-		}
+	for _, tc := range []struct {
+		what, bad, good, want string
+		change                func(t *testing.T, r *jwtRecipe)
+	}{
+		{"globex holds acme's tokens", "globex", "acme", "activation token doesn't match account it is being included in",
+			func(t *testing.T, r *jwtRecipe) {
+				for _, local := range []string{"chat.*.msg", "compactor.context"} {
+					im := r.importOf(t, "acme", local)
+					r.imports["globex"] = append(r.imports["globex"], jwtImport{im.subject, "stolen." + local, im.token})
+				}
+			}},
+		{"acme imports globex's subjects with its own token", "acme", "globex", "activation token import subject",
+			func(t *testing.T, r *jwtRecipe) { r.importOf(t, "acme", "chat.*.msg").subject = "chat.globex.*.msg" }},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			r := newJWTRecipe(t, "acme", "globex")
+			tc.change(t, r)
+			vr := jwt.CreateValidationResults()
+			r.accountClaims(t, tc.bad).Validate(vr)
+			if !strings.Contains(fmt.Sprint(vr.Errors()), tc.want) {
+				t.Errorf("%s's claims: validation %v; want %q", tc.bad, vr.Errors(), tc.want)
+			}
+			ns, log := startJWTServer(t, r.writeConfig(t, ""))
+			if !log.has("has validation issues") {
+				t.Errorf("nats-server did not warn of %s's account at start:\n%s", tc.bad, strings.Join(log.lines, "\n"))
+			}
+			provisionJWT(t, ns, r, "acme", "globex")
+			ack, err := tenantPublish(ctxFor(t, time.Minute), connectJWT(t, ns, r, tc.good+"-producer"), "c1", "mine", "m1")
+			if err != nil || ack.Stream != "CHAT_"+tc.good {
+				t.Fatalf("%s-producer publishes: %+v, %v", tc.good, ack, err)
+			}
+			for _, u := range rolestest.TenantUsers(tc.bad) {
+				if _, err := dialJWT(t, ns, r, u); err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
+					t.Errorf("%s connects to its account: %v; want an authorization violation", u, err)
+				}
+			}
+		})
 	}
 }
 
