@@ -217,7 +217,7 @@ import_activated() {
 	local token="$OUT/activations/$t-$export.jwt"
 	nsc generate activation --account COMPACTOR --target-account "$key" \
 		--subject "$subject" --output-file "$token"
-	nsc add import --account "$t" --token "$token" --local-subject "$local_subject"
+	nsc add import --account "$t" --name "$export" --token "$token" --local-subject "$local_subject"
 }
 
 # add_tenant creates tenant $1's account, its imports and its users.
