@@ -87,9 +87,11 @@ add_compactor() {
 
 	# Private: only an account holding an activation token may import, and only the
 	# subjects the token names.
-	nsc add export --account COMPACTOR --service --private --name chat --subject 'chat.*.*.msg'
+	# --response-threshold: an answer may come up to 5 minutes later (compactor.compact
+	# waiting for its outcome); the default of 2 minutes would drop it.
+	nsc add export --account COMPACTOR --service --private --name chat --subject 'chat.*.*.msg' --response-threshold 6m
 	for ep in $ENDPOINTS; do
-		nsc add export --account COMPACTOR --service --private --name "$ep" --subject "compactor.*.$ep"
+		nsc add export --account COMPACTOR --service --private --name "$ep" --subject "compactor.*.$ep" --response-threshold 6m
 	done
 
 	nsc add user --account COMPACTOR --name admin

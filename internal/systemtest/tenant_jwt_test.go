@@ -212,8 +212,13 @@ func TestNscScriptImportsAreTenantsConfs(t *testing.T) {
 	for _, e := range r.exports {
 		script = append(script, string(e.Subject))
 	}
-	confExports := regexp.MustCompile(`\{ service: "([^"]+)", +account_token_position: 2 \}`).FindAllStringSubmatch(string(conf), -1)
+	confExports := regexp.MustCompile(`\{ service: "([^"]+)", +account_token_position: 2, response_threshold: "([^"]+)" \}`).FindAllStringSubmatch(string(conf), -1)
 	sameSubjects(t, "COMPACTOR's exports", confExports, script)
+	for i, e := range r.exports {
+		if want, err := time.ParseDuration(confExports[min(i, len(confExports)-1)][2]); err != nil || e.ResponseThreshold != want {
+			t.Errorf("export %s: the script's response threshold %s, tenants.conf's %s (%v)", e.Subject, e.ResponseThreshold, want, err)
+		}
+	}
 	imports := regexp.MustCompile(`\{ service: \{ account: COMPACTOR, subject: "([^"]+)" \}, +to: "([^"]+)" \}`)
 	for _, tn := range rolestest.Tenants {
 		script = nil
@@ -316,7 +321,15 @@ func newJWTRecipe(t *testing.T, tenants ...string) *jwtRecipe {
 		if i < 0 || !slices.Contains(cmd, "--private") || !slices.Contains(cmd, "--service") {
 			t.Fatalf("%s: %q: want a private service export with a --subject", nscScript(), cmd)
 		}
-		r.exports.Add(&jwt.Export{Subject: jwt.Subject(cmd[i+1]), Type: jwt.Service, TokenReq: true})
+		e := &jwt.Export{Subject: jwt.Subject(cmd[i+1]), Type: jwt.Service, TokenReq: true}
+		if j := slices.Index(cmd, "--response-threshold"); j >= 0 {
+			d, err := time.ParseDuration(cmd[j+1])
+			if err != nil {
+				t.Fatalf("%s: %q: %v", nscScript(), cmd, err)
+			}
+			e.ResponseThreshold = d
+		}
+		r.exports.Add(e)
 	}
 	for _, tn := range tenants {
 		for _, call := range nscCommands(t, "import_activated") {
