@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,27 +45,51 @@ func (s *Store) TokensUsed(ctx context.Context, day time.Time) (n int64, rev uin
 	return n, m.Seq, nil
 }
 
-// AddTokensUsed adds n tokens to day's count and returns the new count.
+// AddTokensUsed adds n tokens to day's count (n < 0 takes them off, down to 0) and
+// returns the new count.
 func (s *Store) AddTokensUsed(ctx context.Context, day time.Time, n int64) (int64, error) {
-	if n < 0 {
-		return 0, fmt.Errorf("add %d tokens: a negative count", n)
-	}
+	total, _, err := s.updateTokensUsed(ctx, day, func(have int64) (int64, bool) { return max(have+n, 0), true })
+	return total, err
+}
+
+// ReserveTokens adds n tokens to day's count when the count stays within limit, in one
+// compare-and-set, so workers of every process reserving at once never pass the limit
+// together. It returns the count (with n when reserved) and whether n was reserved.
+func (s *Store) ReserveTokens(ctx context.Context, day time.Time, n, limit int64) (int64, bool, error) {
+	return s.updateTokensUsed(ctx, day, func(have int64) (int64, bool) { return have + n, have+n <= limit })
+}
+
+// updateTokensUsed sets day's count to what next makes of it, with compare-and-set,
+// unless next says no; it returns the count and whether it was set.
+func (s *Store) updateTokensUsed(ctx context.Context, day time.Time, next func(have int64) (int64, bool)) (int64, bool, error) {
 	for range maxUsageAttempts {
 		have, rev, err := s.TokensUsed(ctx, day)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		total := have + n
+		total, ok := next(have)
+		if !ok {
+			return have, false, nil
+		}
 		_, err = s.js.Publish(ctx, s.usageSubject(day), []byte(strconv.FormatInt(total, 10)),
 			natsjs.WithExpectStream(s.deploymentStream()), natsjs.WithExpectLastSequencePerSubject(rev))
 		if err == nil {
-			return total, nil
+			return total, true, nil
+		}
+		if errors.Is(err, natsjs.ErrNoStreamResponse) || errors.Is(err, natsjs.ErrStreamNotFound) {
+			return 0, false, fmt.Errorf("count tokens in %s: %w (%w)", s.cfg.DeploymentBucket, ErrNoDeploymentBucket, err)
 		}
 		if !isWrongLastSequence(err) {
-			return 0, fmt.Errorf("count %d tokens in %s: %w", n, s.cfg.DeploymentBucket, err)
+			return 0, false, fmt.Errorf("count tokens in %s: %w", s.cfg.DeploymentBucket, err)
 		}
 	}
-	return 0, fmt.Errorf("count %d tokens in %s: %d writers raced it; given up", n, s.cfg.DeploymentBucket, maxUsageAttempts)
+	return 0, false, fmt.Errorf("count tokens in %s: %d writers raced it; given up", s.cfg.DeploymentBucket, maxUsageAttempts)
+}
+
+// DeploymentBucketMissing reports whether the deployment bucket was missing when the
+// store was opened (an optional bucket this user may not create).
+func (s *Store) DeploymentBucketMissing() bool {
+	return slices.Contains(s.MissingBuckets(), s.cfg.DeploymentBucket)
 }
 
 // ChatFigures are what CHAT holds.

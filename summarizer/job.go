@@ -51,9 +51,6 @@ type compaction struct {
 	next   *schemas.Result  // the value to write
 	after  assemble.Context // the agent's context with next
 
-	// estimate is the tokens of the summary's input the quota was asked for.
-	estimate int
-
 	// repair is the repair of a value built on a fallback this job tries (nil: none);
 	// repaired says the LLM wrote the summary from the raw messages.
 	repair   *repairPlan
@@ -94,13 +91,20 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if len(c.pl.covered) == 0 && c.repair == nil {
 		return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, "nothing to compact: every message is pinned, kept or must stay in the tail")
 	}
-	if reason, err := p.quotaAllows(ctx, c); err != nil {
+	q, err := p.quotaAllows(ctx, c)
+	if err != nil {
 		return err
-	} else if reason != "" {
-		return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, reason)
 	}
-	err = p.summarizeOrFallBack(ctx, c)
-	p.charge(ctx, c)
+	if q.Release != nil {
+		defer q.Release()
+	}
+	if q.Reason != "" {
+		if err := p.overQuota(ctx, c, q); err != nil || !c.out.Fallback {
+			return err
+		}
+	} else {
+		err = p.summarizeOrFallBack(ctx, c)
+	}
 	if err != nil {
 		if errors.Is(err, errNoLLM) || errors.Is(err, errRepairEnds) {
 			return p.endRepair(ctx, c, err)
@@ -130,34 +134,34 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	return p.finish(ctx, j, c.next, c.ld.lastSeq, c.s, c.count)
 }
 
-// quotaAllows asks the pool's quota whether c may be summarized ("" when it may, or
-// without a quota): its estimate is the tokens of the newly covered messages and of the
-// summary they extend.
-func (p *Pool) quotaAllows(ctx context.Context, c *compaction) (string, error) {
+// quotaAllows asks the pool's quota whether c may be summarized (any decision allows
+// it without a quota): its estimate is the size of the request its summarizer makes
+// (prompt, previous summary, the newly covered messages, and the completion tokens it
+// reserves), so what is reserved covers what the call may spend.
+func (p *Pool) quotaAllows(ctx context.Context, c *compaction) (QuotaDecision, error) {
 	if p.quota == nil {
-		return "", nil
+		return QuotaDecision{}, nil
 	}
-	c.estimate = 0
-	for i := range c.pl.covered {
-		c.estimate += tokens.MessageWith(c.count, &c.pl.covered[i])
-	}
-	if c.cur != nil {
-		c.estimate += c.count.Count(c.cur.Summary)
-	}
-	return p.quota.Allow(ctx, c.j.req.Conversation, c.cur != nil && c.cur.Generation > 0, c.estimate)
+	estimate := requestTokens(c.sum, summaryInput(c))
+	return p.quota.Allow(ctx, c.j.req.Conversation, c.cur != nil && c.cur.Generation > 0, estimate)
 }
 
-// charge records with the quota the tokens the endpoint reported for c's summaries; an
-// LLM's summary reported without usage is charged the estimate of its input, so an
-// endpoint that reports none does not escape the quota. A fallback (no LLM) is free.
-func (p *Pool) charge(ctx context.Context, c *compaction) {
+// overQuota is a compaction its quota does not allow now. A repair of a fallback stays
+// queued, asked again once the quota allows it (its value keeps the bound meanwhile). A
+// context past its hard limit gets the extractive fallback, which spends no tokens and is
+// repaired once the quota allows it: the bound holds whatever the quota (c.out is then
+// the fallback, and the compaction goes on). Any other is declined with the reason.
+func (p *Pool) overQuota(ctx context.Context, c *compaction, q QuotaDecision) error {
+	qerr := &quotaError{reason: q.Reason, retryIn: q.RetryIn}
 	switch {
-	case p.quota == nil || c.out.Summary == "" || c.out.Fallback && c.out.Usage == nil:
-	case c.out.Usage != nil:
-		p.quota.Charge(ctx, c.j.req.Conversation, *c.out.Usage)
-	default:
-		p.quota.Charge(ctx, c.j.req.Conversation, schemas.Usage{PromptTokens: c.estimate, TotalTokens: c.estimate})
+	case c.j.repairing():
+		c.j.repair = RepairFailed
+		return qerr
+	case c.before.Tokens >= c.s.Budget().HardLimitTokens():
+		c.in = summaryInput(c)
+		return p.writeFallback(ctx, c, qerr, true)
 	}
+	return p.decline(ctx, c.j, c.ld, c.before.Tokens, c.before.Tokens, q.Reason)
 }
 
 // checkForgotten decides whether the request was made before its conversation was

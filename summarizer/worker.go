@@ -150,14 +150,37 @@ type Options struct {
 	Logger zerolog.Logger
 }
 
-// Quota bounds what compactions may spend (docs/tenants.md, "Quotas").
+// Quota bounds what compactions may spend (docs/tenants.md, "Quotas"). What a
+// compaction spends is counted as its LLM calls report it (the llm summarizer's usage
+// hook), not here.
 type Quota interface {
-	// Allow says why compacting conv must not start now ("" when it may): estimate is
-	// the tokens its summary's input takes, compacted whether conv has a value.
-	Allow(ctx context.Context, conv string, compacted bool, estimate int) (reason string, err error)
-	// Charge records the tokens an endpoint reported for conv's summaries.
-	Charge(ctx context.Context, conv string, u schemas.Usage)
+	// Allow decides whether compacting conv may start now: estimate is the tokens its
+	// summary's input takes, compacted whether conv has a value. When it may, what it
+	// reserved for the compaction is given back by the decision's Release once the
+	// compaction is done.
+	Allow(ctx context.Context, conv string, compacted bool, estimate int) (QuotaDecision, error)
 }
+
+// QuotaDecision is what a Quota decided of one compaction.
+type QuotaDecision struct {
+	// Reason says why the compaction must not run now ("": it may).
+	Reason string
+	// RetryIn is how long until the quota allows it again (0: unknown).
+	RetryIn time.Duration
+	// Release gives back what was reserved for an allowed compaction (nil: nothing).
+	Release func()
+}
+
+// quotaError is a compaction over its quota: the reason, and when to ask again.
+type quotaError struct {
+	reason  string
+	retryIn time.Duration
+}
+
+func (e *quotaError) Error() string { return e.reason }
+
+// RetryAfter is when the quota allows the compaction again (the pool's retry hint).
+func (e *quotaError) RetryAfter() time.Duration { return e.retryIn }
 
 // NewPool returns a pool; Run starts it.
 func NewPool(cfg Config, store *jetstream.Store, opts Options) (*Pool, error) {

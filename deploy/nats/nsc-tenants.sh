@@ -138,9 +138,10 @@ add_compactor() {
 		--allow-sub '$KV.*.*'
 
 	# --allow-pub-response: tenants.conf's allow_responses (one answer per request, on
-	# the reply subject the import made).
+	# the reply subject the import made), for up to 6 minutes (--response-ttl): an answer
+	# of compactor.compact may come 5 minutes later.
 	nsc add user --account COMPACTOR --name api \
-		--allow-pub-response \
+		--allow-pub-response --response-ttl 6m \
 		--allow-pub '$JS.API.STREAM.INFO.>' \
 		--allow-pub '$JS.API.CONSUMER.INFO.>' \
 		--allow-pub '$JS.API.DIRECT.GET.*' \

@@ -15,6 +15,7 @@ import (
 	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/service"
+	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/summarizer"
@@ -256,9 +257,21 @@ func newPool(cfg Config, st *jetstream.Store, policies PolicySourcer) (*summariz
 	if fallback == nil {
 		fallback = extractive.New()
 	}
+	var quota *tenants.Quota
+	if t := cfg.Tenant; t != nil {
+		// Every tenant's: it counts what the tenant's LLM calls spend, and bounds it when a
+		// quota is set.
+		quota = tenants.NewQuota(t.Name, t.Quotas, st, log)
+		if tm := cfg.Telemetry.Tenant; tm != nil {
+			quota.Declined, quota.Charged = tm.Declined, tm.Tokens
+		}
+	}
 	summarizersFor := cfg.Summarizers
 	if summarizersFor == nil {
 		sums := NewSummarizers(cfg, fallback)
+		if quota != nil {
+			sums.usage = quota.Charge
+		}
 		if sum, err := sums.For(cfg.Resolver.Base()); err != nil {
 			return nil, err
 		} else if sum == fallback {
@@ -276,13 +289,8 @@ func newPool(cfg Config, st *jetstream.Store, policies PolicySourcer) (*summariz
 		summarizersFor = sums.For
 	}
 	opts := summarizer.Options{Policies: policies, Summarizers: summarizersFor, Fallback: fallback, Retryable: llm.Retryable, Logger: log}
-	if t := cfg.Tenant; t != nil {
-		// Every tenant's: it meters the tokens, and bounds them when a quota is set.
-		q := tenants.NewQuota(t.Name, t.Quotas, st, log)
-		if tm := cfg.Telemetry.Tenant; tm != nil {
-			q.Declined, q.Charged = tm.Declined, tm.Tokens
-		}
-		opts.Quota = q
+	if quota != nil {
+		opts.Quota = quota
 	}
 	cfg.Telemetry.Pool(&opts)
 	return summarizer.NewPool(cfg.Summarizer, st, opts)
@@ -444,6 +452,8 @@ type Summarizers struct {
 	tenantKeyEnv string
 	// tenant says these are a tenant's summarizers.
 	tenant bool
+	// usage hears what every LLM call spent (a tenant's quota; nil: nobody).
+	usage func(schemas.Usage)
 
 	// tel observes the LLM calls.
 	tel telemetry.Telemetry
@@ -487,6 +497,9 @@ func (f *Summarizers) For(s policy.Settings) (summary.Summarizer, error) {
 	sum, err := llm.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("COMPACTOR_LLM_BASE_URL/COMPACTOR_LLM_MODEL: %w", err)
+	}
+	if f.usage != nil {
+		sum = sum.WithUsage(f.usage)
 	}
 	f.cache[cfg] = sum
 	f.log.Info().Str("llm_base_url", policy.RedactURL(base)).Str("model", s.LLMModel).Str("profile", s.Profile).

@@ -331,55 +331,67 @@ func TestTenantQuotaDeclinesAndSparesTheOthers(t *testing.T) {
 		}
 	}()
 	acme, globex := tenantStore(ctx, t, nc, "acme"), tenantStore(ctx, t, nc, "globex")
-	for _, st := range []*jetstream.Store{acme, globex} {
+	publish := func(st *jetstream.Store, conv string, n, repeat int) {
 		cl := pipeline.NewWithStore(nc, st)
-		for i := range 40 {
+		for i := range n {
 			role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
-			m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
-			if _, err := cl.Publish(ctx, "c1", m); err != nil {
+			m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), repeat))}
+			if _, err := cl.Publish(ctx, conv, m); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	waitFor(ctx, t, "globex's c1 compacted", func() bool {
-		v, _, err := globex.Results().Get(ctx, "c1", false)
+	// big outgrows its hard limit; small stays under the trigger's threshold, with more
+	// messages than the 20 kept verbatim.
+	publish(acme, "big", 40, 10)
+	publish(acme, "small", 30, 3)
+	publish(globex, "big", 40, 10)
+	waitFor(ctx, t, "globex's big compacted", func() bool {
+		v, _, err := globex.Results().Get(ctx, "big", false)
 		return err == nil && v != nil && v.Generation > 0 && !v.Fallback
 	})
+	// Over its quota, acme's big keeps its bound with the free fallback, whose repair
+	// waits for the quota.
+	waitFor(ctx, t, "acme's big on a fallback", func() bool {
+		v, _, err := acme.Results().Get(ctx, "big", false)
+		return err == nil && v != nil && v.Generation > 0 && v.Fallback
+	})
 	waitFor(ctx, t, "acme's service", func() bool { return answers(nc, "compactor.acme.status") })
-	out, err := compactWait(ctx, nc, "acme", "c1")
+	out, err := compactWait(ctx, nc, "acme", "small")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out.Status != "declined" || !strings.Contains(out.Error, "quota: tenant acme used") || !strings.Contains(out.Error, "100 summarizer tokens") {
 		t.Fatalf("acme's compaction over its quota: %+v; want declined naming the quota", out)
 	}
-	if v, _, err := acme.Results().Get(ctx, "c1", true); err != nil || (v != nil && v.Generation > 0) {
-		t.Fatalf("acme's c1 after the decline: %+v, %v; want no compaction", v, err)
+	if v, _, err := acme.Results().Get(ctx, "small", true); err != nil || (v != nil && v.Generation > 0) {
+		t.Fatalf("acme's small after the decline: %+v, %v; want no compaction", v, err)
 	}
-	if last, err := acme.Chat().LastSeq(ctx, "c1"); err != nil || last != 40 {
-		t.Fatalf("acme's messages after the decline: last seq %d, %v; want all 40", last, err)
+	if es, err := acme.Chat().LoadEntries(ctx, "small", 0, 0); err != nil || len(es) != 30 {
+		t.Fatalf("acme's messages after the decline: %d, %v; want all 30", len(es), err)
 	}
 	write(1_000_000)
 	var last string // what the last try answered, said when the wait times out
-	waitFor(ctx, t, "acme's c1 compacted under its raised quota (last answer in the log)", func() bool {
+	waitFor(ctx, t, "acme's small compacted under its raised quota (last answer in the log)", func() bool {
 		// acme's roles restart with the new quota: an old one may answer stopping, or none.
-		out, err := compactWait(ctx, nc, "acme", "c1")
+		out, err := compactWait(ctx, nc, "acme", "small")
 		if now := fmt.Sprintf("%+v %v", out, err); now != last {
 			t.Logf("compactor.acme.compact: %s", now)
 			last = now
 		}
-		if err == nil && (out.Status == "completed" || out.Status == "busy") {
-			v, _, err := acme.Results().Get(ctx, "c1", true)
-			return err == nil && v != nil && v.Generation > 0
-		}
-		return false
+		v, _, gerr := acme.Results().Get(ctx, "small", true)
+		return err == nil && gerr == nil && v != nil && v.Generation > 0
+	})
+	waitFor(ctx, t, "acme's big repaired under its raised quota", func() bool {
+		v, _, err := acme.Results().Get(ctx, "big", false)
+		return err == nil && v != nil && v.Generation > 0 && !v.NeedsRepair()
 	})
 	used, _, err := acme.TokensUsed(ctx, time.Now())
 	if err != nil || used <= 0 {
 		t.Fatalf("acme's tokens used today: %d, %v; want its compaction counted", used, err)
 	}
-	if gused, _, err := globex.TokensUsed(ctx, time.Now()); err != nil || gused != 0 {
-		t.Fatalf("globex (no quota) counted %d tokens (%v); want none counted", gused, err)
+	if gused, _, err := globex.TokensUsed(ctx, time.Now()); err != nil || gused <= 0 {
+		t.Fatalf("globex (no quota) counted %d tokens (%v); want its spending counted all the same", gused, err)
 	}
 	series := tenantSeries(t, m)
 	for key, check := range map[string]func(float64) bool{
@@ -387,7 +399,7 @@ func TestTenantQuotaDeclinesAndSparesTheOthers(t *testing.T) {
 		"compactor_tenant_quota_declines_total{quota=summarizer_tokens_per_day,tenant=globex}": func(v float64) bool { return v == 0 },
 		"compactor_tenant_summarizer_tokens_total{tenant=globex}":                              func(v float64) bool { return v > 0 },
 		"compactor_tenant_summarizer_tokens_total{tenant=acme}":                                func(v float64) bool { return v >= float64(used) },
-		"compactor_tenant_conversations{tenant=acme}":                                          func(v float64) bool { return v == 1 },
+		"compactor_tenant_conversations{tenant=acme}":                                          func(v float64) bool { return v == 2 },
 		"compactor_tenant_compactions_total{outcome=declined,tenant=acme}":                     func(v float64) bool { return v >= 1 },
 	} {
 		if v, ok := series[key]; !ok || !check(v) {

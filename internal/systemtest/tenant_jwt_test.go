@@ -159,8 +159,17 @@ func nscUserOf(t *testing.T, cmd []string, tenant string) (string, nscUser) {
 		case "--allow-sub":
 			u.perms.Sub.Allow.Add(arg)
 		case "--allow-pub-response":
-			u.perms.Resp = &jwt.ResponsePermission{MaxMsgs: 1}
+			if u.perms.Resp == nil {
+				u.perms.Resp = &jwt.ResponsePermission{}
+			}
+			u.perms.Resp.MaxMsgs = 1
 			continue
+		case "--response-ttl":
+			d, err := time.ParseDuration(arg)
+			if err != nil || u.perms.Resp == nil {
+				t.Fatalf("%s: nsc add user: --response-ttl %q after --allow-pub-response: %v", nscScript(), arg, err)
+			}
+			u.perms.Resp.Expires = d
 		default:
 			t.Fatalf("%s: nsc add user %s: this test does not know %s", nscScript(), strings.Join(cmd[3:], " "), flag)
 		}
@@ -279,7 +288,8 @@ func samePermissions(t *testing.T, user string, p *server.Permissions, perms jwt
 			t.Errorf("%s's %s: the script's %q, tenants.conf's %q", user, c.what, script, conf)
 		}
 	}
-	if (p.Response != nil) != (perms.Resp != nil) {
+	if (p.Response != nil) != (perms.Resp != nil) ||
+		(p.Response != nil && (p.Response.MaxMsgs != perms.Resp.MaxMsgs || p.Response.Expires != perms.Resp.Expires)) {
 		t.Errorf("%s's responses: the script's %+v, tenants.conf's %+v", user, perms.Resp, p.Response)
 	}
 }

@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,16 +11,19 @@ import (
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/summarizer"
 )
 
 // countTTL is how long a tenant's count of conversations is used before it is read
 // again: one stream info per tenant and process every few seconds, not one per job.
 const countTTL = 5 * time.Second
 
-// Quota enforces a tenant's quotas on its compactions (summarizer.Quota). A compaction
-// over a quota is declined with a reason the tenant reads in the outcome of its
-// compaction (compactor.compact) and in the declined event; nothing is deleted, and a
-// later message asks again, so the conversation compacts once the quota allows it.
+// Quota enforces a tenant's quotas on its compactions (summarizer.Quota) and counts
+// what its LLM calls spend. A compaction over a quota is declined with a reason the
+// tenant reads in the outcome of its compaction (compactor.compact) and in the declined
+// event; nothing is deleted, and a later message asks again, so the conversation
+// compacts once the quota allows it. A context past its hard limit gets the free
+// fallback instead, and a fallback's repair waits in the queue for the quota.
 type Quota struct {
 	tenant string
 	quotas Quotas
@@ -42,38 +46,69 @@ func NewQuota(tenant string, q Quotas, st *jetstream.Store, log zerolog.Logger) 
 	return &Quota{tenant: tenant, quotas: q, store: st, now: time.Now, log: log}
 }
 
-// Allow says why compacting conv must not start now ("" when it may).
-func (q *Quota) Allow(ctx context.Context, conv string, compacted bool, estimate int) (string, error) {
+// Allow decides whether compacting conv may start now. Under a token quota it reserves
+// the compaction's estimated input in the day's count, in one compare-and-set, so
+// compactions starting at once in every process cannot pass the quota together; Release
+// takes the reservation back once the compaction is done (its LLM calls are counted as
+// they report their usage, by Charge).
+func (q *Quota) Allow(ctx context.Context, conv string, compacted bool, estimate int) (summarizer.QuotaDecision, error) {
 	if limit := q.quotas.Conversations; limit > 0 && !compacted {
 		n, err := q.conversations(ctx)
 		if err != nil {
-			return "", err
+			return summarizer.QuotaDecision{}, err
 		}
 		if n > limit {
 			q.declined("conversations")
-			return fmt.Sprintf("quota: tenant %s holds %d conversations, over its quota of %d: a conversation never compacted before "+
-				"is not compacted until some are forgotten (compactor.forget); its messages are kept", q.tenant, n, limit), nil
+			return summarizer.QuotaDecision{Reason: fmt.Sprintf("quota: tenant %s holds %d conversations, over its quota of %d: "+
+				"a conversation never compacted before is not compacted until some are forgotten (compactor.forget); its messages are kept",
+				q.tenant, n, limit)}, nil
 		}
 	}
-	if limit := q.quotas.SummarizerTokensPerDay; limit > 0 {
-		now := q.now()
-		used, _, err := q.store.TokensUsed(ctx, now)
-		if err != nil {
-			return "", err
-		}
-		if used+int64(estimate) > limit {
-			q.declined("summarizer_tokens_per_day")
-			return fmt.Sprintf("quota: tenant %s used %d of its %d summarizer tokens today (UTC) and this compaction needs about %d; "+
-				"compactions resume at 00:00 UTC (in %s); its messages are kept", q.tenant, used, limit, estimate,
-				nextDay(now).Sub(now).Round(time.Minute)), nil
-		}
+	limit := q.quotas.SummarizerTokensPerDay
+	if limit <= 0 {
+		return summarizer.QuotaDecision{}, nil
 	}
-	return "", nil
+	now := q.now()
+	retryIn := nextDay(now).Sub(now)
+	noCount := summarizer.QuotaDecision{RetryIn: time.Minute, Reason: fmt.Sprintf("quota: tenant %s's summarizer tokens cannot be counted: "+
+		"its deployment bucket is missing (run compactor provision as admin); its messages are kept", q.tenant)}
+	if q.store.DeploymentBucketMissing() {
+		q.declined("summarizer_tokens_per_day")
+		return noCount, nil
+	}
+	used, ok, err := q.store.ReserveTokens(ctx, now, int64(estimate), limit)
+	if errors.Is(err, jetstream.ErrNoDeploymentBucket) {
+		q.declined("summarizer_tokens_per_day")
+		return noCount, nil
+	}
+	if err != nil {
+		return summarizer.QuotaDecision{}, err
+	}
+	if !ok {
+		q.declined("summarizer_tokens_per_day")
+		return summarizer.QuotaDecision{RetryIn: retryIn, Reason: fmt.Sprintf("quota: tenant %s used %d of its %d summarizer tokens today (UTC) "+
+			"and this compaction needs about %d; compactions resume at 00:00 UTC (in %s); its messages are kept",
+			q.tenant, used, limit, estimate, retryIn.Round(time.Minute))}, nil
+	}
+	return summarizer.QuotaDecision{Release: func() { q.release(now, int64(estimate)) }}, nil
 }
 
-// Charge counts the tokens of u against today's quota. A count that cannot be written is
-// logged: the tokens are spent, and the next compaction reads the count again.
-func (q *Quota) Charge(ctx context.Context, conv string, u schemas.Usage) {
+// release takes back n tokens reserved on day's count.
+func (q *Quota) release(day time.Time, n int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), chargeTimeout)
+	defer cancel()
+	if _, err := q.store.AddTokensUsed(ctx, day, -n); err != nil {
+		q.log.Warn().Err(err).Int64("tokens", n).Msg("a reservation of summarizer tokens was not taken back: the day's count stays higher by it")
+	}
+}
+
+// chargeTimeout bounds one write of the count.
+const chargeTimeout = 10 * time.Second
+
+// Charge counts the tokens of one LLM call of the tenant's (the llm summarizer's usage
+// hook), quota or not, so the day's count is the tenant's spending. A count that cannot
+// be written is logged: the tokens are spent.
+func (q *Quota) Charge(u schemas.Usage) {
 	n := int64(max(u.PromptTokens, 0)) + int64(max(u.CompletionTokens, 0))
 	if n <= 0 {
 		return
@@ -81,9 +116,11 @@ func (q *Quota) Charge(ctx context.Context, conv string, u schemas.Usage) {
 	if q.Charged != nil {
 		q.Charged(n)
 	}
-	if q.quotas.SummarizerTokensPerDay <= 0 {
+	if q.store.DeploymentBucketMissing() {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), chargeTimeout)
+	defer cancel()
 	if _, err := q.store.AddTokensUsed(ctx, q.now(), n); err != nil {
 		q.log.Warn().Err(err).Int64("tokens", n).Msg("summarizer tokens not counted against the tenant's quota")
 	}

@@ -38,6 +38,8 @@ type Summarizer struct {
 	secrets []string
 	// compact sends CompactPrompt in the transcript shape (see Compact).
 	compact bool
+	// usage hears what every answered call spent (nil: nobody; see WithUsage).
+	usage func(schemas.Usage)
 }
 
 var _ summary.Summarizer = (*Summarizer)(nil)
@@ -84,6 +86,17 @@ func (s *Summarizer) Compact() summary.Summarizer {
 	c := *s
 	c.cfg.RequestShape = ShapeTranscript
 	c.compact = true
+	return &c
+}
+
+// WithUsage returns a summarizer of the same endpoint and model that tells fn what
+// every call the endpoint answered spent, whatever becomes of the answer (a summary over
+// its cap, cut off or empty costs its tokens too): the usage the endpoint reported, or
+// the request's estimate as prompt tokens when it reported none. A tenant's quota counts
+// its spending with it.
+func (s *Summarizer) WithUsage(fn func(schemas.Usage)) *Summarizer {
+	c := *s
+	c.usage = fn
 	return &c
 }
 
@@ -137,6 +150,7 @@ func (s *Summarizer) summarize(ctx context.Context, in summary.Input) (summary.O
 		}
 		return summary.Output{}, fmt.Errorf("llm: model %s: %w", s.cfg.Model, err)
 	}
+	s.spent(resp.Usage, in)
 	if len(resp.Choices) == 0 {
 		return summary.Output{}, fmt.Errorf("llm: model %s: %w: no choices in the response", s.cfg.Model, ErrEmptySummary)
 	}
@@ -172,6 +186,19 @@ func (s *Summarizer) summarize(ctx context.Context, in summary.Input) (summary.O
 		}
 	}
 	return out, nil
+}
+
+// spent tells the usage hook what an answered call spent.
+func (s *Summarizer) spent(u openai.Usage, in summary.Input) {
+	if s.usage == nil {
+		return
+	}
+	if u.PromptTokens > 0 || u.CompletionTokens > 0 {
+		s.usage(schemas.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens})
+		return
+	}
+	n := s.RequestTokens(in)
+	s.usage(schemas.Usage{PromptTokens: n, TotalTokens: n})
 }
 
 // promptHash is PromptHash or PrefixPromptHash, after the request shape.
