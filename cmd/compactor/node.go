@@ -14,6 +14,7 @@ import (
 
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/internal/telemetry"
+	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/view"
 )
@@ -38,7 +39,7 @@ func newLogger(env Env, w io.Writer) zerolog.Logger {
 // serve runs the roles of env until ctx is done, then drains them within
 // COMPACTOR_DRAIN_TIMEOUT.
 func serve(ctx context.Context, env Env, std stdio) error {
-	if env.Tenant != "" && (env.Roles != "" || env.TenantsFile != "") {
+	if env.Tenant != "" && env.Roles != "" {
 		return errors.New("configuration: COMPACTOR_TENANT is for the commands an operator runs on one tenant's conversations, " +
 			"and for a proxy of one tenant's (compactor proxy); serve serves the tenants of COMPACTOR_TENANTS_FILE")
 	}
@@ -46,6 +47,14 @@ func serve(ctx context.Context, env Env, std stdio) error {
 	ncfg, err := env.node(log, telemetry.Telemetry{})
 	if err != nil {
 		return err
+	}
+	tenantsFile := env.tenants()
+	if env.Tenant != "" {
+		// One tenant's proxy: that tenant's settings when the tenants file is given.
+		if ncfg, err = tenantProxyConfig(env, ncfg); err != nil {
+			return err
+		}
+		tenantsFile = nil
 	}
 	err = node.Serve(ctx, node.ServeConfig{
 		Node:    ncfg,
@@ -56,7 +65,7 @@ func serve(ctx context.Context, env Env, std stdio) error {
 		OTelEndpoint: env.OTelEndpoint,
 		Version:      buildVersion().Version,
 		DrainTimeout: env.DrainTimeout,
-		Tenants:      env.tenants(),
+		Tenants:      tenantsFile,
 	})
 	var ce *node.ConnectError
 	switch {
@@ -73,6 +82,32 @@ func serve(ctx context.Context, env Env, std stdio) error {
 func conflictError(err error, command string) error {
 	return fmt.Errorf("%w. Fix this process's settings, or, to change the existing ones for every process "+
 		"on purpose, run once with COMPACTOR_UPDATE_STREAMS=true or %s --update-streams", err, command)
+}
+
+// tenantProxyConfig is the node config of COMPACTOR_TENANT's proxy: with
+// COMPACTOR_TENANTS_FILE, the tenant's policy defaults and profiles (its window, its
+// limits); without, the process's own settings.
+func tenantProxyConfig(env Env, ncfg node.Config) (node.Config, error) {
+	if env.TenantsFile == "" {
+		ncfg.Logger.Warn().Str("tenant", env.Tenant).Msg("a tenant's proxy without COMPACTOR_TENANTS_FILE sizes contexts " +
+			"with this process's settings, not the tenant's")
+		return ncfg, nil
+	}
+	f, err := tenants.Read(env.TenantsFile)
+	if err != nil {
+		return ncfg, fmt.Errorf("configuration: COMPACTOR_TENANTS_FILE: %w", err)
+	}
+	t, ok := f.Tenants[env.Tenant]
+	if !ok {
+		return ncfg, fmt.Errorf("configuration: COMPACTOR_TENANT %q is not a tenant of %s (tenants: %s)",
+			env.Tenant, env.TenantsFile, strings.Join(f.Names(), ", "))
+	}
+	r, err := t.Resolver(env.Tenant, ncfg.Resolver)
+	if err != nil {
+		return ncfg, fmt.Errorf("configuration: %w", err)
+	}
+	ncfg.Resolver, ncfg.Profiles = r, t.ProfileFile()
+	return ncfg, nil
 }
 
 // node is the configuration of the node env describes, observed by tel. env was

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,12 @@ func TestProxyOfOneTenant(t *testing.T) {
 	t.Setenv("COMPACTOR_PROXY_LISTEN", addr)
 	t.Setenv("COMPACTOR_PROXY_UPSTREAM", up.URL)
 	t.Setenv("COMPACTOR_TENANT", "acme")
+	// acme's window is its own: far smaller than this process's (128k).
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	if err := os.WriteFile(file, []byte(`{"tenants": {"acme": {"policy": {"context_window": 2000}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COMPACTOR_TENANTS_FILE", file)
 	logs := &proctest.LogBuffer{}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
@@ -175,10 +182,16 @@ func TestProxyOfOneTenant(t *testing.T) {
 			t.Errorf("proxy: %v\n%s", err, logs)
 		}
 	}()
+	var msgs []string
+	for i := range 60 {
+		role := map[bool]string{true: "user", false: "assistant"}[i%2 == 0]
+		msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":%q}`, role, strings.Repeat(fmt.Sprintf("turn %d says a thing. ", i), 20)))
+	}
+	body := `{"model":"m","messages":[` + strings.Join(msgs, ",") + `]}`
 	var status int
+	var sent string
 	eventually(t, 20*time.Second, "the proxy to relay a turn", func() bool {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions",
-			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi there"}]}`))
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("X-Compactor-Conversation", "c1")
 		resp, err := http.DefaultClient.Do(req)
@@ -186,11 +199,14 @@ func TestProxyOfOneTenant(t *testing.T) {
 			return false
 		}
 		resp.Body.Close()
-		status = resp.StatusCode
+		status, sent = resp.StatusCode, resp.Header.Get("X-Compactor-Tokens-Sent")
 		return true
 	})
 	if status != http.StatusOK {
 		t.Fatalf("proxy answered %d\n%s", status, logs)
+	}
+	if n, err := strconv.Atoi(sent); err != nil || n > 2000 {
+		t.Fatalf("the proxy sent %q tokens; want acme's window of 2000 kept (the file's, not the process's)", sent)
 	}
 	js, err := natsjs.New(jstest.Conn(t, ns))
 	if err != nil {
@@ -201,8 +217,8 @@ func TestProxyOfOneTenant(t *testing.T) {
 		t.Fatalf("acme's chat stream: %v", err)
 	}
 	info, err := str.Info(t.Context(), natsjs.WithSubjectFilter("chat.acme.c1.msg"))
-	if err != nil || info.State.Subjects["chat.acme.c1.msg"] != 2 {
-		t.Fatalf("acme's c1 holds %v (%v); want the user's message and the reply", info.State.Subjects, err)
+	if err != nil || info.State.Subjects["chat.acme.c1.msg"] != 61 {
+		t.Fatalf("acme's c1 holds %v (%v); want the client's 60 messages and the reply", info.State.Subjects, err)
 	}
 	if _, err := js.Stream(t.Context(), "CHAT"); err == nil {
 		t.Fatal("the tenant's proxy made the deployment's own CHAT")
