@@ -16,7 +16,16 @@ func (s *Service) onStatus(ctx context.Context, req micro.Request) (any, error) 
 		return nil, err
 	}
 	if in.Conversation == "" {
-		return s.store.Status(ctx), nil
+		st := s.store.Status(ctx)
+		if s.cfg.Tenant != "" {
+			// A tenant reads its streams and consumers; the deployment's endpoints and
+			// models (learned windows), its processes (trigger members) and its roles'
+			// settings are the operator's.
+			st.TriggerMembers, st.TriggerMembersError = nil, ""
+			st.LearnedWindows, st.LearnedWindowsError = nil, ""
+			st.PolicyDisagreements, st.PolicyRecordsError = nil, ""
+		}
+		return st, nil
 	}
 	if err := in.Validate(); err != nil {
 		return nil, badRequest(err)

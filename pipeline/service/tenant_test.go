@@ -87,6 +87,21 @@ func TestTenantServicesAnswerForTheirTenantOnly(t *testing.T) {
 			t.Errorf("acme's status: stream %+v", ss)
 		}
 	}
+	// The operator's configuration is not the tenant's to read: the endpoints and models
+	// the workers learned windows of.
+	if _, err := acme.Windows().Learn(svcCtx(t), jetstream.LearnedWindow{Endpoint: "https://llm.operator.example/v1", Model: "big-model",
+		Tokens: 8000, RefusedTokens: 9000, LearnedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	var op jetstream.Status
+	if op = acme.Status(svcCtx(t)); len(op.LearnedWindows) == 0 {
+		t.Fatalf("the store's own status shows no learned window: %+v", op)
+	}
+	var again jetstream.Status
+	svcCall(t, client, "compactor.acme.status", `{}`, &again)
+	if len(again.LearnedWindows) > 0 || again.LearnedWindowsError != "" || len(again.TriggerMembers) > 0 || len(again.PolicyDisagreements) > 0 {
+		t.Errorf("acme's status shows the operator's configuration: %+v", again)
+	}
 	if _, err := client.Request(schemas.StatusSubject, nil, time.Second); err == nil {
 		t.Fatal("compactor.status answered with only tenants' services running")
 	}
