@@ -619,6 +619,8 @@ func firstLines(s string, n int) string {
 // TestREADMEProfilesAndPolicyCommands) or is the README's Try-it session (TestREADMETryIt).
 var notRun = []struct{ prefix, reason string }{
 	{"go test ", "runs the tests or the benchmarks themselves: CI runs go test ./... (.ci/run)"},
+	{"NSC_DIR=./nsc OUT=./nats-jwt deploy/nats/nsc-tenants.sh", "needs nsc, which cannot be installed here (its module fails the checksum database); TestTenantJWTRecipe builds the same JWTs from the script's lines"},
+	{"nats-server -c ./nats-jwt/server.conf", "needs the files nsc-tenants.sh writes; TestTenantJWTRecipe runs nats-server with the same operator, accounts and resolver"},
 	{"go install ", "installs into GOPATH/bin; the tests build the same package (proctest.Compactor)"},
 	{"go build -trimpath -o compactor ", "writes a binary into the working directory; TestDockerfileBuildsAStaticBinary runs the image's build"},
 	{"docker ", "needs a Docker engine, which the test machine lacks; TestDockerfileBuildsAStaticBinary and TestComposeDeploymentRuns run the build and the Compose file without it"},
