@@ -95,15 +95,15 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
-	if q.Release != nil {
-		defer q.Release()
-	}
 	if q.Reason != "" {
 		if err := p.overQuota(ctx, c, q); err != nil || !c.out.Fallback {
 			return err
 		}
 	} else {
 		err = p.summarizeOrFallBack(ctx, c)
+		if q.Release != nil {
+			q.Release() // the calls are made and counted: the reservation goes before the value is written
+		}
 	}
 	if err != nil {
 		if errors.Is(err, errNoLLM) || errors.Is(err, errRepairEnds) {
