@@ -202,7 +202,7 @@ type soak struct {
 	// afterStop, when set, runs once every serve process exited on SIGTERM, before the
 	// checks: what the checkers' reads need running (a tenant's service).
 	afterStop func()
-	start time.Time
+	start     time.Time
 
 	llmDownAt time.Time
 	// publishedIn and settledIn are when publishing ended and the pipeline settled.
