@@ -18,7 +18,6 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/natsconn"
-	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/internal/rolestest"
 	"github.com/compactor/compactor/pipeline"
 )
@@ -158,26 +157,6 @@ func (s *soak) provisionAsAdmin() {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("compactor provision as admin: %v\n%s", err, out)
 	}
-}
-
-// jetStreamReadyAs is jetStreamReady connecting with opts (a user's credentials).
-func jetStreamReadyAs(t *testing.T, url string, within time.Duration, opts ...nats.Option) {
-	t.Helper()
-	proctest.WaitFor(t, within, "JetStream at "+url, func() error {
-		nc, err := nats.Connect(url, append([]nats.Option{nats.Timeout(time.Second)}, opts...)...)
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		js, err := natsjs.New(nc)
-		if err != nil {
-			return err
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_, err = js.AccountInfo(ctx)
-		return err
-	})
 }
 
 var (

@@ -342,7 +342,7 @@ func startSoak(t *testing.T, form soakForm, nodes int, admin natsconn.Auth, nats
 		n.start(t)
 		s.track(n.proc)
 	}
-	jetStreamReadyAs(t, s.urls(), time.Minute, s.admin.Option())
+	jetStreamReady(t, s.urls(), time.Minute, s.admin.Option())
 
 	s.llm = fakellm.New(t)
 	s.llm.Set(func(f *fakellm.LLM) { f.Delay, f.Jitter = 300*time.Millisecond, 500*time.Millisecond })
@@ -738,7 +738,7 @@ func (s *soak) killServer() {
 	}
 	n.start(t)
 	s.track(n.proc)
-	jetStreamReadyAs(t, n.url(), time.Minute, s.admin.Option())
+	jetStreamReady(t, n.url(), time.Minute, s.admin.Option())
 	took := time.Since(down)
 	s.fig.ServerDown += took
 	if what == "" {
