@@ -25,12 +25,14 @@ import (
 )
 
 // checker is the independent checker of the tests that run real processes
-// (process_test.go, soak_test.go). From a connection of its own it publishes what the
-// test gives it, remembering the sequence each publish returned, and watches every
-// revision the results bucket ever holds (one watcher of the whole bucket, started
-// before the first write). At the end it checks the invariants against what the NATS
-// servers hold: the messages, every value, the events, the dead letters and the work
-// queue. It asks the processes under test nothing.
+// (process_test.go, soak_test.go, soak_tenants_test.go). From a connection of its own it
+// publishes what the test gives it, remembering the sequence each publish returned, and
+// watches every revision the results bucket ever holds (one watcher of the whole bucket,
+// started before the first write). At the end it checks the invariants against what the
+// NATS servers hold: the messages, every value, the events, the dead letters and the
+// work queue. It asks the processes under test nothing, but for a tenant's checker
+// (newCheckerOf with a tenant's client): it publishes and reads contexts as the tenant's
+// producer does, the contexts through the tenant's service.
 type checker struct {
 	env    stackEnv
 	cfg    jetstream.Config
