@@ -25,12 +25,14 @@ import (
 )
 
 // checker is the independent checker of the tests that run real processes
-// (process_test.go, soak_test.go). From a connection of its own it publishes what the
-// test gives it, remembering the sequence each publish returned, and watches every
-// revision the results bucket ever holds (one watcher of the whole bucket, started
-// before the first write). At the end it checks the invariants against what the NATS
-// servers hold: the messages, every value, the events, the dead letters and the work
-// queue. It asks the processes under test nothing.
+// (process_test.go, soak_test.go, soak_tenants_test.go). From a connection of its own it
+// publishes what the test gives it, remembering the sequence each publish returned, and
+// watches every revision the results bucket ever holds (one watcher of the whole bucket,
+// started before the first write). At the end it checks the invariants against what the
+// NATS servers hold: the messages, every value, the events, the dead letters and the
+// work queue. It asks the processes under test nothing, but for a tenant's checker
+// (newCheckerOf with a tenant's client): it publishes and reads contexts as the tenant's
+// producer does, the contexts through the tenant's service.
 type checker struct {
 	env    stackEnv
 	cfg    jetstream.Config
@@ -98,7 +100,15 @@ type checkFigures struct {
 // one of procs exits) and starts watching the results bucket.
 func newChecker(t *testing.T, nc *nats.Conn, env stackEnv, llm *fakellm.LLM, procs ...*proctest.Proc) *checker {
 	t.Helper()
-	c := &checker{env: env, cfg: env.jetstream(), nc: nc, llm: llm, byID: map[string]*checkedConv{}, revs: map[uint64]revision{}}
+	return newCheckerOf(t, nc, env, env.jetstream(), nil, llm, procs...)
+}
+
+// newCheckerOf is newChecker of the streams of cfg (a tenant's) that publishes and
+// reads contexts with client (a tenant's producer in service mode; nil: a client of
+// nc's store), and checks from nc, which may read every stream of cfg.
+func newCheckerOf(t *testing.T, nc *nats.Conn, env stackEnv, cfg jetstream.Config, client *pipeline.Client, llm *fakellm.LLM, procs ...*proctest.Proc) *checker {
+	t.Helper()
+	c := &checker{env: env, cfg: cfg, nc: nc, llm: llm, byID: map[string]*checkedConv{}, revs: map[uint64]revision{}}
 	proctest.WaitFor(t, time.Minute, "the processes to provision the streams", func() error {
 		for _, p := range procs {
 			if p.Exited() {
@@ -111,7 +121,10 @@ func newChecker(t *testing.T, nc *nats.Conn, env stackEnv, llm *fakellm.LLM, pro
 		c.st, err = jetstream.Open(ctx, nc, c.cfg)
 		return err
 	})
-	c.client = pipeline.NewWithStore(nc, c.st)
+	c.client = client
+	if c.client == nil {
+		c.client = pipeline.NewWithStore(nc, c.st)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w, err := resultsFor(t, nc, c.cfg).WatchAll(ctx, natsjs.IncludeHistory())
 	if err != nil {

@@ -173,11 +173,12 @@ func (n *natsNode) start(t *testing.T) {
 	})
 }
 
-// jetStreamReady waits until JetStream at url answers account info.
-func jetStreamReady(t *testing.T, url string, within time.Duration) {
+// jetStreamReady waits until JetStream at url answers account info, connecting with
+// opts (a user's credentials).
+func jetStreamReady(t *testing.T, url string, within time.Duration, opts ...nats.Option) {
 	t.Helper()
 	proctest.WaitFor(t, within, "JetStream at "+url, func() error {
-		nc, err := nats.Connect(url, nats.Timeout(time.Second))
+		nc, err := nats.Connect(url, append([]nats.Option{nats.Timeout(time.Second)}, opts...)...)
 		if err != nil {
 			return err
 		}

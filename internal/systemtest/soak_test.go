@@ -97,6 +97,14 @@ type soakConv struct {
 // planted fact each go between units, spread over the conversation.
 func soakConversations(t *testing.T, n, minTokens, needles int) []soakConv {
 	t.Helper()
+	return soakConversationsOf(t, "", n, minTokens, needles)
+}
+
+// soakConversationsOf is soakConversations of a tenant ("": none): the same ids, but
+// the tenant's name in each marker ("[acme conversation soak-00]") and in each needle
+// (NEEDLE-acmes00k000), so that nothing of one tenant's can pass for another's.
+func soakConversationsOf(t *testing.T, tenant string, n, minTokens, needles int) []soakConv {
+	t.Helper()
 	corpus := corpustest.Load(t)
 	var transcripts [][][]schemas.Message // transcript → units → messages
 	for _, c := range corpus {
@@ -126,6 +134,9 @@ func soakConversations(t *testing.T, n, minTokens, needles int) []soakConv {
 	for c := range out {
 		id := fmt.Sprintf("soak-%02d", c)
 		cv := soakConv{id: id, marker: "[conversation " + id + "]"}
+		if tenant != "" {
+			cv.marker = "[" + tenant + " conversation " + id + "]"
+		}
 		var body [][]schemas.Message
 		total := 0
 		for k := 0; total < minTokens; k++ {
@@ -143,7 +154,7 @@ func soakConversations(t *testing.T, n, minTokens, needles int) []soakConv {
 		stride := max(1, len(body)/max(needles, 1))
 		for j, u := range body {
 			if len(cv.needles) < needles && j%stride == stride/2 {
-				needle := fmt.Sprintf("NEEDLE-s%02dk%03d", c, len(cv.needles))
+				needle := fmt.Sprintf("NEEDLE-%ss%02dk%03d", tenant, c, len(cv.needles))
 				cv.needles = append(cv.needles, needle)
 				cv.msgs = append(cv.msgs, schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(
 					fmt.Sprintf("Before you go on, note this for later: the access code of step %d is %s.", len(cv.needles), needle))})
@@ -182,10 +193,20 @@ type soak struct {
 	llm   *fakellm.LLM
 	env   []string
 	slots []*soakSlot
-	chk   *checker
-	start time.Time
+	// chks are the checkers: one of the deployment's conversations, or one per tenant.
+	chks []*checker
+	// tenants names the tenant of each checker ("" for the deployment's own).
+	tenants []string
+	// admin is how the test connects to the nodes (the zero Auth: as nobody).
+	admin natsconn.Auth
+	// afterStop, when set, runs once every serve process exited on SIGTERM, before the
+	// checks: what the checkers' reads need running (a tenant's service).
+	afterStop func()
+	start     time.Time
 
 	llmDownAt time.Time
+	// publishedIn and settledIn are when publishing ended and the pipeline settled.
+	publishedIn, settledIn time.Duration
 
 	mu      sync.Mutex
 	procs   []*proctest.Proc // every process started, to find one that exited on its own
@@ -197,6 +218,7 @@ type soak struct {
 type soakSlot struct {
 	name  string
 	route *llmRoute
+	env   []string // its own variables, after the soak's
 	proc  *serveProc
 	runs  int
 }
@@ -253,23 +275,52 @@ func TestSoakClusterLeaders(t *testing.T) {
 	runSoak(t, form, 3)
 }
 
+// soakEnv is the settings the checkers check against: the processes' (s.env).
+func soakEnv(t *testing.T, replicas int) stackEnv {
+	t.Helper()
+	env := testEnv(t, soakWindow)
+	env.AckWait = soakAckWait
+	env.Replicas = replicas
+	return env
+}
+
 // newSoak builds the binaries and the conversations, and starts nodes nats-servers
 // (a cluster when more than one, everything at that many replicas), the fake LLM and
 // three serve processes.
 func newSoak(t *testing.T, form soakForm, nodes int) *soak {
 	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	s := &soak{t: t, form: form, rng: rand.New(rand.NewPCG(seed, seed>>1))}
 	convs := soakConversations(t, form.convs, form.minTokens, form.needles)
-	env := testEnv(t, soakWindow)
-	env.AckWait = soakAckWait
-	env.Replicas = nodes
+	env := soakEnv(t, nodes)
+	s := startSoak(t, form, nodes, natsconn.Auth{})
+	for i := range 3 {
+		s.addSlot(fmt.Sprintf("serve-%d", i+1))
+	}
+	chk := newChecker(t, s.connect("soak-checker", s.admin), env, s.llm, s.slotProcs()...)
+	for _, cv := range convs {
+		chk.add(t, cv.id, cv.msgs, cv.needles, cv.marker)
+	}
+	s.chks, s.tenants = []*checker{chk}, []string{""}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.logsOf(chk.stuck)
+		}
+	})
+	return s
+}
+
+// startSoak builds the binaries and starts nodes nats-servers (a cluster when more
+// than one, everything at that many replicas; each with natsArgs too), connecting as
+// admin, and the fake LLM. The serve processes are the caller's (addSlot).
+func startSoak(t *testing.T, form soakForm, nodes int, admin natsconn.Auth, natsArgs ...string) *soak {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	s := &soak{t: t, form: form, rng: rand.New(rand.NewPCG(seed, seed>>1)), admin: admin}
 	s.bin = proctest.Compactor(t)
 	natsBin := proctest.NATSServer(t)
 	t.Logf("soak %s form, seed %d: %d conversations published for %s, %d nats-server node(s)", form.name, seed, form.convs, form.publishFor, nodes)
 
 	if nodes == 1 {
-		s.nodes = []*natsNode{newNATSNode(t, natsBin, "soak-nats")}
+		s.nodes = []*natsNode{newNATSNode(t, natsBin, "soak-nats", natsArgs...)}
 	} else {
 		clusterPorts := make([]int, nodes)
 		for i := range clusterPorts {
@@ -282,16 +333,16 @@ func newSoak(t *testing.T, form soakForm, nodes int) *soak {
 					routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
 				}
 			}
-			s.nodes = append(s.nodes, newNATSNode(t, natsBin, fmt.Sprintf("soak-nats-%d", i+1),
+			s.nodes = append(s.nodes, newNATSNode(t, natsBin, fmt.Sprintf("soak-nats-%d", i+1), append(slices.Clone(natsArgs),
 				"--cluster_name", "soak", "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", clusterPorts[i]),
-				"--routes", strings.Join(routes, ",")))
+				"--routes", strings.Join(routes, ","))...))
 		}
 	}
 	for _, n := range s.nodes {
 		n.start(t)
 		s.track(n.proc)
 	}
-	jetStreamReady(t, s.urls(), time.Minute)
+	jetStreamReady(t, s.urls(), time.Minute, s.admin.Option())
 
 	s.llm = fakellm.New(t)
 	s.llm.Set(func(f *fakellm.LLM) { f.Delay, f.Jitter = 300*time.Millisecond, 500*time.Millisecond })
@@ -304,32 +355,36 @@ func newSoak(t *testing.T, form soakForm, nodes int) *soak {
 		"COMPACTOR_WORKER_ACK_WAIT=" + soakAckWait.String(),
 		"COMPACTOR_DRAIN_TIMEOUT=" + soakDrain.String(),
 	}
-	for i := range 3 {
-		sl := &soakSlot{name: fmt.Sprintf("serve-%d", i+1), route: newLLMRoute(t, s.llm, nil)}
-		s.slots = append(s.slots, sl)
-		s.run(sl)
-	}
+	return s
+}
 
-	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel)
-	nc, err := natsconn.Connect(s.urls(), "soak-checker", log, nats.ReconnectWait(250*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+// addSlot starts a serve process of its own LLM route, with env after the soak's.
+func (s *soak) addSlot(name string, env ...string) {
+	sl := &soakSlot{name: name, route: newLLMRoute(s.t, s.llm, nil), env: env}
+	s.slots = append(s.slots, sl)
+	s.run(sl)
+}
+
+// slotProcs are the serve processes running now.
+func (s *soak) slotProcs() []*proctest.Proc {
 	var procs []*proctest.Proc
 	for _, sl := range s.slots {
 		procs = append(procs, sl.proc.Proc)
 	}
-	s.chk = newChecker(t, nc, env, s.llm, procs...)
-	for _, cv := range convs {
-		s.chk.add(t, cv.id, cv.msgs, cv.needles, cv.marker)
+	return procs
+}
+
+// connect is a connection of the test's to the nodes with a (the zero Auth: as
+// nobody), closed at cleanup.
+func (s *soak) connect(name string, a natsconn.Auth) *nats.Conn {
+	s.t.Helper()
+	log := zerolog.New(zerolog.NewTestWriter(s.t)).Level(zerolog.ErrorLevel)
+	nc, err := natsconn.Connect(s.urls(), name, log, nats.ReconnectWait(250*time.Millisecond), a.Option())
+	if err != nil {
+		s.t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			s.logsOf(s.chk.stuck)
-		}
-	})
-	return s
+	s.t.Cleanup(nc.Close)
+	return nc
 }
 
 // logsOf logs every line of every process's output that names one of the conversations.
@@ -370,7 +425,8 @@ func (s *soak) track(p *proctest.Proc) {
 func (s *soak) run(sl *soakSlot) {
 	s.t.Helper()
 	sl.runs++
-	sl.proc = startServeProc(s.t, s.bin, fmt.Sprintf("%s (run %d)", sl.name, sl.runs), s.urls(), sl.route, s.env)
+	env := append(slices.Clone(s.env), sl.env...)
+	sl.proc = startServeProc(s.t, s.bin, fmt.Sprintf("%s (run %d)", sl.name, sl.runs), s.urls(), sl.route, env)
 	s.track(sl.proc.Proc)
 }
 
@@ -386,29 +442,30 @@ func (s *soak) unexpectedExits() {
 	}
 }
 
+// attemptsFailed is how many publishes and reads of every checker failed so far.
+func (s *soak) attemptsFailed() int64 {
+	var n int64
+	for _, c := range s.chks {
+		n += c.attemptsFailed.Load()
+	}
+	return n
+}
+
 // runSoak runs the soak on nodes nats-servers.
 func runSoak(t *testing.T, form soakForm, nodes int) {
 	s := newSoak(t, form, nodes)
-	s.start = time.Now()
+	fig := s.drive()[0]
+	s.report(fig, "")
+}
 
-	// Publishers: every conversation at once, each message at its time so that every
-	// conversation is published over the whole run.
-	var wg sync.WaitGroup
-	for _, cv := range s.chk.convs {
-		wg.Go(func() {
-			pace := form.publishFor / time.Duration(len(cv.msgs))
-			for i := range cv.msgs {
-				// Pacing: the load is spread over the run, it is no wait for a condition.
-				time.Sleep(time.Until(s.start.Add(time.Duration(i) * pace)))
-				if _, err := s.chk.publish(cv.id, i, 2*time.Minute); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	published := make(chan struct{})
-	go func() { wg.Wait(); close(published) }()
+// drive runs the soak: it publishes every checker's conversations while the faults
+// of the plan happen, waits until everything settled, stops every serve process with
+// SIGTERM and checks what each checker published, and that the faults were injected.
+// It returns each checker's figures.
+func (s *soak) drive() []checkFigures {
+	t := s.t
+	s.start = time.Now()
+	published := s.publishAll()
 
 	// Chaos, on the test's goroutine, each fault at its time (or at once when the one
 	// before took longer): all are planned before publishing ends.
@@ -424,13 +481,15 @@ func runSoak(t *testing.T, form soakForm, nodes int) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	publishedIn := time.Since(s.start)
+	s.publishedIn = time.Since(s.start)
 	s.unexpectedExits()
 
 	// Nothing pending forever: the trigger read every message, the queue drains, every
 	// conversation is under its threshold.
-	s.chk.settled(t, 2*time.Minute)
-	settledIn := time.Since(s.start)
+	for _, c := range s.chks {
+		c.settled(t, 2*time.Minute)
+	}
+	s.settledIn = time.Since(s.start)
 	s.unexpectedExits()
 	// Every serve process drains and exits 0 on SIGTERM.
 	for _, sl := range s.slots {
@@ -441,13 +500,60 @@ func runSoak(t *testing.T, form soakForm, nodes int) {
 			t.Fatalf("%s exited with %v after SIGTERM", sl.proc.Name, err)
 		}
 	}
-	fig := s.chk.verify(t)
-
+	if s.afterStop != nil {
+		s.afterStop()
+	}
+	var figs []checkFigures
+	for _, c := range s.chks {
+		figs = append(figs, c.verify(t))
+	}
 	if s.fig.Kills == 0 || s.fig.ServerKills != s.planned.ServerKills || s.fig.Terms != s.planned.Terms {
 		t.Fatalf("the soak injected too little: %d process kills, %d of %d server kills, %d of %d SIGTERMs before publishing ended",
 			s.fig.Kills, s.fig.ServerKills, s.planned.ServerKills, s.fig.Terms, s.planned.Terms)
 	}
-	// The outage's fallbacks are on file as dead letters; nothing else failed.
+	fallbacks := 0
+	for i, fig := range figs {
+		s.checkOutcomes(fig, s.tenants[i])
+		fallbacks += fig.Fallbacks
+	}
+	if fallbacks == 0 {
+		t.Fatalf("the LLM outage of %s made no fallback summary: it tested nothing", s.fig.LLMDown)
+	}
+	for _, c := range s.chks {
+		s.checkRepaired(c)
+	}
+	return figs
+}
+
+// publishAll publishes every checker's conversations at once, each message at its
+// time so that every conversation is published over the whole run, and returns a
+// channel closed when all are published.
+func (s *soak) publishAll() <-chan struct{} {
+	var wg sync.WaitGroup
+	for _, c := range s.chks {
+		for _, cv := range c.convs {
+			wg.Go(func() {
+				pace := s.form.publishFor / time.Duration(len(cv.msgs))
+				for i := range cv.msgs {
+					// Pacing: the load is spread over the run, it is no wait for a condition.
+					time.Sleep(time.Until(s.start.Add(time.Duration(i) * pace)))
+					if _, err := c.publish(cv.id, i, 2*time.Minute); err != nil {
+						s.t.Error(err)
+						return
+					}
+				}
+			})
+		}
+	}
+	published := make(chan struct{})
+	go func() { wg.Wait(); close(published) }()
+	return published
+}
+
+// checkOutcomes fails the test for a failed event or a dead letter of a checker's
+// (of tenant, "" for none) other than the outage's fallbacks, which are on file as
+// dead letters.
+func (s *soak) checkOutcomes(fig checkFigures, tenant string) {
 	var unexpected []string
 	for _, c := range fig.DeadCauses {
 		if !strings.Contains(c, "(fallback summary written)") {
@@ -455,25 +561,33 @@ func runSoak(t *testing.T, form soakForm, nodes int) {
 		}
 	}
 	if fig.Failed > 0 || len(unexpected) > 0 {
-		t.Fatalf("%d failed events and %d dead letters besides the outage's fallbacks: %v", fig.Failed, len(unexpected), unexpected)
+		s.t.Fatalf("%s%d failed events and %d dead letters besides the outage's fallbacks: %v", tenantLabel(tenant), fig.Failed, len(unexpected), unexpected)
 	}
-	if fig.Fallbacks == 0 {
-		t.Fatalf("the LLM outage of %s made no fallback summary: it tested nothing", s.fig.LLMDown)
+}
+
+// tenantLabel is "<tenant>: ", or "" for none.
+func tenantLabel(tenant string) string {
+	if tenant == "" {
+		return ""
 	}
-	s.checkRepaired()
-	t.Logf("soak %s: %d conversations; faults: %d serve processes SIGKILLed (%d LLM calls in flight), "+
+	return tenant + ": "
+}
+
+// report logs the faults and what a checker (of tenant, "" for none) checked.
+func (s *soak) report(fig checkFigures, tenant string) {
+	s.t.Logf("soak %s: %s%d conversations; faults: %d serve processes SIGKILLed (%d LLM calls in flight), "+
 		"%d SIGTERMed with summaries in flight (%d let finish: %d calls, %d of them still handing another job back; %d handed back: %d calls), "+
 		"%d nats-server SIGKILLs (%s down in all%s), the LLM down for %s; %d messages published, each stored once and checked (%d attempts retried), "+
 		"%d contexts read back; %d revisions and %d generations checked (%d–%d per conversation, %d declines, %d fallbacks), "+
 		"%d facts kept; %d requests (%d started again), %d failed, %d dead letters; lost: 0; published in %s, settled at %s, %s in all",
-		form.name, fig.Conversations, s.fig.Kills, s.fig.CallsAtKills,
+		s.form.name, tenantLabel(tenant), fig.Conversations, s.fig.Kills, s.fig.CallsAtKills,
 		s.fig.Terms, s.fig.TermsFinished, s.fig.HeldFinished, s.fig.TermsFinishedHandedBack, s.fig.TermsHanded, s.fig.HeldHanded,
 		s.fig.ServerKills, s.fig.ServerDown.Round(time.Millisecond), leaders(s.fig.Leaders), s.fig.LLMDown.Round(time.Millisecond), fig.Published, fig.FailedAttempts,
 		fig.Reads, fig.Revisions, fig.Generations, fig.MinGeneration, fig.MaxGeneration, fig.Declines, fig.Fallbacks,
 		fig.Needles, fig.Requests, fig.StartedAgain, fig.Failed, fig.DeadLetters,
-		publishedIn.Round(time.Second), settledIn.Round(time.Second), time.Since(s.start).Round(time.Second))
+		s.publishedIn.Round(time.Second), s.settledIn.Round(time.Second), time.Since(s.start).Round(time.Second))
 	for reason, n := range fig.DeclineReasons {
-		t.Logf("declined %d times: %s", n, reason)
+		s.t.Logf("%sdeclined %d times: %s", tenantLabel(tenant), n, reason)
 	}
 }
 
@@ -542,15 +656,15 @@ func (s *soak) llmUp() {
 	s.t.Logf("%s: the LLM answers again", s.since())
 }
 
-// checkRepaired fails the test for a conversation whose last value is still built on a
-// fallback: every fallback of the outage was repaired.
-func (s *soak) checkRepaired() {
+// checkRepaired fails the test for a conversation of c's whose last value is still
+// built on a fallback: every fallback of the outage was repaired.
+func (s *soak) checkRepaired(c *checker) {
 	t := s.t
-	js := jsFor(t, s.chk.nc)
-	for _, cv := range s.chk.convs {
+	js := jsFor(t, c.nc)
+	for _, cv := range c.convs {
 		var v *schemas.Result
 		read(t, "the value of "+cv.id, func(ctx context.Context) error {
-			kv, err := js.KeyValue(ctx, s.chk.cfg.ResultsBucket)
+			kv, err := js.KeyValue(ctx, c.cfg.ResultsBucket)
 			if err != nil {
 				return err
 			}
@@ -590,16 +704,16 @@ func (s *soak) killProcess() {
 func (s *soak) killServer() {
 	t := s.t
 	n, what, asset := s.nodes[0], "", ""
-	js := jsFor(t, s.chk.nc)
+	js := jsFor(t, s.chks[0].nc)
 	if len(s.nodes) > 1 {
-		cfg := s.chk.cfg
+		cfg := s.chks[0].cfg
 		asset = []string{cfg.ChatStream, "KV_" + cfg.ResultsBucket, cfg.RequestsStream}[s.fig.ServerKills%3]
 		leader := streamLeader(t, js, asset)
 		n = s.node(leader)
 		what = fmt.Sprintf("%s (leader of %s)", leader, asset)
 		s.fig.Leaders = append(s.fig.Leaders, what)
 	}
-	failedBefore := s.chk.attemptsFailed.Load()
+	failedBefore := s.attemptsFailed()
 	down := time.Now()
 	n.proc.Kill(t)
 	s.fig.ServerKills++
@@ -607,7 +721,7 @@ func (s *soak) killServer() {
 		// Down until a producer has felt it, as a crashed server is until its
 		// supervisor starts it again.
 		proctest.WaitFor(t, 30*time.Second, "a publish to fail with the server down", func() error {
-			if n := s.chk.attemptsFailed.Load(); n == failedBefore {
+			if n := s.attemptsFailed(); n == failedBefore {
 				return fmt.Errorf("%d failed attempts", n)
 			}
 			return nil
@@ -624,7 +738,7 @@ func (s *soak) killServer() {
 	}
 	n.start(t)
 	s.track(n.proc)
-	jetStreamReady(t, n.url(), time.Minute)
+	jetStreamReady(t, n.url(), time.Minute, s.admin.Option())
 	took := time.Since(down)
 	s.fig.ServerDown += took
 	if what == "" {
