@@ -216,6 +216,20 @@ func TestViaServicePublishes(t *testing.T) {
 	if err != nil || again != first {
 		t.Fatalf("retry: seq %d, %v; want %d", again, err, first)
 	}
+	// The service's answers escape <, > and & (\u003c...): a retry of a message holding
+	// them is still the same message (the soak with two tenants found every such retry
+	// refused as another message, for ever).
+	html, err := schemas.DecodeMessage([]byte(`{"role":"user","content":"run chat_npc \"<npc_name>\" && echo 'a > b'"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hfirst, err := tenant.Publish(ctx, conv, html, pipeline.MsgID("m-html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hagain, err := tenant.Publish(ctx, conv, html, pipeline.MsgID("m-html")); err != nil || hagain != hfirst {
+		t.Fatalf("retry of a message holding <, > and &: seq %d, %v; want %d", hagain, err, hfirst)
+	}
 	// A MsgID reused for another message, or for a message of another conversation,
 	// is told from a retry by recalling the message the PubAck names.
 	if _, err := tenant.Publish(ctx, conv, say(schemas.RoleUser, "other"), pipeline.MsgID("m-1")); !errors.Is(err, pipeline.ErrDuplicate) {
@@ -265,7 +279,7 @@ func TestViaServicePublishes(t *testing.T) {
 	if err != nil || last != seqs[1] {
 		t.Fatalf("last seq %d, %v; want %d: something refused was stored", last, err, seqs[1])
 	}
-	if cx := sameContext(t, direct, tenant, conv); len(cx.Messages) != 6 {
+	if cx := sameContext(t, direct, tenant, conv); len(cx.Messages) != 7 {
 		t.Fatalf("context: %+v", cx.Messages)
 	}
 }

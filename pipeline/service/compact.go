@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -251,7 +250,7 @@ func stoppingMessage(events, id string) string {
 }
 
 func (s *Service) answer(req micro.Request, resp schemas.CompactResponse) {
-	body, err := json.Marshal(resp)
+	body, err := encodeAnswer(resp)
 	if err != nil {
 		s.respondError(req, "compact", err)
 		return

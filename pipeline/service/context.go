@@ -38,7 +38,7 @@ func (s *Service) onContext(ctx context.Context, req micro.Request) (any, error)
 		return nil, internal(in.Conversation, err)
 	}
 	out.Format, out.Rendered = in.Format, rendered.JSON
-	body, err := json.Marshal(out)
+	body, err := encodeAnswer(out)
 	if err != nil {
 		return nil, internal(in.Conversation, err)
 	}

@@ -81,13 +81,27 @@ func (s *Service) serve(name string, h handler, req micro.Request) {
 	case err != nil:
 		s.respondError(req, name, err)
 	case resp != nil:
-		body, merr := json.Marshal(resp)
+		body, merr := encodeAnswer(resp)
 		if merr != nil {
 			s.respondError(req, name, merr)
 			return
 		}
 		s.reply(req, name, nil, body)
 	}
+}
+
+// encodeAnswer is v as JSON the way a message was written: <, > and & as themselves,
+// not escaped as \u003c, \u003e and \u0026 (json.Marshal's default for HTML), so the
+// messages an answer carries (context, recall) are byte for byte what was stored, and a
+// client comparing a stored message with its own copy finds them the same.
+func encodeAnswer(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // busyDescription starts the description of a Busy answer (code 503): nothing was
