@@ -2,8 +2,8 @@ package pipeline
 
 import (
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
