@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
-	"github.com/compactor/compactor/schemas"
 )
 
 // Review of issue 21: the tokens of summaries the worker throws away are never counted
@@ -42,13 +40,7 @@ func TestReviewQuotaCountsTokensOfDiscardedSummaries(t *testing.T) {
 	defer func() { _ = stop() }()
 	acme := tenantStore(ctx, t, nc, "acme")
 	cl := pipeline.NewWithStore(nc, acme)
-	for i := range 40 {
-		role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
-		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
-		if _, err := cl.Publish(ctx, "c1", m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishTurns(ctx, t, cl, "c1", 40, 10)
 	waitFor(ctx, t, "acme's c1 compacted (by the fallback)", func() bool {
 		v, _, err := acme.Results().Get(ctx, "c1", false)
 		return err == nil && v != nil && v.Generation > 0
@@ -93,13 +85,7 @@ func TestReviewQuotaConcurrentCompactionsOvershoot(t *testing.T) {
 	cl := pipeline.NewWithStore(nc, acme)
 	convs := []string{"c1", "c2"}
 	for _, conv := range convs {
-		for i := range 40 {
-			role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
-			m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
-			if _, err := cl.Publish(ctx, conv, m); err != nil {
-				t.Fatal(err)
-			}
-		}
+		publishTurns(ctx, t, cl, conv, 40, 10)
 	}
 	// One compaction reserves its tokens and waits at the endpoint; the other does not
 	// fit beside that reservation: past its hard limit, it gets the free fallback.
@@ -163,13 +149,7 @@ func TestReviewQuotaDeclineKeepsTheHardLimit(t *testing.T) {
 	defer func() { _ = stop() }()
 	acme := tenantStore(ctx, t, nc, "acme")
 	cl := pipeline.NewWithStore(nc, acme)
-	for i := range 40 {
-		role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
-		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
-		if _, err := cl.Publish(ctx, "c1", m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishTurns(ctx, t, cl, "c1", 40, 10)
 	// Over its quota and past its hard limit, the conversation gets the extractive
 	// fallback (no tokens), repaired once the quota allows it.
 	waitFor(ctx, t, "acme's c1 on a fallback", func() bool {
@@ -202,12 +182,7 @@ func TestReviewQuotaDeclineKeepsTheRepairQueued(t *testing.T) {
 	write := func(quota int) {
 		body := fmt.Sprintf(`{"tenants": {"acme": {"policy": {"llm_base_url": %q, "llm_api_key_env": "ACME_KEY"},
 			"quotas": {"summarizer_tokens_per_day": %d}}}}`, llm.URL()+"/v1", quota)
-		if err := os.WriteFile(file+".tmp", []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(file+".tmp", file); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, file, body)
 	}
 	write(1_000_000)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -218,13 +193,7 @@ func TestReviewQuotaDeclineKeepsTheRepairQueued(t *testing.T) {
 	defer func() { _ = stop() }()
 	acme := tenantStore(ctx, t, nc, "acme")
 	cl := pipeline.NewWithStore(nc, acme)
-	for i := range 40 {
-		role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
-		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
-		if _, err := cl.Publish(ctx, "c1", m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	publishTurns(ctx, t, cl, "c1", 40, 10)
 	waitFor(ctx, t, "acme's c1 on a fallback", func() bool {
 		v, _, err := acme.Results().Get(ctx, "c1", false)
 		return err == nil && v != nil && v.Generation > 0 && v.NeedsRepair()
@@ -278,13 +247,7 @@ func TestReviewQuotaWithoutTheDeploymentBucket(t *testing.T) {
 	}
 	cl := pipeline.NewWithStore(nc, acme)
 	for _, conv := range []string{"c1", "c2"} {
-		for i := range 40 {
-			role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
-			m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), 10))}
-			if _, err := cl.Publish(ctx, conv, m); err != nil {
-				t.Fatal(err)
-			}
-		}
+		publishTurns(ctx, t, cl, conv, 40, 10)
 		waitFor(ctx, t, "acme's "+conv+" compacted or declined", func() bool {
 			v, _, err := acme.Results().Get(ctx, conv, false)
 			return err == nil && v != nil && (v.Generation > 0 || v.DeclinedAtSeq > 0)

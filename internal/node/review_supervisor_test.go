@@ -3,7 +3,6 @@ package node_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,12 +32,7 @@ func TestReviewStoredBytesChangeKeepsTheTenantServing(t *testing.T) {
 	_, stop := serveTenants(ctx, t, srv.ClientURL(), file, logs, nil)
 	defer func() { _ = stop() }()
 	waitFor(ctx, t, "acme's service", func() bool { return answers(nc, "compactor.acme.status") })
-	if err := os.WriteFile(file+".tmp", []byte(`{"tenants": {"acme": {"quotas": {"stored_bytes": 1000000}}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(file+".tmp", file); err != nil {
-		t.Fatal(err)
-	}
+	writeFile(t, file, `{"tenants": {"acme": {"quotas": {"stored_bytes": 1000000}}}}`)
 	waitFor(ctx, t, "the changed quota seen (max_bytes named in the log)", func() bool { return logs.has("max_bytes") })
 	if logs.has("tenant's roles stopped") {
 		t.Fatal("acme's stored_bytes quota changed in the file: its roles stopped (its service no longer answers) until its streams are updated")
@@ -62,12 +56,7 @@ func TestReviewChangedTenantDoesNotHoldUpTheOthers(t *testing.T) {
 	defer llm.Release(false)
 	file := filepath.Join(t.TempDir(), "tenants.json")
 	write := func(body string) {
-		if err := os.WriteFile(file+".tmp", []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(file+".tmp", file); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, file, body)
 	}
 	acme := fmt.Sprintf(`"acme": {"policy": {"llm_base_url": %q}, "quotas": {"conversations": %%d}}`, llm.URL()+"/v1")
 	write(`{"tenants": {` + fmt.Sprintf(acme, 100) + `}}`)

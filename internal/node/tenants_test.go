@@ -36,12 +36,30 @@ func writeTenants(t *testing.T, path string, names ...string) {
 	for _, n := range names {
 		parts = append(parts, fmt.Sprintf("%q: {}", n))
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(`{"tenants": {`+strings.Join(parts, ", ")+`}}`), 0o600); err != nil {
+	writeFile(t, path, `{"tenants": {`+strings.Join(parts, ", ")+`}}`)
+}
+
+// writeFile replaces the file at path with body at once, as a ConfigMap's changes.
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.WriteFile(path+".tmp", []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, path); err != nil { // the file changes at once, as a ConfigMap's does
+	if err := os.Rename(path+".tmp", path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// publishTurns publishes n turns to conv, alternating user and assistant, each the
+// sentence "turn i NEEDLE-i says something." repeat times.
+func publishTurns(ctx context.Context, t *testing.T, cl *pipeline.Client, conv string, n, repeat int) {
+	t.Helper()
+	for i := range n {
+		role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
+		m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), repeat))}
+		if _, err := cl.Publish(ctx, conv, m); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -313,12 +331,7 @@ func TestTenantQuotaDeclinesAndSparesTheOthers(t *testing.T) {
 		body := fmt.Sprintf(`{"tenants": {
 			"acme":   {"policy": {"llm_base_url": %q, "llm_api_key_env": "ACME_KEY"}, "quotas": {"summarizer_tokens_per_day": %d}},
 			"globex": {"policy": {"llm_base_url": %q, "llm_api_key_env": "GLOBEX_KEY"}}}}`, llm.URL()+"/v1", acmeTokens, llm.URL()+"/v1")
-		if err := os.WriteFile(file+".tmp", []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(file+".tmp", file); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, file, body)
 	}
 	write(100)
 	keys := map[string]string{"ACME_KEY": "k-acme", "GLOBEX_KEY": "k-globex"}
@@ -332,14 +345,7 @@ func TestTenantQuotaDeclinesAndSparesTheOthers(t *testing.T) {
 	}()
 	acme, globex := tenantStore(ctx, t, nc, "acme"), tenantStore(ctx, t, nc, "globex")
 	publish := func(st *jetstream.Store, conv string, n, repeat int) {
-		cl := pipeline.NewWithStore(nc, st)
-		for i := range n {
-			role := map[bool]schemas.Role{true: schemas.RoleUser, false: schemas.RoleAssistant}[i%2 == 0]
-			m := schemas.Message{Role: role, Content: schemas.Text(strings.Repeat(fmt.Sprintf("turn %d NEEDLE-%d says something. ", i, i), repeat))}
-			if _, err := cl.Publish(ctx, conv, m); err != nil {
-				t.Fatal(err)
-			}
-		}
+		publishTurns(ctx, t, pipeline.NewWithStore(nc, st), conv, n, repeat)
 	}
 	// big outgrows its hard limit; small stays under the trigger's threshold, with more
 	// messages than the 20 kept verbatim.
