@@ -21,7 +21,7 @@ func (s *Store) usageSubject(day time.Time) string {
 	return "$KV." + s.cfg.DeploymentBucket + ".usage.tokens." + day.UTC().Format(time.DateOnly)
 }
 
-// maxUsageAttempts bounds the compare-and-set retries of one AddUsage: each lost race is
+// maxUsageAttempts bounds the compare-and-set retries of one update of a count: each lost race is
 // another worker's add, which succeeded.
 const maxUsageAttempts = 16
 

@@ -113,6 +113,21 @@ func (c *call) connect(ctx context.Context) (*pipeline.Client, *nats.Conn, error
 	if err != nil {
 		return nil, nil, err
 	}
+	nc, conn, err := c.dial(env)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := c.open(ctx, nc, env)
+	if err != nil {
+		nc.Close()
+		return nil, nil, openError(conn, env, err)
+	}
+	c.watchRefusals(nc)
+	return cl, nc, nil
+}
+
+// dial connects as the client commands do (their flags, variables and nats contexts).
+func (c *call) dial(env Env) (*nats.Conn, *natsconn.Connection, error) {
 	conn, err := resolveConnection(env, c.conn, true)
 	if err != nil {
 		return nil, nil, err
@@ -121,17 +136,16 @@ func (c *call) connect(ctx context.Context) (*pipeline.Client, *nats.Conn, error
 	if err != nil {
 		return nil, nil, connectionError(conn, err)
 	}
-	cl, err := c.open(ctx, nc, env)
-	if err != nil {
-		nc.Close()
-		return nil, nil, openError(conn, env, err)
-	}
+	return nc, conn, nil
+}
+
+// watchRefusals ends the command at the server's first refusal on nc: a refused publish
+// or subscription gets no answer, and without this the command would wait for its
+// timeout and report that instead.
+func (c *call) watchRefusals(nc *nats.Conn) {
 	if c.refuse != nil {
-		// A refused publish or subscription gets no answer: without this the command
-		// would wait for its timeout and report that instead.
 		jetstream.OnRefusal(nc, func(pe *jetstream.PermissionError) { c.refuse(pe) })
 	}
-	return cl, nc, nil
 }
 
 // open binds a client to the pipeline: to its streams, or in service mode to the

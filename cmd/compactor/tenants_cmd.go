@@ -9,9 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
-	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
 )
@@ -72,17 +70,11 @@ status shows one tenant's streams and consumers.`,
 
 // connectOnly connects as the client commands do, opening no stream.
 func (c *call) connectOnly(env Env) (*nats.Conn, error) {
-	conn, err := resolveConnection(env, c.conn, true)
+	nc, _, err := c.dial(env)
 	if err != nil {
 		return nil, err
 	}
-	nc, err := natsconn.Connect(conn.URL, "compactor-cli", zerolog.Nop(), append(conn.Options(), nats.Timeout(5*time.Second))...)
-	if err != nil {
-		return nil, connectionError(conn, err)
-	}
-	if c.refuse != nil {
-		jetstream.OnRefusal(nc, func(pe *jetstream.PermissionError) { c.refuse(pe) })
-	}
+	c.watchRefusals(nc)
 	return nc, nil
 }
 
