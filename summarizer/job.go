@@ -57,6 +57,12 @@ type compaction struct {
 	repaired bool
 }
 
+// pastHardLimit reports whether the agent's context before this compaction is past its
+// hard limit: then a fallback keeps the bound when no summary by the LLM may be had.
+func (c *compaction) pastHardLimit() bool {
+	return c.before.Tokens >= c.s.Budget().HardLimitTokens()
+}
+
 // process runs steps 2–6 of the job protocol. A nil error means the request was acked.
 // JetStream hears that the job is alive from the start: loading and planning a huge
 // conversation count as work too.
@@ -157,7 +163,7 @@ func (p *Pool) overQuota(ctx context.Context, c *compaction, q QuotaDecision) er
 	case c.j.repairing():
 		c.j.repair = RepairFailed
 		return qerr
-	case c.before.Tokens >= c.s.Budget().HardLimitTokens():
+	case c.pastHardLimit():
 		c.in = summaryInput(c)
 		return p.writeFallback(ctx, c, qerr, true)
 	}
@@ -317,9 +323,9 @@ func summaryInput(c *compaction) Input {
 // fallback is repaired first: the LLM summarizes the raw messages it covers with the
 // newly covered ones (see repairSummary).
 func (p *Pool) summarizeOrFallBack(ctx context.Context, c *compaction) error {
-	j, b := c.j, c.s.Budget()
+	j := c.j
 	c.in = summaryInput(c)
-	pastHard := c.before.Tokens >= b.HardLimitTokens()
+	pastHard := c.pastHardLimit()
 	if c.repair != nil && !c.repair.gap {
 		err := p.heldOff(c.sum)
 		if err == nil {
