@@ -93,12 +93,14 @@ type Env struct {
 	ViewToken  string `envconfig:"VIEW_TOKEN" desc:"the web view's credential (at least 16 characters), sent as a bearer token or as the basic-auth password; never logged. Empty: the view answers only requests to localhost"`
 
 	// The proxy role (internal/proxy, docs/proxy.md).
-	ProxyListen            string        `envconfig:"PROXY_LISTEN" desc:"host:port of the proxy an agent calls instead of its model (OpenAI chat completions and Anthropic messages rewritten with the compacted context; every other path passed through); serve runs the proxy role when it is set; compactor proxy: default 127.0.0.1:8088"`
+	ProxyListen            string        `envconfig:"PROXY_LISTEN" desc:"host:port of the proxy an agent calls instead of its model (OpenAI Chat Completions and Responses, Anthropic Messages and Gemini rewritten with the compacted context; every other path passed through); serve runs the proxy role when it is set; compactor proxy: default 127.0.0.1:8088"`
 	ProxyUpstream          string        `envconfig:"PROXY_UPSTREAM" default:"https://api.openai.com" desc:"proxy: the OpenAI-compatible base URL requests go to (the request path is appended: /v1/chat/completions -> <upstream>/v1/chat/completions)"`
 	ProxyAnthropicUpstream string        `envconfig:"PROXY_ANTHROPIC_UPSTREAM" default:"https://api.anthropic.com" desc:"proxy: the base URL every path under /v1/messages goes to"`
 	ProxyUpstreamKey       string        `envconfig:"PROXY_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_UPSTREAM, sent in place of the client's Authorization; empty: the client's own; never logged"`
 	ProxyAnthropicKey      string        `envconfig:"PROXY_ANTHROPIC_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_ANTHROPIC_UPSTREAM, sent in place of the client's x-api-key; empty: the client's own; never logged"`
-	ProxySessionHeaders    string        `envconfig:"PROXY_SESSION_HEADERS" default:"X-Claude-Code-Session-Id,session-id,x-opencode-session" desc:"proxy: headers naming the conversation when X-Compactor-Conversation is absent, looked at in order, comma separated (a value that is not a valid id becomes s- and 32 hex digits of its SHA-256)"`
+	ProxyGeminiUpstream    string        `envconfig:"PROXY_GEMINI_UPSTREAM" default:"https://generativelanguage.googleapis.com" desc:"proxy: the base URL every Gemini path (/v1beta/..., /v1/models/<model>:<method>) goes to"`
+	ProxyGeminiKey         string        `envconfig:"PROXY_GEMINI_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_GEMINI_UPSTREAM, sent as x-goog-api-key in place of the client's x-goog-api-key or ?key=; empty: the client's own; never logged"`
+	ProxySessionHeaders    string        `envconfig:"PROXY_SESSION_HEADERS" default:"X-Claude-Code-Session-Id,session-id,thread-id,x-session-id,x-opencode-session" desc:"proxy: headers naming the conversation when X-Compactor-Conversation is absent, looked at in order, comma separated (a value that is not a valid id becomes s- and 32 hex digits of its SHA-256)"`
 	ProxyBodyField         string        `envconfig:"PROXY_BODY_FIELD" desc:"proxy: dotted path of a string field of the request body naming the conversation when no header does, e.g. metadata.user_id; empty: none"`
 	ProxyRequireID         bool          `envconfig:"PROXY_REQUIRE_ID" default:"false" desc:"proxy: refuse (400) a request that names no conversation; false: pass it through untouched, marked X-Compactor-Passthrough: no-conversation-id"`
 	ProxyOnNATSDown        string        `envconfig:"PROXY_ON_NATS_DOWN" default:"fail" desc:"proxy: with NATS unreachable, fail (503) or pass (the request forwarded as sent, marked X-Compactor-Passthrough: nats-unavailable)"`
@@ -396,8 +398,8 @@ func (e Env) proxy() *proxy.Config {
 		}
 	}
 	return &proxy.Config{
-		Listen: e.ProxyListen, Upstream: e.ProxyUpstream, AnthropicUpstream: e.ProxyAnthropicUpstream,
-		UpstreamKey: e.ProxyUpstreamKey, AnthropicUpstreamKey: e.ProxyAnthropicKey,
+		Listen: e.ProxyListen, Upstream: e.ProxyUpstream, AnthropicUpstream: e.ProxyAnthropicUpstream, GeminiUpstream: e.ProxyGeminiUpstream,
+		UpstreamKey: e.ProxyUpstreamKey, AnthropicUpstreamKey: e.ProxyAnthropicKey, GeminiUpstreamKey: e.ProxyGeminiKey,
 		SessionHeaders: headers, BodyField: strings.TrimSpace(e.ProxyBodyField), RequireID: e.ProxyRequireID,
 		OnNATSDown: e.ProxyOnNATSDown, Wait: e.ProxyWait, CacheTTL: e.ProxyCacheTTL, MaxBody: e.ProxyMaxBody,
 		OwnerKey: e.ProxyOwnerKey, BindOwner: e.ProxyBindOwner,

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/internal/proxy/wire/openai"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -106,7 +107,7 @@ func measureProxy(ctx context.Context, url string, c *Corpus, turns int, rep *Re
 	pcfg := proxy.DefaultConfig()
 	pcfg.Listen, pcfg.Upstream, pcfg.Wait = "", up.srv.URL, 5*time.Second
 	convs := proxy.NewConversations(r.nc, r.store, fixedPolicy(set).Settings, zerolog.Nop())
-	srv, err := proxy.New(pcfg, map[string]proxy.Wire{"openai": proxy.OpenAI()}, convs, proxy.Options{NATS: r.nc, Logger: zerolog.Nop()})
+	srv, err := proxy.New(pcfg, map[string]proxy.Wire{"openai": openai.OpenAI()}, convs, proxy.Options{NATS: r.nc, Logger: zerolog.Nop()})
 	if err != nil {
 		return err
 	}

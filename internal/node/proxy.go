@@ -4,6 +4,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/internal/proxy/wires"
 	"github.com/compactor/compactor/jetstream"
 )
 
@@ -21,5 +22,5 @@ func newProxy(cfg Config, nc *nats.Conn, st *jetstream.Store, policies PolicySou
 
 // proxyWires are the APIs whose conversation the proxy rewrites.
 func proxyWires() map[string]proxy.Wire {
-	return map[string]proxy.Wire{"openai": proxy.OpenAI(), "anthropic": proxy.Anthropic()}
+	return wires.All()
 }

@@ -2,9 +2,9 @@ package proxy
 
 import (
 	"context"
+	"github.com/compactor/compactor/internal/proxy/wire"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -144,7 +144,7 @@ func TestNothingIsReadAfterTheStreamsEnd(t *testing.T) {
 	rec := httptest.NewRecorder()
 	x := &exchange{w: rec}
 	rc := http.NewResponseController(rec)
-	sp := NewSSESplitter(0, func(string, []byte) error { return nil })
+	sp := wire.NewSSESplitter(0, func(string, []byte) error { return nil })
 	stream := "data: [DONE]\n\n" + strings.Repeat(": keep-alive\n", 700_000) // ~9 MiB after the end
 	held, _, _ := x.tee(strings.NewReader(stream), rc, sp, func() bool { return true })
 	t.Logf("held %d bytes after the end (maxReply %d)", len(held), maxReply)
@@ -172,34 +172,6 @@ func TestAnthropicKeyOnChatCompletionsGoesToTheAnthropicUpstream(t *testing.T) {
 	if reqs[0].path != reqs[1].path {
 		t.Fatalf("the same request with an x-api-key went to %s without a conversation and to %s with one (key %q)",
 			reqs[0].path, reqs[1].path, reqs[1].header.Get("X-Api-Key"))
-	}
-}
-
-// OpenAI streams a tool call's arguments in deltas of a few characters: the
-// accumulator appends them in linear time (it used to copy all the arguments so far for
-// each delta: quadratic, minutes of CPU for a large write_file call). Measured by the
-// bytes allocated, not the time: 4x the deltas must not allocate 16x.
-func TestToolArgumentsAccumulateInLinearSpace(t *testing.T) {
-	run := func(n int) uint64 {
-		s := OpenAI().NewStream()
-		first := []byte(`{"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"write_file","arguments":""}}]}}]}`)
-		ev := []byte(`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"ab"}}]}}]}`)
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		if err := s.Event("", first); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < n; i++ {
-			if err := s.Event("", ev); err != nil {
-				t.Fatal(err)
-			}
-		}
-		runtime.ReadMemStats(&after)
-		return after.TotalAlloc - before.TotalAlloc
-	}
-	a, b := run(20_000), run(80_000)
-	if float64(b) > 8*float64(a) {
-		t.Fatalf("4x the deltas allocated %.1fx the bytes (%d and %d): quadratic", float64(b)/float64(a), a, b)
 	}
 }
 

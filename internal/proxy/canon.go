@@ -1,11 +1,10 @@
 package proxy
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
+	"github.com/compactor/compactor/internal/proxy/wire"
 
 	"github.com/compactor/compactor/schemas"
 )
@@ -71,7 +70,7 @@ func Canonical(m *schemas.Message) []byte {
 	for _, tc := range m.ToolCalls {
 		field('c', []byte(tc.ID))
 		field('f', []byte(tc.Function.Name))
-		field('a', canonicalJSON([]byte(tc.Function.Arguments)))
+		field('a', wire.CanonicalJSON([]byte(tc.Function.Arguments)))
 	}
 	return b
 }
@@ -90,7 +89,7 @@ func canonicalContent(c schemas.Content, field func(byte, []byte)) {
 	}
 	parts, err := c.Parts()
 	if err != nil {
-		field('x', canonicalJSON(c.Raw()))
+		field('x', wire.CanonicalJSON(c.Raw()))
 		return
 	}
 	var text []byte
@@ -106,23 +105,7 @@ func canonicalContent(c schemas.Content, field func(byte, []byte)) {
 			continue
 		}
 		flush()
-		field('p', canonicalJSON(p.Raw))
+		field('p', wire.CanonicalJSON(p.Raw))
 	}
 	flush()
-}
-
-// canonicalJSON is data re-encoded compactly with sorted keys (numbers as written, no
-// HTML escaping) when it is one JSON value, and data itself otherwise.
-func canonicalJSON(data []byte) []byte {
-	d := json.NewDecoder(bytes.NewReader(data))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil || d.More() {
-		return data
-	}
-	out, err := marshalNoEscape(v)
-	if err != nil {
-		return data
-	}
-	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/internal/proxy/wire/openai"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
@@ -326,7 +327,7 @@ func TestToolRoundOpenAtTheTipIsSentWhole(t *testing.T) {
 		}
 		result := schemas.Message{Role: schemas.RoleTool, ToolCallID: "c1", Content: schemas.Text("file text")}
 		tr := f.turn("c9", []schemas.Message{sys, user("one"), call, result}, "done")
-		if _, err := proxy.OpenAI().Build(&proxy.Request{Body: []byte(`{"model":"m","messages":[]}`)}, tr.Context); err != nil {
+		if _, err := openai.OpenAI().Build(&proxy.Request{Body: []byte(`{"model":"m","messages":[]}`)}, tr.Context); err != nil {
 			t.Fatalf("the turn after a tool call cannot be sent: %v", err)
 		}
 		if n := len(tr.Context.Messages); n != 4 || len(tr.Context.Messages[2].ToolCalls) != 1 {

@@ -6,12 +6,16 @@
 // other path passes through unchanged. docs/proxy.md is the user's guide.
 package proxy
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/compactor/compactor/internal/proxy/wire"
+)
 
 var (
 	// ErrBadRequest wraps a request the proxy refuses with 400: its text is shown to
 	// the client.
-	ErrBadRequest = errors.New("bad request")
+	ErrBadRequest = wire.ErrBadRequest
 	// ErrNotOwner means the conversation was written with another credential: 403.
 	ErrNotOwner = errors.New("the conversation belongs to another credential")
 )

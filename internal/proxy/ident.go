@@ -18,9 +18,10 @@ import (
 // with 400.
 const ConversationHeader = "X-Compactor-Conversation"
 
-// DefaultSessionHeaders are the session headers real clients send (Claude Code, Codex,
-// opencode), looked at in this order when a request has no ConversationHeader.
-var DefaultSessionHeaders = []string{"X-Claude-Code-Session-Id", "session-id", "x-opencode-session"}
+// DefaultSessionHeaders are the session headers real agents send, looked at in this
+// order when a request has no ConversationHeader: Claude Code's, Codex's (session-id,
+// thread-id), OpenCode's (x-session-id; x-opencode-session in older versions).
+var DefaultSessionHeaders = []string{"X-Claude-Code-Session-Id", "session-id", "thread-id", "x-session-id", "x-opencode-session"}
 
 // sessionIDPrefix starts the conversation id a session value that breaks the id rule is
 // mapped to: "s-" and the hex of the first 128 bits of the value's SHA-256. The same
@@ -52,12 +53,33 @@ func identify(h http.Header, body []byte, sessionHeaders []string, bodyField str
 			return identity{conv: sessionConversation(v), from: name}, nil
 		}
 	}
+	if v := userIDSession(body); v != "" {
+		return identity{conv: sessionConversation(v), from: "body:metadata.user_id"}, nil
+	}
 	if bodyField != "" {
 		if v := bodyString(body, bodyField); v != "" {
 			return identity{conv: sessionConversation(v), from: "body:" + bodyField}, nil
 		}
 	}
 	return identity{}, nil
+}
+
+// userIDSession is the session an Anthropic request's metadata.user_id names, as
+// Claude Code writes it: a string holding a JSON object with a session_id, or (older
+// versions) ending in "_session_<id>". A user_id of any other form names a user, not a
+// session, and gives "".
+func userIDSession(body []byte) string {
+	uid := bodyString(body, "metadata.user_id")
+	if uid == "" {
+		return ""
+	}
+	if strings.HasPrefix(uid, "{") {
+		return bodyString([]byte(uid), "session_id")
+	}
+	if i := strings.LastIndex(uid, "_session_"); i >= 0 {
+		return strings.TrimSpace(uid[i+len("_session_"):])
+	}
+	return ""
 }
 
 // sessionConversation is the conversation id of a client's session value: the value

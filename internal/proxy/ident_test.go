@@ -36,6 +36,12 @@ func TestIdentify(t *testing.T) {
 		{name: "body not an object", body: `[1]`, field: "metadata.user_id"},
 		{name: "header wins over body", headers: []string{"session-id", "h1"}, body: `{"m":"b1"}`, field: "m", want: "h1"},
 		{name: "none", body: `{"messages":[]}`},
+		{name: "codex thread header", headers: []string{"thread-id", "th-1"}, want: "th-1"},
+		{name: "opencode x-session-id", headers: []string{"x-session-id", "ses_1", "x-session-affinity", "ses_1"}, want: "ses_1"},
+		{name: "claude code user_id as JSON", body: `{"metadata":{"user_id":"{\"device_id\":\"d1\",\"session_id\":\"4f1c-9a\"}"}}`, want: "4f1c-9a"},
+		{name: "claude code user_id, older form", body: `{"metadata":{"user_id":"user_ab12_account__session_77e0-1"}}`, want: "77e0-1"},
+		{name: "a user_id naming a user is no session", body: `{"metadata":{"user_id":"alice"}}`},
+		{name: "session header wins over user_id", headers: []string{"X-Claude-Code-Session-Id", "h1"}, body: `{"metadata":{"user_id":"{\"session_id\":\"b1\"}"}}`, want: "h1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := http.Header{}

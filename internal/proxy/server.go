@@ -54,12 +54,15 @@ const (
 type Config struct {
 	// Listen is the host:port Run serves on ("": New binds nothing; use Handler).
 	Listen string
-	// Upstream is the OpenAI-compatible base URL; AnthropicUpstream gets every path
-	// under /v1/messages. The request path is appended to each.
-	Upstream, AnthropicUpstream string
-	// UpstreamKey and AnthropicUpstreamKey, when set, replace the client's credential
-	// (Authorization, x-api-key) for their upstream.
-	UpstreamKey, AnthropicUpstreamKey string
+	// Upstream is the OpenAI-compatible base URL (Chat Completions, Responses and
+	// every other path); AnthropicUpstream gets every path under /v1/messages and
+	// GeminiUpstream every Gemini path (/v1beta/...). The request path is appended to
+	// each.
+	Upstream, AnthropicUpstream, GeminiUpstream string
+	// UpstreamKey, AnthropicUpstreamKey and GeminiUpstreamKey, when set, replace the
+	// client's credential (Authorization, x-api-key, x-goog-api-key or ?key=) for their
+	// upstream.
+	UpstreamKey, AnthropicUpstreamKey, GeminiUpstreamKey string
 	// SessionHeaders are the headers naming a session, looked at in order after
 	// X-Compactor-Conversation.
 	SessionHeaders []string
@@ -90,6 +93,7 @@ func DefaultConfig() Config {
 		Listen:            "127.0.0.1:8088",
 		Upstream:          "https://api.openai.com",
 		AnthropicUpstream: "https://api.anthropic.com",
+		GeminiUpstream:    "https://generativelanguage.googleapis.com",
 		SessionHeaders:    append([]string(nil), DefaultSessionHeaders...),
 		OnNATSDown:        NATSDownFail,
 		Wait:              10 * time.Second,
@@ -109,11 +113,25 @@ func (c Config) Validate() error {
 	case c.Wait < 0 || c.CacheTTL < 0:
 		return errors.New("COMPACTOR_PROXY_WAIT and COMPACTOR_PROXY_CACHE_TTL must not be negative")
 	}
-	if _, err := parseUpstream("COMPACTOR_PROXY_UPSTREAM", c.Upstream, "", false); err != nil {
-		return err
-	}
-	_, err := parseUpstream("COMPACTOR_PROXY_ANTHROPIC_UPSTREAM", c.AnthropicUpstream, "", true)
+	_, err := c.upstreams()
 	return err
+}
+
+// upstreams parses the upstream of each API.
+func (c Config) upstreams() (map[string]upstream, error) {
+	out := map[string]upstream{}
+	for _, u := range []struct{ setting, raw, key, api string }{
+		{"COMPACTOR_PROXY_UPSTREAM", c.Upstream, c.UpstreamKey, APIOpenAI},
+		{"COMPACTOR_PROXY_ANTHROPIC_UPSTREAM", c.AnthropicUpstream, c.AnthropicUpstreamKey, APIAnthropic},
+		{"COMPACTOR_PROXY_GEMINI_UPSTREAM", c.GeminiUpstream, c.GeminiUpstreamKey, APIGemini},
+	} {
+		up, err := parseUpstream(u.setting, u.raw, u.key, u.api)
+		if err != nil {
+			return nil, err
+		}
+		out[u.api] = up
+	}
+	return out, nil
 }
 
 // Options are what the proxy runs with besides its settings. Each zero value is off.
@@ -138,8 +156,7 @@ type Server struct {
 	convs    Conversations
 	opts     Options
 	log      zerolog.Logger
-	openai   upstream
-	anthro   upstream
+	ups      map[string]upstream
 	client   *http.Client
 	rp       *httputil.ReverseProxy
 	ownerKey []byte
@@ -159,8 +176,7 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 	if convs == nil {
 		return nil, errors.New("proxy: no Conversations")
 	}
-	oa, _ := parseUpstream("COMPACTOR_PROXY_UPSTREAM", cfg.Upstream, cfg.UpstreamKey, false)
-	an, _ := parseUpstream("COMPACTOR_PROXY_ANTHROPIC_UPSTREAM", cfg.AnthropicUpstream, cfg.AnthropicUpstreamKey, true)
+	ups, _ := cfg.upstreams()
 	transport := opts.Transport
 	if transport == nil {
 		transport = http.DefaultTransport
@@ -169,10 +185,10 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	s := &Server{cfg: cfg, wires: wires, convs: convs, opts: opts, log: opts.Logger, openai: oa, anthro: an,
+	s := &Server{cfg: cfg, wires: wires, convs: convs, opts: opts, log: opts.Logger, ups: ups,
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		ownerKey: []byte(cfg.OwnerKey), tracer: tp.Tracer("github.com/compactor/compactor/internal/proxy")}
-	s.rp = newReverseProxy(oa, an, transport, s.passthroughError)
+	s.rp = newReverseProxy(ups, transport, s.passthroughError)
 	// What net/http itself reports goes to the process's log, not to stderr as text.
 	errorLog := stdlog.New(s.log.With().Str("component", "proxy-http").Logger(), "", 0)
 	s.rp.ErrorLog = errorLog
@@ -188,28 +204,22 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 	return s, nil
 }
 
-// Handler is the proxy's HTTP handler: POST /v1/chat/completions and POST
-// /v1/messages are rewritten, every other request passes through unchanged.
+// Handler is the proxy's HTTP handler: a POST of an API's conversation path (see
+// routeOf) whose wire the proxy has is rewritten, every other request passes through
+// unchanged. A path under /c/<conversation>/ names the conversation, and is routed
+// and forwarded without that prefix.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodPost {
-		switch r.URL.Path {
-		case "/v1/chat/completions":
-			if wire := s.wires["openai"]; wire != nil {
-				up := s.openai
-				if isAnthropicRequest(r) { // an Anthropic key goes to the Anthropic upstream only
-					up = s.anthro
-				}
-				s.rewrite(w, r, wire, up)
-				return
-			}
-		case "/v1/messages":
-			if wire := s.wires["anthropic"]; wire != nil {
-				s.rewrite(w, r, wire, s.anthro)
-				return
-			}
-		}
+	if err := stripConversationPath(r); err != nil {
+		w.Header().Set(StatusHeader, StatusPassthrough)
+		s.writeError(w, routeOf(r).api, http.StatusBadRequest, "invalid_request_error", "compactor proxy: "+err.Error())
+		return
+	}
+	rt := routeOf(r)
+	if wire := s.wires[rt.api]; wire != nil && rt.rewrite {
+		s.rewrite(w, r, wire, rt)
+		return
 	}
 	s.rp.ServeHTTP(w, r)
 }
@@ -228,8 +238,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.ln == nil {
 		return errors.New("proxy: no listen address")
 	}
-	s.log.Info().Str("addr", s.Addr()).Str("upstream", s.openai.base.Redacted()).
-		Str("anthropic_upstream", s.anthro.base.Redacted()).Msg("proxy listening")
+	s.log.Info().Str("addr", s.Addr()).Str("upstream", s.ups[APIOpenAI].base.Redacted()).
+		Str("anthropic_upstream", s.ups[APIAnthropic].base.Redacted()).Str("gemini_upstream", s.ups[APIGemini].base.Redacted()).
+		Msg("proxy listening")
 	return telemetry.ServeUntilDone(ctx, s.srv, s.ln, "proxy")
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/proxy/wire"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
 )
@@ -28,6 +29,16 @@ import (
 type testWire struct{ name string }
 
 func (w testWire) Name() string { return w.name }
+
+// ErrorBody is the real wires' shapes: Anthropic's for "anthropic", OpenAI's for the rest.
+func (w testWire) ErrorBody(_ int, kind, msg string) []byte {
+	var body any = map[string]any{"error": map[string]any{"message": msg, "type": kind, "param": nil, "code": nil}}
+	if w.name == "anthropic" {
+		body = map[string]any{"type": "error", "error": map[string]string{"type": kind, "message": msg}}
+	}
+	b, _ := wire.MarshalNoEscape(body)
+	return b
+}
 
 func (w testWire) Parse(body []byte) (*Request, error) {
 	var b struct {
@@ -248,13 +259,17 @@ func newTestProxy(t *testing.T, up *fakeUpstream, configure func(*Config, *Optio
 	cfg.Listen = ""
 	cfg.Upstream = up.URL + "/base"
 	cfg.AnthropicUpstream = up.URL + "/anthropic"
+	cfg.GeminiUpstream = up.URL + "/gemini"
 	logs := &syncBuffer{}
 	opts := Options{Logger: zerolog.New(logs).Level(zerolog.DebugLevel)}
 	if configure != nil {
 		configure(&cfg, &opts)
 	}
 	convs := newMemConvs()
-	wires := map[string]Wire{"openai": testWire{"openai"}, "anthropic": testWire{"anthropic"}}
+	wires := map[string]Wire{}
+	for _, api := range []string{APIOpenAI, APIAnthropic, APIResponses, APIGemini} {
+		wires[api] = testWire{api}
+	}
 	s, err := New(cfg, wires, convs, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -3,8 +3,8 @@ package proxy
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
+	"github.com/compactor/compactor/internal/proxy/wire"
 	"io"
 	"net/http"
 	"strings"
@@ -26,6 +26,7 @@ type exchange struct {
 	w    http.ResponseWriter
 	r    *http.Request
 	wire Wire
+	rt   httpRoute
 	up   upstream
 	span trace.Span
 
@@ -36,12 +37,12 @@ type exchange struct {
 
 // rewrite serves one request of a rewritten path: the conversation named, the
 // client's history stored, the compacted context sent upstream and the reply stored.
-func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, up upstream) {
+func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, rt httpRoute) {
 	// A client that sends a traceparent gets the request's span in its trace.
 	ctx := propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	ctx, span := s.tracer.Start(ctx, "proxy "+wire.Name(), trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("compactor.proxy.api", wire.Name())))
-	x := &exchange{s: s, w: w, r: r.WithContext(ctx), wire: wire, up: up, span: span, start: time.Now(),
+	x := &exchange{s: s, w: w, r: r.WithContext(ctx), wire: wire, rt: rt, up: s.ups[rt.upstream], span: span, start: time.Now(),
 		report: Report{API: wire.Name()}}
 	defer x.end()
 	body, err := readBody(w, x.r, s.cfg.MaxBody)
@@ -259,7 +260,7 @@ func (s *Server) passthroughError(w http.ResponseWriter, r *http.Request, err er
 	}
 	w.Header().Set(StatusHeader, StatusPassthrough)
 	w.Header().Set(PassthroughHeader, reason)
-	writeAPIError(w, isAnthropicPath(r.URL.Path), http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
+	s.writeError(w, routeOf(r).api, http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
 }
 
 // upstreamUnreachable answers a rewritten request whose upstream could not be
@@ -303,23 +304,7 @@ func (x *exchange) writeError(status int, kind, msg string) {
 	if x.w.Header().Get(StatusHeader) == "" {
 		x.w.Header().Set(StatusHeader, StatusPassthrough)
 	}
-	writeAPIError(x.w, x.wire.Name() == "anthropic", status, kind, msg)
-}
-
-// writeAPIError writes an error in the API's own shape, so the client's SDK shows its
-// message.
-func writeAPIError(w http.ResponseWriter, anthropic bool, status int, kind, msg string) {
-	var body any
-	if anthropic {
-		body = map[string]any{"type": "error", "error": map[string]string{"type": kind, "message": msg}}
-	} else {
-		body = map[string]any{"error": map[string]any{"message": msg, "type": kind, "param": nil, "code": nil}}
-	}
-	b, _ := json.Marshal(body)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Del("Content-Length")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	x.s.writeError(x.w, x.rt.api, status, kind, msg)
 }
 
 // finishTimeout bounds the storing of a reply.
@@ -381,18 +366,24 @@ func (x *exchange) end() {
 	}
 }
 
+// conversationFields are the top-level fields that carry a conversation in one of the
+// APIs (messages and system; Responses' input and instructions; Gemini's contents and
+// systemInstruction): what the compacted context replaces.
+var conversationFields = map[string]bool{"messages": true, "system": true, "input": true, "instructions": true,
+	"contents": true, "systemInstruction": true, "system_instruction": true}
+
 // reserve is the tokens a request body takes besides its conversation (tools, their
-// schemas, a response format...): its bytes outside "messages" and "system", 4 to a
+// schemas, a response format...): its bytes outside the conversation's fields, 4 to a
 // token, as the estimate counts text.
 func reserve(body []byte) int {
-	fields, err := topFields(body)
+	fields, err := wire.TopFields(body)
 	if err != nil {
 		return 0
 	}
 	n := len(body)
 	for _, f := range fields {
-		if f.key == "messages" || f.key == "system" {
-			n -= f.vend - f.vstart
+		if conversationFields[f.Key] {
+			n -= f.VEnd - f.VStart
 		}
 	}
 	return max(n, 0) / 4

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"github.com/compactor/compactor/internal/proxy/wire"
 	"io"
 	"net/http"
 
@@ -21,7 +22,7 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 	_ = rc.Flush()
 	acc := x.wire.NewStream()
 	var accErr error
-	sp := NewSSESplitter(0, func(name string, data []byte) error {
+	sp := wire.NewSSESplitter(0, func(name string, data []byte) error {
 		if accErr == nil {
 			accErr = acc.Event(name, data)
 		}
@@ -45,7 +46,7 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 		x.s.log.Info().Str("api", x.wire.Name()).Msg("proxy: the client went away mid-stream; the reply is not stored")
 	case acc.Failed():
 		x.report.Outcome = OutcomeUpstreamError
-	case readErr == nil && (errors.Is(accErr, errReplyTooLarge) || errors.Is(accErr, ErrEventTooLarge)):
+	case readErr == nil && (errors.Is(accErr, errReplyTooLarge) || errors.Is(accErr, wire.ErrEventTooLarge)):
 		// The stream came whole to the client, past what the proxy keeps (so its end was
 		// not seen): relayed, not stored.
 		x.report.Outcome = OutcomeCompacted
@@ -73,7 +74,7 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 // stream reached the API's end, the bytes from that read on are held back and returned
 // (held), for the caller to write after storing the reply. It returns the error that
 // ended reading the upstream (nil at its end) and whether a write to the client failed.
-func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *SSESplitter, done func() bool) (held []byte, readErr error, clientGone bool) {
+func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *wire.SSESplitter, done func() bool) (held []byte, readErr error, clientGone bool) {
 	buf := make([]byte, 32<<10)
 	kept := 0
 	for {
@@ -82,7 +83,7 @@ func (x *exchange) tee(body io.Reader, rc *http.ResponseController, sp *SSESplit
 			if kept += n; kept <= maxReply {
 				_, _ = sp.Write(buf[:n]) // its error is read once the stream ends
 			} else if kept-n <= maxReply {
-				sp.fail(errReplyTooLarge)
+				sp.Fail(errReplyTooLarge)
 			}
 			if done() {
 				// The API's end: held back for the caller, and nothing read after it

@@ -16,26 +16,21 @@ import (
 type upstream struct {
 	base *url.URL
 	key  string
-	// anthropic says the key goes in x-api-key; otherwise it is a Bearer
-	// Authorization.
-	anthropic bool
+	// api is the API whose credential the key replaces: APIAnthropic's goes in
+	// x-api-key, APIGemini's in x-goog-api-key (and the ?key= query is dropped), any
+	// other is a Bearer Authorization.
+	api string
 }
 
 // parseUpstream checks an upstream base URL: http or https, with a host.
-func parseUpstream(setting, raw, key string, anthropic bool) (upstream, error) {
+func parseUpstream(setting, raw, key, api string) (upstream, error) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return upstream{}, fmt.Errorf("%s: %q is not an http:// or https:// URL with a host", setting, raw)
 	}
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawQuery, u.Fragment = "", ""
-	return upstream{base: u, key: key, anthropic: anthropic}, nil
-}
-
-// isAnthropicPath reports whether a request path goes to the Anthropic upstream: every
-// path under /v1/messages (count_tokens, batches).
-func isAnthropicPath(p string) bool {
-	return p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/")
+	return upstream{base: u, key: key, api: api}, nil
 }
 
 // target is where a request for path and query goes: the base's path with the request
@@ -89,17 +84,35 @@ func (u upstream) credentials(h http.Header) {
 	}
 	h.Del("Authorization")
 	h.Del("X-Api-Key")
-	if u.anthropic {
+	h.Del("X-Goog-Api-Key")
+	switch u.api {
+	case APIAnthropic:
 		h.Set("X-Api-Key", u.key)
-	} else {
+	case APIGemini:
+		h.Set("X-Goog-Api-Key", u.key)
+	default:
 		h.Set("Authorization", "Bearer "+u.key)
 	}
+}
+
+// query is the query a request with rawQuery is sent upstream with: as the client sent
+// it, but a Gemini client's ?key= when the operator's key replaces it.
+func (u upstream) query(rawQuery string) string {
+	if u.key == "" || u.api != APIGemini || !strings.Contains(rawQuery, "key=") {
+		return rawQuery
+	}
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return rawQuery
+	}
+	q.Del("key")
+	return q.Encode()
 }
 
 // newRequest is the upstream request of a client request r, with body. It carries r's
 // context: a client that goes away cancels it.
 func (u upstream) newRequest(r *http.Request, body []byte) (*http.Request, error) {
-	out, err := http.NewRequestWithContext(r.Context(), r.Method, u.target(r.URL.Path, r.URL.RawQuery).String(), bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, u.target(r.URL.Path, u.query(r.URL.RawQuery)).String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -127,25 +140,14 @@ func copyResponseHeaders(dst, src http.Header) {
 // with.
 type passthroughKey struct{}
 
-// isAnthropicRequest says a request passing through is for the Anthropic upstream: a
-// path under /v1/messages, or a request an Anthropic client made (its x-api-key or
-// anthropic-version header), whatever its path (/v1/models, /v1/files...). Its key never
-// goes to the OpenAI-compatible upstream.
-func isAnthropicRequest(r *http.Request) bool {
-	return isAnthropicPath(r.URL.Path) || r.Header.Get("X-Api-Key") != "" || r.Header.Get("Anthropic-Version") != ""
-}
-
-// newReverseProxy forwards requests unchanged to the OpenAI-compatible upstream, or to
-// the Anthropic one (isAnthropicRequest), flushing a streamed response as it
-// arrives. The operator's key replaces the client's credential when configured.
-func newReverseProxy(openai, anthropic upstream, transport http.RoundTripper, onError func(http.ResponseWriter, *http.Request, error)) *httputil.ReverseProxy {
+// newReverseProxy forwards requests unchanged to the upstream of their route,
+// flushing a streamed response as it arrives. The operator's key replaces the
+// client's credential when configured.
+func newReverseProxy(upstreams map[string]upstream, transport http.RoundTripper, onError func(http.ResponseWriter, *http.Request, error)) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			u := openai
-			if isAnthropicRequest(pr.In) {
-				u = anthropic
-			}
-			pr.Out.URL = u.target(pr.In.URL.Path, pr.In.URL.RawQuery)
+			u := upstreams[routeOf(pr.In).upstream]
+			pr.Out.URL = u.target(pr.In.URL.Path, u.query(pr.In.URL.RawQuery))
 			pr.Out.Host = ""
 			pr.Out.Header.Del(ConversationHeader)
 			u.credentials(pr.Out.Header)

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"encoding/json"
@@ -10,65 +10,65 @@ func TestSetFields(t *testing.T) {
 	cases := []struct {
 		name  string
 		body  string
-		edits []edit
+		edits []Edit
 		want  string
 	}{
 		{"replace keeps order and spacing",
 			"{ \"model\" : \"m\",\n  \"messages\": [1, 2],\t\"stream\":true }",
-			[]edit{{"messages", json.RawMessage(`[3]`)}},
+			[]Edit{{"messages", json.RawMessage(`[3]`)}},
 			"{ \"model\" : \"m\",\n  \"messages\": [3],\t\"stream\":true }"},
 		{"insert at the end",
 			`{"model":"m"}`,
-			[]edit{{"system", json.RawMessage(`"s"`)}},
+			[]Edit{{"system", json.RawMessage(`"s"`)}},
 			`{"model":"m","system":"s"}`},
 		{"insert into an empty object",
 			`{ }`,
-			[]edit{{"a", json.RawMessage(`1`)}, {"b", json.RawMessage(`2`)}},
+			[]Edit{{"a", json.RawMessage(`1`)}, {"b", json.RawMessage(`2`)}},
 			`{ "a":1,"b":2}`},
 		{"remove the first",
 			`{"system": "x", "messages":[]}`,
-			[]edit{{"system", nil}},
+			[]Edit{{"system", nil}},
 			`{"messages":[]}`},
 		{"remove the last",
 			`{"messages":[], "system": "x" }`,
-			[]edit{{"system", nil}},
+			[]Edit{{"system", nil}},
 			`{"messages":[] }`},
 		{"remove a middle one",
 			`{"a":1,"system":"x","b":2}`,
-			[]edit{{"system", nil}},
+			[]Edit{{"system", nil}},
 			`{"a":1,"b":2}`},
 		{"remove the only one",
 			`{"system":"x"}`,
-			[]edit{{"system", nil}},
+			[]Edit{{"system", nil}},
 			`{}`},
 		{"remove two in a row then insert",
 			`{"a":1,"b":2,"c":3}`,
-			[]edit{{"a", nil}, {"b", nil}, {"d", json.RawMessage(`4`)}},
+			[]Edit{{"a", nil}, {"b", nil}, {"d", json.RawMessage(`4`)}},
 			`{"c":3,"d":4}`},
 		{"remove an absent field is nothing",
 			`{"a":1}`,
-			[]edit{{"z", nil}},
+			[]Edit{{"z", nil}},
 			`{"a":1}`},
 		{"nested strings with braces and quotes",
 			`{"metadata":{"note":"}\"{[","x":[{"y":"]"}]},"messages":["{\"role\":1}"],"tail":"\\"}`,
-			[]edit{{"messages", json.RawMessage(`[]`)}},
+			[]Edit{{"messages", json.RawMessage(`[]`)}},
 			`{"metadata":{"note":"}\"{[","x":[{"y":"]"}]},"messages":[],"tail":"\\"}`},
 		{"an escaped key is the same key",
 			`{"\u006dessages":[1]}`,
-			[]edit{{"messages", json.RawMessage(`[2]`)}},
+			[]Edit{{"messages", json.RawMessage(`[2]`)}},
 			`{"\u006dessages":[2]}`},
 		{"literals and numbers",
 			`{"t":true,"n":null,"f":-1.5e3,"messages":0}`,
-			[]edit{{"messages", json.RawMessage(`[]`)}},
+			[]Edit{{"messages", json.RawMessage(`[]`)}},
 			`{"t":true,"n":null,"f":-1.5e3,"messages":[]}`},
 		{"surrounding whitespace is kept",
 			" \n{\"messages\":1}\n",
-			[]edit{{"messages", json.RawMessage(`2`)}, {"system", json.RawMessage(`"s"`)}},
+			[]Edit{{"messages", json.RawMessage(`2`)}, {"system", json.RawMessage(`"s"`)}},
 			" \n{\"messages\":2,\"system\":\"s\"}\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := setFields([]byte(c.body), c.edits...)
+			got, err := SetFields([]byte(c.body), c.edits...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +96,7 @@ func TestSetFieldsRefuses(t *testing.T) {
 		{``, nil},
 		{`{"a":1}{"b":2}`, nil},
 	} {
-		_, err := setFields([]byte(c.body), edit{"messages", json.RawMessage(`[]`)})
+		_, err := SetFields([]byte(c.body), Edit{"messages", json.RawMessage(`[]`)})
 		if err == nil {
 			t.Errorf("%s: accepted", c.body)
 			continue
@@ -109,7 +109,7 @@ func TestSetFieldsRefuses(t *testing.T) {
 
 // A differently cased name is another field: the API reads exact names.
 func TestSetFieldsCaseIsAnotherField(t *testing.T) {
-	got, err := setFields([]byte(`{"Messages":[1]}`), edit{"messages", json.RawMessage(`[2]`)})
+	got, err := SetFields([]byte(`{"Messages":[1]}`), Edit{"messages", json.RawMessage(`[2]`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,11 +123,11 @@ func FuzzSetFields(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		got, err := setFields([]byte(body), edit{"messages", json.RawMessage(`["m"]`)}, edit{"system", nil})
+		got, err := SetFields([]byte(body), Edit{"messages", json.RawMessage(`["m"]`)}, Edit{"system", nil})
 		if err != nil {
 			return
 		}
-		m, err := fieldMap(got)
+		m, err := FieldMap(got)
 		if err != nil {
 			t.Fatalf("edited body %q: %v", got, err)
 		}
@@ -137,7 +137,7 @@ func FuzzSetFields(f *testing.F) {
 		if _, ok := m["system"]; ok {
 			t.Fatalf("system kept in %q", got)
 		}
-		before, _ := fieldMap([]byte(body))
+		before, _ := FieldMap([]byte(body))
 		for k, v := range before {
 			if k != "messages" && k != "system" && string(m[k]) != string(v) {
 				t.Fatalf("field %q changed: %s -> %s", k, v, m[k])

@@ -1,17 +1,17 @@
-package proxy
+package openai
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/compactor/compactor/internal/proxy/wire"
 	"sort"
 	"strings"
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/formats"
-	"github.com/compactor/compactor/schemas/rounds"
 )
 
 // OpenAI returns the wire of OpenAI Chat Completions (POST /v1/chat/completions).
@@ -22,96 +22,44 @@ import (
 // whose tool calls and results do not pair up is refused, as the API refuses it. Build
 // replaces "messages" with the context's messages, Compactor's metadata (tokens,
 // usage, context_generation, meta) left out.
-func OpenAI() Wire { return openAIWire{} }
+func OpenAI() wire.Wire { return openAIWire{} }
 
 type openAIWire struct{}
 
 func (openAIWire) Name() string { return "openai" }
 
-// badRequest wraps a refusal the client is shown.
-func badRequest(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
-}
-
-// requestFields reads the top-level fields of a request body, refusing what is not one
-// JSON object with distinct field names.
-func requestFields(body []byte) (map[string]json.RawMessage, error) {
-	f, err := fieldMap(body)
-	if err != nil {
-		return nil, badRequest("%v", err)
-	}
-	return f, nil
-}
-
-// commonFields reads model, stream and the output limit (the first of limits present).
-func commonFields(f map[string]json.RawMessage, req *Request, limits ...string) error {
-	if v, ok := f["model"]; ok && !isNull(v) {
-		if err := json.Unmarshal(v, &req.Model); err != nil {
-			return badRequest("model must be a string")
-		}
-	}
-	if v, ok := f["stream"]; ok && !isNull(v) {
-		if err := json.Unmarshal(v, &req.Stream); err != nil {
-			return badRequest("stream must be a boolean")
-		}
-	}
-	for _, k := range limits {
-		v, ok := f[k]
-		if !ok || isNull(v) {
-			continue
-		}
-		if err := json.Unmarshal(v, &req.MaxOutput); err != nil || req.MaxOutput < 0 {
-			return badRequest("%s must be a non-negative integer", k)
-		}
-		break
-	}
-	return nil
-}
-
-func isNull(v []byte) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
-
-func (openAIWire) Parse(body []byte) (*Request, error) {
-	f, err := requestFields(body)
+func (openAIWire) Parse(body []byte) (*wire.Request, error) {
+	f, err := wire.RequestFields(body)
 	if err != nil {
 		return nil, err
 	}
-	req := &Request{Body: body}
-	if err := commonFields(f, req, "max_completion_tokens", "max_tokens"); err != nil {
+	req := &wire.Request{Body: body}
+	if err := wire.CommonFields(f, req, "max_completion_tokens", "max_tokens"); err != nil {
 		return nil, err
 	}
 	raw, ok := f["messages"]
-	if !ok || isNull(raw) {
-		return nil, badRequest("messages is required")
+	if !ok || wire.IsNull(raw) {
+		return nil, wire.BadRequest("messages is required")
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, badRequest("messages must be an array of messages")
+		return nil, wire.BadRequest("messages must be an array of messages")
 	}
 	if len(items) == 0 {
-		return nil, badRequest("messages must not be empty")
+		return nil, wire.BadRequest("messages must not be empty")
 	}
 	req.Messages = make([]schemas.Message, len(items))
 	for i, it := range items {
 		m, err := decodeOpenAIMessage(it)
 		if err != nil {
-			return nil, badRequest("messages[%d]: %v", i, err)
+			return nil, wire.BadRequest("messages[%d]: %v", i, err)
 		}
 		req.Messages[i] = m
 	}
-	if err := checkPairs(req.Messages); err != nil {
+	if err := wire.CheckPairs(req.Messages); err != nil {
 		return nil, err
 	}
 	return req, nil
-}
-
-// checkPairs refuses a history whose tool calls and results do not pair up (a call
-// without its result, a result without its call, a message between them): both APIs
-// refuse it, and it could not be stored or rendered.
-func checkPairs(msgs []schemas.Message) error {
-	if err := rounds.CheckPairs(msgs); err != nil {
-		return badRequest("tool calls and results do not pair up: %v", err)
-	}
-	return nil
 }
 
 // decodeOpenAIMessage decodes one client message: role developer is read as system.
@@ -137,7 +85,7 @@ func decodeOpenAIMessage(raw []byte) (schemas.Message, error) {
 	return schemas.Message{}, err
 }
 
-func (openAIWire) Build(req *Request, cx *assemble.Context) ([]byte, error) {
+func (openAIWire) Build(req *wire.Request, cx *assemble.Context) ([]byte, error) {
 	if cx == nil {
 		return nil, errors.New("no context to send")
 	}
@@ -150,11 +98,11 @@ func (openAIWire) Build(req *Request, cx *assemble.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := fieldMap(r.JSON)
+	f, err := wire.FieldMap(r.JSON)
 	if err != nil {
 		return nil, err
 	}
-	return setFields(req.Body, edit{"messages", f["messages"]})
+	return wire.SetFields(req.Body, wire.Edit{Key: "messages", Value: f["messages"]})
 }
 
 // openAIMessage is the assistant message of a reply (choices[].message) or the
@@ -184,18 +132,18 @@ type openAIUsage struct {
 	} `json:"prompt_tokens_details"`
 }
 
-func (u *openAIUsage) usage() *Usage {
+func (u *openAIUsage) usage() *wire.Usage {
 	if u == nil {
 		return nil
 	}
-	out := &Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
+	out := &wire.Usage{Input: u.PromptTokens, Output: u.CompletionTokens}
 	if u.PromptTokensDetails != nil {
 		out.CacheRead = u.PromptTokensDetails.CachedTokens
 	}
 	return out
 }
 
-func (openAIWire) Reply(body []byte) (schemas.Message, *Usage, error) {
+func (openAIWire) Reply(body []byte) (schemas.Message, *wire.Usage, error) {
 	var r struct {
 		Choices []struct {
 			Message *openAIMessage `json:"message"`
@@ -222,7 +170,7 @@ func (openAIWire) Reply(body []byte) (schemas.Message, *Usage, error) {
 func (o *openAIMessage) assistant() (schemas.Message, error) {
 	m := schemas.Message{Role: schemas.RoleAssistant}
 	switch {
-	case len(o.Content) > 0 && !isNull(o.Content):
+	case len(o.Content) > 0 && !wire.IsNull(o.Content):
 		m.Content = schemas.RawContent(o.Content)
 	case o.Refusal != nil && *o.Refusal != "":
 		m.Content = schemas.Text(*o.Refusal)
@@ -242,7 +190,7 @@ func (o *openAIMessage) assistant() (schemas.Message, error) {
 	return m, nil
 }
 
-func (openAIWire) NewStream() Stream {
+func (openAIWire) NewStream() wire.Stream {
 	return &openAIStream{calls: map[int]*openAICall{}, args: map[*openAICall]*strings.Builder{}}
 }
 
@@ -270,7 +218,7 @@ type openAIStream struct {
 	calls        map[int]*openAICall
 	args         map[*openAICall]*strings.Builder // each call's arguments, appended in linear time
 	last, next   int                              // the slot of the last call added to, and the first slot free
-	usage        *Usage
+	usage        *wire.Usage
 	done, failed bool
 }
 
@@ -297,7 +245,7 @@ func (s *openAIStream) Event(name string, data []byte) error {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return fmt.Errorf("a stream event is not a chat completion chunk: %w", err)
 	}
-	if len(c.Error) > 0 && !isNull(c.Error) {
+	if len(c.Error) > 0 && !wire.IsNull(c.Error) {
 		s.failed = true
 		return nil
 	}
@@ -317,7 +265,7 @@ func (s *openAIStream) add(d *openAIMessage) {
 	if d.Role != "" {
 		s.role = d.Role
 	}
-	if len(d.Content) > 0 && !isNull(d.Content) {
+	if len(d.Content) > 0 && !wire.IsNull(d.Content) {
 		var text string
 		if json.Unmarshal(d.Content, &text) == nil {
 			s.content.WriteString(text)
@@ -371,7 +319,7 @@ func (s *openAIStream) call(tc openAICall) *openAICall {
 func (s *openAIStream) Done() bool   { return s.done }
 func (s *openAIStream) Failed() bool { return s.failed }
 
-func (s *openAIStream) Result() (schemas.Message, *Usage, error) {
+func (s *openAIStream) Result() (schemas.Message, *wire.Usage, error) {
 	if s.failed {
 		return schemas.Message{}, nil, errors.New("the upstream's stream ended with an error")
 	}
@@ -400,4 +348,10 @@ func (s *openAIStream) Result() (schemas.Message, *Usage, error) {
 	}
 	m, err := o.assistant()
 	return m, s.usage, err
+}
+
+// ErrorBody is OpenAI's error shape: {"error": {"message", "type", "param", "code"}}.
+func (openAIWire) ErrorBody(_ int, kind, message string) []byte {
+	b, _ := wire.MarshalNoEscape(map[string]any{"error": map[string]any{"message": message, "type": kind, "param": nil, "code": nil}})
+	return b
 }

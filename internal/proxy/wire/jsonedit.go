@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"encoding/json"
@@ -12,19 +12,19 @@ var (
 	errDuplicateKey = errors.New("the body has a duplicate top-level field")
 )
 
-// topField is one top-level field of a JSON object, located in the body.
-type topField struct {
-	// key is the field name, unescaped.
-	key string
-	// start is the offset of the field's name (its opening quote); vstart and vend
+// TopField is one top-level field of a JSON object, located in the body.
+type TopField struct {
+	// Key is the field name, unescaped.
+	Key string
+	// Start is the offset of the field's name (its opening quote); VStart and VEnd
 	// delimit its value.
-	start, vstart, vend int
+	Start, VStart, VEnd int
 }
 
-// topFields lists the top-level fields of body in order. It refuses a body that is not
+// TopFields lists the top-level fields of body in order. It refuses a body that is not
 // one valid JSON object, and an object that names a field twice (exact names, after
 // unescaping): two readers could take different ones.
-func topFields(body []byte) ([]topField, error) {
+func TopFields(body []byte) ([]TopField, error) {
 	if !json.Valid(body) {
 		return nil, errors.New("the body is not valid JSON")
 	}
@@ -33,7 +33,7 @@ func topFields(body []byte) ([]topField, error) {
 		return nil, errNotObject
 	}
 	i++
-	var fields []topField
+	var fields []TopField
 	seen := map[string]bool{}
 	for {
 		i = skipSpace(body, i)
@@ -55,37 +55,37 @@ func topFields(body []byte) ([]topField, error) {
 		v := skipSpace(body, kend)
 		v = skipSpace(body, v+1) // past ':'
 		vend := skipValue(body, v)
-		fields = append(fields, topField{key: key, start: i, vstart: v, vend: vend})
+		fields = append(fields, TopField{Key: key, Start: i, VStart: v, VEnd: vend})
 		i = vend
 	}
 }
 
-// fieldMap returns the raw value of each top-level field of body.
-func fieldMap(body []byte) (map[string]json.RawMessage, error) {
-	fields, err := topFields(body)
+// FieldMap returns the raw value of each top-level field of body.
+func FieldMap(body []byte) (map[string]json.RawMessage, error) {
+	fields, err := TopFields(body)
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]json.RawMessage, len(fields))
 	for _, f := range fields {
-		out[f.key] = body[f.vstart:f.vend]
+		out[f.Key] = body[f.VStart:f.VEnd]
 	}
 	return out, nil
 }
 
-// edit is one change to a top-level field: Value replaces the field's value (or is
+// Edit is one change to a top-level field: Value replaces the field's value (or is
 // inserted as a new field when absent); a nil Value removes the field.
-type edit struct {
+type Edit struct {
 	Key   string
 	Value json.RawMessage
 }
 
-// setFields returns body with the edits applied and every other byte as sent: key
+// SetFields returns body with the edits applied and every other byte as sent: key
 // order, spacing and the other fields' values. A replaced field keeps its place; a new
 // one is added at the end, in the order given. It refuses a body that is not a JSON
 // object or that names a field twice. The values must be valid JSON (not checked).
-func setFields(body []byte, edits ...edit) ([]byte, error) {
-	fields, err := topFields(body)
+func SetFields(body []byte, edits ...Edit) ([]byte, error) {
+	fields, err := TopFields(body)
 	if err != nil {
 		return nil, err
 	}
@@ -97,16 +97,16 @@ func setFields(body []byte, edits ...edit) ([]byte, error) {
 	last := 0 // body bytes before last are written
 	kept := 0 // fields written so far
 	for i, f := range fields {
-		v, ok := pending[f.key]
+		v, ok := pending[f.Key]
 		if !ok {
 			kept++
 			continue
 		}
-		delete(pending, f.key)
+		delete(pending, f.Key)
 		if v != nil {
-			out = append(out, body[last:f.vstart]...)
+			out = append(out, body[last:f.VStart]...)
 			out = append(out, v...)
-			last = f.vend
+			last = f.VEnd
 			kept++
 			continue
 		}
@@ -137,18 +137,18 @@ func setFields(body []byte, edits ...edit) ([]byte, error) {
 // removeFrom and removeTo delimit the bytes removed with field i: from the comma
 // before it to its value's end when a kept field precedes it, else from its name to
 // just after the comma that follows it (when one does).
-func removeFrom(body []byte, fields []topField, i, kept int) int {
+func removeFrom(body []byte, fields []TopField, i, kept int) int {
 	if kept > 0 {
-		return fields[i-1].vend
+		return fields[i-1].VEnd
 	}
-	return fields[i].start
+	return fields[i].Start
 }
 
-func removeTo(body []byte, fields []topField, i, kept int) int {
+func removeTo(body []byte, fields []TopField, i, kept int) int {
 	if kept > 0 || i+1 == len(fields) {
-		return fields[i].vend
+		return fields[i].VEnd
 	}
-	return fields[i+1].start
+	return fields[i+1].Start
 }
 
 // closingBrace returns the offset of the object's closing brace.
@@ -161,7 +161,7 @@ func closingBrace(body []byte) int {
 	return len(body)
 }
 
-func editsSize(edits []edit) int {
+func editsSize(edits []Edit) int {
 	n := 0
 	for _, e := range edits {
 		n += len(e.Key) + len(e.Value) + 4

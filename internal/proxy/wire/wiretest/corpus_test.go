@@ -1,7 +1,12 @@
-package proxy
+package wiretest_test
 
 import (
 	"testing"
+
+	"github.com/compactor/compactor/internal/proxy/wire"
+	"github.com/compactor/compactor/internal/proxy/wire/anthropic"
+	"github.com/compactor/compactor/internal/proxy/wire/openai"
+	"github.com/compactor/compactor/internal/proxy/wire/wiretest"
 
 	"github.com/compactor/compactor/internal/corpustest"
 	"github.com/compactor/compactor/schemas"
@@ -28,12 +33,12 @@ func TestCorpusThroughTheWires(t *testing.T) {
 			whole := assemble.Assemble(assemble.Input{Tail: es}, assemble.Options{})
 			compacted := assemble.Assemble(assemble.Input{Value: value, Tail: es[split:]}, assemble.Options{})
 			for _, w := range []struct {
-				wire   Wire
+				wire   wire.Wire
 				format formats.Format
 				head   string
 			}{
-				{OpenAI(), formats.OpenAI, `{"model":"gpt-4o","stream":true,`},
-				{Anthropic(), formats.Anthropic, `{"model":"claude-sonnet-4-5","max_tokens":1024,`},
+				{openai.OpenAI(), formats.OpenAI, `{"model":"gpt-4o","stream":true,`},
+				{anthropic.Anthropic(), formats.Anthropic, `{"model":"claude-sonnet-4-5","max_tokens":1024,`},
 			} {
 				req := throughTheWire(t, w.wire, w.format, w.head, &whole)
 				r, err := formats.Render(&compacted, w.format)
@@ -54,7 +59,7 @@ func TestCorpusThroughTheWires(t *testing.T) {
 
 // throughTheWire parses head + the rendering of cx and builds it back from what it
 // parsed to: the same request.
-func throughTheWire(t *testing.T, w Wire, f formats.Format, head string, cx *assemble.Context) *Request {
+func throughTheWire(t *testing.T, w wire.Wire, f formats.Format, head string, cx *assemble.Context) *wire.Request {
 	t.Helper()
 	r, err := formats.Render(cx, f)
 	if err != nil {
@@ -77,12 +82,46 @@ func throughTheWire(t *testing.T, w Wire, f formats.Format, head string, cx *ass
 			}
 		}
 	}
-	out, err := w.Build(req, contextOf(req.Messages))
+	out, err := w.Build(req, wiretest.ContextOf(req.Messages))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !jsonEqual(t, out, []byte(body)) {
+	if !wiretest.JSONEqual(t, out, []byte(body)) {
 		t.Fatalf("%s: the request built differs from the one sent:\n%.2000s\nsent\n%.2000s", w.Name(), out, body)
 	}
 	return req
+}
+
+// BenchmarkWire is the proxy's own work on a request: Parse and Build of the largest
+// corpus conversation, whole, in each API's form.
+func BenchmarkWire(b *testing.B) {
+	c := corpustest.Largest(b, 1)[0]
+	cx := assemble.Assemble(assemble.Input{Tail: c.Entries}, assemble.Options{})
+	for _, w := range []struct {
+		wire   wire.Wire
+		format formats.Format
+		head   string
+	}{
+		{openai.OpenAI(), formats.OpenAI, `{"model":"gpt-4o",`},
+		{anthropic.Anthropic(), formats.Anthropic, `{"model":"claude-sonnet-4-5","max_tokens":1024,`},
+	} {
+		r, err := formats.Render(&cx, w.format)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body := []byte(w.head + string(r.JSON[1:]))
+		b.Run(w.wire.Name(), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req, err := w.wire.Parse(body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := w.wire.Build(req, &cx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

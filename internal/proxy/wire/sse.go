@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -134,9 +134,9 @@ func (s *SSESplitter) dispatch() error {
 	return s.fn(name, data)
 }
 
-// fail makes err the splitter's error: every later Write returns it, and no event
-// after it is passed on.
-func (s *SSESplitter) fail(err error) {
+// Fail makes err the splitter's error, when it has none yet: every later Write returns
+// it, and no event after it is passed on.
+func (s *SSESplitter) Fail(err error) {
 	if s.err == nil {
 		s.err = err
 	}

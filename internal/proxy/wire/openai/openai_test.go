@@ -1,9 +1,11 @@
-package proxy
+package openai
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/compactor/compactor/internal/proxy/wire"
+	"github.com/compactor/compactor/internal/proxy/wire/wiretest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,7 +16,6 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/assemble"
 )
 
 // openAIRequest is a Chat Completions request as the API reference shows them: a
@@ -98,32 +99,10 @@ func TestOpenAIParseRefuses(t *testing.T) {
 		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"user","content":"x"},{"role":"tool","tool_call_id":"a","content":"r"}]}`,
 	} {
 		_, err := OpenAI().Parse([]byte(body))
-		if !errors.Is(err, ErrBadRequest) {
+		if !errors.Is(err, wire.ErrBadRequest) {
 			t.Errorf("%s: %v, want a bad request", body, err)
 		}
 	}
-}
-
-// contextOf is a context holding msgs, as Conversations gives it with no summary.
-func contextOf(msgs []schemas.Message) *assemble.Context {
-	seqs := make([]uint64, len(msgs))
-	for i := range seqs {
-		seqs[i] = uint64(i + 1)
-	}
-	return &assemble.Context{Messages: msgs, Seqs: seqs}
-}
-
-// jsonEqual reports whether a and b are the same JSON value.
-func jsonEqual(t *testing.T, a, b []byte) bool {
-	t.Helper()
-	var x, y any
-	if err := json.Unmarshal(a, &x); err != nil {
-		t.Fatalf("%v in %s", err, a)
-	}
-	if err := json.Unmarshal(b, &y); err != nil {
-		t.Fatalf("%v in %s", err, b)
-	}
-	return reflect.DeepEqual(x, y)
 }
 
 func TestOpenAIRoundTrip(t *testing.T) {
@@ -132,11 +111,11 @@ func TestOpenAIRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := OpenAI().Build(req, contextOf(req.Messages))
+	out, err := OpenAI().Build(req, wiretest.ContextOf(req.Messages))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !jsonEqual(t, out, []byte(body)) {
+	if !wiretest.JSONEqual(t, out, []byte(body)) {
 		t.Fatalf("round trip changed the request:\n%s", out)
 	}
 	// The bytes before the messages are the client's.
@@ -156,7 +135,7 @@ func TestOpenAIBuildSendsTheContextWithoutMetadata(t *testing.T) {
 		{Role: "user", Content: schemas.Text("summary"), Tokens: 9, Meta: map[string]string{"pin": "true"}, ContextGeneration: &gen},
 		{Role: "user", Content: schemas.Text("new")},
 	}
-	out, err := OpenAI().Build(req, contextOf(msgs))
+	out, err := OpenAI().Build(req, wiretest.ContextOf(msgs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +150,7 @@ func TestOpenAIReply(t *testing.T) {
 		name  string
 		body  string
 		want  string // the message as encoded
-		usage *Usage
+		usage *wire.Usage
 	}{
 		{"text with cached usage", `{
   "id": "chatcmpl-B9MBs8CjcvOU2jLn4n570S5qMJKcT", "object": "chat.completion", "created": 1741569952, "model": "gpt-4.1-2025-04-14",
@@ -179,12 +158,12 @@ func TestOpenAIReply(t *testing.T) {
   "usage": {"prompt_tokens": 2006, "completion_tokens": 10, "total_tokens": 2016, "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0}},
   "service_tier": "default"}`,
 			`{"role":"assistant","content":"Hello! How can I assist you today?"}`,
-			&Usage{Input: 2006, Output: 10, CacheRead: 1920}},
+			&wire.Usage{Input: 2006, Output: 10, CacheRead: 1920}},
 		{"tool calls", `{"id":"chatcmpl-abc","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":null,
   "tool_calls":[{"id":"call_abc123","type":"function","function":{"name":"get_current_weather","arguments":"{\n\"location\": \"Boston, MA\"\n}"}}]},"finish_reason":"tool_calls"}],
   "usage":{"prompt_tokens":82,"completion_tokens":17,"total_tokens":99}}`,
 			`{"role":"assistant","content":null,"tool_calls":[{"id":"call_abc123","type":"function","function":{"name":"get_current_weather","arguments":"{\n\"location\": \"Boston, MA\"\n}"}}]}`,
-			&Usage{Input: 82, Output: 17}},
+			&wire.Usage{Input: 82, Output: 17}},
 		{"refusal", `{"choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}`,
 			`{"role":"assistant","content":"I can't help with that."}`, nil},
 		{"reasoning of a compatible server is not kept", `{"choices":[{"message":{"role":"assistant","content":"4","reasoning_content":"2+2","annotations":[]}}]}`,
@@ -213,7 +192,7 @@ func TestOpenAIReply(t *testing.T) {
 }
 
 // feed sends each "data: ..." event of a stream to s.
-func feed(t *testing.T, s Stream, events ...string) {
+func feed(t *testing.T, s wire.Stream, events ...string) {
 	t.Helper()
 	for _, e := range events {
 		if err := s.Event("", []byte(e)); err != nil {
@@ -255,7 +234,7 @@ func TestOpenAIStream(t *testing.T) {
 	if string(enc) != want {
 		t.Fatalf("got  %s\nwant %s", enc, want)
 	}
-	if *u != (Usage{Input: 120, Output: 30, CacheRead: 64}) {
+	if *u != (wire.Usage{Input: 120, Output: 30, CacheRead: 64}) {
 		t.Fatalf("usage %+v", u)
 	}
 }

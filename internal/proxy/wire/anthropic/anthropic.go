@@ -1,4 +1,4 @@
-package proxy
+package anthropic
 
 import (
 	"bytes"
@@ -7,10 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/compactor/compactor/internal/proxy/wire"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
@@ -43,25 +43,25 @@ const (
 // carryBreakpoints). Reply and the stream read the upstream's content blocks the way
 // Parse reads an assistant turn, so the reply stored and the same turn sent back by
 // the client are the same message.
-func Anthropic() Wire { return anthropicWire{} }
+func Anthropic() wire.Wire { return anthropicWire{} }
 
 type anthropicWire struct{}
 
 func (anthropicWire) Name() string { return "anthropic" }
 
-func (anthropicWire) Parse(body []byte) (*Request, error) {
-	if off := invalidUTF8(body); off >= 0 {
-		return nil, badRequest("the body is not valid UTF-8 (first bad byte at offset %d)", off)
+func (anthropicWire) Parse(body []byte) (*wire.Request, error) {
+	if off := wire.InvalidUTF8(body); off >= 0 {
+		return nil, wire.BadRequest("the body is not valid UTF-8 (first bad byte at offset %d)", off)
 	}
-	f, err := requestFields(body)
+	f, err := wire.RequestFields(body)
 	if err != nil {
 		return nil, err
 	}
-	req := &Request{Body: body}
-	if err := commonFields(f, req, "max_tokens"); err != nil {
+	req := &wire.Request{Body: body}
+	if err := wire.CommonFields(f, req, "max_tokens"); err != nil {
 		return nil, err
 	}
-	if sys, ok := f["system"]; ok && !isNull(sys) {
+	if sys, ok := f["system"]; ok && !wire.IsNull(sys) {
 		m, err := anthropicSystem(sys)
 		if err != nil {
 			return nil, err
@@ -71,48 +71,32 @@ func (anthropicWire) Parse(body []byte) (*Request, error) {
 		}
 	}
 	raw, ok := f["messages"]
-	if !ok || isNull(raw) {
-		return nil, badRequest("messages is required")
+	if !ok || wire.IsNull(raw) {
+		return nil, wire.BadRequest("messages is required")
 	}
 	var turns []json.RawMessage
 	if err := json.Unmarshal(raw, &turns); err != nil {
-		return nil, badRequest("messages must be an array of messages")
+		return nil, wire.BadRequest("messages must be an array of messages")
 	}
 	if len(turns) == 0 {
-		return nil, badRequest("messages must not be empty")
+		return nil, wire.BadRequest("messages must not be empty")
 	}
 	for i, t := range turns {
 		msgs, err := anthropicTurn(t)
 		if err != nil {
-			return nil, badRequest("messages[%d]: %v", i, err)
+			return nil, wire.BadRequest("messages[%d]: %v", i, err)
 		}
 		req.Messages = append(req.Messages, msgs...)
 	}
 	for i := range req.Messages {
 		if err := req.Messages[i].Validate(); err != nil {
-			return nil, badRequest("%v", err)
+			return nil, wire.BadRequest("%v", err)
 		}
 	}
-	if err := checkPairs(req.Messages); err != nil {
+	if err := wire.CheckPairs(req.Messages); err != nil {
 		return nil, err
 	}
 	return req, nil
-}
-
-// invalidUTF8 returns the offset of the first byte of body that is not UTF-8, -1 when
-// none: encoding/json would silently replace it.
-func invalidUTF8(body []byte) int {
-	if utf8.Valid(body) {
-		return -1
-	}
-	for i := 0; i < len(body); {
-		r, n := utf8.DecodeRune(body[i:])
-		if r == utf8.RuneError && n == 1 {
-			return i
-		}
-		i += n
-	}
-	return -1
 }
 
 // anthropicSystem reads the system field: a string, or an array of text blocks (one
@@ -127,13 +111,13 @@ func anthropicSystem(raw json.RawMessage) (*schemas.Message, error) {
 	}
 	var blocks []json.RawMessage
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return nil, badRequest("system must be a string or an array of text blocks")
+		return nil, wire.BadRequest("system must be a string or an array of text blocks")
 	}
 	parts := make([]json.RawMessage, 0, len(blocks))
 	for i, b := range blocks {
 		blk, err := readBlock(b, i)
 		if err != nil || blk.Type != "text" || blk.Text == nil {
-			return nil, badRequest("system[%d] must be a text block", i)
+			return nil, wire.BadRequest("system[%d] must be a text block", i)
 		}
 		parts = append(parts, textPart(*blk.Text))
 	}
@@ -145,19 +129,8 @@ func anthropicSystem(raw json.RawMessage) (*schemas.Message, error) {
 
 // textPart is the text part {"type":"text","text":s}.
 func textPart(s string) json.RawMessage {
-	b, _ := marshalNoEscape(s)
+	b, _ := wire.MarshalNoEscape(s)
 	return append(append([]byte(`{"type":"text","text":`), b...), '}')
-}
-
-// marshalNoEscape encodes v without HTML escaping and without a trailing newline.
-func marshalNoEscape(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // anthropicTurn reads one element of messages.
@@ -219,7 +192,7 @@ func readBlock(raw json.RawMessage, i int) (block, error) {
 	b := block{Type: stringField(f, "type"), Source: f["source"], ID: stringField(f, "id"), Name: stringField(f, "name"),
 		Input: f["input"], ToolUseID: stringField(f, "tool_use_id"), Content: f["content"], IsError: string(f["is_error"]) == "true"}
 	var text string
-	if json.Unmarshal(f["text"], &text) == nil && !isNull(f["text"]) {
+	if json.Unmarshal(f["text"], &text) == nil && !wire.IsNull(f["text"]) {
 		b.Text = &text
 	}
 	return b, nil
@@ -278,7 +251,7 @@ func toolResult(b block, i int) (schemas.Message, error) {
 		return schemas.Message{}, fmt.Errorf("content[%d].tool_use_id is required", i)
 	}
 	m := schemas.Message{Role: schemas.RoleTool, ToolCallID: b.ToolUseID, Content: schemas.Text("")}
-	if len(b.Content) > 0 && !isNull(b.Content) {
+	if len(b.Content) > 0 && !wire.IsNull(b.Content) {
 		var s string
 		if json.Unmarshal(b.Content, &s) == nil {
 			m.Content = schemas.RawContent(b.Content)
@@ -333,7 +306,7 @@ func contentPart(b block, raw json.RawMessage, i int) (json.RawMessage, error) {
 		if url == "" {
 			return canonicalBlock(raw), nil
 		}
-		enc, _ := marshalNoEscape(url)
+		enc, _ := wire.MarshalNoEscape(url)
 		return append(append([]byte(`{"type":"image_url","image_url":{"url":`), enc...), "}}"...), nil
 	}
 	return canonicalBlock(raw), nil
@@ -349,7 +322,7 @@ func canonicalBlock(raw json.RawMessage) json.RawMessage {
 		return json.RawMessage(canonicalArgs(raw))
 	}
 	delete(v, "cache_control")
-	b, err := marshalNoEscape(v)
+	b, err := wire.MarshalNoEscape(v)
 	if err != nil {
 		return json.RawMessage(canonicalArgs(raw))
 	}
@@ -405,13 +378,13 @@ func anthropicAssistant(blocks []json.RawMessage) (schemas.Message, error) {
 // JSON with sorted keys (numbers as written), "{}" when absent; a value that does not
 // decode is kept as sent.
 func canonicalArgs(input json.RawMessage) string {
-	if len(input) == 0 || isNull(input) {
+	if len(input) == 0 || wire.IsNull(input) {
 		return "{}"
 	}
-	return string(canonicalJSON(input))
+	return string(wire.CanonicalJSON(input))
 }
 
-func (anthropicWire) Build(req *Request, cx *assemble.Context) ([]byte, error) {
+func (anthropicWire) Build(req *wire.Request, cx *assemble.Context) ([]byte, error) {
 	if cx == nil {
 		return nil, errors.New("no context to send")
 	}
@@ -423,7 +396,7 @@ func (anthropicWire) Build(req *Request, cx *assemble.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := fieldMap(r.JSON)
+	f, err := wire.FieldMap(r.JSON)
 	if err != nil {
 		return nil, err
 	}
@@ -436,7 +409,7 @@ func (anthropicWire) Build(req *Request, cx *assemble.Context) ([]byte, error) {
 	if sys, msgs, err = carryBreakpoints(req.Body, sys, msgs, hasSummary(cx)); err != nil {
 		return nil, err
 	}
-	return setFields(req.Body, edit{"system", sys}, edit{"messages", msgs})
+	return wire.SetFields(req.Body, wire.Edit{Key: "system", Value: sys}, wire.Edit{Key: "messages", Value: msgs})
 }
 
 func hasSummary(cx *assemble.Context) bool {
@@ -456,7 +429,7 @@ const maxBreakpoints = 4
 // (sent as they are) and the summary's come first, then system's, then the last
 // message's.
 func carryBreakpoints(body []byte, sys, msgs json.RawMessage, summary bool) (json.RawMessage, json.RawMessage, error) {
-	f, err := fieldMap(body)
+	f, err := wire.FieldMap(body)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -503,7 +476,7 @@ func blockFields(raw json.RawMessage) []map[string]json.RawMessage {
 func countBreakpoints(raw json.RawMessage) int {
 	n := 0
 	for _, b := range blockFields(raw) {
-		if v, ok := b["cache_control"]; ok && !isNull(v) {
+		if v, ok := b["cache_control"]; ok && !wire.IsNull(v) {
 			n++
 		}
 	}
@@ -515,7 +488,7 @@ func countBreakpoints(raw json.RawMessage) int {
 func lastBreakpoint(raw json.RawMessage) json.RawMessage {
 	var cc json.RawMessage
 	for _, b := range blockFields(raw) {
-		if v, ok := b["cache_control"]; ok && !isNull(v) && json.Valid(v) {
+		if v, ok := b["cache_control"]; ok && !wire.IsNull(v) && json.Valid(v) {
 			cc = v
 		}
 	}
@@ -546,7 +519,7 @@ func markLast(blocks json.RawMessage, cc json.RawMessage) (json.RawMessage, erro
 		bs[i] = append(marked, '}')
 		break
 	}
-	return marshalNoEscape(bs)
+	return wire.MarshalNoEscape(bs)
 }
 
 // markLastTurn marks the last block of the last rendered turn.
@@ -563,18 +536,18 @@ func markLastTurn(msgs json.RawMessage, cc json.RawMessage) (json.RawMessage, er
 	if err := json.Unmarshal(turns[last], &t); err != nil {
 		return nil, err
 	}
-	content, _ := marshalNoEscape(t.Content)
+	content, _ := wire.MarshalNoEscape(t.Content)
 	content, err := markLast(content, cc)
 	if err != nil {
 		return nil, err
 	}
-	role, _ := marshalNoEscape(t.Role)
+	role, _ := wire.MarshalNoEscape(t.Role)
 	turns[last] = json.RawMessage(`{"role":` + string(role) + `,"content":` + string(content) + `}`)
-	return marshalNoEscape(turns)
+	return wire.MarshalNoEscape(turns)
 }
 
 // Reply reads a Messages response.
-func (anthropicWire) Reply(body []byte) (schemas.Message, *Usage, error) {
+func (anthropicWire) Reply(body []byte) (schemas.Message, *wire.Usage, error) {
 	var r struct {
 		Type    string            `json:"type"`
 		Role    string            `json:"role"`
@@ -604,17 +577,17 @@ type anthropicUsage struct {
 	CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
 }
 
-func (u *anthropicUsage) usage() *Usage {
+func (u *anthropicUsage) usage() *wire.Usage {
 	if u == nil {
 		return nil
 	}
-	var out Usage
+	var out wire.Usage
 	u.into(&out)
 	return &out
 }
 
 // into sets the counts u reports in out (a message_delta reports only some).
-func (u *anthropicUsage) into(out *Usage) {
+func (u *anthropicUsage) into(out *wire.Usage) {
 	in, read, write := out.Input-out.CacheRead-out.CacheWrite, out.CacheRead, out.CacheWrite
 	if u.InputTokens != nil {
 		in = *u.InputTokens
@@ -631,7 +604,7 @@ func (u *anthropicUsage) into(out *Usage) {
 	out.Input, out.CacheRead, out.CacheWrite = in+read+write, read, write
 }
 
-func (anthropicWire) NewStream() Stream { return &anthropicStream{} }
+func (anthropicWire) NewStream() wire.Stream { return &anthropicStream{} }
 
 func (anthropicWire) StreamError(message string) []byte {
 	e := struct {
@@ -804,7 +777,7 @@ func (mk *marks) restore(msgs json.RawMessage) (json.RawMessage, error) {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		role, _ := marshalNoEscape(t.Role)
+		role, _ := wire.MarshalNoEscape(t.Role)
 		b.WriteString(`{"role":`)
 		b.Write(role)
 		b.WriteString(`,"content":[`)
@@ -882,14 +855,14 @@ func (mk *marks) restoreBlock(blk json.RawMessage) ([]json.RawMessage, error) {
 	case len(kept) == 0:
 		delete(f, "content")
 	case flags.wasString && len(kept) == 1 && json.Unmarshal(kept[0], &t) == nil && t.Type == "text" && t.Text != nil:
-		f["content"], _ = marshalNoEscape(*t.Text)
+		f["content"], _ = wire.MarshalNoEscape(*t.Text)
 	default:
-		f["content"], _ = marshalNoEscape(kept)
+		f["content"], _ = wire.MarshalNoEscape(kept)
 	}
 	if flags.isError {
 		f["is_error"] = json.RawMessage("true")
 	}
-	out, err := marshalNoEscape(f)
+	out, err := wire.MarshalNoEscape(f)
 	return []json.RawMessage{out}, err
 }
 
@@ -897,7 +870,7 @@ func (mk *marks) restoreBlock(blk json.RawMessage) ([]json.RawMessage, error) {
 type anthropicStream struct {
 	blocks       map[int]*streamBlock
 	order        []int
-	usage        Usage
+	usage        wire.Usage
 	hasUsage     bool
 	done, failed bool
 }
@@ -1001,7 +974,7 @@ func (s *anthropicStream) delta(e anthropicEvent) error {
 func (s *anthropicStream) Done() bool   { return s.done }
 func (s *anthropicStream) Failed() bool { return s.failed }
 
-func (s *anthropicStream) Result() (schemas.Message, *Usage, error) {
+func (s *anthropicStream) Result() (schemas.Message, *wire.Usage, error) {
 	if s.failed {
 		return schemas.Message{}, nil, errors.New("the upstream's stream ended with an error")
 	}
@@ -1023,7 +996,7 @@ func (s *anthropicStream) Result() (schemas.Message, *Usage, error) {
 	if err != nil {
 		return schemas.Message{}, nil, fmt.Errorf("the streamed reply: %w", err)
 	}
-	var u *Usage
+	var u *wire.Usage
 	if s.hasUsage {
 		u = &s.usage
 	}
@@ -1048,5 +1021,11 @@ func (b *streamBlock) whole() (json.RawMessage, error) {
 		}
 		f["input"] = in
 	}
-	return marshalNoEscape(f)
+	return wire.MarshalNoEscape(f)
+}
+
+// ErrorBody is Anthropic's error shape: {"type": "error", "error": {"type", "message"}}.
+func (anthropicWire) ErrorBody(_ int, kind, message string) []byte {
+	b, _ := wire.MarshalNoEscape(map[string]any{"type": "error", "error": map[string]string{"type": kind, "message": message}})
+	return b
 }

@@ -1,9 +1,11 @@
-package proxy
+package anthropic
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/compactor/compactor/internal/proxy/wire"
+	"github.com/compactor/compactor/internal/proxy/wire/wiretest"
 	"reflect"
 	"strings"
 	"testing"
@@ -118,7 +120,7 @@ func TestAnthropicParseRefuses(t *testing.T) {
 		`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","Text":"x"}]}]}`,
 	} {
 		_, err := Anthropic().Parse([]byte(body))
-		if !errors.Is(err, ErrBadRequest) {
+		if !errors.Is(err, wire.ErrBadRequest) {
 			t.Errorf("%s: %v, want a bad request", body, err)
 		}
 	}
@@ -169,7 +171,7 @@ func TestAnthropicRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := Anthropic().Build(req, contextOf(req.Messages))
+	out, err := Anthropic().Build(req, wiretest.ContextOf(req.Messages))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +192,7 @@ func TestAnthropicRoundTrip(t *testing.T) {
 		t.Fatalf("thinking settings changed:\n%s", out)
 	}
 	// Build is deterministic: the marker nonce never shows.
-	again, err := Anthropic().Build(req, contextOf(req.Messages))
+	again, err := Anthropic().Build(req, wiretest.ContextOf(req.Messages))
 	if err != nil || string(again) != string(out) {
 		t.Fatalf("two builds differ:\n%s\n%s", out, again)
 	}
@@ -205,7 +207,7 @@ func TestAnthropicBuildWithoutSystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	msgs := []schemas.Message{{Role: "user", Content: schemas.Text("new")}}
-	out, err := Anthropic().Build(req, contextOf(msgs))
+	out, err := Anthropic().Build(req, wiretest.ContextOf(msgs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +218,7 @@ func TestAnthropicBuildWithoutSystem(t *testing.T) {
 	// A system message of the context replaces the client's system in place, or is
 	// added when the client sent none.
 	msgs = append([]schemas.Message{{Role: "system", Content: schemas.Text("pinned")}}, msgs...)
-	out, err = Anthropic().Build(req, contextOf(msgs))
+	out, err = Anthropic().Build(req, wiretest.ContextOf(msgs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +227,7 @@ func TestAnthropicBuildWithoutSystem(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", out, want)
 	}
 	req.Body = []byte(`{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"old"}]}`)
-	out, err = Anthropic().Build(req, contextOf(msgs))
+	out, err = Anthropic().Build(req, wiretest.ContextOf(msgs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +260,7 @@ func TestAnthropicReply(t *testing.T) {
 	if string(enc) != want {
 		t.Fatalf("got  %s\nwant %s", enc, want)
 	}
-	if *u != (Usage{Input: 2572, Output: 89, CacheRead: 2000, CacheWrite: 100}) {
+	if *u != (wire.Usage{Input: 2572, Output: 89, CacheRead: 2000, CacheWrite: 100}) {
 		t.Fatalf("usage %+v", u)
 	}
 	// The client sends the reply back as the next request's assistant turn: it is
@@ -377,7 +379,7 @@ func TestAnthropicStreamError(t *testing.T) {
 		t.Fatalf("%q", raw)
 	}
 	s := Anthropic().NewStream()
-	sp := NewSSESplitter(0, s.Event)
+	sp := wire.NewSSESplitter(0, s.Event)
 	if _, err := sp.Write(raw); err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +410,7 @@ func TestAnthropicRoundTripForeignBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := Anthropic().Build(req, contextOf(req.Messages))
+	out, err := Anthropic().Build(req, wiretest.ContextOf(req.Messages))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +430,7 @@ func TestAnthropicBuildWithSummary(t *testing.T) {
 	}
 	// system, summary, then the tail from the first assistant turn on.
 	msgs := append([]schemas.Message{req.Messages[0], {Role: "user", Content: schemas.Text("Summary: asked about Paris.")}}, req.Messages[2:]...)
-	cx := contextOf(msgs)
+	cx := wiretest.ContextOf(msgs)
 	cx.HasSummary = true
 	cx.Seqs[1] = 0
 	out, err := Anthropic().Build(req, cx)
@@ -466,7 +468,7 @@ func TestAnthropicStreamServerToolUse(t *testing.T) {
 	if string(enc) != want {
 		t.Fatalf("got  %s\nwant %s", enc, want)
 	}
-	if *u != (Usage{Input: 10, Output: 1}) {
+	if *u != (wire.Usage{Input: 10, Output: 1}) {
 		t.Fatalf("usage %+v", u)
 	}
 	// The same blocks whole, in another key order and spacing, are the same message.
@@ -492,7 +494,7 @@ func TestAnthropicStreamThroughTheSplitter(t *testing.T) {
 	w, _ := want.Encode()
 	for _, n := range []int{1, 3, 64, b.Len()} {
 		s := Anthropic().NewStream()
-		sp := NewSSESplitter(0, s.Event)
+		sp := wire.NewSSESplitter(0, s.Event)
 		raw := b.String()
 		for i := 0; i < len(raw); i += n {
 			if _, err := sp.Write([]byte(raw[i:min(i+n, len(raw))])); err != nil {
@@ -531,7 +533,7 @@ func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		msgs := req.Messages
-		cx := contextOf(msgs)
+		cx := wiretest.ContextOf(msgs)
 		if summary { // the first user message stands for the summary
 			cx.HasSummary, cx.Seqs[1] = true, 0
 		}
@@ -580,4 +582,15 @@ func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 	if plain.Replace(build(t, body(oneTool), false)) != unmarked {
 		t.Fatalf("the breakpoints changed other bytes")
 	}
+}
+
+type sseEvent struct{ name, data string }
+
+// streamOf is events as an event stream's bytes.
+func streamOf(events []sseEvent) string {
+	var b strings.Builder
+	for _, e := range events {
+		b.WriteString("event: " + e.name + "\ndata: " + e.data + "\n\n")
+	}
+	return b.String()
 }
