@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/compactor/compactor/internal/proxy/wire"
 )
 
 // Each API's conversation path is rewritten by its wire and sent to its upstream;
@@ -134,5 +136,29 @@ func TestGeminiOperatorKeyReplacesTheClients(t *testing.T) {
 		if strings.Contains(r.query, "client-g") || r.header.Get("X-Goog-Api-Key") != "operator-g" {
 			t.Fatalf("%s?%s went with key %q", r.path, r.query, r.header.Get("X-Goog-Api-Key"))
 		}
+	}
+}
+
+// passWire refuses every body with a wire.Passthrough.
+type passWire struct{ testWire }
+
+func (passWire) Parse([]byte) (*Request, error) {
+	return nil, &wire.Passthrough{Reason: "previous-response-id"}
+}
+
+// A request its wire says the proxy cannot rewrite (state kept by the provider) is
+// forwarded as sent, marked with the wire's reason, and nothing is prepared.
+func TestWirePassthroughForwardsAsSent(t *testing.T) {
+	up := newFakeUpstream(t, replyJSON("ok"))
+	p := newTestProxy(t, up, func(_ *Config, _ *Options) {})
+	p.srv.wires[APIResponses] = passWire{testWire{APIResponses}}
+	resp := p.post(t, "/v1/responses", chatBody, ConversationHeader, "c1")
+	readAll(t, resp)
+	got := up.requests()
+	if resp.StatusCode != 200 || resp.Header.Get(PassthroughHeader) != "previous-response-id" || len(got) != 1 || string(got[0].body) != chatBody {
+		t.Fatalf("%d %v; upstream got %d requests", resp.StatusCode, resp.Header, len(got))
+	}
+	if prep, _ := p.convs.calls(); len(prep) != 0 {
+		t.Fatalf("Prepare called %d times", len(prep))
 	}
 }

@@ -83,6 +83,11 @@ const conversationAttribute = "compactor.conversation"
 // compact parses the request, prepares the turn and sends the rewritten request.
 func (x *exchange) compact(body []byte, conv string) {
 	req, err := x.wire.Parse(body)
+	var pt *wire.Passthrough
+	if errors.As(err, &pt) {
+		x.pass(body, conv, pt.Reason)
+		return
+	}
 	if err != nil {
 		x.refuseErr(err)
 		return

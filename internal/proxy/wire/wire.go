@@ -93,6 +93,14 @@ type Stream interface {
 	Result() (schemas.Message, *Usage, error)
 }
 
+// Passthrough is the error Parse returns for a request the API serves from state the
+// proxy does not have (an OpenAI Responses request continuing a previous_response_id):
+// the proxy forwards it as the client sent it, stores nothing, and marks the response
+// with Reason (X-Compactor-Passthrough).
+type Passthrough struct{ Reason string }
+
+func (p *Passthrough) Error() string { return "passed through: " + p.Reason }
+
 // BadRequest is a refusal the client is shown: it wraps ErrBadRequest.
 func BadRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
