@@ -4,8 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"github.com/compactor/compactor/internal/proxy/wire"
 
+	"github.com/compactor/compactor/internal/proxy/wire"
 	"github.com/compactor/compactor/schemas"
 )
 
