@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/compactor/compactor/internal/proxy/wire"
 	"io"
 	"net/http"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/compactor/compactor/internal/proxy/wire"
 	"github.com/compactor/compactor/schemas"
 )
 
