@@ -3,11 +3,12 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"github.com/compactor/compactor/internal/proxy/wire"
 	"io"
 	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/compactor/compactor/internal/proxy/wire"
 )
 
 // relayStream tees a 2xx event stream to the client, flushed as it arrives, and to the
