@@ -145,9 +145,10 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 		return nil, err
 	}
 	// The usage of a reply calibrates the estimate only for a context as read: not cut,
-	// not a prefix of the stored one, not a branch not made yet.
+	// not a prefix of the stored one, not a branch not made yet, not the client's own
+	// view of it.
 	t.state = &turnState{root: conv, msgs: msgs, owner: opts.Owner, gen: t.Context.Generation,
-		calibrates: pl.upTo == 0 && !pl.fresh && !t.Cut}
+		calibrates: pl.upTo == 0 && !pl.fresh && !pl.managed && !t.Cut}
 	return t, nil
 }
 
@@ -236,6 +237,10 @@ type place struct {
 	// upTo > 0: the client's history is a strict prefix of conv's (it dropped the
 	// messages after position upTo).
 	upTo int
+	// managed: the client's history is its own view of conv (it rewrote or dropped
+	// earlier messages, see anchor) that still holds conv's newest message:
+	// msgs[from-1] is the client's copy of it.
+	managed bool
 	// fresh: conv is a branch not made yet; seed is what it starts with (nil: the
 	// client's own messages), the parent's messages before its tail.
 	fresh bool
@@ -252,6 +257,9 @@ type tip struct {
 	link  Digest
 	owner string
 	empty bool
+	// msg is the message, without Compactor's metadata: a client history that holds
+	// it continues the conversation (see anchor).
+	msg schemas.Message
 }
 
 // resolve finds the conversation (conv or one of its branches) the client's history
@@ -298,6 +306,20 @@ func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message
 				// Another writer stored a message at that place meanwhile (another copy of
 				// this turn, the next turn's copy of this reply, another process): read
 				// where the conversation stands now and go on from there.
+				continue
+			}
+			pl.published, pl.last = n, max(last, tp.seq)
+			return pl, err
+		}
+		if j := anchor(msgs, tp); j >= 0 {
+			// The client rewrote or dropped earlier messages (its own context
+			// management) but still holds the newest: the same history, continued.
+			pl := place{conv: target, reason: reason, at: tp, from: j + 1, last: tp.seq, managed: true}
+			if !store {
+				return pl, nil
+			}
+			n, last, err := s.publish(ctx, target, msgs[j+1:], tp.pos, tp.link, owner, tp.seq)
+			if errors.Is(err, pipeline.ErrDuplicate) {
 				continue
 			}
 			pl.published, pl.last = n, max(last, tp.seq)
@@ -390,7 +412,7 @@ func (s *Store) tip(ctx context.Context, conv string) (tip, error) {
 	if !ok {
 		return tip{}, fmt.Errorf("%w: conversation %s was not written through the proxy (its newest message has no %s)", ErrBadRequest, conv, MetaChain)
 	}
-	return tip{seq: m.Seq, pos: pos, link: link, owner: e.Message.Meta[MetaOwner]}, nil
+	return tip{seq: m.Seq, pos: pos, link: link, owner: e.Message.Meta[MetaOwner], msg: e.Message.StripMetadata()}, nil
 }
 
 // position reads a stored message's place in the client's history from its meta.

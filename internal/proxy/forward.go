@@ -92,6 +92,13 @@ func (s *Store) forward(ctx context.Context, t *Turn, pl place, msgs []schemas.M
 		// not this client's. Its own messages are sent, cut to fit.
 		return s.send(t, withPending(&assemble.Context{}, msgs), b.limit)
 	}
+	if pl.managed {
+		out, err := s.managedContext(ctx, pl, cx, msgs)
+		if err != nil {
+			return err
+		}
+		return s.send(t, out, b.limit)
+	}
 	cx = throughSeq(cx, pl.at.seq)
 	left, from, err := s.leftOut(ctx, pl, cx)
 	if err != nil {
