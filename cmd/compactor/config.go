@@ -108,6 +108,8 @@ type Env struct {
 	ProxyCacheTTL          time.Duration `envconfig:"PROXY_CACHE_TTL" default:"5m" desc:"proxy: how long the provider's prompt cache is taken to live: a newer compaction is swapped in only past it, or when the window needs it"`
 	ProxyMaxBody           int64         `envconfig:"PROXY_MAX_BODY" default:"33554432" desc:"proxy: bytes: the largest request body of the rewritten paths (413 over it)"`
 	ProxyBindOwner         bool          `envconfig:"PROXY_BIND_OWNER" default:"true" desc:"proxy: bind each conversation to the credential that first wrote it (another credential gets 403); false for clients whose credential changes during a conversation (OAuth access tokens that refresh): then authenticate in front of the proxy"`
+	ProxyAnswerCompactions bool          `envconfig:"PROXY_ANSWER_COMPACTIONS" default:"true" desc:"proxy: answer an agent's request to summarize its own conversation (Claude Code's /compact, Codex's checkpoint, Gemini CLI's compression, OpenCode's) from Compactor's summary when one covers it, without calling the model; false: forward them"`
+	ProxyCompactionPrompts string        `envconfig:"PROXY_COMPACTION_PROMPTS" desc:"proxy: more texts, separated by ;, whose presence in a request's last user message makes it an agent's compaction request (the built-in ones are Claude Code's, Codex's, Gemini CLI's and OpenCode's)"`
 	ProxyOwnerKey          string        `envconfig:"PROXY_OWNER_KEY" desc:"proxy: key of the HMAC-SHA-256 digest that binds a conversation to the credential that wrote it; empty: SHA-256 with a domain prefix. Keep it secret and the same on every proxy process"`
 }
 
@@ -403,6 +405,7 @@ func (e Env) proxy() *proxy.Config {
 		SessionHeaders: headers, BodyField: strings.TrimSpace(e.ProxyBodyField), RequireID: e.ProxyRequireID,
 		OnNATSDown: e.ProxyOnNATSDown, Wait: e.ProxyWait, CacheTTL: e.ProxyCacheTTL, MaxBody: e.ProxyMaxBody,
 		OwnerKey: e.ProxyOwnerKey, BindOwner: e.ProxyBindOwner,
+		AnswerCompactions: e.ProxyAnswerCompactions, CompactionPrompts: strings.Split(e.ProxyCompactionPrompts, ";"),
 	}
 }
 

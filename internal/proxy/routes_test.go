@@ -162,3 +162,22 @@ func TestWirePassthroughForwardsAsSent(t *testing.T) {
 		t.Fatalf("Prepare called %d times", len(prep))
 	}
 }
+
+// Gemini CLI's side tasks (its router, next-speaker and loop checks) ask for
+// structured output; they are sent compacted but not stored. The main requests are.
+func TestGeminiStructuredOutputIsASideRequest(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"contents":[],"generationConfig":{"responseJsonSchema":{"type":"OBJECT"},"responseMimeType":"application/json"}}`: true,
+		`{"contents":[],"generationConfig":{"responseSchema":{"type":"OBJECT"}}}`:                                             true,
+		`{"contents":[],"generation_config":{"response_mime_type":"application/json"}}`:                                      true,
+		`{"contents":[],"generationConfig":{"temperature":0.2,"thinkingConfig":{"thinkingBudget":-1}}}`:                       false,
+		`{"contents":[]}`: false,
+	} {
+		if got := sideRequest(APIGemini, []byte(body)); got != want {
+			t.Errorf("%s: side %v, want %v", body, got, want)
+		}
+		if sideRequest(APIOpenAI, []byte(body)) {
+			t.Errorf("%s: a side request on the OpenAI API", body)
+		}
+	}
+}

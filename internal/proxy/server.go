@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +33,13 @@ const (
 	TokensClientHead  = "X-Compactor-Tokens-Client"
 	CutHeader         = "X-Compactor-Cut"
 	BranchHeader      = "X-Compactor-Branch"
+	// AnsweredHeader names the agent whose request to summarize its conversation the
+	// proxy answered from Compactor's summary, without calling the model.
+	AnsweredHeader = "X-Compactor-Answered"
+	// SideHeader says the request was a side task of the agent's (a router, a
+	// classifier: structured output asked for), sent with the compacted context but not
+	// stored.
+	SideHeader = "X-Compactor-Side"
 
 	StatusCompacted   = "compacted"
 	StatusPassthrough = "passthrough"
@@ -85,6 +93,13 @@ type Config struct {
 	// OwnerKey keys the digest of the credential a conversation is bound to ("":
 	// SHA-256 with a domain prefix).
 	OwnerKey string
+	// AnswerCompactions answers an agent's request to summarize its own conversation
+	// from Compactor's summary, when one covers it (see DefaultCompactionPrompts);
+	// false forwards such requests to the model like any other.
+	AnswerCompactions bool
+	// CompactionPrompts are texts, besides DefaultCompactionPrompts', whose presence in
+	// a request's last user message makes it a compaction request.
+	CompactionPrompts []string
 }
 
 // DefaultConfig is the configuration of the documented defaults.
@@ -100,6 +115,7 @@ func DefaultConfig() Config {
 		CacheTTL:          5 * time.Minute,
 		MaxBody:           32 << 20,
 		BindOwner:         true,
+		AnswerCompactions: true,
 	}
 }
 
@@ -161,6 +177,7 @@ type Server struct {
 	rp       *httputil.ReverseProxy
 	ownerKey []byte
 	tracer   trace.Tracer
+	prompts  []CompactionPrompt
 
 	ln  net.Listener
 	srv *http.Server
@@ -188,6 +205,12 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 	s := &Server{cfg: cfg, wires: wires, convs: convs, opts: opts, log: opts.Logger, ups: ups,
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		ownerKey: []byte(cfg.OwnerKey), tracer: tp.Tracer("github.com/compactor/compactor/internal/proxy")}
+	s.prompts = append([]CompactionPrompt(nil), DefaultCompactionPrompts...)
+	for _, t := range cfg.CompactionPrompts {
+		if t = strings.TrimSpace(t); t != "" {
+			s.prompts = append(s.prompts, CompactionPrompt{Agent: "operator", Text: t})
+		}
+	}
 	s.rp = newReverseProxy(ups, transport, s.passthroughError)
 	// What net/http itself reports goes to the process's log, not to stderr as text.
 	errorLog := stdlog.New(s.log.With().Str("component", "proxy-http").Logger(), "", 0)

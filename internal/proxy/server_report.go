@@ -11,6 +11,9 @@ import (
 const (
 	// OutcomeCompacted: the compacted context went upstream and a 2xx reply came back.
 	OutcomeCompacted = "compacted"
+	// OutcomeAnswered: the request was an agent's request to summarize its own
+	// conversation, answered from Compactor's summary without calling the model.
+	OutcomeAnswered = "answered"
 	// OutcomePassthrough: forwarded as sent (no conversation named, or NATS down
 	// with COMPACTOR_PROXY_ON_NATS_DOWN=pass).
 	OutcomePassthrough = "passthrough"

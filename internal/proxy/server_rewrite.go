@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -33,6 +34,9 @@ type exchange struct {
 	start    time.Time
 	upstream time.Duration // time spent waiting for and reading the upstream
 	report   Report
+	// side: the request is a side task of the agent's (sideRequest): its reply is
+	// not stored.
+	side bool
 }
 
 // rewrite serves one request of a rewritten path: the conversation named, the
@@ -109,6 +113,12 @@ func (x *exchange) compact(body []byte, conv string) {
 	}
 	x.report.Turn = turn
 	x.link(turn)
+	if x.answer(req, turn) {
+		return
+	}
+	if x.side = sideRequest(x.rt.api, body); x.side {
+		x.w.Header().Set(SideHeader, "true")
+	}
 	out, err := x.wire.Build(req, turn.Context)
 	if err != nil {
 		x.s.log.Error().Err(err).Str("api", x.wire.Name()).Msg("proxy: build the upstream request")
@@ -312,12 +322,86 @@ func (x *exchange) writeError(status int, kind, msg string) {
 	x.s.writeError(x.w, x.rt.api, status, kind, msg)
 }
 
+// answer answers the request from Compactor's summary when it is an agent's request
+// to summarize its own conversation (compactionPrompt) and the summary covers it (the
+// turn's context holds one, not cut): the prompt and the answer are stored as the
+// turn, so the agent's next history, which holds the answer, continues the
+// conversation. It reports whether it answered.
+func (x *exchange) answer(req *Request, turn *Turn) bool {
+	a, ok := x.wire.(wire.Answerer)
+	if !x.s.cfg.AnswerCompactions || !ok || turn.Cut {
+		return false
+	}
+	p, ok := compactionPrompt(x.s.prompts, x.r.Header, req.Messages)
+	if !ok {
+		return false
+	}
+	text, ok := compactionAnswer(turn.Context, p.Format)
+	if !ok {
+		x.s.log.Debug().Str("agent", p.Agent).Str("api", x.wire.Name()).Msg("proxy: a compaction request with no summary to answer it from; forwarded")
+		return false
+	}
+	usage := answerUsage(turn.Context, text)
+	stream := req.Stream || strings.HasSuffix(x.r.URL.Path, ":streamGenerateContent")
+	reply := schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(text)}
+	body, err := a.Answer(req, reply, usage, stream)
+	if err != nil {
+		x.s.log.Error().Err(err).Str("api", x.wire.Name()).Msg("proxy: answer a compaction request")
+		return false
+	}
+	x.finish(turn, reply, nil) // the usage is the proxy's own estimate: it calibrates nothing
+	x.report.Outcome, x.report.Usage = OutcomeAnswered, &usage
+	h := x.w.Header()
+	h.Set(AnsweredHeader, p.Agent)
+	h.Set("Content-Type", "application/json")
+	if stream {
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+	}
+	x.w.WriteHeader(http.StatusOK)
+	_, _ = x.w.Write(body)
+	return true
+}
+
+// sideRequest says a request of api is a side task the agent runs on its session
+// (Gemini CLI's router, next-speaker and loop checks): it asks for structured output
+// (a JSON schema or JSON MIME type in generationConfig). Its history is the
+// conversation's, so it is sent compacted, but its reply is not part of the
+// conversation and is not stored.
+func sideRequest(api string, body []byte) bool {
+	if api != APIGemini {
+		return false
+	}
+	f, err := wire.FieldMap(body)
+	if err != nil {
+		return false
+	}
+	var gc struct {
+		MimeType  string          `json:"responseMimeType"`
+		Schema    json.RawMessage `json:"responseSchema"`
+		JSON      json.RawMessage `json:"responseJsonSchema"`
+		MimeType2 string          `json:"response_mime_type"`
+		Schema2   json.RawMessage `json:"response_schema"`
+	}
+	for _, k := range []string{"generationConfig", "generation_config"} {
+		if v, ok := f[k]; ok && json.Unmarshal(v, &gc) == nil {
+			if gc.MimeType == "application/json" || gc.MimeType2 == "application/json" || len(gc.Schema) > 0 || len(gc.JSON) > 0 || len(gc.Schema2) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // finishTimeout bounds the storing of a reply.
 const finishTimeout = 30 * time.Second
 
 // finish stores a whole reply.
 func (x *exchange) finish(turn *Turn, msg schemas.Message, usage *Usage) {
 	x.report.Usage = usage
+	if x.side {
+		return
+	}
 	// The whole reply came: it is stored even when the client closes at once (SDKs
 	// close the moment they have read the end), within a bound of its own.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.r.Context()), finishTimeout)

@@ -9,8 +9,8 @@ import (
 // The label values of the proxy's metrics: the APIs it rewrites, the outcomes of a
 // request, and why a turn was on a branch.
 var (
-	ProxyAPIs     = []string{"openai", "anthropic"}
-	ProxyOutcomes = []string{"compacted", "passthrough", "refused", "upstream_error", "failed"}
+	ProxyAPIs     = []string{"openai", "anthropic", "responses", "gemini"}
+	ProxyOutcomes = []string{"compacted", "answered", "passthrough", "refused", "upstream_error", "failed"}
 	ProxyBranches = []string{"edit", "regenerate", "truncate"}
 )
 
@@ -57,7 +57,7 @@ func (m *Metrics) Proxy() *ProxyMetrics {
 	}
 	p := &ProxyMetrics{
 		requests: counter("compactor_proxy_requests_total",
-			"Requests of the rewritten paths (chat completions, messages), by API and outcome (compacted, passthrough, refused: a 4xx of the proxy's, upstream_error: the upstream's non-2xx or error event, failed: a 5xx of the proxy's, a broken stream or a client gone).",
+			"Requests of the rewritten paths (chat completions, messages, responses, Gemini generateContent), by API and outcome (compacted, answered: an agent's compaction request answered from Compactor's summary, passthrough, refused: a 4xx of the proxy's, upstream_error: the upstream's non-2xx or error event, failed: a 5xx of the proxy's, a broken stream or a client gone).",
 			"api", "outcome"),
 		clientTokens: counter("compactor_proxy_client_tokens_total",
 			"Estimated tokens of the histories clients sent, by API.", "api"),

@@ -48,6 +48,16 @@ type Wire interface {
 	ErrorBody(status int, kind, message string) []byte
 }
 
+// Answerer is a wire that can answer a request itself, in the API's own reply format:
+// the proxy answers an agent's request to summarize its conversation from Compactor's
+// summary, without calling the model.
+type Answerer interface {
+	// Answer is the body of a 2xx response to req holding reply (an assistant message
+	// of text) with usage: a whole reply, or with stream the API's event stream, each
+	// event in the API's order, ending as the API ends a stream.
+	Answer(req *Request, reply schemas.Message, usage Usage, stream bool) ([]byte, error)
+}
+
 // Request is a parsed request body.
 type Request struct {
 	// Body is the body as the client sent it.

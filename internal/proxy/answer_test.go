@@ -1,0 +1,169 @@
+package proxy_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/internal/proxy/wires"
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+)
+
+// answerStack is a proxy with the real wires and conversations in front of an
+// upstream that answers every chat completion with "model reply N" and counts them.
+type answerStack struct {
+	f     *fixture
+	http  *httptest.Server
+	calls atomic.Int32
+}
+
+func newAnswerStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, configure func(*proxy.Config)) *answerStack {
+	a := &answerStack{f: newFixture(t, nc, st, 128000)}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := a.calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"model reply %d"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2}}`, n)
+	}))
+	t.Cleanup(up.Close)
+	cfg := proxy.DefaultConfig()
+	cfg.Listen, cfg.Upstream, cfg.AnthropicUpstream = "", up.URL, up.URL
+	if configure != nil {
+		configure(&cfg)
+	}
+	srv, err := proxy.New(cfg, wires.All(), a.f.conv, proxy.Options{NATS: nc, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.http = httptest.NewServer(srv.Handler())
+	t.Cleanup(a.http.Close)
+	return a
+}
+
+// chat posts an OpenAI chat request of messages (role, text pairs) to conv.
+func (a *answerStack) chat(t *testing.T, conv string, stream bool, pairs ...string) (*http.Response, string) {
+	t.Helper()
+	var msgs []map[string]string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		msgs = append(msgs, map[string]string{"role": pairs[i], "content": pairs[i+1]})
+	}
+	body, _ := json.Marshal(map[string]any{"model": "m", "messages": msgs, "stream": stream})
+	req, _ := http.NewRequest(http.MethodPost, a.http.URL+"/v1/chat/completions", strings.NewReader(string(body)))
+	req.Header.Set(proxy.ConversationHeader, conv)
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+const claudeCompact = "CRITICAL: Respond with TEXT ONLY.\n\nYour task is to create a detailed summary of the conversation so far, paying close attention to the user's explicit requests."
+
+// An agent's request to summarize its own conversation is answered from Compactor's
+// summary, without calling the model, in the shape the agent reads (Claude Code: an
+// <analysis> and a <summary>), whole or streamed; the answer holds the summary and the
+// messages since it. The prompt and the answer are stored as the turn, and the agent's
+// next history, which carries the answer, continues the conversation. With no summary
+// yet, or with answering off, the request goes to the model.
+func TestAgentsCompactionRequestIsAnsweredFromTheSummary(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		a := newAnswerStack(t, nc, st, nil)
+		h := []string{"system", "you are an agent", "user", "FACT-9 is the port"}
+		_, _ = a.chat(t, "a1", false, h...)
+		h = append(h, "assistant", "model reply 1", "user", "second")
+		_, _ = a.chat(t, "a1", false, h...)
+		h = append(h, "assistant", "model reply 2")
+
+		// No summary yet: the compaction request goes to the model.
+		resp, body := a.chat(t, "a1", false, append(h, "user", claudeCompact)...)
+		if resp.Header.Get(proxy.AnsweredHeader) != "" || a.calls.Load() != 3 || !strings.Contains(body, "model reply 3") {
+			t.Fatalf("with no summary: answered %q, %d upstream calls, %s", resp.Header.Get(proxy.AnsweredHeader), a.calls.Load(), body)
+		}
+		h = append(h, "user", claudeCompact, "assistant", "model reply 3", "user", "third")
+		_, _ = a.chat(t, "a1", false, h...)
+		h = append(h, "assistant", "model reply 4")
+		putValue(a.f, "a1", 1, "SUMMARY: FACT-9 is the port, asked twice.", "third")
+
+		for _, stream := range []bool{false, true} {
+			resp, body = a.chat(t, "a1", stream, append(h, "user", claudeCompact)...)
+			if resp.StatusCode != 200 || resp.Header.Get(proxy.AnsweredHeader) != "claude-code" || a.calls.Load() != 4 {
+				t.Fatalf("stream %v: %d, answered %q, %d upstream calls: %s", stream, resp.StatusCode, resp.Header.Get(proxy.AnsweredHeader), a.calls.Load(), body)
+			}
+			for _, want := range []string{"<analysis>", "<summary>", "SUMMARY: FACT-9 is the port", "[user] third", "[assistant] model reply 4", "</summary>"} {
+				if !strings.Contains(strings.ReplaceAll(body, `\n`, "\n"), want) {
+					t.Fatalf("stream %v: the answer lacks %q: %s", stream, want, body)
+				}
+			}
+			if strings.Contains(body, "Your task is to create") {
+				t.Fatalf("the answer quotes the compaction prompt: %s", body)
+			}
+			if stream != (resp.Header.Get("Content-Type") == "text/event-stream") || stream != strings.Contains(body, "data: [DONE]") {
+				t.Fatalf("stream %v answered as %s: %s", stream, resp.Header.Get("Content-Type"), body)
+			}
+		}
+		stored := a.f.stored("a1")
+		if n := len(stored); n != 11 || !strings.HasPrefix(stored[10], "<analysis>") || stored[9] != claudeCompact {
+			t.Fatalf("CHAT holds %d messages: %q", n, stored)
+		}
+
+		// Claude Code goes on from a history that carries the summary.
+		var answer string
+		for _, s := range stored {
+			if strings.HasPrefix(s, "<analysis>") {
+				answer = s
+			}
+		}
+		inner := answer[strings.Index(answer, "<summary>")+len("<summary>") : strings.LastIndex(answer, "</summary>")]
+		resp, _ = a.chat(t, "a1", false, "system", "you are an agent",
+			"user", "This session is being continued from a previous conversation. Summary:\n"+strings.TrimSpace(inner), "user", "fourth")
+		if resp.Header.Get(proxy.BranchHeader) != "" || resp.Header.Get(proxy.ConversationHeader) != "a1" || a.calls.Load() != 5 {
+			t.Fatalf("after the answer: conversation %q, branch %q, %d upstream calls", resp.Header.Get(proxy.ConversationHeader), resp.Header.Get(proxy.BranchHeader), a.calls.Load())
+		}
+		// The message carrying the answer is the client's copy of it: only what follows
+		// is new.
+		if got := a.f.stored("a1"); len(got) != 13 || got[11] != "fourth" || got[12] != "model reply 5" {
+			t.Fatalf("CHAT holds %q", got[10:])
+		}
+	})
+}
+
+// With COMPACTOR_PROXY_ANSWER_COMPACTIONS=false the model is asked, summary or not; an
+// operator's own prompt text is recognised too.
+func TestCompactionAnswersCanBeTurnedOffAndExtended(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		for _, c := range []struct {
+			conv     string
+			answer   bool
+			prompt   string
+			answered string
+		}{
+			{"off", false, claudeCompact, ""},
+			{"own", true, "Please SQUASH-HISTORY now", "operator"},
+		} {
+			a := newAnswerStack(t, nc, st, func(cfg *proxy.Config) {
+				cfg.AnswerCompactions = c.answer
+				cfg.CompactionPrompts = []string{"SQUASH-HISTORY"}
+			})
+			h := []string{"user", "one", "assistant", "model reply 1", "user", "two"}
+			_, _ = a.chat(t, c.conv, false, "user", "one")
+			_, _ = a.chat(t, c.conv, false, h...)
+			putValue(a.f, c.conv, 1, "SUMMARY of one", "two")
+			resp, _ := a.chat(t, c.conv, false, append(h, "assistant", "model reply 2", "user", c.prompt)...)
+			if got := resp.Header.Get(proxy.AnsweredHeader); got != c.answered {
+				t.Fatalf("%s: answered %q, want %q", c.conv, got, c.answered)
+			}
+		}
+	})
+}

@@ -1,0 +1,165 @@
+package proxy
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// Agents compact on their own: when the usage they are told of grows, they send their
+// model their history and a prompt asking for a summary of it, then go on from that
+// summary. The proxy recognises such a request and, when Compactor's summary covers the
+// conversation, answers it from that summary without calling the model: the agent gets
+// its summary at once and for nothing, and the conversation is not summarized twice.
+
+// Answer formats: the shape of the summary an agent expects.
+const (
+	// FormatAnalysisSummary is <analysis>…</analysis> then <summary>…</summary>
+	// (Claude Code reads the summary element).
+	FormatAnalysisSummary = "analysis-summary"
+	// FormatStateSnapshot is a <state_snapshot> element (Gemini CLI).
+	FormatStateSnapshot = "state-snapshot"
+	// FormatPlain is the summary as text (Codex, OpenCode, any other).
+	FormatPlain = "plain"
+)
+
+// CompactionPrompt recognises one agent's request to summarize its own conversation:
+// by a header holding a value, or by text in the request's last user message.
+type CompactionPrompt struct {
+	// Agent names the agent, for logs.
+	Agent string
+	// Header and HeaderHas: the request's header Header holds HeaderHas.
+	Header, HeaderHas string
+	// Text: the last user message holds Text.
+	Text string
+	// Format is how the answer is shaped (FormatPlain when empty).
+	Format string
+}
+
+// DefaultCompactionPrompts are the compaction requests of the agents people run, as
+// they were seen sent (Claude Code 2.1, Codex 0.17x, Gemini CLI 0.6x, OpenCode 1.18).
+// COMPACTOR_PROXY_COMPACTION_PROMPTS adds texts of the operator's own.
+var DefaultCompactionPrompts = []CompactionPrompt{
+	{Agent: "codex", Header: "X-Codex-Turn-Metadata", HeaderHas: `"request_kind":"compaction"`},
+	{Agent: "codex", Text: "You are performing a CONTEXT CHECKPOINT COMPACTION"},
+	{Agent: "claude-code", Text: "Your task is to create a detailed summary of the conversation so far", Format: FormatAnalysisSummary},
+	{Agent: "gemini-cli", Text: "Generate a new <state_snapshot>", Format: FormatStateSnapshot},
+	{Agent: "gemini-cli", Text: "Critically evaluate the <state_snapshot>", Format: FormatStateSnapshot},
+	{Agent: "opencode", Text: "Provide a detailed prompt for continuing our conversation above"},
+}
+
+// compactionPrompt is the prompt among prompts that r with msgs is, if any.
+func compactionPrompt(prompts []CompactionPrompt, h http.Header, msgs []schemas.Message) (CompactionPrompt, bool) {
+	last := ""
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == schemas.RoleUser {
+			last = msgs[i].Content.String()
+			break
+		}
+		if msgs[i].Role != schemas.RoleTool && msgs[i].Role != schemas.RoleSystem {
+			break // the newest message is the model's: the request asks nothing new
+		}
+	}
+	for _, p := range prompts {
+		switch {
+		case p.Header != "" && strings.Contains(strings.ReplaceAll(h.Get(p.Header), " ", ""), p.HeaderHas):
+			return p, true
+		case p.Text != "" && last != "" && strings.Contains(last, p.Text):
+			return p, true
+		}
+	}
+	return CompactionPrompt{}, false
+}
+
+// maxAnswerBytes bounds an answer: the summary and the messages since it, each cut to
+// maxAnswerMessage. A conversation whose answer would be larger is left to the model.
+const (
+	maxAnswerBytes   = 256 << 10
+	maxAnswerMessage = 8 << 10
+)
+
+// compactionAnswer is the text of the answer to a compaction request whose compacted
+// context is cx: Compactor's summary (and its evidence), then the messages after it
+// verbatim (each cut to its head and tail past maxAnswerMessage), but the request's own
+// prompt, shaped as format says. ok is false when cx holds no summary, or the answer
+// would be over maxAnswerBytes.
+func compactionAnswer(cx *assemble.Context, format string) (string, bool) {
+	if cx == nil || !cx.HasSummary {
+		return "", false
+	}
+	var summary, recent strings.Builder
+	seen := false
+	msgs := cx.Messages
+	if n := len(msgs); n > 0 && msgs[n-1].Role == schemas.RoleUser {
+		msgs = msgs[:n-1] // the compaction prompt itself
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		switch {
+		case cx.Seqs[i] == 0:
+			seen = true
+			summary.WriteString(strings.TrimSpace(m.Content.String()))
+			summary.WriteString("\n\n")
+		case !seen || m.Role == schemas.RoleSystem:
+		default:
+			recent.WriteString(transcriptLine(m))
+		}
+	}
+	var b strings.Builder
+	switch format {
+	case FormatAnalysisSummary:
+		b.WriteString("<analysis>\nAnswered by Compactor from its summary of this conversation, without calling the model.\n</analysis>\n\n<summary>\n")
+	case FormatStateSnapshot:
+		b.WriteString("<state_snapshot>\n<summary>\n")
+	}
+	b.WriteString(strings.TrimSpace(summary.String()))
+	if recent.Len() > 0 {
+		b.WriteString("\n\nThe messages since, verbatim:\n")
+		b.WriteString(recent.String())
+	}
+	switch format {
+	case FormatAnalysisSummary:
+		b.WriteString("\n</summary>")
+	case FormatStateSnapshot:
+		b.WriteString("\n</summary>\n</state_snapshot>")
+	}
+	if b.Len() > maxAnswerBytes {
+		return "", false
+	}
+	return b.String(), true
+}
+
+// transcriptLine is one message of an answer's transcript: its role, its text (its
+// head and tail past maxAnswerMessage), its tool calls.
+func transcriptLine(m *schemas.Message) string {
+	var b strings.Builder
+	role := string(m.Role)
+	if m.Role == schemas.RoleTool {
+		role = "tool result " + m.ToolCallID
+	}
+	text := m.Content.String()
+	if len(text) > maxAnswerMessage {
+		text = text[:maxAnswerMessage/2] + fmt.Sprintf("\n[… %d bytes left out …]\n", len(text)-maxAnswerMessage) + text[len(text)-maxAnswerMessage/2:]
+	}
+	if text != "" {
+		fmt.Fprintf(&b, "[%s] %s\n", role, text)
+	}
+	for _, c := range m.ToolCalls {
+		args := c.Function.Arguments
+		if len(args) > maxAnswerMessage {
+			args = args[:maxAnswerMessage] + "…"
+		}
+		fmt.Fprintf(&b, "[%s calls %s %s] %s\n", role, c.Function.Name, c.ID, args)
+	}
+	return b.String()
+}
+
+// answerUsage is the usage an answer reports: the compacted context as its input, the
+// answer as its output.
+func answerUsage(cx *assemble.Context, text string) Usage {
+	return Usage{Input: cx.Tokens, Output: tokens.Text(text)}
+}
