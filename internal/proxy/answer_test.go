@@ -167,3 +167,42 @@ func TestCompactionAnswersCanBeTurnedOffAndExtended(t *testing.T) {
 		}
 	})
 }
+
+// OpenCode asks for its summary with a system prompt of its own and its history
+// flattened into one message: answered from the conversation's summary all the same,
+// stored after the conversation's newest message, and OpenCode's next history, which
+// holds the answer as an assistant message, continues the conversation. Its title
+// generator, a side task on the same session, is sent but never stored.
+func TestOpenCodesSummaryRequestAndTitleGenerator(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		a := newAnswerStack(t, nc, st, nil)
+		resp, _ := a.chat(t, "oc", false, "system", "You are a title generator. You output ONLY a thread title.", "user", "Generate a title for this conversation:", "user", "FACT-3 build it")
+		if resp.Header.Get(proxy.SideHeader) != "true" || len(a.f.stored("oc")) != 0 || a.calls.Load() != 1 {
+			t.Fatalf("title request: side %q, CHAT holds %q, %d calls", resp.Header.Get(proxy.SideHeader), a.f.stored("oc"), a.calls.Load())
+		}
+		h := []string{"system", "You are opencode", "user", "FACT-3 build it"}
+		_, _ = a.chat(t, "oc", false, h...)
+		h = append(h, "assistant", "model reply 2", "user", "test it")
+		_, _ = a.chat(t, "oc", false, h...)
+		putValue(a.f, "oc", 1, "SUMMARY: FACT-3 was built.", "test it")
+		resp, body := a.chat(t, "oc", false, "system", "You are a context summarization agent. You are given a conversation between a user and an agent.",
+			"user", "Here is the conversation so far:\n<conversation>\n[User]: FACT-3 build it\n</conversation>\nCreate a new anchored summary from the conversation history in the <conversation> tags above")
+		if resp.Header.Get(proxy.AnsweredHeader) != "opencode" || resp.Header.Get(proxy.BranchHeader) != "" || a.calls.Load() != 3 ||
+			!strings.Contains(body, "SUMMARY: FACT-3 was built.") || !strings.Contains(body, "[assistant] model reply 3") {
+			t.Fatalf("summary request: answered %q, branch %q, %d calls: %s", resp.Header.Get(proxy.AnsweredHeader), resp.Header.Get(proxy.BranchHeader), a.calls.Load(), body)
+		}
+		var answer map[string]any
+		if err := json.Unmarshal([]byte(body), &answer); err != nil {
+			t.Fatal(err)
+		}
+		text := answer["choices"].([]any)[0].(map[string]any)["message"].(map[string]any)["content"].(string)
+		resp, _ = a.chat(t, "oc", false, "system", "You are opencode", "user", "What did we do so far?", "assistant", text, "user", "Continue if you have next steps")
+		if resp.Header.Get(proxy.BranchHeader) != "" || resp.Header.Get(proxy.ConversationHeader) != "oc" {
+			t.Fatalf("after the summary: conversation %q, branch %q", resp.Header.Get(proxy.ConversationHeader), resp.Header.Get(proxy.BranchHeader))
+		}
+		got := a.f.stored("oc")
+		if n := len(got); n != 9 || got[n-2] != "Continue if you have next steps" || got[n-1] != "model reply 4" || got[n-3] != text {
+			t.Fatalf("CHAT holds %q", got)
+		}
+	})
+}

@@ -44,6 +44,10 @@ type TurnOptions struct {
 	// CacheTTL is how long the provider's prompt cache is taken to live: a newer
 	// compaction is swapped in only past it, or when the window needs it.
 	CacheTTL time.Duration
+	// Compaction says the request is the agent's request to summarize its own
+	// conversation: a history without a copy of the newest message continues the
+	// conversation all the same (see resolveTurn).
+	Compaction bool
 }
 
 // Turn is one request's place in its conversation.
@@ -65,6 +69,12 @@ type Turn struct {
 	Cut bool
 	// Waited is how long the turn waited for a pending compaction.
 	Waited time.Duration
+	// Stored is the conversation's context as read for the turn, through its newest
+	// message (nil for a prefix or a branch not made yet), and New the client's
+	// messages after what it holds: together, the whole conversation the turn
+	// continues.
+	Stored *assemble.Context
+	New    []schemas.Message
 
 	// state of the store's own, for Finish
 	state any

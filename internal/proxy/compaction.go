@@ -36,6 +36,9 @@ type CompactionPrompt struct {
 	Header, HeaderHas string
 	// Text: the last user message holds Text.
 	Text string
+	// System: a system message holds System (an agent whose compaction request
+	// carries its own system prompt and its history flattened into one message).
+	System string
 	// Format is how the answer is shaped (FormatPlain when empty).
 	Format string
 }
@@ -49,7 +52,23 @@ var DefaultCompactionPrompts = []CompactionPrompt{
 	{Agent: "claude-code", Text: "Your task is to create a detailed summary of the conversation so far", Format: FormatAnalysisSummary},
 	{Agent: "gemini-cli", Text: "Generate a new <state_snapshot>", Format: FormatStateSnapshot},
 	{Agent: "gemini-cli", Text: "Critically evaluate the <state_snapshot>", Format: FormatStateSnapshot},
-	{Agent: "opencode", Text: "Provide a detailed prompt for continuing our conversation above"},
+	{Agent: "opencode", System: "You are a context summarization agent"},
+	{Agent: "opencode", Text: "Create a new anchored summary from the conversation history"},
+}
+
+// DefaultSidePrompts are texts whose presence in a request's system message make it a
+// side task of the agent's on its session (OpenCode's title generator), answered with
+// the compacted context but not stored.
+var DefaultSidePrompts = []string{"You are a title generator"}
+
+// systemHolds says one of msgs' system messages holds text.
+func systemHolds(msgs []schemas.Message, text string) bool {
+	for i := range msgs {
+		if msgs[i].Role == schemas.RoleSystem && strings.Contains(msgs[i].Content.String(), text) {
+			return true
+		}
+	}
+	return false
 }
 
 // compactionPrompt is the prompt among prompts that r with msgs is, if any.
@@ -70,6 +89,8 @@ func compactionPrompt(prompts []CompactionPrompt, h http.Header, msgs []schemas.
 			return p, true
 		case p.Text != "" && last != "" && strings.Contains(last, p.Text):
 			return p, true
+		case p.System != "" && systemHolds(msgs, p.System):
+			return p, true
 		}
 	}
 	return CompactionPrompt{}, false
@@ -82,32 +103,40 @@ const (
 	maxAnswerMessage = 8 << 10
 )
 
-// compactionAnswer is the text of the answer to a compaction request whose compacted
-// context is cx: Compactor's summary (and its evidence), then the messages after it
-// verbatim (each cut to its head and tail past maxAnswerMessage), but the request's own
-// prompt, shaped as format says. ok is false when cx holds no summary, or the answer
-// would be over maxAnswerBytes.
-func compactionAnswer(cx *assemble.Context, format string) (string, bool) {
+// compactionAnswer is the text of the answer to a compaction request of turn t:
+// Compactor's summary (and its evidence) of the conversation the turn continues, then
+// the messages after it verbatim, stored and new (each cut to its head and tail past
+// maxAnswerMessage), but the request's own prompt, shaped as format says. ok is false
+// when the conversation holds no summary, or the answer would be over maxAnswerBytes.
+func compactionAnswer(t *Turn, format string) (string, bool) {
+	cx := t.Stored
 	if cx == nil || !cx.HasSummary {
 		return "", false
 	}
-	var summary, recent strings.Builder
+	var summary strings.Builder
+	var after []schemas.Message
 	seen := false
-	msgs := cx.Messages
-	if n := len(msgs); n > 0 && msgs[n-1].Role == schemas.RoleUser {
-		msgs = msgs[:n-1] // the compaction prompt itself
-	}
-	for i := range msgs {
-		m := &msgs[i]
-		switch {
+	for i := range cx.Messages {
+		switch m := &cx.Messages[i]; {
 		case cx.Seqs[i] == 0:
 			seen = true
 			summary.WriteString(strings.TrimSpace(m.Content.String()))
 			summary.WriteString("\n\n")
-		case !seen || m.Role == schemas.RoleSystem:
-		default:
-			recent.WriteString(transcriptLine(m))
+		case seen && m.Role != schemas.RoleSystem:
+			after = append(after, *m)
 		}
+	}
+	for i := range t.New {
+		if t.New[i].Role != schemas.RoleSystem {
+			after = append(after, t.New[i])
+		}
+	}
+	if n := lastUser(after); n >= 0 {
+		after = after[:n] // the compaction prompt itself
+	}
+	var recent strings.Builder
+	for i := range after {
+		recent.WriteString(transcriptLine(&after[i]))
 	}
 	var b strings.Builder
 	switch format {

@@ -113,6 +113,8 @@ type turnState struct {
 	// read from), so its usage may calibrate the estimate.
 	gen        uint64
 	calibrates bool
+	// compaction: the turn is the agent's compaction request (TurnOptions).
+	compaction bool
 }
 
 // Prepare implements Conversations. It stores nothing: what the client's history adds
@@ -123,7 +125,7 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 		return nil, err
 	}
 	chain := Chain(msgs)
-	pl, err := s.resolve(ctx, conv, msgs, chain, opts.Owner, false)
+	pl, err := s.resolveTurn(ctx, conv, msgs, chain, opts.Owner, false, opts.Compaction)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +149,10 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 	// The usage of a reply calibrates the estimate only for a context as read: not cut,
 	// not a prefix of the stored one, not a branch not made yet, not the client's own
 	// view of it.
-	t.state = &turnState{root: conv, msgs: msgs, owner: opts.Owner, gen: t.Context.Generation,
+	if pl.upTo == 0 && !pl.fresh {
+		t.New = msgs[min(pl.from, len(msgs)):]
+	}
+	t.state = &turnState{root: conv, msgs: msgs, owner: opts.Owner, gen: t.Context.Generation, compaction: opts.Compaction,
 		calibrates: pl.upTo == 0 && !pl.fresh && !pl.managed && !t.Cut}
 	return t, nil
 }
@@ -220,7 +225,7 @@ func (s *Store) Finish(ctx context.Context, t *Turn, reply schemas.Message, usag
 	}
 	defer unlock()
 	full := append(append(make([]schemas.Message, 0, len(st.msgs)+1), st.msgs...), reply)
-	pl, err := s.resolve(ctx, st.root, full, Chain(full), st.owner, true)
+	pl, err := s.resolveTurn(ctx, st.root, full, Chain(full), st.owner, true, st.compaction)
 	t.Published = max(pl.published-1, 0)
 	return err
 }
@@ -266,6 +271,14 @@ type tip struct {
 // extends. With store it also stores what the history adds there (making and seeding a
 // branch on the way); without, it only reads.
 func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message, chain []Digest, owner string, store bool) (place, error) {
+	return s.resolveTurn(ctx, root, msgs, chain, owner, store, false)
+}
+
+// resolveTurn is resolve; with compaction (the request is the agent's request to
+// summarize its conversation) a history that holds no copy of the newest message still
+// continues the conversation, its last user message (the prompt) and what follows
+// being new: some agents send their history flattened into that prompt.
+func (s *Store) resolveTurn(ctx context.Context, root string, msgs []schemas.Message, chain []Digest, owner string, store, compaction bool) (place, error) {
 	target, reason := root, ""
 	rootTip, err := s.tip(ctx, root)
 	if err != nil {
@@ -314,15 +327,10 @@ func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message
 		if j := anchor(msgs, tp); j >= 0 {
 			// The client rewrote or dropped earlier messages (its own context
 			// management) but still holds the newest: the same history, continued.
-			pl := place{conv: target, reason: reason, at: tp, from: j + 1, last: tp.seq, managed: true}
-			if !store {
-				return pl, nil
-			}
-			n, last, err := s.publish(ctx, target, msgs[j+1:], tp.pos, tp.link, owner, tp.seq)
-			if errors.Is(err, pipeline.ErrDuplicate) {
+			pl, again, err := s.continueAfter(ctx, target, reason, tp, msgs, j+1, owner, store)
+			if again {
 				continue
 			}
-			pl.published, pl.last = n, max(last, tp.seq)
 			return pl, err
 		}
 		pv, err := s.common(ctx, target, chain)
@@ -331,6 +339,15 @@ func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message
 		}
 		if pv.common == len(chain) {
 			return place{conv: target, reason: prefixReason(reason, tp, pv.common), at: tp, upTo: pv.common}, nil
+		}
+		if compaction {
+			// The agent's compaction request with its history flattened into its
+			// prompt (or rewritten past recognition): the prompt is new.
+			pl, again, err := s.continueAfter(ctx, target, reason, tp, msgs, max(lastUser(msgs), 0), owner, store)
+			if again {
+				continue
+			}
+			return pl, err
 		}
 		branch := root + BranchSep + chain[pv.common].String()[:branchDigits]
 		s.remember(root, route{pos: pv.common + 1, link: chain[pv.common], branch: branch})
@@ -347,6 +364,22 @@ func (s *Store) resolve(ctx context.Context, root string, msgs []schemas.Message
 		target = branch
 	}
 	return place{}, fmt.Errorf("%w: the history of %s walks through more than %d branches", ErrBadRequest, root, maxDepth)
+}
+
+// continueAfter is the managed place of a client history whose messages from `from` on
+// continue target after its newest message tp; storing, it stores them there. again
+// says another writer stored a message at that place meanwhile: resolve again.
+func (s *Store) continueAfter(ctx context.Context, target, reason string, tp tip, msgs []schemas.Message, from int, owner string, store bool) (pl place, again bool, err error) {
+	pl = place{conv: target, reason: reason, at: tp, from: from, last: tp.seq, managed: true}
+	if !store {
+		return pl, false, nil
+	}
+	n, last, err := s.publish(ctx, target, msgs[from:], tp.pos, tp.link, owner, tp.seq)
+	if errors.Is(err, pipeline.ErrDuplicate) {
+		return place{}, true, nil
+	}
+	pl.published, pl.last = n, max(last, tp.seq)
+	return pl, false, err
 }
 
 // prefixReason is why a history that stops short of the stored one is on its own:

@@ -92,6 +92,7 @@ func (s *Store) forward(ctx context.Context, t *Turn, pl place, msgs []schemas.M
 		// not this client's. Its own messages are sent, cut to fit.
 		return s.send(t, withPending(&assemble.Context{}, msgs), b.limit)
 	}
+	t.Stored = throughSeq(cx, pl.at.seq)
 	if pl.managed {
 		out, err := s.managedContext(ctx, pl, cx, msgs)
 		if err != nil {
@@ -260,6 +261,8 @@ func (s *Store) forwardPrefix(ctx context.Context, t *Turn, pl place, msgs []sch
 	kept, ok := upToPosition(cx, pl.upTo)
 	if !ok {
 		kept = withPending(&assemble.Context{}, msgs)
+	} else {
+		t.Stored = kept
 	}
 	for i := range kept.Messages {
 		kept.Messages[i] = kept.Messages[i].StripMetadata()

@@ -21,7 +21,7 @@ import (
 // minAnchorText is the shortest text of a newest message that a client message holding
 // it (an agent's summary, carried into its next history in a message of its own) is
 // taken as the copy of.
-const minAnchorText = 200
+const minAnchorText = 64
 
 // anchor is the index in msgs of the client's copy of tp's message, -1 when the
 // history holds none. A copy is the same message (the same canonical form), found from
@@ -144,4 +144,14 @@ func sameCalls(a, b *schemas.Message) bool {
 		}
 	}
 	return true
+}
+
+// lastUser is the index of msgs' last user message, -1 when none.
+func lastUser(msgs []schemas.Message) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == schemas.RoleUser {
+			return i
+		}
+	}
+	return -1
 }

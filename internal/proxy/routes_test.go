@@ -173,10 +173,10 @@ func TestGeminiStructuredOutputIsASideRequest(t *testing.T) {
 		`{"contents":[],"generationConfig":{"temperature":0.2,"thinkingConfig":{"thinkingBudget":-1}}}`:                       false,
 		`{"contents":[]}`: false,
 	} {
-		if got := sideRequest(APIGemini, []byte(body)); got != want {
+		if got := sideRequest(APIGemini, []byte(body), nil); got != want {
 			t.Errorf("%s: side %v, want %v", body, got, want)
 		}
-		if sideRequest(APIOpenAI, []byte(body)) {
+		if sideRequest(APIOpenAI, []byte(body), nil) {
 			t.Errorf("%s: a side request on the OpenAI API", body)
 		}
 	}

@@ -100,7 +100,9 @@ func (x *exchange) compact(body []byte, conv string) {
 	if x.s.cfg.BindOwner {
 		owner = ownerDigest(x.s.ownerKey, credential(x.r.Header))
 	}
-	opts := TurnOptions{Owner: owner, MaxOutput: req.MaxOutput,
+	prompt, compaction := compactionPrompt(x.s.prompts, x.r.Header, req.Messages)
+	x.side = !compaction && sideRequest(x.rt.api, body, req.Messages)
+	opts := TurnOptions{Owner: owner, MaxOutput: req.MaxOutput, Compaction: compaction,
 		Reserve: reserve(body), Wait: x.s.cfg.Wait, CacheTTL: x.s.cfg.CacheTTL}
 	turn, err := x.s.convs.Prepare(x.r.Context(), conv, req.Messages, opts)
 	switch {
@@ -113,10 +115,10 @@ func (x *exchange) compact(body []byte, conv string) {
 	}
 	x.report.Turn = turn
 	x.link(turn)
-	if x.answer(req, turn) {
+	if compaction && x.answer(req, turn, prompt) {
 		return
 	}
-	if x.side = sideRequest(x.rt.api, body); x.side {
+	if x.side {
 		x.w.Header().Set(SideHeader, "true")
 	}
 	out, err := x.wire.Build(req, turn.Context)
@@ -327,16 +329,12 @@ func (x *exchange) writeError(status int, kind, msg string) {
 // turn's context holds one, not cut): the prompt and the answer are stored as the
 // turn, so the agent's next history, which holds the answer, continues the
 // conversation. It reports whether it answered.
-func (x *exchange) answer(req *Request, turn *Turn) bool {
+func (x *exchange) answer(req *Request, turn *Turn, p CompactionPrompt) bool {
 	a, ok := x.wire.(wire.Answerer)
 	if !x.s.cfg.AnswerCompactions || !ok || turn.Cut {
 		return false
 	}
-	p, ok := compactionPrompt(x.s.prompts, x.r.Header, req.Messages)
-	if !ok {
-		return false
-	}
-	text, ok := compactionAnswer(turn.Context, p.Format)
+	text, ok := compactionAnswer(turn, p.Format)
 	if !ok {
 		x.s.log.Debug().Str("agent", p.Agent).Str("api", x.wire.Name()).Msg("proxy: a compaction request with no summary to answer it from; forwarded")
 		return false
@@ -363,12 +361,18 @@ func (x *exchange) answer(req *Request, turn *Turn) bool {
 	return true
 }
 
-// sideRequest says a request of api is a side task the agent runs on its session
-// (Gemini CLI's router, next-speaker and loop checks): it asks for structured output
-// (a JSON schema or JSON MIME type in generationConfig). Its history is the
-// conversation's, so it is sent compacted, but its reply is not part of the
-// conversation and is not stored.
-func sideRequest(api string, body []byte) bool {
+// sideRequest says a request of api with msgs is a side task the agent runs on its
+// session: a system message holds one of DefaultSidePrompts (OpenCode's title
+// generator), or a Gemini request asks for structured output (a JSON schema or JSON
+// MIME type in generationConfig: Gemini CLI's router, next-speaker and loop checks). Its
+// history is the conversation's, so it is sent compacted, but its reply is not part of
+// the conversation and is not stored.
+func sideRequest(api string, body []byte, msgs []schemas.Message) bool {
+	for _, p := range DefaultSidePrompts {
+		if systemHolds(msgs, p) {
+			return true
+		}
+	}
 	if api != APIGemini {
 		return false
 	}
