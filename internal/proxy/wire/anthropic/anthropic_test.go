@@ -519,13 +519,13 @@ func TestAnthropicStreamThroughTheSplitter(t *testing.T) {
 func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 	body := func(tools string) string {
 		return `{"model":"m","max_tokens":9,"tools":[` + tools + `],
-"system":[{"type":"text","text":"S1"},{"type":"text","text":"S2","cache_control":{"type":"ephemeral"}}],
-"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"},"cache_control":{"type":"ephemeral"}},{"type":"text","text":"old"}]},
+"system":[{"type":"text","text":"S1"},{"type":"text","text":"S2","cache_control":{"type":"ephemeral","ttl":"1h"}}],
+"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"},"cache_control":{"type":"ephemeral","ttl":"1h"}},{"type":"text","text":"old"}]},
 {"role":"assistant","content":"ok"},
 {"role":"user","content":[{"type":"text","text":"new","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`
 	}
 	tool := `{"name":"t%d","input_schema":{"type":"object"}%s}`
-	marked := `,"cache_control":{"type":"ephemeral"}`
+	marked := `,"cache_control":{"type":"ephemeral","ttl":"1h"}`
 	build := func(t *testing.T, b string, summary bool) string {
 		t.Helper()
 		req, err := Anthropic().Parse([]byte(b))
@@ -547,7 +547,7 @@ func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 	// document's own breakpoint is not carried (it would be a fifth).
 	oneTool := fmt.Sprintf(tool, 1, marked)
 	got := build(t, body(oneTool), false)
-	want := `"system":[{"type":"text","text":"S1\nS2","cache_control":{"type":"ephemeral"}}],` + "\n" +
+	want := `"system":[{"type":"text","text":"S1\nS2","cache_control":{"type":"ephemeral","ttl":"1h"}}],` + "\n" +
 		`"messages":[{"role":"user","content":[{"source":{"data":"doc","media_type":"text/plain","type":"text"},"type":"document"},{"type":"text","text":"old"}]},` +
 		`{"role":"assistant","content":[{"type":"text","text":"ok"}]},` +
 		`{"role":"user","content":[{"type":"text","text":"new","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`
@@ -574,7 +574,7 @@ func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 	}
 	// Without a breakpoint of the client's, none is added, and the bytes are those
 	// of the marked build with the breakpoints taken out.
-	plain := strings.NewReplacer(marked, "", `,"cache_control":{"type":"ephemeral","ttl":"1h"}`, "")
+	plain := strings.NewReplacer(marked, "")
 	unmarked := build(t, plain.Replace(body(oneTool)), false)
 	if strings.Contains(unmarked, "cache_control") {
 		t.Fatalf("breakpoints added: %s", unmarked)
