@@ -283,8 +283,10 @@ func readBlock(raw json.RawMessage, i int) (block, error) {
 	for k, v := range f {
 		switch k {
 		case "type", "text", "cache_control":
+		case "citations": // none: null or []
+			b.more = b.more || !(wire.IsNull(v) || string(wire.CanonicalJSON(v)) == "[]")
 		default:
-			b.more = b.more || !wire.IsNull(v)
+			b.more = true
 		}
 	}
 	return b, nil
@@ -597,6 +599,10 @@ type anthropicStream struct {
 type streamBlock struct {
 	start                           map[string]any
 	text, json, thinking, signature strings.Builder
+	citations                       []any
+	// compaction and encrypted are a compaction block's (compaction_delta).
+	compaction, encrypted strings.Builder
+	compacted             bool
 }
 
 // anthropicEvent is the fields of a stream event the proxy reads.
@@ -608,11 +614,14 @@ type anthropicEvent struct {
 	} `json:"message"`
 	ContentBlock map[string]any `json:"content_block"`
 	Delta        *struct {
-		Type        string `json:"type"`
-		Text        string `json:"text"`
-		PartialJSON string `json:"partial_json"`
-		Thinking    string `json:"thinking"`
-		Signature   string `json:"signature"`
+		Type        string          `json:"type"`
+		Text        string          `json:"text"`
+		PartialJSON string          `json:"partial_json"`
+		Thinking    string          `json:"thinking"`
+		Signature   string          `json:"signature"`
+		Citation    json.RawMessage `json:"citation"`
+		Content     string          `json:"content"`
+		Encrypted   string          `json:"encrypted_content"`
 	} `json:"delta"`
 	Usage *anthropicUsage `json:"usage"`
 }
@@ -685,6 +694,15 @@ func (s *anthropicStream) delta(e anthropicEvent) error {
 		b.thinking.WriteString(e.Delta.Thinking)
 	case "signature_delta":
 		b.signature.WriteString(e.Delta.Signature)
+	case "citations_delta":
+		if len(e.Delta.Citation) == 0 || !json.Valid(e.Delta.Citation) {
+			return fmt.Errorf("a citations_delta for block %d without its citation", e.Index)
+		}
+		b.citations = append(b.citations, e.Delta.Citation)
+	case "compaction_delta":
+		b.compaction.WriteString(e.Delta.Content)
+		b.encrypted.WriteString(e.Delta.Encrypted)
+		b.compacted = true
 	}
 	return nil
 }
@@ -728,9 +746,18 @@ func (b *streamBlock) whole() (json.RawMessage, error) {
 	switch str("type") {
 	case "text":
 		f["text"] = str("text") + b.text.String()
+		if len(b.citations) > 0 {
+			had, _ := f["citations"].([]any)
+			f["citations"] = append(had, b.citations...)
+		}
 	case "thinking":
 		f["thinking"] = str("thinking") + b.thinking.String()
 		f["signature"] = str("signature") + b.signature.String()
+	case "compaction":
+		if b.compacted {
+			f["content"] = str("content") + b.compaction.String()
+			f["encrypted_content"] = str("encrypted_content") + b.encrypted.String()
+		}
 	}
 	if b.json.Len() > 0 { // tool_use, server_tool_use, mcp_tool_use
 		in := json.RawMessage(b.json.String())

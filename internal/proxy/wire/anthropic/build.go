@@ -135,7 +135,7 @@ func orderTTLs(bps []*breakpoint) {
 }
 
 // summaryCacheControl is the breakpoint formats.Render writes on the summary.
-const summaryCacheControl = `"cache_control":{"type":"ephemeral"}`
+const summaryCacheControl = `,"cache_control":{"type":"ephemeral"}`
 
 // carryBreakpoints puts the client's prompt cache breakpoints back into the rendered
 // system and messages, which Parse left out (clients move them from turn to turn):
@@ -166,8 +166,10 @@ func carryBreakpoints(body []byte, sys, msgs json.RawMessage, summary bool) (jso
 		budget--
 	}
 	sysBP := &breakpoint{cc: lastBreakpoint(f["system"])}
-	sumBP := &breakpoint{cc: json.RawMessage(`{"type":"ephemeral"}`), on: summary}
-	if summary {
+	// The summary's breakpoint (Render writes it) goes when the client's own take
+	// all four.
+	sumBP := &breakpoint{cc: json.RawMessage(`{"type":"ephemeral"}`), on: summary && budget > 0}
+	if sumBP.on {
 		budget--
 	}
 	if sysBP.cc != nil && len(sys) > 0 && budget > 0 {
@@ -199,11 +201,15 @@ func carryBreakpoints(body []byte, sys, msgs json.RawMessage, summary bool) (jso
 			return nil, nil, err
 		}
 	}
-	if summary && ttlOf(sumBP.cc) == ttl1h {
+	if summary && (!sumBP.on || ttlOf(sumBP.cc) == ttl1h) {
 		// The summary's breakpoint is the only one of the rendering (Parse and
 		// restore leave the client's out): it is the first.
 		if i := bytes.Index(msgs, []byte(summaryCacheControl)); i >= 0 {
-			msgs = slices.Concat(msgs[:i], []byte(`"cache_control":`), sumBP.cc, msgs[i+len(summaryCacheControl):])
+			var with []byte
+			if sumBP.on {
+				with = slices.Concat([]byte(`,"cache_control":`), sumBP.cc)
+			}
+			msgs = slices.Concat(msgs[:i], with, msgs[i+len(summaryCacheControl):])
 		}
 	}
 	if msgBP.on {
