@@ -462,7 +462,7 @@ func (mk *marks) markMessage(i int, m *schemas.Message, inPrefix bool) (schemas.
 	}
 	foreign := false
 	for _, r := range raws {
-		foreign = foreign || !chatPartTypes[partType(r)]
+		foreign = foreign || !chatPart(r)
 	}
 	if !hasX && !foreign {
 		return schemas.Message{}, false, nil
@@ -476,7 +476,7 @@ func (mk *marks) markMessage(i int, m *schemas.Message, inPrefix bool) (schemas.
 		parts = append([]json.RawMessage{mk.add(i, 0, flags)}, parts...)
 	}
 	for j, r := range raws {
-		if chatPartTypes[partType(r)] {
+		if chatPart(r) {
 			parts = append(parts, r)
 		} else {
 			parts = append(parts, mk.add(i, j+1, mark{blocks: []json.RawMessage{r}}))
@@ -514,9 +514,33 @@ func systemTurnJSON(m *schemas.Message) (json.RawMessage, error) {
 	return json.RawMessage(`{"role":"system","content":` + string(content) + `}`), nil
 }
 
+// chatPart says a content part is one of Compactor's format that formats.Render
+// writes: a text part with fields besides type and text (a text block's citations,
+// kept whole by Parse) is not, and goes back verbatim.
+func chatPart(p json.RawMessage) bool {
+	t := partType(p)
+	if !chatPartTypes[t] {
+		return false
+	}
+	if t != "text" {
+		return true
+	}
+	var f map[string]json.RawMessage
+	_ = json.Unmarshal(p, &f)
+	for k := range f {
+		if k != "type" && k != "text" {
+			return false
+		}
+	}
+	return true
+}
+
 // partBlock is the block a content part Parse read stands for: a text block, an image
 // block, or a block kept whole. false for a part Parse never writes.
 func partBlock(p json.RawMessage) (json.RawMessage, bool) {
+	if !chatPart(p) && partType(p) == "text" {
+		return p, true
+	}
 	switch partType(p) {
 	case "text":
 		var t struct {
