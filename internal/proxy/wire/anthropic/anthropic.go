@@ -32,6 +32,10 @@ const (
 	// messages (a mid-conversation system message), not from the top-level system
 	// field: Build writes it back in place, as a system turn.
 	ExtraInMessages = "anthropic_in_messages"
+	// ExtraTurnFields holds the fields of a mid-conversation system turn besides role
+	// and content (Claude Code's per-turn output_config...), compact with sorted keys:
+	// Build writes them back into the turn.
+	ExtraTurnFields = "anthropic_turn_fields"
 	// ExtraTurn holds a turn of a role the proxy does not know, whole (compact, keys
 	// sorted, no cache_control): its message is a user message holding the turn's
 	// text, and Build writes the turn back in place as it came.
@@ -166,7 +170,7 @@ func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
 	if json.Unmarshal(t.Content, &s) == nil {
 		m := schemas.Message{Role: schemas.Role(t.Role), Content: schemas.RawContent(t.Content)}
 		if t.Role == "system" {
-			m.Extra = json.RawMessage(`{"` + ExtraInMessages + `":true}`)
+			m.Extra = systemExtra(f)
 		}
 		return []schemas.Message{m}, nil
 	}
@@ -184,7 +188,32 @@ func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
 		}
 		return []schemas.Message{m}, nil
 	}
-	return systemTurn(blocks)
+	msgs, err := systemTurn(blocks)
+	if err != nil {
+		return nil, err
+	}
+	msgs[0].Extra = systemExtra(f)
+	return msgs, nil
+}
+
+// systemExtra is the Extra of a mid-conversation system message read from the turn
+// whose fields are f: ExtraInMessages, and ExtraTurnFields when the turn has fields
+// besides role and content.
+func systemExtra(f map[string]json.RawMessage) json.RawMessage {
+	rest := map[string]json.RawMessage{}
+	for k, v := range f {
+		if k != "role" && k != "content" {
+			rest[k] = v
+		}
+	}
+	if len(rest) == 0 {
+		return json.RawMessage(`{"` + ExtraInMessages + `":true}`)
+	}
+	enc, err := wire.MarshalNoEscape(rest)
+	if err != nil {
+		return json.RawMessage(`{"` + ExtraInMessages + `":true}`)
+	}
+	return json.RawMessage(`{"` + ExtraInMessages + `":true,"` + ExtraTurnFields + `":` + string(wire.CanonicalJSON(enc)) + `}`)
 }
 
 // systemTurn reads the blocks of a mid-conversation system turn ({"role": "system"}
@@ -203,8 +232,7 @@ func systemTurn(blocks []json.RawMessage) ([]schemas.Message, error) {
 		}
 		parts = append(parts, p)
 	}
-	return []schemas.Message{{Role: schemas.RoleSystem, Content: partsContent(parts),
-		Extra: json.RawMessage(`{"` + ExtraInMessages + `":true}`)}}, nil
+	return []schemas.Message{{Role: schemas.RoleSystem, Content: partsContent(parts)}}, nil
 }
 
 // opaqueTurn keeps a turn of a role the proxy does not know whole, in the Extra of a

@@ -513,9 +513,10 @@ func TestAnthropicStreamThroughTheSplitter(t *testing.T) {
 }
 
 // The client's prompt cache breakpoints (left out of the messages Parse reads) are
-// put back: on the last system block and the last block of the last message, with the
-// client's own cache_control, within the API's four breakpoints counting the tools'
-// and the summary's; the bytes before them are those of the build without them.
+// put back: on the last system block (when the context's system is not the client's,
+// which goes as sent) and the last block of the last message, with the client's own
+// cache_control, within the API's four breakpoints counting the tools' and the
+// summary's; the bytes before them are those of the build without them.
 func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 	body := func(tools string) string {
 		return `{"model":"m","max_tokens":9,"tools":[` + tools + `],
@@ -532,7 +533,9 @@ func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		msgs := req.Messages
+		// The context's system is its own (the same text in one part): it is
+		// rendered.
+		msgs := append([]schemas.Message{{Role: "system", Content: schemas.Text("S1\nS2")}}, req.Messages[1:]...)
 		cx := wiretest.ContextOf(msgs)
 		if summary { // the first user message stands for the summary
 			cx.HasSummary, cx.Seqs[1] = true, 0
@@ -581,6 +584,22 @@ func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 	}
 	if plain.Replace(build(t, body(oneTool), false)) != unmarked {
 		t.Fatalf("the breakpoints changed other bytes")
+	}
+	// With the client's own system in the context, the system field goes as sent,
+	// its breakpoints counted with the tools'.
+	req, err := Anthropic().Parse([]byte(body(three)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cx := wiretest.ContextOf(req.Messages)
+	cx.HasSummary, cx.Seqs[1] = true, 0
+	out, err := Anthropic().Build(req, cx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"system":[{"type":"text","text":"S1"},{"type":"text","text":"S2","cache_control":{"type":"ephemeral","ttl":"1h"}}]`) ||
+		strings.Count(string(out), "cache_control") != 4 || strings.Contains(string(out), `"ephemeral"}`) {
+		t.Fatalf("got %s", out)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,10 +40,40 @@ func (anthropicWire) Build(req *wire.Request, cx *assemble.Context) ([]byte, err
 			return nil, err
 		}
 	}
-	if sys, msgs, err = carryBreakpoints(req.Body, sys, msgs, hasSummary(cx)); err != nil {
+	client := clientSystem(req, cx)
+	if client != nil {
+		sys = client
+	}
+	if sys, msgs, err = carryBreakpoints(req.Body, sys, msgs, hasSummary(cx), client != nil); err != nil {
 		return nil, err
 	}
 	return wire.SetFields(req.Body, wire.Edit{Key: "system", Value: sys}, wire.Edit{Key: "messages", Value: msgs})
+}
+
+// clientSystem returns the client's system field as sent when the context's system
+// (the system messages Render puts there) is the one message Parse read from it: the
+// blocks go upstream as the client wrote them (Claude Code's billing header block
+// apart from its prompt, its breakpoints, its bytes, so the prompt cache the client
+// would hit directly is hit through the proxy too). nil otherwise: the context's
+// system is rendered.
+func clientSystem(req *wire.Request, cx *assemble.Context) json.RawMessage {
+	if len(req.Messages) == 0 || req.Messages[0].Role != schemas.RoleSystem || readExtra(&req.Messages[0]).InMessages {
+		return nil
+	}
+	var sys []*schemas.Message
+	for i := 0; i <= systemPrefixEnd(cx) && i < len(cx.Messages); i++ {
+		if cx.Messages[i].Role == schemas.RoleSystem {
+			sys = append(sys, &cx.Messages[i])
+		}
+	}
+	if len(sys) != 1 || readExtra(sys[0]).InMessages || !bytes.Equal(sys[0].Content.Raw(), req.Messages[0].Content.Raw()) {
+		return nil
+	}
+	f, err := wire.FieldMap(req.Body)
+	if err != nil {
+		return nil
+	}
+	return f["system"]
 }
 
 func hasSummary(cx *assemble.Context) bool {
@@ -148,13 +179,17 @@ const summaryCacheControl = `,"cache_control":{"type":"ephemeral"}`
 // caching (counted as one) and the summary's come first, then system's, then the
 // last message's. Their ttls keep the API's order (orderTTLs): a summary before a
 // 1-hour breakpoint is a 1-hour one.
-func carryBreakpoints(body []byte, sys, msgs json.RawMessage, summary bool) (json.RawMessage, json.RawMessage, error) {
+func carryBreakpoints(body []byte, sys, msgs json.RawMessage, summary, clientSys bool) (json.RawMessage, json.RawMessage, error) {
 	f, err := wire.FieldMap(body)
 	if err != nil {
 		return nil, nil, err
 	}
 	var bps []*breakpoint
-	for _, t := range blockFields(f["tools"]) {
+	fixed := blockFields(f["tools"])
+	if clientSys {
+		fixed = append(fixed, blockFields(f["system"])...)
+	}
+	for _, t := range fixed {
 		if v, ok := t["cache_control"]; ok && !wire.IsNull(v) {
 			bps = append(bps, &breakpoint{cc: v, fixed: true, on: true})
 		}
@@ -165,7 +200,10 @@ func carryBreakpoints(body []byte, sys, msgs json.RawMessage, summary bool) (jso
 		auto = &breakpoint{cc: v, fixed: true, on: true}
 		budget--
 	}
-	sysBP := &breakpoint{cc: lastBreakpoint(f["system"])}
+	sysBP := &breakpoint{}
+	if !clientSys {
+		sysBP.cc = lastBreakpoint(f["system"])
+	}
 	// The summary's breakpoint (Render writes it) goes when the client's own take
 	// all four.
 	sumBP := &breakpoint{cc: json.RawMessage(`{"type":"ephemeral"}`), on: summary && budget > 0}
@@ -410,6 +448,7 @@ type extra struct {
 	Order      string            `json:"anthropic_block_order"`
 	InMessages bool              `json:"anthropic_in_messages"`
 	Turn       json.RawMessage   `json:"anthropic_turn"`
+	TurnFields json.RawMessage   `json:"anthropic_turn_fields"`
 }
 
 func readExtra(m *schemas.Message) extra {
@@ -429,7 +468,7 @@ func (mk *marks) markMessage(i int, m *schemas.Message, inPrefix bool) (schemas.
 	x := readExtra(m)
 	switch {
 	case m.Role == schemas.RoleSystem && x.InMessages && !inPrefix:
-		turn, err := systemTurnJSON(m)
+		turn, err := systemTurnJSON(m, x.TurnFields)
 		if err != nil {
 			return schemas.Message{}, false, fmt.Errorf("message %d: %w", i, err)
 		}
@@ -489,7 +528,7 @@ func (mk *marks) markMessage(i int, m *schemas.Message, inPrefix bool) (schemas.
 
 // systemTurnJSON is a mid-conversation system message as the turn it was read from:
 // {"role":"system","content":...}, a string content as the string.
-func systemTurnJSON(m *schemas.Message) (json.RawMessage, error) {
+func systemTurnJSON(m *schemas.Message, fields json.RawMessage) (json.RawMessage, error) {
 	content := m.Content.Raw()
 	if m.Content.IsParts() {
 		var raws []json.RawMessage
@@ -511,7 +550,19 @@ func systemTurnJSON(m *schemas.Message) (json.RawMessage, error) {
 	} else if !m.Content.IsString() {
 		content = json.RawMessage(`""`)
 	}
-	return json.RawMessage(`{"role":"system","content":` + string(content) + `}`), nil
+	turn := `{"role":"system","content":` + string(content)
+	var rest map[string]json.RawMessage
+	if json.Unmarshal(fields, &rest) == nil && len(rest) > 0 {
+		keys := slices.Sorted(maps.Keys(rest))
+		for _, k := range keys {
+			if k == "role" || k == "content" {
+				continue
+			}
+			key, _ := wire.MarshalNoEscape(k)
+			turn += "," + string(key) + ":" + string(rest[k])
+		}
+	}
+	return json.RawMessage(turn + "}"), nil
 }
 
 // chatPart says a content part is one of Compactor's format that formats.Render

@@ -114,7 +114,7 @@ func TestAnthropicSystemTurnIsNotTheSystemField(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"model":"m","max_tokens":5,"system":[{"type":"text","text":"Be brief."}],"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"Be brief."}]}`
+	want := `{"model":"m","max_tokens":5,"system":"Be brief.","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},{"role":"system","content":"Be brief."}]}`
 	if string(out) != want {
 		t.Fatalf("got  %s\nwant %s", out, want)
 	}
@@ -370,51 +370,67 @@ func TestAnthropicBreakpointsTTLOrderAndLimit(t *testing.T) {
 		}
 		return b + "}"
 	}
+	type variant struct {
+		name     string
+		rendered bool
+	}
 	for _, c := range []struct {
 		name              string
 		tools             []string
 		sys, newest, auto string
 		summary           bool
-		want              string
+		// want is the ttls in order with the client's system sent as it came, and
+		// with the context's own system rendered (rendered: when they differ).
+		want, rendered string
 	}{
-		{"1h tools and system, 5m newest", []string{"", h1}, h1, m5, "", false, "1h 1h 5m"},
-		{"the same with a summary", []string{"", h1}, h1, m5, "", true, "1h 1h 5m 5m"},
-		{"1h everywhere with a summary: the summary's is 1h too", []string{h1}, h1, h1, "", true, "1h 1h 1h 1h"},
-		{"two 1h tools and a summary leave one, for system", []string{h1, h1}, h1, m5, "", true, "1h 1h 1h 5m"},
-		{"three tools and a summary leave none", []string{h1, h1, h1}, h1, m5, "", true, "1h 1h 1h 5m"},
-		{"four tools: not even the summary's", []string{h1, h1, h1, h1}, h1, m5, "", true, "1h 1h 1h 1h"},
-		{"a 5m tool before a 1h newest: lowered", []string{m5}, "", h1, "", true, "5m 5m 5m"},
-		{"a 5m system before a 1h newest: raised", nil, m5, h1, "", true, "1h 1h 1h"},
-		{"automatic caching counts", []string{h1, h1}, h1, m5, m5, true, "1h 1h 5m 5m"},
-		{"a 1h automatic breakpoint raises the others", nil, m5, m5, h1, true, "1h 1h 1h 1h"},
+		{name: "1h tools and system, 5m newest", tools: []string{"", h1}, sys: h1, newest: m5, want: "1h 1h 5m"},
+		{name: "the same with a summary", tools: []string{"", h1}, sys: h1, newest: m5, summary: true, want: "1h 1h 5m 5m"},
+		{name: "1h everywhere with a summary: the summary's is 1h too", tools: []string{h1}, sys: h1, newest: h1, summary: true, want: "1h 1h 1h 1h"},
+		{name: "two 1h tools and a summary leave one", tools: []string{h1, h1}, sys: h1, newest: m5, summary: true, want: "1h 1h 1h 5m"},
+		{name: "three tools and a summary leave none", tools: []string{h1, h1, h1}, newest: m5, summary: true, want: "1h 1h 1h 5m"},
+		{name: "four tools: not even the summary's", tools: []string{h1, h1, h1, h1}, summary: true, want: "1h 1h 1h 1h"},
+		{name: "a 5m tool before a 1h newest: lowered", tools: []string{m5}, newest: h1, summary: true, want: "5m 5m 5m"},
+		{name: "a 5m system before a 1h newest", sys: m5, newest: h1, summary: true, want: "5m 5m 5m", rendered: "1h 1h 1h"},
+		{name: "automatic caching counts", tools: []string{h1}, sys: h1, newest: m5, auto: m5, summary: true, want: "1h 1h 5m 5m"},
+		{name: "a 1h automatic breakpoint", sys: h1, newest: h1, auto: h1, summary: true, want: "1h 1h 1h 1h"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			b := body(c.tools, c.sys, c.newest, c.auto)
-			req, err := Anthropic().Parse([]byte(b))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cx := wiretest.ContextOf(req.Messages)
-			if c.summary { // the first user message stands for the summary
-				cx.HasSummary, cx.Seqs[1] = true, 0
-			}
-			out, err := Anthropic().Build(req, cx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ttls := ttlsOf(t, out)
-			if got := strings.Join(ttls, " "); got != c.want {
-				t.Fatalf("breakpoints %q, want %q in\n%s", got, c.want, out)
-			}
-			if len(ttls) > maxBreakpoints {
-				t.Fatalf("%d breakpoints", len(ttls))
-			}
-			for i := 1; i < len(ttls); i++ {
-				if ttls[i] == "1h" && ttls[i-1] == "5m" {
-					t.Fatalf("a 1h breakpoint after a 5m one: %v", ttls)
+		for _, v := range []variant{{"client's system", false}, {"rendered system", true}} {
+			t.Run(c.name+"/"+v.name, func(t *testing.T) {
+				b := body(c.tools, c.sys, c.newest, c.auto)
+				req, err := Anthropic().Parse([]byte(b))
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-		})
+				msgs := req.Messages
+				if v.rendered {
+					msgs = append([]schemas.Message{{Role: "system", Content: schemas.Text("S2")}}, msgs[1:]...)
+				}
+				cx := wiretest.ContextOf(msgs)
+				if c.summary { // the first user message stands for the summary
+					cx.HasSummary, cx.Seqs[1] = true, 0
+				}
+				out, err := Anthropic().Build(req, cx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := c.want
+				if v.rendered && c.rendered != "" {
+					want = c.rendered
+				}
+				ttls := ttlsOf(t, out)
+				if got := strings.Join(ttls, " "); got != want {
+					t.Fatalf("breakpoints %q, want %q in\n%s", got, want, out)
+				}
+				if len(ttls) > maxBreakpoints {
+					t.Fatalf("%d breakpoints", len(ttls))
+				}
+				for i := 1; i < len(ttls); i++ {
+					if ttls[i] == "1h" && ttls[i-1] == "5m" {
+						t.Fatalf("a 1h breakpoint after a 5m one: %v", ttls)
+					}
+				}
+			})
+		}
 	}
 }
 
