@@ -579,6 +579,72 @@ func TestAnthropicClaudeCodeCaptures(t *testing.T) {
 			if len(again.Messages) != len(req.Messages) {
 				t.Fatalf("%d messages, then %d", len(req.Messages), len(again.Messages))
 			}
+			// Compacted at each message that may start a tail, the request built
+			// still parses, starts with a user turn, and keeps the breakpoint rules.
+			for k := 2; k < len(req.Messages); k++ {
+				if req.Messages[k].Role == schemas.RoleTool {
+					continue
+				}
+				msgs := append([]schemas.Message{req.Messages[0], {Role: "user", Content: schemas.Text("Summary.")}}, req.Messages[k:]...)
+				cx := wiretest.ContextOf(msgs)
+				cx.HasSummary, cx.Seqs[1] = true, 0
+				out, err := Anthropic().Build(req, cx)
+				if err != nil {
+					t.Fatalf("compacted at %d: %v", k, err)
+				}
+				if _, err := Anthropic().Parse(out); err != nil {
+					t.Fatalf("compacted at %d: %v", k, err)
+				}
+				var r struct {
+					Messages []struct {
+						Role string `json:"role"`
+					} `json:"messages"`
+				}
+				_ = json.Unmarshal(out, &r)
+				if r.Messages[0].Role != "user" {
+					t.Fatalf("compacted at %d: the first turn is %s's", k, r.Messages[0].Role)
+				}
+				ttls := ttlsOf(t, out)
+				if len(ttls) > maxBreakpoints || strings.Contains(strings.Join(ttls, " "), "5m 1h") {
+					t.Fatalf("compacted at %d: breakpoints %v", k, ttls)
+				}
+			}
+			// But for the form Build writes, and the breakpoint it moves to the
+			// newest block, the request built is the one sent.
+			got, want := normalizeCapture(t, out), normalizeCapture(t, body)
+			if !wiretest.JSONEqual(t, got, want) {
+				t.Fatalf("the built request is not the one sent:\n%s\nwant\n%s", got, want)
+			}
 		})
 	}
+}
+
+// normalizeCapture gives a request the form Build writes, meaning unchanged: a user or
+// assistant turn's string content as one text block, no is_error false, no
+// cache_control in messages (Build moves the client's to the newest block).
+func normalizeCapture(t *testing.T, body []byte) []byte {
+	t.Helper()
+	var r map[string]any
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range r["messages"].([]any) {
+		m := m.(map[string]any)
+		if s, ok := m["content"].(string); ok && m["role"] != "system" {
+			m["content"] = []any{map[string]any{"type": "text", "text": s}}
+		}
+		blocks, _ := m["content"].([]any)
+		for _, b := range blocks {
+			b := b.(map[string]any)
+			delete(b, "cache_control")
+			if b["is_error"] == false {
+				delete(b, "is_error")
+			}
+		}
+	}
+	out, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
