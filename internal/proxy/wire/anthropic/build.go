@@ -730,6 +730,16 @@ func (mk *marks) restore(msgs json.RawMessage) (json.RawMessage, error) {
 				if len(cur) > 0 {
 					flush()
 				}
+				if n == 0 && partType(x.blocks[0]) == "" {
+					var r struct {
+						Role string `json:"role"`
+					}
+					if json.Unmarshal(x.blocks[0], &r) == nil && r.Role == "system" {
+						// Render left out the turns before it (blank ones): a system
+						// turn may not be the first, it follows Render's placeholder.
+						write(placeholderTurn)
+					}
+				}
 				write(x.blocks[0])
 				split = true
 			case ok && x.ordered:
@@ -759,6 +769,10 @@ func (mk *marks) restore(msgs json.RawMessage) (json.RawMessage, error) {
 	b.WriteByte(']')
 	return b.Bytes(), nil
 }
+
+// placeholderTurn is the user turn formats.Render puts first when the turns would not
+// start with the user's.
+var placeholderTurn = []byte(`{"role":"user","content":[{"type":"text","text":` + strconv.Quote(formats.PlaceholderStart) + `}]}`)
 
 // markOf returns the mark a block is the marker of.
 func (mk *marks) markOf(blk json.RawMessage) (mark, bool) {
