@@ -32,9 +32,9 @@ const (
 	// messages (a mid-conversation system message), not from the top-level system
 	// field: Build writes it back in place, as a system turn.
 	ExtraInMessages = "anthropic_in_messages"
-	// ExtraTurnFields holds the fields of a mid-conversation system turn besides role
-	// and content (Claude Code's per-turn output_config...), compact with sorted keys:
-	// Build writes them back into the turn.
+	// ExtraTurnFields holds the fields of a turn besides role and content (Claude
+	// Code's per-turn output_config on a system turn...), compact with sorted keys, on
+	// the turn's last message: Build writes them back into the turn.
 	ExtraTurnFields = "anthropic_turn_fields"
 	// ExtraTurn holds a turn of a role the proxy does not know, whole (compact, keys
 	// sorted, no cache_control): its message is a user message holding the turn's
@@ -171,8 +171,9 @@ func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
 		m := schemas.Message{Role: schemas.Role(t.Role), Content: schemas.RawContent(t.Content)}
 		if t.Role == "system" {
 			m.Extra = systemExtra(f)
+			return []schemas.Message{m}, nil
 		}
-		return []schemas.Message{m}, nil
+		return withTurnFields([]schemas.Message{m}, f)
 	}
 	var blocks []json.RawMessage
 	if err := json.Unmarshal(t.Content, &blocks); err != nil {
@@ -180,13 +181,17 @@ func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
 	}
 	switch t.Role {
 	case "user":
-		return anthropicUser(blocks)
+		msgs, err := anthropicUser(blocks)
+		if err != nil {
+			return nil, err
+		}
+		return withTurnFields(msgs, f)
 	case "assistant":
 		m, err := anthropicAssistant(blocks)
 		if err != nil {
 			return nil, err
 		}
-		return []schemas.Message{m}, nil
+		return withTurnFields([]schemas.Message{m}, f)
 	}
 	msgs, err := systemTurn(blocks)
 	if err != nil {
@@ -196,10 +201,9 @@ func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
 	return msgs, nil
 }
 
-// systemExtra is the Extra of a mid-conversation system message read from the turn
-// whose fields are f: ExtraInMessages, and ExtraTurnFields when the turn has fields
-// besides role and content.
-func systemExtra(f map[string]json.RawMessage) json.RawMessage {
+// turnFields is the fields of a turn besides role and content, compact with sorted
+// keys (nil when none).
+func turnFields(f map[string]json.RawMessage) json.RawMessage {
 	rest := map[string]json.RawMessage{}
 	for k, v := range f {
 		if k != "role" && k != "content" {
@@ -207,13 +211,48 @@ func systemExtra(f map[string]json.RawMessage) json.RawMessage {
 		}
 	}
 	if len(rest) == 0 {
-		return json.RawMessage(`{"` + ExtraInMessages + `":true}`)
+		return nil
 	}
 	enc, err := wire.MarshalNoEscape(rest)
 	if err != nil {
+		return nil
+	}
+	return wire.CanonicalJSON(enc)
+}
+
+// withTurnFields puts the fields of a user or assistant turn besides role and content
+// (per-turn settings) in the Extra of the turn's last message (ExtraTurnFields):
+// Build writes them back into the turn that message is rendered in.
+func withTurnFields(msgs []schemas.Message, f map[string]json.RawMessage) ([]schemas.Message, error) {
+	rest := turnFields(f)
+	if rest == nil {
+		return msgs, nil
+	}
+	last := &msgs[len(msgs)-1]
+	x := map[string]json.RawMessage{}
+	if len(last.Extra) > 0 {
+		if err := json.Unmarshal(last.Extra, &x); err != nil {
+			return nil, err
+		}
+	}
+	x[ExtraTurnFields] = rest
+	enc, err := wire.MarshalNoEscape(x)
+	if err != nil {
+		return nil, err
+	}
+	last.Extra = enc
+	return msgs, nil
+}
+
+// systemExtra is the Extra of a mid-conversation system message read from the turn
+// whose fields are f: ExtraInMessages, and ExtraTurnFields when the turn has fields
+// besides role and content.
+func systemExtra(f map[string]json.RawMessage) json.RawMessage {
+	rest := turnFields(f)
+	if rest == nil {
 		return json.RawMessage(`{"` + ExtraInMessages + `":true}`)
 	}
-	return json.RawMessage(`{"` + ExtraInMessages + `":true,"` + ExtraTurnFields + `":` + string(wire.CanonicalJSON(enc)) + `}`)
+	return json.RawMessage(`{"` + ExtraInMessages + `":true,"` + ExtraTurnFields + `":` + string(rest) + `}`)
 }
 
 // systemTurn reads the blocks of a mid-conversation system turn ({"role": "system"}

@@ -380,6 +380,9 @@ type mark struct {
 	// ordered says blocks are an assistant's blocks in order; turn says blocks[0] is
 	// a whole turn, written between the blocks before it and those after it.
 	ordered, turn bool
+	// fields are the fields of the turn the marker is rendered in besides role and
+	// content (ExtraTurnFields).
+	fields json.RawMessage
 }
 
 // chatPartTypes are the content part types of Compactor's (OpenAI's) format: any other
@@ -487,17 +490,19 @@ func (mk *marks) markMessage(i int, m *schemas.Message, inPrefix bool) (schemas.
 	if m.Role == schemas.RoleAssistant && x.Order != "" {
 		if blocks, ok := orderedBlocks(x, raws, len(m.ToolCalls)); ok {
 			out := *m
-			out.Content = schemas.Parts(mk.add(i, 0, mark{blocks: blocks, ordered: true}))
+			out.Content = schemas.Parts(mk.add(i, 0, mark{blocks: blocks, ordered: true, fields: x.TurnFields}))
 			return out, true, nil
 		}
 	}
 	var flags mark
 	hasX := false
 	switch {
-	case m.Role == schemas.RoleAssistant && len(x.Prefix) > 0:
-		flags, hasX = mark{blocks: x.Prefix}, true
-	case m.Role == schemas.RoleTool && x.IsError:
-		flags, hasX = mark{flags: true, isError: true}, true
+	case m.Role == schemas.RoleAssistant && (len(x.Prefix) > 0 || len(x.TurnFields) > 0):
+		flags, hasX = mark{blocks: x.Prefix, fields: x.TurnFields}, true
+	case m.Role == schemas.RoleTool && (x.IsError || len(x.TurnFields) > 0):
+		flags, hasX = mark{flags: true, isError: x.IsError, fields: x.TurnFields}, true
+	case m.Role == schemas.RoleUser && len(x.TurnFields) > 0:
+		flags, hasX = mark{fields: x.TurnFields}, true
 	}
 	foreign := false
 	for _, r := range raws {
@@ -550,19 +555,12 @@ func systemTurnJSON(m *schemas.Message, fields json.RawMessage) (json.RawMessage
 	} else if !m.Content.IsString() {
 		content = json.RawMessage(`""`)
 	}
-	turn := `{"role":"system","content":` + string(content)
-	var rest map[string]json.RawMessage
-	if json.Unmarshal(fields, &rest) == nil && len(rest) > 0 {
-		keys := slices.Sorted(maps.Keys(rest))
-		for _, k := range keys {
-			if k == "role" || k == "content" {
-				continue
-			}
-			key, _ := wire.MarshalNoEscape(k)
-			turn += "," + string(key) + ":" + string(rest[k])
-		}
-	}
-	return json.RawMessage(turn + "}"), nil
+	var b bytes.Buffer
+	b.WriteString(`{"role":"system","content":`)
+	b.Write(content)
+	writeFields(&b, fields)
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // chatPart says a content part is one of Compactor's format that formats.Render
@@ -707,7 +705,10 @@ func (mk *marks) restore(msgs json.RawMessage) (json.RawMessage, error) {
 	b.WriteByte('[')
 	for _, t := range turns {
 		role, _ := wire.MarshalNoEscape(t.Role)
-		var cur []json.RawMessage
+		var (
+			cur    []json.RawMessage
+			fields json.RawMessage
+		)
 		split := false
 		flush := func() {
 			var c bytes.Buffer
@@ -718,9 +719,11 @@ func (mk *marks) restore(msgs json.RawMessage) (json.RawMessage, error) {
 				}
 				c.Write(o)
 			}
-			c.WriteString("]}")
+			c.WriteString("]")
+			writeFields(&c, fields)
+			c.WriteString("}")
 			write(c.Bytes())
-			cur = nil
+			cur, fields = nil, nil
 		}
 		for j := 0; j < len(t.Content); j++ {
 			blk := t.Content[j]
@@ -743,6 +746,7 @@ func (mk *marks) restore(msgs json.RawMessage) (json.RawMessage, error) {
 				write(x.blocks[0])
 				split = true
 			case ok && x.ordered:
+				fields = orFields(fields, x.fields)
 				for _, o := range x.blocks {
 					if o != nil {
 						cur = append(cur, o)
@@ -755,11 +759,12 @@ func (mk *marks) restore(msgs json.RawMessage) (json.RawMessage, error) {
 					cur = append(cur, t.Content[j])
 				}
 			default:
-				out, err := mk.restoreBlock(blk)
+				out, f, err := mk.restoreBlock(blk)
 				if err != nil {
 					return nil, err
 				}
 				cur = append(cur, out...)
+				fields = orFields(fields, f)
 			}
 		}
 		if len(cur) > 0 || !split {
@@ -790,22 +795,50 @@ func (mk *marks) markOf(blk json.RawMessage) (mark, bool) {
 	return x, ok
 }
 
+// orFields is fields, or more when fields is none.
+func orFields(fields, more json.RawMessage) json.RawMessage {
+	if len(fields) > 0 {
+		return fields
+	}
+	return more
+}
+
+// writeFields writes the fields of an object (a turn's fields besides role and
+// content), sorted, each after a comma.
+func writeFields(b *bytes.Buffer, fields json.RawMessage) {
+	var f map[string]json.RawMessage
+	if len(fields) == 0 || json.Unmarshal(fields, &f) != nil {
+		return
+	}
+	for _, k := range slices.Sorted(maps.Keys(f)) {
+		if k == "role" || k == "content" {
+			continue
+		}
+		key, _ := wire.MarshalNoEscape(k)
+		b.WriteByte(',')
+		b.Write(key)
+		b.WriteByte(':')
+		b.Write(f[k])
+	}
+}
+
 // restoreBlock returns what stands for one rendered block: the blocks of a marker,
-// a tool_result with its content's markers restored, or the block itself.
-func (mk *marks) restoreBlock(blk json.RawMessage) ([]json.RawMessage, error) {
+// a tool_result with its content's markers restored, or the block itself; and the
+// fields a marker gives its turn.
+func (mk *marks) restoreBlock(blk json.RawMessage) ([]json.RawMessage, json.RawMessage, error) {
 	if x, ok := mk.markOf(blk); ok {
-		return x.blocks, nil
+		return x.blocks, x.fields, nil
 	}
 	if !bytes.Contains(blk, []byte(mk.nonce)) {
-		return []json.RawMessage{blk}, nil
+		return []json.RawMessage{blk}, nil, nil
 	}
 	var f map[string]json.RawMessage
 	if err := json.Unmarshal(blk, &f); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var inner []json.RawMessage
 	if json.Unmarshal(f["content"], &inner) != nil {
-		return []json.RawMessage{blk}, nil
+		return []json.RawMessage{blk}, nil, nil
 	}
 	var flags mark
 	kept := make([]json.RawMessage, 0, len(inner))
@@ -836,5 +869,5 @@ func (mk *marks) restoreBlock(blk json.RawMessage) ([]json.RawMessage, error) {
 		f["is_error"] = json.RawMessage("true")
 	}
 	out, err := wire.MarshalNoEscape(f)
-	return []json.RawMessage{out}, err
+	return []json.RawMessage{out}, flags.fields, err
 }

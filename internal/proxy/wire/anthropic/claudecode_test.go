@@ -648,3 +648,31 @@ func normalizeCapture(t *testing.T, body []byte) []byte {
 	}
 	return out
 }
+
+// A turn's fields besides role and content (per-turn settings: Claude Code sends
+// output_config on its system turns) go back into the turn, whatever its role.
+func TestAnthropicTurnFieldsKept(t *testing.T) {
+	body := `{"model":"m","max_tokens":9,"messages":[
+{"role":"user","content":[{"type":"text","text":"a"}],"output_config":{"effort":"low"}},
+{"role":"system","content":[],"output_config":{"effort":"medium"}},
+{"role":"assistant","content":[{"type":"text","text":"b"},{"type":"tool_use","id":"t1","name":"f","input":{}}],"x_turn":{"n":1.50}},
+{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"r","is_error":true}],"output_config":{"effort":"high"}},
+{"role":"system","content":"s","output_config":{"effort":"max"}},
+{"role":"assistant","content":[{"type":"thinking","thinking":"","signature":"c2ln"},{"type":"text","text":"c"}],"x_turn":{}},
+{"role":"user","content":"d","output_config":{"effort":"xhigh"}}]}`
+	req, err := Anthropic().Parse([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if enc, _ := req.Messages[1].Encode(); string(enc) != `{"role":"system","content":[],"extra":{"anthropic_in_messages":true,"anthropic_turn_fields":{"output_config":{"effort":"medium"}}}}` {
+		t.Fatalf("the system turn is %s", enc)
+	}
+	out, err := Anthropic().Build(req, wiretest.ContextOf(req.Messages))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Replace(body, `"content":"d"`, `"content":[{"type":"text","text":"d"}]`, 1)
+	if !wiretest.JSONEqual(t, out, []byte(want)) {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+}

@@ -17,6 +17,8 @@ func FuzzParseAnthropic(f *testing.F) {
 	// Mid-conversation system turns (string, blocks, empty with per-turn fields, first).
 	f.Add(`{"messages":[{"role":"user","content":"a"},{"role":"system","content":"b"},{"role":"assistant","content":"c"},{"role":"user","content":[{"type":"text","text":"d"}]},{"role":"system","content":[],"output_config":{"effort":"medium"}},{"role":"system","content":[{"type":"text","text":"e","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`)
 	f.Add(`{"messages":[{"role":"system","content":"first"},{"role":"user","content":"a"}]}`)
+	// Per-turn fields on every role.
+	f.Add(`{"messages":[{"role":"user","content":"a","output_config":{"effort":"low"}},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}],"x":1},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":""}],"y":[]},{"role":"system","content":[],"output_config":{}}]}`)
 	// Unknown roles and blocks.
 	f.Add(`{"messages":[{"role":"user","content":"a"},{"role":"developer","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}}],"name":"n"},{"role":"operator","content":7},{"role":"user","content":[{"type":"future","x":1}]}]}`)
 	// Interleaved thinking, server tool and MCP blocks, citations.
