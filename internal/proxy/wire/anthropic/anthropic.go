@@ -50,13 +50,25 @@ const (
 // assistant turn's tool_use blocks are tool calls (arguments: the input object as
 // compact JSON with sorted keys). Text blocks become text parts without their
 // cache_control (clients move it from turn to turn), images image_url parts (a
-// base64 source as a data: URL); other blocks are kept whole as parts, in canonical
-// form (compact, keys sorted, no cache_control). Thinking blocks, in the same form, go
-// to Extra[ExtraContentPrefix], is_error to Extra[ExtraIsError]; Build
-// puts both back, with the blocks kept whole and the client's cache breakpoints (see
-// carryBreakpoints). Reply and the stream read the upstream's content blocks the way
-// Parse reads an assistant turn, so the reply stored and the same turn sent back by
-// the client are the same message.
+// base64 source as a data: URL); other blocks (documents, search results, server tool
+// and MCP blocks, text with citations, any type the proxy does not know) are kept
+// whole as parts, in canonical form (compact, keys sorted, no cache_control).
+// Thinking blocks, in the same form, go to Extra[ExtraContentPrefix], is_error to
+// Extra[ExtraIsError], an assistant turn's block order to Extra[ExtraBlockOrder] when
+// it is not thinking, content, tool uses (interleaved thinking). A {"role": "system"}
+// turn of messages (a mid-conversation system message) is a system message at its
+// place, marked Extra[ExtraInMessages]; a turn of a role the proxy does not know is
+// kept whole (Extra[ExtraTurn]); a turn's fields besides role and content go to
+// Extra[ExtraTurnFields]. Build puts all of it back in place, and the client's cache
+// breakpoints (see carryBreakpoints), so that the request built from what Parse read
+// is the request sent, but for its form (a string content as a text block, one
+// system block when the context's system is not the client's). Every top-level field
+// but system and messages (thinking, output_config, context_management,
+// cache_control...) goes as sent. Parse refuses what the API refuses (not a JSON
+// object, messages not a non-empty array, a tool_result without its tool_use, a
+// system turn first...), nothing else. Reply and the stream read the upstream's
+// content blocks the way Parse reads an assistant turn, so the reply stored and the
+// same turn sent back by the client are the same message.
 func Anthropic() wire.Wire { return anthropicWire{} }
 
 type anthropicWire struct{}
