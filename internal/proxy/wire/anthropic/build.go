@@ -35,16 +35,15 @@ func (anthropicWire) Build(req *wire.Request, cx *assemble.Context) ([]byte, err
 		return nil, err
 	}
 	msgs, sys := f["messages"], f["system"]
-	if marked != cx {
-		if msgs, err = marks.restore(msgs); err != nil {
-			return nil, err
-		}
+	restore := marks.restore
+	if marked == cx {
+		restore = nil
 	}
 	client := clientSystem(req, cx)
 	if client != nil {
 		sys = client
 	}
-	if sys, msgs, err = carryBreakpoints(req.Body, sys, msgs, hasSummary(cx), client != nil); err != nil {
+	if sys, msgs, err = carryBreakpoints(req.Body, sys, msgs, restore, hasSummary(cx), client != nil); err != nil {
 		return nil, err
 	}
 	return wire.SetFields(req.Body, wire.Edit{Key: "system", Value: sys}, wire.Edit{Key: "messages", Value: msgs})
@@ -174,12 +173,18 @@ const summaryCacheControl = `,"cache_control":{"type":"ephemeral"}`
 // marked a block of its messages, the last block of the last message that can carry
 // one is (Anthropic's incremental caching: the cache is read back from the longest
 // prefix written before). Each gets the client's own cache_control (its last in that
-// field, ttl included). The breakpoints stay within the API's four: those of the
-// client's tools (sent as they are), the top-level cache_control of automatic
-// caching (counted as one) and the summary's come first, then system's, then the
-// last message's. Their ttls keep the API's order (orderTTLs): a summary before a
-// 1-hour breakpoint is a 1-hour one.
-func carryBreakpoints(body []byte, sys, msgs json.RawMessage, summary, clientSys bool) (json.RawMessage, json.RawMessage, error) {
+// field, ttl included). With clientSys the system field is the client's, sent as it
+// came: its breakpoints are the client's, and none is added. The breakpoints stay
+// within the API's four: those of the client's tools and system (sent as they are)
+// and the top-level cache_control of automatic caching (counted as one, not being
+// sure the API does not count it) come first, then the summary's (left out when
+// those take all four), then system's, then the last message's. Their ttls keep the
+// API's order (orderTTLs): a summary before a 1-hour breakpoint is a 1-hour one.
+//
+// msgs is Render's, whose one breakpoint is the summary's (Parse left the client's
+// out, the blocks kept whole are still markers): restore (nil: none) puts back what
+// the markers stand for once the summary's breakpoint is set.
+func carryBreakpoints(body []byte, sys, msgs json.RawMessage, restore func(json.RawMessage) (json.RawMessage, error), summary, clientSys bool) (json.RawMessage, json.RawMessage, error) {
 	f, err := wire.FieldMap(body)
 	if err != nil {
 		return nil, nil, err
@@ -240,14 +245,17 @@ func carryBreakpoints(body []byte, sys, msgs json.RawMessage, summary, clientSys
 		}
 	}
 	if summary && (!sumBP.on || ttlOf(sumBP.cc) == ttl1h) {
-		// The summary's breakpoint is the only one of the rendering (Parse and
-		// restore leave the client's out): it is the first.
 		if i := bytes.Index(msgs, []byte(summaryCacheControl)); i >= 0 {
 			var with []byte
 			if sumBP.on {
 				with = slices.Concat([]byte(`,"cache_control":`), sumBP.cc)
 			}
 			msgs = slices.Concat(msgs[:i], with, msgs[i+len(summaryCacheControl):])
+		}
+	}
+	if restore != nil {
+		if msgs, err = restore(msgs); err != nil {
+			return nil, nil, err
 		}
 	}
 	if msgBP.on {
