@@ -265,6 +265,26 @@ func TestAnthropicEveryBlockTypeInPlace(t *testing.T) {
 	if !wiretest.JSONEqual(t, out, []byte(body)) {
 		t.Fatalf("the built request is not the one sent:\n%s", out)
 	}
+	// Compacted (a summary in place of the first turn), the rest goes as sent.
+	msgs := append([]schemas.Message{{Role: "user", Content: schemas.Text("Summary.")}}, req.Messages[1:]...)
+	cx := wiretest.ContextOf(msgs)
+	cx.HasSummary, cx.Seqs[0] = true, 0
+	if out, err = Anthropic().Build(req, cx); err != nil {
+		t.Fatal(err)
+	}
+	var got, sent struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	_ = json.Unmarshal(out, &got)
+	_ = json.Unmarshal([]byte(body), &sent)
+	if len(got.Messages) != len(sent.Messages) || string(got.Messages[0]) != `{"role":"user","content":[{"type":"text","text":"Summary.","cache_control":{"type":"ephemeral"}}]}` {
+		t.Fatalf("compacted: %s", out)
+	}
+	for i := 1; i < len(sent.Messages); i++ {
+		if !wiretest.JSONEqual(t, got.Messages[i], sent.Messages[i]) {
+			t.Fatalf("compacted, turn %d: %s\nwant %s", i, got.Messages[i], sent.Messages[i])
+		}
+	}
 	// The same blocks in the default order (thinking, content, tool uses) need no
 	// order in Extra.
 	plain, err := Anthropic().Parse([]byte(anthropicRequest))
