@@ -2,19 +2,14 @@ package anthropic
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/compactor/compactor/internal/proxy/wire"
-	"slices"
-	"strconv"
+	"maps"
 	"strings"
 
 	"github.com/compactor/compactor/schemas"
-	"github.com/compactor/compactor/schemas/assemble"
-	"github.com/compactor/compactor/schemas/formats"
 )
 
 // The keys of a message's Extra that keep what Compactor's form has no field for, so
@@ -26,6 +21,25 @@ const (
 	ExtraContentPrefix = "anthropic_content_prefix"
 	// ExtraIsError marks a tool message read from a tool_result with is_error true.
 	ExtraIsError = "anthropic_is_error"
+	// ExtraBlockOrder is the order of an assistant turn's blocks when it is not the
+	// one Build writes by default (thinking blocks, then the content, then the
+	// tool_use blocks): one letter a block, k for the next block of
+	// ExtraContentPrefix, p for the next content part, t for the next tool call. An
+	// interleaved turn (thinking between tool uses, thinking or text after a server
+	// tool's result) goes back in the order it came.
+	ExtraBlockOrder = "anthropic_block_order"
+	// ExtraInMessages marks a system message read from a {"role": "system"} turn of
+	// messages (a mid-conversation system message), not from the top-level system
+	// field: Build writes it back in place, as a system turn.
+	ExtraInMessages = "anthropic_in_messages"
+	// ExtraTurnFields holds the fields of a turn besides role and content (Claude
+	// Code's per-turn output_config on a system turn...), compact with sorted keys, on
+	// the turn's last message: Build writes them back into the turn.
+	ExtraTurnFields = "anthropic_turn_fields"
+	// ExtraTurn holds a turn of a role the proxy does not know, whole (compact, keys
+	// sorted, no cache_control): its message is a user message holding the turn's
+	// text, and Build writes the turn back in place as it came.
+	ExtraTurn = "anthropic_turn"
 )
 
 // Anthropic returns the wire of Anthropic Messages (POST /v1/messages).
@@ -36,13 +50,25 @@ const (
 // assistant turn's tool_use blocks are tool calls (arguments: the input object as
 // compact JSON with sorted keys). Text blocks become text parts without their
 // cache_control (clients move it from turn to turn), images image_url parts (a
-// base64 source as a data: URL); other blocks are kept whole as parts, in canonical
-// form (compact, keys sorted, no cache_control). Thinking blocks, in the same form, go
-// to Extra[ExtraContentPrefix], is_error to Extra[ExtraIsError]; Build
-// puts both back, with the blocks kept whole and the client's cache breakpoints (see
-// carryBreakpoints). Reply and the stream read the upstream's content blocks the way
-// Parse reads an assistant turn, so the reply stored and the same turn sent back by
-// the client are the same message.
+// base64 source as a data: URL); other blocks (documents, search results, server tool
+// and MCP blocks, text with citations, any type the proxy does not know) are kept
+// whole as parts, in canonical form (compact, keys sorted, no cache_control).
+// Thinking blocks, in the same form, go to Extra[ExtraContentPrefix], is_error to
+// Extra[ExtraIsError], an assistant turn's block order to Extra[ExtraBlockOrder] when
+// it is not thinking, content, tool uses (interleaved thinking). A {"role": "system"}
+// turn of messages (a mid-conversation system message) is a system message at its
+// place, marked Extra[ExtraInMessages]; a turn of a role the proxy does not know is
+// kept whole (Extra[ExtraTurn]); a turn's fields besides role and content go to
+// Extra[ExtraTurnFields]. Build puts all of it back in place, and the client's cache
+// breakpoints (see carryBreakpoints), so that the request built from what Parse read
+// is the request sent, but for its form (a string content as a text block, one
+// system block when the context's system is not the client's). Every top-level field
+// but system and messages (thinking, output_config, context_management,
+// cache_control...) goes as sent. Parse refuses what the API refuses (not a JSON
+// object, messages not a non-empty array, a tool_result without its tool_use, a
+// system turn first...), nothing else. Reply and the stream read the upstream's
+// content blocks the way Parse reads an assistant turn, so the reply stored and the
+// same turn sent back by the client are the same message.
 func Anthropic() wire.Wire { return anthropicWire{} }
 
 type anthropicWire struct{}
@@ -85,6 +111,10 @@ func (anthropicWire) Parse(body []byte) (*wire.Request, error) {
 		msgs, err := anthropicTurn(t)
 		if err != nil {
 			return nil, wire.BadRequest("messages[%d]: %v", i, err)
+		}
+		if i == 0 && len(msgs) == 1 && msgs[0].Role == schemas.RoleSystem {
+			// As the API: a mid-conversation system message follows a turn.
+			return nil, wire.BadRequest("messages[0]: a system turn cannot be the first of messages (the system field is for that)")
 		}
 		req.Messages = append(req.Messages, msgs...)
 	}
@@ -143,12 +173,19 @@ func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
 		Role    string
 		Content json.RawMessage
 	}{stringField(f, "role"), f["content"]}
+	switch t.Role {
+	case "user", "assistant", "system":
+	default:
+		return opaqueTurn(raw, f)
+	}
 	var s string
 	if json.Unmarshal(t.Content, &s) == nil {
-		if t.Role != "user" && t.Role != "assistant" {
-			return nil, fmt.Errorf("role must be user or assistant, not %q", t.Role)
+		m := schemas.Message{Role: schemas.Role(t.Role), Content: schemas.RawContent(t.Content)}
+		if t.Role == "system" {
+			m.Extra = systemExtra(f)
+			return []schemas.Message{m}, nil
 		}
-		return []schemas.Message{{Role: schemas.Role(t.Role), Content: schemas.RawContent(t.Content)}}, nil
+		return withTurnFields([]schemas.Message{m}, f)
 	}
 	var blocks []json.RawMessage
 	if err := json.Unmarshal(t.Content, &blocks); err != nil {
@@ -156,15 +193,139 @@ func anthropicTurn(raw json.RawMessage) ([]schemas.Message, error) {
 	}
 	switch t.Role {
 	case "user":
-		return anthropicUser(blocks)
+		msgs, err := anthropicUser(blocks)
+		if err != nil {
+			return nil, err
+		}
+		return withTurnFields(msgs, f)
 	case "assistant":
 		m, err := anthropicAssistant(blocks)
 		if err != nil {
 			return nil, err
 		}
-		return []schemas.Message{m}, nil
+		return withTurnFields([]schemas.Message{m}, f)
 	}
-	return nil, fmt.Errorf("role must be user or assistant, not %q", t.Role)
+	msgs, err := systemTurn(blocks)
+	if err != nil {
+		return nil, err
+	}
+	msgs[0].Extra = systemExtra(f)
+	return msgs, nil
+}
+
+// turnFields is the fields of a turn besides role and content, compact with sorted
+// keys (nil when none).
+func turnFields(f map[string]json.RawMessage) json.RawMessage {
+	rest := map[string]json.RawMessage{}
+	for k, v := range f {
+		if k != "role" && k != "content" {
+			rest[k] = v
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	enc, err := wire.MarshalNoEscape(rest)
+	if err != nil {
+		return nil
+	}
+	return wire.CanonicalJSON(enc)
+}
+
+// withTurnFields puts the fields of a user or assistant turn besides role and content
+// (per-turn settings) in the Extra of the turn's last message (ExtraTurnFields):
+// Build writes them back into the turn that message is rendered in.
+func withTurnFields(msgs []schemas.Message, f map[string]json.RawMessage) ([]schemas.Message, error) {
+	rest := turnFields(f)
+	if rest == nil {
+		return msgs, nil
+	}
+	last := &msgs[len(msgs)-1]
+	x := map[string]json.RawMessage{}
+	if len(last.Extra) > 0 {
+		if err := json.Unmarshal(last.Extra, &x); err != nil {
+			return nil, err
+		}
+	}
+	x[ExtraTurnFields] = rest
+	enc, err := wire.MarshalNoEscape(x)
+	if err != nil {
+		return nil, err
+	}
+	last.Extra = enc
+	return msgs, nil
+}
+
+// systemExtra is the Extra of a mid-conversation system message read from the turn
+// whose fields are f: ExtraInMessages, and ExtraTurnFields when the turn has fields
+// besides role and content.
+func systemExtra(f map[string]json.RawMessage) json.RawMessage {
+	rest := turnFields(f)
+	if rest == nil {
+		return json.RawMessage(`{"` + ExtraInMessages + `":true}`)
+	}
+	return json.RawMessage(`{"` + ExtraInMessages + `":true,"` + ExtraTurnFields + `":` + string(rest) + `}`)
+}
+
+// systemTurn reads the blocks of a mid-conversation system turn ({"role": "system"}
+// in messages) as a system message marked ExtraInMessages: its blocks are parts the
+// way a user turn's are (text, images, any other block kept whole).
+func systemTurn(blocks []json.RawMessage) ([]schemas.Message, error) {
+	parts := make([]json.RawMessage, 0, len(blocks))
+	for i, raw := range blocks {
+		b, err := readBlock(raw, i)
+		if err != nil {
+			return nil, err
+		}
+		p, err := contentPart(b, raw, i)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, p)
+	}
+	return []schemas.Message{{Role: schemas.RoleSystem, Content: partsContent(parts)}}, nil
+}
+
+// opaqueTurn keeps a turn of a role the proxy does not know whole, in the Extra of a
+// user message that holds its text (for the summarizer): the API decides whether it
+// takes the role, the proxy neither refuses it nor changes it. Its blocks' breakpoints
+// are left out (Build sets the breakpoints, within the API's four).
+func opaqueTurn(raw json.RawMessage, f map[string]json.RawMessage) ([]schemas.Message, error) {
+	if _, ok := f["role"]; !ok {
+		return nil, errors.New("must be an object {role, content}")
+	}
+	var parts []json.RawMessage
+	var s string
+	var blocks []json.RawMessage
+	switch {
+	case json.Unmarshal(f["content"], &s) == nil:
+		if s != "" {
+			parts = append(parts, textPart(s))
+		}
+	case json.Unmarshal(f["content"], &blocks) == nil:
+		stripped := make([]json.RawMessage, 0, len(blocks))
+		for i, b := range blocks {
+			if blk, err := readBlock(b, i); err == nil && blk.Type == "text" && blk.Text != nil && *blk.Text != "" {
+				parts = append(parts, textPart(*blk.Text))
+			}
+			stripped = append(stripped, canonicalBlock(b))
+		}
+		if len(blocks) > 0 {
+			content, err := wire.MarshalNoEscape(stripped)
+			if err != nil {
+				return nil, err
+			}
+			f = maps.Clone(f)
+			f["content"] = content
+		}
+	}
+	turn, err := wire.MarshalNoEscape(f)
+	if err != nil {
+		return nil, err
+	}
+	turn = wire.CanonicalJSON(turn)
+	return []schemas.Message{{Role: schemas.RoleUser, Content: partsContent(parts),
+		Extra: json.RawMessage(`{"` + ExtraTurn + `":` + string(turn) + `}`)}}, nil
 }
 
 // block is the fields of a content block the proxy reads.
@@ -173,6 +334,9 @@ type block struct {
 	Text                      *string
 	Source, Input, Content    json.RawMessage
 	IsError                   bool
+	// more says the block has fields besides type, text and cache_control (a text
+	// block's citations...): a text block with more is kept whole.
+	more bool
 }
 
 type imageSource struct {
@@ -194,6 +358,15 @@ func readBlock(raw json.RawMessage, i int) (block, error) {
 	var text string
 	if json.Unmarshal(f["text"], &text) == nil && !wire.IsNull(f["text"]) {
 		b.Text = &text
+	}
+	for k, v := range f {
+		switch k {
+		case "type", "text", "cache_control":
+		case "citations": // none: null or []
+			b.more = b.more || !(wire.IsNull(v) || string(wire.CanonicalJSON(v)) == "[]")
+		default:
+			b.more = true
+		}
 	}
 	return b, nil
 }
@@ -291,6 +464,9 @@ func contentPart(b block, raw json.RawMessage, i int) (json.RawMessage, error) {
 		if b.Text == nil {
 			return nil, fmt.Errorf("content[%d].text is required", i)
 		}
+		if b.more { // citations...: the block goes back whole
+			return canonicalBlock(raw), nil
+		}
 		return textPart(*b.Text), nil
 	case "image":
 		var f map[string]json.RawMessage
@@ -330,10 +506,15 @@ func canonicalBlock(raw json.RawMessage) json.RawMessage {
 }
 
 // anthropicAssistant reads an assistant turn's blocks: text and other parts as its
-// content, tool_use blocks as its tool calls, thinking blocks into its Extra.
+// content, tool_use blocks as its tool calls, thinking blocks into its Extra, and the
+// blocks' order into its Extra when Build would not write them in that order
+// (ExtraBlockOrder). Server tool blocks (server_tool_use and its *_tool_result,
+// mcp_tool_use, mcp_tool_result...) are parts kept whole, in place: they pair among
+// themselves, within the turn, not with a tool_result.
 func anthropicAssistant(blocks []json.RawMessage) (schemas.Message, error) {
 	m := schemas.Message{Role: schemas.RoleAssistant}
 	var parts, thinking []json.RawMessage
+	order := make([]byte, 0, len(blocks))
 	for i, raw := range blocks {
 		b, err := readBlock(raw, i)
 		if err != nil {
@@ -342,36 +523,62 @@ func anthropicAssistant(blocks []json.RawMessage) (schemas.Message, error) {
 		switch b.Type {
 		case "thinking", "redacted_thinking":
 			thinking = append(thinking, json.RawMessage(canonicalArgs(raw)))
+			order = append(order, 'k')
 		case "tool_use":
 			if b.ID == "" || b.Name == "" {
 				return schemas.Message{}, fmt.Errorf("content[%d]: a tool_use needs an id and a name", i)
 			}
 			m.ToolCalls = append(m.ToolCalls, schemas.ToolCall{ID: b.ID, Type: "function",
 				Function: schemas.FunctionCall{Name: b.Name, Arguments: canonicalArgs(b.Input)}})
+			order = append(order, 't')
 		default:
 			p, err := contentPart(b, raw, i)
 			if err != nil {
 				return schemas.Message{}, err
 			}
 			parts = append(parts, p)
+			order = append(order, 'p')
 		}
 	}
 	if len(parts) > 0 || len(m.ToolCalls) == 0 {
 		m.Content = partsContent(parts)
 	}
-	if len(thinking) > 0 {
+	inOrder := defaultOrder(order)
+	if len(thinking) > 0 || !inOrder {
 		var e bytes.Buffer
-		e.WriteString(`{"` + ExtraContentPrefix + `":[`)
-		for i, t := range thinking {
-			if i > 0 {
+		e.WriteByte('{')
+		if len(thinking) > 0 {
+			e.WriteString(`"` + ExtraContentPrefix + `":[`)
+			for i, t := range thinking {
+				if i > 0 {
+					e.WriteByte(',')
+				}
+				e.Write(t)
+			}
+			e.WriteString("]")
+		}
+		if !inOrder {
+			if len(thinking) > 0 {
 				e.WriteByte(',')
 			}
-			e.Write(t)
+			e.WriteString(`"` + ExtraBlockOrder + `":"` + string(order) + `"`)
 		}
-		e.WriteString("]}")
+		e.WriteByte('}')
 		m.Extra = e.Bytes()
 	}
 	return m, nil
+}
+
+// defaultOrder says an assistant turn's blocks are in the order Build writes them by
+// default: thinking blocks, then content parts, then tool_use blocks.
+func defaultOrder(order []byte) bool {
+	rank := map[byte]int{'k': 0, 'p': 1, 't': 2}
+	for i := 1; i < len(order); i++ {
+		if rank[order[i]] < rank[order[i-1]] {
+			return false
+		}
+	}
+	return true
 }
 
 // canonicalArgs returns a JSON value (a tool_use input, a thinking block) as compact
@@ -382,168 +589,6 @@ func canonicalArgs(input json.RawMessage) string {
 		return "{}"
 	}
 	return string(wire.CanonicalJSON(input))
-}
-
-func (anthropicWire) Build(req *wire.Request, cx *assemble.Context) ([]byte, error) {
-	if cx == nil {
-		return nil, errors.New("no context to send")
-	}
-	marked, marks, err := markExtras(cx)
-	if err != nil {
-		return nil, err
-	}
-	r, err := formats.Render(marked, formats.Anthropic)
-	if err != nil {
-		return nil, err
-	}
-	f, err := wire.FieldMap(r.JSON)
-	if err != nil {
-		return nil, err
-	}
-	msgs, sys := f["messages"], f["system"]
-	if marked != cx {
-		if msgs, err = marks.restore(msgs); err != nil {
-			return nil, err
-		}
-	}
-	if sys, msgs, err = carryBreakpoints(req.Body, sys, msgs, hasSummary(cx)); err != nil {
-		return nil, err
-	}
-	return wire.SetFields(req.Body, wire.Edit{Key: "system", Value: sys}, wire.Edit{Key: "messages", Value: msgs})
-}
-
-func hasSummary(cx *assemble.Context) bool {
-	return cx.HasSummary && slices.Contains(cx.Seqs, 0)
-}
-
-// maxBreakpoints is the most blocks with cache_control a Messages request may have.
-const maxBreakpoints = 4
-
-// carryBreakpoints puts the client's prompt cache breakpoints back into the rendered
-// system and messages, which Parse left out (clients move them from turn to turn):
-// when the client marked a system block, the last system block is marked; when it
-// marked a block of its messages, the last block of the last message is (Anthropic's
-// incremental caching: the cache is read back from the longest prefix written
-// before). Each gets the client's own cache_control (its last in that field, ttl
-// included). The breakpoints stay within the API's four: those of the client's tools
-// (sent as they are) and the summary's come first, then system's, then the last
-// message's.
-func carryBreakpoints(body []byte, sys, msgs json.RawMessage, summary bool) (json.RawMessage, json.RawMessage, error) {
-	f, err := wire.FieldMap(body)
-	if err != nil {
-		return nil, nil, err
-	}
-	budget := maxBreakpoints - countBreakpoints(f["tools"])
-	if summary {
-		budget--
-	}
-	if cc := lastBreakpoint(f["system"]); cc != nil && len(sys) > 0 && budget > 0 {
-		if sys, err = markLast(sys, cc); err != nil {
-			return nil, nil, err
-		}
-		budget--
-	}
-	if budget <= 0 {
-		return sys, msgs, nil
-	}
-	var turns []json.RawMessage
-	if err := json.Unmarshal(f["messages"], &turns); err != nil {
-		return nil, nil, err
-	}
-	var cc json.RawMessage
-	for _, t := range turns {
-		var m map[string]json.RawMessage
-		_ = json.Unmarshal(t, &m)
-		if c := lastBreakpoint(m["content"]); c != nil {
-			cc = c
-		}
-	}
-	if cc == nil {
-		return sys, msgs, nil
-	}
-	msgs, err = markLastTurn(msgs, cc)
-	return sys, msgs, err
-}
-
-// blockFields decodes an array of blocks (nil for anything else).
-func blockFields(raw json.RawMessage) []map[string]json.RawMessage {
-	var blocks []map[string]json.RawMessage
-	_ = json.Unmarshal(raw, &blocks)
-	return blocks
-}
-
-// countBreakpoints counts the blocks of an array that have a cache_control.
-func countBreakpoints(raw json.RawMessage) int {
-	n := 0
-	for _, b := range blockFields(raw) {
-		if v, ok := b["cache_control"]; ok && !wire.IsNull(v) {
-			n++
-		}
-	}
-	return n
-}
-
-// lastBreakpoint returns the cache_control of the last block of an array that has
-// one (nil when none).
-func lastBreakpoint(raw json.RawMessage) json.RawMessage {
-	var cc json.RawMessage
-	for _, b := range blockFields(raw) {
-		if v, ok := b["cache_control"]; ok && !wire.IsNull(v) && json.Valid(v) {
-			cc = v
-		}
-	}
-	return cc
-}
-
-// markLast returns a rendered array of blocks with cc set on its last block that
-// can carry one (not a thinking block).
-func markLast(blocks json.RawMessage, cc json.RawMessage) (json.RawMessage, error) {
-	var bs []json.RawMessage
-	if err := json.Unmarshal(blocks, &bs); err != nil {
-		return nil, err
-	}
-	for i := len(bs) - 1; i >= 0; i-- {
-		switch partType(bs[i]) {
-		case "thinking", "redacted_thinking":
-			continue
-		}
-		var f map[string]json.RawMessage
-		if err := json.Unmarshal(bs[i], &f); err != nil {
-			return nil, err
-		}
-		if _, ok := f["cache_control"]; ok {
-			return blocks, nil // the summary's own
-		}
-		b := bytes.TrimRight(bs[i], " \t\r\n")
-		marked := append(append(append([]byte(nil), b[:len(b)-1]...), `,"cache_control":`...), cc...)
-		bs[i] = append(marked, '}')
-		break
-	}
-	return wire.MarshalNoEscape(bs)
-}
-
-// markLastTurn marks the last block of the last rendered turn.
-func markLastTurn(msgs json.RawMessage, cc json.RawMessage) (json.RawMessage, error) {
-	var turns []json.RawMessage
-	if err := json.Unmarshal(msgs, &turns); err != nil {
-		return nil, err
-	}
-	if len(turns) == 0 {
-		return msgs, nil
-	}
-	last := len(turns) - 1
-	var t renderedTurn
-	if err := json.Unmarshal(turns[last], &t); err != nil {
-		return nil, err
-	}
-	content, _ := wire.MarshalNoEscape(t.Content)
-	content, err := markLast(content, cc)
-	if err != nil {
-		return nil, err
-	}
-	role, _ := wire.MarshalNoEscape(t.Role)
-	turns[last] = json.RawMessage(`{"role":` + string(role) + `,"content":` + string(content) + `}`)
-	return wire.MarshalNoEscape(turns)
 }
 
 // Reply reads a Messages response.
@@ -620,252 +665,6 @@ func (anthropicWire) StreamError(message string) []byte {
 	return append(append([]byte("event: error\ndata: "), b...), "\n\n"...)
 }
 
-// marks are what Build puts back into the rendering that formats.Render leaves out:
-// an assistant's thinking blocks, a tool_result's is_error, and the blocks of the API's
-// own that Compactor's format does not know (documents, server tool blocks...), which
-// Render would turn into placeholder text. Each is a text part that no client text can
-// equal (it holds a random nonce) put in the message's content before rendering, and
-// found again in the rendered blocks.
-type marks struct {
-	nonce  string
-	byText map[string]mark
-}
-
-type mark struct {
-	// blocks stand for the marker: an assistant's thinking blocks, or one block kept
-	// verbatim.
-	blocks []json.RawMessage
-	// flags is the marker first in a tool message's content: isError sets is_error,
-	// wasString says the content was a string.
-	flags, isError, wasString bool
-}
-
-// chatPartTypes are the content part types of Compactor's (OpenAI's) format: any other
-// part came from the API's own blocks and goes back verbatim.
-var chatPartTypes = map[string]bool{"text": true, "image_url": true, "input_audio": true, "file": true, "refusal": true}
-
-// markExtras returns cx with markers in the content of the messages that need them
-// (cx itself when none does).
-func markExtras(cx *assemble.Context) (*assemble.Context, *marks, error) {
-	n, err := nonce()
-	if err != nil {
-		return nil, nil, err
-	}
-	mk := &marks{nonce: n, byText: map[string]mark{}}
-	var out *assemble.Context
-	for i := range cx.Messages {
-		if cx.HasSummary && i < len(cx.Seqs) && cx.Seqs[i] == 0 {
-			continue // the summary is text Compactor wrote
-		}
-		c, changed, err := mk.markMessage(i, &cx.Messages[i])
-		if err != nil {
-			return nil, nil, err
-		}
-		if !changed {
-			continue
-		}
-		if out == nil {
-			c := *cx
-			c.Messages = append([]schemas.Message(nil), cx.Messages...)
-			out = &c
-		}
-		out.Messages[i].Content = c
-	}
-	if out == nil {
-		return cx, mk, nil
-	}
-	return out, mk, nil
-}
-
-// markMessage returns message i's content with its markers, and whether it has any.
-func (mk *marks) markMessage(i int, m *schemas.Message) (schemas.Content, bool, error) {
-	if m.Role == schemas.RoleSystem {
-		return schemas.Content{}, false, nil
-	}
-	x, hasX := readExtra(m)
-	var raws []json.RawMessage
-	if m.Content.IsParts() {
-		if err := json.Unmarshal(m.Content.Raw(), &raws); err != nil {
-			return schemas.Content{}, false, fmt.Errorf("message %d: %w", i, err)
-		}
-	}
-	foreign := false
-	for _, r := range raws {
-		foreign = foreign || !chatPartTypes[partType(r)]
-	}
-	if !hasX && !foreign {
-		return schemas.Content{}, false, nil
-	}
-	var parts []json.RawMessage
-	if hasX {
-		if m.Content.IsString() {
-			parts = append(parts, textPart(m.Content.String()))
-			x.wasString = true
-		}
-		parts = append([]json.RawMessage{mk.add(i, 0, x)}, parts...)
-	}
-	for j, r := range raws {
-		if chatPartTypes[partType(r)] {
-			parts = append(parts, r)
-		} else {
-			parts = append(parts, mk.add(i, j+1, mark{blocks: []json.RawMessage{r}}))
-		}
-	}
-	return schemas.Parts(parts...), true, nil
-}
-
-// add records x under a new marker and returns the marker's text part.
-func (mk *marks) add(i, j int, x mark) json.RawMessage {
-	text := "\x00compactor-mark:" + mk.nonce + ":" + strconv.Itoa(i) + ":" + strconv.Itoa(j)
-	mk.byText[text] = x
-	return textPart(text)
-}
-
-func partType(raw json.RawMessage) string {
-	var p struct {
-		Type string `json:"type"`
-	}
-	_ = json.Unmarshal(raw, &p)
-	return p.Type
-}
-
-// readExtra reads what m's Extra holds for the API.
-func readExtra(m *schemas.Message) (mark, bool) {
-	if len(m.Extra) == 0 || (m.Role != schemas.RoleAssistant && m.Role != schemas.RoleTool) {
-		return mark{}, false
-	}
-	var x struct {
-		Prefix  []json.RawMessage `json:"anthropic_content_prefix"`
-		IsError bool              `json:"anthropic_is_error"`
-	}
-	if json.Unmarshal(m.Extra, &x) != nil {
-		return mark{}, false
-	}
-	if m.Role == schemas.RoleAssistant && len(x.Prefix) > 0 {
-		return mark{blocks: x.Prefix}, true
-	}
-	if m.Role == schemas.RoleTool && x.IsError {
-		return mark{flags: true, isError: true}, true
-	}
-	return mark{}, false
-}
-
-func nonce() (string, error) {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
-// renderedTurn is one message of a rendering.
-type renderedTurn struct {
-	Role    string            `json:"role"`
-	Content []json.RawMessage `json:"content"`
-}
-
-// restore replaces the marker blocks of a rendered messages array with what they
-// stand for.
-func (mk *marks) restore(msgs json.RawMessage) (json.RawMessage, error) {
-	var turns []renderedTurn
-	if err := json.Unmarshal(msgs, &turns); err != nil {
-		return nil, err
-	}
-	var b bytes.Buffer
-	b.WriteByte('[')
-	for i, t := range turns {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		role, _ := wire.MarshalNoEscape(t.Role)
-		b.WriteString(`{"role":`)
-		b.Write(role)
-		b.WriteString(`,"content":[`)
-		n := 0
-		for _, blk := range t.Content {
-			out, err := mk.restoreBlock(blk)
-			if err != nil {
-				return nil, err
-			}
-			for _, o := range out {
-				if n > 0 {
-					b.WriteByte(',')
-				}
-				b.Write(o)
-				n++
-			}
-		}
-		b.WriteString("]}")
-	}
-	b.WriteByte(']')
-	return b.Bytes(), nil
-}
-
-// markOf returns the mark a block is the marker of.
-func (mk *marks) markOf(blk json.RawMessage) (mark, bool) {
-	if !bytes.Contains(blk, []byte(mk.nonce)) {
-		return mark{}, false
-	}
-	var t struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(blk, &t) != nil || t.Type != "text" {
-		return mark{}, false
-	}
-	x, ok := mk.byText[t.Text]
-	return x, ok
-}
-
-// restoreBlock returns what stands for one rendered block: the blocks of a marker,
-// a tool_result with its content's markers restored, or the block itself.
-func (mk *marks) restoreBlock(blk json.RawMessage) ([]json.RawMessage, error) {
-	if x, ok := mk.markOf(blk); ok {
-		return x.blocks, nil
-	}
-	if !bytes.Contains(blk, []byte(mk.nonce)) {
-		return []json.RawMessage{blk}, nil
-	}
-	var f map[string]json.RawMessage
-	if err := json.Unmarshal(blk, &f); err != nil {
-		return nil, err
-	}
-	var inner []json.RawMessage
-	if json.Unmarshal(f["content"], &inner) != nil {
-		return []json.RawMessage{blk}, nil
-	}
-	var flags mark
-	kept := make([]json.RawMessage, 0, len(inner))
-	for _, ib := range inner {
-		x, ok := mk.markOf(ib)
-		switch {
-		case !ok:
-			kept = append(kept, ib)
-		case x.flags:
-			flags = x
-		default:
-			kept = append(kept, x.blocks...)
-		}
-	}
-	var t struct {
-		Type string  `json:"type"`
-		Text *string `json:"text"`
-	}
-	switch {
-	case len(kept) == 0:
-		delete(f, "content")
-	case flags.wasString && len(kept) == 1 && json.Unmarshal(kept[0], &t) == nil && t.Type == "text" && t.Text != nil:
-		f["content"], _ = wire.MarshalNoEscape(*t.Text)
-	default:
-		f["content"], _ = wire.MarshalNoEscape(kept)
-	}
-	if flags.isError {
-		f["is_error"] = json.RawMessage("true")
-	}
-	out, err := wire.MarshalNoEscape(f)
-	return []json.RawMessage{out}, err
-}
-
 // anthropicStream puts a Messages event stream back together.
 type anthropicStream struct {
 	blocks       map[int]*streamBlock
@@ -879,6 +678,10 @@ type anthropicStream struct {
 type streamBlock struct {
 	start                           map[string]any
 	text, json, thinking, signature strings.Builder
+	citations                       []any
+	// compaction and encrypted are a compaction block's (compaction_delta).
+	compaction, encrypted strings.Builder
+	compacted             bool
 }
 
 // anthropicEvent is the fields of a stream event the proxy reads.
@@ -890,11 +693,14 @@ type anthropicEvent struct {
 	} `json:"message"`
 	ContentBlock map[string]any `json:"content_block"`
 	Delta        *struct {
-		Type        string `json:"type"`
-		Text        string `json:"text"`
-		PartialJSON string `json:"partial_json"`
-		Thinking    string `json:"thinking"`
-		Signature   string `json:"signature"`
+		Type        string          `json:"type"`
+		Text        string          `json:"text"`
+		PartialJSON string          `json:"partial_json"`
+		Thinking    string          `json:"thinking"`
+		Signature   string          `json:"signature"`
+		Citation    json.RawMessage `json:"citation"`
+		Content     string          `json:"content"`
+		Encrypted   string          `json:"encrypted_content"`
 	} `json:"delta"`
 	Usage *anthropicUsage `json:"usage"`
 }
@@ -967,6 +773,15 @@ func (s *anthropicStream) delta(e anthropicEvent) error {
 		b.thinking.WriteString(e.Delta.Thinking)
 	case "signature_delta":
 		b.signature.WriteString(e.Delta.Signature)
+	case "citations_delta":
+		if len(e.Delta.Citation) == 0 || !json.Valid(e.Delta.Citation) {
+			return fmt.Errorf("a citations_delta for block %d without its citation", e.Index)
+		}
+		b.citations = append(b.citations, e.Delta.Citation)
+	case "compaction_delta":
+		b.compaction.WriteString(e.Delta.Content)
+		b.encrypted.WriteString(e.Delta.Encrypted)
+		b.compacted = true
 	}
 	return nil
 }
@@ -1010,9 +825,18 @@ func (b *streamBlock) whole() (json.RawMessage, error) {
 	switch str("type") {
 	case "text":
 		f["text"] = str("text") + b.text.String()
+		if len(b.citations) > 0 {
+			had, _ := f["citations"].([]any)
+			f["citations"] = append(had, b.citations...)
+		}
 	case "thinking":
 		f["thinking"] = str("thinking") + b.thinking.String()
 		f["signature"] = str("signature") + b.signature.String()
+	case "compaction":
+		if b.compacted {
+			f["content"] = str("content") + b.compaction.String()
+			f["encrypted_content"] = str("encrypted_content") + b.encrypted.String()
+		}
 	}
 	if b.json.Len() > 0 { // tool_use, server_tool_use, mcp_tool_use
 		in := json.RawMessage(b.json.String())

@@ -513,26 +513,29 @@ func TestAnthropicStreamThroughTheSplitter(t *testing.T) {
 }
 
 // The client's prompt cache breakpoints (left out of the messages Parse reads) are
-// put back: on the last system block and the last block of the last message, with the
-// client's own cache_control, within the API's four breakpoints counting the tools'
-// and the summary's; the bytes before them are those of the build without them.
+// put back: on the last system block (when the context's system is not the client's,
+// which goes as sent) and the last block of the last message, with the client's own
+// cache_control, within the API's four breakpoints counting the tools' and the
+// summary's; the bytes before them are those of the build without them.
 func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 	body := func(tools string) string {
 		return `{"model":"m","max_tokens":9,"tools":[` + tools + `],
-"system":[{"type":"text","text":"S1"},{"type":"text","text":"S2","cache_control":{"type":"ephemeral"}}],
-"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"},"cache_control":{"type":"ephemeral"}},{"type":"text","text":"old"}]},
+"system":[{"type":"text","text":"S1"},{"type":"text","text":"S2","cache_control":{"type":"ephemeral","ttl":"1h"}}],
+"messages":[{"role":"user","content":[{"type":"document","source":{"type":"text","media_type":"text/plain","data":"doc"},"cache_control":{"type":"ephemeral","ttl":"1h"}},{"type":"text","text":"old"}]},
 {"role":"assistant","content":"ok"},
 {"role":"user","content":[{"type":"text","text":"new","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`
 	}
 	tool := `{"name":"t%d","input_schema":{"type":"object"}%s}`
-	marked := `,"cache_control":{"type":"ephemeral"}`
+	marked := `,"cache_control":{"type":"ephemeral","ttl":"1h"}`
 	build := func(t *testing.T, b string, summary bool) string {
 		t.Helper()
 		req, err := Anthropic().Parse([]byte(b))
 		if err != nil {
 			t.Fatal(err)
 		}
-		msgs := req.Messages
+		// The context's system is its own (the same text in one part): it is
+		// rendered.
+		msgs := append([]schemas.Message{{Role: "system", Content: schemas.Text("S1\nS2")}}, req.Messages[1:]...)
 		cx := wiretest.ContextOf(msgs)
 		if summary { // the first user message stands for the summary
 			cx.HasSummary, cx.Seqs[1] = true, 0
@@ -547,7 +550,7 @@ func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 	// document's own breakpoint is not carried (it would be a fifth).
 	oneTool := fmt.Sprintf(tool, 1, marked)
 	got := build(t, body(oneTool), false)
-	want := `"system":[{"type":"text","text":"S1\nS2","cache_control":{"type":"ephemeral"}}],` + "\n" +
+	want := `"system":[{"type":"text","text":"S1\nS2","cache_control":{"type":"ephemeral","ttl":"1h"}}],` + "\n" +
 		`"messages":[{"role":"user","content":[{"source":{"data":"doc","media_type":"text/plain","type":"text"},"type":"document"},{"type":"text","text":"old"}]},` +
 		`{"role":"assistant","content":[{"type":"text","text":"ok"}]},` +
 		`{"role":"user","content":[{"type":"text","text":"new","cache_control":{"type":"ephemeral","ttl":"1h"}}]}]}`
@@ -574,13 +577,29 @@ func TestAnthropicBuildCarriesTheClientsBreakpoints(t *testing.T) {
 	}
 	// Without a breakpoint of the client's, none is added, and the bytes are those
 	// of the marked build with the breakpoints taken out.
-	plain := strings.NewReplacer(marked, "", `,"cache_control":{"type":"ephemeral","ttl":"1h"}`, "")
+	plain := strings.NewReplacer(marked, "")
 	unmarked := build(t, plain.Replace(body(oneTool)), false)
 	if strings.Contains(unmarked, "cache_control") {
 		t.Fatalf("breakpoints added: %s", unmarked)
 	}
 	if plain.Replace(build(t, body(oneTool), false)) != unmarked {
 		t.Fatalf("the breakpoints changed other bytes")
+	}
+	// With the client's own system in the context, the system field goes as sent,
+	// its breakpoints counted with the tools'.
+	req, err := Anthropic().Parse([]byte(body(three)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cx := wiretest.ContextOf(req.Messages)
+	cx.HasSummary, cx.Seqs[1] = true, 0
+	out, err := Anthropic().Build(req, cx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"system":[{"type":"text","text":"S1"},{"type":"text","text":"S2","cache_control":{"type":"ephemeral","ttl":"1h"}}]`) ||
+		strings.Count(string(out), "cache_control") != 4 || strings.Contains(string(out), `"ephemeral"}`) {
+		t.Fatalf("got %s", out)
 	}
 }
 
