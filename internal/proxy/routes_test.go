@@ -168,9 +168,9 @@ func TestWirePassthroughForwardsAsSent(t *testing.T) {
 func TestGeminiStructuredOutputIsASideRequest(t *testing.T) {
 	for body, want := range map[string]bool{
 		`{"contents":[],"generationConfig":{"responseJsonSchema":{"type":"OBJECT"},"responseMimeType":"application/json"}}`: true,
-		`{"contents":[],"generationConfig":{"responseSchema":{"type":"OBJECT"}}}`:                                             true,
-		`{"contents":[],"generation_config":{"response_mime_type":"application/json"}}`:                                      true,
-		`{"contents":[],"generationConfig":{"temperature":0.2,"thinkingConfig":{"thinkingBudget":-1}}}`:                       false,
+		`{"contents":[],"generationConfig":{"responseSchema":{"type":"OBJECT"}}}`:                                           true,
+		`{"contents":[],"generation_config":{"response_mime_type":"application/json"}}`:                                     true,
+		`{"contents":[],"generationConfig":{"temperature":0.2,"thinkingConfig":{"thinkingBudget":-1}}}`:                     false,
 		`{"contents":[]}`: false,
 	} {
 		if got := sideRequest(APIGemini, []byte(body), nil); got != want {
