@@ -9,13 +9,21 @@ import (
 
 // parseGemini reads a Gemini API body: contents as Messages and systemInstruction
 // as System (the model and the stream come from the path).
+// A countTokens body may carry its request whole, as generateContentRequest: its
+// fields are read then.
 func parseGemini(r *Request) error {
-	if err := json.Unmarshal(r.Fields["contents"], &r.Messages); err != nil || len(r.Messages) == 0 {
+	fields := r.Fields
+	if inner := present(r.Fields["generateContentRequest"]); inner != nil && present(r.Fields["contents"]) == nil {
+		if err := json.Unmarshal(inner, &fields); err != nil {
+			return fmt.Errorf("generateContentRequest: not a JSON object: %v", err)
+		}
+	}
+	if err := json.Unmarshal(fields["contents"], &r.Messages); err != nil || len(r.Messages) == 0 {
 		return fmt.Errorf("contents: must be a non-empty array")
 	}
-	r.System = present(r.Fields["systemInstruction"])
+	r.System = present(fields["systemInstruction"])
 	if r.System == nil {
-		r.System = present(r.Fields["system_instruction"])
+		r.System = present(fields["system_instruction"])
 	}
 	return nil
 }

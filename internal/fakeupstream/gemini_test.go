@@ -188,4 +188,16 @@ func TestGeminiCountTokens(t *testing.T) {
 	if r := s.Requests()[0]; resp.TotalTokens != int32(tokens(len(conversationBytes(r)))) || resp.TotalTokens == 0 {
 		t.Fatalf("%d tokens", resp.TotalTokens)
 	}
+	// The REST form that wraps the whole request counts the same.
+	hr, err := http.Post(s.URL()+"/v1beta/models/gemini-x:countTokens", "application/json",
+		strings.NewReader(`{"generateContentRequest":{"model":"models/gemini-x","contents":[{"parts":[{"text":"hello there"}],"role":"user"}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var count struct{ TotalTokens int32 }
+	_ = json.NewDecoder(hr.Body).Decode(&count)
+	hr.Body.Close()
+	if hr.StatusCode != 200 || count.TotalTokens != resp.TotalTokens {
+		t.Fatalf("%d: %d tokens, want %d", hr.StatusCode, count.TotalTokens, resp.TotalTokens)
+	}
 }

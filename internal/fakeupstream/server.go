@@ -234,8 +234,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 			r.Stream = geminiMethod == "streamGenerateContent"
 		}
 	}
-	if r.API != "" && hr.Method != http.MethodPost {
-		r.API = ""
+	if (r.API == Responses || r.API == Gemini) && hr.Method != http.MethodPost {
+		r.API = "" // GET /v1/responses/<id> and the like: not the fake's
 	}
 	var bad error
 	if r.API != "" {
