@@ -103,7 +103,7 @@ func bullets(prefix string, facts []string) string {
 // a prompt when no shell tool is declared, with a text that quotes every planted
 // fact (FACT-…) the request carries. Use it as Respond: s.Respond = s.AgentModel.
 func (s *Server) AgentModel(r *Request) Reply {
-	facts := Facts(conversationText(r))
+	facts := Facts(Conversation(r))
 	for _, p := range CompactionPrompts {
 		if p.Agent == r.Compaction {
 			s.mu.Lock()
@@ -123,8 +123,10 @@ func (s *Server) AgentModel(r *Request) Reply {
 	return Reply{Text: "Done. The facts I can see: " + strings.Join(facts, ", ") + "."}
 }
 
-// conversationText is the system prompt and every entry of r's conversation, as sent.
-func conversationText(r *Request) string {
+// Conversation is r's system prompt (System) and every entry of its conversation
+// (Messages), as sent, one a line: the wire-neutral text a test searches for what
+// reached the model (a FACT- token, say). Tools are left out.
+func Conversation(r *Request) string {
 	var b strings.Builder
 	b.Write(r.System)
 	for _, m := range r.Messages {

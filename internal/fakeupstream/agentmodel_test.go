@@ -109,7 +109,8 @@ func TestAgentModelOnEveryWire(t *testing.T) {
 			}
 
 			r, rep, _ = post(tc.result)
-			if len(rep.ToolCalls) != 0 || !EndsWithToolResult(r) || !strings.Contains(rep.Text, "FACT-001=red-fox, FACT-002=blue-owl") {
+			if len(rep.ToolCalls) != 0 || !EndsWithToolResult(r) || !strings.Contains(rep.Text, "FACT-001=red-fox, FACT-002=blue-owl") ||
+				!strings.Contains(Conversation(r), "FACT-001=red-fox") {
 				t.Fatalf("result answered %+v", rep)
 			}
 
