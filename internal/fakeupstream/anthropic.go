@@ -19,8 +19,8 @@ func (s *Server) answerAnthropic(o *writer, id int, u *Usage) {
 		return
 	}
 	o.startStream()
-	errEvent := func() (string, any) {
-		return "error", map[string]any{"type": "error", "error": map[string]any{"type": "overloaded_error", "message": "Overloaded"}}
+	errEvent := func() []sse {
+		return one("error", map[string]any{"type": "error", "error": map[string]any{"type": "overloaded_error", "message": "Overloaded"}})
 	}
 	o.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 		"id": mid, "type": "message", "role": "assistant", "model": o.r.Model, "content": []any{},
@@ -36,7 +36,7 @@ func (s *Server) answerAnthropic(o *writer, id int, u *Usage) {
 }
 
 // streamBlock writes one content block as its start, deltas and stop events.
-func streamBlock(o *writer, i int, b map[string]any, errEvent func() (string, any)) {
+func streamBlock(o *writer, i int, b map[string]any, errEvent func() []sse) {
 	if b["type"] == "text" {
 		o.event("content_block_start", map[string]any{"type": "content_block_start", "index": i,
 			"content_block": map[string]any{"type": "text", "text": ""}}, errEvent)

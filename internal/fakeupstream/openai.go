@@ -33,9 +33,9 @@ func (s *Server) answerOpenAI(o *writer, id int, u *Usage) {
 			"model": o.r.Model, "system_fingerprint": "fp_fake",
 			"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}}}
 	}
-	errEvent := func() (string, any) {
-		return "", map[string]any{"error": map[string]any{"message": "the server had an error while processing your request",
-			"type": "server_error", "param": nil, "code": nil}}
+	errEvent := func() []sse {
+		return one("", map[string]any{"error": map[string]any{"message": "the server had an error while processing your request",
+			"type": "server_error", "param": nil, "code": nil}})
 	}
 	o.event("", chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil), errEvent)
 	for _, piece := range pieces(o.rep.Text) {

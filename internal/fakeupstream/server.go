@@ -7,11 +7,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
@@ -21,34 +21,54 @@ const SummarizerModel = "fake-summarizer"
 
 // API names the wire a request came on.
 const (
-	OpenAI    = "openai"
+	// OpenAI is Chat Completions: POST /v1/chat/completions.
+	OpenAI = "openai"
+	// Anthropic is Messages: POST /v1/messages (and /v1/messages/count_tokens).
 	Anthropic = "anthropic"
+	// Responses is the OpenAI Responses API: POST /v1/responses.
+	Responses = "responses"
+	// Gemini is the Gemini API: POST /v1beta/models/<model>:generateContent,
+	// :streamGenerateContent (?alt=sse) and :countTokens.
+	Gemini = "gemini"
 )
 
 // Request is one request the server received, as received.
 type Request struct {
-	// API is OpenAI or Anthropic ("" for a path neither speaks).
+	// API is OpenAI, Anthropic, Responses or Gemini ("" for a path none speaks).
 	API string
 	// Method and Path are the request's.
 	Method, Path string
+	// Query is the request's query (Gemini's key=, alt=sse).
+	Query url.Values
 	// Header is the request's headers.
 	Header http.Header
 	// Body is the body as sent.
 	Body []byte
-	// Model is the body's model field.
+	// Model is the body's model field (Gemini: the model of the path).
 	Model string
-	// Stream is the body's stream field.
+	// Stream is the body's stream field (Gemini: the path's :streamGenerateContent).
 	Stream bool
 	// Summarizer says the request was the summarizer's (model SummarizerModel).
 	Summarizer bool
-	// Messages is the body's messages, each as sent.
+	// Messages is the conversation, each entry as sent, in every API: the body's
+	// messages (OpenAI, Anthropic), input items (Responses; a string input is one
+	// entry, the JSON string) or contents (Gemini). Text reads any entry's text.
 	Messages []json.RawMessage
-	// System is the Anthropic body's system field as sent (nil when none).
+	// System is the system prompt as sent outside Messages (nil when none): the
+	// body's system (Anthropic), instructions (Responses) or systemInstruction
+	// (Gemini).
 	System json.RawMessage
 	// Fields is every top-level field of the body, as sent.
 	Fields map[string]json.RawMessage
+	// Compaction names the agent whose compaction prompt the request's last user
+	// message is (see CompactionPrompts), "" when it is none.
+	Compaction string
 	// Usage is the usage the server answered with (nil for an error or a summary).
 	Usage *Usage
+	// Signatures are the opaque reasoning tokens the server answered with, which a
+	// client must send back as they are: Gemini's thoughtSignature of each
+	// function-call part, the Responses API's encrypted_content of a reasoning item.
+	Signatures []string
 	// Gone says the client went away before the answer was written whole.
 	Gone bool
 }
@@ -90,34 +110,55 @@ type Reply struct {
 	Release chan struct{}
 }
 
-// Server is the fake provider.
+// Server is the fake provider: an http.Handler. New serves it for a test on a local
+// port; NewHandler makes one to serve with any http.Server (compactor fake-model).
 type Server struct {
-	srv *httptest.Server
+	url string
 
-	mu       sync.Mutex
-	requests []*Request
-	script   []Reply
-	last     map[string][]byte // the conversation bytes of the last request per key
-	seq      int
+	mu          sync.Mutex
+	requests    []*Request
+	script      []Reply
+	last        map[string][]byte // the conversation bytes of the last request per key
+	seq         int
+	compactions int
 
 	// Respond, when set, answers the agent's requests the script has no reply left
-	// for; when nil they are answered "ok". Set it before the first request.
+	// for; when nil they are answered "ok". AgentModel is one (s.Respond =
+	// s.AgentModel). Set it before the first request.
 	Respond func(r *Request) Reply
 	// Key, when set, names the conversation a request belongs to, for the cached
 	// prefix; when nil it is the X-Compactor-Conversation header, else the model.
 	Key func(r *Request) string
+	// Answered, when set, is called after each agent request is answered, with the
+	// reply it got (a log). Set it before the first request.
+	Answered func(r *Request, rep Reply)
 }
 
-// New starts a server; it is closed at t's cleanup.
-func New(t testing.TB) *Server {
-	s := &Server{last: map[string][]byte{}}
-	s.srv = httptest.NewServer(s)
-	t.Cleanup(s.srv.Close)
+// Cleanuper is what New needs of its test: testing.TB is one.
+type Cleanuper interface {
+	Cleanup(func())
+}
+
+// New starts a server on a local port; it is closed at t's cleanup.
+func New(t Cleanuper) *Server {
+	s := NewHandler()
+	srv := httptest.NewServer(s)
+	s.url = srv.URL
+	t.Cleanup(srv.Close)
 	return s
 }
 
+// NewHandler is a server that listens nowhere: serve it (ServeHTTP) with an
+// http.Server of your own, and SetURL to where it listens.
+func NewHandler() *Server {
+	return &Server{last: map[string][]byte{}}
+}
+
 // URL is the server's base URL (the client adds /v1/...).
-func (s *Server) URL() string { return s.srv.URL }
+func (s *Server) URL() string { return s.url }
+
+// SetURL sets what URL returns, for a server served by NewHandler's caller.
+func (s *Server) SetURL(u string) { s.url = u }
 
 // Push queues replies for the next agent requests, in order.
 func (s *Server) Push(replies ...Reply) {
@@ -152,6 +193,14 @@ func (s *Server) Agent() []*Request {
 	return out
 }
 
+// Compactions is how many agent compaction prompts AgentModel answered with a
+// summary.
+func (s *Server) Compactions() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.compactions
+}
+
 // Summaries is how many summarizer requests were received.
 func (s *Server) Summaries() int {
 	n := 0
@@ -170,12 +219,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	r := &Request{Method: hr.Method, Path: hr.URL.Path, Header: hr.Header.Clone(), Body: body}
+	r := &Request{Method: hr.Method, Path: hr.URL.Path, Query: hr.URL.Query(), Header: hr.Header.Clone(), Body: body}
+	var geminiMethod string
 	switch hr.URL.Path {
 	case "/v1/chat/completions":
 		r.API = OpenAI
 	case "/v1/messages", "/v1/messages/count_tokens":
 		r.API = Anthropic
+	case "/v1/responses":
+		r.API = Responses
+	default:
+		if m := geminiPath.FindStringSubmatch(hr.URL.Path); m != nil {
+			r.API, r.Model, geminiMethod = Gemini, m[1], m[2]
+			r.Stream = geminiMethod == "streamGenerateContent"
+		}
+	}
+	if (r.API == Responses || r.API == Gemini) && hr.Method != http.MethodPost {
+		r.API = "" // GET /v1/responses/<id> and the like: not the fake's
 	}
 	var bad error
 	if r.API != "" {
@@ -193,6 +253,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, hr *http.Request) {
 	switch {
 	case r.Path == "/v1/messages/count_tokens":
 		s.countTokens(w, r)
+	case geminiMethod == "countTokens":
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"totalTokens":%d}`+"\n", tokens(len(conversationBytes(r))))
 	case r.Summarizer:
 		writeSummary(w, r)
 	default:
@@ -218,19 +281,44 @@ func (s *Server) serveOther(w http.ResponseWriter, r *Request) {
 	http.NotFound(w, nil)
 }
 
+// geminiPath is a Gemini API method's path: the model and the method.
+var geminiPath = regexp.MustCompile(`^/v1(?:beta|alpha)?/models/([^:/]+):(generateContent|streamGenerateContent|countTokens)$`)
+
 // parse reads the fields of r's body the server answers from.
 func parse(r *Request) error {
 	if err := json.Unmarshal(r.Body, &r.Fields); err != nil {
 		return fmt.Errorf("body is not a JSON object: %v", err)
 	}
-	_ = json.Unmarshal(r.Fields["model"], &r.Model)
-	_ = json.Unmarshal(r.Fields["stream"], &r.Stream)
-	if err := json.Unmarshal(r.Fields["messages"], &r.Messages); err != nil || len(r.Messages) == 0 {
-		return fmt.Errorf("messages: must be a non-empty array")
+	switch r.API {
+	case Responses:
+		if err := parseResponses(r); err != nil {
+			return err
+		}
+	case Gemini:
+		if err := parseGemini(r); err != nil {
+			return err
+		}
+	default:
+		_ = json.Unmarshal(r.Fields["model"], &r.Model)
+		_ = json.Unmarshal(r.Fields["stream"], &r.Stream)
+		if err := json.Unmarshal(r.Fields["messages"], &r.Messages); err != nil || len(r.Messages) == 0 {
+			return fmt.Errorf("messages: must be a non-empty array")
+		}
+		r.System = r.Fields["system"]
 	}
-	r.System = r.Fields["system"]
 	r.Summarizer = r.API == OpenAI && r.Model == SummarizerModel
+	if !r.Summarizer {
+		r.Compaction = compactionAgent(r)
+	}
 	return nil
+}
+
+// present is raw unless it is absent or null.
+func present(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return raw
 }
 
 // next is the reply to the agent request r: the script's next, else Respond's, else
@@ -264,7 +352,8 @@ func (s *Server) answer(w http.ResponseWriter, hr *http.Request, r *Request) {
 			io.WriteString(w, rep.ErrorBody)
 			return
 		}
-		writeError(w, r.API, rep.Status, "scripted failure")
+		writeErrorRetry(w, r.API, rep.Status, "scripted failure", rep.RetryAfter)
+		s.answered(r, rep)
 		return
 	}
 	u := s.usage(r, rep)
@@ -275,11 +364,31 @@ func (s *Server) answer(w http.ResponseWriter, hr *http.Request, r *Request) {
 	s.mu.Unlock()
 	w.Header().Set("X-Request-Id", fmt.Sprintf("req_fake_%d", id))
 	out := &writer{w: w, hr: hr, r: r, rep: rep, s: s}
-	if r.API == OpenAI {
+	switch r.API {
+	case OpenAI:
 		s.answerOpenAI(out, id, u)
-	} else {
+	case Anthropic:
 		s.answerAnthropic(out, id, u)
+	case Responses:
+		s.answerResponses(out, id, u)
+	case Gemini:
+		s.answerGemini(out, id, u)
 	}
+	s.answered(r, rep)
+}
+
+// answered calls Answered, when set.
+func (s *Server) answered(r *Request, rep Reply) {
+	if s.Answered != nil {
+		s.Answered(r, rep)
+	}
+}
+
+// setSignatures records the opaque reasoning tokens r was answered with.
+func (s *Server) setSignatures(r *Request, sigs []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.Signatures = sigs
 }
 
 // markGone records that r's client went away before its answer was whole.
@@ -301,9 +410,19 @@ type writer struct {
 	ended  bool // the answer was cut short (a break, an error event, a gone client)
 }
 
+// sse is one server-sent event: its name ("" for none) and data.
+type sse struct {
+	name string
+	data any
+}
+
+// one is errorEvent of one event.
+func one(name string, data any) []sse { return []sse{{name, data}} }
+
 // event writes one server-sent event (name "" for none) unless the answer already
-// ended; it applies the reply's break, error and stall points before writing.
-func (o *writer) event(name string, data any, errorEvent func() (string, any)) {
+// ended; it applies the reply's break, error and stall points before writing: at the
+// error point it writes errorEvent's events instead, and ends.
+func (o *writer) event(name string, data any, errorEvent func() []sse) {
 	if o.ended {
 		return
 	}
@@ -313,8 +432,9 @@ func (o *writer) event(name string, data any, errorEvent func() (string, any)) {
 	}
 	if o.rep.ErrorEventAfter > 0 && o.events == o.rep.ErrorEventAfter {
 		o.ended = true
-		n, d := errorEvent()
-		o.write(n, d)
+		for _, e := range errorEvent() {
+			o.write(e.name, e.data)
+		}
 		return
 	}
 	if o.rep.StallAfter > 0 && o.events == o.rep.StallAfter && !o.stall() {
@@ -424,12 +544,21 @@ func (s *Server) countTokens(w http.ResponseWriter, r *Request) {
 
 // writeError writes the API's own error body with status.
 func writeError(w http.ResponseWriter, api string, status int, message string) {
+	writeErrorRetry(w, api, status, message, "")
+}
+
+// writeErrorRetry writes the API's own error body with status; Gemini's carries
+// retryAfter (seconds) as its RetryInfo detail, as Gemini's 429 does.
+func writeErrorRetry(w http.ResponseWriter, api string, status int, message, retryAfter string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	var body any
-	if api == Anthropic {
+	switch api {
+	case Anthropic:
 		body = map[string]any{"type": "error", "error": map[string]any{"type": anthropicErrorType(status), "message": message}}
-	} else {
+	case Gemini:
+		body = geminiError(status, message, retryAfter)
+	default:
 		body = map[string]any{"error": map[string]any{"message": message, "type": openAIErrorType(status), "param": nil, "code": nil}}
 	}
 	_ = json.NewEncoder(w).Encode(body)

@@ -21,7 +21,8 @@ type Usage struct {
 }
 
 // conversationBytes is what the provider would cache of r, in the order it would:
-// tools, system, then each message as sent.
+// tools, system (instructions, systemInstruction), then each message (input item,
+// content) as sent; the same on every wire.
 func conversationBytes(r *Request) []byte {
 	var b bytes.Buffer
 	b.Write(r.Fields["tools"])
@@ -79,16 +80,69 @@ func commonPrefix(a, b []byte) int {
 	return n
 }
 
-// Text is the text of a message as sent, in either API: a string content, or its text
-// blocks joined; a tool result's content included.
+// Text is the text of a conversation entry as sent, in any API: a string content, or
+// its text blocks joined, a tool result's content included (OpenAI, Anthropic); a
+// string input, an item's content or a function_call_output's output (Responses); a
+// content's text parts and each functionResponse's response (Gemini).
 func Text(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
 	var m struct {
 		Content json.RawMessage `json:"content"`
+		Output  json.RawMessage `json:"output"`
+		Parts   []struct {
+			Text              string          `json:"text"`
+			FunctionResponse  json.RawMessage `json:"functionResponse"`
+			FunctionResponse2 json.RawMessage `json:"function_response"`
+		} `json:"parts"`
 	}
 	if json.Unmarshal(raw, &m) != nil {
 		return ""
 	}
-	return contentText(m.Content)
+	out := contentText(m.Content)
+	if len(m.Output) > 0 {
+		out = joinText(out, contentText(m.Output))
+	}
+	for _, p := range m.Parts {
+		out = joinText(out, p.Text)
+		for _, fr := range []json.RawMessage{p.FunctionResponse, p.FunctionResponse2} {
+			var f struct {
+				Response json.RawMessage `json:"response"`
+			}
+			if json.Unmarshal(fr, &f) == nil && len(f.Response) > 0 {
+				out = joinText(out, responseText(f.Response))
+			}
+		}
+	}
+	return out
+}
+
+// joinText is a and b on lines of their own, either left out when empty.
+func joinText(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "\n" + b
+}
+
+// responseText is a Gemini functionResponse's response as text: its output (or
+// content) field when a string, else the object as sent.
+func responseText(raw json.RawMessage) string {
+	var r map[string]json.RawMessage
+	if json.Unmarshal(raw, &r) == nil {
+		for _, k := range []string{"output", "content"} {
+			var s string
+			if json.Unmarshal(r[k], &s) == nil {
+				return s
+			}
+		}
+	}
+	return string(raw)
 }
 
 // contentText is a content field as text: a string, or its blocks' text (a tool
