@@ -74,6 +74,7 @@ type Store struct {
 	mu     sync.Mutex
 	sticky map[string]stickyValue // conversation -> the value last sent
 	routes map[string]route       // conversation -> the branch last resolved
+	warm   *warmCache             // conversation -> its stored context as last read (warm.go)
 }
 
 // stickyValue is the compaction a conversation was last sent with, and when: its
@@ -95,7 +96,7 @@ type route struct {
 func NewConversations(nc *nats.Conn, st *jetstream.Store, settings SettingsFunc, log zerolog.Logger) *Store {
 	s := &Store{
 		st: st, c: pipeline.NewWithStore(nc, st), settings: settings, log: log, now: time.Now,
-		sticky: map[string]stickyValue{}, routes: map[string]route{},
+		sticky: map[string]stickyValue{}, routes: map[string]route{}, warm: newWarmCache(maxWarmBytes),
 	}
 	for i := range s.locks {
 		s.locks[i] = make(chan struct{}, 1)
@@ -105,8 +106,10 @@ func NewConversations(nc *nats.Conn, st *jetstream.Store, settings SettingsFunc,
 
 // turnState is what Finish needs of a turn.
 type turnState struct {
-	root  string
-	msgs  []schemas.Message
+	root string
+	msgs []schemas.Message
+	// chain is Chain(msgs), computed once by Prepare: Finish extends it by the reply.
+	chain []Digest
 	owner string
 	// gen is the generation of the context sent, and calibrates says the reply lands
 	// where that generation is the live one's kind (the conversation the context was
@@ -152,7 +155,7 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 	if pl.upTo == 0 && !pl.fresh {
 		t.New = msgs[min(pl.from, len(msgs)):]
 	}
-	t.state = &turnState{root: conv, msgs: msgs, owner: opts.Owner, gen: t.Context.Generation, compaction: opts.Compaction,
+	t.state = &turnState{root: conv, msgs: msgs, chain: chain, owner: opts.Owner, gen: t.Context.Generation, compaction: opts.Compaction,
 		calibrates: pl.upTo == 0 && !pl.fresh && !pl.managed && !t.Cut}
 	return t, nil
 }
@@ -225,9 +228,25 @@ func (s *Store) Finish(ctx context.Context, t *Turn, reply schemas.Message, usag
 	}
 	defer unlock()
 	full := append(append(make([]schemas.Message, 0, len(st.msgs)+1), st.msgs...), reply)
-	pl, err := s.resolveTurn(ctx, st.root, full, Chain(full), st.owner, true, st.compaction)
+	pl, err := s.resolveTurn(ctx, st.root, full, extendChain(st.chain, full), st.owner, true, st.compaction)
 	t.Published = max(pl.published-1, 0)
 	return err
+}
+
+// extendChain is Chain(full) for full, the messages chain covers and more: the links
+// of the messages chain covers are not computed again (hashing the client's whole
+// history is the larger part of a turn's own work after parsing it).
+func extendChain(chain []Digest, full []schemas.Message) []Digest {
+	if len(chain) > len(full) {
+		return Chain(full)
+	}
+	out := append(make([]Digest, 0, len(full)), chain...)
+	prev := prevLink(chain, len(chain))
+	for i := len(chain); i < len(full); i++ {
+		prev = Link(prev, &full[i])
+		out = append(out, prev)
+	}
+	return out
 }
 
 // place is where a client's history stands in the stored conversations.
@@ -546,10 +565,12 @@ func (s *Store) route(root string) (route, bool) {
 	return r, ok
 }
 
-// forgetRoute drops what is remembered of conv (its route and its cached prefix).
+// forgetRoute drops what is remembered of conv (its route, its cached prefix and its
+// warm context).
 func (s *Store) forgetRoute(conv string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	delete(s.routes, conv)
 	delete(s.sticky, conv)
+	s.mu.Unlock()
+	s.warm.put(conv, nil)
 }

@@ -62,16 +62,19 @@ func withPending(cx *assemble.Context, pending []schemas.Message) *assemble.Cont
 // cut at read time.
 func (s *Store) forward(ctx context.Context, t *Turn, pl place, msgs []schemas.Message, b bounds, opts TurnOptions) error {
 	more := tokens.Messages(msgs[pl.from:])
-	read := func(opt ...pipeline.ContextOption) (*assemble.Context, error) {
-		return s.c.Context(ctx, pl.conv, append([]pipeline.ContextOption{pipeline.AtLeastSeq(pl.at.seq)}, opt...)...)
+	// live is the conversation's live value as the last read saw it.
+	var live *schemas.Result
+	read := func(value *schemas.Result) (cx *assemble.Context, err error) {
+		cx, live, err = s.readContext(ctx, pl.conv, pl.at.seq, value)
+		return cx, err
 	}
 	earlier := s.cached(pl.conv, opts.CacheTTL)
-	cx, err := read(pipeline.Value(earlier))
+	cx, err := read(earlier)
 	if err != nil {
 		return err
 	}
 	if cx.Tokens+more > b.stale && earlier != nil && cx.Generation == earlier.Generation {
-		if cx, err = read(); err != nil {
+		if cx, err = read(nil); err != nil {
 			return err
 		}
 	}
@@ -79,13 +82,11 @@ func (s *Store) forward(ctx context.Context, t *Turn, pl place, msgs []schemas.M
 		start := s.now()
 		s.compactNow(ctx, pl.conv, opts.Wait)
 		t.Waited = s.now().Sub(start)
-		if cx, err = read(); err != nil {
+		if cx, err = read(nil); err != nil {
 			return err
 		}
 	}
-	if err := s.keep(ctx, pl.conv, cx.Generation, earlier); err != nil {
-		return err
-	}
+	s.keep(pl.conv, cx.Generation, earlier, live)
 	if cx.HasSummary && cx.TailStartSeq > pl.at.seq+1 {
 		// The summary covers messages stored after the newest resolve saw (another
 		// continuation of the conversation, compacted while this turn waited): they are
@@ -221,16 +222,13 @@ func (s *Store) cached(conv string, ttl time.Duration) *schemas.Result {
 	return v.value
 }
 
-// keep remembers the value of generation gen as the one conv was sent with now.
-func (s *Store) keep(ctx context.Context, conv string, gen uint64, earlier *schemas.Result) error {
+// keep remembers the value of generation gen as the one conv was sent with now:
+// earlier, or live, the live value the context was read with.
+func (s *Store) keep(conv string, gen uint64, earlier, live *schemas.Result) {
 	v := earlier
 	if gen == 0 {
 		v = nil
 	} else if earlier == nil || earlier.Generation != gen {
-		live, err := s.c.Result(ctx, conv)
-		if err != nil {
-			return err
-		}
 		if live == nil || live.Generation != gen {
 			live = nil // a newer one landed meanwhile: the next turn takes it
 		}
@@ -240,13 +238,12 @@ func (s *Store) keep(ctx context.Context, conv string, gen uint64, earlier *sche
 	defer s.mu.Unlock()
 	if v == nil {
 		delete(s.sticky, conv)
-		return nil
+		return
 	}
 	if len(s.sticky) >= maxRemembered {
 		clear(s.sticky)
 	}
 	s.sticky[conv] = stickyValue{value: v, at: s.now()}
-	return nil
 }
 
 // forwardPrefix is what the model is sent when the client dropped the conversation's
