@@ -28,7 +28,7 @@ type subjectCounter struct {
 func countSubjects(t testing.TB, nc *nats.Conn) *subjectCounter {
 	c := &subjectCounter{n: map[string]int{}}
 	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
-		if strings.HasPrefix(m.Subject, "_INBOX") {
+		if strings.HasPrefix(m.Subject, "_INBOX") || strings.HasPrefix(m.Subject, "$JS.EVENT") {
 			return
 		}
 		c.mu.Lock()
