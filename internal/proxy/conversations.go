@@ -75,6 +75,7 @@ type Store struct {
 	sticky map[string]stickyValue // conversation -> the value last sent
 	routes map[string]route       // conversation -> the branch last resolved
 	warm   *warmCache             // conversation -> its stored context as last read (warm.go)
+	chains *chainMemo             // conversation -> the client's last history and its chain (chainmemo.go)
 }
 
 // stickyValue is the compaction a conversation was last sent with, and when: its
@@ -97,6 +98,7 @@ func NewConversations(nc *nats.Conn, st *jetstream.Store, settings SettingsFunc,
 	s := &Store{
 		st: st, c: pipeline.NewWithStore(nc, st), settings: settings, log: log, now: time.Now,
 		sticky: map[string]stickyValue{}, routes: map[string]route{}, warm: newWarmCache(maxWarmBytes),
+		chains: newChainMemo(maxChainBytes),
 	}
 	for i := range s.locks {
 		s.locks[i] = make(chan struct{}, 1)
@@ -127,7 +129,7 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 	if err := checkHistory(conv, msgs); err != nil {
 		return nil, err
 	}
-	chain := Chain(msgs)
+	chain := s.chains.chain(conv, msgs)
 	pl, err := s.resolveTurn(ctx, conv, msgs, chain, opts.Owner, false, opts.Compaction)
 	if err != nil {
 		return nil, err
@@ -228,7 +230,11 @@ func (s *Store) Finish(ctx context.Context, t *Turn, reply schemas.Message, usag
 	}
 	defer unlock()
 	full := append(append(make([]schemas.Message, 0, len(st.msgs)+1), st.msgs...), reply)
-	pl, err := s.resolveTurn(ctx, st.root, full, extendChain(st.chain, full), st.owner, true, st.compaction)
+	chain := extendChain(st.chain, full)
+	pl, err := s.resolveTurn(ctx, st.root, full, chain, st.owner, true, st.compaction)
+	if err == nil {
+		s.chains.remember(st.root, full, chain)
+	}
 	t.Published = max(pl.published-1, 0)
 	return err
 }
