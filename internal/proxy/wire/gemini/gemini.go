@@ -173,7 +173,7 @@ func systemMessage(raw json.RawMessage) (*schemas.Message, error) {
 		if s == "" {
 			return nil, nil
 		}
-		return &schemas.Message{Role: schemas.RoleSystem, Content: schemas.Text(s)}, nil
+		return &schemas.Message{Role: schemas.RoleSystem, Content: textContent(s)}, nil
 	}
 	var c map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &c); err != nil || c == nil {
@@ -200,7 +200,7 @@ func systemMessage(raw json.RawMessage) (*schemas.Message, error) {
 	case 1:
 		var t struct{ Text string }
 		_ = json.Unmarshal(texts[0], &t)
-		return &schemas.Message{Role: schemas.RoleSystem, Content: schemas.Text(t.Text)}, nil
+		return &schemas.Message{Role: schemas.RoleSystem, Content: textContent(t.Text)}, nil
 	}
 	return &schemas.Message{Role: schemas.RoleSystem, Content: schemas.Parts(texts...)}, nil
 }
@@ -500,7 +500,7 @@ func itemsContent(items []json.RawMessage, calls bool) schemas.Content {
 			Text *string `json:"text"`
 		}
 		if json.Unmarshal(items[0], &t) == nil && t.Type == "text" && t.Text != nil {
-			return schemas.Text(*t.Text)
+			return textContent(*t.Text)
 		}
 	}
 	return schemas.Parts(items...)
@@ -674,7 +674,7 @@ func (p *parser) toolMessage(f, fr map[string]json.RawMessage, i int) (schemas.M
 	if nested != nil {
 		m.Content = schemas.Parts(append([]json.RawMessage{textPart(text)}, nested...)...)
 	} else {
-		m.Content = schemas.Text(text)
+		m.Content = textContent(text)
 	}
 	if ff := canonical(fr, "id", "name", "response", "parts"); string(ff) != "{}" {
 		rx.Fields = ff
@@ -688,4 +688,13 @@ func (p *parser) toolMessage(f, fr map[string]json.RawMessage, i int) (schemas.M
 	}
 	x.set(&m)
 	return m, nil
+}
+
+// textContent is a string content, without HTML escaping.
+func textContent(s string) schemas.Content {
+	b, err := wire.MarshalNoEscape(s)
+	if err != nil {
+		return schemas.Text(s)
+	}
+	return schemas.RawContent(b)
 }

@@ -85,8 +85,8 @@ func (geminiWire) Reply(body []byte) (schemas.Message, *wire.Usage, error) {
 	return m, r.UsageMetadata.usage(), nil
 }
 
-// maxStream bounds the bytes a stream accumulator keeps.
-const maxStream = 64 << 20
+// maxStream bounds the bytes a stream accumulator keeps (a variable for the tests).
+var maxStream = 64 << 20
 
 func (geminiWire) NewStream() wire.Stream { return &geminiStream{} }
 
