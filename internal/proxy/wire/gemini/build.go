@@ -180,9 +180,8 @@ func renderContents(msgs []schemas.Message, lead, summary int) (json.RawMessage,
 			}
 			parts, err = modelParts(m, x)
 		case m.Role == schemas.RoleTool:
-			var p json.RawMessage
-			p, err = responsePart(m, x, names[m.ToolCallID])
-			parts, tool = []json.RawMessage{p}, true
+			parts, err = responseParts(m, x, names[m.ToolCallID])
+			tool = true
 		default:
 			parts, err = userParts(m, x)
 		}
@@ -201,7 +200,7 @@ func renderContents(msgs []schemas.Message, lead, summary int) (json.RawMessage,
 		switch {
 		case tool:
 			last.parts = append(last.parts, parts...)
-			last.tools++
+			last.tools += len(parts)
 		case last.tools > 0 && interleaves(x.At, len(parts), last.tools):
 			last.parts = interleave(last.parts, parts, x.At, last.tools)
 			last.tools = 0
@@ -450,8 +449,9 @@ func callPart(tc schemas.ToolCall, s slot) (json.RawMessage, error) {
 	return o.bytes(), nil
 }
 
-// responsePart renders a tool message as a functionResponse part.
-func responsePart(m *schemas.Message, x extra, callName string) (json.RawMessage, error) {
+// responseParts renders a tool message as a functionResponse part, and the parts
+// kept after it.
+func responseParts(m *schemas.Message, x extra, callName string) ([]json.RawMessage, error) {
 	rx := x.Response
 	if rx == nil {
 		rx = &respExtra{}
@@ -498,5 +498,11 @@ func responsePart(m *schemas.Message, x extra, callName string) (json.RawMessage
 	fr.merge(rx.Fields)
 	o := object{"functionResponse": fr.bytes()}
 	o.merge(rx.Part)
-	return o.bytes(), nil
+	out := []json.RawMessage{o.bytes()}
+	for _, a := range rx.After {
+		if fields(a) != nil {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }

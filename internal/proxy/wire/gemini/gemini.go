@@ -238,6 +238,9 @@ type respExtra struct {
 	// Part the part's fields beyond functionResponse.
 	Fields json.RawMessage `json:"fields,omitempty"`
 	Part   json.RawMessage `json:"part,omitempty"`
+	// After are the parts that followed it in its Content and answer its call again,
+	// kept whole.
+	After []json.RawMessage `json:"after,omitempty"`
 }
 
 // extra is a message's Extra.
@@ -274,8 +277,9 @@ func readExtra(m *schemas.Message) extra {
 // parser reads contents in order.
 type parser struct {
 	msgs []schemas.Message
-	// open are the calls of the last model Content not answered yet.
-	open []openCall
+	// open are the calls of the last model Content not answered yet, answered the
+	// others.
+	open, answered []openCall
 	// lastRole is the role of the last Content read.
 	lastRole string
 }
@@ -413,7 +417,7 @@ func (p *parser) model(parts []map[string]json.RawMessage) (schemas.Message, err
 	if err != nil {
 		return m, err
 	}
-	p.open = calls
+	p.open, p.answered = calls, nil
 	return m, nil
 }
 
@@ -555,6 +559,7 @@ func (p *parser) user(parts []map[string]json.RawMessage) error {
 		at        []int
 		tools     int
 		needed    bool
+		last      = -1 // the index of this Content's last tool message
 	)
 	for i, f := range parts {
 		fr := fields(f["functionResponse"])
@@ -566,12 +571,16 @@ func (p *parser) user(parts []map[string]json.RawMessage) error {
 			needed = needed || string(c) != "{}"
 			continue
 		}
+		tools++
+		if p.duplicate(f, fr, last) {
+			continue
+		}
 		m, err := p.toolMessage(f, fr, i)
 		if err != nil {
 			return err
 		}
 		p.msgs = append(p.msgs, m)
-		tools++
+		last = len(p.msgs) - 1
 	}
 	if len(items) == 0 && tools > 0 {
 		return nil
@@ -590,6 +599,41 @@ func (p *parser) user(parts []map[string]json.RawMessage) error {
 	x.set(&m)
 	p.msgs = append(p.msgs, m)
 	return nil
+}
+
+// duplicate takes a functionResponse that answers a call answered already (Gemini
+// CLI 0.61 sends a call's response twice, the same id in both) when it follows a tool
+// message of the same Content, last: the part goes, whole, after that message's own
+// (ExtraResponse's after), out of Compactor's sight.
+func (p *parser) duplicate(f, fr map[string]json.RawMessage, last int) bool {
+	if last < 0 {
+		return false
+	}
+	name, _ := str(fr, "name")
+	wid, hasWID := str(fr, "id")
+	for _, c := range p.open {
+		if (hasWID && c.hasWireID && c.wireID == wid) || c.name == name {
+			return false // it answers an open call
+		}
+	}
+	found := false
+	for _, c := range p.answered {
+		if (hasWID && c.hasWireID && c.wireID == wid) || (!hasWID && c.name == name) {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return false
+	}
+	m := &p.msgs[last]
+	x := readExtra(m)
+	if x.Response == nil {
+		x.Response = &respExtra{}
+	}
+	x.Response.After = append(x.Response.After, canonical(f))
+	x.set(m)
+	return true
 }
 
 // toolMessage reads a functionResponse part as the tool message of its call.
@@ -618,6 +662,7 @@ func (p *parser) toolMessage(f, fr map[string]json.RawMessage, i int) (schemas.M
 	}
 	call := p.open[k]
 	p.open = append(p.open[:k:k], p.open[k+1:]...)
+	p.answered = append(p.answered, call)
 	m := schemas.Message{Role: schemas.RoleTool, ToolCallID: call.id}
 	rx := &respExtra{}
 	if hasWID {

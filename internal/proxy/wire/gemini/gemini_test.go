@@ -174,8 +174,8 @@ func TestRoundTripEveryKindOfPart(t *testing.T) {
 		"same roles apart": `{"contents":[{"role":"user","parts":[{"text":"a"}]},{"role":"user","parts":[{"text":"b"}]},
 		  {"role":"model","parts":[{"text":"c"}]},{"role":"model","parts":[{"functionCall":{"name":"f"}}]},
 		  {"role":"user","parts":[{"functionResponse":{"name":"f","response":{}}}]},{"role":"user","parts":[{"functionResponse":{"name":"g"}}]}]}`,
-		"empty model turn": `{"system_instruction":{"parts":[{"text":"s1"},{"text":"s2"}]},"contents":[{"role":"user","parts":[{"text":"a"}]},{"role":"model","parts":[]},{"role":"user","parts":[{"text":"b"}]}]}`,
-		"snake case parts": `{"contents":[{"role":"user","parts":[{"inline_data":{"mime_type":"image/png","data":"AA=="}}]},{"role":"model","parts":[{"function_call":{"name":"f","args":{}}},{"text":"t","thought_signature":"AA=="}]},{"role":"user","parts":[{"function_response":{"name":"f","response":{}}}]}]}`,
+		"empty model turn":   `{"system_instruction":{"parts":[{"text":"s1"},{"text":"s2"}]},"contents":[{"role":"user","parts":[{"text":"a"}]},{"role":"model","parts":[]},{"role":"user","parts":[{"text":"b"}]}]}`,
+		"snake case parts":   `{"contents":[{"role":"user","parts":[{"inline_data":{"mime_type":"image/png","data":"AA=="}}]},{"role":"model","parts":[{"function_call":{"name":"f","args":{}}},{"text":"t","thought_signature":"AA=="}]},{"role":"user","parts":[{"function_response":{"name":"f","response":{}}}]}]}`,
 		"args not an object": `{"contents":[{"role":"user","parts":[{"text":"a"}]},{"role":"model","parts":[{"functionCall":{"name":"f","args":[1,2.50,"x"]}}]},{"role":"user","parts":[{"functionResponse":{"name":"f","response":{"output":"r","exit":0}}}]}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -201,19 +201,19 @@ func TestParsePassesCachedContentThrough(t *testing.T) {
 
 func TestParseRefuses(t *testing.T) {
 	for name, body := range map[string]string{
-		"not json":          `{"contents":`,
-		"no contents":       `{"generationConfig":{}}`,
-		"empty contents":    `{"contents":[]}`,
-		"contents object":   `{"contents":{"role":"user"}}`,
-		"bad role":          `{"contents":[{"role":"assistant","parts":[{"text":"x"}]}]}`,
-		"part not object":   `{"contents":[{"role":"user","parts":["x"]}]}`,
-		"orphan response":   `{"contents":[{"role":"user","parts":[{"functionResponse":{"name":"f","response":{}}}]}]}`,
-		"unanswered call":   `{"contents":[{"role":"user","parts":[{"text":"x"}]},{"role":"model","parts":[{"functionCall":{"name":"f"}}]},{"role":"user","parts":[{"text":"y"}]}]}`,
-		"bad max":           `{"generationConfig":{"maxOutputTokens":-1},"contents":[{"role":"user","parts":[{"text":"x"}]}]}`,
-		"bad system":        `{"systemInstruction":{"parts":[{"inlineData":{}}]},"contents":[{"role":"user","parts":[{"text":"x"}]}]}`,
-		"two systems":       `{"systemInstruction":{"parts":[{"text":"a"}]},"system_instruction":{"parts":[{"text":"b"}]},"contents":[{"role":"user","parts":[{"text":"x"}]}]}`,
-		"invalid utf-8":     "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"text\":\"\xff\"}]}]}",
-		"duplicate field":   `{"contents":[],"contents":[{"role":"user","parts":[{"text":"x"}]}]}`,
+		"not json":           `{"contents":`,
+		"no contents":        `{"generationConfig":{}}`,
+		"empty contents":     `{"contents":[]}`,
+		"contents object":    `{"contents":{"role":"user"}}`,
+		"bad role":           `{"contents":[{"role":"assistant","parts":[{"text":"x"}]}]}`,
+		"part not object":    `{"contents":[{"role":"user","parts":["x"]}]}`,
+		"orphan response":    `{"contents":[{"role":"user","parts":[{"functionResponse":{"name":"f","response":{}}}]}]}`,
+		"unanswered call":    `{"contents":[{"role":"user","parts":[{"text":"x"}]},{"role":"model","parts":[{"functionCall":{"name":"f"}}]},{"role":"user","parts":[{"text":"y"}]}]}`,
+		"bad max":            `{"generationConfig":{"maxOutputTokens":-1},"contents":[{"role":"user","parts":[{"text":"x"}]}]}`,
+		"bad system":         `{"systemInstruction":{"parts":[{"inlineData":{}}]},"contents":[{"role":"user","parts":[{"text":"x"}]}]}`,
+		"two systems":        `{"systemInstruction":{"parts":[{"text":"a"}]},"system_instruction":{"parts":[{"text":"b"}]},"contents":[{"role":"user","parts":[{"text":"x"}]}]}`,
+		"invalid utf-8":      "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"text\":\"\xff\"}]}]}",
+		"duplicate field":    `{"contents":[],"contents":[{"role":"user","parts":[{"text":"x"}]}]}`,
 		"parts not an array": `{"contents":[{"role":"user","parts":{"text":"x"}}]}`,
 	} {
 		if _, err := Gemini().Parse([]byte(body)); !errors.Is(err, wire.ErrBadRequest) {
