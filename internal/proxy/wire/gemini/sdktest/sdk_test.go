@@ -6,8 +6,8 @@ package sdktest
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -210,4 +210,3 @@ func TestSDKStream(t *testing.T) {
 		t.Fatalf("the SDK on the wire's stream error: %#v", failed)
 	}
 }
-
