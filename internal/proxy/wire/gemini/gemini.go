@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -61,7 +62,12 @@ const CallIDPrefix = "gemini_"
 // parts and every thoughtSignature are kept in Extra (ExtraParts, ExtraResponse) and
 // Build puts them back where they were: a request built from the messages it parses
 // to is the request sent. A request that uses cachedContent is passed through (the
-// cached prefix of the conversation is the provider's; the proxy does not see it).
+// cached prefix of the conversation is the provider's; the proxy does not see it), and
+// so is one that asks for structured output (generationConfig's responseJsonSchema,
+// responseSchema or responseMimeType application/json): those are an agent's side
+// requests (Gemini CLI's model router and its JSON utility calls send a few turns of
+// the conversation under a system instruction of their own), not turns of its
+// conversation.
 func Gemini() wire.Wire { return geminiWire{} }
 
 type geminiWire struct{}
@@ -90,8 +96,12 @@ func (geminiWire) Parse(body []byte) (*wire.Request, error) {
 		}
 	}
 	req := &wire.Request{Body: body}
-	if err := maxOutput(f, req); err != nil {
+	structured, err := generationConfig(f, req)
+	if err != nil {
 		return nil, err
+	}
+	if structured {
+		return nil, &wire.Passthrough{Reason: "structured-output"}
 	}
 	st := &state{}
 	req.State = st
@@ -142,8 +152,9 @@ func (geminiWire) Parse(body []byte) (*wire.Request, error) {
 	return req, nil
 }
 
-// maxOutput reads generationConfig.maxOutputTokens into req.MaxOutput.
-func maxOutput(f map[string]json.RawMessage, req *wire.Request) error {
+// generationConfig reads generationConfig.maxOutputTokens into req.MaxOutput, and
+// says whether the request asks for structured output (a response schema, or JSON).
+func generationConfig(f map[string]json.RawMessage, req *wire.Request) (structured bool, err error) {
 	for _, k := range []string{"generationConfig", "generation_config"} {
 		v, ok := f[k]
 		if !ok || wire.IsNull(v) {
@@ -151,18 +162,25 @@ func maxOutput(f map[string]json.RawMessage, req *wire.Request) error {
 		}
 		var g map[string]json.RawMessage
 		if err := json.Unmarshal(v, &g); err != nil {
-			return wire.BadRequest("%s must be an object", k)
+			return false, wire.BadRequest("%s must be an object", k)
+		}
+		for _, s := range []string{"responseJsonSchema", "response_json_schema", "responseSchema", "response_schema"} {
+			structured = structured || (len(g[s]) > 0 && !wire.IsNull(g[s]))
+		}
+		for _, s := range []string{"responseMimeType", "response_mime_type"} {
+			mime, _ := str(g, s)
+			structured = structured || strings.EqualFold(mime, "application/json")
 		}
 		for _, l := range []string{"maxOutputTokens", "max_output_tokens"} {
 			if n, ok := g[l]; ok && !wire.IsNull(n) {
 				if err := json.Unmarshal(n, &req.MaxOutput); err != nil || req.MaxOutput < 0 {
-					return wire.BadRequest("%s.%s must be a non-negative integer", k, l)
+					return false, wire.BadRequest("%s.%s must be a non-negative integer", k, l)
 				}
-				return nil
+				break
 			}
 		}
 	}
-	return nil
+	return structured, nil
 }
 
 // systemMessage reads the system instruction: a Content whose parts are text (or a
@@ -348,16 +366,8 @@ func sortedKeys(f map[string]json.RawMessage) []string {
 	for k := range f {
 		keys = append(keys, k)
 	}
-	sortStrings(keys)
+	sort.Strings(keys)
 	return keys
-}
-
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
 }
 
 // content reads one Content of contents.

@@ -191,11 +191,21 @@ func TestRoundTripEveryKindOfPart(t *testing.T) {
 	}
 }
 
-func TestParsePassesCachedContentThrough(t *testing.T) {
-	_, err := Gemini().Parse([]byte(`{"cachedContent":"cachedContents/abc123","contents":[{"role":"user","parts":[{"text":"hi"}]}]}`))
-	var pt *wire.Passthrough
-	if !errors.As(err, &pt) || pt.Reason != "cached-content" {
-		t.Fatalf("got %v", err)
+func TestParsePassesThrough(t *testing.T) {
+	for body, reason := range map[string]string{
+		`{"cachedContent":"cachedContents/abc123","contents":[{"role":"user","parts":[{"text":"hi"}]}]}`:                     "cached-content",
+		`{"generationConfig":{"responseMimeType":"application/json"},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`:  "structured-output",
+		`{"generationConfig":{"responseJsonSchema":{"type":"OBJECT"}},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`: "structured-output",
+		`{"generation_config":{"response_schema":{"type":"OBJECT"}},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`:   "structured-output",
+	} {
+		_, err := Gemini().Parse([]byte(body))
+		var pt *wire.Passthrough
+		if !errors.As(err, &pt) || pt.Reason != reason {
+			t.Errorf("%s: got %v, want %s", body, err, reason)
+		}
+	}
+	if _, err := Gemini().Parse([]byte(`{"generationConfig":{"responseMimeType":"text/plain"},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`)); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -329,7 +339,9 @@ func TestReply(t *testing.T) {
 	if *u != (wire.Usage{Input: 12000, Output: 200, CacheRead: 8000}) {
 		t.Fatalf("usage %+v", *u)
 	}
-	for _, bad := range []string{`{"candidates":[]}`, `[1]`, `{"candidates":[{"content":{"parts":[1]}}]}`, `{"promptFeedback":{"blockReason":"SAFETY"}}`} {
+	for _, bad := range []string{`{"candidates":[]}`, `[1]`, `{"candidates":[{"content":{"parts":[1]}}]}`, `{"promptFeedback":{"blockReason":"SAFETY"}}`,
+		`{"candidates":[{"content":{"role":"model","parts":[{"text":"hmm","thought":true}]},"finishReason":"STOP"}]}`,
+		`{"candidates":[{"content":{"role":"model","parts":[{"text":" "}]},"finishReason":"STOP"}]}`, `{"candidates":[{"finishReason":"SAFETY"}]}`} {
 		if _, _, err := Gemini().Reply([]byte(bad)); err == nil {
 			t.Errorf("%s: no error", bad)
 		}

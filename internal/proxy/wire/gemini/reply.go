@@ -75,14 +75,40 @@ func (geminiWire) Reply(body []byte) (schemas.Message, *wire.Usage, error) {
 	if err != nil {
 		return schemas.Message{}, nil, err
 	}
+	m, err := replyMessage(parts)
+	if err != nil {
+		return schemas.Message{}, nil, fmt.Errorf("the reply's content: %w", err)
+	}
+	return m, r.UsageMetadata.usage(), nil
+}
+
+// errNoAnswer is the error of a reply with no call and no visible content (nothing,
+// thoughts only, blank text): Gemini CLI does not keep such a turn (it retries), so
+// the proxy does not store it either.
+var errNoAnswer = errors.New("no call and no visible content")
+
+// replyMessage reads the upstream's model Content as Parse reads the same Content sent
+// back.
+func replyMessage(parts []map[string]json.RawMessage) (schemas.Message, error) {
 	m, _, err := modelMessage(parts)
 	if err == nil {
 		err = m.Validate()
 	}
 	if err != nil {
-		return schemas.Message{}, nil, fmt.Errorf("the reply's content: %w", err)
+		return schemas.Message{}, err
 	}
-	return m, r.UsageMetadata.usage(), nil
+	if len(m.ToolCalls) == 0 && strings.TrimSpace(m.Content.String()) == "" {
+		visible := false
+		if ps, err := m.Content.Parts(); err == nil {
+			for _, p := range ps {
+				visible = visible || p.Type != "text"
+			}
+		}
+		if !visible {
+			return schemas.Message{}, errNoAnswer
+		}
+	}
+	return m, nil
 }
 
 // maxStream bounds the bytes a stream accumulator keeps (a variable for the tests).
@@ -204,10 +230,7 @@ func (s *geminiStream) Result() (schemas.Message, *wire.Usage, error) {
 			parts[i]["text"], _ = wire.MarshalNoEscape(p.text.String())
 		}
 	}
-	m, _, err := modelMessage(parts)
-	if err == nil {
-		err = m.Validate()
-	}
+	m, err := replyMessage(parts)
 	if err != nil {
 		return schemas.Message{}, nil, fmt.Errorf("the streamed reply: %w", err)
 	}
