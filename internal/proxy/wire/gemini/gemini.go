@@ -54,9 +54,13 @@ const CallIDPrefix = "gemini_"
 // system, and each Content of contents: a model Content is one assistant message (its
 // text and other parts the content, its functionCall parts the tool calls); a user
 // Content is one tool message per functionResponse part, in order, then a user message
-// holding its other parts. A function call's id in Compactor is made from the model
-// turn alone, never from the client's id: CallIDPrefix, the call's place among the
-// turn's calls and its name (gemini_0_read_file). The same turn, whether the upstream
+// holding its other parts. A functionResponse answers the call of the model turn
+// before it whose id it gives, else the first unanswered one of its name (Gemini CLI
+// before 0.42 gave responses ids of its own and left the calls without one); one that
+// answers a call answered already in its Content (Gemini CLI 0.61 sends each response
+// twice) is kept whole with the first. A function call's id in Compactor is made
+// from the model turn alone, never from the client's id: CallIDPrefix, the call's
+// place among the turn's calls and its name (gemini_0_read_file). The same turn, whether the upstream
 // sent it or the client sends it back with ids of its own (Gemini CLI adds them), with
 // its args or responses masked later, has the same ids. The client's ids, the thought
 // parts and every thoughtSignature are kept in Extra (ExtraParts, ExtraResponse) and
