@@ -178,7 +178,7 @@ func renderContents(msgs []schemas.Message, lead, summary int) (json.RawMessage,
 			for _, tc := range m.ToolCalls {
 				names[tc.ID] = tc.Function.Name
 			}
-			parts, err = modelParts(m, x)
+			parts, err = modelParts(m, x, adoptedIDs(msgs, i, x))
 		case m.Role == schemas.RoleTool:
 			parts, err = responseParts(m, x, names[m.ToolCallID])
 			tool = true
@@ -354,7 +354,7 @@ func userParts(m *schemas.Message, x extra) ([]json.RawMessage, error) {
 // modelParts renders an assistant message's parts in the order of its slots (content
 // parts, then calls, when it has none or they no longer match: a truncation may have
 // joined its text parts).
-func modelParts(m *schemas.Message, x extra) ([]json.RawMessage, error) {
+func modelParts(m *schemas.Message, x extra, ids map[string]string) ([]json.RawMessage, error) {
 	items, err := contentItems(m.Content)
 	if err != nil {
 		return nil, err
@@ -384,7 +384,7 @@ func modelParts(m *schemas.Message, x extra) ([]json.RawMessage, error) {
 			}
 			ci = len(items)
 		case s.T != nil && tOK:
-			p, err := callPart(m.ToolCalls[ti], s)
+			p, err := callPart(m.ToolCalls[ti], s, ids)
 			if err != nil {
 				return nil, err
 			}
@@ -392,7 +392,7 @@ func modelParts(m *schemas.Message, x extra) ([]json.RawMessage, error) {
 			ti++
 		case s.T != nil && ti == 0:
 			for _, tc := range m.ToolCalls {
-				p, err := callPart(tc, slot{})
+				p, err := callPart(tc, slot{}, ids)
 				if err != nil {
 					return nil, err
 				}
@@ -410,7 +410,7 @@ func modelParts(m *schemas.Message, x extra) ([]json.RawMessage, error) {
 	}
 	if ti == 0 {
 		for _, tc := range m.ToolCalls {
-			p, err := callPart(tc, slot{})
+			p, err := callPart(tc, slot{}, ids)
 			if err != nil {
 				return nil, err
 			}
@@ -423,9 +423,31 @@ func modelParts(m *schemas.Message, x extra) ([]json.RawMessage, error) {
 	return out, nil
 }
 
+// adoptedIDs are the ids the calls of the upstream's reply at i take from the client's
+// responses to them (call id → the response's id): the upstream sent the calls without
+// an id, the client gave them one (Gemini CLI keeps it on the call in its own history)
+// and sent it on the responses; a call and its response then go with the same id.
+// Nil for a message the client sent: its calls go as the client sent them.
+func adoptedIDs(msgs []schemas.Message, i int, x extra) map[string]string {
+	if !x.Upstream {
+		return nil
+	}
+	var ids map[string]string
+	for j := i + 1; j < len(msgs) && msgs[j].Role == schemas.RoleTool; j++ {
+		if rx := readExtra(&msgs[j]).Response; rx != nil && rx.ID != nil {
+			if ids == nil {
+				ids = map[string]string{}
+			}
+			ids[msgs[j].ToolCallID] = *rx.ID
+		}
+	}
+	return ids
+}
+
 // callPart renders a tool call as a functionCall part: its args, and the fields of
-// its slot (the client's id, thoughtSignature...).
-func callPart(tc schemas.ToolCall, s slot) (json.RawMessage, error) {
+// its slot (the client's id, thoughtSignature...); ids gives the id of a call the
+// slot gives none.
+func callPart(tc schemas.ToolCall, s slot, ids map[string]string) (json.RawMessage, error) {
 	fc := object{}
 	fc["name"], _ = wire.MarshalNoEscape(tc.Function.Name)
 	args := strings.TrimSpace(tc.Function.Arguments)
@@ -444,6 +466,11 @@ func callPart(tc schemas.ToolCall, s slot) (json.RawMessage, error) {
 		}
 	}
 	fc.merge(s.F)
+	if id, ok := ids[tc.ID]; ok {
+		if _, has := fc["id"]; !has {
+			fc["id"], _ = wire.MarshalNoEscape(id)
+		}
+	}
 	o := object{"functionCall": fc.bytes()}
 	o.merge(s.T)
 	return o.bytes(), nil

@@ -162,6 +162,29 @@ func TestStoredReplyIsTheTurnSentBack(t *testing.T) {
 		b, _ := back.Encode()
 		t.Fatalf("stored\n%s\nsent back\n%s", a, b)
 	}
+	// The context the proxy sends next holds the stored turn: its call goes with the
+	// upstream's signature and the id the client gave its response (Gemini CLI keeps
+	// that id on the call too), so call and response match.
+	req := parse(t, load(t, "gemini-03-p1-gemini-stream-text-answer"))
+	msgs := append([]schemas.Message(nil), req.Messages...)
+	for i := range msgs {
+		if msgs[i].Role == schemas.RoleAssistant {
+			msgs[i] = stored
+			break
+		}
+	}
+	out, err := gemini.Gemini().Build(req, wiretest.ContextOf(msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"functionCall":{"args":{"command":"echo hi"},"id":"run_shell_command_1796619811653_0","name":"run_shell_command"},"thoughtSignature":"CiIBjz1rX1Y2Zk0xbm9wZQ=="}`
+	if !bytes.Contains(out, []byte(want)) {
+		t.Fatalf("no %s in\n%s", want, out)
+	}
+	if _, err := gemini.Gemini().Parse(out); err != nil {
+		t.Fatal(err)
+	}
+
 	// The whole reply, non-streamed, is the same message as the stream's.
 	reply := `{"candidates":[{"content":{"parts":[{"text":"**Running the command** I'll run echo hi.","thought":true},{"functionCall":{"name":"run_shell_command","args":{"command":"echo hi"}},"thoughtSignature":"CiIBjz1rX1Y2Zk0xbm9wZQ=="}],"role":"model"},"finishReason":"STOP","index":0}]}`
 	whole, _, err := gemini.Gemini().Reply([]byte(reply))

@@ -36,6 +36,9 @@ const (
 	ExtraNewContent = "gemini_new_content"
 	// ExtraNoRole marks the first message of a Content sent without a role.
 	ExtraNoRole = "gemini_no_role"
+	// ExtraUpstream marks the assistant message of a reply (Reply, the stream): Build
+	// gives its calls that had no id the ids of the client's responses to them.
+	ExtraUpstream = "gemini_upstream"
 )
 
 // ForeignPrefix starts the type of a content part that holds a Gemini part Compactor's
@@ -272,10 +275,11 @@ type extra struct {
 	At         []int      `json:"gemini_at,omitempty"`
 	NewContent bool       `json:"gemini_new_content,omitempty"`
 	NoRole     bool       `json:"gemini_no_role,omitempty"`
+	Upstream   bool       `json:"gemini_upstream,omitempty"`
 }
 
 func (x *extra) empty() bool {
-	return x.Parts == nil && x.Response == nil && x.At == nil && !x.NewContent && !x.NoRole
+	return x.Parts == nil && x.Response == nil && x.At == nil && !x.NewContent && !x.NoRole && !x.Upstream
 }
 
 // set writes x into m.Extra (nothing when x is empty).

@@ -332,7 +332,7 @@ func TestReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	enc, _ := m.Encode()
-	want := `{"role":"assistant","content":"Running the tests.","tool_calls":[{"id":"gemini_0_run_shell_command","type":"function","function":{"name":"run_shell_command","arguments":"{\"command\":\"go test ./...\",\"description\":\"Run the tests\"}"}}],"extra":{"gemini_parts":[{"p":{"text":"**Planning** I should run the tests.","thought":true}},{"c":{}},{"t":{"thoughtSignature":"CiQBjz1rX2Fz"}}]}}`
+	want := `{"role":"assistant","content":"Running the tests.","tool_calls":[{"id":"gemini_0_run_shell_command","type":"function","function":{"name":"run_shell_command","arguments":"{\"command\":\"go test ./...\",\"description\":\"Run the tests\"}"}}],"extra":{"gemini_parts":[{"p":{"text":"**Planning** I should run the tests.","thought":true}},{"c":{}},{"t":{"thoughtSignature":"CiQBjz1rX2Fz"}}],"gemini_upstream":true}}`
 	if string(enc) != want {
 		t.Fatalf("got\n%s\nwant\n%s", enc, want)
 	}

@@ -88,7 +88,7 @@ func (geminiWire) Reply(body []byte) (schemas.Message, *wire.Usage, error) {
 var errNoAnswer = errors.New("no call and no visible content")
 
 // replyMessage reads the upstream's model Content as Parse reads the same Content sent
-// back.
+// back (the same message to the proxy's digest chain), marked ExtraUpstream.
 func replyMessage(parts []map[string]json.RawMessage) (schemas.Message, error) {
 	m, _, err := modelMessage(parts)
 	if err == nil {
@@ -97,6 +97,9 @@ func replyMessage(parts []map[string]json.RawMessage) (schemas.Message, error) {
 	if err != nil {
 		return schemas.Message{}, err
 	}
+	x := readExtra(&m)
+	x.Upstream = true
+	x.set(&m)
 	if len(m.ToolCalls) == 0 && strings.TrimSpace(m.Content.String()) == "" {
 		visible := false
 		if ps, err := m.Content.Parts(); err == nil {
