@@ -624,24 +624,8 @@ func (p *parser) user(parts []map[string]json.RawMessage) error {
 // message of the same Content, last: the part goes, whole, after that message's own
 // (ExtraResponse's after), out of Compactor's sight.
 func (p *parser) duplicate(f, fr map[string]json.RawMessage, last int) bool {
-	if last < 0 {
-		return false
-	}
-	name, _ := str(fr, "name")
-	wid, hasWID := str(fr, "id")
-	for _, c := range p.open {
-		if (hasWID && c.hasWireID && c.wireID == wid) || c.name == name {
-			return false // it answers an open call
-		}
-	}
-	found := false
-	for _, c := range p.answered {
-		if (hasWID && c.hasWireID && c.wireID == wid) || (!hasWID && c.name == name) {
-			found = true
-			break
-		}
-	}
-	if !found {
+	k, dup := p.pair(fr)
+	if k >= 0 || !dup || last < 0 {
 		return false
 	}
 	m := &p.msgs[last]
@@ -654,26 +638,46 @@ func (p *parser) duplicate(f, fr map[string]json.RawMessage, last int) bool {
 	return true
 }
 
+// pair finds the open call a functionResponse answers (k, -1 when none): the one whose
+// id it gives, else, when its id is no call's of the turn, the first of its name.
+// dup says it answers a call answered already (by id; by name when it has no id).
+func (p *parser) pair(fr map[string]json.RawMessage) (k int, dup bool) {
+	name, _ := str(fr, "name")
+	wid, hasWID := str(fr, "id")
+	if hasWID {
+		for j, c := range p.open {
+			if c.hasWireID && c.wireID == wid {
+				return j, false
+			}
+		}
+		for _, c := range p.answered {
+			if c.hasWireID && c.wireID == wid {
+				return -1, true
+			}
+		}
+	}
+	for j, c := range p.open {
+		if c.name == name {
+			return j, false
+		}
+	}
+	if !hasWID {
+		for _, c := range p.answered {
+			if c.name == name {
+				return -1, true
+			}
+		}
+	}
+	return -1, false
+}
+
 // toolMessage reads a functionResponse part as the tool message of its call.
 func (p *parser) toolMessage(f, fr map[string]json.RawMessage, i int) (schemas.Message, error) {
 	name, _ := str(fr, "name")
 	wid, hasWID := str(fr, "id")
-	k := -1
-	if hasWID {
-		for j, c := range p.open {
-			if c.hasWireID && c.wireID == wid {
-				k = j
-				break
-			}
-		}
-	}
-	if k < 0 {
-		for j, c := range p.open {
-			if c.name == name {
-				k = j
-				break
-			}
-		}
+	k, dup := p.pair(fr)
+	if dup {
+		return schemas.Message{}, fmt.Errorf("parts[%d]: a functionResponse (%q) to a call answered in an earlier Content", i, name)
 	}
 	if k < 0 {
 		return schemas.Message{}, fmt.Errorf("parts[%d]: a functionResponse (%q) that answers no call of the model turn before it", i, name)

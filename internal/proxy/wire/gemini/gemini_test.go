@@ -191,6 +191,29 @@ func TestRoundTripEveryKindOfPart(t *testing.T) {
 	}
 }
 
+// Gemini CLI 0.61 sends each response twice: with two calls of one name, the second
+// copy of the first response is the first's, not the second call's answer.
+func TestDuplicateResponsesPairById(t *testing.T) {
+	body := `{"contents":[{"role":"user","parts":[{"text":"go"}]},
+	  {"role":"model","parts":[{"functionCall":{"id":"A","name":"run","args":{"c":"a"}}},{"functionCall":{"id":"B","name":"run","args":{"c":"b"}}}]},
+	  {"role":"user","parts":[{"functionResponse":{"id":"A","name":"run","response":{"output":"a"}}},{"functionResponse":{"id":"A","name":"run","response":{"output":"a"}}},
+	    {"functionResponse":{"id":"B","name":"run","response":{"output":"b"}}},{"functionResponse":{"id":"B","name":"run","response":{"output":"b"}}}]}]}`
+	req := roundTrip(t, body)
+	got := encodeAll(t, req.Messages[2:])
+	want := []string{
+		`{"role":"tool","content":"a","tool_call_id":"gemini_0_run","extra":{"gemini_response":{"id":"A","after":[{"functionResponse":{"id":"A","name":"run","response":{"output":"a"}}}]}}}`,
+		`{"role":"tool","content":"b","tool_call_id":"gemini_1_run","extra":{"gemini_response":{"id":"B","after":[{"functionResponse":{"id":"B","name":"run","response":{"output":"b"}}}]}}}`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// A copy in a Content of its own is refused: it would answer no call the API sees.
+	bad := strings.Replace(body, `]}]}`, `]},{"role":"user","parts":[{"functionResponse":{"id":"A","name":"run","response":{}}}]}]}`, 1)
+	if _, err := Gemini().Parse([]byte(bad)); !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), "answered in an earlier Content") {
+		t.Fatalf("got %v", err)
+	}
+}
+
 func TestParsePassesThrough(t *testing.T) {
 	for body, reason := range map[string]string{
 		`{"cachedContent":"cachedContents/abc123","contents":[{"role":"user","parts":[{"text":"hi"}]}]}`:                     "cached-content",
