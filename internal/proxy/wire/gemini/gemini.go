@@ -69,12 +69,11 @@ const CallIDPrefix = "gemini_"
 // parts and every thoughtSignature are kept in Extra (ExtraParts, ExtraResponse) and
 // Build puts them back where they were: a request built from the messages it parses
 // to is the request sent. A request that uses cachedContent is passed through (the
-// cached prefix of the conversation is the provider's; the proxy does not see it), and
-// so is one that asks for structured output (generationConfig's responseJsonSchema,
-// responseSchema or responseMimeType application/json): those are an agent's side
-// requests (Gemini CLI's model router and its JSON utility calls send a few turns of
-// the conversation under a system instruction of their own), not turns of its
-// conversation.
+// cached prefix of the conversation is the provider's; the proxy does not see it). One
+// that asks for structured output (generationConfig's responseJsonSchema,
+// responseSchema or responseMimeType application/json) is parsed like any other: the
+// proxy takes it for an agent's side request (Gemini CLI's model router and its JSON
+// utility calls), sent compacted and not stored.
 func Gemini() wire.Wire { return geminiWire{} }
 
 type geminiWire struct{}
@@ -103,12 +102,10 @@ func (geminiWire) Parse(body []byte) (*wire.Request, error) {
 		}
 	}
 	req := &wire.Request{Body: body}
-	structured, err := generationConfig(f, req)
-	if err != nil {
+	// A request asking for structured output (Gemini CLI's router and checks) is
+	// parsed like any other: the proxy sends it compacted and does not store it.
+	if _, err := generationConfig(f, req); err != nil {
 		return nil, err
-	}
-	if structured {
-		return nil, &wire.Passthrough{Reason: "structured-output"}
 	}
 	st := &state{}
 	req.State = st
