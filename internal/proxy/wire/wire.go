@@ -58,6 +58,15 @@ type Answerer interface {
 	Answer(req *Request, reply schemas.Message, usage Usage, stream bool) ([]byte, error)
 }
 
+// CompactAnswerer is a wire whose API has an endpoint of its own for compacting a
+// conversation (the OpenAI Responses API's POST /v1/responses/compact): the proxy
+// answers it from Compactor's summary with items the client can read.
+type CompactAnswerer interface {
+	// AnswerCompact is the body of a 2xx response to a compact request req whose
+	// compacted history is summary (text), with usage.
+	AnswerCompact(req *Request, summary string, usage Usage) ([]byte, error)
+}
+
 // Request is a parsed request body.
 type Request struct {
 	// Body is the body as the client sent it.
