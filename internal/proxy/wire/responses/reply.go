@@ -58,16 +58,13 @@ func (responsesWire) Reply(body []byte) (schemas.Message, *wire.Usage, error) {
 	return m, r.Usage.usage(), nil
 }
 
-// assistantOf reads a response's output items, as the client sends them back (see
-// sentBack), into one assistant message.
+// assistantOf reads a response's output items into one assistant message, as Parse
+// reads the same items when the client sends them back (Codex sends them back as
+// they came, ids, status and annotations included).
 func assistantOf(items []json.RawMessage) (schemas.Message, error) {
 	var r reader
 	for i, raw := range items {
-		it, err := sentBack(raw)
-		if err != nil {
-			return schemas.Message{}, fmt.Errorf("output[%d]: %w", i, err)
-		}
-		if err := r.modelItem(it); err != nil {
+		if err := r.modelItem(raw); err != nil {
 			return schemas.Message{}, fmt.Errorf("output[%d]: %w", i, err)
 		}
 	}
@@ -97,38 +94,6 @@ func (r *reader) modelItem(raw json.RawMessage) error {
 		}
 	}
 	return r.item(raw)
-}
-
-// sentBack is an output item as Codex sends it back in its next request
-// (codex-rs/protocol models.rs, ResponseItem): without its id (never serialized);
-// without status on messages, function calls and reasoning (their types have none);
-// an output_text part with its text only (ContentItem::OutputText).
-func sentBack(raw json.RawMessage) (json.RawMessage, error) {
-	o, err := decodeObj(raw)
-	if err != nil {
-		return nil, err
-	}
-	delete(o, "id")
-	switch t, _ := o.str("type"); t {
-	case typeMessage:
-		delete(o, "status")
-		if ps, ok := o["content"].([]any); ok {
-			for i, p := range ps {
-				po, ok := p.(map[string]any)
-				if !ok {
-					continue
-				}
-				if pt, _ := obj(po).str("type"); pt == "output_text" {
-					if _, ok := po["text"].(string); ok {
-						ps[i] = obj{"type": pt, "text": po["text"]}
-					}
-				}
-			}
-		}
-	case typeFunctionCall, "reasoning":
-		delete(o, "status")
-	}
-	return canon(o), nil
 }
 
 func (responsesWire) NewStream() wire.Stream { return &responsesStream{items: map[int]*streamItem{}} }

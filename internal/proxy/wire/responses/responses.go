@@ -211,6 +211,10 @@ type entry struct {
 	Call json.RawMessage `json:"call,omitempty"`
 	// Output is a tool output item without its call_id and output.
 	Output json.RawMessage `json:"output,omitempty"`
+	// Texts, for a message or output whose parts have text parts with fields of
+	// their own (output_text's annotations and logprobs), holds those fields, part by
+	// part (null for the others).
+	Texts []json.RawMessage `json:"texts,omitempty"`
 }
 
 // reader reads input items into messages.
@@ -246,13 +250,13 @@ func (r *reader) item(raw json.RawMessage) error {
 	switch typ {
 	case typeMessage:
 		role, _ := o.str("role")
-		content, err := messageContent(o, role)
+		content, texts, err := messageContent(o, role)
 		if err != nil {
 			return err
 		}
 		if role == "assistant" {
 			rn := r.open()
-			rn.entries = append(rn.entries, entry{Message: canon(o.without("content", "role"))})
+			rn.entries = append(rn.entries, entry{Message: canon(o.without("content", "role")), Texts: texts})
 			rn.contents = append(rn.contents, content)
 			rn.raws = append(rn.raws, raw)
 			return nil
@@ -268,7 +272,7 @@ func (r *reader) item(raw json.RawMessage) error {
 		default:
 			return fmt.Errorf("role must be user, assistant, system or developer, not %q", role)
 		}
-		r.single(m, rest, typeMessage, raw)
+		r.single(m, rest, texts, typeMessage, raw)
 	case typeFunctionCall, typeCustomCall, typeLocalShellCall:
 		tc, rest, err := readCall(o, typ)
 		if err != nil {
@@ -279,11 +283,11 @@ func (r *reader) item(raw json.RawMessage) error {
 		rn.calls = append(rn.calls, tc)
 		rn.raws = append(rn.raws, raw)
 	case typeFunctionOutput, typeCustomOutput, typeLocalShellOuput:
-		m, rest, err := readOutput(o, typ)
+		m, rest, texts, err := readOutput(o, typ)
 		if err != nil {
 			return err
 		}
-		r.single(m, rest, typ, raw)
+		r.single(m, rest, texts, typ, raw)
 	default:
 		rn := r.open()
 		rn.entries = append(rn.entries, entry{Keep: canon(o)})
@@ -294,12 +298,12 @@ func (r *reader) item(raw json.RawMessage) error {
 
 // single adds a message read from one item: rest is the item without what the message
 // carries, kept in Extra unless it is the plain {"type": typ}.
-func (r *reader) single(m schemas.Message, rest obj, typ string, raw json.RawMessage) {
+func (r *reader) single(m schemas.Message, rest obj, texts []json.RawMessage, typ string, raw json.RawMessage) {
 	r.close()
-	if t, _ := rest.str("type"); len(rest) != 1 || t != typ {
-		m.Extra = extraOf([]entry{{Output: canon(rest)}})
+	if t, _ := rest.str("type"); len(rest) != 1 || t != typ || texts != nil {
+		m.Extra = extraOf([]entry{{Output: canon(rest), Texts: texts}})
 		if m.Role != schemas.RoleTool {
-			m.Extra = extraOf([]entry{{Message: canon(rest)}})
+			m.Extra = extraOf([]entry{{Message: canon(rest), Texts: texts}})
 		}
 	}
 	r.msgs = append(r.msgs, m)
@@ -373,7 +377,7 @@ func plainLayout(es []entry, c schemas.Content) bool {
 			return false
 		}
 	} else {
-		if len(es) == 0 || string(es[0].Message) != `{"type":"message"}` {
+		if len(es) == 0 || string(es[0].Message) != `{"type":"message"}` || es[0].Texts != nil {
 			return false
 		}
 		i = 1
@@ -394,49 +398,63 @@ func emptyBesideCalls(c schemas.Content, calls bool) bool {
 
 // messageContent reads a message item's content: a string as sent, or its parts in
 // Compactor's form.
-func messageContent(o obj, role string) (json.RawMessage, error) {
+func messageContent(o obj, role string) (json.RawMessage, []json.RawMessage, error) {
 	v, ok := o["content"]
 	if !ok || v == nil {
-		return nil, errors.New("a message needs a content")
+		return nil, nil, errors.New("a message needs a content")
 	}
 	if s, ok := v.(string); ok {
-		return canon(s), nil
+		return canon(s), nil, nil
 	}
 	ps, ok := v.([]any)
 	if !ok {
-		return nil, errors.New("content must be a string or an array of content parts")
+		return nil, nil, errors.New("content must be a string or an array of content parts")
 	}
-	text := "input_text"
-	if role == "assistant" {
-		text = "output_text"
-	}
-	parts, err := readParts(ps, text)
+	parts, texts, err := readParts(ps, textType(role))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return partsContent(parts).Raw(), nil
+	return partsContent(parts).Raw(), texts, nil
 }
 
-// readParts reads content parts: a part of type text ("input_text", or
-// "output_text" in an assistant message) with only its text is a text part; an
-// input_image with only its image_url (and detail) an image_url part; every other is
-// kept whole.
-func readParts(ps []any, text string) ([]json.RawMessage, error) {
-	out := make([]json.RawMessage, 0, len(ps))
+// textType is the type of the text parts of a message of role: output_text for the
+// assistant's, input_text for the others.
+func textType(role string) string {
+	if role == "assistant" {
+		return "output_text"
+	}
+	return "input_text"
+}
+
+// readParts reads content parts: a part of the text type ("input_text", or
+// "output_text" in an assistant message) is a text part, its other fields
+// (annotations, logprobs) in texts (nil when no part has any); an input_image with
+// only its image_url (and detail) an image_url part; every other is kept whole.
+func readParts(ps []any, text string) (out, texts []json.RawMessage, err error) {
+	out = make([]json.RawMessage, 0, len(ps))
 	for i, p := range ps {
 		o, ok := p.(map[string]any)
 		if !ok {
-			return nil, fmt.Errorf("content[%d] must be an object", i)
+			return nil, nil, fmt.Errorf("content[%d] must be an object", i)
 		}
 		typ, _ := obj(o).str("type")
 		switch typ {
 		case "":
-			return nil, fmt.Errorf("content[%d] needs a type", i)
+			return nil, nil, fmt.Errorf("content[%d] needs a type", i)
 		case "text", "image_url", "file":
-			return nil, fmt.Errorf("content[%d]: %q is a Chat Completions part, not a Responses one", i, typ)
+			return nil, nil, fmt.Errorf("content[%d]: %q is a Chat Completions part, not a Responses one", i, typ)
 		case text:
-			if s, ok := obj(o).str("text"); ok && len(o) == 2 {
+			if s, ok := obj(o).str("text"); ok {
 				out = append(out, textPart(s))
+				if len(o) > 2 {
+					if texts == nil {
+						texts = make([]json.RawMessage, len(ps))
+						for j := range texts {
+							texts[j] = json.RawMessage("null")
+						}
+					}
+					texts[i] = canon(obj(o).without("type", "text"))
+				}
 				continue
 			}
 		case "input_image":
@@ -454,7 +472,7 @@ func readParts(ps []any, text string) ([]json.RawMessage, error) {
 		}
 		out = append(out, canon(o))
 	}
-	return out, nil
+	return out, texts, nil
 }
 
 func btoi(b bool) int {
@@ -520,9 +538,9 @@ func checkName(tc schemas.ToolCall) error {
 // readOutput reads a tool output item: its tool message and the rest of the item. A
 // local_shell_call_output names its call by call_id or, as the API documents it, by
 // id; the field stays in the rest.
-func readOutput(o obj, typ string) (schemas.Message, obj, error) {
-	m := schemas.Message{Role: schemas.RoleTool}
-	rest := o.without("call_id", "output")
+func readOutput(o obj, typ string) (m schemas.Message, rest obj, texts []json.RawMessage, err error) {
+	m.Role = schemas.RoleTool
+	rest = o.without("call_id", "output")
 	if typ == typeLocalShellOuput {
 		rest = o.without("output")
 		m.ToolCallID, _ = o.str("call_id")
@@ -533,26 +551,26 @@ func readOutput(o obj, typ string) (schemas.Message, obj, error) {
 		m.ToolCallID, _ = o.str("call_id")
 	}
 	if m.ToolCallID == "" {
-		return m, nil, fmt.Errorf("a %s needs the id of its call", typ)
+		return m, nil, nil, fmt.Errorf("a %s needs the id of its call", typ)
 	}
 	switch v := o["output"].(type) {
 	case string:
 		m.Content = schemas.RawContent(canon(v))
 	case []any:
-		parts, err := readParts(v, "input_text")
-		if err != nil {
-			return m, nil, err
+		var parts []json.RawMessage
+		if parts, texts, err = readParts(v, "input_text"); err != nil {
+			return m, nil, nil, err
 		}
 		m.Content = partsContent(parts)
 	default:
 		if _, has := o["output"]; !has {
-			return m, nil, fmt.Errorf("a %s needs its output", typ)
+			return m, nil, nil, fmt.Errorf("a %s needs its output", typ)
 		}
 		// Another shape of output: kept as sent, read as no text.
 		rest["output"] = v
 		m.Content = schemas.Text("")
 	}
-	return m, rest, nil
+	return m, rest, texts, nil
 }
 
 func (responsesWire) Build(req *wire.Request, cx *assemble.Context) ([]byte, error) {
@@ -681,15 +699,16 @@ func renderMessage(m *schemas.Message) ([]json.RawMessage, error) {
 	switch m.Role {
 	case schemas.RoleUser, schemas.RoleSystem:
 		rest := obj{"type": typeMessage}
+		var texts []json.RawMessage
 		if len(es) == 1 && es[0].Message != nil {
 			if o, err := decodeObj(es[0].Message); err == nil {
-				rest = o
+				rest, texts = o, es[0].Texts
 			}
 		}
 		if _, ok := rest["role"]; !ok {
 			rest["role"] = string(m.Role)
 		}
-		c, err := renderContent(m.Content, "input_text")
+		c, err := renderContent(m.Content, "input_text", texts)
 		if err != nil {
 			return nil, err
 		}
@@ -697,9 +716,10 @@ func renderMessage(m *schemas.Message) ([]json.RawMessage, error) {
 		return []json.RawMessage{canon(rest)}, nil
 	case schemas.RoleTool:
 		rest := obj{"type": typeFunctionOutput}
+		var texts []json.RawMessage
 		if len(es) == 1 && es[0].Output != nil {
 			if o, err := decodeObj(es[0].Output); err == nil {
-				rest = o
+				rest, texts = o, es[0].Texts
 			}
 		}
 		typ, _ := rest.str("type")
@@ -709,7 +729,7 @@ func renderMessage(m *schemas.Message) ([]json.RawMessage, error) {
 			rest["call_id"] = m.ToolCallID
 		}
 		if _, ok := rest["output"]; !ok {
-			c, err := renderContent(m.Content, "input_text")
+			c, err := renderContent(m.Content, "input_text", texts)
 			if err != nil {
 				return nil, err
 			}
@@ -744,7 +764,7 @@ func renderAssistant(m *schemas.Message, es []entry) ([]json.RawMessage, error) 
 	}
 	var out []json.RawMessage
 	if !emptyBesideCalls(m.Content, len(m.ToolCalls) > 0) {
-		c, err := renderContent(m.Content, "output_text")
+		c, err := renderContent(m.Content, "output_text", nil)
 		if err != nil {
 			return nil, err
 		}
@@ -813,7 +833,7 @@ func byLayout(m *schemas.Message, es []entry) ([]json.RawMessage, bool) {
 			if c.IsNull() {
 				return nil, false
 			}
-			v, err := renderContent(c, "output_text")
+			v, err := renderContent(c, "output_text", e.Texts)
 			if err != nil {
 				return nil, false
 			}
@@ -850,7 +870,7 @@ func byLayout(m *schemas.Message, es []entry) ([]json.RawMessage, bool) {
 // renderContent renders a message's content for an item: a string as it is, parts as
 // the API's (text as the given text type, image_url as input_image, a chat file part
 // as input_file; a part kept whole as it is).
-func renderContent(c schemas.Content, text string) (json.RawMessage, error) {
+func renderContent(c schemas.Content, text string, texts []json.RawMessage) (json.RawMessage, error) {
 	if c.IsNull() {
 		return canon(""), nil
 	}
@@ -861,8 +881,11 @@ func renderContent(c schemas.Content, text string) (json.RawMessage, error) {
 	if err := json.Unmarshal(c.Raw(), &raws); err != nil {
 		return nil, err
 	}
+	if len(texts) != len(raws) {
+		texts = nil
+	}
 	out := make([]json.RawMessage, 0, len(raws))
-	for _, r := range raws {
+	for i, r := range raws {
 		o, err := decodeObj(r)
 		if err != nil {
 			return nil, err
@@ -870,7 +893,14 @@ func renderContent(c schemas.Content, text string) (json.RawMessage, error) {
 		switch t, _ := o.str("type"); t {
 		case "text":
 			s, _ := o.str("text")
-			out = append(out, canon(obj{"type": text, "text": s}))
+			p := obj{}
+			if texts != nil {
+				if x, err := decodeObj(texts[i]); err == nil {
+					p = x
+				}
+			}
+			p["type"], p["text"] = text, s
+			out = append(out, canon(p))
 		case "image_url":
 			img := obj{"type": "input_image"}
 			switch u := o["image_url"].(type) {
