@@ -272,7 +272,7 @@ func (r *reader) item(raw json.RawMessage) error {
 		default:
 			return fmt.Errorf("role must be user, assistant, system or developer, not %q", role)
 		}
-		r.single(m, rest, texts, typeMessage, raw)
+		r.single(m, rest, texts, raw)
 	case typeFunctionCall, typeCustomCall, typeLocalShellCall:
 		tc, rest, err := readCall(o, typ)
 		if err != nil {
@@ -287,7 +287,7 @@ func (r *reader) item(raw json.RawMessage) error {
 		if err != nil {
 			return err
 		}
-		r.single(m, rest, texts, typ, raw)
+		r.single(m, rest, texts, raw)
 	default:
 		rn := r.open()
 		rn.entries = append(rn.entries, entry{Keep: canon(o)})
@@ -297,10 +297,15 @@ func (r *reader) item(raw json.RawMessage) error {
 }
 
 // single adds a message read from one item: rest is the item without what the message
-// carries, kept in Extra unless it is the plain {"type": typ}.
-func (r *reader) single(m schemas.Message, rest obj, texts []json.RawMessage, typ string, raw json.RawMessage) {
+// carries, kept in Extra unless it is the plain one ({"type": "message"} for a
+// message, {"type": "function_call_output"} for a tool's).
+func (r *reader) single(m schemas.Message, rest obj, texts []json.RawMessage, raw json.RawMessage) {
 	r.close()
-	if t, _ := rest.str("type"); len(rest) != 1 || t != typ || texts != nil {
+	plain := typeMessage
+	if m.Role == schemas.RoleTool {
+		plain = typeFunctionOutput
+	}
+	if t, _ := rest.str("type"); len(rest) != 1 || t != plain || texts != nil {
 		m.Extra = extraOf([]entry{{Output: canon(rest), Texts: texts}})
 		if m.Role != schemas.RoleTool {
 			m.Extra = extraOf([]entry{{Message: canon(rest), Texts: texts}})
