@@ -29,23 +29,29 @@ const (
 // Responses returns the wire of the OpenAI Responses API (POST /v1/responses).
 //
 // Parse reads a stateless request into Compactor's chat messages: "instructions" is
-// the first message, role system; "input" (a string: one user message; or an array of
-// items) in order: user, system and developer messages are messages of their role
-// (developer read as system); the tool outputs (function_call_output,
-// custom_tool_call_output, local_shell_call_output) tool messages; and each run of
-// the model's own items (an assistant message, function, custom and local shell
-// calls, reasoning, and any item of a type this wire does not know) one assistant
-// message: its text and its tool calls, and in Extra[ExtraItems] the run's layout,
-// which keeps reasoning and unknown items whole and in place. Text parts become text
-// parts, images image_url parts; every other part is kept whole (canonical form).
-// A request that continues a previous_response_id or a stored conversation is handed
-// back as a wire.Passthrough. Build renders the context as input items (the layout
-// put back) and, when the context keeps the instructions' message, "instructions";
-// a message the client sent in this very request goes back as the client's own
-// items, byte for byte. Reply and the stream read the response's output items as
-// Codex sends them back next turn (no item ids, no status on messages, calls and
-// reasoning; output_text parts reduced to their text), so the reply stored and the
-// same turn sent back are the same message.
+// the first message, role system (marked in Extra[ExtraInstructions]); "input" (a
+// string: one user message; or an array of items) in order: user, system and
+// developer messages are messages of their role (developer read as system); the tool
+// outputs (function_call_output, custom_tool_call_output, local_shell_call_output)
+// tool messages; and each run of the model's own items (assistant messages, function,
+// custom and local shell calls, reasoning, and any item of a type this wire does not
+// know) one assistant message: its text and its tool calls, and in Extra[ExtraItems]
+// the run's layout, which keeps reasoning and unknown items whole (canonical form) and
+// in place, and each item's own fields (id, status, phase...). input_text and
+// output_text parts become text parts, images image_url parts; every other part is
+// kept whole. A request that continues a previous_response_id or a stored
+// conversation is handed back as a wire.Passthrough; one whose tool calls and outputs
+// do not pair up is refused, as the Chat Completions wire refuses it.
+//
+// Build renders the context as input items and, when the context keeps the
+// instructions' message, as "instructions"; every other field is left as sent. A
+// message the client sent in this very request goes back as the client's own items,
+// byte for byte (the whole input field as sent when the context is the request's
+// messages); any other (the summary, stored messages) is rendered from the message and
+// its layout. Reply and the stream read the response's output items the way Parse
+// reads them when the client sends them back (Codex sends them back as they came, ids,
+// status and annotations included), so the reply stored and the same turn sent back
+// are the same message.
 func Responses() wire.Wire { return responsesWire{} }
 
 type responsesWire struct{}

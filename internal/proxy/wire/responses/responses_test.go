@@ -198,16 +198,16 @@ func TestReplyIsTheTurnSentBack(t *testing.T) {
 		t.Fatalf("unexpected turns %s / %s", encode(call), encode(answer))
 	}
 	callStream := wiretest.Stream([]wiretest.SSEEvent{
-		{"response.created", `{"type":"response.created","sequence_number":0,"response":{"id":"resp_0001","object":"response","status":"in_progress","output":[]}}`},
-		{"response.output_item.added", `{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"type":"reasoning","id":"rs_0001","summary":[]}}`},
-		{"response.reasoning_summary_text.delta", `{"type":"response.reasoning_summary_text.delta","sequence_number":2,"output_index":0,"item_id":"rs_0001","summary_index":0,"delta":"**Planning**\n\nRun the command."}`},
-		{"response.output_item.done", `{"type":"response.output_item.done","sequence_number":3,"output_index":0,"item":{"type":"reasoning","id":"rs_0001","summary":[{"type":"summary_text","text":"**Planning**\n\nRun the command."}],"encrypted_content":"capture-encrypted-reasoning-0001"}}`},
-		{"response.output_item.added", `{"type":"response.output_item.added","sequence_number":4,"output_index":1,"item":{"type":"function_call","id":"fc_0001","call_id":"call_0001","name":"exec_command","arguments":"","status":"in_progress"}}`},
-		{"response.function_call_arguments.delta", `{"type":"response.function_call_arguments.delta","sequence_number":5,"output_index":1,"item_id":"fc_0001","delta":"{\"cmd\":"}`},
-		{"response.function_call_arguments.delta", `{"type":"response.function_call_arguments.delta","sequence_number":6,"output_index":1,"item_id":"fc_0001","delta":"\"echo hi\"}"}`},
-		{"response.function_call_arguments.done", `{"type":"response.function_call_arguments.done","sequence_number":7,"output_index":1,"item_id":"fc_0001","arguments":"{\"cmd\":\"echo hi\"}"}`},
-		{"response.output_item.done", `{"type":"response.output_item.done","sequence_number":8,"output_index":1,"item":{"type":"function_call","id":"fc_0001","call_id":"call_0001","name":"exec_command","arguments":"{\"cmd\":\"echo hi\"}","status":"completed"}}`},
-		{"response.completed", `{"type":"response.completed","sequence_number":9,"response":{"id":"resp_0001","object":"response","status":"completed","output":[],"usage":{"input_tokens":1200,"input_tokens_details":{"cached_tokens":1024},"output_tokens":30,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1230}}}`},
+		ev("response.created", `{"type":"response.created","sequence_number":0,"response":{"id":"resp_0001","object":"response","status":"in_progress","output":[]}}`),
+		ev("response.output_item.added", `{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":{"type":"reasoning","id":"rs_0001","summary":[]}}`),
+		ev("response.reasoning_summary_text.delta", `{"type":"response.reasoning_summary_text.delta","sequence_number":2,"output_index":0,"item_id":"rs_0001","summary_index":0,"delta":"**Planning**\n\nRun the command."}`),
+		ev("response.output_item.done", `{"type":"response.output_item.done","sequence_number":3,"output_index":0,"item":{"type":"reasoning","id":"rs_0001","summary":[{"type":"summary_text","text":"**Planning**\n\nRun the command."}],"encrypted_content":"capture-encrypted-reasoning-0001"}}`),
+		ev("response.output_item.added", `{"type":"response.output_item.added","sequence_number":4,"output_index":1,"item":{"type":"function_call","id":"fc_0001","call_id":"call_0001","name":"exec_command","arguments":"","status":"in_progress"}}`),
+		ev("response.function_call_arguments.delta", `{"type":"response.function_call_arguments.delta","sequence_number":5,"output_index":1,"item_id":"fc_0001","delta":"{\"cmd\":"}`),
+		ev("response.function_call_arguments.delta", `{"type":"response.function_call_arguments.delta","sequence_number":6,"output_index":1,"item_id":"fc_0001","delta":"\"echo hi\"}"}`),
+		ev("response.function_call_arguments.done", `{"type":"response.function_call_arguments.done","sequence_number":7,"output_index":1,"item_id":"fc_0001","arguments":"{\"cmd\":\"echo hi\"}"}`),
+		ev("response.output_item.done", `{"type":"response.output_item.done","sequence_number":8,"output_index":1,"item":{"type":"function_call","id":"fc_0001","call_id":"call_0001","name":"exec_command","arguments":"{\"cmd\":\"echo hi\"}","status":"completed"}}`),
+		ev("response.completed", `{"type":"response.completed","sequence_number":9,"response":{"id":"resp_0001","object":"response","status":"completed","output":[],"usage":{"input_tokens":1200,"input_tokens_details":{"cached_tokens":1024},"output_tokens":30,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":1230}}}`),
 	})
 	m, u := streamResult(t, callStream)
 	if key(&m) != key(&call) {
@@ -233,17 +233,19 @@ func TestReplyIsTheTurnSentBack(t *testing.T) {
 	}
 	// The same answer streamed as text deltas (no output_item.done) reads the same.
 	textStream := wiretest.Stream([]wiretest.SSEEvent{
-		{"response.output_item.done", `{"type":"response.output_item.done","output_index":0,"item":{"type":"reasoning","id":"rs_0002","summary":[{"type":"summary_text","text":"**Planning**\n\nRun the command."}],"encrypted_content":"capture-encrypted-reasoning-0002"}}`},
-		{"response.output_item.added", `{"type":"response.output_item.added","output_index":1,"item":{"type":"message","id":"msg_0002","role":"assistant","status":"in_progress","content":[]}}`},
-		{"response.output_text.delta", `{"type":"response.output_text.delta","output_index":1,"content_index":0,"item_id":"msg_0002","delta":"Done: the command printed hi. "}`},
-		{"response.output_text.delta", `{"type":"response.output_text.delta","output_index":1,"content_index":0,"item_id":"msg_0002","delta":"FACT-ALPHA-1 is noted."}`},
-		{"response.completed", `{"type":"response.completed","response":{"id":"resp_0002","object":"response","status":"completed","output":[]}}`},
+		ev("response.output_item.done", `{"type":"response.output_item.done","output_index":0,"item":{"type":"reasoning","id":"rs_0002","summary":[{"type":"summary_text","text":"**Planning**\n\nRun the command."}],"encrypted_content":"capture-encrypted-reasoning-0002"}}`),
+		ev("response.output_item.added", `{"type":"response.output_item.added","output_index":1,"item":{"type":"message","id":"msg_0002","role":"assistant","status":"in_progress","content":[]}}`),
+		ev("response.output_text.delta", `{"type":"response.output_text.delta","output_index":1,"content_index":0,"item_id":"msg_0002","delta":"Done: the command printed hi. "}`),
+		ev("response.output_text.delta", `{"type":"response.output_text.delta","output_index":1,"content_index":0,"item_id":"msg_0002","delta":"FACT-ALPHA-1 is noted."}`),
+		ev("response.completed", `{"type":"response.completed","response":{"id":"resp_0002","object":"response","status":"completed","output":[]}}`),
 	})
 	s, u := streamResult(t, textStream)
 	if key(&s) != key(&answer) || u != nil {
 		t.Fatalf("streamed %s (usage %v)\nsent back %s", encode(s), u, encode(answer))
 	}
 }
+
+func ev(name, data string) wiretest.SSEEvent { return wiretest.SSEEvent{Name: name, Data: data} }
 
 func streamResult(t *testing.T, stream string) (schemas.Message, *wire.Usage) {
 	t.Helper()
