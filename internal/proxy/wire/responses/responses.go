@@ -597,13 +597,11 @@ func (responsesWire) Build(req *wire.Request, cx *assemble.Context) ([]byte, err
 	for i := range cx.Messages {
 		msgs[i] = cx.Messages[i].StripMetadata()
 	}
-	// The instructions: the first of the leading system messages read from them.
+	// The instructions: the first system message read from them (the conversation
+	// core may put pinned messages or the summary before it).
 	inst := -1
 	for i := range msgs {
-		if msgs[i].Role != schemas.RoleSystem {
-			break
-		}
-		if isInstructions(&msgs[i]) && !(cx.HasSummary && i < len(cx.Seqs) && cx.Seqs[i] == 0) {
+		if msgs[i].Role == schemas.RoleSystem && isInstructions(&msgs[i]) && !(cx.HasSummary && i < len(cx.Seqs) && cx.Seqs[i] == 0) {
 			inst = i
 			break
 		}
@@ -799,19 +797,25 @@ func byLayout(m *schemas.Message, es []entry) ([]json.RawMessage, bool) {
 			return nil, false
 		}
 	}
-	messages, calls, counted := 0, 0, 0
+	messages, calls, counted, uncounted := 0, 0, 0, false
 	for _, e := range es {
 		switch {
+		case e.Keep != nil:
 		case e.Message != nil:
 			messages++
-			if e.Parts != nil {
+			if e.Parts == nil || *e.Parts < 0 || *e.Parts > len(parts) {
+				uncounted = true
+			} else {
 				counted += *e.Parts
 			}
 		case e.Call != nil:
 			calls++
-		case e.Keep == nil:
+		default:
 			return nil, false
 		}
+	}
+	if messages > 1 && uncounted {
+		return nil, false
 	}
 	if calls != len(m.ToolCalls) || (messages == 0 && !(m.Content.IsNull() || (m.Content.IsString() && m.Content.String() == ""))) ||
 		(messages > 1 && (!m.Content.IsParts() || counted != len(parts))) || (messages == 0 && m.Content.IsNull() && calls == 0) {

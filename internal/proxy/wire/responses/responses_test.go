@@ -528,3 +528,41 @@ func TestReplyRefuses(t *testing.T) {
 		t.Fatalf("%v %v %v", encode(m), u, err)
 	}
 }
+
+// Build renders a message whatever its Extra holds (a stored message, another
+// producer's): a layout that does not fit the message is not used.
+func TestBuildOddExtra(t *testing.T) {
+	call := []schemas.ToolCall{{ID: "c", Type: "function", Function: schemas.FunctionCall{Name: "f", Arguments: "{}"}}}
+	parts := schemas.Parts(json.RawMessage(`{"type":"text","text":"a"}`), json.RawMessage(`{"type":"text","text":"b"}`))
+	for _, c := range []struct {
+		m     schemas.Message
+		extra string
+	}{
+		{schemas.Message{Role: schemas.RoleAssistant, Content: parts}, `{"responses_items":[{"message":{"type":"message"}},{"message":{"type":"message"},"parts":9223372036854775807},{"message":{"type":"message"},"parts":2}]}`},
+		{schemas.Message{Role: schemas.RoleAssistant, Content: parts}, `{"responses_items":[{"message":{"type":"message"},"parts":-1},{"message":{"type":"message"},"parts":3}]}`},
+		{schemas.Message{Role: schemas.RoleAssistant, Content: parts}, `{"responses_items":[{"message":{"type":"message"},"parts":1},{"message":{"type":"message"}}]}`},
+		{schemas.Message{Role: schemas.RoleAssistant, Content: parts, ToolCalls: call}, `{"responses_items":[{"keep":{"type":"reasoning"},"message":{"type":"message"}},{"call":{"type":"local_shell_call"}}]}`},
+		{schemas.Message{Role: schemas.RoleAssistant, ToolCalls: call}, `{"responses_items":[{"message":{"type":"message"}},{"call":{"type":"function_call"}},{"call":{"type":"function_call"}}]}`},
+		{schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("x")}, `{"responses_items":[{}]}`},
+		{schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("x")}, `{"responses_items":"no"}`},
+		{schemas.Message{Role: schemas.RoleAssistant, Content: parts}, `{"responses_items":[{"message":{"type":"message"},"texts":[1,{"a":1}]}]}`},
+		{schemas.Message{Role: schemas.RoleUser, Content: parts}, `{"responses_items":[{"message":[]},{"output":{}}]}`},
+		{schemas.Message{Role: schemas.RoleTool, ToolCallID: "c", Content: schemas.Text("r")}, `{"responses_items":[{"output":{"type":"local_shell_call_output"},"texts":[null]}]}`},
+	} {
+		c.m.Extra = json.RawMessage(c.extra)
+		msgs := []schemas.Message{c.m}
+		switch {
+		case c.m.Role == schemas.RoleTool:
+			msgs = []schemas.Message{{Role: schemas.RoleAssistant, ToolCalls: call}, c.m}
+		case len(c.m.ToolCalls) > 0:
+			msgs = append(msgs, schemas.Message{Role: schemas.RoleTool, ToolCallID: "c", Content: schemas.Text("r")})
+		}
+		out, err := Responses().Build(&wire.Request{Body: []byte(`{"input":"x"}`)}, wiretest.ContextOf(msgs))
+		if err != nil {
+			t.Fatalf("%s: %v", c.extra, err)
+		}
+		if _, err := Responses().Parse(out); err != nil {
+			t.Fatalf("%s: built %s: %v", c.extra, out, err)
+		}
+	}
+}
