@@ -81,3 +81,38 @@ func TestCorpusThroughTheWire(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkWire is the proxy's own work on a request: Parse and Build of the largest
+// corpus conversation, whole, as a Responses request; Build with the client's items
+// (the whole input as sent) and from the messages alone.
+func BenchmarkWire(b *testing.B) {
+	c := corpustest.Largest(b, 1)[0]
+	cx := assemble.Assemble(assemble.Input{Tail: c.Entries}, assemble.Options{})
+	r, err := formats.Render(&cx, formats.Responses)
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"model":"gpt-5.1-codex",` + string(r.JSON[1:]))
+	for _, own := range []bool{true, false} {
+		name := "own-items"
+		if !own {
+			name = "from-messages"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req, err := Responses().Parse(body)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !own {
+					req.State = nil
+				}
+				if _, err := Responses().Build(req, wiretest.ContextOf(req.Messages)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
