@@ -248,10 +248,16 @@ func (r *reader) item(raw json.RawMessage) error {
 		return errors.New("type must be a string")
 	}
 	if !hasType {
-		if _, ok := o["role"]; !ok {
+		_, role := o["role"]
+		_, id := o["id"]
+		switch {
+		case role:
+			typ = typeMessage // the API's EasyInputMessage
+		case id:
+			typ = "item_reference" // the API's ItemReference, whose type is optional
+		default:
 			return errors.New("an item needs a type")
 		}
-		typ = typeMessage
 	}
 	switch typ {
 	case typeMessage:
