@@ -72,6 +72,9 @@ func assistantOf(items []json.RawMessage) (schemas.Message, error) {
 	if len(r.msgs) == 0 {
 		return schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("")}, nil
 	}
+	if len(r.msgs) > 1 {
+		return schemas.Message{}, errors.New("the output is not one run of the model's items")
+	}
 	m := r.msgs[0]
 	if err := m.Validate(); err != nil {
 		return schemas.Message{}, fmt.Errorf("the reply's message: %w", err)
@@ -85,10 +88,10 @@ func (r *reader) modelItem(raw json.RawMessage) error {
 	if err != nil {
 		return err
 	}
-	switch t, _ := o.str("type"); t {
-	case typeFunctionOutput, typeCustomOutput, typeLocalShellOuput, "":
+	switch t, _ := o.str("type"); {
+	case t == "" || t == typeFunctionOutput || t == typeCustomOutput || t == typeLocalShellOuput || clientOutput(t):
 		return fmt.Errorf("an item of type %q is not the model's", t)
-	case typeMessage:
+	case t == typeMessage:
 		if role, _ := o.str("role"); role != "assistant" {
 			return fmt.Errorf("a message of role %q is not the model's", role)
 		}
@@ -132,6 +135,9 @@ func (s *responsesStream) Event(name string, data []byte) error {
 	}
 	if name == "error" {
 		s.failed = true
+		return nil
+	}
+	if string(data) == "[DONE]" { // compatible servers end the stream so
 		return nil
 	}
 	var e streamEvent

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/compactor/compactor/internal/proxy/wire"
 	"github.com/compactor/compactor/schemas"
@@ -301,11 +302,27 @@ func (r *reader) item(raw json.RawMessage) error {
 		}
 		r.single(m, rest, texts, raw)
 	default:
+		if clientOutput(typ) {
+			// The client's answer to one of the model's items: a message of its own,
+			// so that the model's items before and after it are the runs the
+			// responses gave.
+			r.close()
+		}
 		rn := r.open()
 		rn.entries = append(rn.entries, entry{Keep: canon(o)})
 		rn.raws = append(rn.raws, raw)
+		if clientOutput(typ) {
+			r.close()
+		}
 	}
 	return nil
+}
+
+// clientOutput says an item of a type this wire does not read is the client's answer
+// to one of the model's items (computer_call_output, shell_call_output,
+// apply_patch_call_output, mcp_approval_response...), not the model's own.
+func clientOutput(typ string) bool {
+	return strings.HasSuffix(typ, "_output") || typ == "mcp_approval_response"
 }
 
 // single adds a message read from one item: rest is the item without what the message

@@ -416,6 +416,7 @@ func TestItemsRoundTrip(t *testing.T) {
 		`{"input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"message","role":"assistant","content":"after"},{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"t","extra":1},{"type":"input_image","image_url":"https://x/y.png","detail":"low"},{"type":"input_image","file_id":"file_1"},{"type":"input_file","file_id":"file_2"}]}]}`,
 		`{"input":[{"type":"reasoning","summary":[],"encrypted_content":"e"}]}`,
 		`{"input":[{"type":"compaction","encrypted_content":"opaque"},{"role":"user","content":"go on"}]}`,
+		`{"input":[{"role":"user","content":"ls"},{"type":"shell_call","call_id":"s1","action":{"commands":["ls"]}},{"type":"shell_call_output","call_id":"s1","output":[]},{"type":"reasoning","summary":[]},{"type":"message","role":"assistant","content":"done"}]}`,
 	} {
 		fixedPoint(t, body)
 	}
@@ -565,5 +566,25 @@ func TestBuildOddExtra(t *testing.T) {
 		if _, err := Responses().Parse(out); err != nil {
 			t.Fatalf("%s: built %s: %v", c.extra, out, err)
 		}
+	}
+}
+
+// An item the client answers the model with (here shell_call_output) is a message of
+// its own: the model's items before and after it are the two replies stored.
+func TestClientOutputsSplitRuns(t *testing.T) {
+	req := parse(t, `{"input":[{"role":"user","content":"ls"},{"type":"shell_call","call_id":"s1","action":{"commands":["ls"]}},{"type":"shell_call_output","call_id":"s1","output":[]},{"type":"reasoning","summary":[]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}]}`)
+	if len(req.Messages) != 4 {
+		t.Fatalf("%d messages", len(req.Messages))
+	}
+	first, _, err := Responses().Reply([]byte(`{"object":"response","output":[{"type":"shell_call","call_id":"s1","action":{"commands":["ls"]}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _, err := Responses().Reply([]byte(`{"object":"response","output":[{"type":"reasoning","summary":[]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if encode(first) != encode(req.Messages[1]) || encode(second) != encode(req.Messages[3]) {
+		t.Fatalf("replies %s, %s\nsent back %s, %s", encode(first), encode(second), encode(req.Messages[1]), encode(req.Messages[3]))
 	}
 }
