@@ -143,11 +143,11 @@ func (responsesWire) Parse(body []byte) (*wire.Request, error) {
 }
 
 // key is a message's identity when Build looks for it among the client's: the
-// message without Compactor's metadata and without Extra (the client's items are then
-// what it sent this time).
+// message without Compactor's metadata, its storage (a content_ref, unknown fields)
+// and Extra (the client's items are then what it sent this time).
 func key(m *schemas.Message) string {
 	c := m.StripMetadata()
-	c.Extra = nil
+	c.Extra, c.ContentRef, c.Unknown = nil, nil, nil
 	b, _ := c.Encode()
 	return string(b)
 }

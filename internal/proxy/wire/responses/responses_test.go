@@ -213,6 +213,38 @@ func TestReplyIsTheTurnSentBack(t *testing.T) {
 	if key(&m) != key(&call) {
 		t.Fatalf("streamed %s\nsent back %s", encode(m), encode(call))
 	}
+	// The next request, built from the stored history (the client's messages and the
+	// reply stored, through the store's encoding, with Compactor's metadata), is the
+	// one Codex sent, byte for byte: the client's own items.
+	stored := append([]schemas.Message(nil), next.Messages...)
+	stored[4] = m
+	for i := range stored {
+		stored[i].Tokens = 10 + i
+		stored[i].Meta = map[string]string{"chain": "ab"}
+		raw, err := stored[i].Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored[i], err = schemas.DecodeMessage(raw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := Responses().Build(next, wiretest.ContextOf(stored))
+	if err != nil || string(out) != string(next.Body) {
+		t.Fatalf("the request built from the stored history is not the one sent (%v)", err)
+	}
+	// Without the client's items, the same messages (the reasoning item as the
+	// upstream gave it: Codex adds "content": null to it).
+	out, err = Responses().Build(&wire.Request{Body: next.Body}, wiretest.ContextOf(stored))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := parse(t, string(out))
+	for i := range again.Messages {
+		if key(&again.Messages[i]) != key(&next.Messages[i]) {
+			t.Fatalf("message %d: %s, sent %s", i, encode(again.Messages[i]), encode(next.Messages[i]))
+		}
+	}
 	if u == nil || *u != (wire.Usage{Input: 1200, Output: 30, CacheRead: 1024}) {
 		t.Fatalf("usage %+v", u)
 	}
