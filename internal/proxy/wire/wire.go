@@ -8,6 +8,8 @@ package wire
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -215,6 +217,13 @@ func CanonicalJSON(data []byte) []byte {
 		return data
 	}
 	return out
+}
+
+// RandomID is 12 random bytes in hex: the ids of the proxy's own answers.
+func RandomID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // StripMetadata is cx with Compactor's metadata (tokens, usage, context_generation,

@@ -2,8 +2,6 @@ package responses
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"time"
 
 	"github.com/compactor/compactor/internal/proxy/wire"
@@ -14,7 +12,7 @@ import (
 // item, or with stream the events of one (response.created, the item added, its text
 // delta and done, the item done, response.completed with the whole response).
 func (responsesWire) Answer(req *wire.Request, reply schemas.Message, usage wire.Usage, stream bool) ([]byte, error) {
-	id, msgID := "resp_compactor_"+randomID(), "msg_compactor_"+randomID()
+	id, msgID := "resp_compactor_"+wire.RandomID(), "msg_compactor_"+wire.RandomID()
 	created := time.Now().Unix()
 	text := reply.Content.String()
 	part := map[string]any{"type": "output_text", "text": text, "annotations": []any{}}
@@ -62,17 +60,10 @@ func (responsesWire) Answer(req *wire.Request, reply schemas.Message, usage wire
 // user message holding the summary, readable by any model and any gateway: never an
 // opaque compaction item.
 func (responsesWire) AnswerCompact(_ *wire.Request, summary string, usage wire.Usage) ([]byte, error) {
-	return wire.MarshalNoEscape(map[string]any{"id": "cmp_compactor_" + randomID(), "object": "response.compaction",
+	return wire.MarshalNoEscape(map[string]any{"id": "cmp_compactor_" + wire.RandomID(), "object": "response.compaction",
 		"created_at": time.Now().Unix(),
 		"output": []any{map[string]any{"type": "message", "role": "user",
 			"content": []any{map[string]any{"type": "input_text", "text": summary}}}},
 		"usage": map[string]any{"input_tokens": usage.Input, "output_tokens": usage.Output, "total_tokens": usage.Input + usage.Output,
 			"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}})
-}
-
-// randomID is 12 random bytes in hex, for the ids of answers.
-func randomID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
