@@ -163,6 +163,23 @@ func CommonFields(f map[string]json.RawMessage, req *Request, limits ...string) 
 	return nil
 }
 
+// Array is the elements of the top-level field key of f, which must be a non-empty
+// array (of what, for the refusal's text): a refusal the client is shown otherwise.
+func Array(f map[string]json.RawMessage, key, what string) ([]json.RawMessage, error) {
+	raw, ok := f[key]
+	if !ok || IsNull(raw) {
+		return nil, BadRequest("%s is required", key)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, BadRequest("%s must be an array of %s", key, what)
+	}
+	if len(items) == 0 {
+		return nil, BadRequest("%s must not be empty", key)
+	}
+	return items, nil
+}
+
 // IsNull says a raw value is JSON null.
 func IsNull(v []byte) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
 

@@ -127,16 +127,9 @@ func (geminiWire) Parse(body []byte) (*wire.Request, error) {
 			req.Messages = append(req.Messages, *m)
 		}
 	}
-	raw, ok := f["contents"]
-	if !ok || wire.IsNull(raw) {
-		return nil, wire.BadRequest("contents is required")
-	}
-	var contents []json.RawMessage
-	if err := json.Unmarshal(raw, &contents); err != nil {
-		return nil, wire.BadRequest("contents must be an array of Content objects")
-	}
-	if len(contents) == 0 {
-		return nil, wire.BadRequest("contents must not be empty")
+	contents, err := wire.Array(f, "contents", "Content objects")
+	if err != nil {
+		return nil, err
 	}
 	p := parser{}
 	for i, c := range contents {
