@@ -525,7 +525,7 @@ func contentPart(f map[string]json.RawMessage) (json.RawMessage, json.RawMessage
 	if t, ok := str(f, "text"); ok {
 		return textPart(t), canonical(f, "text")
 	}
-	if b := fields(f["inlineData"]); b != nil && len(b) == 2 {
+	if b := fields(f["inlineData"]); len(b) == 2 {
 		mime, ok1 := str(b, "mimeType")
 		data, ok2 := str(b, "data")
 		if ok1 && ok2 && strings.HasPrefix(mime, "image/") && !strings.ContainsAny(mime, ",;") && data != "" {
