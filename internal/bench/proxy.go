@@ -17,8 +17,11 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/internal/proxy/wire"
 	"github.com/compactor/compactor/internal/proxy/wire/openai"
+	"github.com/compactor/compactor/internal/proxy/wires"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/assemble"
 )
 
 // ProxyReport is the proxy's cost and effect over an agent loop: each turn the agent
@@ -27,8 +30,15 @@ import (
 // both at once with the corpus's next assistant message. The proxy's added latency is
 // the difference of the two, per turn, against a NATS request-reply round trip on the
 // same server in the same run.
+//
+// The loop runs once per wire the proxy rewrites (Chat Completions, Anthropic Messages,
+// Responses, Gemini), each on a conversation of its own with the agent's history in that
+// API's format; Wires holds each run, and the report's own figures are the first's (Chat
+// Completions), which docs/benchmarks.md states.
 type ProxyReport struct {
-	Turns int `json:"turns"`
+	// Wire is the API of the run ("" on the report of every run).
+	Wire  string `json:"wire,omitempty"`
+	Turns int    `json:"turns"`
 	// Window is the model's window the loop ran at: the conversation is compacted many
 	// times.
 	Window int `json:"window"`
@@ -70,6 +80,8 @@ type ProxyReport struct {
 	DirectCached int64 `json:"direct_cached_tokens"`
 	ProxyInput   int64 `json:"proxy_input_tokens"`
 	ProxyCached  int64 `json:"proxy_cached_tokens"`
+	// Wires is each wire's run, the first Chat Completions (whose figures these are).
+	Wires []ProxyReport `json:"wires,omitempty"`
 }
 
 // proxyWindow is the model's window of the proxy's loop: small, so the 200 turns
@@ -105,9 +117,15 @@ func measureProxy(ctx context.Context, url string, c *Corpus, turns int, rep *Re
 	defer up.srv.Close()
 	defer direct.srv.Close()
 	pcfg := proxy.DefaultConfig()
-	pcfg.Listen, pcfg.Upstream, pcfg.Wait = "", up.srv.URL, 5*time.Second
+	pcfg.Listen, pcfg.Wait = "", 5*time.Second
+	pcfg.Upstream, pcfg.AnthropicUpstream, pcfg.GeminiUpstream = up.srv.URL, up.srv.URL, up.srv.URL
 	convs := proxy.NewConversations(r.nc, r.store, fixedPolicy(set).Settings, zerolog.Nop())
-	srv, err := proxy.New(pcfg, map[string]proxy.Wire{"openai": openai.OpenAI()}, convs, proxy.Options{NATS: r.nc, Logger: zerolog.Nop()})
+	all := wires.All()
+	pws := map[string]proxy.Wire{}
+	for name, w := range all {
+		pws[name] = w
+	}
+	srv, err := proxy.New(pcfg, pws, convs, proxy.Options{NATS: r.nc, Logger: zerolog.Nop()})
 	if err != nil {
 		return err
 	}
@@ -115,36 +133,62 @@ func measureProxy(ctx context.Context, url string, c *Corpus, turns int, rep *Re
 	defer ps.Close()
 
 	script := agentScript(c, turns)
-	progress("proxy: %d turns of an agent loop (%d messages) at a %d-token window", len(script.turns), len(script.msgs), proxyWindow)
-	out := ProxyReport{Turns: len(script.turns), Window: proxyWindow, History: len(script.msgs)}
-	straight, proxied, added, err := runAgentLoop(ctx, script, direct, up, ps.URL, r.ns, &out)
+	var runs []ProxyReport
+	var rttN int
+	for _, bw := range benchWires {
+		w, ok := all[bw.name]
+		if !ok {
+			continue // a wire this build has not
+		}
+		bodies, history, err := bw.bodies(w, script)
+		if err != nil {
+			return fmt.Errorf("proxy: the %s bodies: %w", bw.name, err)
+		}
+		up.reset(bw, w)
+		direct.reset(bw, w)
+		progress("proxy: %s: %d turns of an agent loop (%d messages) at a %d-token window", bw.name, len(script.turns), len(script.msgs), proxyWindow)
+		out := ProxyReport{Wire: bw.name, Turns: len(script.turns), Window: proxyWindow, History: history}
+		conv := r.ns + "-agent-" + bw.name
+		straight, proxied, added, err := runAgentLoop(ctx, script, bodies, bw.path, direct, up, ps.URL, conv, &out)
+		if err != nil {
+			return fmt.Errorf("proxy: %s: %w", bw.name, err)
+		}
+		stored, err := r.store.Chat().LoadLeader(ctx, conv, 0, 0)
+		if err != nil {
+			return err
+		}
+		out.Stored = len(stored)
+		out.DirectP50Ms, out.DirectP99Ms = ms(pct(straight, 50)), ms(pct(straight, 99))
+		out.DirectInput, out.DirectCached = direct.input, direct.cached
+		out.ProxyInput, out.ProxyCached = up.input, up.cached
+		out.ProxyP50Ms, out.ProxyP99Ms = ms(pct(proxied, 50)), ms(pct(proxied, 99))
+		out.AddedP50Ms, out.AddedP99Ms = ms(pct(added, 50)), ms(pct(added, 99))
+		if out.ClientTokens > 0 {
+			out.TokenRatio = float64(out.SentTokens) / float64(out.ClientTokens)
+		}
+		runs = append(runs, out)
+		rttN = max(rttN, len(script.turns))
+	}
+	if len(runs) == 0 {
+		return fmt.Errorf("proxy: no wire to measure")
+	}
+	rtt, err := natsRoundTrips(r, rttN)
 	if err != nil {
 		return err
 	}
-	rtt, err := natsRoundTrips(r, len(script.turns))
-	if err != nil {
-		return err
+	rttP50, rttP99 := ms(pct(rtt, 50)), ms(pct(rtt, 99))
+	for i := range runs {
+		o := &runs[i]
+		o.RTTP50Ms, o.RTTP99Ms = rttP50, rttP99
+		if o.RTTP50Ms > 0 && o.RTTP99Ms > 0 {
+			o.AddedP50Ratio, o.AddedP99Ratio = o.AddedP50Ms/o.RTTP50Ms, o.AddedP99Ms/o.RTTP99Ms
+		}
+		progress("proxy: %s: added %.2f ms p50, %.2f ms p99 (%.1fx and %.1fx a NATS round trip); tokens sent %.2f of the client's; %d generations, %d cut, %d of %d messages stored",
+			o.Wire, o.AddedP50Ms, o.AddedP99Ms, o.AddedP50Ratio, o.AddedP99Ratio, o.TokenRatio, o.Generations, o.Cut, o.Stored, o.History)
 	}
-	stored, err := r.store.Chat().LoadLeader(ctx, r.ns+"-agent", 0, 0)
-	if err != nil {
-		return err
-	}
-	out.Stored = len(stored)
-	out.DirectP50Ms, out.DirectP99Ms = ms(pct(straight, 50)), ms(pct(straight, 99))
-	out.DirectInput, out.DirectCached = direct.input, direct.cached
-	out.ProxyInput, out.ProxyCached = up.input, up.cached
-	out.ProxyP50Ms, out.ProxyP99Ms = ms(pct(proxied, 50)), ms(pct(proxied, 99))
-	out.AddedP50Ms, out.AddedP99Ms = ms(pct(added, 50)), ms(pct(added, 99))
-	out.RTTP50Ms, out.RTTP99Ms = ms(pct(rtt, 50)), ms(pct(rtt, 99))
-	if out.RTTP50Ms > 0 && out.RTTP99Ms > 0 {
-		out.AddedP50Ratio, out.AddedP99Ratio = out.AddedP50Ms/out.RTTP50Ms, out.AddedP99Ms/out.RTTP99Ms
-	}
-	if out.ClientTokens > 0 {
-		out.TokenRatio = float64(out.SentTokens) / float64(out.ClientTokens)
-	}
+	out := runs[0]
+	out.Wire, out.Wires = "", runs
 	rep.Proxy = out
-	progress("proxy: added %.2f ms p50, %.2f ms p99 (%.1fx and %.1fx a NATS round trip); tokens sent %.2f of the client's; %d generations, %d cut, %d of %d messages stored",
-		out.AddedP50Ms, out.AddedP99Ms, out.AddedP50Ratio, out.AddedP99Ratio, out.TokenRatio, out.Generations, out.Cut, out.Stored, out.History)
 	return nil
 }
 
@@ -173,32 +217,160 @@ func agentScript(c *Corpus, turns int) script {
 	return s
 }
 
-// fakeUpstream answers every chat completion at once with the reply set for the turn.
-// Like a provider's prompt cache, it counts as cached the input its last request
-// shares as a prefix (in bytes, 4 to a token), and reports it in the usage.
+// benchWire is one API the loop runs on: the path its requests go to, the body an
+// agent's request starts from (its history is rendered into it by the wire's Build),
+// and how the upstream answers in it.
+type benchWire struct {
+	name, path, base string
+	answer           func(bw benchWire, w wire.Wire, m schemas.Message, in, cached int) ([]byte, error)
+}
+
+// benchWires are the wires the loop runs on, in order: the first's figures are the
+// report's own.
+var benchWires = []benchWire{
+	{name: "openai", path: "/v1/chat/completions", base: `{"model":"bench","messages":[{"role":"user","content":"x"}]}`, answer: answerOpenAI},
+	{name: "anthropic", path: "/v1/messages", base: `{"model":"bench","max_tokens":4096,"messages":[{"role":"user","content":"x"}]}`, answer: answerAnthropic},
+	{name: "responses", path: "/v1/responses", base: `{"model":"bench","input":[{"role":"user","content":"x"}]}`, answer: answerResponses},
+	{name: "gemini", path: "/v1beta/models/bench:generateContent", base: `{"contents":[{"role":"user","parts":[{"text":"x"}]}]}`, answer: answerGemini},
+}
+
+// render is msgs in w's request format: the base body with its conversation replaced.
+func (bw benchWire) render(w wire.Wire, msgs []schemas.Message) ([]byte, error) {
+	req, err := w.Parse([]byte(bw.base))
+	if err != nil {
+		return nil, err
+	}
+	seqs := make([]uint64, len(msgs))
+	for i := range seqs {
+		seqs[i] = uint64(i + 1)
+	}
+	return w.Build(req, &assemble.Context{Messages: msgs, Seqs: seqs})
+}
+
+// bodies are the agent's request of each turn of s in w's format, and how many
+// messages the last one and its reply are once parsed (the history the proxy stores).
+func (bw benchWire) bodies(w wire.Wire, s script) ([][]byte, int, error) {
+	out := make([][]byte, len(s.turns))
+	for i, n := range s.turns {
+		b, err := bw.render(w, s.msgs[:n])
+		if err != nil {
+			return nil, 0, err
+		}
+		out[i] = b
+	}
+	if len(out) == 0 {
+		return out, 0, nil
+	}
+	last, err := w.Parse(out[len(out)-1])
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, len(last.Messages) + 1, nil
+}
+
+func answerOpenAI(_ benchWire, _ wire.Wire, m schemas.Message, in, cached int) ([]byte, error) {
+	msg, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(nil, `{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":%s,"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`, msg, in, in+1, cached), nil
+}
+
+// args is a tool call's arguments as a JSON value (an object as the APIs that take
+// them as JSON want, or the string when they are not JSON).
+func args(tc schemas.ToolCall) json.RawMessage {
+	if json.Valid([]byte(tc.Function.Arguments)) {
+		return json.RawMessage(tc.Function.Arguments)
+	}
+	b, _ := json.Marshal(tc.Function.Arguments)
+	return b
+}
+
+// answerAnthropic answers with m as content blocks: its text, then a tool_use block per
+// tool call.
+func answerAnthropic(_ benchWire, _ wire.Wire, m schemas.Message, in, cached int) ([]byte, error) {
+	blocks := []any{}
+	if text := m.Content.String(); text != "" {
+		blocks = append(blocks, map[string]any{"type": "text", "text": text})
+	}
+	for _, tc := range m.ToolCalls {
+		blocks = append(blocks, map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Function.Name, "input": args(tc)})
+	}
+	return json.Marshal(map[string]any{"id": "msg_bench", "type": "message", "role": "assistant", "model": "bench", "content": blocks,
+		"stop_reason": "end_turn", "stop_sequence": nil,
+		"usage": map[string]any{"input_tokens": in - cached, "cache_read_input_tokens": cached, "output_tokens": 1}})
+}
+
+// answerResponses answers with m as output items: its text as a message, each tool
+// call as a function_call.
+func answerResponses(_ benchWire, _ wire.Wire, m schemas.Message, in, cached int) ([]byte, error) {
+	var items []any
+	if text := m.Content.String(); text != "" {
+		items = append(items, map[string]any{"type": "message", "id": "msg_bench", "role": "assistant", "status": "completed",
+			"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}}}})
+	}
+	for i, tc := range m.ToolCalls {
+		items = append(items, map[string]any{"type": "function_call", "id": fmt.Sprintf("fc_bench_%d", i), "call_id": tc.ID,
+			"name": tc.Function.Name, "arguments": tc.Function.Arguments, "status": "completed"})
+	}
+	return json.Marshal(map[string]any{"id": "resp_bench", "object": "response", "status": "completed", "model": "bench", "output": items,
+		"usage": map[string]any{"input_tokens": in, "input_tokens_details": map[string]any{"cached_tokens": cached}, "output_tokens": 1, "total_tokens": in + 1}})
+}
+
+// answerGemini answers with m as parts: its text, then a functionCall per tool call.
+func answerGemini(_ benchWire, _ wire.Wire, m schemas.Message, in, cached int) ([]byte, error) {
+	parts := []any{}
+	if text := m.Content.String(); text != "" {
+		parts = append(parts, map[string]any{"text": text})
+	}
+	for _, tc := range m.ToolCalls {
+		parts = append(parts, map[string]any{"functionCall": map[string]any{"name": tc.Function.Name, "args": args(tc)}})
+	}
+	return json.Marshal(map[string]any{"candidates": []any{map[string]any{"content": map[string]any{"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}},
+		"usageMetadata": map[string]any{"promptTokenCount": in, "cachedContentTokenCount": cached, "candidatesTokenCount": 1, "totalTokenCount": in + 1},
+		"modelVersion":  "bench"})
+}
+
+// fakeUpstream answers every request at once with the reply set for the turn, in the
+// format of the wire it was reset to. Like a provider's prompt cache, it counts as
+// cached the input its last request shares as a prefix (in bytes, 4 to a token), and
+// reports it in the usage.
 type fakeUpstream struct {
 	srv   *httptest.Server
 	reply atomic.Pointer[schemas.Message]
 
 	mu            sync.Mutex
+	bw            benchWire
+	w             wire.Wire
 	prev          []byte
 	input, cached int64
 }
 
 func newFakeUpstream() *fakeUpstream {
-	u := &fakeUpstream{}
+	u := &fakeUpstream{bw: benchWires[0], w: openai.OpenAI()}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
-		in, cached := u.count(body)
-		msg, _ := json.Marshal(u.reply.Load())
+		in, cached, bw, wr := u.count(body)
+		out, err := bw.answer(bw, wr, *u.reply.Load(), in, cached)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = fmt.Fprintf(w, `{"id":"chatcmpl-bench","object":"chat.completion","created":1,"model":"bench","choices":[{"index":0,"message":%s,"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":1,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":%d}}}`, msg, in, in+1, cached)
+		_, _ = w.Write(out)
 	}))
 	return u
 }
 
+// reset makes the upstream answer in bw's format, its counts zero.
+func (u *fakeUpstream) reset(bw benchWire, w wire.Wire) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.bw, u.w, u.prev, u.input, u.cached = bw, w, nil, 0, 0
+}
+
 // count is body's input tokens and the part of them its previous request shares.
-func (u *fakeUpstream) count(body []byte) (in, cached int) {
+func (u *fakeUpstream) count(body []byte) (in, cached int, bw benchWire, w wire.Wire) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	n := 0
@@ -209,18 +381,18 @@ func (u *fakeUpstream) count(body []byte) (in, cached int) {
 	in, cached = len(body)/4, n/4
 	u.input += int64(in)
 	u.cached += int64(cached)
-	return in, cached
+	return in, cached, u.bw, u.w
 }
 
 // set makes m the upstream's answer.
 func (u *fakeUpstream) set(m schemas.Message) { u.reply.Store(&m) }
 
-// runAgentLoop sends each turn straight to one upstream (straight) and through the
-// proxy to another (up): each counts its own cache.
-func runAgentLoop(ctx context.Context, s script, straight, up *fakeUpstream, proxyURL, ns string, out *ProxyReport) (direct, proxied, added []time.Duration, err error) {
+// runAgentLoop sends each turn's body straight to one upstream (straight) and through
+// the proxy to another (up), at path: each counts its own cache.
+func runAgentLoop(ctx context.Context, s script, bodies [][]byte, path string, straight, up *fakeUpstream, proxyURL, conv string, out *ProxyReport) (direct, proxied, added []time.Duration, err error) {
 	hc := &http.Client{Timeout: time.Minute}
 	post := func(url string, body []byte, conv string) (time.Duration, http.Header, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+path, bytes.NewReader(body))
 		if err != nil {
 			return 0, nil, err
 		}
@@ -245,15 +417,11 @@ func runAgentLoop(ctx context.Context, s script, straight, up *fakeUpstream, pro
 	for i, n := range s.turns {
 		straight.set(s.msgs[n])
 		up.set(s.msgs[n])
-		body, err := json.Marshal(map[string]any{"model": "bench", "messages": s.msgs[:n]})
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		d, _, err := post(straight.srv.URL, body, "")
+		d, _, err := post(straight.srv.URL, bodies[i], "")
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("turn %d straight: %w", i, err)
 		}
-		p, h, err := post(proxyURL, body, ns+"-agent")
+		p, h, err := post(proxyURL, bodies[i], conv)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("turn %d through the proxy: %w", i, err)
 		}
