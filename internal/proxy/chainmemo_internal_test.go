@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/tokens"
 )
 
 // The memo's chain is always Chain(msgs): the same history again, one that goes on,
@@ -36,7 +37,8 @@ func TestChainMemoIsTheChain(t *testing.T) {
 			}
 		},
 		func(m *schemas.Message) { m.Name = "someone" },
-		func(m *schemas.Message) { m.Reasoning = "not canonical" },
+		func(m *schemas.Message) { m.Reasoning = "not canonical, but estimated" },
+		func(m *schemas.Message) { m.Tokens = 5000 },
 	}
 	memo := newChainMemo(1 << 20)
 	var h []schemas.Message
@@ -49,9 +51,15 @@ func TestChainMemoIsTheChain(t *testing.T) {
 		case 1:
 			next = next[:rng.IntN(len(next))+1]
 		}
-		got, want := memo.chain("c", next), Chain(next)
-		if !slices.Equal(got, want) {
+		got, want := memo.view("c", next), Chain(next)
+		if !slices.Equal(got.chain, want) {
 			t.Fatalf("turn %d: the memo's chain differs from Chain", turn)
+		}
+		if got.total() != tokens.Messages(next) {
+			t.Fatalf("turn %d: the memo's estimate is %d; tokens.Messages says %d", turn, got.total(), tokens.Messages(next))
+		}
+		if ext := got.extend(append(next, msg(len(next)))); !slices.Equal(ext.chain, Chain(append(next, msg(len(next))))) {
+			t.Fatalf("turn %d: the extended chain differs from Chain", turn)
 		}
 		memo.remember("c", next, got)
 		if convs, bytes := memo.size(); convs != 1 || bytes > 1<<20 {
@@ -62,12 +70,12 @@ func TestChainMemoIsTheChain(t *testing.T) {
 	small := newChainMemo(2000)
 	for c := range 50 {
 		conv := fmt.Sprintf("c%d", c)
-		small.remember(conv, h[:10], Chain(h[:10]))
+		small.remember(conv, h[:10], viewOf(nil, h[:10]))
 		if _, bytes := small.size(); bytes > 2000 {
 			t.Fatalf("the memo holds %d bytes over its limit of 2000", bytes)
 		}
 	}
-	small.remember("big", h, Chain(h))
+	small.remember("big", h, viewOf(nil, h))
 	if convs, _ := small.size(); convs == 0 || convs >= 50 {
 		t.Fatalf("the bounded memo holds %d conversations", convs)
 	}

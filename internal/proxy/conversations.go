@@ -18,7 +18,6 @@ import (
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/policy"
-	"github.com/compactor/compactor/schemas/tokens"
 )
 
 // The meta keys the proxy writes on every message it stores.
@@ -110,8 +109,9 @@ func NewConversations(nc *nats.Conn, st *jetstream.Store, settings SettingsFunc,
 type turnState struct {
 	root string
 	msgs []schemas.Message
-	// chain is Chain(msgs), computed once by Prepare: Finish extends it by the reply.
-	chain []Digest
+	// view is msgs' chain and token estimates, computed once by Prepare: Finish extends
+	// it by the reply.
+	view  clientView
 	owner string
 	// gen is the generation of the context sent, and calibrates says the reply lands
 	// where that generation is the live one's kind (the conversation the context was
@@ -129,12 +129,13 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 	if err := checkHistory(conv, msgs); err != nil {
 		return nil, err
 	}
-	chain := s.chains.chain(conv, msgs)
+	view := s.chains.view(conv, msgs)
+	chain := view.chain
 	pl, err := s.resolveTurn(ctx, conv, msgs, chain, opts.Owner, false, opts.Compaction)
 	if err != nil {
 		return nil, err
 	}
-	t := &Turn{Conv: pl.conv, Branch: pl.reason, ClientTokens: tokens.Messages(msgs)}
+	t := &Turn{Conv: pl.conv, Branch: pl.reason, ClientTokens: view.total()}
 	// The client's conversation's settings bound its branches too.
 	b, err := s.bounds(ctx, conv, opts.MaxOutput+opts.Reserve)
 	if err != nil {
@@ -157,7 +158,7 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 	if pl.upTo == 0 && !pl.fresh {
 		t.New = msgs[min(pl.from, len(msgs)):]
 	}
-	t.state = &turnState{root: conv, msgs: msgs, chain: chain, owner: opts.Owner, gen: t.Context.Generation, compaction: opts.Compaction,
+	t.state = &turnState{root: conv, msgs: msgs, view: view, owner: opts.Owner, gen: t.Context.Generation, compaction: opts.Compaction,
 		calibrates: pl.upTo == 0 && !pl.fresh && !pl.managed && !t.Cut}
 	return t, nil
 }
@@ -230,29 +231,13 @@ func (s *Store) Finish(ctx context.Context, t *Turn, reply schemas.Message, usag
 	}
 	defer unlock()
 	full := append(append(make([]schemas.Message, 0, len(st.msgs)+1), st.msgs...), reply)
-	chain := extendChain(st.chain, full)
-	pl, err := s.resolveTurn(ctx, st.root, full, chain, st.owner, true, st.compaction)
+	view := st.view.extend(full)
+	pl, err := s.resolveTurn(ctx, st.root, full, view.chain, st.owner, true, st.compaction)
 	if err == nil {
-		s.chains.remember(st.root, full, chain)
+		s.chains.remember(st.root, full, view)
 	}
 	t.Published = max(pl.published-1, 0)
 	return err
-}
-
-// extendChain is Chain(full) for full, the messages chain covers and more: the links
-// of the messages chain covers are not computed again (hashing the client's whole
-// history is the larger part of a turn's own work after parsing it).
-func extendChain(chain []Digest, full []schemas.Message) []Digest {
-	if len(chain) > len(full) {
-		return Chain(full)
-	}
-	out := append(make([]Digest, 0, len(full)), chain...)
-	prev := prevLink(chain, len(chain))
-	for i := len(chain); i < len(full); i++ {
-		prev = Link(prev, &full[i])
-		out = append(out, prev)
-	}
-	return out
 }
 
 // place is where a client's history stands in the stored conversations.
