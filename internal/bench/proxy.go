@@ -18,7 +18,6 @@ import (
 
 	"github.com/compactor/compactor/internal/proxy"
 	"github.com/compactor/compactor/internal/proxy/wire"
-	"github.com/compactor/compactor/internal/proxy/wire/openai"
 	"github.com/compactor/compactor/internal/proxy/wires"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
@@ -144,8 +143,8 @@ func measureProxy(ctx context.Context, url string, c *Corpus, turns int, rep *Re
 		if err != nil {
 			return fmt.Errorf("proxy: the %s bodies: %w", bw.name, err)
 		}
-		up.reset(bw, w)
-		direct.reset(bw, w)
+		up.reset(bw)
+		direct.reset(bw)
 		progress("proxy: %s: %d turns of an agent loop (%d messages) at a %d-token window", bw.name, len(script.turns), len(script.msgs), proxyWindow)
 		out := ProxyReport{Wire: bw.name, Turns: len(script.turns), Window: proxyWindow, History: history}
 		conv := r.ns + "-agent-" + bw.name
@@ -222,7 +221,7 @@ func agentScript(c *Corpus, turns int) script {
 // and how the upstream answers in it.
 type benchWire struct {
 	name, path, base string
-	answer           func(bw benchWire, w wire.Wire, m schemas.Message, in, cached int) ([]byte, error)
+	answer           func(m schemas.Message, in, cached int) ([]byte, error)
 }
 
 // benchWires are the wires the loop runs on, in order: the first's figures are the
@@ -268,7 +267,7 @@ func (bw benchWire) bodies(w wire.Wire, s script) ([][]byte, int, error) {
 	return out, len(last.Messages) + 1, nil
 }
 
-func answerOpenAI(_ benchWire, _ wire.Wire, m schemas.Message, in, cached int) ([]byte, error) {
+func answerOpenAI(m schemas.Message, in, cached int) ([]byte, error) {
 	msg, err := json.Marshal(m)
 	if err != nil {
 		return nil, err
@@ -288,7 +287,7 @@ func args(tc schemas.ToolCall) json.RawMessage {
 
 // answerAnthropic answers with m as content blocks: its text, then a tool_use block per
 // tool call.
-func answerAnthropic(_ benchWire, _ wire.Wire, m schemas.Message, in, cached int) ([]byte, error) {
+func answerAnthropic(m schemas.Message, in, cached int) ([]byte, error) {
 	blocks := []any{}
 	if text := m.Content.String(); text != "" {
 		blocks = append(blocks, map[string]any{"type": "text", "text": text})
@@ -303,7 +302,7 @@ func answerAnthropic(_ benchWire, _ wire.Wire, m schemas.Message, in, cached int
 
 // answerResponses answers with m as output items: its text as a message, each tool
 // call as a function_call.
-func answerResponses(_ benchWire, _ wire.Wire, m schemas.Message, in, cached int) ([]byte, error) {
+func answerResponses(m schemas.Message, in, cached int) ([]byte, error) {
 	var items []any
 	if text := m.Content.String(); text != "" {
 		items = append(items, map[string]any{"type": "message", "id": "msg_bench", "role": "assistant", "status": "completed",
@@ -318,7 +317,7 @@ func answerResponses(_ benchWire, _ wire.Wire, m schemas.Message, in, cached int
 }
 
 // answerGemini answers with m as parts: its text, then a functionCall per tool call.
-func answerGemini(_ benchWire, _ wire.Wire, m schemas.Message, in, cached int) ([]byte, error) {
+func answerGemini(m schemas.Message, in, cached int) ([]byte, error) {
 	parts := []any{}
 	if text := m.Content.String(); text != "" {
 		parts = append(parts, map[string]any{"text": text})
@@ -341,17 +340,16 @@ type fakeUpstream struct {
 
 	mu            sync.Mutex
 	bw            benchWire
-	w             wire.Wire
 	prev          []byte
 	input, cached int64
 }
 
 func newFakeUpstream() *fakeUpstream {
-	u := &fakeUpstream{bw: benchWires[0], w: openai.OpenAI()}
+	u := &fakeUpstream{bw: benchWires[0]}
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
-		in, cached, bw, wr := u.count(body)
-		out, err := bw.answer(bw, wr, *u.reply.Load(), in, cached)
+		in, cached, answer := u.count(body)
+		out, err := answer(*u.reply.Load(), in, cached)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -363,14 +361,14 @@ func newFakeUpstream() *fakeUpstream {
 }
 
 // reset makes the upstream answer in bw's format, its counts zero.
-func (u *fakeUpstream) reset(bw benchWire, w wire.Wire) {
+func (u *fakeUpstream) reset(bw benchWire) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.bw, u.w, u.prev, u.input, u.cached = bw, w, nil, 0, 0
+	u.bw, u.prev, u.input, u.cached = bw, nil, 0, 0
 }
 
 // count is body's input tokens and the part of them its previous request shares.
-func (u *fakeUpstream) count(body []byte) (in, cached int, bw benchWire, w wire.Wire) {
+func (u *fakeUpstream) count(body []byte) (in, cached int, answer func(schemas.Message, int, int) ([]byte, error)) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	n := 0
@@ -381,7 +379,7 @@ func (u *fakeUpstream) count(body []byte) (in, cached int, bw benchWire, w wire.
 	in, cached = len(body)/4, n/4
 	u.input += int64(in)
 	u.cached += int64(cached)
-	return in, cached, u.bw, u.w
+	return in, cached, u.bw.answer
 }
 
 // set makes m the upstream's answer.

@@ -28,7 +28,7 @@ func TestBenchWiresAnswerTheMessage(t *testing.T) {
 			t.Fatalf("no wire %s", bw.name)
 		}
 		for i, m := range replies {
-			body, err := bw.answer(bw, w, m, 100, 40)
+			body, err := bw.answer(m, 100, 40)
 			if err != nil {
 				t.Fatalf("%s reply %d: %v", bw.name, i, err)
 			}
