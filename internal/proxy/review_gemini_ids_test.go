@@ -78,3 +78,41 @@ func TestReviewGeminiManagedHistoryIsNotSentTwice(t *testing.T) {
 		}
 	})
 }
+
+// Review: the same search from the client's first message takes any earlier message
+// equal to the first tail message for its copy: a tail that starts at a prompt the user
+// gave before ("continue", "yes", "go on": agents' sessions are full of them) has the
+// model sent the summary and, after it, every message the summary covers from the
+// first such prompt on. Not Gemini's alone: unique call ids here.
+func TestReviewManagedTailStartIsNotAnEarlierRepeat(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		h := []schemas.Message{user("COVERED-PROMPT build it")}
+		f.turn("rp", h, "step one done")
+		h = append(h, bot("step one done"), user("continue"))
+		tr, err := f.conv.Prepare(f.ctx, "rp", h, f.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.conv.Finish(f.ctx, tr, call("call_a1", "make"), &proxy.Usage{Input: 100, Output: 10}); err != nil {
+			t.Fatal(err)
+		}
+		h = append(h, call("call_a1", "make"), result("call_a1", "COVERED-OUTPUT "+strings.Repeat("log\n", 100)))
+		f.turn("rp", h, "COVERED-REPLY step two done")
+		h = append(h, bot("COVERED-REPLY step two done"), user("continue"))
+		f.turn("rp", h, "step three done")
+		h = append(h, bot("step three done"))
+		// The summary covers everything up to the second "continue" (index 6).
+		putValueAt(f, "rp", 1, "SUMMARY: built, two steps.", 6)
+
+		masked := append([]schemas.Message(nil), h...)
+		masked[4] = result("call_a1", "<tool_output_masked>log</tool_output_masked>")
+		tr = f.turn("rp", append(masked, user("next")), "")
+		if tr.Branch != "" || tr.Conv != "rp" {
+			t.Fatalf("managed turn: conversation %s, branch %q", tr.Conv, tr.Branch)
+		}
+		if s := sent(tr); strings.Contains(s, "COVERED-REPLY") || strings.Contains(s, "tool_output_masked") {
+			t.Fatalf("the summary is sent with the messages it covers: %q", s)
+		}
+	})
+}
