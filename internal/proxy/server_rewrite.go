@@ -379,7 +379,7 @@ func (x *exchange) answerCompact(body []byte, req *Request, turn *Turn) {
 	a := x.wire.(wire.CompactAnswerer)
 	text, ok := "", false
 	if x.s.cfg.AnswerCompactions && !turn.Cut {
-		text, ok = compactionAnswerOf(turn, FormatPlain, false)
+		text, ok = compactionAnswerOf(turn.Context, FormatPlain, false)
 	}
 	if !ok {
 		x.pass(body, turn.Conv, PassNoSummary)
