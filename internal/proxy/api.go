@@ -70,11 +70,11 @@ type Turn struct {
 	// Waited is how long the turn waited for a pending compaction.
 	Waited time.Duration
 	// Stored is the conversation's context as read for the turn, through its newest
-	// message (nil for a prefix or a branch not made yet), and New the client's
-	// messages after what it holds: together, the whole conversation the turn
-	// continues.
+	// message (nil for a branch not made yet).
 	Stored *assemble.Context
-	New    []schemas.Message
+	// Flattened says the turn is an agent's compaction request whose messages are not
+	// the conversation's: its history flattened into its prompt.
+	Flattened bool
 
 	// state of the store's own, for Finish
 	state any

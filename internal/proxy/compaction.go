@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
@@ -105,17 +106,22 @@ const (
 
 // compactionAnswer is the text of the answer to a compaction request of turn t:
 // Compactor's summary (and its evidence) of the conversation the turn continues, then
-// the messages after it verbatim, stored and new (each cut to its head and tail past
-// maxAnswerMessage), but the request's own prompt, shaped as format says. ok is false
+// the messages after it verbatim as the client has them (each cut to its head and tail
+// past maxAnswerMessage; what the agent masked stays masked), but the request's own
+// prompt, shaped as format says. A flattened request's messages are not the
+// conversation's: its answer quotes the stored messages after the summary. ok is false
 // when the conversation holds no summary, or the answer would be over maxAnswerBytes.
 func compactionAnswer(t *Turn, format string) (string, bool) {
-	return compactionAnswerOf(t, format, true)
+	if t.Flattened {
+		return compactionAnswerOf(t.Stored, format, false)
+	}
+	return compactionAnswerOf(t.Context, format, true)
 }
 
-// compactionAnswerOf is compactionAnswer; prompt says the request's last user message
-// is the compaction prompt (left out of the answer), not a message of the conversation.
-func compactionAnswerOf(t *Turn, format string, prompt bool) (string, bool) {
-	cx := t.Stored
+// compactionAnswerOf is the answer read from cx; prompt says cx's last user message is
+// the compaction prompt (left out, with what follows it), not a message of the
+// conversation.
+func compactionAnswerOf(cx *assemble.Context, format string, prompt bool) (string, bool) {
 	if cx == nil || !cx.HasSummary {
 		return "", false
 	}
@@ -132,17 +138,8 @@ func compactionAnswerOf(t *Turn, format string, prompt bool) (string, bool) {
 			after = append(after, *m)
 		}
 	}
-	for i := range t.New {
-		if t.New[i].Role != schemas.RoleSystem {
-			after = append(after, t.New[i])
-		}
-	}
 	if n := lastUser(after); n >= 0 && prompt {
 		after = after[:n] // the compaction prompt itself
-	}
-	var recent strings.Builder
-	for i := range after {
-		recent.WriteString(transcriptLine(&after[i]))
 	}
 	var b strings.Builder
 	switch format {
@@ -151,10 +148,15 @@ func compactionAnswerOf(t *Turn, format string, prompt bool) (string, bool) {
 	case FormatStateSnapshot:
 		b.WriteString("<state_snapshot>\n<summary>\n")
 	}
-	b.WriteString(strings.TrimSpace(summary.String()))
-	if recent.Len() > 0 {
+	b.WriteString(quoteTags(strings.TrimSpace(summary.String())))
+	if len(after) > 0 {
 		b.WriteString("\n\nThe messages since, verbatim:\n")
-		b.WriteString(recent.String())
+	}
+	for i := range after {
+		b.WriteString(quoteTags(transcriptLine(&after[i])))
+		if b.Len() > maxAnswerBytes {
+			return "", false
+		}
 	}
 	switch format {
 	case FormatAnalysisSummary:
@@ -168,6 +170,29 @@ func compactionAnswerOf(t *Turn, format string, prompt bool) (string, bool) {
 	return b.String(), true
 }
 
+// answerTags are the closing tags an answer's shape ends with: the text inside an
+// answer never holds one (a client that reads up to the first would lose the rest).
+var answerTags = strings.NewReplacer("</summary>", "</ summary>", "</state_snapshot>", "</ state_snapshot>", "</analysis>", "</ analysis>")
+
+// quoteTags is s with answerTags broken apart.
+func quoteTags(s string) string { return answerTags.Replace(s) }
+
+// cut is s, or when it is over n bytes its head and tail, n/2 bytes each at most, cut
+// at character boundaries, with the bytes left out said between them.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	head, tail := n/2, len(s)-n/2
+	for head > 0 && !utf8.RuneStart(s[head]) {
+		head--
+	}
+	for tail < len(s) && !utf8.RuneStart(s[tail]) {
+		tail++
+	}
+	return s[:head] + fmt.Sprintf("\n[… %d bytes left out …]\n", tail-head) + s[tail:]
+}
+
 // transcriptLine is one message of an answer's transcript: its role, its text (its
 // head and tail past maxAnswerMessage), its tool calls.
 func transcriptLine(m *schemas.Message) string {
@@ -176,19 +201,11 @@ func transcriptLine(m *schemas.Message) string {
 	if m.Role == schemas.RoleTool {
 		role = "tool result " + m.ToolCallID
 	}
-	text := m.Content.String()
-	if len(text) > maxAnswerMessage {
-		text = text[:maxAnswerMessage/2] + fmt.Sprintf("\n[… %d bytes left out …]\n", len(text)-maxAnswerMessage) + text[len(text)-maxAnswerMessage/2:]
-	}
-	if text != "" {
+	if text := cut(m.Content.String(), maxAnswerMessage); text != "" {
 		fmt.Fprintf(&b, "[%s] %s\n", role, text)
 	}
 	for _, c := range m.ToolCalls {
-		args := c.Function.Arguments
-		if len(args) > maxAnswerMessage {
-			args = args[:maxAnswerMessage] + "…"
-		}
-		fmt.Fprintf(&b, "[%s calls %s %s] %s\n", role, c.Function.Name, c.ID, args)
+		fmt.Fprintf(&b, "[%s calls %s %s] %s\n", role, c.Function.Name, c.ID, cut(c.Function.Arguments, maxAnswerMessage))
 	}
 	return b.String()
 }

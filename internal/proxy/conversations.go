@@ -155,9 +155,7 @@ func (s *Store) Prepare(ctx context.Context, conv string, msgs []schemas.Message
 	// The usage of a reply calibrates the estimate only for a context as read: not cut,
 	// not a prefix of the stored one, not a branch not made yet, not the client's own
 	// view of it.
-	if pl.upTo == 0 && !pl.fresh {
-		t.New = msgs[min(pl.from, len(msgs)):]
-	}
+	t.Flattened = pl.flattened
 	t.state = &turnState{root: conv, msgs: msgs, view: view, owner: opts.Owner, gen: t.Context.Generation, compaction: opts.Compaction,
 		calibrates: pl.upTo == 0 && !pl.fresh && !pl.managed && !t.Cut}
 	return t, nil
@@ -254,8 +252,9 @@ type place struct {
 	upTo int
 	// managed: the client's history is its own view of conv (it rewrote or dropped
 	// earlier messages, see anchor) that still holds conv's newest message:
-	// msgs[from-1] is the client's copy of it.
-	managed bool
+	// msgs[from-1] is the client's copy of it. flattened: a compaction request whose
+	// messages are not the conversation's (its history flattened into its prompt).
+	managed, flattened bool
 	// fresh: conv is a branch not made yet; seed is what it starts with (nil: the
 	// client's own messages), the parent's messages before its tail.
 	fresh bool
@@ -334,7 +333,11 @@ func (s *Store) resolveTurn(ctx context.Context, root string, msgs []schemas.Mes
 			pl.published, pl.last = n, max(last, tp.seq)
 			return pl, err
 		}
-		if j := anchor(msgs, tp); j >= 0 {
+		j, err := s.anchorOf(ctx, target, tp, msgs, chain)
+		if err != nil {
+			return place{}, err
+		}
+		if j >= 0 {
 			// The client rewrote or dropped earlier messages (its own context
 			// management) but still holds the newest: the same history, continued.
 			pl, again, err := s.continueAfter(ctx, target, reason, tp, msgs, j+1, owner, store)
@@ -350,13 +353,16 @@ func (s *Store) resolveTurn(ctx context.Context, root string, msgs []schemas.Mes
 		if pv.common == len(chain) {
 			return place{conv: target, reason: prefixReason(reason, tp, pv.common), at: tp, upTo: pv.common}, nil
 		}
-		if compaction {
+		if u := lastUser(msgs); compaction && pv.common == 0 && u >= 0 {
 			// The agent's compaction request with its history flattened into its
-			// prompt (or rewritten past recognition): the prompt is new.
-			pl, again, err := s.continueAfter(ctx, target, reason, tp, msgs, max(lastUser(msgs), 0), owner, store)
+			// prompt (OpenCode's): nothing of it is the conversation's history as
+			// stored, and the prompt is new. A history that shares a prefix with the
+			// stored one but lost its newest message is an edit, compaction or not.
+			pl, again, err := s.continueAfter(ctx, target, reason, tp, msgs, u, owner, store)
 			if again {
 				continue
 			}
+			pl.flattened = true
 			return pl, err
 		}
 		branch := root + BranchSep + chain[pv.common].String()[:branchDigits]

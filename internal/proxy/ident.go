@@ -122,12 +122,23 @@ func bodyString(body []byte, path string) string {
 const ownerDomain = "compactor-proxy-owner\x00"
 
 // credential is the credential a request came with: its x-api-key, else its
-// Authorization header ("" when neither).
-func credential(h http.Header) string {
+// Authorization header, else its x-goog-api-key or ?key= (Gemini's, both the same key,
+// marked so), "" when none.
+func credential(r *http.Request) string {
+	h := r.Header
 	if v := h.Get("X-Api-Key"); v != "" {
 		return v
 	}
-	return h.Get("Authorization")
+	if v := h.Get("Authorization"); v != "" {
+		return v
+	}
+	if v := h.Get("X-Goog-Api-Key"); v != "" {
+		return "goog-api-key:" + v
+	}
+	if v := r.URL.Query().Get("key"); v != "" {
+		return "goog-api-key:" + v
+	}
+	return ""
 }
 
 // ownerDigest is the digest of a credential that binds a conversation to it

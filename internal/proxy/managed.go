@@ -27,14 +27,20 @@ const minAnchorText = 64
 // history holds none. A copy is the same message (the same canonical form), found from
 // the end; failing that, when the newest message is an assistant's long text (an
 // agent's own summary of its history: the reply to its compaction request), a user or
-// system message whose text holds that text (or what its <summary> element holds).
-func anchor(msgs []schemas.Message, tp tip) int {
+// system message but the last whose text holds that text (or what its <summary>
+// element holds). isEarlier, when not nil, says a candidate found as the same message
+// is in fact the client's unchanged copy of an earlier stored message of the same
+// content (a repeated "Done."): then the history holds no copy of the newest.
+func anchor(msgs []schemas.Message, tp tip, isEarlier func(j int) bool) int {
 	if tp.empty {
 		return -1
 	}
 	want := Link(Digest{}, &tp.msg)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == tp.msg.Role && Link(Digest{}, &msgs[i]) == want {
+			if isEarlier != nil && isEarlier(i) {
+				return -1
+			}
 			return i
 		}
 	}
@@ -42,12 +48,56 @@ func anchor(msgs []schemas.Message, tp tip) int {
 	if core == "" {
 		return -1
 	}
-	for i := len(msgs) - 1; i >= 0; i-- {
+	for i := len(msgs) - 2; i >= 0; i-- {
 		if r := msgs[i].Role; (r == schemas.RoleUser || r == schemas.RoleSystem) && strings.Contains(msgs[i].Content.String(), core) {
 			return i
 		}
 	}
 	return -1
+}
+
+// anchorOf is anchor, checked against the stored tail of conv: a candidate at client
+// position j+1 whose link equals the stored message's at that position (when that
+// message is not the newest) is the client's unchanged copy of that earlier message,
+// as when a client regenerates or edits after a reply that repeats an earlier one.
+func (s *Store) anchorOf(ctx context.Context, conv string, tp tip, msgs []schemas.Message, chain []Digest) (int, error) {
+	var links map[int]Digest
+	var err error
+	j := anchor(msgs, tp, func(j int) bool {
+		if j+1 == tp.pos {
+			return false
+		}
+		if links == nil {
+			links, err = s.tailLinks(ctx, conv)
+		}
+		l, ok := links[j+1]
+		return ok && l == chain[j]
+	})
+	return j, err
+}
+
+// tailLinks is the link of each position of conv's stored messages from its live
+// value's tail on (all of them when it has none), read from the stream leader.
+func (s *Store) tailLinks(ctx context.Context, conv string) (map[int]Digest, error) {
+	v, err := s.c.Result(ctx, conv)
+	if err != nil {
+		return nil, err
+	}
+	from := uint64(1)
+	if v != nil {
+		from = v.TailStartSeq
+	}
+	stored, err := s.entries(ctx, conv, from)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]Digest, len(stored))
+	for i := range stored {
+		if pos, link, ok := position(&stored[i].Message); ok {
+			out[pos] = link
+		}
+	}
+	return out, nil
 }
 
 // summaryCore is the text a client's message carrying m as its summary holds: the
@@ -85,7 +135,7 @@ func (s *Store) managedContext(ctx context.Context, pl place, cx *assemble.Conte
 	if !cx.HasSummary {
 		return withPending(&assemble.Context{}, msgs), nil
 	}
-	b, err := s.tailStart(ctx, pl, cx, msgs)
+	b, err := s.tailStart(ctx, pl, cx, msgs, lead)
 	if err != nil {
 		return nil, err
 	}
@@ -100,33 +150,53 @@ func (s *Store) managedContext(ctx context.Context, pl place, cx *assemble.Conte
 	return withPending(out, msgs[max(b, lead):]), nil
 }
 
-// tailStart is the index of the client's copy of the first message of cx's tail that
-// the client still has (the same message, or for a tool result or a tool call, the one
-// with the same call ids: a masked copy); at worst the client's copy of the newest
-// message, pl.from-1.
-func (s *Store) tailStart(ctx context.Context, pl place, cx *assemble.Context, msgs []schemas.Message) (int, error) {
-	anchorAt := pl.from - 1
-	if cx.TailStartSeq > pl.at.seq {
-		return anchorAt, nil
+// maxTailSkip is how many of the client's messages the search for a stored tail
+// message's copy passes over (messages the agent inserted) before it takes the stored
+// message for dropped.
+const maxTailSkip = 16
+
+// tailStart is the index of the client's copy of the oldest message of cx's tail that
+// the client still has; at worst the client's copy of the newest message, pl.from-1.
+// The stored tail is walked from the newest message back, and the client's history from
+// its copy of the newest back, each stored message's copy looked for among the next
+// maxTailSkip client messages: the same message, or for a tool result or a tool call
+// the one with the same call ids (a masked copy). A stored message with no copy there
+// was dropped by the agent. Walking back in step, a message that repeats (a short
+// prompt, a call id made of a position and a name) is matched to its own copy, never to
+// an earlier one, and the work is linear in the tail.
+func (s *Store) tailStart(ctx context.Context, pl place, cx *assemble.Context, msgs []schemas.Message, lead int) (int, error) {
+	cursor := pl.from - 1
+	if cx.TailStartSeq > pl.at.seq || cursor <= lead {
+		return max(cursor, lead), nil
 	}
 	stored, err := s.st.Chat().LoadLeader(ctx, pl.conv, cx.TailStartSeq, pl.at.seq)
 	if err != nil {
 		return 0, err
 	}
-	for _, sm := range stored {
-		e := sm.Entry()
+	digests := make([]Digest, cursor)
+	known := make([]bool, cursor)
+	digest := func(i int) Digest {
+		if !known[i] {
+			digests[i], known[i] = Link(Digest{}, &msgs[i]), true
+		}
+		return digests[i]
+	}
+	b := cursor
+	for k := len(stored) - 2; k >= 0 && cursor > lead; k-- { // the newest is msgs[pl.from-1]
+		e := stored[k].Entry()
 		if e.Err != nil {
 			continue
 		}
 		m := e.Message.StripMetadata()
 		want := Link(Digest{}, &m)
-		for i := 0; i < anchorAt; i++ {
-			if msgs[i].Role == m.Role && (Link(Digest{}, &msgs[i]) == want || sameCalls(&msgs[i], &m)) {
-				return i, nil
+		for i := cursor - 1; i >= max(lead, cursor-maxTailSkip); i-- {
+			if msgs[i].Role == m.Role && (digest(i) == want || sameCalls(&msgs[i], &m)) {
+				cursor, b = i, i
+				break
 			}
 		}
 	}
-	return anchorAt, nil
+	return b, nil
 }
 
 // sameCalls says a and b are the same tool result (the same tool_call_id) or the same

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path"
 	"strings"
 
 	"github.com/compactor/compactor/internal/proxy/wire"
@@ -40,46 +41,67 @@ type httpRoute struct {
 	compact bool
 }
 
-// routeOf is r's httpRoute. A request an Anthropic client made (its x-api-key or
-// anthropic-version header) goes to the Anthropic upstream whatever its path, and one
-// with a Gemini key (x-goog-api-key) to the Gemini upstream: a key never goes to another
-// provider.
+// routeOf is r's route: the API by the path, the upstream by the API, but for a request
+// carrying another provider's credential: one an Anthropic client made (an x-api-key
+// or anthropic-version header) goes to the Anthropic upstream, one with a Gemini key
+// (x-goog-api-key) to the Gemini upstream, whatever its path. A key never goes to
+// another provider.
 func routeOf(r *http.Request) httpRoute {
 	p, post := r.URL.Path, r.Method == http.MethodPost
+	var rt httpRoute
 	switch {
 	case p == "/v1/messages" || strings.HasPrefix(p, "/v1/messages/"):
-		return httpRoute{api: APIAnthropic, upstream: APIAnthropic, rewrite: post && p == "/v1/messages"}
+		rt = httpRoute{api: APIAnthropic, rewrite: post && p == "/v1/messages"}
 	case isGeminiPath(p):
-		return httpRoute{api: APIGemini, upstream: APIGemini, rewrite: post && geminiMethod(p) != ""}
+		rt = httpRoute{api: APIGemini, rewrite: post && geminiMethod(p) != ""}
+	case p == "/v1/chat/completions":
+		rt = httpRoute{api: APIOpenAI, rewrite: post}
+	case p == "/v1/responses/compact":
+		rt = httpRoute{api: APIResponses, rewrite: post, compact: post}
+	case p == "/v1/responses" || strings.HasPrefix(p, "/v1/responses/"):
+		rt = httpRoute{api: APIResponses, rewrite: post && p == "/v1/responses"}
+	default:
+		rt = httpRoute{api: APIOpenAI}
 	}
-	up := APIOpenAI
+	rt.upstream = rt.api
+	if rt.api == APIResponses {
+		rt.upstream = APIOpenAI
+	}
 	switch {
 	case r.Header.Get("X-Api-Key") != "" || r.Header.Get("Anthropic-Version") != "":
-		up = APIAnthropic
+		rt.upstream = APIAnthropic
 	case r.Header.Get("X-Goog-Api-Key") != "":
-		up = APIGemini
+		rt.upstream = APIGemini
 	}
 	switch {
-	case p == "/v1/chat/completions":
-		return httpRoute{api: APIOpenAI, upstream: up, rewrite: post}
-	case p == "/v1/responses/compact":
-		return httpRoute{api: APIResponses, upstream: up, rewrite: post, compact: post}
-	case p == "/v1/responses" || strings.HasPrefix(p, "/v1/responses/"):
-		return httpRoute{api: APIResponses, upstream: up, rewrite: post && p == "/v1/responses"}
+	case (rt.api == APIAnthropic || rt.api == APIGemini) && rt.upstream != rt.api:
+		// Another provider's key on this API's path: passed through to that provider.
+		rt.rewrite, rt.compact = false, false
+	case !rt.rewrite && rt.upstream != APIOpenAI:
+		rt.api = rt.upstream // a passthrough is answered in its provider's error shape
 	}
-	return httpRoute{api: up, upstream: up}
+	return rt
 }
 
-// isGeminiPath says a path is the Gemini API's: under /v1beta/ or /v1alpha/, or a
-// model's method under /v1/models/ (/v1/models/<model>:generateContent), which
-// OpenAI's paths never are.
+// isGeminiPath says a path is the Gemini API's: under /v1beta/ or /v1alpha/, or one of
+// Gemini's model methods under /v1/models/ (/v1/models/<model>:generateContent). An
+// OpenAI path under /v1/models/ may hold colons too (a fine-tuned model's id,
+// ft:<base>:<org>::<id>), but never ends in one of those methods.
 func isGeminiPath(p string) bool {
 	if strings.HasPrefix(p, "/v1beta/") || strings.HasPrefix(p, "/v1alpha/") || strings.HasPrefix(p, "/upload/v1beta/") {
 		return true
 	}
 	rest, ok := strings.CutPrefix(p, "/v1/models/")
-	return ok && strings.Contains(rest, ":")
+	if !ok {
+		return false
+	}
+	i := strings.LastIndexByte(rest, ':')
+	return i >= 0 && geminiModelMethods[rest[i+1:]]
 }
+
+// geminiModelMethods are the Gemini API's methods of a model.
+var geminiModelMethods = map[string]bool{"generateContent": true, "streamGenerateContent": true, "countTokens": true,
+	"embedContent": true, "batchEmbedContents": true, "batchGenerateContent": true}
 
 // geminiMethod is "generateContent" or "streamGenerateContent" for a path that calls a
 // model's method of that name, "" otherwise.
@@ -98,6 +120,31 @@ func geminiMethod(p string) string {
 // errConversationPath is a /c/ prefix whose conversation is not a valid id, or one that
 // differs from the request's ConversationHeader.
 var errConversationPath = errors.New("bad conversation path")
+
+// cleanPath resolves the dot segments of r's path (path.Clean, keeping a trailing
+// slash), so that no request reaches the upstream's host outside the upstream's base
+// path.
+func cleanPath(r *http.Request) {
+	p := r.URL.Path
+	if !hasDotSegment(p) {
+		return
+	}
+	c := path.Clean("/" + p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	r.URL.Path, r.URL.RawPath = c, ""
+}
+
+// hasDotSegment says p has a "." or ".." segment.
+func hasDotSegment(p string) bool {
+	for seg := range strings.SplitSeq(p, "/") {
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
 
 // stripConversationPath takes the /c/<conversation> prefix off r's path: the
 // conversation becomes r's ConversationHeader, and the rest of the path is routed and

@@ -238,6 +238,7 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	cleanPath(r)
 	if err := stripConversationPath(r); err != nil {
 		w.Header().Set(StatusHeader, StatusPassthrough)
 		s.writeError(w, routeOf(r).api, http.StatusBadRequest, "invalid_request_error", "compactor proxy: "+err.Error())

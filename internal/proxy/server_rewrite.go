@@ -98,7 +98,7 @@ func (x *exchange) compact(body []byte, conv string) {
 	}
 	owner := AnyOwner
 	if x.s.cfg.BindOwner {
-		owner = ownerDigest(x.s.ownerKey, credential(x.r.Header))
+		owner = ownerDigest(x.s.ownerKey, credential(x.r))
 	}
 	prompt, compaction := compactionPrompt(x.s.prompts, x.r.Header, req.Messages)
 	if x.rt.compact {
@@ -357,6 +357,7 @@ func (x *exchange) answer(req *Request, turn *Turn, p CompactionPrompt) bool {
 	x.finish(turn, reply, nil) // the usage is the proxy's own estimate: it calibrates nothing
 	x.report.Outcome, x.report.Usage = OutcomeAnswered, &usage
 	h := x.w.Header()
+	setTurnHeaders(h, turn)
 	h.Set(AnsweredHeader, p.Agent)
 	h.Set("Content-Type", "application/json")
 	if stream {
@@ -378,7 +379,7 @@ func (x *exchange) answerCompact(body []byte, req *Request, turn *Turn) {
 	a := x.wire.(wire.CompactAnswerer)
 	text, ok := "", false
 	if x.s.cfg.AnswerCompactions && !turn.Cut {
-		text, ok = compactionAnswerOf(turn, FormatPlain, false)
+		text, ok = compactionAnswerOf(turn.Context, FormatPlain, false)
 	}
 	if !ok {
 		x.pass(body, turn.Conv, PassNoSummary)
@@ -393,6 +394,7 @@ func (x *exchange) answerCompact(body []byte, req *Request, turn *Turn) {
 	}
 	x.finish(turn, schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(text)}, nil)
 	x.report.Outcome, x.report.Usage = OutcomeAnswered, &usage
+	setTurnHeaders(x.w.Header(), turn)
 	x.w.Header().Set(AnsweredHeader, "compact-endpoint")
 	x.w.Header().Set("Content-Type", "application/json")
 	x.w.WriteHeader(http.StatusOK)
