@@ -21,7 +21,7 @@ import (
 
 // maxChainBytes bounds the memory the chain memo of one process keeps (message bytes):
 // past it, conversations are dropped from it.
-const maxChainBytes = 256 << 20
+const maxChainBytes = 128 << 20
 
 type chainMemo struct {
 	mu    sync.Mutex

@@ -29,7 +29,7 @@ import (
 
 // maxWarmBytes bounds the memory of the warm cache of one process (message bytes,
 // estimated): past it, conversations are dropped from it.
-const maxWarmBytes = 256 << 20
+const maxWarmBytes = 128 << 20
 
 // warmConv is what the cache holds of one conversation. It is never changed once in
 // the cache: a refresh puts a new one.
