@@ -12,6 +12,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/internal/proxy/wire/openai"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -201,6 +202,49 @@ func TestWarmCacheIsBounded(t *testing.T) {
 		}
 		if _, _, _, convs, _ := proxy.WarmStats(f.conv); convs == 0 || convs >= 12 {
 			t.Fatalf("the cache holds %d conversations: want some dropped, some kept", convs)
+		}
+	})
+}
+
+// Turns of one conversation prepared at once share what the warm cache holds: none
+// changes another's context, and each is what a process without the cache sends (run
+// with -race, this also finds a write to the shared messages).
+func TestWarmContextSharedByConcurrentTurns(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		f := newFixture(t, nc, st, 128000)
+		h := history(24)
+		for n := 1; n < 13; n += 2 {
+			f.turn("w6", h[:n], h[n].Content.String())
+		}
+		putValue(f, "w6", 1, "SHARED SUMMARY", "q4")
+		f.turn("w6", h[:13], "a13")
+		cold := newFixture(t, nc, st, 128000)
+		want, err := cold.conv.Prepare(cold.ctx, "w6", h[:15], cold.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := openai.OpenAI()
+		req, err := w.Parse([]byte(`{"model":"m","messages":[{"role":"user","content":"x"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() {
+				tr, err := f.conv.Prepare(f.ctx, "w6", h[:15], f.opts)
+				if err == nil && sent(tr) != sent(want) {
+					err = fmt.Errorf("sent %q; want %q", sent(tr), sent(want))
+				}
+				if err == nil {
+					_, err = w.Build(req, tr.Context)
+				}
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }
