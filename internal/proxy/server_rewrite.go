@@ -84,47 +84,89 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, rt h
 // hashes it when the operator asks for it).
 const conversationAttribute = "compactor.conversation"
 
-// compact parses the request, prepares the turn and sends the rewritten request.
+// compact serves a request of a rewritten path in named steps: parse it, tell what
+// kind of request it is, prepare its turn, then answer it from the summary or send the
+// compacted context upstream.
 func (x *exchange) compact(body []byte, conv string) {
+	req, ok := x.parse(body, conv)
+	if !ok {
+		return
+	}
+	kind := x.classify(body, req)
+	turn, ok := x.prepare(body, conv, req, kind)
+	if !ok {
+		return
+	}
+	switch {
+	case x.rt.compact:
+		x.answerCompact(body, req, turn)
+	case kind.compaction && x.answer(req, turn, kind.prompt):
+	default:
+		x.forward(req, turn)
+	}
+}
+
+// parse reads the body with the wire: a request its wire hands back is passed through,
+// one it refuses answered. ok says the request goes on.
+func (x *exchange) parse(body []byte, conv string) (*Request, bool) {
 	req, err := x.wire.Parse(body)
 	var pt *wire.Passthrough
-	if errors.As(err, &pt) {
+	switch {
+	case errors.As(err, &pt):
 		x.pass(body, conv, pt.Reason)
-		return
-	}
-	if err != nil {
+		return nil, false
+	case err != nil:
 		x.refuseErr(err)
-		return
+		return nil, false
 	}
+	return req, true
+}
+
+// requestKind is what a request is besides a turn of its conversation.
+type requestKind struct {
+	// compaction: the agent asks for a summary of its conversation (prompt says how it
+	// was recognised), or the request is the API's compaction endpoint.
+	compaction bool
+	prompt     CompactionPrompt
+}
+
+// classify tells a compaction request (compactionPrompt, or the compaction endpoint)
+// and a side request (sideRequest, whose reply is not stored) from a turn.
+func (x *exchange) classify(body []byte, req *Request) requestKind {
+	var k requestKind
+	k.prompt, k.compaction = compactionPrompt(x.s.prompts, x.r.Header, req.Messages)
+	if x.rt.compact {
+		k.prompt, k.compaction = CompactionPrompt{Agent: "compact-endpoint"}, true
+	}
+	x.side = !k.compaction && sideRequest(x.rt.api, body, req.Messages)
+	return k
+}
+
+// prepare prepares the request's turn in conv: its owner, its bounds, what the model
+// is sent. ok says the request goes on (otherwise it was answered: NATS down, a refusal).
+func (x *exchange) prepare(body []byte, conv string, req *Request, kind requestKind) (*Turn, bool) {
 	owner := AnyOwner
 	if x.s.cfg.BindOwner {
 		owner = ownerDigest(x.s.ownerKey, credential(x.r))
 	}
-	prompt, compaction := compactionPrompt(x.s.prompts, x.r.Header, req.Messages)
-	if x.rt.compact {
-		prompt, compaction = CompactionPrompt{Agent: "compact-endpoint"}, true
-	}
-	x.side = !compaction && sideRequest(x.rt.api, body, req.Messages)
-	opts := TurnOptions{Owner: owner, MaxOutput: req.MaxOutput, Compaction: compaction,
+	opts := TurnOptions{Owner: owner, MaxOutput: req.MaxOutput, Compaction: kind.compaction,
 		Reserve: reserve(body), Wait: x.s.cfg.Wait, CacheTTL: x.s.cfg.CacheTTL}
 	turn, err := x.s.convs.Prepare(x.r.Context(), conv, req.Messages, opts)
 	switch {
 	case err != nil && connectionError(err) != nil && x.r.Context().Err() == nil:
 		x.natsDown(body, conv, err)
-		return
+		return nil, false
 	case err != nil:
 		x.refuseErr(err)
-		return
+		return nil, false
 	}
 	x.report.Turn = turn
 	x.link(turn)
-	if x.rt.compact {
-		x.answerCompact(body, req, turn)
-		return
-	}
-	if compaction && x.answer(req, turn, prompt) {
-		return
-	}
+	return turn, true
+}
+
+// forward builds the upstream request of the turn's context and sends it.
+func (x *exchange) forward(req *Request, turn *Turn) {
 	if x.side {
 		x.w.Header().Set(SideHeader, "true")
 	}

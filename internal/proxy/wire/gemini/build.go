@@ -525,11 +525,7 @@ func responseParts(m *schemas.Message, x extra, callName string) ([]json.RawMess
 	fr.merge(rx.Fields)
 	o := object{"functionResponse": fr.bytes()}
 	o.merge(rx.Part)
-	out := []json.RawMessage{o.bytes()}
-	for _, a := range rx.After {
-		if fields(a) != nil {
-			out = append(out, a)
-		}
-	}
-	return out, nil
+	// The copies of the response the client repeated (rx.After) are not sent: the
+	// model reads each response once, and the window's estimate counts it once.
+	return []json.RawMessage{o.bytes()}, nil
 }

@@ -571,6 +571,20 @@ func (p *parser) user(parts []map[string]json.RawMessage) error {
 	)
 	for i, f := range parts {
 		fr := fields(f["functionResponse"])
+		if fr != nil {
+			switch k, dup := p.pair(fr); {
+			case dup && last >= 0:
+				tools++
+				p.keepDuplicate(f, last)
+				continue
+			case k < 0:
+				// It answers no call of the model turn before it: its call was
+				// dropped by the agent's own compaction (Gemini CLI's), or it repeats a
+				// call's response in a later Content (after --resume). The API takes
+				// it; it is kept whole as a part of the user's message.
+				fr = nil
+			}
+		}
 		if fr == nil {
 			item, c := contentPart(f)
 			items = append(items, item)
@@ -580,9 +594,6 @@ func (p *parser) user(parts []map[string]json.RawMessage) error {
 			continue
 		}
 		tools++
-		if p.duplicate(f, fr, last) {
-			continue
-		}
 		m, err := p.toolMessage(f, fr, i)
 		if err != nil {
 			return err
@@ -609,15 +620,11 @@ func (p *parser) user(parts []map[string]json.RawMessage) error {
 	return nil
 }
 
-// duplicate takes a functionResponse that answers a call answered already (Gemini
-// CLI 0.61 sends a call's response twice, the same id in both) when it follows a tool
-// message of the same Content, last: the part goes, whole, after that message's own
-// (ExtraResponse's after), out of Compactor's sight.
-func (p *parser) duplicate(f, fr map[string]json.RawMessage, last int) bool {
-	k, dup := p.pair(fr)
-	if k >= 0 || !dup || last < 0 {
-		return false
-	}
+// keepDuplicate takes a functionResponse that answers a call answered already in the
+// same Content (Gemini CLI 0.61 sends a call's response twice, the same id in both):
+// the part goes, whole, after the tool message last's own (ExtraResponse's after), out
+// of Compactor's sight; Build sends each response once.
+func (p *parser) keepDuplicate(f map[string]json.RawMessage, last int) {
 	m := &p.msgs[last]
 	x := readExtra(m)
 	if x.Response == nil {
@@ -625,7 +632,6 @@ func (p *parser) duplicate(f, fr map[string]json.RawMessage, last int) bool {
 	}
 	x.Response.After = append(x.Response.After, canonical(f))
 	x.set(m)
-	return true
 }
 
 // pair finds the open call a functionResponse answers (k, -1 when none): the one whose

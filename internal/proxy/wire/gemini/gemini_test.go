@@ -3,6 +3,7 @@ package gemini
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -179,13 +180,9 @@ func TestRoundTripEveryKindOfPart(t *testing.T) {
 		"args not an object": `{"contents":[{"role":"user","parts":[{"text":"a"}]},{"role":"model","parts":[{"functionCall":{"name":"f","args":[1,2.50,"x"]}}]},{"role":"user","parts":[{"functionResponse":{"name":"f","response":{"output":"r","exit":0}}}]}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if strings.Contains(name, "same roles") {
-				// A functionResponse to g answers no call: refused, as the API does.
-				if _, err := Gemini().Parse([]byte(body)); !errors.Is(err, wire.ErrBadRequest) {
-					t.Fatalf("an orphan response: %v", err)
-				}
-				body = strings.Replace(body, `{"functionResponse":{"name":"g"}}`, `{"text":"more"}`, 1)
-			}
+			// In "same roles apart", a functionResponse to g answers no call (as after
+			// Gemini CLI's own compression dropped it): the API takes it, and it is
+			// kept whole as a part of the user's message.
 			roundTrip(t, body)
 		})
 	}
@@ -198,7 +195,15 @@ func TestDuplicateResponsesPairById(t *testing.T) {
 	  {"role":"model","parts":[{"functionCall":{"id":"A","name":"run","args":{"c":"a"}}},{"functionCall":{"id":"B","name":"run","args":{"c":"b"}}}]},
 	  {"role":"user","parts":[{"functionResponse":{"id":"A","name":"run","response":{"output":"a"}}},{"functionResponse":{"id":"A","name":"run","response":{"output":"a"}}},
 	    {"functionResponse":{"id":"B","name":"run","response":{"output":"b"}}},{"functionResponse":{"id":"B","name":"run","response":{"output":"b"}}}]}]}`
-	req := roundTrip(t, body)
+	req, err := Gemini().Parse([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Built, each response goes once.
+	out, err := Gemini().Build(req, wiretest.ContextOf(req.Messages))
+	if err != nil || !wiretest.JSONEqual(t, out, dedupe(t, []byte(body))) {
+		t.Fatalf("built %s (%v)", out, err)
+	}
 	got := encodeAll(t, req.Messages[2:])
 	want := []string{
 		`{"role":"tool","content":"a","tool_call_id":"gemini_0_run","extra":{"gemini_response":{"id":"A","after":[{"functionResponse":{"id":"A","name":"run","response":{"output":"a"}}}]}}}`,
@@ -207,10 +212,15 @@ func TestDuplicateResponsesPairById(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	// A copy in a Content of its own is refused: it would answer no call the API sees.
-	bad := strings.Replace(body, `]}]}`, `]},{"role":"user","parts":[{"functionResponse":{"id":"A","name":"run","response":{}}}]}]}`, 1)
-	if _, err := Gemini().Parse([]byte(bad)); !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), "answered in an earlier Content") {
-		t.Fatalf("got %v", err)
+	// A copy in a Content of its own (Gemini CLI after --resume) answers no call the
+	// API sees: it is kept whole as a part of a user message, never refused.
+	later := strings.Replace(body, `]}]}`, `]},{"role":"user","parts":[{"functionResponse":{"id":"A","name":"run","response":{}}}]}]}`, 1)
+	req, err = Gemini().Parse([]byte(later))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := req.Messages[len(req.Messages)-1]; last.Role != "user" || !strings.Contains(string(last.Content.Raw()), `"functionResponse"`) {
+		t.Fatalf("the later copy became %+v", last)
 	}
 }
 
@@ -244,7 +254,6 @@ func TestParseRefuses(t *testing.T) {
 		"contents object":    `{"contents":{"role":"user"}}`,
 		"bad role":           `{"contents":[{"role":"assistant","parts":[{"text":"x"}]}]}`,
 		"part not object":    `{"contents":[{"role":"user","parts":["x"]}]}`,
-		"orphan response":    `{"contents":[{"role":"user","parts":[{"functionResponse":{"name":"f","response":{}}}]}]}`,
 		"unanswered call":    `{"contents":[{"role":"user","parts":[{"text":"x"}]},{"role":"model","parts":[{"functionCall":{"name":"f"}}]},{"role":"user","parts":[{"text":"y"}]}]}`,
 		"bad max":            `{"generationConfig":{"maxOutputTokens":-1},"contents":[{"role":"user","parts":[{"text":"x"}]}]}`,
 		"bad system":         `{"systemInstruction":{"parts":[{"inlineData":{}}]},"contents":[{"role":"user","parts":[{"text":"x"}]}]}`,
@@ -464,4 +473,52 @@ func TestErrors(t *testing.T) {
 	if _, err := sp.Write([]byte(ev)); err != nil || !s.Failed() {
 		t.Fatalf("err %v failed %v", err, s.Failed())
 	}
+}
+
+// An orphan functionResponse (its call dropped by Gemini CLI's own compression) is
+// taken, as the API takes it: a part of the user's message, sent back as sent.
+func TestOrphanResponseIsKept(t *testing.T) {
+	body := `{"contents":[{"role":"user","parts":[{"text":"<state_snapshot>…</state_snapshot>"}]},{"role":"model","parts":[{"text":"Got it."}]},
+	  {"role":"user","parts":[{"functionResponse":{"id":"x1","name":"run_shell_command","response":{"output":"hi"}}}]}]}`
+	req := roundTrip(t, body)
+	if n := len(req.Messages); n != 3 || req.Messages[2].Role != "user" {
+		t.Fatalf("%d messages, the last %s", n, req.Messages[n-1].Role)
+	}
+}
+
+// dedupe is a Gemini body with each functionResponse part that answers the same call
+// (id and name) as an earlier part of its Content left out: what Build sends of a
+// client's repeated responses.
+func dedupe(t *testing.T, body []byte) []byte {
+	t.Helper()
+	var b map[string]any
+	if err := json.Unmarshal(body, &b); err != nil {
+		t.Fatal(err)
+	}
+	contents, _ := b["contents"].([]any)
+	for _, c := range contents {
+		cm, _ := c.(map[string]any)
+		parts, _ := cm["parts"].([]any)
+		var kept []any
+		seen := map[string]bool{}
+		for _, p := range parts {
+			pm, _ := p.(map[string]any)
+			if fr, ok := pm["functionResponse"].(map[string]any); ok {
+				key := fmt.Sprint(fr["id"], "\x00", fr["name"])
+				if seen[key] {
+					continue
+				}
+				seen[key] = true
+			}
+			kept = append(kept, p)
+		}
+		if cm != nil {
+			cm["parts"] = kept
+		}
+	}
+	out, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

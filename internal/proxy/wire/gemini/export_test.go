@@ -1,0 +1,4 @@
+package gemini
+
+// Dedupe is dedupe, for the external tests.
+var Dedupe = dedupe
