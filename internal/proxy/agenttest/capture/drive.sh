@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # drive.sh AGENT RAWDIR: runs one agent CLI through a scripted session against the capture
-# server, saving every request it sends into RAWDIR. AGENT: claude, codex, gemini, opencode.
+# server, saving every request it sends into RAWDIR. AGENT: claude, codex, gemini, opencode,
+# or gemini-masking (Gemini CLI with big tool outputs, to see its tool output masking).
 # The CLIs come from ../js/node_modules (npm ci there first). Nothing leaves the machine:
 # HTTPS_PROXY/HTTP_PROXY point at the capture server's listener that refuses them all.
 set -u
@@ -78,7 +79,7 @@ TOML
   step p4-huge-usage "$bin/codex" exec --skip-git-repo-check resume --last "$P4"
   step p5 "$bin/codex" exec --skip-git-repo-check resume --last "$P5"
   ;;
-gemini)
+gemini|gemini-masking)
   mkdir -p "$HOME/.gemini"
   cat >"$HOME/.gemini/settings.json" <<JSON
 {"security": {"auth": {"selectedType": "gemini-api-key"}},
@@ -89,6 +90,21 @@ gemini)
 JSON
   export GEMINI_API_KEY=test-capture-key GOOGLE_GEMINI_BASE_URL=$model GEMINI_CLI_TRUST_WORKSPACE=true
   g=("$bin/gemini" --approval-mode yolo --output-format json)
+  if [ "$agent" = gemini-masking ]; then
+    # Tool output masking: older tool outputs past 50k estimated tokens, with 30k more to
+    # prune, are replaced by <tool_output_masked> (this version does not read thresholds
+    # from settings.json, so the outputs are made big).
+    # The shell tool keeps 40,000 characters of an output (~10k estimated tokens), and a
+    # resumed session holds each old output twice: six prompts are enough.
+    ctl '{"command":"seq 100000 135000"}'
+    step p1 "${g[@]}" -p "$P1"
+    for i in 2 3 4 5 6; do step p$i "${g[@]}" --resume latest -p "Prompt $i: run the command again."; done
+    ctl '{"command":"echo hi"}'
+    step p7 "${g[@]}" --resume latest -p "Prompt 7: run echo hi."
+    step p8 "${g[@]}" --resume latest -p "Prompt 8: run echo hi."
+    break_after=1
+  fi
+  [ -n "${break_after:-}" ] || {
   step p1 "${g[@]}" -p "$P1"
   ctl '{"fail429":true,"fail429Kind":"gemini-stream"}'
   step p2 "${g[@]}" --resume latest -p "$P2"
@@ -97,6 +113,7 @@ JSON
   ctl "{\"usage\":${GEMINI_HUGE:-1000000},\"usageOnTool\":true}"
   step p4-huge-usage "${g[@]}" --resume latest -p "$P4"
   step p5 "${g[@]}" --resume latest -p "$P5"
+  }
   ;;
 opencode)
   cat >opencode.json <<JSON

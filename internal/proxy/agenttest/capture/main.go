@@ -18,11 +18,11 @@
 // driver sets the label, and arms a one-shot 429 or a one-shot usage figure (reported on the next
 // answer that ends a turn with text), through
 // POST /_ctl with a JSON body {"label": "...", "usage": N, "usageOnTool": bool,
-// "fail429": true, "fail429Kind": "gemini-stream"}. The
+// "fail429": true, "fail429Kind": "gemini-stream", "command": "seq 1 10"}. The
 // addresses go to -addrfile as two lines, model=URL and proxy=URL.
 //
 //	capture -out DIR -addrfile FILE
-//	capture -trim -maxstr N SRC DST   # copy fixtures, cutting strings longer than N
+//	capture -trim [-maxstr N] [-maxdesc M] SRC DST   # copy fixtures, cutting long strings
 package main
 
 import (
@@ -51,13 +51,14 @@ func main() {
 	out := flag.String("out", "", "folder for the captured requests")
 	addrFile := flag.String("addrfile", "", "file to write the listeners' addresses to")
 	trim := flag.Bool("trim", false, "copy fixtures from SRC to DST cutting long strings")
-	maxStr := flag.Int("maxstr", 4000, "with -trim: longest string kept whole")
+	maxStr := flag.Int("maxstr", 2000, "with -trim: longest string kept whole")
+	maxDesc := flag.Int("maxdesc", 120, "with -trim: longest \"description\" string kept whole, but in the first file")
 	flag.Parse()
 	if *trim {
 		if flag.NArg() != 2 {
 			log.Fatal("usage: capture -trim [-maxstr N] SRC DST")
 		}
-		if err := trimDir(flag.Arg(0), flag.Arg(1), *maxStr); err != nil {
+		if err := trimDir(flag.Arg(0), flag.Arg(1), *maxStr, *maxDesc); err != nil {
 			log.Fatal(err)
 		}
 		return
@@ -104,6 +105,7 @@ type server struct {
 	fail429 bool // one-shot 429
 	// fail429Kind limits the 429 to one kind of request (kindOf), "" for any model request.
 	fail429Kind string
+	command     string // the shell command the tool calls run, "echo hi" by default
 	// usageOnTool reports the one-shot usage on the next tool call instead: an agent that
 	// keeps the last usage only in memory (Gemini CLI) checks it within the same run.
 	usageOnTool bool
@@ -115,6 +117,7 @@ type ctl struct {
 	Usage   *int    `json:"usage"`
 	Fail429 *bool   `json:"fail429"`
 	Kind429 *string `json:"fail429Kind"`
+	Command *string `json:"command"`
 	OnTool  *bool   `json:"usageOnTool"`
 }
 
@@ -134,6 +137,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if c.Fail429 != nil {
 			s.fail429 = *c.Fail429
+		}
+		if c.Command != nil {
+			s.command = *c.Command
 		}
 		if c.Kind429 != nil {
 			s.fail429Kind = *c.Kind429
@@ -165,7 +171,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	usage := 0
 	s.mu.Unlock()
 
-	a := decide(kind, body)
+	s.mu.Lock()
+	command := s.command
+	s.mu.Unlock()
+	a := decide(kind, body, command)
 	name := fmt.Sprintf("%02d-%s-%s", n, label, kind)
 	switch {
 	case fail:
@@ -344,7 +353,10 @@ type answer struct {
 
 var shellTools = []string{"Bash", "exec_command", "shell", "run_shell_command", "bash"}
 
-func decide(kind string, body map[string]any) answer {
+func decide(kind string, body map[string]any, command string) answer {
+	if command == "" {
+		command = "echo hi"
+	}
 	a := answer{main: true, text: "Done: the command printed hi. FACT-ALPHA-1 is noted.", think: wantsThinking(kind, body)}
 	var last, lastText string
 	var tools []map[string]any
@@ -391,7 +403,7 @@ func decide(kind string, body map[string]any) answer {
 		for _, t := range tools {
 			if t["name"] == want {
 				a.tool = want
-				a.args = shellArgs(want, t["schema"])
+				a.args = shellArgs(want, t["schema"], command)
 				return a
 			}
 		}
@@ -444,16 +456,16 @@ func isSummaryRequest(text string) bool {
 }
 
 // shellArgs fills the shell tool's required arguments.
-func shellArgs(name string, schema any) map[string]any {
+func shellArgs(name string, schema any, command string) map[string]any {
 	switch name {
 	case "Bash":
-		return map[string]any{"command": "echo hi"}
+		return map[string]any{"command": command}
 	case "exec_command":
-		return map[string]any{"cmd": "echo hi"}
+		return map[string]any{"cmd": command}
 	case "shell":
-		return map[string]any{"command": []any{"bash", "-lc", "echo hi"}}
+		return map[string]any{"command": []any{"bash", "-lc", command}}
 	}
-	args := map[string]any{"command": "echo hi"}
+	args := map[string]any{"command": command}
 	sm, _ := schema.(map[string]any)
 	req, _ := sm["required"].([]any)
 	for _, r := range req {
@@ -885,8 +897,10 @@ func chatSSE(w http.ResponseWriter, a answer) {
 	fmt.Fprint(w, "data: [DONE]\n\n")
 }
 
-// trimDir copies every fixture from src to dst, cutting strings longer than max.
-func trimDir(src, dst string, max int) error {
+// trimDir copies every fixture from src to dst, cutting strings longer than max, and the
+// values of "description" keys (tool and schema descriptions) longer than maxDesc, except in
+// the first file, which keeps them up to max.
+func trimDir(src, dst string, max, maxDesc int) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
@@ -894,7 +908,12 @@ func trimDir(src, dst string, max int) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range files {
+	sort.Strings(files)
+	for i, f := range files {
+		desc := maxDesc
+		if i == 0 {
+			desc = max
+		}
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			return err
@@ -903,34 +922,42 @@ func trimDir(src, dst string, max int) error {
 		if err := json.Unmarshal(raw, &v); err != nil {
 			return fmt.Errorf("%s: %w", f, err)
 		}
-		if err := writeFixture(filepath.Join(dst, filepath.Base(f)), cut(v, max)); err != nil {
+		if err := writeFixture(filepath.Join(dst, filepath.Base(f)), cut(v, max, desc)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func cut(v any, max int) any {
+func cut(v any, max, maxDesc int) any {
 	switch x := v.(type) {
 	case string:
-		if max > 0 && len(x) > max {
-			keep := x[:max]
-			for !utf8.ValidString(keep) {
-				keep = keep[:len(keep)-1]
-			}
-			return fmt.Sprintf("%s…[capture: %d more bytes cut]", keep, len(x)-len(keep))
-		}
-		return x
+		return cutString(x, max)
 	case []any:
 		for i := range x {
-			x[i] = cut(x[i], max)
+			x[i] = cut(x[i], max, maxDesc)
 		}
 		return x
 	case map[string]any:
 		for k := range x {
-			x[k] = cut(x[k], max)
+			if d, ok := x[k].(string); ok && k == "description" {
+				x[k] = cutString(d, maxDesc)
+				continue
+			}
+			x[k] = cut(x[k], max, maxDesc)
 		}
 		return x
 	}
 	return v
+}
+
+func cutString(x string, max int) string {
+	if max <= 0 || len(x) <= max {
+		return x
+	}
+	keep := x[:max]
+	for !utf8.ValidString(keep) {
+		keep = keep[:len(keep)-1]
+	}
+	return fmt.Sprintf("%s…[capture: %d more bytes cut]", keep, len(x)-len(keep))
 }
