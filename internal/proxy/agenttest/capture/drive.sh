@@ -10,7 +10,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin=$here/../js/node_modules/.bin
 run=$(mktemp -d /tmp/agentcap-$agent.XXXX)
 mkdir -p "$raw" "$run/home" "$run/work"
-go build -o "$run/capture" "$here" || exit 1
+(cd "$here" && go build -o "$run/capture" .) || exit 1
 "$run/capture" -out "$raw" -addrfile "$run/addrs" 2>"$run/capture.log" &
 cap=$!
 trap 'kill $cap 2>/dev/null' EXIT

@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 raw=${RAW:-/tmp/agenttest-raw}
 out=$here/../testdata
 agents=${*:-claude codex gemini gemini-masking opencode}
-go build -o "$raw/capture" "$here"
+mkdir -p "$raw" && (cd "$here" && go build -o "$raw/capture" .)
 for a in $agents; do
   rm -rf "${out:?}/$a"
   if [ -z "${TRIM_ONLY:-}" ]; then # TRIM_ONLY=1 remakes the fixtures from $RAW

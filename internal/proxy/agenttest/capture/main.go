@@ -157,7 +157,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var body map[string]any
 	_ = json.Unmarshal(raw, &body)
-	kind := kindOf(r)
+	kind := kindOf(r.URL.Path)
 
 	s.mu.Lock()
 	s.n++
@@ -257,8 +257,8 @@ func errorBody(kind string) string {
 	return `{"error":{"message":"rate limited by the capture server","type":"rate_limit_error","code":"rate_limit_exceeded"}}`
 }
 
-func kindOf(r *http.Request) string {
-	p := r.URL.Path
+// kindOf names the request by its path (without the query).
+func kindOf(p string) string {
 	switch {
 	case strings.HasSuffix(p, "/messages/count_tokens"):
 		return "count-tokens"
