@@ -7,13 +7,15 @@
 // (POST /v1/chat/completions, SSE with a usage chunk). The script: a request whose newest
 // input is a user's prompt gets one call of the agent's shell tool ("echo hi"); a request
 // whose newest input is a tool's result gets text; a request that asks for a summary gets
-// a summary. Every response reports usage.
+// a summary; a Gemini JSON-mode side request gets JSON fitting its schema. Where the request
+// turns thinking on, the answer starts with a thinking block, reasoning item or thought part
+// with a fake signature. Every response reports usage.
 //
 // It also runs a second listener meant for HTTPS_PROXY/HTTP_PROXY: it refuses CONNECT and
 // every proxied request with 403 and logs the host that was asked for, so an agent under test
 // reaches no outside host and does not hang.
 //
-// Each request is saved as DIR/NN-<label>-<kind>.json: {"method","path","headers","body"},
+// Each request is saved as DIR/NN-<label>-<kind>-<answer>.json: {"method","path","headers","body"},
 // with key and token header values replaced by "REDACTED" and the body pretty-printed. The
 // driver sets the label, and arms a one-shot 429 or a one-shot usage figure (reported on the next
 // answer that ends a turn with text), through
@@ -169,11 +171,9 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail429 = false
 	}
 	usage := 0
-	s.mu.Unlock()
-
-	s.mu.Lock()
 	command := s.command
 	s.mu.Unlock()
+
 	a := decide(kind, body, command)
 	name := fmt.Sprintf("%02d-%s-%s", n, label, kind)
 	switch {
