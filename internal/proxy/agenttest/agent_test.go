@@ -111,6 +111,10 @@ func (ss *session) run(prompt string) string {
 	d := time.Since(start).Round(100 * time.Millisecond)
 	logf := filepath.Join(ss.home, fmt.Sprintf("run-%02d.log", ss.runs))
 	_ = os.WriteFile(logf, append(append(out.Bytes(), "\n--- stderr\n"...), errOut.Bytes()...), 0o644)
+	if dir := os.Getenv("AGENTTEST_LOGS"); dir != "" {
+		_ = os.MkdirAll(dir, 0o755)
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-run-%02d.log", ss.a.name, ss.runs)), append(append(out.Bytes(), "\n--- stderr\n"...), errOut.Bytes()...), 0o644)
+	}
 	if err != nil {
 		t.Fatalf("%s run %d (%q) failed after %s: %v\nstdout:\n%s\nstderr (tail):\n%s\nproxy log (tail):\n%s", ss.a.name, ss.runs, prompt, d,
 			err, tail(out.String(), 4000), tail(errOut.String(), 4000), ss.s.proc.Logs.Tail(6000))
@@ -205,7 +209,8 @@ stream_max_retries = 2
 			writeFile(t, filepath.Join(work, "opencode.json"), string(b))
 		},
 		env: func(base string) []string {
-			return []string{"OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1"}
+			return []string{"OPENCODE_DISABLE_AUTOUPDATE=1", "OPENCODE_DISABLE_MODELS_FETCH=1",
+				"OPENCODE_DISABLE_DEFAULT_PLUGINS=1", "OPENCODE_DISABLE_LSP_DOWNLOAD=1", "OPENCODE_DISABLE_CLAUDE_CODE=1"}
 		},
 		args: func(prompt string, resume bool) []string {
 			a := []string{"run", "--print-logs"}

@@ -30,10 +30,10 @@ func TestOpenCode(t *testing.T)   { runSession(t, openCode, "") }
 // claudeMaxOutput); a prompt's round (prompt, call, the command's output, answer) is
 // about 2,300, so 12 prompts cross the compaction threshold (0.75 × window) and then
 // again after the first compaction.
-const window = 32000
+const window = 64000
 
 // command is the shell command the fake model has the agent run: 9,000 bytes of output.
-const command = "seq 100000 101499"
+const command = "seq 100000 102999"
 
 // prompts is how many prompts a session runs (the agent's own compaction step apart).
 const prompts = 13
