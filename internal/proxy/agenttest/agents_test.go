@@ -19,18 +19,20 @@ import (
 // The four agents, each a long tool-using session through the proxy with its default
 // settings (see session below).
 
-func TestClaudeCode(t *testing.T) { runSession(t, claudeCode, "/compact") }
-func TestCodex(t *testing.T)      { runSession(t, codex, "") }
-func TestGeminiCLI(t *testing.T)  { runSession(t, geminiCLI, "/compress") }
-func TestOpenCode(t *testing.T)   { runSession(t, openCode, "") }
+func TestClaudeCode(t *testing.T) { runSession(t, claudeCode, 64000, "/compact") }
+func TestCodex(t *testing.T)      { runSession(t, codex, 32000, "") }
+func TestGeminiCLI(t *testing.T)  { runSession(t, geminiCLI, 64000, "/compress") }
+func TestOpenCode(t *testing.T)   { runSession(t, openCode, 48000, "") }
 
-// window is the conversations' context window (COMPACTOR_CONTEXT_WINDOW), in the
-// project's tokens (4 characters): each agent's first request (system prompt, tools,
-// one prompt) is 6,000 to 13,000 of them, and its max_tokens up to 4,096 (capped, see
-// claudeMaxOutput); a prompt's round (prompt, call, the command's output, answer) is
-// about 2,300, so 12 prompts cross the compaction threshold (0.75 × window) and then
-// again after the first compaction.
-const window = 64000
+// The window w of each agent is the conversation's context window
+// (COMPACTOR_CONTEXT_WINDOW), in the project's tokens (4 characters). Measured (the
+// fake's count, bytes/4): each agent's first request (system prompt, tools, one prompt)
+// is 7,300 (OpenCode) to 12,300 (Claude Code) tokens, its max_tokens 4,096 (Claude
+// Code and OpenCode, capped: see claudeMaxOutput) or none (Codex, Gemini CLI); a
+// prompt's round (prompt, call, the command's output, answer) adds about 6,000 tokens
+// (Codex cuts the output to about 2,600). The window leaves room for tools and
+// max_tokens above the compaction threshold (0.75 × w: the proxy cuts what is over
+// w less max_tokens and tools), and 12 prompts cross that threshold at least twice.
 
 // command is the shell command the fake model has the agent run: 9,000 bytes of output.
 const command = "seq 100000 102999"
@@ -55,10 +57,9 @@ func randomHex(n int) string {
 // what the proxy promises (docs/proxy.md). compactCmd is the prompt that makes the
 // agent compact its history on its own ("" for an agent made to compact by a huge
 // usage report).
-func runSession(t *testing.T, a agent, compactCmd string) {
+func runSession(t *testing.T, a agent, w int, compactCmd string) {
 	jsDir(t, a.bin)
 	began := time.Now()
-	w := window
 	if v, err := strconv.Atoi(os.Getenv("AGENTTEST_WINDOW")); err == nil && v > 0 {
 		w = v
 	}
@@ -137,7 +138,16 @@ func runSession(t *testing.T, a agent, compactCmd string) {
 			e.Header.Get("X-Compactor-Passthrough"), e.Size)
 	}
 	for i, r := range reqs {
-		t.Logf("  up %3d %s %s tokens=%d entries=%d compaction=%q", i, r.Method, r.Path, requestTokens(r), len(r.Messages), r.Compaction)
+		t.Logf("  up %3d %s %s tokens=%d entries=%d compaction=%q%s", i, r.Method, r.Path, requestTokens(r), len(r.Messages), r.Compaction, resultCounts(r))
+	}
+	if dir := os.Getenv("AGENTTEST_LOGS"); dir != "" {
+		for i, r := range reqs {
+			_ = os.WriteFile(fmt.Sprintf("%s/%s-up-%03d.json", dir, a.name, i), r.Body, 0o644)
+		}
+		for i, e := range ex {
+			h, _ := json.Marshal(e.Header)
+			_ = os.WriteFile(fmt.Sprintf("%s/%s-ex-%03d.json", dir, a.name, i), append(append([]byte(e.Method+" "+e.Path+"\n"), h...), append([]byte("\n"), e.Body...)...), 0o644)
+		}
 	}
 
 	// 0. Offline: the refusing proxy saw no host but the tolerated ones.

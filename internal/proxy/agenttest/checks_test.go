@@ -160,3 +160,31 @@ func outline(r *fakeupstream.Request) string {
 	}
 	return b.String()
 }
+
+// resultCounts is, for a Gemini request, how many functionResponse parts it carries and
+// how many distinct (id, name) among them: Gemini CLI sends old ones twice after
+// --resume.
+func resultCounts(r *fakeupstream.Request) string {
+	if r.API != fakeupstream.Gemini {
+		return ""
+	}
+	n, ids := 0, map[string]bool{}
+	for _, raw := range r.Messages {
+		var m struct {
+			Parts []struct {
+				FunctionResponse *struct {
+					ID   string `json:"id"`
+					Name string `json:"name"`
+				} `json:"functionResponse"`
+			} `json:"parts"`
+		}
+		_ = json.Unmarshal(raw, &m)
+		for _, p := range m.Parts {
+			if p.FunctionResponse != nil {
+				n++
+				ids[p.FunctionResponse.ID+"/"+p.FunctionResponse.Name] = true
+			}
+		}
+	}
+	return fmt.Sprintf(" functionResponses=%d distinct=%d", n, len(ids))
+}
