@@ -63,12 +63,16 @@ type session struct {
 	runs    int
 	started bool
 	outputs []string
+	began   time.Time
 }
+
+// sessionBudget bounds one agent's whole session (each run is bounded too).
+const sessionBudget = 4 * time.Minute
 
 func newSession(t *testing.T, a agent, s *stack, base string) *session {
 	js := jsDir(t, a.bin)
 	root := t.TempDir()
-	ss := &session{t: t, a: a, s: s, js: js, home: filepath.Join(root, "home"), work: filepath.Join(root, "work"), base: base}
+	ss := &session{t: t, a: a, s: s, js: js, home: filepath.Join(root, "home"), work: filepath.Join(root, "work"), base: base, began: time.Now()}
 	for _, d := range []string{ss.home, ss.work} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -96,7 +100,11 @@ func (ss *session) run(prompt string) string {
 	t := ss.t
 	t.Helper()
 	ss.runs++
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	left := sessionBudget - time.Since(ss.began)
+	if left <= 0 {
+		t.Fatalf("%s: the session took over %s before run %d", ss.a.name, sessionBudget, ss.runs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), min(left, 2*time.Minute))
 	defer cancel()
 	args := ss.a.args(prompt, ss.started)
 	cmd := exec.CommandContext(ctx, filepath.Join(ss.js, "node_modules", ".bin", ss.a.bin), args...)

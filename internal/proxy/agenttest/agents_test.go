@@ -94,7 +94,7 @@ func runSession(t *testing.T, a agent, w int, compactCmd string) {
 		}
 		if i == step429 {
 			ex429 = len(s.rec.exchanges())
-			s.fake.Push(fakeupstream.Reply{Status: http.StatusTooManyRequests, RetryAfter: "1"})
+			s.arm429(isTurn)
 		}
 		if i == stepRestart {
 			exRestart = len(s.rec.exchanges())
@@ -378,6 +378,21 @@ func endsWithResult(path string, body []byte) bool {
 		r.API, r.Messages = fakeupstream.Gemini, b.Contents
 	}
 	return fakeupstream.EndsWithToolResult(r)
+}
+
+// isTurn says an upstream request is one of the agent's turns: it declares tools and
+// asks for no structured output (not a side request, a compaction or a title).
+func isTurn(path string, body []byte) bool {
+	var b struct {
+		Tools            json.RawMessage `json:"tools"`
+		GenerationConfig struct {
+			ResponseMimeType string `json:"responseMimeType"`
+		} `json:"generationConfig"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return false
+	}
+	return len(b.Tools) > 2 && b.GenerationConfig.ResponseMimeType != "application/json"
 }
 
 // lastTurn is the last upstream request that declares tools (a turn, not a side

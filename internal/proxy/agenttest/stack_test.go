@@ -59,6 +59,7 @@ type stack struct {
 	rec    *recorder
 	huge   atomic.Pointer[func(path string, body []byte) bool] // the next request it matches reports a huge usage
 	hugeN  atomic.Int32
+	fail   atomic.Pointer[func(path string, body []byte) bool] // the next request it matches is answered 429
 	window int
 }
 
@@ -144,11 +145,20 @@ const hugeUsage = "990000"
 // armHuge makes the next upstream request match accepts report a huge usage.
 func (s *stack) armHuge(match func(path string, body []byte) bool) { s.huge.Store(&match) }
 
+// arm429 makes the next upstream request match accepts be answered 429 with
+// Retry-After: 1, in the API's own error shape.
+func (s *stack) arm429(match func(path string, body []byte) bool) { s.fail.Store(&match) }
+
 // serveUpstream serves the fake, rewriting the usage of the one armed request.
 func (s *stack) serveUpstream(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if m := s.huge.Load(); m != nil && !bytes.Contains(body, []byte(`"`+fakeupstream.SummarizerModel+`"`)) && (*m)(r.URL.Path, body) {
+	summarizer := bytes.Contains(body, []byte(`"`+fakeupstream.SummarizerModel+`"`))
+	if m := s.fail.Load(); m != nil && !summarizer && (*m)(r.URL.Path, body) && s.fail.CompareAndSwap(m, nil) {
+		s.t.Logf("upstream: %s answered 429 (Retry-After: 1)", r.URL.Path)
+		s.fake.Push(fakeupstream.Reply{Status: http.StatusTooManyRequests, RetryAfter: "1"})
+	}
+	if m := s.huge.Load(); m != nil && !summarizer && (*m)(r.URL.Path, body) {
 		if s.huge.CompareAndSwap(m, nil) {
 			s.hugeN.Add(1)
 			s.t.Logf("upstream: %s answered with a huge usage (%s input tokens)", r.URL.Path, hugeUsage)
