@@ -19,10 +19,27 @@ import (
 // The four agents, each a long tool-using session through the proxy with its default
 // settings (see session below).
 
+// TestClaudeCode: Claude Code 2.1.332 (Anthropic Messages); its own compaction is
+// `-p "/compact" --continue`.
 func TestClaudeCode(t *testing.T) { runSession(t, claudeCode, 64000, "/compact") }
-func TestCodex(t *testing.T)      { runSession(t, codex, 32000, "") }
-func TestGeminiCLI(t *testing.T)  { runSession(t, geminiCLI, 64000, "/compress") }
-func TestOpenCode(t *testing.T)   { runSession(t, openCode, 48000, "") }
+
+// TestCodex: Codex 0.171.0 (Responses API); its own compaction follows a huge usage
+// on a final answer. Known failure (wip/e2e, 2026-12-07): assertion 5, the proxy
+// forwards Codex's compaction request although the conversation has a summary: the
+// Responses wire implements no wire.Answerer.
+func TestCodex(t *testing.T) { runSession(t, codex, 32000, "") }
+
+// TestGeminiCLI: Gemini CLI 0.61.0 (Gemini API, /c/<conversation> in its base URL);
+// its own compaction is `-p "/compress" --resume latest`. Known failures (wip/e2e,
+// 2026-12-07): assertion 1, requests over the window (the response parts Gemini CLI
+// repeats after --resume are forwarded but not counted); assertion 5, the compression
+// requests are forwarded (the Gemini wire implements no wire.Answerer); assertion 3,
+// the turn in flight during /compress goes to an edit branch; assertion 4 follows.
+func TestGeminiCLI(t *testing.T) { runSession(t, geminiCLI, 64000, "/compress") }
+
+// TestOpenCode: OpenCode 1.18.33 (Chat Completions); its own compaction follows a huge
+// usage on a final answer, in the same run.
+func TestOpenCode(t *testing.T) { runSession(t, openCode, 48000, "") }
 
 // The window w of each agent is the conversation's context window
 // (COMPACTOR_CONTEXT_WINDOW), in the project's tokens (4 characters). Measured (the
@@ -185,13 +202,22 @@ func runSession(t *testing.T, a agent, w int, compactCmd string) {
 		ok3 = false
 		t.Errorf("stored: conversation %s holds nothing (CHAT holds %v)", conv, convs)
 	}
+	stored := s.stored(t, conv)
 	for c := range convs {
 		if strings.HasPrefix(c, conv+"--") {
 			ok3 = false
-			t.Errorf("stored: a branch %s was created during a plain session", c)
+			first := ""
+			for _, e := range ex {
+				if e.Header.Get("X-Compactor-Conversation") == c {
+					first = fmt.Sprintf("%s %s (X-Compactor-Branch %q)", e.Method, e.Path, e.Header.Get("X-Compactor-Branch"))
+					break
+				}
+			}
+			branch := s.stored(t, c)
+			t.Errorf("stored: a branch %s was created during a plain session, first named in the answer to %s;\nthe last messages of %s:\n%s\nthe branch's first messages:\n%s",
+				c, first, conv, dump(stored[max(0, len(stored)-6):]), dump(branch[:min(len(branch), 6)]))
 		}
 	}
-	stored := s.stored(t, conv)
 	dups := duplicates(stored)
 	if len(dups) > 0 {
 		ok3 = false
