@@ -636,6 +636,8 @@ var notRun = []struct{ prefix, reason string }{
 	{"corpus=", "the README's Try-it session, run line by line by TestREADMETryIt"},
 	{"for p in 0 1 2 3; do", "the loop around nats consumer rm, run whole by TestREADMENatsExamples"},
 	{"done", "the end of that loop"},
+	{"ANTHROPIC_BASE_URL=http://127.0.0.1:8088 ", "runs Claude Code, installed from npm: internal/proxy/agenttest's TestClaudeCode runs it so, through the proxy, against the fake model"},
+	{"GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8088/c/", "runs Gemini CLI, installed from npm: internal/proxy/agenttest's TestGeminiCLI runs it so, through the proxy, against the fake model"},
 }
 
 // shellCommands are the commands of a ```sh block: a line continued with a trailing

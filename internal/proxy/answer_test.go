@@ -32,6 +32,10 @@ func newAnswerStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, configure 
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := a.calls.Add(1)
 		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/v1/responses" {
+			fmt.Fprintf(w, `{"id":"resp_%d","object":"response","status":"completed","output":[{"type":"message","id":"msg_%d","status":"completed","role":"assistant","content":[{"type":"output_text","text":"model reply %d","annotations":[]}]}],"usage":{"input_tokens":10,"output_tokens":2,"total_tokens":12}}`, n, n, n)
+			return
+		}
 		fmt.Fprintf(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"model reply %d"},"finish_reason":"stop"}],"usage":{"prompt_tokens":10,"completion_tokens":2}}`, n)
 	}))
 	t.Cleanup(up.Close)
@@ -202,6 +206,73 @@ func TestOpenCodesSummaryRequestAndTitleGenerator(t *testing.T) {
 		}
 		got := a.f.stored("oc")
 		if n := len(got); n != 9 || got[n-2] != "Continue if you have next steps" || got[n-1] != "model reply 4" || got[n-3] != text {
+			t.Fatalf("CHAT holds %q", got)
+		}
+	})
+}
+
+// responses posts an OpenAI Responses request of items (role, text pairs) to path.
+func (a *answerStack) responses(t *testing.T, path, conv string, pairs ...string) (*http.Response, string) {
+	t.Helper()
+	var items []map[string]any
+	for i := 0; i+1 < len(pairs); i += 2 {
+		kind := "input_text"
+		if pairs[i] == "assistant" {
+			kind = "output_text"
+		}
+		items = append(items, map[string]any{"type": "message", "role": pairs[i], "content": []any{map[string]any{"type": kind, "text": pairs[i+1]}}})
+	}
+	body, _ := json.Marshal(map[string]any{"model": "m", "input": items})
+	req, _ := http.NewRequest(http.MethodPost, a.http.URL+path, strings.NewReader(string(body)))
+	req.Header.Set("session-id", conv)
+	req.Header.Set("Authorization", "Bearer k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// POST /v1/responses/compact (the Responses API's own compaction, which Codex calls
+// against OpenAI) is answered from Compactor's summary with one readable user message,
+// never an opaque compaction item; the client's next history, that message and its new
+// input, continues the conversation. Before a summary exists it goes to the provider.
+func TestResponsesCompactEndpointIsAnsweredFromTheSummary(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		a := newAnswerStack(t, nc, st, nil)
+		h := []string{"developer", "you are codex", "user", "FACT-5 lives in main.go"}
+		_, _ = a.responses(t, "/v1/responses", "cx", h...)
+		h = append(h, "assistant", "model reply 1", "user", "second")
+		_, _ = a.responses(t, "/v1/responses", "cx", h...)
+		h = append(h, "assistant", "model reply 2")
+		resp, _ := a.responses(t, "/v1/responses/compact", "cx", h...)
+		if resp.Header.Get(proxy.PassthroughHeader) != "no-summary" || a.calls.Load() != 3 {
+			t.Fatalf("with no summary: passthrough %q, %d upstream calls", resp.Header.Get(proxy.PassthroughHeader), a.calls.Load())
+		}
+		putValue(a.f, "cx", 1, "SUMMARY: FACT-5 lives in main.go", "second")
+		resp, body := a.responses(t, "/v1/responses/compact", "cx", h...)
+		var out struct {
+			Object string `json:"object"`
+			Output []struct {
+				Type, Role string
+				Content    []struct{ Type, Text string }
+			} `json:"output"`
+		}
+		if err := json.Unmarshal([]byte(body), &out); err != nil || resp.StatusCode != 200 || a.calls.Load() != 3 || out.Object != "response.compaction" ||
+			len(out.Output) != 1 || out.Output[0].Role != "user" || len(out.Output[0].Content) != 1 || out.Output[0].Content[0].Type != "input_text" {
+			t.Fatalf("compact: %d, %d upstream calls, %v: %s", resp.StatusCode, a.calls.Load(), err, body)
+		}
+		text := out.Output[0].Content[0].Text
+		if !strings.Contains(text, "SUMMARY: FACT-5 lives in main.go") || !strings.Contains(text, "[assistant] model reply 2") {
+			t.Fatalf("the compacted history: %q", text)
+		}
+		resp, _ = a.responses(t, "/v1/responses", "cx", "developer", "you are codex", "user", text, "user", "third")
+		if resp.Header.Get(proxy.BranchHeader) != "" || resp.Header.Get(proxy.ConversationHeader) != "cx" {
+			t.Fatalf("after the compaction: conversation %q, branch %q", resp.Header.Get(proxy.ConversationHeader), resp.Header.Get(proxy.BranchHeader))
+		}
+		if got := a.f.stored("cx"); len(got) != 8 || got[5] != text || got[6] != "third" || got[7] != "model reply 4" {
 			t.Fatalf("CHAT holds %q", got)
 		}
 	})

@@ -109,6 +109,12 @@ const (
 // maxAnswerMessage), but the request's own prompt, shaped as format says. ok is false
 // when the conversation holds no summary, or the answer would be over maxAnswerBytes.
 func compactionAnswer(t *Turn, format string) (string, bool) {
+	return compactionAnswerOf(t, format, true)
+}
+
+// compactionAnswerOf is compactionAnswer; prompt says the request's last user message
+// is the compaction prompt (left out of the answer), not a message of the conversation.
+func compactionAnswerOf(t *Turn, format string, prompt bool) (string, bool) {
 	cx := t.Stored
 	if cx == nil || !cx.HasSummary {
 		return "", false
@@ -131,7 +137,7 @@ func compactionAnswer(t *Turn, format string) (string, bool) {
 			after = append(after, t.New[i])
 		}
 	}
-	if n := lastUser(after); n >= 0 {
+	if n := lastUser(after); n >= 0 && prompt {
 		after = after[:n] // the compaction prompt itself
 	}
 	var recent strings.Builder

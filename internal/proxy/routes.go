@@ -35,6 +35,9 @@ const ConversationPathPrefix = "/c/"
 type httpRoute struct {
 	api, upstream string
 	rewrite       bool
+	// compact: the API's own compaction endpoint (POST /v1/responses/compact),
+	// answered from Compactor's summary.
+	compact bool
 }
 
 // routeOf is r's httpRoute. A request an Anthropic client made (its x-api-key or
@@ -59,6 +62,8 @@ func routeOf(r *http.Request) httpRoute {
 	switch {
 	case p == "/v1/chat/completions":
 		return httpRoute{api: APIOpenAI, upstream: up, rewrite: post}
+	case p == "/v1/responses/compact":
+		return httpRoute{api: APIResponses, upstream: up, rewrite: post, compact: post}
 	case p == "/v1/responses" || strings.HasPrefix(p, "/v1/responses/"):
 		return httpRoute{api: APIResponses, upstream: up, rewrite: post && p == "/v1/responses"}
 	}

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/compactor/compactor/internal/proxy/wire"
 	"github.com/compactor/compactor/internal/telemetry"
 )
 
@@ -50,6 +51,9 @@ const (
 	PassNATSDown = "nats-unavailable"
 	// PassNotRewritten: a path the proxy does not rewrite (models, embeddings...).
 	PassNotRewritten = "not-rewritten-path"
+	// PassNoSummary: an API's compaction endpoint asked before Compactor has a summary
+	// of the conversation (or with COMPACTOR_PROXY_ANSWER_COMPACTIONS=false).
+	PassNoSummary = "no-summary"
 )
 
 // What COMPACTOR_PROXY_ON_NATS_DOWN chooses.
@@ -240,6 +244,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt := routeOf(r)
+	if _, ok := s.wires[rt.api].(wire.CompactAnswerer); rt.compact && !ok {
+		rt.rewrite = false // no wire answers this API's compaction endpoint: passed through
+	}
 	if wire := s.wires[rt.api]; wire != nil && rt.rewrite {
 		s.rewrite(w, r, wire, rt)
 		return

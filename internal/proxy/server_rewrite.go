@@ -101,6 +101,9 @@ func (x *exchange) compact(body []byte, conv string) {
 		owner = ownerDigest(x.s.ownerKey, credential(x.r.Header))
 	}
 	prompt, compaction := compactionPrompt(x.s.prompts, x.r.Header, req.Messages)
+	if x.rt.compact {
+		prompt, compaction = CompactionPrompt{Agent: "compact-endpoint"}, true
+	}
 	x.side = !compaction && sideRequest(x.rt.api, body, req.Messages)
 	opts := TurnOptions{Owner: owner, MaxOutput: req.MaxOutput, Compaction: compaction,
 		Reserve: reserve(body), Wait: x.s.cfg.Wait, CacheTTL: x.s.cfg.CacheTTL}
@@ -115,6 +118,10 @@ func (x *exchange) compact(body []byte, conv string) {
 	}
 	x.report.Turn = turn
 	x.link(turn)
+	if x.rt.compact {
+		x.answerCompact(body, req, turn)
+		return
+	}
 	if compaction && x.answer(req, turn, prompt) {
 		return
 	}
@@ -359,6 +366,37 @@ func (x *exchange) answer(req *Request, turn *Turn, p CompactionPrompt) bool {
 	x.w.WriteHeader(http.StatusOK)
 	_, _ = x.w.Write(body)
 	return true
+}
+
+// answerCompact answers a request of the API's compaction endpoint (POST
+// /v1/responses/compact) from Compactor's summary: the summary and the messages since,
+// as items the client reads (never the provider's opaque compaction items). The
+// client's new messages and the answer are stored, so the client's next history, which
+// carries the answer, continues the conversation. With no summary yet, the request is
+// forwarded as sent, and nothing is stored.
+func (x *exchange) answerCompact(body []byte, req *Request, turn *Turn) {
+	a := x.wire.(wire.CompactAnswerer)
+	text, ok := "", false
+	if x.s.cfg.AnswerCompactions && !turn.Cut {
+		text, ok = compactionAnswerOf(turn, FormatPlain, false)
+	}
+	if !ok {
+		x.pass(body, turn.Conv, PassNoSummary)
+		return
+	}
+	usage := answerUsage(turn.Context, text)
+	out, err := a.AnswerCompact(req, text, usage)
+	if err != nil {
+		x.s.log.Error().Err(err).Str("api", x.wire.Name()).Msg("proxy: answer a compact request")
+		x.refuse(http.StatusInternalServerError, "api_error", "compactor proxy: the compaction could not be answered")
+		return
+	}
+	x.finish(turn, schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(text)}, nil)
+	x.report.Outcome, x.report.Usage = OutcomeAnswered, &usage
+	x.w.Header().Set(AnsweredHeader, "compact-endpoint")
+	x.w.Header().Set("Content-Type", "application/json")
+	x.w.WriteHeader(http.StatusOK)
+	_, _ = x.w.Write(out)
 }
 
 // sideRequest says a request of api with msgs is a side task the agent runs on its

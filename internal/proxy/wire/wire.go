@@ -8,6 +8,8 @@ package wire
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,6 +58,15 @@ type Answerer interface {
 	// of text) with usage: a whole reply, or with stream the API's event stream, each
 	// event in the API's order, ending as the API ends a stream.
 	Answer(req *Request, reply schemas.Message, usage Usage, stream bool) ([]byte, error)
+}
+
+// CompactAnswerer is a wire whose API has an endpoint of its own for compacting a
+// conversation (the OpenAI Responses API's POST /v1/responses/compact): the proxy
+// answers it from Compactor's summary with items the client can read.
+type CompactAnswerer interface {
+	// AnswerCompact is the body of a 2xx response to a compact request req whose
+	// compacted history is summary (text), with usage.
+	AnswerCompact(req *Request, summary string, usage Usage) ([]byte, error)
 }
 
 // Request is a parsed request body.
@@ -152,6 +163,23 @@ func CommonFields(f map[string]json.RawMessage, req *Request, limits ...string) 
 	return nil
 }
 
+// Array is the elements of the top-level field key of f, which must be a non-empty
+// array (of what, for the refusal's text): a refusal the client is shown otherwise.
+func Array(f map[string]json.RawMessage, key, what string) ([]json.RawMessage, error) {
+	raw, ok := f[key]
+	if !ok || IsNull(raw) {
+		return nil, BadRequest("%s is required", key)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, BadRequest("%s must be an array of %s", key, what)
+	}
+	if len(items) == 0 {
+		return nil, BadRequest("%s must not be empty", key)
+	}
+	return items, nil
+}
+
 // IsNull says a raw value is JSON null.
 func IsNull(v []byte) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
 
@@ -206,6 +234,13 @@ func CanonicalJSON(data []byte) []byte {
 		return data
 	}
 	return out
+}
+
+// RandomID is 12 random bytes in hex: the ids of the proxy's own answers.
+func RandomID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // StripMetadata is cx with Compactor's metadata (tokens, usage, context_generation,

@@ -13,7 +13,7 @@ import (
 // All is every wire, by its Name (the proxy's API names).
 func All() map[string]wire.Wire {
 	out := map[string]wire.Wire{}
-	for _, w := range []wire.Wire{openai.OpenAI(), anthropic.Anthropic(), responses.Responses(), gemini.Gemini()} {
+	for _, w := range []wire.Wire{openai.OpenAI(), responses.Responses(), anthropic.Anthropic(), gemini.Gemini()} {
 		out[w.Name()] = w
 	}
 	return out

@@ -96,16 +96,9 @@ func (anthropicWire) Parse(body []byte) (*wire.Request, error) {
 			req.Messages = append(req.Messages, *m)
 		}
 	}
-	raw, ok := f["messages"]
-	if !ok || wire.IsNull(raw) {
-		return nil, wire.BadRequest("messages is required")
-	}
-	var turns []json.RawMessage
-	if err := json.Unmarshal(raw, &turns); err != nil {
-		return nil, wire.BadRequest("messages must be an array of messages")
-	}
-	if len(turns) == 0 {
-		return nil, wire.BadRequest("messages must not be empty")
+	turns, err := wire.Array(f, "messages", "messages")
+	if err != nil {
+		return nil, err
 	}
 	for i, t := range turns {
 		msgs, err := anthropicTurn(t)

@@ -69,12 +69,11 @@ const CallIDPrefix = "gemini_"
 // parts and every thoughtSignature are kept in Extra (ExtraParts, ExtraResponse) and
 // Build puts them back where they were: a request built from the messages it parses
 // to is the request sent. A request that uses cachedContent is passed through (the
-// cached prefix of the conversation is the provider's; the proxy does not see it), and
-// so is one that asks for structured output (generationConfig's responseJsonSchema,
-// responseSchema or responseMimeType application/json): those are an agent's side
-// requests (Gemini CLI's model router and its JSON utility calls send a few turns of
-// the conversation under a system instruction of their own), not turns of its
-// conversation.
+// cached prefix of the conversation is the provider's; the proxy does not see it). One
+// that asks for structured output (generationConfig's responseJsonSchema,
+// responseSchema or responseMimeType application/json) is parsed like any other: the
+// proxy takes it for an agent's side request (Gemini CLI's model router and its JSON
+// utility calls), sent compacted and not stored.
 func Gemini() wire.Wire { return geminiWire{} }
 
 type geminiWire struct{}
@@ -103,12 +102,10 @@ func (geminiWire) Parse(body []byte) (*wire.Request, error) {
 		}
 	}
 	req := &wire.Request{Body: body}
-	structured, err := generationConfig(f, req)
-	if err != nil {
+	// A request asking for structured output (Gemini CLI's router and checks) is
+	// parsed like any other: the proxy sends it compacted and does not store it.
+	if _, err := generationConfig(f, req); err != nil {
 		return nil, err
-	}
-	if structured {
-		return nil, &wire.Passthrough{Reason: "structured-output"}
 	}
 	st := &state{}
 	req.State = st
@@ -130,16 +127,9 @@ func (geminiWire) Parse(body []byte) (*wire.Request, error) {
 			req.Messages = append(req.Messages, *m)
 		}
 	}
-	raw, ok := f["contents"]
-	if !ok || wire.IsNull(raw) {
-		return nil, wire.BadRequest("contents is required")
-	}
-	var contents []json.RawMessage
-	if err := json.Unmarshal(raw, &contents); err != nil {
-		return nil, wire.BadRequest("contents must be an array of Content objects")
-	}
-	if len(contents) == 0 {
-		return nil, wire.BadRequest("contents must not be empty")
+	contents, err := wire.Array(f, "contents", "Content objects")
+	if err != nil {
+		return nil, err
 	}
 	p := parser{}
 	for i, c := range contents {
@@ -535,7 +525,7 @@ func contentPart(f map[string]json.RawMessage) (json.RawMessage, json.RawMessage
 	if t, ok := str(f, "text"); ok {
 		return textPart(t), canonical(f, "text")
 	}
-	if b := fields(f["inlineData"]); b != nil && len(b) == 2 {
+	if b := fields(f["inlineData"]); len(b) == 2 {
 		mime, ok1 := str(b, "mimeType")
 		data, ok2 := str(b, "data")
 		if ok1 && ok2 && strings.HasPrefix(mime, "image/") && !strings.ContainsAny(mime, ",;") && data != "" {
@@ -624,24 +614,8 @@ func (p *parser) user(parts []map[string]json.RawMessage) error {
 // message of the same Content, last: the part goes, whole, after that message's own
 // (ExtraResponse's after), out of Compactor's sight.
 func (p *parser) duplicate(f, fr map[string]json.RawMessage, last int) bool {
-	if last < 0 {
-		return false
-	}
-	name, _ := str(fr, "name")
-	wid, hasWID := str(fr, "id")
-	for _, c := range p.open {
-		if (hasWID && c.hasWireID && c.wireID == wid) || c.name == name {
-			return false // it answers an open call
-		}
-	}
-	found := false
-	for _, c := range p.answered {
-		if (hasWID && c.hasWireID && c.wireID == wid) || (!hasWID && c.name == name) {
-			found = true
-			break
-		}
-	}
-	if !found {
+	k, dup := p.pair(fr)
+	if k >= 0 || !dup || last < 0 {
 		return false
 	}
 	m := &p.msgs[last]
@@ -654,26 +628,46 @@ func (p *parser) duplicate(f, fr map[string]json.RawMessage, last int) bool {
 	return true
 }
 
+// pair finds the open call a functionResponse answers (k, -1 when none): the one whose
+// id it gives, else, when its id is no call's of the turn, the first of its name.
+// dup says it answers a call answered already (by id; by name when it has no id).
+func (p *parser) pair(fr map[string]json.RawMessage) (k int, dup bool) {
+	name, _ := str(fr, "name")
+	wid, hasWID := str(fr, "id")
+	if hasWID {
+		for j, c := range p.open {
+			if c.hasWireID && c.wireID == wid {
+				return j, false
+			}
+		}
+		for _, c := range p.answered {
+			if c.hasWireID && c.wireID == wid {
+				return -1, true
+			}
+		}
+	}
+	for j, c := range p.open {
+		if c.name == name {
+			return j, false
+		}
+	}
+	if !hasWID {
+		for _, c := range p.answered {
+			if c.name == name {
+				return -1, true
+			}
+		}
+	}
+	return -1, false
+}
+
 // toolMessage reads a functionResponse part as the tool message of its call.
 func (p *parser) toolMessage(f, fr map[string]json.RawMessage, i int) (schemas.Message, error) {
 	name, _ := str(fr, "name")
 	wid, hasWID := str(fr, "id")
-	k := -1
-	if hasWID {
-		for j, c := range p.open {
-			if c.hasWireID && c.wireID == wid {
-				k = j
-				break
-			}
-		}
-	}
-	if k < 0 {
-		for j, c := range p.open {
-			if c.name == name {
-				k = j
-				break
-			}
-		}
+	k, dup := p.pair(fr)
+	if dup {
+		return schemas.Message{}, fmt.Errorf("parts[%d]: a functionResponse (%q) to a call answered in an earlier Content", i, name)
 	}
 	if k < 0 {
 		return schemas.Message{}, fmt.Errorf("parts[%d]: a functionResponse (%q) that answers no call of the model turn before it", i, name)

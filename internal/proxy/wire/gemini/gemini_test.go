@@ -191,12 +191,32 @@ func TestRoundTripEveryKindOfPart(t *testing.T) {
 	}
 }
 
+// Gemini CLI 0.61 sends each response twice: with two calls of one name, the second
+// copy of the first response is the first's, not the second call's answer.
+func TestDuplicateResponsesPairById(t *testing.T) {
+	body := `{"contents":[{"role":"user","parts":[{"text":"go"}]},
+	  {"role":"model","parts":[{"functionCall":{"id":"A","name":"run","args":{"c":"a"}}},{"functionCall":{"id":"B","name":"run","args":{"c":"b"}}}]},
+	  {"role":"user","parts":[{"functionResponse":{"id":"A","name":"run","response":{"output":"a"}}},{"functionResponse":{"id":"A","name":"run","response":{"output":"a"}}},
+	    {"functionResponse":{"id":"B","name":"run","response":{"output":"b"}}},{"functionResponse":{"id":"B","name":"run","response":{"output":"b"}}}]}]}`
+	req := roundTrip(t, body)
+	got := encodeAll(t, req.Messages[2:])
+	want := []string{
+		`{"role":"tool","content":"a","tool_call_id":"gemini_0_run","extra":{"gemini_response":{"id":"A","after":[{"functionResponse":{"id":"A","name":"run","response":{"output":"a"}}}]}}}`,
+		`{"role":"tool","content":"b","tool_call_id":"gemini_1_run","extra":{"gemini_response":{"id":"B","after":[{"functionResponse":{"id":"B","name":"run","response":{"output":"b"}}}]}}}`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// A copy in a Content of its own is refused: it would answer no call the API sees.
+	bad := strings.Replace(body, `]}]}`, `]},{"role":"user","parts":[{"functionResponse":{"id":"A","name":"run","response":{}}}]}]}`, 1)
+	if _, err := Gemini().Parse([]byte(bad)); !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), "answered in an earlier Content") {
+		t.Fatalf("got %v", err)
+	}
+}
+
 func TestParsePassesThrough(t *testing.T) {
 	for body, reason := range map[string]string{
-		`{"cachedContent":"cachedContents/abc123","contents":[{"role":"user","parts":[{"text":"hi"}]}]}`:                     "cached-content",
-		`{"generationConfig":{"responseMimeType":"application/json"},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`:  "structured-output",
-		`{"generationConfig":{"responseJsonSchema":{"type":"OBJECT"}},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`: "structured-output",
-		`{"generation_config":{"response_schema":{"type":"OBJECT"}},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`:   "structured-output",
+		`{"cachedContent":"cachedContents/abc123","contents":[{"role":"user","parts":[{"text":"hi"}]}]}`: "cached-content",
 	} {
 		_, err := Gemini().Parse([]byte(body))
 		var pt *wire.Passthrough
@@ -204,8 +224,15 @@ func TestParsePassesThrough(t *testing.T) {
 			t.Errorf("%s: got %v, want %s", body, err, reason)
 		}
 	}
-	if _, err := Gemini().Parse([]byte(`{"generationConfig":{"responseMimeType":"text/plain"},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`)); err != nil {
-		t.Fatal(err)
+	for _, body := range []string{
+		`{"generationConfig":{"responseMimeType":"text/plain"},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`,
+		// Structured output (Gemini CLI's side requests) is the proxy's to handle.
+		`{"generationConfig":{"responseMimeType":"application/json"},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`,
+		`{"generationConfig":{"responseJsonSchema":{"type":"OBJECT"}},"contents":[{"role":"user","parts":[{"text":"hi"}]}]}`,
+	} {
+		if _, err := Gemini().Parse([]byte(body)); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
 	}
 }
 

@@ -2,8 +2,6 @@ package openai
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"time"
 
 	"github.com/compactor/compactor/internal/proxy/wire"
@@ -14,7 +12,7 @@ import (
 // chat.completion.chunk events (the role, the text, the finish reason, the usage) and
 // [DONE].
 func (openAIWire) Answer(req *wire.Request, reply schemas.Message, usage wire.Usage, stream bool) ([]byte, error) {
-	id := "chatcmpl-compactor-" + randomID()
+	id := "chatcmpl-compactor-" + wire.RandomID()
 	created := time.Now().Unix()
 	u := map[string]any{"prompt_tokens": usage.Input, "completion_tokens": usage.Output, "total_tokens": usage.Input + usage.Output}
 	text := reply.Content.String()
@@ -51,11 +49,4 @@ func (openAIWire) Answer(req *wire.Request, reply schemas.Message, usage wire.Us
 	}
 	b.WriteString("data: [DONE]\n\n")
 	return b.Bytes(), nil
-}
-
-// randomID is 12 random bytes in hex, for the ids of answers.
-func randomID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -37,16 +37,9 @@ func (openAIWire) Parse(body []byte) (*wire.Request, error) {
 	if err := wire.CommonFields(f, req, "max_completion_tokens", "max_tokens"); err != nil {
 		return nil, err
 	}
-	raw, ok := f["messages"]
-	if !ok || wire.IsNull(raw) {
-		return nil, wire.BadRequest("messages is required")
-	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, wire.BadRequest("messages must be an array of messages")
-	}
-	if len(items) == 0 {
-		return nil, wire.BadRequest("messages must not be empty")
+	items, err := wire.Array(f, "messages", "messages")
+	if err != nil {
+		return nil, err
 	}
 	req.Messages = make([]schemas.Message, len(items))
 	for i, it := range items {

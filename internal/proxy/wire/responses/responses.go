@@ -78,9 +78,13 @@ func (responsesWire) Parse(body []byte) (*wire.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"previous_response_id", "conversation"} {
-		if v, ok := f[k]; ok && !wire.IsNull(v) {
-			return nil, &wire.Passthrough{Reason: map[string]string{"previous_response_id": "previous-response-id", "conversation": "conversation"}[k]}
+	// The provider keeps the conversation: it is forwarded as sent.
+	for _, p := range []struct{ field, reason string }{
+		{"previous_response_id", "previous-response-id"},
+		{"conversation", "conversation"}, // the Conversations API's
+	} {
+		if v, ok := f[p.field]; ok && !wire.IsNull(v) {
+			return nil, &wire.Passthrough{Reason: p.reason}
 		}
 	}
 	req := &wire.Request{Body: body}

@@ -620,3 +620,22 @@ func TestClientOutputsSplitRuns(t *testing.T) {
 		t.Fatalf("replies %s, %s\nsent back %s, %s", encode(first), encode(second), encode(req.Messages[1]), encode(req.Messages[3]))
 	}
 }
+
+// From turn to turn Codex sends the history again and more: each request's messages
+// start with the previous request's, the same messages (the proxy's digest chain
+// links them).
+func TestCodexTurnsExtendTheHistory(t *testing.T) {
+	var prev []schemas.Message
+	for _, name := range []string{"02-p1-responses-text-answer.json", "05-p2-responses-text-answer.json", "10-p5-responses-summary-request.json"} {
+		req := parse(t, string(loadFixture(t, name)))
+		if len(req.Messages) <= len(prev) {
+			t.Fatalf("%s: %d messages after %d", name, len(req.Messages), len(prev))
+		}
+		for i := range prev {
+			if encode(req.Messages[i]) != encode(prev[i]) {
+				t.Fatalf("%s: message %d: %s, was %s", name, i, encode(req.Messages[i]), encode(prev[i]))
+			}
+		}
+		prev = req.Messages
+	}
+}

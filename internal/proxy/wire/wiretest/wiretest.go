@@ -102,3 +102,38 @@ func StreamFuzz(t *testing.T, w wire.Wire, stream string) {
 		t.Fatalf("the result is not a valid message: %v", err)
 	}
 }
+
+// AnswerReadsBack checks an Answerer's answers, whole and streamed, read back through
+// w's own Reply and stream as the reply they hold with its usage: what the wire reads of
+// an upstream's reply, and so what a client of the API reads.
+func AnswerReadsBack(t *testing.T, w wire.Wire) {
+	t.Helper()
+	a, ok := w.(wire.Answerer)
+	if !ok {
+		t.Fatalf("%s answers nothing", w.Name())
+	}
+	req := &wire.Request{Model: "m"}
+	text := "<summary>FACT-1 and a quote \" < & > \\ done</summary>"
+	reply := schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(text)}
+	usage := wire.Usage{Input: 120, Output: 30}
+	whole, err := a.Answer(req, reply, usage, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, u, err := w.Reply(whole)
+	if err != nil || m.Content.String() != text || u == nil || u.Input != 120 || u.Output != 30 {
+		t.Fatalf("whole answer read as %q %+v %v", m.Content.String(), u, err)
+	}
+	streamed, err := a.Answer(req, reply, usage, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := w.NewStream()
+	if _, err := wire.NewSSESplitter(0, s.Event).Write(streamed); err != nil {
+		t.Fatal(err)
+	}
+	m, u, err = s.Result()
+	if !s.Done() || s.Failed() || err != nil || m.Content.String() != text || u == nil || u.Input != 120 || u.Output != 30 {
+		t.Fatalf("streamed answer (done %v) read as %q %+v %v", s.Done(), m.Content.String(), u, err)
+	}
+}

@@ -1,8 +1,6 @@
-// Package sdktest checks the Gemini wire against Google's own Go SDK
-// (google.golang.org/genai): a module of its own, so that the SDK and its
-// dependencies stay out of Compactor's go.mod. Run it with
-// `cd internal/proxy/wire/gemini/sdktest && go test ./...`.
-package sdktest
+// The Gemini wire against Google's own Go SDK (google.golang.org/genai, a test
+// dependency of the module).
+package gemini_test
 
 import (
 	"context"

@@ -1,7 +1,7 @@
-// Package openaigo checks the responses wire against the OpenAI Go SDK
+// The responses wire against the OpenAI Go SDK
 // (github.com/openai/openai-go/v3): a request the SDK builds parses and builds back; a
 // response and the wire's stream error read as the SDK reads them.
-package openaigo
+package responses_test
 
 import (
 	"bytes"
