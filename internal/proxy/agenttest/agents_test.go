@@ -21,25 +21,45 @@ import (
 
 // TestClaudeCode: Claude Code 2.1.332 (Anthropic Messages); its own compaction is
 // `-p "/compact" --continue`.
-func TestClaudeCode(t *testing.T) { runSession(t, claudeCode, 64000, "/compact") }
+func TestClaudeCode(t *testing.T) { runSession(t, claudeCode, 64000, own{cmd: "/compact"}) }
 
 // TestCodex: Codex 0.171.0 (Responses API); its own compaction follows a huge usage
-// on a final answer. Known failure (wip/e2e, 2026-12-07): assertion 5, the proxy
-// forwards Codex's compaction request although the conversation has a summary: the
-// Responses wire implements no wire.Answerer.
-func TestCodex(t *testing.T) { runSession(t, codex, 32000, "") }
+// on a final answer (the next prompt starts with its compaction request).
+func TestCodex(t *testing.T) { runSession(t, codex, 32000, own{huge: endsWithResult}) }
 
 // TestGeminiCLI: Gemini CLI 0.61.0 (Gemini API, /c/<conversation> in its base URL);
-// its own compaction is `-p "/compress" --resume latest`. Known failures (wip/e2e,
-// 2026-12-07): assertion 1, requests over the window (the response parts Gemini CLI
-// repeats after --resume are forwarded but not counted); assertion 5, the compression
-// requests are forwarded (the Gemini wire implements no wire.Answerer); assertion 3,
-// the turn in flight during /compress goes to an edit branch; assertion 4 follows.
-func TestGeminiCLI(t *testing.T) { runSession(t, geminiCLI, 64000, "/compress") }
+// its own compression follows a huge usage on a tool-call answer (it compresses before
+// sending the tool's result). Known failure (wip/e2e, 2026-12-07): assertion 1, requests
+// over the window: the functionResponse parts Gemini CLI repeats after --resume are
+// forwarded but not counted.
+func TestGeminiCLI(t *testing.T) {
+	runSession(t, geminiCLI, 64000, own{huge: func(path string, body []byte) bool {
+		return isTurn(path, body) && !endsWithResult(path, body)
+	}})
+}
+
+// TestGeminiCLICompressCommand: Gemini CLI's own compression by its command,
+// `-p "/compress" --resume latest`. Known failures (wip/e2e, 2026-12-07): the proxy
+// refuses (400) the request that follows the compression, whose newest content is a
+// functionResponse whose call Gemini CLI's compression dropped (captured:
+// testdata/gemini/15-compress-command-…); before, with the compression requests stored
+// as the conversation's newest turn, that request went to an edit branch; and
+// assertion 1 as in TestGeminiCLI.
+func TestGeminiCLICompressCommand(t *testing.T) {
+	runSession(t, geminiCLI, 64000, own{cmd: "/compress"})
+}
 
 // TestOpenCode: OpenCode 1.18.33 (Chat Completions); its own compaction follows a huge
 // usage on a final answer, in the same run.
-func TestOpenCode(t *testing.T) { runSession(t, openCode, 48000, "") }
+func TestOpenCode(t *testing.T) { runSession(t, openCode, 48000, own{huge: endsWithResult}) }
+
+// own is how an agent is made to compact its history on its own: a command run as a
+// prompt of its own (cmd), or a huge usage reported on the upstream request huge
+// matches, during prompt stepOwnBegin.
+type own struct {
+	cmd  string
+	huge func(path string, body []byte) bool
+}
 
 // The window w of each agent is the conversation's context window
 // (COMPACTOR_CONTEXT_WINDOW), in the project's tokens (4 characters). Measured (the
@@ -71,10 +91,10 @@ func randomHex(n int) string {
 }
 
 // runSession runs agent a through a session of prompts through the proxy and checks
-// what the proxy promises (docs/proxy.md). compactCmd is the prompt that makes the
-// agent compact its history on its own ("" for an agent made to compact by a huge
-// usage report).
-func runSession(t *testing.T, a agent, w int, compactCmd string) {
+// what the proxy promises (docs/proxy.md). how says how the agent is made to compact
+// on its own (see own).
+func runSession(t *testing.T, a agent, w int, how own) {
+	compactCmd := how.cmd
 	jsDir(t, a.bin)
 	began := time.Now()
 	if v, err := strconv.Atoi(os.Getenv("AGENTTEST_WINDOW")); err == nil && v > 0 {
@@ -129,7 +149,7 @@ func runSession(t *testing.T, a agent, w int, compactCmd string) {
 			} else {
 				// a huge usage on this prompt's final answer: Codex compacts before its
 				// next prompt, OpenCode at once
-				s.armHuge(endsWithResult)
+				s.armHuge(how.huge)
 			}
 		}
 		if compactCmd == "" && i == stepOwnBegin+2 {
