@@ -32,6 +32,10 @@ func newAnswerStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, configure 
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := a.calls.Add(1)
 		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, ":generateContent") {
+			fmt.Fprintf(w, `{"candidates":[{"index":0,"content":{"role":"model","parts":[{"text":"model reply %d"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":2,"totalTokenCount":12}}`, n)
+			return
+		}
 		if r.URL.Path == "/v1/responses" {
 			fmt.Fprintf(w, `{"id":"resp_%d","object":"response","status":"completed","output":[{"type":"message","id":"msg_%d","status":"completed","role":"assistant","content":[{"type":"output_text","text":"model reply %d","annotations":[]}]}],"usage":{"input_tokens":10,"output_tokens":2,"total_tokens":12}}`, n, n, n)
 			return
@@ -40,7 +44,7 @@ func newAnswerStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, configure 
 	}))
 	t.Cleanup(up.Close)
 	cfg := proxy.DefaultConfig()
-	cfg.Listen, cfg.Upstream, cfg.AnthropicUpstream = "", up.URL, up.URL
+	cfg.Listen, cfg.Upstream, cfg.AnthropicUpstream, cfg.GeminiUpstream = "", up.URL, up.URL, up.URL
 	if configure != nil {
 		configure(&cfg)
 	}
@@ -274,6 +278,57 @@ func TestResponsesCompactEndpointIsAnsweredFromTheSummary(t *testing.T) {
 		}
 		if got := a.f.stored("cx"); len(got) != 8 || got[5] != text || got[6] != "third" || got[7] != "model reply 4" {
 			t.Fatalf("CHAT holds %q", got)
+		}
+	})
+}
+
+// gemini posts a Gemini generateContent request of contents (role, text pairs) to conv
+// (named in the path, as Gemini CLI's base URL names it).
+func (a *answerStack) gemini(t *testing.T, conv, system string, pairs ...string) (*http.Response, string) {
+	t.Helper()
+	var contents []map[string]any
+	for i := 0; i+1 < len(pairs); i += 2 {
+		contents = append(contents, map[string]any{"role": pairs[i], "parts": []any{map[string]any{"text": pairs[i+1]}}})
+	}
+	body, _ := json.Marshal(map[string]any{"contents": contents, "systemInstruction": map[string]any{"parts": []any{map[string]any{"text": system}}}})
+	req, _ := http.NewRequest(http.MethodPost, a.http.URL+"/c/"+conv+"/v1beta/models/g:generateContent", strings.NewReader(string(body)))
+	req.Header.Set("X-Goog-Api-Key", "k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// Gemini CLI compresses as a side task (its own system prompt, the history and
+// "Generate a new <state_snapshot>") and goes on from a history that keeps its newest
+// turns: the request is answered from the summary in a <state_snapshot>, and neither it
+// nor the answer is stored, so the turn that follows, which lacks them, continues the
+// conversation instead of branching.
+func TestGeminiCompressionIsAnsweredAndNotStored(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		a := newAnswerStack(t, nc, st, nil)
+		h := []string{"user", "FACT-8 is the flag"}
+		_, _ = a.gemini(t, "gm", "you are gemini", h...)
+		h = append(h, "model", "model reply 1", "user", "second")
+		_, _ = a.gemini(t, "gm", "you are gemini", h...)
+		h = append(h, "model", "model reply 2")
+		putValue(a.f, "gm", 1, "SUMMARY: FACT-8 is the flag", "second")
+		before := len(a.f.stored("gm"))
+		resp, body := a.gemini(t, "gm", "You are a specialized system component responsible for distilling chat history into a structured XML <state_snapshot>.",
+			append(h, "user", "Generate a new <state_snapshot> based on the provided history.")...)
+		if resp.Header.Get(proxy.AnsweredHeader) != "gemini-cli" || a.calls.Load() != 2 || !strings.Contains(body, "state_snapshot") ||
+			!strings.Contains(body, "SUMMARY: FACT-8 is the flag") {
+			t.Fatalf("compression: answered %q, %d upstream calls: %s", resp.Header.Get(proxy.AnsweredHeader), a.calls.Load(), body)
+		}
+		if got := a.f.stored("gm"); len(got) != before {
+			t.Fatalf("the compression was stored: %q", got[before:])
+		}
+		resp, _ = a.gemini(t, "gm", "you are gemini", append(h, "user", "third")...)
+		if resp.Header.Get(proxy.BranchHeader) != "" || resp.Header.Get(proxy.ConversationHeader) != "gm" || a.calls.Load() != 3 {
+			t.Fatalf("the next turn: conversation %q, branch %q", resp.Header.Get(proxy.ConversationHeader), resp.Header.Get(proxy.BranchHeader))
 		}
 	})
 }

@@ -42,6 +42,12 @@ type CompactionPrompt struct {
 	System string
 	// Format is how the answer is shaped (FormatPlain when empty).
 	Format string
+	// Side: the agent runs its compaction as a side task and goes on from a history
+	// that keeps its newest messages (Gemini CLI keeps its newest turns after its
+	// snapshot): the request and its answer are not stored, as a side request's.
+	// Otherwise they are stored as a turn, since the agent's next history holds the
+	// answer in place of the messages it summarizes.
+	Side bool
 }
 
 // DefaultCompactionPrompts are the compaction requests of the agents people run, as
@@ -51,8 +57,8 @@ var DefaultCompactionPrompts = []CompactionPrompt{
 	{Agent: "codex", Header: "X-Codex-Turn-Metadata", HeaderHas: `"request_kind":"compaction"`},
 	{Agent: "codex", Text: "You are performing a CONTEXT CHECKPOINT COMPACTION"},
 	{Agent: "claude-code", Text: "Your task is to create a detailed summary of the conversation so far", Format: FormatAnalysisSummary},
-	{Agent: "gemini-cli", Text: "Generate a new <state_snapshot>", Format: FormatStateSnapshot},
-	{Agent: "gemini-cli", Text: "Critically evaluate the <state_snapshot>", Format: FormatStateSnapshot},
+	{Agent: "gemini-cli", Text: "Generate a new <state_snapshot>", Format: FormatStateSnapshot, Side: true},
+	{Agent: "gemini-cli", Text: "Critically evaluate the <state_snapshot>", Format: FormatStateSnapshot, Side: true},
 	{Agent: "opencode", System: "You are a context summarization agent"},
 	{Agent: "opencode", Text: "Create a new anchored summary from the conversation history"},
 }

@@ -131,14 +131,15 @@ type requestKind struct {
 }
 
 // classify tells a compaction request (compactionPrompt, or the compaction endpoint)
-// and a side request (sideRequest, whose reply is not stored) from a turn.
+// and a side request (sideRequest, or a compaction the agent runs as a side task: its
+// reply is not stored) from a turn.
 func (x *exchange) classify(body []byte, req *Request) requestKind {
 	var k requestKind
 	k.prompt, k.compaction = compactionPrompt(x.s.prompts, x.r.Header, req.Messages)
 	if x.rt.compact {
 		k.prompt, k.compaction = CompactionPrompt{Agent: "compact-endpoint"}, true
 	}
-	x.side = !k.compaction && sideRequest(x.rt.api, body, req.Messages)
+	x.side = k.compaction && k.prompt.Side || !k.compaction && sideRequest(x.rt.api, body, req.Messages)
 	return k
 }
 
@@ -396,7 +397,7 @@ func (x *exchange) answer(req *Request, turn *Turn, p CompactionPrompt) bool {
 		x.s.log.Error().Err(err).Str("api", x.wire.Name()).Msg("proxy: answer a compaction request")
 		return false
 	}
-	x.finish(turn, reply, nil) // the usage is the proxy's own estimate: it calibrates nothing
+	x.finish(turn, reply, nil) // stored unless a side request; the usage is the proxy's own estimate: it calibrates nothing
 	x.report.Outcome, x.report.Usage = OutcomeAnswered, &usage
 	h := x.w.Header()
 	setTurnHeaders(h, turn)
