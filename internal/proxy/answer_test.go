@@ -332,3 +332,34 @@ func TestGeminiCompressionIsAnsweredAndNotStored(t *testing.T) {
 		}
 	})
 }
+
+// Claude Code compacts on its own from before the reply whose usage made it compact:
+// its compaction request is the history without that reply, plus the prompt. It is
+// answered for what the client has, and makes no branch; the next history, the summary
+// and the kept reply, continues the conversation.
+func TestCompactionFromBeforeTheNewestReplyMakesNoBranch(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		a := newAnswerStack(t, nc, st, nil)
+		h := []string{"system", "you are an agent", "user", "FACT-2 build it"}
+		_, _ = a.chat(t, "cc2", false, h...)
+		h = append(h, "assistant", "model reply 1", "user", "second")
+		_, _ = a.chat(t, "cc2", false, h...)
+		putValue(a.f, "cc2", 1, "SUMMARY: FACT-2 was built.", "second")
+		before := strings.Join(a.f.stored("cc2"), "|")
+		resp, body := a.chat(t, "cc2", false, append(h, "user", claudeCompact)...)
+		if resp.Header.Get(proxy.AnsweredHeader) != "claude-code" || !strings.Contains(body, "SUMMARY: FACT-2 was built.") || strings.Contains(body, "model reply 2") {
+			t.Fatalf("answered %q: %s", resp.Header.Get(proxy.AnsweredHeader), body)
+		}
+		if got := strings.Join(a.f.stored("cc2"), "|"); got != before {
+			t.Fatalf("the conversation changed: %q", got)
+		}
+		if b := resp.Header.Get(proxy.ConversationHeader); b != "cc2" && len(a.f.stored(b)) > 0 {
+			t.Fatalf("a branch was made: %s holds %q", b, a.f.stored(b))
+		}
+		resp, _ = a.chat(t, "cc2", false, "system", "you are an agent", "user", "This session is being continued. Summary: SUMMARY: FACT-2 was built.",
+			"assistant", "model reply 2", "user", "third")
+		if resp.Header.Get(proxy.BranchHeader) != "" || resp.Header.Get(proxy.ConversationHeader) != "cc2" {
+			t.Fatalf("after: conversation %q, branch %q", resp.Header.Get(proxy.ConversationHeader), resp.Header.Get(proxy.BranchHeader))
+		}
+	})
+}

@@ -97,6 +97,13 @@ func (x *exchange) compact(body []byte, conv string) {
 	if !ok {
 		return
 	}
+	if kind.compaction && turn.Branch != "" {
+		// A compaction request from a history that lost the conversation's newest
+		// message (Claude Code compacts from before the reply that reported the usage
+		// it compacts for): answered, or forwarded, for what the client has, but no
+		// branch is made of it; the agent's next history goes on from the conversation.
+		x.side = true
+	}
 	switch {
 	case x.rt.compact:
 		x.answerCompact(body, req, turn)
