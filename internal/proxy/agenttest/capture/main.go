@@ -621,26 +621,26 @@ func lastChat(body map[string]any) (string, string) {
 
 func lastGemini(body map[string]any) (string, string) {
 	contents, _ := body["contents"].([]any)
-	for i := len(contents) - 1; i >= 0; i-- {
-		m, _ := contents[i].(map[string]any)
-		if m["role"] == "model" {
-			return "assistant", ""
-		}
-		parts, _ := m["parts"].([]any)
-		var text strings.Builder
-		kind := "prompt"
-		for _, p := range parts {
-			pm, _ := p.(map[string]any)
-			if pm["functionResponse"] != nil {
-				kind = "result"
-			}
-			if t, ok := pm["text"].(string); ok {
-				text.WriteString(t + "\n")
-			}
-		}
-		return kind, text.String()
+	if len(contents) == 0 {
+		return "", ""
 	}
-	return "", ""
+	m, _ := contents[len(contents)-1].(map[string]any)
+	if m["role"] == "model" {
+		return "assistant", ""
+	}
+	parts, _ := m["parts"].([]any)
+	var text strings.Builder
+	kind := "prompt"
+	for _, p := range parts {
+		pm, _ := p.(map[string]any)
+		if pm["functionResponse"] != nil {
+			kind = "result"
+		}
+		if t, ok := pm["text"].(string); ok {
+			text.WriteString(t + "\n")
+		}
+	}
+	return kind, text.String()
 }
 
 // fromSchema makes a value that fits a JSON schema (Gemini's JSON-mode side requests: the
