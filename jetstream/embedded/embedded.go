@@ -25,6 +25,14 @@ type Config struct {
 	ServerName string
 	// ReadyTimeout bounds start-up.
 	ReadyTimeout time.Duration
+	// SyncInterval is how often the server flushes JetStream's writes to disk. Zero,
+	// the default, flushes every write before it is acknowledged (nats-server's
+	// sync_interval: always): an acknowledged message survives a process crash, an OS
+	// crash and a power loss. A positive interval is nats-server's own behaviour when
+	// unset (2 minutes): writes are faster, and what was acknowledged since the last
+	// flush is lost with the machine (never with the process alone). Tests and
+	// benchmarks that measure the difference set it.
+	SyncInterval time.Duration
 	// Logger receives the server's own log lines at debug level (warnings and errors at
 	// their own levels). The zero logger discards them.
 	Logger zerolog.Logger
@@ -78,6 +86,9 @@ func Start(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.SyncInterval < 0 {
+		return nil, fmt.Errorf("embedded nats: sync interval %s is negative; use 0 to sync every write", cfg.SyncInterval)
+	}
 	host, port, _ := splitListen(cfg.Listen)
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
@@ -90,6 +101,13 @@ func Start(cfg Config) (*Server, error) {
 		JetStream:  true,
 		StoreDir:   cfg.DataDir,
 		NoSigs:     true,
+	}
+	if cfg.SyncInterval > 0 {
+		opts.SyncInterval = cfg.SyncInterval
+	} else {
+		// As nats-server's config file sets it for sync_interval: always.
+		opts.SyncInterval = 2 * time.Minute
+		opts.SyncAlways = true
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -109,6 +127,12 @@ func Start(cfg Config) (*Server, error) {
 
 // ClientURL is the URL clients connect to.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// SyncsEveryWrite reports whether the server flushes every JetStream write to disk
+// before acknowledging it.
+func (s *Server) SyncsEveryWrite() bool {
+	return s.ns.JetStreamConfig() != nil && s.ns.JetStreamConfig().SyncAlways
+}
 
 // NATS returns the underlying server, for tests that need to inspect it.
 func (s *Server) NATS() *server.Server { return s.ns }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -45,4 +46,28 @@ func TestDataDirIsLockedWhileInUse(t *testing.T) {
 		t.Fatalf("start after the first server stopped: %v", err)
 	}
 	again.Shutdown()
+}
+
+// The shipped embedded server flushes every JetStream write to disk before it
+// acknowledges it; an interval is an explicit choice.
+func TestEmbeddedServerSyncsEveryWriteByDefault(t *testing.T) {
+	srv, err := Start(Config{Listen: "127.0.0.1:-1", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	if !srv.SyncsEveryWrite() || !srv.NATS().JetStreamConfig().SyncAlways {
+		t.Fatalf("the default embedded server does not sync every write: %+v", srv.NATS().JetStreamConfig())
+	}
+	lazy, err := Start(Config{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), SyncInterval: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lazy.Shutdown()
+	if lazy.SyncsEveryWrite() || lazy.NATS().JetStreamConfig().SyncInterval != time.Minute {
+		t.Fatalf("an explicit interval was not kept: %+v", lazy.NATS().JetStreamConfig())
+	}
+	if _, err := Start(Config{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), SyncInterval: -time.Second}); err == nil {
+		t.Fatal("a negative interval started a server")
+	}
 }

@@ -14,10 +14,14 @@ import (
 	"github.com/compactor/compactor/jetstream/embedded"
 )
 
-// Server starts a server and returns it.
+// Server starts a server and returns it. Its store is a throwaway directory, flushed to
+// disk in the background (nats-server's own default) rather than on every write as the
+// shipped embedded server does: what the tests built on it check does not depend on
+// the disk, and the tests that do (power loss, the shipped settings) start their
+// servers with the shipped configuration.
 func Server(t testing.TB) *embedded.Server {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: t.TempDir()})
+	srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), SyncInterval: 2 * time.Minute})
 	if err != nil {
 		t.Fatalf("start nats-server: %v", err)
 	}
