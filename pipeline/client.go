@@ -103,6 +103,39 @@ func (c *Client) refusable(ctx context.Context, publish func(subject string) boo
 	})
 }
 
+// readable returns ctx, cancelled with the server's refusal of a read of one of streams
+// (a direct or leader get, with or without a subject after the stream's name) or of the
+// client's replies, and done, which releases the watch and turns the read's error into
+// that refusal: a refused get gets no answer, and without it the read would wait for
+// its timeout. Only gets of streams count, so a refusal of another call on the same
+// connection does not end this read.
+func (c *Client) readable(ctx context.Context, streams ...string) (context.Context, func(error) error) {
+	rctx, cancel := c.refusable(ctx, func(s string) bool {
+		for _, api := range []string{"$JS.API.DIRECT.GET.", "$JS.API.STREAM.MSG.GET."} {
+			if rest, ok := strings.CutPrefix(s, api); ok {
+				for _, st := range streams {
+					if rest == st || strings.HasPrefix(rest, st+".") {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	})
+	return rctx, func(err error) error {
+		err = jetstream.PermissionCause(rctx, err)
+		cancel()
+		return err
+	}
+}
+
+// conversationStreams are the streams a read of a conversation gets from: CHAT, the
+// results and forget buckets', and the objects bucket's.
+func (c *Client) conversationStreams() []string {
+	cfg := c.config()
+	return []string{cfg.ChatStream, "KV_" + cfg.ResultsBucket, "KV_" + cfg.ForgetBucket, "OBJ_" + cfg.ObjectsBucket}
+}
+
 // liveValue reads conv's value as Context may serve it: a value the conversation's
 // forget tombstone covers is dropped (a forget that a writer outlived), and from is
 // where the tail starts: the value's TailStartSeq, never at or below what the forget

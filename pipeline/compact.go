@@ -241,7 +241,9 @@ func (c *Client) WaitForOutcome(ctx context.Context, conv, requestID string) (sc
 
 // Result returns a conversation's current compaction value (nil when never compacted,
 // or when the value is of a forgotten conversation: see Context).
-func (c *Client) Result(ctx context.Context, conv string) (*schemas.Result, error) {
+func (c *Client) Result(ctx context.Context, conv string) (_ *schemas.Result, err error) {
+	ctx, done := c.readable(ctx, c.conversationStreams()...)
+	defer func() { err = done(err) }()
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}

@@ -60,7 +60,9 @@ var ErrNotCovered = errors.New("read does not cover the requested sequence")
 
 // Context reads "pinned + summary + tail" for a conversation: the reader algorithm of
 // the README, the same in every language.
-func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption) (*Context, error) {
+func (c *Client) Context(ctx context.Context, conv string, opts ...ContextOption) (_ *Context, err error) {
+	ctx, done := c.readable(ctx, c.conversationStreams()...)
+	defer func() { err = done(err) }()
 	var o contextOptions
 	for _, opt := range opts {
 		opt(&o)

@@ -19,7 +19,9 @@ var ErrNotFound = errors.New("conversation not found")
 // KV (a compaction, or the marker of a declined one). A forgotten conversation does not
 // exist until something is published to its id again. It reads the value and the
 // conversation's newest message, each one lookup the server answers from its index.
-func (c *Client) Exists(ctx context.Context, conv string) (bool, error) {
+func (c *Client) Exists(ctx context.Context, conv string) (_ bool, err error) {
+	ctx, done := c.readable(ctx, c.conversationStreams()...)
+	defer func() { err = done(err) }()
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return false, err
 	}

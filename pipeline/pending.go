@@ -11,7 +11,9 @@ import (
 // or is being worked on, nil when there is none: what `compactor status <conv>`, the
 // service's status and the web view show as pending. In service mode it asks
 // compactor.status, which tells the request's id only: the other fields are zero.
-func (c *Client) Pending(ctx context.Context, conv string) (*schemas.Request, error) {
+func (c *Client) Pending(ctx context.Context, conv string) (_ *schemas.Request, err error) {
+	ctx, done := c.readable(ctx, c.config().RequestsStream)
+	defer func() { err = done(err) }()
 	if err := schemas.ValidateConversationID(conv); err != nil {
 		return nil, err
 	}

@@ -89,12 +89,19 @@ type PubAck struct {
 // an outcome whose ack came may wait behind an earlier publish's, at most until that
 // one's context ends or its ack times out. To publish many messages with many in
 // flight, PublishBatch waits for their acks itself.
+//
+// A publish the server refuses (the user may not publish to the conversation's subject
+// or store objects) yields a *jetstream.PermissionError naming the subject as soon as
+// the refusal comes, not a timeout.
 func (c *Client) PublishAsync(ctx context.Context, conv string, m schemas.Message, opts ...PublishOption) (<-chan PubAck, error) {
-	p, err := c.publishAsync(ctx, conv, &m, applyOptions(opts))
+	refused, release := c.refusable(ctx, c.publishSubject(conv))
+	p, err := c.publishAsync(refused, conv, &m, applyOptions(opts))
 	if err != nil {
+		err = jetstream.PermissionCause(refused, err)
+		release()
 		return nil, err
 	}
-	return c.enqueue(ctx, p), nil
+	return c.enqueue(ctx, refused, release, p), nil
 }
 
 // inFlight is an asynchronous publish waiting for its ack.

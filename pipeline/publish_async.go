@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/compactor/compactor/jetstream"
 )
 
 // asyncQueue holds a client's PublishAsync publishes in flight, oldest first. One
@@ -21,10 +23,14 @@ type asyncQueue struct {
 // asyncPublish is one PublishAsync in flight.
 type asyncPublish struct {
 	inFlight
-	ctx     context.Context
+	ctx context.Context
+	// refused is ctx, also cancelled by the server's refusal of the publish's subjects
+	// (see Client.refusable); release ends its watch once the outcome is claimed.
+	refused context.Context
+	release context.CancelFunc
 	out     chan PubAck
 	claimed atomic.Bool
-	stop    func() bool // the AfterFunc's stop; nil when ctx cannot end
+	stop    func() bool // the AfterFunc's stop; nil when refused cannot end
 }
 
 // claim makes the caller the one that yields a's outcome: true once, false after.
@@ -39,16 +45,26 @@ func (a *asyncPublish) claimAcked() bool {
 	if a.stop != nil {
 		a.stop()
 	}
+	a.release()
 	return true
 }
 
-// enqueue makes p's outcome come on the returned channel.
-func (c *Client) enqueue(ctx context.Context, p inFlight) <-chan PubAck {
-	a := &asyncPublish{inFlight: p, ctx: ctx, out: make(chan PubAck, 1)}
-	if ctx.Done() != nil {
-		a.stop = context.AfterFunc(ctx, func() {
+// ended is the error of a publish whose wait refused ended: the server's refusal, or
+// its context's error.
+func (a *asyncPublish) ended() error {
+	return jetstream.PermissionCause(a.refused, a.refused.Err())
+}
+
+// enqueue makes p's outcome come on the returned channel. refused is ctx, also ended
+// by a refusal of p's subjects, and release ends its watch.
+func (c *Client) enqueue(ctx, refused context.Context, release context.CancelFunc, p inFlight) <-chan PubAck {
+	a := &asyncPublish{inFlight: p, ctx: ctx, refused: refused, release: release, out: make(chan PubAck, 1)}
+	if refused.Done() != nil {
+		a.stop = context.AfterFunc(refused, func() {
 			if a.claim() {
-				a.out <- c.failed(a.inFlight, ctx.Err())
+				err := a.ended()
+				a.release()
+				a.out <- c.failed(a.inFlight, err)
 			}
 		})
 	}
@@ -102,8 +118,8 @@ func (c *Client) settleAsync(a *asyncPublish) {
 		a.out <- PubAck{Seq: ack.Sequence}
 		return
 	case err = <-a.f.Err():
-	case <-a.ctx.Done():
-		err = a.ctx.Err()
+	case <-a.refused.Done():
+		err = a.ended()
 	}
 	if a.claimAcked() {
 		a.out <- c.failed(a.inFlight, err)

@@ -41,7 +41,9 @@ type Recalled = schemas.RecallResponse
 // reached FromSeq (or the first message). The other ContextOptions (AtLeastSeq, Raw,
 // WaitPending) do not apply: recalled messages are always stripped of Compactor's
 // metadata. An invalid option is a *schemas.ValidationError naming it.
-func (c *Client) Recall(ctx context.Context, conv string, opts ...ContextOption) (*Recalled, error) {
+func (c *Client) Recall(ctx context.Context, conv string, opts ...ContextOption) (_ *Recalled, err error) {
+	ctx, done := c.readable(ctx, c.conversationStreams()...)
+	defer func() { err = done(err) }()
 	var o contextOptions
 	for _, opt := range opts {
 		opt(&o)
