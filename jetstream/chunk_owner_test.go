@@ -97,6 +97,7 @@ func TestForgetPurgesNoEarlierChunksWrittenForAnotherObject(t *testing.T) {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
 	st := jstest.Provision(t, nc)
+	allowRollUps(t, nc) // nats.go's Put below, as on a bucket of an earlier version
 	ctx := ctxT(t)
 	js := testJS(t, nc)
 	obs, err := js.ObjectStore(ctx, st.Config().ObjectsBucket)
@@ -133,6 +134,7 @@ func TestForgetDeletesAnObjectNatsGoWrote(t *testing.T) {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
 	st := jstest.Provision(t, nc)
+	allowRollUps(t, nc) // nats.go's Put below, as on a bucket of an earlier version
 	ctx := ctxT(t)
 	obs, err := testJS(t, nc).ObjectStore(ctx, st.Config().ObjectsBucket)
 	if err != nil {

@@ -244,6 +244,10 @@ type Config struct {
 	// it is refused (the stream discards new messages, never an older one), so the
 	// producer knows and nothing stored is lost. A tenant's stored_bytes quota sets it.
 	ChatMaxBytes int64
+	// ObjectsMaxBytes, when > 0, bounds the bytes the objects bucket holds in the same
+	// way: a store over it is refused (the message over the max payload is not
+	// published). A tenant's stored_bytes quota sets it.
+	ObjectsMaxBytes int64
 	// DuplicateWindow is CHAT's window for Nats-Msg-Id de-duplication.
 	DuplicateWindow time.Duration
 	// EventsMaxAge and DeadMaxAge bound the event and dead-letter streams.
@@ -345,8 +349,8 @@ func (c Config) Validate() error {
 		return bad("replicas must be 1 to 5, got %d", c.Replicas)
 	case c.ChatMaxAge < 0:
 		return bad("chat max age must not be negative")
-	case c.ChatMaxBytes < 0:
-		return bad("chat max bytes must not be negative")
+	case c.ChatMaxBytes < 0 || c.ObjectsMaxBytes < 0:
+		return bad("chat and objects max bytes must not be negative")
 	case c.DuplicateWindow <= 0:
 		return bad("duplicate window must be positive")
 	case c.ChatMaxAge > 0 && c.ChatMaxAge < c.DuplicateWindow:

@@ -96,6 +96,7 @@ func TestForgetDeletesEverythingOfTheConversation(t *testing.T) {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
 	st := jstest.Provision(t, nc)
+	allowRollUps(t, nc) // nats.go's Delete below, as on a bucket of an earlier version
 	ctx := ctxT(t)
 	cfg := st.Config()
 	obs, err := testJS(t, nc).ObjectStore(ctx, cfg.ObjectsBucket) // provisioned
@@ -323,6 +324,7 @@ func TestForgetTrustsNoObjectDescription(t *testing.T) {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
 	st := jstest.Provision(t, nc)
+	allowRollUps(t, nc) // nats.go's Put below, as on a bucket of an earlier version
 	ctx := ctxT(t)
 	cfg := st.Config()
 	obs, err := testJS(t, nc).ObjectStore(ctx, cfg.ObjectsBucket)

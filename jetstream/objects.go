@@ -158,9 +158,10 @@ func ChunkIDs(info *natsjs.ObjectInfo) []string {
 const ChunkOwnerHeader = "Compactor-Object"
 
 // write stores object under name in the format of nats.go's object store (chunks on
-// a fresh chunk id, each with ChunkOwnerHeader, then the description, which replaces
-// the name's earlier one), without the purge nats.go's Put makes of the earlier chunks:
-// the description lists their ids instead.
+// a fresh chunk id, each with ChunkOwnerHeader, then the description, which readers
+// take over the name's earlier ones), without the purge nats.go's Put makes of the
+// earlier chunks (the description lists their ids instead) and without its roll-up of
+// the description's subject.
 func (ob *Objects) write(ctx context.Context, name string, object []byte, earlier []string) error {
 	stream := objectsStream(ob.cfg.ObjectsBucket)
 	id := rand.Text() // 26 characters of [A-Z2-7]: a plain chunk id
@@ -192,8 +193,10 @@ func (ob *Objects) write(ctx context.Context, name string, object []byte, earlie
 	if err != nil {
 		return err
 	}
+	// A plain publish, without the roll-up header of nats.go's Put: the bucket refuses
+	// roll-ups (objectsStreamConfig), and the name's earlier descriptions stay until the
+	// age limit or a forget removes them (readers take the newest that is whole).
 	m := nats.NewMsg(ob.objectMetaSubject(name))
-	m.Header.Set(natsjs.MsgRollup, natsjs.MsgRollupSubject)
 	m.Data = data
 	if _, err := ob.js.PublishMsg(ctx, m, natsjs.WithExpectStream(stream)); err != nil {
 		return fmt.Errorf("description: %w", err)
@@ -251,7 +254,7 @@ func (s *core) objectStore(ctx context.Context) (natsjs.ObjectStore, error) {
 func (s *core) objectInfo(ctx context.Context, name string) (info *natsjs.ObjectInfo, at time.Time, err error) {
 	m, err := s.leaderGet(ctx, objectsStream(s.cfg.ObjectsBucket), map[string]any{"last_by_subj": s.objectMetaSubject(name)})
 	if errors.Is(err, errNoMessage) {
-		return nil, time.Time{}, fmt.Errorf("%w: %s of bucket %s (deleted, purged, aged out or never stored)", ErrObjectMissing, name, s.cfg.ObjectsBucket)
+		return nil, time.Time{}, noDescription{fmt.Errorf("%w: %s of bucket %s (deleted, purged, aged out or never stored)", ErrObjectMissing, name, s.cfg.ObjectsBucket)}
 	}
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("object %s: %w", name, err)
@@ -265,6 +268,11 @@ func (s *core) objectInfo(ctx context.Context, name string) (info *natsjs.Object
 	}
 	return info, m.Time, nil
 }
+
+// noDescription is the ErrObjectMissing of a name the bucket holds no description of.
+type noDescription struct{ error }
+
+func (e noDescription) Unwrap() error { return e.error }
 
 // checkInfo checks an object's description against the reference before anything of
 // it is read: a link (to another object or bucket) is refused, and an object whose
@@ -319,29 +327,89 @@ func (ob *Objects) Read(ctx context.Context, conv string, ref *schemas.ContentRe
 	if ref.Size > ob.cfg.MaxObjectSize {
 		return nil, fmt.Errorf("%w: %s of %d bytes is over the max object size of %d bytes", ErrObjectRefused, ref.Name, ref.Size, ob.cfg.MaxObjectSize)
 	}
-	for attempt := 0; ; attempt++ {
-		info, _, err := ob.objectInfo(ctx, ref.Name)
-		if err != nil {
-			return nil, err
+	var object []byte
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		var info *natsjs.ObjectInfo
+		if info, _, err = ob.objectInfo(ctx, ref.Name); err == nil {
+			object, err = ob.readObject(ctx, info, ref)
 		}
-		if err := ob.checkInfo(info, ref); err != nil {
-			return nil, err
+		if !errors.Is(err, errIncomplete) {
+			break // stored again while read (a refresh) is read again: its new chunks are whole
 		}
-		object, err := ob.readChunks(ctx, info, nil)
-		if errors.Is(err, errIncomplete) && attempt == 0 {
-			continue // stored again while read (a refresh): its new chunks are whole
-		}
-		if errors.Is(err, errIncomplete) {
-			return nil, fmt.Errorf("%w: %s is corrupt: %v", ErrObjectMissing, ref.Name, err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if sum := sha256.Sum256(object); hex.EncodeToString(sum[:]) != ref.SHA256 {
-			return nil, fmt.Errorf("%w: %s is corrupt: its bytes do not hash to the reference's sha256", ErrObjectMissing, ref.Name)
-		}
-		return object, nil
 	}
+	var none noDescription
+	if err == nil || errors.As(err, &none) || !errors.Is(err, ErrObjectMissing) && !errors.Is(err, ErrObjectRefused) && !errors.Is(err, errIncomplete) {
+		return object, err
+	}
+	// The newest description is not whole (a producer may write any name's description,
+	// a roll-up of an older bucket may have removed the chunks): an earlier description
+	// of the name that is whole still serves.
+	if earlier, eerr := ob.earlierObject(ctx, ref); eerr == nil {
+		return earlier, nil
+	} else if !errors.Is(eerr, ErrObjectMissing) {
+		return nil, eerr
+	}
+	if errors.Is(err, errIncomplete) {
+		return nil, fmt.Errorf("%w: %s is corrupt: %v", ErrObjectMissing, ref.Name, err)
+	}
+	return nil, err
+}
+
+// readObject reads the object info describes, checked against ref.
+func (s *core) readObject(ctx context.Context, info *natsjs.ObjectInfo, ref *schemas.ContentRef) ([]byte, error) {
+	if err := s.checkInfo(info, ref); err != nil {
+		return nil, err
+	}
+	object, err := s.readChunks(ctx, info, nil)
+	if err != nil {
+		return nil, err
+	}
+	if sum := sha256.Sum256(object); hex.EncodeToString(sum[:]) != ref.SHA256 {
+		return nil, fmt.Errorf("%w: %s is corrupt: its bytes do not hash to the reference's sha256", ErrObjectMissing, ref.Name)
+	}
+	return object, nil
+}
+
+// maxDescriptions bounds the descriptions of one name a reader looks through for a
+// whole one, and maxTried how many of them, the newest first, it reads the chunks of.
+const (
+	maxDescriptions = 1024
+	maxTried        = 8
+)
+
+// earlierObject reads ref's object from the newest of the name's descriptions whose
+// chunks are whole and hash to the reference: descriptions are only added (the bucket
+// refuses roll-ups), so one written over the object's, by mistake or by a producer
+// that may write any name's, does not hide it. ErrObjectMissing when none is whole.
+func (s *core) earlierObject(ctx context.Context, ref *schemas.ContentRef) ([]byte, error) {
+	stream, meta := objectsStream(s.cfg.ObjectsBucket), s.objectMetaSubject(ref.Name)
+	var descs []StoredMsg
+	for from := uint64(1); len(descs) < maxDescriptions; {
+		page, more, err := s.directBatch(ctx, stream, meta, from, chunkBatch)
+		if err != nil {
+			return nil, fmt.Errorf("object %s: %w", ref.Name, err)
+		}
+		descs = append(descs, page...)
+		if !more || len(page) == 0 {
+			break
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+	tried := 0
+	for i := len(descs) - 2; i >= 0 && tried < maxTried; i-- { // the newest was read already
+		info := &natsjs.ObjectInfo{}
+		if json.Unmarshal(descs[i].Data, info) != nil || info.Deleted || s.checkInfo(info, ref) != nil {
+			continue
+		}
+		tried++
+		if object, err := s.readObject(ctx, info, ref); err == nil {
+			return object, nil
+		} else if !errors.Is(err, ErrObjectMissing) && !errors.Is(err, errIncomplete) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: %s: no description of it is whole", ErrObjectMissing, ref.Name)
 }
 
 // readChunks reads the chunks info describes, with batched direct gets (any replica),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -51,7 +52,7 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			return nil, nil, err
 		}
 	}
-	if err := p.objectStore(ctx, objectsConfig(cfg)); err != nil {
+	if err := p.objectStore(ctx, objectsStreamConfig(cfg)); err != nil {
 		return nil, nil, err
 	}
 	for _, c := range consumerConfigs(cfg) {
@@ -68,7 +69,7 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 	}
 	st, err := newStore(nc, js, cfg, results)
 	if st != nil {
-		st.missingBuckets = p.skipped
+		st.missingBuckets, st.pendingUpgrades = p.skipped, p.upgrades
 	}
 	return st, p.applied, err
 }
@@ -240,14 +241,29 @@ func bucketConfigs(cfg Config) []natsjs.KeyValueConfig {
 	return buckets
 }
 
-// objectsConfig is the object store of the messages over the max payload.
-func objectsConfig(cfg Config) natsjs.ObjectStoreConfig {
-	return natsjs.ObjectStoreConfig{
-		Bucket:      cfg.ObjectsBucket,
+// objectsStreamConfig is the stream of the objects bucket: nats.go's object store
+// stream (its subjects, discard policy and direct gets, so every NATS client reads the
+// bucket) with roll-ups refused. An object store allows them, and then any user that
+// may store objects erases the whole bucket with one publish carrying Nats-Rollup: all,
+// or every earlier description of a name with Nats-Rollup: sub. Compactor's clients
+// store objects without roll-ups (Objects.Put). ObjectsMaxBytes bounds it.
+func objectsStreamConfig(cfg Config) natsjs.StreamConfig {
+	b := cfg.ObjectsBucket
+	maxBytes := int64(-1)
+	if cfg.ObjectsMaxBytes > 0 {
+		maxBytes = cfg.ObjectsMaxBytes
+	}
+	return natsjs.StreamConfig{
+		Name:        objectsStream(b),
 		Description: "Compactor objects: contents of messages over the max payload, named <conv>/<sha256>",
-		TTL:         cfg.ObjectsTTL(),
+		Subjects:    []string{"$O." + b + ".C.>", "$O." + b + ".M.>"},
+		MaxAge:      cfg.ObjectsTTL(),
+		MaxBytes:    maxBytes,
 		Storage:     natsjs.FileStorage,
-		Replicas:    cfg.Replicas,
+		Replicas:    max(cfg.Replicas, 1),
+		Discard:     natsjs.DiscardNew,
+		AllowRollup: false,
+		AllowDirect: true,
 	}
 }
 
@@ -294,6 +310,7 @@ type provisioner struct {
 	skipped   []string     // optional buckets missing that this user may not create
 	conflicts []Difference // left alone
 	applied   []Difference // changed (update only)
+	upgrades  []Difference // left alone until an update: not conflicts (objectStore)
 }
 
 // resolve records the differences of one existing stream, bucket or consumer: as
@@ -372,31 +389,53 @@ func (p *provisioner) bucket(ctx context.Context, kc natsjs.KeyValueConfig) erro
 	}
 }
 
-// objectStore creates oc, or compares it with the stream behind the existing bucket.
-func (p *provisioner) objectStore(ctx context.Context, oc natsjs.ObjectStoreConfig) error {
+// objectStore creates the objects bucket's stream sc, or compares it with the existing
+// one. An existing bucket that allows roll-ups (every bucket made before this version,
+// as nats.go makes object stores) is a pending upgrade, not a conflict: clients of
+// earlier versions store objects with a roll-up, which the upgraded bucket refuses, so
+// it is applied with the update of existing streams once every client is of this
+// version (docs/operations.md, "Upgrading"); until then the processes start and say so.
+func (p *provisioner) objectStore(ctx context.Context, sc natsjs.StreamConfig) error {
 	for try := 0; ; try++ {
-		s, err := p.js.Stream(ctx, objectsStream(oc.Bucket))
+		s, err := p.js.Stream(ctx, sc.Name)
 		if errors.Is(err, natsjs.ErrStreamNotFound) {
-			_, err = p.js.CreateObjectStore(ctx, oc)
-			if (errors.Is(err, natsjs.ErrBucketExists) || errors.Is(err, natsjs.ErrStreamNameAlreadyInUse)) && try == 0 {
+			_, err = p.js.CreateStream(ctx, sc)
+			if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) && try == 0 {
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("create object store %s: %w", oc.Bucket, err)
+				return fmt.Errorf("create object store %s: %w", sc.Name, err)
 			}
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("object store %s: %w", oc.Bucket, err)
+			return fmt.Errorf("object store %s: %w", sc.Name, err)
 		}
 		have := s.CachedInfo().Config
-		return p.resolve(objectStoreDiff(oc, have), func() error {
-			// Only what objectStoreDiff compares changes: an operator's other settings
-			// (a byte limit, placement) stay.
+		diffs := objectStoreDiff(sc, have)
+		var rollup []Difference
+		if have.AllowRollup {
+			rollup = []Difference{{Kind: "object store", Name: strings.TrimPrefix(sc.Name, "OBJ_"), Setting: "allow_rollup", Existing: "true", Wanted: "false"}}
+			if !p.update {
+				p.upgrades = append(p.upgrades, rollup...)
+			}
+		}
+		if !p.update && len(diffs) == 0 {
+			return nil
+		}
+		if p.update {
+			diffs = append(diffs, rollup...)
+		}
+		return p.resolve(diffs, func() error {
+			// Only what objectStoreDiff compares changes, and roll-ups go: an operator's
+			// other settings (placement, a byte limit where no quota sets one) stay.
 			m := have
-			m.MaxAge, m.Replicas = oc.TTL, oc.Replicas
+			m.MaxAge, m.Replicas, m.AllowRollup = sc.MaxAge, sc.Replicas, false
+			if sc.MaxBytes > 0 {
+				m.MaxBytes, m.Discard = sc.MaxBytes, natsjs.DiscardNew
+			}
 			if _, err := p.js.UpdateStream(ctx, m); err != nil {
-				return fmt.Errorf("update object store %s: %w", oc.Bucket, err)
+				return fmt.Errorf("update object store %s: %w", sc.Name, err)
 			}
 			return nil
 		})

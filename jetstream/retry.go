@@ -61,6 +61,11 @@ func ProvisionRetrying(ctx context.Context, nc *nats.Conn, cfg Config, b Backoff
 				log.Warn().Str(d.Kind, d.Name).Str("setting", d.Setting).Str("was", d.Existing).Str("now", d.Wanted).
 					Msg("changed an existing setting (update of existing streams requested)")
 			}
+			for _, d := range st.PendingUpgrades() {
+				log.Warn().Str(d.Kind, d.Name).Str("setting", d.Setting).Str("is", d.Existing).Str("upgrade_to", d.Wanted).
+					Msg("upgrade step pending: the objects bucket allows roll-ups, so any user that may store objects can erase it; " +
+						"once every client is of this version, apply it with compactor provision --update-streams as admin")
+			}
 			for _, b := range st.MissingBuckets() {
 				log.Warn().Str("bucket", b).Msg("optional bucket missing and this user may not create it: what it holds " +
 					"(learned summarizer windows, or the roles' policy records) is off until an admin provisions")

@@ -39,12 +39,21 @@ type Store struct {
 	windows  Windows
 
 	missingBuckets []string
+	// pendingUpgrades are the differences Provision left for an update of existing
+	// streams that are not conflicts (an objects bucket that allows roll-ups).
+	pendingUpgrades []Difference
 }
 
 // MissingBuckets names the optional buckets provisioning found missing and could not
 // create with this user's rights (see Provision): what they hold is off until an admin
 // provisions.
 func (s *Store) MissingBuckets() []string { return s.missingBuckets }
+
+// PendingUpgrades are the settings Provision found as an earlier version left them and
+// left alone, though they are not conflicts: the objects bucket allowing roll-ups, which
+// an update of existing streams (UpdateExisting, as admin) turns off once every client
+// is of this version.
+func (s *Store) PendingUpgrades() []Difference { return s.pendingUpgrades }
 
 // core is the state every handle shares: the connection, the JetStream context and
 // the reads shared between resources. The store and each handle embed it.

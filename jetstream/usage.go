@@ -92,20 +92,33 @@ func (s *Store) DeploymentBucketMissing() bool {
 	return slices.Contains(s.MissingBuckets(), s.cfg.DeploymentBucket)
 }
 
-// ChatFigures are what CHAT holds.
+// ChatFigures are what CHAT and the objects bucket hold.
 type ChatFigures struct {
-	// Conversations is its subjects: one per conversation in every layout.
+	// Conversations is CHAT's subjects: one per conversation in every layout.
 	Conversations int64
-	// Bytes is its size.
+	// Bytes is what the conversations store: ChatBytes and ObjectBytes together, what a
+	// tenant's stored_bytes quota bounds (each stream by its own max_bytes).
 	Bytes int64
+	// ChatBytes is CHAT's size, ObjectBytes the objects bucket's (the messages over the
+	// max payload).
+	ChatBytes, ObjectBytes int64
 }
 
-// ChatState reads how many conversations CHAT holds and its bytes.
+// ChatState reads how many conversations CHAT holds and the bytes CHAT and the objects
+// bucket hold.
 func (s *Store) ChatState(ctx context.Context) (ChatFigures, error) {
 	str, err := s.js.Stream(ctx, s.cfg.ChatStream)
 	if err != nil {
 		return ChatFigures{}, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
 	}
 	info := str.CachedInfo() // read by the lookup just now
-	return ChatFigures{Conversations: int64(info.State.NumSubjects), Bytes: int64(info.State.Bytes)}, nil
+	f := ChatFigures{Conversations: int64(info.State.NumSubjects), ChatBytes: int64(info.State.Bytes)}
+	objects := objectsStream(s.cfg.ObjectsBucket)
+	if obj, err := s.js.Stream(ctx, objects); err == nil {
+		f.ObjectBytes = int64(obj.CachedInfo().State.Bytes)
+	} else if !errors.Is(err, natsjs.ErrStreamNotFound) {
+		return ChatFigures{}, fmt.Errorf("stream %s: %w", objects, err)
+	}
+	f.Bytes = f.ChatBytes + f.ObjectBytes
+	return f, nil
 }

@@ -102,6 +102,7 @@ func TestSummarizerIsGivenTheWholeStoredMessage(t *testing.T) {
 				t.Fatal(err)
 			}
 			js, _ := natsjs.New(nc)
+			jstest.AllowRollUps(t, nc, st.Config().ObjectsBucket) // nats.go's ObjectStore below, as on a bucket of an earlier version
 			obs, err := js.ObjectStore(ctx, st.Config().ObjectsBucket)
 			if err != nil {
 				t.Fatal(err)

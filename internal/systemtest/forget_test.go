@@ -72,6 +72,7 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 	ctx := ctxFor(t, 3*time.Minute)
 	cfg := s.st.Config()
 	const gone, kept = "forget-1", "keep-1"
+	jstest.AllowRollUps(t, s.nc, cfg.ObjectsBucket) // nats.go's ObjectStore below, as on a bucket of an earlier version
 	obs, err := jsFor(t, s.nc).ObjectStore(ctx, cfg.ObjectsBucket) // provisioned
 	if err != nil {
 		t.Fatal(err)

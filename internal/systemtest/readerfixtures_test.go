@@ -245,6 +245,7 @@ func loadFixture(t *testing.T, fx *readerFixture) *embedded.Server {
 			}
 		}
 	}
+	jstest.AllowRollUps(t, nc, cfg.ObjectsBucket) // nats.go's ObjectStore below, as on a bucket of an earlier version
 	obs, err := js.ObjectStore(ctx, cfg.ObjectsBucket)
 	if err != nil {
 		t.Fatal(err)

@@ -336,6 +336,7 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		jstest.AllowRollUps(t, admin.NC, cfg.ObjectsBucket) // nats.go's ObjectStore below, as on a bucket of an earlier version
 		store, err := obs.ObjectStore(ctx, cfg.ObjectsBucket) // provisioned by the admin
 		if err != nil {
 			t.Fatal(err)

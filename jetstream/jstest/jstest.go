@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/embedded"
@@ -77,4 +78,27 @@ func ConnTo(t testing.TB, url string) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// AllowRollUps makes the objects bucket named bucket allow roll-ups,
+// as every version before roll-ups were refused made it: for tests whose objects are
+// written or deleted with nats.go's ObjectStore (Put and Delete roll up the
+// description's subject), as older clients and deployments did.
+func AllowRollUps(t testing.TB, nc *nats.Conn, bucket string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		t.Fatalf("objects bucket %s: %v", bucket, err)
+	}
+	c := s.CachedInfo().Config
+	c.AllowRollup = true
+	if _, err := js.UpdateStream(ctx, c); err != nil {
+		t.Fatalf("allow roll-ups on %s: %v", bucket, err)
+	}
 }
