@@ -258,7 +258,8 @@ func (ts *tenantSet) runTenant(ctx context.Context, name string, t tenants.Tenan
 }
 
 // provision finds (or, as admin, creates) the tenant's streams. A stored_bytes quota
-// changed in the file differs from the tenant's CHAT until an admin applies it
+// changed in the file differs from the tenant's CHAT and objects bucket until an admin
+// applies it
 // (compactor provision --update-streams): the tenant is served meanwhile on its streams as
 // they are, with a warning, since no other process relies on that bound. Any other
 // difference stops the tenant's roles, as it stops serve.
@@ -269,11 +270,11 @@ func (ts *tenantSet) provision(ctx context.Context, cfg jetstream.Config, log ze
 		return st, err
 	}
 	for _, d := range ce.Differences {
-		if d.Name != cfg.ChatStream || (d.Setting != "max_bytes" && d.Setting != "discard") {
+		if d.Name != cfg.ChatStream && d.Name != cfg.ObjectsBucket || (d.Setting != "max_bytes" && d.Setting != "discard") {
 			return nil, err
 		}
 	}
-	log.Warn().Err(err).Msg("the tenant's stored_bytes quota in the tenants file is not its chat stream's yet: " +
+	log.Warn().Err(err).Msg("the tenant's stored_bytes quota in the tenants file is not its chat stream's and objects bucket's yet: " +
 		"apply it with compactor provision --update-streams as admin; served meanwhile with the stream as it is")
 	return jetstream.Open(ctx, ts.nc, cfg)
 }

@@ -129,7 +129,7 @@ func newTenantCollector(log zerolog.Logger) *tenantCollector {
 		conversations: prometheus.NewDesc("compactor_tenant_conversations",
 			"Conversations a tenant's chat stream holds (the conversations quota counts these). The same in every process: take max.", []string{"tenant"}, nil),
 		bytes: prometheus.NewDesc("compactor_tenant_stored_bytes",
-			"Bytes of a tenant's chat stream (the stored_bytes quota bounds it). The same in every process: take max.", []string{"tenant"}, nil),
+			"Bytes a tenant's conversations store: its chat stream and its objects bucket (the stored_bytes quota bounds each). The same in every process: take max.", []string{"tenant"}, nil),
 		queued: prometheus.NewDesc("compactor_tenant_request_backlog",
 			"Compaction requests in a tenant's work queue, waiting or in progress. The same in every process: take max.", []string{"tenant"}, nil),
 	}

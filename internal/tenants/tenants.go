@@ -57,8 +57,10 @@ type Tenant struct {
 type Quotas struct {
 	// Conversations bounds the conversations the tenant holds at once (CHAT's subjects).
 	Conversations int64 `json:"conversations,omitempty"`
-	// StoredBytes bounds the bytes of the tenant's chat messages: its CHAT stream's
-	// max_bytes, which refuses a publish over it.
+	// StoredBytes bounds the bytes the tenant's conversations store: the max_bytes of
+	// its CHAT stream and of its objects bucket (the messages over the max payload),
+	// each refusing a publish or an object over it. The server bounds each stream on
+	// its own, so together they hold at most twice it; the gauge shows their sum.
 	StoredBytes int64 `json:"stored_bytes,omitempty"`
 	// SummarizerTokensPerDay bounds the LLM tokens (prompt and completion) the tenant's
 	// compactions may use in a UTC day.
@@ -167,12 +169,12 @@ func (t Tenant) Fingerprint() string {
 
 // JetStream is tenant name's streams' configuration in a deployment whose own is base:
 // base's settings, the tenant's names (jetstream.Config.ForTenant), and its quota of
-// stored bytes as CHAT's bound.
+// stored bytes as the bound of CHAT and of the objects bucket.
 func (t Tenant) JetStream(base jetstream.Config, name string) (jetstream.Config, error) {
 	c, err := base.ForTenant(name)
 	if err != nil {
 		return jetstream.Config{}, err
 	}
-	c.ChatMaxBytes = t.Quotas.StoredBytes
+	c.ChatMaxBytes, c.ObjectsMaxBytes = t.Quotas.StoredBytes, t.Quotas.StoredBytes
 	return c, nil
 }
