@@ -102,7 +102,8 @@ func TestSummarizerIsGivenTheWholeStoredMessage(t *testing.T) {
 				t.Fatal(err)
 			}
 			js, _ := natsjs.New(nc)
-			jstest.AllowRollUps(t, nc, st.Config().ObjectsBucket) // nats.go's ObjectStore below, as on a bucket of an earlier version
+			// nats.go's ObjectStore below, as on a bucket of an earlier version
+			jstest.AllowRollUps(t, nc, st.Config().ObjectsBucket)
 			obs, err := js.ObjectStore(ctx, st.Config().ObjectsBucket)
 			if err != nil {
 				t.Fatal(err)

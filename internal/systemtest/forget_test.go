@@ -72,7 +72,8 @@ func TestForgetLeavesNoByteOfTheConversation(t *testing.T) {
 	ctx := ctxFor(t, 3*time.Minute)
 	cfg := s.st.Config()
 	const gone, kept = "forget-1", "keep-1"
-	jstest.AllowRollUps(t, s.nc, cfg.ObjectsBucket) // nats.go's ObjectStore below, as on a bucket of an earlier version
+	// nats.go's ObjectStore below, as on a bucket of an earlier version
+	jstest.AllowRollUps(t, s.nc, cfg.ObjectsBucket)
 	obs, err := jsFor(t, s.nc).ObjectStore(ctx, cfg.ObjectsBucket) // provisioned
 	if err != nil {
 		t.Fatal(err)

@@ -321,7 +321,8 @@ func TestNodeExampleLargeMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		jstest.AllowRollUps(t, nc, st.Config().ObjectsBucket) // nats.go's ObjectStore below, as on a bucket of an earlier version
+		// nats.go's ObjectStore below, as on a bucket of an earlier version
+		jstest.AllowRollUps(t, nc, st.Config().ObjectsBucket)
 		obs, err := jsFor(t, nc).ObjectStore(ctx, st.Config().ObjectsBucket)
 		if err != nil {
 			t.Fatal(err)

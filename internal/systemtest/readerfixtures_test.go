@@ -245,7 +245,8 @@ func loadFixture(t *testing.T, fx *readerFixture) *embedded.Server {
 			}
 		}
 	}
-	jstest.AllowRollUps(t, nc, cfg.ObjectsBucket) // nats.go's ObjectStore below, as on a bucket of an earlier version
+	// nats.go's ObjectStore below, as on a bucket of an earlier version
+	jstest.AllowRollUps(t, nc, cfg.ObjectsBucket)
 	obs, err := js.ObjectStore(ctx, cfg.ObjectsBucket)
 	if err != nil {
 		t.Fatal(err)

@@ -336,7 +336,8 @@ func TestRolesOfAccountsConf(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		jstest.AllowRollUps(t, admin.NC, cfg.ObjectsBucket) // nats.go's ObjectStore below, as on a bucket of an earlier version
+		// nats.go's ObjectStore below, as on a bucket of an earlier version
+		jstest.AllowRollUps(t, admin.NC, cfg.ObjectsBucket)
 		store, err := obs.ObjectStore(ctx, cfg.ObjectsBucket) // provisioned by the admin
 		if err != nil {
 			t.Fatal(err)
