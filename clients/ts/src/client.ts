@@ -28,6 +28,7 @@ import type {
   CompactionEvent,
   CompactionValue,
   CompactResponse,
+  ContentRef,
   Context,
   ConversationStatus,
   ForgetResponse,
@@ -132,6 +133,8 @@ interface Prepared {
   m: Message;
   data: Uint8Array;
   msgId: string;
+  /** The object of a message over the max payload, and when the client began storing it (ms since the epoch). */
+  object?: { name: string; bytes: Uint8Array; ref: ContentRef; storedFrom: number };
 }
 
 export interface PublishAllOptions {
@@ -309,10 +312,10 @@ export class Compactor {
       if (!(e instanceof ToolResultWithoutCallError && e.answered && opts.msgId !== undefined)) throw e;
     }
     try {
-      let data = encoded;
       const limit = this.inlineLimit(msgId);
-      if (data.length > limit) data = await this.offload(conv, m, data.length, limit);
-      return { m, data, msgId };
+      if (encoded.length <= limit) return { m, data: encoded, msgId };
+      const { data, object } = await this.offload(conv, m, encoded.length, limit);
+      return { m, data, msgId, object };
     } catch (e) {
       // What the pairing check learnt from m is not true of the stream: the next check reads it.
       this.forgetCalls(conv, m);
@@ -322,12 +325,36 @@ export class Compactor {
 
   /** Sends a prepared message; its result once the stream acknowledges it. */
   private async send(conv: string, p: Prepared): Promise<PublishResult> {
+    let out: PublishResult;
     try {
       const { seq, duplicate } = await this.store.publish(conv, p.data, p.msgId);
-      return { seq, msgId: p.msgId, duplicate };
+      out = { seq, msgId: p.msgId, duplicate };
     } catch (e) {
       this.forgetCalls(conv, p.m);
       throw e;
+    }
+    await this.keepObject(conv, p);
+    return out;
+  }
+
+  /**
+   * Stores the object of a message over the max payload again when a forget of conv
+   * began while it was published (its tombstone newer than the store began, with a
+   * minute's margin for the clocks): that forget may have deleted the object (found
+   * stored already, or stored before the tombstone) after the client stored it, and the
+   * new message would lose its content. Stored again, it is newer than the tombstone,
+   * which the forget leaves. As the Go client's Publish does.
+   */
+  private async keepObject(conv: string, p: Prepared): Promise<void> {
+    const o = p.object;
+    if (!o || !(await this.store.forgottenSince(conv, o.storedFrom - 60_000))) return;
+    try {
+      await this.store.putObject(conv, o.name, o.bytes, o.ref, true);
+    } catch (e) {
+      throw new CompactorError(
+        `the message is stored, but its object may be lost to the forget of ${conv} that ran meanwhile (publish it again with the same msgId ${p.msgId}): ${(e as Error).message}`,
+        { cause: e },
+      );
     }
   }
 
@@ -362,7 +389,7 @@ export class Compactor {
     return (this.nc.info?.max_payload ?? 1 << 20) - HEADER_ROOM - Buffer.byteLength(msgId);
   }
 
-  private async offload(conv: string, m: Message, size: number, limit: number): Promise<Uint8Array> {
+  private async offload(conv: string, m: Message, size: number, limit: number): Promise<{ data: Uint8Array; object: Prepared["object"] }> {
     const max = this.nc.info?.max_payload ?? 1 << 20;
     const { stub, object, ref } = offload(m, conv, this.names.objectsBucket);
     const data = encodeMessageBytes(stub);
@@ -378,8 +405,9 @@ export class Compactor {
           `and its content of ${object.length} bytes is over the max object size of ${this.maxObjectSize} bytes`,
       );
     }
-    await this.store.putObject(ref.name, object, ref);
-    return data;
+    const storedFrom = Date.now();
+    await this.store.putObject(conv, ref.name, object, ref);
+    return { data, object: { name: ref.name, bytes: object, ref, storedFrom } };
   }
 
   private async checkToolPairing(conv: string, m: Message): Promise<void> {

@@ -2,8 +2,8 @@
 // publishes. Only the requests a role of deploy/nats/accounts.conf may make are sent
 // (no $JS.API.INFO, no stream lookups a reader is not allowed).
 
-import { createHash } from "node:crypto";
-import { createInbox, type JetStreamClient, type MsgHdrs, type NatsConnection, type NatsError } from "nats";
+import { createHash, randomBytes } from "node:crypto";
+import { createInbox, headers, type JetStreamClient, type MsgHdrs, type NatsConnection, type NatsError } from "nats";
 import {
   CompactorError,
   InvalidError,
@@ -53,6 +53,23 @@ export const DIRECT_BATCH = 256;
 export const HEADER_ROOM = 512;
 const CHUNK_BATCH = 16;
 const MAX_CHUNK = 128 * 1024;
+/** The header naming the object on each chunk the clients write (jetstream.ChunkOwnerHeader). */
+const CHUNK_OWNER_HEADER = "Compactor-Object";
+/** The description's metadata key listing the chunk ids of earlier copies (jetstream.EarlierChunksKey). */
+const EARLIER_CHUNKS_KEY = "compactor-earlier-chunks";
+const MAX_EARLIER_CHUNKS = 64;
+
+/** The chunk ids an object's description names as its own: its current one, then its earlier copies'. */
+function chunkIds(info: ObjectInfo): string[] {
+  const ids: string[] = [];
+  const valid = (id: unknown): id is string => typeof id === "string" && /^[A-Za-z0-9]{1,64}$/.test(id);
+  if (valid(info.nuid)) ids.push(info.nuid);
+  const more = (info as { metadata?: Record<string, unknown> }).metadata?.[EARLIER_CHUNKS_KEY];
+  for (const id of typeof more === "string" ? more.split(/\s+/) : []) {
+    if (valid(id) && !ids.includes(id) && ids.length <= MAX_EARLIER_CHUNKS) ids.push(id);
+  }
+  return ids;
+}
 
 /** A message read back from a stream. */
 export interface StoredMsg {
@@ -436,27 +453,80 @@ export class Store {
   }
 
   /**
-   * Stores object under name unless the bucket holds the same bytes already (names are
-   * content addressed: a retry stores nothing twice). When the bucket ages objects out,
-   * one stored more than a minute ago (half the duplicate window) is stored again, so it
-   * outlives the new message that refers to it.
+   * Stores object under name (an object of conversation conv) unless the bucket holds
+   * the same bytes already (names are content addressed: a retry stores nothing twice).
+   * When the bucket ages objects out, one stored more than a minute ago (half the
+   * duplicate window) is stored again, so it outlives the new message that refers to
+   * it; so is one stored before a forget of conv (which deletes it). force stores it
+   * again whatever the bucket holds. Written as the Go client writes it (see writeObject).
    */
-  async putObject(name: string, object: Uint8Array, ref: ContentRef): Promise<void> {
+  async putObject(conv: string, name: string, object: Uint8Array, ref: ContentRef, force = false): Promise<void> {
     const maxAge = await this.objectsMaxAgeNanos(); // never let the client create the bucket with other settings
+    let earlier: string[] = [];
     try {
       const { info, time } = await this.objectInfo(name);
+      earlier = chunkIds(info);
       checkInfo(info, ref, this.names.objectsBucket);
-      if (maxAge === 0 || Date.now() - Date.parse(time) < 60_000) return;
+      const at = Date.parse(time);
+      if (!force && (maxAge === 0 || Date.now() - at < 60_000) && !(await this.forgottenSince(conv, at))) return;
     } catch (e) {
       if (!(e instanceof ObjectGap)) throw e;
     }
     try {
-      const os = await this.nc.jetstream({ checkAPI: false }).views.os(this.names.objectsBucket);
-      const chunk = Math.max(1, Math.min(MAX_CHUNK, this.nc.info!.max_payload - HEADER_ROOM));
-      await os.putBlob({ name, options: { max_chunk_size: chunk } }, object);
+      await this.writeObject(name, object, earlier);
     } catch (e) {
       throw mapNatsError(e, `store object ${name}`);
     }
+  }
+
+  /**
+   * Writes object under name in the format of the NATS object store, as the Go client
+   * does: its chunks under a fresh chunk id, each naming the object (the
+   * Compactor-Object header, which a forget checks), then its description, listing the
+   * chunk ids of the name's earlier copies (a forget finds them). Plain publishes: no
+   * roll-up (the bucket refuses them) and no purge (a producer may not purge).
+   */
+  private async writeObject(name: string, object: Uint8Array, earlier: string[]): Promise<void> {
+    const bucket = this.names.objectsBucket;
+    const stream = this.objectsStream();
+    const js = this.nc.jetstream({ checkAPI: false, timeout: this.timeoutMs });
+    const id = randomBytes(16).toString("hex").toUpperCase(); // a plain chunk id
+    const size = Math.max(1, Math.min(MAX_CHUNK, this.nc.info!.max_payload - HEADER_ROOM - CHUNK_OWNER_HEADER.length - Buffer.byteLength(name) - 4));
+    const hash = createHash("sha256");
+    let chunks = 0;
+    for (let off = 0; off < object.length; off += size) {
+      const part = object.subarray(off, Math.min(off + size, object.length));
+      hash.update(part);
+      const h = headers();
+      h.set(CHUNK_OWNER_HEADER, name);
+      await js.publish(`$O.${bucket}.C.${id}`, part, { headers: h, expect: { streamName: stream } });
+      chunks++;
+    }
+    const info: Record<string, unknown> = {
+      name, options: { max_chunk_size: size }, bucket, nuid: id, size: object.length, mtime: new Date().toISOString(), chunks,
+      digest: `SHA-256=${hash.digest("base64").replaceAll("+", "-").replaceAll("/", "_")}`, // base64url, padded
+    };
+    if (earlier.length > 0) info.metadata = { [EARLIER_CHUNKS_KEY]: earlier.slice(0, MAX_EARLIER_CHUNKS).join(" ") };
+    await js.publish(objectMetaSubject(bucket, name), enc.encode(JSON.stringify(info)), { expect: { streamName: stream } });
+  }
+
+  /**
+   * Whether conv was forgotten at or after at (ms since the epoch; the server's time of
+   * its tombstone), or its tombstone cannot be read: storing an object again is always safe.
+   */
+  async forgottenSince(conv: string, at: number): Promise<boolean> {
+    const bucket = this.names.forgetBucket;
+    const subject = `$KV.${bucket}.${createHash("sha256").update(conv, "utf8").digest("hex")}`;
+    let m: StoredMsg | null;
+    try {
+      m = await this.leaderGet(`KV_${bucket}`, { last_by_subj: subject });
+    } catch {
+      return true;
+    }
+    if (!m) return false;
+    const op = m.headers.get("KV-Operation");
+    if (op === "DEL" || op === "PURGE") return false;
+    return Date.parse(m.time) >= at;
   }
 
   /** Publishes one encoded chat message; the ack's sequence and whether the stream had it already. */

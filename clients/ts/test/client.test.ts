@@ -14,12 +14,14 @@ import {
   InvalidError,
   NoServiceError,
   NotFoundError,
+  offload,
   PublishBatchError,
   ToolResultWithoutCallError,
   TooLargeError,
   type BatchMessage,
   type Message,
 } from "../src/index.js";
+import { createHash } from "node:crypto";
 import { connect, headers } from "nats";
 import { convId, need } from "./env.js";
 
@@ -235,6 +237,41 @@ test("messages over the max payload are stored as objects and read back whole", 
   const huge: Message = { role: "assistant", content: null, tool_calls: [{ id: "x", type: "function", function: { name: "patch", arguments: "+".repeat(40_000) } }] };
   await assert.rejects(c.publish(conv, huge), (e: Error) => e instanceof TooLargeError && /max_payload 16384/.test(e.message));
   assert.equal((await c.context(conv)).messages.length, 4);
+});
+
+test("a message over the max payload published while its conversation is forgotten keeps its object", async (t) => {
+  const c = await client(t, "NATS_SMALL_URL");
+  const conv = convId("ts-forget-large");
+  const big: Message = { role: "user", content: "NEEDLE-head " + "a pasted log line\n".repeat(2000) + " NEEDLE-tail" };
+  const first = await c.publish(conv, big);
+  // A forget that runs between the object's store (the same content: found stored) and
+  // the stub's publish: what it leaves, as compactor.forget does it, with no compactor
+  // here: the object deleted, the conversation's tombstone written.
+  const nc = await connect({ servers: need("NATS_SMALL_URL") });
+  t.after(() => nc.close());
+  const forget = async () => {
+    const bucket = "compaction-objects";
+    const name = offload(big, conv, bucket).ref.name;
+    const info = await (await nc.jetstream().views.os(bucket)).info(name);
+    const jsm = await nc.jetstreamManager();
+    const b64 = Buffer.from(name).toString("base64url");
+    for (const filter of [`$O.${bucket}.C.${info!.nuid}`, `$O.${bucket}.M.${b64}${"=".repeat((4 - (b64.length % 4)) % 4)}`]) {
+      await jsm.streams.purge(`OBJ_${bucket}`, { filter });
+    }
+    const key = createHash("sha256").update(conv, "utf8").digest("hex");
+    await (await nc.jetstream().views.kv("compaction-forgotten")).put(key, JSON.stringify({ through_seq: first.seq, forgotten_at: new Date().toISOString() }));
+  };
+  const store = (c as unknown as { store: { publish: (...a: unknown[]) => Promise<unknown> } }).store;
+  const publish = store.publish.bind(store);
+  store.publish = async (...a: unknown[]) => {
+    store.publish = publish;
+    await forget();
+    return publish(...a);
+  };
+  const again = await c.publish(conv, big);
+  const cx = await c.context(conv, { atLeastSeq: again.seq });
+  assert.deepStrictEqual(cx.skipped, [], "the new message's object is stored again after the forget");
+  assert.deepStrictEqual(cx.messages.at(-1), big);
 });
 
 test("no compactor service, no stream", async (t) => {
