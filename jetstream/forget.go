@@ -547,11 +547,65 @@ func (s *core) forgetObjects(ctx context.Context, names, keep map[string]bool, a
 		} else if !info.Deleted {
 			n++
 		}
+		// The name's earlier descriptions stay (the bucket refuses roll-ups), and one
+		// written over the object's may name other chunks: the chunks of each are deleted.
+		if err := s.deleteEarlierCopies(ctx, name, m.Seq, ChunkIDs(&info)); err != nil {
+			failed = append(failed, err)
+		}
 		if _, err := s.purge(ctx, stream, meta, m.Seq+1); err != nil {
 			failed = append(failed, fmt.Errorf("description of %s: %w", name, err))
 		}
 	}
 	return n, errors.Join(failed...)
+}
+
+// deleteEarlierCopies deletes the chunks the descriptions of name stored before seq
+// name (at most maxDescriptions of them), but those of done, deleted already. Each
+// description is checked as deleteObject checks one: its chunks are purged only when
+// they are this object's.
+func (s *core) deleteEarlierCopies(ctx context.Context, name string, seq uint64, done []string) error {
+	stream, meta := objectsStream(s.cfg.ObjectsBucket), s.objectMetaSubject(name)
+	var failed []error
+	seen := 0
+	for from := uint64(1); from < seq && seen < maxDescriptions; {
+		page, more, err := s.directBatch(ctx, stream, meta, from, chunkBatch)
+		if err != nil {
+			return fmt.Errorf("earlier descriptions of %s: %w", name, err)
+		}
+		for _, m := range page {
+			if m.Seq >= seq {
+				return errors.Join(failed...)
+			}
+			seen++
+			var info natsjs.ObjectInfo
+			if json.Unmarshal(m.Data, &info) != nil || info.Deleted || slices.Contains(done, info.NUID) {
+				continue
+			}
+			done = append(done, info.NUID)
+			if info.Opts != nil && info.Opts.Link != nil {
+				continue // a link has no chunks of its own
+			}
+			if info.Bucket != s.cfg.ObjectsBucket || !validNUID(info.NUID) || info.Size > uint64(max(s.cfg.MaxObjectSize, 0)) {
+				failed = append(failed, fmt.Errorf("object %s: an earlier description names chunks (bucket %q, chunk id %q) that are not its own; they are left", name, info.Bucket, info.NUID))
+				continue
+			}
+			switch err := s.checkChunks(ctx, name, &info, info.NUID); {
+			case errors.Is(err, errIncomplete):
+				continue // an earlier copy the age limit removed (or never whole)
+			case err != nil:
+				failed = append(failed, fmt.Errorf("object %s: the chunks of an earlier description (chunk id %q) are not its own (%v); they are left", name, info.NUID, err))
+			default:
+				if _, err := s.purge(ctx, stream, "$O."+s.cfg.ObjectsBucket+".C."+info.NUID, 0); err != nil {
+					failed = append(failed, fmt.Errorf("chunks of %s: %w", name, err))
+				}
+			}
+		}
+		if !more || len(page) == 0 {
+			break
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+	return errors.Join(failed...)
 }
 
 // deleteObject purges an object's chunks. Descriptions are written by producers and may

@@ -165,3 +165,26 @@ func allowRollUps(t *testing.T, nc *nats.Conn) {
 	t.Helper()
 	jstest.AllowRollUps(t, nc, jetstream.DefaultNames().ObjectsBucket)
 }
+
+// A description written over an object's (the bucket keeps every description: no
+// roll-ups) does not hide the object's own chunks from a forget of its conversation:
+// the chunks every earlier description names are deleted too.
+func TestForgetDeletesTheChunksOfEveryDescription(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx := ctxT(t)
+	cfg := st.Config()
+	name := largeMessage(t, st, "hidden", bytes.Repeat([]byte("NEEDLE-hidden large tool output "), 40))
+	meta := "$O." + cfg.ObjectsBucket + ".M." + base64URL(name)
+	data, _ := json.Marshal(map[string]any{"name": name, "bucket": cfg.ObjectsBucket, "deleted": true})
+	if _, err := testJS(t, nc).Publish(ctx, meta, data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Forget(ctx, "hidden"); err != nil {
+		t.Fatal(err)
+	}
+	if n := objectsStreamMsgs(t, nc); n != 0 {
+		t.Fatalf("the objects stream holds %d messages after the forget; want the object's chunks and descriptions gone", n)
+	}
+}
