@@ -23,6 +23,8 @@ export class ObjectGap extends Error {
   constructor(
     readonly kind: "missing" | "refused",
     message: string,
+    /** The bucket holds no description of the name at all. */
+    readonly noDescription = false,
   ) {
     super(`${kind === "missing" ? "stored object is missing" : "content reference refused"}: ${message}`);
   }

@@ -58,6 +58,9 @@ const CHUNK_OWNER_HEADER = "Compactor-Object";
 /** The description's metadata key listing the chunk ids of earlier copies (jetstream.EarlierChunksKey). */
 const EARLIER_CHUNKS_KEY = "compactor-earlier-chunks";
 const MAX_EARLIER_CHUNKS = 64;
+/** How many descriptions of one name a reader looks through for a whole one, and how many of them it reads the chunks of. */
+const MAX_DESCRIPTIONS = 1024;
+const MAX_TRIED = 8;
 
 /** The chunk ids an object's description names as its own: its current one, then its earlier copies'. */
 function chunkIds(info: ObjectInfo): string[] {
@@ -375,7 +378,7 @@ export class Store {
   async objectInfo(name: string): Promise<{ info: ObjectInfo; time: string }> {
     const bucket = this.names.objectsBucket;
     const m = await this.leaderGet(this.objectsStream(), { last_by_subj: objectMetaSubject(bucket, name) });
-    if (!m) throw new ObjectGap("missing", `${name} of bucket ${bucket} (deleted, purged, aged out or never stored)`);
+    if (!m) throw new ObjectGap("missing", `${name} of bucket ${bucket} (deleted, purged, aged out or never stored)`, true);
     let info: ObjectInfo;
     try {
       info = JSON.parse(Buffer.from(m.data).toString("utf8"));
@@ -394,15 +397,76 @@ export class Store {
    */
   async readObject(conv: string, ref: ContentRef, maxSize: number): Promise<Uint8Array> {
     checkOwner(ref, conv, this.names.objectsBucket, maxSize);
+    let gap: ObjectGap;
     for (let attempt = 0; ; attempt++) {
-      const { info } = await this.objectInfo(ref.name);
-      checkInfo(info, ref, this.names.objectsBucket);
-      const bytes = await this.readChunks(info, ref);
-      if (bytes === null && attempt === 0) continue; // stored again while read: its new chunks are whole
-      if (bytes === null) throw new ObjectGap("missing", `${ref.name} is corrupt: its chunks end before its size`);
-      checkBytes(bytes, ref);
-      return bytes;
+      let info: ObjectInfo;
+      try {
+        ({ info } = await this.objectInfo(ref.name));
+      } catch (e) {
+        if (e instanceof ObjectGap && e.noDescription) throw e; // nothing earlier to read
+        if (!(e instanceof ObjectGap)) throw e;
+        gap = e;
+        break;
+      }
+      try {
+        const bytes = await this.readDescribed(info, ref);
+        if (bytes === null && attempt === 0) continue; // stored again while read: its new chunks are whole
+        if (bytes === null) throw new ObjectGap("missing", `${ref.name} is corrupt: its chunks end before its size`);
+        return bytes;
+      } catch (e) {
+        if (!(e instanceof ObjectGap)) throw e;
+        gap = e;
+        break;
+      }
     }
+    // The newest description is not whole (a producer may write any name's): an earlier
+    // one of the name that is whole still serves, as the Go reader reads it.
+    const earlier = await this.earlierObject(ref);
+    if (earlier === null) throw gap;
+    return earlier;
+  }
+
+  /** The object info describes, checked against ref; null when its chunks end before its size. */
+  private async readDescribed(info: ObjectInfo, ref: ContentRef): Promise<Uint8Array | null> {
+    checkInfo(info, ref, this.names.objectsBucket);
+    const bytes = await this.readChunks(info, ref);
+    if (bytes !== null) checkBytes(bytes, ref);
+    return bytes;
+  }
+
+  /**
+   * The object from the newest of the name's earlier descriptions that is whole (the
+   * bucket keeps them all: it refuses roll-ups); null when none is. At most
+   * MAX_DESCRIPTIONS are looked through, and the chunks of MAX_TRIED read.
+   */
+  private async earlierObject(ref: ContentRef): Promise<Uint8Array | null> {
+    const subject = objectMetaSubject(this.names.objectsBucket, ref.name);
+    const descs: StoredMsg[] = [];
+    for (let from = 1; descs.length < MAX_DESCRIPTIONS; ) {
+      const { msgs, more } = await this.direct(this.objectsStream(), { seq: from, next_by_subj: subject, batch: CHUNK_BATCH }, subject);
+      descs.push(...msgs);
+      if (!more || msgs.length === 0) break;
+      from = msgs[msgs.length - 1]!.seq + 1;
+    }
+    let tried = 0;
+    for (let i = descs.length - 2; i >= 0 && tried < MAX_TRIED; i--) { // the newest was read already
+      let info: ObjectInfo;
+      try {
+        info = JSON.parse(Buffer.from(descs[i]!.data).toString("utf8"));
+        if (info === null || typeof info !== "object" || info.deleted) continue;
+        checkInfo(info, ref, this.names.objectsBucket);
+      } catch {
+        continue;
+      }
+      tried++;
+      try {
+        const bytes = await this.readDescribed(info, ref);
+        if (bytes !== null) return bytes;
+      } catch (e) {
+        if (!(e instanceof ObjectGap)) throw e;
+      }
+    }
+    return null;
   }
 
   /** The chunks of an object, batched, then from the leader when a replica ends short; null when they end before its size. */

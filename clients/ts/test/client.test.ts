@@ -274,6 +274,27 @@ test("a message over the max payload published while its conversation is forgott
   assert.deepStrictEqual(cx.messages.at(-1), big);
 });
 
+test("a description written over an object's does not hide it, and roll-ups are refused", async (t) => {
+  const c = await client(t, "NATS_SMALL_URL");
+  const conv = convId("ts-overwritten");
+  const big: Message = { role: "user", content: "NEEDLE-head " + "a pasted log line\n".repeat(2000) + " NEEDLE-tail" };
+  const ack = await c.publish(conv, big);
+  const bucket = "compaction-objects";
+  const name = offload(big, conv, bucket).ref.name;
+  const b64 = Buffer.from(name).toString("base64url");
+  const meta = `$O.${bucket}.M.${b64}${"=".repeat((4 - (b64.length % 4)) % 4)}`;
+  const nc = await connect({ servers: need("NATS_SMALL_URL") });
+  t.after(() => nc.close());
+  const js = nc.jetstream();
+  const rollup = headers();
+  rollup.set("Nats-Rollup", "sub");
+  await assert.rejects(js.publish(meta, JSON.stringify({ name, bucket, deleted: true }), { headers: rollup }), /rollup/);
+  await js.publish(meta, JSON.stringify({ name, bucket, deleted: true }));
+  const cx = await c.context(conv, { atLeastSeq: ack.seq });
+  assert.deepStrictEqual(cx.skipped, []);
+  assert.deepStrictEqual(cx.messages, [big]);
+});
+
 test("no compactor service, no stream", async (t) => {
   const c = await client(t, "NATS_SMALL_URL");
   await assert.rejects(c.compact(convId("ts-nosvc")), NoServiceError);
