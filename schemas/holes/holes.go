@@ -7,8 +7,10 @@
 package holes
 
 import (
+	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 
 	"github.com/compactor/compactor/schemas"
 )
@@ -204,4 +206,49 @@ func checkSums(d []uint64, seqs []uint64) bool {
 		}
 	}
 	return true
+}
+
+// Check compares the witness want with the conversation's sequences stored now in its
+// range (found) and says whether what is missing is a hole. goneThrough is the
+// sequence at or below which a message may be gone for a reason: the conversation's
+// tombstone (a forget) or the stream's oldest message less one (its age limit, a
+// purge of the stream); both remove a prefix, so one cut tells them. A hole has at
+// least one missing message above it. why says what was found when there is no hole
+// but something is not as the witness says ("" when everything is stored).
+//
+// Missing messages that cannot be named (more than Sums of them) make a hole only when
+// the whole range lies above goneThrough: otherwise they may all be below it.
+func Check(want schemas.Witness, found []uint64, goneThrough uint64) (h *schemas.Hole, why string) {
+	r := Compare(want, found)
+	switch {
+	case r.Disagrees:
+		return nil, fmt.Sprintf("the messages stored in [%d, %d] are not those the witness counted (%d): it cannot tell what is missing", want.FromSeq, want.ThroughSeq, want.Count)
+	case r.Missing == 0:
+		return nil, ""
+	case r.Seqs == nil && want.FromSeq > goneThrough:
+		return &schemas.Hole{FromSeq: want.FromSeq, ThroughSeq: want.ThroughSeq, Missing: r.Missing}, ""
+	case r.Seqs == nil:
+		return nil, fmt.Sprintf("%d messages missing in [%d, %d], not named, and the range starts at or below %d (forgotten or aged out): not told apart", r.Missing, want.FromSeq, want.ThroughSeq, goneThrough)
+	}
+	lost := slices.DeleteFunc(slices.Clone(r.Seqs), func(s uint64) bool { return s <= goneThrough })
+	if len(lost) == 0 {
+		return nil, fmt.Sprintf("%d messages gone at or below %d (forgotten or aged out)", r.Missing, goneThrough)
+	}
+	return &schemas.Hole{FromSeq: want.FromSeq, ThroughSeq: want.ThroughSeq, Missing: uint64(len(lost)), Seqs: lost}, ""
+}
+
+// String words a hole for a reason, a log line or compactor verify.
+func String(h schemas.Hole) string {
+	if len(h.Seqs) > 0 {
+		parts := make([]string, len(h.Seqs))
+		for i, s := range h.Seqs {
+			parts[i] = fmt.Sprint(s)
+		}
+		noun := "message"
+		if len(h.Seqs) > 1 {
+			noun = "messages"
+		}
+		return fmt.Sprintf("%s at seq %s", noun, strings.Join(parts, ", "))
+	}
+	return fmt.Sprintf("%d messages between seq %d and %d (more than %d: not named)", h.Missing, h.FromSeq, h.ThroughSeq, Sums)
 }

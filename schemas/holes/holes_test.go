@@ -105,3 +105,46 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckTellsAHoleFromWhatWasForgottenOrAgedOut(t *testing.T) {
+	all := []uint64{10, 20, 30, 40, 50, 60}
+	want := holes.Of(10, 60, all)
+	without := func(gone ...uint64) []uint64 {
+		return slices.DeleteFunc(slices.Clone(all), func(s uint64) bool { return slices.Contains(gone, s) })
+	}
+	tests := []struct {
+		name        string
+		found       []uint64
+		goneThrough uint64
+		wantSeqs    []uint64 // nil: no hole
+		wantMissing uint64
+	}{
+		{name: "all stored", found: all},
+		{name: "one lost in the middle", found: without(30), wantSeqs: []uint64{30}, wantMissing: 1},
+		{name: "aged out below the stream's first", found: without(10, 20), goneThrough: 24},
+		{name: "forgotten through a tombstone", found: nil, goneThrough: 60},
+		{name: "aged out and one lost above", found: without(10, 50), goneThrough: 15, wantSeqs: []uint64{50}, wantMissing: 1},
+		{name: "five lost, none excused: counted", found: without(10, 20, 30, 40, 50), wantMissing: 5},
+		{name: "five gone, some may be aged out: not told", found: without(10, 20, 30, 40, 50), goneThrough: 12},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, why := holes.Check(want, tt.found, tt.goneThrough)
+			if tt.wantMissing == 0 {
+				if h != nil {
+					t.Fatalf("got hole %+v; want none", *h)
+				}
+				if len(tt.found) < len(all) && why == "" {
+					t.Errorf("nothing said of the missing messages")
+				}
+				return
+			}
+			if h == nil {
+				t.Fatalf("got no hole (%s); want %d missing", why, tt.wantMissing)
+			}
+			if h.Missing != tt.wantMissing || !slices.Equal(h.Seqs, tt.wantSeqs) {
+				t.Errorf("got %+v; want %d missing at %v", *h, tt.wantMissing, tt.wantSeqs)
+			}
+		})
+	}
+}
