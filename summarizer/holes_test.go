@@ -190,4 +190,3 @@ func TestForgottenOrAgedOutMessagesAreNotHoles(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
-
