@@ -291,7 +291,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{serveCommand, proxyCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand,
-		tenantsCommand, policyCommand, forgetCommand, benchCommand, evalCommand, fakeModelCommand, versionCommand, benchWorkerCommand,
+		tenantsCommand, policyCommand, forgetCommand, verifyCommand, benchCommand, evalCommand, fakeModelCommand, versionCommand, benchWorkerCommand,
 		benchTriggerCommand}
 }
 
