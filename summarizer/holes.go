@@ -106,7 +106,8 @@ func (p *Pool) storedIn(ctx context.Context, c *compaction, w schemas.Witness) (
 }
 
 // witnessed is the next value's witnessed ranges: the current value's, and one more for
-// the messages this job loaded after them (through ld.lastSeq).
+// the messages this job loaded after them (through ld.lastSeq). Only entries above the
+// ranges before are counted, so a message is in one range only.
 func witnessed(j *job, cur *schemas.Result, ld *loaded) []schemas.Witness {
 	var prev []schemas.Witness
 	var after uint64
@@ -129,10 +130,17 @@ func witnessed(j *job, cur *schemas.Result, ld *loaded) []schemas.Witness {
 	if len(seqs) == 0 {
 		return prev
 	}
-	from := after + 1
-	if after == 0 {
-		from = seqs[0]
+	// The load read everything of the conversation from loadFrom on (load): the new
+	// range starts there, or after the ranges before when they reach it. A value an
+	// older worker advanced keeps ranges that stop short of its tail start.
+	loadFrom := uint64(1)
+	if j.tomb != nil {
+		loadFrom = j.tomb.ThroughSeq + 1
 	}
+	if cur != nil && cur.TailStartSeq > 0 {
+		loadFrom = max(loadFrom, cur.TailStartSeq)
+	}
+	from := max(after+1, loadFrom)
 	out := append(prev, holes.Of(from, max(ld.lastSeq, seqs[len(seqs)-1]), seqs))
 	for len(out) > maxWitnessed {
 		out = append([]schemas.Witness{holes.Merge(out[0], out[1])}, out[2:]...)
