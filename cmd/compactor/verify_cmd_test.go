@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -106,5 +107,57 @@ func TestVerifyReportsAHoleAndNothingElse(t *testing.T) {
 		if _, _, err := cli(t, "", args...); exitCode(err) != exitUsage {
 			t.Errorf("%v: %v; want a usage error", args, err)
 		}
+	}
+}
+
+// Many producers publishing one conversation at once, interleaved with another's and
+// with a client that sets none of Compactor's fields (a bare publish, no headers),
+// through the real trigger and workers: compactions complete, no hole is declined or
+// recorded, and verify finds none.
+func TestManyProducersMakeNoFalseHole(t *testing.T) {
+	env := testEnv(t, 4000)
+	s := startStack(t, env, nil)
+	t.Setenv("COMPACTOR_NATS_URL", s.nc.ConnectedUrl())
+	ctx := ctxFor(t, 2*time.Minute)
+	subj, err := s.st.Config().ChatSubject("crowd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for p := range 4 {
+		wg.Go(func() {
+			for i := range 15 {
+				conv := "crowd"
+				if i%4 == 3 {
+					conv = fmt.Sprintf("beside-%d", p)
+				}
+				if p == 0 && i%3 == 0 {
+					if err := s.nc.Publish(subj, []byte(`{"role":"user","content":"bare `+strings.Repeat("b", 1200)+`"}`)); err != nil {
+						t.Error(err)
+					}
+					continue
+				}
+				m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("%d %d %s", p, i, strings.Repeat("w", 1200)))}
+				b, _ := m.Encode()
+				if _, err := s.st.Chat().Publish(ctx, conv, b, ""); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "crowd to be compacted twice", func() bool {
+		v, err := s.client.Result(ctx, "crowd")
+		return err == nil && v != nil && v.Generation >= 2
+	})
+	v, err := s.client.Result(ctx, "crowd")
+	if err != nil || len(v.Holes) > 0 || len(v.Witnessed) == 0 {
+		t.Fatalf("value %+v, %v; want no hole and what the compactions read witnessed", v, err)
+	}
+	if out, _, err := cli(t, "", "verify", "crowd"); err != nil || !strings.Contains(out, "crowd: no hole") {
+		t.Fatalf("verify crowd: %v, printed %q; want no hole", err, out)
 	}
 }
