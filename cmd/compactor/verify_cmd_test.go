@@ -123,36 +123,43 @@ func TestManyProducersMakeNoFalseHole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	for p := range 4 {
-		wg.Go(func() {
-			for i := range 15 {
-				conv := "crowd"
-				if i%4 == 3 {
-					conv = fmt.Sprintf("beside-%d", p)
-				}
-				if p == 0 && i%3 == 0 {
-					if err := s.nc.Publish(subj, []byte(`{"role":"user","content":"bare `+strings.Repeat("b", 1200)+`"}`)); err != nil {
+	burst := func(round int) {
+		var wg sync.WaitGroup
+		for p := range 4 {
+			wg.Go(func() {
+				for i := range 15 {
+					conv := "crowd"
+					if i%4 == 3 {
+						conv = fmt.Sprintf("beside-%d", p)
+					}
+					if p == 0 && i%3 == 0 {
+						if err := s.nc.Publish(subj, []byte(`{"role":"user","content":"bare `+strings.Repeat("b", 1200)+`"}`)); err != nil {
+							t.Error(err)
+						}
+						continue
+					}
+					m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("%d %d %d %s", round, p, i, strings.Repeat("w", 1200)))}
+					b, _ := m.Encode()
+					if _, err := s.st.Chat().Publish(ctx, conv, b, ""); err != nil {
 						t.Error(err)
 					}
-					continue
 				}
-				m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("%d %d %s", p, i, strings.Repeat("w", 1200)))}
-				b, _ := m.Encode()
-				if _, err := s.st.Chat().Publish(ctx, conv, b, ""); err != nil {
-					t.Error(err)
-				}
-			}
+			})
+		}
+		wg.Wait()
+		if err := s.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each burst is about 14,000 tokens of crowd's, far over its threshold whatever the
+	// compaction before it covered: two bursts make two compactions at least.
+	for round := 1; round <= 2; round++ {
+		burst(round)
+		eventually(t, time.Minute, fmt.Sprintf("crowd to be compacted after burst %d", round), func() bool {
+			v, err := s.client.Result(ctx, "crowd")
+			return err == nil && v != nil && v.Generation >= uint64(round)
 		})
 	}
-	wg.Wait()
-	if err := s.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, "crowd to be compacted twice", func() bool {
-		v, err := s.client.Result(ctx, "crowd")
-		return err == nil && v != nil && v.Generation >= 2
-	})
 	v, err := s.client.Result(ctx, "crowd")
 	if err != nil || len(v.Holes) > 0 || len(v.Witnessed) == 0 {
 		t.Fatalf("value %+v, %v; want no hole and what the compactions read witnessed", v, err)
