@@ -168,3 +168,46 @@ func TestManyProducersMakeNoFalseHole(t *testing.T) {
 		t.Fatalf("verify crowd: %v, printed %q; want no hole", err, out)
 	}
 }
+
+// An operator's purge of one conversation's subject, without compactor forget, leaves
+// no trace that it was meant: verify reports it as a hole (counted: more than 4 are
+// missing), also with --all, which finds the conversation by its value since CHAT holds
+// no subject of it any more.
+func TestVerifyReportsASubjectPurgedWithoutForget(t *testing.T) {
+	env := testEnv(t, 4000)
+	s := startStack(t, env, nil)
+	t.Setenv("COMPACTOR_NATS_URL", s.nc.ConnectedUrl())
+	ctx := ctxFor(t, 2*time.Minute)
+	for _, conv := range []string{"kept", "wiped"} {
+		for i := range 20 {
+			m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(fmt.Sprintf("%s %d %s", conv, i, strings.Repeat("w", 1600)))}
+			b, _ := m.Encode()
+			if _, err := s.st.Chat().Publish(ctx, conv, b, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, time.Minute, "wiped to be compacted", func() bool {
+		v, err := s.client.Result(ctx, "wiped")
+		return err == nil && v != nil && v.Generation >= 1 && len(v.Witnessed) > 0
+	})
+	js, err := natsjs.New(s.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chat, err := js.Stream(ctx, s.st.Config().ChatStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, err := s.st.Config().ChatSubject("wiped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chat.Purge(ctx, natsjs.WithPurgeSubject(subj)); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := cli(t, "", "verify", "--all")
+	if exitCode(err) != exitHoles || !strings.Contains(out, "wiped: hole: ") || strings.Contains(out, "kept:") {
+		t.Fatalf("verify --all: %v, printed %q; want the hole of wiped only, exit %d", err, out, exitHoles)
+	}
+}
