@@ -495,6 +495,20 @@ func (ch *Chat) FirstSeq(ctx context.Context, conv string) (uint64, error) {
 	return m.Seq, nil
 }
 
+// StreamFirstSeq is the sequence of CHAT's oldest message, of any conversation, from
+// the stream leader (0 when CHAT is empty): every sequence below it left the stream by
+// its age limit or a purge of the stream (or was lost with the oldest messages).
+func (ch *Chat) StreamFirstSeq(ctx context.Context) (uint64, error) {
+	m, err := ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"seq": 1, "next_by_subj": ch.cfg.ChatPrefix + ".>"})
+	if errors.Is(err, errNoMessage) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Seq, nil
+}
+
 // Consume delivers CHAT's messages to the active trigger: every process calls it
 // with the same durable consumer and priority group, one is pinned and gets the
 // messages, the others stand by and take over when it goes silent. handle settles each

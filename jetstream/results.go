@@ -125,3 +125,22 @@ func (rs *Results) Remove(ctx context.Context, conv string, rev uint64) error {
 	}
 	return nil
 }
+
+// Conversations lists the keys of the results bucket: every conversation with a value
+// (compactor verify walks them with CHAT's, since a conversation whose messages are all
+// gone has no subject left in CHAT).
+func (rs *Results) Conversations(ctx context.Context) ([]string, error) {
+	l, err := rs.resultsKV.ListKeys(ctx)
+	if err != nil {
+		if errors.Is(err, natsjs.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("list the keys of %s: %w", rs.cfg.ResultsBucket, err)
+	}
+	defer func() { _ = l.Stop() }()
+	var out []string
+	for k := range l.Keys() {
+		out = append(out, k)
+	}
+	return out, ctx.Err()
+}

@@ -37,6 +37,10 @@ type Request struct {
 	// strategy keeps, 2 summarizes everything. Set when a conversation is still over
 	// budget right after a compaction.
 	Escalation int `json:"escalation,omitempty"`
+	// Witness is what the trigger saw of the conversation's messages from the tail
+	// start through UpToSeq; a worker that reads fewer there declines (a hole). Absent
+	// from requests of older triggers and manual ones: then nothing is checked.
+	Witness *Witness `json:"witness,omitempty"`
 }
 
 // Validate checks a request.
@@ -54,6 +58,14 @@ func (r *Request) Validate() error {
 	case TriggerBudget, TriggerStructural, TriggerTemporal, TriggerManual:
 	default:
 		return invalid("trigger", "unknown trigger %q; must be budget, structural, temporal or manual", r.Trigger)
+	}
+	if r.Witness != nil {
+		if err := r.Witness.Validate(); err != nil {
+			return err
+		}
+		if r.Witness.ThroughSeq > r.UpToSeq {
+			return invalid("witness", "through_seq %d is past up_to_seq %d", r.Witness.ThroughSeq, r.UpToSeq)
+		}
 	}
 	return nil
 }
@@ -131,6 +143,13 @@ type Result struct {
 	// forward between them; EvidenceText is its rendered section, which readers append
 	// to the summary message (see assemble.SummaryMessage).
 	Evidence *Evidence `json:"evidence,omitempty"`
+	// Holes are the holes a worker found in the conversation's raw history (messages
+	// seen, then no longer stored): the value is not compacted across them again.
+	Holes []Hole `json:"holes,omitempty"`
+	// Witnessed is what the compactions read of the conversation's raw history, from
+	// its first message through LoadedThroughSeq, in ranges that follow each other;
+	// compactor verify checks CHAT against it.
+	Witnessed []Witness `json:"witnessed,omitempty"`
 
 	// Unknown keeps fields written by a newer writer, so a rewrite does not drop them.
 	Unknown map[string]json.RawMessage `json:"-"`
@@ -308,6 +327,9 @@ type Event struct {
 	// RepairGap is set on the outcome of a repair that cannot be made: messages the
 	// fallback covers left CHAT.
 	RepairGap bool `json:"repair_gap,omitempty"`
+	// Holes is set on a declined event when messages are missing from the history the
+	// worker read: which sequences (when they can be named) and where.
+	Holes []Hole `json:"holes,omitempty"`
 }
 
 // DeadLetter is what COMPACT_DEAD keeps of a request that used up its attempts.

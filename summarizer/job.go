@@ -88,6 +88,9 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err := p.loadAndPlan(ctx, c); err != nil {
 		return err
 	}
+	if done, err := p.checkHoles(ctx, c); done || err != nil {
+		return err
+	}
 	if err := p.planRepair(ctx, c); err != nil {
 		return err
 	}
@@ -805,6 +808,7 @@ func (p *Pool) result(j *job, ld *loaded, pl plan, out Output, before assemble.C
 	next.MessagesBefore = len(before.Messages)
 	next.LoadedThroughSeq = ld.lastSeq
 	next.FirstSeq = j.firstSeq
+	next.Witnessed = witnessed(j, ld.cur, ld)
 	if j.req.Escalation > 0 {
 		next.Reason = fmt.Sprintf("%s (escalation %d)", next.Reason, j.req.Escalation)
 	}
@@ -823,6 +827,9 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 	}
 	next.DeclinedAtSeq = ld.lastSeq
 	next.FirstSeq = j.firstSeq
+	if len(j.holes) > 0 {
+		next.Holes = j.holes // recorded: no later job summarizes across them
+	}
 	if err := p.writeMarker(ctx, j, &next, ld.rev, "deciding to decline"); err != nil {
 		return err
 	}
@@ -833,7 +840,7 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 		j.log.Warn().Err(err).Msg("ack declined request; it will be redelivered")
 	}
 	p.event(ctx, j, schemas.Event{Type: schemas.EventDeclined, Generation: next.Generation,
-		TokensBefore: before, TokensAfter: after, Error: reason})
+		TokensBefore: before, TokensAfter: after, Error: reason, Holes: j.holes})
 	return nil
 }
 

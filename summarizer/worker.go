@@ -342,6 +342,8 @@ type job struct {
 	// repairOfOwn says the request was done with a fallback summary and stayed queued
 	// to repair it: this delivery is the repair.
 	repairOfOwn bool
+	// holes are the holes in the raw history the job declines for (holes.go).
+	holes []schemas.Hole
 }
 
 // repairing reports whether the delivery is a repair: its request was done with a

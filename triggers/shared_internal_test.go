@@ -41,9 +41,10 @@ func TestConversationsShareTheirPolicy(t *testing.T) {
 
 // A tracked conversation's state is a few hundred bytes: its policy is a pointer to the
 // shared settings (not a copy of them), its instants are Unix nanoseconds (not
-// time.Time), its open tool calls a slice (not a map).
+// time.Time), its open tool calls a slice (not a map). The witness of what it saw (56
+// bytes: a count, a range and 4 sums, see docs/design.md#holes) is the most recent part.
 func TestTrackedStateIsSmall(t *testing.T) {
-	if got := unsafe.Sizeof(convState{}) + unsafe.Sizeof(tracked{}); got > 384 {
-		t.Errorf("a tracked conversation's state takes %d bytes; want at most 384", got)
+	if got := unsafe.Sizeof(convState{}) + unsafe.Sizeof(tracked{}); got > 440 {
+		t.Errorf("a tracked conversation's state takes %d bytes; want at most 440", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/holes"
 	"github.com/compactor/compactor/schemas/tokens"
 )
 
@@ -51,6 +52,10 @@ type convState struct {
 	// forgotten marks a state found to hold a forgotten conversation: it is dropped and
 	// rebuilt before it is used again.
 	forgotten bool
+	// seen is the witness of every message of the conversation the state counted or
+	// skipped as invalid from its tail start on: carried in the request, so the worker
+	// finds out when one of them is no longer stored (a hole).
+	seen holes.Acc
 	// timers carries what outlives a rebuild: backoffs, the request in flight, the
 	// retry timer.
 	timers

@@ -748,6 +748,7 @@ func (c *convState) countLoaded(count tokens.Counter, v *schemas.Result, pinned,
 	}
 	for i := range tail {
 		c.base = min(c.base, tail[i].Seq)
+		c.seen.Add(tail[i].Seq) // an invalid message is stored all the same
 		if tail[i].Err == nil {
 			c.add(decoded(&tail[i].Message, count), tail[i].Seq)
 		}
@@ -971,6 +972,9 @@ func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.D
 		c.watermark = d.Seq
 		c.base = min(c.base, d.Seq)
 		c.lastMsgAt = stampOf(d.Time)
+		if d.Seq >= c.tailStart {
+			c.seen.Add(d.Seq) // whatever it holds: the worker will find it stored, or not
+		}
 		if err != nil {
 			l := log()
 			l.Warn().Err(err).Msg("invalid chat message skipped")
@@ -1039,6 +1043,9 @@ func (t *Trigger) request(ctx context.Context, c *convState, kind, reason string
 	req := schemas.Request{
 		RequestID: schemas.NewRequestID(), Conversation: c.id, Trigger: kind, Reason: reason,
 		RequestedAt: now.UTC(), UpToSeq: c.watermark,
+	}
+	if w, ok := c.seen.Witness(c.watermark); ok {
+		req.Witness = &w
 	}
 	sctx, span, header := t.startRequest(ctx, req, c.tokens)
 	seq, err := t.store.Queue().EnqueueWithHeader(sctx, req, header)

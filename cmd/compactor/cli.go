@@ -291,7 +291,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{serveCommand, proxyCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand,
-		tenantsCommand, policyCommand, forgetCommand, benchCommand, evalCommand, fakeModelCommand, versionCommand, benchWorkerCommand,
+		tenantsCommand, policyCommand, forgetCommand, verifyCommand, benchCommand, evalCommand, fakeModelCommand, versionCommand, benchWorkerCommand,
 		benchTriggerCommand}
 }
 
@@ -506,6 +506,7 @@ Exit codes:
   6    timed out: no answer or outcome in time; the request may still complete
   7    unavailable: NATS cannot be reached, has no Compactor streams, or no service answers
   8    permission denied: the server refused this user a subject the command needs
+  9    holes: verify found messages missing from a conversation's raw history
   130  interrupted (ctrl-C); compact --wait prints the request id to follow
 
 Environment (variable, default, meaning):

@@ -15,9 +15,9 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
-// Exit codes a script can tell apart (docs/cli.md). Codes 3 to 8 say
+// Exit codes a script can tell apart (docs/cli.md). Codes 3 to 9 say
 // what to do next: 4, 6 and 7 may succeed later as they are; 2, 3, 5 and 8 will not
-// without a change.
+// without a change; 9 reports damage to repair.
 const (
 	exitOK = 0
 	// exitError is anything not classified below.
@@ -42,6 +42,9 @@ const (
 	// subject the command needed. What needed it was not done; retrying as the same
 	// user will not help.
 	exitPermission = 8
+	// exitHoles: compactor verify found a hole in a conversation's raw history (messages
+	// acknowledged and seen, no longer stored, neither forgotten nor aged out).
+	exitHoles = 9
 	// exitInterrupted is 128 + SIGINT, as shells report a process ended by ctrl-C.
 	exitInterrupted = 130
 )
@@ -54,6 +57,7 @@ var (
 	errUnavailable = errors.New("unavailable")
 	errPermission  = errors.New("permission denied")
 	errInterrupted = errors.New("interrupted")
+	errHoles       = errors.New("holes in the raw history")
 	// errConfig marks a configuration that cannot work (variables, a nats context):
 	// exitUsage, like a bad flag.
 	errConfig = errors.New("configuration")
@@ -117,6 +121,8 @@ func exitCode(err error) int {
 		return exitBusy
 	case errors.Is(err, errFailed):
 		return exitFailed
+	case errors.Is(err, errHoles):
+		return exitHoles
 	case errors.Is(err, errUnavailable), errors.Is(err, pipeline.ErrNoService):
 		return exitUnavailable
 	case errors.Is(err, errTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
