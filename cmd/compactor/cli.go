@@ -192,17 +192,18 @@ func viaServiceReason(err error) string {
 }
 
 // connectError adds to serve's failed connection what to check: whether NATS runs, or
-// the variables of the credentials or TLS it refused.
+// the variables of the credentials or TLS it refused. A refusal is a mistake in the
+// configuration, exit 2 as for the other commands; no server answering, exit 7.
 func connectError(err error) error {
 	switch {
 	case natsconn.Unreachable(err):
-		return fmt.Errorf("%w (is NATS running at COMPACTOR_NATS_URL?)", err)
+		return newError(errUnavailable, err, "%v (is NATS running at COMPACTOR_NATS_URL?)", err)
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
 		errors.Is(err, nats.ErrAccountAuthExpired):
-		return fmt.Errorf("%w (check COMPACTOR_NATS_CREDS, COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN, "+
+		return newError(errConfig, err, "%v (check COMPACTOR_NATS_CREDS, COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN, "+
 			"COMPACTOR_NATS_USER and COMPACTOR_NATS_PASSWORD, or the user in COMPACTOR_NATS_URL)", err)
 	case natsconn.Refused(err):
-		return fmt.Errorf("%w (check COMPACTOR_NATS_CA, COMPACTOR_NATS_CERT and COMPACTOR_NATS_KEY, "+
+		return newError(errConfig, err, "%v (check COMPACTOR_NATS_CA, COMPACTOR_NATS_CERT and COMPACTOR_NATS_KEY, "+
 			"and whether COMPACTOR_NATS_URL should be tls://)", err)
 	}
 	return err
