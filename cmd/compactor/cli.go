@@ -325,7 +325,7 @@ func splitCommand(args []string) (string, []string, error) {
 			if a == "help" || commandNamed(a) != nil {
 				return a, rest, nil
 			}
-			return "", nil, usageError{msg: fmt.Sprintf("unknown command %q", a), usage: overviewSynopsis()}
+			return "", nil, unknownCommand(a)
 		case !strings.Contains(a, "=") && slices.Contains(leadingValueFlags, strings.TrimLeft(a, "-")):
 			i++
 		}
@@ -445,7 +445,7 @@ func helpCmd(args []string, std stdio) error {
 	case 1:
 		cmd := commandNamed(args[0])
 		if cmd == nil || cmd.hidden {
-			return usageError{msg: fmt.Sprintf("unknown command %q", args[0]), usage: overviewSynopsis()}
+			return unknownCommand(args[0])
 		}
 		fs := newFlagSet(cmd.name)
 		cmd.define(fs)
