@@ -151,8 +151,8 @@ func (c *call) watchRefusals(nc *nats.Conn) {
 // open binds a client to the pipeline: to its streams, or in service mode to the
 // compactor service (COMPACTOR_VIA_SERVICE, or when the streams cannot be looked up
 // because the server refuses this user their API or the account has no JetStream: a
-// tenant's user). Any other refusal while opening ends the command as one after it
-// does.
+// tenant's user), saying so with -v. Any other refusal while opening ends the command
+// as one after it does.
 func (c *call) open(ctx context.Context, nc *nats.Conn, env Env) (*pipeline.Client, error) {
 	cfg := pipeline.WithConfig(env.jetstream())
 	if env.ViaService {
@@ -173,7 +173,10 @@ func (c *call) open(ctx context.Context, nc *nats.Conn, env Env) (*pipeline.Clie
 		}
 		return nil, err
 	}
-	fmt.Fprintf(c.std.err, "compactor: %s: going through the compactor service instead (COMPACTOR_VIA_SERVICE=true chooses it up front)\n", why)
+	if c.conn != nil && c.conn.verbose != nil && *c.conn.verbose {
+		// How a tenant's user works, and no error: a note, with -v only.
+		fmt.Fprintf(c.std.err, "note: %s, so the command goes through the compactor service (COMPACTOR_VIA_SERVICE=true chooses it up front)\n", why)
+	}
 	return pipeline.New(ctx, nc, cfg, pipeline.ViaService())
 }
 

@@ -17,6 +17,8 @@ type connFlags struct {
 	server, creds, nkey, token, user, password, tlsCA, tlsCert, tlsKey, inbox *string
 	context                                                                   *string
 	noContext                                                                 *bool
+	// verbose: say on stderr how the command reaches the pipeline (the service mode).
+	verbose *bool
 }
 
 var flagNames = map[string]string{
@@ -33,6 +35,7 @@ func defineConnFlags(fs *flagSet, contexts bool) *connFlags {
 		if contexts {
 			c.context = fs.String("context", "", "NAME", "nats CLI context to use (a name, or a .json file)")
 			c.noContext = fs.Bool("no-context", "", "use no nats CLI context (neither NATS_CONTEXT nor the selected one)")
+			c.verbose = fs.Bool("verbose", "v", "say on stderr how the command reaches the pipeline (its streams, or the compactor service)")
 		}
 		c.creds = fs.String("creds", "", "FILE", "credentials file (user JWT and NKey seed)")
 		c.nkey = fs.String("nkey", "", "FILE", "file holding a user NKey seed")
