@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/fakellm"
+	"github.com/compactor/compactor/internal/proctest"
+	"github.com/compactor/compactor/pipeline"
 )
 
 // A mistyped command gets the nearest command's name; a word far from every command
@@ -79,5 +86,53 @@ func TestEditDistance(t *testing.T) {
 		if got := editDistance(tc.a, tc.b); got != tc.want {
 			t.Errorf("editDistance(%q, %q) = %d; want %d", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+// compact --wait while a compaction is already pending (the trigger's, or another
+// client's) waits for that one's outcome and says so, instead of answering busy.
+func TestCompactWaitFollowsThePendingRequest(t *testing.T) {
+	env := testEnv(t, 6000)
+	env.Policy["keep_last_n"] = "4"
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Block = make(chan struct{}) })
+	s := withStack(t, env, llm)
+	t.Cleanup(func() { llm.Release(false) }) // before the stack stops
+	t.Setenv("COMPACTOR_CONTEXT_WINDOW", "6000")
+	msgs, _ := fakellm.NeedleConversation(4)
+	if _, _, err := cli(t, jsonl(msgs), "publish", "queued-first"); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.client.Compact(ctxFor(t, 20*time.Second), "queued-first")
+	if err != nil || first.Status != pipeline.StatusQueued {
+		t.Fatalf("first request: %+v, %v", first, err)
+	}
+	eventually(t, 20*time.Second, "the first compaction to reach the LLM", func() bool { return llm.Held() == 1 })
+
+	var out, errOut proctest.LogBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(context.Background(), []string{"compact", "queued-first", "--instructions", "mine", "--wait", "1m"},
+			stdio{in: strings.NewReader(""), out: &out, err: &errOut}, os.LookupEnv)
+	}()
+	eventually(t, 20*time.Second, "compact --wait to say it waits for the pending request", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("compact --wait returned before the pending request ended: %v (exit %d)\nstdout %q\nstderr %q", err, exitCode(err), out.String(), errOut.String())
+		default:
+		}
+		return strings.Contains(errOut.String(), "already pending")
+	})
+	if e := errOut.String(); !strings.Contains(e, first.RequestID) || !strings.Contains(e, "not queued") || strings.Contains(e, "compactor:") {
+		t.Fatalf("stderr %q; want a note naming the pending request %s and that these instructions were not queued", e, first.RequestID)
+	}
+	llm.Release(false)
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("compact --wait did not end after the pending request completed")
+	}
+	if err != nil || !strings.HasPrefix(out.String(), "completed: generation 1") || !strings.Contains(out.String(), first.RequestID) {
+		t.Fatalf("compact --wait: %v (exit %d)\nstdout %q; want the pending request's outcome, completed", err, exitCode(err), out.String())
 	}
 }
