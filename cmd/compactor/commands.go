@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -15,7 +16,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/embedded"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/formats"
@@ -55,7 +59,9 @@ path under /v1/messages). POST /v1/chat/completions and POST /v1/messages of a r
 names its conversation (X-Compactor-Conversation, a session header, or
 COMPACTOR_PROXY_BODY_FIELD) are sent with the compacted context; everything else passes
 through unchanged. It connects as serve does (COMPACTOR_NATS_URL, or an embedded server
-when none), and runs no other role: run the trigger and workers with serve. SIGINT or
+when none), and runs no other role: run the trigger and workers with serve. Beside a
+running compactor with its embedded server it starts none of its own (nothing would
+compact there) and says to connect to that one with COMPACTOR_NATS_URL. SIGINT or
 SIGTERM lets the requests in flight finish and exits 0. docs/proxy.md is the guide.`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
 		return func(ctx context.Context, c *call) error {
@@ -100,7 +106,48 @@ func runServe(ctx context.Context, c *call, update, proxyOnly bool) error {
 	if update {
 		env.UpdateStreams = true
 	}
+	if proxyOnly && conn.Local {
+		// A proxy with an embedded server of its own beside a running compactor would
+		// be a second server, where nothing compacts: it connects to that one instead.
+		if addr := dialAddr(env.Listen); answersNATS(addr) {
+			return newError(errConfig, nil, "a compactor already runs its NATS server on %s: connect this proxy to it with "+
+				"COMPACTOR_NATS_URL=nats://%s compactor proxy (a proxy with a server of its own would compact nothing)", env.Listen, addr)
+		}
+		err := serve(ctx, env, c.std)
+		if errors.Is(err, embedded.ErrDataDirInUse) {
+			return newError(errConfig, err, "%v.\nThat is a running compactor: connect this proxy to its NATS server with "+
+				"COMPACTOR_NATS_URL=nats://<its COMPACTOR_LISTEN, %s by default> compactor proxy (a proxy with a server of its own would compact nothing)",
+				strings.ReplaceAll(err.Error(), ", or give this one its own COMPACTOR_DATA_DIR", ""), defaultListen)
+		}
+		return err
+	}
 	return serve(ctx, env, c.std)
+}
+
+// defaultListen is COMPACTOR_LISTEN's default.
+const defaultListen = "127.0.0.1:4222"
+
+// dialAddr is the address a client on this machine dials to reach a server listening
+// on listen: the loopback address for a listener on every interface.
+func dialAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// answersNATS reports whether a NATS server answers on addr (host:port) within a second.
+func answersNATS(addr string) bool {
+	nc, err := nats.Connect("nats://"+addr, nats.Timeout(time.Second), nats.MaxReconnects(0), nats.NoCallbacksAfterClientClose())
+	if err != nil {
+		return false
+	}
+	nc.Close()
+	return true
 }
 
 // maxLine bounds one JSONL line on stdin (raised to fit COMPACTOR_MAX_OBJECT_SIZE).

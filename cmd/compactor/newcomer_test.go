@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +136,49 @@ func TestCompactWaitFollowsThePendingRequest(t *testing.T) {
 	}
 	if err != nil || !strings.HasPrefix(out.String(), "completed: generation 1") || !strings.Contains(out.String(), first.RequestID) {
 		t.Fatalf("compact --wait: %v (exit %d)\nstdout %q; want the pending request's outcome, completed", err, exitCode(err), out.String())
+	}
+}
+
+// compactor proxy beside a running compactor (its embedded server on COMPACTOR_LISTEN,
+// its data directory) says to connect to that one, with the URL to use, instead of
+// advising a data directory of its own: a second server, where nothing compacts.
+func TestProxyBesideARunningCompactor(t *testing.T) {
+	testEnv(t, 128000)
+	listen := freeAddr(t)
+	t.Setenv("COMPACTOR_LISTEN", listen)
+	t.Setenv("COMPACTOR_DATA_DIR", filepath.Join(t.TempDir(), "data"))
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- run(ctx, nil, stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard}, os.LookupEnv)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-served
+	})
+	serveAnswers(t)
+
+	for _, env := range []map[string]string{
+		{}, // the same variables as the running one
+		{"COMPACTOR_LISTEN": freeAddr(t)}, // another address, the same data directory
+	} {
+		for k, v := range env {
+			t.Setenv(k, v)
+		}
+		t.Setenv("COMPACTOR_PROXY_LISTEN", "127.0.0.1:0")
+		pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := run(pctx, []string{"proxy"}, stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard}, os.LookupEnv)
+		cancel()
+		want := "COMPACTOR_NATS_URL=nats://" + listen
+		if len(env) > 0 {
+			// Its address is not known from the directory: the variable is named.
+			want = "COMPACTOR_NATS_URL=nats://<"
+		}
+		if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), want) ||
+			strings.Contains(err.Error(), "its own COMPACTOR_DATA_DIR") {
+			t.Fatalf("proxy beside a running compactor (%v): %v (exit %d); want exit 2 saying to connect with %s",
+				env, err, exitCode(err), want)
+		}
+		t.Setenv("COMPACTOR_LISTEN", listen)
 	}
 }
