@@ -159,7 +159,7 @@ func TestProxyBesideARunningCompactor(t *testing.T) {
 	serveAnswers(t)
 
 	for _, env := range []map[string]string{
-		{}, // the same variables as the running one
+		{},                                // the same variables as the running one
 		{"COMPACTOR_LISTEN": freeAddr(t)}, // another address, the same data directory
 	} {
 		for k, v := range env {
