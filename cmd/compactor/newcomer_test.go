@@ -12,6 +12,8 @@ import (
 
 	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/proctest"
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
 )
 
@@ -180,5 +182,60 @@ func TestProxyBesideARunningCompactor(t *testing.T) {
 				env, err, exitCode(err), want)
 		}
 		t.Setenv("COMPACTOR_LISTEN", listen)
+	}
+}
+
+// A process that stopped drops out of the policy comparison: a trigger started at an
+// 8,000-token window after a worker at 128,000 stopped warns of no difference, and
+// status lists none (the stopped worker's record would name a process that is gone).
+func TestStoppedProcessLeavesThePolicyComparison(t *testing.T) {
+	testEnv(t, 128000)
+	srv := jstest.Server(t)
+	t.Setenv("COMPACTOR_NATS_URL", srv.ClientURL())
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	serveAs := func(roles, window string) (*proctest.LogBuffer, func()) {
+		t.Setenv("COMPACTOR_ROLES", roles)
+		t.Setenv("COMPACTOR_CONTEXT_WINDOW", window)
+		t.Setenv("COMPACTOR_LOG_LEVEL", "debug")
+		logs := &proctest.LogBuffer{}
+		stop, _ := serveFor(t, logs)
+		eventually(t, 20*time.Second, "the "+roles+" role's policy check", func() bool {
+			return strings.Contains(logs.String(), "agree with the other running processes") || strings.Contains(logs.String(), "differ")
+		})
+		return logs, stop
+	}
+	_, stopWorker := serveAs("worker", "128000")
+	stopWorker()
+	logs, _ := serveAs("trigger", "8000")
+	if strings.Contains(logs.String(), "differ") {
+		t.Fatalf("the trigger warns of a stopped worker's policy defaults:\n%s", logs)
+	}
+	if rp, _ := st.RolePolicies(ctxFor(t, 5*time.Second)); rp["worker"] != nil {
+		t.Fatalf("the stopped worker's record is still read: %v", rp)
+	}
+	out, _, err := cli(t, "", "status")
+	if err != nil || strings.Contains(out, "different policy defaults") {
+		t.Fatalf("status: %v\n%s\nwant no difference listed", err, out)
+	}
+}
+
+// A record whose process was killed (never withdrawn) drops out once older than
+// jetstream.PolicyStaleAfter; the running processes keep theirs fresh.
+func TestStalePolicyRecordDropsOut(t *testing.T) {
+	srv := jstest.Server(t)
+	st := jstest.Provision(t, jstest.Conn(t, srv))
+	ctx := ctxFor(t, 20*time.Second)
+	if _, err := st.RecordPolicy(ctx, []string{"worker"}, map[string]string{"context_window": "128000"}); err != nil {
+		t.Fatal(err)
+	}
+	if rp, err := st.RolePolicies(ctx); err != nil || rp["worker"] == nil {
+		t.Fatalf("a fresh record: %v, %v; want it read", rp, err)
+	}
+	old := jetstream.PolicyStaleAfter
+	t.Cleanup(func() { jetstream.PolicyStaleAfter = old })
+	jetstream.PolicyStaleAfter = time.Nanosecond
+	if rp, err := st.RolePolicies(ctx); err != nil || len(rp) != 0 {
+		t.Fatalf("a stale record: %v, %v; want it left out", rp, err)
 	}
 }
