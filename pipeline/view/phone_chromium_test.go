@@ -65,13 +65,12 @@ func TestViewTablesFitAPhone(t *testing.T) {
 	seed(t, f, "a-rather-long-conversation-id-of-an-agent-run-0042")
 
 	target, _ := url.Parse(f.srv.URL)
-	rp := httputil.NewSingleHostReverseProxy(target)
-	director := rp.Director
-	rp.Director = func(r *http.Request) {
-		director(r)
-		r.Header.Set("Authorization", "Bearer "+testToken)
-		r.Header.Del("Accept-Encoding")
-	}
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = target.Host
+		r.Out.Header.Set("Authorization", "Bearer "+testToken)
+		r.Out.Header.Del("Accept-Encoding")
+	}}
 	rp.ModifyResponse = func(resp *http.Response) error {
 		resp.Header.Del("Content-Security-Policy")
 		resp.Header.Del("X-Frame-Options")
