@@ -139,7 +139,7 @@ accounts: {
 
 // A user of an account without JetStream, which reaches the compactor only through
 // service imports, publishes and reads its context: the commands find the account has
-// no JetStream and go through the service, saying so on stderr.
+// no JetStream and go through the service, saying so on stderr with -v.
 func TestCommandsInAnAccountWithoutJetStream(t *testing.T) {
 	env := testEnv(t, 128000)
 	srv := jstest.ServerFromFile(t, jstest.WriteFile(t, "accounts.conf", []byte(twoAccounts)))
@@ -152,8 +152,8 @@ func TestCommandsInAnAccountWithoutJetStream(t *testing.T) {
 	t.Setenv("COMPACTOR_NATS_URL", srv.ClientURL())
 	t.Setenv("COMPACTOR_NATS_USER", "acme")
 	t.Setenv("COMPACTOR_NATS_PASSWORD", "acme-pw")
-	out, errOut, err := cli(t, `{"role":"user","content":"hello from acme"}`+"\n", "publish", "acme-1")
-	if err != nil || out != "1\n" || !strings.Contains(errOut, "this user's account has no JetStream") {
+	out, errOut, err := cli(t, `{"role":"user","content":"hello from acme"}`+"\n", "publish", "acme-1", "-v")
+	if err != nil || out != "1\n" || !strings.Contains(errOut, "note: this user's account has no JetStream") {
 		t.Fatalf("publish: %v\nstdout %q\nstderr %q", err, out, errOut)
 	}
 	out, _, err = cli(t, "", "context", "acme-1")
