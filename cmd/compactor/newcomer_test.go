@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/jetstream"
@@ -237,5 +239,59 @@ func TestStalePolicyRecordDropsOut(t *testing.T) {
 	jetstream.PolicyStaleAfter = time.Nanosecond
 	if rp, err := st.RolePolicies(ctx); err != nil || len(rp) != 0 {
 		t.Fatalf("a stale record: %v, %v; want it left out", rp, err)
+	}
+}
+
+// A tenant's user (service mode, no events to read) waits for the pending request
+// too: it watches the pending request until it is gone and answers the value it wrote.
+func TestCompactWaitFollowsThePendingRequestInServiceMode(t *testing.T) {
+	env := testEnv(t, 6000)
+	env.Policy["keep_last_n"] = "4"
+	llm := fakellm.New(t)
+	llm.Set(func(f *fakellm.LLM) { f.Block = make(chan struct{}) })
+	srv := jstest.ServerWith(t, tenantUsers)
+	url := "nats://" + jstest.HostPort(srv)
+	admin, err := nats.Connect(url, nats.UserInfo("admin", "admin-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	s := runStack(t, admin, jstest.Provision(t, admin), env, llm)
+	t.Cleanup(func() { llm.Release(false) }) // before the stack stops
+	t.Setenv("COMPACTOR_NATS_URL", url)
+	t.Setenv("COMPACTOR_NATS_USER", "tenant")
+	t.Setenv("COMPACTOR_NATS_PASSWORD", "tenant-pw")
+	t.Setenv("COMPACTOR_NATS_INBOX_PREFIX", "_INBOX_tenant")
+	msgs, _ := fakellm.NeedleConversation(4)
+	if _, _, err := cli(t, jsonl(msgs), "publish", "svc-conv"); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.client.Compact(ctxFor(t, 20*time.Second), "svc-conv")
+	if err != nil || first.Status != pipeline.StatusQueued {
+		t.Fatalf("first request: %+v, %v", first, err)
+	}
+	eventually(t, 20*time.Second, "the first compaction to reach the LLM", func() bool { return llm.Held() == 1 })
+	var out, errOut proctest.LogBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(context.Background(), []string{"compact", "svc-conv", "--wait", "1m"},
+			stdio{in: strings.NewReader(""), out: &out, err: &errOut}, os.LookupEnv)
+	}()
+	eventually(t, 20*time.Second, "compact --wait to say it waits for the pending request", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("compact --wait returned before the pending request ended: %v (exit %d)\nstderr %q", err, exitCode(err), errOut.String())
+		default:
+		}
+		return strings.Contains(errOut.String(), "already pending (request "+first.RequestID)
+	})
+	llm.Release(false)
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("compact --wait did not end after the pending request completed")
+	}
+	if err != nil || !strings.HasPrefix(out.String(), "completed: generation 1") || !strings.Contains(out.String(), first.RequestID) {
+		t.Fatalf("compact --wait as the tenant: %v (exit %d)\nstdout %q", err, exitCode(err), out.String())
 	}
 }
