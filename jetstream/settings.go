@@ -40,8 +40,17 @@ func (s *Store) policySubject(role string) string {
 	return "$KV." + s.cfg.DeploymentBucket + "." + policyKeyPrefix + role
 }
 
+// PolicyRefresh is how often a running process records its policy defaults again
+// (RecordPolicy), and PolicyStaleAfter how old a record may be before readers leave it
+// out: its process stopped without withdrawing it (WithdrawPolicy), killed or cut off.
+var (
+	PolicyRefresh    = time.Minute
+	PolicyStaleAfter = 5 * time.Minute
+)
+
 // RolePolicies reads what the roles of the deployment recorded (see RecordPolicy); a
-// record that does not decode is left out.
+// record that does not decode, or older than PolicyStaleAfter (its process is gone),
+// is left out.
 func (s *Store) RolePolicies(ctx context.Context) (RolePolicies, error) {
 	subj := s.policySubject("*")
 	msgs, _, err := s.directRequest(ctx, s.deploymentStream(), map[string]any{"multi_last": []string{subj}, "batch": DirectBatchSize}, subj)
@@ -55,7 +64,7 @@ func (s *Store) RolePolicies(ctx context.Context) (RolePolicies, error) {
 	prefix := "$KV." + s.cfg.DeploymentBucket + "." + policyKeyPrefix
 	for _, m := range msgs {
 		role, ok := strings.CutPrefix(m.Subject, prefix)
-		if !ok || m.Header.Get("KV-Operation") != "" || len(m.Data) == 0 {
+		if !ok || m.Header.Get("KV-Operation") != "" || len(m.Data) == 0 || !m.Time.IsZero() && time.Since(m.Time) > PolicyStaleAfter {
 			continue
 		}
 		var p map[string]string
@@ -69,8 +78,8 @@ func (s *Store) RolePolicies(ctx context.Context) (RolePolicies, error) {
 // RecordPolicy records own, this process's policy defaults, under each of its roles in
 // the deployment bucket (the last process of a role to start wins), and returns what the
 // roles had recorded before, to compare own with: a process that starts with other
-// defaults than the running ones says so. A role whose record already holds own is not
-// written again. A process that may not write a role's key records nothing for it and
+// defaults than the running ones says so. A running process records again every
+// PolicyRefresh, so that its record stays fresh. A process that may not write a role's key records nothing for it and
 // still gets what the others recorded: the error then says why. Without the bucket it
 // records and returns nothing, with an error matching ErrNoDeploymentBucket.
 func (s *Store) RecordPolicy(ctx context.Context, roles []string, own map[string]string) (before RolePolicies, err error) {
@@ -84,14 +93,43 @@ func (s *Store) RecordPolicy(ctx context.Context, roles []string, own map[string
 	}
 	var errs []error
 	for _, r := range roles {
-		if have, ok := before[r]; ok && maps.Equal(have, own) {
-			continue
-		}
 		if _, err := s.js.Publish(ctx, s.policySubject(r), data, natsjs.WithExpectStream(s.deploymentStream())); err != nil {
 			errs = append(errs, fmt.Errorf("record the policy defaults of the %s role in %s: %w", r, s.cfg.DeploymentBucket, err))
 		}
 	}
 	return before, errors.Join(errs...)
+}
+
+// WithdrawPolicy deletes the records of roles that hold own, as a process that stops
+// does: a stopped process leaves the comparison at once. A record another process
+// wrote since, with other defaults, stays; one with the same defaults goes, and that
+// process records it again within PolicyRefresh.
+func (s *Store) WithdrawPolicy(ctx context.Context, roles []string, own map[string]string) error {
+	subj := s.policySubject("*")
+	msgs, _, err := s.directRequest(ctx, s.deploymentStream(), map[string]any{"multi_last": []string{subj}, "batch": DirectBatchSize}, subj)
+	if err != nil {
+		return fmt.Errorf("policy records: %w", err)
+	}
+	var errs []error
+	for _, m := range msgs {
+		var p map[string]string
+		if m.Header.Get("KV-Operation") != "" || json.Unmarshal(m.Data, &p) != nil || !maps.Equal(p, own) {
+			continue
+		}
+		for _, r := range roles {
+			if m.Subject != s.policySubject(r) {
+				continue
+			}
+			del := nats.NewMsg(m.Subject)
+			del.Header.Set("KV-Operation", "DEL")
+			// Only the record read: a newer one is another process's.
+			del.Header.Set("Nats-Expected-Last-Subject-Sequence", fmt.Sprint(m.Seq))
+			if _, err := s.js.PublishMsg(ctx, del, natsjs.WithExpectStream(s.deploymentStream())); err != nil {
+				errs = append(errs, fmt.Errorf("withdraw the policy defaults of the %s role: %w", r, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // PolicyDisagreements lists the keys on which the recorded roles disagree, one line

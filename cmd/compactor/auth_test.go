@@ -195,6 +195,9 @@ func TestAuthEveryMethodServeAndCLI(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "check COMPACTOR_NATS_") {
 				t.Fatalf("status with a wrong secret: %v; want %q and the variables to check", err, tc.wantErr)
 			}
+			if code := exitCode(err); code != exitUsage {
+				t.Fatalf("status with a wrong secret exits %d; want %d (usage)", code, exitUsage)
+			}
 			noSecrets(t, tc.secrets, err.Error())
 			logs = &proctest.LogBuffer{}
 			start := time.Now()
@@ -206,6 +209,10 @@ func TestAuthEveryMethodServeAndCLI(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("serve with a wrong secret: %v; want %q", err, tc.wantErr)
+			}
+			// Refused credentials are a configuration mistake: exit 2, as the other commands.
+			if code := exitCode(err); code != exitUsage {
+				t.Fatalf("serve with a wrong secret exits %d; want %d (usage), as status does", code, exitUsage)
 			}
 			if strings.Contains(logs.String(), "retrying") {
 				t.Fatalf("a refused connection was retried:\n%s", logs)

@@ -151,8 +151,8 @@ func (c *call) watchRefusals(nc *nats.Conn) {
 // open binds a client to the pipeline: to its streams, or in service mode to the
 // compactor service (COMPACTOR_VIA_SERVICE, or when the streams cannot be looked up
 // because the server refuses this user their API or the account has no JetStream: a
-// tenant's user). Any other refusal while opening ends the command as one after it
-// does.
+// tenant's user), saying so with -v. Any other refusal while opening ends the command
+// as one after it does.
 func (c *call) open(ctx context.Context, nc *nats.Conn, env Env) (*pipeline.Client, error) {
 	cfg := pipeline.WithConfig(env.jetstream())
 	if env.ViaService {
@@ -173,7 +173,10 @@ func (c *call) open(ctx context.Context, nc *nats.Conn, env Env) (*pipeline.Clie
 		}
 		return nil, err
 	}
-	fmt.Fprintf(c.std.err, "compactor: %s: going through the compactor service instead (COMPACTOR_VIA_SERVICE=true chooses it up front)\n", why)
+	if c.conn != nil && c.conn.verbose != nil && *c.conn.verbose {
+		// How a tenant's user works, and no error: a note, with -v only.
+		fmt.Fprintf(c.std.err, "note: %s, so the command goes through the compactor service (COMPACTOR_VIA_SERVICE=true chooses it up front)\n", why)
+	}
 	return pipeline.New(ctx, nc, cfg, pipeline.ViaService())
 }
 
@@ -192,17 +195,18 @@ func viaServiceReason(err error) string {
 }
 
 // connectError adds to serve's failed connection what to check: whether NATS runs, or
-// the variables of the credentials or TLS it refused.
+// the variables of the credentials or TLS it refused. A refusal is a mistake in the
+// configuration, exit 2 as for the other commands; no server answering, exit 7.
 func connectError(err error) error {
 	switch {
 	case natsconn.Unreachable(err):
-		return fmt.Errorf("%w (is NATS running at COMPACTOR_NATS_URL?)", err)
+		return newError(errUnavailable, err, "%v (is NATS running at COMPACTOR_NATS_URL?)", err)
 	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked),
 		errors.Is(err, nats.ErrAccountAuthExpired):
-		return fmt.Errorf("%w (check COMPACTOR_NATS_CREDS, COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN, "+
+		return newError(errConfig, err, "%v (check COMPACTOR_NATS_CREDS, COMPACTOR_NATS_NKEY, COMPACTOR_NATS_TOKEN, "+
 			"COMPACTOR_NATS_USER and COMPACTOR_NATS_PASSWORD, or the user in COMPACTOR_NATS_URL)", err)
 	case natsconn.Refused(err):
-		return fmt.Errorf("%w (check COMPACTOR_NATS_CA, COMPACTOR_NATS_CERT and COMPACTOR_NATS_KEY, "+
+		return newError(errConfig, err, "%v (check COMPACTOR_NATS_CA, COMPACTOR_NATS_CERT and COMPACTOR_NATS_KEY, "+
 			"and whether COMPACTOR_NATS_URL should be tls://)", err)
 	}
 	return err
@@ -324,7 +328,7 @@ func splitCommand(args []string) (string, []string, error) {
 			if a == "help" || commandNamed(a) != nil {
 				return a, rest, nil
 			}
-			return "", nil, usageError{msg: fmt.Sprintf("unknown command %q", a), usage: overviewSynopsis()}
+			return "", nil, unknownCommand(a)
 		case !strings.Contains(a, "=") && slices.Contains(leadingValueFlags, strings.TrimLeft(a, "-")):
 			i++
 		}
@@ -444,7 +448,7 @@ func helpCmd(args []string, std stdio) error {
 	case 1:
 		cmd := commandNamed(args[0])
 		if cmd == nil || cmd.hidden {
-			return usageError{msg: fmt.Sprintf("unknown command %q", args[0]), usage: overviewSynopsis()}
+			return unknownCommand(args[0])
 		}
 		fs := newFlagSet(cmd.name)
 		cmd.define(fs)

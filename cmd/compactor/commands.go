@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -15,7 +16,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/embedded"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/formats"
@@ -55,7 +59,9 @@ path under /v1/messages). POST /v1/chat/completions and POST /v1/messages of a r
 names its conversation (X-Compactor-Conversation, a session header, or
 COMPACTOR_PROXY_BODY_FIELD) are sent with the compacted context; everything else passes
 through unchanged. It connects as serve does (COMPACTOR_NATS_URL, or an embedded server
-when none), and runs no other role: run the trigger and workers with serve. SIGINT or
+when none), and runs no other role: run the trigger and workers with serve. Beside a
+running compactor with its embedded server it starts none of its own (nothing would
+compact there) and says to connect to that one with COMPACTOR_NATS_URL. SIGINT or
 SIGTERM lets the requests in flight finish and exits 0. docs/proxy.md is the guide.`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
 		return func(ctx context.Context, c *call) error {
@@ -100,7 +106,48 @@ func runServe(ctx context.Context, c *call, update, proxyOnly bool) error {
 	if update {
 		env.UpdateStreams = true
 	}
+	if proxyOnly && conn.Local {
+		// A proxy with an embedded server of its own beside a running compactor would
+		// be a second server, where nothing compacts: it connects to that one instead.
+		if addr := dialAddr(env.Listen); answersNATS(addr) {
+			return newError(errConfig, nil, "a compactor already runs its NATS server on %s: connect this proxy to it with "+
+				"COMPACTOR_NATS_URL=nats://%s compactor proxy (a proxy with a server of its own would compact nothing)", env.Listen, addr)
+		}
+		err := serve(ctx, env, c.std)
+		if errors.Is(err, embedded.ErrDataDirInUse) {
+			return newError(errConfig, err, "%v.\nThat is a running compactor: connect this proxy to its NATS server with "+
+				"COMPACTOR_NATS_URL=nats://<its COMPACTOR_LISTEN, %s by default> compactor proxy (a proxy with a server of its own would compact nothing)",
+				strings.ReplaceAll(err.Error(), ", or give this one its own COMPACTOR_DATA_DIR", ""), defaultListen)
+		}
+		return err
+	}
 	return serve(ctx, env, c.std)
+}
+
+// defaultListen is COMPACTOR_LISTEN's default.
+const defaultListen = "127.0.0.1:4222"
+
+// dialAddr is the address a client on this machine dials to reach a server listening
+// on listen: the loopback address for a listener on every interface.
+func dialAddr(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// answersNATS reports whether a NATS server answers on addr (host:port) within a second.
+func answersNATS(addr string) bool {
+	nc, err := nats.Connect("nats://"+addr, nats.Timeout(time.Second), nats.MaxReconnects(0), nats.NoCallbacksAfterClientClose())
+	if err != nil {
+		return false
+	}
+	nc.Close()
+	return true
 }
 
 // maxLine bounds one JSONL line on stdin (raised to fit COMPACTOR_MAX_OBJECT_SIZE).
@@ -594,8 +641,10 @@ var compactCommand = &command{
 request is queued. With --wait D it waits up to D for the outcome: completed (exit 0, with
 the new generation), declined (exit 0: the guard found nothing worth compacting, and says
 why), failed (exit 5), or none yet (exit 6: the request stays queued or in progress).
-A compaction already pending is busy (exit 4): this request and its instructions were
-not queued; ask again when it completes. A conversation with nothing stored is not found
+A compaction already pending (the trigger's, or another client's) is busy (exit 4)
+without --wait: this request and its instructions were not queued; ask again when it
+completes. With --wait the command says so on stderr and waits for that one's outcome
+instead, answering it as its own. A conversation with nothing stored is not found
 (exit 3) and nothing is queued. ctrl-C while waiting prints the request's id, to follow
 it with compactor status or on compact.event.<conv> (exit 130).`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
@@ -628,6 +677,20 @@ it with compactor status or on compact.event.<conv> (exit 130).`,
 						"`compactor status %s` shows it while it is pending; its outcome is published on %s (request_id %s)", id, conv, conv, events, id)
 				}
 				return serviceError(err)
+			}
+			if r.Status == pipeline.StatusBusy && *wait > 0 && r.RequestID != "" {
+				// The trigger (or another client) asked first: its outcome is what
+				// this wait is for.
+				fmt.Fprintf(c.std.err, "a compaction of %s is already pending (request %s, queued by the trigger or another client); "+
+					"this request and its instructions were not queued: waiting up to %s for that one's outcome\n", conv, r.RequestID, *wait)
+				r, err = waitPendingOutcome(ctx, cl, conv, r.RequestID, *wait)
+				if err != nil {
+					if ctx.Err() != nil {
+						return interrupted(ctx, "interrupted: the pending compaction %s of %s goes on; `compactor status %s` shows it while it is pending; "+
+							"its outcome is published on %s", r.RequestID, conv, conv, events)
+					}
+					return err
+				}
 			}
 			if *asJSON {
 				if err := writeJSON(c.std.out, r); err != nil {
@@ -671,6 +734,67 @@ it with compactor status or on compact.event.<conv> (exit 130).`,
 			return nil
 		}
 	},
+}
+
+// waitPendingOutcome waits up to d for the outcome of the request id already pending
+// for conv, and answers it as the service answers a wait: completed (with the value),
+// declined or failed, or queued when d ends first. In service mode, which has no
+// events, it watches the pending request until it is gone: completed when the value
+// is the request's, declined otherwise (the service tells the two no further; its
+// event says which).
+func waitPendingOutcome(ctx context.Context, cl *pipeline.Client, conv, id string, d time.Duration) (pipeline.CompactResponse, error) {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	r := pipeline.CompactResponse{Status: pipeline.StatusQueued, RequestID: id}
+	if !cl.ServiceMode() {
+		ev, err := cl.WaitForOutcome(wctx, conv, id)
+		switch {
+		case wctx.Err() != nil && ctx.Err() == nil:
+			return r, nil
+		case err != nil:
+			return r, err
+		}
+		switch ev.Type {
+		case schemas.EventForgotten:
+			return r, notFound(conv)
+		case schemas.EventCompleted:
+			v, err := cl.Result(ctx, conv)
+			if err != nil {
+				return r, err
+			}
+			r.Status, r.Result, r.Error = pipeline.StatusCompleted, v, ev.Error
+		case schemas.EventDeclined:
+			r.Status, r.Error = pipeline.StatusDeclined, ev.Reason
+		default:
+			r.Status, r.Error = pipeline.StatusFailed, ev.Error
+		}
+		return r, nil
+	}
+	for {
+		p, err := cl.Pending(wctx, conv)
+		switch {
+		case wctx.Err() != nil && ctx.Err() == nil:
+			return r, nil
+		case err != nil:
+			return r, err
+		}
+		if p == nil || p.RequestID != id {
+			v, err := cl.Result(ctx, conv)
+			if err != nil {
+				return r, err
+			}
+			if v != nil && v.RequestID == id {
+				r.Status, r.Result = pipeline.StatusCompleted, v
+			} else {
+				r.Status, r.Error = pipeline.StatusDeclined, "it wrote no new value (declined or failed: its event on compact.event."+conv+" says which)"
+			}
+			return r, nil
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // describeResult is one line about a value written by a compaction.

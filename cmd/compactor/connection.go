@@ -1,6 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
 	"github.com/compactor/compactor/internal/natsconn"
 )
 
@@ -12,6 +17,8 @@ type connFlags struct {
 	server, creds, nkey, token, user, password, tlsCA, tlsCert, tlsKey, inbox *string
 	context                                                                   *string
 	noContext                                                                 *bool
+	// verbose: say on stderr how the command reaches the pipeline (the service mode).
+	verbose *bool
 }
 
 var flagNames = map[string]string{
@@ -28,6 +35,7 @@ func defineConnFlags(fs *flagSet, contexts bool) *connFlags {
 		if contexts {
 			c.context = fs.String("context", "", "NAME", "nats CLI context to use (a name, or a .json file)")
 			c.noContext = fs.Bool("no-context", "", "use no nats CLI context (neither NATS_CONTEXT nor the selected one)")
+			c.verbose = fs.Bool("verbose", "v", "say on stderr how the command reaches the pipeline (its streams, or the compactor service)")
 		}
 		c.creds = fs.String("creds", "", "FILE", "credentials file (user JWT and NKey seed)")
 		c.nkey = fs.String("nkey", "", "FILE", "file holding a user NKey seed")
@@ -93,5 +101,60 @@ func resolveConnection(env Env, cf *connFlags, contexts bool) (*natsconn.Connect
 	if err != nil {
 		return nil, newError(errConfig, err, "%v", err)
 	}
+	if !c.Local {
+		if err := checkServerURLs(c.URL, c.Name("URL")); err != nil {
+			return nil, err
+		}
+	}
 	return c, nil
+}
+
+// urlSchemes are the schemes nats.go dials.
+var urlSchemes = []string{"nats", "tls", "ws", "wss"}
+
+// checkServerURLs reports a malformed URL among the comma-separated urls before any
+// dial, which would report it as a server that did not answer: a scheme nats.go does
+// not dial, one not followed by "://" (htp:/host), no host, a path where none belongs.
+// A URL without a scheme is a host and port that nats.go dials as nats://. The error
+// names the URL without its user info.
+func checkServerURLs(urls, from string) error {
+	list := strings.Split(urls, ",")
+	for i, s := range list {
+		s = strings.TrimSpace(s)
+		bad := func(format string, args ...any) error {
+			which := ""
+			if len(list) > 1 {
+				which = fmt.Sprintf(" (server %d of %d)", i+1, len(list))
+			}
+			return newError(errConfig, nil, "malformed NATS server URL %s%s in %s: %s; a URL is nats://host:port (or tls://, ws://, wss://)",
+				natsconn.RedactURL(s), which, from, fmt.Sprintf(format, args...))
+		}
+		if s == "" {
+			if len(list) > 1 {
+				return bad("empty")
+			}
+			continue
+		}
+		full := s
+		if !strings.Contains(s, "://") {
+			if scheme, rest, ok := strings.Cut(s, ":"); ok && strings.HasPrefix(rest, "/") {
+				return bad("the scheme %q must be followed by \"://\"", scheme)
+			}
+			full = "nats://" + s
+		}
+		u, err := url.Parse(full)
+		if err != nil {
+			return bad("it does not parse")
+		}
+		if !slices.Contains(urlSchemes, strings.ToLower(u.Scheme)) {
+			return bad("unknown scheme %q", u.Scheme)
+		}
+		if u.Hostname() == "" {
+			return bad("no host")
+		}
+		if (u.Path != "" && u.Path != "/") && (u.Scheme == "nats" || u.Scheme == "tls") {
+			return bad("a path (%q) after the host", u.Path)
+		}
+	}
+	return nil
 }

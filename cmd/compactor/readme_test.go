@@ -637,6 +637,12 @@ var notRun = []struct{ prefix, reason string }{
 	{"for p in 0 1 2 3; do", "the loop around nats consumer rm, run whole by TestREADMENatsExamples"},
 	{"done", "the end of that loop"},
 	{"ANTHROPIC_BASE_URL=http://127.0.0.1:8088 ", "runs Claude Code, installed from npm: internal/proxy/agenttest's TestClaudeCode runs it so, through the proxy, against the fake model"},
+	{"go build -o /tmp/nats-server github.com/nats-io/nats-server/v2", tenantsWalkThrough + " (the nats-server it runs is built so by proctest.NATSServer)"},
+	{"export NATS_SYS_PASSWORD=", tenantsWalkThrough},
+	{"/tmp/nats-server -c deploy/nats/tenants.conf", tenantsWalkThrough},
+	{"export COMPACTOR_NATS_URL=nats://127.0.0.1:4222", tenantsWalkThrough},
+	{"for role in trigger worker api; do", tenantsWalkThrough},
+	{"export COMPACTOR_NATS_USER=acme-producer", tenantsWalkThrough},
 	{"GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8088/c/", "runs Gemini CLI, installed from npm: internal/proxy/agenttest's TestGeminiCLI runs it so, through the proxy, against the fake model"},
 }
 

@@ -27,8 +27,8 @@ func tenantUsers(o *server.Options) {
 }
 
 // A tenant's user runs publish, context, recall, compact, status and forget: the
-// commands find by themselves that it may not look the streams up, say so once on
-// stderr and go through the service; what they print is what the admin's reads of the
+// commands find by themselves that it may not look the streams up and go through the
+// service, silently (-v says so in one note on stderr); what they print is what the admin's reads of the
 // streams print. COMPACTOR_VIA_SERVICE=true chooses the mode up front, silently. What
 // the service does not serve (status without a conversation, --raw) exits 2, naming
 // the service mode.
@@ -51,11 +51,17 @@ func TestCommandsAsATenantUser(t *testing.T) {
 	}
 	as("tenant", "tenant-pw")
 	const conv = "tenant-conv"
-	const note = "going through the compactor service instead"
+	const note = "goes through the compactor service"
 	msgs, _ := fakellm.NeedleConversation(4)
-	out, errOut, err := cli(t, jsonl(msgs), "publish", conv)
-	if err != nil || len(strings.Fields(out)) != len(msgs) || strings.Count(errOut, note) != 1 || !strings.Contains(errOut, "$JS.API.STREAM.INFO.") {
-		t.Fatalf("publish as the tenant: %v\nstdout %q\nstderr %q", err, out, errOut)
+	out, errOut, err := cli(t, jsonl(msgs[:1]), "publish", conv)
+	if err != nil || len(strings.Fields(out)) != 1 || strings.Contains(errOut, "STREAM.INFO") || strings.Contains(errOut, "compactor:") {
+		t.Fatalf("publish as the tenant: %v\nstdout %q\nstderr %q; want nothing on stderr (the service mode is how a tenant's user works)", err, out, errOut)
+	}
+	// -v says how the command connects: once, as a note, not as an error.
+	out, errOut, err = cli(t, jsonl(msgs[1:]), "publish", conv, "-v")
+	if err != nil || len(strings.Fields(out)) != len(msgs)-1 || strings.Count(errOut, note) != 1 || !strings.Contains(errOut, "$JS.API.STREAM.INFO.") ||
+		!strings.HasPrefix(errOut, "note: ") || strings.Count(errOut, "note: ") != 1 || strings.Contains(errOut, "compactor:") {
+		t.Fatalf("publish -v as the tenant: %v\nstdout %q\nstderr %q; want one line \"note: ...\" naming the refusal", err, out, errOut)
 	}
 	// The context, before and after a compaction, reads the same both ways.
 	sameOutput := func(args ...string) string {
@@ -67,7 +73,7 @@ func TestCommandsAsATenantUser(t *testing.T) {
 		}
 		as("tenant", "tenant-pw")
 		got, errOut, err := cli(t, "", args...)
-		if err != nil || got != want {
+		if err != nil || got != want || strings.Contains(errOut, "STREAM.INFO") {
 			t.Fatalf("%v as the tenant: %v\ngot  %q\nwant %q\nstderr %q", args, err, got, want, errOut)
 		}
 		return got
@@ -133,7 +139,7 @@ accounts: {
 
 // A user of an account without JetStream, which reaches the compactor only through
 // service imports, publishes and reads its context: the commands find the account has
-// no JetStream and go through the service, saying so on stderr.
+// no JetStream and go through the service, saying so on stderr with -v.
 func TestCommandsInAnAccountWithoutJetStream(t *testing.T) {
 	env := testEnv(t, 128000)
 	srv := jstest.ServerFromFile(t, jstest.WriteFile(t, "accounts.conf", []byte(twoAccounts)))
@@ -146,8 +152,8 @@ func TestCommandsInAnAccountWithoutJetStream(t *testing.T) {
 	t.Setenv("COMPACTOR_NATS_URL", srv.ClientURL())
 	t.Setenv("COMPACTOR_NATS_USER", "acme")
 	t.Setenv("COMPACTOR_NATS_PASSWORD", "acme-pw")
-	out, errOut, err := cli(t, `{"role":"user","content":"hello from acme"}`+"\n", "publish", "acme-1")
-	if err != nil || out != "1\n" || !strings.Contains(errOut, "this user's account has no JetStream") {
+	out, errOut, err := cli(t, `{"role":"user","content":"hello from acme"}`+"\n", "publish", "acme-1", "-v")
+	if err != nil || out != "1\n" || !strings.Contains(errOut, "note: this user's account has no JetStream") {
 		t.Fatalf("publish: %v\nstdout %q\nstderr %q", err, out, errOut)
 	}
 	out, _, err = cli(t, "", "context", "acme-1")

@@ -13,7 +13,9 @@
 #     exports;
 #   - one account per tenant of TENANTS (default "acme globex"), without JetStream,
 #     with its users <tenant>-producer and <tenant>-reader, and its imports of
-#     COMPACTOR's exports, each with an activation token COMPACTOR signed for it;
+#     COMPACTOR's exports, each with an activation token COMPACTOR signed for it; and
+#     in COMPACTOR the tenant's own proxy user, <tenant>-proxy, whose rights name that
+#     tenant's streams and subjects only;
 #   - OUT/resolver.conf (the operator, SYS, and every account JWT preloaded in a memory
 #     resolver), OUT/server.conf (which includes it and enables JetStream), and
 #     OUT/creds/<user>.creds for every user.
@@ -254,6 +256,127 @@ add_tenant() {
 		--allow-pub 'compactor.status' \
 		--allow-pub 'compactor.recall' \
 		--allow-sub "_INBOX_${t}-reader.>"
+
+	# The tenant's own proxy user, in COMPACTOR (compactor proxy with
+	# COMPACTOR_TENANT=$t): the proxy user's rights on this tenant's streams, buckets and
+	# subjects only, each stream named (a wildcard would match every tenant's).
+	nsc add user --account COMPACTOR --name "${t}-proxy" \
+		--allow-pub '$JS.API.STREAM.INFO.CHAT_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.COMPACT_REQUESTS_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.COMPACT_EVENTS_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.COMPACT_DEAD_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.ACTIVITY_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.KV_compaction_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.KV_compaction-policy_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.KV_compaction-forgotten_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.KV_compaction-triggers_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.KV_compaction-windows_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.KV_compaction-deployment_'"${t}" \
+		--allow-pub '$JS.API.STREAM.INFO.OBJ_compaction-objects_'"${t}" \
+		--allow-pub '$JS.API.CONSUMER.INFO.CHAT_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.COMPACT_REQUESTS_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.COMPACT_EVENTS_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.COMPACT_DEAD_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.ACTIVITY_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.KV_compaction_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.KV_compaction-policy_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.KV_compaction-forgotten_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.KV_compaction-triggers_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.KV_compaction-windows_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.KV_compaction-deployment_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.INFO.OBJ_compaction-objects_'"${t}"'.*' \
+		--allow-pub "chat.${t}.*.msg" \
+		--allow-pub '$JS.API.DIRECT.GET.CHAT_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.COMPACT_REQUESTS_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.COMPACT_EVENTS_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.COMPACT_DEAD_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.ACTIVITY_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction-policy_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction-forgotten_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction-triggers_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction-windows_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction-deployment_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.OBJ_compaction-objects_'"${t}" \
+		--allow-pub '$JS.API.DIRECT.GET.CHAT_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.COMPACT_REQUESTS_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.COMPACT_EVENTS_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.COMPACT_DEAD_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.ACTIVITY_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction-policy_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction-forgotten_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction-triggers_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction-windows_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.KV_compaction-deployment_'"${t}"'.>' \
+		--allow-pub '$JS.API.DIRECT.GET.OBJ_compaction-objects_'"${t}"'.>' \
+		--allow-pub '$JS.API.STREAM.MSG.GET.CHAT_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.COMPACT_REQUESTS_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.COMPACT_EVENTS_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.COMPACT_DEAD_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.ACTIVITY_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.KV_compaction_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.KV_compaction-policy_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.KV_compaction-forgotten_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.KV_compaction-triggers_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.KV_compaction-windows_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.KV_compaction-deployment_'"${t}" \
+		--allow-pub '$JS.API.STREAM.MSG.GET.OBJ_compaction-objects_'"${t}" \
+		--allow-pub '$O.compaction-objects_'"${t}"'.C.>' \
+		--allow-pub '$O.compaction-objects_'"${t}"'.M.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.CHAT_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.COMPACT_REQUESTS_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.COMPACT_EVENTS_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.COMPACT_DEAD_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.ACTIVITY_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.KV_compaction_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.KV_compaction-policy_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.KV_compaction-forgotten_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.KV_compaction-triggers_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.KV_compaction-windows_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.KV_compaction-deployment_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.CREATE.OBJ_compaction-objects_'"${t}"'.>' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.CHAT_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.COMPACT_REQUESTS_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.COMPACT_EVENTS_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.COMPACT_DEAD_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.ACTIVITY_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.KV_compaction_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.KV_compaction-policy_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.KV_compaction-forgotten_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.KV_compaction-triggers_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.KV_compaction-windows_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.KV_compaction-deployment_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.MSG.NEXT.OBJ_compaction-objects_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.CHAT_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.COMPACT_REQUESTS_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.COMPACT_EVENTS_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.COMPACT_DEAD_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.ACTIVITY_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.KV_compaction_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.KV_compaction-policy_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.KV_compaction-forgotten_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.KV_compaction-triggers_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.KV_compaction-windows_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.KV_compaction-deployment_'"${t}"'.*' \
+		--allow-pub '$JS.API.CONSUMER.DELETE.OBJ_compaction-objects_'"${t}"'.*' \
+		--allow-pub "compactor.${t}.compact" \
+		--allow-pub '$KV.compaction-deployment_'"${t}"'.policy.proxy' \
+		--deny-pub '$JS.API.CONSUMER.CREATE.*.compactor-workers' \
+		--deny-pub '$JS.API.CONSUMER.CREATE.*.compactor-workers.>' \
+		--deny-pub '$JS.API.CONSUMER.CREATE.*.compactor-trigger' \
+		--deny-pub '$JS.API.CONSUMER.CREATE.*.compactor-trigger.>' \
+		--deny-pub '$JS.API.CONSUMER.CREATE.*.compactor-idle' \
+		--deny-pub '$JS.API.CONSUMER.CREATE.*.compactor-idle.>' \
+		--deny-pub '$JS.API.CONSUMER.MSG.NEXT.*.compactor-workers' \
+		--deny-pub '$JS.API.CONSUMER.MSG.NEXT.*.compactor-trigger' \
+		--deny-pub '$JS.API.CONSUMER.MSG.NEXT.*.compactor-idle' \
+		--deny-pub '$JS.API.CONSUMER.DELETE.*.compactor-workers' \
+		--deny-pub '$JS.API.CONSUMER.DELETE.*.compactor-trigger' \
+		--deny-pub '$JS.API.CONSUMER.DELETE.*.compactor-idle' \
+		--allow-sub "_INBOX_${t}-proxy.>" \
+		--allow-sub "compact.event.${t}.*" \
+		--allow-sub '$KV.compaction-policy_'"${t}"'.*'
 }
 
 # write_config writes the memory resolver's configuration, the server's, and every
@@ -279,6 +402,7 @@ write_config() {
 		for user in "${t}-producer" "${t}-reader"; do
 			nsc generate creds --account "$t" --name "$user" --output-file "$OUT/creds/$user.creds"
 		done
+		nsc generate creds --account COMPACTOR --name "${t}-proxy" --output-file "$OUT/creds/${t}-proxy.creds"
 	done
 }
 

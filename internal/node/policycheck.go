@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas/policy"
@@ -68,10 +69,46 @@ func CheckPolicy(ctx context.Context, cfg Config, st *jetstream.Store) []string 
 	before["this process"] = own
 	diffs := jetstream.PolicyDisagreements(before)
 	for _, d := range diffs {
-		log.Warn().Str("differs", d).Msg("this process's policy defaults differ from those another process of the deployment recorded: " +
+		log.Warn().Str("differs", d).Msg("this process's policy defaults differ from those another running process of the deployment recorded: " +
 			"the trigger counts against its settings and the workers compact to theirs, so set the same COMPACTOR_ policy variables and profiles on every process")
 	}
+	if len(diffs) == 0 {
+		log.Debug().Msg("this process's policy defaults are recorded and agree with the other running processes'")
+	}
 	return diffs
+}
+
+// AnnouncePolicy checks and records this process's policy defaults (CheckPolicy), then
+// records them again every jetstream.PolicyRefresh until ctx is done, and withdraws
+// them then: a process that stops leaves the comparison at once, and one that is killed
+// when its record grows stale (jetstream.PolicyStaleAfter).
+func AnnouncePolicy(ctx context.Context, cfg Config, st *jetstream.Store) {
+	if cfg.Resolver == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	CheckPolicy(cctx, cfg, st)
+	cancel()
+	own, roles := PolicyDefaults(cfg.Resolver), cfg.Roles.names()
+	tick := time.NewTicker(jetstream.PolicyRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := st.WithdrawPolicy(wctx, roles, own); err != nil && !errors.Is(err, jetstream.ErrNoDeploymentBucket) {
+				cfg.Logger.Debug().Err(err).Msg("the policy defaults of this process's roles were not withdrawn; they drop out when stale")
+			}
+			return
+		case <-tick.C:
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if _, err := st.RecordPolicy(rctx, roles, own); err != nil && ctx.Err() == nil {
+				cfg.Logger.Debug().Err(err).Msg("the policy defaults of this process's roles were not recorded again")
+			}
+			cancel()
+		}
+	}
 }
 
 // names lists the roles, sorted.

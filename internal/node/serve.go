@@ -121,15 +121,18 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	if err != nil {
 		return err
 	}
-	// In the background: recording the policy defaults never holds up the start.
+	// In the background: recording the policy defaults never holds up the start; they
+	// are withdrawn when ctx is done.
 	policyChecked := make(chan struct{})
+	pctx, stopPolicy := context.WithCancel(ctx)
 	go func() {
 		defer close(policyChecked)
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		CheckPolicy(cctx, cfg.Node, st)
+		AnnouncePolicy(pctx, cfg.Node, st)
 	}()
-	defer func() { <-policyChecked }()
+	defer func() {
+		stopPolicy()
+		<-policyChecked
+	}()
 	ready.Running(st)
 	defer ready.Stopping()
 	return runUntilDrained(ctx, n.Run, cfg.DrainTimeout, ready, n.log)

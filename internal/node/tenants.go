@@ -242,10 +242,15 @@ func (ts *tenantSet) runTenant(ctx context.Context, name string, t tenants.Tenan
 	if ts.views != nil {
 		defer ts.views.serve(ctx, name, t, st, ncfg.Resolver, log)()
 	}
+	policyDone := make(chan struct{})
+	pctx, stopPolicy := context.WithCancel(ctx)
 	go func() {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		CheckPolicy(cctx, ncfg, st)
+		defer close(policyDone)
+		AnnouncePolicy(pctx, ncfg, st)
+	}()
+	defer func() {
+		stopPolicy()
+		<-policyDone
 	}()
 	log.Info().Msg("tenant's roles started")
 	if err := n.Run(ctx); err != nil {

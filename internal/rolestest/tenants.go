@@ -8,8 +8,9 @@ func TenantsConf() string { return deployFile("tenants.conf") }
 // Tenants are the example tenants of tenants.conf.
 var Tenants = []string{"acme", "globex"}
 
-// CompactorUsers are the users of tenants.conf's COMPACTOR account, and SYS's.
-var CompactorUsers = []string{"sys", "admin", "trigger", "worker", "api", "proxy"}
+// CompactorUsers are the users of tenants.conf's COMPACTOR account, and SYS's: each
+// tenant's own proxy user (<tenant>-proxy) too.
+var CompactorUsers = []string{"sys", "admin", "trigger", "worker", "api", "proxy", "acme-proxy", "globex-proxy"}
 
 // TenantUsers returns the users of tenant t's account: <t>-producer and <t>-reader.
 func TenantUsers(t string) []string { return []string{t + "-producer", t + "-reader"} }

@@ -126,7 +126,9 @@ func nscUsers(t *testing.T, tenants ...string) map[string]nscUser {
 	users := map[string]nscUser{}
 	for _, cmd := range nscCommands(t, "nsc add user") {
 		forEach := []string{""}
-		if slices.Contains(cmd, "$t") {
+		// A tenant's user: in the tenant's account ($t), or named after it in
+		// COMPACTOR's (${t}-proxy).
+		if slices.Contains(cmd, "$t") || slices.ContainsFunc(cmd, func(w string) bool { return strings.Contains(w, "${t}") }) {
 			forEach = tenants
 		}
 		for _, tn := range forEach {
