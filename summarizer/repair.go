@@ -99,8 +99,9 @@ func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
 		in       Input
 		previous string
 		usage    *schemas.Usage
+		spent    int
 	)
-	for {
+	for i := 0; ; i++ {
 		window, last, err := rd.window(ctx)
 		if err != nil {
 			return err
@@ -112,6 +113,12 @@ func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
 			continue
 		}
 		in = repairInput(c, window, previous)
+		// Under a quota the repair spends what it reserved, never more: a window that
+		// would pass it is not sent, and the repair waits for the quota.
+		if cost := windowCost(c, repairInput(c, window, ""), i > 0); c.repairBudget > 0 && spent+cost > c.repairBudget {
+			return &quotaError{retryIn: p.cfg.BackoffMax, reason: fmt.Sprintf(
+				"quota: the repair spent %d of the %d tokens it reserved and its next window needs about %d; it waits for the quota", spent, c.repairBudget, cost)}
+		}
 		if err := p.llmSummary(ctx, c, in, "compactor.repair"); err != nil {
 			j.log.Warn().Err(err).Uint64("generation", c.cur.Generation).Msg("repair of the fallback summary failed; it stays until a later repair")
 			return err
@@ -122,6 +129,11 @@ func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
 			return errNoLLM
 		}
 		previous, usage = c.out.Summary, addUsage(usage, c.out.Usage)
+		if c.out.Usage != nil {
+			spent += max(c.out.Usage.PromptTokens, 0) + max(c.out.Usage.CompletionTokens, 0)
+		} else {
+			spent += requestTokens(c.sum, in)
+		}
 		if last {
 			break
 		}
@@ -129,6 +141,49 @@ func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
 	c.out.Usage = usage
 	c.in, c.repaired = in, true
 	return nil
+}
+
+// repairCost is about the tokens the repair c plans will send: each window of the
+// range it covers read again (as repairSummary reads it, nothing held but one window),
+// summarized on the summary of those before. It is what a quota reserves for the
+// repair, and what the repair may spend (repairSummary stops at it).
+func (p *Pool) repairCost(ctx context.Context, c *compaction) (int, error) {
+	rd := &repairReader{p: p, conv: c.j.req.Conversation, rp: c.repair, next: c.repair.from}
+	total := 0
+	for i := 0; ; i++ {
+		window, last, err := rd.window(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if last {
+			window = sortedBySeq(window, c.pl.coveredEntries)
+		}
+		if len(window) > 0 || last {
+			total += windowCost(c, repairInput(c, window, ""), i > 0)
+		}
+		if last {
+			return total, nil
+		}
+	}
+}
+
+// windowCost is about what one window of a repair sends (in, without the summary of
+// the windows before it): its request, the summary before it at its cap when it follows
+// another window, and when it is larger than the summarizer's window, the chunks and
+// merges the map-reduce makes of it (each chunk's prompt and summary, once more to
+// merge).
+func windowCost(c *compaction, in Input, follows bool) int {
+	n := requestTokens(c.sum, in)
+	if follows {
+		n += in.MaxSummaryTokens
+	}
+	if w := c.s.SummarizerContextWindow; w > 0 {
+		if room := int(float64(w) * fitMargin); n > room && room > 0 {
+			chunks := (n + room - 1) / room
+			n += chunks * (PromptOverhead + 2*in.MaxSummaryTokens)
+		}
+	}
+	return n
 }
 
 // repairWindowBytes bounds the bytes of covered messages a repair holds at once (one

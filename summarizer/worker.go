@@ -168,6 +168,7 @@ type QuotaDecision struct {
 	// RetryIn is how long until the quota allows it again (0: unknown).
 	RetryIn time.Duration
 	// Release gives back what was reserved for an allowed compaction (nil: nothing).
+	// It may be called more than once.
 	Release func()
 }
 
