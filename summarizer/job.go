@@ -501,6 +501,9 @@ func (p *Pool) guard(c *compaction) (reason string) {
 // value is in KV, a fallback's summarizer failure is recorded as a dead letter.
 func (p *Pool) commit(ctx context.Context, c *compaction) error {
 	j := c.j
+	if err := p.checkOwn(ctx, j); err != nil {
+		return err
+	}
 	if rev, err := p.putResult(ctx, c.next, c.ld.rev); err == nil {
 		j.writes.Result(rev)
 	} else {
@@ -878,6 +881,9 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 // changed meanwhile (while doing what), nothing is written and the request is tried
 // again on the new one.
 func (p *Pool) writeMarker(ctx context.Context, j *job, next *schemas.Result, rev uint64, doing string) error {
+	if err := p.checkOwn(ctx, j); err != nil {
+		return err
+	}
 	newRev, err := p.putResult(ctx, next, rev)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrRevisionMismatch) {

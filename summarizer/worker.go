@@ -419,11 +419,41 @@ func (p *Pool) accept(ctx context.Context, j *job) bool {
 	return true
 }
 
+// errStale is the outcome of a delivery that is no longer its job's: its request was
+// done by another worker (it was delivered again while this one was frozen past the
+// ack wait) or replaced by a newer one. Nothing is written, nothing settled.
+var errStale = errors.New("the request was done elsewhere or replaced while this delivery was held past its ack wait")
+
+// checkOwn decides, right before a job writes the conversation's value, whether its
+// delivery is still its own: the request it works on is the one the work queue holds
+// for the conversation (a request is removed from the queue when it is acked, and a
+// conversation has one at a time). A worker frozen past its ack wait (a SIGSTOP, a
+// paused VM) wakes with a delivery another worker may have completed since; without
+// this it would compact again, or write a decline marker, on a later value that no
+// request asked it for. The compare-and-set on the revision the job read covers the
+// writes that race with it after the check.
+func (p *Pool) checkOwn(ctx context.Context, j *job) error {
+	pending, err := p.store.Queue().Pending(ctx, j.req.Conversation)
+	if err != nil {
+		return fmt.Errorf("cannot tell whether the request is still this worker's: %w", err)
+	}
+	if pending == nil || pending.RequestID != j.req.RequestID {
+		return errStale
+	}
+	return nil
+}
+
 // settleJob settles the request after process returned err: a request of a forgotten
 // conversation is acked (what the job wrote taken back), a job aborted at the drain
 // timeout left it handed back, and a failure is retried or dead-lettered (fail).
 func (p *Pool) settleJob(ctx, settle context.Context, j *job, err error) {
 	switch {
+	case errors.Is(err, errStale):
+		// Its request is acked (by the worker that completed it) or gone: settling this
+		// delivery would act on nothing, and nothing was written.
+		j.outcome = OutcomeStale
+		j.log.Warn().Uint64("attempt", j.attempt).Msg("stale delivery: its request was done by another worker or replaced while this one was held past the ack wait; dropped, nothing written")
+		return
 	case errors.Is(err, errForgotten):
 		j.outcome = OutcomeForgotten
 		j.log.Info().Uint64("up_to_seq", j.req.UpToSeq).Uint64("through_seq", j.tomb.ThroughSeq).
