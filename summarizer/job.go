@@ -58,6 +58,9 @@ type compaction struct {
 	// repairBudget is what the quota reserved for the repair (repairCost), which it
 	// may not pass (0: no quota, no bound).
 	repairBudget int
+	// repairFailed says the summarizer could not make the repair (a failure no retry
+	// helps): the value records it and postpones the next (countRepairFailure).
+	repairFailed bool
 }
 
 // pastHardLimit reports whether the agent's context before this compaction is past its
@@ -94,8 +97,11 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err := p.planRepair(ctx, c); err != nil {
 		return err
 	}
-	if j.repairing() && c.repair.gap {
+	if j.repairing() && c.repair != nil && c.repair.gap {
 		return p.markGap(ctx, c)
+	}
+	if j.repairing() && c.repair == nil && len(c.pl.covered) == 0 {
+		return p.endRepair(ctx, c, errRepairPostponed) // no marker: the value says until when
 	}
 	if len(c.pl.covered) == 0 && c.repair == nil {
 		return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, "nothing to compact: every message is pinned, kept or must stay in the tail")
@@ -389,6 +395,7 @@ func (p *Pool) afterFailedRepair(ctx context.Context, c *compaction, err error, 
 	// A repair no retry can make (its summaries stay over their cap, nothing fits the
 	// window, the endpoint refuses the raw messages for good) is given up.
 	giveUp := isGiveUp(err) || p.permanent(err)
+	c.repairFailed = giveUp && !errors.Is(err, errNoLLM)
 	var overQuota *quotaError
 	switch {
 	case errors.As(err, &overQuota) && (!j.repairing() || len(c.pl.covered) > 0):

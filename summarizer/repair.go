@@ -40,6 +40,11 @@ func (p *Pool) planRepair(ctx context.Context, c *compaction) error {
 	if !cur.NeedsRepair() || (!j.repairing() && len(c.pl.covered) == 0) {
 		return nil
 	}
+	if until, ok := p.repairPostponed(cur); ok {
+		j.log.Info().Time("repair_not_before", until).Int("repair_failures", cur.RepairFailures).
+			Msg("the repair of the fallback summary is postponed: the summarizer could not make the last ones")
+		return nil
+	}
 	from := uint64(1)
 	if j.tomb != nil {
 		from = j.tomb.ThroughSeq + 1
@@ -286,6 +291,7 @@ var errNoLLM = errors.New("the conversation's summarizer is not an LLM: a fallba
 // markFallbackState records in the next value whether it is built on a fallback: a
 // fallback written because the summarizer failed is, and so is every summary built on
 // one, until a repair (RepairOf). A gap found once stays: the messages do not come back.
+// The repairs the summarizer could not make are counted with it, and postpone the next.
 func (p *Pool) markFallbackState(c *compaction) {
 	next, cur := c.next, c.ld.cur
 	gap := c.repair != nil && c.repair.gap
@@ -296,8 +302,51 @@ func (p *Pool) markFallbackState(c *compaction) {
 	case c.j.fallbackFor != nil || degraded:
 		next.BuiltOnFallback = true
 		next.RepairGap = gap || (degraded && cur.RepairGap)
+		if degraded {
+			next.RepairFailures, next.RepairNotBefore = cur.RepairFailures, cur.RepairNotBefore
+		}
+		if c.repairFailed {
+			p.countRepairFailure(next)
+		}
 	}
 }
+
+// A repair the summarizer cannot make (its summaries stay over their cap, nothing fits
+// its window, it refuses the raw messages for good) costs the whole covered history in
+// tokens, and the next one would cost as much again. So each such failure is recorded
+// in the conversation's value (repair_failures, repair_not_before), which every worker
+// reads and a restart keeps, and the next repair waits: BackoffMax after the first
+// failure, doubling after each, up to maxRepairHold. Meanwhile compactions build on the
+// fallback, and a request kept for the repair ends. A repair that is made, or a value
+// no longer built on a fallback, starts again from none.
+
+// maxRepairHold bounds how long a repair is postponed: with the default BackoffMax of
+// 2 minutes, a summarizer that never makes one gets about 11 repairs of a fallback the
+// first day and one a day after.
+const maxRepairHold = 24 * time.Hour
+
+// repairPostponed reports whether cur's repair must wait, and until when.
+func (p *Pool) repairPostponed(cur *schemas.Result) (time.Time, bool) {
+	if cur == nil || cur.RepairNotBefore == nil || !p.now().Before(*cur.RepairNotBefore) {
+		return time.Time{}, false
+	}
+	return *cur.RepairNotBefore, true
+}
+
+// countRepairFailure records one more failed repair in next and postpones the next.
+func (p *Pool) countRepairFailure(next *schemas.Result) {
+	next.RepairFailures++
+	hold := p.cfg.BackoffMax
+	for i := 1; i < next.RepairFailures && hold < maxRepairHold; i++ {
+		hold *= 2
+	}
+	until := p.now().Add(min(hold, maxRepairHold)).UTC()
+	next.RepairNotBefore = &until
+}
+
+// errRepairPostponed ends a request kept for a repair while the repair is postponed
+// (repairPostponed) and the request has nothing else to compact.
+var errRepairPostponed = errors.New("the repair is postponed: the summarizer could not make the last ones")
 
 // markGap ends a repair whose messages left CHAT: the value is kept, marked repair_gap
 // (so no repair is tried again), the tombstone checked, the request acked, and a
@@ -325,6 +374,15 @@ func (p *Pool) markGap(ctx context.Context, c *compaction) error {
 // stays until a later compaction repairs it, and a declined event says why.
 func (p *Pool) endRepair(ctx context.Context, c *compaction, err error) error {
 	j := c.j
+	if c.repairFailed && c.cur != nil {
+		// The value records the failure, so no worker tries again before its time.
+		next := *c.cur
+		next.RepairOf = 0
+		p.countRepairFailure(&next)
+		if werr := p.writeMarker(ctx, j, &next, c.rev, "recording the failed repair"); werr != nil {
+			return werr
+		}
+	}
 	j.outcome = OutcomeDeclined
 	j.log.Warn().Err(err).Uint64("generation", genOf(c.cur)).Msg("the fallback summary cannot be repaired now; it stays")
 	if aerr := j.d.AckSync(ctx); aerr != nil {
