@@ -34,7 +34,7 @@ const countTTL = 5 * time.Second
 //
 // The day's count (usage.tokens.<day> in the tenant's deployment bucket) is what the
 // tenant's LLM calls spent, and nothing else. What compactions in flight may still
-// spend is held apart (usage.held.<day>: one reservation per compaction, with a
+// spend is held apart (usage.tokens.held-<day>: one reservation per compaction, with a
 // deadline): a compaction starts only when the count, the live reservations and its
 // own estimate fit in the quota. Each call's tokens are taken out of its process's
 // reservations as they are counted, so a running compaction is counted once; a
@@ -140,9 +140,11 @@ const chargeTimeout = 10 * time.Second
 // reservations: each lost race is another worker's update, which succeeded.
 const maxHoldAttempts = 32
 
-// holdsKey is the key of day's reservations in the deployment bucket.
+// holdsKey is the key of day's reservations in the deployment bucket. It is one token
+// under usage.tokens, as the day's count is: the workers' permissions in a deployment of
+// tenants (deploy/nats/tenants.conf, nsc-tenants.sh) allow them $KV.*.usage.tokens.*.
 func holdsKey(day time.Time) string {
-	return "usage.held." + day.UTC().Format(time.DateOnly)
+	return "usage.tokens.held-" + day.UTC().Format(time.DateOnly)
 }
 
 // heldRecord is one reservation as the deployment bucket holds it.
@@ -328,8 +330,9 @@ func (q *Quota) newOverQuota(ctx context.Context, conv string) (n int64, refuse 
 }
 
 // admittedKey is the key, in the deployment bucket, of how far CHAT went while the
-// tenant held no more conversations than its quota.
-const admittedKey = "quota.conversations.admitted-through"
+// tenant held no more conversations than its quota (under usage.tokens, which the
+// workers may write: see holdsKey).
+const admittedKey = "usage.tokens.conversations-admitted-through"
 
 // conversations is the tenant's count of conversations (branches with their root),
 // read at most every countTTL, and how far CHAT went while the tenant held no more
