@@ -83,6 +83,9 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
+	if j.outdatedBy(c.cur) {
+		return errStale
+	}
 	if p.checkDone(c) {
 		return p.finish(ctx, j, c.cur, 0, policy.Settings{}, nil)
 	}
@@ -508,9 +511,6 @@ func (p *Pool) guard(c *compaction) (reason string) {
 // value is in KV, a fallback's summarizer failure is recorded as a dead letter.
 func (p *Pool) commit(ctx context.Context, c *compaction) error {
 	j := c.j
-	if err := p.checkOwn(ctx, j); err != nil {
-		return err
-	}
 	if rev, err := p.putResult(ctx, c.next, c.ld.rev); err == nil {
 		j.writes.Result(rev)
 	} else {
@@ -520,9 +520,14 @@ func (p *Pool) commit(ctx context.Context, c *compaction) error {
 		switch {
 		case rerr != nil:
 			return fmt.Errorf("%w; reading the value back: %v", err, rerr)
-		case now != nil && now.RequestSeq == j.seq && now.RequestID == j.req.RequestID:
+		case now != nil && now.RequestSeq == j.seq && now.RequestID == j.req.RequestID &&
+			now.Generation == c.next.Generation && now.CreatedAt.Equal(c.next.CreatedAt):
 			c.next = now // our own write, acknowledged before a lost reply
 			j.writes.Result(nowRev)
+		case now != nil && (now.RequestSeq == j.seq && now.RequestID == j.req.RequestID || j.outdatedBy(now)):
+			// Another worker did this request (delivered to it again while this one was
+			// held past the ack wait), and maybe a later one: nothing of this job's counts.
+			return errStale
 		case errors.Is(err, jetstream.ErrRevisionMismatch):
 			return fmt.Errorf("compaction value changed while summarizing; result discarded: %w", err)
 		default:
@@ -888,9 +893,6 @@ func (p *Pool) decline(ctx context.Context, j *job, ld *loaded, before, after in
 // changed meanwhile (while doing what), nothing is written and the request is tried
 // again on the new one.
 func (p *Pool) writeMarker(ctx context.Context, j *job, next *schemas.Result, rev uint64, doing string) error {
-	if err := p.checkOwn(ctx, j); err != nil {
-		return err
-	}
 	newRev, err := p.putResult(ctx, next, rev)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrRevisionMismatch) {

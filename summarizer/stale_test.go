@@ -58,8 +58,9 @@ func (o *outcomes) all() []summarizer.Outcome {
 // and ran its stale delivery. Its request had been completed by another worker
 // meanwhile, and a later request had written the next generation: the stale delivery
 // compacted again on it (a generation nobody asked for, under the threshold) or wrote a
-// decline marker on it. A delivery whose request is no longer the conversation's
-// pending one writes nothing: not a value, not a marker, not an event.
+// decline marker on it. A delivery whose request another worker did (the value holds
+// it, or a later request's value) writes nothing: not a value, not a marker, not an
+// event.
 func TestStaleDeliveryWritesNothing(t *testing.T) {
 	for _, frozen := range []string{"after it took the request", "in its LLM call"} {
 		t.Run(frozen, func(t *testing.T) {

@@ -421,26 +421,20 @@ func (p *Pool) accept(ctx context.Context, j *job) bool {
 
 // errStale is the outcome of a delivery that is no longer its job's: its request was
 // done by another worker (it was delivered again while this one was frozen past the
-// ack wait) or replaced by a newer one. Nothing is written, nothing settled.
+// ack wait), and maybe a later one after it. Nothing is written, nothing settled.
 var errStale = errors.New("the request was done elsewhere or replaced while this delivery was held past its ack wait")
 
-// checkOwn decides, right before a job writes the conversation's value, whether its
-// delivery is still its own: the request it works on is the one the work queue holds
-// for the conversation (a request is removed from the queue when it is acked, and a
-// conversation has one at a time). A worker frozen past its ack wait (a SIGSTOP, a
-// paused VM) wakes with a delivery another worker may have completed since; without
-// this it would compact again, or write a decline marker, on a later value that no
-// request asked it for. The compare-and-set on the revision the job read covers the
-// writes that race with it after the check.
-func (p *Pool) checkOwn(ctx context.Context, j *job) error {
-	pending, err := p.store.Queue().Pending(ctx, j.req.Conversation)
-	if err != nil {
-		return fmt.Errorf("cannot tell whether the request is still this worker's: %w", err)
-	}
-	if pending == nil || pending.RequestID != j.req.RequestID {
-		return errStale
-	}
-	return nil
+// outdatedBy reports whether cur, the conversation's value as the job read it, was
+// written by a request queued after the job's own: the work queue holds one request per
+// conversation, so a later one was queued only once the job's had left the queue (done
+// by another worker, while this one was frozen past its ack wait: a SIGSTOP, a paused
+// VM). Without this the woken job would compact again, or write a decline marker, on a
+// value no request asked it for. The value must also be younger than the job's request:
+// a work queue provisioned again counts its sequences from 1, under values written
+// before. Writes that race with the job after it read are the compare-and-set's (see
+// commit).
+func (j *job) outdatedBy(cur *schemas.Result) bool {
+	return cur != nil && cur.RequestSeq > j.seq && cur.CreatedAt.After(j.d.Time)
 }
 
 // settleJob settles the request after process returned err: a request of a forgotten
