@@ -152,7 +152,48 @@ func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
 // range it covers read again (as repairSummary reads it, nothing held but one window),
 // summarized on the summary of those before. It is what a quota reserves for the
 // repair, and what the repair may spend (repairSummary stops at it).
+//
+// A repair waiting for the quota is asked again every few seconds on the same value:
+// the pool remembers the last cost of each conversation's value (its revision and the
+// newly covered messages), so the covered range is not read again each time.
 func (p *Pool) repairCost(ctx context.Context, c *compaction) (int, error) {
+	key := repairCostKey{conv: c.j.req.Conversation, rev: c.rev, covered: len(c.pl.coveredEntries)}
+	if n := len(c.pl.coveredEntries); n > 0 {
+		key.lastCovered = c.pl.coveredEntries[n-1].Seq
+	}
+	p.mu.Lock()
+	cost, ok := p.repairCosts[key]
+	p.mu.Unlock()
+	if ok {
+		return cost, nil
+	}
+	cost, err := p.readRepairCost(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	if p.repairCosts == nil || len(p.repairCosts) >= maxRepairCosts {
+		p.repairCosts = map[repairCostKey]int{}
+	}
+	p.repairCosts[key] = cost
+	p.mu.Unlock()
+	return cost, nil
+}
+
+// repairCostKey is what a repair's cost depends on: the value (its revision) and the
+// newly covered messages.
+type repairCostKey struct {
+	conv        string
+	rev         uint64
+	covered     int
+	lastCovered uint64
+}
+
+// maxRepairCosts bounds the costs a pool remembers (all are dropped when it is reached).
+const maxRepairCosts = 4096
+
+// readRepairCost reads the covered range, a window at a time, to cost it (repairCost).
+func (p *Pool) readRepairCost(ctx context.Context, c *compaction) (int, error) {
 	rd := &repairReader{p: p, conv: c.j.req.Conversation, rp: c.repair, next: c.repair.from}
 	total := 0
 	for i := 0; ; i++ {

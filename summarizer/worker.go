@@ -124,6 +124,8 @@ type Pool struct {
 	// quiet is when each endpoint that answered with a Retry-After may be called again
 	// by a repair (see holdOff).
 	quiet map[endpoint]time.Time
+	// repairCosts are the last costs of repairs asked of the quota (see repairCost).
+	repairCosts map[repairCostKey]int
 }
 
 // Options are a pool's collaborators.
