@@ -139,6 +139,13 @@ type Result struct {
 	// RepairGap says the value cannot be repaired: messages its fallback covers left
 	// CHAT (its age limit, a purge). The fallback stays, and no repair is tried again.
 	RepairGap bool `json:"repair_gap,omitempty"`
+	// RepairFailures counts the repairs of the value's fallback that the summarizer
+	// could not make (its summaries stay over their cap, nothing fits its window, it
+	// refuses the messages for good) since the fallback was written; RepairNotBefore is
+	// when the next may be tried: each failure doubles the wait, up to a day. Both pass
+	// from generation to generation with BuiltOnFallback, and go with it.
+	RepairFailures  int        `json:"repair_failures,omitempty"`
+	RepairNotBefore *time.Time `json:"repair_not_before,omitempty"`
 	// Evidence is what compactions extracted from the messages they covered, carried
 	// forward between them; EvidenceText is its rendered section, which readers append
 	// to the summary message (see assemble.SummaryMessage).

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/compactor/compactor/jetstream"
 )
 
 // SummarizeToFit runs the pool's map-reduce for the tests of package summarizer_test,
@@ -28,3 +30,7 @@ func SetRepairWindowBytes(t interface{ Cleanup(func()) }, n int) {
 	repairWindowBytes = n
 	t.Cleanup(func() { repairWindowBytes = old })
 }
+
+// Handle works on one delivery as one of the pool's workers does, until it is settled:
+// the tests hand it a delivery they held, as a worker frozen with it would.
+func (p *Pool) Handle(ctx context.Context, d *jetstream.Delivery) { p.handle(ctx, ctx, d) }

@@ -55,6 +55,12 @@ type compaction struct {
 	// repaired says the LLM wrote the summary from the raw messages.
 	repair   *repairPlan
 	repaired bool
+	// repairBudget is what the quota reserved for the repair (repairCost), which it
+	// may not pass (0: no quota, no bound).
+	repairBudget int
+	// repairFailed says the summarizer could not make the repair (a failure no retry
+	// helps): the value records it and postpones the next (countRepairFailure).
+	repairFailed bool
 }
 
 // pastHardLimit reports whether the agent's context before this compaction is past its
@@ -77,6 +83,9 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
+	if j.outdatedBy(c.cur) {
+		return errStale
+	}
 	if p.checkDone(c) {
 		return p.finish(ctx, j, c.cur, 0, policy.Settings{}, nil)
 	}
@@ -94,8 +103,11 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err := p.planRepair(ctx, c); err != nil {
 		return err
 	}
-	if j.repairing() && c.repair.gap {
+	if j.repairing() && c.repair != nil && c.repair.gap {
 		return p.markGap(ctx, c)
+	}
+	if j.repairing() && c.repair == nil && len(c.pl.covered) == 0 {
+		return p.endRepair(ctx, c, errRepairPostponed) // no marker: the value says until when
 	}
 	if len(c.pl.covered) == 0 && c.repair == nil {
 		return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, "nothing to compact: every message is pinned, kept or must stay in the tail")
@@ -104,9 +116,12 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if err != nil {
 		return err
 	}
+	if q.Release != nil {
+		defer q.Release() // on every path out, a panic's too
+	}
 	if q.Reason != "" {
-		if err := p.overQuota(ctx, c, q); err != nil || !c.out.Fallback {
-			return err
+		if err = p.overQuota(ctx, c, q); err == nil && !c.out.Fallback {
+			return nil // declined
 		}
 	} else {
 		err = p.summarizeOrFallBack(ctx, c)
@@ -147,12 +162,36 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 // it without a quota): its estimate is the size of the request its summarizer makes
 // (prompt, previous summary, the newly covered messages, and the completion tokens it
 // reserves), so what is reserved covers what the call may spend.
+//
+// A repair reserves what it sends (repairCost: every window of the raw messages the
+// fallback covers) with the usual request, which it makes when the repair fails, and
+// spends no more than that (repairBudget). A repair that does not fit waits for the
+// quota: its own request stays queued (the value keeps the bound meanwhile), and any
+// other compaction goes on without it, built on the fallback, which stays to be
+// repaired.
 func (p *Pool) quotaAllows(ctx context.Context, c *compaction) (QuotaDecision, error) {
 	if p.quota == nil {
 		return QuotaDecision{}, nil
 	}
+	conv, compacted := c.j.req.Conversation, c.cur != nil && c.cur.Generation > 0
 	estimate := requestTokens(c.sum, summaryInput(c))
-	return p.quota.Allow(ctx, c.j.req.Conversation, c.cur != nil && c.cur.Generation > 0, estimate)
+	if c.repair != nil && !c.repair.gap && p.heldOff(c.sum) == nil {
+		cost, err := p.repairCost(ctx, c)
+		if err != nil {
+			return QuotaDecision{}, err
+		}
+		q, err := p.quota.Allow(ctx, conv, compacted, estimate+cost)
+		if err != nil || q.Reason == "" {
+			c.repairBudget = cost
+			return q, err
+		}
+		if c.j.repairing() && len(c.pl.covered) == 0 {
+			return q, nil // nothing but the repair to do: it waits
+		}
+		c.j.log.Info().Int("repair_tokens", cost).Str("reason", q.Reason).Msg("the repair of the fallback summary waits for the quota; compacting without it")
+		c.repair, c.j.repair = nil, RepairFailed
+	}
+	return p.quota.Allow(ctx, conv, compacted, estimate)
 }
 
 // overQuota is a compaction its quota does not allow now. A repair of a fallback stays
@@ -362,7 +401,13 @@ func (p *Pool) afterFailedRepair(ctx context.Context, c *compaction, err error, 
 	// A repair no retry can make (its summaries stay over their cap, nothing fits the
 	// window, the endpoint refuses the raw messages for good) is given up.
 	giveUp := isGiveUp(err) || p.permanent(err)
+	c.repairFailed = giveUp && !errors.Is(err, errNoLLM)
+	var overQuota *quotaError
 	switch {
+	case errors.As(err, &overQuota) && (!j.repairing() || len(c.pl.covered) > 0):
+		// The repair stopped at what it reserved: the usual summary, reserved with it,
+		// goes on, built on the fallback, which stays to be repaired.
+		return false, nil
 	case errors.Is(err, errNoLLM) && j.repairing():
 		return true, err // the repair ends (process)
 	case errors.Is(err, errNoLLM):
@@ -478,9 +523,14 @@ func (p *Pool) commit(ctx context.Context, c *compaction) error {
 		switch {
 		case rerr != nil:
 			return fmt.Errorf("%w; reading the value back: %v", err, rerr)
-		case now != nil && now.RequestSeq == j.seq && now.RequestID == j.req.RequestID:
+		case now != nil && now.RequestSeq == j.seq && now.RequestID == j.req.RequestID &&
+			now.Generation == c.next.Generation && now.CreatedAt.Equal(c.next.CreatedAt):
 			c.next = now // our own write, acknowledged before a lost reply
 			j.writes.Result(nowRev)
+		case now != nil && (now.RequestSeq == j.seq && now.RequestID == j.req.RequestID || j.outdatedBy(now)):
+			// Another worker did this request (delivered to it again while this one was
+			// held past the ack wait), and maybe a later one: nothing of this job's counts.
+			return errStale
 		case errors.Is(err, jetstream.ErrRevisionMismatch):
 			return fmt.Errorf("compaction value changed while summarizing; result discarded: %w", err)
 		default:

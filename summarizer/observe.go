@@ -17,6 +17,9 @@ const (
 	// OutcomeAlreadyDone: the value already held this request (done before a crash),
 	// or a repair request found nothing left to repair; only acked.
 	OutcomeAlreadyDone Outcome = "already_done"
+	// OutcomeStale: the delivery was held past its ack wait and its request was done
+	// by another worker, or replaced, meanwhile; nothing was written.
+	OutcomeStale Outcome = "stale"
 	// OutcomeDeclined: the guard refused the result (too little progress, a summary
 	// over its cap, nothing to compact).
 	OutcomeDeclined Outcome = "declined"

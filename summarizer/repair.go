@@ -40,6 +40,11 @@ func (p *Pool) planRepair(ctx context.Context, c *compaction) error {
 	if !cur.NeedsRepair() || (!j.repairing() && len(c.pl.covered) == 0) {
 		return nil
 	}
+	if until, ok := p.repairPostponed(cur); ok {
+		j.log.Info().Time("repair_not_before", until).Int("repair_failures", cur.RepairFailures).
+			Msg("the repair of the fallback summary is postponed: the summarizer could not make the last ones")
+		return nil
+	}
 	from := uint64(1)
 	if j.tomb != nil {
 		from = j.tomb.ThroughSeq + 1
@@ -99,8 +104,9 @@ func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
 		in       Input
 		previous string
 		usage    *schemas.Usage
+		spent    int
 	)
-	for {
+	for i := 0; ; i++ {
 		window, last, err := rd.window(ctx)
 		if err != nil {
 			return err
@@ -112,6 +118,12 @@ func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
 			continue
 		}
 		in = repairInput(c, window, previous)
+		// Under a quota the repair spends what it reserved, never more: a window that
+		// would pass it is not sent, and the repair waits for the quota.
+		if cost := windowCost(c, repairInput(c, window, ""), i > 0); c.repairBudget > 0 && spent+cost > c.repairBudget {
+			return &quotaError{retryIn: p.cfg.BackoffMax, reason: fmt.Sprintf(
+				"quota: the repair spent %d of the %d tokens it reserved and its next window needs about %d; it waits for the quota", spent, c.repairBudget, cost)}
+		}
 		if err := p.llmSummary(ctx, c, in, "compactor.repair"); err != nil {
 			j.log.Warn().Err(err).Uint64("generation", c.cur.Generation).Msg("repair of the fallback summary failed; it stays until a later repair")
 			return err
@@ -122,6 +134,11 @@ func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
 			return errNoLLM
 		}
 		previous, usage = c.out.Summary, addUsage(usage, c.out.Usage)
+		if c.out.Usage != nil {
+			spent += max(c.out.Usage.PromptTokens, 0) + max(c.out.Usage.CompletionTokens, 0)
+		} else {
+			spent += requestTokens(c.sum, in)
+		}
 		if last {
 			break
 		}
@@ -129,6 +146,90 @@ func (p *Pool) repairSummary(ctx context.Context, c *compaction) error {
 	c.out.Usage = usage
 	c.in, c.repaired = in, true
 	return nil
+}
+
+// repairCost is about the tokens the repair c plans will send: each window of the
+// range it covers read again (as repairSummary reads it, nothing held but one window),
+// summarized on the summary of those before. It is what a quota reserves for the
+// repair, and what the repair may spend (repairSummary stops at it).
+//
+// A repair waiting for the quota is asked again every few seconds on the same value:
+// the pool remembers the last cost of each conversation's value (its revision and the
+// newly covered messages), so the covered range is not read again each time.
+func (p *Pool) repairCost(ctx context.Context, c *compaction) (int, error) {
+	key := repairCostKey{conv: c.j.req.Conversation, rev: c.rev, covered: len(c.pl.coveredEntries)}
+	if n := len(c.pl.coveredEntries); n > 0 {
+		key.lastCovered = c.pl.coveredEntries[n-1].Seq
+	}
+	p.mu.Lock()
+	cost, ok := p.repairCosts[key]
+	p.mu.Unlock()
+	if ok {
+		return cost, nil
+	}
+	cost, err := p.readRepairCost(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	if p.repairCosts == nil || len(p.repairCosts) >= maxRepairCosts {
+		p.repairCosts = map[repairCostKey]int{}
+	}
+	p.repairCosts[key] = cost
+	p.mu.Unlock()
+	return cost, nil
+}
+
+// repairCostKey is what a repair's cost depends on: the value (its revision) and the
+// newly covered messages.
+type repairCostKey struct {
+	conv        string
+	rev         uint64
+	covered     int
+	lastCovered uint64
+}
+
+// maxRepairCosts bounds the costs a pool remembers (all are dropped when it is reached).
+const maxRepairCosts = 4096
+
+// readRepairCost reads the covered range, a window at a time, to cost it (repairCost).
+func (p *Pool) readRepairCost(ctx context.Context, c *compaction) (int, error) {
+	rd := &repairReader{p: p, conv: c.j.req.Conversation, rp: c.repair, next: c.repair.from}
+	total := 0
+	for i := 0; ; i++ {
+		window, last, err := rd.window(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if last {
+			window = sortedBySeq(window, c.pl.coveredEntries)
+		}
+		if len(window) > 0 || last {
+			total += windowCost(c, repairInput(c, window, ""), i > 0)
+		}
+		if last {
+			return total, nil
+		}
+	}
+}
+
+// windowCost is about what one window of a repair sends (in, without the summary of
+// the windows before it): its request, the summary before it at its cap when it follows
+// another window, and when it is larger than the summarizer's window, the chunks and
+// merges the map-reduce makes of it (each chunk's prompt and summary, once more to
+// merge).
+func windowCost(c *compaction, in Input, follows bool) int {
+	n := requestTokens(c.sum, in)
+	if follows {
+		n += in.MaxSummaryTokens
+	}
+	if w := c.s.SummarizerContextWindow; w > 0 {
+		if room := int(float64(w) * fitMargin); n > room && room > 0 {
+			chunks := (n + room - 1) / room
+			n += chunks * (PromptOverhead + 2*in.MaxSummaryTokens)
+		}
+	}
+	return n
 }
 
 // repairWindowBytes bounds the bytes of covered messages a repair holds at once (one
@@ -231,6 +332,7 @@ var errNoLLM = errors.New("the conversation's summarizer is not an LLM: a fallba
 // markFallbackState records in the next value whether it is built on a fallback: a
 // fallback written because the summarizer failed is, and so is every summary built on
 // one, until a repair (RepairOf). A gap found once stays: the messages do not come back.
+// The repairs the summarizer could not make are counted with it, and postpone the next.
 func (p *Pool) markFallbackState(c *compaction) {
 	next, cur := c.next, c.ld.cur
 	gap := c.repair != nil && c.repair.gap
@@ -241,8 +343,51 @@ func (p *Pool) markFallbackState(c *compaction) {
 	case c.j.fallbackFor != nil || degraded:
 		next.BuiltOnFallback = true
 		next.RepairGap = gap || (degraded && cur.RepairGap)
+		if degraded {
+			next.RepairFailures, next.RepairNotBefore = cur.RepairFailures, cur.RepairNotBefore
+		}
+		if c.repairFailed {
+			p.countRepairFailure(next)
+		}
 	}
 }
+
+// A repair the summarizer cannot make (its summaries stay over their cap, nothing fits
+// its window, it refuses the raw messages for good) costs the whole covered history in
+// tokens, and the next one would cost as much again. So each such failure is recorded
+// in the conversation's value (repair_failures, repair_not_before), which every worker
+// reads and a restart keeps, and the next repair waits: BackoffMax after the first
+// failure, doubling after each, up to maxRepairHold. Meanwhile compactions build on the
+// fallback, and a request kept for the repair ends. A repair that is made, or a value
+// no longer built on a fallback, starts again from none.
+
+// maxRepairHold bounds how long a repair is postponed: with the default BackoffMax of
+// 2 minutes, a summarizer that never makes one gets about 11 repairs of a fallback the
+// first day and one a day after.
+const maxRepairHold = 24 * time.Hour
+
+// repairPostponed reports whether cur's repair must wait, and until when.
+func (p *Pool) repairPostponed(cur *schemas.Result) (time.Time, bool) {
+	if cur == nil || cur.RepairNotBefore == nil || !p.now().Before(*cur.RepairNotBefore) {
+		return time.Time{}, false
+	}
+	return *cur.RepairNotBefore, true
+}
+
+// countRepairFailure records one more failed repair in next and postpones the next.
+func (p *Pool) countRepairFailure(next *schemas.Result) {
+	next.RepairFailures++
+	hold := p.cfg.BackoffMax
+	for i := 1; i < next.RepairFailures && hold < maxRepairHold; i++ {
+		hold *= 2
+	}
+	until := p.now().Add(min(hold, maxRepairHold)).UTC()
+	next.RepairNotBefore = &until
+}
+
+// errRepairPostponed ends a request kept for a repair while the repair is postponed
+// (repairPostponed) and the request has nothing else to compact.
+var errRepairPostponed = errors.New("the repair is postponed: the summarizer could not make the last ones")
 
 // markGap ends a repair whose messages left CHAT: the value is kept, marked repair_gap
 // (so no repair is tried again), the tombstone checked, the request acked, and a
@@ -270,6 +415,15 @@ func (p *Pool) markGap(ctx context.Context, c *compaction) error {
 // stays until a later compaction repairs it, and a declined event says why.
 func (p *Pool) endRepair(ctx context.Context, c *compaction, err error) error {
 	j := c.j
+	if c.repairFailed && c.cur != nil {
+		// The value records the failure, so no worker tries again before its time.
+		next := *c.cur
+		next.RepairOf = 0
+		p.countRepairFailure(&next)
+		if werr := p.writeMarker(ctx, j, &next, c.rev, "recording the failed repair"); werr != nil {
+			return werr
+		}
+	}
 	j.outcome = OutcomeDeclined
 	j.log.Warn().Err(err).Uint64("generation", genOf(c.cur)).Msg("the fallback summary cannot be repaired now; it stays")
 	if aerr := j.d.AckSync(ctx); aerr != nil {

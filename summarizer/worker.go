@@ -124,6 +124,8 @@ type Pool struct {
 	// quiet is when each endpoint that answered with a Retry-After may be called again
 	// by a repair (see holdOff).
 	quiet map[endpoint]time.Time
+	// repairCosts are the last costs of repairs asked of the quota (see repairCost).
+	repairCosts map[repairCostKey]int
 }
 
 // Options are a pool's collaborators.
@@ -168,6 +170,7 @@ type QuotaDecision struct {
 	// RetryIn is how long until the quota allows it again (0: unknown).
 	RetryIn time.Duration
 	// Release gives back what was reserved for an allowed compaction (nil: nothing).
+	// It may be called more than once.
 	Release func()
 }
 
@@ -420,11 +423,35 @@ func (p *Pool) accept(ctx context.Context, j *job) bool {
 	return true
 }
 
+// errStale is the outcome of a delivery that is no longer its job's: its request was
+// done by another worker (it was delivered again while this one was frozen past the
+// ack wait), and maybe a later one after it. Nothing is written, nothing settled.
+var errStale = errors.New("the request was done elsewhere or replaced while this delivery was held past its ack wait")
+
+// outdatedBy reports whether cur, the conversation's value as the job read it, was
+// written by a request queued after the job's own: the work queue holds one request per
+// conversation, so a later one was queued only once the job's had left the queue (done
+// by another worker, while this one was frozen past its ack wait: a SIGSTOP, a paused
+// VM). Without this the woken job would compact again, or write a decline marker, on a
+// value no request asked it for. The value must also be younger than the job's request:
+// a work queue provisioned again counts its sequences from 1, under values written
+// before. Writes that race with the job after it read are the compare-and-set's (see
+// commit).
+func (j *job) outdatedBy(cur *schemas.Result) bool {
+	return cur != nil && cur.RequestSeq > j.seq && cur.CreatedAt.After(j.d.Time)
+}
+
 // settleJob settles the request after process returned err: a request of a forgotten
 // conversation is acked (what the job wrote taken back), a job aborted at the drain
 // timeout left it handed back, and a failure is retried or dead-lettered (fail).
 func (p *Pool) settleJob(ctx, settle context.Context, j *job, err error) {
 	switch {
+	case errors.Is(err, errStale):
+		// Its request is acked (by the worker that completed it) or gone: settling this
+		// delivery would act on nothing, and nothing was written.
+		j.outcome = OutcomeStale
+		j.log.Warn().Uint64("attempt", j.attempt).Msg("stale delivery: its request was done by another worker or replaced while this one was held past the ack wait; dropped, nothing written")
+		return
 	case errors.Is(err, errForgotten):
 		j.outcome = OutcomeForgotten
 		j.log.Info().Uint64("up_to_seq", j.req.UpToSeq).Uint64("through_seq", j.tomb.ThroughSeq).
