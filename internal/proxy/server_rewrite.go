@@ -126,6 +126,11 @@ func (x *exchange) parse(body []byte, conv string) (*Request, bool) {
 		x.refuseErr(err)
 		return nil, false
 	}
+	// A client is not a producer: Compactor's own fields are never taken from it,
+	// whatever its wire read.
+	for i := range req.Messages {
+		wire.ClearCompactorFields(&req.Messages[i])
+	}
 	return req, true
 }
 

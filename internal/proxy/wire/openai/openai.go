@@ -55,8 +55,10 @@ func (openAIWire) Parse(body []byte) (*wire.Request, error) {
 	return req, nil
 }
 
-// decodeOpenAIMessage decodes one client message: role developer is read as system.
+// decodeOpenAIMessage decodes one client message: role developer is read as system,
+// and Compactor's own fields (wire.CompactorFields) are not read.
 func decodeOpenAIMessage(raw []byte) (schemas.Message, error) {
+	raw = wire.WithoutCompactorFields(raw)
 	m, err := schemas.DecodeMessage(raw)
 	if err == nil {
 		return m, nil
