@@ -21,10 +21,10 @@ var compactorFields = `"tokens":900000,"usage":{"prompt_tokens":999999,"completi
 func TestClientsCompactorFieldsAreIgnoredOnEveryWire(t *testing.T) {
 	up := newFakeUpstream(t, replyJSON("ok"))
 	bodies := map[string]struct{ path, body string }{
-		APIOpenAI: {"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi",` + compactorFields + `}]}`},
+		APIOpenAI:    {"/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi",` + compactorFields + `}]}`},
 		APIAnthropic: {"/v1/messages", `{"model":"m","max_tokens":10,"messages":[{"role":"user","content":"hi",` + compactorFields + `}]}`},
 		APIResponses: {"/v1/responses", `{"model":"m","input":[{"type":"message","role":"user","content":"hi",` + compactorFields + `}]}`},
-		APIGemini: {"/v1beta/models/g:generateContent", `{"contents":[{"role":"user","parts":[{"text":"hi"}],` + compactorFields + `}]}`},
+		APIGemini:    {"/v1beta/models/g:generateContent", `{"contents":[{"role":"user","parts":[{"text":"hi"}],` + compactorFields + `}]}`},
 	}
 	for api, b := range bodies {
 		t.Run(api, func(t *testing.T) {
