@@ -269,10 +269,26 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.ln == nil {
 		return errors.New("proxy: no listen address")
 	}
-	s.log.Info().Str("addr", s.Addr()).Str("upstream", s.ups[APIOpenAI].base.Redacted()).
-		Str("anthropic_upstream", s.ups[APIAnthropic].base.Redacted()).Str("gemini_upstream", s.ups[APIGemini].base.Redacted()).
-		Msg("proxy listening")
+	s.logUpstreams()
 	return telemetry.ServeUntilDone(ctx, s.srv, s.ln, "proxy")
+}
+
+// logUpstreams logs where each API's requests go (without credentials), and warns of
+// each upstream that is the public API the proxy defaults to.
+func (s *Server) logUpstreams() {
+	var defaults []string
+	for _, api := range []string{APIOpenAI, APIAnthropic, APIGemini} {
+		if s.ups[api].String() == defaultUpstreams[api] {
+			defaults = append(defaults, upstreamSettings[api])
+		}
+	}
+	s.log.Info().Str("addr", s.Addr()).Str("upstream", s.ups[APIOpenAI].String()).
+		Str("anthropic_upstream", s.ups[APIAnthropic].String()).Str("gemini_upstream", s.ups[APIGemini].String()).
+		Str("default", strings.Join(defaults, ",")).Msg("proxy listening")
+	if len(defaults) > 0 {
+		s.log.Warn().Str("default", strings.Join(defaults, ",")).
+			Msg("proxy: no upstream set for these: their requests go to the public API (set them to your model's endpoint, e.g. a local server)")
+	}
 }
 
 // readBody reads a bounded request body: an error matching *http.MaxBytesError over

@@ -332,7 +332,12 @@ func (s *Server) passthroughError(w http.ResponseWriter, r *http.Request, err er
 	if r.Context().Err() != nil {
 		return
 	}
-	s.log.Warn().Str("cause", errorKind(err)).Str("path", r.URL.Path).Msg("proxy: upstream unreachable")
+	// r is the request as sent upstream: its URL is the upstream's, logged without its
+	// user information or query (either may hold a key).
+	target := *r.URL
+	target.User, target.RawQuery, target.ForceQuery = nil, "", false
+	s.log.Warn().Str("upstream", target.String()).Str("cause", causeOf(err, append(requestSecrets(r), s.cfg.UpstreamKey, s.cfg.AnthropicUpstreamKey, s.cfg.GeminiUpstreamKey)...)).
+		Msg("proxy: upstream unreachable")
 	reason, _ := r.Context().Value(passthroughKey{}).(string)
 	if reason == "" {
 		reason = PassNotRewritten
@@ -349,7 +354,8 @@ func (x *exchange) upstreamUnreachable(err error) {
 	if x.r.Context().Err() != nil {
 		return // the client went away
 	}
-	x.s.log.Warn().Str("cause", errorKind(err)).Str("api", x.wire.Name()).Msg("proxy: upstream unreachable")
+	x.s.log.Warn().Str("upstream", x.up.String()).Str("path", x.r.URL.Path).Str("api", x.wire.Name()).
+		Str("cause", causeOf(err, append(requestSecrets(x.r), x.up.key)...)).Msg("proxy: upstream unreachable")
 	x.writeError(http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
 }
 
