@@ -33,6 +33,11 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 	if _, err := sp.Write(nil); err != nil && accErr == nil {
 		accErr = err // an event over the bound: the reply cannot be put together
 	}
+	if c, ok := acc.(wire.Closer); ok && readErr == nil && !clientGone && accErr == nil && !acc.Done() {
+		// The upstream closed the stream cleanly before the API's end marker: whole when
+		// it reached its finish (an OpenAI-compatible server that sends no [DONE]).
+		c.Closed()
+	}
 	// The API's end reaches the client only once the reply is stored: a client that
 	// sends its next turn the moment it has read the end finds its reply in place.
 	defer func() {

@@ -114,6 +114,15 @@ type Stream interface {
 	Result() (schemas.Message, *Usage, error)
 }
 
+// Closer is a Stream whose API's stream may end without its end marker: OpenAI-compatible
+// servers that send no data: [DONE]. Closed is told that the upstream closed the stream
+// cleanly before Done: it reports whether the stream is whole all the same (it reached
+// its finish), and from then on Done says so. A stream cut before its finish is not
+// whole.
+type Closer interface {
+	Closed() bool
+}
+
 // Passthrough is the error Parse returns for a request the API serves from state the
 // proxy does not have (an OpenAI Responses request continuing a previous_response_id):
 // the proxy forwards it as the client sent it, stores nothing, and marks the response
