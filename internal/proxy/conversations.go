@@ -327,7 +327,7 @@ func (s *Store) resolveTurn(ctx context.Context, root string, msgs []schemas.Mes
 			if err != nil {
 				return place{}, err
 			}
-			n, last, err := s.publish(ctx, target, msgs[tp.pos:], tp.pos, prevLink(chain, tp.pos), owner, base, tp.seq)
+			n, last, err := s.publish(ctx, target, msgs[tp.pos:], tp.pos, prevLink(chain, tp.pos), writer(owner, tp), base, tp.seq)
 			if placeTaken(err) {
 				// Another writer stored a message at that place meanwhile (another copy of
 				// this turn, the next turn's copy of this reply, another process): read
@@ -374,7 +374,7 @@ func (s *Store) resolveTurn(ctx context.Context, root string, msgs []schemas.Mes
 		if reason == "" {
 			reason = "edit"
 		}
-		fresh, err := s.branchTo(ctx, target, branch, pv, chain, owner, store)
+		fresh, err := s.branchTo(ctx, target, branch, pv, chain, writer(owner, tp), store)
 		if err != nil {
 			return place{}, err
 		}
@@ -394,7 +394,7 @@ func (s *Store) continueAfter(ctx context.Context, target, reason string, tp tip
 	if !store {
 		return pl, false, nil
 	}
-	n, last, err := s.publish(ctx, target, msgs[from:], tp.pos, tp.link, owner, tp.seq, tp.seq)
+	n, last, err := s.publish(ctx, target, msgs[from:], tp.pos, tp.link, writer(owner, tp), tp.seq, tp.seq)
 	if placeTaken(err) {
 		return place{}, true, nil
 	}
@@ -445,8 +445,19 @@ func prevLink(chain []Digest, pos int) Digest {
 	return chain[pos-1]
 }
 
+// writer is the owner the messages a request stores after tp are marked with: the
+// request's, but for a request that binds no owner (AnyOwner) on a conversation that
+// has one, whose owner they carry on. The newest message of a conversation thus always
+// names its owner, once it has one, so that checkOwner holds for its whole history.
+func writer(owner string, tp tip) string {
+	if owner == AnyOwner && tp.owner != "" {
+		return tp.owner
+	}
+	return owner
+}
+
 // checkOwner refuses a history that the conversation's newest message says another
-// credential wrote.
+// credential wrote (the conversation's owner: see writer).
 func checkOwner(tp tip, owner string) error {
 	if tp.empty || tp.owner == "" || tp.owner == owner || owner == AnyOwner {
 		return nil
