@@ -56,6 +56,10 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, rt h
 			x.refuse(http.StatusRequestEntityTooLarge, "request_too_large", "the request body is over the proxy's limit (COMPACTOR_PROXY_MAX_BODY)")
 			return
 		}
+		if errors.Is(err, errRequestTimeout) {
+			x.refuse(http.StatusRequestTimeout, "invalid_request_error", "compactor proxy: the request body did not come within COMPACTOR_PROXY_READ_TIMEOUT")
+			return
+		}
 		x.report.Outcome = OutcomeFailed
 		return // the client went away while sending
 	}
@@ -344,7 +348,14 @@ func (s *Server) passthroughError(w http.ResponseWriter, r *http.Request, err er
 	}
 	w.Header().Set(StatusHeader, StatusPassthrough)
 	w.Header().Set(PassthroughHeader, reason)
-	s.writeError(w, routeOf(r).api, http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
+	switch {
+	case errors.Is(err, errRequestTimeout):
+		s.writeError(w, routeOf(r).api, http.StatusRequestTimeout, "invalid_request_error", "compactor proxy: the request body did not come within COMPACTOR_PROXY_READ_TIMEOUT")
+	case errors.Is(err, errUpstreamHeaders):
+		s.writeError(w, routeOf(r).api, http.StatusGatewayTimeout, "api_error", "compactor proxy: "+errUpstreamHeaders.Error())
+	default:
+		s.writeError(w, routeOf(r).api, http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
+	}
 }
 
 // upstreamUnreachable answers a rewritten request whose upstream could not be
@@ -356,6 +367,10 @@ func (x *exchange) upstreamUnreachable(err error) {
 	}
 	x.s.log.Warn().Str("upstream", x.up.String()).Str("path", x.r.URL.Path).Str("api", x.wire.Name()).
 		Str("cause", causeOf(err, append(requestSecrets(x.r), x.up.key)...)).Msg("proxy: upstream unreachable")
+	if errors.Is(err, errUpstreamHeaders) {
+		x.writeError(http.StatusGatewayTimeout, "api_error", "compactor proxy: "+errUpstreamHeaders.Error())
+		return
+	}
 	x.writeError(http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
 }
 

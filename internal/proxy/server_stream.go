@@ -59,7 +59,8 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 		x.s.log.Warn().Err(accErr).Str("api", x.wire.Name()).Msg("proxy: streamed reply relayed but not stored")
 	case !acc.Done():
 		x.report.Outcome = OutcomeFailed
-		x.s.log.Warn().Str("cause", errorKind(readErr)).Str("api", x.wire.Name()).Msg("proxy: the upstream stream broke before its end")
+		x.s.log.Warn().Str("cause", causeOf(readErr, append(requestSecrets(x.r), x.up.key)...)).Str("upstream", x.up.String()).Str("api", x.wire.Name()).
+			Msg("proxy: the upstream stream broke before its end")
 		_, _ = x.w.Write(x.wire.StreamError("the upstream stream ended before its end (compactor proxy)"))
 		_ = rc.Flush()
 	case accErr != nil:
