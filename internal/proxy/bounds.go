@@ -82,6 +82,13 @@ func (t *boundedTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		cancel(err)
 		return nil, err
 	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// An upgraded connection (a WebSocket passed through): its body is the
+		// connection itself, which the reverse proxy takes over; it lives as long as the
+		// client's request, whose context ends it.
+		_ = cancel
+		return resp, nil
+	}
 	resp.Body = &idleBody{ReadCloser: resp.Body, ctx: ctx, cancel: cancel, idle: t.idle,
 		timer: time.AfterFunc(t.idle, func() { cancel(errUpstreamIdle) })}
 	return resp, nil
