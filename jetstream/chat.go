@@ -67,8 +67,9 @@ var ErrWrongLastSeq = errors.New("the conversation's newest message is not the o
 // PublishExpecting is PublishWith, stored only when the conversation's newest message
 // is at sequence lastSeq (0: when the conversation has none), with
 // Nats-Expected-Last-Subject-Sequence: otherwise an error matching ErrWrongLastSeq, and
-// nothing is stored. A retry of a message stored with msgID is acknowledged as its
-// duplicate, whatever the conversation holds since.
+// nothing is stored. The server checks the expectation before msgID: a retry of a
+// message already stored, with the expectation it was first sent with, fails the same
+// way (read the conversation to tell a retry from another writer's message).
 func (ch *Chat) PublishExpecting(ctx context.Context, conv string, data []byte, msgID string, tr TraceHeader, lastSeq uint64) (uint64, error) {
 	m, err := ch.chatMsg(conv, data, msgID, tr)
 	if err != nil {

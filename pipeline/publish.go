@@ -38,7 +38,9 @@ type publishOptions struct {
 // conversation's newest message is at seq (0: when the conversation has none), else it
 // fails with an error matching jetstream.ErrWrongLastSeq and nothing is stored. Two
 // writers that read the same newest message and append after it: only the first is
-// stored. Not in service mode (ViaService): an error matching ErrServiceMode.
+// stored. The expectation is checked before MsgID: a retry once the conversation moved
+// on fails the same way. Publish only (not PublishAsync or PublishBatch), and not in
+// service mode (ViaService): an error matching ErrServiceMode.
 func ExpectLastSeq(seq uint64) PublishOption { return func(o *publishOptions) { o.expectLast = &seq } }
 
 // MsgID makes the publish idempotent: a retry with the same id within the stream's

@@ -500,8 +500,9 @@ func position(m *schemas.Message) (int, Digest, bool) {
 // where the conversation's newest message is the one it goes after (the first after
 // sequence after, 0 for an empty conversation: Nats-Expected-Last-Subject-Sequence):
 // of two writers that read the same newest message, the second finds its place taken
-// (jetstream.ErrWrongLastSeq, or pipeline.ErrDuplicate for the same id) and stores
-// nothing there.
+// (jetstream.ErrWrongLastSeq, checked before the id; pipeline.ErrDuplicate for an id
+// another message took) and stores nothing there: its resolve reads where the
+// conversation stands now, so a copy of the same turn stores each message once.
 //
 // base is what the messages are appended after (the sequence of the conversation's
 // newest message; for an empty one, what its last forget deleted through): two copies
