@@ -340,8 +340,12 @@ func (s *Server) passthroughError(w http.ResponseWriter, r *http.Request, err er
 	// user information or query (either may hold a key).
 	target := *r.URL
 	target.User, target.RawQuery, target.ForceQuery = nil, "", false
+	msg := "proxy: upstream unreachable"
+	if errors.Is(err, errRequestTimeout) {
+		msg = "proxy: the client's request body did not come in time"
+	}
 	s.log.Warn().Str("upstream", target.String()).Str("cause", causeOf(err, append(requestSecrets(r), s.cfg.UpstreamKey, s.cfg.AnthropicUpstreamKey, s.cfg.GeminiUpstreamKey)...)).
-		Msg("proxy: upstream unreachable")
+		Msg(msg)
 	reason, _ := r.Context().Value(passthroughKey{}).(string)
 	if reason == "" {
 		reason = PassNotRewritten
