@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,16 +18,24 @@ var errRequestTimeout = errors.New("the request body did not come in time")
 // boundBodyRead bounds the reading of r's body by ReadTimeout: the connection's read
 // deadline, lifted once the body is read whole (so that reading the next request, or
 // noticing the client leave mid-stream, is not cut by it).
-func (s *Server) boundBodyRead(w http.ResponseWriter, r *http.Request) {
+func (s *Server) boundBodyRead(w http.ResponseWriter, r *http.Request) *http.Request {
 	if r.Body == nil || r.Body == http.NoBody {
-		return
+		return r
 	}
 	rc := http.NewResponseController(w)
-	if rc.SetReadDeadline(time.Now().Add(s.cfg.ReadTimeout)) != nil {
-		return // not a connection of net/http's (a test recorder): unbounded
+	deadline := time.Now().Add(s.cfg.ReadTimeout)
+	if rc.SetReadDeadline(deadline) != nil {
+		return r // not a connection of net/http's (a test recorder): unbounded
 	}
-	r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+	b := &deadlineBody{ReadCloser: r.Body, rc: rc, deadline: deadline}
+	r = r.WithContext(context.WithValue(r.Context(), deadlineBodyKey{}, b))
+	r.Body = b
+	return r
 }
+
+// deadlineBodyKey is the context key of a request's *deadlineBody (its body as sent
+// upstream is wrapped by the reverse proxy).
+type deadlineBodyKey struct{}
 
 // deadlineBody lifts the connection's read deadline at the end of the body, and
 // reports a read that failed on it as errRequestTimeout.
@@ -34,14 +43,31 @@ type deadlineBody struct {
 	io.ReadCloser
 	rc   *http.ResponseController
 	once sync.Once
+	// deadline is the read deadline; eof says the body was read whole, timedOut that
+	// a read failed on the deadline (net/http then ends the request's context too,
+	// which whoever waits on it may see first).
+	deadline      time.Time
+	eof, timedOut atomic.Bool
+}
+
+// bodyTimedOut says the body of r (a request as received, or its clone sent upstream)
+// did not come within ReadTimeout.
+func bodyTimedOut(r *http.Request, err error) bool {
+	if errors.Is(err, errRequestTimeout) {
+		return true
+	}
+	b, ok := r.Context().Value(deadlineBodyKey{}).(*deadlineBody)
+	return ok && (b.timedOut.Load() || !b.eof.Load() && !time.Now().Before(b.deadline))
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	switch {
 	case err == io.EOF:
+		b.eof.Store(true)
 		b.once.Do(func() { _ = b.rc.SetReadDeadline(time.Time{}) })
 	case err != nil && isTimeout(err):
+		b.timedOut.Store(true)
 		err = fmt.Errorf("%w: %v", errRequestTimeout, err)
 	}
 	return n, err

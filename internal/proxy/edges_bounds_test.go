@@ -37,7 +37,13 @@ func readResponse(t *testing.T, conn net.Conn) string {
 // headers must come within ReadHeaderTimeout (the connection is closed), the body
 // within ReadTimeout (408, in the API's error shape, and nothing is stored).
 func TestSlowClientIsCutOff(t *testing.T) {
-	up := newFakeUpstream(t, replyJSON("ok"))
+	// The upstream drops a request whose body broke off, as a server does.
+	up := newFakeUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := io.ReadAll(r.Body); int64(len(b)) != r.ContentLength { // newFakeUpstream read what came
+			panic(http.ErrAbortHandler)
+		}
+		replyJSON("ok")(w, r)
+	})
 	logs := &syncBuffer{}
 	cfg := DefaultConfig()
 	cfg.Listen, cfg.Upstream = "127.0.0.1:0", up.URL
@@ -71,6 +77,16 @@ func TestSlowClientIsCutOff(t *testing.T) {
 		ConversationHeader+": c1\r\nContent-Length: 1000\r\n\r\n{\"messages\":[")
 	if got := readResponse(t, body); !strings.Contains(got, "408") {
 		t.Fatalf("a body that never ends: %s", got)
+	}
+	passed, err := net.Dial("tcp", s.Addr()) // a path passed through: the same bound
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer passed.Close()
+	fmt.Fprint(passed, "POST /v1/files HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nabc")
+	// 408 when the proxy notices first, 502 when the upstream drops the request first.
+	if got := readResponse(t, passed); !strings.Contains(got, "408") && !strings.Contains(got, "502") {
+		t.Fatalf("a passed-through body that never ends: %s\n%s", got, logs)
 	}
 	if prep, fin := convs.calls(); len(prep)+len(fin) != 0 {
 		t.Fatalf("a request whose body never came went on: %d prepares, %d finishes", len(prep), len(fin))

@@ -281,7 +281,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			"compactor proxy: too many requests in flight (COMPACTOR_PROXY_MAX_IN_FLIGHT); retry shortly")
 		return
 	}
-	s.boundBodyRead(w, r)
+	r = s.boundBodyRead(w, r)
 	cleanPath(r)
 	if err := stripConversationPath(r); err != nil {
 		w.Header().Set(StatusHeader, StatusPassthrough)

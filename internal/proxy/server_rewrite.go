@@ -333,15 +333,16 @@ func (x *exchange) pass(body []byte, conv, reason string) {
 // passthroughError answers a passed-through request whose upstream could not be
 // reached: 502 in the API's error shape.
 func (s *Server) passthroughError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
-		return
+	timedOut := bodyTimedOut(r, err)
+	if r.Context().Err() != nil && !timedOut {
+		return // the client went away (a body that timed out also ends the context)
 	}
 	// r is the request as sent upstream: its URL is the upstream's, logged without its
 	// user information or query (either may hold a key).
 	target := *r.URL
 	target.User, target.RawQuery, target.ForceQuery = nil, "", false
 	msg := "proxy: upstream unreachable"
-	if errors.Is(err, errRequestTimeout) {
+	if timedOut {
 		msg = "proxy: the client's request body did not come in time"
 	}
 	s.log.Warn().Str("upstream", target.String()).Str("cause", causeOf(err, append(requestSecrets(r), s.cfg.UpstreamKey, s.cfg.AnthropicUpstreamKey, s.cfg.GeminiUpstreamKey)...)).
@@ -353,7 +354,7 @@ func (s *Server) passthroughError(w http.ResponseWriter, r *http.Request, err er
 	w.Header().Set(StatusHeader, StatusPassthrough)
 	w.Header().Set(PassthroughHeader, reason)
 	switch {
-	case errors.Is(err, errRequestTimeout):
+	case timedOut:
 		s.writeError(w, routeOf(r).api, http.StatusRequestTimeout, "invalid_request_error", "compactor proxy: the request body did not come within COMPACTOR_PROXY_READ_TIMEOUT")
 	case errors.Is(err, errUpstreamHeaders):
 		s.writeError(w, routeOf(r).api, http.StatusGatewayTimeout, "api_error", "compactor proxy: "+errUpstreamHeaders.Error())
