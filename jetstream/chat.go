@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -48,6 +49,43 @@ func (ch *Chat) PublishWith(ctx context.Context, conv string, data []byte, msgID
 	}
 	ack, err := ch.js.PublishMsg(ctx, m)
 	if err != nil {
+		return 0, fmt.Errorf("publish to %s: %w", m.Subject, err)
+	}
+	if ack.Duplicate {
+		if err := ch.CheckDuplicate(ctx, conv, data, msgID, ack.Sequence); err != nil {
+			return 0, err
+		}
+	}
+	return ack.Sequence, nil
+}
+
+// ErrWrongLastSeq is the error of a publish that expected another newest message of
+// its conversation (PublishExpecting): another writer stored one meanwhile, and
+// nothing was stored.
+var ErrWrongLastSeq = errors.New("the conversation's newest message is not the one expected")
+
+// PublishExpecting is PublishWith, stored only when the conversation's newest message
+// is at sequence lastSeq (0: when the conversation has none), with
+// Nats-Expected-Last-Subject-Sequence: otherwise an error matching ErrWrongLastSeq, and
+// nothing is stored. The server checks the expectation before msgID: a retry of a
+// message already stored, with the expectation it was first sent with, fails the same
+// way (read the conversation to tell a retry from another writer's message).
+func (ch *Chat) PublishExpecting(ctx context.Context, conv string, data []byte, msgID string, tr TraceHeader, lastSeq uint64) (uint64, error) {
+	m, err := ch.chatMsg(conv, data, msgID, tr)
+	if err != nil {
+		return 0, err
+	}
+	h := make(nats.Header, len(m.Header)+1) // the header may be shared: a copy
+	for k, v := range m.Header {
+		h[k] = v
+	}
+	h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
+	m.Header = h
+	ack, err := ch.js.PublishMsg(ctx, m)
+	if err != nil {
+		if isWrongLastSequence(err) {
+			return 0, fmt.Errorf("publish to %s: %w (expected sequence %d): %v", m.Subject, ErrWrongLastSeq, lastSeq, err)
+		}
 		return 0, fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
 	if ack.Duplicate {

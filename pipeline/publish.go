@@ -29,7 +29,19 @@ type publishOptions struct {
 	object     []byte
 	objectName string
 	storedFrom time.Time
+	// expectLast, when set, is the sequence the conversation's newest message must be
+	// at for the publish to be stored (ExpectLastSeq).
+	expectLast *uint64
 }
+
+// ExpectLastSeq makes the publish conditional: it is stored only when the
+// conversation's newest message is at seq (0: when the conversation has none), else it
+// fails with an error matching jetstream.ErrWrongLastSeq and nothing is stored. Two
+// writers that read the same newest message and append after it: only the first is
+// stored. The expectation is checked before MsgID: a retry once the conversation moved
+// on fails the same way. Publish only (not PublishAsync or PublishBatch), and not in
+// service mode (ViaService): an error matching ErrServiceMode.
+func ExpectLastSeq(seq uint64) PublishOption { return func(o *publishOptions) { o.expectLast = &seq } }
 
 // MsgID makes the publish idempotent: a retry with the same id within the stream's
 // duplicate window (2 minutes by default) is stored once.

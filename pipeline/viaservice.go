@@ -181,8 +181,14 @@ func (c *Client) tooLargeViaService(size, limit int) error {
 // publishChat publishes one encoded message and waits for its ack: through the store,
 // or in service mode with a JetStream publish whose PubAck is checked.
 func (c *Client) publishChat(ctx context.Context, conv string, data []byte, po publishOptions) (uint64, error) {
+	if c.svc == nil && po.expectLast != nil {
+		return c.store.Chat().PublishExpecting(ctx, conv, data, po.msgID, po.trace, *po.expectLast)
+	}
 	if c.svc == nil {
 		return c.store.Chat().PublishWith(ctx, conv, data, po.msgID, po.trace)
+	}
+	if po.expectLast != nil {
+		return 0, fmt.Errorf("publish to %s: an expected last sequence (%w)", conv, ErrServiceMode)
 	}
 	ack, err := c.svc.publish(ctx, conv, data, po.msgID, po.trace)
 	if err != nil {
@@ -196,6 +202,9 @@ func (c *Client) publishChat(ctx context.Context, conv string, data []byte, po p
 
 // publishChatAsync is publishChat without waiting for the ack.
 func (c *Client) publishChatAsync(conv string, data []byte, po publishOptions) (jetstream.PubAckFuture, error) {
+	if po.expectLast != nil {
+		return nil, fmt.Errorf("publish to %s: an expected last sequence is for Publish only, not PublishAsync", conv)
+	}
 	if c.svc != nil {
 		return c.svc.publishAsync(conv, data, po.msgID, po.trace)
 	}

@@ -93,24 +93,29 @@ type Env struct {
 	ViewToken  string `envconfig:"VIEW_TOKEN" desc:"the web view's credential (at least 16 characters), sent as a bearer token or as the basic-auth password; never logged. Empty: the view answers only requests to localhost"`
 
 	// The proxy role (internal/proxy, docs/proxy.md).
-	ProxyListen            string        `envconfig:"PROXY_LISTEN" desc:"host:port of the proxy an agent calls instead of its model (OpenAI Chat Completions and Responses, Anthropic Messages and Gemini rewritten with the compacted context; every other path passed through); serve runs the proxy role when it is set; compactor proxy: default 127.0.0.1:8088"`
-	ProxyUpstream          string        `envconfig:"PROXY_UPSTREAM" default:"https://api.openai.com" desc:"proxy: the OpenAI-compatible base URL requests go to (the request path is appended: /v1/chat/completions -> <upstream>/v1/chat/completions)"`
-	ProxyAnthropicUpstream string        `envconfig:"PROXY_ANTHROPIC_UPSTREAM" default:"https://api.anthropic.com" desc:"proxy: the base URL every path under /v1/messages goes to"`
-	ProxyUpstreamKey       string        `envconfig:"PROXY_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_UPSTREAM, sent in place of the client's Authorization; empty: the client's own; never logged"`
-	ProxyAnthropicKey      string        `envconfig:"PROXY_ANTHROPIC_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_ANTHROPIC_UPSTREAM, sent in place of the client's x-api-key; empty: the client's own; never logged"`
-	ProxyGeminiUpstream    string        `envconfig:"PROXY_GEMINI_UPSTREAM" default:"https://generativelanguage.googleapis.com" desc:"proxy: the base URL every Gemini path (/v1beta/..., /v1/models/<model>:<method>) goes to"`
-	ProxyGeminiKey         string        `envconfig:"PROXY_GEMINI_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_GEMINI_UPSTREAM, sent as x-goog-api-key in place of the client's x-goog-api-key or ?key=; empty: the client's own; never logged"`
-	ProxySessionHeaders    string        `envconfig:"PROXY_SESSION_HEADERS" default:"X-Claude-Code-Session-Id,session-id,thread-id,x-session-id,x-opencode-session" desc:"proxy: headers naming the conversation when X-Compactor-Conversation is absent, looked at in order, comma separated (a value that is not a valid id becomes s- and 32 hex digits of its SHA-256)"`
-	ProxyBodyField         string        `envconfig:"PROXY_BODY_FIELD" desc:"proxy: dotted path of a string field of the request body naming the conversation when no header does, e.g. metadata.user_id; empty: none"`
-	ProxyRequireID         bool          `envconfig:"PROXY_REQUIRE_ID" default:"false" desc:"proxy: refuse (400) a request that names no conversation; false: pass it through untouched, marked X-Compactor-Passthrough: no-conversation-id"`
-	ProxyOnNATSDown        string        `envconfig:"PROXY_ON_NATS_DOWN" default:"fail" desc:"proxy: with NATS unreachable, fail (503) or pass (the request forwarded as sent, marked X-Compactor-Passthrough: nats-unavailable)"`
-	ProxyWait              time.Duration `envconfig:"PROXY_WAIT" default:"10s" desc:"proxy: how long a request over the window waits for a pending compaction before its context is cut at read time"`
-	ProxyCacheTTL          time.Duration `envconfig:"PROXY_CACHE_TTL" default:"5m" desc:"proxy: how long the provider's prompt cache is taken to live: a newer compaction is swapped in only past it, or when the window needs it"`
-	ProxyMaxBody           int64         `envconfig:"PROXY_MAX_BODY" default:"33554432" desc:"proxy: bytes: the largest request body of the rewritten paths (413 over it)"`
-	ProxyBindOwner         bool          `envconfig:"PROXY_BIND_OWNER" default:"true" desc:"proxy: bind each conversation to the credential that first wrote it (another credential gets 403); false for clients whose credential changes during a conversation (OAuth access tokens that refresh): then authenticate in front of the proxy"`
-	ProxyAnswerCompactions bool          `envconfig:"PROXY_ANSWER_COMPACTIONS" default:"true" desc:"proxy: answer an agent's request to summarize its own conversation (Claude Code's /compact, Codex's checkpoint, Gemini CLI's compression, OpenCode's) from Compactor's summary when one covers it, without calling the model; false: forward them"`
-	ProxyCompactionPrompts string        `envconfig:"PROXY_COMPACTION_PROMPTS" desc:"proxy: more texts, separated by ;, whose presence in a request's last user message makes it an agent's compaction request (the built-in ones are Claude Code's, Codex's, Gemini CLI's and OpenCode's)"`
-	ProxyOwnerKey          string        `envconfig:"PROXY_OWNER_KEY" desc:"proxy: key of the HMAC-SHA-256 digest that binds a conversation to the credential that wrote it; empty: SHA-256 with a domain prefix. Keep it secret and the same on every proxy process"`
+	ProxyListen                string        `envconfig:"PROXY_LISTEN" desc:"host:port of the proxy an agent calls instead of its model (OpenAI Chat Completions and Responses, Anthropic Messages and Gemini rewritten with the compacted context; every other path passed through); serve runs the proxy role when it is set; compactor proxy: default 127.0.0.1:8088"`
+	ProxyUpstream              string        `envconfig:"PROXY_UPSTREAM" default:"https://api.openai.com" desc:"proxy: the OpenAI-compatible base URL requests go to (the request path is appended: /v1/chat/completions -> <upstream>/v1/chat/completions)"`
+	ProxyAnthropicUpstream     string        `envconfig:"PROXY_ANTHROPIC_UPSTREAM" default:"https://api.anthropic.com" desc:"proxy: the base URL every path under /v1/messages goes to"`
+	ProxyUpstreamKey           string        `envconfig:"PROXY_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_UPSTREAM, sent in place of the client's Authorization; empty: the client's own; never logged"`
+	ProxyAnthropicKey          string        `envconfig:"PROXY_ANTHROPIC_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_ANTHROPIC_UPSTREAM, sent in place of the client's x-api-key; empty: the client's own; never logged"`
+	ProxyGeminiUpstream        string        `envconfig:"PROXY_GEMINI_UPSTREAM" default:"https://generativelanguage.googleapis.com" desc:"proxy: the base URL every Gemini path (/v1beta/..., /v1/models/<model>:<method>) goes to"`
+	ProxyGeminiKey             string        `envconfig:"PROXY_GEMINI_UPSTREAM_KEY" desc:"proxy: the operator's key for COMPACTOR_PROXY_GEMINI_UPSTREAM, sent as x-goog-api-key in place of the client's x-goog-api-key or ?key=; empty: the client's own; never logged"`
+	ProxySessionHeaders        string        `envconfig:"PROXY_SESSION_HEADERS" default:"X-Claude-Code-Session-Id,session-id,thread-id,x-session-id,x-opencode-session" desc:"proxy: headers naming the conversation when X-Compactor-Conversation is absent, looked at in order, comma separated (a value that is not a valid id becomes s- and 32 hex digits of its SHA-256)"`
+	ProxyBodyField             string        `envconfig:"PROXY_BODY_FIELD" desc:"proxy: dotted path of a string field of the request body naming the conversation when no header does, e.g. metadata.user_id; empty: none"`
+	ProxyRequireID             bool          `envconfig:"PROXY_REQUIRE_ID" default:"false" desc:"proxy: refuse (400) a request that names no conversation; false: pass it through untouched, marked X-Compactor-Passthrough: no-conversation-id"`
+	ProxyOnNATSDown            string        `envconfig:"PROXY_ON_NATS_DOWN" default:"fail" desc:"proxy: with NATS unreachable, fail (503) or pass (the request forwarded as sent, marked X-Compactor-Passthrough: nats-unavailable)"`
+	ProxyWait                  time.Duration `envconfig:"PROXY_WAIT" default:"10s" desc:"proxy: how long a request over the window waits for a pending compaction before its context is cut at read time"`
+	ProxyCacheTTL              time.Duration `envconfig:"PROXY_CACHE_TTL" default:"5m" desc:"proxy: how long the provider's prompt cache is taken to live: a newer compaction is swapped in only past it, or when the window needs it"`
+	ProxyMaxBody               int64         `envconfig:"PROXY_MAX_BODY" default:"33554432" desc:"proxy: bytes: the largest request body of the rewritten paths (413 over it)"`
+	ProxyBindOwner             bool          `envconfig:"PROXY_BIND_OWNER" default:"true" desc:"proxy: bind each conversation to the credential that first wrote it (another credential gets 403); false for clients whose credential changes during a conversation (OAuth access tokens that refresh): then authenticate in front of the proxy"`
+	ProxyAnswerCompactions     bool          `envconfig:"PROXY_ANSWER_COMPACTIONS" default:"true" desc:"proxy: answer an agent's request to summarize its own conversation (Claude Code's /compact, Codex's checkpoint, Gemini CLI's compression, OpenCode's) from Compactor's summary when one covers it, without calling the model; false: forward them"`
+	ProxyCompactionPrompts     string        `envconfig:"PROXY_COMPACTION_PROMPTS" desc:"proxy: more texts, separated by ;, whose presence in a request's last user message makes it an agent's compaction request (the built-in ones are Claude Code's, Codex's, Gemini CLI's and OpenCode's)"`
+	ProxyMaxInFlight           int           `envconfig:"PROXY_MAX_IN_FLIGHT" default:"128" desc:"proxy: the most requests served at once (each may hold COMPACTOR_PROXY_MAX_BODY and a 64 MiB reply); one more is answered 503 with Retry-After at once"`
+	ProxyReadHeaderTimeout     time.Duration `envconfig:"PROXY_READ_HEADER_TIMEOUT" default:"10s" desc:"proxy: how long a client may take to send a request's headers (the connection is closed past it)"`
+	ProxyReadTimeout           time.Duration `envconfig:"PROXY_READ_TIMEOUT" default:"2m" desc:"proxy: how long a client may take to send a request's body (408 past it)"`
+	ProxyUpstreamHeaderTimeout time.Duration `envconfig:"PROXY_UPSTREAM_HEADER_TIMEOUT" default:"10m" desc:"proxy: how long the upstream may take to send its response headers (504 past it; a whole reply from a reasoning model comes only when done)"`
+	ProxyUpstreamIdleTimeout   time.Duration `envconfig:"PROXY_UPSTREAM_IDLE_TIMEOUT" default:"5m" desc:"proxy: how long the upstream's response may go without a byte (a stream that stalls past it ends with the API's error event; nothing is stored)"`
+	ProxyOwnerKey              string        `envconfig:"PROXY_OWNER_KEY" desc:"proxy: key of the HMAC-SHA-256 digest that binds a conversation to the credential that wrote it; empty: SHA-256 with a domain prefix. Keep it secret and the same on every proxy process"`
 }
 
 // loadEnv reads and checks every variable; an error names the variable at fault.
@@ -405,6 +410,8 @@ func (e Env) proxy() *proxy.Config {
 		SessionHeaders: headers, BodyField: strings.TrimSpace(e.ProxyBodyField), RequireID: e.ProxyRequireID,
 		OnNATSDown: e.ProxyOnNATSDown, Wait: e.ProxyWait, CacheTTL: e.ProxyCacheTTL, MaxBody: e.ProxyMaxBody,
 		OwnerKey: e.ProxyOwnerKey, BindOwner: e.ProxyBindOwner,
+		MaxInFlight: e.ProxyMaxInFlight, ReadHeaderTimeout: e.ProxyReadHeaderTimeout, ReadTimeout: e.ProxyReadTimeout,
+		UpstreamHeaderTimeout: e.ProxyUpstreamHeaderTimeout, UpstreamIdleTimeout: e.ProxyUpstreamIdleTimeout,
 		AnswerCompactions: e.ProxyAnswerCompactions, CompactionPrompts: strings.Split(e.ProxyCompactionPrompts, ";"),
 	}
 }

@@ -29,6 +29,8 @@ func TestBadProxyVariableStopsStartUpNamingIt(t *testing.T) {
 		{"no body", "COMPACTOR_PROXY_MAX_BODY", "0"},
 		{"bad wait", "COMPACTOR_PROXY_WAIT", "soon"},
 		{"bad require", "COMPACTOR_PROXY_REQUIRE_ID", "maybe"},
+		{"no request in flight", "COMPACTOR_PROXY_MAX_IN_FLIGHT", "0"},
+		{"no idle time", "COMPACTOR_PROXY_UPSTREAM_IDLE_TIMEOUT", "0s"},
 	} {
 		for _, cmd := range []string{"proxy", "serve"} {
 			t.Run(cmd+" "+tc.name, func(t *testing.T) {

@@ -86,7 +86,7 @@ func TestAStaleBaseStoresNothingPastATakenPlace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, perr := s.publish(ctx, "dup1", fullB[tipB.pos:], tipB.pos, prevLink(chainB, tipB.pos), "o", base)
+		_, _, perr := s.publish(ctx, "dup1", fullB[tipB.pos:], tipB.pos, prevLink(chainB, tipB.pos), "o", base, tipB.seq)
 		t.Logf("B's publish: %v", perr)
 		// resolve goes on after ErrDuplicate: re-read the tip and store what is missing.
 		if _, err := s.resolve(ctx, "dup1", fullB, chainB, "o", true); err != nil {

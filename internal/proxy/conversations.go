@@ -75,6 +75,10 @@ type Store struct {
 	routes map[string]route       // conversation -> the branch last resolved
 	warm   *warmCache             // conversation -> its stored context as last read (warm.go)
 	chains *chainMemo             // conversation -> the client's last history and its chain (chainmemo.go)
+
+	// beforePublish, when set (tests), is called before each message a turn stores,
+	// with its conversation and client position.
+	beforePublish func(conv string, pos int)
 }
 
 // stickyValue is the compaction a conversation was last sent with, and when: its
@@ -323,8 +327,8 @@ func (s *Store) resolveTurn(ctx context.Context, root string, msgs []schemas.Mes
 			if err != nil {
 				return place{}, err
 			}
-			n, last, err := s.publish(ctx, target, msgs[tp.pos:], tp.pos, prevLink(chain, tp.pos), owner, base)
-			if errors.Is(err, pipeline.ErrDuplicate) {
+			n, last, err := s.publish(ctx, target, msgs[tp.pos:], tp.pos, prevLink(chain, tp.pos), writer(owner, tp), base, tp.seq)
+			if placeTaken(err) {
 				// Another writer stored a message at that place meanwhile (another copy of
 				// this turn, the next turn's copy of this reply, another process): read
 				// where the conversation stands now and go on from there.
@@ -370,7 +374,7 @@ func (s *Store) resolveTurn(ctx context.Context, root string, msgs []schemas.Mes
 		if reason == "" {
 			reason = "edit"
 		}
-		fresh, err := s.branchTo(ctx, target, branch, pv, chain, owner, store)
+		fresh, err := s.branchTo(ctx, target, branch, pv, chain, writer(owner, tp), store)
 		if err != nil {
 			return place{}, err
 		}
@@ -390,12 +394,18 @@ func (s *Store) continueAfter(ctx context.Context, target, reason string, tp tip
 	if !store {
 		return pl, false, nil
 	}
-	n, last, err := s.publish(ctx, target, msgs[from:], tp.pos, tp.link, owner, tp.seq)
-	if errors.Is(err, pipeline.ErrDuplicate) {
+	n, last, err := s.publish(ctx, target, msgs[from:], tp.pos, tp.link, writer(owner, tp), tp.seq, tp.seq)
+	if placeTaken(err) {
 		return place{}, true, nil
 	}
 	pl.published, pl.last = n, max(last, tp.seq)
 	return pl, false, err
+}
+
+// placeTaken says a publish found its place taken by another writer: the same message
+// id for another message, or another newest message than the one it goes after.
+func placeTaken(err error) bool {
+	return errors.Is(err, pipeline.ErrDuplicate) || errors.Is(err, jetstream.ErrWrongLastSeq)
 }
 
 // prefixReason is why a history that stops short of the stored one is on its own:
@@ -435,8 +445,19 @@ func prevLink(chain []Digest, pos int) Digest {
 	return chain[pos-1]
 }
 
+// writer is the owner the messages a request stores after tp are marked with: the
+// request's, but for a request that binds no owner (AnyOwner) on a conversation that
+// has one, whose owner they carry on. The newest message of a conversation thus always
+// names its owner, once it has one, so that checkOwner holds for its whole history.
+func writer(owner string, tp tip) string {
+	if owner == AnyOwner && tp.owner != "" {
+		return tp.owner
+	}
+	return owner
+}
+
 // checkOwner refuses a history that the conversation's newest message says another
-// credential wrote.
+// credential wrote (the conversation's owner: see writer).
 func checkOwner(tp tip, owner string) error {
 	if tp.empty || tp.owner == "" || tp.owner == owner || owner == AnyOwner {
 		return nil
@@ -475,34 +496,41 @@ func position(m *schemas.Message) (int, Digest, bool) {
 }
 
 // publish stores msgs as the client's positions from+1 on, after link prev, with ids
-// that make the same turn sent again store nothing twice.
+// that make the same turn sent again store nothing twice. Each message is stored only
+// where the conversation's newest message is the one it goes after (the first after
+// sequence after, 0 for an empty conversation: Nats-Expected-Last-Subject-Sequence):
+// of two writers that read the same newest message, the second finds its place taken
+// (jetstream.ErrWrongLastSeq, checked before the id; pipeline.ErrDuplicate for an id
+// another message took) and stores nothing there: its resolve reads where the
+// conversation stands now, so a copy of the same turn stores each message once.
 //
 // base is what the messages are appended after (the sequence of the conversation's
 // newest message; for an empty one, what its last forget deleted through): two copies
 // of one turn share it, while the same history stored again after a forget does not,
 // so the stream's duplicate window never refuses it.
-func (s *Store) publish(ctx context.Context, conv string, msgs []schemas.Message, from int, prev Digest, owner string, base uint64) (n int, last uint64, err error) {
+func (s *Store) publish(ctx context.Context, conv string, msgs []schemas.Message, from int, prev Digest, owner string, base, after uint64) (n int, last uint64, err error) {
 	if len(msgs) == 0 {
 		return 0, 0, nil
 	}
-	batch := make([]pipeline.BatchMsg, len(msgs))
+	// One at a time: a place another writer filled stops the turn before any later
+	// message is stored after that writer's (storing on would mix the two histories).
 	for i := range msgs {
 		m := msgs[i]
 		prev = Link(prev, &m)
 		m.Meta = withMeta(m.Meta, from+i+1, prev, owner)
-		batch[i] = pipeline.BatchMsg{Conv: conv, Message: m, MsgID: msgID(conv, base, from+i+1)}
-	}
-	// One at a time: a place another writer filled stops the batch before any later
-	// message is stored after that writer's (a window of several would store this
-	// history's later messages after another's, mixing the two).
-	seqs, err := s.c.PublishBatch(ctx, batch, pipeline.BatchOptions{Window: 1})
-	if err != nil {
-		if errors.Is(err, schemas.ErrInvalid) || errors.Is(err, pipeline.ErrToolResultWithoutCall) || errors.Is(err, pipeline.ErrTooLarge) {
-			return 0, 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		if s.beforePublish != nil {
+			s.beforePublish(conv, from+i+1)
 		}
-		return 0, 0, err
+		seq, err := s.c.Publish(ctx, conv, m, pipeline.MsgID(msgID(conv, base, from+i+1)), pipeline.ExpectLastSeq(after))
+		if err != nil {
+			if errors.Is(err, schemas.ErrInvalid) || errors.Is(err, pipeline.ErrToolResultWithoutCall) || errors.Is(err, pipeline.ErrTooLarge) {
+				return 0, 0, fmt.Errorf("%w: %v", ErrBadRequest, err)
+			}
+			return 0, 0, err
+		}
+		n, last, after = n+1, seq, seq
 	}
-	return len(seqs), seqs[len(seqs)-1], nil
+	return n, last, nil
 }
 
 // msgID is the id of the message at client position pos appended after base. It names

@@ -42,10 +42,12 @@ type httpRoute struct {
 }
 
 // routeOf is r's route: the API by the path, the upstream by the API, but for a request
-// carrying another provider's credential: one an Anthropic client made (an x-api-key
-// or anthropic-version header) goes to the Anthropic upstream, one with a Gemini key
-// (x-goog-api-key) to the Gemini upstream, whatever its path. A key never goes to
-// another provider.
+// carrying another provider's credential: one with an Anthropic key (x-api-key) goes
+// to the Anthropic upstream, one with a Gemini key (x-goog-api-key) to the Gemini
+// upstream, whatever its path. An anthropic-version header, which is no credential,
+// routes only a path of no API of its own (an Anthropic client's GET /v1/models): a
+// Chat Completions or Responses request carrying one goes to the OpenAI-compatible
+// upstream with its Authorization. A key never goes to another provider.
 func routeOf(r *http.Request) httpRoute {
 	p, post := r.URL.Path, r.Method == http.MethodPost
 	var rt httpRoute
@@ -63,12 +65,15 @@ func routeOf(r *http.Request) httpRoute {
 	default:
 		rt = httpRoute{api: APIOpenAI}
 	}
+	// owned: the path is one API's own (its conversation path, or under it), so the
+	// path, not a header that is no credential, says where it goes.
+	owned := rt.rewrite || rt.api != APIOpenAI || p == "/v1/chat/completions"
 	rt.upstream = rt.api
 	if rt.api == APIResponses {
 		rt.upstream = APIOpenAI
 	}
 	switch {
-	case r.Header.Get("X-Api-Key") != "" || r.Header.Get("Anthropic-Version") != "":
+	case r.Header.Get("X-Api-Key") != "" || !owned && r.Header.Get("Anthropic-Version") != "":
 		rt.upstream = APIAnthropic
 	case r.Header.Get("X-Goog-Api-Key") != "":
 		rt.upstream = APIGemini

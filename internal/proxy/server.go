@@ -104,7 +104,22 @@ type Config struct {
 	// CompactionPrompts are texts, besides DefaultCompactionPrompts', whose presence in
 	// a request's last user message makes it a compaction request.
 	CompactionPrompts []string
+	// MaxInFlight bounds the requests the proxy serves at once (every path): one more is
+	// answered 503 with Retry-After at once, in its API's error shape.
+	MaxInFlight int
+	// ReadHeaderTimeout bounds the reading of a request's headers (the connection is
+	// closed past it); ReadTimeout the reading of its body (408 past it). Both only
+	// with Listen (Run's server); ReadTimeout also with Handler.
+	ReadHeaderTimeout, ReadTimeout time.Duration
+	// UpstreamHeaderTimeout bounds the wait for an upstream's response headers (502
+	// past it); UpstreamIdleTimeout the wait for the next bytes of its body (a stream
+	// that stalls past it ends with the API's error event; nothing is stored).
+	UpstreamHeaderTimeout, UpstreamIdleTimeout time.Duration
 }
+
+// DefaultMaxInFlight is the default bound of the requests served at once: each may hold
+// a request body of MaxBody and a reply of 64 MiB.
+const DefaultMaxInFlight = 128
 
 // DefaultConfig is the configuration of the documented defaults.
 func DefaultConfig() Config {
@@ -120,6 +135,12 @@ func DefaultConfig() Config {
 		MaxBody:           32 << 20,
 		BindOwner:         true,
 		AnswerCompactions: true,
+
+		MaxInFlight:           DefaultMaxInFlight,
+		ReadHeaderTimeout:     10 * time.Second,
+		ReadTimeout:           2 * time.Minute,
+		UpstreamHeaderTimeout: 10 * time.Minute,
+		UpstreamIdleTimeout:   5 * time.Minute,
 	}
 }
 
@@ -132,6 +153,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("COMPACTOR_PROXY_MAX_BODY: must be positive, not %d", c.MaxBody)
 	case c.Wait < 0 || c.CacheTTL < 0:
 		return errors.New("COMPACTOR_PROXY_WAIT and COMPACTOR_PROXY_CACHE_TTL must not be negative")
+	case c.MaxInFlight <= 0:
+		return fmt.Errorf("COMPACTOR_PROXY_MAX_IN_FLIGHT: must be positive, not %d", c.MaxInFlight)
+	case c.ReadHeaderTimeout <= 0 || c.ReadTimeout <= 0 || c.UpstreamHeaderTimeout <= 0 || c.UpstreamIdleTimeout <= 0:
+		return errors.New("COMPACTOR_PROXY_READ_HEADER_TIMEOUT, COMPACTOR_PROXY_READ_TIMEOUT, COMPACTOR_PROXY_UPSTREAM_HEADER_TIMEOUT and COMPACTOR_PROXY_UPSTREAM_IDLE_TIMEOUT must be positive")
 	}
 	_, err := c.upstreams()
 	return err
@@ -183,6 +208,9 @@ type Server struct {
 	tracer   trace.Tracer
 	prompts  []CompactionPrompt
 
+	// inFlight holds a token for each request served (MaxInFlight).
+	inFlight chan struct{}
+
 	ln  net.Listener
 	srv *http.Server
 }
@@ -202,13 +230,15 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 	if transport == nil {
 		transport = http.DefaultTransport
 	}
+	transport = &boundedTransport{rt: transport, header: cfg.UpstreamHeaderTimeout, idle: cfg.UpstreamIdleTimeout}
 	tp := opts.Tracer
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
 	s := &Server{cfg: cfg, wires: wires, convs: convs, opts: opts, log: opts.Logger, ups: ups,
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		ownerKey: []byte(cfg.OwnerKey), tracer: tp.Tracer("github.com/compactor/compactor/internal/proxy")}
+		ownerKey: []byte(cfg.OwnerKey), tracer: tp.Tracer("github.com/compactor/compactor/internal/proxy"),
+		inFlight: make(chan struct{}, cfg.MaxInFlight)}
 	s.prompts = append([]CompactionPrompt(nil), DefaultCompactionPrompts...)
 	for _, t := range cfg.CompactionPrompts {
 		if t = strings.TrimSpace(t); t != "" {
@@ -225,7 +255,7 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 			return nil, fmt.Errorf("COMPACTOR_PROXY_LISTEN: %w", err)
 		}
 		s.ln = ln
-		s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+		s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: cfg.ReadHeaderTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 			ErrorLog: errorLog}
 	}
 	return s, nil
@@ -238,6 +268,20 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case s.inFlight <- struct{}{}:
+		defer func() { <-s.inFlight }()
+	default:
+		cleanPath(r)
+		_ = stripConversationPath(r)
+		s.log.Debug().Int("max_in_flight", s.cfg.MaxInFlight).Msg("proxy: over the requests in flight; refused")
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set(StatusHeader, StatusPassthrough)
+		s.writeError(w, routeOf(r).api, http.StatusServiceUnavailable, "api_error",
+			"compactor proxy: too many requests in flight (COMPACTOR_PROXY_MAX_IN_FLIGHT); retry shortly")
+		return
+	}
+	r = s.boundBodyRead(w, r)
 	cleanPath(r)
 	if err := stripConversationPath(r); err != nil {
 		w.Header().Set(StatusHeader, StatusPassthrough)
@@ -269,10 +313,26 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.ln == nil {
 		return errors.New("proxy: no listen address")
 	}
-	s.log.Info().Str("addr", s.Addr()).Str("upstream", s.ups[APIOpenAI].base.Redacted()).
-		Str("anthropic_upstream", s.ups[APIAnthropic].base.Redacted()).Str("gemini_upstream", s.ups[APIGemini].base.Redacted()).
-		Msg("proxy listening")
+	s.logUpstreams()
 	return telemetry.ServeUntilDone(ctx, s.srv, s.ln, "proxy")
+}
+
+// logUpstreams logs where each API's requests go (without credentials), and warns of
+// each upstream that is the public API the proxy defaults to.
+func (s *Server) logUpstreams() {
+	var defaults []string
+	for _, api := range []string{APIOpenAI, APIAnthropic, APIGemini} {
+		if s.ups[api].String() == defaultUpstreams[api] {
+			defaults = append(defaults, upstreamSettings[api])
+		}
+	}
+	s.log.Info().Str("addr", s.Addr()).Str("upstream", s.ups[APIOpenAI].String()).
+		Str("anthropic_upstream", s.ups[APIAnthropic].String()).Str("gemini_upstream", s.ups[APIGemini].String()).
+		Str("default", strings.Join(defaults, ",")).Msg("proxy listening")
+	if len(defaults) > 0 {
+		s.log.Warn().Str("default", strings.Join(defaults, ",")).
+			Msg("proxy: no upstream set for these: their requests go to the public API (set them to your model's endpoint, e.g. a local server)")
+	}
 }
 
 // readBody reads a bounded request body: an error matching *http.MaxBytesError over

@@ -160,7 +160,7 @@ func (c *memConvs) Prepare(_ context.Context, conv string, msgs []schemas.Messag
 		return nil, c.prepareErr
 	}
 	last := msgs[len(msgs)-1]
-	cx := &assemble.Context{Messages: []schemas.Message{last}, Generation: 7, Tokens: 11}
+	cx := &assemble.Context{Messages: []schemas.Message{last}, Seqs: []uint64{1}, Generation: 7, Tokens: 11}
 	return &Turn{Conv: conv, Branch: c.branch, Context: cx, ClientTokens: 100 * len(msgs), Published: len(msgs)}, nil
 }
 

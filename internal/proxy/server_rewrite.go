@@ -56,6 +56,10 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, rt h
 			x.refuse(http.StatusRequestEntityTooLarge, "request_too_large", "the request body is over the proxy's limit (COMPACTOR_PROXY_MAX_BODY)")
 			return
 		}
+		if errors.Is(err, errRequestTimeout) {
+			x.refuse(http.StatusRequestTimeout, "invalid_request_error", "compactor proxy: the request body did not come within COMPACTOR_PROXY_READ_TIMEOUT")
+			return
+		}
 		x.report.Outcome = OutcomeFailed
 		return // the client went away while sending
 	}
@@ -125,6 +129,11 @@ func (x *exchange) parse(body []byte, conv string) (*Request, bool) {
 	case err != nil:
 		x.refuseErr(err)
 		return nil, false
+	}
+	// A client is not a producer: Compactor's own fields are never taken from it,
+	// whatever its wire read.
+	for i := range req.Messages {
+		wire.ClearCompactorFields(&req.Messages[i])
 	}
 	return req, true
 }
@@ -324,17 +333,34 @@ func (x *exchange) pass(body []byte, conv, reason string) {
 // passthroughError answers a passed-through request whose upstream could not be
 // reached: 502 in the API's error shape.
 func (s *Server) passthroughError(w http.ResponseWriter, r *http.Request, err error) {
-	if r.Context().Err() != nil {
-		return
+	timedOut := bodyTimedOut(r, err)
+	if r.Context().Err() != nil && !timedOut {
+		return // the client went away (a body that timed out also ends the context)
 	}
-	s.log.Warn().Str("cause", errorKind(err)).Str("path", r.URL.Path).Msg("proxy: upstream unreachable")
+	// r is the request as sent upstream: its URL is the upstream's, logged without its
+	// user information or query (either may hold a key).
+	target := *r.URL
+	target.User, target.RawQuery, target.ForceQuery = nil, "", false
+	msg := "proxy: upstream unreachable"
+	if timedOut {
+		msg = "proxy: the client's request body did not come in time"
+	}
+	s.log.Warn().Str("upstream", target.String()).Str("cause", causeOf(err, append(requestSecrets(r), s.cfg.UpstreamKey, s.cfg.AnthropicUpstreamKey, s.cfg.GeminiUpstreamKey)...)).
+		Msg(msg)
 	reason, _ := r.Context().Value(passthroughKey{}).(string)
 	if reason == "" {
 		reason = PassNotRewritten
 	}
 	w.Header().Set(StatusHeader, StatusPassthrough)
 	w.Header().Set(PassthroughHeader, reason)
-	s.writeError(w, routeOf(r).api, http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
+	switch {
+	case timedOut:
+		s.writeError(w, routeOf(r).api, http.StatusRequestTimeout, "invalid_request_error", "compactor proxy: the request body did not come within COMPACTOR_PROXY_READ_TIMEOUT")
+	case errors.Is(err, errUpstreamHeaders):
+		s.writeError(w, routeOf(r).api, http.StatusGatewayTimeout, "api_error", "compactor proxy: "+errUpstreamHeaders.Error())
+	default:
+		s.writeError(w, routeOf(r).api, http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
+	}
 }
 
 // upstreamUnreachable answers a rewritten request whose upstream could not be
@@ -344,7 +370,12 @@ func (x *exchange) upstreamUnreachable(err error) {
 	if x.r.Context().Err() != nil {
 		return // the client went away
 	}
-	x.s.log.Warn().Str("cause", errorKind(err)).Str("api", x.wire.Name()).Msg("proxy: upstream unreachable")
+	x.s.log.Warn().Str("upstream", x.up.String()).Str("path", x.r.URL.Path).Str("api", x.wire.Name()).
+		Str("cause", causeOf(err, append(requestSecrets(x.r), x.up.key)...)).Msg("proxy: upstream unreachable")
+	if errors.Is(err, errUpstreamHeaders) {
+		x.writeError(http.StatusGatewayTimeout, "api_error", "compactor proxy: "+errUpstreamHeaders.Error())
+		return
+	}
 	x.writeError(http.StatusBadGateway, "api_error", "compactor proxy: the upstream could not be reached")
 }
 

@@ -33,6 +33,11 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 	if _, err := sp.Write(nil); err != nil && accErr == nil {
 		accErr = err // an event over the bound: the reply cannot be put together
 	}
+	if c, ok := acc.(wire.Closer); ok && readErr == nil && !clientGone && accErr == nil && !acc.Done() {
+		// The upstream closed the stream cleanly before the API's end marker: whole when
+		// it reached its finish (an OpenAI-compatible server that sends no [DONE]).
+		c.Closed()
+	}
 	// The API's end reaches the client only once the reply is stored: a client that
 	// sends its next turn the moment it has read the end finds its reply in place.
 	defer func() {
@@ -54,7 +59,8 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 		x.s.log.Warn().Err(accErr).Str("api", x.wire.Name()).Msg("proxy: streamed reply relayed but not stored")
 	case !acc.Done():
 		x.report.Outcome = OutcomeFailed
-		x.s.log.Warn().Str("cause", errorKind(readErr)).Str("api", x.wire.Name()).Msg("proxy: the upstream stream broke before its end")
+		x.s.log.Warn().Str("cause", causeOf(readErr, append(requestSecrets(x.r), x.up.key)...)).Str("upstream", x.up.String()).Str("api", x.wire.Name()).
+			Msg("proxy: the upstream stream broke before its end")
 		_, _ = x.w.Write(x.wire.StreamError("the upstream stream ended before its end (compactor proxy)"))
 		_ = rc.Flush()
 	case accErr != nil:

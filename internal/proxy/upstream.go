@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
@@ -31,6 +32,53 @@ func parseUpstream(setting, raw, key, api string) (upstream, error) {
 	u.Path = strings.TrimRight(u.Path, "/")
 	u.RawQuery, u.Fragment = "", ""
 	return upstream{base: u, key: key, api: api}, nil
+}
+
+// String is the upstream's base URL as logged: without its user information (a
+// credential) or query.
+func (u upstream) String() string {
+	t := *u.base
+	t.User = nil
+	return t.String()
+}
+
+// defaultUpstreams are the public APIs the proxy forwards to when no upstream is set.
+var defaultUpstreams = map[string]string{APIOpenAI: "https://api.openai.com", APIAnthropic: "https://api.anthropic.com",
+	APIGemini: "https://generativelanguage.googleapis.com"}
+
+// upstreamSettings are the settings naming each API's upstream.
+var upstreamSettings = map[string]string{APIOpenAI: "COMPACTOR_PROXY_UPSTREAM", APIAnthropic: "COMPACTOR_PROXY_ANTHROPIC_UPSTREAM",
+	APIGemini: "COMPACTOR_PROXY_GEMINI_UPSTREAM"}
+
+// causeOf is the text of an upstream request's error for a log line: the transport's
+// cause (a refused connection, a timeout, a TLS failure) without the request URL, which
+// may carry a key in its query, and with every secret of secrets taken out.
+func causeOf(err error, secrets ...string) string {
+	if err == nil {
+		return ""
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	text := err.Error()
+	for _, sec := range secrets {
+		if len(sec) >= 4 {
+			text = strings.ReplaceAll(text, sec, "[redacted]")
+		}
+	}
+	return text
+}
+
+// requestSecrets are the credentials a client request carries (its headers' and its
+// ?key=), to be kept out of log lines.
+func requestSecrets(r *http.Request) []string {
+	out := []string{r.URL.Query().Get("key")}
+	for _, h := range []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key"} {
+		v := r.Header.Get(h)
+		out = append(out, v, strings.TrimSpace(strings.TrimPrefix(v, "Bearer ")))
+	}
+	return out
 }
 
 // target is where a request for path and query goes: the base's path with the request

@@ -114,6 +114,15 @@ type Stream interface {
 	Result() (schemas.Message, *Usage, error)
 }
 
+// Closer is a Stream whose API's stream may end without its end marker: OpenAI-compatible
+// servers that send no data: [DONE]. Closed is told that the upstream closed the stream
+// cleanly before Done: it reports whether the stream is whole all the same (it reached
+// its finish), and from then on Done says so. A stream cut before its finish is not
+// whole.
+type Closer interface {
+	Closed() bool
+}
+
 // Passthrough is the error Parse returns for a request the API serves from state the
 // proxy does not have (an OpenAI Responses request continuing a previous_response_id):
 // the proxy forwards it as the client sent it, stores nothing, and marks the response
@@ -241,6 +250,46 @@ func RandomID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// CompactorFields are the fields of Compactor's wire contract that only a producer
+// sets on a message: its token count, the usage and generation of the call that made
+// it, its metadata and the object holding its content. A proxy client is an HTTP
+// client, not a producer: these fields of a message it sends are never read (a client
+// that set them could force compactions, pin messages, or have its request refused as
+// over the window).
+var CompactorFields = []string{"tokens", "usage", "context_generation", "meta", "content_ref"}
+
+// WithoutCompactorFields is the JSON object raw without CompactorFields (raw itself when
+// it has none of them, or is not an object).
+func WithoutCompactorFields(raw []byte) []byte {
+	var f map[string]json.RawMessage
+	if json.Unmarshal(raw, &f) != nil {
+		return raw
+	}
+	found := false
+	for _, k := range CompactorFields {
+		if _, ok := f[k]; ok {
+			delete(f, k)
+			found = true
+		}
+	}
+	if !found {
+		return raw
+	}
+	out, err := json.Marshal(f)
+	if err != nil {
+		return raw
+	}
+	return out
+}
+
+// ClearCompactorFields clears the fields of CompactorFields on m.
+func ClearCompactorFields(m *schemas.Message) {
+	m.Tokens, m.Usage, m.ContextGeneration, m.Meta, m.ContentRef = 0, nil, nil, nil, nil
+	for _, k := range CompactorFields {
+		delete(m.Unknown, k)
+	}
 }
 
 // StripMetadata is cx with Compactor's metadata (tokens, usage, context_generation,

@@ -55,8 +55,10 @@ func (openAIWire) Parse(body []byte) (*wire.Request, error) {
 	return req, nil
 }
 
-// decodeOpenAIMessage decodes one client message: role developer is read as system.
+// decodeOpenAIMessage decodes one client message: role developer is read as system,
+// and Compactor's own fields (wire.CompactorFields) are not read.
 func decodeOpenAIMessage(raw []byte) (schemas.Message, error) {
+	raw = wire.WithoutCompactorFields(raw)
 	m, err := schemas.DecodeMessage(raw)
 	if err == nil {
 		return m, nil
@@ -213,6 +215,8 @@ type openAIStream struct {
 	last, next   int                              // the slot of the last call added to, and the first slot free
 	usage        *wire.Usage
 	done, failed bool
+	// finished: choice 0 came with its finish_reason.
+	finished bool
 }
 
 func (s *openAIStream) Event(name string, data []byte) error {
@@ -230,8 +234,9 @@ func (s *openAIStream) Event(name string, data []byte) error {
 	var c struct {
 		Error   json.RawMessage `json:"error"`
 		Choices []struct {
-			Index int            `json:"index"`
-			Delta *openAIMessage `json:"delta"`
+			Index        int            `json:"index"`
+			Delta        *openAIMessage `json:"delta"`
+			FinishReason *string        `json:"finish_reason"`
 		} `json:"choices"`
 		Usage *openAIUsage `json:"usage"`
 	}
@@ -248,6 +253,9 @@ func (s *openAIStream) Event(name string, data []byte) error {
 	for _, ch := range c.Choices {
 		if ch.Index == 0 && ch.Delta != nil {
 			s.add(ch.Delta)
+		}
+		if ch.Index == 0 && ch.FinishReason != nil && *ch.FinishReason != "" {
+			s.finished = true
 		}
 	}
 	return nil
@@ -309,7 +317,16 @@ func (s *openAIStream) call(tc openAICall) *openAICall {
 	return c
 }
 
-func (s *openAIStream) Done() bool   { return s.done }
+func (s *openAIStream) Done() bool { return s.done }
+
+// Closed implements wire.Closer: a stream the upstream closed cleanly after choice 0's
+// finish_reason is whole without [DONE].
+func (s *openAIStream) Closed() bool {
+	if !s.done && s.finished && !s.failed {
+		s.done = true
+	}
+	return s.done
+}
 func (s *openAIStream) Failed() bool { return s.failed }
 
 func (s *openAIStream) Result() (schemas.Message, *wire.Usage, error) {
