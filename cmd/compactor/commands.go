@@ -692,8 +692,10 @@ var statusCommand = &command{
 	about: `With <conv>: its generation, tokens before and after the last compaction, where the
 tail starts, what a read shows now, any decline, and the compaction request queued or being
 worked on, if any (exit 3 when it has nothing stored).
-Without: every stream (messages, bytes, subjects) and consumer (pending, waiting for an
-ack, redelivered), and with a partitioned trigger each partition's owner.`,
+Without: whether the NATS servers sync every write to disk (COMPACTOR_NATS_MONITOR_URL,
+or a system account user, lets status read it), every stream (messages, bytes, subjects)
+and consumer (pending, waiting for an ack, redelivered), and with a partitioned trigger
+each partition's owner.`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
 		asJSON := fs.JSON()
 		return func(ctx context.Context, c *call) error {
@@ -715,6 +717,8 @@ ack, redelivered), and with a partitioned trigger each partition's owner.`,
 				if err != nil {
 					return err
 				}
+				d := c.readDurability(ctx)
+				s.Durability = &d
 				if *asJSON {
 					return writeJSON(c.std.out, s)
 				}
@@ -813,6 +817,10 @@ func orDash(s string) string {
 }
 
 func writePipelineStatus(w io.Writer, s jetstream.Status) error {
+	if s.Durability != nil {
+		// First: what an OS crash or a power loss would cost.
+		fmt.Fprintf(w, "durability: %s\n\n", s.Durability)
+	}
 	streams := [][]string{{"STREAM", "MESSAGES", "BYTES", "SUBJECTS", "ERROR"}}
 	for _, st := range s.Streams {
 		streams = append(streams, []string{st.Name, thousands(st.Messages), humanBytes(st.Bytes), thousands(st.Subjects), st.Error})
@@ -1031,4 +1039,23 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// readDurability reads whether the servers sync every write (jetstream.ReadDurability)
+// on a connection of its own: asking the system account is a publish the server may
+// refuse this user, which must not end the command.
+func (c *call) readDurability(ctx context.Context) jetstream.Durability {
+	env, err := c.loadEnv()
+	if err != nil {
+		return jetstream.Durability{Unknown: err.Error()}
+	}
+	if urls := env.monitorURLs(); len(urls) > 0 {
+		return jetstream.ReadDurability(ctx, nil, urls)
+	}
+	nc, _, err := c.dial(env)
+	if err != nil {
+		return jetstream.Durability{Unknown: err.Error()}
+	}
+	defer nc.Close()
+	return jetstream.ReadDurability(ctx, nc, nil)
 }
