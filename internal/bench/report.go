@@ -262,7 +262,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if dr := r.Durability; dr.Ratio > 0 {
 		row(fmt.Sprintf("9. the client's publishing, %d messages, on a server that syncs every write (sync_interval: always, the shipped setting)", dr.Messages),
-			fmt.Sprintf("%.0f msgs/s", dr.SyncMsgsPerSec), fmt.Sprintf("flushing every 2 minutes (nats-server's default): %.0f msgs/s", dr.IntervalMsgsPerSec),
+			rate(dr.SyncMsgsPerSec, "msgs/s"), "flushing every 2 minutes (nats-server's default): "+rate(dr.IntervalMsgsPerSec, "msgs/s"),
 			f2(dr.Ratio), "")
 	}
 	_, err := io.WriteString(w, b.String())
