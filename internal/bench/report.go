@@ -43,7 +43,7 @@ type Report struct {
 	ScaleOutDeclined int        `json:"scaleout_declined"`
 	Heap             HeapReport `json:"heap"`
 	// Check is the figures a doc states for the quick check (--calibrate), when made.
-	Check  *CheckFile  `json:"check,omitempty"`
+	Check      *CheckFile       `json:"check,omitempty"`
 	Tokens     TokenReport      `json:"tokens"`
 	Proxy      ProxyReport      `json:"proxy"`
 	Durability DurabilityReport `json:"durability"`
