@@ -22,8 +22,25 @@ import (
 //   - the servers' monitoring endpoint (/varz, the jetstream config), when
 //     COMPACTOR_NATS_MONITOR_URL names it;
 //   - $SYS.REQ.SERVER.PING.VARZ, which every server answers to a user of the system
-//     account (an ordinary account's user gets no responders).
+//     account (an ordinary account's user gets no responders);
+//   - DurabilitySubject, which a compactor serve process answers for the embedded
+//     server it runs (asked only when the request above met no responders: a server
+//     without users, whose clients are all in one account).
 // Otherwise it is unknown, and said so: never guessed.
+
+// DurabilitySubject is where a compactor serve process with an embedded server answers
+// that server's setting (AnswerDurability).
+const DurabilitySubject = "compactor.server.durability"
+
+// AnswerDurability answers requests on DurabilitySubject with d, the setting of the
+// embedded server nc is connected to, until the subscription is drained or nc closes.
+func AnswerDurability(nc *nats.Conn, d Durability) (*nats.Subscription, error) {
+	answer, err := json.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	return nc.Subscribe(DurabilitySubject, func(m *nats.Msg) { _ = m.Respond(answer) })
+}
 
 // ServerSync is one server's setting.
 type ServerSync struct {
@@ -212,11 +229,9 @@ func readDurabilitySys(ctx context.Context, nc *nats.Conn) Durability {
 			return d
 		case m := <-ch:
 			if m.Header.Get("Status") == "503" {
-				// No responders: the request stayed in this user's own account.
-				if len(d.Servers) == 0 {
-					d.Unknown = UnknownDurabilityHint
-				}
-				return d
+				// No responders: the request stayed in this user's own account. A
+				// compactor serve may run the server, and know.
+				return askEmbedded(ctx, nc)
 			}
 			var r struct {
 				Data  varz `json:"data"`
@@ -245,4 +260,21 @@ func readDurabilitySys(ctx context.Context, nc *nats.Conn) Durability {
 // EmbeddedDurability is the setting of a process's own embedded server.
 func EmbeddedDurability(server string, syncAlways bool, interval time.Duration) Durability {
 	return Durability{Source: "embedded server", Servers: []ServerSync{{Server: server, SyncAlways: syncAlways, Interval: interval}}}
+}
+
+// askEmbedded asks a compactor serve process for its embedded server's setting; no
+// answer is unknown.
+func askEmbedded(ctx context.Context, nc *nats.Conn) Durability {
+	rctx, cancel := context.WithTimeout(ctx, durabilityWait)
+	defer cancel()
+	m, err := nc.RequestWithContext(rctx, DurabilitySubject, nil)
+	if err != nil {
+		return Durability{Unknown: UnknownDurabilityHint}
+	}
+	var d Durability
+	if err := json.Unmarshal(m.Data, &d); err != nil || !d.Known() {
+		return Durability{Unknown: UnknownDurabilityHint + ": a malformed answer on " + DurabilitySubject}
+	}
+	d.Source += ", as the compactor serve running it says"
+	return d
 }

@@ -103,3 +103,36 @@ func TestReadDurabilityReportsTheServersSetting(t *testing.T) {
 		t.Fatalf("one lazy server of two: %s", both)
 	}
 }
+
+// On a server without users (every client in one account, as with the embedded
+// server), the system account cannot be asked; a compactor serve running the server
+// answers for it, and without one the setting is unknown.
+func TestReadDurabilityAsksTheServeRunningTheServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := jstest.ServerWith(t, nil)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if d := jetstream.ReadDurability(ctx, nc, nil); d.Known() {
+		t.Fatalf("nobody answers, yet: %s", d)
+	}
+	serving, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer serving.Close()
+	if _, err := jetstream.AnswerDurability(serving, jetstream.EmbeddedDurability("compactor-embedded", false, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := serving.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	d := jetstream.ReadDurability(ctx, nc, nil)
+	if !d.Known() || d.SyncsEveryWrite() || !strings.Contains(d.String(), "compactor-embedded flushes every 1m0s") ||
+		!strings.Contains(d.String(), "as the compactor serve running it says") {
+		t.Fatalf("with a serve answering: %s", d)
+	}
+}

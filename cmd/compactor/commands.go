@@ -692,10 +692,10 @@ var statusCommand = &command{
 	about: `With <conv>: its generation, tokens before and after the last compaction, where the
 tail starts, what a read shows now, any decline, and the compaction request queued or being
 worked on, if any (exit 3 when it has nothing stored).
-Without: whether the NATS servers sync every write to disk (COMPACTOR_NATS_MONITOR_URL,
-or a system account user, lets status read it), every stream (messages, bytes, subjects)
-and consumer (pending, waiting for an ack, redelivered), and with a partitioned trigger
-each partition's owner.`,
+Without: every stream (messages, bytes, subjects) and consumer (pending, waiting for an
+ack, redelivered), with a partitioned trigger each partition's owner, and whether the NATS
+servers sync every write to disk (COMPACTOR_NATS_MONITOR_URL, or a system account user,
+lets status read a remote server's setting).`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
 		asJSON := fs.JSON()
 		return func(ctx context.Context, c *call) error {
@@ -817,10 +817,6 @@ func orDash(s string) string {
 }
 
 func writePipelineStatus(w io.Writer, s jetstream.Status) error {
-	if s.Durability != nil {
-		// First: what an OS crash or a power loss would cost.
-		fmt.Fprintf(w, "durability: %s\n\n", s.Durability)
-	}
 	streams := [][]string{{"STREAM", "MESSAGES", "BYTES", "SUBJECTS", "ERROR"}}
 	for _, st := range s.Streams {
 		streams = append(streams, []string{st.Name, thousands(st.Messages), humanBytes(st.Bytes), thousands(st.Subjects), st.Error})
@@ -852,6 +848,10 @@ func writePipelineStatus(w io.Writer, s jetstream.Status) error {
 	}
 	if s.PolicyRecordsError != "" {
 		fmt.Fprintf(w, "\npolicy records (whether the roles run with the same defaults): %s\n", s.PolicyRecordsError)
+	}
+	if s.Durability != nil {
+		// What an OS crash or a power loss would cost.
+		fmt.Fprintf(w, "\ndurability: %s\n", s.Durability)
 	}
 	return writeLearnedWindows(w, s)
 }

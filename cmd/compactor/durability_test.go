@@ -83,6 +83,12 @@ func TestServeSaysTheEmbeddedServerSyncsEveryWrite(t *testing.T) {
 	if strings.Contains(logs.String(), "does not sync every write") || strings.Contains(logs.String(), "is unknown") {
 		t.Errorf("a warning on the embedded server's durability:\n%s", logs)
 	}
+	// compactor status beside it: its user has no system account to ask; serve says.
+	serveAnswers(t)
+	out, stderr, err := cli(t, "", "status")
+	if err != nil || !strings.Contains(out, "\ndurability: syncs every write (compactor-embedded; embedded server, as the compactor serve running it says)") {
+		t.Fatalf("status beside serve: %v\n%s\n%s", err, out, stderr)
+	}
 }
 
 // compactor status says whether the servers sync every write: read from the monitoring
@@ -114,8 +120,8 @@ func TestStatusReportsWhetherTheServersSyncEveryWrite(t *testing.T) {
 			t.Setenv("COMPACTOR_NATS_URL", tt.ns.ClientURL())
 			t.Setenv("COMPACTOR_NATS_MONITOR_URL", tt.monitor)
 			out, stderr, err := cli(t, "", "status")
-			if err != nil || !strings.HasPrefix(out, tt.want) {
-				t.Fatalf("status: %v\n%s\n%s; want it to begin with %q", err, out, stderr, tt.want)
+			if err != nil || !strings.Contains(out, "\n"+tt.want) || !strings.HasPrefix(out, "STREAM") {
+				t.Fatalf("status: %v\n%s\n%s; want the tables, then %q", err, out, stderr, tt.want)
 			}
 			out, _, err = cli(t, "", "status", "--json")
 			var s struct {

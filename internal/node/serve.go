@@ -111,6 +111,13 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		return &ConnectError{Err: err}
 	}
 	defer nc.Close()
+	if own != nil {
+		// The CLI's users have no system account to ask the embedded server: this
+		// process says what it knows.
+		if _, err := jetstream.AnswerDurability(nc, *own); err != nil {
+			log.Warn().Err(err).Msg("answer on " + jetstream.DurabilitySubject)
+		}
+	}
 	// In the background: reading the servers' settings never holds up the start.
 	durabilityRead := make(chan struct{})
 	go func() {
