@@ -63,6 +63,13 @@ func TestServeReportsWhetherTheServersSyncEveryWrite(t *testing.T) {
 				code, body := get(t, addr, "/readyz")
 				return code == http.StatusOK && strings.Contains(body, "durability: ") && strings.Contains(body, tt.want)
 			})
+			want := 0.0
+			if tt.syncAlways {
+				want = 1
+			}
+			if v, ok := scrapeMetrics(t, addr).value("compactor_nats_syncs_every_write"); !ok || v != want {
+				t.Errorf("compactor_nats_syncs_every_write = %v (%v); want %v", v, ok, want)
+			}
 			if err := stop(); err != nil {
 				t.Fatal(err)
 			}

@@ -291,6 +291,9 @@ func reportDurability(ctx context.Context, cfg ServeConfig, nc *nats.Conn, own *
 		}
 	}
 	ready.Detail("durability", d.String())
+	if m := cfg.Node.Telemetry.Metrics; m != nil {
+		m.SyncsEveryWrite(d.Known(), d.SyncsEveryWrite())
+	}
 	switch {
 	case d.SyncsEveryWrite():
 		log.Info().Str("durability", d.String()).Msg("the NATS servers sync every write to disk before acknowledging it")
