@@ -104,9 +104,24 @@ const PublishAsyncTimeout = 30 * time.Second
 // PubAckFuture is the outcome of an asynchronous publish.
 type PubAckFuture = natsjs.PubAckFuture
 
+// PublishAsyncStallWait is how long an asynchronous publish waits for room when the
+// connection's publishes in flight are at their limit (nats.go's 4000 by default):
+// the producer is held back until the server acknowledges earlier ones, as a
+// synchronous publish would be. A server that syncs every write acknowledges a burst
+// more slowly than it arrives; nats.go's own 200 ms would fail the burst instead. Every
+// publish in flight resolves within PublishAsyncTimeout, so room comes within it.
+const PublishAsyncStallWait = PublishAsyncTimeout
+
+// ErrPublishStalled is matched by the error of an asynchronous publish that found no
+// room within PublishAsyncStallWait: none of the connection's publishes in flight was
+// acknowledged (or timed out) meanwhile.
+var ErrPublishStalled = natsjs.ErrTooManyStalledMsgs
+
 // PublishAsync is Publish without waiting for the ack. The future always
 // resolves: with the ack, an error, or a timeout after PublishAsyncTimeout (also when
-// the connection closes meanwhile). The header of the future's Msg may be shared with
+// the connection closes meanwhile). With the connection's publishes in flight at their
+// limit, it waits for room up to PublishAsyncStallWait, then fails with an error
+// matching ErrPublishStalled. The header of the future's Msg may be shared with
 // other publishes: read it, never change it.
 func (ch *Chat) PublishAsync(conv string, data []byte, msgID string) (PubAckFuture, error) {
 	return ch.PublishAsyncWith(conv, data, msgID, TraceHeader{})
@@ -118,7 +133,12 @@ func (ch *Chat) PublishAsyncWith(conv string, data []byte, msgID string, tr Trac
 	if err != nil {
 		return nil, err
 	}
-	f, err := ch.js.PublishMsgAsync(m)
+	// The stall wait sets no header: the shared one above is only read.
+	f, err := ch.js.PublishMsgAsync(m, natsjs.WithStallWait(PublishAsyncStallWait))
+	if errors.Is(err, natsjs.ErrTooManyStalledMsgs) {
+		return nil, fmt.Errorf("publish to %s: %d publishes in flight and none acknowledged within %s (is the server reachable, "+
+			"and its disk keeping up?): %w", m.Subject, ch.js.PublishAsyncPending(), PublishAsyncStallWait, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
@@ -174,6 +194,9 @@ func expectStream(name string) *streamHeader {
 	h, _ := expectHeaders.LoadOrStore(name, &streamHeader{value: v, header: nats.Header{natsjs.ExpectedStreamHeader: v}})
 	return h.(*streamHeader)
 }
+
+// PublishAsyncPending is how many asynchronous publishes wait for their acks.
+func (ch *Chat) PublishAsyncPending() int { return ch.js.PublishAsyncPending() }
 
 // PublishAsyncComplete is closed when every async publish has been acked.
 func (ch *Chat) PublishAsyncComplete() <-chan struct{} { return ch.js.PublishAsyncComplete() }

@@ -47,6 +47,9 @@ type Status struct {
 	// deployment bucket is not there).
 	PolicyDisagreements []string `json:"policy_disagreements,omitempty"`
 	PolicyRecordsError  string   `json:"policy_records_error,omitempty"`
+	// Durability is whether the servers sync every write to disk (see
+	// ReadDurability), when the caller read it.
+	Durability *Durability `json:"durability,omitempty"`
 }
 
 // Status reads the state of every stream and consumer of the contract. Errors are

@@ -817,7 +817,9 @@ var statusCommand = &command{
 tail starts, what a read shows now, any decline, and the compaction request queued or being
 worked on, if any (exit 3 when it has nothing stored).
 Without: every stream (messages, bytes, subjects) and consumer (pending, waiting for an
-ack, redelivered), and with a partitioned trigger each partition's owner.`,
+ack, redelivered), with a partitioned trigger each partition's owner, and whether the NATS
+servers sync every write to disk (COMPACTOR_NATS_MONITOR_URL, or a system account user,
+lets status read a remote server's setting).`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
 		asJSON := fs.JSON()
 		return func(ctx context.Context, c *call) error {
@@ -839,6 +841,8 @@ ack, redelivered), and with a partitioned trigger each partition's owner.`,
 				if err != nil {
 					return err
 				}
+				d := c.readDurability(ctx)
+				s.Durability = &d
 				if *asJSON {
 					return writeJSON(c.std.out, s)
 				}
@@ -968,6 +972,10 @@ func writePipelineStatus(w io.Writer, s jetstream.Status) error {
 	}
 	if s.PolicyRecordsError != "" {
 		fmt.Fprintf(w, "\npolicy records (whether the roles run with the same defaults): %s\n", s.PolicyRecordsError)
+	}
+	if s.Durability != nil {
+		// What an OS crash or a power loss would cost.
+		fmt.Fprintf(w, "\ndurability: %s\n", s.Durability)
 	}
 	return writeLearnedWindows(w, s)
 }
@@ -1155,4 +1163,23 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// readDurability reads whether the servers sync every write (jetstream.ReadDurability)
+// on a connection of its own: asking the system account is a publish the server may
+// refuse this user, which must not end the command.
+func (c *call) readDurability(ctx context.Context) jetstream.Durability {
+	env, err := c.loadEnv()
+	if err != nil {
+		return jetstream.Durability{Unknown: err.Error()}
+	}
+	if urls := env.monitorURLs(); len(urls) > 0 {
+		return jetstream.ReadDurability(ctx, nil, urls)
+	}
+	nc, _, err := c.dial(env)
+	if err != nil {
+		return jetstream.Durability{Unknown: err.Error()}
+	}
+	defer nc.Close()
+	return jetstream.ReadDurability(ctx, nc, nil)
 }

@@ -46,6 +46,7 @@ type Env struct {
 	NATSCert     string `envconfig:"NATS_CERT" desc:"PEM client certificate for a NATS server that verifies clients, with COMPACTOR_NATS_KEY; implies TLS"`
 	NATSKey      string `envconfig:"NATS_KEY" desc:"PEM private key of COMPACTOR_NATS_CERT"`
 	NATSInbox    string `envconfig:"NATS_INBOX_PREFIX" desc:"prefix of this process's reply subjects instead of _INBOX, e.g. _INBOX_worker; with a server that lets each user subscribe only to its own prefix (deploy/nats/accounts.conf), no user reads the replies of another"`
+	NATSMonitor  string `envconfig:"NATS_MONITOR_URL" desc:"the NATS servers' monitoring URLs (http_port), comma separated, e.g. http://nats-1:8222,http://nats-2:8222: where serve, its roles and compactor status read whether the servers sync every write to disk (sync_interval); empty: asked of the system account, which only its users may read, else reported as unknown"`
 	ViaService   bool   `envconfig:"VIA_SERVICE" default:"false" desc:"publish, context, recall, compact, status <conv> and forget: open no stream, and go through the compactor service (compactor.context, recall, status, compact, forget) and a JetStream publish on chat.<conv>.msg: the mode of a tenant's user, who may not use $JS.API; chosen by itself, said on stderr, when the streams cannot be looked up for want of permission or of JetStream"`
 
 	Workers      int           `envconfig:"WORKERS" default:"4" desc:"summarizer jobs this process runs at once"`
@@ -283,6 +284,11 @@ func (e Env) validateSettings() error {
 			return bad("HTTP_LISTEN", "must be host:port (e.g. 127.0.0.1:9090): %v", err)
 		}
 	}
+	for _, u := range e.monitorURLs() {
+		if err := jetstream.ValidateMonitorURL(u); err != nil {
+			return bad("NATS_MONITOR_URL", "%v", err)
+		}
+	}
 	if e.OTelEndpoint != "" {
 		if err := telemetry.CheckOTelEndpoint(e.OTelEndpoint); err != nil {
 			return bad("OTEL_ENDPOINT", "%v", err)
@@ -313,6 +319,17 @@ var authVars = map[string]string{
 	"URL": "NATS_URL", "CredsFile": "NATS_CREDS", "NKeyFile": "NATS_NKEY", "Token": "NATS_TOKEN",
 	"User": "NATS_USER", "Password": "NATS_PASSWORD", "CAFile": "NATS_CA", "CertFile": "NATS_CERT", "KeyFile": "NATS_KEY",
 	"InboxPrefix": "NATS_INBOX_PREFIX",
+}
+
+// monitorURLs are COMPACTOR_NATS_MONITOR_URL's URLs.
+func (e Env) monitorURLs() []string {
+	var out []string
+	for _, u := range strings.Split(e.NATSMonitor, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // natsAuth is how every command's connection authenticates and uses TLS.

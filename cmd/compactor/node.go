@@ -59,13 +59,14 @@ func serve(ctx context.Context, env Env, std stdio) error {
 	err = node.Serve(ctx, node.ServeConfig{
 		Node:    ncfg,
 		NATSURL: env.NATSURL, Listen: env.Listen, DataDir: env.DataDir,
-		NATSOptions:  []nats.Option{env.natsAuth().Option()},
-		JetStream:    env.jetstream(),
-		HTTPListen:   env.HTTPListen,
-		OTelEndpoint: env.OTelEndpoint,
-		Version:      buildVersion().Version,
-		DrainTimeout: env.DrainTimeout,
-		Tenants:      tenantsFile,
+		NATSOptions:     []nats.Option{env.natsAuth().Option()},
+		NATSMonitorURLs: env.monitorURLs(),
+		JetStream:       env.jetstream(),
+		HTTPListen:      env.HTTPListen,
+		OTelEndpoint:    env.OTelEndpoint,
+		Version:         buildVersion().Version,
+		DrainTimeout:    env.DrainTimeout,
+		Tenants:         tenantsFile,
 	})
 	var ce *node.ConnectError
 	switch {

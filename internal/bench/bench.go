@@ -39,7 +39,7 @@ type Config struct {
 	// the trigger tracks every conversation.
 	HeapProfile string
 	// Only, when set, runs only the named measurements (ingest, latency, read, cost,
-	// scaleout, heap, tokens); for tests and profiling.
+	// scaleout, heap, tokens, proxy, durability); for tests and profiling.
 	Only []string
 
 	// sizes, when set, replace the sizes of Quick (the tests' tiny runs).
@@ -58,6 +58,7 @@ type sizes struct {
 	heapConversations                   int
 	sessions, turns                     int
 	proxyTurns                          int
+	durabilityMessages                  int
 }
 
 func sizesFor(quick bool) sizes {
@@ -65,12 +66,12 @@ func sizesFor(quick bool) sizes {
 		return sizes{ingestMessages: 10000, ingestConversations: 200, cpuMessages: 20000, latencyProbes: 100,
 			readMessages: 2000, readRepeats: 10, costHistories: []int{100, 1000},
 			scaleSlots: []int{1, 2, 4, 8}, scaleJobsPerSlot: 3, heapConversations: 5000,
-			sessions: 3, turns: 1000, proxyTurns: 100}
+			sessions: 3, turns: 1000, proxyTurns: 100, durabilityMessages: 3000}
 	}
 	return sizes{ingestMessages: 40000, ingestConversations: 1000, cpuMessages: 100000, latencyProbes: 400,
 		readMessages: 10000, readRepeats: 30, costHistories: []int{100, 1000, 10000},
 		scaleSlots: []int{1, 2, 4, 8, 16}, scaleJobsPerSlot: 8, heapConversations: 100000,
-		sessions: 20, turns: 1000, proxyTurns: 200}
+		sessions: 20, turns: 1000, proxyTurns: 200, durabilityMessages: 20000}
 }
 
 // Run measures everything Config asks for and returns the report.
@@ -103,7 +104,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		progress("token economics: reduction %.1fx, summarizer share %.1f%%", rep.Tokens.Reduction, 100*rep.Tokens.SummarizerShare)
 	}
 	needServer := false
-	for _, m := range []string{"ingest", "latency", "read", "cost", "scaleout", "heap", "proxy"} {
+	for _, m := range []string{"ingest", "latency", "read", "cost", "scaleout", "heap", "proxy", "durability"} {
 		needServer = needServer || want(m)
 	}
 	if needServer {
@@ -125,6 +126,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			{"scaleout", func() error { return measureScaleOut(ctx, srv.URL, cfg.Self, corpus, sz, rep, progress) }},
 			{"heap", func() error { return measureHeap(ctx, srv.URL, cfg.Self, sz, cfg.HeapProfile, rep, progress) }},
 			{"proxy", func() error { return measureProxy(ctx, srv.URL, corpus, sz.proxyTurns, rep, progress) }},
+			{"durability", func() error { return measureDurability(ctx, srv, corpus, sz, rep, progress) }},
 		}
 		for _, s := range steps {
 			if !want(s.name) {
@@ -238,7 +240,7 @@ type published struct {
 }
 
 // Measurements names what Config.Only may list.
-var Measurements = []string{"ingest", "latency", "read", "cost", "scaleout", "heap", "tokens", "proxy"}
+var Measurements = []string{"ingest", "latency", "read", "cost", "scaleout", "heap", "tokens", "proxy", "durability"}
 
 // Known reports whether name is a measurement.
 func Known(name string) bool { return slices.Contains(Measurements, name) }

@@ -35,7 +35,7 @@ func corpus(t *testing.T) (*Corpus, string) {
 var tiny = sizes{ingestMessages: 600, ingestConversations: 30, cpuMessages: 10000, latencyProbes: 20,
 	readMessages: 300, readRepeats: 3, costHistories: []int{50, 200},
 	scaleSlots: []int{1, 2, 8}, scaleJobsPerSlot: 1, heapConversations: 300,
-	sessions: 2, turns: 300}
+	sessions: 2, turns: 300, durabilityMessages: 300}
 
 // Every measurement runs against a server and fills the headline: each key of the JSON
 // object is there and is a positive finite number, and the charts are PNG files.
@@ -63,7 +63,7 @@ func TestRunReportsEveryFigure(t *testing.T) {
 	for _, key := range []string{"ingest_ratio", "ingest_ratio_4", "ingest_ratio_4x2", "trigger_p99_ratio", "read_speedup", "read_over_floor", "scaleout_8",
 		"bytes_per_conversation", "new_conversations_per_sec", "new_conversations_per_sec_4", "new_conversations_per_sec_4x2",
 		"cost_growth", "token_reduction_1000", "summarizer_share", "publish_ratio", "trigger_cpu_s_per_million",
-		"server_cpu_s_per_million", "trigger_server_cpu_ratio"} {
+		"server_cpu_s_per_million", "trigger_server_cpu_ratio", "sync_ingest_ratio"} {
 		v, ok := obj[key].(float64)
 		if !ok {
 			t.Errorf("key %q: %v (%T); want a number", key, obj[key], obj[key])
@@ -106,7 +106,7 @@ func TestRunReportsEveryFigure(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []string{"1. ingest", "4 trigger partition(s) in 2 trigger process(es), publish until trigger drained",
-		"6. new conversations taken on by the trigger, 4 partition(s) in 2 trigger process(es)", "2. trigger latency", "3. context read", "4. compaction cost", "5. worker scale-out", "6. trigger heap", "7. cumulative input tokens"} {
+		"6. new conversations taken on by the trigger, 4 partition(s) in 2 trigger process(es)", "2. trigger latency", "3. context read", "4. compaction cost", "5. worker scale-out", "6. trigger heap", "7. cumulative input tokens", "9. the client's publishing"} {
 		if !bytes.Contains(table.Bytes(), []byte(m)) {
 			t.Errorf("the table has no row %q:\n%s", m, table.String())
 		}

@@ -502,6 +502,13 @@ carry to other machines better than any rate (` + "`" + `go run ./cmd/compactor 
    upstream counts as cached the bytes its request shares as a prefix with the previous one (a
    prompt cache holding the previous request, 4 bytes to a token). Reproduce: ` + "`" + `go run
    ./cmd/compactor bench --only proxy` + "`" + `.{{else}}The proxy's measurement did not run.{{end}}
+9. **Durability.** {{if .Durability.Messages}}{{.Durability.Messages}} corpus messages published through the client
+   (` + "`" + `PublishBatch` + "`" + `, every ack in) on two fresh servers of this run's kind side by side: one syncing
+   every write before acknowledging it (` + "`" + `sync_interval: always` + "`" + `, what Compactor ships,
+   [Durability below the process](guarantees.md#durability-below-the-process)), one flushing every 2
+   minutes (nats-server's default), 3 rounds each, alternating; the ratio is of their medians. Every other
+   measurement runs on nats-server's default. The cost is the disk's: an fsync per write. Reproduce:
+   ` + "`" + `go run ./cmd/compactor bench --only durability` + "`" + `.{{else}}The durability measurement did not run{{with .Durability.Note}} ({{.}}){{end}}.{{end}}
 
 Each reproduction adds ` + "`" + `--corpus DIR` + "`" + ` for the corpus this run used, and ` + "`" + `--quick` + "`" + ` for the
 smaller sizes.

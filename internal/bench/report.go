@@ -43,9 +43,10 @@ type Report struct {
 	ScaleOutDeclined int        `json:"scaleout_declined"`
 	Heap             HeapReport `json:"heap"`
 	// Check is the figures a doc states for the quick check (--calibrate), when made.
-	Check  *CheckFile  `json:"check,omitempty"`
-	Tokens TokenReport `json:"tokens"`
-	Proxy  ProxyReport `json:"proxy"`
+	Check      *CheckFile       `json:"check,omitempty"`
+	Tokens     TokenReport      `json:"tokens"`
+	Proxy      ProxyReport      `json:"proxy"`
+	Durability DurabilityReport `json:"durability"`
 }
 
 // Headline holds the figures the issue names, each against its baseline of the same
@@ -104,6 +105,9 @@ type Headline struct {
 	ProxyAddedP50Ratio float64 `json:"proxy_added_p50_ratio"`
 	ProxyAddedP99Ratio float64 `json:"proxy_added_p99_ratio"`
 	ProxyTokenRatio    float64 `json:"proxy_token_ratio"`
+	// SyncIngestRatio: the client's publishing on a server that syncs every write ÷ on
+	// one that flushes every 2 minutes (what the shipped durability costs ingest).
+	SyncIngestRatio float64 `json:"sync_ingest_ratio"`
 }
 
 // Finish fills the headline from the measurements.
@@ -146,6 +150,7 @@ func (r *Report) Finish() {
 	}
 	h.TokenReduction1000, h.SummarizerShare = r.Tokens.Reduction, r.Tokens.SummarizerShare
 	h.ProxyAddedP50Ratio, h.ProxyAddedP99Ratio, h.ProxyTokenRatio = r.Proxy.AddedP50Ratio, r.Proxy.AddedP99Ratio, r.Proxy.TokenRatio
+	h.SyncIngestRatio = r.Durability.Ratio
 }
 
 // WriteJSON writes the report as one JSON object.
@@ -254,6 +259,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 				100*share(pr.DirectCached, pr.DirectInput), tok(billed(pr.DirectInput, pr.DirectCached, 0.1)), tok(billed(pr.DirectInput, pr.DirectCached, 0.5))),
 			fmt.Sprintf("billed %s at 0.1, %s at 0.5", f2(ratio(billed(pr.ProxyInput, pr.ProxyCached, 0.1), billed(pr.DirectInput, pr.DirectCached, 0.1))),
 				f2(ratio(billed(pr.ProxyInput, pr.ProxyCached, 0.5), billed(pr.DirectInput, pr.DirectCached, 0.5)))), "")
+	}
+	if dr := r.Durability; dr.Ratio > 0 {
+		row(fmt.Sprintf("9. the client's publishing, %d messages, on a server that syncs every write (sync_interval: always, the shipped setting)", dr.Messages),
+			rate(dr.SyncMsgsPerSec, "msgs/s"), "flushing every 2 minutes (nats-server's default): "+rate(dr.IntervalMsgsPerSec, "msgs/s"),
+			f2(dr.Ratio), "")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -29,7 +29,20 @@ type server struct {
 	// cpu is the CPU time the server's process used so far, -1 when it is not a child
 	// process of the bench's that can be read (an external or embedded server).
 	cpu func() time.Duration
+	// bin is the nats-server binary of a "process" server: the durability measurement
+	// starts two more of it. monitor is its monitoring URL, where the durability
+	// measurement checks the setting it started it with.
+	bin, monitor string
 }
+
+// The JetStream flushing of the servers the bench starts. The measurements but the
+// durability one run on nats-server's own default (a flush every 2 minutes), as the
+// figures recorded before the shipped settings changed were; the durability one
+// compares it with syncing every write, the shipped setting.
+const (
+	syncDefault = ""
+	syncAlways  = "always"
+)
 
 func noCPU() time.Duration { return -1 }
 
@@ -57,15 +70,36 @@ func startServer(cfg Config) (*server, error) {
 		built = bin != ""
 	}
 	if bin == "" {
-		return startEmbedded(dir, buildErr)
+		return startEmbedded(dir, buildErr, syncDefault)
 	}
-	return startProcess(bin, dir, built)
+	return startProcess(bin, dir, built, syncDefault)
+}
+
+// startLike starts another server of srv's kind (not an external one), flushing as
+// sync says (syncDefault or syncAlways).
+func startLike(srv *server, sync string) (*server, error) {
+	dir, err := os.MkdirTemp("", "compactor-bench-")
+	if err != nil {
+		return nil, err
+	}
+	switch srv.Kind {
+	case "process":
+		return startProcess(srv.bin, dir, false, sync)
+	case "embedded":
+		return startEmbedded(dir, nil, sync)
+	}
+	os.RemoveAll(dir)
+	return nil, fmt.Errorf("cannot start another %s server", srv.Kind)
 }
 
 // startEmbedded starts an embedded server storing into dir, its note saying why
 // (buildErr: why go build made no nats-server).
-func startEmbedded(dir string, buildErr error) (*server, error) {
-	srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: dir})
+func startEmbedded(dir string, buildErr error, sync string) (*server, error) {
+	interval := 2 * time.Minute // nats-server's own default
+	if sync == syncAlways {
+		interval = 0 // embedded: every write
+	}
+	srv, err := embedded.Start(embedded.Config{Listen: "127.0.0.1:-1", DataDir: dir, SyncInterval: interval})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -78,13 +112,26 @@ func startEmbedded(dir string, buildErr error) (*server, error) {
 
 // startProcess starts the nats-server bin (built: by go build) in a process of its
 // own, storing into dir, and waits until it accepts connections.
-func startProcess(bin, dir string, built bool) (*server, error) {
+func startProcess(bin, dir string, built bool, sync string) (*server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	var logs bytes.Buffer
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", filepath.Join(dir, "js"))
+	mport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port), "-m", strconv.Itoa(mport), "-js", "-sd", filepath.Join(dir, "js")}
+	if sync == syncAlways {
+		conf := filepath.Join(dir, "sync.conf")
+		if err := os.WriteFile(conf, []byte("jetstream {\n  sync_interval: always\n}\n"), 0o600); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		args = append(args, "-c", conf)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
@@ -116,7 +163,7 @@ func startProcess(bin, dir string, built bool) (*server, error) {
 	}
 	pid := cmd.Process.Pid
 	return &server{URL: url, Kind: "process", Note: fmt.Sprintf("%s (%s) in its own process", version, how), stop: stop,
-		cpu: func() time.Duration { return procCPU(pid) }}, nil
+		cpu: func() time.Duration { return procCPU(pid) }, bin: bin, monitor: fmt.Sprintf("http://127.0.0.1:%d", mport)}, nil
 }
 
 // awaitServer waits until the server process of bin accepts connections at url: an

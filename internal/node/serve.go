@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,10 @@ type ServeConfig struct {
 	NATSURL, Listen, DataDir string
 	// NATSOptions authenticate the connection and set its TLS and inbox prefix.
 	NATSOptions []nats.Option
+	// NATSMonitorURLs are the servers' monitoring URLs, where the node reads whether
+	// they sync every write (none: the system account is asked; see
+	// jetstream.ReadDurability).
+	NATSMonitorURLs []string
 	// JetStream is the contract's streams, buckets and consumers, created when
 	// missing and compared when present.
 	JetStream jetstream.Config
@@ -82,6 +87,7 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		defer stop()
 	}
 	url := cfg.NATSURL
+	var own *jetstream.Durability // the embedded server's setting
 	if url == "" {
 		srv, err := embedded.Start(embedded.Config{Listen: cfg.Listen, DataDir: cfg.DataDir, Logger: log})
 		if err != nil {
@@ -90,6 +96,8 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		defer srv.Shutdown()
 		url = srv.ClientURL()
 		log.Info().Str("url", url).Str("data_dir", cfg.DataDir).Msg("embedded NATS server started")
+		d := jetstream.EmbeddedDurability(srv.NATS().Name(), srv.SyncsEveryWrite(), srv.NATS().JetStreamConfig().SyncInterval)
+		own = &d
 	}
 	// A service waits for NATS and JetStream instead of exiting: an orchestrator may
 	// start it first, and a cluster has no JetStream until it elects a meta leader. A
@@ -103,6 +111,20 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 		return &ConnectError{Err: err}
 	}
 	defer nc.Close()
+	if own != nil {
+		// The CLI's users have no system account to ask the embedded server: this
+		// process says what it knows.
+		if _, err := jetstream.AnswerDurability(nc, *own); err != nil {
+			log.Warn().Err(err).Msg("answer on " + jetstream.DurabilitySubject)
+		}
+	}
+	// In the background: reading the servers' settings never holds up the start.
+	durabilityRead := make(chan struct{})
+	go func() {
+		defer close(durabilityRead)
+		reportDurability(ctx, cfg, nc, own, ready)
+	}()
+	defer func() { <-durabilityRead }()
 	if cfg.Tenants != nil {
 		return serveTenants(ctx, cfg, nc, ready)
 	}
@@ -254,4 +276,50 @@ func serveTenants(ctx context.Context, cfg ServeConfig, nc *nats.Conn, ready *te
 	ready.Running(ts)
 	defer ready.Stopping()
 	return runUntilDrained(ctx, run, cfg.DrainTimeout, ready, cfg.Node.Logger)
+}
+
+// reportDurability says at start whether the NATS servers sync every write to disk
+// (own: the embedded server's setting; else read from the servers), and keeps it in
+// /readyz's answer. A server that does not, or a setting this process cannot read, is
+// a warning: an OS crash or a power loss may lose what it acknowledged.
+func reportDurability(ctx context.Context, cfg ServeConfig, nc *nats.Conn, own *jetstream.Durability, ready *telemetry.Readiness) {
+	log := cfg.Node.Logger
+	var d jetstream.Durability
+	if own != nil {
+		d = *own
+	} else {
+		d = readDurability(ctx, cfg, nc)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+	ready.Detail("durability", d.String())
+	if m := cfg.Node.Telemetry.Metrics; m != nil {
+		m.SyncsEveryWrite(d.Known(), d.SyncsEveryWrite())
+	}
+	switch {
+	case d.SyncsEveryWrite():
+		log.Info().Str("durability", d.String()).Msg("the NATS servers sync every write to disk before acknowledging it")
+	case !d.Known():
+		log.Warn().Str("durability", d.String()).Msg("whether the NATS servers sync every write to disk is unknown: " +
+			"with nats-server's default (a flush every 2 minutes) an OS crash or power loss loses acknowledged messages")
+	default:
+		log.Warn().Str("durability", d.String()).Msg("a NATS server does not sync every write to disk: " +
+			"an OS crash or power loss loses the messages it acknowledged since its last flush (set sync_interval: always)")
+	}
+}
+
+// readDurability reads the servers' setting from the monitoring URLs, else from the
+// system account on a connection of its own, like nc's: a publish the server refuses
+// this user is not one of the node's refusals (logged, counted, in /readyz).
+func readDurability(ctx context.Context, cfg ServeConfig, nc *nats.Conn) jetstream.Durability {
+	if len(cfg.NATSMonitorURLs) > 0 {
+		return jetstream.ReadDurability(ctx, nil, cfg.NATSMonitorURLs)
+	}
+	ask, err := nats.Connect(nc.ConnectedUrl(), append(slices.Clone(cfg.NATSOptions), nats.Name("compactor-durability"), nats.NoReconnect())...)
+	if err != nil {
+		return jetstream.Durability{Unknown: fmt.Sprintf("%s: %v", jetstream.UnknownDurabilityHint, err)}
+	}
+	defer ask.Close()
+	return jetstream.ReadDurability(ctx, ask, nil)
 }

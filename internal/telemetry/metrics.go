@@ -38,6 +38,7 @@ type Metrics struct {
 	triggerLag       prometheus.Histogram
 	triggerRequests  *prometheus.CounterVec // trigger, result
 	usageIgnored     prometheus.Counter
+	syncsEveryWrite  prometheus.Gauge
 
 	// The per-tenant families (tenants.go), registered with the first tenant.
 	tenantOnce sync.Once
@@ -115,6 +116,10 @@ func NewMetrics(version string) *Metrics {
 		}
 	}
 
+	m.syncsEveryWrite = prometheus.NewGauge(prometheus.GaugeOpts{Name: "compactor_nats_syncs_every_write",
+		Help: "1 when every NATS server this process uses flushes each JetStream write to disk before acknowledging it (sync_interval: always), 0 when one does not (an OS crash or power loss loses what it acknowledged since its last flush), -1 while unknown (not read yet, or this process cannot read it)."})
+	m.syncsEveryWrite.Set(-1)
+	m.reg.MustRegister(m.syncsEveryWrite)
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_build_info",
 		Help: "Always 1; the version label is the module version this binary was built from.", ConstLabels: prometheus.Labels{"version": version}},
@@ -173,6 +178,19 @@ func (m *Metrics) llmCall(model string, took time.Duration, usage *schemas.Usage
 		m.summarizerTokens.WithLabelValues(model, "prompt").Add(float64(max(usage.PromptTokens, 0)))
 		m.summarizerTokens.WithLabelValues(model, "completion").Add(float64(max(usage.CompletionTokens, 0)))
 		m.summarizerTokens.WithLabelValues(model, "cached").Add(float64(max(usage.CachedTokens, 0)))
+	}
+}
+
+// SyncsEveryWrite sets compactor_nats_syncs_every_write: known says the servers'
+// setting was read, syncs whether each syncs every write.
+func (m *Metrics) SyncsEveryWrite(known, syncs bool) {
+	switch {
+	case !known:
+		m.syncsEveryWrite.Set(-1)
+	case syncs:
+		m.syncsEveryWrite.Set(1)
+	default:
+		m.syncsEveryWrite.Set(0)
 	}
 }
 

@@ -88,7 +88,7 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 		"compactor_summarizer_tokens_total", "compactor_trigger_lag_seconds", "compactor_trigger_requests_total",
 		"compactor_trigger_usage_ignored_total",
 		"compactor_trigger_conversations", "compactor_request_backlog", "compactor_trigger_backlog",
-		"compactor_backlog_read_errors_total", "compactor_summarizer_learned_window_tokens", "compactor_learned_windows_read_errors_total", "compactor_workers", "compactor_workers_busy", "compactor_nats_connected",
+		"compactor_backlog_read_errors_total", "compactor_summarizer_learned_window_tokens", "compactor_learned_windows_read_errors_total", "compactor_workers", "compactor_workers_busy", "compactor_nats_connected", "compactor_nats_syncs_every_write",
 		"compactor_nats_reconnects_total", "compactor_build_info", "compactor_policy_cache_lookups_total",
 		"compactor_policy_cache_entries", "compactor_policy_watch_live", "go_goroutines", "process_cpu_seconds_total"} {
 		if !names[name] {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sort"
 	"sync"
 	"time"
 
@@ -41,12 +42,17 @@ func NewOpsServer(addr string, log zerolog.Logger, ready *Readiness, m *Metrics)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		if err := ready.Check(r.Context()); err != nil {
+		err := ready.Check(r.Context())
+		if err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = fmt.Fprintf(w, "not ready: %v\n", err)
-			return
+		} else {
+			_, _ = w.Write([]byte("ok\n"))
 		}
-		_, _ = w.Write([]byte("ok\n"))
+		// What an operator should know that does not make the process unready.
+		for _, d := range ready.Details() {
+			_, _ = fmt.Fprintln(w, d)
+		}
 	})
 	if m != nil {
 		mux.Handle("GET /metrics", promhttp.InstrumentMetricHandler(m.Registry(), promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{
@@ -120,6 +126,30 @@ type Readiness struct {
 	phase   string // why not ready before or after running ("" while running)
 	at      time.Time
 	lastErr error
+	details map[string]string // name: line, shown after the answer
+}
+
+// Detail sets a line /readyz adds after its answer, "name: line", ready or not (e.g.
+// whether the servers sync every write); it never makes the process unready.
+func (r *Readiness) Detail(name, line string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.details == nil {
+		r.details = map[string]string{}
+	}
+	r.details[name] = line
+}
+
+// Details are the lines Detail set, sorted by name.
+func (r *Readiness) Details() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.details))
+	for k, v := range r.details {
+		out = append(out, k+": "+v)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // NewReadiness is not ready: it is connecting to NATS.
