@@ -1,0 +1,460 @@
+package powerloss
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// node is a file or directory as the processes above the mount see it (its live
+// state, the page cache) and as it survives a power loss (its durable state, the
+// backing directory).
+type node struct {
+	id   uint64
+	dir  bool
+	mode uint32 // permission bits
+
+	// Live state.
+	data   []byte           // a file's content
+	kids   map[string]*node // a directory's entries
+	parent *node            // nil for the root and for a node no entry names
+	name   string
+	mtime  time.Time
+
+	// Durable state: where the node's synced content is in the backing directory.
+	durable bool             // an entry of the backing directory names it (the root always)
+	dparent *node            // the directory whose durable entry names it
+	dname   string           // that entry's name
+	stash   string           // set while a commit moves it aside (see commitLink)
+	dkids   map[string]*node // a directory's durable entries
+	dsize   int64            // a durable file's size in the backing directory
+
+	// The bytes of data that differ from the durable content: [lo, hi).
+	lo, hi int64
+}
+
+func (n *node) dirty(lo, hi int64) {
+	n.lo = min(n.lo, lo)
+	n.hi = max(n.hi, hi)
+}
+
+func (n *node) clean() { n.lo, n.hi = math.MaxInt64, 0 }
+
+// model is the whole file system: the live tree, the durable tree and the backing
+// directory that holds the durable one. One mutex orders every operation, so a power
+// loss falls between two of them.
+type model struct {
+	mu      sync.Mutex
+	backing string
+	root    *node
+	nextID  uint64
+	off     bool // after the power loss: every operation fails with EIO
+	stashes int
+}
+
+var errOff = errors.New("powerloss: the power is off")
+
+// newModel loads the backing directory: what it holds is both live and durable.
+func newModel(backing string) (*model, error) {
+	abs, err := filepath.Abs(backing)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("powerloss: backing directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("powerloss: backing %s is not a directory", abs)
+	}
+	m := &model{backing: abs, nextID: 1}
+	m.root = m.newNode(true, uint32(fi.Mode().Perm()))
+	m.root.durable = true
+	if err := m.load(m.root, abs); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *model) newNode(dir bool, mode uint32) *node {
+	m.nextID++
+	n := &node{id: m.nextID, dir: dir, mode: mode & 0o7777, mtime: time.Now(), dsize: -1}
+	n.clean()
+	if dir {
+		n.kids = map[string]*node{}
+		n.dkids = map[string]*node{}
+	}
+	return n
+}
+
+func (m *model) load(d *node, path string) error {
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		p := filepath.Join(path, e.Name())
+		fi, err := e.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.IsDir():
+			n := m.newNode(true, uint32(fi.Mode().Perm()))
+			if err := m.load(n, p); err != nil {
+				return err
+			}
+			m.adopt(d, e.Name(), n)
+		case fi.Mode().IsRegular():
+			n := m.newNode(false, uint32(fi.Mode().Perm()))
+			if n.data, err = os.ReadFile(p); err != nil {
+				return err
+			}
+			n.dsize = int64(len(n.data))
+			m.adopt(d, e.Name(), n)
+		default:
+			return fmt.Errorf("powerloss: %s is neither a file nor a directory", p)
+		}
+	}
+	return nil
+}
+
+// adopt links a node loaded from the backing directory, live and durable alike.
+func (m *model) adopt(d *node, name string, n *node) {
+	n.parent, n.name = d, name
+	n.durable, n.dparent, n.dname = true, d, name
+	d.kids[name] = n
+	d.dkids[name] = n
+}
+
+// bpath is where n's durable content is in the backing directory.
+func (m *model) bpath(n *node) string {
+	if n == m.root {
+		return m.backing
+	}
+	if n.stash != "" {
+		return n.stash
+	}
+	return filepath.Join(m.bpath(n.dparent), n.dname)
+}
+
+// powerOff drops what was not synced: from now on every operation fails and nothing
+// more reaches the backing directory.
+func (m *model) powerOff() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.off = true
+}
+
+// Live operations: they change only the live tree.
+
+func (m *model) lookup(d *node, name string) (*node, error) {
+	if m.off {
+		return nil, errOff
+	}
+	n := d.kids[name]
+	if n == nil {
+		return nil, syscall.ENOENT
+	}
+	return n, nil
+}
+
+func (m *model) create(d *node, name string, dir bool, mode uint32) (*node, error) {
+	if m.off {
+		return nil, errOff
+	}
+	if d.kids[name] != nil {
+		return nil, syscall.EEXIST
+	}
+	n := m.newNode(dir, mode)
+	n.parent, n.name = d, name
+	d.kids[name] = n
+	d.mtime = time.Now()
+	return n, nil
+}
+
+func (m *model) write(n *node, p []byte, off int64) error {
+	if m.off {
+		return errOff
+	}
+	if n.dir {
+		return syscall.EISDIR
+	}
+	end := off + int64(len(p))
+	if end > int64(len(n.data)) {
+		n.dirty(int64(len(n.data)), end)
+		n.data = append(n.data, make([]byte, end-int64(len(n.data)))...)
+	}
+	copy(n.data[off:], p)
+	n.dirty(off, end)
+	n.mtime = time.Now()
+	return nil
+}
+
+func (m *model) truncate(n *node, size int64) error {
+	if m.off {
+		return errOff
+	}
+	if n.dir {
+		return syscall.EISDIR
+	}
+	old := int64(len(n.data))
+	switch {
+	case size < old:
+		n.data = n.data[:size]
+		n.dirty(size, size)
+	case size > old:
+		n.data = append(n.data, make([]byte, size-old)...)
+		n.dirty(old, size)
+	}
+	n.mtime = time.Now()
+	return nil
+}
+
+func (m *model) read(n *node, p []byte, off int64) (int, error) {
+	if m.off {
+		return 0, errOff
+	}
+	if off >= int64(len(n.data)) {
+		return 0, nil
+	}
+	return copy(p, n.data[off:]), nil
+}
+
+// unlink removes an entry; rmdir says whether it must name an empty directory.
+func (m *model) unlink(d *node, name string, rmdir bool) error {
+	if m.off {
+		return errOff
+	}
+	n := d.kids[name]
+	switch {
+	case n == nil:
+		return syscall.ENOENT
+	case rmdir && !n.dir:
+		return syscall.ENOTDIR
+	case !rmdir && n.dir:
+		return syscall.EISDIR
+	case rmdir && len(n.kids) > 0:
+		return syscall.ENOTEMPTY
+	}
+	delete(d.kids, name)
+	n.parent = nil
+	d.mtime = time.Now()
+	return nil
+}
+
+func (m *model) rename(d *node, name string, nd *node, newName string, noReplace bool) error {
+	if m.off {
+		return errOff
+	}
+	n := d.kids[name]
+	if n == nil {
+		return syscall.ENOENT
+	}
+	for a := nd; a != nil; a = a.parent {
+		if a == n {
+			return syscall.EINVAL // into itself
+		}
+	}
+	if old := nd.kids[newName]; old != nil && old != n {
+		switch {
+		case noReplace:
+			return syscall.EEXIST
+		case old.dir && !n.dir:
+			return syscall.EISDIR
+		case !old.dir && n.dir:
+			return syscall.ENOTDIR
+		case old.dir && len(old.kids) > 0:
+			return syscall.ENOTEMPTY
+		}
+		old.parent = nil
+	}
+	delete(d.kids, name)
+	nd.kids[newName] = n
+	n.parent, n.name = nd, newName
+	d.mtime, nd.mtime = time.Now(), time.Now()
+	return nil
+}
+
+func (m *model) names(d *node) ([]string, error) {
+	if m.off {
+		return nil, errOff
+	}
+	out := make([]string, 0, len(d.kids))
+	for name := range d.kids {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// fsync makes n durable as the package doc says: a file's content and the entries
+// that name it (and its ancestors), a directory's entries.
+func (m *model) fsync(n *node) error {
+	if m.off {
+		return errOff
+	}
+	if err := m.commitLink(n); err != nil {
+		return err
+	}
+	if n.dir {
+		return m.commitEntries(n)
+	}
+	return m.commitData(n)
+}
+
+// commitLink makes the live entry that names n durable, with its ancestors' entries:
+// a created node appears in the backing directory, a renamed one moves there. A node
+// no entry names keeps the durable entry it has (an unlink is durable only when its
+// directory is synced).
+func (m *model) commitLink(n *node) error {
+	if n == m.root || n.parent == nil {
+		return nil
+	}
+	if err := m.commitLink(n.parent); err != nil {
+		return err
+	}
+	if n.durable && n.stash == "" && n.dparent == n.parent && n.dname == n.name {
+		return nil
+	}
+	d := n.parent
+	dst := filepath.Join(m.bpath(d), n.name)
+	// The durable entry this one replaces: a node that lives on under another name is
+	// moved aside and committed there after, as one rename would move it; any other
+	// is gone.
+	var moved *node
+	if old := d.dkids[n.name]; old != nil && old != n {
+		if old.parent != nil {
+			m.stashes++
+			stash := filepath.Join(m.backing, fmt.Sprintf(".powerloss-stash-%d", m.stashes))
+			if err := os.Rename(dst, stash); err != nil {
+				return err
+			}
+			delete(d.dkids, n.name)
+			old.stash = stash
+			moved = old
+		} else if err := m.dropDurable(old); err != nil {
+			return err
+		}
+	}
+	switch {
+	case n.durable:
+		if err := os.Rename(m.bpath(n), dst); err != nil {
+			return err
+		}
+		if n.stash == "" {
+			delete(n.dparent.dkids, n.dname)
+		}
+		n.stash = ""
+	case n.dir:
+		if err := os.Mkdir(dst, fs.FileMode(n.mode)|0o700); err != nil {
+			return err
+		}
+	default:
+		if err := os.WriteFile(dst, nil, fs.FileMode(n.mode)|0o600); err != nil {
+			return err
+		}
+		n.dsize = 0
+		n.dirty(0, int64(len(n.data)))
+	}
+	n.durable, n.dparent, n.dname = true, d, n.name
+	d.dkids[n.name] = n
+	if moved != nil {
+		return m.commitLink(moved)
+	}
+	return nil
+}
+
+// dropDurable removes n's durable entry and content, and its durable descendants'.
+func (m *model) dropDurable(n *node) error {
+	if err := os.RemoveAll(m.bpath(n)); err != nil {
+		return err
+	}
+	if n.stash == "" {
+		delete(n.dparent.dkids, n.dname)
+	}
+	m.forgetDurable(n)
+	return nil
+}
+
+func (m *model) forgetDurable(n *node) {
+	n.durable, n.dparent, n.dname, n.stash = false, nil, "", ""
+	n.dsize = -1
+	n.dirty(0, int64(len(n.data)))
+	for _, k := range n.dkids {
+		m.forgetDurable(k)
+	}
+	if n.dir {
+		n.dkids = map[string]*node{}
+	}
+}
+
+// commitEntries makes d's entries durable as they are live: new ones appear, renamed
+// ones move, removed ones go (a file that lives on under another name moves there).
+func (m *model) commitEntries(d *node) error {
+	names := make([]string, 0, len(d.dkids))
+	for name := range d.dkids {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		old := d.dkids[name]
+		if old == nil || d.kids[name] == old {
+			continue
+		}
+		if old.parent != nil {
+			if err := m.commitLink(old); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := m.dropDurable(old); err != nil {
+			return err
+		}
+	}
+	for _, n := range d.kids {
+		if err := m.commitLink(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commitData writes a file's changed bytes to its durable content. A file no durable
+// entry names has none: its data is lost with the power.
+func (m *model) commitData(n *node) error {
+	if !n.durable || n.lo >= n.hi && n.dsize == int64(len(n.data)) {
+		n.clean()
+		return nil
+	}
+	f, err := os.OpenFile(m.bpath(n), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	size := int64(len(n.data))
+	if n.dsize != size {
+		if err := f.Truncate(size); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if lo, hi := n.lo, min(n.hi, size); lo < hi {
+		if _, err := f.WriteAt(n.data[lo:hi], lo); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	n.dsize = size
+	n.clean()
+	return nil
+}
