@@ -50,6 +50,13 @@ func Mount(backing, mountpoint string) (*FS, error) {
 // directory. It does not unmount: end the processes that use the mount, then Unmount.
 func (f *FS) PowerOff() { f.m.powerOff() }
 
+// Sync writes everything back to the backing directory, as sync(2) does.
+func (f *FS) Sync() error {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	return f.m.syncAll(f.m.root)
+}
+
 // Unmount unmounts the layer without writing anything more to the backing directory.
 // A mount still in use is detached (lazily unmounted) after a few tries.
 func (f *FS) Unmount() error {

@@ -458,3 +458,22 @@ func (m *model) commitData(n *node) error {
 	n.clean()
 	return nil
 }
+
+// syncAll syncs d and everything under it.
+func (m *model) syncAll(d *node) error {
+	if err := m.fsync(d); err != nil {
+		return err
+	}
+	for _, n := range d.kids {
+		var err error
+		if n.dir {
+			err = m.syncAll(n)
+		} else {
+			err = m.fsync(n)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
