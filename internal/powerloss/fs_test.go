@@ -338,3 +338,20 @@ func TestNothingWorksAfterThePowerLoss(t *testing.T) {
 	}
 	want(t, filepath.Join(backing, "a"), "")
 }
+
+func TestSyncWritesEverythingBack(t *testing.T) {
+	fs, mnt, backing := mount(t)
+	if err := os.MkdirAll(filepath.Join(mnt, "d", "e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(mnt, "d", "e", "f"), "all", false)
+	writeFile(t, filepath.Join(mnt, "g"), "of it", false)
+	if err := fs.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(mnt, "h"), "after", false)
+	powerLoss(t, fs)
+	want(t, filepath.Join(backing, "d", "e", "f"), "all")
+	want(t, filepath.Join(backing, "g"), "of it")
+	want(t, filepath.Join(backing, "h"), "")
+}

@@ -18,6 +18,7 @@ type FS struct {
 	m          *model
 	srv        *fuse.Server
 	mountpoint string
+	unmounted  bool
 }
 
 // Mount mounts the layer over backing at mountpoint (both existing directories). It
@@ -60,6 +61,10 @@ func (f *FS) Sync() error {
 // Unmount unmounts the layer without writing anything more to the backing directory.
 // A mount still in use is detached (lazily unmounted) after a few tries.
 func (f *FS) Unmount() error {
+	if f.unmounted {
+		return nil
+	}
+	f.unmounted = true
 	var err error
 	for range 20 {
 		if err = f.srv.Unmount(); err == nil {

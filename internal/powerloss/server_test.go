@@ -34,7 +34,11 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(childDataDirEnv); dir != "" {
 		os.Exit(runChild(dir, os.Getenv(childSyncEnv)))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if natsServer.dir != "" {
+		_ = os.RemoveAll(natsServer.dir)
+	}
+	os.Exit(code)
 }
 
 // runChild starts the embedded server as Compactor ships it (the zero Config but for a
