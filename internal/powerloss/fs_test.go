@@ -14,16 +14,21 @@ import (
 // fuse in the kernel, not root) the test is skipped, and fails with CI=true.
 func mount(t *testing.T) (fs *powerloss.FS, mnt, backing string) {
 	t.Helper()
-	backing, mnt = t.TempDir(), t.TempDir()
-	return mountOver(t, backing, mnt), mnt, backing
+	return mountWith(t, powerloss.Options{})
 }
 
-func mountOver(t *testing.T, backing, mnt string) *powerloss.FS {
+func mountWith(t *testing.T, o powerloss.Options) (fs *powerloss.FS, mnt, backing string) {
+	t.Helper()
+	backing, mnt = t.TempDir(), t.TempDir()
+	return mountOver(t, backing, mnt, o), mnt, backing
+}
+
+func mountOver(t *testing.T, backing, mnt string, o powerloss.Options) *powerloss.FS {
 	t.Helper()
 	err := powerloss.Available()
 	var fs *powerloss.FS
 	if err == nil {
-		fs, err = powerloss.Mount(backing, mnt)
+		fs, err = powerloss.Mount(backing, mnt, o)
 	}
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -32,7 +37,7 @@ func mountOver(t *testing.T, backing, mnt string) *powerloss.FS {
 		t.Skipf("FUSE is not available: %v", err)
 	}
 	t.Cleanup(func() {
-		fs.PowerOff()
+		_ = fs.PowerOff()
 		_ = fs.Unmount()
 	})
 	return fs
@@ -41,7 +46,9 @@ func mountOver(t *testing.T, backing, mnt string) *powerloss.FS {
 // powerLoss drops what was not synced and unmounts.
 func powerLoss(t *testing.T, fs *powerloss.FS) {
 	t.Helper()
-	fs.PowerOff()
+	if err := fs.PowerOff(); err != nil {
+		t.Error(err)
+	}
 	if err := fs.Unmount(); err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +297,7 @@ func TestUnlinkIsDurableWhenTheDirectoryIsSynced(t *testing.T) {
 
 	// Again, syncing the directory this time.
 	mnt2 := t.TempDir()
-	fs = mountOver(t, backing, mnt2)
+	fs = mountOver(t, backing, mnt2, powerloss.Options{})
 	if err := os.Remove(filepath.Join(mnt2, "kept")); err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +316,7 @@ func TestMountShowsTheBackingDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	mnt := t.TempDir()
-	fs := mountOver(t, backing, mnt)
+	fs := mountOver(t, backing, mnt, powerloss.Options{})
 	if b, err := os.ReadFile(filepath.Join(mnt, "d", "f")); err != nil || string(b) != "there" {
 		t.Fatalf("read %q, %v; want there", b, err)
 	}
@@ -328,7 +335,9 @@ func TestNothingWorksAfterThePowerLoss(t *testing.T) {
 	if _, err := f.WriteString("x"); err != nil {
 		t.Fatal(err)
 	}
-	fs.PowerOff()
+	if err := fs.PowerOff(); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
 		t.Errorf("fsync after the power loss: %v; want EIO", err)
 	}
@@ -354,4 +363,63 @@ func TestSyncWritesEverythingBack(t *testing.T) {
 	want(t, filepath.Join(backing, "d", "e", "f"), "all")
 	want(t, filepath.Join(backing, "g"), "of it")
 	want(t, filepath.Join(backing, "h"), "")
+}
+
+func TestStrictDirectories(t *testing.T) {
+	fs, mnt, backing := mountWith(t, powerloss.Options{StrictDirectories: true})
+	writeFile(t, filepath.Join(mnt, "meta"), "old", true)
+	syncDir(t, mnt)
+	// The file is synced, and so are its directory and every one above: kept.
+	if err := os.MkdirAll(filepath.Join(mnt, "k", "l"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(mnt, "k", "l", "f"), "synced", true)
+	syncDir(t, filepath.Join(mnt, "k", "l"))
+	syncDir(t, filepath.Join(mnt, "k"))
+	// The atomic replace: the temporary file synced, renamed, the directory synced.
+	writeFile(t, filepath.Join(mnt, "meta.tmp"), "new", true)
+	if err := os.Rename(filepath.Join(mnt, "meta.tmp"), filepath.Join(mnt, "meta")); err != nil {
+		t.Fatal(err)
+	}
+	syncDir(t, mnt)
+	// A synced file whose directory's entry is not durable: lost, with the directory.
+	if err := os.MkdirAll(filepath.Join(mnt, "d", "e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(mnt, "d", "e", "f"), "synced", true)
+	syncDir(t, filepath.Join(mnt, "d", "e"))
+	syncDir(t, filepath.Join(mnt, "d")) // d's entries, not d's own
+	// A synced file in a synced directory, then renamed: the rename is not durable.
+	writeFile(t, filepath.Join(mnt, "k", "g"), "g", true)
+	syncDir(t, filepath.Join(mnt, "k"))
+	if err := os.Rename(filepath.Join(mnt, "k", "g"), filepath.Join(mnt, "k", "h")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(mnt, "k", "h"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil { // its data, under the name it has durably
+		t.Fatal(err)
+	}
+	f.Close()
+	powerLoss(t, fs)
+	want(t, filepath.Join(backing, "meta"), "new")
+	want(t, filepath.Join(backing, "k", "l", "f"), "synced")
+	want(t, filepath.Join(backing, "k", "g"), "gh")
+	want(t, filepath.Join(backing, "k", "h"), "")
+	ents, err := os.ReadDir(backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if len(names) != 2 || names[0] != "k" || names[1] != "meta" {
+		t.Errorf("backing holds %q; want [k meta]", names)
+	}
 }

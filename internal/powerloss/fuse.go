@@ -21,11 +21,19 @@ type FS struct {
 	unmounted  bool
 }
 
+// Options change the layer's model.
+type Options struct {
+	// StrictDirectories makes a created or renamed entry durable only when its
+	// directory is synced, as POSIX promises, not also when the file is (as ext4 does):
+	// a file synced in a directory never synced is lost with the power.
+	StrictDirectories bool
+}
+
 // Mount mounts the layer over backing at mountpoint (both existing directories). It
 // mounts with mount(2) itself (root, or CAP_SYS_ADMIN, and /dev/fuse), never through
 // the fusermount binary. What backing holds when it mounts is both live and durable.
-func Mount(backing, mountpoint string) (*FS, error) {
-	m, err := newModel(backing)
+func Mount(backing, mountpoint string, o Options) (*FS, error) {
+	m, err := newModel(backing, o.StrictDirectories)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +57,9 @@ func Mount(backing, mountpoint string) (*FS, error) {
 // PowerOff is the power loss: what was not synced is dropped, and from now on every
 // operation on the mount fails with EIO, so nothing more reaches the backing
 // directory. It does not unmount: end the processes that use the mount, then Unmount.
-func (f *FS) PowerOff() { f.m.powerOff() }
+// An error says that the backing directory could not be cleaned of content synced
+// under no durable name (strict mode).
+func (f *FS) PowerOff() error { return f.m.powerOff() }
 
 // Sync writes everything back to the backing directory, as sync(2) does.
 func (f *FS) Sync() error {

@@ -56,13 +56,15 @@ type model struct {
 	root    *node
 	nextID  uint64
 	off     bool // after the power loss: every operation fails with EIO
+	strict  bool // entries are durable only when their directory is synced
 	stashes int
+	orphans map[*node]bool // nodes with durable content that no durable entry names
 }
 
 var errOff = errors.New("powerloss: the power is off")
 
 // newModel loads the backing directory: what it holds is both live and durable.
-func newModel(backing string) (*model, error) {
+func newModel(backing string, strict bool) (*model, error) {
 	abs, err := filepath.Abs(backing)
 	if err != nil {
 		return nil, err
@@ -74,7 +76,7 @@ func newModel(backing string) (*model, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("powerloss: backing %s is not a directory", abs)
 	}
-	m := &model{backing: abs, nextID: 1}
+	m := &model{backing: abs, nextID: 1, strict: strict, orphans: map[*node]bool{}}
 	m.root = m.newNode(true, uint32(fi.Mode().Perm()))
 	m.root.durable = true
 	if err := m.load(m.root, abs); err != nil {
@@ -146,11 +148,20 @@ func (m *model) bpath(n *node) string {
 }
 
 // powerOff drops what was not synced: from now on every operation fails and nothing
-// more reaches the backing directory.
-func (m *model) powerOff() {
+// more reaches the backing directory. Synced content that no durable entry names is
+// gone too, as a file system check after the crash would remove it.
+func (m *model) powerOff() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.off {
+		return nil
+	}
 	m.off = true
+	var errs []error
+	for n := range m.orphans {
+		errs = append(errs, os.RemoveAll(n.stash))
+	}
+	return errors.Join(errs...)
 }
 
 // Live operations: they change only the live tree.
@@ -295,19 +306,72 @@ func (m *model) names(d *node) ([]string, error) {
 	return out, nil
 }
 
-// fsync makes n durable as the package doc says: a file's content and the entries
-// that name it (and its ancestors), a directory's entries.
+// fsync makes n durable as the package doc says: a file's content, a directory's
+// entries, and (unless strict) the entries that name n and its ancestors.
 func (m *model) fsync(n *node) error {
 	if m.off {
 		return errOff
 	}
-	if err := m.commitLink(n); err != nil {
+	var err error
+	if m.strict {
+		err = m.place(n)
+	} else {
+		err = m.commitLink(n)
+	}
+	if err != nil {
 		return err
 	}
 	if n.dir {
 		return m.commitEntries(n)
 	}
 	return m.commitData(n)
+}
+
+// hasPlace reports whether d is somewhere in the backing directory, named or not.
+func (m *model) hasPlace(d *node) bool { return d == m.root || d.durable }
+
+// place gives a node that has no durable content yet a place of its own in the backing
+// directory, which no entry names (an orphan, strict mode): what is synced of it is
+// kept there until an entry that names it is durable, and is lost with the power
+// otherwise.
+func (m *model) place(n *node) error {
+	if n.durable {
+		return nil
+	}
+	path := m.newStash()
+	if n.dir {
+		if err := os.Mkdir(path, 0o700); err != nil {
+			return err
+		}
+	} else {
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			return err
+		}
+		n.dsize = 0
+		n.dirty(0, int64(len(n.data)))
+	}
+	n.durable, n.stash = true, path
+	m.orphans[n] = true
+	return nil
+}
+
+func (m *model) newStash() string {
+	m.stashes++
+	return filepath.Join(m.backing, fmt.Sprintf(".powerloss-stash-%d", m.stashes))
+}
+
+// stashAway moves a durable node out of the entry that names it to a place of its own.
+func (m *model) stashAway(n *node) error {
+	path := m.newStash()
+	if err := os.Rename(m.bpath(n), path); err != nil {
+		return err
+	}
+	if n.stash == "" {
+		delete(n.dparent.dkids, n.dname)
+	}
+	n.stash, n.dparent, n.dname = path, nil, ""
+	m.orphans[n] = true
+	return nil
 }
 
 // commitLink makes the live entry that names n durable, with its ancestors' entries:
@@ -321,24 +385,37 @@ func (m *model) commitLink(n *node) error {
 	if err := m.commitLink(n.parent); err != nil {
 		return err
 	}
+	return m.link(n)
+}
+
+// relink makes durable the live entry of a node whose durable entry went: with its
+// ancestors', or, strict, only when its directory has a place.
+func (m *model) relink(n *node) error {
+	if !m.strict {
+		return m.commitLink(n)
+	}
+	if n.parent != nil && m.hasPlace(n.parent) {
+		return m.link(n)
+	}
+	return nil
+}
+
+// link makes the live entry that names n durable in its directory, which has a place.
+func (m *model) link(n *node) error {
 	if n.durable && n.stash == "" && n.dparent == n.parent && n.dname == n.name {
 		return nil
 	}
 	d := n.parent
 	dst := filepath.Join(m.bpath(d), n.name)
 	// The durable entry this one replaces: a node that lives on under another name is
-	// moved aside and committed there after, as one rename would move it; any other
-	// is gone.
+	// moved aside and linked there after, as one rename would move it; any other is
+	// gone.
 	var moved *node
 	if old := d.dkids[n.name]; old != nil && old != n {
 		if old.parent != nil {
-			m.stashes++
-			stash := filepath.Join(m.backing, fmt.Sprintf(".powerloss-stash-%d", m.stashes))
-			if err := os.Rename(dst, stash); err != nil {
+			if err := m.stashAway(old); err != nil {
 				return err
 			}
-			delete(d.dkids, n.name)
-			old.stash = stash
 			moved = old
 		} else if err := m.dropDurable(old); err != nil {
 			return err
@@ -352,6 +429,7 @@ func (m *model) commitLink(n *node) error {
 		if n.stash == "" {
 			delete(n.dparent.dkids, n.dname)
 		}
+		delete(m.orphans, n)
 		n.stash = ""
 	case n.dir:
 		if err := os.Mkdir(dst, fs.FileMode(n.mode)|0o700); err != nil {
@@ -367,7 +445,7 @@ func (m *model) commitLink(n *node) error {
 	n.durable, n.dparent, n.dname = true, d, n.name
 	d.dkids[n.name] = n
 	if moved != nil {
-		return m.commitLink(moved)
+		return m.relink(moved)
 	}
 	return nil
 }
@@ -385,6 +463,7 @@ func (m *model) dropDurable(n *node) error {
 }
 
 func (m *model) forgetDurable(n *node) {
+	delete(m.orphans, n)
 	n.durable, n.dparent, n.dname, n.stash = false, nil, "", ""
 	n.dsize = -1
 	n.dirty(0, int64(len(n.data)))
@@ -397,8 +476,12 @@ func (m *model) forgetDurable(n *node) {
 }
 
 // commitEntries makes d's entries durable as they are live: new ones appear, renamed
-// ones move, removed ones go (a file that lives on under another name moves there).
+// ones move, removed ones go (a node that lives on under another name moves there, or,
+// strict, to a place of its own unless its directory has one).
 func (m *model) commitEntries(d *node) error {
+	if !m.hasPlace(d) {
+		return nil // an unlinked directory that never was durable
+	}
 	names := make([]string, 0, len(d.dkids))
 	for name := range d.dkids {
 		names = append(names, name)
@@ -409,18 +492,21 @@ func (m *model) commitEntries(d *node) error {
 		if old == nil || d.kids[name] == old {
 			continue
 		}
-		if old.parent != nil {
-			if err := m.commitLink(old); err != nil {
+		if old.parent == nil {
+			if err := m.dropDurable(old); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := m.dropDurable(old); err != nil {
+		if err := m.stashAway(old); err != nil {
+			return err
+		}
+		if err := m.relink(old); err != nil {
 			return err
 		}
 	}
 	for _, n := range d.kids {
-		if err := m.commitLink(n); err != nil {
+		if err := m.link(n); err != nil {
 			return err
 		}
 	}
