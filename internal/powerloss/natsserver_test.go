@@ -72,8 +72,14 @@ func startNATSServer(bin, conf string) func(t *testing.T, dataDir string) *proce
 			cmd.Env = append(cmd.Env, "NATS_"+u+"_PASSWORD="+pw)
 		}
 		return startProcess(t, cmd, func(p *process, stdout io.Reader) error {
-			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			exited := make(chan struct{}) // its standard output closes when it exits
+			go func() {
+				_, _ = io.Copy(io.Discard, stdout)
+				close(exited)
+			}()
 			// The server writes its ports file once it accepts clients.
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
 			for {
 				if url, err := readPortsFile(ports); err == nil {
 					p.url, p.note = url, conf
@@ -81,10 +87,11 @@ func startNATSServer(bin, conf string) func(t *testing.T, dataDir string) *proce
 				} else if !errors.Is(err, os.ErrNotExist) {
 					return err
 				}
-				if p.cmd.ProcessState != nil {
+				select {
+				case <-exited:
 					return errors.New("nats-server exited")
+				case <-tick.C:
 				}
-				time.Sleep(20 * time.Millisecond)
 			}
 		})
 	}
