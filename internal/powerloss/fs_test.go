@@ -423,3 +423,27 @@ func TestStrictDirectories(t *testing.T) {
 		t.Errorf("backing holds %q; want [k meta]", names)
 	}
 }
+
+// TestSwapThenSyncDirectory: two names swapped through a third; the directory's sync
+// makes the swap durable, each content under its new name.
+func TestSwapThenSyncDirectory(t *testing.T) {
+	for _, o := range []powerloss.Options{{}, {StrictDirectories: true}} {
+		fs, mnt, backing := mountWith(t, o)
+		writeFile(t, filepath.Join(mnt, "a"), "A", true)
+		writeFile(t, filepath.Join(mnt, "b"), "B", true)
+		syncDir(t, mnt)
+		for _, mv := range [][2]string{{"a", "tmp"}, {"b", "a"}, {"tmp", "b"}} {
+			if err := os.Rename(filepath.Join(mnt, mv[0]), filepath.Join(mnt, mv[1])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		syncDir(t, mnt)
+		powerLoss(t, fs)
+		want(t, filepath.Join(backing, "a"), "B")
+		want(t, filepath.Join(backing, "b"), "A")
+		want(t, filepath.Join(backing, "tmp"), "")
+		if ents, err := os.ReadDir(backing); err != nil || len(ents) != 2 {
+			t.Errorf("strict %t: backing holds %v, %v; want a and b", o.StrictDirectories, ents, err)
+		}
+	}
+}
