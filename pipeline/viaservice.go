@@ -131,13 +131,15 @@ func (s *viaService) publish(ctx context.Context, conv string, data []byte, msgI
 	return ack, nil
 }
 
-// publishAsync sends one message without waiting for its PubAck.
+// publishAsync sends one message without waiting for its PubAck. At the limit of
+// publishes in flight it waits for room as the direct path does (a server syncing
+// every write acknowledges more slowly), then fails with jetstream.ErrPublishStalled.
 func (s *viaService) publishAsync(conv string, data []byte, msgID string, tr jetstream.TraceHeader) (jetstream.PubAckFuture, error) {
 	m, err := s.chatMsg(conv, data, msgID, tr)
 	if err != nil {
 		return nil, err
 	}
-	f, err := s.js.PublishMsgAsync(m)
+	f, err := s.js.PublishMsgAsync(m, natsjs.WithStallWait(jetstream.PublishAsyncStallWait))
 	if err != nil {
 		return nil, fmt.Errorf("publish to %s: %w", m.Subject, err)
 	}
