@@ -153,6 +153,10 @@ type Result struct {
 	// Holes are the holes a worker found in the conversation's raw history (messages
 	// seen, then no longer stored): the value is not compacted across them again.
 	Holes []Hole `json:"holes,omitempty"`
+	// LossAcceptedThroughSeq says an operator accepted the loss of the messages missing
+	// at or below this sequence (compactor verify --accept): they are no longer holes,
+	// and compactions summarize across them. Later holes above it are still holes.
+	LossAcceptedThroughSeq uint64 `json:"loss_accepted_through_seq,omitempty"`
 	// Witnessed is what the compactions read of the conversation's raw history, from
 	// its first message through LoadedThroughSeq, in ranges that follow each other;
 	// compactor verify checks CHAT against it.

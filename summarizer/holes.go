@@ -21,7 +21,8 @@ const maxWitnessed = 32
 // message). done says the request was declined (err is the decline's).
 //
 // A request without a witness (an older trigger's, a manual one, a worker's
-// re-evaluation) is checked against the recorded holes only.
+// re-evaluation) is checked against the recorded holes only. What is missing at or
+// below the value's LossAcceptedThroughSeq is not a hole: an operator accepted its loss.
 func (p *Pool) checkHoles(ctx context.Context, c *compaction) (done bool, err error) {
 	j := c.j
 	if c.cur != nil && len(c.cur.Holes) > 0 {
@@ -39,6 +40,11 @@ func (p *Pool) checkHoles(ctx context.Context, c *compaction) (done bool, err er
 	var goneThrough uint64
 	if j.tomb != nil {
 		goneThrough = j.tomb.ThroughSeq
+	}
+	if c.cur != nil {
+		// An operator accepted the loss of what is missing up to there (compactor
+		// verify --accept): summarized across, as a message forgotten would be.
+		goneThrough = max(goneThrough, c.cur.LossAcceptedThroughSeq)
 	}
 	if uint64(len(found)) < w.Count {
 		// Something is missing: whatever is below CHAT's oldest message left by its age
@@ -72,7 +78,7 @@ func holeReason(hs []schemas.Hole, seen string) string {
 	for i, h := range hs {
 		parts[i] = holes.String(h)
 	}
-	return fmt.Sprintf("hole in the raw history: %s %s no longer stored (lost or deleted, neither forgotten nor aged out); not summarized over: run compactor verify",
+	return fmt.Sprintf("hole in the raw history: %s %s no longer stored (lost or deleted, neither forgotten nor aged out); not summarized over: restore them, forget the conversation, or accept the loss (compactor verify --accept <conv>)",
 		strings.Join(parts, "; "), seen)
 }
 

@@ -190,3 +190,71 @@ func TestForgottenOrAgedOutMessagesAreNotHoles(t *testing.T) {
 }
 
 func itoa(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// An operator's accepted loss (compactor verify --accept records it on the value):
+// the next request, though its witness still counts the lost message, is summarized
+// across it, and the value keeps the mark; a message lost later, above the mark, is a
+// hole again.
+func TestAnAcceptedLossIsSummarizedAcross(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seqs := interleaved(t, ctx, nc, st, "accepted", 10)
+	lost := seqs[3]
+	chat, err := testJetStream(t, nc).Stream(ctx, st.Config().ChatStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chat.SecureDeleteMsg(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	sum := &counting{}
+	req := witnessedRequest(t, ctx, st, "accepted", seqs)
+	holesPool(t, st, sum)
+	if ev, err := st.Events().WaitOutcome(ctx, "accepted", req.RequestID, time.Time{}); err != nil || ev.Type != schemas.EventDeclined {
+		t.Fatalf("first outcome %+v, %v; want declined for the hole", ev, err)
+	}
+	// The operator accepts the loss, as verify --accept writes it.
+	v, rev, err := st.Results().Get(ctx, "accepted", true)
+	if err != nil || v == nil || len(v.Holes) != 1 {
+		t.Fatalf("value %+v, %v; want the recorded hole", v, err)
+	}
+	v.Holes, v.LossAcceptedThroughSeq = nil, v.Holes[0].ThroughSeq
+	if _, err := st.Results().Put(ctx, v, rev); err != nil {
+		t.Fatal(err)
+	}
+	seqs = append(seqs, seed(t, ctx, st, "accepted", 1))
+	again := witnessedRequest(t, ctx, st, "accepted", seqs) // still counts the lost one
+	ev, err := st.Events().WaitOutcome(ctx, "accepted", again.RequestID, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Type != schemas.EventCompleted || len(ev.Holes) != 0 {
+		t.Fatalf("outcome after the accepted loss %s %q holes %+v; want completed across it", ev.Type, ev.Error, ev.Holes)
+	}
+	if sum.calls.Load() == 0 {
+		t.Fatal("the summarizer was not called after the loss was accepted")
+	}
+	v, _, err = st.Results().Get(ctx, "accepted", true)
+	if err != nil || v == nil || v.Generation != 1 || v.LossAcceptedThroughSeq != seqs[len(seqs)-2] {
+		t.Fatalf("value %+v, %v; want generation 1 keeping the accepted mark %d", v, err, seqs[len(seqs)-2])
+	}
+	// A message lost later, above the mark, is a hole again.
+	more := []uint64{}
+	for range 6 {
+		more = append(more, seed(t, ctx, st, "accepted", 1))
+	}
+	if err := chat.SecureDeleteMsg(ctx, more[2]); err != nil {
+		t.Fatal(err)
+	}
+	third := witnessedRequest(t, ctx, st, "accepted", more)
+	ev, err = st.Events().WaitOutcome(ctx, "accepted", third.RequestID, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Type != schemas.EventDeclined || len(ev.Holes) != 1 || !slices.Equal(ev.Holes[0].Seqs, []uint64{more[2]}) {
+		t.Fatalf("outcome for a later loss %s %q holes %+v; want declined naming seq %d", ev.Type, ev.Error, ev.Holes, more[2])
+	}
+}

@@ -817,6 +817,7 @@ func (p *Pool) result(j *job, ld *loaded, pl plan, out Output, before assemble.C
 	if ld.cur != nil {
 		next.Unknown = ld.cur.Unknown
 		next.LLMBaseGeneration = ld.cur.LLMBaseGeneration
+		next.LossAcceptedThroughSeq = ld.cur.LossAcceptedThroughSeq
 	}
 	next.Generation = genOf(ld.cur) + 1
 	next.Summary = out.Summary

@@ -27,15 +27,25 @@ summarize across one. Each hole is printed with its conversation, its sequences 
 when up to 4 are missing in a range, counted otherwise) and what was expected there.
 The tail no compaction has read yet is checked by the worker of the next compaction
 (against what the trigger saw), not here. Exit 9 when any hole is found, 3 when <conv>
-has nothing stored. --json prints one object.`,
+has nothing stored. --json prints one object.
+
+A conversation with a hole is not compacted again (every request is declined naming
+it) until an operator decides: restore the messages, forget the conversation, or
+accept the loss with --accept <conv>. Accepting records on the value that what is
+missing up to the hole's end is lost for good: verify no longer reports it, and the
+next compaction summarizes across it (compactor compact <conv> asks for one now). A
+hole that appears later, above it, is a hole again.`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
 		all := fs.Bool("all", "", "verify every conversation of CHAT and of the results bucket")
+		accept := fs.Bool("accept", "", "accept the loss of <conv>'s holes: record it on the value, so compactions summarize across them")
 		asJSON := fs.JSON()
 		return func(ctx context.Context, c *call) error {
 			var conv string
 			switch {
 			case *all && len(c.args) > 0:
 				return usagef("verify takes a conversation id or --all, not both")
+			case *all && *accept:
+				return usagef("--accept takes one conversation id, not --all: accept each loss on its own")
 			case !*all:
 				var err error
 				if conv, err = c.conversation(); err != nil {
@@ -65,6 +75,9 @@ has nothing stored. --json prints one object.`,
 			first, err := st.Chat().StreamFirstSeq(ctx)
 			if err != nil {
 				return err
+			}
+			if *accept {
+				return acceptLoss(ctx, c, st, conv, first, *asJSON)
 			}
 			out := verifyOutput{Conversations: make([]verifyReport, 0, len(convs))}
 			for _, id := range convs {
@@ -198,6 +211,10 @@ func verifyConversation(ctx context.Context, st *jetstream.Store, conv string, s
 	if tomb != nil {
 		goneThrough = max(goneThrough, tomb.ThroughSeq)
 	}
+	if v.LossAcceptedThroughSeq > 0 {
+		goneThrough = max(goneThrough, v.LossAcceptedThroughSeq)
+		r.Notes = append(r.Notes, fmt.Sprintf("the loss of what is missing at or below seq %d was accepted (compactor verify --accept): not reported", v.LossAcceptedThroughSeq))
+	}
 	for _, h := range v.Holes {
 		r.Holes = append(r.Holes, verifyHole{Hole: h, Source: "recorded",
 			Expected: fmt.Sprintf("messages the trigger saw in [%d, %d], missing when a worker read them; it declined to summarize across them", h.FromSeq, h.ThroughSeq)})
@@ -262,4 +279,92 @@ func writeVerify(out, errw io.Writer, o verifyOutput, all bool) error {
 		return err
 	}
 	return nil
+}
+
+// acceptOutput is what compactor verify --accept did.
+type acceptOutput struct {
+	Conversation string `json:"conversation"`
+	// Accepted are the holes whose loss was accepted (none: there was nothing to accept).
+	Accepted []verifyHole `json:"accepted"`
+	// LossAcceptedThroughSeq is the value's mark after the command.
+	LossAcceptedThroughSeq uint64 `json:"loss_accepted_through_seq"`
+}
+
+// acceptRetries bounds the rewrites of a value that changed between the read and the
+// write (a worker writing it meanwhile).
+const acceptRetries = 5
+
+// acceptLoss records on conv's value that the loss of its holes is accepted: the
+// holes verify finds now (recorded by workers, and in the ranges compactions read), up
+// to the last missing sequence (the end of its range when the sequences could not be
+// named). The value is rewritten on the revision read, so a
+// worker's write meanwhile is never overwritten: the command reads and decides again.
+func acceptLoss(ctx context.Context, c *call, st *jetstream.Store, conv string, streamFirst uint64, asJSON bool) error {
+	for range acceptRetries {
+		r, err := verifyConversation(ctx, st, conv, streamFirst)
+		if err != nil {
+			return fmt.Errorf("verify %s: %w", conv, err)
+		}
+		if r.nothingStored {
+			return notFound(conv)
+		}
+		out := acceptOutput{Conversation: conv, Accepted: r.Holes}
+		v, rev, err := st.Results().Get(ctx, conv, true)
+		if err != nil {
+			return fmt.Errorf("read the value of %s: %w", conv, err)
+		}
+		if v != nil {
+			out.LossAcceptedThroughSeq = v.LossAcceptedThroughSeq
+		}
+		if len(r.Holes) == 0 {
+			if asJSON {
+				return writeJSON(c.std.out, out)
+			}
+			_, err := fmt.Fprintf(c.std.out, "%s: no hole to accept\n", conv)
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("%s: the holes were found on a value that is gone now; run verify again", conv)
+		}
+		through := v.LossAcceptedThroughSeq
+		for _, h := range r.Holes {
+			if len(h.Seqs) > 0 { // named: up to the last of them
+				through = max(through, slices.Max(h.Seqs))
+			} else {
+				through = max(through, h.ThroughSeq)
+			}
+		}
+		next := *v
+		next.Holes = nil
+		next.LossAcceptedThroughSeq = through
+		newRev, err := st.Results().Put(ctx, &next, rev)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrRevisionMismatch) {
+				continue // written meanwhile: read and decide again
+			}
+			return fmt.Errorf("record the accepted loss on %s's value: %w", conv, err)
+		}
+		// A forget that began meanwhile removes the value; this write must not outlive
+		// it (as a worker's write does not).
+		if tomb, err := st.Forgotten(ctx, conv); err != nil {
+			return fmt.Errorf("check %s for a forget after the write: %w", conv, err)
+		} else if tomb.Covers(next.FirstSeq) {
+			if err := st.Results().Remove(ctx, conv, newRev); err != nil {
+				return fmt.Errorf("%s was forgotten meanwhile; take back the write: %w", conv, err)
+			}
+			return fmt.Errorf("%s was forgotten meanwhile: nothing was accepted", conv)
+		}
+		out.LossAcceptedThroughSeq = through
+		if asJSON {
+			return writeJSON(c.std.out, out)
+		}
+		for _, h := range r.Holes {
+			if _, err := fmt.Fprintf(c.std.out, "%s: accepted the loss: %s (%s)\n", conv, holes.String(h.Hole), h.Source); err != nil {
+				return err
+			}
+		}
+		_, err = fmt.Fprintf(c.std.out, "%s: what is missing at or below seq %d is lost for good: compactions summarize across it (compactor compact %s asks for one now)\n", conv, through, conv)
+		return err
+	}
+	return fmt.Errorf("%s: its value changed %d times while the loss was being recorded; try again", conv, acceptRetries)
 }

@@ -103,7 +103,36 @@ func TestVerifyReportsAHoleAndNothingElse(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &o); err != nil || o.Holes != 1 || len(o.Conversations) != 1 || o.Conversations[0].Holes[0].Seqs[0] != lost {
 		t.Fatalf("verify --json printed %s (%v)", out, err)
 	}
-	for _, args := range [][]string{{"verify"}, {"verify", "a", "--all"}, {"verify", "a.b"}} {
+	// The operator accepts the loss: recorded on the value, no longer reported.
+	out, _, err = cli(t, "", "verify", "--accept", "holed")
+	if err != nil || !strings.Contains(out, fmt.Sprintf("holed: accepted the loss: message at seq %d (witnessed)", lost)) {
+		t.Fatalf("verify --accept holed: %v, printed %q", err, out)
+	}
+	if v, err := s.client.Result(ctx, "holed"); err != nil || v.LossAcceptedThroughSeq != lost || len(v.Holes) != 0 {
+		t.Fatalf("value after --accept: %+v, %v; want the loss accepted through seq %d", v, err, lost)
+	}
+	out, _, err = cli(t, "", "verify", "holed")
+	if err != nil || !strings.Contains(out, "holed: no hole") || !strings.Contains(out, "accepted (compactor verify --accept)") {
+		t.Fatalf("verify holed after --accept: %v, printed %q; want no hole and a note of the accepted loss", err, out)
+	}
+	if out, _, err := cli(t, "", "verify", "--all"); err != nil || strings.Contains(out, "hole:") {
+		t.Fatalf("verify --all after --accept: %v, printed %q; want no hole", err, out)
+	}
+	if out, _, err := cli(t, "", "verify", "--accept", "whole"); err != nil || !strings.Contains(out, "whole: no hole to accept") {
+		t.Errorf("verify --accept whole: %v, printed %q", err, out)
+	}
+	// A message lost later, above the accepted mark, is a hole again.
+	lost2 := seqs["holed"][4]
+	if lost2 >= v.TailStartSeq {
+		t.Fatalf("the fifth message (seq %d) is not in the compacted part (tail from %d)", lost2, v.TailStartSeq)
+	}
+	if err := chat.DeleteMsg(ctx, lost2); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := cli(t, "", "verify", "holed"); exitCode(err) != exitHoles || !strings.Contains(out, fmt.Sprintf("message at seq %d", lost2)) {
+		t.Fatalf("verify holed after a later loss: %v, printed %q; want the new hole at seq %d", err, out, lost2)
+	}
+	for _, args := range [][]string{{"verify"}, {"verify", "a", "--all"}, {"verify", "a.b"}, {"verify", "--accept", "--all"}, {"verify", "--accept"}} {
 		if _, _, err := cli(t, "", args...); exitCode(err) != exitUsage {
 			t.Errorf("%v: %v; want a usage error", args, err)
 		}
