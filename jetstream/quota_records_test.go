@@ -1,11 +1,13 @@
 package jetstream_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
 )
-
 func TestConversationRoot(t *testing.T) {
 	tests := []struct {
 		name, give, want string
@@ -23,5 +25,28 @@ func TestConversationRoot(t *testing.T) {
 				t.Fatalf("ConversationRoot(%q) = %q; want %q", tt.give, got, tt.want)
 			}
 		})
+	}
+}
+
+// What the tenant gauge and compactor tenants read (ChatState) counts a conversation
+// and its proxy branches as one, as the conversations quota does: three subjects of c1
+// and its branches, and one of c2, are two conversations.
+func TestChatStateCountsBranchesWithTheirConversation(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, conv := range []string{"c1", "c1--0123456789abcdef", "c1--0123456789abcdef--fedcba9876543210", "c2", "proj--billing"} {
+		if _, err := st.Chat().Publish(ctx, conv, []byte(`{"role":"user","content":"hi"}`), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := st.ChatState(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Conversations != 3 {
+		t.Fatalf("ChatState counts %d conversations; want 3 (c1 with its branches, c2, proj--billing)", f.Conversations)
 	}
 }

@@ -127,7 +127,7 @@ type tenantCollector struct {
 func newTenantCollector(log zerolog.Logger) *tenantCollector {
 	return &tenantCollector{log: log, stores: map[string]*jetstream.Store{},
 		conversations: prometheus.NewDesc("compactor_tenant_conversations",
-			"Conversations a tenant's chat stream holds (the conversations quota counts these). The same in every process: take max.", []string{"tenant"}, nil),
+			"Conversations a tenant's chat stream holds, each with its proxy branches counted as one, as the conversations quota counts them. The same in every process: take max.", []string{"tenant"}, nil),
 		bytes: prometheus.NewDesc("compactor_tenant_stored_bytes",
 			"Bytes a tenant's conversations store: its chat stream and its objects bucket (the stored_bytes quota bounds each). The same in every process: take max.", []string{"tenant"}, nil),
 		queued: prometheus.NewDesc("compactor_tenant_request_backlog",
