@@ -8,6 +8,7 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 )
+
 func TestConversationRoot(t *testing.T) {
 	tests := []struct {
 		name, give, want string
