@@ -164,7 +164,8 @@ func TestRequestsInFlightAreBounded(t *testing.T) {
 		}
 		replyJSON("ok")(w, r)
 	})
-	p := newTestProxy(t, up, func(c *Config, _ *Options) { c.MaxInFlight = 1 })
+	reports := make(reportsOf, 4)
+	p := newTestProxy(t, up, func(c *Config, o *Options) { c.MaxInFlight, o.Observer = 1, reports })
 	p.http.Client().Timeout = patience
 	first := make(chan int, 1)
 	go func() {
@@ -188,6 +189,9 @@ func TestRequestsInFlightAreBounded(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
 		!strings.Contains(body, `"type":"error"`) || !strings.Contains(body, "COMPACTOR_PROXY_MAX_IN_FLIGHT") {
 		t.Fatalf("over the bound: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	if r := reports.next(t); r.Outcome != OutcomeOverloaded || r.API != "anthropic" {
+		t.Fatalf("the refusal was reported as %+v; want outcome %q for the anthropic API", r, OutcomeOverloaded)
 	}
 	close(release)
 	if code := <-first; code != 200 {

@@ -277,8 +277,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.Debug().Int("max_in_flight", s.cfg.MaxInFlight).Msg("proxy: over the requests in flight; refused")
 		w.Header().Set("Retry-After", "1")
 		w.Header().Set(StatusHeader, StatusPassthrough)
-		s.writeError(w, routeOf(r).api, http.StatusServiceUnavailable, "api_error",
+		rt := routeOf(r)
+		s.writeError(w, rt.api, http.StatusServiceUnavailable, "api_error",
 			"compactor proxy: too many requests in flight (COMPACTOR_PROXY_MAX_IN_FLIGHT); retry shortly")
+		if o := s.opts.Observer; o != nil && rt.rewrite && s.wires[rt.api] != nil {
+			o.ProxyRequest((&Report{API: s.wires[rt.api].Name(), Outcome: OutcomeOverloaded}).metrics())
+		}
 		return
 	}
 	r = s.boundBodyRead(w, r)

@@ -23,6 +23,9 @@ const (
 	// OutcomeUpstreamError: the upstream answered non-2xx, or its stream carried its
 	// own error event.
 	OutcomeUpstreamError = "upstream_error"
+	// OutcomeOverloaded: refused before anything was read, over the requests in
+	// flight (COMPACTOR_PROXY_MAX_IN_FLIGHT): a 503 with Retry-After.
+	OutcomeOverloaded = "overloaded"
 	// OutcomeFailed: the proxy answered 5xx (NATS down with fail, upstream
 	// unreachable), the stream broke before its end, or the client went away.
 	OutcomeFailed = "failed"

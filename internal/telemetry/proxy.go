@@ -57,7 +57,7 @@ func (m *Metrics) Proxy() *ProxyMetrics {
 	}
 	p := &ProxyMetrics{
 		requests: counter("compactor_proxy_requests_total",
-			"Requests of the rewritten paths (chat completions, messages, responses, Gemini generateContent), by API and outcome (compacted, answered: an agent's compaction request answered from Compactor's summary, passthrough, refused: a 4xx of the proxy's, upstream_error: the upstream's non-2xx or error event, failed: a 5xx of the proxy's, a broken stream or a client gone).",
+			"Requests of the rewritten paths (chat completions, messages, responses, Gemini generateContent), by API and outcome (compacted, answered: an agent's compaction request answered from Compactor's summary, passthrough, refused: a 4xx of the proxy's, overloaded: a 503 over COMPACTOR_PROXY_MAX_IN_FLIGHT, upstream_error: the upstream's non-2xx or error event, failed: a 5xx of the proxy's, a broken stream or a client gone).",
 			"api", "outcome"),
 		clientTokens: counter("compactor_proxy_client_tokens_total",
 			"Estimated tokens of the histories clients sent, by API.", "api"),
