@@ -106,6 +106,24 @@ func (d Durability) String() string {
 const UnknownDurabilityHint = "this user cannot read the server's settings (set COMPACTOR_NATS_MONITOR_URL " +
 	"to the servers' monitoring URLs, e.g. http://nats-1:8222, or connect as a user of the system account)"
 
+// UnknownWithUsersHint is why a JetStream user of a server that has users does not
+// ask: Compactor's users need JetStream, which the system account never has, so the
+// server would refuse the request (and log the refusal).
+const UnknownWithUsersHint = "the server has users, and a user with JetStream cannot ask the system account " +
+	"(set COMPACTOR_NATS_MONITOR_URL to the servers' monitoring URLs, e.g. http://nats-1:8222)"
+
+// ReadDurabilityAsJetStreamUser is ReadDurability for a connection whose user needs
+// JetStream (Compactor's roles and commands): on a server that has users such a user
+// is never one of the system account's, so the system account is not asked (the
+// server would refuse it and log a violation); the answer is unknown, saying why,
+// unless monitorURLs are given.
+func ReadDurabilityAsJetStreamUser(ctx context.Context, nc *nats.Conn, monitorURLs []string) Durability {
+	if len(monitorURLs) == 0 && nc != nil && nc.AuthRequired() {
+		return Durability{Source: "system account", Unknown: UnknownWithUsersHint}
+	}
+	return ReadDurability(ctx, nc, monitorURLs)
+}
+
 // durabilityWait bounds the system account's answers: the first within it, the
 // others (one per server) until a quiet gap.
 const (

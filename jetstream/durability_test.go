@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,5 +135,80 @@ func TestReadDurabilityAsksTheServeRunningTheServer(t *testing.T) {
 	if !d.Known() || d.SyncsEveryWrite() || !strings.Contains(d.String(), "compactor-embedded flushes every 1m0s") ||
 		!strings.Contains(d.String(), "as the compactor serve running it says") {
 		t.Fatalf("with a serve answering: %s", d)
+	}
+}
+
+// violations is a nats-server logger that keeps the permission violations it logs.
+type violations struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (v *violations) Errorf(format string, a ...any) {
+	if line := fmt.Sprintf(format, a...); strings.Contains(line, "Violation") {
+		v.mu.Lock()
+		v.lines = append(v.lines, line)
+		v.mu.Unlock()
+	}
+}
+func (v *violations) Noticef(string, ...any) {}
+func (v *violations) Warnf(string, ...any)   {}
+func (v *violations) Fatalf(string, ...any)  {}
+func (v *violations) Debugf(string, ...any)  {}
+func (v *violations) Tracef(string, ...any)  {}
+
+func (v *violations) count() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.lines)
+}
+
+// Compactor's users need JetStream, which the system account never has: on a server
+// that has users, such a user asking the system account is refused, and the server
+// logs a violation at every process's start (soak tests and the tenants walk-through
+// saw them). ReadDurabilityAsJetStreamUser does not ask there: unknown, saying to set
+// the monitoring URL, with no violation in the server's log; the monitoring URL still
+// answers.
+func TestAJetStreamUserDoesNotAskTheSystemAccount(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conf := `
+system_account: SYS
+accounts {
+  SYS { users: [ { user: sys, password: sys-pass } ] }
+  APP { jetstream: enabled, users: [ { user: role, password: role-pass, permissions: { publish: ["$JS.API.>", "chat.>"], subscribe: ["_INBOX.>"] } } ] }
+}
+jetstream { sync_interval: always }
+`
+	ns := jstest.ServerFromFile(t, jstest.WriteFile(t, "server.conf", []byte(conf)), func(o *server.Options) {
+		o.HTTPHost, o.HTTPPort = "127.0.0.1", -1
+	})
+	logged := &violations{}
+	ns.SetLogger(logged, false, false)
+	nc := connectAs(t, ns, "role", "role-pass")
+
+	// What the plain read does, as a check that the server logs such a refusal.
+	if d := jetstream.ReadDurability(ctx, nc, nil); d.Known() {
+		t.Fatalf("a role's user read the setting: %s", d)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if logged.count() == 0 {
+		t.Fatal("the server logged no violation for a role's user asking the system account: this test would not see one")
+	}
+	before := logged.count()
+	d := jetstream.ReadDurabilityAsJetStreamUser(ctx, nc, nil)
+	if err := nc.Flush(); err != nil { // a refusal is logged before the server's PONG
+		t.Fatal(err)
+	}
+	if n := logged.count() - before; n != 0 {
+		t.Fatalf("asking as a JetStream user made %d violations: %v", n, logged.lines[before:])
+	}
+	if d.Known() || !strings.Contains(d.String(), "COMPACTOR_NATS_MONITOR_URL") || !strings.Contains(d.String(), "has users") {
+		t.Fatalf("a JetStream user on a server with users: %s; want unknown, saying why and what to set", d)
+	}
+	if d := jetstream.ReadDurabilityAsJetStreamUser(ctx, nc, []string{monitorURL(ns)}); !d.SyncsEveryWrite() {
+		t.Fatalf("with the monitoring URL: %s; want it read", d)
 	}
 }

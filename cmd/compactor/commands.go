@@ -1181,5 +1181,5 @@ func (c *call) readDurability(ctx context.Context) jetstream.Durability {
 		return jetstream.Durability{Unknown: err.Error()}
 	}
 	defer nc.Close()
-	return jetstream.ReadDurability(ctx, nc, nil)
+	return jetstream.ReadDurabilityAsJetStreamUser(ctx, nc, nil)
 }

@@ -316,7 +316,13 @@ func readDurability(ctx context.Context, cfg ServeConfig, nc *nats.Conn) jetstre
 	if len(cfg.NATSMonitorURLs) > 0 {
 		return jetstream.ReadDurability(ctx, nil, cfg.NATSMonitorURLs)
 	}
-	ask, err := nats.Connect(nc.ConnectedUrl(), append(slices.Clone(cfg.NATSOptions), nats.Name("compactor-durability"), nats.NoReconnect())...)
+	if nc.AuthRequired() {
+		return jetstream.ReadDurabilityAsJetStreamUser(ctx, nc, nil) // never asked: unknown, saying why
+	}
+	// Its async errors are not the node's: a refused $SYS request is the expected
+	// answer for an ordinary account's user (nats.go would print it on stderr).
+	ask, err := nats.Connect(nc.ConnectedUrl(), append(slices.Clone(cfg.NATSOptions), nats.Name("compactor-durability"), nats.NoReconnect(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {}))...)
 	if err != nil {
 		return jetstream.Durability{Unknown: fmt.Sprintf("%s: %v", jetstream.UnknownDurabilityHint, err)}
 	}
