@@ -59,14 +59,18 @@ func (ch *Chat) PublishWith(ctx context.Context, conv string, data []byte, msgID
 	return ack.Sequence, nil
 }
 
+// expectedLastSubjSeqSubjectHeader names the subject (a wildcard may) whose newest
+// message Nats-Expected-Last-Subject-Sequence is checked against (nats-server 2.11+).
+const expectedLastSubjSeqSubjectHeader = "Nats-Expected-Last-Subject-Sequence-Subject"
+
 // ErrWrongLastSeq is the error of a publish that expected another newest message of
 // its conversation (PublishExpecting): another writer stored one meanwhile, and
 // nothing was stored.
 var ErrWrongLastSeq = errors.New("the conversation's newest message is not the one expected")
 
 // PublishExpecting is PublishWith, stored only when the conversation's newest message
-// is at sequence lastSeq (0: when the conversation has none), with
-// Nats-Expected-Last-Subject-Sequence: otherwise an error matching ErrWrongLastSeq, and
+// is at sequence lastSeq (0: when the conversation has none), in any layout, with
+// Nats-Expected-Last-Subject-Sequence over the conversation's filter: otherwise an error matching ErrWrongLastSeq, and
 // nothing is stored. The server checks the expectation before msgID: a retry of a
 // message already stored, with the expectation it was first sent with, fails the same
 // way (read the conversation to tell a retry from another writer's message).
@@ -80,6 +84,14 @@ func (ch *Chat) PublishExpecting(ctx context.Context, conv string, data []byte, 
 		h[k] = v
 	}
 	h.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(lastSeq, 10))
+	// Checked against every layout of the conversation's messages (ChatFilter), not the
+	// subject the stream's transform stores this one on: after a change of the
+	// trigger's partitions that subject holds none of them yet.
+	filter, err := ch.cfg.ChatFilter(conv)
+	if err != nil {
+		return 0, err
+	}
+	h.Set(expectedLastSubjSeqSubjectHeader, filter)
 	m.Header = h
 	ack, err := ch.js.PublishMsg(ctx, m)
 	if err != nil {

@@ -40,3 +40,38 @@ func TestPublishExpectingStoresOnlyAfterTheExpectedMessage(t *testing.T) {
 		}
 	})
 }
+
+// The expectation holds across a change of the trigger's partitions: the stream's
+// subject transform stores the conversation's messages on another subject after it
+// (chat.<conv>.msg, then chat.<conv>.msg.<N>.<p>), and the newest message of the
+// conversation is the newest of every layout, not of the new subject (which has none):
+// a writer expecting it stores, and one expecting something older does not.
+func TestPublishExpectingAcrossAPartitionChange(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	ctx := ctxT(t)
+	cfg := jetstream.DefaultConfig()
+	st, err := jetstream.Provision(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1, err := st.Chat().PublishExpecting(ctx, "moved", []byte(`{"role":"user","content":"first"}`), "id-1", jetstream.TraceHeader{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.TriggerPartitions, cfg.UpdateExisting = 4, true
+	st4, err := jetstream.Provision(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := st4.Chat().PublishExpecting(ctx, "moved", []byte(`{"role":"assistant","content":"second"}`), "id-2", jetstream.TraceHeader{}, s1)
+	if err != nil {
+		t.Fatalf("after the partition change, expecting the conversation's newest message (seq %d): %v", s1, err)
+	}
+	if _, err := st4.Chat().PublishExpecting(ctx, "moved", []byte(`{"role":"user","content":"stale"}`), "id-3", jetstream.TraceHeader{}, s1); !errors.Is(err, jetstream.ErrWrongLastSeq) {
+		t.Fatalf("expecting seq %d after %d was stored: %v; want ErrWrongLastSeq", s1, s2, err)
+	}
+	if _, err := st4.Chat().PublishExpecting(ctx, "other", []byte(`{"role":"user","content":"new"}`), "id-4", jetstream.TraceHeader{}, 0); err != nil {
+		t.Fatalf("a new conversation's first message, expecting none: %v", err)
+	}
+}
