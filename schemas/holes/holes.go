@@ -216,8 +216,10 @@ func checkSums(d []uint64, seqs []uint64) bool {
 // least one missing message above it. why says what was found when there is no hole
 // but something is not as the witness says ("" when everything is stored).
 //
-// Missing messages that cannot be named (more than Sums of them) make a hole only when
-// the whole range lies above goneThrough: otherwise they may all be below it.
+// Missing messages that cannot be named (more than Sums of them) make a hole when more
+// are missing than there are sequences at or below goneThrough not stored: at least
+// the difference was lost above it (the hole then counts at least that many, from
+// goneThrough+1). Otherwise they may all be below it.
 func Check(want schemas.Witness, found []uint64, goneThrough uint64) (h *schemas.Hole, why string) {
 	r := Compare(want, found)
 	switch {
@@ -228,7 +230,18 @@ func Check(want schemas.Witness, found []uint64, goneThrough uint64) (h *schemas
 	case r.Seqs == nil && want.FromSeq > goneThrough:
 		return &schemas.Hole{FromSeq: want.FromSeq, ThroughSeq: want.ThroughSeq, Missing: r.Missing}, ""
 	case r.Seqs == nil:
-		return nil, fmt.Sprintf("%d messages missing in [%d, %d], not named, and the range starts at or below %d (forgotten or aged out): not told apart", r.Missing, want.FromSeq, want.ThroughSeq, goneThrough)
+		// At most the sequences at or below the cut that are not stored can be gone for a
+		// reason; more missing than that are lost above it.
+		below := min(goneThrough, want.ThroughSeq) - want.FromSeq + 1
+		for _, s := range found {
+			if s <= goneThrough {
+				below--
+			}
+		}
+		if r.Missing > below {
+			return &schemas.Hole{FromSeq: goneThrough + 1, ThroughSeq: want.ThroughSeq, Missing: r.Missing - below}, ""
+		}
+		return nil, fmt.Sprintf("%d messages missing in [%d, %d], not named, and as many may be at or below %d (forgotten or aged out): not told apart", r.Missing, want.FromSeq, want.ThroughSeq, goneThrough)
 	}
 	lost := slices.DeleteFunc(slices.Clone(r.Seqs), func(s uint64) bool { return s <= goneThrough })
 	if len(lost) == 0 {

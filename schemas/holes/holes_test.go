@@ -125,7 +125,8 @@ func TestCheckTellsAHoleFromWhatWasForgottenOrAgedOut(t *testing.T) {
 		{name: "forgotten through a tombstone", found: nil, goneThrough: 60},
 		{name: "aged out and one lost above", found: without(10, 50), goneThrough: 15, wantSeqs: []uint64{50}, wantMissing: 1},
 		{name: "five lost, none excused: counted", found: without(10, 20, 30, 40, 50), wantMissing: 5},
-		{name: "five gone, some may be aged out: not told", found: without(10, 20, 30, 40, 50), goneThrough: 12},
+		{name: "five gone, at most three sequences below the cut: two lost above it", found: without(10, 20, 30, 40, 50), goneThrough: 12, wantMissing: 2},
+		{name: "five gone, all may be below the cut: not told", found: without(10, 20, 30, 40, 50), goneThrough: 55},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -146,5 +147,26 @@ func TestCheckTellsAHoleFromWhatWasForgottenOrAgedOut(t *testing.T) {
 				t.Errorf("got %+v; want %d missing at %v", *h, tt.wantMissing, tt.wantSeqs)
 			}
 		})
+	}
+}
+
+// A loss of more than Sums messages well above an accepted or aged-out cut is a hole:
+// the cut excuses at most the sequences below it (a witness over 100 to 10000, the cut
+// at 150, 5000 to 5009 lost).
+func TestCheckFindsAnUnnamedLossAboveTheCut(t *testing.T) {
+	var all []uint64
+	for s := uint64(100); s <= 10000; s++ {
+		all = append(all, s)
+	}
+	want := holes.Of(100, 10000, all)
+	found := slices.DeleteFunc(slices.Clone(all), func(s uint64) bool { return s >= 5000 && s <= 5009 })
+	h, why := holes.Check(want, found, 150)
+	if h == nil || h.Missing != 10 || h.FromSeq != 151 || h.ThroughSeq != 10000 {
+		t.Fatalf("got %+v (%s); want a hole of 10 missing above seq 150", h, why)
+	}
+	// With the first 51 aged out as well, the same 10 are still lost above the cut.
+	found = slices.DeleteFunc(found, func(s uint64) bool { return s <= 150 })
+	if h, why := holes.Check(want, found, 150); h == nil || h.Missing != 10 {
+		t.Fatalf("got %+v (%s) with the prefix aged out; want the 10 lost above the cut", h, why)
 	}
 }
