@@ -168,6 +168,9 @@ func (ob *Objects) write(ctx context.Context, name string, object []byte, earlie
 	subj := "$O." + ob.cfg.ObjectsBucket + ".C." + id
 	// Room for the owner header ("Compactor-Object: <name>\r\n") beside HeaderRoom.
 	size := max(min(maxChunk, int(ob.nc.MaxPayload())-HeaderRoom-len(ChunkOwnerHeader)-len(name)-4), 1)
+	if err := ob.room(ctx, stream, name, object, size); err != nil {
+		return err
+	}
 	h := sha256.New()
 	chunks := 0
 	for off := 0; off < len(object); off += size {
@@ -200,6 +203,32 @@ func (ob *Objects) write(ctx context.Context, name string, object []byte, earlie
 	m.Data = data
 	if _, err := ob.js.PublishMsg(ctx, m, natsjs.WithExpectStream(stream)); err != nil {
 		return fmt.Errorf("description: %w", err)
+	}
+	return nil
+}
+
+// room checks, before a chunk is written, that the objects stream's max_bytes (a
+// tenant's stored_bytes) leaves room for object: chunks written before the server
+// refuses one stay with no description, which no forget finds and a producer may not
+// purge, so each retry of a message over the bound would leave more. The stream's own
+// configuration is the bound (not this process's), and an object that would pass it
+// is refused as the server refuses a publish. Writers racing near the bound can still
+// leave the chunks of one object each; a stream whose info cannot be read is written
+// as before.
+func (ob *Objects) room(ctx context.Context, stream, name string, object []byte, chunkSize int) error {
+	str, err := ob.js.Stream(ctx, stream)
+	if err != nil {
+		return nil
+	}
+	info := str.CachedInfo()
+	if info == nil || info.Config.MaxBytes <= 0 {
+		return nil
+	}
+	chunks := int64(len(object)/chunkSize + 1)
+	need := int64(len(object)) + chunks*int64(len(stream)+len(name)+len(ChunkOwnerHeader)+96) + 1024 // subjects, headers, the description
+	if int64(info.State.Bytes)+need > info.Config.MaxBytes {
+		return fmt.Errorf("store object %s: %d bytes do not fit in %s (%d of its %d stored): maximum bytes exceeded",
+			name, len(object), stream, info.State.Bytes, info.Config.MaxBytes)
 	}
 	return nil
 }
