@@ -18,6 +18,7 @@ import (
 	"github.com/compactor/compactor/schemas/tokens"
 	"github.com/compactor/compactor/summarizer/pretrim"
 	"github.com/compactor/compactor/summarizer/split"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 // loaded is what a job read before summarizing.
@@ -124,7 +125,7 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 			return nil // declined
 		}
 	} else {
-		err = p.summarizeOrFallBack(ctx, c)
+		err = p.summarizeOrFallBack(summary.ChargeTo(ctx, q.Tag), c)
 		if q.Release != nil {
 			q.Release() // the calls are made and counted: the reservation goes before the value is written
 		}

@@ -172,6 +172,9 @@ type QuotaDecision struct {
 	// Release gives back what was reserved for an allowed compaction (nil: nothing).
 	// It may be called more than once.
 	Release func()
+	// Tag names the reservation the compaction's LLM calls are charged to: their
+	// context carries it (summary.ChargeTo) to the summarizer's usage hook.
+	Tag string
 }
 
 // quotaError is a compaction over its quota: the reason, and when to ask again.

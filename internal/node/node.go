@@ -453,7 +453,7 @@ type Summarizers struct {
 	// tenant says these are a tenant's summarizers.
 	tenant bool
 	// usage hears what every LLM call spent (a tenant's quota; nil: nobody).
-	usage func(schemas.Usage)
+	usage func(context.Context, schemas.Usage)
 
 	// tel observes the LLM calls.
 	tel telemetry.Telemetry

@@ -19,6 +19,7 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/summarizer"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 // countTTL is how long a tenant's count of conversations is used before it is read
@@ -130,7 +131,7 @@ func (q *Quota) Allow(ctx context.Context, conv string, compacted bool, estimate
 			q.tenant, used, limit, estimate, retryIn.Round(time.Minute))}, nil
 	}
 	var once sync.Once
-	return summarizer.QuotaDecision{Release: func() { once.Do(func() { q.release(id) }) }}, nil
+	return summarizer.QuotaDecision{Tag: id, Release: func() { once.Do(func() { q.release(id) }) }}, nil
 }
 
 // chargeTimeout bounds one write of the count.
@@ -253,9 +254,10 @@ func (q *Quota) release(id string) {
 
 // Charge counts the tokens of one LLM call of the tenant's (the llm summarizer's usage
 // hook), quota or not, so the day's count is the tenant's spending, then takes them out
-// of this process's reservations (a call is made under one), so they are counted once.
-// A count that cannot be written is logged: the tokens are spent.
-func (q *Quota) Charge(u schemas.Usage) {
+// of the reservation the call was made under (its context's tag, summary.ChargeOf), so
+// they are counted once. A count that cannot be written is logged: the tokens are
+// spent.
+func (q *Quota) Charge(ctx context.Context, u schemas.Usage) {
 	n := int64(max(u.PromptTokens, 0)) + int64(max(u.CompletionTokens, 0))
 	if n <= 0 {
 		return
@@ -266,22 +268,28 @@ func (q *Quota) Charge(u schemas.Usage) {
 	if q.store.DeploymentBucketMissing() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), chargeTimeout)
+	tag := summary.ChargeOf(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), chargeTimeout)
 	defer cancel()
 	if _, err := q.store.AddTokensUsed(ctx, q.now(), n); err != nil {
 		q.log.Warn().Err(err).Int64("tokens", n).Msg("summarizer tokens not counted against the tenant's quota")
 		return
 	}
-	// What the call spent comes out of the reservations it was made under. The
-	// process does not know which of its own that is: it takes from the oldest, which
-	// keeps the sum of its reservations right (each ends with its compaction).
+	// What the call spent comes out of the reservation it was made under: taken from
+	// another, that one's compaction could end first and drop the part not taken, while
+	// the call's own went on holding less than its compaction may still spend. A call
+	// without a tag (made outside a compaction's reservation) takes from the oldest.
 	days := map[time.Time]bool{}
 	q.mu.Lock()
 	ids := make([]string, 0, len(q.own))
-	for id := range q.own {
-		ids = append(ids, id)
+	if _, ok := q.own[tag]; ok {
+		ids = append(ids, tag)
+	} else {
+		for id := range q.own {
+			ids = append(ids, id)
+		}
+		slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(seqOf(a), seqOf(b)) })
 	}
-	slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(seqOf(a), seqOf(b)) })
 	left := n
 	for _, id := range ids {
 		h := q.own[id]

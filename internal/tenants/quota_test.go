@@ -12,6 +12,7 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/summarizer/summary"
 )
 
 // clock is a settable time for a quota: the day's count and the reservations'
@@ -64,7 +65,7 @@ func TestQuotaCountsARunningCompactionOnce(t *testing.T) {
 		if err != nil || first.Reason != "" {
 			t.Fatalf("first compaction: %+v, %v", first, err)
 		}
-		q.Charge(schemas.Usage{PromptTokens: 2500, CompletionTokens: 500}) // its call, answered
+		q.Charge(summary.ChargeTo(ctx, first.Tag), schemas.Usage{PromptTokens: 2500, CompletionTokens: 500}) // its call, answered
 		if used := tokensUsed(ctx, t, st, c.now()); used != 3000 {
 			t.Fatalf("the day's count is %d while the compaction runs; its call spent 3000", used)
 		}
@@ -132,13 +133,15 @@ func TestQuotaReservationOfALiveProcessHolds(t *testing.T) {
 		ctx := context.Background()
 		c := newClock()
 		live := quotaOn(st, Quotas{SummarizerTokensPerDay: 10000}, c)
-		if d, err := live.Allow(ctx, "c1", true, 8000); err != nil || d.Reason != "" {
+		d, err := live.Allow(ctx, "c1", true, 8000)
+		if err != nil || d.Reason != "" {
 			t.Fatalf("%+v, %v", d, err)
 		}
+		tagged := summary.ChargeTo(ctx, d.Tag)
 		other := quotaOn(st, Quotas{SummarizerTokensPerDay: 10000}, c)
 		for range 4 { // an hour of calls, one every 10 minutes
 			c.add(10 * time.Minute)
-			live.Charge(schemas.Usage{PromptTokens: 100})
+			live.Charge(tagged, schemas.Usage{PromptTokens: 100})
 			d, err := other.Allow(ctx, "c2", true, 4000)
 			if err != nil {
 				t.Fatal(err)
@@ -233,6 +236,41 @@ func TestQuotaOverConversationsRefusesNewOnesOnly(t *testing.T) {
 		}
 		if allowed(ctx, t, other, "c4") {
 			t.Fatal("another process allowed c4")
+		}
+	})
+}
+
+// Each call is charged to the reservation of the compaction that made it: two
+// compactions running in one process, the second finishing first, leave the first's
+// reservation whole. Before, a call's tokens came out of the process's oldest
+// reservation: B's 4000 came out of A's, B's release dropped its untouched 4000, and a
+// third 4000 was admitted while A could still spend 4000: 12000 in a day of 10000.
+func TestQuotaChargesTheCallsOwnReservation(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, _ *nats.Conn, st *jetstream.Store) {
+		ctx := context.Background()
+		c := newClock()
+		q := quotaOn(st, Quotas{SummarizerTokensPerDay: 10000}, c)
+		a, err := q.Allow(ctx, "a", true, 4000)
+		if err != nil || a.Reason != "" {
+			t.Fatalf("a: %+v, %v", a, err)
+		}
+		b, err := q.Allow(ctx, "b", true, 4000)
+		if err != nil || b.Reason != "" {
+			t.Fatalf("b: %+v, %v", b, err)
+		}
+		q.Charge(summary.ChargeTo(ctx, b.Tag), schemas.Usage{PromptTokens: 4000}) // b's call
+		b.Release()
+		third, err := q.Allow(ctx, "c", true, 4000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if third.Reason == "" {
+			t.Fatal("4000 spent by b and 4000 still reserved by a: a third 4000 was admitted past 10000")
+		}
+		q.Charge(summary.ChargeTo(ctx, a.Tag), schemas.Usage{PromptTokens: 4000}) // a's call
+		a.Release()
+		if used := tokensUsed(ctx, t, st, c.now()); used != 8000 {
+			t.Fatalf("the day's count is %d; want the 8000 both calls spent", used)
 		}
 	})
 }

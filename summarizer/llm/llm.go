@@ -39,7 +39,7 @@ type Summarizer struct {
 	// compact sends CompactPrompt in the transcript shape (see Compact).
 	compact bool
 	// usage hears what every answered call spent (nil: nobody; see WithUsage).
-	usage func(schemas.Usage)
+	usage func(context.Context, schemas.Usage)
 }
 
 var _ summary.Summarizer = (*Summarizer)(nil)
@@ -93,8 +93,9 @@ func (s *Summarizer) Compact() summary.Summarizer {
 // every call the endpoint answered spent, whatever becomes of the answer (a summary over
 // its cap, cut off or empty costs its tokens too): the usage the endpoint reported, or
 // the request's estimate as prompt tokens when it reported none. A tenant's quota counts
-// its spending with it.
-func (s *Summarizer) WithUsage(fn func(schemas.Usage)) *Summarizer {
+// its spending with it. fn gets the call's context, which carries the compaction's
+// quota reservation (summary.ChargeOf).
+func (s *Summarizer) WithUsage(fn func(context.Context, schemas.Usage)) *Summarizer {
 	c := *s
 	c.usage = fn
 	return &c
@@ -150,7 +151,7 @@ func (s *Summarizer) summarize(ctx context.Context, in summary.Input) (summary.O
 		}
 		return summary.Output{}, fmt.Errorf("llm: model %s: %w", s.cfg.Model, err)
 	}
-	s.spent(resp.Usage, in)
+	s.spent(ctx, resp.Usage, in)
 	if len(resp.Choices) == 0 {
 		return summary.Output{}, fmt.Errorf("llm: model %s: %w: no choices in the response", s.cfg.Model, ErrEmptySummary)
 	}
@@ -189,16 +190,16 @@ func (s *Summarizer) summarize(ctx context.Context, in summary.Input) (summary.O
 }
 
 // spent tells the usage hook what an answered call spent.
-func (s *Summarizer) spent(u openai.Usage, in summary.Input) {
+func (s *Summarizer) spent(ctx context.Context, u openai.Usage, in summary.Input) {
 	if s.usage == nil {
 		return
 	}
 	if u.PromptTokens > 0 || u.CompletionTokens > 0 {
-		s.usage(schemas.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens})
+		s.usage(ctx, schemas.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens})
 		return
 	}
 	n := s.RequestTokens(in)
-	s.usage(schemas.Usage{PromptTokens: n, TotalTokens: n})
+	s.usage(ctx, schemas.Usage{PromptTokens: n, TotalTokens: n})
 }
 
 // promptHash is PromptHash or PrefixPromptHash, after the request shape.

@@ -60,3 +60,22 @@ type Summarizer interface {
 // ErrContextLength is what a Summarizer returns (wrapped) when its model refused the
 // input as longer than its context window. The worker then sends less.
 var ErrContextLength = errors.New("summarizer context length exceeded")
+
+// chargeKey is the context key of ChargeTo's tag.
+type chargeKey struct{}
+
+// ChargeTo returns ctx carrying tag, the quota reservation an LLM call made with it is
+// charged to: a summarizer's usage hook reads it (ChargeOf), so what a call spent comes
+// out of the reservation of the compaction that made it, not of another running beside.
+func ChargeTo(ctx context.Context, tag string) context.Context {
+	if tag == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, chargeKey{}, tag)
+}
+
+// ChargeOf is the tag ChargeTo put on ctx ("": none).
+func ChargeOf(ctx context.Context) string {
+	tag, _ := ctx.Value(chargeKey{}).(string)
+	return tag
+}
