@@ -153,3 +153,59 @@ func witnessed(j *job, cur *schemas.Result, ld *loaded) []schemas.Witness {
 	}
 	return out
 }
+
+// checkRepairHoles checks, before a repair summarizes the range its fallback covers
+// again from CHAT, the ranges compactions read there (the value's witnessed ranges)
+// against what is stored now, with the cut checkHoles uses: a message lost in the
+// covered range (a corrupted block, a delete on the stream) would otherwise be
+// summarized over, and the repair's summary would take the fallback's place. A hole
+// ends the job with a decline naming it, recorded on the value as checkHoles does.
+// The range is read a page at a time, keeping sequences only.
+func (p *Pool) checkRepairHoles(ctx context.Context, c *compaction) (done bool, err error) {
+	j, rp := c.j, c.repair
+	if c.cur == nil || len(c.cur.Witnessed) == 0 {
+		return false, nil
+	}
+	goneThrough := c.cur.LossAcceptedThroughSeq
+	if j.tomb != nil {
+		goneThrough = max(goneThrough, j.tomb.ThroughSeq)
+	}
+	first, err := p.store.Chat().StreamFirstSeq(ctx)
+	if err != nil {
+		return false, fmt.Errorf("read CHAT's first sequence: %w", err)
+	}
+	if first > 0 {
+		goneThrough = max(goneThrough, first-1)
+	}
+	for _, w := range c.cur.Witnessed {
+		if w.ThroughSeq < rp.from || w.FromSeq > rp.through || w.Validate() != nil {
+			continue
+		}
+		var found []uint64
+		for next := w.FromSeq; next <= w.ThroughSeq; {
+			msgs, more, err := p.store.Chat().LoadPage(ctx, j.req.Conversation, next, w.ThroughSeq, repairPage)
+			if err != nil {
+				return false, fmt.Errorf("read the range to repair: %w", err)
+			}
+			for _, m := range msgs {
+				found = append(found, m.Seq)
+			}
+			if len(msgs) == 0 || !more {
+				break
+			}
+			next = msgs[len(msgs)-1].Seq + 1
+		}
+		h, why := holes.Check(w, found, goneThrough)
+		if why != "" {
+			j.log.Warn().Uint64("from_seq", w.FromSeq).Uint64("through_seq", w.ThroughSeq).Str("witness", why).Msg("the range to repair differs from what a compaction read; not a hole")
+		}
+		if h == nil {
+			continue
+		}
+		j.holes = []schemas.Hole{*h}
+		j.log.Error().Interface("seqs", h.Seqs).Uint64("missing", h.Missing).Uint64("from_seq", h.FromSeq).Uint64("through_seq", h.ThroughSeq).
+			Msg("hole in the range a repair would summarize again: not summarized over")
+		return true, p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, holeReason(j.holes, "read by a compaction before,"))
+	}
+	return false, nil
+}

@@ -107,6 +107,12 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if j.repairing() && c.repair != nil && c.repair.gap {
 		return p.markGap(ctx, c)
 	}
+	if c.repair != nil && !c.repair.gap {
+		// A repair summarizes the covered range again, from CHAT: never across a hole.
+		if done, err := p.checkRepairHoles(ctx, c); done || err != nil {
+			return err
+		}
+	}
 	if j.repairing() && c.repair == nil && len(c.pl.covered) == 0 {
 		return p.endRepair(ctx, c, errRepairPostponed) // no marker: the value says until when
 	}

@@ -371,3 +371,51 @@ func waitQueued(t *testing.T, ctx context.Context, st *jetstream.Store, conv, id
 		}
 	}
 }
+
+// A repair summarizes the range its fallback covers again from CHAT: a message of that
+// range lost since (a corrupted block, a delete on the stream) is a hole, not
+// summarized over. The repair is declined naming it, the LLM is not called, and the
+// fallback stays, with the hole recorded.
+func TestARepairIsNotMadeAcrossAHole(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o, sum := newOutageLLM(t)
+	last := needleMessages(t, ctx, st, "holed-repair", "a", 0, 10, map[uint64]string{})
+	repairPool(t, st, sum, &repairReports{})
+	req := request(t, ctx, st, "holed-repair", last)
+	if ev, err := st.Events().WaitOutcome(ctx, "holed-repair", req.RequestID, time.Time{}); err != nil || ev.Type != schemas.EventCompleted {
+		t.Fatalf("outcome %+v, %v; want completed with the fallback", ev, err)
+	}
+	v1, _, err := st.Results().Get(ctx, "holed-repair", true)
+	if err != nil || v1 == nil || !v1.BuiltOnFallback || len(v1.Witnessed) == 0 || v1.CoveredThroughSeq < v1.FirstSeq+2 {
+		t.Fatalf("value %+v, %v; want a fallback covering 3 messages or more, with what it read", v1, err)
+	}
+	waitQueued(t, ctx, st, "holed-repair", req.RequestID)
+	lost := v1.FirstSeq + 2
+	if slices.Contains(v1.PinnedSeqs, lost) {
+		t.Fatalf("seq %d is pinned", lost)
+	}
+	chat, err := testJetStream(t, nc).Stream(ctx, st.Config().ChatStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chat.SecureDeleteMsg(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	o.down.Store(false)
+	ev, err := st.Events().WaitOutcome(ctx, "holed-repair", req.RequestID, deleted)
+	if err != nil || ev.Type != schemas.EventDeclined || len(ev.Holes) != 1 || !slices.Equal(ev.Holes[0].Seqs, []uint64{lost}) {
+		t.Fatalf("repair outcome %+v, %v; want declined naming the hole at seq %d", ev, err, lost)
+	}
+	if n := len(o.bodies()); n != 0 {
+		t.Fatalf("%d LLM calls for a repair across a hole", n)
+	}
+	v2, _, err := st.Results().Get(ctx, "holed-repair", true)
+	if err != nil || v2 == nil || v2.Generation != v1.Generation || v2.Summary != v1.Summary || len(v2.Holes) != 1 {
+		t.Fatalf("value after the hole %+v, %v; want the fallback kept, the hole recorded", v2, err)
+	}
+}
