@@ -47,8 +47,9 @@ type ServerSync struct {
 	Server string `json:"server"`
 	// SyncAlways: every write is flushed before it is acknowledged.
 	SyncAlways bool `json:"sync_always"`
-	// Interval is how often writes are flushed otherwise.
-	Interval time.Duration `json:"sync_interval"`
+	// Interval is how often writes are flushed otherwise, in nanoseconds in JSON
+	// (absent with SyncAlways: the server's background interval then says nothing).
+	Interval time.Duration `json:"sync_interval,omitempty"`
 	// NoJetStream: the server runs without JetStream (it stores nothing).
 	NoJetStream bool `json:"no_jetstream,omitempty"`
 }
@@ -176,6 +177,9 @@ func (v varz) sync() ServerSync {
 		return s
 	}
 	s.SyncAlways, s.Interval = v.JetStream.Config.SyncAlways, v.JetStream.Config.SyncInterval
+	if s.SyncAlways {
+		s.Interval = 0
+	}
 	return s
 }
 
@@ -277,6 +281,9 @@ func readDurabilitySys(ctx context.Context, nc *nats.Conn) Durability {
 
 // EmbeddedDurability is the setting of a process's own embedded server.
 func EmbeddedDurability(server string, syncAlways bool, interval time.Duration) Durability {
+	if syncAlways {
+		interval = 0
+	}
 	return Durability{Source: "embedded server", Servers: []ServerSync{{Server: server, SyncAlways: syncAlways, Interval: interval}}}
 }
 
