@@ -19,7 +19,7 @@ const tenantsWalkThrough = "docs/tenants.md's walk-through, run whole by TestTen
 // example tenants file, provisioning as admin, the three roles as their users, acme's
 // service publishing, compacting and reading, and globex's not finding acme's
 // conversation. The block runs whole in bash from the repository root, with a free port
-// for 4222, temporary files for /tmp, and the built compactor first on PATH.
+// for 4222 and 8222, temporary files for /tmp, and the built compactor first on PATH.
 func TestTenantsWalkThrough(t *testing.T) {
 	b, err := os.ReadFile("../../docs/tenants.md")
 	if err != nil {
@@ -43,9 +43,10 @@ func TestTenantsWalkThrough(t *testing.T) {
 	testEnv(t, 128000)
 	tmp := t.TempDir()
 	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+	monitor := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
 	script := strings.ReplaceAll(block, build, "true # built by the test")
 	script = strings.NewReplacer("/tmp/nats-server", natsServer, "/tmp/compactor-tenants", filepath.Join(tmp, "compactor-tenants"),
-		"4222", port).Replace(script)
+		"4222", port, "8222", monitor).Replace(script)
 	// The background processes end with the script.
 	script = "set -euo pipefail\ntrap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n" + script
 	root, err := filepath.Abs("../..")
@@ -69,5 +70,9 @@ func TestTenantsWalkThrough(t *testing.T) {
 	}
 	if strings.Contains(strings.ToLower(string(logs)), "permission") {
 		t.Errorf("a role was refused something:\n%s", logs)
+	}
+	// The server syncs every write (tenants.conf), and the roles read it there.
+	if !strings.Contains(string(logs), "the NATS servers sync every write to disk") || strings.Contains(string(logs), "is unknown") {
+		t.Errorf("the roles did not read that the server syncs every write:\n%s", firstLines(string(logs), 40))
 	}
 }
