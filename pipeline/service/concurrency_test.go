@@ -109,3 +109,22 @@ func TestServiceMaxConcurrentRequestsIsChecked(t *testing.T) {
 		t.Fatalf("default MaxConcurrentRequests = %d", got)
 	}
 }
+
+// A caller that sends its next request as soon as it has the answer to the last is
+// never answered Busy by an endpoint it alone uses: the request's slot is given back
+// before its answer goes out. (Before, the slot was given back after: the next request
+// could find it still taken; TestServiceSlowForgetDelaysNeitherAContextReadNorAnotherForget
+// failed so in CI, its forget of slow2 answered Busy.)
+func TestServiceSequentialCallerIsNeverBusy(t *testing.T) {
+	s := startService(t, service.Config{MaxConcurrentRequests: 1})
+	stored(t, s.st, "read")
+	for i := range 300 {
+		m, err := s.client.Request(schemas.ContextSubject, []byte(`{"conversation":"read"}`), 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+			t.Fatalf("call %d of one caller, one at a time: error %s: %s", i+1, code, m.Header.Get(micro.ErrorHeader))
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -66,17 +67,22 @@ func (s *Service) wrap(name string, h handler) micro.Handler {
 		}
 		go func() {
 			defer s.inFlight.Done()
-			defer func() { <-slots }()
-			s.serve(name, h, req)
+			var once sync.Once
+			free := func() { once.Do(func() { <-slots }) }
+			defer free() // a panic's path too
+			s.serve(name, h, req, free)
 		}()
 	})
 }
 
-// serve runs one request's handler, its NATS calls bounded, and answers it.
-func (s *Service) serve(name string, h handler, req micro.Request) {
+// serve runs one request's handler, its NATS calls bounded, and answers it. free gives
+// the request's slot back before the answer goes out: a caller that sends its next
+// request as soon as it has the answer finds the slot free, not Busy.
+func (s *Service) serve(name string, h handler, req micro.Request, free func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	resp, err := h(ctx, req)
+	free()
 	switch {
 	case err != nil:
 		s.respondError(req, name, err)
