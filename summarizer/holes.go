@@ -37,26 +37,10 @@ func (p *Pool) checkHoles(ctx context.Context, c *compaction) (done bool, err er
 	if err != nil {
 		return false, fmt.Errorf("read the witnessed range: %w", err)
 	}
-	var goneThrough uint64
-	if j.tomb != nil {
-		goneThrough = j.tomb.ThroughSeq
-	}
-	if c.cur != nil {
-		// An operator accepted the loss of what is missing up to there (compactor
-		// verify --accept): summarized across, as a message forgotten would be.
-		goneThrough = max(goneThrough, c.cur.LossAcceptedThroughSeq)
-	}
-	if uint64(len(found)) < w.Count {
-		// Something is missing: whatever is below CHAT's oldest message left by its age
-		// limit or a purge of the stream.
-		first, err := p.store.Chat().StreamFirstSeq(ctx)
-		if err != nil {
-			return false, fmt.Errorf("read CHAT's first sequence: %w", err)
-		}
-		if first == 0 {
-			goneThrough = max(goneThrough, w.ThroughSeq) // CHAT holds nothing at all
-		} else {
-			goneThrough = max(goneThrough, first-1)
+	goneThrough := excusedThrough(c)
+	if uint64(len(found)) < w.Count { // something is missing: CHAT's oldest is read only then
+		if goneThrough, err = p.agedThrough(ctx, goneThrough, w.ThroughSeq); err != nil {
+			return false, err
 		}
 	}
 	h, why := holes.Check(*w, found, goneThrough)
@@ -66,10 +50,46 @@ func (p *Pool) checkHoles(ctx context.Context, c *compaction) (done bool, err er
 	if h == nil {
 		return false, nil
 	}
-	j.holes = []schemas.Hole{*h}
+	return true, p.declineHole(ctx, c, *h, "messages the trigger saw are no longer stored", "seen by the trigger,")
+}
+
+// excusedThrough is the sequence at or below which a message of the conversation may
+// be missing for a reason the value or tombstone tells: a forget (the tombstone) or an
+// operator's accepted loss (compactor verify --accept), summarized across as a message
+// forgotten would be.
+func excusedThrough(c *compaction) uint64 {
+	var through uint64
+	if c.j.tomb != nil {
+		through = c.j.tomb.ThroughSeq
+	}
+	if c.cur != nil {
+		through = max(through, c.cur.LossAcceptedThroughSeq)
+	}
+	return through
+}
+
+// agedThrough raises goneThrough to what CHAT's age limit or a purge of the stream
+// removed: everything below its oldest message, everything through upTo when CHAT
+// holds nothing at all.
+func (p *Pool) agedThrough(ctx context.Context, goneThrough, upTo uint64) (uint64, error) {
+	first, err := p.store.Chat().StreamFirstSeq(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read CHAT's first sequence: %w", err)
+	}
+	if first == 0 {
+		return max(goneThrough, upTo), nil
+	}
+	return max(goneThrough, first-1), nil
+}
+
+// declineHole records h on the job (the decline's marker and event carry it) and
+// declines, saying what was found (what) and where it was seen (seen).
+func (p *Pool) declineHole(ctx context.Context, c *compaction, h schemas.Hole, what, seen string) error {
+	j := c.j
+	j.holes = []schemas.Hole{h}
 	j.log.Error().Interface("seqs", h.Seqs).Uint64("missing", h.Missing).Uint64("from_seq", h.FromSeq).Uint64("through_seq", h.ThroughSeq).
-		Msg("hole in the raw history: messages the trigger saw are no longer stored; not summarized over")
-	return true, p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, holeReason(j.holes, "seen by the trigger,"))
+		Msg("hole in the raw history: " + what + "; not summarized over")
+	return p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, holeReason(j.holes, seen))
 }
 
 // holeReason is a hole decline's reason: which messages, and what to do.
@@ -166,16 +186,9 @@ func (p *Pool) checkRepairHoles(ctx context.Context, c *compaction) (done bool, 
 	if c.cur == nil || len(c.cur.Witnessed) == 0 {
 		return false, nil
 	}
-	goneThrough := c.cur.LossAcceptedThroughSeq
-	if j.tomb != nil {
-		goneThrough = max(goneThrough, j.tomb.ThroughSeq)
-	}
-	first, err := p.store.Chat().StreamFirstSeq(ctx)
+	goneThrough, err := p.agedThrough(ctx, excusedThrough(c), rp.through)
 	if err != nil {
-		return false, fmt.Errorf("read CHAT's first sequence: %w", err)
-	}
-	if first > 0 {
-		goneThrough = max(goneThrough, first-1)
+		return false, err
 	}
 	for _, w := range c.cur.Witnessed {
 		if w.ThroughSeq < rp.from || w.FromSeq > rp.through || w.Validate() != nil {
@@ -202,10 +215,7 @@ func (p *Pool) checkRepairHoles(ctx context.Context, c *compaction) (done bool, 
 		if h == nil {
 			continue
 		}
-		j.holes = []schemas.Hole{*h}
-		j.log.Error().Interface("seqs", h.Seqs).Uint64("missing", h.Missing).Uint64("from_seq", h.FromSeq).Uint64("through_seq", h.ThroughSeq).
-			Msg("hole in the range a repair would summarize again: not summarized over")
-		return true, p.decline(ctx, j, c.ld, c.before.Tokens, c.before.Tokens, holeReason(j.holes, "read by a compaction before,"))
+		return true, p.declineHole(ctx, c, *h, "a message of the range a repair would summarize again is no longer stored", "read by a compaction before,")
 	}
 	return false, nil
 }
