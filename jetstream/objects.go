@@ -233,17 +233,35 @@ func (ob *Objects) room(ctx context.Context, stream, name string, object []byte,
 	return nil
 }
 
-// ForgottenSince reports whether conv was forgotten at or after at (the server's time of
-// its tombstone), or its tombstone cannot be read: a publisher whose object Put found
-// stored already stores it again after its stub is published (see Put).
-func (ob *Objects) ForgottenSince(ctx context.Context, conv string, at time.Time) bool {
-	return ob.forgottenSince(ctx, conv, at)
+// ForgetSince is conv's tombstone when it was written at or after at (the server's
+// time), else nil; an error when it cannot be read. A publisher whose object was
+// stored (or found stored) from at on asks it once the stub is published: a forget
+// since may have deleted the object. A tombstone that covers the stub means the forget
+// took the message too, and its object must stay deleted; one before the stub means
+// the object is stored again (see pipeline's keepObject).
+func (ob *Objects) ForgetSince(ctx context.Context, conv string, at time.Time) (*schemas.Tombstone, error) {
+	if err := schemas.ValidateConversationID(conv); err != nil {
+		return nil, err
+	}
+	m, err := ob.lastForget.queueRead("$KV." + ob.cfg.ForgetBucket + "." + schemas.ForgetKey(conv)).wait(ctx)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("read the tombstone of %s: %w", conv, err)
+	case m == nil || kvDeleted(m) || m.Time.Before(at):
+		return nil, nil
+	}
+	var t schemas.Tombstone
+	if err := json.Unmarshal(m.Data, &t); err != nil {
+		return nil, fmt.Errorf("the tombstone of %s does not decode: %w", conv, err)
+	}
+	return &t, nil
 }
 
 // forgottenSince reports whether conv was forgotten after at (the server's time its
 // object was stored): a forget in progress deletes the objects stored before its
-// tombstone, so an object stored before it is stored again for a new message. A
-// tombstone that cannot be read counts as one: storing again is always safe.
+// tombstone, so an object stored before it is stored again for a new message (Put,
+// before the stub is published, which no tombstone can cover yet). A tombstone that
+// cannot be read counts as one: storing again before the stub is safe.
 func (s *core) forgottenSince(ctx context.Context, conv string, at time.Time) bool {
 	m, err := s.lastForget.queueRead("$KV." + s.cfg.ForgetBucket + "." + schemas.ForgetKey(conv)).wait(ctx)
 	if err != nil {

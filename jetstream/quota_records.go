@@ -60,25 +60,62 @@ func ConversationRoot(conv string) string {
 	return conv
 }
 
-// ChatRoots reads how many conversations CHAT holds, each counted with its branches as
-// one (ConversationRoot), and CHAT's last sequence, from one stream info that lists
-// its subjects.
-func (s *Store) ChatRoots(ctx context.Context) (roots int64, lastSeq uint64, err error) {
+// BranchesPerConversation is how many branches count with their conversation: a
+// conversation and up to this many branches are one conversation to the conversations
+// quota; each branch past them counts as a conversation of its own. The proxy makes a
+// branch when a client edits or regenerates its history, a few a session; a producer
+// that names thousands of conversations <root>--<16 hex digits> gets no more from the
+// quota than one that names them anything else. A constant, so that every process of
+// a deployment counts alike.
+const BranchesPerConversation = 32
+
+// ChatCount is what one listing of CHAT's subjects tells the conversations quota.
+type ChatCount struct {
+	// Conversations is how many conversations CHAT holds: each root (ConversationRoot)
+	// with up to BranchesPerConversation of its branches is one; each branch past them
+	// one more.
+	Conversations int64
+	// LastSeq is CHAT's last sequence when it was listed.
+	LastSeq uint64
+	// Crowded holds the roots with more than BranchesPerConversation branches: their
+	// branches are judged each on its own by the quota, not as their root.
+	Crowded map[string]bool
+}
+
+// ChatRoots reads how many conversations CHAT holds, each counted with up to
+// BranchesPerConversation of its branches as one, and CHAT's last sequence, from one
+// stream info that lists its subjects.
+func (s *Store) ChatRoots(ctx context.Context) (ChatCount, error) {
 	str, err := s.js.Stream(ctx, s.cfg.ChatStream)
 	if err != nil {
-		return 0, 0, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
+		return ChatCount{}, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
 	}
 	info, err := str.Info(ctx, natsjs.WithSubjectFilter(s.cfg.ChatPrefix+".>"))
 	if err != nil {
-		return 0, 0, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
+		return ChatCount{}, fmt.Errorf("stream %s: %w", s.cfg.ChatStream, err)
 	}
-	seen := make(map[string]bool, len(info.State.Subjects))
+	branches := make(map[string]int, len(info.State.Subjects))
 	for subj := range info.State.Subjects {
 		conv, ok := s.cfg.ConversationOf(subj)
 		if !ok {
 			conv = strings.TrimPrefix(subj, s.cfg.ChatPrefix+".") // counted as it is stored
 		}
-		seen[ConversationRoot(conv)] = true
+		root := ConversationRoot(conv)
+		if root != conv {
+			branches[root]++ // a root with branches only (its own messages aged out) is one all the same
+		} else if _, ok := branches[root]; !ok {
+			branches[root] = 0
+		}
 	}
-	return int64(len(seen)), info.State.LastSeq, nil
+	c := ChatCount{LastSeq: info.State.LastSeq}
+	for root, n := range branches {
+		c.Conversations += 1 + int64(max(0, n-BranchesPerConversation))
+		if n > BranchesPerConversation {
+			if c.Crowded == nil {
+				c.Crowded = map[string]bool{}
+			}
+			c.Crowded[root] = true
+		}
+	}
+	return c, nil
 }

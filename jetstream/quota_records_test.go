@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -49,5 +50,32 @@ func TestChatStateCountsBranchesWithTheirConversation(t *testing.T) {
 	}
 	if f.Conversations != 3 {
 		t.Fatalf("ChatState counts %d conversations; want 3 (c1 with its branches, c2, proj--billing)", f.Conversations)
+	}
+}
+
+// Past jetstream.BranchesPerConversation, each branch counts as a conversation of its
+// own, and its root is named crowded: 34 branches of c1 are c1 and two more.
+func TestChatRootsCountsBranchesPastTheBound(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	convs := []string{"c2"}
+	for i := range jetstream.BranchesPerConversation + 2 {
+		convs = append(convs, fmt.Sprintf("c1--%016x", i))
+	}
+	for _, conv := range convs {
+		if _, err := st.Chat().Publish(ctx, conv, []byte(`{"role":"user","content":"hi"}`), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cc, err := st.ChatRoots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cc.Conversations != 4 || !cc.Crowded["c1"] || len(cc.Crowded) != 1 {
+		t.Fatalf("ChatRoots: %d conversations, crowded %v; want 4 (c1 with %d branches, 2 more, c2), c1 crowded",
+			cc.Conversations, cc.Crowded, jetstream.BranchesPerConversation)
 	}
 }

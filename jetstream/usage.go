@@ -94,9 +94,9 @@ func (s *Store) DeploymentBucketMissing() bool {
 
 // ChatFigures are what CHAT and the objects bucket hold.
 type ChatFigures struct {
-	// Conversations is how many conversations CHAT holds, a conversation and its
-	// branches (the proxy's <conversation>--<16 hex digits>) counted as one, as the
-	// conversations quota counts them (ChatRoots).
+	// Conversations is how many conversations CHAT holds, a conversation and up to
+	// BranchesPerConversation of its branches (the proxy's <conversation>--<16 hex
+	// digits>) counted as one, as the conversations quota counts them (ChatRoots).
 	Conversations int64
 	// Bytes is what the conversations store: ChatBytes and ObjectBytes together, what a
 	// tenant's stored_bytes quota bounds (each stream by its own max_bytes).
@@ -115,9 +115,11 @@ func (s *Store) ChatState(ctx context.Context) (ChatFigures, error) {
 	}
 	info := str.CachedInfo() // read by the lookup just now
 	f := ChatFigures{ChatBytes: int64(info.State.Bytes)}
-	if f.Conversations, _, err = s.ChatRoots(ctx); err != nil {
+	cc, err := s.ChatRoots(ctx)
+	if err != nil {
 		return ChatFigures{}, err
 	}
+	f.Conversations = cc.Conversations
 	objects := objectsStream(s.cfg.ObjectsBucket)
 	if obj, err := s.js.Stream(ctx, objects); err == nil {
 		f.ObjectBytes = int64(obj.CachedInfo().State.Bytes)

@@ -13,5 +13,12 @@ func SetBeforeStubHook(t *testing.T, fn func()) {
 	t.Cleanup(func() { beforeStubHook = nil })
 }
 
+// SetAfterStubHook runs fn between publishing an offloaded message's stub and keeping
+// its object, for the rest of t.
+func SetAfterStubHook(t *testing.T, fn func()) {
+	afterStubHook = fn
+	t.Cleanup(func() { afterStubHook = nil })
+}
+
 // ConnOf is the connection c was made with.
 func ConnOf(c *Client) *nats.Conn { return c.nc }

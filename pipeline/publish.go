@@ -72,7 +72,10 @@ func (c *Client) Publish(ctx context.Context, conv string, m schemas.Message, op
 		c.forget(conv, m.Role)
 		return 0, jetstream.PermissionCause(ctx, err)
 	}
-	if err := c.keepObject(ctx, conv, po); err != nil {
+	if afterStubHook != nil && po.object != nil {
+		afterStubHook()
+	}
+	if err := c.keepObject(ctx, conv, seq, po); err != nil {
 		return seq, jetstream.PermissionCause(ctx, err)
 	}
 	return seq, nil
@@ -172,7 +175,7 @@ func (c *Client) acked(ctx context.Context, p inFlight, ack *natsjs.PubAck) PubA
 	if err := c.checkDuplicate(ctx, p.conv, p.data, p.po.msgID, ack); err != nil {
 		return c.failed(p, err)
 	}
-	if err := c.keepObject(ctx, p.conv, p.po); err != nil {
+	if err := c.keepObject(ctx, p.conv, ack.Sequence, p.po); err != nil {
 		return PubAck{Seq: ack.Sequence, Err: err}
 	}
 	return PubAck{Seq: ack.Sequence}
@@ -342,15 +345,28 @@ func (c *Client) offload(ctx context.Context, conv string, m *schemas.Message, s
 // object and publishing its stub.
 var beforeStubHook func()
 
-// keepObject runs after the stub of an offloaded message is stored. Put stores nothing
-// when the bucket holds the same object already; a forget of the conversation that
-// began since (its tombstone newer than the store began, with a minute's margin for the
-// clocks) may delete that object after the stub is published, and the new message
-// would lose its content. Then the object is stored again: Put writes it anew, after
-// the tombstone, which the forget leaves. A retry of the publish with the same MsgID
-// does the same.
-func (c *Client) keepObject(ctx context.Context, conv string, po publishOptions) error {
-	if po.object == nil || !c.store.Objects().ForgottenSince(ctx, conv, po.storedFrom.Add(-time.Minute)) {
+// afterStubHook, when set (by a test), runs between publishing an offloaded message's
+// stub and keeping its object (keepObject).
+var afterStubHook func()
+
+// keepObject runs after the stub of an offloaded message is stored, at seq. Put stores
+// nothing when the bucket holds the same object already; a forget of the conversation
+// that began since (its tombstone newer than the store began, with a minute's margin
+// for the clocks) may delete that object after the stub is published, and the new
+// message would lose its content. Then the object is stored again: Put writes it anew,
+// after the tombstone, which the forget leaves. A retry of the publish with the same
+// MsgID does the same. Unless the tombstone covers the stub: that forget took the
+// message too, and its content must not outlive it (stored again, nothing would ever
+// delete it before its age limit).
+func (c *Client) keepObject(ctx context.Context, conv string, seq uint64, po publishOptions) error {
+	if po.object == nil {
+		return nil
+	}
+	tomb, err := c.store.Objects().ForgetSince(ctx, conv, po.storedFrom.Add(-time.Minute))
+	switch {
+	case err != nil:
+		return fmt.Errorf("the message is stored, but whether a forget of %s deleted its object meanwhile cannot be told (publish it again with the same MsgID): %w", conv, err)
+	case tomb == nil || tomb.Covers(seq):
 		return nil
 	}
 	if err := c.store.Objects().Put(ctx, conv, po.objectName, po.object); err != nil {

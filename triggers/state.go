@@ -2,6 +2,7 @@ package triggers
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -27,8 +28,12 @@ type convState struct {
 	generation uint64
 
 	// rounds counts assistant messages after loadedThrough, the newest sequence the last
-	// compaction read (max_rounds).
-	rounds        int
+	// compaction read (max_rounds), up to MaxInt32. It shares a word with forgotten:
+	// the state is kept small (docs/benchmarks.md, the trigger's heap).
+	rounds int32
+	// forgotten marks a state found to hold a forgotten conversation: it is dropped and
+	// rebuilt before it is used again.
+	forgotten     bool
 	loadedThrough uint64
 	// structural is the reason of a pending structural trigger (a large tool output).
 	structural string
@@ -49,9 +54,6 @@ type convState struct {
 	// forgottenThrough is the tombstone's sequence when the state was built after a
 	// forget: messages at or below it are the forgotten conversation's, not counted.
 	forgottenThrough uint64
-	// forgotten marks a state found to hold a forgotten conversation: it is dropped and
-	// rebuilt before it is used again.
-	forgotten bool
 	// seen is the witness of every message of the conversation the state counted or
 	// skipped as invalid from its tail start on: carried in the request, so the worker
 	// finds out when one of them is no longer stored (a hole).
@@ -82,15 +84,17 @@ func (s stamp) time() time.Time {
 // timers is the part of a conversation's state that a rebuild keeps.
 type timers struct {
 	inFlightUntil stamp
-	failures      int
-	backoffUntil  stamp
+	// failures counts failed compactions in a row; retryErrors (below) the
+	// re-evaluations in a row that could not rebuild the state. Both stop counting at
+	// MaxInt32, and share a word.
+	failures     int32
+	retryErrors  int32
+	backoffUntil stamp
 	// retry is the pending re-evaluation, due at retryAt; retryGen tells the timer that
-	// is current from one replaced by a later deadline; retryErrors counts the
-	// re-evaluations in a row that could not rebuild the state.
-	retry       *time.Timer
-	retryAt     stamp
-	retryGen    uint64
-	retryErrors int
+	// is current from one replaced by a later deadline.
+	retry    *time.Timer
+	retryAt  stamp
+	retryGen uint64
 	// retryInFlight marks a retry scheduled only to look for a request in flight whose
 	// outcome may never come: the outcome, when it does come, cancels it, so that the
 	// next message may ask at once instead of waiting for it.
@@ -204,7 +208,7 @@ func (c *convState) add(m incoming, seq uint64) (ignored ignoredUsage) {
 	} else {
 		c.tokens += t
 	}
-	if m.role == schemas.RoleAssistant && seq > c.loadedThrough {
+	if m.role == schemas.RoleAssistant && seq > c.loadedThrough && c.rounds < math.MaxInt32 {
 		c.rounds++
 	}
 	if lim := c.settings.ToolOutputTriggerTokens; lim > 0 && m.role == schemas.RoleTool && t > lim {
@@ -240,7 +244,7 @@ func (c *convState) decide() (kind, reason string) {
 	case s.SoftThreshold > 0 && c.tokens >= int(s.SoftThreshold*float64(b.ContextWindow)):
 		return schemas.TriggerBudget, fmt.Sprintf("context %d tokens ≥ soft threshold %d (%g × %d): compacting ahead of time",
 			c.tokens, int(s.SoftThreshold*float64(b.ContextWindow)), s.SoftThreshold, b.ContextWindow)
-	case s.MaxRounds > 0 && c.rounds >= s.MaxRounds:
+	case s.MaxRounds > 0 && int(c.rounds) >= s.MaxRounds:
 		return schemas.TriggerBudget, fmt.Sprintf("%d assistant rounds since the last compaction ≥ max_rounds %d", c.rounds, s.MaxRounds)
 	}
 	return "", ""
@@ -287,9 +291,11 @@ func (c *convState) retryWaitsForBackoff(now time.Time) bool {
 // failure in a row, at most max.
 func (c *convState) failed(now time.Time, base, maxBackoff time.Duration) {
 	c.inFlightUntil = 0
-	c.failures++
+	if c.failures < math.MaxInt32 {
+		c.failures++
+	}
 	d := base
-	for i := 1; i < c.failures && d < maxBackoff; i++ {
+	for i := int32(1); i < c.failures && d < maxBackoff; i++ {
 		d *= 2
 	}
 	c.backoffUntil = stampOf(now.Add(min(d, maxBackoff)))

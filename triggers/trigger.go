@@ -1135,14 +1135,16 @@ func (t *Trigger) scheduleRetry(ctx context.Context, id string, c *convState, d 
 // After RebuildAttempts failures in a row it logs an error. Callers hold the
 // conversation's lock.
 func (t *Trigger) retryRebuild(ctx context.Context, id string, st *convState, err error, log zerolog.Logger) {
-	st.retryErrors++
+	if st.retryErrors < math.MaxInt32 {
+		st.retryErrors++
+	}
 	d := t.cfg.RetryDelay
-	for i := 1; i < st.retryErrors && d < t.cfg.BrokenRetry; i++ {
+	for i := int32(1); i < st.retryErrors && d < t.cfg.BrokenRetry; i++ {
 		d *= 2
 	}
 	d = min(d, max(t.cfg.BrokenRetry, t.cfg.RetryDelay))
-	if st.retryErrors == t.cfg.RebuildAttempts {
-		log.Error().Err(err).Int("attempts", st.retryErrors).Dur("retry_in", d).Msg("rebuild conversation state; still retrying")
+	if int(st.retryErrors) == t.cfg.RebuildAttempts {
+		log.Error().Err(err).Int32("attempts", st.retryErrors).Dur("retry_in", d).Msg("rebuild conversation state; still retrying")
 	} else {
 		log.Warn().Err(err).Dur("retry_in", d).Msg("rebuild conversation state; will retry")
 	}

@@ -59,8 +59,8 @@ type Quota struct {
 	mu       sync.Mutex
 	countAt  time.Time
 	count    int64
-	lastSeq  uint64 // CHAT's last sequence at countAt
-	admitted uint64 // how far CHAT went while the tenant was within its conversations (0: not read)
+	crowded  map[string]bool // the roots with more branches than count with them, at countAt
+	admitted uint64          // how far CHAT went while the tenant was within its conversations (0: not read)
 	own      map[string]*hold
 	next     uint64
 	prefix   string
@@ -316,20 +316,26 @@ func seqOf(id string) uint64 {
 }
 
 // newOverQuota decides whether conv is refused by the conversations quota: the tenant
-// holds more than its quota (a conversation and its branches count as one), and conv
-// (its root, for a branch) started after the tenant reached its quota. The
-// conversations the tenant held before go on being compacted: being over the quota
-// refuses new ones only. n is the count.
+// holds more than its quota (a conversation and up to
+// jetstream.BranchesPerConversation of its branches count as one), and conv (its root,
+// for a branch) started after the tenant reached its quota. The conversations the
+// tenant held before go on being compacted: being over the quota refuses new ones
+// only. A branch of a root with more branches than count with it is judged on its own:
+// the root's age does not admit branches beyond the bound. n is the count.
 func (q *Quota) newOverQuota(ctx context.Context, conv string) (n int64, refuse bool, err error) {
-	n, admitted, err := q.conversations(ctx)
+	n, admitted, crowded, err := q.conversations(ctx)
 	if err != nil || n <= q.quotas.Conversations {
 		return n, false, err
 	}
-	first, err := q.store.Chat().FirstSeq(ctx, jetstream.ConversationRoot(conv))
+	judged := jetstream.ConversationRoot(conv)
+	if crowded[judged] {
+		judged = conv
+	}
+	first, err := q.store.Chat().FirstSeq(ctx, judged)
 	if err != nil {
 		return n, false, err
 	}
-	if first == 0 { // its root has no message left: the branch's own first one
+	if first == 0 && judged != conv { // its root has no message left: the branch's own first one
 		if first, err = q.store.Chat().FirstSeq(ctx, conv); err != nil {
 			return n, false, err
 		}
@@ -342,33 +348,34 @@ func (q *Quota) newOverQuota(ctx context.Context, conv string) (n int64, refuse 
 // workers may write: see holdsKey).
 const admittedKey = "usage.tokens.conversations-admitted-through"
 
-// conversations is the tenant's count of conversations (branches with their root),
-// read at most every countTTL, and how far CHAT went while the tenant held no more
-// than its quota: every conversation whose first message is at or below it is one the
-// tenant held then. While within the quota it follows CHAT's last sequence; the first
-// time a process finds the tenant over it with nothing recorded, every conversation
-// held then counts as held before.
-func (q *Quota) conversations(ctx context.Context) (int64, uint64, error) {
+// conversations is the tenant's count of conversations (branches with their root, up
+// to jetstream.BranchesPerConversation of them), read at most every countTTL, how far
+// CHAT went while the tenant held no more than its quota (every conversation whose
+// first message is at or below it is one the tenant held then) and the roots with
+// more branches than count with them. While within the quota it follows CHAT's last
+// sequence; the first time a process finds the tenant over it with nothing recorded,
+// every conversation held then counts as held before.
+func (q *Quota) conversations(ctx context.Context) (int64, uint64, map[string]bool, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if now := q.now(); now.Sub(q.countAt) < countTTL && q.admitted > 0 {
-		return q.count, q.admitted, nil
+		return q.count, q.admitted, q.crowded, nil
 	}
-	n, last, err := q.store.ChatRoots(ctx)
+	cc, err := q.store.ChatRoots(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
-	q.count, q.lastSeq, q.countAt = n, last, q.now()
-	within := n <= q.quotas.Conversations
+	q.count, q.crowded, q.countAt = cc.Conversations, cc.Crowded, q.now()
+	within := cc.Conversations <= q.quotas.Conversations
 	if !within && q.admitted > 0 {
-		return q.count, q.admitted, nil
+		return q.count, q.admitted, q.crowded, nil
 	}
-	admitted, err := q.recordAdmitted(ctx, last, within)
+	admitted, err := q.recordAdmitted(ctx, cc.LastSeq, within)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	q.admitted = admitted
-	return q.count, q.admitted, nil
+	return q.count, q.admitted, q.crowded, nil
 }
 
 // recordAdmitted reads the recorded sequence and, while the tenant is within its quota

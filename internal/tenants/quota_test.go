@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -271,6 +272,42 @@ func TestQuotaChargesTheCallsOwnReservation(t *testing.T) {
 		a.Release()
 		if used := tokensUsed(ctx, t, st, c.now()); used != 8000 {
 			t.Fatalf("the day's count is %d; want the 8000 both calls spent", used)
+		}
+	})
+}
+
+// A conversation's branches count with it up to jetstream.BranchesPerConversation:
+// past them each branch is a conversation of its own. A producer that names its new
+// conversations <old conversation>--<16 hex digits> gets no more from the quota than
+// one that names them anything else: they push the tenant over its quota, and the
+// branches born since are declined, while the root and the tenant's other
+// conversations go on. Before, every such branch counted as its root, and a tenant
+// with a quota of 2 compacted 40 conversations without ever being over it.
+func TestQuotaBoundsTheBranchesCountedWithTheirConversation(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		ctx := context.Background()
+		c := newClock()
+		q := quotaOn(st, Quotas{Conversations: 2}, c)
+		publishTo(t, nc, st, "c1", "c2")
+		if !allowed(ctx, t, q, "c1") {
+			t.Fatal("c1 declined within the quota")
+		}
+		var branches []string
+		for i := range jetstream.BranchesPerConversation + 8 {
+			branches = append(branches, fmt.Sprintf("c1--%016x", i))
+		}
+		publishTo(t, nc, st, branches...)
+		c.add(time.Minute)
+		if d, err := q.Allow(ctx, branches[len(branches)-1], false, 100); err != nil || d.Reason == "" {
+			t.Fatalf("the %d-th branch of c1, born once c1 had more branches than count with it, was allowed (%+v, %v)", len(branches), d, err)
+		}
+		if allowed(ctx, t, q, branches[0]) {
+			t.Fatal("a branch of c1 born after the tenant reached its quota was allowed: c1's age admitted it past the bound")
+		}
+		for _, conv := range []string{"c1", "c2"} {
+			if !allowed(ctx, t, q, conv) {
+				t.Fatalf("%s, held before, was declined", conv)
+			}
 		}
 	})
 }

@@ -42,10 +42,11 @@ func Of(from, through uint64, seqs []uint64) schemas.Witness {
 }
 
 // Acc accumulates a witness one sequence at a time; the zero value is empty. It is the
-// trigger's per-conversation form: no slice, a few words.
+// trigger's per-conversation form: no slice, six words. It keeps no newest sequence:
+// its reader has one already (the trigger's watermark) and passes it to Witness.
 type Acc struct {
-	From, Through, Count uint64
-	Sums                 [Sums]uint64
+	From, Count uint64
+	Sums        [Sums]uint64
 }
 
 // Add counts the sequence seq once (callers add each sequence once).
@@ -53,18 +54,19 @@ func (a *Acc) Add(seq uint64) {
 	if a.Count == 0 || seq < a.From {
 		a.From = seq
 	}
-	a.Through = max(a.Through, seq)
 	a.Count++
 	addSums(a.Sums[:], seq)
 }
 
-// Witness is the accumulated witness over [From, through] (through: the newest
-// sequence the reader had seen, at least Through); ok is false when nothing was added.
+// Witness is the accumulated witness over [From, through]; ok is false when nothing
+// was added. through is the newest sequence the reader had seen: at least every
+// sequence added (the witness of a range that leaves out an added sequence would
+// claim it missing).
 func (a *Acc) Witness(through uint64) (w schemas.Witness, ok bool) {
 	if a.Count == 0 {
 		return schemas.Witness{}, false
 	}
-	return schemas.Witness{FromSeq: a.From, ThroughSeq: max(through, a.Through), Count: a.Count, Sums: slices.Clone(a.Sums[:])}, true
+	return schemas.Witness{FromSeq: a.From, ThroughSeq: max(through, a.From), Count: a.Count, Sums: slices.Clone(a.Sums[:])}, true
 }
 
 // Merge is the witness of two ranges that follow each other (a before b).

@@ -70,7 +70,7 @@ func TestAccAgreesWithOfAndMerge(t *testing.T) {
 	for _, s := range seqs {
 		a.Add(s)
 	}
-	w, ok := a.Witness(0)
+	w, ok := a.Witness(1 << 40)
 	if !ok || w.FromSeq != 3 || w.ThroughSeq != 1<<40 {
 		t.Fatalf("witness got %+v, %v", w, ok)
 	}

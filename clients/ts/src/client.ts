@@ -22,7 +22,7 @@ import { checkMessageEncoded, encodeMessageBytes, hasToolCalls, validateConversa
 import { MAX_OBJECT_SIZE, offload } from "./objects.js";
 import type { Entry } from "./rounds.js";
 import { DEFAULT_NAMES, HEADER_ROOM, mapNatsError, natsSource, Store, type Names } from "./store.js";
-import { liveValue, readContext } from "./reader.js";
+import { liveValue, readContext, type Tombstone } from "./reader.js";
 import type { Counter } from "./tokens.js";
 import type {
   CompactionEvent,
@@ -333,7 +333,7 @@ export class Compactor {
       this.forgetCalls(conv, p.m);
       throw e;
     }
-    await this.keepObject(conv, p);
+    await this.keepObject(conv, out.seq, p);
     return out;
   }
 
@@ -343,11 +343,23 @@ export class Compactor {
    * minute's margin for the clocks): that forget may have deleted the object (found
    * stored already, or stored before the tombstone) after the client stored it, and the
    * new message would lose its content. Stored again, it is newer than the tombstone,
-   * which the forget leaves. As the Go client's Publish does.
+   * which the forget leaves. Unless the tombstone covers the stub (at seq): that forget
+   * took the message too, and its content must not outlive it. As the Go client's
+   * Publish does.
    */
-  private async keepObject(conv: string, p: Prepared): Promise<void> {
+  private async keepObject(conv: string, seq: number, p: Prepared): Promise<void> {
     const o = p.object;
-    if (!o || !(await this.store.forgottenSince(conv, o.storedFrom - 60_000))) return;
+    if (!o) return;
+    let tomb: Tombstone | null;
+    try {
+      tomb = await this.store.forgetSince(conv, o.storedFrom - 60_000);
+    } catch (e) {
+      throw new CompactorError(
+        `the message is stored, but whether a forget of ${conv} deleted its object meanwhile cannot be told (publish it again with the same msgId ${p.msgId}): ${(e as Error).message}`,
+        { cause: e },
+      );
+    }
+    if (!tomb || seq <= tomb.through_seq) return;
     try {
       await this.store.putObject(conv, o.name, o.bytes, o.ref, true);
     } catch (e) {

@@ -593,6 +593,32 @@ export class Store {
     return Date.parse(m.time) >= at;
   }
 
+  /**
+   * conv's tombstone when it was written at or after at (ms since the epoch; the
+   * server's time), else null; throws when it cannot be read. A publisher whose object
+   * was stored (or found stored) from at on asks it once the stub is published: a
+   * tombstone that covers the stub took the message too, and its object stays deleted;
+   * one before it means the object is stored again.
+   */
+  async forgetSince(conv: string, at: number): Promise<Tombstone | null> {
+    const bucket = this.names.forgetBucket;
+    const subject = `$KV.${bucket}.${createHash("sha256").update(conv, "utf8").digest("hex")}`;
+    const m = await this.leaderGet(`KV_${bucket}`, { last_by_subj: subject });
+    if (!m) return null;
+    const op = m.headers.get("KV-Operation");
+    if (op === "DEL" || op === "PURGE" || Date.parse(m.time) < at) return null;
+    let t: Partial<Tombstone>;
+    try {
+      t = JSON.parse(Buffer.from(m.data).toString("utf8"));
+    } catch {
+      throw new CompactorError(`the tombstone of ${conv} does not decode`);
+    }
+    if (typeof t?.through_seq !== "number" || !Number.isSafeInteger(t.through_seq) || t.through_seq < 0) {
+      throw new CompactorError(`the tombstone of ${conv} has no valid through_seq`);
+    }
+    return { through_seq: t.through_seq, forgotten_at: String(t.forgotten_at ?? "") };
+  }
+
   /** Publishes one encoded chat message; the ack's sequence and whether the stream had it already. */
   async publish(conv: string, data: Uint8Array, msgId: string): Promise<{ seq: number; duplicate: boolean }> {
     const subject = `${this.names.chatPrefix}.${conv}.msg`;

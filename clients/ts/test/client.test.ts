@@ -274,6 +274,40 @@ test("a message over the max payload published while its conversation is forgott
   assert.deepStrictEqual(cx.messages.at(-1), big);
 });
 
+test("a forget that covers a large message's stub keeps its object deleted", async (t) => {
+  const c = await client(t, "NATS_SMALL_URL");
+  const conv = convId("ts-forget-covers");
+  const big: Message = { role: "user", content: "NEEDLE-head " + "a pasted log line\n".repeat(2000) + " NEEDLE-tail" };
+  const bucket = "compaction-objects";
+  const name = offload(big, conv, bucket).ref.name;
+  const nc = await connect({ servers: need("NATS_SMALL_URL") });
+  t.after(() => nc.close());
+  const os = await nc.jetstream().views.os(bucket);
+  // A forget that runs once the stub is stored, before the client checks its object:
+  // what compactor.forget leaves, with no compactor here: the object deleted, the
+  // tombstone written through the stub.
+  const forget = async (through: number) => {
+    const info = await os.info(name);
+    const jsm = await nc.jetstreamManager();
+    const b64 = Buffer.from(name).toString("base64url");
+    for (const filter of [`$O.${bucket}.C.${info!.nuid}`, `$O.${bucket}.M.${b64}${"=".repeat((4 - (b64.length % 4)) % 4)}`]) {
+      await jsm.streams.purge(`OBJ_${bucket}`, { filter });
+    }
+    const key = createHash("sha256").update(conv, "utf8").digest("hex");
+    await (await nc.jetstream().views.kv("compaction-forgotten")).put(key, JSON.stringify({ through_seq: through, forgotten_at: new Date().toISOString() }));
+  };
+  const store = (c as unknown as { store: { publish: (...a: unknown[]) => Promise<{ seq: number }> } }).store;
+  const publish = store.publish.bind(store);
+  store.publish = async (...a: unknown[]) => {
+    store.publish = publish;
+    const out = await publish(...a);
+    await forget(out.seq);
+    return out;
+  };
+  await c.publish(conv, big);
+  assert.equal(await os.info(name), null, "the object of a forgotten message is not stored again");
+});
+
 test("a description written over an object's does not hide it, and roll-ups are refused", async (t) => {
   const c = await client(t, "NATS_SMALL_URL");
   const conv = convId("ts-overwritten");
