@@ -40,6 +40,11 @@ type Names struct {
 	// they must agree on: the policy defaults of each role (key policy.<role>, see
 	// Store.RecordPolicy).
 	DeploymentBucket string // compaction-deployment
+	// LedgerStream holds the proxy's savings ledger: one entry per phase of each exchange
+	// on ledger.<conv> (schemas.LedgerEntry). Optional: "" or a stream this user may not
+	// create leaves the ledger off (Store.Ledger().Enabled).
+	LedgerStream string // LEDGER
+	LedgerPrefix string // ledger
 }
 
 // DefaultNames returns the contract's names.
@@ -56,6 +61,7 @@ func DefaultNames() Names {
 		WorkerConsumer: "compactor-workers", IdleConsumer: "compactor-idle",
 		TriggersBucket: "compaction-triggers", WindowsBucket: "compaction-windows",
 		DeploymentBucket: "compaction-deployment",
+		LedgerStream:     "LEDGER", LedgerPrefix: "ledger",
 	}
 }
 
@@ -78,6 +84,7 @@ func NamespacedNames(ns string) Names {
 		WorkerConsumer: ns + "-workers", IdleConsumer: ns + "-idle",
 		TriggersBucket: ns + "-triggers", WindowsBucket: ns + "-windows",
 		DeploymentBucket: ns + "-deployment",
+		LedgerStream:     up + "_LEDGER", LedgerPrefix: ns + ".ledger",
 	}
 }
 
@@ -85,9 +92,13 @@ func NamespacedNames(ns string) Names {
 // and the streams under its buckets (KV_<bucket>, OBJ_<bucket>). A run in a namespace of
 // its own deletes exactly these, never a stream that merely looks like its own.
 func (n Names) Streams() []string {
-	return []string{n.ChatStream, n.RequestsStream, n.EventsStream, n.DeadStream, n.ActivityStream,
+	out := []string{n.ChatStream, n.RequestsStream, n.EventsStream, n.DeadStream, n.ActivityStream,
 		"KV_" + n.ResultsBucket, "KV_" + n.PolicyBucket, "KV_" + n.ForgetBucket, "KV_" + n.TriggersBucket,
 		"KV_" + n.WindowsBucket, "KV_" + n.DeploymentBucket, objectsStream(n.ObjectsBucket)}
+	if n.LedgerStream != "" {
+		out = append(out, n.LedgerStream)
+	}
+	return out
 }
 
 // ObjectsTTL is how long the objects bucket keeps an object: forever when CHAT keeps
@@ -189,6 +200,11 @@ func (n Names) EventSubject(conv string) (string, error) {
 	return subject(n.EventPrefix+".", conv, "")
 }
 
+// LedgerSubject is where a conversation's ledger entries are published.
+func (n Names) LedgerSubject(conv string) (string, error) {
+	return subject(n.LedgerPrefix+".", conv, "")
+}
+
 // DeadSubject is where a conversation's dead letters go.
 func (n Names) DeadSubject(conv string) (string, error) {
 	return subject(n.DeadPrefix+".", conv, "")
@@ -253,6 +269,10 @@ type Config struct {
 	// EventsMaxAge and DeadMaxAge bound the event and dead-letter streams.
 	EventsMaxAge time.Duration
 	DeadMaxAge   time.Duration
+	// LedgerMaxAge and LedgerMaxBytes bound the savings ledger (LedgerStream): its
+	// oldest entries go first.
+	LedgerMaxAge   time.Duration
+	LedgerMaxBytes int64
 	// ResultHistory is how many revisions of each KV value are kept.
 	ResultHistory uint8
 	// WorkerAckWait is how long a worker may hold a request without InProgress: what a
@@ -301,6 +321,8 @@ func DefaultConfig() Config {
 		DuplicateWindow:   2 * time.Minute,
 		EventsMaxAge:      7 * 24 * time.Hour,
 		DeadMaxAge:        30 * 24 * time.Hour,
+		LedgerMaxAge:      DefaultLedgerMaxAge,
+		LedgerMaxBytes:    DefaultLedgerMaxBytes,
 		ResultHistory:     5,
 		WorkerAckWait:     DefaultWorkerAckWait,
 		TriggerAckWait:    30 * time.Second,
@@ -312,6 +334,13 @@ func DefaultConfig() Config {
 		TriggerHeartbeat:  2 * time.Second,
 	}
 }
+
+// DefaultLedgerMaxAge and DefaultLedgerMaxBytes bound the savings ledger: about 400
+// bytes an entry, two entries an exchange, so a GiB is over a million exchanges.
+const (
+	DefaultLedgerMaxAge   = 400 * 24 * time.Hour
+	DefaultLedgerMaxBytes = 1 << 30
+)
 
 // DefaultWorkerAckWait is Config.WorkerAckWait's default: three of the workers' 2 s
 // heartbeats, so a dead worker's request is another's within seconds while one or two
@@ -344,7 +373,16 @@ func (c Config) Validate() error {
 			return bad("%s name %q contains a space or wildcard", name, v)
 		}
 	}
+	if c.LedgerStream != "" {
+		for name, v := range map[string]string{"ledger stream": c.LedgerStream, "ledger prefix": c.LedgerPrefix} {
+			if v == "" || strings.ContainsAny(v, " *>\t") {
+				return bad("%s name %q is empty or contains a space or wildcard", name, v)
+			}
+		}
+	}
 	switch {
+	case c.LedgerMaxAge < 0 || c.LedgerMaxBytes < 0:
+		return bad("ledger max age and max bytes must not be negative")
 	case c.Replicas < 1 || c.Replicas > 5:
 		return bad("replicas must be 1 to 5, got %d", c.Replicas)
 	case c.ChatMaxAge < 0:

@@ -184,6 +184,7 @@ type forgetStep struct {
 	objects  bool // the objects bucket, not one subject
 	notify   bool // the policy: its watchers (the caches of every process) hear of the purge
 	eventsOf bool
+	ledger   bool // the savings ledger, which a deployment may lack
 }
 
 // forgetSteps runs the deletions of a forget whose tombstone is written, counting what
@@ -205,6 +206,9 @@ func (s *Store) forgetSteps(ctx context.Context, conv string, out *schemas.Forge
 		// Last: jobs in flight may still report until they see the tombstone.
 		{name: "dead letters", stream: s.cfg.DeadStream, subject: subj(s.cfg.DeadSubject), counted: &d.DeadLetters},
 		{name: "events", stream: s.cfg.EventsStream, subject: subj(s.cfg.EventSubject), counted: &d.Events, eventsOf: true},
+		// After the events: an exchange of the proxy's finishing meanwhile may still book
+		// its reply (a savings reader drops a reply whose request entry is gone).
+		{name: "ledger entries", ledger: true, counted: &d.LedgerEntries},
 	}
 	var errs []error
 	for _, st := range steps {
@@ -228,6 +232,8 @@ func (s *Store) forgetSteps(ctx context.Context, conv string, out *schemas.Forge
 // forgetStep runs one deletion and returns how many messages it deleted.
 func (s *Store) forgetStep(ctx context.Context, conv string, out *schemas.ForgetResponse, st forgetStep, objects map[string]bool, tombAt time.Time) (uint64, error) {
 	switch {
+	case st.ledger:
+		return s.forgetLedger(ctx, conv)
 	case st.objects:
 		// Those a message of the new conversation refers to (published since the forget
 		// began, the same content again) stay: read now, as late as can be.

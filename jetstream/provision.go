@@ -41,6 +41,11 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 			return nil, nil, err
 		}
 	}
+	if lc, ok := ledgerStreamConfig(cfg); ok {
+		if err := p.optionalStream(ctx, lc); err != nil {
+			return nil, nil, err
+		}
+	}
 	for _, kc := range bucketConfigs(cfg) {
 		if optionalBucket(cfg, kc.Bucket) {
 			if err := p.optionalBucket(ctx, kc); err != nil {
@@ -81,6 +86,48 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 // of this version still starts.
 func optionalBucket(cfg Config, bucket string) bool {
 	return bucket == cfg.WindowsBucket || bucket == cfg.DeploymentBucket
+}
+
+// ledgerStreamConfig is the savings ledger's stream; ok is false when cfg names none.
+func ledgerStreamConfig(cfg Config) (natsjs.StreamConfig, bool) {
+	if cfg.LedgerStream == "" {
+		return natsjs.StreamConfig{}, false
+	}
+	maxAge, maxBytes := cfg.LedgerMaxAge, cfg.LedgerMaxBytes
+	if maxBytes == 0 {
+		maxBytes = -1
+	}
+	return natsjs.StreamConfig{
+		Name:        cfg.LedgerStream,
+		Description: "Compactor savings ledger: what the proxy sent models and would have sent, one entry per phase of each exchange",
+		Subjects:    []string{cfg.LedgerPrefix + ".*"},
+		Storage:     natsjs.FileStorage,
+		Retention:   natsjs.LimitsPolicy,
+		Duplicates:  cfg.DuplicateWindow,
+		MaxAge:      maxAge,
+		MaxBytes:    maxBytes,
+		Discard:     natsjs.DiscardOld,
+		Replicas:    cfg.Replicas,
+	}, true
+}
+
+// optionalStream provisions sc like stream, except that a stream this user may not
+// create (or read) is left missing, noted for MissingBuckets, instead of failing the
+// start: the savings ledger, which a deployment of an earlier version lacks until an
+// admin provisions.
+func (p *provisioner) optionalStream(ctx context.Context, sc natsjs.StreamConfig) error {
+	create, info := "$JS.API.STREAM.CREATE."+sc.Name, "$JS.API.STREAM.INFO."+sc.Name
+	rctx, cancel := RefusedContext(ctx, p.nc, func(pe *PermissionError) bool {
+		return pe.Subject == create || pe.Subject == info || pe.Subject == "$JS.API.INFO"
+	})
+	defer cancel()
+	err := p.stream(rctx, sc)
+	var pe *PermissionError
+	if errors.As(PermissionCause(rctx, err), &pe) {
+		p.skipped = append(p.skipped, sc.Name)
+		return nil
+	}
+	return err
 }
 
 // optionalBucket provisions kc like bucket, except that a bucket this user may not

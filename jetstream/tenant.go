@@ -60,6 +60,9 @@ func TenantNames(base Names, t string) (Names, error) {
 	n.ObjectsBucket, n.ForgetBucket = stream(base.ObjectsBucket), stream(base.ForgetBucket)
 	n.TriggersBucket, n.WindowsBucket = stream(base.TriggersBucket), stream(base.WindowsBucket)
 	n.DeploymentBucket = stream(base.DeploymentBucket)
+	if base.LedgerStream != "" {
+		n.LedgerStream, n.LedgerPrefix = stream(base.LedgerStream), prefix(base.LedgerPrefix)
+	}
 	return n, nil
 }
 

@@ -243,6 +243,9 @@ type ForgetCounts struct {
 	DeadLetters     uint64 `json:"dead_letters"`
 	ActivityMarkers uint64 `json:"activity_markers"`
 	Objects         uint64 `json:"objects"`
+	// LedgerEntries counts the savings ledger's entries of the conversation (omitted by
+	// a service of an earlier version).
+	LedgerEntries uint64 `json:"ledger_entries,omitempty"`
 }
 
 // Add adds o's counts to c's.
@@ -256,6 +259,7 @@ func (c *ForgetCounts) Add(o ForgetCounts) {
 	c.DeadLetters += o.DeadLetters
 	c.ActivityMarkers += o.ActivityMarkers
 	c.Objects += o.Objects
+	c.LedgerEntries += o.LedgerEntries
 }
 
 // Tombstone is the value a forget leaves, for a while, in KV bucket

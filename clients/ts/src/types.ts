@@ -211,6 +211,8 @@ export interface ForgetResponse {
     requests: number;
     events: number;
     dead_letters: number;
+    /** The savings ledger's entries of the conversation; absent from earlier versions' answers. */
+    ledger_entries?: number;
     activity_markers: number;
     objects: number;
   };
