@@ -104,6 +104,7 @@ type Env struct {
 	ProxySessionHeaders        string        `envconfig:"PROXY_SESSION_HEADERS" default:"X-Claude-Code-Session-Id,session-id,thread-id,x-session-id,x-opencode-session" desc:"proxy: headers naming the conversation when X-Compactor-Conversation is absent, looked at in order, comma separated (a value that is not a valid id becomes s- and 32 hex digits of its SHA-256)"`
 	ProxyBodyField             string        `envconfig:"PROXY_BODY_FIELD" desc:"proxy: dotted path of a string field of the request body naming the conversation when no header does, e.g. metadata.user_id; empty: none"`
 	ProxyRequireID             bool          `envconfig:"PROXY_REQUIRE_ID" default:"false" desc:"proxy: refuse (400) a request that names no conversation; false: pass it through untouched, marked X-Compactor-Passthrough: no-conversation-id"`
+	ProxyMode                  string        `envconfig:"PROXY_MODE" default:"rewrite" desc:"proxy: rewrite (the model is sent the compacted context) or shadow (every request goes upstream exactly as the client sent it, while the conversation is stored and compacted and the savings ledger books what rewrite would have sent; read it with compactor savings)"`
 	ProxyOnNATSDown            string        `envconfig:"PROXY_ON_NATS_DOWN" default:"fail" desc:"proxy: with NATS unreachable, fail (503) or pass (the request forwarded as sent, marked X-Compactor-Passthrough: nats-unavailable)"`
 	ProxyWait                  time.Duration `envconfig:"PROXY_WAIT" default:"10s" desc:"proxy: how long a request over the window waits for a pending compaction before its context is cut at read time"`
 	ProxyCacheTTL              time.Duration `envconfig:"PROXY_CACHE_TTL" default:"5m" desc:"proxy: how long the provider's prompt cache is taken to live: a newer compaction is swapped in only past it, or when the window needs it"`
@@ -425,7 +426,7 @@ func (e Env) proxy() *proxy.Config {
 		Listen: e.ProxyListen, Upstream: e.ProxyUpstream, AnthropicUpstream: e.ProxyAnthropicUpstream, GeminiUpstream: e.ProxyGeminiUpstream,
 		UpstreamKey: e.ProxyUpstreamKey, AnthropicUpstreamKey: e.ProxyAnthropicKey, GeminiUpstreamKey: e.ProxyGeminiKey,
 		SessionHeaders: headers, BodyField: strings.TrimSpace(e.ProxyBodyField), RequireID: e.ProxyRequireID,
-		OnNATSDown: e.ProxyOnNATSDown, Wait: e.ProxyWait, CacheTTL: e.ProxyCacheTTL, MaxBody: e.ProxyMaxBody,
+		Mode: strings.TrimSpace(e.ProxyMode), OnNATSDown: e.ProxyOnNATSDown, Wait: e.ProxyWait, CacheTTL: e.ProxyCacheTTL, MaxBody: e.ProxyMaxBody,
 		OwnerKey: e.ProxyOwnerKey, BindOwner: e.ProxyBindOwner,
 		MaxInFlight: e.ProxyMaxInFlight, ReadHeaderTimeout: e.ProxyReadHeaderTimeout, ReadTimeout: e.ProxyReadTimeout,
 		UpstreamHeaderTimeout: e.ProxyUpstreamHeaderTimeout, UpstreamIdleTimeout: e.ProxyUpstreamIdleTimeout,

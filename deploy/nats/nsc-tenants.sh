@@ -286,6 +286,8 @@ add_tenant() {
 		--allow-pub '$JS.API.CONSUMER.INFO.KV_compaction-deployment_'"${t}"'.*' \
 		--allow-pub '$JS.API.CONSUMER.INFO.OBJ_compaction-objects_'"${t}"'.*' \
 		--allow-pub "chat.${t}.*.msg" \
+		--allow-pub "ledger.${t}.*" \
+		--allow-pub '$JS.API.STREAM.INFO.LEDGER_'"${t}" \
 		--allow-pub '$JS.API.DIRECT.GET.CHAT_'"${t}" \
 		--allow-pub '$JS.API.DIRECT.GET.COMPACT_REQUESTS_'"${t}" \
 		--allow-pub '$JS.API.DIRECT.GET.COMPACT_EVENTS_'"${t}" \

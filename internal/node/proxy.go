@@ -1,6 +1,8 @@
 package node
 
 import (
+	"slices"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/internal/proxy"
@@ -16,6 +18,12 @@ func newProxy(cfg Config, nc *nats.Conn, st *jetstream.Store, policies PolicySou
 	opts := proxy.Options{NATS: nc, Logger: cfg.Logger, Tracer: cfg.Telemetry.Traces}
 	if m := cfg.Telemetry.Metrics; m != nil {
 		opts.Observer = m.Proxy()
+	}
+	if l := st.Ledger(); l.Enabled() && !slices.Contains(st.MissingBuckets(), st.Config().LedgerStream) {
+		opts.Ledger = l
+	} else {
+		cfg.Logger.Warn().Str("stream", st.Config().LedgerStream).
+			Msg("proxy: the savings ledger stream is missing and this user may not create it: exchanges are not booked until an admin provisions (compactor serve as admin)")
 	}
 	return proxy.New(*cfg.Proxy, proxyWires(), convs, opts)
 }

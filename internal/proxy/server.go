@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,6 +45,9 @@ const (
 
 	StatusCompacted   = "compacted"
 	StatusPassthrough = "passthrough"
+	// StatusShadow: shadow mode; the request went upstream as sent, and the ledger
+	// booked what rewrite mode would have sent.
+	StatusShadow = "shadow"
 
 	// PassNoConversation: the request named no conversation.
 	PassNoConversation = "no-conversation-id"
@@ -54,6 +58,9 @@ const (
 	// PassNoSummary: an API's compaction endpoint asked before Compactor has a summary
 	// of the conversation (or with COMPACTOR_PROXY_ANSWER_COMPACTIONS=false).
 	PassNoSummary = "no-summary"
+	// PassShadowUnread: shadow mode, and the request could not be read or its turn
+	// prepared: forwarded as sent, not booked.
+	PassShadowUnread = "shadow-not-booked"
 )
 
 // What COMPACTOR_PROXY_ON_NATS_DOWN chooses.
@@ -86,6 +93,10 @@ type Config struct {
 	RequireID bool
 	// OnNATSDown is NATSDownFail (503) or NATSDownPass (the request forwarded as sent).
 	OnNATSDown string
+	// Mode is ModeRewrite ("" too: the compacted context goes upstream) or ModeShadow (the
+	// client's request goes upstream as sent; the conversation is stored and compacted,
+	// and the ledger books what rewrite mode would have sent).
+	Mode string
 	// Wait bounds the wait for a pending compaction; CacheTTL is how long the
 	// provider's prompt cache is taken to live (see TurnOptions).
 	Wait, CacheTTL time.Duration
@@ -130,6 +141,7 @@ func DefaultConfig() Config {
 		GeminiUpstream:    "https://generativelanguage.googleapis.com",
 		SessionHeaders:    append([]string(nil), DefaultSessionHeaders...),
 		OnNATSDown:        NATSDownFail,
+		Mode:              ModeRewrite,
 		Wait:              10 * time.Second,
 		CacheTTL:          5 * time.Minute,
 		MaxBody:           32 << 20,
@@ -147,6 +159,8 @@ func DefaultConfig() Config {
 // Validate reports what makes c unusable.
 func (c Config) Validate() error {
 	switch {
+	case c.Mode != "" && c.Mode != ModeRewrite && c.Mode != ModeShadow:
+		return fmt.Errorf("COMPACTOR_PROXY_MODE: %q is neither %q nor %q", c.Mode, ModeRewrite, ModeShadow)
 	case c.OnNATSDown != NATSDownFail && c.OnNATSDown != NATSDownPass:
 		return fmt.Errorf("COMPACTOR_PROXY_ON_NATS_DOWN: %q is neither %q nor %q", c.OnNATSDown, NATSDownFail, NATSDownPass)
 	case c.MaxBody <= 0:
@@ -192,6 +206,9 @@ type Options struct {
 	Tracer trace.TracerProvider
 	// Transport sends the upstream requests (nil: http.DefaultTransport).
 	Transport http.RoundTripper
+	// Ledger books each exchange that reaches the upstream (the savings ledger; nil:
+	// none is booked).
+	Ledger Ledger
 }
 
 // Server is the proxy role: an HTTP server between an agent and its model.
@@ -211,6 +228,11 @@ type Server struct {
 	// inFlight holds a token for each request served (MaxInFlight).
 	inFlight chan struct{}
 
+	// prefixes is what the ledger compares each request with; ledgerErrs counts the
+	// entries it did not take.
+	prefixes   *prefixMemo
+	ledgerErrs atomic.Int64
+
 	ln  net.Listener
 	srv *http.Server
 }
@@ -225,6 +247,9 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 	if convs == nil {
 		return nil, errors.New("proxy: no Conversations")
 	}
+	if cfg.Mode == "" {
+		cfg.Mode = ModeRewrite
+	}
 	ups, _ := cfg.upstreams()
 	transport := opts.Transport
 	if transport == nil {
@@ -238,7 +263,7 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 	s := &Server{cfg: cfg, wires: wires, convs: convs, opts: opts, log: opts.Logger, ups: ups,
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		ownerKey: []byte(cfg.OwnerKey), tracer: tp.Tracer("github.com/compactor/compactor/internal/proxy"),
-		inFlight: make(chan struct{}, cfg.MaxInFlight)}
+		inFlight: make(chan struct{}, cfg.MaxInFlight), prefixes: newPrefixMemo(maxPrefixDigests)}
 	s.prompts = append([]CompactionPrompt(nil), DefaultCompactionPrompts...)
 	for _, t := range cfg.CompactionPrompts {
 		if t = strings.TrimSpace(t); t != "" {

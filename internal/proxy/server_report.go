@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/internal/telemetry"
+	"github.com/compactor/compactor/schemas"
 )
 
 // Outcomes of a request of a rewritten path (the outcome label of
@@ -46,16 +47,28 @@ type Report struct {
 	// Added is the proxy's own time: the request's, less the time spent on the
 	// upstream.
 	Added time.Duration
+	// Mode is the proxy's; Booked the exchange's sent entry in the savings ledger (nil
+	// when none); LedgerFailures the entries the ledger did not take.
+	Mode           string
+	Booked         *schemas.LedgerEntry
+	LedgerFailures int
 }
 
 // metrics is what r says for the metrics.
 func (r *Report) metrics() telemetry.ProxyReport {
-	m := telemetry.ProxyReport{API: r.API, Outcome: r.Outcome, Stored: r.Stored, Added: r.Added}
+	m := telemetry.ProxyReport{API: r.API, Outcome: r.Outcome, Stored: r.Stored, Added: r.Added, Mode: r.Mode, LedgerFailures: r.LedgerFailures}
 	if t := r.Turn; t != nil {
 		m.Branch, m.ClientTokens, m.Waited = t.Branch, t.ClientTokens, t.Waited
-		if t.Context != nil {
+		switch {
+		case r.Mode == ModeShadow:
+			m.ForwardedTokens = t.ClientTokens // the client's request went upstream
+		case t.Context != nil:
 			m.ForwardedTokens = t.Context.Tokens
 		}
+	}
+	if b := r.Booked; b != nil {
+		m.Booked, m.BookedClient, m.BookedCompacted = true, b.ClientTokens, b.CompactedTokens
+		m.BookedClientPrefix, m.BookedCompactedPrefix = b.ClientPrefixTokens, b.CompactedPrefixTokens
 	}
 	if u := r.Usage; u != nil {
 		m.HasUsage, m.Input, m.CacheRead, m.CacheWrite = true, u.Input, u.CacheRead, u.CacheWrite

@@ -37,6 +37,11 @@ type exchange struct {
 	// side: the request is a side task of the agent's (sideRequest): its reply is
 	// not stored.
 	side bool
+	// booked is the exchange's sent entry in the savings ledger, until its done entry
+	// is booked (nil: none).
+	booked *schemas.LedgerEntry
+	// status is the upstream's HTTP status, once its answer came.
+	status int
 }
 
 // rewrite serves one request of a rewritten path: the conversation named, the
@@ -47,7 +52,7 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, rt h
 	ctx, span := s.tracer.Start(ctx, "proxy "+wire.Name(), trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("compactor.proxy.api", wire.Name())))
 	x := &exchange{s: s, w: w, r: r.WithContext(ctx), wire: wire, rt: rt, up: s.ups[rt.upstream], span: span, start: time.Now(),
-		report: Report{API: wire.Name()}}
+		report: Report{API: wire.Name(), Mode: s.cfg.Mode}}
 	defer x.end()
 	body, err := readBody(w, x.r, s.cfg.MaxBody)
 	if err != nil {
@@ -84,6 +89,9 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, rt h
 	x.compact(body, id.conv)
 }
 
+// shadow says the proxy runs in shadow mode: every request goes upstream as sent.
+func (x *exchange) shadow() bool { return x.s.cfg.Mode == ModeShadow }
+
 // conversationAttribute is the span attribute of a conversation id (the exporter
 // hashes it when the operator asks for it).
 const conversationAttribute = "compactor.conversation"
@@ -109,6 +117,8 @@ func (x *exchange) compact(body []byte, conv string) {
 		x.side = true
 	}
 	switch {
+	case x.shadow():
+		x.forward(req, turn) // as sent: Compactor answers nothing itself in shadow mode
 	case x.rt.compact:
 		x.answerCompact(body, req, turn)
 	case kind.compaction && x.answer(req, turn, kind.prompt):
@@ -125,6 +135,9 @@ func (x *exchange) parse(body []byte, conv string) (*Request, bool) {
 	switch {
 	case errors.As(err, &pt):
 		x.pass(body, conv, pt.Reason)
+		return nil, false
+	case err != nil && x.shadow():
+		x.pass(body, conv, PassShadowUnread) // in shadow mode nothing the proxy decides reaches the client
 		return nil, false
 	case err != nil:
 		x.refuseErr(err)
@@ -168,8 +181,18 @@ func (x *exchange) prepare(body []byte, conv string, req *Request, kind requestK
 	}
 	opts := TurnOptions{Owner: owner, MaxOutput: req.MaxOutput, Compaction: kind.compaction,
 		Reserve: reserve(body), Wait: x.s.cfg.Wait, CacheTTL: x.s.cfg.CacheTTL}
+	if x.shadow() {
+		opts.Wait = 0 // the request goes as sent: it waits for no compaction
+	}
 	turn, err := x.s.convs.Prepare(x.r.Context(), conv, req.Messages, opts)
 	switch {
+	case err != nil && x.shadow() && x.r.Context().Err() == nil:
+		// In shadow mode the client gets what it would without Compactor: a refusal
+		// (another credential's conversation, NATS down) is the ledger's loss, not the
+		// client's.
+		x.s.log.Warn().Err(err).Str("api", x.wire.Name()).Msg("proxy: shadow mode: the turn was not prepared; forwarded as sent, not booked")
+		x.pass(body, conv, PassShadowUnread)
+		return nil, false
 	case err != nil && connectionError(err) != nil && x.r.Context().Err() == nil:
 		x.natsDown(body, conv, err)
 		return nil, false
@@ -182,8 +205,16 @@ func (x *exchange) prepare(body []byte, conv string, req *Request, kind requestK
 	return turn, true
 }
 
-// forward builds the upstream request of the turn's context and sends it.
+// forward builds the upstream request of the turn's context and sends it: the built
+// one in rewrite mode, the client's own in shadow mode. Either way the ledger books
+// both first.
 func (x *exchange) forward(req *Request, turn *Turn) {
+	if x.shadow() {
+		x.bookSent(req, turn, reserve(req.Body))
+		x.w.Header().Set(StatusHeader, StatusShadow)
+		x.send(req.Body, turn)
+		return
+	}
 	if x.side {
 		x.w.Header().Set(SideHeader, "true")
 	}
@@ -193,6 +224,7 @@ func (x *exchange) forward(req *Request, turn *Turn) {
 		x.refuse(http.StatusInternalServerError, "api_error", "the proxy could not build the upstream request")
 		return
 	}
+	x.bookSent(req, turn, reserve(req.Body))
 	setTurnHeaders(x.w.Header(), turn)
 	x.send(out, turn)
 }
@@ -213,6 +245,15 @@ func (x *exchange) send(out []byte, turn *Turn) {
 	}
 	defer resp.Body.Close()
 	defer func() { x.upstream += time.Since(t0) }()
+	x.status = resp.StatusCode
+	// An answer whose reply was not put together (an error, a reply too large to keep)
+	// is booked without usage; a stream that broke off, or a client gone, stays
+	// unsettled.
+	defer func() {
+		if x.report.Outcome != OutcomeFailed {
+			x.bookDone(x.status, nil)
+		}
+	}()
 	switch {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		x.relayError(resp)
@@ -306,7 +347,7 @@ func (x *exchange) natsDown(body []byte, conv string, cause error) {
 	x.s.log.Warn().Str("cause", errorKind(cause)).Str("api", x.wire.Name()).Str("on_nats_down", x.s.cfg.OnNATSDown).
 		Msg("proxy: NATS unavailable")
 	x.span.SetAttributes(attribute.String("compactor.proxy.nats", "unavailable"))
-	if x.s.cfg.OnNATSDown == NATSDownPass {
+	if x.s.cfg.OnNATSDown == NATSDownPass || x.shadow() {
 		x.pass(body, conv, PassNATSDown)
 		return
 	}
@@ -524,8 +565,14 @@ const finishTimeout = 30 * time.Second
 // finish stores a whole reply.
 func (x *exchange) finish(turn *Turn, msg schemas.Message, usage *Usage) {
 	x.report.Usage = usage
+	x.bookDone(x.status, usage)
 	if x.side {
 		return
+	}
+	if x.shadow() {
+		// The usage is of the client's request, not of the compacted context: it must
+		// not calibrate the conversation's estimate.
+		usage = nil
 	}
 	// The whole reply came: it is stored even when the client closes at once (SDKs
 	// close the moment they have read the end), within a bound of its own.

@@ -33,6 +33,15 @@ type ProxyReport struct {
 	// read from its prompt cache, CacheWrite written to it.
 	HasUsage                     bool
 	Input, CacheRead, CacheWrite int
+	// Mode is the proxy's mode (rewrite or shadow). Booked says the exchange's sent
+	// entry went into the savings ledger, with the estimates of the client's request
+	// and of the compacted one, and each one's prefix a prompt cache could serve;
+	// LedgerFailures counts the entries of the request the ledger did not take.
+	Mode                                      string
+	Booked                                    bool
+	BookedClient, BookedCompacted             int64
+	BookedClientPrefix, BookedCompactedPrefix int64
+	LedgerFailures                            int
 }
 
 // ProxyMetrics are the proxy role's metrics (the proxy's Observer).
@@ -45,7 +54,12 @@ type ProxyMetrics struct {
 	branches     *prometheus.CounterVec // reason
 	wait         prometheus.Histogram
 	added        prometheus.Histogram
+	ledger       *prometheus.CounterVec // api, mode, request, part
+	ledgerFailed prometheus.Counter
 }
+
+// ProxyModes are the proxy's modes (the mode label of compactor_proxy_ledger_tokens_total).
+var ProxyModes = []string{"rewrite", "shadow"}
 
 // Proxy registers the proxy role's metrics on m's registry (once per process: the
 // node that runs the role calls it) and returns them.
@@ -77,7 +91,12 @@ func (m *Metrics) Proxy() *ProxyMetrics {
 			Help:    "The proxy's own time per request of a rewritten path: the whole request's, less the time spent waiting for and reading the upstream.",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}}),
 	}
-	m.reg.MustRegister(p.wait, p.added)
+	p.ledger = counter("compactor_proxy_ledger_tokens_total",
+		"Estimated tokens of the exchanges booked in the savings ledger, by API, mode (rewrite, shadow), request (client: as the client sent it; compacted: the compacted one, sent in rewrite mode, not in shadow) and part (all; cache_prefix: the part a prompt cache could serve, the same as the conversation's previous request within COMPACTOR_PROXY_CACHE_TTL). compactor savings reads the ledger itself, by model and client.",
+		"api", "mode", "request", "part")
+	p.ledgerFailed = prometheus.NewCounter(prometheus.CounterOpts{Name: "compactor_proxy_ledger_failures_total",
+		Help: "Savings ledger entries the proxy could not append (the exchange went on; its figures are missing or unsettled)."})
+	m.reg.MustRegister(p.wait, p.added, p.ledgerFailed)
 	// Every series of a closed label set exists from the start at 0.
 	for _, api := range ProxyAPIs {
 		for _, o := range ProxyOutcomes {
@@ -88,6 +107,13 @@ func (m *Metrics) Proxy() *ProxyMetrics {
 		p.stored.WithLabelValues(api)
 		for _, k := range []string{"cached", "uncached", "cache_write"} {
 			p.upstreamIn.WithLabelValues(api, k)
+		}
+		for _, mode := range ProxyModes {
+			for _, req := range []string{"client", "compacted"} {
+				for _, part := range []string{"all", "cache_prefix"} {
+					p.ledger.WithLabelValues(api, mode, req, part)
+				}
+			}
 		}
 	}
 	for _, b := range ProxyBranches {
@@ -110,6 +136,18 @@ func (p *ProxyMetrics) ProxyRequest(r ProxyReport) {
 	}
 	if r.Branch != "" {
 		p.branches.WithLabelValues(r.Branch).Inc()
+	}
+	if r.LedgerFailures > 0 {
+		p.ledgerFailed.Add(float64(r.LedgerFailures))
+	}
+	if r.Booked {
+		for _, v := range []struct {
+			req, part string
+			n         int64
+		}{{"client", "all", r.BookedClient}, {"client", "cache_prefix", r.BookedClientPrefix},
+			{"compacted", "all", r.BookedCompacted}, {"compacted", "cache_prefix", r.BookedCompactedPrefix}} {
+			p.ledger.WithLabelValues(r.API, r.Mode, v.req, v.part).Add(float64(max(v.n, 0)))
+		}
 	}
 	if r.HasUsage {
 		cached, written := max(r.CacheRead, 0), max(r.CacheWrite, 0)

@@ -16,6 +16,8 @@ func TestProxyMetrics(t *testing.T) {
 	obs.ProxyRequest(ProxyReport{API: "anthropic", Outcome: "compacted", Branch: "edit", ClientTokens: 9000, ForwardedTokens: 3000,
 		Waited: 2 * time.Second, Stored: 3, Added: 3 * time.Millisecond, HasUsage: true, Input: 3100, CacheRead: 2000, CacheWrite: 600})
 	obs.ProxyRequest(ProxyReport{API: "openai", Outcome: "passthrough"})
+	obs.ProxyRequest(ProxyReport{API: "gemini", Outcome: "compacted", Mode: "shadow", Booked: true, BookedClient: 8000, BookedCompacted: 2500,
+		BookedClientPrefix: 7000, BookedCompactedPrefix: 2400, LedgerFailures: 1})
 
 	problems, err := testutil.GatherAndLint(m.reg)
 	if err != nil {
@@ -35,6 +37,11 @@ func TestProxyMetrics(t *testing.T) {
 		"uncached":             {testutil.ToFloat64(p.upstreamIn.WithLabelValues("anthropic", "uncached")), 500},
 		"stored":               {testutil.ToFloat64(p.stored.WithLabelValues("anthropic")), 3},
 		"branches":             {testutil.ToFloat64(p.branches.WithLabelValues("edit")), 1},
+		"booked client":        {testutil.ToFloat64(p.ledger.WithLabelValues("gemini", "shadow", "client", "all")), 8000},
+		"booked client prefix": {testutil.ToFloat64(p.ledger.WithLabelValues("gemini", "shadow", "client", "cache_prefix")), 7000},
+		"booked compacted":     {testutil.ToFloat64(p.ledger.WithLabelValues("gemini", "shadow", "compacted", "all")), 2500},
+		"booked compacted pre": {testutil.ToFloat64(p.ledger.WithLabelValues("gemini", "shadow", "compacted", "cache_prefix")), 2400},
+		"ledger failures":      {testutil.ToFloat64(p.ledgerFailed), 1},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %g; want %g", name, c.got, c.want)

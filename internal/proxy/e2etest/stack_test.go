@@ -43,6 +43,7 @@ type stack struct {
 	proxy string // the proxy's root URL, http://127.0.0.1:port
 	nc    *nats.Conn
 	pc    *pipeline.Client
+	env   []string // the process's environment: a test starts it again with it
 }
 
 // startStack starts a stack; env (COMPACTOR_ variables) comes on top of the defaults.
@@ -57,12 +58,14 @@ func startStack(t *testing.T, env ...string) *stack {
 		fmt.Sprintf("COMPACTOR_PROXY_LISTEN=127.0.0.1:%d", port),
 		"COMPACTOR_PROXY_UPSTREAM=" + s.up.URL(),
 		"COMPACTOR_PROXY_ANTHROPIC_UPSTREAM=" + s.up.URL(),
+		"COMPACTOR_PROXY_GEMINI_UPSTREAM=" + s.up.URL(),
 		"COMPACTOR_LLM_BASE_URL=" + s.up.URL(),
 		"COMPACTOR_LLM_MODEL=" + fakeupstream.SummarizerModel,
 		"COMPACTOR_LLM_API_KEY=" + summarizerKey,
 		"OPENAI_API_KEY=", "OPENAI_BASE_URL=",
 	}
-	s.proc = proctest.Start(t, "compactor serve (proxy)", proctest.Compactor(t), []string{"serve"}, append(base, env...))
+	s.env = append(base, env...)
+	s.proc = proctest.Start(t, "compactor serve (proxy)", proctest.Compactor(t), []string{"serve"}, s.env)
 	s.nc = jstest.Conn(t, srv)
 	s.waitReady(t)
 	pc, err := pipeline.New(ctxFor(t, 10*time.Second), s.nc)

@@ -1,0 +1,280 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/tokens"
+)
+
+// The savings ledger: each exchange of a rewritten path that reaches the upstream is
+// booked twice (schemas.LedgerEntry). The sent entry is written, and acknowledged,
+// before the request goes upstream: an exchange the upstream may bill is never missing
+// from the ledger, whatever happens to the proxy after. The done entry follows the
+// upstream's answer; a crash before it leaves the exchange unsettled (counted from its
+// estimates), never uncounted, and an append retried within the stream's duplicate
+// window is stored once.
+
+// Modes of the proxy (COMPACTOR_PROXY_MODE).
+const (
+	// ModeRewrite sends the model the compacted context: the proxy's purpose.
+	ModeRewrite = schemas.LedgerRewrite
+	// ModeShadow sends every request upstream exactly as the client sent it, while the
+	// conversation is stored and compacted as usual and the ledger books what rewrite
+	// mode would have sent: a team measures before it changes anything.
+	ModeShadow = schemas.LedgerShadow
+)
+
+// Ledger is where the proxy books its exchanges (jetstream.Ledger).
+type Ledger interface {
+	Append(ctx context.Context, e *schemas.LedgerEntry) error
+}
+
+// ClientHeader names the agent an exchange is booked to, when the client sends it;
+// otherwise the product of its User-Agent.
+const ClientHeader = "X-Compactor-Client"
+
+// ledgerTimeout bounds one append: the sent entry holds the request back until it is
+// acknowledged (or this passes; then the exchange goes on, unbooked, and is counted).
+const ledgerTimeout = 2 * time.Second
+
+// clientName is the agent of r: ClientHeader, else the first product token of its
+// User-Agent ("claude-cli/1.0.83 (external, cli)" is claude-cli), kept to 64
+// characters of [A-Za-z0-9._-]; "" when neither says.
+func clientName(h http.Header) string {
+	name := strings.TrimSpace(h.Get(ClientHeader))
+	if name == "" {
+		ua := strings.TrimSpace(h.Get("User-Agent"))
+		if i := strings.IndexAny(ua, "/ ("); i >= 0 {
+			ua = ua[:i]
+		}
+		name = ua
+	}
+	var b strings.Builder
+	for _, c := range name {
+		if b.Len() == 64 {
+			break
+		}
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-' {
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
+// newExchangeID is a random id of 32 hex digits.
+func newExchangeID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// prefixMemo keeps, per conversation, the chains of its last client request and of its
+// last compacted one, with their token counts: the part of the next request that is
+// the same from the start, within the cache's life, is what a prompt cache could
+// serve. Bounded in digests kept; the oldest conversations go first.
+type prefixMemo struct {
+	mu      sync.Mutex
+	convs   map[string]*sentPair
+	digests int
+	max     int
+}
+
+// sentPair is one conversation's last requests, as the ledger saw them.
+type sentPair struct {
+	client, compacted sentChain
+	gen               uint64
+	at                time.Time
+}
+
+// sentChain is a request's chain and the tokens up to each of its messages.
+type sentChain struct {
+	chain []Digest
+	cum   []int64
+}
+
+// maxPrefixDigests bounds the digests the prefix memo keeps (16 bytes each, and 8 for
+// the tokens): about 24 MiB.
+const maxPrefixDigests = 1 << 20
+
+func newPrefixMemo(maxDigests int) *prefixMemo {
+	return &prefixMemo{convs: map[string]*sentPair{}, max: maxDigests}
+}
+
+// chainOf is the sent chain of msgs, given their chain when known (nil: computed).
+func chainOf(msgs []schemas.Message, chain []Digest, each []int) sentChain {
+	if len(chain) != len(msgs) {
+		chain = Chain(msgs)
+	}
+	sc := sentChain{chain: chain, cum: make([]int64, len(msgs))}
+	var n int64
+	for i := range msgs {
+		if len(each) == len(msgs) {
+			n += int64(each[i])
+		} else {
+			n += int64(tokens.Message(&msgs[i]))
+		}
+		sc.cum[i] = n
+	}
+	return sc
+}
+
+// common is the tokens of the messages next shares with prev from the start.
+func (prev sentChain) common(next sentChain) int64 {
+	i := 0
+	for i < len(prev.chain) && i < len(next.chain) && prev.chain[i] == next.chain[i] {
+		i++
+	}
+	if i == 0 {
+		return 0
+	}
+	return next.cum[i-1]
+}
+
+// record puts conv's new requests in the memo and returns the prefix each shares with
+// the conversation's previous one made within ttl of now (0 without one), and whether
+// the compacted context's generation changed since it (a compaction swapped in).
+func (m *prefixMemo) record(conv string, client, compacted sentChain, gen uint64, now time.Time, ttl time.Duration) (clientPrefix, compactedPrefix int64, swap bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if prev := m.convs[conv]; prev != nil {
+		if now.Sub(prev.at) <= ttl {
+			clientPrefix, compactedPrefix = prev.client.common(client), prev.compacted.common(compacted)
+		}
+		swap = prev.gen != gen
+		m.digests -= len(prev.client.chain) + len(prev.compacted.chain)
+		delete(m.convs, conv)
+	}
+	n := len(client.chain) + len(compacted.chain)
+	if n > m.max {
+		return clientPrefix, compactedPrefix, swap
+	}
+	for c, p := range m.convs { // over the bound: any (the map's order)
+		if m.digests+n <= m.max {
+			break
+		}
+		m.digests -= len(p.client.chain) + len(p.compacted.chain)
+		delete(m.convs, c)
+	}
+	m.convs[conv] = &sentPair{client: client, compacted: compacted, gen: gen, at: now}
+	m.digests += n
+	return clientPrefix, compactedPrefix, swap
+}
+
+// forget drops conv (its ledger entries were not booked: nothing to compare with).
+func (m *prefixMemo) forget(conv string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p := m.convs[conv]; p != nil {
+		m.digests -= len(p.client.chain) + len(p.compacted.chain)
+		delete(m.convs, conv)
+	}
+}
+
+// bookSent books the exchange's sent entry: what the client sent and what the
+// compacted request holds, each with the prefix a prompt cache could serve. reserve is
+// the request's tokens besides its messages (tools, a response format), in both.
+func (x *exchange) bookSent(req *Request, turn *Turn, reserve int) {
+	if x.s.opts.Ledger == nil || turn == nil || turn.Context == nil {
+		return
+	}
+	var view clientView
+	if ts, ok := turn.state.(*turnState); ok && len(ts.view.chain) == len(req.Messages) {
+		view = ts.view
+	}
+	client := chainOf(req.Messages, view.chain, view.tokens)
+	compacted := chainOf(turn.Context.Messages, nil, nil)
+	r := int64(reserve)
+	e := &schemas.LedgerEntry{V: schemas.LedgerVersion, ID: newExchangeID(), Phase: schemas.LedgerSent, At: time.Now().UTC(),
+		Conversation: turn.Conv, Mode: x.s.cfg.Mode, API: x.wire.Name(), Model: boundedName(modelOf(req, x.r.URL.Path)), Client: clientName(x.r.Header),
+		ClientTokens: r + last(client.cum), CompactedTokens: r + int64(turn.Context.Tokens), Generation: turn.Context.Generation}
+	cp, kp, swap := x.s.prefixes.record(turn.Conv, client, compacted, turn.Context.Generation, time.Now(), x.s.cfg.CacheTTL)
+	if cp > 0 {
+		e.ClientPrefixTokens = min(r+cp, e.ClientTokens)
+	}
+	if kp > 0 {
+		e.CompactedPrefixTokens = min(r+kp, e.CompactedTokens)
+	}
+	e.Swap = swap
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.r.Context()), ledgerTimeout)
+	defer cancel()
+	if err := x.s.opts.Ledger.Append(ctx, e); err != nil {
+		x.s.prefixes.forget(turn.Conv)
+		x.ledgerFailed(err)
+		return
+	}
+	x.booked, x.report.Booked = e, e
+}
+
+// bookDone books the exchange's done entry: the upstream's status and usage (nil when
+// it reported none).
+func (x *exchange) bookDone(status int, usage *Usage) {
+	sent := x.booked
+	if sent == nil {
+		return
+	}
+	x.booked = nil
+	e := *sent
+	e.Phase, e.At, e.Status = schemas.LedgerDone, time.Now().UTC(), status
+	e.ClientTokens, e.CompactedTokens, e.ClientPrefixTokens, e.CompactedPrefixTokens, e.Generation, e.Swap = 0, 0, 0, 0, 0, false
+	if usage != nil {
+		u := schemas.LedgerUsage{Input: clampTokens(usage.Input), CacheRead: clampTokens(usage.CacheRead),
+			CacheWrite: clampTokens(usage.CacheWrite), Output: clampTokens(usage.Output)}
+		// What an upstream reports is a hint: cache figures over the input are cut to it.
+		u.CacheRead = min(u.CacheRead, u.Input)
+		u.CacheWrite = min(u.CacheWrite, u.Input-u.CacheRead)
+		e.Usage = &u
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.r.Context()), ledgerTimeout)
+	defer cancel()
+	if err := x.s.opts.Ledger.Append(ctx, &e); err != nil {
+		x.ledgerFailed(err)
+	}
+}
+
+// ledgerFailed reports an append that failed: the exchange went on (the ledger never
+// holds a request back past ledgerTimeout), so its figures are missing or unsettled.
+func (x *exchange) ledgerFailed(err error) {
+	x.s.ledgerErrs.Add(1)
+	x.report.LedgerFailures++
+	x.s.log.Warn().Err(err).Msg("proxy: the savings ledger did not take an entry; the exchange went on")
+}
+
+// modelOf is the model a request asks for: its model field, else the model of a
+// Gemini path (/v1beta/models/<model>:generateContent).
+func modelOf(req *Request, path string) string {
+	if req.Model != "" {
+		return req.Model
+	}
+	_, rest, ok := strings.Cut(path, "/models/")
+	if !ok {
+		return ""
+	}
+	m, _, _ := strings.Cut(rest, ":")
+	return m
+}
+
+func last(cum []int64) int64 {
+	if len(cum) == 0 {
+		return 0
+	}
+	return cum[len(cum)-1]
+}
+
+func clampTokens(n int) int64 {
+	return min(max(int64(n), 0), schemas.MaxLedgerTokens)
+}
+
+// boundedName is s cut to the ledger's bound on a name (a rune cut in two dropped).
+func boundedName(s string) string {
+	if len(s) > schemas.MaxLedgerName {
+		s = s[:schemas.MaxLedgerName]
+	}
+	return strings.ToValidUTF8(s, "")
+}
