@@ -28,6 +28,11 @@ type answerStack struct {
 }
 
 func newAnswerStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, configure func(*proxy.Config)) *answerStack {
+	return newAnswerStackWith(t, nc, st, configure, proxy.Options{})
+}
+
+// newAnswerStackWith is newAnswerStack with opts (its NATS and Logger are the stack's).
+func newAnswerStackWith(t *testing.T, nc *nats.Conn, st *jetstream.Store, configure func(*proxy.Config), opts proxy.Options) *answerStack {
 	a := &answerStack{f: newFixture(t, nc, st, 128000)}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := a.calls.Add(1)
@@ -48,7 +53,8 @@ func newAnswerStack(t *testing.T, nc *nats.Conn, st *jetstream.Store, configure 
 	if configure != nil {
 		configure(&cfg)
 	}
-	srv, err := proxy.New(cfg, wires.All(), a.f.conv, proxy.Options{NATS: nc, Logger: zerolog.Nop()})
+	opts.NATS, opts.Logger = nc, zerolog.Nop()
+	srv, err := proxy.New(cfg, wires.All(), a.f.conv, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

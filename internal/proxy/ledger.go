@@ -221,7 +221,7 @@ func (x *exchange) bookDone(status int, usage *Usage) {
 	}
 	x.booked = nil
 	e := *sent
-	e.Phase, e.At, e.Status = schemas.LedgerDone, time.Now().UTC(), status
+	e.Phase, e.At, e.Status, e.Answered = schemas.LedgerDone, time.Now().UTC(), status, x.answered
 	e.ClientTokens, e.CompactedTokens, e.ClientPrefixTokens, e.CompactedPrefixTokens, e.Generation, e.Swap = 0, 0, 0, 0, 0, false
 	if usage != nil {
 		u := schemas.LedgerUsage{Input: clampTokens(usage.Input), CacheRead: clampTokens(usage.CacheRead),
@@ -236,6 +236,15 @@ func (x *exchange) bookDone(status int, usage *Usage) {
 	if err := x.s.opts.Ledger.Append(ctx, &e); err != nil {
 		x.ledgerFailed(err)
 	}
+}
+
+// bookAnswered books an exchange Compactor answered itself (an agent's request to
+// summarize its conversation, answered from the summary): the request the client sent
+// and the compacted context the answer came from, then its done entry, with no usage:
+// no model was called. The finish that stores the answer books the done entry.
+func (x *exchange) bookAnswered(req *Request, turn *Turn) {
+	x.bookSent(req, turn, reserve(req.Body))
+	x.status, x.answered = http.StatusOK, true
 }
 
 // ledgerFailed reports an append that failed: the exchange went on (the ledger never

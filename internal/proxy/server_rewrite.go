@@ -42,6 +42,9 @@ type exchange struct {
 	booked *schemas.LedgerEntry
 	// status is the upstream's HTTP status, once its answer came.
 	status int
+	// answered: Compactor answered the request itself (an agent's compaction request),
+	// calling no model.
+	answered bool
 }
 
 // rewrite serves one request of a rewritten path: the conversation named, the
@@ -476,6 +479,7 @@ func (x *exchange) answer(req *Request, turn *Turn, p CompactionPrompt) bool {
 		x.s.log.Error().Err(err).Str("api", x.wire.Name()).Msg("proxy: answer a compaction request")
 		return false
 	}
+	x.bookAnswered(req, turn)
 	x.finish(turn, reply, nil) // stored unless a side request; the usage is the proxy's own estimate: it calibrates nothing
 	x.report.Outcome, x.report.Usage = OutcomeAnswered, &usage
 	h := x.w.Header()
@@ -514,6 +518,7 @@ func (x *exchange) answerCompact(body []byte, req *Request, turn *Turn) {
 		x.refuse(http.StatusInternalServerError, "api_error", "compactor proxy: the compaction could not be answered")
 		return
 	}
+	x.bookAnswered(req, turn)
 	x.finish(turn, schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text(text)}, nil)
 	x.report.Outcome, x.report.Usage = OutcomeAnswered, &usage
 	setTurnHeaders(x.w.Header(), turn)

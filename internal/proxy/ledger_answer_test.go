@@ -1,0 +1,74 @@
+package proxy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/schemas"
+)
+
+// ledgerEntries is every valid entry of conv in st's ledger.
+func ledgerEntries(t *testing.T, st *jetstream.Store, conv string) []*schemas.LedgerEntry {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []*schemas.LedgerEntry
+	if _, err := st.Ledger().Read(ctx, jetstream.LedgerRead{Conversation: conv}, func(e *schemas.LedgerEntry) error {
+		out = append(out, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// An agent's compaction request that Compactor answers from its summary calls no
+// model: the ledger books it as answered, with no usage, beside the exchanges that did
+// call the model. In shadow mode the same request goes to the model, as sent.
+func TestLedgerBooksAnAnsweredCompactionAsNoModelCall(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		for _, mode := range []string{proxy.ModeRewrite, proxy.ModeShadow} {
+			conv := "ans-" + mode
+			a := newAnswerStackWith(t, nc, st, func(c *proxy.Config) { c.Mode = mode }, proxy.Options{Ledger: st.Ledger()})
+			h := []string{"system", "you are an agent", "user", "FACT-9 is the port"}
+			_, _ = a.chat(t, conv, false, h...)
+			h = append(h, "assistant", "model reply 1", "user", "second")
+			_, _ = a.chat(t, conv, false, h...)
+			h = append(h, "assistant", "model reply 2")
+			putValue(a.f, conv, 1, "SUMMARY: FACT-9 is the port.", "second")
+			resp, body := a.chat(t, conv, false, append(h, "user", claudeCompact)...)
+			if resp.StatusCode != 200 {
+				t.Fatalf("%s: %d %s", mode, resp.StatusCode, body)
+			}
+			es := ledgerEntries(t, st, conv)
+			if len(es) != 6 {
+				t.Fatalf("%s: the ledger holds %d entries; want 3 exchanges, sent and done", mode, len(es))
+			}
+			last := es[5]
+			switch mode {
+			case proxy.ModeRewrite:
+				if a.calls.Load() != 2 || !last.Answered || last.Usage != nil || last.Status != 200 || last.Phase != schemas.LedgerDone {
+					t.Fatalf("rewrite: %d model calls; the answered exchange booked %+v", a.calls.Load(), last)
+				}
+			case proxy.ModeShadow:
+				if a.calls.Load() != 3 || last.Answered || last.Usage == nil || last.Usage.Input != 10 {
+					t.Fatalf("shadow: %d model calls; the compaction request booked %+v", a.calls.Load(), last)
+				}
+			}
+			for _, e := range es[:4] {
+				if e.Phase == schemas.LedgerDone && (e.Usage == nil || e.Usage.Input != 10 || e.Usage.Output != 2 || e.Answered) {
+					t.Errorf("%s: a model call booked %+v", mode, e)
+				}
+				if e.Mode != mode {
+					t.Errorf("booked in mode %q; the proxy runs %q", e.Mode, mode)
+				}
+			}
+		}
+	})
+}
