@@ -124,7 +124,8 @@ func measureProxy(ctx context.Context, url string, c *Corpus, turns int, rep *Re
 	for name, w := range all {
 		pws[name] = w
 	}
-	srv, err := proxy.New(pcfg, pws, convs, proxy.Options{NATS: r.nc, Logger: zerolog.Nop()})
+	// The savings ledger on, as a deployment runs it: each turn books its exchange twice.
+	srv, err := proxy.New(pcfg, pws, convs, proxy.Options{NATS: r.nc, Logger: zerolog.Nop(), Ledger: r.store.Ledger()})
 	if err != nil {
 		return err
 	}
