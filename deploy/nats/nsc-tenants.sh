@@ -187,6 +187,7 @@ add_compactor() {
 		--allow-pub '$JS.API.STREAM.INFO.>' \
 		--allow-pub '$JS.API.CONSUMER.INFO.>' \
 		--allow-pub 'chat.*.*.msg' \
+		--allow-pub 'ledger.*.*' \
 		--allow-pub '$JS.API.DIRECT.GET.*' \
 		--allow-pub '$JS.API.DIRECT.GET.*.>' \
 		--allow-pub '$JS.API.STREAM.MSG.GET.*' \
