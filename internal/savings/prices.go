@@ -76,6 +76,9 @@ type rawPrice struct {
 // anything after the table are refused.
 func ParsePrices(data []byte) (*Prices, error) {
 	var raw struct {
+		// Note is free text for the people who keep the table (where its prices
+		// come from, when they were last checked); it is not read.
+		Note    string              `json:"note"`
 		Models  map[string]rawPrice `json:"models"`
 		Default *rawPrice           `json:"default"`
 	}

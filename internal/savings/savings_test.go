@@ -309,3 +309,20 @@ func TestParseTime(t *testing.T) {
 		}
 	}
 }
+
+// The shipped example table validates, and prices what it says it prices.
+func TestExamplePrices(t *testing.T) {
+	p, err := ReadPrices("../../examples/prices.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pr := p.For("claude-sonnet-4-5"); pr == nil || pr.CacheWrite != 3.75 {
+		t.Errorf("claude-sonnet-4-5: %+v; want the claude-sonnet-4* entry", pr)
+	}
+	if pr := p.For("gpt-4.1-mini-2025"); pr == nil || pr.Input != 0.40 {
+		t.Errorf("gpt-4.1-mini-2025: %+v; want the gpt-4.1-mini* entry", pr)
+	}
+	if pr := p.For("llama-3"); pr != nil {
+		t.Errorf("llama-3 priced %+v; the example has no default", pr)
+	}
+}
