@@ -36,7 +36,7 @@ every figure.
 
 --by groups by tenant, conversation, model, client, day (UTC) and mode, several
 comma-separated; none: the total alone. --since and --until bound the period by each
-exchange's time (RFC 3339, or a duration back from now: 24h, 7d). --tenants FILE reads
+exchange's time (RFC 3339, a date in UTC, or a duration back from now: 24h, 7d). --tenants FILE reads
 every tenant's ledger of that tenants file (run in Compactor's own account); without it,
 the deployment's own (or COMPACTOR_TENANT's). A last line counts the entries left out as
 invalid, the exchanges without a reply yet (unsettled: counted from their estimates) and
@@ -44,8 +44,8 @@ the replies whose request was not found (dropped). --json prints one object, --c
 per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
 		by := fs.String("by", "", "DIMS", "group by these, comma-separated: tenant, conversation, model, client, day, mode")
-		since := fs.String("since", "", "TIME", "only exchanges from this time: RFC 3339, or a duration back from now (24h, 7d)")
-		until := fs.String("until", "", "TIME", "only exchanges up to this time: RFC 3339, or a duration back from now")
+		since := fs.String("since", "", "TIME", "only exchanges from this time: RFC 3339, a date (UTC), or a duration back from now (24h, 7d)")
+		until := fs.String("until", "", "TIME", "only exchanges up to this time: RFC 3339, a date (UTC), or a duration back from now")
 		conv := fs.String("conversation", "", "ID", "only this conversation's exchanges")
 		tenantsFile := fs.String("tenants", "", "FILE", "read every tenant's ledger of this tenants file (docs/tenants.md)")
 		pricesFile := fs.String("prices", "", "FILE", "the price table (default COMPACTOR_PRICES; docs/savings.md)")
@@ -276,6 +276,10 @@ func writeSavingsNotes(w io.Writer, rep *savings.Report) error {
 		fmt.Fprintf(w, "%s of %s compactions no longer kept in the results bucket: their summarizer tokens are not counted\n",
 			thousands(t.Summarizer.Unknown), thousands(t.Summarizer.Compactions))
 	}
+	if c := t.Check; c.Estimated > 0 {
+		fmt.Fprintf(w, "estimates: the upstreams reported %s input tokens where the proxy estimated %s (%.2f×); the modelled side is as far off\n",
+			thousands(c.Reported), thousands(c.Estimated), float64(c.Reported)/float64(c.Estimated))
+	}
 	switch {
 	case !rep.Priced:
 		fmt.Fprintln(w, "no price table (--prices or COMPACTOR_PRICES): tokens only")
@@ -299,7 +303,7 @@ func tenantNames(ts []string) []string {
 }
 
 // savingsCSVHeader is the CSV's columns after "row" and the dimensions.
-var savingsCSVHeader = []string{"exchanges", "unsettled", "estimated", "failed", "answered", "swaps",
+var savingsCSVHeader = []string{"exchanges", "unsettled", "estimated", "failed", "answered", "swaps", "reported_input", "estimated_input",
 	"without_input", "without_cache_read", "without_cache_write", "without_uncached", "without_output",
 	"with_input", "with_cache_read", "with_cache_write", "with_uncached", "with_output",
 	"swap_cache_write", "summarizer_compactions", "summarizer_unknown", "summarizer_input", "summarizer_cached_input",
@@ -323,7 +327,7 @@ func writeSavingsCSV(w io.Writer, rep *savings.Report) error {
 			}
 		}
 		rec = append(rec, n(r.Exchanges), n(r.Unsettled), n(r.Estimated), n(r.Failed), n(r.Answered), n(r.Swaps),
-			n(r.Without.Input), n(r.Without.CacheRead), n(r.Without.CacheWrite), n(r.Without.Uncached), n(r.Without.Output),
+			n(r.Check.Reported), n(r.Check.Estimated), n(r.Without.Input), n(r.Without.CacheRead), n(r.Without.CacheWrite), n(r.Without.Uncached), n(r.Without.Output),
 			n(r.With.Input), n(r.With.CacheRead), n(r.With.CacheWrite), n(r.With.Uncached), n(r.With.Output),
 			n(r.SwapCacheWrite), n(r.Summarizer.Compactions), n(r.Summarizer.Unknown), n(r.Summarizer.Input),
 			n(r.Summarizer.CachedInput), n(r.Summarizer.Output), n(r.SavedTokens))

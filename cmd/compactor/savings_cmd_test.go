@@ -257,7 +257,7 @@ func TestSavingsCommand(t *testing.T) {
 		t.Errorf("table total: USD-SAVED %q; want -0.0019* (partial)", got)
 	}
 	for _, want := range []string{"1 invalid", "1 unsettled", "1 dropped", "partial: 1 exchanges or compactions of models without a price", "mystery",
-		"1 of 2 compactions no longer kept"} {
+		"1 of 2 compactions no longer kept", "reported 28,100 input tokens where the proxy estimated 27,000 (1.04×)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table output lacks %q:\n%s", want, out)
 		}

@@ -96,22 +96,25 @@ func readCompactions(ctx context.Context, st *jetstream.Store, conv string, p Pe
 	return out, nil
 }
 
-// ParseTime parses a bound of a period: an RFC 3339 time, or a duration back from now
-// (a Go duration such as 90m or 24h, or whole days such as 7d).
+// ParseTime parses a bound of a period: an RFC 3339 time, a date (its midnight, UTC),
+// or a duration back from now (a Go duration such as 90m or 24h, or whole days: 7d).
 func ParseTime(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
 		return t, nil
 	}
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.Atoi(days)
 		if err != nil || n < 0 || n > 100000 {
-			return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-01-31T00:00:00Z) or a duration back from now (24h, 7d)", s)
+			return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-01-31T00:00:00Z), a date (2026-01-31, UTC) or a duration back from now (24h, 7d)", s)
 		}
 		return now.Add(-time.Duration(n) * 24 * time.Hour), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 {
-		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-01-31T00:00:00Z) or a duration back from now (24h, 7d)", s)
+		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-01-31T00:00:00Z), a date (2026-01-31, UTC) or a duration back from now (24h, 7d)", s)
 	}
 	return now.Add(-d), nil
 }

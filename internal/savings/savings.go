@@ -83,11 +83,12 @@ type TenantData struct {
 }
 
 // Period bounds a report by the time of each exchange's sent entry and of each
-// compaction (zero: unbounded), both ends included.
+// compaction (zero: unbounded): from Since, included, to Until, excluded, so that
+// periods that meet (a month, the next month) share nothing.
 type Period struct{ Since, Until time.Time }
 
 func (p Period) holds(t time.Time) bool {
-	return (p.Since.IsZero() || !t.Before(p.Since)) && (p.Until.IsZero() || !t.After(p.Until))
+	return (p.Since.IsZero() || !t.Before(p.Since)) && (p.Until.IsZero() || t.Before(p.Until))
 }
 
 // Side is one way of sending an exchange's requests: without Compactor (the client's
@@ -150,6 +151,13 @@ type Summarizer struct {
 // Tokens is the summarizer's tokens, input and output.
 func (s Summarizer) Tokens() int64 { return s.Input + s.Output }
 
+// EstimateCheck is the input tokens upstreams reported and the proxy's estimates of the
+// same requests (client_tokens in shadow mode, compacted_tokens in rewrite mode).
+type EstimateCheck struct {
+	Reported  int64 `json:"reported"`
+	Estimated int64 `json:"estimated"`
+}
+
 // Money is a row's dollars, summed over the exchanges and compactions whose model has a
 // price (Row.Unpriced counts the others: when it is not 0 these sums are partial).
 type Money struct {
@@ -205,6 +213,10 @@ type Row struct {
 	SwapCacheWrite int64 `json:"swap_cache_write"`
 	// Summarizer is the summarizer's tokens for the group's compactions.
 	Summarizer Summarizer `json:"summarizer"`
+	// Check compares, over the exchanges whose upstream reported usage, the input the
+	// upstream reported with the proxy's estimate of the same request: how far off the
+	// modelled side's estimates are likely to be.
+	Check EstimateCheck `json:"estimate_check"`
 	// SavedTokens is Without.Input - With.Input - Summarizer.Tokens(): the input tokens
 	// Compactor saved, net of its summarizer's. The outputs are the same on both sides.
 	SavedTokens int64 `json:"saved_tokens"`
@@ -307,10 +319,13 @@ func (x exchange) figures(price *Price, row *Row) (without, with Side) {
 	without = modelled(s.ClientTokens, s.ClientPrefixTokens, output)
 	with = modelled(s.CompactedTokens, s.CompactedPrefixTokens, output)
 	if reported != nil {
+		row.Check.Reported += reported.Input
 		if s.Mode == schemas.LedgerShadow {
 			without = *reported
+			row.Check.Estimated += s.ClientTokens
 		} else {
 			with = *reported
+			row.Check.Estimated += s.CompactedTokens
 		}
 	}
 	return without, with
@@ -449,7 +464,7 @@ func Aggregate(data []TenantData, prices *Prices, by []string, p Period) *Report
 				r.money().Summarizer += (float64(u.PromptTokens-cached)*price.Input + float64(cached)*price.CachedInput +
 					float64(u.CompletionTokens)*price.Output) / 1e6
 			} else if prices != nil {
-				r.unpriced("summarizer " + c.Model)
+				r.unpriced("summarizer " + cmp.Or(c.Model, "(no model)"))
 			}
 		}
 	}
@@ -514,6 +529,8 @@ func (r *Row) sum(o *Row) {
 	r.Without.add(o.Without)
 	r.With.add(o.With)
 	r.SwapCacheWrite += o.SwapCacheWrite
+	r.Check.Reported += o.Check.Reported
+	r.Check.Estimated += o.Check.Estimated
 	r.Summarizer.Compactions += o.Summarizer.Compactions
 	r.Summarizer.Unknown += o.Summarizer.Unknown
 	r.Summarizer.Input += o.Summarizer.Input

@@ -114,6 +114,10 @@ func TestAggregateTotals(t *testing.T) {
 		t.Errorf("counts: got %d exchanges, %d unsettled, %d estimated, %d failed, %d swaps; want 6, 1, 1, 1, 1",
 			tot.Exchanges, tot.Unsettled, tot.Estimated, tot.Failed, tot.Swaps)
 	}
+	// Reported 4200 + 21000 + 2900 + 100 where the proxy estimated 4000 + 20000 + 3000 + 100.
+	if tot.Check != (EstimateCheck{Reported: 28200, Estimated: 27100}) {
+		t.Errorf("estimate check: got %+v; want 28200 reported, 27100 estimated", tot.Check)
+	}
 	if tot.SwapCacheWrite != 6000 {
 		t.Errorf("swap cache writes: got %d; want 6000 (E2's modelled write)", tot.SwapCacheWrite)
 	}
@@ -190,11 +194,15 @@ func TestAggregatePeriod(t *testing.T) {
 		t.Errorf("since day 2: %d exchanges, saved %d, dropped %d, %d compactions; want 2, 3000, 0, 0",
 			tot.Exchanges, tot.SavedTokens, day2.Dropped, tot.Summarizer.Compactions)
 	}
-	day1 := Aggregate(fixture(), prices, nil, Period{Until: at("2026-03-01T23:59:59Z")})
+	day1 := Aggregate(fixture(), prices, nil, Period{Until: at("2026-03-02T00:00:00Z")})
 	// E1, E2, E4, E6 (settled after the end): 10000+21000+3000+100 - (4200+6000+2900+100) - 6500.
 	if tot := day1.Total; tot.Exchanges != 4 || tot.Unsettled != 0 || tot.SavedTokens != 14400 || day1.Dropped != 1 {
 		t.Errorf("until day 1: %d exchanges, %d unsettled, saved %d, dropped %d; want 4, 0, 14400, 1",
 			tot.Exchanges, tot.Unsettled, tot.SavedTokens, day1.Dropped)
+	}
+	// The bounds: since is included, until is not (E3 is at 09:00 on day 2).
+	if n := Aggregate(fixture(), prices, nil, Period{Since: at("2026-03-02T09:00:00Z"), Until: at("2026-03-02T10:00:00Z")}).Total.Exchanges; n != 1 {
+		t.Errorf("[09:00, 10:00) on day 2: %d exchanges; want E3 alone", n)
 	}
 }
 
@@ -297,13 +305,13 @@ func TestParseTime(t *testing.T) {
 		give string
 		want time.Time
 	}{{"24h", at("2026-03-09T12:00:00Z")}, {"7d", at("2026-03-03T12:00:00Z")}, {"90m", at("2026-03-10T10:30:00Z")},
-		{"2026-03-01T00:00:00+01:00", at("2026-02-28T23:00:00Z")}} {
+		{"2026-03-01T00:00:00+01:00", at("2026-02-28T23:00:00Z")}, {"2026-03-01", at("2026-03-01T00:00:00Z")}} {
 		got, err := ParseTime(tt.give, now)
 		if err != nil || !got.Equal(tt.want) {
 			t.Errorf("ParseTime(%q): got %v, %v; want %v", tt.give, got, err, tt.want)
 		}
 	}
-	for _, bad := range []string{"", "yesterday", "-1h", "1.5d", "2026-03-01"} {
+	for _, bad := range []string{"", "yesterday", "-1h", "1.5d", "2026-03-01T00:00"} {
 		if _, err := ParseTime(bad, now); err == nil {
 			t.Errorf("ParseTime(%q) accepted", bad)
 		}
