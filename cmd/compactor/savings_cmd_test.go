@@ -87,14 +87,20 @@ func (l savingsLedger) orphan() *schemas.LedgerEntry {
 }
 
 // compactions writes c1's generation 1 by sum-mini (prompt 6000, 1000 cached,
-// completion 500) at base+90s, and a completed event of c2's generation 7 at
-// base+100s whose value is not kept.
+// completion 500) at base+90s, a completed event of c2's generation 7 at base+100s
+// whose value is no longer kept, and c2's generation 8 at base+110s, an extractive
+// fallback (no LLM call: no usage).
 func (l savingsLedger) compactions(t *testing.T, st *jetstream.Store) {
 	t.Helper()
 	r := &schemas.Result{SchemaVersion: 1, Conversation: "c1", Generation: 1, Summary: "s", TailStartSeq: 1, FirstSeq: 1,
 		CreatedAt: l.base.Add(90 * time.Second), Model: "sum-mini",
 		Usage: &schemas.Usage{PromptTokens: 6000, CachedTokens: 1000, CompletionTokens: 500}}
 	if _, err := st.Results().Put(t.Context(), r, 0); err != nil {
+		t.Fatal(err)
+	}
+	r8 := &schemas.Result{SchemaVersion: 1, Conversation: "c2", Generation: 8, Summary: "s", TailStartSeq: 1, FirstSeq: 1,
+		CreatedAt: l.base.Add(110 * time.Second), Fallback: true}
+	if _, err := st.Results().Put(t.Context(), r8, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Events().Publish(t.Context(), schemas.Event{Type: schemas.EventCompleted, Conversation: "c2", RequestID: "r7",
@@ -155,8 +161,8 @@ func TestSavingsCommand(t *testing.T) {
 	if tot.Without.CacheRead != 26000 || tot.Without.CacheWrite != 2500 || tot.With.CacheRead != 4000 || tot.With.CacheWrite != 6000 || tot.SwapCacheWrite != 6000 {
 		t.Errorf("cache: without %+v, with %+v, swap writes %d", tot.Without, tot.With, tot.SwapCacheWrite)
 	}
-	if tot.Exchanges != 4 || rep.Unsettled != 1 || rep.Dropped != 1 || rep.Invalid != 1 || tot.Summarizer.Unknown != 1 || tot.Summarizer.Compactions != 2 {
-		t.Errorf("counts: %d exchanges, %d unsettled, %d dropped, %d invalid, %d of %d compactions unknown; want 4, 1, 1, 1, 1 of 2",
+	if tot.Exchanges != 4 || rep.Unsettled != 1 || rep.Dropped != 1 || rep.Invalid != 1 || tot.Summarizer.Unknown != 1 || tot.Summarizer.Compactions != 3 {
+		t.Errorf("counts: %d exchanges, %d unsettled, %d dropped, %d invalid, %d of %d compactions unknown; want 4, 1, 1, 1, 1 of 3",
 			tot.Exchanges, rep.Unsettled, rep.Dropped, rep.Invalid, tot.Summarizer.Unknown, tot.Summarizer.Compactions)
 	}
 	// Dollars: without 8800 + 20775 + 10000, with 4700 + 27000 + 2500, summarizer 7250,
@@ -257,14 +263,14 @@ func TestSavingsCommand(t *testing.T) {
 		t.Errorf("table total: USD-SAVED %q; want -0.0019* (partial)", got)
 	}
 	for _, want := range []string{"1 invalid", "1 unsettled", "1 dropped", "partial: 1 exchanges or compactions of models without a price", "mystery",
-		"1 of 2 compactions no longer kept", "reported 28,100 input tokens where the proxy estimated 27,000 (1.04×)"} {
+		"1 of 3 compactions no longer kept", "reported 28,100 input tokens where the proxy estimated 27,000 (1.04×)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table output lacks %q:\n%s", want, out)
 		}
 	}
 
 	// The period: from base+150s, E3 and E4 only (5000-2000 + 3000-2900), the orphan
-	// done at base+5m dropped; up to base+150s, E1 and E2 and both compactions
+	// done at base+5m dropped; up to base+150s, E1 and E2 and the three compactions
 	// (5800 + 15000 - 6500), the orphan outside.
 	mid := l.base.Add(150 * time.Second).Format(time.RFC3339)
 	late := savingsReport(t, "--since", mid)
@@ -273,8 +279,8 @@ func TestSavingsCommand(t *testing.T) {
 			mid, late.Total.Exchanges, late.Total.SavedTokens, late.Dropped, late.Total.Summarizer.Compactions)
 	}
 	early := savingsReport(t, "--until", mid)
-	if early.Total.Exchanges != 2 || early.Total.SavedTokens != 14300 || early.Dropped != 0 || early.Total.Summarizer.Compactions != 2 {
-		t.Errorf("--until %s: %d exchanges, saved %d, dropped %d, %d compactions; want 2, 14300, 0, 2",
+	if early.Total.Exchanges != 2 || early.Total.SavedTokens != 14300 || early.Dropped != 0 || early.Total.Summarizer.Compactions != 3 {
+		t.Errorf("--until %s: %d exchanges, saved %d, dropped %d, %d compactions; want 2, 14300, 0, 3",
 			mid, early.Total.Exchanges, early.Total.SavedTokens, early.Dropped, early.Total.Summarizer.Compactions)
 	}
 	if r := savingsReport(t, "--since", "7d"); r.Total.Exchanges != 4 {

@@ -67,6 +67,21 @@ func readCompactions(ctx context.Context, st *jetstream.Store, conv string, p Pe
 	}
 	var out []Compaction
 	kept := map[uint64]bool{}
+	// The events are read only when a generation of the period may be missing from the
+	// kept revisions: none is when the oldest kept value is the first generation, or
+	// was written before the period.
+	var oldest *jetstream.Revision
+	for i := range revs {
+		if revs[i].Value != nil {
+			oldest = &revs[i]
+			break
+		}
+	}
+	if oldest == nil {
+		// No value kept: never compacted (a forget deletes the events with it).
+		return nil, nil
+	}
+	complete := oldest.Value.Generation <= 1 || (!p.Since.IsZero() && oldest.Time.Before(p.Since))
 	for _, rev := range revs {
 		v := rev.Value
 		if v == nil || kept[v.Generation] || v.Generation == 0 {
@@ -81,6 +96,9 @@ func readCompactions(ctx context.Context, st *jetstream.Store, conv string, p Pe
 			continue
 		}
 		out = append(out, Compaction{Conversation: conv, Generation: v.Generation, At: at, Model: v.Model, Usage: v.Usage})
+	}
+	if complete {
+		return out, nil
 	}
 	evs, _, err := st.Events().History(ctx, conv, p.Since, jetstream.MaxEvents)
 	if err != nil {
