@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -87,7 +88,7 @@ per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 				return err
 			}
 			var prices *savings.Prices
-			if path := cmpOr(*pricesFile, env.Prices); path != "" {
+			if path := cmp.Or(*pricesFile, env.Prices); path != "" {
 				if prices, err = savings.ReadPrices(path); err != nil {
 					return newError(errConfig, err, "price table: %v", err)
 				}
@@ -152,13 +153,6 @@ per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 			return nil
 		}
 	},
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // readSavings reads one store's ledger and compactions, bounded by savingsReadTimeout.
@@ -297,7 +291,7 @@ func writeSavingsNotes(w io.Writer, rep *savings.Report) error {
 func tenantNames(ts []string) []string {
 	out := make([]string, len(ts))
 	for i, t := range ts {
-		out[i] = cmpOr(t, "(this deployment)")
+		out[i] = cmp.Or(t, "(this deployment)")
 	}
 	return out
 }
