@@ -295,7 +295,7 @@ var commands []*command
 
 func init() {
 	commands = []*command{serveCommand, proxyCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand,
-		tenantsCommand, policyCommand, forgetCommand, verifyCommand, benchCommand, evalCommand, fakeModelCommand, versionCommand, benchWorkerCommand,
+		tenantsCommand, savingsCommand, policyCommand, forgetCommand, verifyCommand, benchCommand, evalCommand, fakeModelCommand, versionCommand, benchWorkerCommand,
 		benchTriggerCommand}
 }
 

@@ -72,7 +72,9 @@ type Env struct {
 
 	// Tenants (internal/tenants, docs/tenants.md).
 	TenantsFile string `envconfig:"TENANTS_FILE" desc:"serve: JSON file of the tenants this deployment serves, each in a NATS account of its own, with its policy defaults, profiles and quotas (docs/tenants.md); serve runs its roles once per tenant on the tenant's own streams and reads the file again when it changes (a tenant added or removed leaves the others running); empty: no tenants, the deployment's own streams"`
-	Tenant      string `envconfig:"TENANT" desc:"the other commands, run in Compactor's own account: act on this tenant's conversations (its streams and service subjects), e.g. COMPACTOR_TENANT=acme compactor status; empty: the deployment's own. A tenant's own users need not set it: their account's imports name their tenant"`
+	// Prices is compactor savings' price table (internal/savings, docs/savings.md).
+	Prices string `envconfig:"PRICES" desc:"savings: JSON file of the price table (US dollars per million tokens, per model: input, cached_input, cache_write, output) compactor savings prices exchanges with (docs/savings.md; examples/prices.json); empty: tokens only (also savings --prices)"`
+	Tenant string `envconfig:"TENANT" desc:"the other commands, run in Compactor's own account: act on this tenant's conversations (its streams and service subjects), e.g. COMPACTOR_TENANT=acme compactor status; empty: the deployment's own. A tenant's own users need not set it: their account's imports name their tenant"`
 
 	// UpdateStreams applies this process's settings to existing streams, buckets and
 	// consumers (also serve --update-streams).

@@ -1,0 +1,138 @@
+package savings
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/schemas"
+)
+
+// Grace widens a read of the ledger on both sides of its period: an exchange's done
+// entry is written after its sent entry, by up to a reply's time, so one whose sent
+// entry is in the period is settled by a done entry read past its end, and a done entry
+// in the period is matched with a sent entry from before its start (and then left out
+// with it) rather than counted as dropped.
+const Grace = time.Hour
+
+// Read reads what a report needs of one store (a tenant's, or a deployment's own):
+// the ledger's entries of period p (widened by Grace), of conversation conv only when
+// it is set, and the compactions of every conversation those entries name: each
+// generation of the results bucket's kept revisions, and each completed event in p
+// whose generation is no longer kept (Compaction.Lost).
+func Read(ctx context.Context, st *jetstream.Store, tenant, conv string, p Period) (TenantData, error) {
+	td := TenantData{Tenant: tenant}
+	r := jetstream.LedgerRead{Conversation: conv}
+	if !p.Since.IsZero() {
+		r.Since = p.Since.Add(-Grace)
+	}
+	if !p.Until.IsZero() {
+		r.Until = p.Until.Add(Grace)
+	}
+	convs := map[string]bool{}
+	stats, err := st.Ledger().Read(ctx, r, func(e *schemas.LedgerEntry) error {
+		td.Entries = append(td.Entries, e)
+		convs[e.Conversation] = true
+		return nil
+	})
+	if err != nil {
+		return td, err
+	}
+	td.Invalid, td.More = stats.Invalid, stats.More
+	names := make([]string, 0, len(convs))
+	for c := range convs {
+		names = append(names, c)
+	}
+	slices.Sort(names)
+	for _, c := range names {
+		cs, err := readCompactions(ctx, st, c, p)
+		if err != nil {
+			return td, err
+		}
+		td.Compactions = append(td.Compactions, cs...)
+	}
+	return td, nil
+}
+
+// readCompactions returns conv's generations written in p: those whose value is kept,
+// with the summarizer's usage, and those only a completed event still names.
+func readCompactions(ctx context.Context, st *jetstream.Store, conv string, p Period) ([]Compaction, error) {
+	revs, _, err := st.Results().History(ctx, conv)
+	if err != nil {
+		return nil, err
+	}
+	var out []Compaction
+	kept := map[uint64]bool{}
+	// The events are read only when a generation of the period may be missing from the
+	// kept revisions: none is when the oldest kept value is the first generation, or
+	// was written before the period.
+	var oldest *jetstream.Revision
+	for i := range revs {
+		if revs[i].Value != nil {
+			oldest = &revs[i]
+			break
+		}
+	}
+	if oldest == nil {
+		// No value kept: never compacted (a forget deletes the events with it).
+		return nil, nil
+	}
+	complete := oldest.Value.Generation <= 1 || (!p.Since.IsZero() && oldest.Time.Before(p.Since))
+	for _, rev := range revs {
+		v := rev.Value
+		if v == nil || kept[v.Generation] || v.Generation == 0 {
+			continue
+		}
+		kept[v.Generation] = true
+		at := v.CreatedAt
+		if at.IsZero() {
+			at = rev.Time
+		}
+		if !p.holds(at) {
+			continue
+		}
+		out = append(out, Compaction{Conversation: conv, Generation: v.Generation, At: at, Model: v.Model, Usage: v.Usage})
+	}
+	if complete {
+		return out, nil
+	}
+	evs, _, err := st.Events().History(ctx, conv, p.Since, jetstream.MaxEvents)
+	if err != nil {
+		return nil, err
+	}
+	for _, ev := range evs {
+		if ev.Type != schemas.EventCompleted || kept[ev.Generation] || ev.Generation == 0 || !p.holds(ev.At) {
+			continue
+		}
+		kept[ev.Generation] = true
+		out = append(out, Compaction{Conversation: conv, Generation: ev.Generation, At: ev.At, Lost: true})
+	}
+	return out, nil
+}
+
+// ParseTime parses a bound of a period: an RFC 3339 time, a date (its midnight, UTC),
+// or a duration back from now (a Go duration such as 90m or 24h, or whole days: 7d).
+func ParseTime(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || n > 100000 {
+			return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-01-31T00:00:00Z), a date (2026-01-31, UTC) or a duration back from now (24h, 7d)", s)
+		}
+		return now.Add(-time.Duration(n) * 24 * time.Hour), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time (2026-01-31T00:00:00Z), a date (2026-01-31, UTC) or a duration back from now (24h, 7d)", s)
+	}
+	return now.Add(-d), nil
+}
