@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -102,9 +103,13 @@ func (p Period) holds(t time.Time) bool {
 // the other request, they are modelled from the sent entry's estimates: Input = the
 // request's tokens (client_tokens or compacted_tokens), CacheRead = its prefix tokens
 // (client_prefix_tokens or compacted_prefix_tokens), CacheWrite = Input - CacheRead when
-// the model's price charges cache writes (Price.CacheWrite > 0), else 0. A modelled
-// request's Output is the upstream's usage.output (the same answer is assumed), 0 when
-// none was reported.
+// the model's price charges cache writes (Price.CacheWrite > 0), else 0. When the
+// upstream reported the input of the request that went, the other request's Input and
+// CacheRead are scaled by how far that report is from its own estimate (reported input
+// ÷ estimated, kept within ¼ to 4): both estimates err alike, and an exchange with
+// nothing compacted books the same on both sides instead of the estimator's error. A
+// modelled request's Output is the upstream's usage.output (the same answer is
+// assumed), 0 when none was reported.
 type Side struct {
 	// Input is every input token, cached ones included.
 	Input int64 `json:"input"`
@@ -321,15 +326,32 @@ func (x exchange) figures(price *Price, row *Row) (without, with Side) {
 	if reported != nil {
 		row.Check.Reported += reported.Input
 		if s.Mode == schemas.LedgerShadow {
+			f := calibration(reported.Input, s.ClientTokens)
 			without = *reported
+			with = modelled(scale(s.CompactedTokens, f), min(scale(s.CompactedPrefixTokens, f), scale(s.CompactedTokens, f)), output)
 			row.Check.Estimated += s.ClientTokens
 		} else {
+			f := calibration(reported.Input, s.CompactedTokens)
 			with = *reported
+			without = modelled(scale(s.ClientTokens, f), min(scale(s.ClientPrefixTokens, f), scale(s.ClientTokens, f)), output)
 			row.Check.Estimated += s.CompactedTokens
 		}
 	}
 	return without, with
 }
+
+// calibration is how far an upstream's reported input is from the proxy's estimate of
+// the same request, kept within ¼ to 4 (1 without an estimate): what the other
+// request's estimate is scaled by.
+func calibration(reported, estimated int64) float64 {
+	if reported <= 0 || estimated <= 0 {
+		return 1
+	}
+	return min(max(float64(reported)/float64(estimated), 0.25), 4)
+}
+
+// scale is n scaled by f, rounded.
+func scale(n int64, f float64) int64 { return int64(math.Round(float64(n) * f)) }
 
 // Aggregate joins each tenant's entries into exchanges, by conversation and id, and
 // sums the exchanges whose sent entry is in period p, and the compactions in p, into

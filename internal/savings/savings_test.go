@@ -96,14 +96,17 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-12 }
 func TestAggregateTotals(t *testing.T) {
 	rep := Aggregate(fixture(), mustPrices(t), nil, Period{})
 	tot := rep.Total
-	// Without: E1 modelled 10000 (8000 read, 2000 uncached; gpt-test charges no
-	// writes), E2 reported 21000 (18000 read, 2500 written, 500 uncached), E3 modelled
-	// 5000 uncached, E4 modelled 3000 uncached, E5 refused (nothing), E6 100 uncached.
-	wantWithout := Side{Input: 39100, CacheRead: 26000, CacheWrite: 2500, Uncached: 10600, Output: 450}
-	// With: E1 reported 4200 (3000 read, 1200 uncached), E2 modelled 6000 all written
-	// (claude-test* charges writes, no prefix), E3 modelled 2000 (1000 read, 1000
+	// The modelled side of a reported exchange is scaled by reported ÷ estimated of the
+	// side that went: E1 4200/4000 = 1.05, E2 21000/20000 = 1.05, E4 2900/3000, E6 1.
+	// Without: E1 modelled 10000×1.05 = 10500 (8400 read, 2100 uncached; gpt-test
+	// charges no writes), E2 reported 21000 (18000 read, 2500 written, 500 uncached), E3
+	// modelled 5000 uncached (unsettled: not scaled), E4 modelled 3000×29/30 = 2900
+	// uncached, E5 refused (nothing), E6 100 uncached.
+	wantWithout := Side{Input: 39500, CacheRead: 26400, CacheWrite: 2500, Uncached: 10600, Output: 450}
+	// With: E1 reported 4200 (3000 read, 1200 uncached), E2 modelled 6000×1.05 = 6300 all
+	// written (claude-test* charges writes, no prefix), E3 modelled 2000 (1000 read, 1000
 	// uncached), E4 reported 2900 uncached, E6 reported 100.
-	wantWith := Side{Input: 15200, CacheRead: 4000, CacheWrite: 6000, Uncached: 5200, Output: 450}
+	wantWith := Side{Input: 15500, CacheRead: 4000, CacheWrite: 6300, Uncached: 5200, Output: 450}
 	if tot.Without != wantWithout {
 		t.Errorf("without: got %+v; want %+v", tot.Without, wantWithout)
 	}
@@ -118,32 +121,32 @@ func TestAggregateTotals(t *testing.T) {
 	if tot.Check != (EstimateCheck{Reported: 28200, Estimated: 27100}) {
 		t.Errorf("estimate check: got %+v; want 28200 reported, 27100 estimated", tot.Check)
 	}
-	if tot.SwapCacheWrite != 6000 {
-		t.Errorf("swap cache writes: got %d; want 6000 (E2's modelled write)", tot.SwapCacheWrite)
+	if tot.SwapCacheWrite != 6300 {
+		t.Errorf("swap cache writes: got %d; want 6300 (E2's modelled write)", tot.SwapCacheWrite)
 	}
 	wantSum := Summarizer{Compactions: 2, Unknown: 1, Input: 6000, CachedInput: 1000, Output: 500}
 	if tot.Summarizer != wantSum {
 		t.Errorf("summarizer: got %+v; want %+v", tot.Summarizer, wantSum)
 	}
-	// 39100 - 15200 - 6500.
-	if tot.SavedTokens != 17400 {
-		t.Errorf("saved tokens: got %d; want 17400", tot.SavedTokens)
+	// 39500 - 15500 - 6500.
+	if tot.SavedTokens != 17500 {
+		t.Errorf("saved tokens: got %d; want 17500", tot.SavedTokens)
 	}
 	if rep.Dropped != 1 || rep.Invalid != 2 || rep.Unsettled != 1 {
 		t.Errorf("dropped %d, invalid %d, unsettled %d; want 1, 2, 1", rep.Dropped, rep.Invalid, rep.Unsettled)
 	}
 	// Dollars, per million tokens:
-	// without E1 2000*2 + 8000*0.5 + 100*8 = 8800; E2 500*3 + 18000*0.3 + 2500*3.75 +
-	// 300*15 = 20775; E3 5000*2 = 10000; E6 100*2 = 200: 39775.
-	// with E1 1200*2 + 3000*0.5 + 800 = 4700; E2 6000*3.75 + 4500 = 27000; E3 1000*2 +
-	// 1000*0.5 = 2500; E6 200: 34400.
+	// without E1 2100*2 + 8400*0.5 + 100*8 = 9200; E2 500*3 + 18000*0.3 + 2500*3.75 +
+	// 300*15 = 20775; E3 5000*2 = 10000; E6 100*2 = 200: 40175.
+	// with E1 1200*2 + 3000*0.5 + 800 = 4700; E2 6300*3.75 + 4500 = 28125; E3 1000*2 +
+	// 1000*0.5 = 2500; E6 200: 35525.
 	// summarizer 5000*1 + 1000*0.25 + 500*4 = 7250.
 	m := tot.USD
 	if m == nil {
 		t.Fatal("no dollars in the total")
 	}
-	if !near(m.Without, 0.039775) || !near(m.With, 0.0344) || !near(m.Summarizer, 0.00725) || !near(m.Saved, -0.001875) {
-		t.Errorf("dollars: got %+v; want without 0.039775, with 0.0344, summarizer 0.00725, saved -0.001875", *m)
+	if !near(m.Without, 0.040175) || !near(m.With, 0.035525) || !near(m.Summarizer, 0.00725) || !near(m.Saved, -0.0026) {
+		t.Errorf("dollars: got %+v; want without 0.040175, with 0.035525, summarizer 0.00725, saved -0.0026", *m)
 	}
 	if !m.Partial || tot.Unpriced != 1 || !slices.Equal(tot.UnpricedModels, []string{"mystery"}) {
 		t.Errorf("unpriced: partial %v, %d, %v; want partial, 1, [mystery]", m.Partial, tot.Unpriced, tot.UnpricedModels)
@@ -162,16 +165,18 @@ func TestAggregateByModel(t *testing.T) {
 	if claude.Model != "claude-test-1" || gpt.Model != "gpt-test" || mystery.Model != "mystery" {
 		t.Fatalf("rows %q %q %q", claude.Model, gpt.Model, mystery.Model)
 	}
-	// claude: 21000 - 6000, its lost compaction adding nothing known.
-	if claude.SavedTokens != 15000 || claude.Summarizer.Unknown != 1 || claude.USD == nil || !near(claude.USD.Saved, 0.020775-0.027) {
-		t.Errorf("claude row: saved %d, summarizer %+v, usd %+v; want 15000, 1 unknown, -0.006225", claude.SavedTokens, claude.Summarizer, claude.USD)
+	// claude: 21000 - 6300, its lost compaction adding nothing known.
+	if claude.SavedTokens != 14700 || claude.Summarizer.Unknown != 1 || claude.USD == nil || !near(claude.USD.Saved, 0.020775-0.028125) {
+		t.Errorf("claude row: saved %d, summarizer %+v, usd %+v; want 14700, 1 unknown, -0.00735", claude.SavedTokens, claude.Summarizer, claude.USD)
 	}
-	// gpt: (10000+5000+100) - (4200+2000+100) - 6500.
-	if gpt.SavedTokens != 2300 || gpt.Exchanges != 4 || !near(gpt.USD.Saved, 0.019-0.0074-0.00725) || gpt.USD.Partial {
-		t.Errorf("gpt row: saved %d, exchanges %d, usd %+v; want 2300, 4, 0.00435 not partial", gpt.SavedTokens, gpt.Exchanges, gpt.USD)
+	// gpt: (10500+5000+100) - (4200+2000+100) - 6500.
+	if gpt.SavedTokens != 2800 || gpt.Exchanges != 4 || !near(gpt.USD.Saved, 0.0194-0.0074-0.00725) || gpt.USD.Partial {
+		t.Errorf("gpt row: saved %d, exchanges %d, usd %+v; want 2800, 4, 0.00475 not partial", gpt.SavedTokens, gpt.Exchanges, gpt.USD)
 	}
-	if mystery.SavedTokens != 100 || mystery.USD != nil || mystery.Unpriced != 1 {
-		t.Errorf("mystery row: saved %d, usd %+v, unpriced %d; want 100, no dollars, 1", mystery.SavedTokens, mystery.USD, mystery.Unpriced)
+	// mystery: nothing compacted (3000 and 3000 estimated): the reported 2900 on both
+	// sides, not the estimator's error of 100 booked as saved.
+	if mystery.SavedTokens != 0 || mystery.USD != nil || mystery.Unpriced != 1 {
+		t.Errorf("mystery row: saved %d, usd %+v, unpriced %d; want 0, no dollars, 1", mystery.SavedTokens, mystery.USD, mystery.Unpriced)
 	}
 }
 
@@ -195,9 +200,9 @@ func TestAggregatePeriod(t *testing.T) {
 			tot.Exchanges, tot.SavedTokens, day2.Dropped, tot.Summarizer.Compactions)
 	}
 	day1 := Aggregate(fixture(), prices, nil, Period{Until: at("2026-03-02T00:00:00Z")})
-	// E1, E2, E4, E6 (settled after the end): 10000+21000+3000+100 - (4200+6000+2900+100) - 6500.
-	if tot := day1.Total; tot.Exchanges != 4 || tot.Unsettled != 0 || tot.SavedTokens != 14400 || day1.Dropped != 1 {
-		t.Errorf("until day 1: %d exchanges, %d unsettled, saved %d, dropped %d; want 4, 0, 14400, 1",
+	// E1, E2, E4, E6 (settled after the end): 10500+21000+2900+100 - (4200+6300+2900+100) - 6500.
+	if tot := day1.Total; tot.Exchanges != 4 || tot.Unsettled != 0 || tot.SavedTokens != 14500 || day1.Dropped != 1 {
+		t.Errorf("until day 1: %d exchanges, %d unsettled, saved %d, dropped %d; want 4, 0, 14500, 1",
 			tot.Exchanges, tot.Unsettled, tot.SavedTokens, day1.Dropped)
 	}
 	// The bounds: since is included, until is not (E3 is at 09:00 on day 2).
@@ -213,9 +218,9 @@ func TestAggregateWithoutPrices(t *testing.T) {
 	if rep.Priced || rep.Total.USD != nil {
 		t.Fatalf("dollars without a price table: %+v", rep.Total.USD)
 	}
-	// E2's compacted request is modelled with no cache write: 6000 uncached.
-	if rep.Total.With.CacheWrite != 0 || rep.Total.With.Uncached != 11200 || rep.Total.SavedTokens != 17400 {
-		t.Errorf("with %+v, saved %d; want no cache write, 11200 uncached, 17400 saved", rep.Total.With, rep.Total.SavedTokens)
+	// E2's compacted request is modelled with no cache write: 6300 uncached.
+	if rep.Total.With.CacheWrite != 0 || rep.Total.With.Uncached != 11500 || rep.Total.SavedTokens != 17500 {
+		t.Errorf("with %+v, saved %d; want no cache write, 11500 uncached, 17500 saved", rep.Total.With, rep.Total.SavedTokens)
 	}
 	if rep.Total.Unpriced != 0 {
 		t.Errorf("unpriced %d without a price table; want 0 (nothing is priced)", rep.Total.Unpriced)
