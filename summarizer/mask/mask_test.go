@@ -30,7 +30,9 @@ func result(id string, n int) schemas.Message {
 	return schemas.Message{Role: schemas.RoleTool, ToolCallID: id, Content: schemas.Text(secret + strings.Repeat("o", n))}
 }
 
-func user(s string) schemas.Message { return schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(s)} }
+func user(s string) schemas.Message {
+	return schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(s)}
+}
 
 func seqs(os []schemas.Override) []uint64 {
 	var out []uint64

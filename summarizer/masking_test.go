@@ -1,0 +1,211 @@
+package summarizer_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/jetstream"
+	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
+	"github.com/compactor/compactor/schemas/rounds"
+	"github.com/compactor/compactor/summarizer"
+)
+
+// rungsPolicy gives each conversation a 4,000-token window and the rungs it names
+// (summary when it names none).
+type rungsPolicy map[string]string
+
+func (r rungsPolicy) Settings(_ context.Context, conv string) (policy.Settings, error) {
+	s := policy.Defaults()
+	s.ContextWindow = 4000
+	if v, ok := r[conv]; ok {
+		s.Rungs = v
+	}
+	return s, s.Validate()
+}
+
+// maskingPool runs one worker whose summarizer is a real LLM client against a fake
+// endpoint that counts its calls.
+func maskingPool(t *testing.T, st *jetstream.Store, pol rungsPolicy) *faultyLLM {
+	t.Helper()
+	fake, sum := newFaultyLLM(t, 30*time.Second, func(_ int, _ []byte, w http.ResponseWriter, _ *http.Request) {
+		summaryOf(w, "The agent ran sed over several files of /repo.")
+	})
+	cfg := summarizer.DefaultConfig()
+	cfg.Workers, cfg.FetchWait = 1, 200*time.Millisecond
+	runPool(t, st, cfg, summarizer.Options{Policies: pol,
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
+	return fake
+}
+
+func llmCalls(f *faultyLLM) int {
+	start, _ := f.calls()
+	return len(start)
+}
+
+// compactOutcome queues a manual compaction through upTo and returns its outcome and
+// the value after it.
+func compactOutcome(t *testing.T, ctx context.Context, st *jetstream.Store, conv string, upTo uint64) (schemas.Event, *schemas.Result) {
+	t.Helper()
+	req := request(t, ctx, st, conv, upTo)
+	ev, err := st.Events().WaitOutcome(ctx, conv, req.RequestID, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _, err := st.Results().Get(ctx, conv, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev, v
+}
+
+func publishUser(t *testing.T, ctx context.Context, st *jetstream.Store, conv, text string) uint64 {
+	t.Helper()
+	m := schemas.Message{Role: schemas.RoleUser, Content: schemas.Text(text)}
+	data, _ := m.Encode()
+	seq, err := st.Chat().Publish(ctx, conv, data, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq
+}
+
+// recallRange reads the recall a masked output's note names: from_seq, to_seq and
+// max_tokens.
+func recallRange(t *testing.T, note string) (from, to uint64, budget int) {
+	t.Helper()
+	i := strings.Index(note, "--from-seq ")
+	if i < 0 {
+		t.Fatalf("note %q names no recall", note)
+	}
+	if _, err := fmt.Sscanf(note[i:], "--from-seq %d --to-seq %d --max-tokens %d", &from, &to, &budget); err != nil {
+		t.Fatalf("note %q: %v", note, err)
+	}
+	return from, to, budget
+}
+
+// Rungs mask: a conversation over its threshold whose old tool outputs are most of it
+// is brought under the target by masking them, with no LLM call. Every message stays,
+// tool pairs whole; the masked outputs read back as placeholders, the newest verbatim;
+// each placeholder's recall returns the original output; a second compaction masks the
+// newer old outputs and keeps the first ones' masks, still within the target.
+func TestMaskReachesTheTargetWithoutTheLLM(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pol := rungsPolicy{"mk": policy.RungsMask}
+	s, _ := pol.Settings(ctx, "mk")
+	b := s.Budget()
+	publishUser(t, ctx, st, "mk", "Read the files of /repo, one at a time.")
+	last := publishRounds(t, ctx, st, "mk", 0, 8)
+	fake := maskingPool(t, st, pol)
+
+	ev, v := compactOutcome(t, ctx, st, "mk", last)
+	if ev.Type != schemas.EventCompleted || ev.Error != "" {
+		t.Fatalf("outcome %+v; want completed, without an error", ev)
+	}
+	if n := llmCalls(fake); n != 0 {
+		t.Fatalf("the LLM was called %d times; masking calls it never", n)
+	}
+	if v.Strategy != summarizer.StrategyMask || v.Generation != 1 || v.Summary != "" || v.TailStartSeq != 1 || v.Usage != nil || v.Model != "" {
+		t.Fatalf("value %+v; want generation 1 of strategy mask, no summary, the tail from 1, no usage", v)
+	}
+	if v.TokensBefore < b.ThresholdTokens() || v.TokensAfter > b.TargetTokens() {
+		t.Fatalf("masking took the context from %d to %d tokens; want from over the threshold %d to at most the target %d",
+			v.TokensBefore, v.TokensAfter, b.ThresholdTokens(), b.TargetTokens())
+	}
+	t.Logf("first: %d -> %d tokens, %d masked", v.TokensBefore, v.TokensAfter, len(v.Overrides))
+	checkMasked(t, ctx, nc, st, "mk", v, last)
+
+	// A second compaction masks the newer old outputs; the first masks stay.
+	last = publishRounds(t, ctx, st, "mk", 8, 4)
+	ev, v2 := compactOutcome(t, ctx, st, "mk", last)
+	if ev.Type != schemas.EventCompleted || ev.Error != "" || v2.Generation != 2 || v2.Strategy != summarizer.StrategyMask || v2.TailStartSeq != 1 {
+		t.Fatalf("second outcome %+v, value generation %d strategy %q tail %d; want generation 2 of mask, the tail from 1",
+			ev, v2.Generation, v2.Strategy, v2.TailStartSeq)
+	}
+	for i, o := range v.Overrides {
+		if v2.Overrides[i] != o {
+			t.Fatalf("second value's overrides %+v do not start with the first's %+v", v2.Overrides, v.Overrides)
+		}
+	}
+	if len(v2.Overrides) <= len(v.Overrides) || v2.TokensAfter > b.TargetTokens() {
+		t.Fatalf("second value masks %d outputs (first %d), context %d tokens; want more, within the target %d",
+			len(v2.Overrides), len(v.Overrides), v2.TokensAfter, b.TargetTokens())
+	}
+	if n := llmCalls(fake); n != 0 {
+		t.Fatalf("the LLM was called %d times; masking calls it never", n)
+	}
+	t.Logf("second: %d -> %d tokens, %d masked", v2.TokensBefore, v2.TokensAfter, len(v2.Overrides))
+	checkMasked(t, ctx, nc, st, "mk", v2, last)
+}
+
+// checkMasked reads conv's context as an agent does and checks it against v, the
+// value of rungs mask: every message through last is there, tool pairs whole, each
+// masked output a placeholder whose recall returns it, every other output verbatim.
+func checkMasked(t *testing.T, ctx context.Context, nc *nats.Conn, st *jetstream.Store, conv string, v *schemas.Result, last uint64) {
+	t.Helper()
+	cl := pipeline.NewWithStore(nc, st)
+	c, err := cl.Context(ctx, conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uint64(len(c.Messages)) != last || c.HasSummary || len(c.Skipped) > 0 {
+		t.Fatalf("context of %d messages (summary %v, skipped %v); want all %d messages", len(c.Messages), c.HasSummary, c.Skipped, last)
+	}
+	if err := rounds.CheckPairs(c.Messages); err != nil {
+		t.Fatalf("a tool pair is split: %v", err)
+	}
+	if c.Tokens != v.TokensAfter {
+		t.Fatalf("context of %d tokens; the value says %d", c.Tokens, v.TokensAfter)
+	}
+	masked := map[uint64]schemas.Override{}
+	for _, o := range v.Overrides {
+		masked[o.Seq] = o
+	}
+	newest := true
+	for i := len(c.Messages) - 1; i >= 0; i-- {
+		m, seq := c.Messages[i], c.Seqs[i]
+		if m.Role != schemas.RoleTool {
+			continue
+		}
+		text := m.Content.String()
+		o, ok := masked[seq]
+		if ok && newest {
+			t.Fatalf("the newest tool output (seq %d) is masked", seq)
+		}
+		newest = false
+		if !ok {
+			if text != strings.Repeat("w", 1600) {
+				t.Fatalf("unmasked output %d reads %q; want it verbatim", seq, text)
+			}
+			continue
+		}
+		want := fmt.Sprintf("\n[… 1600 characters cut by Compactor: tool output of bash (call %s) masked; recall it with compactor recall %s --from-seq %d --to-seq %d",
+			m.ToolCallID, conv, seq-1, seq)
+		if !strings.HasPrefix(text, want) || strings.Contains(text, "ww") {
+			t.Fatalf("masked output %d reads %q; want it to start %q, with nothing of the output", seq, text, want)
+		}
+		from, to, budget := recallRange(t, o.Note)
+		r, err := cl.Recall(ctx, conv, pipeline.FromSeq(from), pipeline.ToSeq(to), pipeline.MaxTokens(budget))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Messages) != 2 || r.Messages[1].Seq != seq || r.Messages[1].Message.Content.String() != strings.Repeat("w", 1600) || r.CutByBudget {
+			t.Fatalf("recall of %d–%d within %d tokens = %+v; want the call and the output verbatim", from, to, budget, r)
+		}
+	}
+	if len(masked) == 0 {
+		t.Fatal("nothing masked")
+	}
+}
