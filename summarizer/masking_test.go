@@ -209,3 +209,104 @@ func checkMasked(t *testing.T, ctx context.Context, nc *nats.Conn, st *jetstream
 		t.Fatal("nothing masked")
 	}
 }
+
+// publishMixed publishes rounds old tool rounds (masking saves in them), then plain
+// messages of 1,600 characters each that masking cannot shrink.
+func publishMixed(t *testing.T, ctx context.Context, st *jetstream.Store, conv string, rounds, plain int) uint64 {
+	t.Helper()
+	publishRounds(t, ctx, st, conv, 0, rounds)
+	return seed(t, ctx, st, conv, plain)
+}
+
+// Rungs mask-then-summary calls the LLM only when masking cannot reach the target: a
+// conversation of old tool outputs is masked (no call); one whose bulk is plain
+// messages is summarized (the LLM called), and its value is the summary's.
+func TestMaskThenSummaryCallsTheLLMOnlyWhenMaskingIsNotEnough(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pol := rungsPolicy{"tools": policy.RungsMaskThenSummary, "plain": policy.RungsMaskThenSummary}
+	s, _ := pol.Settings(ctx, "tools")
+	b := s.Budget()
+	fake := maskingPool(t, st, pol)
+
+	publishUser(t, ctx, st, "tools", "Read the files of /repo, one at a time.")
+	last := publishRounds(t, ctx, st, "tools", 0, 8)
+	ev, v := compactOutcome(t, ctx, st, "tools", last)
+	if ev.Type != schemas.EventCompleted || v.Strategy != summarizer.StrategyMask || v.TokensAfter > b.TargetTokens() {
+		t.Fatalf("outcome %+v, value of strategy %q with %d tokens; want a completed mask within the target %d", ev, v.Strategy, v.TokensAfter, b.TargetTokens())
+	}
+	if n := llmCalls(fake); n != 0 {
+		t.Fatalf("the LLM was called %d times; masking was enough", n)
+	}
+
+	last = publishMixed(t, ctx, st, "plain", 2, 6)
+	ev, v = compactOutcome(t, ctx, st, "plain", last)
+	if ev.Type != schemas.EventCompleted || v.Strategy != s.Strategy || !strings.Contains(v.Summary, "/repo") || v.Fallback {
+		t.Fatalf("outcome %+v, value %+v; want a completed summary by the LLM", ev, v)
+	}
+	if n := llmCalls(fake); n == 0 {
+		t.Fatal("the LLM was not called; masking could not reach the target")
+	}
+	if v.TokensAfter > b.TargetTokens() {
+		t.Fatalf("the summary's context has %d tokens; want at most the target %d", v.TokensAfter, b.TargetTokens())
+	}
+}
+
+// Rungs mask never calls the LLM below the hard limit: masking that cannot reach the
+// target is written all the same, and its completed event says so. Past the hard
+// limit with its tool outputs masked, it summarizes: the bound wins over the rung.
+func TestMaskOverTheTargetIsReportedAndThePastTheHardLimitSummarized(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pol := rungsPolicy{"over": policy.RungsMask, "past": policy.RungsMask}
+	s, _ := pol.Settings(ctx, "over")
+	b := s.Budget()
+	fake := maskingPool(t, st, pol)
+
+	last := publishMixed(t, ctx, st, "over", 2, 6)
+	ev, v := compactOutcome(t, ctx, st, "over", last)
+	if ev.Type != schemas.EventCompleted || v.Strategy != summarizer.StrategyMask || len(v.Overrides) == 0 {
+		t.Fatalf("outcome %+v, value of strategy %q; want a completed mask", ev, v.Strategy)
+	}
+	if v.TokensAfter <= b.TargetTokens() || v.TokensAfter >= b.HardLimitTokens() || !strings.Contains(ev.Error, "over the target") {
+		t.Fatalf("context of %d tokens, event error %q; want it between the target %d and the hard limit %d, reported",
+			v.TokensAfter, ev.Error, b.TargetTokens(), b.HardLimitTokens())
+	}
+	if n := llmCalls(fake); n != 0 {
+		t.Fatalf("the LLM was called %d times below the hard limit", n)
+	}
+
+	last = publishMixed(t, ctx, st, "past", 2, 10)
+	ev, v = compactOutcome(t, ctx, st, "past", last)
+	if ev.Type != schemas.EventCompleted || v.Strategy != s.Strategy || v.TokensAfter > b.TargetTokens() {
+		t.Fatalf("outcome %+v, value of strategy %q with %d tokens; want a summary within the target %d", ev, v.Strategy, v.TokensAfter, b.TargetTokens())
+	}
+	if n := llmCalls(fake); n == 0 {
+		t.Fatal("the LLM was not called past the hard limit")
+	}
+}
+
+// Rungs mask declines a compaction that masks nothing worth writing (no old tool
+// output): the value is a decline marker, and the LLM is not called.
+func TestMaskWithNothingToMaskDeclines(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fake := maskingPool(t, st, rungsPolicy{"flat": policy.RungsMask})
+	last := seed(t, ctx, st, "flat", 8)
+	ev, v := compactOutcome(t, ctx, st, "flat", last)
+	if ev.Type != schemas.EventDeclined || !strings.Contains(ev.Error, "masking 0 old tool outputs") || v == nil || v.Generation != 0 {
+		t.Fatalf("outcome %+v, value %+v; want a decline naming the masking", ev, v)
+	}
+	if n := llmCalls(fake); n != 0 {
+		t.Fatalf("the LLM was called %d times", n)
+	}
+}
