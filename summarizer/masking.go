@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
 	"github.com/compactor/compactor/schemas/policy"
@@ -28,6 +29,7 @@ const StrategyMask = "mask"
 //     over the target is reported: the completed event's error, a log line), and
 //     declines when it does not; it summarizes only when the context is still past
 //     the hard limit with its tool outputs masked: the bound wins over the rung.
+//   - both summarize when the value with its masks would not fit one NATS message.
 //
 // A repair of a fallback summary is not masked: it summarizes.
 func (p *Pool) maskFirst(ctx context.Context, c *compaction) (done bool, err error) {
@@ -44,7 +46,12 @@ func (p *Pool) maskFirst(ctx context.Context, c *compaction) (done bool, err err
 	progress := masked > 0 && float64(after.Tokens) <= float64(before)*(1-c.s.MinProgress)
 	log := j.log.With().Str("rungs", c.s.Rungs).Int("masked", masked).Int("tokens_before", before).
 		Int("tokens_after", after.Tokens).Int("target", target).Logger()
+	maxValue := int(p.store.MaxPayload()) - jetstream.HeaderRoom
 	switch {
+	case masked > 0 && encodedSize(next) > maxValue:
+		// The summary leaves fewer messages in the tail, and fewer overrides.
+		log.Warn().Int("max_bytes", maxValue).Msg("the value with its masks would not fit one NATS message; summarizing")
+		return false, nil
 	case progress && after.Tokens <= target:
 	case c.s.Rungs == policy.RungsMaskThenSummary:
 		log.Info().Msg("masking old tool outputs cannot reach the target; summarizing")

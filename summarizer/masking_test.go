@@ -2,12 +2,14 @@ package summarizer_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/jetstream"
@@ -308,5 +310,49 @@ func TestMaskWithNothingToMaskDeclines(t *testing.T) {
 	}
 	if n := llmCalls(fake); n != 0 {
 		t.Fatalf("the LLM was called %d times", n)
+	}
+}
+
+// defaultWindowMask is the default policy (a 128,000-token window) with rungs mask.
+type defaultWindowMask struct{}
+
+func (defaultWindowMask) Settings(context.Context, string) (policy.Settings, error) {
+	s := policy.Defaults()
+	s.Rungs = policy.RungsMask
+	return s, s.Validate()
+}
+
+// A masked value is never what makes a compaction fail: masks of so many outputs
+// that the value would not fit the server's max payload (here 64 KiB) are not
+// written, and the job summarizes instead; its value fits.
+func TestMasksOverTheMaxPayloadAreSummarizedInstead(t *testing.T) {
+	const maxPayload = 64 << 10
+	srv := jstest.ServerWith(t, func(o *server.Options) { o.MaxPayload = maxPayload })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fake, sum := newFaultyLLM(t, 30*time.Second, func(_ int, _ []byte, w http.ResponseWriter, _ *http.Request) {
+		summaryOf(w, "The agent ran sed over 300 files of /repo.")
+	})
+	cfg := summarizer.DefaultConfig()
+	cfg.Workers, cfg.FetchWait = 1, 200*time.Millisecond
+	runPool(t, st, cfg, summarizer.Options{Policies: defaultWindowMask{},
+		Summarizers: func(policy.Settings) (summarizer.Summarizer, error) { return sum, nil }})
+	last := publishRounds(t, ctx, st, "many", 0, 300)
+	ev, v := compactOutcome(t, ctx, st, "many", last)
+	if ev.Type != schemas.EventCompleted || v == nil || v.Strategy == summarizer.StrategyMask || v.Summary == "" {
+		t.Fatalf("outcome %+v, value %+v; want a completed summary", ev, v)
+	}
+	if n := llmCalls(fake); n == 0 {
+		t.Fatal("the LLM was not called")
+	}
+	b, err := json.Marshal(v)
+	if err != nil || len(b) > maxPayload {
+		t.Fatalf("value of %d bytes (%v); want it under the max payload %d", len(b), err, maxPayload)
 	}
 }
