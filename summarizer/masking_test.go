@@ -122,6 +122,9 @@ func TestMaskReachesTheTargetWithoutTheLLM(t *testing.T) {
 	if v.Strategy != summarizer.StrategyMask || v.Generation != 1 || v.Summary != "" || v.TailStartSeq != 1 || v.Usage != nil || v.Model != "" {
 		t.Fatalf("value %+v; want generation 1 of strategy mask, no summary, the tail from 1, no usage", v)
 	}
+	if n := len(v.Witnessed); v.LoadedThroughSeq != last || v.FirstSeq != 1 || n == 0 || v.Witnessed[n-1].ThroughSeq != last {
+		t.Fatalf("value loaded through %d, first seq %d, witnessed %+v; want through %d from 1, witnessed", v.LoadedThroughSeq, v.FirstSeq, v.Witnessed, last)
+	}
 	if v.TokensBefore < b.ThresholdTokens() || v.TokensAfter > b.TargetTokens() {
 		t.Fatalf("masking took the context from %d to %d tokens; want from over the threshold %d to at most the target %d",
 			v.TokensBefore, v.TokensAfter, b.ThresholdTokens(), b.TargetTokens())
