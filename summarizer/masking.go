@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/assemble"
@@ -37,9 +39,17 @@ func (p *Pool) maskFirst(ctx context.Context, c *compaction) (done bool, err err
 	if c.s.Rungs != policy.RungsMask && c.s.Rungs != policy.RungsMaskThenSummary || j.repairing() {
 		return false, nil
 	}
-	next, masked := p.maskValue(c)
-	after := assemble.Assemble(assemble.Input{Value: next, Pinned: sortedBySeq(c.ld.pinned, c.ld.kept), Tail: c.ld.entries},
-		assemble.Options{Counter: c.count})
+	var (
+		next   *schemas.Result
+		masked int
+		after  assemble.Context
+	)
+	_ = p.step(ctx, "compactor.mask", func(context.Context) error {
+		next, masked = p.maskValue(c)
+		after = assemble.Assemble(assemble.Input{Value: next, Pinned: sortedBySeq(c.ld.pinned, c.ld.kept), Tail: c.ld.entries},
+			assemble.Options{Counter: c.count})
+		return nil
+	}, attribute.Int("compactor.tokens_before", c.before.Tokens))
 	next.TokensAfter, next.MessagesAfter = after.Tokens, len(after.Messages)
 	b := c.s.Budget()
 	before, target, hard := c.before.Tokens, b.TargetTokens(), b.HardLimitTokens()
