@@ -11,10 +11,12 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
+	"github.com/compactor/compactor/pipeline/service"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/schemas/rounds"
@@ -153,6 +155,44 @@ func TestMaskReachesTheTargetWithoutTheLLM(t *testing.T) {
 	}
 	t.Logf("second: %d -> %d tokens, %d masked", v2.TokensBefore, v2.TokensAfter, len(v2.Overrides))
 	checkMasked(t, ctx, nc, st, "mk", v2, last)
+
+	// The same through the compactor service (compactor.context, compactor.recall), as
+	// a tenant's user reads and recalls.
+	startService(t, nc, st, pol)
+	svc, err := pipeline.New(ctx, nc, pipeline.ViaService())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMaskedWith(t, ctx, svc, "mk", v2, last)
+}
+
+// startService runs the compactor service on st's connection until the test ends.
+func startService(t *testing.T, nc *nats.Conn, st *jetstream.Store, pol rungsPolicy) {
+	t.Helper()
+	r, err := policy.NewResolver(nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := service.New(service.Config{}, nc, st, pol, r.Resolve, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("service: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := nc.Request(schemas.StatusSubject, nil, time.Second); err == nil {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("compactor service did not start: %v", err)
+		}
+	}
 }
 
 // checkMasked reads conv's context as an agent does and checks it against v, the
@@ -160,7 +200,12 @@ func TestMaskReachesTheTargetWithoutTheLLM(t *testing.T) {
 // masked output a placeholder whose recall returns it, every other output verbatim.
 func checkMasked(t *testing.T, ctx context.Context, nc *nats.Conn, st *jetstream.Store, conv string, v *schemas.Result, last uint64) {
 	t.Helper()
-	cl := pipeline.NewWithStore(nc, st)
+	checkMaskedWith(t, ctx, pipeline.NewWithStore(nc, st), conv, v, last)
+}
+
+// checkMaskedWith is checkMasked with the client cl.
+func checkMaskedWith(t *testing.T, ctx context.Context, cl *pipeline.Client, conv string, v *schemas.Result, last uint64) {
+	t.Helper()
 	c, err := cl.Context(ctx, conv)
 	if err != nil {
 		t.Fatal(err)
