@@ -101,6 +101,9 @@ func (p *Pool) process(ctx context.Context, j *job) error {
 	if done, err := p.checkHoles(ctx, c); done || err != nil {
 		return err
 	}
+	if done, err := p.maskFirst(ctx, c); done || err != nil {
+		return err
+	}
 	if err := p.planRepair(ctx, c); err != nil {
 		return err
 	}
@@ -970,6 +973,9 @@ func (p *Pool) finish(ctx context.Context, j *job, r *schemas.Result, loadedThro
 		TokensBefore: r.TokensBefore, TokensAfter: r.TokensAfter}
 	if j.fallbackFor != nil {
 		ev.Error = "summarizer failed, fallback summary written: " + j.fallbackFor.Error()
+	}
+	if j.maskShort != "" {
+		ev.Error = j.maskShort
 	}
 	if j.repair == RepairRepaired {
 		ev.RepairOf = r.RepairOf

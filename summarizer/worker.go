@@ -350,6 +350,9 @@ type job struct {
 	repairOfOwn bool
 	// holes are the holes in the raw history the job declines for (holes.go).
 	holes []schemas.Hole
+	// maskShort says the first rung's value was written over the target (rungs mask):
+	// the completed event's error.
+	maskShort string
 }
 
 // repairing reports whether the delivery is a repair: its request was done with a

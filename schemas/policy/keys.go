@@ -66,6 +66,7 @@ var Keys = []Key{
 	{"max_summary_tokens", Int, "0", Conversation, "summary cap; 0 = 2048, scaled up for windows over 128k, at most W/8; never more than summarizer_context_window/8"},
 	{"evidence_budget", Float, "0.075", Conversation, "share of W for the evidence section after the summary (files, commands, URLs, ids, numbers); never more than 15% of target × W; 0 = off"},
 	{"strategy", String, "keep-last-n", Conversation, "split strategy: keep-last-n, tool-rounds, user-messages, token-fraction, recent-turns or all"},
+	{"rungs", String, "summary", Conversation, "what a compaction does: summary (summarize), mask (replace old tool outputs by a placeholder that says how to recall them, no LLM call; summarize only past the hard limit) or mask-then-summary (mask, and summarize only when masking cannot reach the target)"},
 	{"keep_last_n", Int, "20", Conversation, "keep-last-n: messages kept verbatim"},
 	{"tool_rounds", Int, "2", Conversation, "tool-rounds: complete rounds kept verbatim"},
 	{"user_message_tokens", Int, "20000", Conversation, "user-messages: tokens of user messages kept verbatim"},
@@ -112,6 +113,7 @@ type Settings struct {
 	MaxSummaryTokens        int
 	EvidenceBudget          float64
 	Strategy                string
+	Rungs                   string
 	KeepLastN               int
 	ToolRounds              int
 	UserMessageTokens       int
@@ -185,6 +187,8 @@ func (s *Settings) set(k Key, v string) error {
 		s.EvidenceBudget = f
 	case "strategy":
 		s.Strategy = strings.TrimSpace(v)
+	case "rungs":
+		s.Rungs = strings.TrimSpace(v)
 	case "keep_last_n":
 		s.KeepLastN = i
 	case "tool_rounds":

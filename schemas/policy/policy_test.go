@@ -14,7 +14,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	}
 	if s.ContextWindow != 128000 || s.Threshold != 0.75 || s.Strategy != "keep-last-n" || s.LLMTimeout != 2*time.Minute ||
 		s.ToolOutputBudget != 50000 || s.Tokenizer != "chars4" || s.SummarizerContextWindow != 128000 ||
-		s.LLMMaxTokensField != "max_tokens" {
+		s.LLMMaxTokensField != "max_tokens" || s.Rungs != RungsSummary {
 		t.Fatalf("defaults = %+v", s)
 	}
 	for _, k := range Keys {
@@ -51,6 +51,9 @@ func TestTiersLaterWins(t *testing.T) {
 		{"conversation over profile", Layer{"profile": "cheap", "threshold": "0.85", "strategy": "all"}, func(s Settings) bool {
 			return s.Threshold == 0.85 && s.Strategy == "all" && s.LLMModel == "small-model"
 		}},
+		{"a conversation chooses its rungs", Layer{"rungs": " mask-then-summary "}, func(s Settings) bool {
+			return s.Rungs == RungsMaskThenSummary && s.ByKey()["rungs"] == RungsMaskThenSummary
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -77,6 +80,7 @@ func TestErrorsNameTheTierAndKey(t *testing.T) {
 		{"bad env range", Layer{"keep_last_n": "0"}, "", nil, "environment: invalid policy: keep_last_n must be at least 1"},
 		{"unknown max tokens field", Layer{"llm_max_tokens_field": "max_new_tokens"}, "", nil, "llm_max_tokens_field must be one of max_tokens, max_completion_tokens"},
 		{"unknown request shape", Layer{"llm_request_shape": "tagged"}, "", nil, "llm_request_shape must be one of prefix, transcript"},
+		{"unknown rungs", nil, "", Layer{"rungs": "mask-only"}, "rungs must be one of summary, mask, mask-then-summary"},
 		{"unknown env key", Layer{"nope": "1"}, "", nil, `unknown key "nope"`},
 		{"bad profile", nil, `{"profiles":{"p":{"target":0.9}}}`, nil, `profile "p"`},
 		{"profile naming a profile", nil, `{"profiles":{"p":{"profile":"q"}}}`, nil, "cannot name another profile"},

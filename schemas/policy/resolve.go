@@ -38,6 +38,22 @@ var MaxTokensFields = []string{"max_tokens", "max_completion_tokens"}
 // request is laid out.
 var RequestShapes = []string{"prefix", "transcript"}
 
+// The values of the rungs key: what a compaction does.
+const (
+	// RungsSummary summarizes the messages the split strategy covers (the default).
+	RungsSummary = "summary"
+	// RungsMask masks the tool outputs the split strategy would summarize: each is
+	// replaced by a placeholder that says how to recall it, with no LLM call. It
+	// summarizes only when the context is still past the hard limit after masking.
+	RungsMask = "mask"
+	// RungsMaskThenSummary masks first, and summarizes only when masking cannot bring
+	// the context to the target.
+	RungsMaskThenSummary = "mask-then-summary"
+)
+
+// Rungs lists the values of the rungs key.
+var Rungs = []string{RungsSummary, RungsMask, RungsMaskThenSummary}
+
 // Validate checks every value's range.
 func (s Settings) Validate() error {
 	if err := s.Budget().Validate(); err != nil {
@@ -56,6 +72,7 @@ func (s Settings) Validate() error {
 		{s.IdleAfter == 0 || s.IdleAfter >= time.Second, "idle_after", "must be 0s (off) or at least 1s"},
 		{s.IdleThreshold > 0 && s.IdleThreshold < 1, "idle_threshold", "must be between 0 and 1"},
 		{s.Strategy != "", "strategy", "must not be empty"},
+		{contains(Rungs, s.Rungs), "rungs", "must be one of " + strings.Join(Rungs, ", ")},
 		{s.KeepLastN >= 1, "keep_last_n", "must be at least 1"},
 		{s.ToolRounds >= 1, "tool_rounds", "must be at least 1"},
 		{s.UserMessageTokens >= 0, "user_message_tokens", "must not be negative"},

@@ -65,6 +65,8 @@ func (s Settings) value(name string) any {
 		return s.EvidenceBudget
 	case "strategy":
 		return s.Strategy
+	case "rungs":
+		return s.Rungs
 	case "keep_last_n":
 		return s.KeepLastN
 	case "tool_rounds":
