@@ -271,7 +271,7 @@ func writeSavingsNotes(w io.Writer, rep *savings.Report) error {
 			thousands(t.Summarizer.Unknown), thousands(t.Summarizer.Compactions))
 	}
 	if c := t.Check; c.Estimated > 0 {
-		fmt.Fprintf(w, "estimates: the upstreams reported %s input tokens where the proxy estimated %s (%.2f×); the modelled side is as far off\n",
+		fmt.Fprintf(w, "estimates: the upstreams reported %s input tokens where the proxy estimated %s (%.2f×); each exchange's modelled side is scaled by its own such ratio\n",
 			thousands(c.Reported), thousands(c.Estimated), float64(c.Reported)/float64(c.Estimated))
 	}
 	switch {
