@@ -49,17 +49,19 @@ type Env struct {
 	NATSMonitor  string `envconfig:"NATS_MONITOR_URL" desc:"the NATS servers' monitoring URLs (http_port), comma separated, e.g. http://nats-1:8222,http://nats-2:8222: where serve, its roles and compactor status read whether the servers sync every write to disk (sync_interval); empty: asked of the system account, which only its users may read, else reported as unknown"`
 	ViaService   bool   `envconfig:"VIA_SERVICE" default:"false" desc:"publish, context, recall, compact, status <conv> and forget: open no stream, and go through the compactor service (compactor.context, recall, status, compact, forget) and a JetStream publish on chat.<conv>.msg: the mode of a tenant's user, who may not use $JS.API; chosen by itself, said on stderr, when the streams cannot be looked up for want of permission or of JetStream"`
 
-	Workers      int           `envconfig:"WORKERS" default:"4" desc:"summarizer jobs this process runs at once"`
-	MaxAttempts  int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"deliveries of one request before it is dead-lettered"`
-	BackoffBase  time.Duration `envconfig:"BACKOFF_BASE" default:"2s" desc:"delay before the second attempt of a failed compaction (doubles each attempt, ±25% jitter)"`
-	BackoffMax   time.Duration `envconfig:"BACKOFF_MAX" default:"2m" desc:"longest delay between attempts"`
-	RetryDelay   time.Duration `envconfig:"RETRY_DELAY" default:"5s" desc:"trigger: wait before asking again when a request is already pending"`
-	LLMAPIKey    string        `envconfig:"LLM_API_KEY" desc:"the summarizer's API key (falls back to OPENAI_API_KEY); never logged"`
-	ChatMaxAge   time.Duration `envconfig:"CHAT_MAX_AGE" default:"0" desc:"how long CHAT keeps raw history; 0 = forever (applied to an existing CHAT only with COMPACTOR_UPDATE_STREAMS)"`
-	MaxObject    int64         `envconfig:"MAX_OBJECT_SIZE" default:"16777216" desc:"bytes: the largest object a message over the NATS max payload is stored as (its content, reasoning, extra); larger ones are refused by publish and not fetched by readers and workers"`
-	DrainTimeout time.Duration `envconfig:"DRAIN_TIMEOUT" default:"3m" desc:"on SIGINT/SIGTERM, how long in-flight work may take to finish; what is unfinished then is handed back to the queue"`
-	ForgetTTL    time.Duration `envconfig:"FORGET_TTL" default:"24h" desc:"how long the tombstone of a forgotten conversation is kept: longer than any compaction can be in flight (summarizer calls, retries, backoffs), so a late write of it is recognised and taken back (applied to an existing bucket only with COMPACTOR_UPDATE_STREAMS)"`
-	AckWait      time.Duration `envconfig:"WORKER_ACK_WAIT" default:"6s" desc:"how long a request may go without a worker's heartbeat before it is delivered again (what a crashed or frozen worker costs); heartbeats go every third of it, at least every 2s (applied to an existing consumer only with COMPACTOR_UPDATE_STREAMS)"`
+	Workers        int           `envconfig:"WORKERS" default:"4" desc:"summarizer jobs this process runs at once"`
+	MaxAttempts    int           `envconfig:"MAX_ATTEMPTS" default:"5" desc:"deliveries of one request before it is dead-lettered"`
+	BackoffBase    time.Duration `envconfig:"BACKOFF_BASE" default:"2s" desc:"delay before the second attempt of a failed compaction (doubles each attempt, ±25% jitter)"`
+	BackoffMax     time.Duration `envconfig:"BACKOFF_MAX" default:"2m" desc:"longest delay between attempts"`
+	RetryDelay     time.Duration `envconfig:"RETRY_DELAY" default:"5s" desc:"trigger: wait before asking again when a request is already pending"`
+	LLMAPIKey      string        `envconfig:"LLM_API_KEY" desc:"the summarizer's API key (falls back to OPENAI_API_KEY); never logged"`
+	ChatMaxAge     time.Duration `envconfig:"CHAT_MAX_AGE" default:"0" desc:"how long CHAT keeps raw history; 0 = forever (applied to an existing CHAT only with COMPACTOR_UPDATE_STREAMS)"`
+	MaxObject      int64         `envconfig:"MAX_OBJECT_SIZE" default:"16777216" desc:"bytes: the largest object a message over the NATS max payload is stored as (its content, reasoning, extra); larger ones are refused by publish and not fetched by readers and workers"`
+	DrainTimeout   time.Duration `envconfig:"DRAIN_TIMEOUT" default:"3m" desc:"on SIGINT/SIGTERM, how long in-flight work may take to finish; what is unfinished then is handed back to the queue"`
+	LedgerMaxAge   time.Duration `envconfig:"LEDGER_MAX_AGE" default:"9600h" desc:"how long the savings ledger (LEDGER, the proxy's exchanges) keeps an entry, at least 1h (applied to an existing LEDGER only with COMPACTOR_UPDATE_STREAMS)"`
+	LedgerMaxBytes int64         `envconfig:"LEDGER_MAX_BYTES" default:"1073741824" desc:"bytes: the most the savings ledger holds, oldest entries dropped first, at least 1048576 (applied to an existing LEDGER only with COMPACTOR_UPDATE_STREAMS)"`
+	ForgetTTL      time.Duration `envconfig:"FORGET_TTL" default:"24h" desc:"how long the tombstone of a forgotten conversation is kept: longer than any compaction can be in flight (summarizer calls, retries, backoffs), so a late write of it is recognised and taken back (applied to an existing bucket only with COMPACTOR_UPDATE_STREAMS)"`
+	AckWait        time.Duration `envconfig:"WORKER_ACK_WAIT" default:"6s" desc:"how long a request may go without a worker's heartbeat before it is delivered again (what a crashed or frozen worker costs); heartbeats go every third of it, at least every 2s (applied to an existing consumer only with COMPACTOR_UPDATE_STREAMS)"`
 	// The trigger's partitions (docs/operations.md, "Scaling the trigger").
 	TriggerPartitions int           `envconfig:"TRIGGER_PARTITIONS" default:"1" desc:"how many partitions the trigger's work is split into, shared out among the trigger processes (1 to 256); 1 is one active trigger process and standbys. Every process must use the same count: change it with COMPACTOR_UPDATE_STREAMS on one process, then roll the others"`
 	TriggerHeartbeat  time.Duration `envconfig:"TRIGGER_HEARTBEAT" default:"2s" desc:"with several trigger partitions: how often a trigger process announces itself; one silent for 3 heartbeats loses its partitions (the bucket's TTL: the same in every process)"`
@@ -270,6 +272,8 @@ func (e Env) validateSettings() error {
 		{e.DrainTimeout > 0, "DRAIN_TIMEOUT", "must be positive"},
 		{e.APIConcurrency >= 1 && e.APIConcurrency <= 4096, "API_CONCURRENCY", "must be 1 to 4096"},
 		{e.AckWait >= 3*time.Second, "WORKER_ACK_WAIT", "must be at least 3s (heartbeats go every third of it)"},
+		{e.LedgerMaxAge >= time.Hour, "LEDGER_MAX_AGE", "must be at least 1h"},
+		{e.LedgerMaxBytes >= 1<<20, "LEDGER_MAX_BYTES", "must be at least 1048576 bytes"},
 		{e.ForgetTTL >= time.Minute, "FORGET_TTL", "must be at least 1m (tombstones must outlive the compactions in flight)"},
 		{e.TriggerPartitions >= 1 && e.TriggerPartitions <= jetstream.MaxTriggerPartitions, "TRIGGER_PARTITIONS",
 			fmt.Sprintf("must be 1 to %d", jetstream.MaxTriggerPartitions)},
@@ -407,6 +411,7 @@ func (e Env) settings() node.Settings {
 		Workers: e.Workers, MaxAttempts: e.MaxAttempts, BackoffBase: e.BackoffBase, BackoffMax: e.BackoffMax,
 		RetryDelay: e.RetryDelay, AckWait: e.AckWait, DrainTimeout: e.DrainTimeout,
 		Replicas: e.Replicas, TriggerPartitions: e.TriggerPartitions, ChatMaxAge: e.ChatMaxAge, ForgetTTL: e.ForgetTTL,
+		LedgerMaxAge: e.LedgerMaxAge, LedgerMaxBytes: e.LedgerMaxBytes,
 		TriggerHeartbeat: e.TriggerHeartbeat, MaxObject: e.MaxObject, UpdateStreams: e.UpdateStreams,
 		ViewListen: e.ViewListen, ViewToken: e.ViewToken, APIConcurrency: e.APIConcurrency, Counters: e.counters, IDs: e.idHasher(),
 		Proxy: e.proxy(),

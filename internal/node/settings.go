@@ -47,9 +47,13 @@ type Settings struct {
 
 	Replicas, TriggerPartitions int
 	ChatMaxAge, ForgetTTL       time.Duration
-	TriggerHeartbeat            time.Duration
-	MaxObject                   int64
-	UpdateStreams               bool
+	// LedgerMaxAge and LedgerMaxBytes bound the savings ledger (0: jetstream's
+	// defaults, as every process of a deployment must agree on them).
+	LedgerMaxAge     time.Duration
+	LedgerMaxBytes   int64
+	TriggerHeartbeat time.Duration
+	MaxObject        int64
+	UpdateStreams    bool
 
 	ViewListen, ViewToken string
 	// APIConcurrency bounds the requests each endpoint of the compactor service serves
@@ -113,6 +117,12 @@ func (s Settings) JetStream() jetstream.Config {
 	c.MaxObjectSize = s.MaxObject
 	c.WorkerAckWait = s.AckWait
 	c.ForgetTTL = s.ForgetTTL
+	if s.LedgerMaxAge > 0 {
+		c.LedgerMaxAge = s.LedgerMaxAge
+	}
+	if s.LedgerMaxBytes > 0 {
+		c.LedgerMaxBytes = s.LedgerMaxBytes
+	}
 	c.UpdateExisting = s.UpdateStreams
 	c.TriggerPartitions = s.TriggerPartitions
 	c.TriggerHeartbeat = s.TriggerHeartbeat
