@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
@@ -164,20 +165,64 @@ func (l *Ledger) Read(ctx context.Context, r LedgerRead, fn func(*schemas.Ledger
 	}
 }
 
-// forgetLedger purges conv's ledger entries; a deployment without the ledger stream
-// holds none.
+// forgetLedger purges conv's ledger entries and, for a conversation that is no
+// branch, those of its branches (BranchOf) the ledger holds: a branch the proxy booked
+// an exchange on may have no message in CHAT (its turn refused, its messages aged out),
+// so the walk of CHAT's subjects does not find it. The purge is tried even when this
+// process found the stream missing at its start: an admin may have provisioned it
+// since. A deployment without the stream holds none.
 func (s *Store) forgetLedger(ctx context.Context, conv string) (uint64, error) {
-	if s.cfg.LedgerStream == "" || slices.Contains(s.missingBuckets, s.cfg.LedgerStream) {
+	if s.cfg.LedgerStream == "" {
 		return 0, nil
 	}
+	subjects := []string{}
 	subj, err := s.cfg.LedgerSubject(conv)
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.purge(ctx, s.cfg.LedgerStream, subj, 0)
-	var ae *apiError
-	if errors.As(err, &ae) && ae.ErrCode == int(natsjs.JSErrCodeStreamNotFound) {
-		return 0, nil
+	subjects = append(subjects, subj)
+	if !IsBranch(conv) {
+		branches, err := s.ledgerBranches(ctx, conv)
+		if err != nil {
+			return 0, err
+		}
+		subjects = append(subjects, branches...)
 	}
-	return n, err
+	var total uint64
+	for _, subj := range subjects {
+		n, err := s.purge(ctx, s.cfg.LedgerStream, subj, 0)
+		var ae *apiError
+		if errors.As(err, &ae) && ae.ErrCode == int(natsjs.JSErrCodeStreamNotFound) {
+			return 0, nil
+		}
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// ledgerBranches are the ledger subjects of conv's branches, from one stream info that
+// lists the ledger's subjects; none when the stream is missing.
+func (s *Store) ledgerBranches(ctx context.Context, conv string) ([]string, error) {
+	str, err := s.js.Stream(ctx, s.cfg.LedgerStream)
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", s.cfg.LedgerStream, err)
+	}
+	info, err := str.Info(ctx, natsjs.WithSubjectFilter(s.cfg.LedgerPrefix+".*"))
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", s.cfg.LedgerStream, err)
+	}
+	var out []string
+	for subj := range info.State.Subjects {
+		if c, ok := strings.CutPrefix(subj, s.cfg.LedgerPrefix+"."); ok && BranchOf(c, conv) {
+			out = append(out, subj)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

@@ -78,12 +78,13 @@ func newExchangeID() string {
 // prefixMemo keeps, per conversation, the chains of its last client request and of its
 // last compacted one, with their token counts: the part of the next request that is
 // the same from the start, within the cache's life, is what a prompt cache could
-// serve. Bounded in digests kept; the oldest conversations go first.
+// serve. Bounded in bytes (each conversation's id, digests and counts, and a fixed
+// overhead); over the bound, conversations are dropped in the map's order.
 type prefixMemo struct {
-	mu      sync.Mutex
-	convs   map[string]*sentPair
-	digests int
-	max     int
+	mu    sync.Mutex
+	convs map[string]*sentPair
+	bytes int
+	max   int
 }
 
 // sentPair is one conversation's last requests, as the ledger saw them.
@@ -99,12 +100,20 @@ type sentChain struct {
 	cum   []int64
 }
 
-// maxPrefixDigests bounds the digests the prefix memo keeps (16 bytes each, and 8 for
-// the tokens): about 24 MiB.
-const maxPrefixDigests = 1 << 20
+// maxPrefixBytes bounds the memory the prefix memo keeps.
+const maxPrefixBytes = 32 << 20
 
-func newPrefixMemo(maxDigests int) *prefixMemo {
-	return &prefixMemo{convs: map[string]*sentPair{}, max: maxDigests}
+// memoOverhead is what an entry of the prefix memo costs besides its id and chains:
+// the map's slot, the pair, the slice headers (measured: about 300 bytes).
+const memoOverhead = 320
+
+// cost is what conv's pair costs the memo, in bytes.
+func (p *sentPair) cost(conv string) int {
+	return len(conv) + memoOverhead + 24*(len(p.client.chain)+len(p.compacted.chain))
+}
+
+func newPrefixMemo(maxBytes int) *prefixMemo {
+	return &prefixMemo{convs: map[string]*sentPair{}, max: maxBytes}
 }
 
 // chainOf is the sent chain of msgs, given their chain when known (nil: computed).
@@ -137,33 +146,41 @@ func (prev sentChain) common(next sentChain) int64 {
 	return next.cum[i-1]
 }
 
-// record puts conv's new requests in the memo and returns the prefix each shares with
-// the conversation's previous one made within ttl of now (0 without one), and whether
-// the compacted context's generation changed since it (a compaction swapped in).
-func (m *prefixMemo) record(conv string, client, compacted sentChain, gen uint64, now time.Time, ttl time.Duration) (clientPrefix, compactedPrefix int64, swap bool) {
+// record returns the prefix each of conv's new requests shares with the
+// conversation's previous one made within ttl of now (0 without one), and whether the
+// compacted context's generation changed since that one (a compaction swapped in while
+// the cache held the old prefix). remember puts the new requests in the memo: a side
+// request (a title, a router's check) is compared, not remembered, so that the next
+// turn compares with the turn before.
+func (m *prefixMemo) record(conv string, client, compacted sentChain, gen uint64, now time.Time, ttl time.Duration, remember bool) (clientPrefix, compactedPrefix int64, swap bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if prev := m.convs[conv]; prev != nil {
-		if now.Sub(prev.at) <= ttl {
-			clientPrefix, compactedPrefix = prev.client.common(client), prev.compacted.common(compacted)
-		}
+	prev := m.convs[conv]
+	if prev != nil && now.Sub(prev.at) <= ttl {
+		clientPrefix, compactedPrefix = prev.client.common(client), prev.compacted.common(compacted)
 		swap = prev.gen != gen
-		m.digests -= len(prev.client.chain) + len(prev.compacted.chain)
+	}
+	if !remember {
+		return clientPrefix, compactedPrefix, swap
+	}
+	if prev != nil {
+		m.bytes -= prev.cost(conv)
 		delete(m.convs, conv)
 	}
-	n := len(client.chain) + len(compacted.chain)
+	p := &sentPair{client: client, compacted: compacted, gen: gen, at: now}
+	n := p.cost(conv)
 	if n > m.max {
 		return clientPrefix, compactedPrefix, swap
 	}
-	for c, p := range m.convs { // over the bound: any (the map's order)
-		if m.digests+n <= m.max {
+	for c, q := range m.convs { // over the bound: any (the map's order)
+		if m.bytes+n <= m.max {
 			break
 		}
-		m.digests -= len(p.client.chain) + len(p.compacted.chain)
+		m.bytes -= q.cost(c)
 		delete(m.convs, c)
 	}
-	m.convs[conv] = &sentPair{client: client, compacted: compacted, gen: gen, at: now}
-	m.digests += n
+	m.convs[conv] = p
+	m.bytes += n
 	return clientPrefix, compactedPrefix, swap
 }
 
@@ -172,7 +189,7 @@ func (m *prefixMemo) forget(conv string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if p := m.convs[conv]; p != nil {
-		m.digests -= len(p.client.chain) + len(p.compacted.chain)
+		m.bytes -= p.cost(conv)
 		delete(m.convs, conv)
 	}
 }
@@ -194,7 +211,7 @@ func (x *exchange) bookSent(req *Request, turn *Turn, reserve int) {
 	e := &schemas.LedgerEntry{V: schemas.LedgerVersion, ID: newExchangeID(), Phase: schemas.LedgerSent, At: time.Now().UTC(),
 		Conversation: turn.Conv, Mode: x.s.cfg.Mode, API: x.wire.Name(), Model: boundedName(modelOf(req, x.r.URL.Path)), Client: clientName(x.r.Header),
 		ClientTokens: r + last(client.cum), CompactedTokens: r + int64(turn.Context.Tokens), Generation: turn.Context.Generation}
-	cp, kp, swap := x.s.prefixes.record(turn.Conv, client, compacted, turn.Context.Generation, time.Now(), x.s.cfg.CacheTTL)
+	cp, kp, swap := x.s.prefixes.record(turn.Conv, client, compacted, turn.Context.Generation, time.Now(), x.s.cfg.CacheTTL, !x.side)
 	if cp > 0 {
 		e.ClientPrefixTokens = min(r+cp, e.ClientTokens)
 	}
@@ -205,7 +222,9 @@ func (x *exchange) bookSent(req *Request, turn *Turn, reserve int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.r.Context()), ledgerTimeout)
 	defer cancel()
 	if err := x.s.opts.Ledger.Append(ctx, e); err != nil {
-		x.s.prefixes.forget(turn.Conv)
+		if !x.side {
+			x.s.prefixes.forget(turn.Conv)
+		}
 		x.ledgerFailed(err)
 		return
 	}
@@ -213,7 +232,9 @@ func (x *exchange) bookSent(req *Request, turn *Turn, reserve int) {
 }
 
 // bookDone books the exchange's done entry: the upstream's status and usage (nil when
-// it reported none).
+// it reported none). It runs once the response is written (end), on a goroutine of its
+// own: the ledger never holds a reply back. A proxy that stops before it is written
+// leaves the exchange unsettled, counted from its estimates.
 func (x *exchange) bookDone(status int, usage *Usage) {
 	sent := x.booked
 	if sent == nil {
@@ -223,7 +244,7 @@ func (x *exchange) bookDone(status int, usage *Usage) {
 	e := *sent
 	e.Phase, e.At, e.Status, e.Answered = schemas.LedgerDone, time.Now().UTC(), status, x.answered
 	e.ClientTokens, e.CompactedTokens, e.ClientPrefixTokens, e.CompactedPrefixTokens, e.Generation, e.Swap = 0, 0, 0, 0, 0, false
-	if usage != nil {
+	if usage != nil && !x.answered {
 		u := schemas.LedgerUsage{Input: clampTokens(usage.Input), CacheRead: clampTokens(usage.CacheRead),
 			CacheWrite: clampTokens(usage.CacheWrite), Output: clampTokens(usage.Output)}
 		// What an upstream reports is a hint: cache figures over the input are cut to it.
@@ -231,42 +252,45 @@ func (x *exchange) bookDone(status int, usage *Usage) {
 		u.CacheWrite = min(u.CacheWrite, u.Input-u.CacheRead)
 		e.Usage = &u
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.r.Context()), ledgerTimeout)
-	defer cancel()
-	if err := x.s.opts.Ledger.Append(ctx, &e); err != nil {
-		x.ledgerFailed(err)
+	s := x.s
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), ledgerTimeout)
+		defer cancel()
+		if err := s.opts.Ledger.Append(ctx, &e); err != nil {
+			s.ledgerFailed(err)
+		}
+	}()
+}
+
+// waitLedger waits, at most ledgerTimeout, for the done entries still being booked.
+func (s *Server) waitLedger() {
+	done := make(chan struct{})
+	go func() { s.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(ledgerTimeout):
 	}
 }
 
-// bookAnswered books an exchange Compactor answered itself (an agent's request to
-// summarize its conversation, answered from the summary): the request the client sent
-// and the compacted context the answer came from, then its done entry, with no usage:
-// no model was called. The finish that stores the answer books the done entry.
-func (x *exchange) bookAnswered(req *Request, turn *Turn) {
-	x.bookSent(req, turn, reserve(req.Body))
-	x.status, x.answered = http.StatusOK, true
-}
-
-// ledgerFailed reports an append that failed: the exchange went on (the ledger never
-// holds a request back past ledgerTimeout), so its figures are missing or unsettled.
+// ledgerFailed reports a sent entry the ledger did not take: the exchange went on (the
+// ledger never holds a request back past ledgerTimeout), so its figures are missing.
 func (x *exchange) ledgerFailed(err error) {
-	x.s.ledgerErrs.Add(1)
 	x.report.LedgerFailures++
-	x.s.log.Warn().Err(err).Msg("proxy: the savings ledger did not take an entry; the exchange went on")
+	x.s.ledgerFailed(err)
 }
 
-// modelOf is the model a request asks for: its model field, else the model of a
-// Gemini path (/v1beta/models/<model>:generateContent).
-func modelOf(req *Request, path string) string {
-	if req.Model != "" {
-		return req.Model
+// ledgerFailed counts an entry the ledger did not take, and logs it at most once a
+// minute (a ledger stream missing or unreachable fails every exchange).
+func (s *Server) ledgerFailed(err error) {
+	s.ledgerErrs.Add(1)
+	now := time.Now().UnixNano()
+	if last := s.ledgerLogged.Load(); now-last < int64(time.Minute) || !s.ledgerLogged.CompareAndSwap(last, now) {
+		return
 	}
-	_, rest, ok := strings.Cut(path, "/models/")
-	if !ok {
-		return ""
-	}
-	m, _, _ := strings.Cut(rest, ":")
-	return m
+	s.log.Warn().Err(err).Int64("failures", s.ledgerErrs.Load()).
+		Msg("proxy: the savings ledger did not take an entry; the exchange went on (logged at most once a minute)")
 }
 
 func last(cum []int64) int64 {
@@ -286,4 +310,27 @@ func boundedName(s string) string {
 		s = s[:schemas.MaxLedgerName]
 	}
 	return strings.ToValidUTF8(s, "")
+}
+
+// bookAnswered books an exchange Compactor answered itself (an agent's request to
+// summarize its conversation, answered from the summary): the request the client sent
+// and the compacted context the answer came from, then, once answered, its done entry
+// with no usage: no model was called.
+func (x *exchange) bookAnswered(req *Request, turn *Turn) {
+	x.bookSent(req, turn, reserve(req.Body))
+	x.status, x.answered = http.StatusOK, true
+}
+
+// modelOf is the model a request asks for: its model field, else the model of a
+// Gemini path (/v1beta/models/<model>:generateContent).
+func modelOf(req *Request, path string) string {
+	if req.Model != "" {
+		return req.Model
+	}
+	_, rest, ok := strings.Cut(path, "/models/")
+	if !ok {
+		return ""
+	}
+	m, _, _ := strings.Cut(rest, ":")
+	return m
 }

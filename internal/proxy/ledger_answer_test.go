@@ -46,7 +46,13 @@ func TestLedgerBooksAnAnsweredCompactionAsNoModelCall(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Fatalf("%s: %d %s", mode, resp.StatusCode, body)
 			}
-			es := ledgerEntries(t, st, conv)
+			// The done entry is booked once the response is written: wait for it.
+			var es []*schemas.LedgerEntry
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if es = ledgerEntries(t, st, conv); len(es) >= 6 || time.Now().After(deadline) {
+					break
+				}
+			}
 			if len(es) != 6 {
 				t.Fatalf("%s: the ledger holds %d entries; want 3 exchanges, sent and done", mode, len(es))
 			}

@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -230,8 +231,11 @@ type Server struct {
 
 	// prefixes is what the ledger compares each request with; ledgerErrs counts the
 	// entries it did not take.
-	prefixes   *prefixMemo
-	ledgerErrs atomic.Int64
+	prefixes     *prefixMemo
+	ledgerErrs   atomic.Int64
+	ledgerLogged atomic.Int64 // when a ledger failure was last logged (Unix ns)
+	// bg counts the done entries being booked (bookDone).
+	bg sync.WaitGroup
 
 	ln  net.Listener
 	srv *http.Server
@@ -263,7 +267,7 @@ func New(cfg Config, wires map[string]Wire, convs Conversations, opts Options) (
 	s := &Server{cfg: cfg, wires: wires, convs: convs, opts: opts, log: opts.Logger, ups: ups,
 		client:   &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		ownerKey: []byte(cfg.OwnerKey), tracer: tp.Tracer("github.com/compactor/compactor/internal/proxy"),
-		inFlight: make(chan struct{}, cfg.MaxInFlight), prefixes: newPrefixMemo(maxPrefixDigests)}
+		inFlight: make(chan struct{}, cfg.MaxInFlight), prefixes: newPrefixMemo(maxPrefixBytes)}
 	s.prompts = append([]CompactionPrompt(nil), DefaultCompactionPrompts...)
 	for _, t := range cfg.CompactionPrompts {
 		if t = strings.TrimSpace(t); t != "" {
@@ -343,7 +347,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return errors.New("proxy: no listen address")
 	}
 	s.logUpstreams()
-	return telemetry.ServeUntilDone(ctx, s.srv, s.ln, "proxy")
+	err := telemetry.ServeUntilDone(ctx, s.srv, s.ln, "proxy")
+	s.waitLedger()
+	return err
 }
 
 // logUpstreams logs where each API's requests go (without credentials), and warns of

@@ -57,6 +57,24 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, rt h
 	x := &exchange{s: s, w: w, r: r.WithContext(ctx), wire: wire, rt: rt, up: s.ups[rt.upstream], span: span, start: time.Now(),
 		report: Report{API: wire.Name(), Mode: s.cfg.Mode}}
 	defer x.end()
+	if s.cfg.Mode == ModeShadow {
+		body, whole, err := readShadowBody(x.r, s.cfg.MaxBody)
+		if err == nil && !whole {
+			// Over the proxy's limit: forwarded as it comes, all of it, not read.
+			x.passReader(io.MultiReader(bytes.NewReader(body), x.r.Body), "", PassShadowUnread)
+			return
+		}
+		if errors.Is(err, errRequestTimeout) {
+			x.refuse(http.StatusRequestTimeout, "invalid_request_error", "compactor proxy: the request body did not come within COMPACTOR_PROXY_READ_TIMEOUT")
+			return
+		}
+		if err != nil {
+			x.report.Outcome = OutcomeFailed
+			return // the client went away while sending
+		}
+		x.shadowRequest(body)
+		return
+	}
 	body, err := readBody(w, x.r, s.cfg.MaxBody)
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -94,6 +112,38 @@ func (s *Server) rewrite(w http.ResponseWriter, r *http.Request, wire Wire, rt h
 
 // shadow says the proxy runs in shadow mode: every request goes upstream as sent.
 func (x *exchange) shadow() bool { return x.s.cfg.Mode == ModeShadow }
+
+// readShadowBody reads r's body up to limit: whole says it all came; when it did not,
+// body is what was read, and the rest is still in r.Body (nothing is lost: the request
+// is forwarded as sent).
+func readShadowBody(r *http.Request, limit int64) (body []byte, whole bool, err error) {
+	body, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, false, err
+	}
+	return body, int64(len(body)) <= limit, nil
+}
+
+// shadowRequest serves a request in shadow mode: whatever Compactor cannot do with it
+// (no conversation named, a bad id, NATS down), it goes upstream as sent.
+func (x *exchange) shadowRequest(body []byte) {
+	s := x.s
+	id, err := identify(x.r.Header, body, s.cfg.SessionHeaders, s.cfg.BodyField)
+	switch {
+	case err != nil:
+		x.pass(body, "", PassShadowUnread)
+		return
+	case id.conv == "":
+		x.pass(body, "", PassNoConversation)
+		return
+	}
+	x.span.SetAttributes(attribute.String(conversationAttribute, id.conv))
+	if nc := s.opts.NATS; nc != nil && !nc.IsConnected() {
+		x.natsDown(body, id.conv, nats.ErrDisconnected)
+		return
+	}
+	x.compact(body, id.conv)
+}
 
 // conversationAttribute is the span attribute of a conversation id (the exporter
 // hashes it when the operator asks for it).
@@ -249,14 +299,6 @@ func (x *exchange) send(out []byte, turn *Turn) {
 	defer resp.Body.Close()
 	defer func() { x.upstream += time.Since(t0) }()
 	x.status = resp.StatusCode
-	// An answer whose reply was not put together (an error, a reply too large to keep)
-	// is booked without usage; a stream that broke off, or a client gone, stays
-	// unsettled.
-	defer func() {
-		if x.report.Outcome != OutcomeFailed {
-			x.bookDone(x.status, nil)
-		}
-	}()
 	switch {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		x.relayError(resp)
@@ -362,13 +404,23 @@ func (x *exchange) natsDown(body []byte, conv string, cause error) {
 
 // pass forwards the request as the client sent it, marked with why.
 func (x *exchange) pass(body []byte, conv, reason string) {
+	x.passBody(io.NopCloser(bytes.NewReader(body)), int64(len(body)), conv, reason)
+}
+
+// passReader forwards the request whose body is body, as long as the client said.
+func (x *exchange) passReader(body io.Reader, conv, reason string) {
+	x.passBody(io.NopCloser(body), x.r.ContentLength, conv, reason)
+}
+
+// passBody forwards the request with body (of length n, -1 when unknown), marked.
+func (x *exchange) passBody(body io.ReadCloser, n int64, conv, reason string) {
 	x.report.Outcome = OutcomePassthrough
 	if conv != "" {
 		x.w.Header().Set(ConversationHeader, conv)
 	}
 	r := withPassthrough(x.r, reason)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
+	r.Body = body
+	r.ContentLength = n
 	t0 := time.Now()
 	x.s.rp.ServeHTTP(x.w, r)
 	x.upstream += time.Since(t0)
@@ -570,7 +622,6 @@ const finishTimeout = 30 * time.Second
 // finish stores a whole reply.
 func (x *exchange) finish(turn *Turn, msg schemas.Message, usage *Usage) {
 	x.report.Usage = usage
-	x.bookDone(x.status, usage)
 	if x.side {
 		return
 	}
@@ -603,11 +654,17 @@ func (x *exchange) link(t *Turn) {
 	}
 }
 
-// end reports the request to the observer and ends its span.
+// end reports the request to the observer, books its done entry in the ledger and
+// ends its span. An answer whose reply was not put together (an error, a reply too
+// large to keep) is booked without usage; a stream that broke off, or a client gone,
+// stays unsettled.
 func (x *exchange) end() {
 	r := &x.report
 	if r.Outcome == "" {
 		r.Outcome = OutcomeFailed
+	}
+	if r.Outcome != OutcomeFailed {
+		x.bookDone(x.status, r.Usage)
 	}
 	if r.Turn != nil {
 		r.Stored += r.Turn.Published

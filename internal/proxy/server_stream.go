@@ -61,8 +61,10 @@ func (x *exchange) relayStream(resp *http.Response, turn *Turn) {
 		x.report.Outcome = OutcomeFailed
 		x.s.log.Warn().Str("cause", causeOf(readErr, append(requestSecrets(x.r), x.up.key)...)).Str("upstream", x.up.String()).Str("api", x.wire.Name()).
 			Msg("proxy: the upstream stream broke before its end")
-		_, _ = x.w.Write(x.wire.StreamError("the upstream stream ended before its end (compactor proxy)"))
-		_ = rc.Flush()
+		if !x.shadow() { // in shadow mode the client sees the stream as the upstream ended it
+			_, _ = x.w.Write(x.wire.StreamError("the upstream stream ended before its end (compactor proxy)"))
+			_ = rc.Flush()
+		}
 	case accErr != nil:
 		x.report.Outcome = OutcomeCompacted
 		x.s.log.Warn().Err(accErr).Str("api", x.wire.Name()).Msg("proxy: upstream stream not understood; the reply is not stored")

@@ -111,8 +111,35 @@ func readCompactions(ctx context.Context, st *jetstream.Store, conv string, p Pe
 		kept[ev.Generation] = true
 		out = append(out, Compaction{Conversation: conv, Generation: ev.Generation, At: ev.At, Lost: true})
 	}
+	// Generations are numbered one after another: those below the oldest kept value
+	// that no event names either were written before it. When the period reaches
+	// further back than the events stream keeps events (EventsMaxAge, a week), they may
+	// be in the period: they are counted as unknown, at the oldest kept value's time,
+	// rather than left out unmarked (the report's unknown count is then an upper bound,
+	// and its summarizer tokens a lower one). Within the events' reach, a generation of
+	// the period no event names was written before it.
+	if !p.Since.IsZero() && !p.Since.Before(time.Now().Add(-st.Config().EventsMaxAge)) {
+		return out, nil
+	}
+	at := oldest.Value.CreatedAt
+	if at.IsZero() {
+		at = oldest.Time
+	}
+	if !p.holds(at) {
+		return out, nil
+	}
+	for g := uint64(1); g < oldest.Value.Generation && len(out) < maxGenerations; g++ {
+		if !kept[g] {
+			kept[g] = true
+			out = append(out, Compaction{Conversation: conv, Generation: g, At: at, Lost: true})
+		}
+	}
 	return out, nil
 }
+
+// maxGenerations bounds the generations one conversation's read reports: a value's
+// generation is a producer-independent counter, but bounded all the same.
+const maxGenerations = 1 << 16
 
 // ParseTime parses a bound of a period: an RFC 3339 time, a date (its midnight, UTC),
 // or a duration back from now (a Go duration such as 90m or 24h, or whole days: 7d).

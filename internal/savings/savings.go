@@ -233,6 +233,10 @@ type Row struct {
 	// tokens are counted, their dollars are not. UnpricedModels names the models.
 	Unpriced       int64    `json:"unpriced"`
 	UnpricedModels []string `json:"unpriced_models,omitempty"`
+	// UnpricedModelsOmitted counts the unpriced models past the first MaxNamedModels
+	// (a client may name a new model on every request).
+	UnpricedModelsOmitted int `json:"unpriced_models_omitted,omitempty"`
+	unpricedSet           map[string]struct{}
 
 	priced bool
 }
@@ -522,15 +526,29 @@ func (r *Row) unpriced(model string) {
 	if model == "" {
 		model = "(no model)"
 	}
-	if !slices.Contains(r.UnpricedModels, model) {
-		r.UnpricedModels = append(r.UnpricedModels, model)
+	if r.unpricedSet == nil {
+		r.unpricedSet = map[string]struct{}{}
 	}
+	r.unpricedSet[model] = struct{}{}
 }
+
+// MaxNamedModels bounds the unpriced models a row names.
+const MaxNamedModels = 50
 
 // finish computes the row's derived figures once its sums are in.
 func (r *Row) finish(priced bool) {
 	r.SavedTokens = r.Without.Input - r.With.Input - r.Summarizer.Tokens()
+	r.UnpricedModels = r.UnpricedModels[:0]
+	for m := range r.unpricedSet {
+		r.UnpricedModels = append(r.UnpricedModels, m)
+	}
 	slices.Sort(r.UnpricedModels)
+	if n := len(r.UnpricedModels); n > MaxNamedModels {
+		r.UnpricedModels, r.UnpricedModelsOmitted = r.UnpricedModels[:MaxNamedModels], n-MaxNamedModels
+	}
+	if len(r.UnpricedModels) == 0 {
+		r.UnpricedModels = nil
+	}
 	if !priced || !r.priced {
 		r.USD = nil
 		return
@@ -559,10 +577,11 @@ func (r *Row) sum(o *Row) {
 	r.Summarizer.CachedInput += o.Summarizer.CachedInput
 	r.Summarizer.Output += o.Summarizer.Output
 	r.Unpriced += o.Unpriced
-	for _, m := range o.UnpricedModels {
-		if !slices.Contains(r.UnpricedModels, m) {
-			r.UnpricedModels = append(r.UnpricedModels, m)
+	for m := range o.unpricedSet {
+		if r.unpricedSet == nil {
+			r.unpricedSet = map[string]struct{}{}
 		}
+		r.unpricedSet[m] = struct{}{}
 	}
 	if o.USD != nil {
 		r.priced = true
