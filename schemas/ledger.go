@@ -3,7 +3,9 @@ package schemas
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -121,8 +123,8 @@ func (e *LedgerEntry) Validate() error {
 		return err
 	}
 	for name, s := range map[string]string{"api": e.API, "model": e.Model, "client": e.Client} {
-		if len(s) > MaxLedgerName || !utf8.ValidString(s) {
-			return invalid(name, "want at most %d bytes of UTF-8", MaxLedgerName)
+		if len(s) > MaxLedgerName || !utf8.ValidString(s) || strings.IndexFunc(s, unprintable) >= 0 {
+			return invalid(name, "want at most %d bytes of UTF-8 without control or format characters", MaxLedgerName)
 		}
 	}
 	for name, n := range map[string]int64{"client_tokens": e.ClientTokens, "compacted_tokens": e.CompactedTokens,
@@ -182,3 +184,8 @@ func isIDChars(s string) bool {
 	}
 	return true
 }
+
+// unprintable reports a control character (an escape, a newline) or a format one (a
+// bidirectional override): a name that holds one could rewrite a terminal's or a
+// table's output.
+func unprintable(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }

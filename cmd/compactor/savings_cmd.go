@@ -278,8 +278,12 @@ func writeSavingsNotes(w io.Writer, rep *savings.Report) error {
 	case !rep.Priced:
 		fmt.Fprintln(w, "no price table (--prices or COMPACTOR_PRICES): tokens only")
 	case t.Unpriced > 0:
+		names := strings.Join(t.UnpricedModels, ", ")
+		if t.UnpricedModelsOmitted > 0 {
+			names += fmt.Sprintf(" and %d more", t.UnpricedModelsOmitted)
+		}
 		fmt.Fprintf(w, "* partial: %s exchanges or compactions of models without a price are in the tokens, not the dollars: %s\n",
-			thousands(t.Unpriced), strings.Join(t.UnpricedModels, ", "))
+			thousands(t.Unpriced), names)
 	}
 	if len(rep.Truncated) > 0 {
 		fmt.Fprintf(w, "the ledger of %s held more entries than one read takes (%s): narrow the period\n",
@@ -317,7 +321,7 @@ func writeSavingsCSV(w io.Writer, rep *savings.Report) error {
 			if kind == "total" {
 				rec = append(rec, "")
 			} else {
-				rec = append(rec, r.Key(d))
+				rec = append(rec, csvSafe(r.Key(d)))
 			}
 		}
 		rec = append(rec, n(r.Exchanges), n(r.Unsettled), n(r.Estimated), n(r.Failed), n(r.Answered), n(r.Swaps),
@@ -343,4 +347,17 @@ func writeSavingsCSV(w io.Writer, rep *savings.Report) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// csvSafe is a cell a spreadsheet reads as text: a model or client name comes from a
+// client, and one that starts like a formula (=, +, -, @, a tab or a carriage return)
+// gets a leading apostrophe. A number (-12) is left as it is.
+func csvSafe(s string) string {
+	if s == "" || !strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return s
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return s
+	}
+	return "'" + s
 }

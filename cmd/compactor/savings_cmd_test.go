@@ -411,3 +411,14 @@ func TestSavingsCommandTenants(t *testing.T) {
 		t.Errorf("the tenants that could be read are not printed:\n%s", out.String())
 	}
 }
+
+// A model or client name comes from a client: in the CSV one that starts like a
+// spreadsheet formula is made text; numbers and ordinary names are left alone.
+func TestCSVSafe(t *testing.T) {
+	for give, want := range map[string]string{"gpt-4.1": "gpt-4.1", "=HYPERLINK(\"x\")": "'=HYPERLINK(\"x\")", "+1+1": "'+1+1",
+		"@sum": "'@sum", "-12": "-12", "-x": "'-x", "\tx": "'\tx", "": ""} {
+		if got := csvSafe(give); got != want {
+			t.Errorf("csvSafe(%q) = %q; want %q", give, got, want)
+		}
+	}
+}

@@ -19,11 +19,13 @@ func newProxy(cfg Config, nc *nats.Conn, st *jetstream.Store, policies PolicySou
 	if m := cfg.Telemetry.Metrics; m != nil {
 		opts.Observer = m.Proxy()
 	}
-	if l := st.Ledger(); l.Enabled() && !slices.Contains(st.MissingBuckets(), st.Config().LedgerStream) {
+	if l := st.Ledger(); l.Enabled() {
+		// Booked from the moment the stream exists: an admin may provision it later.
 		opts.Ledger = l
-	} else {
-		cfg.Logger.Warn().Str("stream", st.Config().LedgerStream).
-			Msg("proxy: the savings ledger stream is missing and this user may not create it: exchanges are not booked until an admin provisions (compactor serve as admin)")
+		if slices.Contains(st.MissingBuckets(), st.Config().LedgerStream) {
+			cfg.Logger.Warn().Str("stream", st.Config().LedgerStream).
+				Msg("proxy: the savings ledger stream is missing and this user may not create it: exchanges are not booked until an admin provisions (compactor provision, or serve as admin)")
+		}
 	}
 	return proxy.New(*cfg.Proxy, proxyWires(), convs, opts)
 }

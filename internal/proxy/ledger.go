@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/tokens"
@@ -304,12 +305,18 @@ func clampTokens(n int) int64 {
 	return min(max(int64(n), 0), schemas.MaxLedgerTokens)
 }
 
-// boundedName is s cut to the ledger's bound on a name (a rune cut in two dropped).
+// boundedName is s cut to the ledger's bound on a name (a rune cut in two dropped),
+// without control characters: a model name comes from the client.
 func boundedName(s string) string {
 	if len(s) > schemas.MaxLedgerName {
 		s = s[:schemas.MaxLedgerName]
 	}
-	return strings.ToValidUTF8(s, "")
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(s, ""))
 }
 
 // bookAnswered books an exchange Compactor answered itself (an agent's request to

@@ -2,6 +2,7 @@ package savings
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -337,5 +338,20 @@ func TestExamplePrices(t *testing.T) {
 	}
 	if pr := p.For("llama-3"); pr != nil {
 		t.Errorf("llama-3 priced %+v; the example has no default", pr)
+	}
+}
+
+// A client may name a new model on every request: a report names the first
+// MaxNamedModels unpriced models and counts the rest, and keeps them in a set (a
+// list it searched made a report of many names quadratic).
+func TestUnpricedModelsAreBounded(t *testing.T) {
+	var es []*schemas.LedgerEntry
+	for i := range MaxNamedModels + 30 {
+		s := sent(fmt.Sprintf("u%d-aaaaaaaaaaaaaaaa", i), "c1", schemas.LedgerRewrite, fmt.Sprintf("model-%03d", i), "x", "2026-03-01T10:00:00Z", 10, 0, 5, 0, false)
+		es = append(es, s, done(s, "2026-03-01T10:00:01Z", 200, &schemas.LedgerUsage{Input: 5}))
+	}
+	rep := Aggregate([]TenantData{{Entries: es}}, mustPrices(t), nil, Period{})
+	if tot := rep.Total; tot.Unpriced != MaxNamedModels+30 || len(tot.UnpricedModels) != MaxNamedModels || tot.UnpricedModelsOmitted != 30 {
+		t.Errorf("unpriced %d, named %d, omitted %d; want %d, %d, 30", tot.Unpriced, len(tot.UnpricedModels), tot.UnpricedModelsOmitted, MaxNamedModels+30, MaxNamedModels)
 	}
 }
