@@ -79,6 +79,10 @@ type LedgerEntry struct {
 	// in): the cache writes of this exchange are the compaction's.
 	Generation uint64 `json:"generation,omitempty"`
 	Swap       bool   `json:"swap,omitempty"`
+	// WouldAnswer, in shadow mode, says rewrite mode would have answered the request
+	// itself from the summary (an agent's request to summarize its conversation),
+	// calling no model: the compacted side of the exchange is nothing.
+	WouldAnswer bool `json:"would_answer,omitempty"`
 
 	// The done phase: the upstream's answer.
 	//
@@ -146,6 +150,9 @@ func (e *LedgerEntry) Validate() error {
 		if u.CacheRead+u.CacheWrite > u.Input {
 			return invalid("usage", "cache_read %d + cache_write %d over input %d", u.CacheRead, u.CacheWrite, u.Input)
 		}
+	}
+	if e.WouldAnswer && e.Mode != LedgerShadow {
+		return invalid("would_answer", "only in shadow mode")
 	}
 	if e.Status < 0 || e.Status > 999 {
 		return invalid("status", "%d; want an HTTP status", e.Status)

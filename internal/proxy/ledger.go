@@ -219,7 +219,7 @@ func (x *exchange) bookSent(req *Request, turn *Turn, reserve int) {
 	if kp > 0 {
 		e.CompactedPrefixTokens = min(r+kp, e.CompactedTokens)
 	}
-	e.Swap = swap
+	e.Swap, e.WouldAnswer = swap, x.wouldAnswer
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(x.r.Context()), ledgerTimeout)
 	defer cancel()
 	if err := x.s.opts.Ledger.Append(ctx, e); err != nil {
@@ -244,7 +244,7 @@ func (x *exchange) bookDone(status int, usage *Usage) {
 	x.booked = nil
 	e := *sent
 	e.Phase, e.At, e.Status, e.Answered = schemas.LedgerDone, time.Now().UTC(), status, x.answered
-	e.ClientTokens, e.CompactedTokens, e.ClientPrefixTokens, e.CompactedPrefixTokens, e.Generation, e.Swap = 0, 0, 0, 0, 0, false
+	e.ClientTokens, e.CompactedTokens, e.ClientPrefixTokens, e.CompactedPrefixTokens, e.Generation, e.Swap, e.WouldAnswer = 0, 0, 0, 0, 0, false, false
 	if usage != nil && !x.answered {
 		u := schemas.LedgerUsage{Input: clampTokens(usage.Input), CacheRead: clampTokens(usage.CacheRead),
 			CacheWrite: clampTokens(usage.CacheWrite), Output: clampTokens(usage.Output)}

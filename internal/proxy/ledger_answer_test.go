@@ -66,6 +66,13 @@ func TestLedgerBooksAnAnsweredCompactionAsNoModelCall(t *testing.T) {
 				if a.calls.Load() != 3 || last.Answered || last.Usage == nil || last.Usage.Input != 10 {
 					t.Fatalf("shadow: %d model calls; the compaction request booked %+v", a.calls.Load(), last)
 				}
+				// ... and booked as one rewrite mode would have answered: nothing sent.
+				if s := es[4]; s.Phase != schemas.LedgerSent || !s.WouldAnswer {
+					t.Fatalf("shadow: the compaction request's sent entry %+v; want would_answer", s)
+				}
+				if s := es[2]; s.WouldAnswer {
+					t.Fatalf("shadow: an ordinary turn booked as one rewrite would answer: %+v", s)
+				}
 			}
 			for _, e := range es[:4] {
 				if e.Phase == schemas.LedgerDone && (e.Usage == nil || e.Usage.Input != 10 || e.Usage.Output != 2 || e.Answered) {

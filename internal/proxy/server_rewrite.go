@@ -43,8 +43,8 @@ type exchange struct {
 	// status is the upstream's HTTP status, once its answer came.
 	status int
 	// answered: Compactor answered the request itself (an agent's compaction request),
-	// calling no model.
-	answered bool
+	// calling no model; wouldAnswer: in shadow mode, rewrite mode would have.
+	answered, wouldAnswer bool
 }
 
 // rewrite serves one request of a rewritten path: the conversation named, the
@@ -171,7 +171,10 @@ func (x *exchange) compact(body []byte, conv string) {
 	}
 	switch {
 	case x.shadow():
-		x.forward(req, turn) // as sent: Compactor answers nothing itself in shadow mode
+		// As sent: Compactor answers nothing itself in shadow mode; the ledger books
+		// whether rewrite mode would have.
+		x.wouldAnswer = x.canAnswer(turn, kind)
+		x.forward(req, turn)
 	case x.rt.compact:
 		x.answerCompact(body, req, turn)
 	case kind.compaction && x.answer(req, turn, kind.prompt):
@@ -506,6 +509,26 @@ func (x *exchange) writeError(status int, kind, msg string) {
 		x.w.Header().Set(StatusHeader, StatusPassthrough)
 	}
 	x.s.writeError(x.w, x.rt.api, status, kind, msg)
+}
+
+// canAnswer says rewrite mode would answer the request from Compactor's summary (answer
+// or answerCompact), without answering it.
+func (x *exchange) canAnswer(turn *Turn, kind requestKind) bool {
+	if !x.s.cfg.AnswerCompactions || turn.Cut {
+		return false
+	}
+	if x.rt.compact {
+		if _, ok := x.wire.(wire.CompactAnswerer); !ok {
+			return false
+		}
+		_, ok := compactionAnswerOf(turn.Context, FormatPlain, false)
+		return ok
+	}
+	if _, ok := x.wire.(wire.Answerer); !ok || !kind.compaction {
+		return false
+	}
+	_, ok := compactionAnswer(turn, kind.prompt.Format)
+	return ok
 }
 
 // answer answers the request from Compactor's summary when it is an agent's request

@@ -325,6 +325,17 @@ func (x exchange) figures(price *Price, row *Row) (without, with Side) {
 	} else {
 		row.Estimated++
 	}
+	if s.WouldAnswer && s.Mode == schemas.LedgerShadow {
+		// Rewrite mode would have answered it from the summary, calling no model: the
+		// client's request without Compactor, nothing with it.
+		row.Answered++
+		if reported != nil {
+			row.Check.Reported += reported.Input
+			row.Check.Estimated += s.ClientTokens
+			return *reported, Side{}
+		}
+		return modelled(s.ClientTokens, s.ClientPrefixTokens, output), Side{}
+	}
 	without = modelled(s.ClientTokens, s.ClientPrefixTokens, output)
 	with = modelled(s.CompactedTokens, s.CompactedPrefixTokens, output)
 	if reported != nil {

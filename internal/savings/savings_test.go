@@ -355,3 +355,17 @@ func TestUnpricedModelsAreBounded(t *testing.T) {
 		t.Errorf("unpriced %d, named %d, omitted %d; want %d, %d, 30", tot.Unpriced, len(tot.UnpricedModels), tot.UnpricedModelsOmitted, MaxNamedModels+30, MaxNamedModels)
 	}
 }
+
+// In shadow mode, a request rewrite mode would have answered from the summary (an
+// agent's compaction request) went to the model: its reported usage is the side
+// without Compactor, and nothing is the side with it.
+func TestAggregateShadowWouldAnswer(t *testing.T) {
+	s := sent("w1-aaaaaaaaaaaaaaaa", "c9", schemas.LedgerShadow, "gpt-test", "claude-cli", "2026-03-01T10:00:00Z", 7000, 1000, 2000, 0, false)
+	s.WouldAnswer = true
+	d := done(s, "2026-03-01T10:00:01Z", 200, &schemas.LedgerUsage{Input: 7100, CacheRead: 1000, Output: 400})
+	rep := Aggregate([]TenantData{{Entries: []*schemas.LedgerEntry{s, d}}}, mustPrices(t), nil, Period{})
+	tot := rep.Total
+	if tot.Answered != 1 || tot.Without.Input != 7100 || tot.With != (Side{}) || tot.SavedTokens != 7100 {
+		t.Errorf("answered %d, without %+v, with %+v, saved %d; want 1, the reported 7100, nothing, 7100", tot.Answered, tot.Without, tot.With, tot.SavedTokens)
+	}
+}
