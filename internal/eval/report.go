@@ -173,16 +173,16 @@ type StrategyReport struct {
 
 // Report is a whole eval run.
 type Report struct {
-	Command       string           `json:"command,omitempty"`
-	Window        int              `json:"window"`
-	Target        float64          `json:"target"`
-	Summarizer    string           `json:"summarizer"`
-	SummaryTokens string           `json:"summarizer_tokens"`
-	Server        string           `json:"server"`
-	Files         int              `json:"files"`
-	Facts         int              `json:"facts"`
-	Planted       int              `json:"planted"`
-	Probes        string           `json:"probes"`
+	Command       string  `json:"command,omitempty"`
+	Window        int     `json:"window"`
+	Target        float64 `json:"target"`
+	Summarizer    string  `json:"summarizer"`
+	SummaryTokens string  `json:"summarizer_tokens"`
+	Server        string  `json:"server"`
+	Files         int     `json:"files"`
+	Facts         int     `json:"facts"`
+	Planted       int     `json:"planted"`
+	Probes        string  `json:"probes"`
 	// CacheTTL and TurnGap are the swap rule's and the cache's clock (see Config).
 	CacheTTL string `json:"cache_ttl"`
 	TurnGap  string `json:"turn_gap"`

@@ -311,8 +311,8 @@ type rig struct {
 	// threshold is each arm's threshold in tokens; stale the size past which the
 	// proxy gives up a compaction it sent before (the threshold, at most the hard limit).
 	threshold, stale map[arm]int
-	conns     []*nats.Conn
-	stops     []func() error
+	conns            []*nats.Conn
+	stops            []func() error
 	// dropNS deletes the namespace (before the connections close); shutdown stops the
 	// embedded server (after).
 	dropNS, shutdown func()
