@@ -53,7 +53,7 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 // evalFlags are the eval command's flags, once parsed.
 type evalFlags struct {
 	strategies, facts listValue
-	rungs             *string
+	rungs, probes     *string
 	prices, model     *string
 	cacheTTL, turnGap *time.Duration
 	window            *int
@@ -71,6 +71,7 @@ func defineEvalFlags(fs *flagSet) *evalFlags {
 	f := &evalFlags{}
 	fs.add(&f.strategies, "strategy", "", "S", "a strategy to replay with (repeatable; default: "+strings.Join(eval.DefaultStrategies, ", ")+")", "")
 	f.rungs = fs.String("rungs", "", "LIST", "compare these rungs (summary, mask, mask-then-summary, comma-separated, or all), each with every strategy (default strategy: the policy's)")
+	f.probes = fs.String("probes", "", "FILE", "more probe questions in the four dimensions (recall, artifact, continuation, decision; docs/evaluation.md, examples/probes.json), asked when an LLM endpoint is configured")
 	f.prices = fs.String("prices", "", "FILE", "price the tokens with this price table (default COMPACTOR_PRICES; docs/savings.md); without one, tokens and ratios only")
 	f.model = fs.String("model", "", "NAME", "the agent's model whose prices the sent tokens take (default: the price table's default)")
 	f.cacheTTL = fs.Duration("cache-ttl", "D", "how long the provider's prompt cache lives, for the proxy's swap rule and the cache figures (default COMPACTOR_PROXY_CACHE_TTL, 5m)")
@@ -116,7 +117,11 @@ func runEval(ctx context.Context, c *call, f *evalFlags) error {
 	}
 	fmt.Fprintf(c.std.err, "eval: %d conversations × %s; summarizer: %s\n", len(files), what, summarizerName(cfg))
 	if cfg.Prober == nil {
-		fmt.Fprintln(c.std.err, "eval: probes skipped: no LLM endpoint configured (COMPACTOR_LLM_BASE_URL, OPENAI_BASE_URL or an API key)")
+		which := "probes"
+		if *f.probes != "" {
+			which = "probes (the built-in ones and those of " + *f.probes + ")"
+		}
+		fmt.Fprintf(c.std.err, "eval: %s skipped: no LLM endpoint configured (COMPACTOR_LLM_BASE_URL, OPENAI_BASE_URL or an API key)\n", which)
 	}
 	if bar := newProgress(c.std.err, c.lookup, "eval", "replays", int64(len(files)*arms)); bar != nil {
 		defer bar.finish()
@@ -159,6 +164,11 @@ func (f *evalFlags) check() error {
 	if *f.rungs != "" {
 		if _, err := parseRungs(*f.rungs); err != nil {
 			return usagef("--rungs: %v", err)
+		}
+	}
+	if *f.probes != "" {
+		if _, err := eval.ReadProbes(*f.probes); err != nil {
+			return usagef("--probes: %v", err)
 		}
 	}
 	if *f.cacheTTL < 0 || *f.turnGap < 0 {
@@ -258,6 +268,11 @@ func evalConfig(c *call, f *evalFlags, files []string) (eval.Config, error) {
 		cfg.SummarizerName = fmt.Sprintf("LLM %s at %s", r.Base().LLMModel, policy.RedactURL(base))
 		cfg.Prober = eval.NewProber(base, key, r.Base().LLMModel)
 		cfg.Prober.MaxCompletionTokens = r.Base().LLMMaxTokensField == "max_completion_tokens"
+		if *f.probes != "" {
+			if cfg.Prober.Questions, err = eval.ReadProbes(*f.probes); err != nil {
+				return eval.Config{}, usagef("--probes: %v", err)
+			}
+		}
 	}
 	return cfg, nil
 }

@@ -345,11 +345,23 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.Strategies != nil && r.Strategies[0].Probes != nil {
 		b.WriteString("\nProbes (" + r.Probes + "), mean scores 0–1:\n")
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "strategy\tfiles recall\tfiles precision\twhat was decided\twhat the user asked\tprobed\tfailed\t")
+		dims := ""
+		for _, d := range Dimensions {
+			dims += d + "\t"
+		}
+		fmt.Fprintln(tw, "strategy\tfiles recall\tfiles precision\twhat was decided\twhat the user asked\t"+dims+"probed\tfailed\t")
 		for _, s := range r.Strategies {
 			p := s.Probes
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", s.Name(), score2(p.FilesRecall), score2(p.FilesPrecision), score2(p.Decided),
-				score2(p.Asked), p.Conversations, p.Failed)
+			dims := ""
+			for _, d := range Dimensions {
+				v, ok := p.Dimensions[d]
+				if !ok {
+					v = -1
+				}
+				dims += score2(v) + "\t"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%d\t%d\t\n", s.Name(), score2(p.FilesRecall), score2(p.FilesPrecision), score2(p.Decided),
+				score2(p.Asked), dims, p.Conversations, p.Failed)
 		}
 		tw.Flush()
 	} else {

@@ -743,7 +743,7 @@ func (rg *rig) scoreFinal(ctx context.Context, c Conversation, cx *pipeline.Cont
 	res.SummarizerIn, res.SummarizerOut, res.SummarizerCalls = sin, sout, calls
 	if rg.cfg.Prober != nil {
 		// A failed probe is reported with the conversation; it does not stop the run.
-		if p, err := rg.cfg.Prober.Probe(ctx, bare, truth); err != nil {
+		if p, err := rg.cfg.Prober.Probe(ctx, bare, truth, c.Name); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

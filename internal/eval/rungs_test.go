@@ -1,7 +1,9 @@
 package eval
 
 import (
+	"errors"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -86,6 +88,65 @@ func TestRungs(t *testing.T) {
 	for _, want := range []string{"tool-rounds mask-then-summary", "prefix identical", "Published baselines", Baselines, "no price table"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table has no %q:\n%s", want, table.String())
+		}
+	}
+}
+
+// TestProbeFile asks a probe file's four dimensions of the fake, which answers every
+// one of them the same: "The parser overflow was fixed in keep.py; next, run check.py."
+// Each dimension's score is the share of its expected terms in that answer.
+func TestProbeFile(t *testing.T) {
+	probes, err := ParseProbes([]byte(`{"note": "test", "probes": [
+		{"dimension": "recall", "question": "PROBE: what overflowed?", "expect": ["Parser", "overflow"]},
+		{"dimension": "artifact", "question": "PROBE: which files?", "expect": ["keep", "missing"]},
+		{"dimension": "continuation", "question": "PROBE: what next?", "expect": ["check"]},
+		{"dimension": "decision", "question": "PROBE: decided?", "expect": ["nothing"]},
+		{"dimension": "decision", "question": "PROBE: elsewhere?", "expect": ["keep"], "file": "other.jsonl"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeLLM(t)
+	p := NewProber(f.srv.URL, "test", "fake-model")
+	p.Questions = probes
+	file := writeJSONL(t, t.TempDir(), "session.jsonl", agentSession())
+	rep := runEval(t, Config{Files: []string{file}, Strategies: []string{"all"}, Window: 2000,
+		Summarizers: f.summarizers(t), SummarizerName: "fake", Prober: p})
+	c := rep.Conversations[0]
+	if c.Probes == nil {
+		t.Fatalf("no probe scores (error %q)", c.ProbeError)
+	}
+	want := map[string]float64{"recall": 1, "artifact": 0.5, "continuation": 1, "decision": 0}
+	if !reflect.DeepEqual(c.Probes.Dimensions, want) {
+		t.Errorf("dimensions %v; want %v (the probe of other.jsonl not asked)", c.Probes.Dimensions, want)
+	}
+	if n := f.fileProbes.Load(); n != 4 {
+		t.Errorf("%d probe-file questions asked; want 4", n)
+	}
+	if s := rep.Strategies[0].Probes; s == nil || !reflect.DeepEqual(s.Dimensions, want) {
+		t.Errorf("the strategy's probes %+v; want the conversation's dimensions", s)
+	}
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "continuation") {
+		t.Errorf("the table has no dimension column:\n%s", table.String())
+	}
+}
+
+func TestParseProbesRefuses(t *testing.T) {
+	for _, tc := range []struct{ name, give, want string }{
+		{"unknown dimension", `{"probes":[{"dimension":"vibes","question":"q","expect":["a"]}]}`, `dimension "vibes"`},
+		{"no question", `{"probes":[{"dimension":"recall","question":" ","expect":["a"]}]}`, "want a question"},
+		{"no terms", `{"probes":[{"dimension":"recall","question":"q","expect":[]}]}`, "expected terms"},
+		{"a phrase", `{"probes":[{"dimension":"recall","question":"q","expect":["two words"]}]}`, "one word"},
+		{"unknown field", `{"probes":[{"dimension":"recall","question":"q","expect":["a"],"weight":2}]}`, "unknown field"},
+		{"none", `{"probes":[]}`, "want 1 to"},
+		{"two documents", `{"probes":[{"dimension":"recall","question":"q","expect":["a"]}]} {}`, "more than one"},
+	} {
+		_, err := ParseProbes([]byte(tc.give))
+		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want an ErrConfig saying %q", tc.name, err, tc.want)
 		}
 	}
 }
