@@ -6,9 +6,9 @@ import (
 	"github.com/compactor/compactor/internal/savings"
 )
 
-// Baselines are the published figures printed beside the survival shares, word for
-// word as they are cited: not measured here, and not compared with anything.
-const Baselines = "9.8% paths, 0.2% commands"
+// Baselines are the published figures for LLM summaries printed beside the survival
+// shares, as they are cited: not measured here.
+const Baselines = "9.8% of paths, 0.2% of commands"
 
 // Cost is an arm's tokens and, with a price table, dollars, with and without a prompt
 // cache, each against the whole histories sent without compaction at the same turns.

@@ -342,6 +342,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	tw.Flush()
+	b.WriteString(r.baselines())
 	if r.Strategies != nil && r.Strategies[0].Probes != nil {
 		b.WriteString("\nProbes (" + r.Probes + "), mean scores 0–1:\n")
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -442,7 +443,11 @@ func (r *Report) writeCache(b *strings.Builder, md bool) {
 	} else {
 		fmt.Fprintf(b, "\nCost: %s.\n", r.Prices)
 	}
-	fmt.Fprintf(b, "\nPublished baselines, printed beside the survival shares above as they are cited (not measured here): %s.\n", r.Baselines)
+}
+
+// baselines is the line of the published figures, printed under the survival shares.
+func (r *Report) baselines() string {
+	return fmt.Sprintf("Published figures for LLM summaries, beside these (cited, not measured here): %s.\n", r.Baselines)
 }
 
 // usd is dollars to the cent, below a cent to four decimals.
@@ -516,6 +521,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			share(s.Commands.CompactedMicroByConstruction, s.Commands.CompactedTotal),
 			factsCellByConstruction(s.Facts))
 	}
+	b.WriteString("\n" + r.baselines())
 	if len(r.Strategies) > 0 {
 		s := r.Strategies[0]
 		fmt.Fprintf(&b, "\nItems in the raw histories: %d distinct paths, %d distinct commands, %d facts.\n", s.Paths.Total, s.Commands.Total, s.Facts.Total)

@@ -85,7 +85,7 @@ func TestRungs(t *testing.T) {
 	if err := rep.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"tool-rounds mask-then-summary", "prefix identical", "Published baselines", Baselines, "no price table"} {
+	for _, want := range []string{"tool-rounds mask-then-summary", "prefix identical", "Published figures for LLM summaries", Baselines, "no price table"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table has no %q:\n%s", want, table.String())
 		}
