@@ -42,7 +42,11 @@ whatever the summarizer writes); tool pairs broken and pinned messages missing (
 fails otherwise). Runs on an embedded server unless --nats-url names one. With an LLM
 endpoint (COMPACTOR_LLM_BASE_URL or OPENAI_BASE_URL, and a key) the LLM summarizes and
 the probes ask it which files were changed, what was decided and what the user asked
-for; without one the extractive summarizer runs, which the output says.
+for (and --probes FILE's questions); without one the extractive summarizer runs, and one
+line says the probes are skipped. --rungs all compares summary, mask and mask-then-summary:
+tokens sent by the proxy's cache-aware swap rule, how often the forwarded prefix stayed
+byte-identical, what a prompt cache reads and writes, summarizer calls, and with a price
+table (--prices or COMPACTOR_PRICES) the cost with and without a cache (docs/evaluation.md).
 Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 	define: func(fs *flagSet) func(ctx context.Context, c *call) error {
 		f := defineEvalFlags(fs)
