@@ -416,7 +416,8 @@ func (r *Report) writeCache(b *strings.Builder, md bool) {
 	}
 	if len(r.Strategies) > 0 {
 		w := r.Strategies[0].CacheWithout
-		row(tw, "no compaction", "0", "0", "0", fmt.Sprint(w.Sent), "100.0%", share(w.PrefixShare(), w.Compared), fmt.Sprint(w.CacheRead), fmt.Sprint(w.CacheWrite), fmt.Sprint(w.SwapWrite), "100.0%")
+		all := share(1, int(w.Sent)) // 100%, or n/a of nothing sent
+		row(tw, "no compaction", "0", "0", "0", fmt.Sprint(w.Sent), all, share(w.PrefixShare(), w.Compared), fmt.Sprint(w.CacheRead), fmt.Sprint(w.CacheWrite), fmt.Sprint(w.SwapWrite), all)
 	}
 	if flush != nil {
 		flush()
@@ -433,10 +434,12 @@ func (r *Report) writeCache(b *strings.Builder, md bool) {
 		}
 		for _, s := range r.Strategies {
 			c := s.Cost
-			row(tw, s.Name(), usd(c.NoCache), pct(c.RatioNoCache), usd(c.Cache), pct(c.RatioCache), usd(c.Summarizer))
+			n := int(s.CacheWithout.Sent)
+			row(tw, s.Name(), usd(c.NoCache), share(c.RatioNoCache, n), usd(c.Cache), share(c.RatioCache, n), usd(c.Summarizer))
 		}
 		c := r.Strategies[0].Cost
-		row(tw, "no compaction", usd(c.BaselineNoCache), "100.0%", usd(c.BaselineCache), "100.0%", usd(0))
+		row(tw, "no compaction", usd(c.BaselineNoCache), share(1, int(r.Strategies[0].CacheWithout.Sent)), usd(c.BaselineCache),
+			share(1, int(r.Strategies[0].CacheWithout.Sent)), usd(0))
 		if flush != nil {
 			flush()
 		}
