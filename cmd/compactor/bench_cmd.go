@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -212,15 +214,16 @@ func writeBenchFiles(c *call, rep *bench.Report, charts, doc string) error {
 		if err := os.MkdirAll(filepath.Dir(doc), 0o755); err != nil {
 			return err
 		}
-		f, err := os.Create(doc)
-		if err != nil {
+		var gen bytes.Buffer
+		if err := rep.WriteMarkdown(&gen); err != nil {
+			return fmt.Errorf("doc: %w", err)
+		}
+		// The hand-kept sections of the document replaced stay (keepHandSections).
+		old, err := os.ReadFile(doc)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
-		err = rep.WriteMarkdown(f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := os.WriteFile(doc, keepHandSections(old, gen.Bytes()), 0o644); err != nil {
 			return fmt.Errorf("doc: %w", err)
 		}
 		fmt.Fprintf(c.std.err, "doc: %s\n", doc)

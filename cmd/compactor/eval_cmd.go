@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/schemas/policy"
 	"github.com/compactor/compactor/summarizer/extractive"
 	"github.com/compactor/compactor/summarizer/split"
@@ -40,7 +42,11 @@ whatever the summarizer writes); tool pairs broken and pinned messages missing (
 fails otherwise). Runs on an embedded server unless --nats-url names one. With an LLM
 endpoint (COMPACTOR_LLM_BASE_URL or OPENAI_BASE_URL, and a key) the LLM summarizes and
 the probes ask it which files were changed, what was decided and what the user asked
-for; without one the extractive summarizer runs, which the output says.
+for (and --probes FILE's questions); without one the extractive summarizer runs, and one
+line says the probes are skipped. --rungs all compares summary, mask and mask-then-summary:
+tokens sent by the proxy's cache-aware swap rule, how often the forwarded prefix stayed
+byte-identical, what a prompt cache reads and writes, summarizer calls, and with a price
+table (--prices or COMPACTOR_PRICES) the cost with and without a cache (docs/evaluation.md).
 Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 	define: func(fs *flagSet) func(ctx context.Context, c *call) error {
 		f := defineEvalFlags(fs)
@@ -51,6 +57,9 @@ Default strategies: ` + strings.Join(eval.DefaultStrategies, ", ") + `.`,
 // evalFlags are the eval command's flags, once parsed.
 type evalFlags struct {
 	strategies, facts listValue
+	rungs, probes     *string
+	prices, model     *string
+	cacheTTL, turnGap *time.Duration
 	window            *int
 	asJSON, markdown  *bool
 	factsFile         *string
@@ -65,6 +74,12 @@ type evalFlags struct {
 func defineEvalFlags(fs *flagSet) *evalFlags {
 	f := &evalFlags{}
 	fs.add(&f.strategies, "strategy", "", "S", "a strategy to replay with (repeatable; default: "+strings.Join(eval.DefaultStrategies, ", ")+")", "")
+	f.rungs = fs.String("rungs", "", "LIST", "compare these rungs (summary, mask, mask-then-summary, comma-separated, or all), each with every strategy (default strategy: the policy's)")
+	f.probes = fs.String("probes", "", "FILE", "more probe questions in the four dimensions (recall, artifact, continuation, decision; docs/evaluation.md, examples/probes.json), asked when an LLM endpoint is configured")
+	f.prices = fs.String("prices", "", "FILE", "price the tokens with this price table (default COMPACTOR_PRICES; docs/savings.md); without one, tokens and ratios only")
+	f.model = fs.String("model", "", "NAME", "the agent's model whose prices the sent tokens take (default: the price table's default)")
+	f.cacheTTL = fs.Duration("cache-ttl", "D", "how long the provider's prompt cache lives, for the proxy's swap rule and the cache figures (default COMPACTOR_PROXY_CACHE_TTL, 5m)")
+	f.turnGap = fs.Duration("turn-gap", "D", "simulated time between two model turns (default 0: every turn within the cache's life)")
 	f.window = fs.Int("window", "N", fmt.Sprintf("the context window W in tokens (default %d)", eval.DefaultWindow))
 	f.asJSON = fs.JSON()
 	f.markdown = fs.Bool("markdown", "", "print the tables as Markdown (as in docs/evaluation.md) instead of aligned text")
@@ -93,11 +108,26 @@ func runEval(ctx context.Context, c *call, f *evalFlags) error {
 		return err
 	}
 	nStrategies := len(f.strategies)
-	if nStrategies == 0 {
+	switch {
+	case nStrategies == 0 && len(cfg.Rungs) > 0:
+		nStrategies = 1
+	case nStrategies == 0:
 		nStrategies = len(eval.DefaultStrategies)
 	}
-	fmt.Fprintf(c.std.err, "eval: %d conversations × %d strategies; summarizer: %s\n", len(files), nStrategies, summarizerName(cfg))
-	if bar := newProgress(c.std.err, c.lookup, "eval", "replays", int64(len(files)*nStrategies)); bar != nil {
+	arms := nStrategies * max(1, len(cfg.Rungs))
+	what := fmt.Sprintf("%d strategies", nStrategies)
+	if len(cfg.Rungs) > 0 {
+		what = fmt.Sprintf("%d strategies × %d rungs", nStrategies, len(cfg.Rungs))
+	}
+	fmt.Fprintf(c.std.err, "eval: %d conversations × %s; summarizer: %s\n", len(files), what, summarizerName(cfg))
+	if cfg.Prober == nil {
+		which := "probes"
+		if *f.probes != "" {
+			which = "probes (the built-in ones and those of " + *f.probes + ")"
+		}
+		fmt.Fprintf(c.std.err, "eval: %s skipped: no LLM endpoint configured (COMPACTOR_LLM_BASE_URL, OPENAI_BASE_URL or an API key)\n", which)
+	}
+	if bar := newProgress(c.std.err, c.lookup, "eval", "replays", int64(len(files)*arms)); bar != nil {
 		defer bar.finish()
 		cfg.Progress = func(done, total int) { bar.set(int64(done), fmt.Sprintf("%d of %d replays", done, total)) }
 	}
@@ -134,6 +164,19 @@ func (f *evalFlags) check() error {
 		if !slices.Contains(split.Strategies, s) {
 			return usagef("--strategy: unknown strategy %q (known: %s)", s, strings.Join(split.Strategies, ", "))
 		}
+	}
+	if *f.rungs != "" {
+		if _, err := parseRungs(*f.rungs); err != nil {
+			return usagef("--rungs: %v", err)
+		}
+	}
+	if *f.probes != "" {
+		if _, err := eval.ReadProbes(*f.probes); err != nil {
+			return usagef("--probes: %v", err)
+		}
+	}
+	if *f.cacheTTL < 0 || *f.turnGap < 0 {
+		return usagef("--cache-ttl and --turn-gap must not be negative")
 	}
 	if *f.window != 0 && *f.window < 1000 {
 		return usagef("--window: must be at least 1000 tokens, got %d", *f.window)
@@ -195,6 +238,21 @@ func evalConfig(c *call, f *evalFlags, files []string) (eval.Config, error) {
 	log := newLogger(env, c.std.err).Level(zerolog.ErrorLevel)
 	cfg := eval.Config{Files: files, Strategies: f.strategies, Window: *f.window, Facts: f.facts, Plant: *f.plant,
 		Concurrency: *f.concurrency, EvidenceBudget: *f.evidence, NATSURL: *f.url, Resolver: r, TurnWait: *f.turnWait, Logger: log}
+	if *f.rungs != "" {
+		cfg.Rungs, _ = parseRungs(*f.rungs)
+	}
+	cfg.CacheTTL, cfg.TurnGap, cfg.Model = *f.cacheTTL, *f.turnGap, *f.model
+	if cfg.CacheTTL == 0 {
+		cfg.CacheTTL = env.ProxyCacheTTL
+	}
+	if path := cmp.Or(*f.prices, env.Prices); path != "" {
+		if cfg.Prices, err = savings.ReadPrices(path); err != nil {
+			return eval.Config{}, usagef("--prices: %v", err)
+		}
+		if cfg.Prices.For(cfg.Model) == nil {
+			return eval.Config{}, usagef("--model: the price table prices no model %q and has no default", cfg.Model)
+		}
+	}
 	if *f.url != "" {
 		// The named server authenticates as the commands' connections do.
 		cfg.NATSOptions = []nats.Option{env.natsAuth().Option()}
@@ -214,6 +272,11 @@ func evalConfig(c *call, f *evalFlags, files []string) (eval.Config, error) {
 		cfg.SummarizerName = fmt.Sprintf("LLM %s at %s", r.Base().LLMModel, policy.RedactURL(base))
 		cfg.Prober = eval.NewProber(base, key, r.Base().LLMModel)
 		cfg.Prober.MaxCompletionTokens = r.Base().LLMMaxTokensField == "max_completion_tokens"
+		if *f.probes != "" {
+			if cfg.Prober.Questions, err = eval.ReadProbes(*f.probes); err != nil {
+				return eval.Config{}, usagef("--probes: %v", err)
+			}
+		}
 	}
 	return cfg, nil
 }
@@ -223,6 +286,25 @@ func summarizerName(cfg eval.Config) string {
 		return "extractive (no LLM endpoint configured: COMPACTOR_LLM_BASE_URL, OPENAI_BASE_URL or an API key)"
 	}
 	return cfg.SummarizerName
+}
+
+// parseRungs reads --rungs: values of the policy key rungs, comma-separated, or all.
+func parseRungs(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "all" {
+		return slices.Clone(policy.Rungs), nil
+	}
+	var out []string
+	for v := range strings.SplitSeq(s, ",") {
+		v = strings.TrimSpace(v)
+		if !slices.Contains(policy.Rungs, v) {
+			return nil, fmt.Errorf("unknown rungs %q (known: %s, or all)", v, strings.Join(policy.Rungs, ", "))
+		}
+		if slices.Contains(out, v) {
+			return nil, fmt.Errorf("%q named twice", v)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // listValue is a repeatable flag.

@@ -109,11 +109,42 @@ func TestEvalRefuses(t *testing.T) {
 		{[]string{"eval", good, "--plant", "1000"}, exitUsage, "--plant: must be 0 to 100"},
 		{[]string{"eval", good, "--evidence-budget", "lots"}, exitUsage, "--evidence-budget"},
 		{[]string{"eval", good, bad}, exitUsage, "bad.jsonl:2:"}, // an invalid message, like a bad flag, needs a change
+		{[]string{"eval", good, "--rungs", "mask,fold"}, exitUsage, `--rungs: unknown rungs "fold"`},
+		{[]string{"eval", good, "--rungs", "mask,mask"}, exitUsage, `--rungs: "mask" named twice`},
+		{[]string{"eval", good, "--probes", bad}, exitUsage, "--probes:"},
+		{[]string{"eval", good, "--prices", bad}, exitUsage, "--prices:"},
+		{[]string{"eval", good, "--prices", "../../examples/prices.json", "--model", "no-such-model"}, exitUsage, `prices no model "no-such-model"`},
+		{[]string{"eval", good, "--turn-gap", "-1s"}, exitUsage, "--turn-gap must not be negative"},
 	} {
 		_, _, err := cli(t, "", tc.args...)
 		if exitCode(err) != tc.exit || err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v (exit %d); want exit %d saying %q", tc.args, err, exitCode(err), tc.exit, tc.want)
 		}
+	}
+}
+
+// TestEvalRungs compares the three rungs under the policy's strategy with the
+// example price table and probe file: one arm per rung, priced, the cost table and
+// one line saying the probes are skipped (no LLM endpoint).
+func TestEvalRungs(t *testing.T) {
+	testEnv(t, 128000)
+	file := evalSession(t, t.TempDir(), "a.jsonl")
+	out, errOut, err := cli(t, "", "eval", file, "--rungs", "all", "--window", "2000", "--prices", "../../examples/prices.json",
+		"--model", "claude-sonnet-4-5", "--probes", "../../examples/probes.json")
+	if err != nil {
+		t.Fatalf("eval: %v\n%s", err, errOut)
+	}
+	if n := strings.Count(errOut, "skipped: no LLM endpoint configured"); n != 1 || !strings.Contains(errOut, "examples/probes.json") {
+		t.Errorf("stderr %q; want one line saying the probes (and the file's) are skipped", errOut)
+	}
+	for _, want := range []string{"keep-last-n summary", "keep-last-n mask", "keep-last-n mask-then-summary", "prefix identical",
+		"Cost in US dollars (the sent tokens at claude-sonnet-4-5's prices", "with cache", eval.Baselines} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the table has no %q:\n%s", want, out)
+		}
+	}
+	if _, err := eval.ReadProbes("../../examples/probes.json"); err != nil {
+		t.Errorf("the example probe file: %v", err)
 	}
 }
 

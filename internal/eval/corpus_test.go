@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/internal/corpustest"
+	"github.com/compactor/compactor/schemas/policy"
 )
 
 // TestCorpus replays a third of the shared corpus with the default strategy through the real
@@ -71,5 +72,55 @@ func TestCorpus(t *testing.T) {
 	}
 	if s.Paths.Total < 150 || s.Commands.Total < 300 {
 		t.Errorf("%d paths, %d commands in a third of the corpus; want the ground truth to find hundreds", s.Paths.Total, s.Commands.Total)
+	}
+}
+
+// TestCorpusRungs compares the three rungs on a ninth of the shared corpus: no context
+// read breaks a tool pair, masking calls the summarizer less than summarizing, every
+// compacted arm breaks the forwarded prefix at some turns while the uncompacted history
+// never does, and a prompt cache narrows what compaction saves (the cache writes its
+// swaps cause). It skips without the corpus, and fails instead under CI=true.
+func TestCorpusRungs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the corpus replay takes a few seconds")
+	}
+	all := corpustest.Load(t)
+	allFiles, err := Expand([]string{corpustest.Dir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(allFiles) != len(all) {
+		t.Fatalf("%d files; corpustest loaded %d", len(allFiles), len(all))
+	}
+	var files []string
+	for i := 0; i < len(allFiles); i += 9 {
+		files = append(files, allFiles[i])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Files: files, Rungs: policy.Rungs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Broken() != 0 {
+		t.Errorf("%d tool pairs broken or pinned messages missing; want 0", rep.Broken())
+	}
+	by := map[string]StrategyReport{}
+	for _, s := range rep.Strategies {
+		by[s.Rungs] = s
+		c, w := s.Cache, s.CacheWithout
+		if s.Strategy != "keep-last-n" || s.Compactions == 0 || c.Sent != s.TokensWith || c.Sent >= w.Sent {
+			t.Errorf("%s: %d compactions, %d sent (%d read), %d without; want the policy's strategy, compactions and fewer tokens", s.Name(), s.Compactions, c.Sent, s.TokensWith, w.Sent)
+		}
+		if c.PrefixKept == c.Compared || c.PrefixKept == 0 || c.SwapWrite == 0 || w.PrefixKept != w.Compared {
+			t.Errorf("%s: prefix kept %d of %d (%d swap writes), without compaction %d of %d; want some breaks, and none without",
+				s.Name(), c.PrefixKept, c.Compared, c.SwapWrite, w.PrefixKept, w.Compared)
+		}
+		if s.Cost.UncachedRatio <= s.Cost.TokenRatio {
+			t.Errorf("%s: uncached ratio %.3f, token ratio %.3f; want a cache to narrow the saving", s.Name(), s.Cost.UncachedRatio, s.Cost.TokenRatio)
+		}
+	}
+	if m, s := by[policy.RungsMask], by[policy.RungsSummary]; m.SummarizerCalls >= s.SummarizerCalls {
+		t.Errorf("mask called the summarizer %d times, summary %d; want fewer", m.SummarizerCalls, s.SummarizerCalls)
 	}
 }

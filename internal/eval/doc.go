@@ -13,6 +13,13 @@
 // missing pinned messages. With an LLM endpoint, a Prober asks the model probe
 // questions given the final context and scores the answers (ScoreFiles, ScoreTerms).
 //
+// Every context read before a model turn is read as the proxy would forward it, by its
+// cache-aware swap rule (swapRule), and tallied as a provider's prompt cache would see it
+// (CacheTally: prefix identical, cache read and writes); Config.Rungs crosses the
+// strategies with the values of the policy key rungs, and Config.Prices prices each arm
+// with and without a cache (Cost). A probe file (ReadProbes) adds questions in four
+// dimensions: recall, artifact, continuation, decision.
+//
 // The ground truth and the scores are plain functions over []schemas.Message, tested
 // without a server.
 package eval

@@ -25,8 +25,10 @@ type Count struct {
 
 // ConvResult is one conversation replayed with one strategy.
 type ConvResult struct {
-	File         string `json:"file"`
-	Strategy     string `json:"strategy"`
+	File     string `json:"file"`
+	Strategy string `json:"strategy"`
+	// Rungs is the policy key rungs the replay set (empty: the operator's tiers chose).
+	Rungs        string `json:"rungs,omitempty"`
 	Conversation string `json:"conversation"`
 	Messages     int    `json:"messages"`
 	// ModelTurns are the assistant messages, before each of which the context was read.
@@ -39,6 +41,10 @@ type ConvResult struct {
 	// TokensWithout the whole history's at the same turns.
 	TokensWith    int64 `json:"tokens_with"`
 	TokensWithout int64 `json:"tokens_without"`
+	// Cache is what a prompt cache makes of the contexts sent (the proxy's swap rule);
+	// CacheWithout of the whole histories, sent without compaction.
+	Cache        CacheTally `json:"cache"`
+	CacheWithout CacheTally `json:"cache_without"`
 	// SummarizerIn/Out are the summarizer's tokens: reported usage, or an estimate.
 	SummarizerIn    int64 `json:"summarizer_in"`
 	SummarizerOut   int64 `json:"summarizer_out"`
@@ -126,9 +132,11 @@ func ratio(a, b int) float64 {
 	return float64(a) / float64(b)
 }
 
-// StrategyReport is one strategy over every conversation.
+// StrategyReport is one strategy (with one rung, when the run names rungs) over every
+// conversation.
 type StrategyReport struct {
 	Strategy      string `json:"strategy"`
+	Rungs         string `json:"rungs,omitempty"`
 	Conversations int    `json:"conversations"`
 	// Compacted counts the conversations compacted at least once.
 	Compacted   int `json:"compacted"`
@@ -140,6 +148,13 @@ type StrategyReport struct {
 	TokensWithout int64 `json:"tokens_without"`
 	SummarizerIn  int64 `json:"summarizer_in"`
 	SummarizerOut int64 `json:"summarizer_out"`
+	// SummarizerCalls counts the summarizer's calls (a mask makes none).
+	SummarizerCalls int `json:"summarizer_calls"`
+	// Cache and CacheWithout sum the conversations' (see ConvResult).
+	Cache        CacheTally `json:"cache"`
+	CacheWithout CacheTally `json:"cache_without"`
+	// Cost is the tokens priced, with and without a prompt cache.
+	Cost Cost `json:"cost"`
 	// Saved is 1 − (TokensWith + SummarizerIn + SummarizerOut) ÷ TokensWithout.
 	Saved    float64  `json:"saved"`
 	Paths    Survival `json:"paths"`
@@ -158,16 +173,23 @@ type StrategyReport struct {
 
 // Report is a whole eval run.
 type Report struct {
-	Command       string           `json:"command,omitempty"`
-	Window        int              `json:"window"`
-	Target        float64          `json:"target"`
-	Summarizer    string           `json:"summarizer"`
-	SummaryTokens string           `json:"summarizer_tokens"`
-	Server        string           `json:"server"`
-	Files         int              `json:"files"`
-	Facts         int              `json:"facts"`
-	Planted       int              `json:"planted"`
-	Probes        string           `json:"probes"`
+	Command       string  `json:"command,omitempty"`
+	Window        int     `json:"window"`
+	Target        float64 `json:"target"`
+	Summarizer    string  `json:"summarizer"`
+	SummaryTokens string  `json:"summarizer_tokens"`
+	Server        string  `json:"server"`
+	Files         int     `json:"files"`
+	Facts         int     `json:"facts"`
+	Planted       int     `json:"planted"`
+	Probes        string  `json:"probes"`
+	// CacheTTL and TurnGap are the swap rule's and the cache's clock (see Config).
+	CacheTTL string `json:"cache_ttl"`
+	TurnGap  string `json:"turn_gap"`
+	// Prices says what priced the tokens (none: tokens and ratios only).
+	Prices string `json:"prices"`
+	// Baselines are the published figures printed beside the survival shares.
+	Baselines     string           `json:"baselines"`
 	Elapsed       string           `json:"elapsed"`
 	Strategies    []StrategyReport `json:"strategies"`
 	Conversations []ConvResult     `json:"conversations"`
@@ -184,9 +206,13 @@ func newReport(cfg *Config, results [][]ConvResult, server string) *Report {
 	if cfg.Prober != nil {
 		rep.Probes = "asked of " + cfg.Prober.Model
 	}
+	rep.CacheTTL, rep.TurnGap, rep.Baselines = cfg.CacheTTL.String(), cfg.TurnGap.String(), Baselines
+	pr := newPricing(cfg)
+	rep.Prices = pr.about
 	budget := target * float64(cfg.Window)
+	arms := cfg.arms()
 	for i, rs := range results {
-		sr := StrategyReport{Strategy: cfg.Strategies[i], Conversations: len(rs)}
+		sr := StrategyReport{Strategy: arms[i].strategy, Rungs: arms[i].rung, Conversations: len(rs)}
 		var probes []ProbeScores
 		probeErrors := 0
 		for _, r := range rs {
@@ -207,6 +233,9 @@ func newReport(cfg *Config, results [][]ConvResult, server string) *Report {
 			sr.TokensWithout += r.TokensWithout
 			sr.SummarizerIn += r.SummarizerIn
 			sr.SummarizerOut += r.SummarizerOut
+			sr.SummarizerCalls += r.SummarizerCalls
+			sr.Cache.add(r.Cache)
+			sr.CacheWithout.add(r.CacheWithout)
 			sr.Paths.add(r.Paths, compacted)
 			sr.Commands.add(r.Commands, compacted)
 			sr.Facts.add(r.Facts, compacted)
@@ -228,6 +257,7 @@ func newReport(cfg *Config, results [][]ConvResult, server string) *Report {
 		if sr.TokensWithout > 0 {
 			sr.Saved = 1 - float64(sr.TokensWith+sr.SummarizerIn+sr.SummarizerOut)/float64(sr.TokensWithout)
 		}
+		sr.Cost = pr.cost(sr)
 		sr.Paths.finish()
 		sr.Commands.finish()
 		sr.Facts.finish()
@@ -285,7 +315,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		"paths\t(no evidence)\t(by construction)\tcommands\t(no evidence)\t(by construction)\tfacts\tevidence share\tbroken pairs\tmissing pins\t")
 	for _, s := range r.Strategies {
 		fmt.Fprintf(tw, "%s\t%d/%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n",
-			s.Strategy, s.Compacted, s.Conversations, s.Compactions, s.TokensWith, s.TokensWithout,
+			s.Name(), s.Compacted, s.Conversations, s.Compactions, s.TokensWith, s.TokensWithout,
 			s.SummarizerIn+s.SummarizerOut, saved(s),
 			share(s.Paths.Micro, s.Paths.Total), share(s.Paths.MicroWithoutEvidence, s.Paths.Total), share(s.Paths.MicroByConstruction, s.Paths.Total),
 			share(s.Commands.Micro, s.Commands.Total), share(s.Commands.MicroWithoutEvidence, s.Commands.Total), share(s.Commands.MicroByConstruction, s.Commands.Total),
@@ -306,20 +336,33 @@ func (r *Report) WriteTable(w io.Writer) error {
 				continue
 			}
 			n, c := k.v.Total, k.v.CompactedTotal
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Strategy, k.name, k.v.Total, share(k.v.Micro, n), share(k.v.Macro, n),
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", s.Name(), k.name, k.v.Total, share(k.v.Micro, n), share(k.v.Macro, n),
 				share(k.v.CompactedMicro, c), share(k.v.MicroWithoutEvidence, n), share(k.v.MacroWithoutEvidence, n), share(k.v.CompactedMicroWithoutEvidence, c),
 				share(k.v.MicroByConstruction, n), share(k.v.MacroByConstruction, n), share(k.v.CompactedMicroByConstruction, c))
 		}
 	}
 	tw.Flush()
+	b.WriteString(r.baselines())
 	if r.Strategies != nil && r.Strategies[0].Probes != nil {
 		b.WriteString("\nProbes (" + r.Probes + "), mean scores 0–1:\n")
 		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "strategy\tfiles recall\tfiles precision\twhat was decided\twhat the user asked\tprobed\tfailed\t")
+		dims := ""
+		for _, d := range Dimensions {
+			dims += d + "\t"
+		}
+		fmt.Fprintln(tw, "strategy\tfiles recall\tfiles precision\twhat was decided\twhat the user asked\t"+dims+"probed\tfailed\t")
 		for _, s := range r.Strategies {
 			p := s.Probes
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t\n", s.Strategy, score2(p.FilesRecall), score2(p.FilesPrecision), score2(p.Decided),
-				score2(p.Asked), p.Conversations, p.Failed)
+			dims := ""
+			for _, d := range Dimensions {
+				v, ok := p.Dimensions[d]
+				if !ok {
+					v = -1
+				}
+				dims += score2(v) + "\t"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%d\t%d\t\n", s.Name(), score2(p.FilesRecall), score2(p.FilesPrecision), score2(p.Decided),
+				score2(p.Asked), dims, p.Conversations, p.Failed)
 		}
 		tw.Flush()
 	} else {
@@ -327,15 +370,95 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	for _, s := range r.Strategies {
 		if s.Skipped > 0 {
-			fmt.Fprintf(&b, "%s: the reader left %d message(s) out of the contexts read (see skipped in --json).\n", s.Strategy, s.Skipped)
+			fmt.Fprintf(&b, "%s: the reader left %d message(s) out of the contexts read (see skipped in --json).\n", s.Name(), s.Skipped)
 		}
 		if s.Fallbacks > 0 {
-			fmt.Fprintf(&b, "%s: %d final summaries were written by the extractive fallback: the LLM kept failing.\n", s.Strategy, s.Fallbacks)
+			fmt.Fprintf(&b, "%s: %d final summaries were written by the extractive fallback: the LLM kept failing.\n", s.Name(), s.Fallbacks)
 		}
 	}
 	fmt.Fprintf(&b, "Summarizer tokens: %s.\n", r.SummaryTokens)
+	b.WriteString("\n")
+	r.writeCache(&b, false)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// Name is the arm's name: its strategy, and its rungs when the run set them.
+func (s StrategyReport) Name() string { return arm{s.Strategy, s.Rungs}.name() }
+
+// writeCache writes the tokens sent by the proxy's swap rule and what a prompt cache
+// makes of them, per arm, then the cost with and without the cache, then the baselines.
+func (r *Report) writeCache(b *strings.Builder, md bool) {
+	row := func(tw io.Writer, cells ...string) {
+		if md {
+			fmt.Fprintf(tw, "| %s |\n", strings.Join(cells, " | "))
+		} else {
+			fmt.Fprintf(tw, "%s\t\n", strings.Join(cells, "\t"))
+		}
+	}
+	var tw io.Writer = b
+	var flush func()
+	if !md {
+		t := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		tw, flush = t, func() { t.Flush() }
+	}
+	fmt.Fprintf(b, "Tokens sent by the proxy's swap rule (cache TTL %s, %s between turns) and what a prompt cache makes of them:\n", r.CacheTTL, r.TurnGap)
+	if md {
+		b.WriteString("\n| arm | compactions | summarizer calls | summarizer in+out | sent | sent ÷ no compaction | prefix identical | cache read | cache writes | by swaps | uncached ÷ no compaction |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	} else {
+		row(tw, "arm", "compactions", "summarizer calls", "summarizer in+out", "sent", "sent ÷ no compaction", "prefix identical", "cache read", "cache writes", "by swaps", "uncached ÷ no compaction")
+	}
+	for _, s := range r.Strategies {
+		c := s.Cache
+		row(tw, s.Name(), fmt.Sprint(s.Compactions), fmt.Sprint(s.SummarizerCalls), fmt.Sprint(s.SummarizerIn+s.SummarizerOut), fmt.Sprint(c.Sent),
+			share(s.Cost.TokenRatio, int(s.CacheWithout.Sent)), share(c.PrefixShare(), c.Compared), fmt.Sprint(c.CacheRead), fmt.Sprint(c.CacheWrite),
+			fmt.Sprint(c.SwapWrite), share(s.Cost.UncachedRatio, int(s.CacheWithout.Sent)))
+	}
+	if len(r.Strategies) > 0 {
+		w := r.Strategies[0].CacheWithout
+		all := share(1, int(w.Sent)) // 100%, or n/a of nothing sent
+		row(tw, "no compaction", "0", "0", "0", fmt.Sprint(w.Sent), all, share(w.PrefixShare(), w.Compared), fmt.Sprint(w.CacheRead), fmt.Sprint(w.CacheWrite), fmt.Sprint(w.SwapWrite), all)
+	}
+	if flush != nil {
+		flush()
+	}
+	if len(r.Strategies) > 0 && r.Strategies[0].Cost.Priced {
+		fmt.Fprintf(b, "\nCost in US dollars (%s), input and summarizer, with and without a prompt cache:\n", r.Prices)
+		if md {
+			tw = b
+			b.WriteString("\n| arm | no cache | ÷ no compaction | with cache | ÷ no compaction | of which summarizer |\n|---|--:|--:|--:|--:|--:|\n")
+		} else {
+			t := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+			tw, flush = t, func() { t.Flush() }
+			row(tw, "arm", "no cache", "÷ no compaction", "with cache", "÷ no compaction", "of which summarizer")
+		}
+		for _, s := range r.Strategies {
+			c := s.Cost
+			n := int(s.CacheWithout.Sent)
+			row(tw, s.Name(), usd(c.NoCache), share(c.RatioNoCache, n), usd(c.Cache), share(c.RatioCache, n), usd(c.Summarizer))
+		}
+		c := r.Strategies[0].Cost
+		row(tw, "no compaction", usd(c.BaselineNoCache), share(1, int(r.Strategies[0].CacheWithout.Sent)), usd(c.BaselineCache),
+			share(1, int(r.Strategies[0].CacheWithout.Sent)), usd(0))
+		if flush != nil {
+			flush()
+		}
+	} else {
+		fmt.Fprintf(b, "\nCost: %s.\n", r.Prices)
+	}
+}
+
+// baselines is the line of the published figures, printed under the survival shares.
+func (r *Report) baselines() string {
+	return fmt.Sprintf("Published figures for LLM summaries, beside these (cited, not measured here): %s.\n", r.Baselines)
+}
+
+// usd is dollars to the cent, below a cent to four decimals.
+func usd(v float64) string {
+	if v != 0 && v < 0.01 {
+		return fmt.Sprintf("$%.4f", v)
+	}
+	return fmt.Sprintf("$%.2f", v)
 }
 
 // score2 is a probe score, "-" when it applied to no conversation.
@@ -369,7 +492,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	b.WriteString("| strategy | compacted | compactions | tokens sent with compaction | without | summarizer in + out | saved | broken tool pairs | missing pinned |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, s := range r.Strategies {
-		fmt.Fprintf(&b, "| %s | %d of %d | %d | %d | %d | %d + %d | %s | %d | %d |\n", s.Strategy, s.Compacted, s.Conversations, s.Compactions,
+		fmt.Fprintf(&b, "| %s | %d of %d | %d | %d | %d | %d + %d | %s | %d | %d |\n", s.Name(), s.Compacted, s.Conversations, s.Compactions,
 			s.TokensWith, s.TokensWithout, s.SummarizerIn, s.SummarizerOut, saved(s), s.BrokenToolPairs, s.MissingPinned)
 	}
 	b.WriteString("\nIn the final context, with the evidence section (without it), over every conversation (micro, macro) and over the compacted ones only:\n\n")
@@ -383,7 +506,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	for _, s := range r.Strategies {
 		p, c := s.Paths, s.Commands
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s |\n", s.Strategy,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s |\n", s.Name(),
 			both(p.Micro, p.MicroWithoutEvidence, p.Total), both(p.Macro, p.MacroWithoutEvidence, p.Total),
 			both(p.CompactedMicro, p.CompactedMicroWithoutEvidence, p.CompactedTotal),
 			both(c.Micro, c.MicroWithoutEvidence, c.Total), both(c.Macro, c.MacroWithoutEvidence, c.Total),
@@ -394,17 +517,20 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	b.WriteString("| strategy | paths (micro) | paths (macro) | paths, compacted | commands (micro) | commands (macro) | commands, compacted | facts |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, s := range r.Strategies {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Strategy,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Name(),
 			share(s.Paths.MicroByConstruction, s.Paths.Total), share(s.Paths.MacroByConstruction, s.Paths.Total),
 			share(s.Paths.CompactedMicroByConstruction, s.Paths.CompactedTotal),
 			share(s.Commands.MicroByConstruction, s.Commands.Total), share(s.Commands.MacroByConstruction, s.Commands.Total),
 			share(s.Commands.CompactedMicroByConstruction, s.Commands.CompactedTotal),
 			factsCellByConstruction(s.Facts))
 	}
+	b.WriteString("\n" + r.baselines())
 	if len(r.Strategies) > 0 {
 		s := r.Strategies[0]
 		fmt.Fprintf(&b, "\nItems in the raw histories: %d distinct paths, %d distinct commands, %d facts.\n", s.Paths.Total, s.Commands.Total, s.Facts.Total)
 	}
+	b.WriteString("\n")
+	r.writeCache(&b, true)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

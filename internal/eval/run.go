@@ -21,6 +21,7 @@ import (
 
 	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
+	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/embedded"
 	"github.com/compactor/compactor/pipeline"
@@ -48,8 +49,24 @@ var DefaultStrategies = []string{split.StrategyKeepLastN, split.StrategyToolRoun
 type Config struct {
 	// Files are the JSONL conversations (Expand turns arguments into them).
 	Files []string
-	// Strategies to replay each conversation with (nil: DefaultStrategies).
+	// Strategies to replay each conversation with (nil: DefaultStrategies, or with
+	// Rungs the policy's strategy).
 	Strategies []string
+	// Rungs, when set, are the values of the policy key rungs each strategy is replayed
+	// with (summary, mask, mask-then-summary): every strategy with every rung. Nil: the
+	// key is left to the operator's tiers.
+	Rungs []string
+	// CacheTTL is how long the provider's prompt cache is taken to live, for the
+	// proxy's swap rule and the cache figures (0: DefaultCacheTTL).
+	CacheTTL time.Duration
+	// Prices, when set, prices the tokens (Model's entry for those sent, the
+	// summarizer's model's for the summarizer's); nil: tokens and ratios only.
+	Prices *savings.Prices
+	// Model is the agent's model, as the price table names it ("": its default).
+	Model string
+	// TurnGap is the simulated time between two model turns (transcripts carry no
+	// clock; 0: every turn within the cache's life).
+	TurnGap time.Duration
 	// Window is the context window W (0: DefaultWindow).
 	Window int
 	// Facts are texts the user wants kept; each is scored in the conversations whose raw
@@ -84,8 +101,11 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if len(c.Strategies) == 0 {
+	if len(c.Strategies) == 0 && len(c.Rungs) == 0 {
 		c.Strategies = DefaultStrategies
+	}
+	if c.CacheTTL == 0 {
+		c.CacheTTL = DefaultCacheTTL
 	}
 	if c.Window == 0 {
 		c.Window = DefaultWindow
@@ -101,9 +121,38 @@ func (c *Config) defaults() {
 	}
 }
 
-// layer is the per-conversation policy of one strategy.
-func (c *Config) layer(strategy string) policy.Layer {
-	l := policy.Layer{"context_window": strconv.Itoa(c.Window), "strategy": strategy}
+// arm is one way a conversation is replayed: a strategy, and a rung unless the
+// operator's tiers choose it.
+type arm struct{ strategy, rung string }
+
+// name is how the reports name an arm: the strategy, and its rung when set.
+func (a arm) name() string {
+	if a.rung == "" {
+		return a.strategy
+	}
+	return a.strategy + " " + a.rung
+}
+
+// arms are the config's strategies crossed with its rungs, strategy first.
+func (c *Config) arms() []arm {
+	var out []arm
+	for _, s := range c.Strategies {
+		if len(c.Rungs) == 0 {
+			out = append(out, arm{strategy: s})
+		}
+		for _, r := range c.Rungs {
+			out = append(out, arm{s, r})
+		}
+	}
+	return out
+}
+
+// layer is the per-conversation policy of one arm.
+func (c *Config) layer(a arm) policy.Layer {
+	l := policy.Layer{"context_window": strconv.Itoa(c.Window), "strategy": a.strategy}
+	if a.rung != "" {
+		l["rungs"] = a.rung
+	}
 	if c.EvidenceBudget != "" {
 		l["evidence_budget"] = c.EvidenceBudget
 	}
@@ -119,6 +168,20 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: unknown strategy %q (known: %s)", ErrConfig, s, strings.Join(split.Strategies, ", "))
 		}
 	}
+	for i, rg := range c.Rungs {
+		if !slices.Contains(policy.Rungs, rg) {
+			return fmt.Errorf("%w: unknown rungs %q (known: %s)", ErrConfig, rg, strings.Join(policy.Rungs, ", "))
+		}
+		if slices.Contains(c.Rungs[:i], rg) {
+			return fmt.Errorf("%w: rungs %q named twice", ErrConfig, rg)
+		}
+	}
+	if c.Prices != nil && c.Prices.For(c.Model) == nil {
+		return fmt.Errorf("%w: the price table prices no model %q and has no default", ErrConfig, c.Model)
+	}
+	if c.CacheTTL < 0 || c.TurnGap < 0 {
+		return fmt.Errorf("%w: the cache TTL and the turn gap must not be negative", ErrConfig)
+	}
 	if c.Plant < 0 || c.Plant > 100 {
 		return fmt.Errorf("%w: plant must be 0 to 100 facts, got %d", ErrConfig, c.Plant)
 	}
@@ -132,8 +195,12 @@ func (c *Config) Validate() error {
 	if err != nil {
 		return err
 	}
-	for _, s := range c.Strategies {
-		data, err := policy.EncodeConversation(c.layer(s))
+	if len(c.Strategies) == 0 {
+		// Rungs compared under the policy's own strategy.
+		c.Strategies = []string{r.Base().Strategy}
+	}
+	for _, a := range c.arms() {
+		data, err := policy.EncodeConversation(c.layer(a))
 		if err == nil {
 			var l policy.Layer
 			if l, err = policy.DecodeConversation(data); err == nil {
@@ -141,7 +208,7 @@ func (c *Config) Validate() error {
 			}
 		}
 		if err != nil {
-			return fmt.Errorf("%w: the policy of strategy %s: %w", ErrConfig, s, err)
+			return fmt.Errorf("%w: the policy of %s: %w", ErrConfig, a.name(), err)
 		}
 	}
 	return nil
@@ -181,18 +248,19 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer rg.close()
 
-	type job struct{ conv, strategy int }
+	type job struct{ conv, arm int }
 	jobs := make(chan job)
-	results := make([][]ConvResult, len(cfg.Strategies))
+	arms := cfg.arms()
+	results := make([][]ConvResult, len(arms))
 	for i := range results {
 		results[i] = make([]ConvResult, len(cfg.Files))
 	}
-	total := len(cfg.Files) * len(cfg.Strategies)
+	total := len(cfg.Files) * len(arms)
 	var done atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(jobs)
-		for s := range cfg.Strategies {
+		for s := range arms {
 			for c := range cfg.Files {
 				select {
 				case jobs <- job{c, s}:
@@ -210,11 +278,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				if err != nil {
 					return err
 				}
-				r, err := rg.replay(gctx, conv, j.conv, cfg.Strategies[j.strategy])
+				r, err := rg.replay(gctx, conv, j.conv, arms[j.arm])
 				if err != nil {
-					return fmt.Errorf("%s with %s: %w", conv.Name, cfg.Strategies[j.strategy], err)
+					return fmt.Errorf("%s with %s: %w", conv.Name, arms[j.arm].name(), err)
 				}
-				results[j.strategy][j.conv] = r
+				results[j.arm][j.conv] = r
 				if n := done.Add(1); cfg.Progress != nil {
 					cfg.Progress(int(n), total)
 				}
@@ -240,10 +308,11 @@ type rig struct {
 	client   *pipeline.Client
 	consumer natsjs.Consumer
 	counted  *counting
-	// threshold is each strategy's threshold in tokens.
-	threshold map[string]int
-	conns     []*nats.Conn
-	stops     []func() error
+	// threshold is each arm's threshold in tokens; stale the size past which the
+	// proxy gives up a compaction it sent before (the threshold, at most the hard limit).
+	threshold, stale map[arm]int
+	conns            []*nats.Conn
+	stops            []func() error
 	// dropNS deletes the namespace (before the connections close); shutdown stops the
 	// embedded server (after).
 	dropNS, shutdown func()
@@ -338,15 +407,17 @@ func (rg *rig) provision(ctx context.Context, nc *nats.Conn) (err error) {
 	return nil
 }
 
-// thresholds resolves each strategy's threshold in tokens.
+// thresholds resolves each arm's threshold in tokens, and the proxy's stale size
+// (internal/proxy's bounds, with nothing reserved for output and tools).
 func (rg *rig) thresholds(r *policy.Resolver) error {
-	rg.threshold = map[string]int{}
-	for _, st := range rg.cfg.Strategies {
-		s, err := r.Resolve(rg.cfg.layer(st))
+	rg.threshold, rg.stale = map[arm]int{}, map[arm]int{}
+	for _, a := range rg.cfg.arms() {
+		s, err := r.Resolve(rg.cfg.layer(a))
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
-		rg.threshold[st] = s.Budget().ThresholdTokens()
+		rg.threshold[a] = s.Budget().ThresholdTokens()
+		rg.stale[a] = min(s.Budget().HardLimitTokens(), int(s.Threshold*float64(s.ContextWindow)))
 	}
 	return nil
 }
@@ -524,17 +595,20 @@ func (rg *rig) settle(ctx context.Context, conv string, seq uint64, threshold in
 // retry delay (100 ms here).
 const settleQuiet = time.Second
 
-// conversationID names the replay of file i with strategy s.
-func conversationID(strategy string, i int) string {
-	return fmt.Sprintf("eval-%s-%05d", strategy, i)
+// conversationID names the replay of file i with arm a.
+func conversationID(a arm, i int) string {
+	if a.rung == "" {
+		return fmt.Sprintf("eval-%s-%05d", a.strategy, i)
+	}
+	return fmt.Sprintf("eval-%s-%s-%05d", a.strategy, a.rung, i)
 }
 
 // replay publishes one conversation message by message, reading the context before
 // every model turn, and scores the final context.
-func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy string) (ConvResult, error) {
-	conv := conversationID(strategy, index)
-	res := ConvResult{File: c.Name, Strategy: strategy, Conversation: conv}
-	data, err := policy.EncodeConversation(rg.cfg.layer(strategy))
+func (rg *rig) replay(ctx context.Context, c Conversation, index int, a arm) (ConvResult, error) {
+	conv := conversationID(a, index)
+	res := ConvResult{File: c.Name, Strategy: a.strategy, Rungs: a.rung, Conversation: conv}
+	data, err := policy.EncodeConversation(rg.cfg.layer(a))
 	if err != nil {
 		return res, err
 	}
@@ -543,12 +617,12 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 	}
 	msgs, planted := plant(c.Messages, c.Name, rg.cfg.Plant)
 	truth := Extract(c.Messages)
-	pinned, last, whole, err := rg.publishTurns(ctx, conv, msgs, &res)
+	pinned, last, whole, err := rg.publishTurns(ctx, conv, msgs, a, &res)
 	if err != nil {
 		return res, err
 	}
 	res.Messages = len(msgs)
-	cx, err := rg.settle(ctx, conv, last, rg.threshold[strategy])
+	cx, err := rg.settle(ctx, conv, last, rg.threshold[a])
 	if err != nil {
 		return res, err
 	}
@@ -561,19 +635,29 @@ func (rg *rig) replay(ctx context.Context, c Conversation, index int, strategy s
 }
 
 // publishTurns publishes msgs to conv one by one, reading the context before each
-// assistant message as the agent would and counting into res what it held. It
+// assistant message as the agent behind the proxy would be sent it (the proxy's swap
+// rule) and counting into res what it held and what a prompt cache makes of it. It
 // returns the sequences of the pinned messages, the last sequence and the tokens of
 // the whole history.
-func (rg *rig) publishTurns(ctx context.Context, conv string, msgs []schemas.Message, res *ConvResult) (pinned []uint64, last uint64, whole int, err error) {
+func (rg *rig) publishTurns(ctx context.Context, conv string, msgs []schemas.Message, a arm, res *ConvResult) (pinned []uint64, last uint64, whole int, err error) {
+	rule := swapRule{ttl: rg.cfg.CacheTTL, gap: rg.cfg.TurnGap, stale: rg.stale[a]}
+	var sent, baseline prefixCache
+	var history []schemas.Message
 	for i := range msgs {
 		m := msgs[i]
 		if m.Role == schemas.RoleAssistant && last > 0 {
 			if err := rg.caughtUp(ctx, last); err != nil {
 				return pinned, last, whole, err
 			}
-			cx, err := rg.client.Context(ctx, conv, pipeline.AtLeastSeq(last), pipeline.WaitPending(rg.cfg.TurnWait))
+			cx, expired, err := rg.turn(ctx, conv, last, &rule)
 			if err != nil {
 				return pinned, last, whole, fmt.Errorf("read the context before message %d: %w", i+1, err)
+			}
+			if err := sent.turn(cx.Messages, cx.Tokens, expired); err != nil {
+				return pinned, last, whole, err
+			}
+			if err := baseline.turn(history, whole, expired); err != nil {
+				return pinned, last, whole, err
 			}
 			res.ModelTurns++
 			res.TokensWith += int64(cx.Tokens)
@@ -592,8 +676,40 @@ func (rg *rig) publishTurns(ctx context.Context, conv string, msgs []schemas.Mes
 		last = seq
 		stripped := m.StripMetadata()
 		whole += tokens.Message(&stripped)
+		history = append(history, stripped)
 	}
+	res.Cache, res.CacheWithout = sent.t, baseline.t
 	return pinned, last, whole, nil
+}
+
+// turn reads the context a model turn is sent through the proxy, by its swap rule: with
+// the value sent last while the cache likely holds it, the newest when that context
+// outgrows the threshold or the cache has likely expired. Each read waits for a
+// compaction pending (so a replay does not depend on the machine's speed). It reports
+// whether the cache had likely expired since the turn before.
+func (rg *rig) turn(ctx context.Context, conv string, last uint64, rule *swapRule) (*pipeline.Context, bool, error) {
+	earlier := rule.earlier()
+	expired := rule.expired()
+	read := func(v *schemas.Result) (*pipeline.Context, error) {
+		return rg.client.Context(ctx, conv, pipeline.AtLeastSeq(last), pipeline.WaitPending(rg.cfg.TurnWait), pipeline.Value(v))
+	}
+	cx, err := read(earlier)
+	if err != nil {
+		return nil, expired, err
+	}
+	if rule.swap(earlier, cx.Generation, cx.Tokens) {
+		if cx, err = read(nil); err != nil {
+			return nil, expired, err
+		}
+	}
+	var live *schemas.Result
+	if cx.Generation > 0 && (earlier == nil || earlier.Generation != cx.Generation) {
+		if live, err = rg.client.Result(ctx, conv); err != nil {
+			return nil, expired, err
+		}
+	}
+	rule.keep(cx.Generation, earlier, live)
+	return cx, expired, nil
 }
 
 // scoreFinal scores the final context cx of c's replay into res: compactions, what
@@ -627,7 +743,7 @@ func (rg *rig) scoreFinal(ctx context.Context, c Conversation, cx *pipeline.Cont
 	res.SummarizerIn, res.SummarizerOut, res.SummarizerCalls = sin, sout, calls
 	if rg.cfg.Prober != nil {
 		// A failed probe is reported with the conversation; it does not stop the run.
-		if p, err := rg.cfg.Prober.Probe(ctx, bare, truth); err != nil {
+		if p, err := rg.cfg.Prober.Probe(ctx, bare, truth, c.Name); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
