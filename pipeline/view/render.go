@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/compactor/compactor/internal/savings"
 )
 
 // assets are the templates and the style sheet, built into the binary: the view needs
@@ -67,6 +69,47 @@ var funcs = template.FuncMap{
 		return thousands(strconv.FormatUint(r.From, 10)) + " – " + thousands(strconv.FormatUint(r.Through, 10))
 	},
 	"from1": func(r *Range) uint64 { return max(r.From, 1) },
+	// usd is one of a row's dollar figures (without, with, summarizer, saved): "—"
+	// when nothing of the row is priced, a "*" when only part of it is.
+	"usd": func(m *savings.Money, which string) string {
+		if m == nil {
+			return "—"
+		}
+		var f float64
+		switch which {
+		case "without":
+			f = m.Without
+		case "with":
+			f = m.With
+		case "summarizer":
+			f = m.Summarizer
+		case "saved":
+			f = m.Saved
+		}
+		s := "$" + strconv.FormatFloat(f, 'f', 4, 64)
+		if f < 0 {
+			s = "−$" + strconv.FormatFloat(-f, 'f', 4, 64)
+		}
+		if m.Partial {
+			s += "*"
+		}
+		return s
+	},
+	// savedPct is a row's net saving as a percentage of its tokens without Compactor.
+	"savedPct": func(r savings.Row) string {
+		if r.Without.Input == 0 {
+			return "—"
+		}
+		return strconv.FormatFloat(100*float64(r.SavedTokens)/float64(r.Without.Input), 'f', 1, 64) + "%"
+	},
+	"day": func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
+	"orDeployment": func(tenant string) string {
+		if tenant == "" {
+			return "this deployment"
+		}
+		return tenant
+	},
+	"f2": func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 }
 
 // thousands puts commas between groups of three digits.
@@ -87,9 +130,11 @@ func thousands(s string) string {
 }
 
 // parseTemplates parses the templates for pages served under base (every link, form
-// and asset starts with it: "" at the root), of tenant ("": the deployment's own).
-func parseTemplates(base, tenant string) (*template.Template, error) {
-	fm := template.FuncMap{"base": func() string { return base }, "tenant": func() string { return tenant }}
+// and asset starts with it: "" at the root), of tenant ("": the deployment's own), whose
+// page at base/ is home (the navigation's first link: Conversations, or Tenants).
+func parseTemplates(base, tenant, home string) (*template.Template, error) {
+	fm := template.FuncMap{"base": func() string { return base }, "tenant": func() string { return tenant },
+		"home": func() string { return home }}
 	maps.Copy(fm, funcs)
 	t, err := template.New("view").Funcs(fm).ParseFS(assets, "templates/*.html")
 	if err != nil {

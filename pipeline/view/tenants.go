@@ -1,6 +1,7 @@
 package view
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
@@ -11,9 +12,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/jetstream"
 )
 
@@ -37,8 +40,13 @@ type Tenants struct {
 	dummy [sha256.Size]byte
 	mux   *http.ServeMux
 
-	mu    sync.RWMutex
-	views map[string]tenantView
+	// savingsSlot bounds the operator's savings pages built at once (each reads every
+	// tenant's ledger).
+	savingsSlot chan struct{}
+
+	mu     sync.RWMutex
+	views  map[string]tenantView
+	prices *savings.Prices
 }
 
 // tenantView is one tenant's view and the hash of its own token.
@@ -67,7 +75,7 @@ func NewTenants(token string, log zerolog.Logger) (*Tenants, error) {
 	if err := (Config{Token: token}).Validate(); err != nil {
 		return nil, err
 	}
-	rd, err := newRenderer("", "", log.With().Str("component", "view").Logger())
+	rd, err := newRenderer("", "", "Tenants", log.With().Str("component", "view").Logger())
 	if err != nil {
 		return nil, err
 	}
@@ -75,10 +83,13 @@ func NewTenants(token string, log zerolog.Logger) (*Tenants, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts := &Tenants{renderer: rd, token: token, opHash: sha256.Sum256([]byte(token)), mux: http.NewServeMux(), views: map[string]tenantView{}}
+	ts := &Tenants{renderer: rd, token: token, opHash: sha256.Sum256([]byte(token)), mux: http.NewServeMux(), views: map[string]tenantView{},
+		savingsSlot: make(chan struct{}, 1)}
 	_, _ = rand.Read(ts.dummy[:])
 	ts.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { ts.render(w, http.StatusOK, "tenants", ts.list()) })
 	ts.mux.HandleFunc("GET /api/tenants", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, ts.list()) })
+	ts.mux.HandleFunc("GET /savings", ts.savings("savings"))
+	ts.mux.HandleFunc("GET /api/savings", ts.savings(""))
 	ts.mux.HandleFunc("GET /static/view.css", serveCSS(css))
 	ts.mux.HandleFunc("/", ts.notFound)
 	return ts, nil
@@ -115,6 +126,54 @@ func (ts *Tenants) Add(v *View, token string) error {
 	}
 	ts.views[name] = tv
 	return nil
+}
+
+// SetPrices sets the price table of the operator's savings page (COMPACTOR_PRICES;
+// nil: tokens only). Each tenant's page prices with its view's Config.Prices.
+func (ts *Tenants) SetPrices(p *savings.Prices) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.prices = p
+}
+
+// savings serves the operator's savings page: every served tenant's ledger, read one
+// tenant after the other within one bound of DefaultMaxLedgerEntries entries, as the
+// template tmpl, or as JSON when tmpl is "". One such page is built at a time.
+func (ts *Tenants) savings(tmpl string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		wait := time.NewTimer(5 * time.Second)
+		defer wait.Stop()
+		select {
+		case ts.savingsSlot <- struct{}{}:
+			defer func() { <-ts.savingsSlot }()
+		case <-wait.C:
+			w.Header().Set("Retry-After", "5")
+			ts.fail(w, r, &httpError{http.StatusServiceUnavailable, "a savings page is being built; try again in a few seconds"})
+			return
+		case <-r.Context().Done():
+			return
+		}
+		ts.mu.RLock()
+		prices := ts.prices
+		sources := make([]savingsSource, 0, len(ts.views))
+		for name, tv := range ts.views {
+			sources = append(sources, savingsSource{tenant: name, store: tv.v.store})
+		}
+		ts.mu.RUnlock()
+		slices.SortFunc(sources, func(a, b savingsSource) int { return strings.Compare(a.tenant, b.tenant) })
+		ctx, cancel := context.WithTimeout(r.Context(), DefaultConfig().Timeout)
+		defer cancel()
+		data, err := savingsPage(ctx, r, sources, prices, DefaultMaxLedgerEntries, true)
+		if err != nil {
+			ts.fail(w, r, err)
+			return
+		}
+		if tmpl == "" {
+			writeJSON(w, http.StatusOK, data)
+			return
+		}
+		ts.render(w, http.StatusOK, tmpl, data)
+	}
 }
 
 // Remove stops serving v (a view Add took; another view of the same tenant stays).

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
@@ -58,6 +59,12 @@ type Config struct {
 	// pages are then served under TenantBase(Tenant) by a Tenants handler, and every
 	// link, form, redirect and asset of theirs points under it.
 	Tenant string
+	// Prices is the price table the savings page prices exchanges with
+	// (COMPACTOR_PRICES; nil: tokens only).
+	Prices *savings.Prices
+	// MaxLedgerEntries bounds the ledger entries one savings page reads; past it the
+	// page says its figures are cut. 0: DefaultMaxLedgerEntries.
+	MaxLedgerEntries int
 }
 
 // TenantBase is the path under which tenant's view is served: /t/<tenant>.
@@ -65,13 +72,14 @@ func TenantBase(tenant string) string { return "/t/" + tenant }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{PageSize: 25, MaxMessages: 200, MaxChars: 4000, MaxConcurrent: 4, QueueWait: 5 * time.Second, Timeout: 30 * time.Second}
+	return Config{PageSize: 25, MaxMessages: 200, MaxChars: 4000, MaxConcurrent: 4, QueueWait: 5 * time.Second, Timeout: 30 * time.Second,
+		MaxLedgerEntries: DefaultMaxLedgerEntries}
 }
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	for _, f := range []struct{ v, d *int }{{&c.PageSize, &d.PageSize}, {&c.MaxMessages, &d.MaxMessages},
-		{&c.MaxChars, &d.MaxChars}, {&c.MaxConcurrent, &d.MaxConcurrent}} {
+		{&c.MaxChars, &d.MaxChars}, {&c.MaxConcurrent, &d.MaxConcurrent}, {&c.MaxLedgerEntries, &d.MaxLedgerEntries}} {
 		if *f.v == 0 {
 			*f.v = *f.d
 		}
@@ -106,6 +114,8 @@ func (c Config) Validate() error {
 		return bad("max chars must not be negative")
 	case c.MaxConcurrent < 0:
 		return bad("max concurrent must not be negative")
+	case c.MaxLedgerEntries < 0 || c.MaxLedgerEntries > jetstream.MaxLedgerRead:
+		return bad("max ledger entries must be 1 to %d, got %d", jetstream.MaxLedgerRead, c.MaxLedgerEntries)
 	case c.Timeout < 0 || c.QueueWait < 0:
 		return bad("timeout and queue wait must not be negative")
 	}
@@ -164,7 +174,7 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource,
 	if cfg.Tenant != "" {
 		base, lctx = TenantBase(cfg.Tenant), lctx.Str("tenant", cfg.Tenant)
 	}
-	rd, err := newRenderer(base, cfg.Tenant, lctx.Logger())
+	rd, err := newRenderer(base, cfg.Tenant, "Conversations", lctx.Logger())
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +196,8 @@ func (v *View) routes() {
 	v.mux.HandleFunc("GET /api/c/{conv}", v.page("", v.conversation))
 	v.mux.HandleFunc("GET /c/{conv}/messages", v.page("messages", v.messages))
 	v.mux.HandleFunc("GET /api/c/{conv}/messages", v.page("", v.messages))
+	v.mux.HandleFunc("GET /savings", v.page("savings", v.savings))
+	v.mux.HandleFunc("GET /api/savings", v.page("", v.savings))
 	v.mux.HandleFunc("GET /static/view.css", serveCSS(v.css))
 	v.mux.HandleFunc("/", v.notFound)
 }
@@ -355,9 +367,9 @@ type renderer struct {
 }
 
 // newRenderer parses the templates for pages served under base, of tenant ("": the
-// deployment's own).
-func newRenderer(base, tenant string, log zerolog.Logger) (renderer, error) {
-	tmpl, err := parseTemplates(base, tenant)
+// deployment's own), whose page at base/ is home.
+func newRenderer(base, tenant, home string, log zerolog.Logger) (renderer, error) {
+	tmpl, err := parseTemplates(base, tenant, home)
 	if err != nil {
 		return renderer{}, err
 	}
