@@ -34,6 +34,7 @@ func newTenantViews(cfg Config) (*tenantViews, error) {
 	if err != nil {
 		return nil, fmt.Errorf("COMPACTOR_VIEW_LISTEN: %w", err)
 	}
+	vt.SetPrices(cfg.ViewPrices)
 	s, err := listenView(cfg, vt.Handler())
 	if err != nil {
 		return nil, err

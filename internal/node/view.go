@@ -36,7 +36,7 @@ func newViewServer(cfg Config, st *jetstream.Store, policies PolicySourcer) (*vi
 // deployment's own view).
 func viewConfig(cfg Config, tenant string) view.Config {
 	vcfg := view.DefaultConfig()
-	vcfg.Token = cfg.ViewToken
+	vcfg.Token, vcfg.Prices = cfg.ViewToken, cfg.ViewPrices
 	if tenant != "" {
 		vcfg.Token, vcfg.Tenant = "", tenant // the Tenants handler checks the credentials
 	}

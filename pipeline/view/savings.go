@@ -232,10 +232,14 @@ func newChart(rows []savings.Row, p savings.Period, days int) Chart {
 			r := &group[k]
 			mode := r.Mode
 			hw, hs, hx := y(r.Without.Input), y(r.With.Input), y(r.Summarizer.Tokens())
-			cd.Bars = append(cd.Bars,
-				ChartBar{Kind: "without", Mode: mode, X: x, Y: chartH - hw, W: w, H: hw},
-				ChartBar{Kind: "with", Mode: mode, X: x + w, Y: chartH - hs, W: w, H: hs},
-				ChartBar{Kind: "summarizer", Mode: mode, X: x + w, Y: chartH - hs - hx, W: w, H: hx})
+			// A bar of no height is left out: nothing to draw.
+			for _, b := range []ChartBar{{Kind: "without", Mode: mode, X: x, Y: chartH - hw, W: w, H: hw},
+				{Kind: "with", Mode: mode, X: x + w, Y: chartH - hs, W: w, H: hs},
+				{Kind: "summarizer", Mode: mode, X: x + w, Y: chartH - hs - hx, W: w, H: hx}} {
+				if b.H > 0 {
+					cd.Bars = append(cd.Bars, b)
+				}
+			}
 			x += 2 * w
 			titles = append(titles, mode+": "+thousands(strconv.FormatInt(r.Without.Input, 10))+" tokens without Compactor, "+
 				thousands(strconv.FormatInt(r.With.Input, 10))+" with it, "+thousands(strconv.FormatInt(r.Summarizer.Tokens(), 10))+

@@ -59,6 +59,15 @@ func seedLedger(t *testing.T, st *jetstream.Store, prefix string) []string {
 	appendExchange(t, st, prefix+"-exchange-00004", "c3", schemas.LedgerShadow, hostileModel, hostileClient, d0, 8000, 3000,
 		&schemas.LedgerUsage{Input: 8000, Output: 100})
 	appendExchange(t, st, prefix+"-exchange-00005", "c2", schemas.LedgerShadow, "gpt-4.1", "aider", d0, 31000, 9500, nil)
+	// c2's compaction, between its exchanges of yesterday and today: the summarizer's
+	// tokens are booked on today.
+	c := &schemas.Result{SchemaVersion: 1, Conversation: "c2", Generation: 1, Summary: "summary", TailStartSeq: 5, CoveredThroughSeq: 4,
+		Strategy: "keep-last-n", Trigger: schemas.TriggerBudget, RequestID: "req-1", Model: "gpt-4.1", TokensBefore: 30000, TokensAfter: 9000,
+		MessagesBefore: 40, MessagesAfter: 8, CreatedAt: today.Add(30 * time.Minute),
+		Usage: &schemas.Usage{PromptTokens: 6000, CompletionTokens: 700, CachedTokens: 1000}}
+	if _, err := st.Results().Put(ctxT(t), c, 0); err != nil {
+		t.Fatal(err)
+	}
 	return []string{d3.Format(time.DateOnly), d1.Format(time.DateOnly), d0.Format(time.DateOnly)}
 }
 
@@ -110,9 +119,10 @@ func TestSavingsPageMatchesTheLedger(t *testing.T) {
 	sameReport(t, "by day", got.ByDay, expected(t, f.st, "", &got, cfg.Prices, savings.ByDay))
 	sameReport(t, "by day and mode", got.ByDayAndMode, expected(t, f.st, "", &got, cfg.Prices, savings.ByDay, savings.ByMode))
 	sameReport(t, "by mode", got.ByMode, expected(t, f.st, "", &got, cfg.Prices, savings.ByMode))
-	if len(got.ByDay.Rows) != 3 || got.ByDay.Total.Exchanges != 5 || got.ByDay.Unsettled != 1 || got.ByDay.Total.USD == nil {
-		t.Fatalf("by day: %d rows, %d exchanges, %d unsettled, usd %v; want 3 days, 5 exchanges, 1 unsettled, dollars",
-			len(got.ByDay.Rows), got.ByDay.Total.Exchanges, got.ByDay.Unsettled, got.ByDay.Total.USD)
+	if len(got.ByDay.Rows) != 3 || got.ByDay.Total.Exchanges != 5 || got.ByDay.Unsettled != 1 || got.ByDay.Total.USD == nil ||
+		got.ByDay.Rows[2].Summarizer.Tokens() != 6700 {
+		t.Fatalf("by day: %d rows, %d exchanges, %d unsettled, usd %v, summarizer %+v; want 3 days, 5 exchanges, 1 unsettled, dollars, 6,700 summarizer tokens today",
+			len(got.ByDay.Rows), got.ByDay.Total.Exchanges, got.ByDay.Unsettled, got.ByDay.Total.USD, got.ByDay.Total.Summarizer)
 	}
 	for i, r := range got.ByDay.Rows {
 		if r.Day != days[i] {
@@ -146,7 +156,7 @@ func TestSavingsPageMatchesTheLedger(t *testing.T) {
 	}
 	// The tables: each day's figures, as the report has them.
 	for _, r := range got.ByDay.Rows {
-		row := regexp.MustCompile(`(?s)<tr data-day="` + r.Day + `"><td>` + r.Day + `</td>(.*?)</tr>`).FindStringSubmatch(body[strings.Index(body, `id="daytotals"`):])
+		row := regexp.MustCompile(`(?s)<tr data-day="` + r.Day + `"><td class="day">` + r.Day + `</td>(.*?)</tr>`).FindStringSubmatch(body[strings.Index(body, `id="daytotals"`):])
 		if row == nil {
 			t.Fatalf("no day total row for %s", r.Day)
 		}
