@@ -44,7 +44,7 @@ func (s settings) Settings(_ context.Context, conv string) (policy.Settings, err
 	return s.base, s.err[conv]
 }
 
-func testSettings(t *testing.T) settings {
+func testSettings(t testing.TB) settings {
 	t.Helper()
 	r, err := policy.NewResolver(policy.Layer{"context_window": "8000"}, nil, nil)
 	if err != nil {
