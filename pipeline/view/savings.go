@@ -186,6 +186,23 @@ func savingsPage(ctx context.Context, r *http.Request, sources []savingsSource, 
 	return out, nil
 }
 
+// errSavingsBusy answers a savings page that found none of the slots free in time.
+var errSavingsBusy = &httpError{http.StatusServiceUnavailable, "a savings page is being built; try again in a few seconds"}
+
+// takeSlot takes a token of slot within wait, and returns its release.
+func takeSlot(ctx context.Context, slot chan struct{}, wait time.Duration) (func(), error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case slot <- struct{}{}:
+		return func() { <-slot }, nil
+	case <-t.C:
+		return nil, errSavingsBusy
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // The chart's geometry, in the units of its viewBox: a slot of slotW per day, bars
 // drawn in its middle 80%, up to chartH high.
 const (
@@ -251,7 +268,13 @@ func newChart(rows []savings.Row, p savings.Period, days int) Chart {
 	return c
 }
 
-// savings builds the view's savings page: its store's ledger, its tenant's only.
+// savings builds the view's savings page: its store's ledger, its tenant's only. One
+// is built at a time; another waits up to QueueWait, then is answered 503.
 func (v *View) savings(ctx context.Context, r *http.Request) (any, error) {
+	release, err := takeSlot(ctx, v.savingsSlot, v.cfg.QueueWait)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return savingsPage(ctx, r, []savingsSource{{tenant: v.cfg.Tenant, store: v.store}}, v.cfg.Prices, v.cfg.MaxLedgerEntries, false)
 }

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/rs/zerolog"
 
@@ -141,18 +140,15 @@ func (ts *Tenants) SetPrices(p *savings.Prices) {
 // template tmpl, or as JSON when tmpl is "". One such page is built at a time.
 func (ts *Tenants) savings(tmpl string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		wait := time.NewTimer(5 * time.Second)
-		defer wait.Stop()
-		select {
-		case ts.savingsSlot <- struct{}{}:
-			defer func() { <-ts.savingsSlot }()
-		case <-wait.C:
-			w.Header().Set("Retry-After", "5")
-			ts.fail(w, r, &httpError{http.StatusServiceUnavailable, "a savings page is being built; try again in a few seconds"})
-			return
-		case <-r.Context().Done():
+		release, err := takeSlot(r.Context(), ts.savingsSlot, DefaultConfig().QueueWait)
+		if err != nil {
+			if r.Context().Err() == nil {
+				w.Header().Set("Retry-After", "5")
+				ts.fail(w, r, err)
+			}
 			return
 		}
+		defer release()
 		ts.mu.RLock()
 		prices := ts.prices
 		sources := make([]savingsSource, 0, len(ts.views))

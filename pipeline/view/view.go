@@ -150,6 +150,9 @@ type View struct {
 	policies PolicySource
 	counter  func(tokenizer string) (tokens.Counter, error)
 	pages    chan struct{} // one token per page being built
+	// savingsSlot is held by the one savings page built at a time: it holds up to
+	// MaxLedgerEntries entries in memory.
+	savingsSlot chan struct{}
 	css      []byte
 	mux      *http.ServeMux
 	// base is the path the pages are served under ("" at the root).
@@ -183,7 +186,7 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource,
 		return nil, err
 	}
 	v := &View{renderer: rd, cfg: cfg, store: store, policies: policies, counter: counter,
-		pages: make(chan struct{}, cfg.MaxConcurrent), css: css, mux: http.NewServeMux(), base: base}
+		pages: make(chan struct{}, cfg.MaxConcurrent), savingsSlot: make(chan struct{}, 1), css: css, mux: http.NewServeMux(), base: base}
 	v.routes()
 	return v, nil
 }
