@@ -15,7 +15,9 @@ import (
 
 type defaults struct{}
 
-func (defaults) Settings(context.Context, string) (policy.Settings, error) { return policy.Settings{}, nil }
+func (defaults) Settings(context.Context, string) (policy.Settings, error) {
+	return policy.Settings{}, nil
+}
 
 // One savings page is built at a time (it holds up to MaxLedgerEntries entries): while
 // one is, another waits QueueWait, then is answered 503; the conversation pages are not

@@ -153,8 +153,8 @@ type View struct {
 	// savingsSlot is held by the one savings page built at a time: it holds up to
 	// MaxLedgerEntries entries in memory.
 	savingsSlot chan struct{}
-	css      []byte
-	mux      *http.ServeMux
+	css         []byte
+	mux         *http.ServeMux
 	// base is the path the pages are served under ("" at the root).
 	base string
 }
