@@ -58,7 +58,8 @@ const probe = `<script>(function () {
 
 // At a phone's width (390 px) no page of the view is wider than the screen: a table
 // wider than it scrolls inside a box of the screen's width (Chromium renders the list,
-// the conversation and the messages pages; a test proxy adds the measuring script).
+// the conversation, the messages and the savings pages, the last with an empty ledger;
+// a test proxy adds the measuring script).
 func TestViewTablesFitAPhone(t *testing.T) {
 	bin := chromiumBinary(t)
 	f := newFixture(t, tokenConfig())
@@ -68,7 +69,7 @@ func TestViewTablesFitAPhone(t *testing.T) {
 
 	line := regexp.MustCompile(`(?m)^(viewport|page) (\d+)$|^table (\S*) (\d+) (true|false)$`)
 	for _, path := range []string{"/", "/c/a-rather-long-conversation-id-of-an-agent-run-0042",
-		"/c/a-rather-long-conversation-id-of-an-agent-run-0042/messages?from=1&through=20"} {
+		"/c/a-rather-long-conversation-id-of-an-agent-run-0042/messages?from=1&through=20", "/savings"} {
 		dom := chromiumDOM(t, bin, proxy.URL+"/__frame?width=390&path="+url.QueryEscape(path), "--window-size=800,900")
 		_, rest, ok := strings.Cut(dom, `<pre id="probe">`)
 		if !ok {
