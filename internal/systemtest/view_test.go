@@ -13,6 +13,7 @@ import (
 	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/internal/rolestest"
+	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/pipeline/view"
@@ -204,7 +205,9 @@ func TestViewAsTheAPIUserOfAccountsConf(t *testing.T) {
 	if len(m.Messages) != 6 {
 		t.Errorf("messages as api: %+v", m)
 	}
-	var sv view.Savings
+	var sv struct {
+		ByDay *savings.Report `json:"by_day"`
+	}
 	viewJSON(t, env.ViewListen, "/api/savings", &sv)
 	if sv.ByDay.Total.Exchanges != 1 || sv.ByDay.Total.SavedTokens != 6000 {
 		t.Errorf("savings as api: %+v", sv.ByDay.Total)

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/compactor/compactor/internal/savings"
 )
 
 // assets are the templates and the style sheet, built into the binary: the view needs
@@ -69,38 +67,23 @@ var funcs = template.FuncMap{
 		return thousands(strconv.FormatUint(r.From, 10)) + " – " + thousands(strconv.FormatUint(r.Through, 10))
 	},
 	"from1": func(r *Range) uint64 { return max(r.From, 1) },
-	// usd is one of a row's dollar figures (without, with, summarizer, saved): "—"
-	// when nothing of the row is priced, a "*" when only part of it is.
-	"usd": func(m *savings.Money, which string) string {
-		if m == nil {
-			return "—"
-		}
-		var f float64
-		switch which {
-		case "without":
-			f = m.Without
-		case "with":
-			f = m.With
-		case "summarizer":
-			f = m.Summarizer
-		case "saved":
-			f = m.Saved
-		}
+	// usd is a dollar figure of a row, with a "*" when only part of the row is priced.
+	"usd": func(f float64, partial bool) string {
 		s := "$" + strconv.FormatFloat(f, 'f', 4, 64)
 		if f < 0 {
 			s = "−$" + strconv.FormatFloat(-f, 'f', 4, 64)
 		}
-		if m.Partial {
+		if partial {
 			s += "*"
 		}
 		return s
 	},
-	// savedPct is a row's net saving as a percentage of its tokens without Compactor.
-	"savedPct": func(r savings.Row) string {
-		if r.Without.Input == 0 {
+	// savedPct is a net saving as a percentage of the tokens without Compactor.
+	"savedPct": func(saved, without int64) string {
+		if without == 0 {
 			return "—"
 		}
-		return strconv.FormatFloat(100*float64(r.SavedTokens)/float64(r.Without.Input), 'f', 1, 64) + "%"
+		return strconv.FormatFloat(100*float64(saved)/float64(without), 'f', 1, 64) + "%"
 	},
 	"day": func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
 	"orDeployment": func(tenant string) string {

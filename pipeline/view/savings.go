@@ -8,13 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/jetstream"
 )
 
 // The savings page's period: ?days=N (the last N UTC days, today included) or
-// ?since=..&until=.. (savings.ParseTime: an RFC 3339 time, a date, or a duration back
-// from now), at most MaxSavingsDays days.
+// ?since=..&until=.. (an RFC 3339 time or a date, its midnight UTC), at most
+// MaxSavingsDays days.
 const (
 	DefaultSavingsDays = 30
 	MaxSavingsDays     = 366
@@ -24,13 +23,62 @@ const (
 // (Config.MaxLedgerEntries 0): about 40 MB read.
 const DefaultMaxLedgerEntries = 100000
 
-// maxAgentRows bounds the rows of the page's table by model and client.
-const maxAgentRows = 100
+// SavingsSource is one ledger a savings page reads: a tenant's store ("" for a
+// deployment without tenants).
+type SavingsSource struct {
+	Tenant string
+	Store  *jetstream.Store
+}
+
+// SavingsQuery is what a savings page asks of the ledgers: their figures over
+// [Since, Until), reading at most Limit entries in all; by tenant too when ByTenant.
+type SavingsQuery struct {
+	Sources      []SavingsSource
+	Since, Until time.Time
+	Limit        int
+	ByTenant     bool
+}
+
+// SavingsReports is what a SavingsReader answers: the reports of compactor savings
+// (each as `compactor savings --json` prints one: rows, a total, the counts of invalid,
+// unsettled and dropped entries; docs/savings.md defines every figure), which the page
+// renders by their fields, and the chart's points.
+type SavingsReports struct {
+	// Priced says a price table was given: the rows have dollars.
+	Priced bool `json:"priced"`
+	// ByDay's total is the period's; its counts of entries are the whole read's.
+	ByDay        any `json:"by_day"`
+	ByDayAndMode any `json:"by_day_and_mode"`
+	ByMode       any `json:"by_mode"`
+	// ByModelAndClient holds its first rows; AgentRowsLeftOut counts the others (they
+	// are in the totals).
+	ByModelAndClient any `json:"by_model_and_client"`
+	AgentRowsLeftOut int `json:"model_client_rows_left_out,omitempty"`
+	// ByTenant is set when the query asked for it (nil: none).
+	ByTenant any `json:"by_tenant,omitempty"`
+	// Unread names the sources whose ledger was not read, or not whole, within the
+	// limit.
+	Unread []string `json:"unread,omitempty"`
+	// Points are the figures per day and mode, oldest day first: the chart's.
+	Points []SavingsPoint `json:"-"`
+}
+
+// SavingsPoint is one day's figures in one mode (docs/savings.md): the input tokens
+// without Compactor, with it, the summarizer's, and the net saved.
+type SavingsPoint struct {
+	Day, Mode                        string
+	Without, With, Summarizer, Saved int64
+}
+
+// SavingsReader reads and reports the savings ledger for the savings pages. The
+// view does not compute a figure itself: internal/node gives it the reader of
+// compactor savings (internal/savings/savingsview).
+type SavingsReader func(ctx context.Context, q SavingsQuery) (*SavingsReports, error)
 
 // Savings is the savings page and its JSON twin /api/savings: the savings ledger over
-// a period, as compactor savings reports it (internal/savings; docs/savings.md defines
-// every figure), per UTC day, per day and mode, per mode, per model and client, and,
-// on the operator's page of a process serving tenants, per tenant.
+// a period, as compactor savings reports it, per UTC day, per day and mode, per mode,
+// per model and client, and, on the operator's page of a process serving tenants, per
+// tenant.
 type Savings struct {
 	// Since and Until bound the period: Since included, Until excluded.
 	Since time.Time `json:"since"`
@@ -39,25 +87,10 @@ type Savings struct {
 	Days int `json:"days"`
 	// Tenants names the tenants read ("" for a deployment without tenants).
 	Tenants []string `json:"tenants"`
-	// Priced says a price table (COMPACTOR_PRICES) was given: the rows have dollars.
-	Priced bool `json:"priced"`
-	// ByDay's total is the period's; its Invalid, Unsettled, Dropped and Truncated are
-	// the whole read's.
-	ByDay        *savings.Report `json:"by_day"`
-	ByDayAndMode *savings.Report `json:"by_day_and_mode"`
-	ByMode       *savings.Report `json:"by_mode"`
-	// ByModelAndClient holds its first maxAgentRows rows; AgentRowsLeftOut counts the
-	// others (they are in the totals).
-	ByModelAndClient *savings.Report `json:"by_model_and_client"`
-	AgentRowsLeftOut int             `json:"model_client_rows_left_out,omitempty"`
-	// ByTenant is set on the operator's page of a process serving tenants.
-	ByTenant *savings.Report `json:"by_tenant,omitempty"`
-	// LedgerLimit is the ledger entries the page reads at most; Unread names the
-	// tenants whose ledger was not read, or not whole, within it (also in
-	// ByDay.Truncated).
-	LedgerLimit int      `json:"ledger_limit"`
-	Unread      []string `json:"unread,omitempty"`
-	// Chart is the per-day chart drawn from ByDayAndMode.
+	*SavingsReports
+	// LedgerLimit is the ledger entries the page reads at most.
+	LedgerLimit int `json:"ledger_limit"`
+	// Chart is the per-day chart drawn from the points.
 	Chart Chart `json:"-"`
 	// Query is the period's query string ("?days=30"), for the page's links.
 	Query string `json:"-"`
@@ -91,60 +124,68 @@ type ChartBar struct {
 	X, Y, W, H float64
 }
 
-// savingsSource is one store whose ledger a savings page reads.
-type savingsSource struct {
-	tenant string
-	store  *jetstream.Store
+// parseBound parses a bound of the period: an RFC 3339 time, or a date (its midnight,
+// UTC).
+func parseBound(name, s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, badRequest("%s %q: want an RFC 3339 time (2026-01-31T00:00:00Z) or a date (2026-01-31, UTC)", name, s)
 }
 
-// savingsPeriod parses the page's period. now is the time of the request.
-func savingsPeriod(r *http.Request, now time.Time) (savings.Period, int, error) {
+// savingsPeriod parses the page's period: since, until, and the days it covers. now
+// is the time of the request.
+func savingsPeriod(r *http.Request, now time.Time) (time.Time, time.Time, int, error) {
 	q := r.URL.Query()
 	since, until := q.Get("since"), q.Get("until")
 	midnight := func(t time.Time) time.Time { return t.UTC().Truncate(24 * time.Hour) }
 	tomorrow := midnight(now).AddDate(0, 0, 1)
-	var p savings.Period
 	if since == "" && until == "" {
 		days, err := uintParam(r, "days", DefaultSavingsDays, 1, MaxSavingsDays)
 		if err != nil {
-			return p, 0, err
+			return time.Time{}, time.Time{}, 0, err
 		}
-		p = savings.Period{Since: tomorrow.AddDate(0, 0, -int(days)), Until: tomorrow}
-		return p, int(days), nil
+		return tomorrow.AddDate(0, 0, -int(days)), tomorrow, int(days), nil
 	}
 	if q.Has("days") {
-		return p, 0, badRequest("give days, or since and until, not both")
+		return time.Time{}, time.Time{}, 0, badRequest("give days, or since and until, not both")
 	}
 	var err error
-	p.Until = tomorrow
+	from, to := time.Time{}, tomorrow
 	if until != "" {
-		if p.Until, err = savings.ParseTime(until, now); err != nil {
-			return p, 0, badRequest("until: %v", err)
+		if to, err = parseBound("until", until); err != nil {
+			return time.Time{}, time.Time{}, 0, err
 		}
 	}
 	if since == "" {
-		p.Since = midnight(p.Until.Add(-time.Nanosecond)).AddDate(0, 0, 1-DefaultSavingsDays)
-	} else if p.Since, err = savings.ParseTime(since, now); err != nil {
-		return p, 0, badRequest("since: %v", err)
+		from = midnight(to.Add(-time.Nanosecond)).AddDate(0, 0, 1-DefaultSavingsDays)
+	} else if from, err = parseBound("since", since); err != nil {
+		return time.Time{}, time.Time{}, 0, err
 	}
-	if !p.Since.Before(p.Until) {
-		return p, 0, badRequest("since (%s) must be before until (%s)", p.Since.UTC().Format(time.RFC3339), p.Until.UTC().Format(time.RFC3339))
+	if !from.Before(to) {
+		return time.Time{}, time.Time{}, 0, badRequest("since (%s) must be before until (%s)", from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
 	}
-	days := int(midnight(p.Until.Add(-time.Nanosecond)).Sub(midnight(p.Since))/(24*time.Hour)) + 1
+	days := int(midnight(to.Add(-time.Nanosecond)).Sub(midnight(from))/(24*time.Hour)) + 1
 	if days > MaxSavingsDays {
-		return p, 0, badRequest("the period covers %d days; at most %d", days, MaxSavingsDays)
+		return time.Time{}, time.Time{}, 0, badRequest("the period covers %d days; at most %d", days, MaxSavingsDays)
 	}
-	return p, days, nil
+	return from, to, days, nil
 }
 
-// savingsPage reads the sources' ledgers over the request's period, at most limit
-// entries in all, and aggregates them with prices (nil: tokens only).
-func savingsPage(ctx context.Context, r *http.Request, sources []savingsSource, prices *savings.Prices, limit int, byTenant bool) (*Savings, error) {
-	p, days, err := savingsPeriod(r, time.Now())
+// savingsPage asks read for the sources' figures over the request's period, at most
+// limit entries in all.
+func savingsPage(ctx context.Context, r *http.Request, read SavingsReader, sources []SavingsSource, limit int, byTenant bool) (*Savings, error) {
+	if read == nil {
+		return nil, &httpError{http.StatusNotFound, "this process does not read the savings ledger"}
+	}
+	since, until, days, err := savingsPeriod(r, time.Now())
 	if err != nil {
 		return nil, err
 	}
-	out := &Savings{Since: p.Since.UTC(), Until: p.Until.UTC(), Days: days, Priced: prices != nil, LedgerLimit: limit, Tenants: []string{}}
+	out := &Savings{Since: since.UTC(), Until: until.UTC(), Days: days, LedgerLimit: limit, Tenants: []string{}}
 	q := url.Values{}
 	for _, k := range []string{"days", "since", "until"} {
 		if s := r.URL.Query().Get(k); s != "" {
@@ -154,35 +195,13 @@ func savingsPage(ctx context.Context, r *http.Request, sources []savingsSource, 
 	if len(q) > 0 {
 		out.Query = "?" + q.Encode()
 	}
-	var data []savings.TenantData
-	left := limit
 	for _, src := range sources {
-		out.Tenants = append(out.Tenants, src.tenant)
-		if left <= 0 {
-			out.Unread = append(out.Unread, src.tenant)
-			continue
-		}
-		td, err := savings.ReadLimit(ctx, src.store, src.tenant, "", p, left)
-		if err != nil {
-			return nil, err
-		}
-		left -= len(td.Entries) + td.Invalid
-		data = append(data, td)
+		out.Tenants = append(out.Tenants, src.Tenant)
 	}
-	out.ByDay = savings.Aggregate(data, prices, []string{savings.ByDay}, p)
-	out.ByDay.Truncated = append(out.ByDay.Truncated, out.Unread...)
-	out.Unread = out.ByDay.Truncated
-	out.ByDayAndMode = savings.Aggregate(data, prices, []string{savings.ByDay, savings.ByMode}, p)
-	out.ByMode = savings.Aggregate(data, prices, []string{savings.ByMode}, p)
-	out.ByModelAndClient = savings.Aggregate(data, prices, []string{savings.ByModel, savings.ByClient}, p)
-	if n := len(out.ByModelAndClient.Rows) - maxAgentRows; n > 0 {
-		out.AgentRowsLeftOut = n
-		out.ByModelAndClient.Rows = out.ByModelAndClient.Rows[:maxAgentRows]
+	if out.SavingsReports, err = read(ctx, SavingsQuery{Sources: sources, Since: since, Until: until, Limit: limit, ByTenant: byTenant}); err != nil {
+		return nil, err
 	}
-	if byTenant {
-		out.ByTenant = savings.Aggregate(data, prices, []string{savings.ByTenant}, p)
-	}
-	out.Chart = newChart(out.ByDayAndMode.Rows, p, days)
+	out.Chart = newChart(out.Points, out.Since, days)
 	return out, nil
 }
 
@@ -210,28 +229,28 @@ const (
 	chartH = 200.0
 )
 
-// newChart draws rows (by day and mode) over the days of p.
-func newChart(rows []savings.Row, p savings.Period, days int) Chart {
-	first := p.Since.UTC().Truncate(24 * time.Hour)
+// newChart draws points (by day and mode, oldest day first) over the days from since.
+func newChart(points []SavingsPoint, since time.Time, days int) Chart {
+	first := since.UTC().Truncate(24 * time.Hour)
 	c := Chart{Width: float64(days) * slotW, Height: chartH, First: first.Format(time.DateOnly),
 		Last: first.AddDate(0, 0, days-1).Format(time.DateOnly)}
-	with := func(r *savings.Row) int64 { return r.With.Input + r.Summarizer.Tokens() }
-	for i := range rows {
-		c.Max = max(c.Max, rows[i].Without.Input, with(&rows[i]))
+	for _, pt := range points {
+		c.Max = max(c.Max, pt.Without, pt.With+pt.Summarizer)
 	}
 	y := func(v int64) float64 {
-		if c.Max == 0 {
+		if c.Max == 0 || v <= 0 {
 			return 0
 		}
 		return chartH * float64(v) / float64(c.Max)
 	}
-	for i := 0; i < len(rows); {
-		day := rows[i].Day
+	n := func(v int64) string { return thousands(strconv.FormatInt(v, 10)) }
+	for i := 0; i < len(points); {
+		day := points[i].Day
 		j := i
-		for j < len(rows) && rows[j].Day == day {
+		for j < len(points) && points[j].Day == day {
 			j++
 		}
-		group := rows[i:j]
+		group := points[i:j]
 		i = j
 		at, err := time.Parse(time.DateOnly, day)
 		if err != nil {
@@ -245,22 +264,19 @@ func newChart(rows []savings.Row, p savings.Period, days int) Chart {
 		w := slotW * 0.8 / float64(2*len(group))
 		x := float64(slot)*slotW + slotW*0.1
 		var titles []string
-		for k := range group {
-			r := &group[k]
-			mode := r.Mode
-			hw, hs, hx := y(r.Without.Input), y(r.With.Input), y(r.Summarizer.Tokens())
+		for _, pt := range group {
+			hw, hs, hx := y(pt.Without), y(pt.With), y(pt.Summarizer)
 			// A bar of no height is left out: nothing to draw.
-			for _, b := range []ChartBar{{Kind: "without", Mode: mode, X: x, Y: chartH - hw, W: w, H: hw},
-				{Kind: "with", Mode: mode, X: x + w, Y: chartH - hs, W: w, H: hs},
-				{Kind: "summarizer", Mode: mode, X: x + w, Y: chartH - hs - hx, W: w, H: hx}} {
+			for _, b := range []ChartBar{{Kind: "without", Mode: pt.Mode, X: x, Y: chartH - hw, W: w, H: hw},
+				{Kind: "with", Mode: pt.Mode, X: x + w, Y: chartH - hs, W: w, H: hs},
+				{Kind: "summarizer", Mode: pt.Mode, X: x + w, Y: chartH - hs - hx, W: w, H: hx}} {
 				if b.H > 0 {
 					cd.Bars = append(cd.Bars, b)
 				}
 			}
 			x += 2 * w
-			titles = append(titles, mode+": "+thousands(strconv.FormatInt(r.Without.Input, 10))+" tokens without Compactor, "+
-				thousands(strconv.FormatInt(r.With.Input, 10))+" with it, "+thousands(strconv.FormatInt(r.Summarizer.Tokens(), 10))+
-				" the summarizer's, "+thousands(strconv.FormatInt(r.SavedTokens, 10))+" saved")
+			titles = append(titles, pt.Mode+": "+n(pt.Without)+" tokens without Compactor, "+n(pt.With)+" with it, "+
+				n(pt.Summarizer)+" the summarizer's, "+n(pt.Saved)+" saved")
 		}
 		cd.Title = day + ": " + strings.Join(titles, "; ")
 		c.Days = append(c.Days, cd)
@@ -276,5 +292,5 @@ func (v *View) savings(ctx context.Context, r *http.Request) (any, error) {
 		return nil, err
 	}
 	defer release()
-	return savingsPage(ctx, r, []savingsSource{{tenant: v.cfg.Tenant, store: v.store}}, v.cfg.Prices, v.cfg.MaxLedgerEntries, false)
+	return savingsPage(ctx, r, v.cfg.Savings, []SavingsSource{{Tenant: v.cfg.Tenant, Store: v.store}}, v.cfg.MaxLedgerEntries, false)
 }

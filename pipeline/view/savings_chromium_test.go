@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactor/compactor/pipeline/view"
+	"github.com/compactor/compactor/internal/savings/savingsview"
 )
 
 // savingsProbe is the script the test adds to the savings page (the view runs none):
@@ -52,10 +52,10 @@ const savingsProbe = `<script>(function () {
 func TestSavingsChartInChromium(t *testing.T) {
 	bin := chromiumBinary(t)
 	cfg := tokenConfig()
-	cfg.Prices = pricesT(t)
+	cfg.Savings = savingsview.Reader(pricesT(t))
 	f := newFixture(t, cfg)
 	days := seedLedger(t, f.st, "b")
-	var rep view.Savings
+	var rep savingsJSON
 	f.getJSON(t, "/api/savings?days=14", &rep)
 	proxy := framingProxy(t, f, savingsProbe)
 

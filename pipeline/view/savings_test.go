@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/internal/savings"
+	"github.com/compactor/compactor/internal/savings/savingsview"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/view"
 	"github.com/compactor/compactor/schemas"
@@ -80,8 +81,25 @@ func pricesT(t *testing.T) *savings.Prices {
 	return p
 }
 
+// savingsJSON is the JSON twin of the savings page, its reports decoded as
+// compactor savings encodes them.
+type savingsJSON struct {
+	Since            time.Time       `json:"since"`
+	Until            time.Time       `json:"until"`
+	Days             int             `json:"days"`
+	Tenants          []string        `json:"tenants"`
+	Priced           bool            `json:"priced"`
+	ByDay            *savings.Report `json:"by_day"`
+	ByDayAndMode     *savings.Report `json:"by_day_and_mode"`
+	ByMode           *savings.Report `json:"by_mode"`
+	ByModelAndClient *savings.Report `json:"by_model_and_client"`
+	ByTenant         *savings.Report `json:"by_tenant"`
+	Unread           []string        `json:"unread"`
+	LedgerLimit      int             `json:"ledger_limit"`
+}
+
 // expected is what compactor savings reports of st's ledger over got's period.
-func expected(t *testing.T, st *jetstream.Store, tenant string, got *view.Savings, prices *savings.Prices, by ...string) *savings.Report {
+func expected(t *testing.T, st *jetstream.Store, tenant string, got *savingsJSON, prices *savings.Prices, by ...string) *savings.Report {
 	t.Helper()
 	p := savings.Period{Since: got.Since, Until: got.Until}
 	td, err := savings.Read(ctxT(t), st, tenant, "", p)
@@ -106,19 +124,20 @@ func sameReport(t *testing.T, what string, got, want *savings.Report) {
 // chart with one group of bars per day with exchanges, a pair of bars per mode; and
 // names from clients as text.
 func TestSavingsPageMatchesTheLedger(t *testing.T) {
+	prices := pricesT(t)
 	cfg := tokenConfig()
-	cfg.Prices = pricesT(t)
+	cfg.Savings = savingsview.Reader(prices)
 	f := newFixture(t, cfg)
 	days := seedLedger(t, f.st, "v")
 
-	var got view.Savings
+	var got savingsJSON
 	f.getJSON(t, "/api/savings?days=7", &got)
 	if got.Days != 7 || !got.Until.Equal(time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 1)) || got.Until.Sub(got.Since) != 7*24*time.Hour {
 		t.Errorf("period %s to %s (%d days); want the last 7 UTC days, today included", got.Since, got.Until, got.Days)
 	}
-	sameReport(t, "by day", got.ByDay, expected(t, f.st, "", &got, cfg.Prices, savings.ByDay))
-	sameReport(t, "by day and mode", got.ByDayAndMode, expected(t, f.st, "", &got, cfg.Prices, savings.ByDay, savings.ByMode))
-	sameReport(t, "by mode", got.ByMode, expected(t, f.st, "", &got, cfg.Prices, savings.ByMode))
+	sameReport(t, "by day", got.ByDay, expected(t, f.st, "", &got, prices, savings.ByDay))
+	sameReport(t, "by day and mode", got.ByDayAndMode, expected(t, f.st, "", &got, prices, savings.ByDay, savings.ByMode))
+	sameReport(t, "by mode", got.ByMode, expected(t, f.st, "", &got, prices, savings.ByMode))
 	if len(got.ByDay.Rows) != 3 || got.ByDay.Total.Exchanges != 5 || got.ByDay.Unsettled != 1 || got.ByDay.Total.USD == nil ||
 		got.ByDay.Rows[2].Summarizer.Tokens() != 6700 {
 		t.Fatalf("by day: %d rows, %d exchanges, %d unsettled, usd %v, summarizer %+v; want 3 days, 5 exchanges, 1 unsettled, dollars, 6,700 summarizer tokens today",
@@ -193,7 +212,7 @@ func TestSavingsPageMatchesTheLedger(t *testing.T) {
 func TestSavingsPageWithoutPrices(t *testing.T) {
 	f := newFixture(t, tokenConfig())
 	seedLedger(t, f.st, "n")
-	var got view.Savings
+	var got savingsJSON
 	f.getJSON(t, "/api/savings", &got)
 	if got.Days != view.DefaultSavingsDays || got.Priced || got.ByDay.Total.USD != nil {
 		t.Errorf("days %d, priced %v, usd %v; want %d days, tokens only", got.Days, got.Priced, got.ByDay.Total.USD, view.DefaultSavingsDays)
@@ -203,6 +222,13 @@ func TestSavingsPageWithoutPrices(t *testing.T) {
 	if !strings.Contains(body, "No price table (COMPACTOR_PRICES): tokens only.") || strings.Contains(body, "$ saved") {
 		t.Errorf("the page does not say it is in tokens only:\n%s", body)
 	}
+	// A view given no reader has no savings page.
+	cfg := tokenConfig()
+	cfg.Savings = nil
+	g := newFixtureOn(t, f.nc, f.st, cfg, testSettings(t))
+	if code, _, body := g.get(t, "/api/savings"); code != http.StatusNotFound {
+		t.Errorf("without a reader: %d %s; want 404", code, body)
+	}
 }
 
 // The read of the ledger is bounded: past the bound the page says its figures are cut.
@@ -211,7 +237,7 @@ func TestSavingsPageSaysWhenCut(t *testing.T) {
 	cfg.MaxLedgerEntries = 4
 	f := newFixture(t, cfg)
 	seedLedger(t, f.st, "c")
-	var got view.Savings
+	var got savingsJSON
 	f.getJSON(t, "/api/savings", &got)
 	if len(got.Unread) != 1 || got.Unread[0] != "" || got.ByDay.Total.Exchanges > 4 {
 		t.Errorf("unread %q, %d exchanges; want this deployment's ledger cut at 4 entries", got.Unread, got.ByDay.Total.Exchanges)
@@ -226,12 +252,12 @@ func TestSavingsPageSaysWhenCut(t *testing.T) {
 func TestSavingsPeriods(t *testing.T) {
 	f := newFixture(t, tokenConfig())
 	for _, q := range []string{"days=0", "days=367", "days=x", "days=7&since=2026-01-01", "since=2026-02-01&until=2026-01-01",
-		"since=2020-01-01&until=2026-01-01", "since=yesterday"} {
+		"since=2020-01-01&until=2026-01-01", "since=yesterday", "since=7d"} {
 		if code, _, body := f.get(t, "/api/savings?"+q); code != http.StatusBadRequest {
 			t.Errorf("?%s: %d %s; want 400", q, code, body)
 		}
 	}
-	var got view.Savings
+	var got savingsJSON
 	f.getJSON(t, "/api/savings?since=2026-01-01&until=2026-01-03", &got)
 	if got.Days != 2 || got.Since.Format(time.RFC3339) != "2026-01-01T00:00:00Z" || got.Until.Format(time.RFC3339) != "2026-01-03T00:00:00Z" {
 		t.Errorf("since/until: %s to %s, %d days; want 2026-01-01 to 2026-01-03, 2 days", got.Since, got.Until, got.Days)
@@ -248,18 +274,18 @@ func TestSavingsPageTenantScoping(t *testing.T) {
 		&schemas.LedgerUsage{Input: 7000, Output: 10})
 	globexDay := old.Format(time.DateOnly)
 
-	decode := func(a answer) *view.Savings {
+	decode := func(a answer) *savingsJSON {
 		t.Helper()
 		if a.code != http.StatusOK {
 			t.Fatalf("%d %s", a.code, a.body)
 		}
-		var s view.Savings
+		var s savingsJSON
 		if err := json.Unmarshal([]byte(a.body), &s); err != nil {
 			t.Fatal(err)
 		}
 		return &s
 	}
-	dayset := func(s *view.Savings) string {
+	dayset := func(s *savingsJSON) string {
 		var ds []string
 		for _, r := range s.ByDay.Rows {
 			ds = append(ds, r.Day)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/jetstream"
 )
 
@@ -45,7 +44,7 @@ type Tenants struct {
 
 	mu     sync.RWMutex
 	views  map[string]tenantView
-	prices *savings.Prices
+	reader SavingsReader
 }
 
 // tenantView is one tenant's view and the hash of its own token.
@@ -127,12 +126,12 @@ func (ts *Tenants) Add(v *View, token string) error {
 	return nil
 }
 
-// SetPrices sets the price table of the operator's savings page (COMPACTOR_PRICES;
-// nil: tokens only). Each tenant's page prices with its view's Config.Prices.
-func (ts *Tenants) SetPrices(p *savings.Prices) {
+// SetSavings sets the reader of the operator's savings page (nil: none). Each
+// tenant's page reads with its view's Config.Savings.
+func (ts *Tenants) SetSavings(read SavingsReader) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	ts.prices = p
+	ts.reader = read
 }
 
 // savings serves the operator's savings page: every served tenant's ledger, read one
@@ -150,16 +149,16 @@ func (ts *Tenants) savings(tmpl string) http.HandlerFunc {
 		}
 		defer release()
 		ts.mu.RLock()
-		prices := ts.prices
-		sources := make([]savingsSource, 0, len(ts.views))
+		read := ts.reader
+		sources := make([]SavingsSource, 0, len(ts.views))
 		for name, tv := range ts.views {
-			sources = append(sources, savingsSource{tenant: name, store: tv.v.store})
+			sources = append(sources, SavingsSource{Tenant: name, Store: tv.v.store})
 		}
 		ts.mu.RUnlock()
-		slices.SortFunc(sources, func(a, b savingsSource) int { return strings.Compare(a.tenant, b.tenant) })
+		slices.SortFunc(sources, func(a, b SavingsSource) int { return strings.Compare(a.Tenant, b.Tenant) })
 		ctx, cancel := context.WithTimeout(r.Context(), DefaultConfig().Timeout)
 		defer cancel()
-		data, err := savingsPage(ctx, r, sources, prices, DefaultMaxLedgerEntries, true)
+		data, err := savingsPage(ctx, r, read, sources, DefaultMaxLedgerEntries, true)
 		if err != nil {
 			ts.fail(w, r, err)
 			return

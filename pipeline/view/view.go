@@ -19,7 +19,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/policy"
@@ -59,9 +58,9 @@ type Config struct {
 	// pages are then served under TenantBase(Tenant) by a Tenants handler, and every
 	// link, form, redirect and asset of theirs points under it.
 	Tenant string
-	// Prices is the price table the savings page prices exchanges with
-	// (COMPACTOR_PRICES; nil: tokens only).
-	Prices *savings.Prices
+	// Savings reads the savings ledger for the savings page (internal/node gives the
+	// reader of compactor savings, priced with COMPACTOR_PRICES); nil: no savings page.
+	Savings SavingsReader
 	// MaxLedgerEntries bounds the ledger entries one savings page reads; past it the
 	// page says its figures are cut. 0: DefaultMaxLedgerEntries.
 	MaxLedgerEntries int

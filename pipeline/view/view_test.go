@@ -16,6 +16,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/savings/savingsview"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -81,7 +82,7 @@ func newFixtureOn(t *testing.T, nc *nats.Conn, st *jetstream.Store, cfg view.Con
 
 func tokenConfig() view.Config {
 	cfg := view.DefaultConfig()
-	cfg.Token = testToken
+	cfg.Token, cfg.Savings = testToken, savingsview.Reader(nil)
 	return cfg
 }
 
