@@ -17,6 +17,7 @@ import (
 	"github.com/compactor/compactor/internal/natsconn"
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas/policy"
@@ -75,7 +76,7 @@ type Env struct {
 	// Tenants (internal/tenants, docs/tenants.md).
 	TenantsFile string `envconfig:"TENANTS_FILE" desc:"serve: JSON file of the tenants this deployment serves, each in a NATS account of its own, with its policy defaults, profiles and quotas (docs/tenants.md); serve runs its roles once per tenant on the tenant's own streams and reads the file again when it changes (a tenant added or removed leaves the others running); empty: no tenants, the deployment's own streams"`
 	// Prices is compactor savings' price table (internal/savings, docs/savings.md).
-	Prices string `envconfig:"PRICES" desc:"savings: JSON file of the price table (US dollars per million tokens, per model: input, cached_input, cache_write, output) compactor savings prices exchanges with (docs/savings.md; examples/prices.json); empty: tokens only (also savings --prices)"`
+	Prices string `envconfig:"PRICES" desc:"savings: JSON file of the price table (US dollars per million tokens, per model: input, cached_input, cache_write, output) compactor savings and the web view's savings page price exchanges with (docs/savings.md; examples/prices.json); empty: tokens only (also savings --prices)"`
 	Tenant string `envconfig:"TENANT" desc:"the other commands, run in Compactor's own account: act on this tenant's conversations (its streams and service subjects), e.g. COMPACTOR_TENANT=acme compactor status; empty: the deployment's own. A tenant's own users need not set it: their account's imports name their tenant"`
 
 	// UpdateStreams applies this process's settings to existing streams, buckets and
@@ -89,6 +90,9 @@ type Env struct {
 
 	lookup   func(string) (string, bool)
 	counters *node.Counters
+	// viewPrices is the parsed COMPACTOR_PRICES of a process serving the web view
+	// (nil: none, or no view).
+	viewPrices *savings.Prices
 
 	// The compactor service (the api role).
 	APIConcurrency int `envconfig:"API_CONCURRENCY" default:"16" desc:"serve, api role: how many requests each endpoint of the compactor service serves at once in this process; one more is answered Busy (503) at once"`
@@ -171,6 +175,12 @@ func readEnv(lookup func(string) (string, bool)) (Env, error) {
 		}
 		if e.Profiles, err = policy.ParseFile(data); err != nil {
 			return e, fmt.Errorf("configuration: COMPACTOR_CONFIG %s: %w", e.Config, err)
+		}
+	}
+	if e.Prices != "" && e.ViewListen != "" {
+		var err error
+		if e.viewPrices, err = savings.ReadPrices(e.Prices); err != nil {
+			return e, fmt.Errorf("configuration: COMPACTOR_PRICES: %w", err)
 		}
 	}
 	return e, nil
@@ -413,7 +423,7 @@ func (e Env) settings() node.Settings {
 		Replicas: e.Replicas, TriggerPartitions: e.TriggerPartitions, ChatMaxAge: e.ChatMaxAge, ForgetTTL: e.ForgetTTL,
 		LedgerMaxAge: e.LedgerMaxAge, LedgerMaxBytes: e.LedgerMaxBytes,
 		TriggerHeartbeat: e.TriggerHeartbeat, MaxObject: e.MaxObject, UpdateStreams: e.UpdateStreams,
-		ViewListen: e.ViewListen, ViewToken: e.ViewToken, APIConcurrency: e.APIConcurrency, Counters: e.counters, IDs: e.idHasher(),
+		ViewListen: e.ViewListen, ViewToken: e.ViewToken, ViewPrices: e.viewPrices, APIConcurrency: e.APIConcurrency, Counters: e.counters, IDs: e.idHasher(),
 		Proxy: e.proxy(),
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -47,5 +48,45 @@ func TestViewConfiguration(t *testing.T) {
 				t.Fatalf("the error shows the token: %v", err)
 			}
 		})
+	}
+}
+
+// COMPACTOR_PRICES prices the web view's savings pages: read at start when the view
+// listens (a bad file stops start-up, naming it), ignored by a process without the view.
+func TestViewPrices(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "prices.json"), filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(good, []byte(`{"models": {"gpt-4.1": {"input": 2, "cached_input": 0.5, "cache_write": 0, "output": 8}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(`{"models": {"gpt-4.1": {"input": -2}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		listen, prices string
+		wantPriced     bool
+		wantErr        string
+	}{
+		{"127.0.0.1:8080", good, true, ""},
+		{"127.0.0.1:8080", bad, false, "COMPACTOR_PRICES"},
+		{"127.0.0.1:8080", filepath.Join(dir, "missing.json"), false, "COMPACTOR_PRICES"},
+		{"", bad, false, ""},
+		{"127.0.0.1:8080", "", false, ""},
+	} {
+		testEnv(t, 128000)
+		t.Setenv("COMPACTOR_VIEW_LISTEN", tc.listen)
+		t.Setenv("COMPACTOR_PRICES", tc.prices)
+		e, err := loadEnv(os.LookupEnv)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Fatalf("%s %s: loadEnv: %v", tc.listen, tc.prices, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Fatalf("%s %s: loadEnv: %v; want an error with %q", tc.listen, tc.prices, err, tc.wantErr)
+		case err != nil:
+			continue
+		}
+		if got := e.settings().ViewPrices; (got != nil) != tc.wantPriced || (got != nil && got.For("gpt-4.1") == nil) {
+			t.Errorf("%s %s: the view's prices %+v; want priced %v", tc.listen, tc.prices, got, tc.wantPriced)
+		}
 	}
 }

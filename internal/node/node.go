@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
@@ -78,6 +79,9 @@ type Config struct {
 	// ViewListen is the web view's host:port ("": off; only with the API role), and
 	// ViewToken its credential ("": only requests to localhost).
 	ViewListen, ViewToken string
+	// ViewPrices is the price table of the view's savings pages (COMPACTOR_PRICES;
+	// nil: tokens only).
+	ViewPrices *savings.Prices
 
 	Telemetry telemetry.Telemetry
 	Logger    zerolog.Logger

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/internal/proxy"
+	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/service"
@@ -56,6 +57,8 @@ type Settings struct {
 	UpdateStreams    bool
 
 	ViewListen, ViewToken string
+	// ViewPrices is the price table of the view's savings pages (nil: tokens only).
+	ViewPrices *savings.Prices
 	// APIConcurrency bounds the requests each endpoint of the compactor service serves
 	// at once (0: service.DefaultConfig's); one more is answered Busy.
 	APIConcurrency int
@@ -172,7 +175,7 @@ func (s Settings) Config(log zerolog.Logger, tel telemetry.Telemetry) (Config, e
 		Roles:    roles,
 		Resolver: r, Profiles: s.Profiles, Lookup: s.Lookup, Counters: s.counters().Get,
 		Trigger: s.Trigger(), Summarizer: s.Summarizer(),
-		ViewListen: s.ViewListen, ViewToken: s.ViewToken, Service: s.service(),
+		ViewListen: s.ViewListen, ViewToken: s.ViewToken, ViewPrices: s.ViewPrices, Service: s.service(),
 		Telemetry: tel, Logger: log, IDs: s.IDs, Proxy: s.Proxy,
 	}, nil
 }

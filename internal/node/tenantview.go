@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/compactor/compactor/internal/savings/savingsview"
 	"github.com/compactor/compactor/internal/tenants"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/view"
@@ -34,6 +35,7 @@ func newTenantViews(cfg Config) (*tenantViews, error) {
 	if err != nil {
 		return nil, fmt.Errorf("COMPACTOR_VIEW_LISTEN: %w", err)
 	}
+	vt.SetSavings(savingsview.Reader(cfg.ViewPrices))
 	s, err := listenView(cfg, vt.Handler())
 	if err != nil {
 		return nil, err

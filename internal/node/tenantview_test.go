@@ -20,6 +20,7 @@ import (
 
 	"github.com/compactor/compactor/internal/node"
 	"github.com/compactor/compactor/internal/proctest"
+	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -115,6 +116,10 @@ func TestServeTenantsWebView(t *testing.T) {
 	vars := map[string]string{"ACME_VIEW_TOKEN": viewAcmeToken, "GLOBEX_VIEW_TOKEN": viewGlobexToken}
 	logs := &logLines{t: t}
 	addr := "127.0.0.1:" + strconv.Itoa(proctest.FreePort(t))
+	prices, err := savings.ParsePrices([]byte(`{"models": {"gpt-4.1": {"input": 2, "cached_input": 0.5, "cache_write": 0, "output": 8}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sctx, stopServe := context.WithCancel(ctx)
@@ -123,7 +128,7 @@ func TestServeTenantsWebView(t *testing.T) {
 		served <- node.Serve(sctx, node.ServeConfig{
 			Node: node.Config{Roles: node.Roles{API: true}, Resolver: resolver(t, 8000), Logger: zerolog.New(logs).Level(zerolog.WarnLevel),
 				Lookup:     func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
-				ViewListen: addr, ViewToken: viewOperatorToken},
+				ViewListen: addr, ViewToken: viewOperatorToken, ViewPrices: prices},
 			NATSURL: srv.ClientURL(), JetStream: jetstream.DefaultConfig(), DrainTimeout: 30 * time.Second,
 			Tenants: &node.TenantsSource{Path: file, Every: 50 * time.Millisecond},
 		})
@@ -141,6 +146,9 @@ func TestServeTenantsWebView(t *testing.T) {
 		{"/t/globex/c/c1", viewGlobexToken, "words of globex", "acme"},
 		{"/t/globex/c/c1/messages?from=1", viewOperatorToken, "words of globex", "acme"},
 		{"/", viewOperatorToken, `href="/t/globex/"`, "words of"},
+		// The savings pages are priced with the node's table (COMPACTOR_PRICES).
+		{"/t/acme/api/savings", viewAcmeToken, `"priced": true`, "globex"},
+		{"/api/savings", viewOperatorToken, `"priced": true`, "words of"},
 	} {
 		a := viewGet(t, addr, tc.path, tc.token)
 		if a.code != http.StatusOK || !strings.Contains(a.body, tc.has) || strings.Contains(a.body, tc.hasNot) {

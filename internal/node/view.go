@@ -9,6 +9,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/savings/savingsview"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline/view"
@@ -36,7 +37,7 @@ func newViewServer(cfg Config, st *jetstream.Store, policies PolicySourcer) (*vi
 // deployment's own view).
 func viewConfig(cfg Config, tenant string) view.Config {
 	vcfg := view.DefaultConfig()
-	vcfg.Token = cfg.ViewToken
+	vcfg.Token, vcfg.Savings = cfg.ViewToken, savingsview.Reader(cfg.ViewPrices)
 	if tenant != "" {
 		vcfg.Token, vcfg.Tenant = "", tenant // the Tenants handler checks the credentials
 	}

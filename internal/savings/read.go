@@ -25,8 +25,14 @@ const Grace = time.Hour
 // generation of the results bucket's kept revisions, and each completed event in p
 // whose generation is no longer kept (Compaction.Lost).
 func Read(ctx context.Context, st *jetstream.Store, tenant, conv string, p Period) (TenantData, error) {
+	return ReadLimit(ctx, st, tenant, conv, p, 0)
+}
+
+// ReadLimit is Read, reading at most limit ledger entries (0: jetstream.MaxLedgerRead):
+// past it, TenantData.More is set and the report's Truncated names the tenant.
+func ReadLimit(ctx context.Context, st *jetstream.Store, tenant, conv string, p Period, limit int) (TenantData, error) {
 	td := TenantData{Tenant: tenant}
-	r := jetstream.LedgerRead{Conversation: conv}
+	r := jetstream.LedgerRead{Conversation: conv, Limit: limit}
 	if !p.Since.IsZero() {
 		r.Since = p.Since.Add(-Grace)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/internal/rolestest"
+	"github.com/compactor/compactor/internal/savings"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/pipeline/view"
@@ -159,6 +160,17 @@ func TestViewAsTheAPIUserOfAccountsConf(t *testing.T) {
 		Generation: 2, Error: "down", At: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
+	// The proxy's ledger: one exchange, sent and done.
+	for _, phase := range []string{schemas.LedgerSent, schemas.LedgerDone} {
+		e := &schemas.LedgerEntry{V: schemas.LedgerVersion, ID: "acct-exchange-0001", Phase: phase, At: time.Now().UTC(), Conversation: "acct",
+			Mode: schemas.LedgerShadow, API: "openai", Model: "m", ClientTokens: 9000, CompactedTokens: 3000}
+		if phase == schemas.LedgerDone {
+			e.Status, e.Usage = 200, &schemas.LedgerUsage{Input: 9000, Output: 10}
+		}
+		if err := ast.Ledger().Append(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	api := connect("api")
 	st, err := jetstream.Provision(ctx, api.NC, cfg)
@@ -193,7 +205,14 @@ func TestViewAsTheAPIUserOfAccountsConf(t *testing.T) {
 	if len(m.Messages) != 6 {
 		t.Errorf("messages as api: %+v", m)
 	}
-	for _, path := range []string{"/", "/c/acct", "/c/acct/messages?from=1"} {
+	var sv struct {
+		ByDay *savings.Report `json:"by_day"`
+	}
+	viewJSON(t, env.ViewListen, "/api/savings", &sv)
+	if sv.ByDay.Total.Exchanges != 1 || sv.ByDay.Total.SavedTokens != 6000 {
+		t.Errorf("savings as api: %+v", sv.ByDay.Total)
+	}
+	for _, path := range []string{"/", "/c/acct", "/c/acct/messages?from=1", "/savings"} {
 		if code, body := viewGet(t, env.ViewListen, path); code != http.StatusOK {
 			t.Errorf("%s as api: %d\n%.500s", path, code, body)
 		}

@@ -58,52 +58,19 @@ const probe = `<script>(function () {
 
 // At a phone's width (390 px) no page of the view is wider than the screen: a table
 // wider than it scrolls inside a box of the screen's width (Chromium renders the list,
-// the conversation and the messages pages; a test proxy adds the measuring script).
+// the conversation, the messages and the savings pages, the last with an empty ledger;
+// a test proxy adds the measuring script).
 func TestViewTablesFitAPhone(t *testing.T) {
 	bin := chromiumBinary(t)
 	f := newFixture(t, tokenConfig())
 	seed(t, f, "a-rather-long-conversation-id-of-an-agent-run-0042")
 
-	target, _ := url.Parse(f.srv.URL)
-	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
-		r.SetURL(target)
-		r.Out.Host = target.Host
-		r.Out.Header.Set("Authorization", "Bearer "+testToken)
-		r.Out.Header.Del("Accept-Encoding")
-	}}
-	rp.ModifyResponse = func(resp *http.Response) error {
-		resp.Header.Del("Content-Security-Policy")
-		resp.Header.Del("X-Frame-Options")
-		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
-			return nil
-		}
-		b, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		b = bytes.Replace(b, []byte("</body>"), []byte(probe+"</body>"), 1)
-		resp.Body = io.NopCloser(bytes.NewReader(b))
-		resp.ContentLength = int64(len(b))
-		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
-		return nil
-	}
-	phone := func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/__phone" {
-			rp.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		io.WriteString(w, `<!DOCTYPE html><html><body style="margin:0"><iframe style="width:390px;height:844px;border:0" src="`+
-			html.EscapeString(r.URL.Query().Get("path"))+`"></iframe></body></html>`)
-	}
-	proxy := httptest.NewServer(http.HandlerFunc(phone))
-	t.Cleanup(proxy.Close)
+	proxy := framingProxy(t, f, probe)
 
 	line := regexp.MustCompile(`(?m)^(viewport|page) (\d+)$|^table (\S*) (\d+) (true|false)$`)
 	for _, path := range []string{"/", "/c/a-rather-long-conversation-id-of-an-agent-run-0042",
-		"/c/a-rather-long-conversation-id-of-an-agent-run-0042/messages?from=1&through=20"} {
-		dom := chromiumDOM(t, bin, proxy.URL+"/__phone?path="+url.QueryEscape(path), "--window-size=800,900")
+		"/c/a-rather-long-conversation-id-of-an-agent-run-0042/messages?from=1&through=20", "/savings"} {
+		dom := chromiumDOM(t, bin, proxy.URL+"/__frame?width=390&path="+url.QueryEscape(path), "--window-size=800,900")
 		_, rest, ok := strings.Cut(dom, `<pre id="probe">`)
 		if !ok {
 			t.Fatalf("%s: the probe did not run:\n%.2000s", path, dom)
@@ -135,6 +102,55 @@ func TestViewTablesFitAPhone(t *testing.T) {
 		}
 		t.Logf("%s at 390 px: %s", path, strings.ReplaceAll(rest, "\n", "; "))
 	}
+}
+
+// framingProxy serves f's view with the token, without the headers that forbid
+// scripts and frames, with script added at the end of each page, and at
+// /__frame?width=W&path=P a page showing P in a frame W px wide (headless Chromium's
+// window is at least 500 px wide).
+func framingProxy(t *testing.T, f *fixture, script string) *httptest.Server {
+	t.Helper()
+	target, _ := url.Parse(f.srv.URL)
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = target.Host
+		r.Out.Header.Set("Authorization", "Bearer "+testToken)
+		r.Out.Header.Del("Accept-Encoding")
+	}}
+	rp.ModifyResponse = func(resp *http.Response) error {
+		resp.Header.Del("Content-Security-Policy")
+		resp.Header.Del("X-Frame-Options")
+		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+			return nil
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		b = bytes.Replace(b, []byte("</body>"), []byte(script+"</body>"), 1)
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		resp.ContentLength = int64(len(b))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	frame := func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/__frame" {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		width, err := strconv.Atoi(r.URL.Query().Get("width"))
+		if err != nil || width < 100 || width > 4000 {
+			http.Error(w, "width", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, `<!DOCTYPE html><html><body style="margin:0"><iframe style="width:`+strconv.Itoa(width)+`px;height:844px;border:0" src="`+
+			html.EscapeString(r.URL.Query().Get("path"))+`"></iframe></body></html>`)
+	}
+	proxy := httptest.NewServer(http.HandlerFunc(frame))
+	t.Cleanup(proxy.Close)
+	return proxy
 }
 
 // chromiumDOM runs headless Chromium on url and returns the DOM it rendered. It runs

@@ -67,6 +67,32 @@ var funcs = template.FuncMap{
 		return thousands(strconv.FormatUint(r.From, 10)) + " – " + thousands(strconv.FormatUint(r.Through, 10))
 	},
 	"from1": func(r *Range) uint64 { return max(r.From, 1) },
+	// usd is a dollar figure of a row, with a "*" when only part of the row is priced.
+	"usd": func(f float64, partial bool) string {
+		s := "$" + strconv.FormatFloat(f, 'f', 4, 64)
+		if f < 0 {
+			s = "−$" + strconv.FormatFloat(-f, 'f', 4, 64)
+		}
+		if partial {
+			s += "*"
+		}
+		return s
+	},
+	// savedPct is a net saving as a percentage of the tokens without Compactor.
+	"savedPct": func(saved, without int64) string {
+		if without == 0 {
+			return "—"
+		}
+		return strconv.FormatFloat(100*float64(saved)/float64(without), 'f', 1, 64) + "%"
+	},
+	"day": func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
+	"orDeployment": func(tenant string) string {
+		if tenant == "" {
+			return "this deployment"
+		}
+		return tenant
+	},
+	"f2": func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
 }
 
 // thousands puts commas between groups of three digits.
@@ -87,9 +113,11 @@ func thousands(s string) string {
 }
 
 // parseTemplates parses the templates for pages served under base (every link, form
-// and asset starts with it: "" at the root), of tenant ("": the deployment's own).
-func parseTemplates(base, tenant string) (*template.Template, error) {
-	fm := template.FuncMap{"base": func() string { return base }, "tenant": func() string { return tenant }}
+// and asset starts with it: "" at the root), of tenant ("": the deployment's own), whose
+// page at base/ is home (the navigation's first link: Conversations, or Tenants).
+func parseTemplates(base, tenant, home string) (*template.Template, error) {
+	fm := template.FuncMap{"base": func() string { return base }, "tenant": func() string { return tenant },
+		"home": func() string { return home }}
 	maps.Copy(fm, funcs)
 	t, err := template.New("view").Funcs(fm).ParseFS(assets, "templates/*.html")
 	if err != nil {

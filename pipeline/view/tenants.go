@@ -1,6 +1,7 @@
 package view
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
@@ -37,8 +38,13 @@ type Tenants struct {
 	dummy [sha256.Size]byte
 	mux   *http.ServeMux
 
-	mu    sync.RWMutex
-	views map[string]tenantView
+	// savingsSlot bounds the operator's savings pages built at once (each reads every
+	// tenant's ledger).
+	savingsSlot chan struct{}
+
+	mu     sync.RWMutex
+	views  map[string]tenantView
+	reader SavingsReader
 }
 
 // tenantView is one tenant's view and the hash of its own token.
@@ -67,7 +73,7 @@ func NewTenants(token string, log zerolog.Logger) (*Tenants, error) {
 	if err := (Config{Token: token}).Validate(); err != nil {
 		return nil, err
 	}
-	rd, err := newRenderer("", "", log.With().Str("component", "view").Logger())
+	rd, err := newRenderer("", "", "Tenants", log.With().Str("component", "view").Logger())
 	if err != nil {
 		return nil, err
 	}
@@ -75,10 +81,13 @@ func NewTenants(token string, log zerolog.Logger) (*Tenants, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts := &Tenants{renderer: rd, token: token, opHash: sha256.Sum256([]byte(token)), mux: http.NewServeMux(), views: map[string]tenantView{}}
+	ts := &Tenants{renderer: rd, token: token, opHash: sha256.Sum256([]byte(token)), mux: http.NewServeMux(), views: map[string]tenantView{},
+		savingsSlot: make(chan struct{}, 1)}
 	_, _ = rand.Read(ts.dummy[:])
 	ts.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { ts.render(w, http.StatusOK, "tenants", ts.list()) })
 	ts.mux.HandleFunc("GET /api/tenants", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, http.StatusOK, ts.list()) })
+	ts.mux.HandleFunc("GET /savings", ts.savings("savings"))
+	ts.mux.HandleFunc("GET /api/savings", ts.savings(""))
 	ts.mux.HandleFunc("GET /static/view.css", serveCSS(css))
 	ts.mux.HandleFunc("/", ts.notFound)
 	return ts, nil
@@ -115,6 +124,51 @@ func (ts *Tenants) Add(v *View, token string) error {
 	}
 	ts.views[name] = tv
 	return nil
+}
+
+// SetSavings sets the reader of the operator's savings page (nil: none). Each
+// tenant's page reads with its view's Config.Savings.
+func (ts *Tenants) SetSavings(read SavingsReader) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.reader = read
+}
+
+// savings serves the operator's savings page: every served tenant's ledger, read one
+// tenant after the other within one bound of DefaultMaxLedgerEntries entries, as the
+// template tmpl, or as JSON when tmpl is "". One such page is built at a time.
+func (ts *Tenants) savings(tmpl string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		release, err := takeSlot(r.Context(), ts.savingsSlot, DefaultConfig().QueueWait)
+		if err != nil {
+			if r.Context().Err() == nil {
+				w.Header().Set("Retry-After", "5")
+				ts.fail(w, r, err)
+			}
+			return
+		}
+		defer release()
+		ts.mu.RLock()
+		read := ts.reader
+		sources := make([]SavingsSource, 0, len(ts.views))
+		for name, tv := range ts.views {
+			sources = append(sources, SavingsSource{Tenant: name, Store: tv.v.store})
+		}
+		ts.mu.RUnlock()
+		slices.SortFunc(sources, func(a, b SavingsSource) int { return strings.Compare(a.Tenant, b.Tenant) })
+		ctx, cancel := context.WithTimeout(r.Context(), DefaultConfig().Timeout)
+		defer cancel()
+		data, err := savingsPage(ctx, r, read, sources, DefaultMaxLedgerEntries, true)
+		if err != nil {
+			ts.fail(w, r, err)
+			return
+		}
+		if tmpl == "" {
+			writeJSON(w, http.StatusOK, data)
+			return
+		}
+		ts.render(w, http.StatusOK, tmpl, data)
+	}
 }
 
 // Remove stops serving v (a view Add took; another view of the same tenant stays).

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/savings/savingsview"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline/view"
@@ -42,6 +43,7 @@ func newTenantsFixture(t *testing.T, operator string) *tenantsFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ts.SetSavings(savingsview.Reader(nil))
 	f := &tenantsFixture{ts: ts, views: map[string]*view.View{}, stores: map[string]*jetstream.Store{}, fix: map[string]*fixture{}}
 	for name, tok := range map[string]string{"acme": acmeToken, "globex": globexToken} {
 		jcfg, err := jetstream.DefaultConfig().ForTenant(name)
@@ -53,7 +55,7 @@ func newTenantsFixture(t *testing.T, operator string) *tenantsFixture {
 			t.Fatal(err)
 		}
 		vcfg := view.DefaultConfig()
-		vcfg.Tenant = name
+		vcfg.Tenant, vcfg.Savings = name, savingsview.Reader(nil)
 		v, err := view.New(vcfg, st, testSettings(t), nil, log)
 		if err != nil {
 			t.Fatal(err)

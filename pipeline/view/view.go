@@ -58,6 +58,12 @@ type Config struct {
 	// pages are then served under TenantBase(Tenant) by a Tenants handler, and every
 	// link, form, redirect and asset of theirs points under it.
 	Tenant string
+	// Savings reads the savings ledger for the savings page (internal/node gives the
+	// reader of compactor savings, priced with COMPACTOR_PRICES); nil: no savings page.
+	Savings SavingsReader
+	// MaxLedgerEntries bounds the ledger entries one savings page reads; past it the
+	// page says its figures are cut. 0: DefaultMaxLedgerEntries.
+	MaxLedgerEntries int
 }
 
 // TenantBase is the path under which tenant's view is served: /t/<tenant>.
@@ -65,13 +71,14 @@ func TenantBase(tenant string) string { return "/t/" + tenant }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{PageSize: 25, MaxMessages: 200, MaxChars: 4000, MaxConcurrent: 4, QueueWait: 5 * time.Second, Timeout: 30 * time.Second}
+	return Config{PageSize: 25, MaxMessages: 200, MaxChars: 4000, MaxConcurrent: 4, QueueWait: 5 * time.Second, Timeout: 30 * time.Second,
+		MaxLedgerEntries: DefaultMaxLedgerEntries}
 }
 
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	for _, f := range []struct{ v, d *int }{{&c.PageSize, &d.PageSize}, {&c.MaxMessages, &d.MaxMessages},
-		{&c.MaxChars, &d.MaxChars}, {&c.MaxConcurrent, &d.MaxConcurrent}} {
+		{&c.MaxChars, &d.MaxChars}, {&c.MaxConcurrent, &d.MaxConcurrent}, {&c.MaxLedgerEntries, &d.MaxLedgerEntries}} {
 		if *f.v == 0 {
 			*f.v = *f.d
 		}
@@ -106,6 +113,8 @@ func (c Config) Validate() error {
 		return bad("max chars must not be negative")
 	case c.MaxConcurrent < 0:
 		return bad("max concurrent must not be negative")
+	case c.MaxLedgerEntries < 0 || c.MaxLedgerEntries > jetstream.MaxLedgerRead:
+		return bad("max ledger entries must be 1 to %d, got %d", jetstream.MaxLedgerRead, c.MaxLedgerEntries)
 	case c.Timeout < 0 || c.QueueWait < 0:
 		return bad("timeout and queue wait must not be negative")
 	}
@@ -140,8 +149,11 @@ type View struct {
 	policies PolicySource
 	counter  func(tokenizer string) (tokens.Counter, error)
 	pages    chan struct{} // one token per page being built
-	css      []byte
-	mux      *http.ServeMux
+	// savingsSlot is held by the one savings page built at a time: it holds up to
+	// MaxLedgerEntries entries in memory.
+	savingsSlot chan struct{}
+	css         []byte
+	mux         *http.ServeMux
 	// base is the path the pages are served under ("" at the root).
 	base string
 }
@@ -164,7 +176,7 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource,
 	if cfg.Tenant != "" {
 		base, lctx = TenantBase(cfg.Tenant), lctx.Str("tenant", cfg.Tenant)
 	}
-	rd, err := newRenderer(base, cfg.Tenant, lctx.Logger())
+	rd, err := newRenderer(base, cfg.Tenant, "Conversations", lctx.Logger())
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +185,7 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource,
 		return nil, err
 	}
 	v := &View{renderer: rd, cfg: cfg, store: store, policies: policies, counter: counter,
-		pages: make(chan struct{}, cfg.MaxConcurrent), css: css, mux: http.NewServeMux(), base: base}
+		pages: make(chan struct{}, cfg.MaxConcurrent), savingsSlot: make(chan struct{}, 1), css: css, mux: http.NewServeMux(), base: base}
 	v.routes()
 	return v, nil
 }
@@ -186,6 +198,8 @@ func (v *View) routes() {
 	v.mux.HandleFunc("GET /api/c/{conv}", v.page("", v.conversation))
 	v.mux.HandleFunc("GET /c/{conv}/messages", v.page("messages", v.messages))
 	v.mux.HandleFunc("GET /api/c/{conv}/messages", v.page("", v.messages))
+	v.mux.HandleFunc("GET /savings", v.page("savings", v.savings))
+	v.mux.HandleFunc("GET /api/savings", v.page("", v.savings))
 	v.mux.HandleFunc("GET /static/view.css", serveCSS(v.css))
 	v.mux.HandleFunc("/", v.notFound)
 }
@@ -355,9 +369,9 @@ type renderer struct {
 }
 
 // newRenderer parses the templates for pages served under base, of tenant ("": the
-// deployment's own).
-func newRenderer(base, tenant string, log zerolog.Logger) (renderer, error) {
-	tmpl, err := parseTemplates(base, tenant)
+// deployment's own), whose page at base/ is home.
+func newRenderer(base, tenant, home string, log zerolog.Logger) (renderer, error) {
+	tmpl, err := parseTemplates(base, tenant, home)
 	if err != nil {
 		return renderer{}, err
 	}

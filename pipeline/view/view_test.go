@@ -16,6 +16,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/compactor/compactor/internal/savings/savingsview"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
 	"github.com/compactor/compactor/pipeline"
@@ -44,7 +45,7 @@ func (s settings) Settings(_ context.Context, conv string) (policy.Settings, err
 	return s.base, s.err[conv]
 }
 
-func testSettings(t *testing.T) settings {
+func testSettings(t testing.TB) settings {
 	t.Helper()
 	r, err := policy.NewResolver(policy.Layer{"context_window": "8000"}, nil, nil)
 	if err != nil {
@@ -81,7 +82,7 @@ func newFixtureOn(t *testing.T, nc *nats.Conn, st *jetstream.Store, cfg view.Con
 
 func tokenConfig() view.Config {
 	cfg := view.DefaultConfig()
-	cfg.Token = testToken
+	cfg.Token, cfg.Savings = testToken, savingsview.Reader(nil)
 	return cfg
 }
 
