@@ -24,7 +24,7 @@ func TestMaskedValueWaitsForTheCacheLikeASummary(t *testing.T) {
 		proxy.SetClock(f.conv, func() time.Time { return now })
 		big := "OUTPUT-START " + strings.Repeat("a long build log line\n", 200) + "OUTPUT-END"
 		h := []schemas.Message{user("run the build"), bot("running"), user(big), bot("it failed"), user("fix it")}
-		first := sent(f.turn("c-mask", h, "fixed"))
+		f.turn("c-mask", h, "fixed")
 		msgs, err := st.Chat().LoadLeader(f.ctx, "c-mask", 0, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -47,7 +47,7 @@ func TestMaskedValueWaitsForTheCacheLikeASummary(t *testing.T) {
 		}
 		put(1, nil)
 		h = append(h, bot("fixed"), user("and the tests?"))
-		first = sent(f.turn("c-mask", h, "passing"))
+		first := sent(f.turn("c-mask", h, "passing"))
 		if !strings.Contains(first, "EARLIER WORK") || !strings.Contains(first, "OUTPUT-END") {
 			t.Fatalf("generation 1 not sent: %q", first)
 		}
