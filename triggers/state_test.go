@@ -137,3 +137,34 @@ func TestFailureBackoffDoublesToItsMax(t *testing.T) {
 		}
 	}
 }
+
+// A value's overrides (a masked tool output, a truncation) are what every reader sends
+// in place of those messages: a rebuild counts them so, pinned or in the tail. Before,
+// the raw messages were counted, a masked conversation looked as large as before its
+// masking, and the trigger asked for a compaction on every new message.
+func TestCountLoadedCountsTheValuesOverrides(t *testing.T) {
+	big := strings.Repeat("a long build log line\n", 400) // about 2,200 tokens
+	entry := func(seq uint64, m schemas.Message) schemas.Entry { return schemas.Entry{Seq: seq, Message: m} }
+	tail := []schemas.Entry{
+		entry(1, schemas.Message{Role: schemas.RoleUser, Content: schemas.Text("run the build")}),
+		entry(2, schemas.Message{Role: schemas.RoleAssistant, ToolCalls: []schemas.ToolCall{{ID: "call_1", Type: "function",
+			Function: schemas.FunctionCall{Name: "bash", Arguments: `{"cmd":"make"}`}}}}),
+		entry(3, schemas.Message{Role: schemas.RoleTool, ToolCallID: "call_1", Content: schemas.Text(big)}),
+		entry(4, schemas.Message{Role: schemas.RoleAssistant, Content: schemas.Text("it failed")}),
+	}
+	raw := state(0)
+	raw.countLoaded(tokens.Chars4{}, &schemas.Result{Generation: 1, TailStartSeq: 1}, nil, tail)
+	masked := state(0)
+	v := &schemas.Result{Generation: 2, TailStartSeq: 1, Strategy: "mask",
+		Overrides: []schemas.Override{{Seq: 3, Note: "[tool output of bash masked; recall it with compactor recall c --from-seq 2 --to-seq 3]"}}}
+	masked.countLoaded(tokens.Chars4{}, v, nil, tail)
+	if raw.tokens < 2000 || masked.tokens > 200 {
+		t.Fatalf("counted %d tokens of the raw tail and %d of the masked one; want over 2,000 and under 200", raw.tokens, masked.tokens)
+	}
+	if len(masked.open) != 0 {
+		t.Errorf("the masked tool output no longer answers its call: open %v", masked.open)
+	}
+	if kind, why := masked.decide(); kind != "" {
+		t.Errorf("the masked conversation asks for a compaction: %s (%s)", kind, why)
+	}
+}

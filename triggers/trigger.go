@@ -737,9 +737,27 @@ func (t *Trigger) readValue(ctx context.Context, id string, first bool) (tomb *s
 // and the tail, whose first message and time it keeps, and the tokens the
 // conversation had at its last decline (those of the tail through declinedAtSeq).
 func (c *convState) countLoaded(count tokens.Counter, v *schemas.Result, pinned, tail []schemas.Entry) {
-	for _, e := range pinned {
-		if e.Err == nil {
-			c.tokens += tokens.MessageWith(count, &e.Message)
+	// The value's overrides (a truncation, a masked tool output) are what every reader
+	// sends in place of those messages: counted as the readers send them. Counting the
+	// raw messages made a masked conversation look as large as before its masking, and
+	// the trigger asked for a compaction on every message.
+	var overrides map[uint64]schemas.Override
+	if v != nil && len(v.Overrides) > 0 {
+		overrides = make(map[uint64]schemas.Override, len(v.Overrides))
+		for _, o := range v.Overrides {
+			overrides[o.Seq] = o
+		}
+	}
+	shown := func(e *schemas.Entry) *schemas.Message {
+		if o, ok := overrides[e.Seq]; ok {
+			m := assemble.ApplyOverride(e.Message, o)
+			return &m
+		}
+		return &e.Message
+	}
+	for i := range pinned {
+		if pinned[i].Err == nil {
+			c.tokens += tokens.MessageWith(count, shown(&pinned[i]))
 		}
 	}
 	if v != nil && v.Summary != "" {
@@ -750,7 +768,7 @@ func (c *convState) countLoaded(count tokens.Counter, v *schemas.Result, pinned,
 		c.base = min(c.base, tail[i].Seq)
 		c.seen.Add(tail[i].Seq) // an invalid message is stored all the same
 		if tail[i].Err == nil {
-			c.add(decoded(&tail[i].Message, count), tail[i].Seq)
+			c.add(decoded(shown(&tail[i]), count), tail[i].Seq)
 		}
 	}
 	c.structural = "" // a large output already covered by a compaction, or counted before a restart
