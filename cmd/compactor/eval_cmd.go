@@ -250,7 +250,7 @@ func evalConfig(c *call, f *evalFlags, files []string) (eval.Config, error) {
 			return eval.Config{}, usagef("--prices: %v", err)
 		}
 		if cfg.Prices.For(cfg.Model) == nil {
-			return eval.Config{}, usagef("--model: the price table prices no model %q and has no default", cfg.Model)
+			return eval.Config{}, usagef("--model: the price table prices no model %q and has no default: name a model it prices with --model, or add a \"default\" entry", cfg.Model)
 		}
 	}
 	if *f.url != "" {

@@ -105,6 +105,9 @@ per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 			}
 			defer nc.Close()
 			c.watchRefusals(nc)
+			if c.conn != nil && c.conn.verbose != nil && *c.conn.verbose {
+				fmt.Fprintf(c.std.err, "note: reading the ledger of the server at %s\n", nc.ConnectedUrlRedacted())
+			}
 			var data []savings.TenantData
 			var failed []string
 			if file == nil {
@@ -132,6 +135,9 @@ per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 				}
 			}
 			rep := savings.Aggregate(data, prices, dims, p)
+			if *conv != "" && rep.Total.Exchanges == 0 && rep.Total.Summarizer.Compactions == 0 {
+				fmt.Fprintf(c.std.err, "note: the ledger holds no exchange of %s in the period (a conversation never sent through the proxy, forgotten, or another server's: -v names the server read)\n", *conv)
+			}
 			switch {
 			case *asJSON:
 				err = writeJSON(c.std.out, rep)

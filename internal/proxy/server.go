@@ -361,7 +361,7 @@ func (s *Server) logUpstreams() {
 			defaults = append(defaults, upstreamSettings[api])
 		}
 	}
-	s.log.Info().Str("addr", s.Addr()).Str("upstream", s.ups[APIOpenAI].String()).
+	s.log.Info().Str("addr", s.Addr()).Str("mode", s.cfg.Mode).Str("upstream", s.ups[APIOpenAI].String()).
 		Str("anthropic_upstream", s.ups[APIAnthropic].String()).Str("gemini_upstream", s.ups[APIGemini].String()).
 		Str("default", strings.Join(defaults, ",")).Msg("proxy listening")
 	if len(defaults) > 0 {
