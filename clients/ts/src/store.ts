@@ -349,19 +349,7 @@ export class Store {
     let m: StoredMsg | null;
     if (leader) m = await this.leaderGet(`KV_${bucket}`, { last_by_subj: subject });
     else m = (await this.direct(`KV_${bucket}`, { last_by_subj: subject }, `the tombstone of ${conv}`)).msgs[0] ?? null;
-    if (!m) return null;
-    const op = m.headers.get("KV-Operation");
-    if (op === "DEL" || op === "PURGE") return null;
-    let t: Partial<Tombstone>;
-    try {
-      t = JSON.parse(Buffer.from(m.data).toString("utf8"));
-    } catch {
-      throw new CompactorError(`the tombstone of ${conv} does not decode`);
-    }
-    if (typeof t?.through_seq !== "number" || !Number.isSafeInteger(t.through_seq) || t.through_seq < 0) {
-      throw new CompactorError(`the tombstone of ${conv} has no valid through_seq`);
-    }
-    return { through_seq: t.through_seq, forgotten_at: String(t.forgotten_at ?? "") };
+    return decodeTombstone(conv, m);
   }
 
   /** The sequence of conv's newest message, 0 when it has none (the leader's word). */
@@ -604,19 +592,8 @@ export class Store {
     const bucket = this.names.forgetBucket;
     const subject = `$KV.${bucket}.${createHash("sha256").update(conv, "utf8").digest("hex")}`;
     const m = await this.leaderGet(`KV_${bucket}`, { last_by_subj: subject });
-    if (!m) return null;
-    const op = m.headers.get("KV-Operation");
-    if (op === "DEL" || op === "PURGE" || Date.parse(m.time) < at) return null;
-    let t: Partial<Tombstone>;
-    try {
-      t = JSON.parse(Buffer.from(m.data).toString("utf8"));
-    } catch {
-      throw new CompactorError(`the tombstone of ${conv} does not decode`);
-    }
-    if (typeof t?.through_seq !== "number" || !Number.isSafeInteger(t.through_seq) || t.through_seq < 0) {
-      throw new CompactorError(`the tombstone of ${conv} has no valid through_seq`);
-    }
-    return { through_seq: t.through_seq, forgotten_at: String(t.forgotten_at ?? "") };
+    if (!m || Date.parse(m.time) < at) return null;
+    return decodeTombstone(conv, m);
   }
 
   /** Publishes one encoded chat message; the ack's sequence and whether the stream had it already. */
@@ -667,4 +644,21 @@ export function natsSource(store: Store, maxObjectSize: number): ContextSource {
     object: (conv, ref) => store.readObject(conv, ref, maxObjectSize),
     tombstone: (conv, leader) => store.getTombstone(conv, leader),
   };
+}
+
+/** The tombstone m holds of conv: null for a delete or purge marker; throws when it does not decode. */
+function decodeTombstone(conv: string, m: StoredMsg | null): Tombstone | null {
+  if (!m) return null;
+  const op = m.headers.get("KV-Operation");
+  if (op === "DEL" || op === "PURGE") return null;
+  let t: Partial<Tombstone>;
+  try {
+    t = JSON.parse(Buffer.from(m.data).toString("utf8"));
+  } catch {
+    throw new CompactorError(`the tombstone of ${conv} does not decode`);
+  }
+  if (typeof t?.through_seq !== "number" || !Number.isSafeInteger(t.through_seq) || t.through_seq < 0) {
+    throw new CompactorError(`the tombstone of ${conv} has no valid through_seq`);
+  }
+  return { through_seq: t.through_seq, forgotten_at: String(t.forgotten_at ?? "") };
 }
