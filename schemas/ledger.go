@@ -182,16 +182,6 @@ func DecodeLedgerEntry(data []byte) (*LedgerEntry, error) {
 // MaxLedgerEntryBytes bounds one encoded entry.
 const MaxLedgerEntryBytes = 4096
 
-func isIDChars(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // unprintable reports a control character (an escape, a newline) or a format one (a
 // bidirectional override): a name that holds one could rewrite a terminal's or a
 // table's output.

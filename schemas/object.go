@@ -78,9 +78,12 @@ func (r *ContentRef) CheckOwner(conv, bucket string) error {
 }
 
 func validBucketName(s string) bool {
-	if s == "" || len(s) > 255 {
-		return false
-	}
+	return s != "" && len(s) <= 255 && isIDChars(s)
+}
+
+// isIDChars reports whether s holds only [A-Za-z0-9_-] (the characters of a bucket's
+// name and of a ledger entry's id).
+func isIDChars(s string) bool {
 	for _, c := range []byte(s) {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
 			return false

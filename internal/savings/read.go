@@ -94,10 +94,7 @@ func readCompactions(ctx context.Context, st *jetstream.Store, conv string, p Pe
 			continue
 		}
 		kept[v.Generation] = true
-		at := v.CreatedAt
-		if at.IsZero() {
-			at = rev.Time
-		}
+		at := writtenAt(rev)
 		if !p.holds(at) {
 			continue
 		}
@@ -127,10 +124,7 @@ func readCompactions(ctx context.Context, st *jetstream.Store, conv string, p Pe
 	if !p.Since.IsZero() && !p.Since.Before(time.Now().Add(-st.Config().EventsMaxAge)) {
 		return out, nil
 	}
-	at := oldest.Value.CreatedAt
-	if at.IsZero() {
-		at = oldest.Time
-	}
+	at := writtenAt(*oldest)
 	if !p.holds(at) {
 		return out, nil
 	}
@@ -141,6 +135,14 @@ func readCompactions(ctx context.Context, st *jetstream.Store, conv string, p Pe
 		}
 	}
 	return out, nil
+}
+
+// writtenAt is when a kept value was written: its created_at, else the stream's time.
+func writtenAt(rev jetstream.Revision) time.Time {
+	if at := rev.Value.CreatedAt; !at.IsZero() {
+		return at
+	}
+	return rev.Time
 }
 
 // maxGenerations bounds the generations one conversation's read reports: a value's
