@@ -2,8 +2,11 @@ package jetstream_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -77,5 +80,42 @@ func TestLedgerAppendsOnceReadsValidAndIsForgotten(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Conversation != "c2" {
 		t.Fatalf("after the forget the ledger holds %d entries; want c2's one", len(got))
+	}
+}
+
+// status lists the savings ledger beside the other streams: its entries once the proxy
+// books some, and a note, not an error, when it is not there (it is optional: a
+// deployment whose provisioner may not create it runs without savings).
+func TestStatusListsTheLedger(t *testing.T) {
+	srv := jstest.Server(t)
+	nc := jstest.Conn(t, srv)
+	st := jstest.Provision(t, nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := st.Ledger().Append(ctx, ledgerEntry("c1", "0123456789abcdef", schemas.LedgerSent)); err != nil {
+		t.Fatal(err)
+	}
+	ledger := func() jetstream.StreamStatus {
+		t.Helper()
+		for _, s := range st.Status(ctx).Streams {
+			if s.Name == "LEDGER" {
+				return s
+			}
+		}
+		t.Fatal("status does not list LEDGER")
+		return jetstream.StreamStatus{}
+	}
+	if s := ledger(); s.Messages != 1 || s.Subjects != 1 || s.Error != "" || s.Note != "" {
+		t.Fatalf("LEDGER with one entry: %+v", s)
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, "LEDGER"); err != nil {
+		t.Fatal(err)
+	}
+	if s := ledger(); s.Error != "" || !strings.Contains(s.Note, "optional") {
+		t.Fatalf("LEDGER not there: %+v; want a note that it is optional, no error", s)
 	}
 }

@@ -3,6 +3,8 @@ package jetstream
 import (
 	"context"
 	"errors"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // StreamStatus is what status shows of one stream.
@@ -12,6 +14,8 @@ type StreamStatus struct {
 	Bytes    uint64 `json:"bytes"`
 	Subjects int    `json:"subjects"`
 	Error    string `json:"error,omitempty"`
+	// Note says why an optional stream is not there (the savings ledger).
+	Note string `json:"note,omitempty"`
 }
 
 // ConsumerStatus is what status shows of one consumer.
@@ -67,6 +71,23 @@ func (s *Store) Status(ctx context.Context) Status {
 			}
 		}
 		if err != nil {
+			ss.Error = err.Error()
+		}
+		out.Streams = append(out.Streams, ss)
+	}
+	if name := s.cfg.LedgerStream; name != "" {
+		ss := StreamStatus{Name: name}
+		st, err := s.js.Stream(ctx, name)
+		if err == nil {
+			info, ierr := st.Info(ctx)
+			if err = ierr; err == nil {
+				ss.Messages, ss.Bytes, ss.Subjects = info.State.Msgs, info.State.Bytes, int(info.State.NumSubjects)
+			}
+		}
+		switch {
+		case errors.Is(err, natsjs.ErrStreamNotFound):
+			ss.Note = "optional, not created: the proxy books no savings"
+		case err != nil:
 			ss.Error = err.Error()
 		}
 		out.Streams = append(out.Streams, ss)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -943,7 +944,7 @@ func orDash(s string) string {
 func writePipelineStatus(w io.Writer, s jetstream.Status) error {
 	streams := [][]string{{"STREAM", "MESSAGES", "BYTES", "SUBJECTS", "ERROR"}}
 	for _, st := range s.Streams {
-		streams = append(streams, []string{st.Name, thousands(st.Messages), humanBytes(st.Bytes), thousands(st.Subjects), st.Error})
+		streams = append(streams, []string{st.Name, thousands(st.Messages), humanBytes(st.Bytes), thousands(st.Subjects), cmp.Or(st.Error, st.Note)})
 	}
 	consumers := [][]string{{"CONSUMER", "STREAM", "PENDING", "ACK PENDING", "REDELIVERED", "WAITING PULLS", "PARTITION", "OWNER", "ERROR"}}
 	for _, c := range s.Consumers {

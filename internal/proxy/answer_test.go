@@ -41,6 +41,10 @@ func newAnswerStackWith(t *testing.T, nc *nats.Conn, st *jetstream.Store, config
 			fmt.Fprintf(w, `{"candidates":[{"index":0,"content":{"role":"model","parts":[{"text":"model reply %d"}]},"finishReason":"STOP"}],"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":2,"totalTokenCount":12}}`, n)
 			return
 		}
+		if r.URL.Path == "/v1/responses/compact" {
+			fmt.Fprintf(w, `{"id":"cmp_%d","object":"response.compaction","output":[{"type":"compaction","encrypted_content":"opaque"}],"usage":{"input_tokens":40,"output_tokens":7,"total_tokens":47,"input_tokens_details":{"cached_tokens":30}}}`, n)
+			return
+		}
 		if r.URL.Path == "/v1/responses" {
 			fmt.Fprintf(w, `{"id":"resp_%d","object":"response","status":"completed","output":[{"type":"message","id":"msg_%d","status":"completed","role":"assistant","content":[{"type":"output_text","text":"model reply %d","annotations":[]}]}],"usage":{"input_tokens":10,"output_tokens":2,"total_tokens":12}}`, n, n, n)
 			return

@@ -199,6 +199,17 @@ func (m *prefixMemo) forget(conv string) {
 // compacted request holds, each with the prefix a prompt cache could serve. reserve is
 // the request's tokens besides its messages (tools, a response format), in both.
 func (x *exchange) bookSent(req *Request, turn *Turn, reserve int) {
+	x.book(req, turn, reserve, false)
+}
+
+// bookSentAsSent books the sent entry of a request that goes upstream as the client
+// sent it in either mode (the API's compaction endpoint): the compacted request is the
+// client's.
+func (x *exchange) bookSentAsSent(req *Request, turn *Turn, reserve int) {
+	x.book(req, turn, reserve, true)
+}
+
+func (x *exchange) book(req *Request, turn *Turn, reserve int, asSent bool) {
 	if x.s.opts.Ledger == nil || turn == nil || turn.Context == nil {
 		return
 	}
@@ -207,11 +218,14 @@ func (x *exchange) bookSent(req *Request, turn *Turn, reserve int) {
 		view = ts.view
 	}
 	client := chainOf(req.Messages, view.chain, view.tokens)
-	compacted := chainOf(turn.Context.Messages, nil, nil)
+	compacted, compactedTokens := client, last(client.cum)
+	if !asSent {
+		compacted, compactedTokens = chainOf(turn.Context.Messages, nil, nil), int64(turn.Context.Tokens)
+	}
 	r := int64(reserve)
 	e := &schemas.LedgerEntry{V: schemas.LedgerVersion, ID: newExchangeID(), Phase: schemas.LedgerSent, At: time.Now().UTC(),
 		Conversation: turn.Conv, Mode: x.s.cfg.Mode, API: x.wire.Name(), Model: boundedName(modelOf(req, x.r.URL.Path)), Client: clientName(x.r.Header),
-		ClientTokens: r + last(client.cum), CompactedTokens: r + int64(turn.Context.Tokens), Generation: turn.Context.Generation}
+		ClientTokens: r + last(client.cum), CompactedTokens: r + compactedTokens, Generation: turn.Context.Generation}
 	cp, kp, swap := x.s.prefixes.record(turn.Conv, client, compacted, turn.Context.Generation, time.Now(), x.s.cfg.CacheTTL, !x.side)
 	if cp > 0 {
 		e.ClientPrefixTokens = min(r+cp, e.ClientTokens)

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,50 @@ func TestLedgerBooksAnAnsweredCompactionAsNoModelCall(t *testing.T) {
 				if e.Mode != mode {
 					t.Errorf("booked in mode %q; the proxy runs %q", e.Mode, mode)
 				}
+			}
+		}
+	})
+}
+
+// A request of the Responses API's own compaction endpoint that goes to the provider
+// (rewrite mode before a summary exists; shadow mode always) is booked like every
+// request that calls the model: sent as the client sent it on both sides (rewrite mode
+// too sends it as it came), settled with the usage the provider's response.compaction
+// reports. Its reply, the provider's compaction, is relayed and not stored.
+func TestLedgerBooksACompactEndpointRequestThatWentUpstream(t *testing.T) {
+	jstest.WithJetStream(t, func(t *testing.T, nc *nats.Conn, st *jetstream.Store) {
+		for _, mode := range []string{proxy.ModeRewrite, proxy.ModeShadow} {
+			conv := "cmp-" + mode
+			a := newAnswerStackWith(t, nc, st, func(c *proxy.Config) { c.Mode = mode }, proxy.Options{Ledger: st.Ledger()})
+			h := []string{"developer", "you are codex", "user", "FACT-5 lives in main.go"}
+			_, _ = a.responses(t, "/v1/responses", conv, h...)
+			h = append(h, "assistant", "model reply 1", "user", "second")
+			_, _ = a.responses(t, "/v1/responses", conv, h...)
+			h = append(h, "assistant", "model reply 2")
+			stored := len(a.f.stored(conv))
+			resp, body := a.responses(t, "/v1/responses/compact", conv, h...)
+			if resp.StatusCode != 200 || !strings.Contains(body, `"encrypted_content":"opaque"`) || a.calls.Load() != 3 {
+				t.Fatalf("%s: %d, %d upstream calls: %s", mode, resp.StatusCode, a.calls.Load(), body)
+			}
+			var es []*schemas.LedgerEntry
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if es = ledgerEntries(t, st, conv); len(es) >= 6 || time.Now().After(deadline) {
+					break
+				}
+			}
+			if len(es) != 6 {
+				t.Fatalf("%s: the ledger holds %d entries; want 3 exchanges, sent and done", mode, len(es))
+			}
+			sent, done := es[4], es[5]
+			if sent.Phase != schemas.LedgerSent || sent.API != "responses" || sent.ClientTokens == 0 || sent.CompactedTokens != sent.ClientTokens || sent.Swap {
+				t.Errorf("%s: the compact request's sent entry %+v; want the client's request on both sides", mode, sent)
+			}
+			if done.Phase != schemas.LedgerDone || done.ID != sent.ID || done.Status != 200 || done.Usage == nil ||
+				done.Usage.Input != 40 || done.Usage.CacheRead != 30 || done.Usage.Output != 7 {
+				t.Errorf("%s: the compact request's done entry %+v (usage %+v); want the provider's usage", mode, done, done.Usage)
+			}
+			if got := len(a.f.stored(conv)); got != stored {
+				t.Errorf("%s: CHAT went from %d to %d messages: the provider's compaction was stored", mode, stored, got)
 			}
 		}
 	})

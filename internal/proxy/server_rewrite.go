@@ -170,6 +170,9 @@ func (x *exchange) compact(body []byte, conv string) {
 		x.side = true
 	}
 	switch {
+	case x.shadow() && x.rt.compact:
+		x.wouldAnswer = x.canAnswer(turn, kind)
+		x.forwardCompact(req, turn, "")
 	case x.shadow():
 		// As sent: Compactor answers nothing itself in shadow mode; the ledger books
 		// whether rewrite mode would have.
@@ -305,6 +308,8 @@ func (x *exchange) send(out []byte, turn *Turn) {
 	switch {
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		x.relayError(resp)
+	case x.rt.compact && !isEventStream(resp.Header):
+		x.relayCompact(resp)
 	case isEventStream(resp.Header):
 		x.relayStream(resp, turn)
 	default:
@@ -583,7 +588,7 @@ func (x *exchange) answerCompact(body []byte, req *Request, turn *Turn) {
 		text, ok = compactionAnswerOf(turn.Context, FormatPlain, false)
 	}
 	if !ok {
-		x.pass(body, turn.Conv, PassNoSummary)
+		x.forwardCompact(req, turn, PassNoSummary)
 		return
 	}
 	usage := answerUsage(turn.Context, text)
@@ -601,6 +606,51 @@ func (x *exchange) answerCompact(body []byte, req *Request, turn *Turn) {
 	x.w.Header().Set("Content-Type", "application/json")
 	x.w.WriteHeader(http.StatusOK)
 	_, _ = x.w.Write(out)
+}
+
+// forwardCompact sends a request of the API's compaction endpoint upstream as the
+// client sent it: in rewrite mode when Compactor has no summary to answer it from
+// (passed through, marked with reason), in shadow mode always. The ledger books it as
+// sent on both sides, since rewrite mode too sends it as it came (or, when it would
+// answer it, calls no model: would_answer). The provider's reply, its own compaction of
+// the history, is relayed and not stored: the client's next request carries it.
+func (x *exchange) forwardCompact(req *Request, turn *Turn, reason string) {
+	x.side = true // not stored, not remembered as the conversation's latest request
+	x.bookSentAsSent(req, turn, reserve(req.Body))
+	h := x.w.Header()
+	h.Set(ConversationHeader, turn.Conv)
+	if x.shadow() {
+		h.Set(StatusHeader, StatusShadow)
+	} else {
+		h.Set(StatusHeader, StatusPassthrough)
+		h.Set(PassthroughHeader, reason)
+	}
+	x.send(req.Body, turn)
+}
+
+// relayCompact handles a whole 2xx reply of the API's compaction endpoint to a request
+// forwardCompact sent: relayed verbatim, its usage read for the ledger, nothing stored.
+func (x *exchange) relayCompact(resp *http.Response) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, int64(maxReply)+1))
+	if err != nil {
+		x.report.Outcome = OutcomeFailed
+		if x.r.Context().Err() == nil {
+			x.refuse(http.StatusBadGateway, "api_error", "the upstream's reply broke off before its end")
+		}
+		return
+	}
+	x.span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	x.report.Outcome = OutcomePassthrough
+	if x.shadow() {
+		x.report.Outcome = OutcomeCompacted // as every request shadow mode books
+	}
+	if len(body) <= maxReply {
+		x.report.Usage = x.wire.(wire.CompactAnswerer).CompactUsage(body)
+	}
+	copyResponseHeaders(x.w.Header(), resp.Header)
+	x.w.WriteHeader(resp.StatusCode)
+	_, _ = x.w.Write(body)
+	_, _ = io.Copy(x.w, resp.Body)
 }
 
 // sideRequest says a request of api with msgs is a side task the agent runs on its

@@ -67,6 +67,10 @@ type CompactAnswerer interface {
 	// AnswerCompact is the body of a 2xx response to a compact request req whose
 	// compacted history is summary (text), with usage.
 	AnswerCompact(req *Request, summary string, usage Usage) ([]byte, error)
+	// CompactUsage is the usage the API's own reply to a compact request reports (a
+	// request the proxy sent on as the client sent it); nil when it reports none or
+	// the body is not such a reply.
+	CompactUsage(body []byte) *Usage
 }
 
 // Request is a parsed request body.

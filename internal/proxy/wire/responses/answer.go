@@ -2,6 +2,7 @@ package responses
 
 import (
 	"bytes"
+	"encoding/json"
 	"time"
 
 	"github.com/compactor/compactor/internal/proxy/wire"
@@ -66,4 +67,14 @@ func (responsesWire) AnswerCompact(_ *wire.Request, summary string, usage wire.U
 			"content": []any{map[string]any{"type": "input_text", "text": summary}}}},
 		"usage": map[string]any{"input_tokens": usage.Input, "output_tokens": usage.Output, "total_tokens": usage.Input + usage.Output,
 			"input_tokens_details": map[string]any{"cached_tokens": 0}, "output_tokens_details": map[string]any{"reasoning_tokens": 0}}})
+}
+
+// CompactUsage implements wire.CompactAnswerer: the usage of a response.compaction
+// object (the provider's answer to POST /v1/responses/compact).
+func (responsesWire) CompactUsage(body []byte) *wire.Usage {
+	var r response
+	if json.Unmarshal(body, &r) != nil || r.Object != "response.compaction" {
+		return nil
+	}
+	return r.Usage.usage()
 }
