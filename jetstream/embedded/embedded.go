@@ -5,7 +5,10 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -90,9 +93,29 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("embedded nats: sync interval %s is negative; use 0 to sync every write", cfg.SyncInterval)
 	}
 	host, port, _ := splitListen(cfg.Listen)
+	if port > 0 {
+		// A taken port is told at once, before anything is written: the server would
+		// only fail to become ready after ReadyTimeout, leaving a data directory behind.
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return nil, fmt.Errorf("embedded nats: %w: %s (another nats-server or compactor?): set COMPACTOR_LISTEN to another address, or COMPACTOR_NATS_URL to use that server: %v",
+				ErrListenInUse, cfg.Listen, err)
+		}
+		ln.Close()
+	}
+	_, statErr := os.Stat(cfg.DataDir)
+	created := errors.Is(statErr, fs.ErrNotExist)
 	lock, err := lockDataDir(cfg.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	fail := func() {
+		lock.release()
+		if created {
+			// The directory this start made, and only when nothing but the lock is in it.
+			_ = os.Remove(filepath.Join(cfg.DataDir, lockName))
+			_ = os.Remove(cfg.DataDir) // fails, and keeps it, when the server wrote in it
+		}
 	}
 	opts := &server.Options{
 		ServerName: cfg.ServerName,
@@ -111,7 +134,7 @@ func Start(cfg Config) (*Server, error) {
 	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
-		lock.release()
+		fail()
 		return nil, fmt.Errorf("embedded nats: %w", err)
 	}
 	ns.SetLoggerV2(&logAdapter{log: cfg.Logger}, false, false, false)
@@ -119,7 +142,7 @@ func Start(cfg Config) (*Server, error) {
 	if !ns.ReadyForConnections(cfg.ReadyTimeout) {
 		ns.Shutdown()
 		ns.WaitForShutdown()
-		lock.release()
+		fail()
 		return nil, fmt.Errorf("embedded nats: not ready after %s (is %s already in use? set COMPACTOR_LISTEN or COMPACTOR_NATS_URL)", cfg.ReadyTimeout, cfg.Listen)
 	}
 	return &Server{ns: ns, lock: lock}, nil

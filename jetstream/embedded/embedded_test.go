@@ -2,6 +2,10 @@ package embedded
 
 import (
 	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +73,27 @@ func TestEmbeddedServerSyncsEveryWriteByDefault(t *testing.T) {
 	}
 	if _, err := Start(Config{Listen: "127.0.0.1:-1", DataDir: t.TempDir(), SyncInterval: -time.Second}); err == nil {
 		t.Fatal("a negative interval started a server")
+	}
+}
+
+// A listen address in use is told at once, with what to do, and leaves no data
+// directory behind (the start made none it keeps).
+func TestTakenListenAddressFailsAtOnceAndLeavesNoDataDir(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := filepath.Join(t.TempDir(), "compactor-data")
+	srv, err := Start(Config{Listen: ln.Addr().String(), DataDir: dir, ReadyTimeout: time.Minute})
+	if err == nil {
+		srv.Shutdown()
+		t.Fatal("the embedded server started on a taken address")
+	}
+	if !errors.Is(err, ErrListenInUse) || !strings.Contains(err.Error(), "COMPACTOR_LISTEN") || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Fatalf("start on a taken address: %v; want ErrListenInUse naming the address and COMPACTOR_LISTEN", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the failed start left %s behind (%v)", dir, err)
 	}
 }
