@@ -59,7 +59,8 @@ type evalFlags struct {
 	strategies, facts listValue
 	rungs, probes     *string
 	prices, model     *string
-	cacheTTL, turnGap *time.Duration
+	cacheTTL          setDuration
+	turnGap           *time.Duration
 	window            *int
 	asJSON, markdown  *bool
 	factsFile         *string
@@ -78,7 +79,7 @@ func defineEvalFlags(fs *flagSet) *evalFlags {
 	f.probes = fs.String("probes", "", "FILE", "more probe questions in the four dimensions (recall, artifact, continuation, decision; docs/evaluation.md, examples/probes.json), asked when an LLM endpoint is configured")
 	f.prices = fs.String("prices", "", "FILE", "price the tokens with this price table (default COMPACTOR_PRICES; docs/savings.md); without one, tokens and ratios only")
 	f.model = fs.String("model", "", "NAME", "the agent's model whose prices the sent tokens take (default: the price table's default)")
-	f.cacheTTL = fs.Duration("cache-ttl", "D", "how long the provider's prompt cache lives, for the proxy's swap rule and the cache figures (default COMPACTOR_PROXY_CACHE_TTL, 5m)")
+	fs.add(&f.cacheTTL, "cache-ttl", "", "D", "how long the provider's prompt cache lives, for the proxy's swap rule and the cache figures; 0: no prompt cache (default COMPACTOR_PROXY_CACHE_TTL, 5m)", "")
 	f.turnGap = fs.Duration("turn-gap", "D", "simulated time between two model turns (default 0: every turn within the cache's life)")
 	f.window = fs.Int("window", "N", fmt.Sprintf("the context window W in tokens (default %d)", eval.DefaultWindow))
 	f.asJSON = fs.JSON()
@@ -175,7 +176,7 @@ func (f *evalFlags) check() error {
 			return usagef("--probes: %v", err)
 		}
 	}
-	if *f.cacheTTL < 0 || *f.turnGap < 0 {
+	if f.cacheTTL.d < 0 || *f.turnGap < 0 {
 		return usagef("--cache-ttl and --turn-gap must not be negative")
 	}
 	if *f.window != 0 && *f.window < 1000 {
@@ -241,9 +242,12 @@ func evalConfig(c *call, f *evalFlags, files []string) (eval.Config, error) {
 	if *f.rungs != "" {
 		cfg.Rungs, _ = parseRungs(*f.rungs)
 	}
-	cfg.CacheTTL, cfg.TurnGap, cfg.Model = *f.cacheTTL, *f.turnGap, *f.model
+	cfg.CacheTTL, cfg.TurnGap, cfg.Model = env.ProxyCacheTTL, *f.turnGap, *f.model
+	if f.cacheTTL.set {
+		cfg.CacheTTL = f.cacheTTL.d
+	}
 	if cfg.CacheTTL == 0 {
-		cfg.CacheTTL = env.ProxyCacheTTL
+		cfg.CacheTTL = eval.NoCache // as the proxy takes a TTL of 0
 	}
 	if path := cmp.Or(*f.prices, env.Prices); path != "" {
 		if cfg.Prices, err = savings.ReadPrices(path); err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/fakellm"
@@ -205,5 +206,38 @@ func TestEvalWithFailingLLM(t *testing.T) {
 	}
 	if p := rep.Strategies[0].Probes; p == nil || p.Failed != 1 || p.Conversations != 0 || !strings.Contains(c.ProbeError, "500") {
 		t.Errorf("probes %+v, error %q; want the failed probe reported", p, c.ProbeError)
+	}
+}
+
+// --cache-ttl 0 means a provider that caches nothing, as COMPACTOR_PROXY_CACHE_TTL=0
+// does for the proxy; without the flag eval takes the proxy's setting. Before, 0 given
+// was taken as no flag: the proxy's 5 minutes.
+func TestEvalCacheTTLZeroMeansNoCache(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{"no flag: the proxy's default", nil, nil, 5 * time.Minute},
+		{"no flag: the proxy's setting", nil, map[string]string{"COMPACTOR_PROXY_CACHE_TTL": "1h"}, time.Hour},
+		{"the proxy's setting of 0", nil, map[string]string{"COMPACTOR_PROXY_CACHE_TTL": "0s"}, eval.NoCache},
+		{"--cache-ttl 0", []string{"--cache-ttl", "0s"}, nil, eval.NoCache},
+		{"--cache-ttl 0 over the proxy's setting", []string{"--cache-ttl", "0s"}, map[string]string{"COMPACTOR_PROXY_CACHE_TTL": "1h"}, eval.NoCache},
+		{"--cache-ttl 30m", []string{"--cache-ttl", "30m"}, nil, 30 * time.Minute},
+	} {
+		fs := newFlagSet("eval")
+		f := defineEvalFlags(fs)
+		if _, err := fs.parse(tt.args); err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		c := &call{cmd: evalCommand, lookup: func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }}
+		cfg, err := evalConfig(c, f, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if cfg.CacheTTL != tt.want {
+			t.Errorf("%s: CacheTTL %s, want %s", tt.name, cfg.CacheTTL, tt.want)
+		}
 	}
 }

@@ -261,3 +261,21 @@ func (f *flagSet) writeFlags(w io.Writer) {
 		fmt.Fprintln(w, "  -h, --help   this help")
 	}
 }
+
+// setDuration is a duration flag that knows whether it was given: 0 given differs
+// from no flag.
+type setDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (v *setDuration) Set(s string) error {
+	var d durationValue
+	if err := d.Set(s); err != nil {
+		return err
+	}
+	v.d, v.set = time.Duration(d), true
+	return nil
+}
+
+func (v *setDuration) String() string { return v.d.String() }

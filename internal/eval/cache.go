@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/compactor/compactor/internal/proxy/swaprule"
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/tokens"
 )
@@ -12,13 +13,13 @@ import (
 // config names none: the proxy's default (COMPACTOR_PROXY_CACHE_TTL).
 const DefaultCacheTTL = 5 * time.Minute
 
-// swapRule is the proxy's cache-aware rule (docs/proxy.md, "Cache-aware"), as a turn
-// of a replay applies it: the value the conversation was last sent with is kept while
-// the provider likely caches its prefix (the last turn within the TTL), and given up
-// for the newest only when the context read with it outgrows stale (the compaction
-// threshold, at most the hard limit). It mirrors internal/proxy's forward and keep,
-// which are tied to the proxy's store; the replay reads through pipeline.Value as the
-// proxy reads through its own cache of the conversation.
+// NoCache is the Config.CacheTTL of a provider that caches nothing (the proxy's
+// COMPACTOR_PROXY_CACHE_TTL=0): every turn may swap, and no prefix is read from a cache.
+const NoCache time.Duration = -1
+
+// swapRule is the proxy's cache-aware rule (package swaprule, the proxy's own), as a
+// turn of a replay applies it on a simulated clock: the replay reads through
+// pipeline.Value as the proxy reads through its own cache of the conversation.
 type swapRule struct {
 	ttl, gap time.Duration
 	stale    int
@@ -36,39 +37,27 @@ func (r *swapRule) earlier() *schemas.Result {
 		r.now += r.gap
 	}
 	r.turns++
-	if r.sticky == nil || r.ttl <= 0 || r.now-r.at > r.ttl {
+	if r.sticky == nil || r.expired() {
 		return nil
 	}
 	return r.sticky
 }
 
 // swap reports whether a context of tokens read with earlier, whose generation is gen,
-// must be read again with the newest value: it is over stale and really was read
-// with earlier (not a newer value the read fell back to).
+// must be read again with the newest value (swaprule.Reread).
 func (r *swapRule) swap(earlier *schemas.Result, gen uint64, tokens int) bool {
-	return tokens > r.stale && earlier != nil && gen == earlier.Generation
+	return swaprule.Reread(tokens, r.stale, earlier, gen)
 }
 
-// keep remembers what the turn was sent with: earlier when the context is its
-// generation, else live when the context is live's, else nothing (a newer value landed
-// meanwhile: the next turn takes the newest). Generation 0 keeps nothing.
+// keep remembers what the turn was sent with (swaprule.Keep).
 func (r *swapRule) keep(gen uint64, earlier, live *schemas.Result) {
 	r.at = r.now
-	switch {
-	case gen == 0:
-		r.sticky = nil
-	case earlier != nil && earlier.Generation == gen:
-		r.sticky = earlier
-	case live != nil && live.Generation == gen:
-		r.sticky = live
-	default:
-		r.sticky = nil
-	}
+	r.sticky = swaprule.Keep(gen, earlier, live)
 }
 
 // expired reports whether the provider's cache has likely expired since the last turn
 // (after earlier advanced the clock).
-func (r *swapRule) expired() bool { return r.ttl <= 0 || r.now-r.at > r.ttl }
+func (r *swapRule) expired() bool { return !swaprule.Warm(r.now-r.at, r.ttl) }
 
 // CacheTally is what a provider's prompt cache makes of the contexts sent turn after
 // turn, at message granularity: a turn's cached prefix is the run of its first

@@ -207,6 +207,9 @@ func newReport(cfg *Config, results [][]ConvResult, server string) *Report {
 		rep.Probes = "asked of " + cfg.Prober.Model
 	}
 	rep.CacheTTL, rep.TurnGap, rep.Baselines = cfg.CacheTTL.String(), cfg.TurnGap.String(), Baselines
+	if cfg.CacheTTL <= 0 {
+		rep.CacheTTL = "0s"
+	}
 	pr := newPricing(cfg)
 	rep.Prices = pr.about
 	budget := target * float64(cfg.Window)

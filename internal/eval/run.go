@@ -57,7 +57,7 @@ type Config struct {
 	// key is left to the operator's tiers.
 	Rungs []string
 	// CacheTTL is how long the provider's prompt cache is taken to live, for the
-	// proxy's swap rule and the cache figures (0: DefaultCacheTTL).
+	// proxy's swap rule and the cache figures (0: DefaultCacheTTL; NoCache: none).
 	CacheTTL time.Duration
 	// Prices, when set, prices the tokens (Model's entry for those sent, the
 	// summarizer's model's for the summarizer's); nil: tokens and ratios only.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/compactor/compactor/internal/proxy/swaprule"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
@@ -73,7 +74,7 @@ func (s *Store) forward(ctx context.Context, t *Turn, pl place, msgs []schemas.M
 	if err != nil {
 		return err
 	}
-	if cx.Tokens+more > b.stale && earlier != nil && cx.Generation == earlier.Generation {
+	if swaprule.Reread(cx.Tokens+more, b.stale, earlier, cx.Generation) {
 		if cx, err = read(nil); err != nil {
 			return err
 		}
@@ -216,7 +217,7 @@ func (s *Store) cached(conv string, ttl time.Duration) *schemas.Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.sticky[conv]
-	if !ok || ttl <= 0 || s.now().Sub(v.at) > ttl {
+	if !ok || !swaprule.Warm(s.now().Sub(v.at), ttl) {
 		return nil
 	}
 	return v.value
@@ -225,15 +226,7 @@ func (s *Store) cached(conv string, ttl time.Duration) *schemas.Result {
 // keep remembers the value of generation gen as the one conv was sent with now:
 // earlier, or live, the live value the context was read with.
 func (s *Store) keep(conv string, gen uint64, earlier, live *schemas.Result) {
-	v := earlier
-	if gen == 0 {
-		v = nil
-	} else if earlier == nil || earlier.Generation != gen {
-		if live == nil || live.Generation != gen {
-			live = nil // a newer one landed meanwhile: the next turn takes it
-		}
-		v = live
-	}
+	v := swaprule.Keep(gen, earlier, live)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if v == nil {

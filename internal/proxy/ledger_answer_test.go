@@ -57,6 +57,9 @@ func TestLedgerBooksAnAnsweredCompactionAsNoModelCall(t *testing.T) {
 			if len(es) != 6 {
 				t.Fatalf("%s: the ledger holds %d entries; want 3 exchanges, sent and done", mode, len(es))
 			}
+			// A done entry is appended on a goroutine of its own: it may come after the
+			// next exchange's sent entry. The exchanges are told apart by their ids.
+			es = byExchange(t, es)
 			last := es[5]
 			switch mode {
 			case proxy.ModeRewrite:
@@ -116,6 +119,7 @@ func TestLedgerBooksACompactEndpointRequestThatWentUpstream(t *testing.T) {
 			if len(es) != 6 {
 				t.Fatalf("%s: the ledger holds %d entries; want 3 exchanges, sent and done", mode, len(es))
 			}
+			es = byExchange(t, es)
 			sent, done := es[4], es[5]
 			if sent.Phase != schemas.LedgerSent || sent.API != "responses" || sent.ClientTokens == 0 || sent.CompactedTokens != sent.ClientTokens || sent.Swap {
 				t.Errorf("%s: the compact request's sent entry %+v; want the client's request on both sides", mode, sent)
@@ -129,4 +133,29 @@ func TestLedgerBooksACompactEndpointRequestThatWentUpstream(t *testing.T) {
 			}
 		}
 	})
+}
+
+// byExchange orders ledger entries as sent entries in the ledger's order, each followed
+// by its done entry (when there is one).
+func byExchange(t *testing.T, es []*schemas.LedgerEntry) []*schemas.LedgerEntry {
+	t.Helper()
+	done := map[string]*schemas.LedgerEntry{}
+	for _, e := range es {
+		if e.Phase == schemas.LedgerDone {
+			done[e.ID] = e
+		}
+	}
+	var out []*schemas.LedgerEntry
+	for _, e := range es {
+		if e.Phase == schemas.LedgerSent {
+			out = append(out, e)
+			if d := done[e.ID]; d != nil {
+				out = append(out, d)
+			}
+		}
+	}
+	if len(out) != len(es) {
+		t.Fatalf("the ledger holds a done entry without its sent entry: %d entries, %d paired", len(es), len(out))
+	}
+	return out
 }
