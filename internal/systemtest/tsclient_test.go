@@ -53,7 +53,7 @@ func tsClient(t *testing.T) (node, dir string) {
 	if err != nil {
 		skip("node is not installed")
 	}
-	for _, m := range []string{"nats", "typescript"} {
+	for _, m := range []string{"@nats-io/transport-node", "@nats-io/jetstream", "typescript"} {
 		if _, err := os.Stat(filepath.Join(dir, "node_modules", m)); err != nil {
 			skip("run npm ci in clients/ts to enable this test")
 		}

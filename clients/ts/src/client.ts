@@ -4,7 +4,8 @@
 
 import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { connect, credsAuthenticator, type ConnectionOptions, type ConsumerMessages, type NatsConnection, type NatsError } from "nats";
+import { jetstream, type ConsumerMessages } from "@nats-io/jetstream";
+import { connect, credsAuthenticator, type NatsConnection, type NodeConnectionOptions } from "@nats-io/transport-node";
 import {
   BusyError,
   CompactorError,
@@ -21,7 +22,7 @@ import {
 import { checkMessageEncoded, encodeMessageBytes, hasToolCalls, validateConversationId } from "./message.js";
 import { MAX_OBJECT_SIZE, offload } from "./objects.js";
 import type { Entry } from "./rounds.js";
-import { DEFAULT_NAMES, HEADER_ROOM, mapNatsError, natsSource, Store, type Names } from "./store.js";
+import { DEFAULT_NAMES, HEADER_ROOM, mapNatsError, natsSource, noResponders, Store, type Names } from "./store.js";
 import { liveValue, readContext, type Tombstone } from "./reader.js";
 import type { Counter } from "./tokens.js";
 import type {
@@ -50,7 +51,7 @@ export interface CompactorOptions {
   /** Stream, subject and bucket names, when a deployment renamed them. */
   names?: Partial<Names>;
   /**
-   * The inbox prefix of the connection (nats.js's inboxPrefix). With
+   * The inbox prefix of the connection (the inboxPrefix of its connect options). With
    * deploy/nats/accounts.conf each user may read replies only on _INBOX_<user>: direct
    * gets are answered there. Read from the connection when not given.
    */
@@ -72,8 +73,8 @@ export interface ConnectOptions extends CompactorOptions {
   credsFile?: string;
   /** A CA certificate file for TLS. */
   caFile?: string;
-  /** Anything else nats.js's connect takes. */
-  nats?: Partial<ConnectionOptions>;
+  /** Anything else the connect of @nats-io/transport-node takes. */
+  nats?: Partial<NodeConnectionOptions>;
 }
 
 /**
@@ -216,7 +217,7 @@ export class Compactor {
 
   /** Connects to NATS and returns a client that owns the connection (close drains it). */
   static async connect(opts: ConnectOptions = {}): Promise<Compactor> {
-    const o: ConnectionOptions = { servers: opts.servers ?? "nats://127.0.0.1:4222", ...opts.nats };
+    const o: NodeConnectionOptions = { servers: opts.servers ?? "nats://127.0.0.1:4222", ...opts.nats };
     if (opts.inboxPrefix) o.inboxPrefix = opts.inboxPrefix;
     if (opts.user) [o.user, o.pass] = [opts.user, opts.pass ?? ""];
     if (opts.token) o.token = opts.token;
@@ -387,8 +388,8 @@ export class Compactor {
         } catch (e) {
           // No acknowledgement, or no responders (a stream electing its leader): the
           // message may or may not be stored; the same id makes the retry safe.
-          const noResponders = e instanceof NotFoundError && (e.cause as NatsError | undefined)?.code === "503";
-          if (!(e instanceof TimeoutError || noResponders) || attempt >= attempts) throw e;
+          const noStream = e instanceof NotFoundError && noResponders(e.cause);
+          if (!(e instanceof TimeoutError || noStream) || attempt >= attempts) throw e;
           await new Promise((r) => setTimeout(r, 250 * 2 ** attempt));
         }
       }
@@ -534,10 +535,10 @@ export class Compactor {
     validateConversationId(conv);
     const subject = `${this.names.eventPrefix}.${conv}`;
     const timeoutMs = opts.timeoutMs ?? 60_000;
-    const js = this.nc.jetstream({ checkAPI: false, timeout: this.timeoutMs });
+    const js = jetstream(this.nc, { timeout: this.timeoutMs });
     let iter: ConsumerMessages;
     try {
-      const consumer = await js.consumers.get(this.names.eventsStream, { filterSubjects: [subject] });
+      const consumer = await js.consumers.get(this.names.eventsStream, { filter_subjects: [subject] });
       iter = await consumer.consume();
     } catch (e) {
       throw mapNatsError(e, `watch events of ${conv}`);
@@ -699,7 +700,7 @@ export class Compactor {
     try {
       m = await this.store.request(subject, body, timeoutMs);
     } catch (e) {
-      if ((e as NatsError)?.code === "503") {
+      if (noResponders(e)) {
         throw new NoServiceError(`no compactor service answered on ${subject}: run \`compactor serve\` (any COMPACTOR_ROLES) against this NATS`, { cause: e });
       }
       throw mapNatsError(e, subject);

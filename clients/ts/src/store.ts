@@ -3,7 +3,8 @@
 // (no $JS.API.INFO, no stream lookups a reader is not allowed).
 
 import { createHash, randomBytes } from "node:crypto";
-import { createInbox, headers, type JetStreamClient, type MsgHdrs, type NatsConnection, type NatsError } from "nats";
+import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
+import { createInbox, errors as nats, headers, type MsgHdrs, type NatsConnection } from "@nats-io/transport-node";
 import {
   CompactorError,
   InvalidError,
@@ -83,22 +84,42 @@ export interface StoredMsg {
   data: Uint8Array;
 }
 
-/** Turns an error of the nats package into one of ours. */
+/**
+ * The errors of the @nats-io packages an error stands for: itself, then its causes (a
+ * request's RequestError has the refusal or the no responders as its cause).
+ */
+function causes(e: unknown): unknown[] {
+  const out: unknown[] = [];
+  for (let c = e; c !== undefined && c !== null && out.length < 8; c = (c as { cause?: unknown }).cause) out.push(c);
+  return out;
+}
+
+/** Whether e, or an error it was caused by, is an instance of cls. */
+function causedBy(e: unknown, cls: abstract new (...args: never[]) => Error): boolean {
+  return causes(e).some((c) => c instanceof cls);
+}
+
+/**
+ * Whether no one answered the request e failed: no responders (a JetStream publish that
+ * no stream stores is a JetStreamNotEnabled error caused by one).
+ */
+export function noResponders(e: unknown): boolean {
+  return causedBy(e, nats.NoRespondersError);
+}
+
+/** Whether e is the @nats-io packages' timeout. */
+export function timedOut(e: unknown): boolean {
+  return causedBy(e, nats.TimeoutError);
+}
+
+/** Turns an error of the @nats-io packages into one of ours. */
 export function mapNatsError(e: unknown, what: string): Error {
   if (e instanceof CompactorError) return e;
-  const ne = e as Partial<NatsError> & Error;
-  switch (ne?.code) {
-    case "TIMEOUT":
-      return new TimeoutError(`${what}: no answer in time`, { cause: e });
-    case "PERMISSIONS_VIOLATION":
-      return new PermissionError(`${what}: ${ne.message}`, { cause: e });
-    case "503":
-      return new NotFoundError(`${what}: no responders`, { cause: e });
-  }
-  if (typeof ne?.isPermissionError === "function" && ne.isPermissionError()) {
-    return new PermissionError(`${what}: ${ne.message}`, { cause: e });
-  }
-  return new CompactorError(`${what}: ${ne?.message ?? String(e)}`, { cause: e });
+  if (timedOut(e)) return new TimeoutError(`${what}: no answer in time`, { cause: e });
+  const refused = causes(e).find((c) => c instanceof nats.PermissionViolationError);
+  if (refused) return new PermissionError(`${what}: ${(refused as Error).message}`, { cause: e });
+  if (noResponders(e)) return new NotFoundError(`${what}: no responders`, { cause: e });
+  return new CompactorError(`${what}: ${(e as Error | undefined)?.message ?? String(e)}`, { cause: e });
 }
 
 function headerMap(h: MsgHdrs | undefined): Map<string, string> {
@@ -541,7 +562,7 @@ export class Store {
   private async writeObject(name: string, object: Uint8Array, earlier: string[]): Promise<void> {
     const bucket = this.names.objectsBucket;
     const stream = this.objectsStream();
-    const js = this.nc.jetstream({ checkAPI: false, timeout: this.timeoutMs });
+    const js = jetstream(this.nc, { timeout: this.timeoutMs });
     const id = randomBytes(16).toString("hex").toUpperCase(); // a plain chunk id
     const size = Math.max(1, Math.min(MAX_CHUNK, this.nc.info!.max_payload - HEADER_ROOM - CHUNK_OWNER_HEADER.length - Buffer.byteLength(name) - 4));
     const hash = createHash("sha256");
@@ -600,15 +621,14 @@ export class Store {
   async publish(conv: string, data: Uint8Array, msgId: string): Promise<{ seq: number; duplicate: boolean }> {
     const subject = `${this.names.chatPrefix}.${conv}.msg`;
     try {
-      this.publisher ??= this.nc.jetstream({ checkAPI: false, timeout: this.timeoutMs });
+      this.publisher ??= jetstream(this.nc, { timeout: this.timeoutMs });
       const ack = await this.publisher.publish(subject, data, { msgID: msgId, expect: { streamName: this.names.chatStream } });
       return { seq: ack.seq, duplicate: ack.duplicate };
     } catch (e) {
-      const ne = e as NatsError;
-      if (ne?.code === "TIMEOUT") {
+      if (timedOut(e)) {
         throw new TimeoutError(`publish to ${subject}: no acknowledgement in time; the message may be stored: retry with the same msgId (${msgId})`, { cause: e });
       }
-      if (ne?.code === "503") throw new NotFoundError(`publish to ${subject}: no stream stores it (a compactor creates ${this.names.chatStream} at start)`, { cause: e });
+      if (noResponders(e)) throw new NotFoundError(`publish to ${subject}: no stream stores it (a compactor creates ${this.names.chatStream} at start)`, { cause: e });
       throw mapNatsError(e, `publish to ${subject}`);
     }
   }

@@ -22,7 +22,10 @@ import {
   type Message,
 } from "../src/index.js";
 import { createHash } from "node:crypto";
-import { connect, headers } from "nats";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { Objm } from "@nats-io/obj";
+import { connect, headers } from "@nats-io/transport-node";
 import { convId, need } from "./env.js";
 
 async function client(t: import("node:test").TestContext, env: string, opts = {}): Promise<Compactor> {
@@ -252,14 +255,14 @@ test("a message over the max payload published while its conversation is forgott
   const forget = async () => {
     const bucket = "compaction-objects";
     const name = offload(big, conv, bucket).ref.name;
-    const info = await (await nc.jetstream().views.os(bucket)).info(name);
-    const jsm = await nc.jetstreamManager();
+    const info = await (await new Objm(nc).open(bucket)).info(name);
+    const jsm = await jetstreamManager(nc);
     const b64 = Buffer.from(name).toString("base64url");
     for (const filter of [`$O.${bucket}.C.${info!.nuid}`, `$O.${bucket}.M.${b64}${"=".repeat((4 - (b64.length % 4)) % 4)}`]) {
       await jsm.streams.purge(`OBJ_${bucket}`, { filter });
     }
     const key = createHash("sha256").update(conv, "utf8").digest("hex");
-    await (await nc.jetstream().views.kv("compaction-forgotten")).put(key, JSON.stringify({ through_seq: first.seq, forgotten_at: new Date().toISOString() }));
+    await (await new Kvm(nc).open("compaction-forgotten")).put(key, JSON.stringify({ through_seq: first.seq, forgotten_at: new Date().toISOString() }));
   };
   const store = (c as unknown as { store: { publish: (...a: unknown[]) => Promise<unknown> } }).store;
   const publish = store.publish.bind(store);
@@ -282,19 +285,19 @@ test("a forget that covers a large message's stub keeps its object deleted", asy
   const name = offload(big, conv, bucket).ref.name;
   const nc = await connect({ servers: need("NATS_SMALL_URL") });
   t.after(() => nc.close());
-  const os = await nc.jetstream().views.os(bucket);
+  const os = await new Objm(nc).open(bucket);
   // A forget that runs once the stub is stored, before the client checks its object:
   // what compactor.forget leaves, with no compactor here: the object deleted, the
   // tombstone written through the stub.
   const forget = async (through: number) => {
     const info = await os.info(name);
-    const jsm = await nc.jetstreamManager();
+    const jsm = await jetstreamManager(nc);
     const b64 = Buffer.from(name).toString("base64url");
     for (const filter of [`$O.${bucket}.C.${info!.nuid}`, `$O.${bucket}.M.${b64}${"=".repeat((4 - (b64.length % 4)) % 4)}`]) {
       await jsm.streams.purge(`OBJ_${bucket}`, { filter });
     }
     const key = createHash("sha256").update(conv, "utf8").digest("hex");
-    await (await nc.jetstream().views.kv("compaction-forgotten")).put(key, JSON.stringify({ through_seq: through, forgotten_at: new Date().toISOString() }));
+    await (await new Kvm(nc).open("compaction-forgotten")).put(key, JSON.stringify({ through_seq: through, forgotten_at: new Date().toISOString() }));
   };
   const store = (c as unknown as { store: { publish: (...a: unknown[]) => Promise<{ seq: number }> } }).store;
   const publish = store.publish.bind(store);
@@ -319,7 +322,7 @@ test("a description written over an object's does not hide it, and roll-ups are 
   const meta = `$O.${bucket}.M.${b64}${"=".repeat((4 - (b64.length % 4)) % 4)}`;
   const nc = await connect({ servers: need("NATS_SMALL_URL") });
   t.after(() => nc.close());
-  const js = nc.jetstream();
+  const js = jetstream(nc);
   const rollup = headers();
   rollup.set("Nats-Rollup", "sub");
   await assert.rejects(js.publish(meta, JSON.stringify({ name, bucket, deleted: true }), { headers: rollup }), /rollup/);
@@ -452,7 +455,7 @@ test("a value a forget covers is not served: a late value of an old generation",
   // would have written after the tombstone: a value built on the forgotten conversation.
   const nc = await connect({ servers: need("NATS_URL") });
   t.after(() => nc.close());
-  const kv = await nc.jetstream().views.kv("compaction");
+  const kv = await new Kvm(nc).open("compaction");
   const late = {
     schema_version: 1, conversation: conv, generation: 3, summary: "FORGOTTEN SUMMARY", tail_start_seq: gone.through_seq,
     covered_through_seq: gone.through_seq - 1, first_seq: 1, created_at: new Date().toISOString(),

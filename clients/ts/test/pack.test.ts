@@ -1,12 +1,13 @@
 // npm pack makes a package a user can install: packed from a copy of the package without
 // dist/ (so prepack must build what is packed), installed into an empty project with
-// npm install <tarball> (which fetches its dependency, nats, unless npm's cache has it),
+// npm install <tarball> (which fetches its dependencies, @nats-io/transport-node and
+// @nats-io/jetstream, unless npm's cache has them),
 // then imported by Node and type-checked by tsc as a user's code would. Needs npm, and
 // the registry or npm's cache; npm test runs it (tools/test.ts).
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { test } from "node:test";
@@ -35,15 +36,15 @@ test("npm pack makes a package that installs, imports and type-checks", (t) => {
   t.after(() => rmSync(tmp, { recursive: true, force: true }));
 
   const copy = join(tmp, "client");
-  for (const f of ["package.json", "tsconfig.json", "tsconfig.build.json", "src"]) cpSync(join(pkg, f), join(copy, f), { recursive: true });
+  for (const f of ["package.json", "CHANGELOG.md", "tsconfig.json", "tsconfig.build.json", "src"]) cpSync(join(pkg, f), join(copy, f), { recursive: true });
   symlinkSync(join(pkg, "node_modules"), join(copy, "node_modules"), "dir");
   const [packed] = JSON.parse(npm(copy, "pack", "--json", "--pack-destination", tmp)) as Array<{ filename: string; files: Array<{ path: string }> }>;
   assert.ok(packed, "npm pack reported no package");
   const paths = packed.files.map((f) => f.path).sort();
-  for (const want of ["package.json", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/client.js", "src/index.ts"]) {
+  for (const want of ["package.json", "CHANGELOG.md", "dist/src/index.js", "dist/src/index.d.ts", "dist/src/client.js", "src/index.ts"]) {
     assert.ok(paths.includes(want), `the package lacks ${want}: ${paths.join(", ")}`);
   }
-  const stray = paths.filter((p) => p !== "package.json" && !p.startsWith("dist/src/") && !p.startsWith("src/"));
+  const stray = paths.filter((p) => p !== "package.json" && p !== "CHANGELOG.md" && !p.startsWith("dist/src/") && !p.startsWith("src/"));
   assert.deepStrictEqual(stray, [], "only the package's code is packed (no tests, examples or tools)");
 
   const app = join(tmp, "app");
@@ -52,6 +53,8 @@ test("npm pack makes a package that installs, imports and type-checks", (t) => {
   npm(app, "install", "--no-audit", "--no-fund", "--prefer-offline", join(tmp, packed.filename));
   const installed = JSON.parse(readFileSync(join(app, "node_modules", "@compactor", "client", "package.json"), "utf8"));
   assert.equal(installed.name, "@compactor/client");
+  assert.deepStrictEqual(Object.keys(installed.dependencies ?? {}).sort(), ["@nats-io/jetstream", "@nats-io/transport-node"]);
+  assert.equal(existsSync(join(app, "node_modules", "nats")), false, "the nats 2.x package is not installed with the client");
 
   const names = JSON.parse(
     run(app, process.execPath, "--input-type=module", "-e", `const m = await import("@compactor/client"); console.log(JSON.stringify(Object.keys(m)))`),
@@ -64,7 +67,12 @@ test("npm pack makes a package that installs, imports and type-checks", (t) => {
   writeFileSync(
     join(app, "index.ts"),
     `import { Compactor, BusyError, type Message } from "@compactor/client";
+import { connect } from "@nats-io/transport-node";
 const m: Message = { role: "user", content: "hi" };
+// A connection of the user's own, made with the NATS package the client depends on.
+export async function open(servers: string): Promise<Compactor> {
+  return new Compactor(await connect({ servers }), { timeoutMs: 5000 });
+}
 export async function send(c: Compactor): Promise<number> {
   try {
     return (await c.publish("conv", m)).seq;

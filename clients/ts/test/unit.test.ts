@@ -27,6 +27,9 @@ import {
 import { readdirSync, readFileSync } from "node:fs";
 import { badUTF8, intFromText, rawElements, rawMembers, runeCount, utf8Bytes } from "../src/json.js";
 import { checkMessage, checkMessageEncoded, decodeMessageText, encodeMessage } from "../src/message.js";
+import { errors as nats } from "@nats-io/transport-node";
+import { CompactorError, NotFoundError, PermissionError, TimeoutError } from "../src/errors.js";
+import { mapNatsError, noResponders } from "../src/store.js";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 
@@ -336,4 +339,38 @@ test("raw members and elements end where JSON.parse ends them", () => {
     if (Array.isArray(v)) assert.deepStrictEqual(rawElements(text).map((e) => JSON.parse(e)), v);
     else assert.deepStrictEqual(Object.fromEntries(rawMembers(text).map(([k, e]) => [k, JSON.parse(e)])), v);
   }
+});
+
+// The @nats-io packages report errors as classes, the one that matters often the cause of
+// a RequestError (or of that RequestError's JetStream error), not as codes.
+test("errors of the @nats-io packages become the client's, found through their causes", () => {
+  const refusal = new nats.PermissionViolationError('Permissions Violation for Publish to "compactor.compact"', "publish", "compactor.compact");
+  const refused = mapNatsError(new nats.RequestError(refusal.message, { cause: refusal }), "compactor.compact");
+  assert.ok(refused instanceof PermissionError, String(refused));
+  assert.match(refused.message, /^compactor\.compact: Permissions Violation for Publish to "compactor\.compact"$/);
+  const sub = new nats.PermissionViolationError('Permissions Violation for Subscription to "_INBOX.x"', "subscription", "_INBOX.x");
+  assert.ok(mapNatsError(sub, "direct get") instanceof PermissionError);
+
+  assert.ok(mapNatsError(new nats.TimeoutError(), "leader get") instanceof TimeoutError);
+
+  const none = new nats.RequestError("no responders", { cause: new nats.NoRespondersError("compactor.compact") });
+  const jsNone = new Error("jetstream is not enabled", { cause: none }); // what a JetStream publish no stream stores throws
+  for (const e of [none, jsNone]) {
+    assert.equal(noResponders(e), true);
+    const mapped = mapNatsError(e, "publish");
+    assert.ok(mapped instanceof NotFoundError, String(mapped));
+    assert.equal(mapped.cause, e);
+  }
+  assert.equal(noResponders(new nats.RequestError("cancelled")), false);
+
+  const other = mapNatsError(new nats.ProtocolError("stale connection"), "connect");
+  assert.equal(other.constructor, CompactorError);
+  assert.equal(other.message, "connect: stale connection");
+  const ours = new NotFoundError("kept");
+  assert.equal(mapNatsError(ours, "x"), ours);
+  // A cycle of causes ends.
+  const a = new Error("a");
+  const b = new Error("b", { cause: a });
+  (a as { cause?: unknown }).cause = b;
+  assert.equal(mapNatsError(a, "loop").constructor, CompactorError);
 });
