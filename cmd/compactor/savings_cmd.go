@@ -36,7 +36,8 @@ without a price is counted in tokens and named, never priced at 0. docs/savings.
 every figure.
 
 --by groups by tenant, conversation, model, client, day (UTC) and mode, several
-comma-separated; none: the total alone. --since and --until bound the period by each
+comma-separated or --by repeated (--by model --by client is --by model,client); none:
+the total alone. --since and --until bound the period by each
 exchange's time (RFC 3339, a date in UTC, or a duration back from now: 24h, 7d). --tenants FILE reads
 every tenant's ledger of that tenants file (run in Compactor's own account); without it,
 the deployment's own (or COMPACTOR_TENANT's). A last line counts the entries left out as
@@ -44,7 +45,8 @@ invalid, the exchanges without a reply yet (unsettled: counted from their estima
 the replies whose request was not found (dropped). --json prints one object, --csv one row
 per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
-		by := fs.String("by", "", "DIMS", "group by these, comma-separated: tenant, conversation, model, client, day, mode")
+		var by listValue
+		fs.add(&by, "by", "", "DIMS", "group by these, comma-separated or repeated: tenant, conversation, model, client, day, mode", "")
 		since := fs.String("since", "", "TIME", "only exchanges from this time: RFC 3339, a date (UTC), or a duration back from now (24h, 7d)")
 		until := fs.String("until", "", "TIME", "only exchanges up to this time: RFC 3339, a date (UTC), or a duration back from now")
 		conv := fs.String("conversation", "", "ID", "only this conversation's exchanges")
@@ -59,7 +61,8 @@ per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 			if *asJSON && *asCSV {
 				return usagef("--json and --csv: choose one")
 			}
-			dims, err := savings.ParseBy(*by)
+			// --by model --by client is --by model,client.
+			dims, err := savings.ParseBy(strings.Join(by, ","))
 			if err != nil {
 				return usagef("--by: %v", err)
 			}
