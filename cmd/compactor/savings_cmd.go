@@ -111,33 +111,30 @@ per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 			if c.conn != nil && c.conn.verbose != nil && *c.conn.verbose {
 				fmt.Fprintf(c.std.err, "note: reading the ledger of the server at %s\n", nc.ConnectedUrlRedacted())
 			}
-			var data []savings.TenantData
+			// Each ledger is read once, its figures summed as its entries come.
+			a := savings.NewAggregator(prices, p, dims)
 			var failed []string
 			if file == nil {
 				st, err := jetstream.Open(ctx, nc, env.jetstream())
 				if err != nil {
 					return openError(conn, env, err)
 				}
-				td, err := readSavings(ctx, st, env.Tenant, *conv, p)
-				if err != nil {
+				if err := readSavings(ctx, a, st, env.Tenant, *conv); err != nil {
 					return err
 				}
-				data = append(data, td)
 			} else {
 				base := env.settings().JetStream()
 				for _, name := range file.Names() {
-					td, err := readTenantSavings(ctx, nc, base, name, file.Tenants[name], *conv, p)
+					err := readTenantSavings(ctx, a, nc, base, name, file.Tenants[name], *conv)
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
 					if err != nil {
 						failed = append(failed, fmt.Sprintf("%s: %v", name, err))
-						continue
 					}
-					data = append(data, td)
 				}
 			}
-			rep := savings.Aggregate(data, prices, dims, p)
+			rep := a.Reports()[0]
 			if *conv != "" && rep.Total.Exchanges == 0 && rep.Total.Summarizer.Compactions == 0 {
 				fmt.Fprintf(c.std.err, "note: the ledger holds no exchange of %s in the period (a conversation never sent through the proxy, forgotten, or another server's: -v names the server read)\n", *conv)
 			}
@@ -164,30 +161,30 @@ per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 	},
 }
 
-// readSavings reads one store's ledger and compactions, bounded by savingsReadTimeout.
-func readSavings(ctx context.Context, st *jetstream.Store, tenant, conv string, p savings.Period) (savings.TenantData, error) {
+// readSavings reads one store's ledger and compactions into a, bounded by
+// savingsReadTimeout; a read that fails adds nothing to a.
+func readSavings(ctx context.Context, a *savings.Aggregator, st *jetstream.Store, tenant, conv string) error {
 	ctx, cancel := context.WithTimeout(ctx, savingsReadTimeout)
 	defer cancel()
-	td, err := savings.Read(ctx, st, tenant, conv, p)
-	if err != nil {
-		return td, fmt.Errorf("read the savings ledger: %w", err)
+	if _, err := a.Read(ctx, st, tenant, conv, 0); err != nil {
+		return fmt.Errorf("read the savings ledger: %w", err)
 	}
-	return td, nil
+	return nil
 }
 
-func readTenantSavings(ctx context.Context, nc *nats.Conn, base jetstream.Config, name string, t tenants.Tenant, conv string, p savings.Period) (savings.TenantData, error) {
+func readTenantSavings(ctx context.Context, a *savings.Aggregator, nc *nats.Conn, base jetstream.Config, name string, t tenants.Tenant, conv string) error {
 	cfg, err := t.JetStream(base, name)
 	if err != nil {
-		return savings.TenantData{}, err
+		return err
 	}
 	st, err := jetstream.Open(ctx, nc, cfg)
 	if errors.Is(err, natsjs.ErrStreamNotFound) || errors.Is(err, natsjs.ErrBucketNotFound) {
-		return savings.TenantData{}, fmt.Errorf("not provisioned (run compactor provision as admin): %w", err)
+		return fmt.Errorf("not provisioned (run compactor provision as admin): %w", err)
 	}
 	if err != nil {
-		return savings.TenantData{}, err
+		return err
 	}
-	return readSavings(ctx, st, name, conv, p)
+	return readSavings(ctx, a, st, name, conv)
 }
 
 // dimHeader is a dimension's column heading.

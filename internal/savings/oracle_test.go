@@ -186,6 +186,7 @@ func mixedLedger(seed uint64) []TenantData {
 		td := TenantData{Tenant: tenant, Invalid: rng.IntN(3), More: rng.IntN(2) == 0}
 		now := base
 		var open []*schemas.LedgerEntry
+		var atExchange []Compaction
 		n := 0
 		for step := 0; step < 400; step++ {
 			now = now.Add(time.Duration(rng.IntN(20)) * time.Minute)
@@ -207,12 +208,18 @@ func mixedLedger(seed uint64) []TenantData {
 				}
 				client := int64(1000 + rng.IntN(20000))
 				comp := client / int64(1+rng.IntN(4))
-				when := now.Add(-time.Duration(rng.IntN(3)) * time.Minute).Format(time.RFC3339)
+				when := now.Add(-time.Duration(rng.IntN(30)) * time.Minute).Format(time.RFC3339)
 				s := sent(fmt.Sprintf("x%04d-aaaaaaaaaaaaaaaa", n), conv, mode, models[mi], clients[ci], when,
 					client, client/int64(1+rng.IntN(3)), comp, comp/int64(1+rng.IntN(3)), rng.IntN(6) == 0)
 				s.WouldAnswer = mode == schemas.LedgerShadow && rng.IntN(8) == 0
 				td.Entries = append(td.Entries, s)
 				open = append(open, s)
+				// A compaction at the time of an exchange, or just before or after it:
+				// where which exchange it is booked to is decided.
+				if rng.IntN(4) == 0 {
+					cp := Compaction{Conversation: conv, Generation: uint64(100 + n), At: s.At.Add(time.Duration(rng.IntN(3)-1) * time.Minute)}
+					atExchange = append(atExchange, cp)
+				}
 			case r < 8:
 				i := rng.IntN(len(open))
 				s := open[i]
@@ -266,6 +273,7 @@ func mixedLedger(seed uint64) []TenantData {
 				td.Compactions = append(td.Compactions, cp)
 			}
 		}
+		td.Compactions = append(td.Compactions, atExchange...)
 		out = append(out, td)
 	}
 	return out
@@ -327,13 +335,32 @@ func sameReport(got, want *Report) string {
 	return ""
 }
 
-// Aggregate's figures are the in-memory join's, on mixed ledgers, by every grouping,
-// over periods that cut exchanges and compactions, with and without prices.
+// Aggregate's figures, and an Aggregator's of every grouping in one pass, are the
+// in-memory join's, on mixed ledgers, by every grouping, over periods that cut
+// exchanges and compactions, with and without prices.
 func TestAggregateMatchesOracle(t *testing.T) {
 	prices := mustPrices(t)
 	for seed := range uint64(6) {
 		data := mixedLedger(seed)
 		for _, p := range oraclePeriods() {
+			// Every grouping at once, in one pass of each tenant's entries.
+			a := NewAggregator(prices, p, oracleGroupings()...)
+			for _, td := range data {
+				f := a.Tenant(td.Tenant)
+				for _, e := range td.Entries {
+					f.Entry(e)
+				}
+				for _, c := range td.Compactions {
+					f.Compaction(c)
+				}
+				f.Close(td.Invalid, td.More)
+			}
+			for i, rep := range a.Reports() {
+				by := oracleGroupings()[i]
+				if d := sameReport(rep, oracleAggregate(data, prices, by, p)); d != "" {
+					t.Fatalf("seed %d, period %+v, by %v in one pass: %s", seed, p, by, d)
+				}
+			}
 			for _, by := range oracleGroupings() {
 				for _, pr := range []*Prices{nil, prices} {
 					want := oracleAggregate(data, pr, by, p)
