@@ -29,10 +29,10 @@ const MaxChangePoints = 256
 // forgotten, or, with none open, is dropped when it is in the period; the exchanges
 // still open at the end of the tenant's read are booked unsettled. What this changes at
 // the edges, against a join of the whole ledger held in memory: a done entry written
-// again once its exchange was settled (past the stream's duplicate window, two minutes)
-// is dropped, not ignored; a sent entry written again after its done entry opens a new,
-// unsettled exchange; and a done entry stored before its sent entry (which the proxy
-// never writes) is dropped, its exchange unsettled.
+// again once its exchange was settled (past the stream's duplicate window, two
+// minutes by default) is dropped, not ignored; a sent entry written again after its
+// done entry opens a new, unsettled exchange; and a done entry stored before its sent
+// entry (which the proxy never writes) is dropped, its exchange unsettled.
 type Aggregator struct {
 	prices    *Prices
 	period    Period
@@ -233,7 +233,7 @@ func (f *TenantFeed) add(k rowKey) {
 
 // Close books the exchanges still open as unsettled, in the order they were opened,
 // and adds the tenant to the reports, with the ledger entries its read left out as
-// invalid and whether the read stopped at its limit (more).
+// invalid and whether the read stopped at its limit (more). It ends the feed.
 func (f *TenantFeed) Close(invalid int, more bool) {
 	open := make([]pendingExchange, 0, len(f.pending))
 	for _, x := range f.pending {
