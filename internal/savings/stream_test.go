@@ -226,3 +226,29 @@ func TestChangePointsAreBounded(t *testing.T) {
 		}
 	}
 }
+
+// What joining as the entries come changes at the edges, as the Aggregator's doc says:
+// a done entry written again once its exchange is settled is dropped; a sent entry
+// written again after its done entry opens an unsettled exchange; a done entry before
+// its sent entry is dropped, the exchange unsettled.
+func TestAggregatorEdges(t *testing.T) {
+	s := sent("e1-aaaaaaaaaaaaaaaa", "c1", schemas.LedgerRewrite, "gpt-test", "codex", "2026-03-01T10:00:00Z", 100, 0, 50, 0, false)
+	d := done(s, "2026-03-01T10:00:05Z", 200, &schemas.LedgerUsage{Input: 50})
+	for _, tt := range []struct {
+		name                          string
+		entries                       []*schemas.LedgerEntry
+		exchanges, unsettled, dropped int64
+	}{
+		{"settled", []*schemas.LedgerEntry{s, d}, 1, 0, 0},
+		{"sent twice while open", []*schemas.LedgerEntry{s, s, d}, 1, 0, 0},
+		{"done again once settled", []*schemas.LedgerEntry{s, d, d}, 1, 0, 1},
+		{"sent again once settled", []*schemas.LedgerEntry{s, d, s}, 2, 1, 0},
+		{"done before sent", []*schemas.LedgerEntry{d, s}, 1, 1, 1},
+	} {
+		rep := Aggregate([]TenantData{{Entries: tt.entries}}, nil, nil, Period{})
+		if rep.Total.Exchanges != tt.exchanges || rep.Total.Unsettled != tt.unsettled || int64(rep.Dropped) != tt.dropped {
+			t.Errorf("%s: %d exchanges, %d unsettled, %d dropped; want %d, %d, %d", tt.name,
+				rep.Total.Exchanges, rep.Total.Unsettled, rep.Dropped, tt.exchanges, tt.unsettled, tt.dropped)
+		}
+	}
+}
