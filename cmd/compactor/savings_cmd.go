@@ -36,7 +36,8 @@ without a price is counted in tokens and named, never priced at 0. docs/savings.
 every figure.
 
 --by groups by tenant, conversation, model, client, day (UTC) and mode, several
-comma-separated; none: the total alone. --since and --until bound the period by each
+comma-separated or --by repeated (--by model --by client is --by model,client); none:
+the total alone. --since and --until bound the period by each
 exchange's time (RFC 3339, a date in UTC, or a duration back from now: 24h, 7d). --tenants FILE reads
 every tenant's ledger of that tenants file (run in Compactor's own account); without it,
 the deployment's own (or COMPACTOR_TENANT's). A last line counts the entries left out as
@@ -44,7 +45,8 @@ invalid, the exchanges without a reply yet (unsettled: counted from their estima
 the replies whose request was not found (dropped). --json prints one object, --csv one row
 per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 	define: func(fs *flagSet) func(context.Context, *call) error {
-		by := fs.String("by", "", "DIMS", "group by these, comma-separated: tenant, conversation, model, client, day, mode")
+		var by listValue
+		fs.add(&by, "by", "", "DIMS", "group by these, comma-separated or repeated: tenant, conversation, model, client, day, mode", "")
 		since := fs.String("since", "", "TIME", "only exchanges from this time: RFC 3339, a date (UTC), or a duration back from now (24h, 7d)")
 		until := fs.String("until", "", "TIME", "only exchanges up to this time: RFC 3339, a date (UTC), or a duration back from now")
 		conv := fs.String("conversation", "", "ID", "only this conversation's exchanges")
@@ -59,7 +61,8 @@ per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 			if *asJSON && *asCSV {
 				return usagef("--json and --csv: choose one")
 			}
-			dims, err := savings.ParseBy(*by)
+			// --by model --by client is --by model,client.
+			dims, err := savings.ParseBy(strings.Join(by, ","))
 			if err != nil {
 				return usagef("--by: %v", err)
 			}
@@ -108,33 +111,30 @@ per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 			if c.conn != nil && c.conn.verbose != nil && *c.conn.verbose {
 				fmt.Fprintf(c.std.err, "note: reading the ledger of the server at %s\n", nc.ConnectedUrlRedacted())
 			}
-			var data []savings.TenantData
+			// Each ledger is read once, its figures summed as its entries come.
+			a := savings.NewAggregator(prices, p, dims)
 			var failed []string
 			if file == nil {
 				st, err := jetstream.Open(ctx, nc, env.jetstream())
 				if err != nil {
 					return openError(conn, env, err)
 				}
-				td, err := readSavings(ctx, st, env.Tenant, *conv, p)
-				if err != nil {
+				if err := readSavings(ctx, a, st, env.Tenant, *conv); err != nil {
 					return err
 				}
-				data = append(data, td)
 			} else {
 				base := env.settings().JetStream()
 				for _, name := range file.Names() {
-					td, err := readTenantSavings(ctx, nc, base, name, file.Tenants[name], *conv, p)
+					err := readTenantSavings(ctx, a, nc, base, name, file.Tenants[name], *conv)
 					if ctx.Err() != nil {
 						return ctx.Err()
 					}
 					if err != nil {
 						failed = append(failed, fmt.Sprintf("%s: %v", name, err))
-						continue
 					}
-					data = append(data, td)
 				}
 			}
-			rep := savings.Aggregate(data, prices, dims, p)
+			rep := a.Reports()[0]
 			if *conv != "" && rep.Total.Exchanges == 0 && rep.Total.Summarizer.Compactions == 0 {
 				fmt.Fprintf(c.std.err, "note: the ledger holds no exchange of %s in the period (a conversation never sent through the proxy, forgotten, or another server's: -v names the server read)\n", *conv)
 			}
@@ -161,30 +161,30 @@ per group and a total row. Exit 1 when a tenant's ledger could not be read.`,
 	},
 }
 
-// readSavings reads one store's ledger and compactions, bounded by savingsReadTimeout.
-func readSavings(ctx context.Context, st *jetstream.Store, tenant, conv string, p savings.Period) (savings.TenantData, error) {
+// readSavings reads one store's ledger and compactions into a, bounded by
+// savingsReadTimeout; a read that fails adds nothing to a.
+func readSavings(ctx context.Context, a *savings.Aggregator, st *jetstream.Store, tenant, conv string) error {
 	ctx, cancel := context.WithTimeout(ctx, savingsReadTimeout)
 	defer cancel()
-	td, err := savings.Read(ctx, st, tenant, conv, p)
-	if err != nil {
-		return td, fmt.Errorf("read the savings ledger: %w", err)
+	if _, err := a.Read(ctx, st, tenant, conv, 0); err != nil {
+		return fmt.Errorf("read the savings ledger: %w", err)
 	}
-	return td, nil
+	return nil
 }
 
-func readTenantSavings(ctx context.Context, nc *nats.Conn, base jetstream.Config, name string, t tenants.Tenant, conv string, p savings.Period) (savings.TenantData, error) {
+func readTenantSavings(ctx context.Context, a *savings.Aggregator, nc *nats.Conn, base jetstream.Config, name string, t tenants.Tenant, conv string) error {
 	cfg, err := t.JetStream(base, name)
 	if err != nil {
-		return savings.TenantData{}, err
+		return err
 	}
 	st, err := jetstream.Open(ctx, nc, cfg)
 	if errors.Is(err, natsjs.ErrStreamNotFound) || errors.Is(err, natsjs.ErrBucketNotFound) {
-		return savings.TenantData{}, fmt.Errorf("not provisioned (run compactor provision as admin): %w", err)
+		return fmt.Errorf("not provisioned (run compactor provision as admin): %w", err)
 	}
 	if err != nil {
-		return savings.TenantData{}, err
+		return err
 	}
-	return readSavings(ctx, st, name, conv, p)
+	return readSavings(ctx, a, st, name, conv)
 }
 
 // dimHeader is a dimension's column heading.

@@ -422,3 +422,29 @@ func TestCSVSafe(t *testing.T) {
 		}
 	}
 }
+
+// --by given more than once groups by every dimension named, as the comma form does
+// (the last one alone was kept, silently); a dimension named twice across them is
+// refused.
+func TestSavingsCommandByRepeated(t *testing.T) {
+	testEnv(t, 128000)
+	srv := jstest.Server(t)
+	t.Setenv("COMPACTOR_NATS_URL", srv.ClientURL())
+	st := jstest.Provision(t, jstest.Conn(t, srv))
+	l := savingsLedger{base: time.Now().UTC().Add(-10 * time.Minute).Truncate(time.Second)}
+	appendLedger(t, st, l.e1()...)
+	appendLedger(t, st, l.e2()...)
+	rep := savingsReport(t, "--by", "client", "--by", "model")
+	if !slices.Equal(rep.By, []string{savings.ByModel, savings.ByClient}) || len(rep.Rows) != 2 {
+		t.Fatalf("--by client --by model: by %v, %d rows; want [model client], 2 rows", rep.By, len(rep.Rows))
+	}
+	for _, r := range rep.Rows {
+		if r.Model == "" || r.Client == "" {
+			t.Errorf("row %q/%q: want both the model and the client", r.Model, r.Client)
+		}
+	}
+	_, _, err := cli(t, "", "savings", "--by", "model,client", "--by", "model")
+	if err == nil || exitCode(err) != exitUsage || !strings.Contains(err.Error(), `"model" named twice`) {
+		t.Errorf("--by model,client --by model: %v; want exit 2 saying model is named twice", err)
+	}
+}

@@ -5,5 +5,12 @@
 // dollars, grouped by tenant, conversation, model, client, day and mode.
 //
 // Every figure is defined once, on the field that holds it (Side, Row, Money), and in
-// docs/savings.md. Aggregate is pure; Read is the one function that touches NATS.
+// docs/savings.md.
+//
+// An Aggregator sums a ledger as it is read, entry by entry, into the reports of
+// several groupings at once: a report holds the exchanges still waiting for their
+// done entry and each conversation's points of change (MaxChangePoints), never the
+// whole ledger. Aggregator.Read reads a store into it, the one function with Read that
+// touches NATS; Aggregate sums entries already in memory (TenantData) through the same
+// Aggregator.
 package savings

@@ -19,19 +19,38 @@ import (
 // with it) rather than counted as dropped.
 const Grace = time.Hour
 
-// Read reads what a report needs of one store (a tenant's, or a deployment's own):
-// the ledger's entries of period p (widened by Grace), of conversation conv only when
-// it is set, and the compactions of every conversation those entries name: each
-// generation of the results bucket's kept revisions, and each completed event in p
-// whose generation is no longer kept (Compaction.Lost).
-func Read(ctx context.Context, st *jetstream.Store, tenant, conv string, p Period) (TenantData, error) {
-	return ReadLimit(ctx, st, tenant, conv, p, 0)
+// Read reads into a what a report of tenant needs of one store (a tenant's, or a
+// deployment's own), one entry at a time: the ledger's entries of the aggregator's
+// period (widened by Grace), of conversation conv only when it is set, then the
+// compactions of every conversation those entries name: each generation of the results
+// bucket's kept revisions, and each completed event in the period whose generation is
+// no longer kept (Compaction.Lost). It reads at most limit ledger entries (0:
+// jetstream.MaxLedgerRead): past it, the report's Truncated names the tenant. A read
+// that fails adds nothing of the tenant to the reports.
+func (a *Aggregator) Read(ctx context.Context, st *jetstream.Store, tenant, conv string, limit int) (jetstream.LedgerStats, error) {
+	f := a.Tenant(tenant)
+	stats, err := read(ctx, st, conv, a.period, limit, f.Entry, f.Compaction)
+	if err != nil {
+		return stats, err
+	}
+	f.Close(stats.Invalid, stats.More)
+	return stats, nil
 }
 
-// ReadLimit is Read, reading at most limit ledger entries (0: jetstream.MaxLedgerRead):
-// past it, TenantData.More is set and the report's Truncated names the tenant.
-func ReadLimit(ctx context.Context, st *jetstream.Store, tenant, conv string, p Period, limit int) (TenantData, error) {
+// Read is what Aggregator.Read reads, held whole in a TenantData: every entry of the
+// period is kept in memory, so it is for tests and small ledgers; a report reads with
+// an Aggregator.
+func Read(ctx context.Context, st *jetstream.Store, tenant, conv string, p Period) (TenantData, error) {
 	td := TenantData{Tenant: tenant}
+	stats, err := read(ctx, st, conv, p, 0, func(e *schemas.LedgerEntry) { td.Entries = append(td.Entries, e) },
+		func(c Compaction) { td.Compactions = append(td.Compactions, c) })
+	td.Invalid, td.More = stats.Invalid, stats.More
+	return td, err
+}
+
+// read calls entry with each ledger entry Aggregator.Read reads, in the ledger's
+// order, then compaction with each compaction of the conversations they name.
+func read(ctx context.Context, st *jetstream.Store, conv string, p Period, limit int, entry func(*schemas.LedgerEntry), compaction func(Compaction)) (jetstream.LedgerStats, error) {
 	r := jetstream.LedgerRead{Conversation: conv, Limit: limit}
 	if !p.Since.IsZero() {
 		r.Since = p.Since.Add(-Grace)
@@ -41,14 +60,13 @@ func ReadLimit(ctx context.Context, st *jetstream.Store, tenant, conv string, p 
 	}
 	convs := map[string]bool{}
 	stats, err := st.Ledger().Read(ctx, r, func(e *schemas.LedgerEntry) error {
-		td.Entries = append(td.Entries, e)
+		entry(e)
 		convs[e.Conversation] = true
 		return nil
 	})
 	if err != nil {
-		return td, err
+		return stats, err
 	}
-	td.Invalid, td.More = stats.Invalid, stats.More
 	names := make([]string, 0, len(convs))
 	for c := range convs {
 		names = append(names, c)
@@ -57,11 +75,13 @@ func ReadLimit(ctx context.Context, st *jetstream.Store, tenant, conv string, p 
 	for _, c := range names {
 		cs, err := readCompactions(ctx, st, c, p)
 		if err != nil {
-			return td, err
+			return stats, err
 		}
-		td.Compactions = append(td.Compactions, cs...)
+		for _, cp := range cs {
+			compaction(cp)
+		}
 	}
-	return td, nil
+	return stats, nil
 }
 
 // readCompactions returns conv's generations written in p: those whose value is kept,

@@ -1,7 +1,6 @@
 package savings
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -368,161 +367,23 @@ func calibration(reported, estimated int64) float64 {
 // scale is n scaled by f, rounded.
 func scale(n int64, f float64) int64 { return int64(math.Round(float64(n) * f)) }
 
-// Aggregate joins each tenant's entries into exchanges, by conversation and id, and
-// sums the exchanges whose sent entry is in period p, and the compactions in p, into
-// one row per group of the dimensions by (none: a single row). prices may be nil.
+// Aggregate sums the exchanges of data whose sent entry is in period p, and the
+// compactions in p, into one row per group of the dimensions by (none: a single row),
+// as an Aggregator fed each tenant's entries in their order does (its doc says how
+// they are joined). prices may be nil.
 func Aggregate(data []TenantData, prices *Prices, by []string, p Period) *Report {
-	rep := &Report{By: by, Priced: prices != nil, Rows: []Row{}}
-	if rep.By == nil {
-		rep.By = []string{}
-	}
-	if !p.Since.IsZero() {
-		rep.Since = &p.Since
-	}
-	if !p.Until.IsZero() {
-		rep.Until = &p.Until
-	}
-	groups := map[rowKey]*Row{}
-	group := func(k rowKey) *Row {
-		var key rowKey
-		for _, d := range by {
-			switch d {
-			case ByTenant:
-				key.Tenant = k.Tenant
-			case ByConversation:
-				key.Conversation = k.Conversation
-			case ByModel:
-				key.Model = k.Model
-			case ByClient:
-				key.Client = k.Client
-			case ByDay:
-				key.Day = k.Day
-			case ByMode:
-				key.Mode = k.Mode
-			}
-		}
-		r := groups[key]
-		if r == nil {
-			r = &Row{Tenant: key.Tenant, Conversation: key.Conversation, Model: key.Model, Client: key.Client,
-				Day: key.Day, Mode: key.Mode}
-			groups[key] = r
-		}
-		return r
-	}
+	a := NewAggregator(prices, p, by)
 	for _, td := range data {
-		rep.Invalid += td.Invalid
-		if td.More {
-			rep.Truncated = append(rep.Truncated, td.Tenant)
-		}
-		type id struct{ conv, id string }
-		byID := map[id]*exchange{}
-		var order []*exchange
-		var dones []*schemas.LedgerEntry
+		f := a.Tenant(td.Tenant)
 		for _, e := range td.Entries {
-			if e.Phase == schemas.LedgerDone {
-				dones = append(dones, e)
-				continue
-			}
-			k := id{e.Conversation, e.ID}
-			if byID[k] == nil {
-				x := &exchange{tenant: td.Tenant, sent: e}
-				byID[k] = x
-				order = append(order, x)
-			}
-		}
-		for _, e := range dones {
-			x := byID[id{e.Conversation, e.ID}]
-			switch {
-			case x == nil && p.holds(e.At):
-				rep.Dropped++
-			case x != nil && x.done == nil:
-				x.done = e
-			}
-		}
-		// Each conversation's exchanges in the period, oldest first, for the
-		// compactions to be booked beside.
-		convs := map[string][]*exchange{}
-		for _, x := range order {
-			if !p.holds(x.sent.At) {
-				continue
-			}
-			s := x.sent
-			price := prices.For(s.Model)
-			r := group(rowKey{Tenant: td.Tenant, Conversation: s.Conversation, Model: s.Model, Client: s.Client,
-				Day: s.At.UTC().Format(time.DateOnly), Mode: s.Mode})
-			without, with := x.figures(price, r)
-			r.Without.add(without)
-			r.With.add(with)
-			if s.Swap {
-				r.SwapCacheWrite += with.CacheWrite
-			}
-			if price != nil {
-				r.priced = true
-				r.money().Without += without.cost(price)
-				r.money().With += with.cost(price)
-			} else if prices != nil {
-				r.unpriced(s.Model)
-			}
-			convs[s.Conversation] = append(convs[s.Conversation], x)
+			f.Entry(e)
 		}
 		for _, c := range td.Compactions {
-			if !p.holds(c.At) {
-				continue
-			}
-			// A compaction is booked to its tenant, conversation and day, and to the
-			// model, client and mode of the conversation's latest exchange at or before
-			// it in the period (else its first one after; none: "").
-			k := rowKey{Tenant: td.Tenant, Conversation: c.Conversation, Day: c.At.UTC().Format(time.DateOnly)}
-			if xs := convs[c.Conversation]; len(xs) > 0 {
-				x := xs[0]
-				for _, y := range xs {
-					if !y.sent.At.After(c.At) {
-						x = y
-					}
-				}
-				k.Model, k.Client, k.Mode = x.sent.Model, x.sent.Client, x.sent.Mode
-			}
-			r := group(k)
-			r.Summarizer.Compactions++
-			if c.Lost {
-				r.Summarizer.Unknown++
-				continue
-			}
-			if c.Usage == nil {
-				continue
-			}
-			u := c.Usage
-			r.Summarizer.Input += int64(u.PromptTokens)
-			r.Summarizer.CachedInput += int64(min(u.CachedTokens, u.PromptTokens))
-			r.Summarizer.Output += int64(u.CompletionTokens)
-			if price := prices.For(c.Model); price != nil {
-				r.priced = true
-				cached := min(u.CachedTokens, u.PromptTokens)
-				r.money().Summarizer += (float64(u.PromptTokens-cached)*price.Input + float64(cached)*price.CachedInput +
-					float64(u.CompletionTokens)*price.Output) / 1e6
-			} else if prices != nil {
-				r.unpriced("summarizer " + cmp.Or(c.Model, "(no model)"))
-			}
+			f.Compaction(c)
 		}
+		f.Close(td.Invalid, td.More)
 	}
-	for _, r := range groups {
-		rep.Rows = append(rep.Rows, *r)
-	}
-	slices.SortFunc(rep.Rows, func(a, b Row) int {
-		for _, d := range by {
-			if c := cmp.Compare(a.Key(d), b.Key(d)); c != 0 {
-				return c
-			}
-		}
-		return 0
-	})
-	for i := range rep.Rows {
-		rep.Rows[i].finish(prices != nil)
-		rep.Total.sum(&rep.Rows[i])
-	}
-	rep.Total.finish(prices != nil)
-	rep.Unsettled = rep.Total.Unsettled
-	return rep
+	return a.Reports()[0]
 }
 
 func (r *Row) money() *Money {

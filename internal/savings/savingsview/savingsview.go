@@ -1,5 +1,5 @@
 // Package savingsview is the web view's reader of the savings ledger: the figures of
-// compactor savings (internal/savings: ReadLimit, then Aggregate) in the form the view's
+// compactor savings (internal/savings: an Aggregator, reading each ledger once) in the form the view's
 // savings pages take (view.SavingsReader). The view computes no figure itself, and
 // links nothing of internal/.
 package savingsview
@@ -16,12 +16,18 @@ import (
 const MaxModelClientRows = 100
 
 // Reader returns the reader of the view's savings pages, pricing with prices (nil:
-// tokens only). It reads each source's ledger in turn, sharing the query's limit of
-// entries between them, and reports a source it could not read whole as unread.
+// tokens only). It reads each source's ledger in turn, once, into every report the
+// page shows (summed as the entries come, not held), sharing the query's limit of
+// entries between the sources, and reports a source it could not read whole as unread.
 func Reader(prices *savings.Prices) view.SavingsReader {
 	return func(ctx context.Context, q view.SavingsQuery) (*view.SavingsReports, error) {
 		p := savings.Period{Since: q.Since, Until: q.Until}
-		var data []savings.TenantData
+		groupings := [][]string{{savings.ByDay}, {savings.ByDay, savings.ByMode}, {savings.ByMode},
+			{savings.ByModel, savings.ByClient}}
+		if q.ByTenant {
+			groupings = append(groupings, []string{savings.ByTenant})
+		}
+		a := savings.NewAggregator(prices, p, groupings...)
 		var unread []string
 		left := q.Limit
 		for _, src := range q.Sources {
@@ -29,26 +35,24 @@ func Reader(prices *savings.Prices) view.SavingsReader {
 				unread = append(unread, src.Tenant)
 				continue
 			}
-			td, err := savings.ReadLimit(ctx, src.Store, src.Tenant, "", p, left)
+			stats, err := a.Read(ctx, src.Store, src.Tenant, "", left)
 			if err != nil {
 				return nil, err
 			}
-			left -= len(td.Entries) + td.Invalid
-			data = append(data, td)
+			left -= stats.Read
 		}
-		byDay := savings.Aggregate(data, prices, []string{savings.ByDay}, p)
+		reps := a.Reports()
+		byDay, byDayMode, agents := reps[0], reps[1], reps[3]
 		byDay.Truncated = append(byDay.Truncated, unread...)
-		byDayMode := savings.Aggregate(data, prices, []string{savings.ByDay, savings.ByMode}, p)
 		out := &view.SavingsReports{Priced: prices != nil, ByDay: byDay, ByDayAndMode: byDayMode,
-			ByMode: savings.Aggregate(data, prices, []string{savings.ByMode}, p), Unread: byDay.Truncated}
-		agents := savings.Aggregate(data, prices, []string{savings.ByModel, savings.ByClient}, p)
+			ByMode: reps[2], Unread: byDay.Truncated}
 		if n := len(agents.Rows) - MaxModelClientRows; n > 0 {
 			out.AgentRowsLeftOut = n
 			agents.Rows = agents.Rows[:MaxModelClientRows]
 		}
 		out.ByModelAndClient = agents
 		if q.ByTenant {
-			out.ByTenant = savings.Aggregate(data, prices, []string{savings.ByTenant}, p)
+			out.ByTenant = reps[4]
 		}
 		for _, r := range byDayMode.Rows {
 			out.Points = append(out.Points, view.SavingsPoint{Day: r.Day, Mode: r.Mode, Without: r.Without.Input,
