@@ -202,6 +202,8 @@ func (s *server) recallSchema() (*jsonschema.Schema, error) {
 		sc.Properties[k].Minimum = &zero
 	}
 	sc.Properties["max_tokens"].Maximum = &most
+	sc.Properties["max_tokens"].Description = fmt.Sprintf("Budget of the answer in tokens; 0 or left out: %d. Over this server's cap (%d) "+
+		"the cap applies, and asked_max_tokens then says what you asked.", min(schemas.DefaultRecallMaxTokens, s.cfg.maxTokens()), s.cfg.maxTokens())
 	n := schemas.MaxRecallQueryBytes
 	sc.Properties["query"].MaxLength = &n
 	return sc, nil

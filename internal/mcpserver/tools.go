@@ -19,7 +19,7 @@ type RecallArgs struct {
 	Query        string `json:"query,omitempty" jsonschema:"Text to find, ignoring case: a file name, a command, an error message, an id. Leave out to get every message of the range."`
 	FromSeq      uint64 `json:"from_seq,omitempty" jsonschema:"First sequence number to search (inclusive). Leave out to start at the beginning."`
 	ToSeq        uint64 `json:"to_seq,omitempty" jsonschema:"Last sequence number to search (inclusive). Leave out to end at the newest message."`
-	MaxTokens    int    `json:"max_tokens,omitempty" jsonschema:"Budget of the answer in tokens; 0 or left out: 4000, and never more than the server's cap (asked_max_tokens then says what you asked)."`
+	MaxTokens    int    `json:"max_tokens,omitempty" jsonschema:"Budget of the answer in tokens."`
 }
 
 // Recalled is the recall tool's answer.
