@@ -331,3 +331,77 @@ func (h withHeader) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set(h.key, h.value)
 	return h.next.RoundTrip(r)
 }
+
+// As a tenant's reader of deploy/nats/tenants.conf, compactor mcp reaches its own
+// tenant's conversations only, through its tenant's service: the same id in another
+// tenant is another conversation, and one only another tenant has is not found.
+func TestMCPTenantReaderReadsItsTenantOnly(t *testing.T) {
+	env := testEnv(t, 128000)
+	r := rolestest.TenantsServer(t)
+	admin := r.Connect("admin")
+	for _, tenant := range rolestest.Tenants {
+		cfg, err := jetstream.DefaultConfig().ForTenant(tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := jetstream.Provision(ctxFor(t, 30*time.Second), admin.NC, cfg); err != nil {
+			t.Fatalf("provision %s as admin: %v", tenant, err)
+		}
+	}
+	file := jstest.WriteFile(t, "tenants.json", []byte(`{"tenants": {"acme": {}, "globex": {}}}`))
+	api := r.Auth("api")
+	env.NATSURL, env.NATSUser, env.NATSPassword, env.NATSInbox = r.URL, api.User, api.Password, api.InboxPrefix
+	env.Roles, env.TenantsFile, env.DrainTimeout = "api", file, 30*time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	logs := &syncBuffer{}
+	go func() { served <- serve(ctx, env, stdio{out: io.Discard, err: logs}) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	eventually(t, 30*time.Second, "both tenants' services", func() bool {
+		_, a := admin.NC.Request("compactor.acme.status", nil, time.Second)
+		_, g := admin.NC.Request("compactor.globex.status", nil, time.Second)
+		return a == nil && g == nil
+	})
+	as := func(user string) {
+		a := r.Auth(user)
+		t.Setenv("COMPACTOR_NATS_URL", r.URL)
+		t.Setenv("COMPACTOR_NATS_USER", a.User)
+		t.Setenv("COMPACTOR_NATS_PASSWORD", a.Password)
+		t.Setenv("COMPACTOR_NATS_INBOX_PREFIX", a.InboxPrefix)
+	}
+	publish := func(user, conv, text string) {
+		as(user)
+		if _, errOut, err := cli(t, `{"role":"user","content":"`+text+`"}`+"\n", "publish", conv); err != nil {
+			t.Fatalf("publish to %s as %s: %v\n%s", conv, user, err, errOut)
+		}
+	}
+	publish("globex-producer", "shared", "globex's secret plan")
+	publish("globex-producer", "globex-only", "globex's own conversation")
+	publish("acme-producer", "shared", "acme's plan")
+
+	as("acme-reader")
+	m := startMCP(t, "--any-conversation")
+	var rc mcpserver.Recalled
+	isErr, text := toolCall(t, m.cs, "recall", map[string]any{"conversation": "shared"}, &rc)
+	if isErr || rc.Returned != 1 || !strings.Contains(text, "acme's plan") || strings.Contains(text, "globex") {
+		t.Fatalf("acme-reader's recall of shared: %s; want acme's message only", text)
+	}
+	for _, tool := range []string{"recall", "status"} {
+		if isErr, text := toolCall(t, m.cs, tool, map[string]any{"conversation": "globex-only"}, nil); !isErr ||
+			!strings.Contains(text, "conversation globex-only not found") || strings.Contains(text, "globex's own") {
+			t.Fatalf("acme-reader's %s of globex's conversation: %s; want not found", tool, text)
+		}
+	}
+	var st mcpserver.Status
+	if isErr, text := toolCall(t, m.cs, "status", map[string]any{"conversation": "shared"}, &st); isErr || st.ContextMessages != 1 {
+		t.Fatalf("acme-reader's status of shared: %s", text)
+	}
+	if l := logs.String(); strings.Contains(strings.ToLower(l), "permission") {
+		t.Errorf("serve logged a refusal:\n%s", l)
+	}
+}
