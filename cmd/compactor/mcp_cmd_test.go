@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/compactor/compactor/internal/fakellm"
 	"github.com/compactor/compactor/internal/mcpserver"
+	"github.com/compactor/compactor/internal/proctest"
 	"github.com/compactor/compactor/internal/rolestest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
@@ -403,5 +405,58 @@ func TestMCPTenantReaderReadsItsTenantOnly(t *testing.T) {
 	}
 	if l := logs.String(); strings.Contains(strings.ToLower(l), "permission") {
 		t.Errorf("serve logged a refusal:\n%s", l)
+	}
+}
+
+// The built binary on real stdio, as an MCP client starts it: the tools answer, and
+// when the client closes stdin the process exits 0 by itself.
+func TestMCPBinaryOnStdio(t *testing.T) {
+	env := testEnv(t, 128000)
+	withStack(t, env, nil)
+	if _, errOut, err := cli(t, `{"role":"user","content":"started by a client"}`+"\n", "publish", "mcp-bin"); err != nil {
+		t.Fatalf("publish: %v\n%s", err, errOut)
+	}
+	cmd := exec.Command(proctest.Compactor(t), "mcp", "--conversation", "mcp-bin")
+	cmd.Env = os.Environ()
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+		}
+	})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).
+		Connect(ctxFor(t, 30*time.Second), &mcp.IOTransport{Reader: stdout, Writer: stdin}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr)
+	}
+	var rc mcpserver.Recalled
+	if isErr, text := toolCall(t, cs, "recall", map[string]any{"query": "client"}, &rc); isErr || rc.Returned != 1 {
+		t.Fatalf("recall: %s\n%s", text, stderr)
+	}
+	stdin.Close()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("compactor mcp exited with %v after its stdin closed; want 0\n%s", err, stderr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("compactor mcp did not exit when its stdin closed\n%s", stderr)
+	}
+	if !strings.HasPrefix(stderr.String(), "compactor mcp: serving conversation mcp-bin on stdio") {
+		t.Fatalf("stderr: %q", stderr)
 	}
 }
