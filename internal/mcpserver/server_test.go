@@ -357,3 +357,27 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("New without a client: no error")
 	}
 }
+
+// However long the conversation, one recall's text stays within the cap: at most 8
+// bytes per token of it (a message never counts less than a token per 8 bytes).
+func TestRecallAnswerIsBoundedInBytes(t *testing.T) {
+	f := newFixture(t)
+	const conv = "mcp-long"
+	var msgs []string
+	for i := range 60 {
+		msgs = append(msgs, `{"role":"user","content":"`+strings.Repeat("x", 300+i)+`"}`)
+	}
+	f.publish(t, conv, msgs...)
+	const capTokens = 500
+	cs := f.fn(mcpserver.Config{Conversation: conv, MaxTokens: capTokens})
+	var got mcpserver.Recalled
+	decode(t, call(t, cs, "recall", map[string]any{"max_tokens": 1_000_000}), &got)
+	text := 0
+	for _, m := range got.Messages {
+		text += len(m.Content)
+	}
+	if got.Returned == 0 || got.Returned == 60 || !got.CutByBudget || text > 8*capTokens || got.MaxTokens != capTokens {
+		t.Fatalf("recall of 60 messages of 300 bytes with a cap of %d tokens: %d returned, %d bytes of text, %+v", capTokens, got.Returned, text, got)
+	}
+	t.Logf("%d of 60 messages returned, %d bytes of text for a cap of %d tokens", got.Returned, text, capTokens)
+}
