@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -56,38 +56,18 @@ type mcpFlags struct {
 	maxTokens            *int
 }
 
-// mcpSettings are the flags over the COMPACTOR_MCP_ variables.
+// mcpSettings are what the flags and the COMPACTOR_MCP_ variables set.
 type mcpSettings struct {
 	cfg    mcpserver.Config
 	listen string
 	token  string
 }
 
-// settings reads the COMPACTOR_MCP_ variables under the flags and checks them.
-func (f *mcpFlags) settings(c *call) (mcpSettings, error) {
-	get := func(k string) string { v, _ := c.lookup(k); return strings.TrimSpace(v) }
-	s := mcpSettings{listen: *f.listen, token: get("COMPACTOR_MCP_TOKEN")}
-	s.cfg.Conversation, s.cfg.AnyConversation, s.cfg.MaxTokens = *f.conversation, *f.any, *f.maxTokens
-	if s.cfg.Conversation == "" {
-		s.cfg.Conversation = get("COMPACTOR_MCP_CONVERSATION")
-	}
-	if v := get("COMPACTOR_MCP_ANY_CONVERSATION"); v != "" && !s.cfg.AnyConversation {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return s, newError(errConfig, err, "COMPACTOR_MCP_ANY_CONVERSATION=%q: want true or false", v)
-		}
-		s.cfg.AnyConversation = b
-	}
-	if v := get("COMPACTOR_MCP_MAX_TOKENS"); v != "" && s.cfg.MaxTokens == 0 {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return s, newError(errConfig, err, "COMPACTOR_MCP_MAX_TOKENS=%q: want a number of tokens", v)
-		}
-		s.cfg.MaxTokens = n
-	}
-	if s.listen == "" {
-		s.listen = get("COMPACTOR_MCP_LISTEN")
-	}
+// settings are the flags over the COMPACTOR_MCP_ variables, checked.
+func (f *mcpFlags) settings(env Env) (mcpSettings, error) {
+	s := mcpSettings{listen: cmp.Or(*f.listen, env.MCPListen), token: env.MCPToken}
+	s.cfg.Conversation, s.cfg.AnyConversation = cmp.Or(*f.conversation, env.MCPConversation), *f.any || env.MCPAnyConversation
+	s.cfg.MaxTokens = cmp.Or(*f.maxTokens, env.MCPMaxTokens)
 	if s.cfg.Conversation == "" && !s.cfg.AnyConversation {
 		return s, usagef("mcp needs its conversation: --conversation ID (or COMPACTOR_MCP_CONVERSATION), " +
 			"or --any-conversation (COMPACTOR_MCP_ANY_CONVERSATION=true) to let the tools name one")
@@ -105,7 +85,7 @@ func (f *mcpFlags) settings(c *call) (mcpSettings, error) {
 		if err != nil {
 			return s, usagef("--listen %q: want host:port (%v)", s.listen, err)
 		}
-		if ip := net.ParseIP(host); s.token == "" && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if s.token == "" && !loopbackAddress(host) {
 			return s, newError(errConfig, nil, "--listen %s is not a loopback address: set COMPACTOR_MCP_TOKEN, which every request must "+
 				"then send as a bearer token (the tools read conversations)", s.listen)
 		}
@@ -122,11 +102,11 @@ func runMCP(ctx context.Context, c *call, f *mcpFlags) error {
 	if len(c.args) > 0 {
 		return usagef("mcp takes no arguments (name the conversation with --conversation), got %s", strings.Join(quoteAll(c.args), " "))
 	}
-	s, err := f.settings(c)
+	env, err := c.loadEnv()
 	if err != nil {
 		return err
 	}
-	env, err := c.loadEnv()
+	s, err := f.settings(env)
 	if err != nil {
 		return err
 	}
