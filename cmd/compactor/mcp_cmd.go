@@ -158,7 +158,11 @@ func serveMCPHTTP(ctx context.Context, c *call, srv *mcp.Server, s mcpSettings, 
 	if err != nil {
 		return newError(errConfig, err, "--listen %s: %v", s.listen, err)
 	}
-	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	// The SDK refuses a loopback request naming another host (DNS rebinding); a browser's
+	// cross-origin request is refused too, and a session idle for an hour is closed.
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv },
+		&mcp.StreamableHTTPOptions{SessionTimeout: time.Hour})
+	h = http.NewCrossOriginProtection().Handler(h)
 	if s.token != "" {
 		h = bearer(s.token, h)
 	}

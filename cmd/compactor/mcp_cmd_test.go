@@ -271,7 +271,8 @@ func TestMCPUnderTheReaderRole(t *testing.T) {
 }
 
 // With --listen, compactor mcp serves streamable HTTP; with COMPACTOR_MCP_TOKEN a
-// request without the bearer token is refused (401) and one with it served.
+// request without the bearer token is refused (401), a browser's cross-origin one too
+// (403), and one with it served.
 func TestMCPStreamableHTTP(t *testing.T) {
 	env := testEnv(t, 128000)
 	withStack(t, env, nil)
@@ -303,6 +304,19 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a request without the token: %s; want 401", resp.Status)
+	}
+
+	// A browser's cross-origin request is refused, token or not.
+	req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a cross-origin request: %s; want 403", resp.Status)
 	}
 
 	hc := &http.Client{Transport: withHeader{"Authorization", "Bearer " + token, http.DefaultTransport}}
