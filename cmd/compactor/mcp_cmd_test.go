@@ -134,6 +134,8 @@ func TestMCPRecallsACompactedConversation(t *testing.T) {
 		t.Fatalf("status = %+v; want a compaction covering the older messages", st)
 	}
 
+	t.Logf("status: generation %d, %d tokens before the compaction, %d after, %d in the context now; summary through seq %d, tail from %d",
+		st.Generation, st.TokensBefore, st.TokensAfter, st.ContextTokens, st.CoveredThroughSeq, st.TailStartSeq)
 	// The first needle was summarized away: recall finds its raw message.
 	var rc mcpserver.Recalled
 	if isErr, text := toolCall(t, r.cs, "recall", map[string]any{"query": needles[0]}, &rc); isErr {
