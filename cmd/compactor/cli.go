@@ -294,7 +294,7 @@ func usagef(format string, args ...any) error { return usageError{msg: fmt.Sprin
 var commands []*command
 
 func init() {
-	commands = []*command{serveCommand, proxyCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand,
+	commands = []*command{serveCommand, proxyCommand, provisionCommand, publishCommand, contextCommand, recallCommand, compactCommand, statusCommand, mcpCommand,
 		tenantsCommand, savingsCommand, policyCommand, forgetCommand, verifyCommand, benchCommand, evalCommand, fakeModelCommand, versionCommand, benchWorkerCommand,
 		benchTriggerCommand}
 }

@@ -97,6 +97,13 @@ type Env struct {
 	// The compactor service (the api role).
 	APIConcurrency int `envconfig:"API_CONCURRENCY" default:"16" desc:"serve, api role: how many requests each endpoint of the compactor service serves at once in this process; one more is answered Busy (503) at once"`
 
+	// compactor mcp (internal/mcpserver, docs/mcp.md); its flags win over them.
+	MCPConversation    string `envconfig:"MCP_CONVERSATION" desc:"mcp: the conversation the tools read (--conversation)"`
+	MCPAnyConversation bool   `envconfig:"MCP_ANY_CONVERSATION" default:"false" desc:"mcp: let a tool call name any conversation the NATS user may read (--any-conversation)"`
+	MCPListen          string `envconfig:"MCP_LISTEN" desc:"mcp: host:port to serve streamable HTTP on instead of stdio (--listen)"`
+	MCPToken           string `envconfig:"MCP_TOKEN" desc:"mcp: the bearer token (at least 16 characters) every HTTP request must send; required on any address but loopback; never logged"`
+	MCPMaxTokens       int    `envconfig:"MCP_MAX_TOKENS" default:"0" desc:"mcp: the most tokens one recall returns (0: 8000; --max-tokens)"`
+
 	// The web view for people (internal/node/view.go, docs/view.md).
 	ViewListen string `envconfig:"VIEW_LISTEN" desc:"serve, api role: host:port of the read-only web view (conversations, token gauges, compaction timelines, summaries and tails); empty: off. It shows conversation content: set COMPACTOR_VIEW_TOKEN, which is required on any address but loopback"`
 	ViewToken  string `envconfig:"VIEW_TOKEN" desc:"the web view's credential (at least 16 characters), sent as a bearer token or as the basic-auth password; never logged. Empty: the view answers only requests to localhost"`
