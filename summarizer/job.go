@@ -830,12 +830,10 @@ func (p *Pool) result(j *job, ld *loaded, pl plan, out Output, before assemble.C
 		next.LossAcceptedThroughSeq = ld.cur.LossAcceptedThroughSeq
 	}
 	next.Generation = genOf(ld.cur) + 1
+	next.Summary = out.Summary
 	next.SummaryRole = schemas.Role(s.SummaryRole)
 	next.TailStartSeq = pl.tailStartSeq
 	next.CoveredThroughSeq = next.TailStartSeq - 1
-	// The summary ends with the range it replaces and the recall tool that returns it,
-	// so a model that needs a detail the summary dropped asks for it.
-	next.Summary = summary.WithRecallNote(out.Summary, j.firstSeq, next.CoveredThroughSeq)
 	for _, e := range pl.pinned {
 		next.PinnedSeqs = append(next.PinnedSeqs, e.Seq)
 	}
