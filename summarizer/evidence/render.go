@@ -11,8 +11,11 @@ import (
 )
 
 // Header is the first line of a rendered section: it states which messages the summary
-// covers and that they can be recalled. %d is the newest covered CHAT sequence.
-const Header = "[Earlier messages through sequence %d that are not shown are summarized above; a recall tool, where offered, returns any of them verbatim by sequence range (from_seq, to_seq) or text (query). Evidence taken verbatim from them:]"
+// covers and how a model gets them back: the recall tool, by the names the clients'
+// tool definition (schemas.RecallToolName) and compactor mcp (registered as the MCP
+// server "compactor", as Claude Code names an MCP server's tools) give it. %d is the
+// newest covered CHAT sequence.
+const Header = "[Earlier messages through sequence %d that are not shown are summarized above; the recall tool (recall, or mcp__compactor__recall through Compactor's MCP server), where offered, returns any of them verbatim by sequence range (from_seq, to_seq) or text (query). Evidence taken verbatim from them:]"
 
 // group is one line (or block) of the section.
 type group struct {

@@ -135,8 +135,9 @@ func TestRenderBudget(t *testing.T) {
 			}
 		}
 	}
-	// A cut keeps what ranks first: the changed files and the newest command.
-	cut := evidence.Render(ev, 61, 200, tokens.Chars4{})
+	// A cut keeps what ranks first: the changed files and the newest command. (149 tokens
+	// for the items besides the header.)
+	cut := evidence.Render(ev, 61, tokens.Chars4{}.Count(fmt.Sprintf(evidence.Header, 61))+149, tokens.Chars4{})
 	if !strings.Contains(cut, "/repo/pkg56/file.go") || !strings.Contains(cut, "/repo/pkg00/file.go") || !strings.Contains(cut, "left out") {
 		t.Fatalf("cut section:\n%s", cut)
 	}
