@@ -17,7 +17,7 @@ func Example() {
 	ev := evidence.Merge(nil, entries, 2)
 	fmt.Println(evidence.Render(ev, 2, 200, nil))
 	// Output:
-	// [Earlier messages through sequence 2 that are not shown are summarized above; the recall tool (recall, or mcp__compactor__recall through Compactor's MCP server), where offered, returns any of them verbatim by sequence range (from_seq, to_seq) or text (query). Evidence taken verbatim from them:]
+	// [Messages through sequence 2 are summarized above; the recall tool (recall, or mcp__compactor__recall), where offered, returns any of them verbatim by sequence range (from_seq, to_seq) or text (query). Verbatim evidence:]
 	// Files changed: /repo/parser.go
 	// Commands run:
 	// $ cd /repo && sed -i 's/a/b/' parser.go && go test ./...

@@ -15,7 +15,7 @@ import (
 // tool definition (schemas.RecallToolName) and compactor mcp (registered as the MCP
 // server "compactor", as Claude Code names an MCP server's tools) give it. %d is the
 // newest covered CHAT sequence.
-const Header = "[Earlier messages through sequence %d that are not shown are summarized above; the recall tool (recall, or mcp__compactor__recall through Compactor's MCP server), where offered, returns any of them verbatim by sequence range (from_seq, to_seq) or text (query). Evidence taken verbatim from them:]"
+const Header = "[Messages through sequence %d are summarized above; the recall tool (recall, or mcp__compactor__recall), where offered, returns any of them verbatim by sequence range (from_seq, to_seq) or text (query). Verbatim evidence:]"
 
 // group is one line (or block) of the section.
 type group struct {

@@ -64,6 +64,8 @@ type session struct {
 	started bool
 	outputs []string
 	began   time.Time
+	// extraArgs are added to every run's command line.
+	extraArgs []string
 }
 
 // sessionBudget bounds one agent's whole session (each run is bounded too).
@@ -106,7 +108,7 @@ func (ss *session) run(prompt string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), min(left, 2*time.Minute))
 	defer cancel()
-	args := ss.a.args(prompt, ss.started)
+	args := append(ss.a.args(prompt, ss.started), ss.extraArgs...)
 	cmd := exec.CommandContext(ctx, filepath.Join(ss.js, "node_modules", ".bin", ss.a.bin), args...)
 	cmd.Dir = ss.work
 	cmd.Env = ss.env
@@ -160,18 +162,7 @@ var (
 	codex = agent{
 		name: "codex", bin: "codex",
 		setup: func(t *testing.T, home, work, base string) {
-			writeFile(t, filepath.Join(home, ".codex", "config.toml"), `model = "gpt-5.1-codex"
-model_provider = "compactor"
-approval_policy = "never"
-sandbox_mode = "danger-full-access"
-[model_providers.compactor]
-name = "compactor"
-base_url = "`+base+`/v1"
-env_key = "OPENAI_API_KEY"
-wire_api = "responses"
-request_max_retries = 3
-stream_max_retries = 2
-`)
+			writeFile(t, filepath.Join(home, ".codex", "config.toml"), codexConfig(base))
 		},
 		env: func(base string) []string { return []string{"OPENAI_API_KEY=sk-test-agent-codex"} },
 		args: func(prompt string, resume bool) []string {
@@ -256,4 +247,20 @@ func (ss *session) hostsSeen() (bad, all map[string]int) {
 		}
 	}
 	return bad, all
+}
+
+// codexConfig is Codex's config.toml for the model at base.
+func codexConfig(base string) string {
+	return `model = "gpt-5.1-codex"
+model_provider = "compactor"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+[model_providers.compactor]
+name = "compactor"
+base_url = "` + base + `/v1"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
+request_max_retries = 3
+stream_max_retries = 2
+`
 }
