@@ -165,13 +165,16 @@ func shellTool(r *Request) (ShellTool, bool) {
 
 // ToolNames are the names of the function tools r declares, in order, on every
 // wire: OpenAI's tools[].function.name, Anthropic's tools[].name, the Responses
-// API's tools[].name, Gemini's tools[].functionDeclarations[].name.
+// API's tools[].name (a namespace's functions as <namespace>__<name>, as ToolCallTo
+// takes them), Gemini's tools[].functionDeclarations[].name.
 func ToolNames(r *Request) []string {
 	var tools []struct {
+		Type     string `json:"type"`
 		Name     string `json:"name"`
 		Function struct {
 			Name string `json:"name"`
 		} `json:"function"`
+		Tools  []struct{ Name string } `json:"tools"`
 		Decls  []struct{ Name string } `json:"functionDeclarations"`
 		Decls2 []struct{ Name string } `json:"function_declarations"`
 	}
@@ -179,6 +182,10 @@ func ToolNames(r *Request) []string {
 	var out []string
 	for _, t := range tools {
 		switch {
+		case t.Type == "namespace":
+			for _, f := range t.Tools {
+				out = append(out, t.Name+namespaceSep+f.Name)
+			}
 		case t.Function.Name != "":
 			out = append(out, t.Function.Name)
 		case t.Name != "":
@@ -302,4 +309,30 @@ func jsonObject(v map[string]any) string {
 		panic(fmt.Sprintf("fakeupstream: %v", err))
 	}
 	return string(b)
+}
+
+// namespaceSep joins a Responses namespace and a function's name in ToolNames.
+const namespaceSep = "__"
+
+// ToolCallTo is a call of the tool r declares as name (one of ToolNames), with
+// arguments: a function of a Responses namespace is called by its own name, with its
+// namespace.
+func ToolCallTo(r *Request, name, arguments string) ToolCall {
+	var tools []struct {
+		Type  string                  `json:"type"`
+		Name  string                  `json:"name"`
+		Tools []struct{ Name string } `json:"tools"`
+	}
+	_ = json.Unmarshal(r.Fields["tools"], &tools)
+	for _, t := range tools {
+		if t.Type != "namespace" {
+			continue
+		}
+		for _, f := range t.Tools {
+			if t.Name+namespaceSep+f.Name == name {
+				return ToolCall{Namespace: t.Name, Name: f.Name, Arguments: arguments}
+			}
+		}
+	}
+	return ToolCall{Name: name, Arguments: arguments}
 }

@@ -63,8 +63,12 @@ func (s *Server) answerResponses(o *writer, id int, u *Usage) {
 		if args == "" {
 			args = "{}"
 		}
-		items = append(items, map[string]any{"id": fmt.Sprintf("fc_fake%d_%d", id, i), "type": "function_call",
-			"status": "completed", "call_id": cid, "name": c.Name, "arguments": args})
+		item := map[string]any{"id": fmt.Sprintf("fc_fake%d_%d", id, i), "type": "function_call",
+			"status": "completed", "call_id": cid, "name": c.Name, "arguments": args}
+		if c.Namespace != "" {
+			item["namespace"] = c.Namespace
+		}
+		items = append(items, item)
 	}
 	if sigs != nil {
 		s.setSignatures(o.r, sigs)
@@ -127,8 +131,11 @@ func (s *Server) answerResponses(o *writer, id int, u *Usage) {
 			ev("response.content_part.done", map[string]any{"item_id": iid, "output_index": i, "content_index": 0,
 				"part": outputText(o.rep.Text)})
 		case "function_call":
-			ev("response.output_item.added", map[string]any{"output_index": i, "item": map[string]any{"id": iid,
-				"type": "function_call", "status": "in_progress", "call_id": it["call_id"], "name": it["name"], "arguments": ""}})
+			added := map[string]any{"id": iid, "type": "function_call", "status": "in_progress", "call_id": it["call_id"], "name": it["name"], "arguments": ""}
+			if ns, ok := it["namespace"]; ok {
+				added["namespace"] = ns
+			}
+			ev("response.output_item.added", map[string]any{"output_index": i, "item": added})
 			for _, piece := range pieces(it["arguments"].(string)) {
 				ev("response.function_call_arguments.delta", map[string]any{"item_id": iid, "output_index": i, "delta": piece})
 			}

@@ -79,6 +79,9 @@ type ToolCall struct {
 	ID string
 	// Name is the function's (tool's) name.
 	Name string
+	// Namespace, on the Responses API, is the namespace tool the function is declared
+	// in (an MCP server's tools: Codex declares them so); "" for a top-level function.
+	Namespace string
 	// Arguments is the arguments, a JSON object as text.
 	Arguments string
 }

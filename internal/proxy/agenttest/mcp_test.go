@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +34,9 @@ func TestCodexRecallsThroughMCP(t *testing.T) {
 
 // recallDetail is the detail the conversation's summary leaves out, and recallTopic
 // the query the model asks about it with.
+// deferredRecall finds the name an agent gives compactor mcp's recall tool.
+var deferredRecall = regexp.MustCompile(`mcp__[A-Za-z0-9_-]*compactor[A-Za-z0-9_-]*__recall`)
+
 const (
 	recallDetail = "db-staging-42.internal port 6543"
 	recallTopic  = "staging database"
@@ -39,9 +44,14 @@ const (
 
 func runMCPRecall(t *testing.T, a agent, configure func(t *testing.T, ss *session, mcpConfig string)) {
 	jsDir(t, a.bin)
-	s := startStack(t, 6000, command)
+	s := startStack(t, 64000, command)
 	conv := "mcp-" + randomHex(6)
 	ctx := ctxFor(t, time.Minute)
+	// The agent's window fits its tools; the recalled conversation's is small, so that
+	// it is compacted after a few messages.
+	if _, err := s.pc.Policy(ctx, schemas.PolicyRequest{Conversation: conv, Set: map[string]any{"context_window": 6000}}); err != nil {
+		t.Fatal(err)
+	}
 	// The conversation the MCP server is started for: the detail early on, then enough
 	// to compact it behind a summary.
 	msgs := []schemas.Message{{Role: schemas.RoleUser, Content: schemas.Text("Note for later: the " + recallTopic + " is on host " + recallDetail + ".")},
@@ -80,6 +90,10 @@ func runMCPRecall(t *testing.T, a agent, configure func(t *testing.T, ss *sessio
 	// calls it about the topic; once a request carries the detail, it answers with it.
 	s.fake.Respond = func(r *fakeupstream.Request) fakeupstream.Reply {
 		conversation := fakeupstream.Conversation(r)
+		if !r.Summarizer {
+			t.Logf("model request %s: %d tools %v", r.Path, len(fakeupstream.ToolNames(r)), fakeupstream.ToolNames(r))
+
+		}
 		if strings.Contains(conversation, "db-staging-42") {
 			return fakeupstream.Reply{Text: "The staging database: " + recallDetail + "."}
 		}
@@ -94,13 +108,22 @@ func runMCPRecall(t *testing.T, a agent, configure func(t *testing.T, ss *sessio
 					return fakeupstream.Reply{Text: "The recall found nothing."}
 				}
 				args, _ := json.Marshal(map[string]any{"query": recallTopic})
-				return fakeupstream.Reply{Text: "Let me recall that.", ToolCalls: []fakeupstream.ToolCall{{Name: name, Arguments: string(args)}}}
+				return fakeupstream.Reply{Text: "Let me recall that.", ToolCalls: []fakeupstream.ToolCall{fakeupstream.ToolCallTo(r, name, string(args))}}
 			}
+		}
+		// Claude Code defers MCP tools: their names are listed in the conversation, and
+		// the model fetches a tool's schema with ToolSearch before it can call it.
+		if name := deferredRecall.FindString(conversation); name != "" && slices.Contains(fakeupstream.ToolNames(r), "ToolSearch") &&
+			!strings.Contains(conversation, "select:"+name) {
+			args, _ := json.Marshal(map[string]any{"query": "select:" + name})
+			return fakeupstream.Reply{Text: "Let me find the recall tool.", ToolCalls: []fakeupstream.ToolCall{{Name: "ToolSearch", Arguments: string(args)}}}
 		}
 		return agentReply(s.fake, r, command)
 	}
 
-	ss := newSession(t, a, s, s.upURL)
+	// Through the proxy, as an agent with both runs: its history, the model's call of
+	// the MCP tool included, goes through the proxy's rewriting.
+	ss := newSession(t, a, s, s.rec.URL)
 	switch a.name {
 	case claudeCode.name:
 		cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"compactor": map[string]any{
@@ -109,7 +132,7 @@ func runMCPRecall(t *testing.T, a agent, configure func(t *testing.T, ss *sessio
 		writeFile(t, path, string(cfg))
 		configure(t, ss, path)
 	case codex.name:
-		writeFile(t, filepath.Join(ss.home, ".codex", "config.toml"), codexConfig(s.upURL)+fmt.Sprintf(`
+		writeFile(t, filepath.Join(ss.home, ".codex", "config.toml"), codexConfig(s.rec.URL)+fmt.Sprintf(`
 [mcp_servers.compactor]
 command = %q
 args = ["mcp", "--conversation", %q]
@@ -121,6 +144,9 @@ env = { COMPACTOR_NATS_URL = %q }
 	mu.Lock()
 	defer mu.Unlock()
 	if called == "" {
+		for _, x := range s.rec.exchanges() {
+			t.Logf("through the proxy: %s %s: %d %v", x.Method, x.Path, x.Status, x.Header)
+		}
 		t.Fatalf("%s declared no compactor recall tool to the model (tools %v); output:\n%s", a.name, toolNames, tail(out, 2000))
 	}
 	t.Logf("%s named the tool %s", a.name, called)
@@ -142,6 +168,11 @@ env = { COMPACTOR_NATS_URL = %q }
 	}
 	if !fakeupstream.EndsWithToolResult(reqs[found]) {
 		t.Errorf("%s: the detail first reached the model in a request that does not end with a tool result", a.name)
+	}
+	if a.name == codex.name && !strings.Contains(string(reqs[found].Body), `"namespace":"mcp__compactor"`) {
+		// The call is of a function of the MCP server's namespace: sent back without its
+		// namespace, the provider would not know the function.
+		t.Errorf("codex: the model's call of the MCP tool came back without its namespace:\n%s", tail(string(reqs[found].Body), 3000))
 	}
 	if !strings.Contains(out, "db-staging-42") {
 		t.Errorf("%s printed no answer with the detail:\n%s", a.name, tail(out, 2000))
