@@ -31,6 +31,19 @@ export function wrap(c: Compactor, model: Parameters<typeof wrapLanguageModel>[0
 }
 `,
   },
+  {
+    subpath: "openai-agents",
+    peers: ["@openai/agents", "zod"],
+    exports: ["CompactorSession", "toItems", "fromItems"],
+    code: `import { Agent, run, type Session } from "@openai/agents";
+import { CompactorSession } from "@compactor/client/openai-agents";
+import type { Compactor } from "@compactor/client";
+export async function ask(c: Compactor, agent: Agent, text: string): Promise<unknown> {
+  const session: Session = new CompactorSession(c, "conv", { waitPendingMs: 1000 });
+  return (await run(agent, text, { session })).finalOutput;
+}
+`,
+  },
 ];
 
 /** Runs npm (the one running npm test, else npm on PATH) in dir; its stdout. */
