@@ -44,6 +44,21 @@ export async function ask(c: Compactor, agent: Agent, text: string): Promise<unk
 }
 `,
   },
+  {
+    subpath: "langchain",
+    peers: ["@langchain/core"],
+    exports: ["CompactorChatMessageHistory", "toLangChain", "fromLangChain"],
+    code: `import { BaseListChatMessageHistory } from "@langchain/core/chat_history";
+import { HumanMessage, type BaseMessage } from "@langchain/core/messages";
+import { CompactorChatMessageHistory } from "@compactor/client/langchain";
+import type { Compactor } from "@compactor/client";
+export async function history(c: Compactor): Promise<BaseMessage[]> {
+  const h: BaseListChatMessageHistory = new CompactorChatMessageHistory(c, "conv", { waitPendingMs: 1000 });
+  await h.addMessage(new HumanMessage("hi"));
+  return h.getMessages();
+}
+`,
+  },
 ];
 
 /** Runs npm (the one running npm test, else npm on PATH) in dir; its stdout. */
