@@ -8,7 +8,8 @@ import { MockLanguageModelV4 } from "ai/test";
 import { z } from "zod";
 import { compactorMiddleware, fromPrompt, toPrompt, type Prompt } from "../src/adapters/ai-sdk.js";
 import { turn } from "../examples/ai-sdk.js";
-import { SUMMARY_PREFIX, type Message } from "../src/index.js";
+import { Known } from "../src/adapters/common.js";
+import { SUMMARY_PREFIX, type Compactor, type Message } from "../src/index.js";
 import { FACT, TURNS, adapterConversation, checkCompactedAndFact, checkRequests, checkStoredOnce, lookup, userText } from "./adapters.js";
 
 type Generate = ConstructorParameters<typeof MockLanguageModelV4>[0] extends infer O ? (O extends { doGenerate?: infer G } ? Extract<G, (...a: never[]) => unknown> : never) : never;
@@ -180,3 +181,21 @@ test("the example's turn: only the new message handed over, the model recalls wh
 function textOfAll(ms: Message[]): string {
   return ms.map((m) => (typeof m.content === "string" ? m.content : JSON.stringify(m.content))).join("\n");
 }
+
+test("Known.fresh: the new messages of a whole history, of only the new ones, of a repeated user message, of a history that left the newest out", () => {
+  const u = (content: string): Message => ({ role: "user", content });
+  const a = (content: string): Message => ({ role: "assistant", content });
+  const call: Message = { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: '{"x": 1}' } }] };
+  const result: Message = { role: "tool", tool_call_id: "c1", content: "r" };
+  const known = new Known(undefined as unknown as Compactor, "conv");
+  known.add([{ role: "system", content: "sys" }, u("yes"), call, result, a("done")]);
+  const cases: Array<[string, Message[], Message[]]> = [
+    ["the whole history and a new message", [{ role: "system", content: "sys" }, u("yes"), call, result, a("done"), u("next")], [u("next")]],
+    ["only the new message", [u("next")], [u("next")]],
+    ["a user saying again what they said", [u("yes")], [u("yes")]],
+    ["the call's arguments as other JSON text", [u("yes"), { ...call, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: '{"x":1}' } }] }, result, a("done"), u("more")], [u("more")]],
+    ["a history without the newest message", [u("yes"), call, result, u("again")], [u("again")]],
+    ["a new system message", [{ role: "system", content: "other" }, u("next")], [{ role: "system", content: "other" }, u("next")]],
+  ];
+  for (const [name, incoming, want] of cases) assert.deepStrictEqual(known.fresh(incoming), want, name);
+});

@@ -44,7 +44,7 @@ export function normalArgs(args: string): string {
  * text is seen).
  */
 export class Known {
-  private tail: string[] = [];
+  private tail: Array<{ role: string; print: string }> = [];
   private systems = new Set<string>();
   private loaded = false;
 
@@ -66,12 +66,12 @@ export class Known {
    * messages after the summary; pinned ones come before it, out of their order).
    */
   learn(cx: Context): void {
-    const tail: string[] = [];
+    const tail: Array<{ role: string; print: string }> = [];
     cx.messages.forEach((m, i) => {
       const seq = cx.seqs[i] ?? 0;
       if (seq === 0) return; // the summary: never published
       if (m.role === "system") this.systems.add(fingerprint(m));
-      else if (seq >= cx.tailStartSeq) tail.push(fingerprint(m));
+      else if (seq >= cx.tailStartSeq) tail.push({ role: m.role, print: fingerprint(m) });
     });
     this.tail = tail;
   }
@@ -90,12 +90,16 @@ export class Known {
 
   /**
    * Where the new messages start: after the last of prints that is the newest known
-   * message; when that one is not among them (a history that left it out), the one
-   * before it, and so on.
+   * message. When that one is not among them (a history that left it out), after the
+   * last that is an older known assistant or tool message; a user's message is no
+   * anchor but the newest, so a user who says again what they said before ("yes") is
+   * heard again.
    */
   private overlap(prints: string[]): number {
     for (let k = this.tail.length - 1; k >= 0; k--) {
-      const at = prints.lastIndexOf(this.tail[k]!);
+      const { role, print } = this.tail[k]!;
+      if (k < this.tail.length - 1 && role === "user") continue;
+      const at = prints.lastIndexOf(print);
       if (at >= 0) return at + 1;
     }
     return 0;
@@ -105,7 +109,7 @@ export class Known {
   add(ms: Message[]): void {
     for (const m of ms) {
       if (m.role === "system") this.systems.add(fingerprint(m));
-      else this.tail.push(fingerprint(m));
+      else this.tail.push({ role: m.role, print: fingerprint(m) });
     }
   }
 }
