@@ -130,7 +130,7 @@ func TestTSClient(t *testing.T) {
 		"NATS_SMALL_URL=" + small.ClientURL(),
 		"COMPACTOR_FIXTURE_SERVERS=" + string(fixtureURLs),
 	}
-	for _, f := range []string{"fixtures.test.js", "client.test.js", "agent.test.js", "unit.test.js"} {
+	for _, f := range []string{"fixtures.test.js", "client.test.js", "agent.test.js", "unit.test.js", "ai-sdk-adapter.test.js", "openai-agents-adapter.test.js", "langchain-adapter.test.js"} {
 		t.Run(strings.TrimSuffix(f, ".test.js"), func(t *testing.T) {
 			runTSTests(t, node, dir, env, f)
 		})

@@ -2,8 +2,10 @@
 // dist/ (so prepack must build what is packed), installed into an empty project with
 // npm install <tarball> (which fetches its dependencies, @nats-io/transport-node and
 // @nats-io/jetstream, unless npm's cache has them),
-// then imported by Node and type-checked by tsc as a user's code would. Needs npm, and
-// the registry or npm's cache; npm test runs it (tools/test.ts).
+// then imported by Node and type-checked by tsc as a user's code would; then each
+// framework adapter's subpath with its framework (an optional peer dependency, not
+// installed with the client) installed beside it. Needs npm, and the registry or npm's
+// cache; npm test runs it (tools/test.ts).
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -14,6 +16,50 @@ import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 const pkg = resolve(fileURLToPath(import.meta.url), "..", "..", ".."); // dist/test → clients/ts
+
+/** Each adapter: its subpath, its framework packages and a user's code that type-checks against them. */
+const adapters: Array<{ subpath: string; peers: string[]; exports: string[]; code: string }> = [
+  {
+    subpath: "ai-sdk",
+    peers: ["ai", "zod"],
+    exports: ["compactorMiddleware", "toPrompt", "fromPrompt"],
+    code: `import { wrapLanguageModel } from "ai";
+import { compactorMiddleware } from "@compactor/client/ai-sdk";
+import type { Compactor } from "@compactor/client";
+export function wrap(c: Compactor, model: Parameters<typeof wrapLanguageModel>[0]["model"]) {
+  return wrapLanguageModel({ model, middleware: compactorMiddleware(c, "conv", { waitPendingMs: 1000 }) });
+}
+`,
+  },
+  {
+    subpath: "openai-agents",
+    peers: ["@openai/agents", "zod"],
+    exports: ["CompactorSession", "toItems", "fromItems"],
+    code: `import { Agent, run, type Session } from "@openai/agents";
+import { CompactorSession } from "@compactor/client/openai-agents";
+import type { Compactor } from "@compactor/client";
+export async function ask(c: Compactor, agent: Agent, text: string): Promise<unknown> {
+  const session: Session = new CompactorSession(c, "conv", { waitPendingMs: 1000 });
+  return (await run(agent, text, { session })).finalOutput;
+}
+`,
+  },
+  {
+    subpath: "langchain",
+    peers: ["@langchain/core"],
+    exports: ["CompactorChatMessageHistory", "toLangChain", "fromLangChain"],
+    code: `import { BaseListChatMessageHistory } from "@langchain/core/chat_history";
+import { HumanMessage, type BaseMessage } from "@langchain/core/messages";
+import { CompactorChatMessageHistory } from "@compactor/client/langchain";
+import type { Compactor } from "@compactor/client";
+export async function history(c: Compactor): Promise<BaseMessage[]> {
+  const h: BaseListChatMessageHistory = new CompactorChatMessageHistory(c, "conv", { waitPendingMs: 1000 });
+  await h.addMessage(new HumanMessage("hi"));
+  return h.getMessages();
+}
+`,
+  },
+];
 
 /** Runs npm (the one running npm test, else npm on PATH) in dir; its stdout. */
 function npm(dir: string, ...args: string[]): string {
@@ -86,6 +132,33 @@ export async function send(c: Compactor): Promise<number> {
   writeFileSync(
     join(app, "tsconfig.json"),
     JSON.stringify({ compilerOptions: { module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", strict: true, noEmit: true, skipLibCheck: true, types: [] }, files: ["index.ts"] }),
+  );
+  run(app, process.execPath, join(pkg, "node_modules", "typescript", "bin", "tsc"), "-p", ".");
+
+  // The adapters: each framework an optional peer, not installed with the client.
+  const own = JSON.parse(readFileSync(join(pkg, "package.json"), "utf8"));
+  for (const a of adapters) {
+    assert.ok(installed.exports[`./${a.subpath}`], `the package does not export ./${a.subpath}`);
+    const framework = a.peers[0]!;
+    assert.ok(installed.peerDependencies?.[framework], `${framework} is not a peer dependency`);
+    assert.equal(installed.peerDependenciesMeta?.[framework]?.optional, true, `${framework} is not an optional peer`);
+    assert.equal(existsSync(join(app, "node_modules", framework)), false, `${framework} was installed with the client`);
+  }
+  const peers = [...new Set(adapters.flatMap((a) => a.peers))].map((p) => `${p}@${own.devDependencies[p]}`);
+  npm(app, "install", "--no-audit", "--no-fund", "--prefer-offline", ...peers);
+  for (const a of adapters) {
+    const got = JSON.parse(
+      run(app, process.execPath, "--input-type=module", "-e", `const m = await import("@compactor/client/${a.subpath}"); console.log(JSON.stringify(Object.keys(m)))`),
+    ) as string[];
+    for (const want of a.exports) assert.ok(got.includes(want), `import("@compactor/client/${a.subpath}") lacks ${want}: ${got.join(", ")}`);
+    writeFileSync(join(app, `${a.subpath}.ts`), a.code);
+  }
+  writeFileSync(
+    join(app, "tsconfig.json"),
+    JSON.stringify({
+      compilerOptions: { module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", lib: ["ES2024", "DOM"], strict: true, noEmit: true, skipLibCheck: true, types: [] },
+      files: ["index.ts", ...adapters.map((a) => `${a.subpath}.ts`)],
+    }),
   );
   run(app, process.execPath, join(pkg, "node_modules", "typescript", "bin", "tsc"), "-p", ".");
 });
