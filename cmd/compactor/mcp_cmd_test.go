@@ -113,7 +113,12 @@ func TestMCPRecallsACompactedConversation(t *testing.T) {
 		t.Fatalf("publish: %v\n%s", err, errOut)
 	}
 	if out, errOut, err := cli(t, "", "compact", conv, "--wait", "60s"); err != nil || !strings.Contains(out, "completed") {
-		t.Fatalf("compact: %v\n%s%s", err, out, errOut)
+		// The trigger may have compacted it first (the window is small): then nothing
+		// is left to compact, and the context holds the summary.
+		cx, _, cerr := cli(t, "", "context", conv)
+		if !strings.Contains(out+errOut, "nothing to compact") || cerr != nil || !strings.Contains(cx, "[Summary of the earlier conversation") {
+			t.Fatalf("compact: %v\n%s%s", err, out, errOut)
+		}
 	}
 
 	r := startMCP(t, "--conversation", conv)
