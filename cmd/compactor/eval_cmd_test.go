@@ -239,5 +239,8 @@ func TestEvalCacheTTLZeroMeansNoCache(t *testing.T) {
 		if cfg.CacheTTL != tt.want {
 			t.Errorf("%s: CacheTTL %s, want %s", tt.name, cfg.CacheTTL, tt.want)
 		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s: the config does not validate: %v", tt.name, err)
+		}
 	}
 }

@@ -166,7 +166,9 @@ func serveMCPHTTP(ctx context.Context, c *call, srv *mcp.Server, s mcpSettings, 
 	if s.token != "" {
 		h = bearer(s.token, h)
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Requests live in ctx: when it ends, a client's open event stream (its standalone
+	// GET) ends with it, and the shutdown does not wait for it.
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	fmt.Fprintf(c.std.err, "compactor mcp: serving %s on http://%s/ (streamable HTTP; tools: recall, status; read-only)\n", which, ln.Addr())
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
@@ -177,7 +179,9 @@ func serveMCPHTTP(ctx context.Context, c *call, srv *mcp.Server, s mcpSettings, 
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	hs.Shutdown(sctx)
+	if hs.Shutdown(sctx) != nil {
+		hs.Close()
+	}
 	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

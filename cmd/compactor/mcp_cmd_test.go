@@ -328,7 +328,7 @@ func TestMCPStreamableHTTP(t *testing.T) {
 
 	hc := &http.Client{Transport: withHeader{"Authorization", "Bearer " + token, http.DefaultTransport}}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "1"}, nil).Connect(ctxFor(t, 30*time.Second),
-		&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+		&mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc}, nil)
 	if err != nil {
 		t.Fatalf("connect over HTTP: %v (%s)", err, errOut)
 	}
@@ -336,11 +336,13 @@ func TestMCPStreamableHTTP(t *testing.T) {
 	if isErr, text := toolCall(t, cs, "recall", map[string]any{"query": "http"}, &rc); isErr || rc.Returned != 1 {
 		t.Fatalf("recall over HTTP: %s", text)
 	}
-	cs.Close()
+	// Stopped with a client still connected, its event stream open: the stream ends
+	// with the server.
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("compactor mcp --listen stopped with %v; want exit 0", err)
 	}
+	cs.Close()
 }
 
 // withHeader adds one header to every request.

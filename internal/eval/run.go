@@ -179,8 +179,8 @@ func (c *Config) Validate() error {
 	if c.Prices != nil && c.Prices.For(c.Model) == nil {
 		return fmt.Errorf("%w: the price table prices no model %q and has no default: name a model it prices with --model, or add a \"default\" entry", ErrConfig, c.Model)
 	}
-	if c.CacheTTL < 0 || c.TurnGap < 0 {
-		return fmt.Errorf("%w: the cache TTL and the turn gap must not be negative", ErrConfig)
+	if (c.CacheTTL < 0 && c.CacheTTL != NoCache) || c.TurnGap < 0 {
+		return fmt.Errorf("%w: the cache TTL (NoCache for none) and the turn gap must not be negative", ErrConfig)
 	}
 	if c.Plant < 0 || c.Plant > 100 {
 		return fmt.Errorf("%w: plant must be 0 to 100 facts, got %d", ErrConfig, c.Plant)

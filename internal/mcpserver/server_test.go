@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -365,19 +366,48 @@ func TestRecallAnswerIsBoundedInBytes(t *testing.T) {
 	const conv = "mcp-long"
 	var msgs []string
 	for i := range 60 {
-		msgs = append(msgs, `{"role":"user","content":"`+strings.Repeat("x", 300+i)+`"}`)
+		// Markup and shell: <, > and & must reach the model as they are, not as
+		// six-byte escapes.
+		msgs = append(msgs, `{"role":"user","content":"`+strings.Repeat("<a>&", 75)+strings.Repeat("x", i)+`"}`)
 	}
 	f.publish(t, conv, msgs...)
 	const capTokens = 500
 	cs := f.fn(mcpserver.Config{Conversation: conv, MaxTokens: capTokens})
 	var got mcpserver.Recalled
-	decode(t, call(t, cs, "recall", map[string]any{"max_tokens": 1_000_000}), &got)
-	text := 0
-	for _, m := range got.Messages {
-		text += len(m.Content)
-	}
+	r := call(t, cs, "recall", map[string]any{"max_tokens": 1_000_000})
+	decode(t, r, &got)
+	text := len(resultText(r)) // what the model reads, JSON and all
 	if got.Returned == 0 || got.Returned == 60 || !got.CutByBudget || text > 8*capTokens || got.MaxTokens != capTokens {
 		t.Fatalf("recall of 60 messages of 300 bytes with a cap of %d tokens: %d returned, %d bytes of text, %+v", capTokens, got.Returned, text, got)
 	}
 	t.Logf("%d of 60 messages returned, %d bytes of text for a cap of %d tokens", got.Returned, text, capTokens)
+}
+
+// A query is matched against what the model reads, secrets redacted: a guess at a
+// secret is refused when it has a secret's shape, and one that matches only inside a
+// secret finds nothing, neither returned nor named as left out by the budget. Before,
+// matched told, guess after guess, whether a redacted password started with a text.
+func TestRecallQueryIsNoOracleOnRedactedSecrets(t *testing.T) {
+	f := newFixture(t)
+	const conv = "mcp-oracle"
+	var msgs []string
+	for i := range 12 {
+		msgs = append(msgs, fmt.Sprintf(`{"role":"user","content":"step %d: the staging DB_PASSWORD=Tr0ub4dor-and-3 is for later, and the host is db-7"}`, i))
+	}
+	f.publish(t, conv, msgs...)
+	cs := f.fn(mcpserver.Config{Conversation: conv})
+	wantError(t, call(t, cs, "recall", map[string]any{"query": "DB_PASSWORD=Tr0ub"}), "looks like a secret")
+	for _, budget := range []int{0, 20} {
+		var got mcpserver.Recalled
+		decode(t, call(t, cs, "recall", map[string]any{"query": "tr0ub4dor", "max_tokens": budget}), &got)
+		if got.Matched != 0 || got.Returned != 0 || len(got.SkippedSeqs) != 0 || got.CutByBudget || got.MoreSkipped {
+			t.Fatalf("budget %d: a query matching only inside a secret: %+v; want nothing matched, returned or left out", budget, got)
+		}
+	}
+	// What is outside the secret is found as before.
+	var got mcpserver.Recalled
+	decode(t, call(t, cs, "recall", map[string]any{"query": "host is db-7", "max_tokens": 60}), &got)
+	if got.Matched == 0 || got.Returned == 0 || len(got.SkippedSeqs) == 0 {
+		t.Fatalf("a query outside the secret: %+v; want matches, some returned, some named as left out", got)
+	}
 }

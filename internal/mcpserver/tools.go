@@ -2,6 +2,8 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -46,6 +48,9 @@ type Recalled struct {
 	Invalid        int      `json:"invalid,omitempty"`
 	// Redacted counts the messages a secret was redacted from.
 	Redacted int `json:"redacted,omitempty"`
+	// MoreSkipped says the budget left out more matching rounds of a query than
+	// SkippedSeqs names (only those checked to match outside secrets are named).
+	MoreSkipped bool `json:"more_skipped,omitempty"`
 	// Note says in a sentence what was left out and how to get it.
 	Note string `json:"note"`
 }
@@ -78,6 +83,10 @@ func (s *server) recall(ctx context.Context, _ *mcp.CallToolRequest, in RecallAr
 	if err := req.Validate(); err != nil {
 		return nil, nil, err
 	}
+	if in.Query != "" && evidence.Redact(in.Query) != in.Query {
+		return nil, nil, errors.New("refused: the query looks like a secret (a key, a token, a password): " +
+			"recall redacts secrets, and does not search for them")
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.callTimeout())
 	defer cancel()
 	if err := s.mustExist(ctx, conv); err != nil {
@@ -106,8 +115,110 @@ func (s *server) recall(ctx context.Context, _ *mcp.CallToolRequest, in RecallAr
 			out.Redacted++
 		}
 	}
+	if in.Query != "" {
+		if err := s.visibleMatches(ctx, conv, in.Query, out); err != nil {
+			return nil, nil, fmt.Errorf("recall %s: %w", conv, err)
+		}
+	}
 	out.Note = recallNote(out)
-	return nil, out, nil
+	text, err := encode(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The text the model reads is written here, without escaping <, > and & (the SDK's
+	// own encoding of out would make each six bytes).
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+}
+
+// maxVerified bounds the rounds a query's answer checks beyond what it returns (those
+// the budget left out): past it, they are not named (MoreSkipped says there are more,
+// when a checked one matched outside a secret).
+const maxVerified = 8
+
+// visibleMatches keeps of a query's answer what matches the query in the text the model
+// reads, secrets redacted: a round that matched only inside a secret is left out,
+// whether returned or left out by the budget (each of those is read again, at most
+// maxVerified), and the counts are of what is left. Otherwise the answer would tell,
+// guess after guess, whether a redacted secret starts with a given text.
+func (s *server) visibleMatches(ctx context.Context, conv, query string, out *Recalled) error {
+	lq := strings.ToLower(query)
+	var kept []Message
+	matched := 0
+	for start := 0; start < len(out.Messages); {
+		end := start + 1
+		for end < len(out.Messages) && out.Messages[end].Seq > out.Messages[end-1].Seq {
+			end++
+		}
+		unit := out.Messages[start:end]
+		n := 0
+		for _, m := range unit {
+			if m.holds(lq) {
+				n++
+			}
+		}
+		if n > 0 {
+			kept = append(kept, unit...)
+			matched += n
+		}
+		start = end
+	}
+	out.Messages = kept
+	if out.Messages == nil {
+		out.Messages = []Message{}
+	}
+	out.Returned = len(kept)
+	var skipped []uint64
+	unchecked := false
+	for i, seq := range out.SkippedSeqs {
+		if i >= maxVerified {
+			unchecked = true
+			break
+		}
+		r, err := s.cl.Recall(ctx, conv, pipeline.FromSeq(seq), pipeline.ToSeq(seq), pipeline.MaxTokens(s.cfg.maxTokens()))
+		if err != nil {
+			return err
+		}
+		for _, m := range r.Messages {
+			if msg, _ := render(m); msg.holds(lq) {
+				skipped = append(skipped, seq)
+				matched++
+				break
+			}
+		}
+	}
+	out.SkippedSeqs = skipped
+	// Rounds past those checked are told of only when a checked one matched where the
+	// model can read it: otherwise their being there could be a secret's match.
+	out.MoreSkipped = unchecked && len(skipped) > 0
+	out.CutByBudget = len(skipped) > 0
+	out.Matched = matched
+	return nil
+}
+
+// holds says the message as the model reads it holds lq (lower case), as the recall
+// operation matches a query.
+func (m Message) holds(lq string) bool {
+	has := func(s string) bool { return s != "" && strings.Contains(strings.ToLower(s), lq) }
+	if has(m.Content) || has(m.Name) || has(m.Reasoning) || has(m.ToolCallID) {
+		return true
+	}
+	for _, tc := range m.ToolCalls {
+		if has(tc.Name) || has(tc.Arguments) {
+			return true
+		}
+	}
+	return false
+}
+
+// encode is v as JSON, <, > and & as they are.
+func encode(v any) (string, error) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(b.String(), "\n"), nil
 }
 
 // render is m as the model reads it, its secrets redacted (evidence.Redact, as the
@@ -160,6 +271,9 @@ func recallNote(r *Recalled) string {
 			seqs[i] = fmt.Sprint(q)
 		}
 		fmt.Fprintf(&b, "; left out by the budget: the rounds starting at seq %s (recall a range around them)", strings.Join(seqs, ", "))
+	}
+	if r.MoreSkipped {
+		b.WriteString("; more matching rounds were left out by the budget (narrow the range, or raise max_tokens)")
 	}
 	if r.Incomplete > 0 {
 		fmt.Fprintf(&b, "; %d in tool rounds not whole in the range left out (widen the range)", r.Incomplete)

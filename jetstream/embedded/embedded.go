@@ -93,16 +93,6 @@ func Start(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("embedded nats: sync interval %s is negative; use 0 to sync every write", cfg.SyncInterval)
 	}
 	host, port, _ := splitListen(cfg.Listen)
-	if port > 0 {
-		// A taken port is told at once, before anything is written: the server would
-		// only fail to become ready after ReadyTimeout, leaving a data directory behind.
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			return nil, fmt.Errorf("embedded nats: %w: %s (another nats-server or compactor?): set COMPACTOR_LISTEN to another address, or COMPACTOR_NATS_URL to use that server: %v",
-				ErrListenInUse, cfg.Listen, err)
-		}
-		ln.Close()
-	}
 	_, statErr := os.Stat(cfg.DataDir)
 	created := errors.Is(statErr, fs.ErrNotExist)
 	lock, err := lockDataDir(cfg.DataDir)
@@ -116,6 +106,18 @@ func Start(cfg Config) (*Server, error) {
 			_ = os.Remove(filepath.Join(cfg.DataDir, lockName))
 			_ = os.Remove(cfg.DataDir) // fails, and keeps it, when the server wrote in it
 		}
+	}
+	if port > 0 {
+		// A taken port is told at once (after the data directory's lock, whose refusal
+		// matters more: two servers on one directory corrupt it): the server would only
+		// fail to become ready after ReadyTimeout.
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			fail()
+			return nil, fmt.Errorf("embedded nats: %w: %s (another nats-server or compactor?): set COMPACTOR_LISTEN to another address, or COMPACTOR_NATS_URL to use that server: %v",
+				ErrListenInUse, cfg.Listen, err)
+		}
+		ln.Close()
 	}
 	opts := &server.Options{
 		ServerName: cfg.ServerName,

@@ -97,3 +97,24 @@ func TestTakenListenAddressFailsAtOnceAndLeavesNoDataDir(t *testing.T) {
 		t.Fatalf("the failed start left %s behind (%v)", dir, err)
 	}
 }
+
+// A second server with the same address and data directory is told the directory is
+// in use, the refusal that matters (two servers on one directory corrupt it), not only
+// that the address is taken.
+func TestSecondServerOnTheSameDirAndAddressNamesTheDataDir(t *testing.T) {
+	dir := t.TempDir()
+	first, err := Start(Config{Listen: "127.0.0.1:-1", DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Shutdown()
+	addr := strings.TrimPrefix(first.ClientURL(), "nats://")
+	second, err := Start(Config{Listen: addr, DataDir: dir})
+	if err == nil {
+		second.Shutdown()
+		t.Fatal("a second server started on the same directory and address")
+	}
+	if !errors.Is(err, ErrDataDirInUse) {
+		t.Fatalf("second server: %v; want ErrDataDirInUse", err)
+	}
+}
