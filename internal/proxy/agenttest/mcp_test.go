@@ -3,6 +3,7 @@ package agenttest
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -30,6 +31,16 @@ func TestClaudeCodeRecallsThroughMCP(t *testing.T) {
 // The same through Codex's MCP client (its config.toml names the server).
 func TestCodexRecallsThroughMCP(t *testing.T) {
 	runMCPRecall(t, codex, nil)
+}
+
+// The same through Gemini CLI's (settings.json's mcpServers).
+func TestGeminiCLIRecallsThroughMCP(t *testing.T) {
+	runMCPRecall(t, geminiCLI, nil)
+}
+
+// The same through OpenCode's (opencode.json's mcp).
+func TestOpenCodeRecallsThroughMCP(t *testing.T) {
+	runMCPRecall(t, openCode, nil)
 }
 
 // recallDetail is the detail the conversation's summary leaves out, and recallTopic
@@ -98,7 +109,7 @@ func runMCPRecall(t *testing.T, a agent, configure func(t *testing.T, ss *sessio
 			return fakeupstream.Reply{Text: "The staging database: " + recallDetail + "."}
 		}
 		for _, name := range fakeupstream.ToolNames(r) {
-			if strings.Contains(name, "compactor") && strings.HasSuffix(name, "recall") {
+			if strings.HasSuffix(name, "recall") {
 				mu.Lock()
 				toolNames = fakeupstream.ToolNames(r)
 				first := called == ""
@@ -123,7 +134,11 @@ func runMCPRecall(t *testing.T, a agent, configure func(t *testing.T, ss *sessio
 
 	// Through the proxy, as an agent with both runs: its history, the model's call of
 	// the MCP tool included, goes through the proxy's rewriting.
-	ss := newSession(t, a, s, s.rec.URL)
+	base := s.rec.URL
+	if a.name == geminiCLI.name {
+		base += "/c/gemini-" + randomHex(6) // Gemini CLI names no session: its base URL does
+	}
+	ss := newSession(t, a, s, base)
 	switch a.name {
 	case claudeCode.name:
 		cfg, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"compactor": map[string]any{
@@ -131,6 +146,25 @@ func runMCPRecall(t *testing.T, a agent, configure func(t *testing.T, ss *sessio
 		path := filepath.Join(ss.home, "mcp.json")
 		writeFile(t, path, string(cfg))
 		configure(t, ss, path)
+	case geminiCLI.name:
+		cfg, _ := json.Marshal(map[string]any{
+			"security": map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
+			"privacy":  map[string]any{"usageStatisticsEnabled": false}, "telemetry": map[string]any{"enabled": false},
+			"general": map[string]any{"disableAutoUpdate": true, "disableUpdateNag": true},
+			"mcpServers": map[string]any{"compactor": map[string]any{"command": bin, "args": []string{"mcp", "--conversation", conv},
+				"env": env, "trust": true}}})
+		writeFile(t, filepath.Join(ss.home, ".gemini", "settings.json"), string(cfg))
+	case openCode.name:
+		path := filepath.Join(ss.work, "opencode.json")
+		var cfg map[string]any
+		b, err := os.ReadFile(path)
+		if err != nil || json.Unmarshal(b, &cfg) != nil {
+			t.Fatalf("opencode.json: %v", err)
+		}
+		cfg["mcp"] = map[string]any{"compactor": map[string]any{"type": "local", "command": []string{bin, "mcp", "--conversation", conv},
+			"environment": env, "enabled": true}}
+		b, _ = json.MarshalIndent(cfg, "", "  ")
+		writeFile(t, path, string(b))
 	case codex.name:
 		writeFile(t, filepath.Join(ss.home, ".codex", "config.toml"), codexConfig(s.rec.URL)+fmt.Sprintf(`
 [mcp_servers.compactor]
