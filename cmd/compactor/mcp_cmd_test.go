@@ -230,6 +230,11 @@ func TestMCPPinBringsBackASummarizedRound(t *testing.T) {
 	if isErr, text := toolCall(t, r.cs, "status", nil, &st); isErr || !slices.Contains(st.PinnedSeqs, 3) || !slices.Contains(st.PinnedSeqs, 4) {
 		t.Fatalf("status after the next compaction: %s; want seq 3 and 4 pinned", text)
 	}
+	// The system prompt (seq 1) is pinned for good by the value: pinning it takes no pin.
+	p = mcpserver.Pinned{}
+	if isErr, text := toolCall(t, r.cs, "pin", map[string]any{"seq": 1}, &p); isErr || !p.AlreadyPinned || !slices.Equal(p.Pins, []uint64{3, 4}) {
+		t.Fatalf("pin of the system prompt: %s; want already pinned, the pins unchanged", text)
+	}
 	out, errOut, err := cli(t, "", "context", conv)
 	if err != nil {
 		t.Fatalf("context: %v\n%s", err, errOut)

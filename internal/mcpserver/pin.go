@@ -31,7 +31,8 @@ type Pinned struct {
 	// Pins are all the conversation's pins now (its policy's pins key), MaxPins at most.
 	Pins    []uint64 `json:"pins"`
 	MaxPins int      `json:"max_pins"`
-	// AlreadyPinned says every message of Seqs was pinned before: nothing was written.
+	// AlreadyPinned says every message of Seqs was pinned before (by the pins key, or
+	// for good by the value: a system prompt, a meta.pin): nothing was written.
 	AlreadyPinned bool `json:"already_pinned,omitempty"`
 	// Summarized says the message is covered by the current summary: it comes back
 	// verbatim at the next compaction.
@@ -76,10 +77,19 @@ func (s *server) pin(ctx context.Context, _ *mcp.CallToolRequest, in PinArgs) (*
 	if err != nil {
 		return nil, nil, fmt.Errorf("the stored policy of %s: %w", conv, err)
 	}
+	v, err := s.cl.Result(ctx, conv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the compaction of %s: %w", conv, err)
+	}
+	// Pinned for good already: the value pins it (its system prompt, a meta.pin, an
+	// earlier pin), and not as a message the split kept only this time.
+	forGood := func(q uint64) bool {
+		return v != nil && slices.Contains(v.PinnedSeqs, q) && !slices.Contains(v.KeptSeqs, q)
+	}
 	out := &Pinned{Conversation: conv, Seq: in.Seq, Seqs: seqs, MaxPins: policy.MaxPins}
 	var add []uint64
 	for _, q := range seqs {
-		if !slices.Contains(pins, q) {
+		if !slices.Contains(pins, q) && !forGood(q) {
 			add = append(add, q)
 		}
 	}
@@ -102,7 +112,7 @@ func (s *server) pin(ctx context.Context, _ *mcp.CallToolRequest, in PinArgs) (*
 		}
 	}
 	out.Pins = append([]uint64{}, pins...)
-	if v, err := s.cl.Result(ctx, conv); err == nil && v != nil && v.Generation > 0 && in.Seq <= v.CoveredThroughSeq {
+	if v != nil && v.Generation > 0 && in.Seq <= v.CoveredThroughSeq {
 		out.Summarized = !slices.Contains(v.PinnedSeqs, in.Seq)
 	}
 	out.Note = pinNote(out)
