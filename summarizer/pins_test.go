@@ -235,3 +235,20 @@ func TestMaskingKeepsAPinnedToolOutput(t *testing.T) {
 		t.Fatalf("overrides %+v; want the next round's output (%d) masked", v.Overrides, output+2)
 	}
 }
+
+// The masking rung brings back a message summarized before it was pinned too: its
+// masked value lists it in pinned_seqs, and readers show it verbatim.
+func TestMaskingBringsBackASummarizedPinnedMessage(t *testing.T) {
+	f := newPinsFixture(t)
+	seqs := f.say(t, "mixed", "t", 8)
+	v := f.compact(t, "mixed", seqs[7])
+	if v.CoveredThroughSeq < seqs[1] || v.Strategy == summarizer.StrategyMask {
+		t.Fatalf("covered through %d by %q; want seq %d summarized", v.CoveredThroughSeq, v.Strategy, seqs[1])
+	}
+	f.setPolicy(t, "mixed", map[string]any{"rungs": policy.RungsMask, policy.PinsKey: fmt.Sprint(seqs[1])})
+	last := publishRounds(t, f.ctx, f.st, "mixed", 0, 8)
+	v = f.compact(t, "mixed", last)
+	if v.Strategy != summarizer.StrategyMask || !slices.Contains(v.PinnedSeqs, seqs[1]) || !f.verbatim(t, "mixed", mark("t", 1)) {
+		t.Fatalf("strategy %q, pinned %v; want a masked value with seq %d back verbatim", v.Strategy, v.PinnedSeqs, seqs[1])
+	}
+}
