@@ -287,6 +287,12 @@ func (s *core) lastAtOrBefore(ctx context.Context, conv string, seq uint64) (uin
 		req["up_to_seq"] = seq
 	}
 	lasts, _, err := s.directRequest(ctx, s.cfg.ChatStream, req, filter)
+	if err == nil && len(lasts) == 0 && seq != ^uint64(0) {
+		// The server answers nothing for an up_to_seq past the stream's last sequence:
+		// then every message is at or before seq, and the newest ones are the answer.
+		delete(req, "up_to_seq")
+		lasts, _, err = s.directRequest(ctx, s.cfg.ChatStream, req, filter)
+	}
 	if err != nil {
 		return 0, err
 	}

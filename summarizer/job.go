@@ -28,6 +28,13 @@ type loaded struct {
 	pinned  []schemas.Entry // pinned forever: cur.PinnedSeqs without cur.KeptSeqs
 	kept    []schemas.Entry // kept ahead of the summary by the last split: cur.KeptSeqs
 	missing []schemas.Entry // pinned or kept messages no longer in CHAT: dropped
+	// repinned are messages the pins policy key names that were summarized before they
+	// were pinned (below the loaded range, not in cur.PinnedSeqs): pinned from this
+	// compaction on, so they come back verbatim. They are not in the agent's context yet.
+	repinned []schemas.Entry
+	// badPins are sequences of the pins key that are not this conversation's messages
+	// (another conversation's, gone, or never stored): ignored, and reported.
+	badPins []uint64
 	entries []schemas.Entry // everything from the current tail start
 	leading bool            // entries start at the conversation's first message
 	lastSeq uint64
@@ -327,20 +334,26 @@ func (p *Pool) loadAndPlan(ctx context.Context, c *compaction) error {
 		forgottenThrough = j.tomb.ThroughSeq
 	}
 	err := p.step(ctx, "compactor.load", func(ctx context.Context) (err error) {
-		c.ld, err = p.load(ctx, j.req.Conversation, c.cur, c.rev, j.req.UpToSeq, forgottenThrough)
+		c.ld, err = p.load(ctx, j.req.Conversation, c.cur, c.rev, j.req.UpToSeq, forgottenThrough, c.s.PinnedSeqs())
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	ld := c.ld
-	for _, l := range [][]schemas.Entry{ld.pinned, ld.kept, ld.entries} {
+	for _, l := range [][]schemas.Entry{ld.pinned, ld.kept, ld.entries, ld.repinned} {
 		for _, e := range l {
 			j.firstSeq = min(j.firstSeq, e.Seq)
 		}
 	}
 	for _, e := range ld.missing {
 		j.log.Warn().Err(e.Err).Uint64("seq", e.Seq).Msg("pinned message is gone; dropped from the value")
+	}
+	for _, seq := range ld.badPins {
+		j.log.Warn().Uint64("seq", seq).Msg("the pins policy key names a sequence that is not a message of this conversation; ignored")
+	}
+	for _, e := range ld.repinned {
+		j.log.Info().Uint64("seq", e.Seq).Msg("a message summarized before it was pinned comes back verbatim")
 	}
 	if c.pl, err = p.plan(ld, escalate(c.s, j.req.Escalation), c.count); err != nil {
 		return fmt.Errorf("%w: %v", errPermanent, err)
@@ -662,7 +675,11 @@ func sortedBySeq(lists ...[]schemas.Entry) []schemas.Entry {
 // the stream is reported in missing and dropped from the next value. Nothing at or
 // below forgottenThrough is read: those are a forgotten conversation's messages, which
 // the forget may not have deleted yet.
-func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev, upTo, forgottenThrough uint64) (*loaded, error) {
+//
+// pins are the sequences of the conversation's pins policy key: one below the loaded
+// range that the value does not pin yet (summarized before it was pinned) is read too,
+// into repinned; one that is not this conversation's message is reported in badPins.
+func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev, upTo, forgottenThrough uint64, pins []uint64) (*loaded, error) {
 	ld := &loaded{cur: cur, rev: rev}
 	from := forgottenThrough + 1
 	if cur != nil && cur.TailStartSeq > 0 {
@@ -704,15 +721,56 @@ func (p *Pool) load(ctx context.Context, conv string, cur *schemas.Result, rev, 
 	} else if cur != nil {
 		ld.lastSeq = cur.TailStartSeq - 1
 	}
+	if err := p.loadRepinned(ctx, conv, ld, from, forgottenThrough, pins); err != nil {
+		return nil, err
+	}
 	// The summarizer and the split see messages over the max payload whole, as readers
 	// do; a stub whose object is gone or refused is an invalid entry, reported and not
 	// summarized.
-	for _, es := range [][]schemas.Entry{ld.pinned, ld.kept, ld.entries} {
+	for _, es := range [][]schemas.Entry{ld.pinned, ld.kept, ld.entries, ld.repinned} {
 		if err := p.store.Objects().Resolve(ctx, conv, es); err != nil {
 			return nil, fmt.Errorf("load conversation: %w", err)
 		}
 	}
 	return ld, nil
+}
+
+// loadRepinned reads the messages pins names below the loaded range (which starts at
+// from) and above the forgotten conversation's, that the value does not pin yet: they
+// were summarized before they were pinned. LoadPinned reads only conv's messages: a
+// sequence of another conversation, or one no longer stored, is reported in badPins, as
+// is one in the loaded range that is not among its entries.
+func (p *Pool) loadRepinned(ctx context.Context, conv string, ld *loaded, from, forgottenThrough uint64, pins []uint64) error {
+	var below []uint64
+	for _, seq := range pins {
+		switch {
+		case seq <= forgottenThrough:
+		case seq < from:
+			if ld.cur == nil || !slices.Contains(ld.cur.PinnedSeqs, seq) {
+				below = append(below, seq)
+			}
+		case seq <= ld.lastSeq:
+			if !slices.ContainsFunc(ld.entries, func(e schemas.Entry) bool { return e.Seq == seq }) {
+				ld.badPins = append(ld.badPins, seq)
+			}
+		}
+	}
+	if len(below) == 0 {
+		return nil
+	}
+	slices.Sort(below)
+	got, err := p.store.Chat().LoadPinned(ctx, conv, below)
+	if err != nil {
+		return fmt.Errorf("load pinned messages: %w", err)
+	}
+	for _, e := range got {
+		if e.Err != nil {
+			ld.badPins = append(ld.badPins, e.Seq)
+			continue
+		}
+		ld.repinned = append(ld.repinned, e)
+	}
+	return nil
 }
 
 // plan is the split of one job.
@@ -754,13 +812,13 @@ func escalate(s policy.Settings, level int) policy.Settings {
 func (p *Pool) plan(ld *loaded, s policy.Settings, count tokens.Counter) (plan, error) {
 	var pl plan
 	cand := append(slices.Clone(ld.kept), ld.entries...)
-	flags := make([]bool, len(cand))
-	copy(flags[len(ld.kept):], split.Pinned(ld.entries, ld.leading))
+	pins := s.PinnedSeqs()
+	flags := append(split.PinnedWith(ld.kept, false, pins), split.PinnedWith(ld.entries, ld.leading, pins)...)
 	knobs := split.DefaultKnobs()
 	knobs.KeepLastN, knobs.ToolRounds, knobs.UserMessageTokens = s.KeepLastN, s.ToolRounds, s.UserMessageTokens
 	knobs.TokenFraction, knobs.RecentTurns = s.TokenFraction, s.RecentTurns
 	sp, err := split.Apply(s.Strategy, split.Input{Entries: cand, Pinned: flags, Carried: len(ld.kept),
-		OtherPinnedTokens: tokens.EntriesWith(count, ld.pinned), Budget: s.Budget(), Knobs: knobs, Counter: count})
+		OtherPinnedTokens: tokens.EntriesWith(count, ld.pinned) + tokens.EntriesWith(count, ld.repinned), Budget: s.Budget(), Knobs: knobs, Counter: count})
 	if err != nil {
 		return pl, err
 	}
@@ -769,7 +827,7 @@ func (p *Pool) plan(ld *loaded, s policy.Settings, count tokens.Counter) (plan, 
 		keep[i] = true
 	}
 	tailStart := sp.TailStart // never among the carried messages (split.Input.Carried)
-	pl.pinned = slices.Clone(ld.pinned)
+	pl.pinned = append(slices.Clone(ld.pinned), ld.repinned...)
 	var covered []schemas.Entry
 	for i := 0; i < tailStart; i++ {
 		switch {

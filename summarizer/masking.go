@@ -46,7 +46,7 @@ func (p *Pool) maskFirst(ctx context.Context, c *compaction) (done bool, err err
 	)
 	_ = p.step(ctx, "compactor.mask", func(context.Context) error {
 		next, masked = p.maskValue(c)
-		after = assemble.Assemble(assemble.Input{Value: next, Pinned: sortedBySeq(c.ld.pinned, c.ld.kept), Tail: c.ld.entries},
+		after = assemble.Assemble(assemble.Input{Value: next, Pinned: sortedBySeq(c.ld.pinned, c.ld.kept, c.ld.repinned), Tail: c.ld.entries},
 			assemble.Options{Counter: c.count})
 		return nil
 	}, attribute.Int("compactor.tokens_before", c.before.Tokens))
@@ -90,8 +90,10 @@ func (p *Pool) maskFirst(ctx context.Context, c *compaction) (done bool, err err
 // maskValue is the next value of the first rung, and how many tool outputs it masks
 // that the current value did not: the current value (without the pinned and kept
 // messages that left CHAT, as a decline's), its summary, evidence, tail start and
-// fallback state as they are, with one more override per masked output. No LLM wrote
-// anything of it: no model, no usage, the LLM's base generation unchanged.
+// fallback state as they are, with one more override per masked output, and the
+// messages pinned since they were summarized (the pins policy key) in pinned_seqs. A
+// tool output the pins key names is not masked: the plan does not cover it. No LLM
+// wrote anything of it: no model, no usage, the LLM's base generation unchanged.
 func (p *Pool) maskValue(c *compaction) (*schemas.Result, int) {
 	j, ld := c.j, c.ld
 	next := declineMarker(ld, j.req.Conversation)
@@ -109,6 +111,14 @@ func (p *Pool) maskValue(c *compaction) (*schemas.Result, int) {
 	masks := mask.Outputs(mask.Input{Conversation: j.req.Conversation, Entries: ld.entries,
 		Old: func(seq uint64) bool { return old[seq] }, Keep: keep, Counter: c.count})
 	next.Overrides = append(slices.Clone(next.Overrides), masks...)
+	if len(ld.repinned) > 0 {
+		next.PinnedSeqs = slices.Clone(next.PinnedSeqs)
+		for _, e := range ld.repinned {
+			next.PinnedSeqs = append(next.PinnedSeqs, e.Seq)
+		}
+		slices.Sort(next.PinnedSeqs)
+		next.PinnedSeqs = slices.Compact(next.PinnedSeqs)
+	}
 	next.Generation = genOf(ld.cur) + 1
 	next.Strategy = StrategyMask
 	next.Trigger, next.Reason = j.req.Trigger, j.req.Reason

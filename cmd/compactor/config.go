@@ -103,6 +103,7 @@ type Env struct {
 	MCPListen          string `envconfig:"MCP_LISTEN" desc:"mcp: host:port to serve streamable HTTP on instead of stdio (--listen)"`
 	MCPToken           string `envconfig:"MCP_TOKEN" desc:"mcp: the bearer token (at least 16 characters) every HTTP request must send; required on any address but loopback; never logged"`
 	MCPMaxTokens       int    `envconfig:"MCP_MAX_TOKENS" default:"0" desc:"mcp: the most tokens one recall returns (0: 8000; --max-tokens)"`
+	MCPAllowPin        bool   `envconfig:"MCP_ALLOW_PIN" default:"false" desc:"mcp: list the pin tool, which adds a message to its conversation's pins policy key (--allow-pin); otherwise the server is read-only"`
 
 	// The web view for people (internal/node/view.go, docs/view.md).
 	ViewListen string `envconfig:"VIEW_LISTEN" desc:"serve, api role: host:port of the read-only web view (conversations, token gauges, compaction timelines, summaries and tails); empty: off. It shows conversation content: set COMPACTOR_VIEW_TOKEN, which is required on any address but loopback"`

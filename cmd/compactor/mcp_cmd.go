@@ -21,13 +21,18 @@ import (
 
 var mcpCommand = &command{
 	name: "mcp", conn: fullConn,
-	summary: "serve a Model Context Protocol server: the recall and status tools of an agent's own conversation",
+	summary: "serve a Model Context Protocol server: the recall, status (and pin) tools of an agent's own conversation",
 	about: `A Model Context Protocol server (docs/mcp.md) an agent's client starts, on stdio by default:
 its tools are recall (the raw messages behind the summary matching a query and/or a
 sequence range, within a token budget capped by --max-tokens, secrets redacted as in the
 summary's evidence, the sequences the budget left out named) and status (generation,
 tokens before and after the last compaction and now, what the summary covers, where the
 tail starts, when it was compacted, pinned messages). Both are read-only.
+
+With --allow-pin (or COMPACTOR_MCP_ALLOW_PIN=true) it lists pin too: it keeps a message
+(with its whole tool round) verbatim through later compactions by adding its sequences
+to the conversation's pins policy key, through the compactor service (the NATS user must
+be allowed to set policies); at most 64 per conversation.
 
 Its conversation: --conversation (or COMPACTOR_MCP_CONVERSATION), one server per agent
 session; a tool call naming another is refused. With --any-conversation (or
@@ -44,6 +49,7 @@ token. It runs until stdin closes (stdio) or SIGINT/SIGTERM, and exits 0.`,
 			any:          fs.Bool("any-conversation", "", "let a tool call name any conversation the NATS user may read (also COMPACTOR_MCP_ANY_CONVERSATION=true)"),
 			listen:       fs.String("listen", "", "HOST:PORT", "serve streamable HTTP on HOST:PORT instead of stdio (also COMPACTOR_MCP_LISTEN)"),
 			maxTokens:    fs.Int("max-tokens", "N", fmt.Sprintf("the most tokens one recall returns (default %d; also COMPACTOR_MCP_MAX_TOKENS)", schemas.DefaultAnswerRecallMaxTokens)),
+			allowPin:     fs.Bool("allow-pin", "", "list the pin tool, which writes the conversation's pins policy key (also COMPACTOR_MCP_ALLOW_PIN=true); otherwise read-only"),
 		}
 		return func(ctx context.Context, c *call) error { return runMCP(ctx, c, f) }
 	},
@@ -52,7 +58,7 @@ token. It runs until stdin closes (stdio) or SIGINT/SIGTERM, and exits 0.`,
 // mcpFlags are the mcp command's flags, once parsed.
 type mcpFlags struct {
 	conversation, listen *string
-	any                  *bool
+	any, allowPin        *bool
 	maxTokens            *int
 }
 
@@ -68,6 +74,7 @@ func (f *mcpFlags) settings(env Env) (mcpSettings, error) {
 	s := mcpSettings{listen: cmp.Or(*f.listen, env.MCPListen), token: env.MCPToken}
 	s.cfg.Conversation, s.cfg.AnyConversation = cmp.Or(*f.conversation, env.MCPConversation), *f.any || env.MCPAnyConversation
 	s.cfg.MaxTokens = cmp.Or(*f.maxTokens, env.MCPMaxTokens)
+	s.cfg.AllowPin = *f.allowPin || env.MCPAllowPin
 	if s.cfg.Conversation == "" && !s.cfg.AnyConversation {
 		return s, usagef("mcp needs its conversation: --conversation ID (or COMPACTOR_MCP_CONVERSATION), " +
 			"or --any-conversation (COMPACTOR_MCP_ANY_CONVERSATION=true) to let the tools name one")
@@ -134,6 +141,10 @@ func runMCP(ctx context.Context, c *call, f *mcpFlags) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
+	tools := "tools: recall, status; read-only"
+	if s.cfg.AllowPin {
+		tools = "tools: recall, status, pin"
+	}
 	which := "conversation " + s.cfg.Conversation
 	switch {
 	case s.cfg.AnyConversation && s.cfg.Conversation != "":
@@ -142,18 +153,18 @@ func runMCP(ctx context.Context, c *call, f *mcpFlags) error {
 		which = "any conversation the tools name"
 	}
 	if s.listen == "" {
-		fmt.Fprintf(c.std.err, "compactor mcp: serving %s on stdio (tools: recall, status; read-only)\n", which)
+		fmt.Fprintf(c.std.err, "compactor mcp: serving %s on stdio (%s)\n", which, tools)
 		err := srv.Run(ctx, &mcp.IOTransport{Reader: io.NopCloser(c.std.in), Writer: nopWriteCloser{rawWriter(c.std.out)}})
 		if ctx.Err() != nil || errors.Is(err, io.EOF) {
 			return nil // stopped, or the client closed stdin
 		}
 		return err
 	}
-	return serveMCPHTTP(ctx, c, srv, s, which)
+	return serveMCPHTTP(ctx, c, srv, s, which, tools)
 }
 
 // serveMCPHTTP serves srv as streamable HTTP on s.listen until ctx is done.
-func serveMCPHTTP(ctx context.Context, c *call, srv *mcp.Server, s mcpSettings, which string) error {
+func serveMCPHTTP(ctx context.Context, c *call, srv *mcp.Server, s mcpSettings, which, tools string) error {
 	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {
 		return newError(errConfig, err, "--listen %s: %v", s.listen, err)
@@ -169,7 +180,7 @@ func serveMCPHTTP(ctx context.Context, c *call, srv *mcp.Server, s mcpSettings, 
 	// Requests live in ctx: when it ends, a client's open event stream (its standalone
 	// GET) ends with it, and the shutdown does not wait for it.
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
-	fmt.Fprintf(c.std.err, "compactor mcp: serving %s on http://%s/ (streamable HTTP; tools: recall, status; read-only)\n", which, ln.Addr())
+	fmt.Fprintf(c.std.err, "compactor mcp: serving %s on http://%s/ (streamable HTTP; %s)\n", which, ln.Addr(), tools)
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
 	select {

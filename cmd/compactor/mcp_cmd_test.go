@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/compactor/compactor/internal/rolestest"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
+	"github.com/compactor/compactor/schemas"
 )
 
 // mcpRun is one run of compactor mcp on stdio, in process, with a client session on
@@ -182,6 +185,70 @@ func TestMCPRecallsACompactedConversation(t *testing.T) {
 	}
 }
 
+// compactor mcp --allow-pin lists pin beside recall and status; pinning a message the
+// summary covers (a tool result: its whole round) writes the conversation's pins, and
+// the next compaction by the real worker brings the round back verbatim: pinned_seqs
+// holds it, and the context the agent reads shows it.
+func TestMCPPinBringsBackASummarizedRound(t *testing.T) {
+	env := testEnv(t, 4000)
+	withStack(t, env, fakellm.New(t))
+	const conv = "mcp-pin"
+	msgs, _ := fakellm.NeedleConversation(10)
+	if _, errOut, err := cli(t, jsonl(msgs), "publish", conv); err != nil {
+		t.Fatalf("publish: %v\n%s", err, errOut)
+	}
+	if out, errOut, err := cli(t, "", "compact", conv, "--wait", "60s"); err != nil || !strings.Contains(out, "completed") {
+		t.Fatalf("compact: %v\n%s%s", err, out, errOut)
+	}
+	r := startMCP(t, "--conversation", conv, "--allow-pin")
+	if !strings.Contains(r.errOut.String(), "(tools: recall, status, pin)") {
+		t.Fatalf("start-up line: %q", r.errOut)
+	}
+	lt, err := r.cs.ListTools(ctxFor(t, 30*time.Second), nil)
+	if err != nil || len(lt.Tools) != 3 {
+		t.Fatalf("tools: %+v, %v; want recall, status and pin", lt, err)
+	}
+	var st mcpserver.Status
+	if isErr, text := toolCall(t, r.cs, "status", nil, &st); isErr || st.CoveredThroughSeq < 4 {
+		t.Fatalf("status: %s; want the first turns summarized", text)
+	}
+	// seq 4 is the first turn's tool result (system prompt, user, call, result).
+	var p mcpserver.Pinned
+	if isErr, text := toolCall(t, r.cs, "pin", map[string]any{"seq": 4}, &p); isErr || !slices.Equal(p.Seqs, []uint64{3, 4}) || !p.Summarized {
+		t.Fatalf("pin of seq 4: %s; want its round (3, 4), summarized now", text)
+	}
+	var more []schemas.Message // plain turns: no tool call ids like the first turns'
+	for i := range 12 {
+		role := schemas.RoleUser
+		if i%2 == 1 {
+			role = schemas.RoleAssistant
+		}
+		more = append(more, schemas.Message{Role: role, Content: schemas.Text(fmt.Sprintf("Later turn %d. ", i) + strings.Repeat("x", 1500))})
+	}
+	if _, errOut, err := cli(t, jsonl(more), "publish", conv); err != nil {
+		t.Fatalf("publish: %v\n%s", err, errOut)
+	}
+	if out, errOut, err := cli(t, "", "compact", conv, "--wait", "60s"); err != nil || !strings.Contains(out, "completed") {
+		t.Fatalf("compact: %v\n%s%s", err, out, errOut)
+	}
+	st = mcpserver.Status{}
+	if isErr, text := toolCall(t, r.cs, "status", nil, &st); isErr || !slices.Contains(st.PinnedSeqs, 3) || !slices.Contains(st.PinnedSeqs, 4) {
+		t.Fatalf("status after the next compaction: %s; want seq 3 and 4 pinned", text)
+	}
+	// The system prompt (seq 1) is pinned for good by the value: pinning it takes no pin.
+	p = mcpserver.Pinned{}
+	if isErr, text := toolCall(t, r.cs, "pin", map[string]any{"seq": 1}, &p); isErr || !p.AlreadyPinned || !slices.Equal(p.Pins, []uint64{3, 4}) {
+		t.Fatalf("pin of the system prompt: %s; want already pinned, the pins unchanged", text)
+	}
+	out, errOut, err := cli(t, "", "context", conv)
+	if err != nil {
+		t.Fatalf("context: %v\n%s", err, errOut)
+	}
+	if !strings.Contains(out, `"call_0"`) || strings.Contains(out, `"call_1"`) || !strings.Contains(out, "build log line with nothing of note") {
+		t.Fatalf("context after the next compaction lacks the pinned round:\n%.2000s", out)
+	}
+}
+
 // The configuration of compactor mcp is checked before it connects.
 func TestMCPSettings(t *testing.T) {
 	testEnv(t, 128000)
@@ -194,6 +261,7 @@ func TestMCPSettings(t *testing.T) {
 		{[]string{"--conversation", "a.b"}, nil, "--conversation:"},
 		{[]string{"conv"}, nil, "mcp takes no arguments"},
 		{nil, map[string]string{"COMPACTOR_MCP_ANY_CONVERSATION": "maybe"}, "COMPACTOR_MCP_ANY_CONVERSATION"},
+		{[]string{"--conversation", "c"}, map[string]string{"COMPACTOR_MCP_ALLOW_PIN": "maybe"}, "COMPACTOR_MCP_ALLOW_PIN"},
 		{[]string{"--conversation", "c", "--max-tokens", "-1"}, nil, "max tokens"},
 		{[]string{"--conversation", "c", "--listen", "0.0.0.0:0"}, nil, "set COMPACTOR_MCP_TOKEN"},
 		{[]string{"--conversation", "c", "--listen", "nowhere"}, nil, "want host:port"},

@@ -13,6 +13,7 @@ import (
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/pipeline"
 	"github.com/compactor/compactor/schemas"
+	"github.com/compactor/compactor/schemas/policy"
 )
 
 // Config is what the operator decides about a server.
@@ -33,6 +34,10 @@ type Config struct {
 	CallTimeout time.Duration
 	// Version is the server's version, as its implementation info says it.
 	Version string
+	// AllowPin lists the pin tool, which writes: it adds a message's sequences to its
+	// conversation's pins policy key through the compactor service (the NATS user must
+	// be allowed to set policies). false: the server is read-only.
+	AllowPin bool
 }
 
 // DefaultCallTimeout bounds one tool call when Config names no other bound.
@@ -84,6 +89,7 @@ type Tombstones interface {
 const (
 	RecallTool = "recall"
 	StatusTool = "status"
+	PinTool    = "pin"
 )
 
 // server answers the tools of one Server.
@@ -123,6 +129,17 @@ func New(cl *pipeline.Client, tombs Tombstones, cfg Config) (*mcp.Server, error)
 		InputSchema: recallIn, Annotations: readOnly}, s.recall)
 	mcp.AddTool(srv, &mcp.Tool{Name: StatusTool, Title: "Compaction status", Description: s.statusDescription(),
 		InputSchema: statusIn, Annotations: readOnly}, s.status)
+	if cfg.AllowPin {
+		pinIn, err := s.conversationSchema(jsonschema.For[PinArgs])
+		if err != nil {
+			return nil, err
+		}
+		one := 1.0
+		pinIn.Properties["seq"].Minimum = &one
+		writes := &mcp.ToolAnnotations{ReadOnlyHint: false, DestructiveHint: new(false), IdempotentHint: true, OpenWorldHint: new(false)}
+		mcp.AddTool(srv, &mcp.Tool{Name: PinTool, Title: "Pin a message", Description: s.pinDescription(),
+			InputSchema: pinIn, Annotations: writes}, s.pin)
+	}
 	return srv, nil
 }
 
@@ -131,7 +148,15 @@ func (s *server) instructions() string {
 	return "Compactor keeps this agent's conversation inside its context window: older messages are summarized, " +
 		"and the raw messages stay stored. When a detail the summary dropped matters (exact file contents, command " +
 		"output, error text, ids, numbers), call recall with a query or a sequence range instead of guessing; status " +
-		"says which sequences the summary covers and where the verbatim tail starts." + s.whichConversation()
+		"says which sequences the summary covers and where the verbatim tail starts." + s.pinInstructions() + s.whichConversation()
+}
+
+// pinInstructions tells the client about the pin tool, when it is listed.
+func (s *server) pinInstructions() string {
+	if !s.cfg.AllowPin {
+		return ""
+	}
+	return fmt.Sprintf(" To keep a message verbatim through every later compaction, call pin with its seq (at most %d per conversation).", policy.MaxPins)
 }
 
 // whichConversation is the tools' rule for their conversation argument, as a sentence.

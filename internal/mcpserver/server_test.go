@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/internal/mcpserver"
 	"github.com/compactor/compactor/jetstream"
@@ -21,6 +22,7 @@ import (
 
 // fixture is a provisioned in-process NATS with a client and its store.
 type fixture struct {
+	nc *nats.Conn
 	st *jetstream.Store
 	cl *pipeline.Client
 	fn func(cfg mcpserver.Config) *mcp.ClientSession
@@ -31,7 +33,7 @@ func newFixture(t *testing.T) *fixture {
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
 	st := jstest.Provision(t, nc)
-	f := &fixture{st: st, cl: pipeline.NewWithStore(nc, st)}
+	f := &fixture{nc: nc, st: st, cl: pipeline.NewWithStore(nc, st)}
 	f.fn = func(cfg mcpserver.Config) *mcp.ClientSession {
 		t.Helper()
 		s, err := mcpserver.New(f.cl, mcpserver.StoreTombstones(nc, st), cfg)
@@ -129,7 +131,8 @@ func wantError(t *testing.T, r *mcp.CallToolResult, want string) {
 }
 
 // The tools are listed with their input schemas, typed, bounded and read-only; the
-// conversation argument is required only when the server is bound to none; no pin tool.
+// conversation argument is required only when the server is bound to none; no pin tool
+// unless it is allowed (TestPinToolListedOnlyWhenAllowed).
 func TestToolsAndSchemas(t *testing.T) {
 	f := newFixture(t)
 	for _, tc := range []struct {

@@ -78,6 +78,7 @@ var Keys = []Key{
 	{"instructions", String, "", Conversation, "extra wishes for every summary of the conversation (data, never overriding the prompt)"},
 	{"summary_role", String, "user", Conversation, "role of the summary message: user, system or assistant"},
 	{"tokenizer", String, "chars4", Conversation, "token counting: chars4, cl100k_base or o200k_base"},
+	{PinsKey, String, "", Conversation, "messages pinned after they were published: their CHAT sequences, comma-separated (e.g. 811,812), at most 64; kept verbatim from the next compaction on (one already summarized comes back); a conversation's own policy only"},
 	{"summarizer_context_window", Int, "128000", Operator, "the summarizer model's context window; larger inputs are summarized in chunks, then merged"},
 	{"llm_base_url", String, "", Operator, "OpenAI-compatible endpoint of the summarizer (falls back to OPENAI_BASE_URL); empty with no key = extractive summaries"},
 	{"llm_api_key_env", String, "COMPACTOR_LLM_API_KEY", Operator, "name of the variable that holds the summarizer's key (falls back to OPENAI_API_KEY); the key itself never goes in a file"},
@@ -125,6 +126,7 @@ type Settings struct {
 	Instructions            string
 	SummaryRole             string
 	Tokenizer               string
+	Pins                    string // the pins key, as checked: sequences, comma-separated
 	SummarizerContextWindow int
 	LLMBaseURL              string
 	LLMAPIKeyEnv            string
@@ -211,6 +213,12 @@ func (s *Settings) set(k Key, v string) error {
 		s.SummaryRole = strings.TrimSpace(v)
 	case "tokenizer":
 		s.Tokenizer = strings.TrimSpace(v)
+	case PinsKey:
+		seqs, err := ParsePins(v)
+		if err != nil {
+			return err
+		}
+		s.Pins = FormatPins(seqs)
 	case "summarizer_context_window":
 		s.SummarizerContextWindow = i
 	case "llm_base_url":

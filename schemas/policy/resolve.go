@@ -24,6 +24,9 @@ func bad(format string, args ...any) error {
 // Layer is one tier's values: key → value as it would be written in the environment.
 type Layer map[string]string
 
+// conversationTier names a conversation's own policy in errors; only it may set PinsKey.
+const conversationTier = "conversation policy"
+
 // ProfileKey is the conversation-policy key that chooses a profile.
 const ProfileKey = "profile"
 
@@ -118,6 +121,9 @@ func (s *Settings) apply(l Layer, tier string) error {
 		v, ok := l[k.Name]
 		if !ok {
 			continue
+		}
+		if k.Name == PinsKey && tier != conversationTier {
+			return bad("%s: %s names messages of one conversation: set it in that conversation's policy only", tier, PinsKey)
 		}
 		if err := s.set(k, v); err != nil {
 			return bad("%s: %v", tier, err)
@@ -269,11 +275,11 @@ func (r *Resolver) resolve(profile string, conv Layer) (Settings, error) {
 				rest[k] = v
 			}
 		}
-		if err := s.apply(rest, "conversation policy"); err != nil {
+		if err := s.apply(rest, conversationTier); err != nil {
 			return Settings{}, err
 		}
 	}
-	tier := "conversation policy"
+	tier := conversationTier
 	if conv == nil {
 		tier = fmt.Sprintf("profile %q", profile)
 	}

@@ -89,6 +89,8 @@ func (s Settings) value(name string) any {
 		return s.SummaryRole
 	case "tokenizer":
 		return s.Tokenizer
+	case PinsKey:
+		return s.Pins
 	case "summarizer_context_window":
 		return s.SummarizerContextWindow
 	case "llm_base_url":

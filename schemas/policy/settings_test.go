@@ -29,6 +29,9 @@ func TestByKeyShowsEverySetting(t *testing.T) {
 		case String:
 			text, want[k.Name] = "v-"+k.Name, "v-"+k.Name
 		}
+		if k.Name == PinsKey {
+			text, want[k.Name] = " 811, 812", "811,812"
+		}
 		if k.Name == "llm_base_url" {
 			text, want[k.Name] = "https://user:secret@llm.example/v1?key=x", "https://llm.example/v1"
 		}

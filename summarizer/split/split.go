@@ -5,6 +5,8 @@
 package split
 
 import (
+	"slices"
+
 	"github.com/compactor/compactor/schemas"
 	"github.com/compactor/compactor/schemas/rounds"
 )
@@ -37,6 +39,13 @@ func LastN(es []schemas.Entry, p Params) int {
 // with, when leading says es starts at the conversation's first message). A pin on any
 // message of a tool round pins the whole round, so the round can be shown whole.
 func Pinned(es []schemas.Entry, leading bool) []bool {
+	return PinnedWith(es, leading, nil)
+}
+
+// PinnedWith is Pinned with the messages pinned after they were published too: those
+// whose sequence is in seqs (the conversation's pins policy key), their tool round
+// with them, as a meta.pin on the message would.
+func PinnedWith(es []schemas.Entry, leading bool, seqs []uint64) []bool {
 	pinned := make([]bool, len(es))
 	for i := 0; leading && i < len(es); i++ {
 		if es[i].Err != nil || es[i].Message.Role != schemas.RoleSystem {
@@ -47,7 +56,7 @@ func Pinned(es []schemas.Entry, leading bool) []bool {
 	for _, u := range rounds.Units(es) {
 		any := false
 		for i := u.Start; i < u.End; i++ {
-			any = any || (es[i].Err == nil && es[i].Message.Pinned())
+			any = any || (es[i].Err == nil && (es[i].Message.Pinned() || slices.Contains(seqs, es[i].Seq)))
 		}
 		if !any {
 			continue

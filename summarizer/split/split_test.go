@@ -71,6 +71,35 @@ func TestLastN(t *testing.T) {
 	}
 }
 
+// PinnedWith pins the messages named by sequence (the pins policy key) as meta.pin
+// does: a named message of a tool round pins the whole round; a sequence not among the
+// entries, or of an invalid entry, pins nothing.
+func TestPinnedWith(t *testing.T) {
+	es := entries(user("a"), calls("1", "2"), result("1", "r"), result("2", "r"), reply("x"), user("y"))
+	es = append(es, schemas.Entry{Seq: 7, Err: fmt.Errorf("bad")})
+	for _, tc := range []struct {
+		name string
+		seqs []uint64
+		want string
+	}{
+		{"none", nil, "......."},
+		{"a single message", []uint64{6}, ".....p."},
+		{"a result pins its round", []uint64{4}, ".ppp..."},
+		{"the call pins its round", []uint64{2}, ".ppp..."},
+		{"unknown and invalid", []uint64{99, 7}, "......."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			for _, p := range PinnedWith(es, false, tc.seqs) {
+				b.WriteByte(map[bool]byte{true: 'p', false: '.'}[p])
+			}
+			if b.String() != tc.want {
+				t.Fatalf("got %s; want %s", b.String(), tc.want)
+			}
+		})
+	}
+}
+
 func TestPinned(t *testing.T) {
 	tests := []struct {
 		name    string
