@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -310,4 +311,42 @@ func (h *policyHub) state() WatchState {
 	}
 	h.mu.Unlock()
 	return WatchState{Epoch: h.epoch.Load(), Live: h.live.Load(), Refused: h.refused.Load()}
+}
+
+// ErrTooManyPolicies is matched by the error of Keys when the bucket holds more
+// policies than it may list.
+var ErrTooManyPolicies = errors.New("more policies than the listing's bound")
+
+// Keys lists the conversations the policy bucket holds a message of (a policy, or the
+// marker a delete or purge leaves), at most limit of them (more: ErrTooManyPolicies),
+// from one stream info of the bucket's subjects. A conversation not listed had no
+// policy when the stream answered.
+func (po *Policies) Keys(ctx context.Context, limit int) (map[string]struct{}, error) {
+	name := "KV_" + po.cfg.PolicyBucket
+	str, err := po.js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	info, err := str.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	if int(info.State.NumSubjects) > limit {
+		return nil, fmt.Errorf("%w: %d > %d", ErrTooManyPolicies, info.State.NumSubjects, limit)
+	}
+	prefix := "$KV." + po.cfg.PolicyBucket + "."
+	info, err = str.Info(ctx, natsjs.WithSubjectFilter(prefix+"*"))
+	if err != nil {
+		return nil, fmt.Errorf("stream %s: %w", name, err)
+	}
+	if len(info.State.Subjects) > limit {
+		return nil, fmt.Errorf("%w: %d > %d", ErrTooManyPolicies, len(info.State.Subjects), limit)
+	}
+	out := make(map[string]struct{}, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		if conv, ok := strings.CutPrefix(subj, prefix); ok {
+			out[conv] = struct{}{}
+		}
+	}
+	return out, nil
 }

@@ -399,6 +399,12 @@ func (ps PolicySource) Settings(ctx context.Context, conv string) (policy.Settin
 		ps.cache.hits.Add(1)
 		return *e.s, e.err
 	}
+	if ps.cache.hasNoPolicy(conv, st) {
+		ps.cache.hits.Add(1)
+		ps.cache.absent.Add(1)
+		e = ps.resolve(conv, nil)
+		return *e.s, e.err
+	}
 	ps.cache.misses.Add(1)
 	b := ps.cache.begin(st)
 	data, _, err := ps.store.Policies().Get(ctx, conv)

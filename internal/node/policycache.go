@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,7 +59,24 @@ const (
 	maxEntryAge  = 2 * time.Minute
 	settleWindow = 5 * time.Second
 	maxRecent    = 1 << 16
+	// maxKnown bounds the conversations with a policy the cache lists (see known).
+	maxKnown = 1 << 18
 )
+
+// Which conversations have a policy at all: most have none, and a new conversation's
+// settings would otherwise cost a read of the stream leader that finds nothing. While
+// the watch is live, the cache lists the conversations the bucket holds a message of
+// (jetstream.Policies.Keys, after the watch is subscribed, again each maxEntryAge and
+// after the watch's epoch changes), and adds each conversation the watch hears of. A
+// conversation in neither, asked under the epoch the listing was complete for, has no
+// policy: its settings are the defaults, answered without a read and without an entry.
+// The bounds are the entries': a write the watch missed and the listing did not yet
+// hold is seen by the next listing, at most maxEntryAge later. Over maxKnown policies,
+// nothing is listed and every miss reads the stream, as before.
+//
+// known holds every conversation listed or heard of since the cache started (deleted
+// policies too: their marker stays in the stream): it is complete for knownEpoch when
+// knownOK.
 
 // policyCache is PolicySource's memory of settings.
 type policyCache struct {
@@ -86,7 +104,16 @@ type policyCache struct {
 	// quietUntil: after a burst of changes over maxRecent, nothing is kept until then.
 	quietUntil time.Time
 
-	hits, misses atomic.Uint64
+	// known is the conversations with a policy (see above); maxKnown its bound.
+	known      map[string]struct{}
+	knownEpoch uint64
+	knownOK    bool
+	knownAt    time.Time
+	maxKnown   int
+
+	// hits are answers from memory: an entry, or a conversation known to have no
+	// policy (absent counts those); misses are reads of the stream.
+	hits, misses, absent atomic.Uint64
 }
 
 // cacheEntry is a conversation's settings, or the error its policy resolved to.
@@ -110,7 +137,7 @@ type heardChange struct {
 
 func newPolicyCache(st *jetstream.Store, log zerolog.Logger) *policyCache {
 	return &policyCache{store: st, log: log, now: time.Now, bound: maxEntries, maxRecent: maxRecent, maxAge: maxEntryAge, settle: settleWindow,
-		cur: map[string]cacheEntry{}, old: map[string]cacheEntry{}, recent: map[string]change{}}
+		cur: map[string]cacheEntry{}, old: map[string]cacheEntry{}, recent: map[string]change{}, known: map[string]struct{}{}, maxKnown: maxKnown}
 }
 
 // run holds the watch until ctx is done. A watch that cannot be made leaves every call
@@ -128,17 +155,77 @@ func (c *policyCache) run(ctx context.Context) error {
 		sub.Stop()
 		c.clear(0)
 	}()
-	tick := time.NewTicker(5 * time.Second)
+	c.list(ctx)
+	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var last jetstream.WatchState
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			last = c.report(last)
+			c.list(ctx)
+			if n%5 == 0 {
+				last = c.report(last)
+			}
 		}
 	}
+}
+
+// list lists the conversations with a policy when the watch is live and the list is
+// not complete for its epoch, or is older than maxAge.
+func (c *policyCache) list(ctx context.Context) {
+	st := c.store.Policies().WatchState()
+	if !st.Live {
+		return
+	}
+	c.mu.Lock()
+	due := !c.knownOK || c.knownEpoch != st.Epoch || !c.now().Before(c.knownAt.Add(c.maxAge))
+	c.mu.Unlock()
+	if !due {
+		return
+	}
+	at := c.now()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	keys, err := c.store.Policies().Keys(lctx, c.maxKnown)
+	cancel()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		// Refused, too many, or the stream did not answer: every miss reads the stream.
+		c.knownOK = false
+		if errors.Is(err, jetstream.ErrTooManyPolicies) {
+			clear(c.known)
+		}
+		c.log.Debug().Err(err).Msg("policy cache: the conversations with a policy could not be listed; every new one is read")
+		return
+	}
+	if now := c.store.Policies().WatchState(); !now.Live || now.Epoch != st.Epoch {
+		return // the watch may have missed a change during the listing: list again
+	}
+	for k := range keys {
+		c.known[k] = struct{}{}
+	}
+	if len(c.known) > c.maxKnown {
+		clear(c.known)
+		c.knownOK = false
+		return
+	}
+	c.knownOK, c.knownEpoch, c.knownAt = true, st.Epoch, at
+}
+
+// hasNoPolicy says conv is known to have no policy under the watch's state st.
+func (c *policyCache) hasNoPolicy(conv string, st jetstream.WatchState) bool {
+	if !c.running.Load() || !st.Live {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.knownOK || c.knownEpoch != st.Epoch {
+		return false
+	}
+	_, ok := c.known[conv]
+	return !ok
 }
 
 // report logs a change of the watch's state.
@@ -234,6 +321,11 @@ func (c *policyCache) changed(conv string) {
 	defer c.mu.Unlock()
 	delete(c.cur, conv)
 	delete(c.old, conv)
+	c.known[conv] = struct{}{}
+	if len(c.known) > c.maxKnown {
+		clear(c.known)
+		c.knownOK = false
+	}
 	now := c.now()
 	c.changes++
 	ch := change{at: now, n: c.changes}
@@ -273,6 +365,7 @@ func (c *policyCache) clearLocked(epoch uint64) {
 	c.epoch = epoch
 	clear(c.cur)
 	clear(c.old)
+	c.knownOK = false
 }
 
 // stats is what the cache did, and whether it is used: Run holds the watch and the
@@ -281,6 +374,6 @@ func (c *policyCache) stats() telemetry.PolicyCacheFigures {
 	c.mu.Lock()
 	n := len(c.cur) + len(c.old)
 	c.mu.Unlock()
-	return telemetry.PolicyCacheFigures{Hits: c.hits.Load(), Misses: c.misses.Load(), Entries: n,
+	return telemetry.PolicyCacheFigures{Hits: c.hits.Load(), Misses: c.misses.Load(), Absent: c.absent.Load(), Entries: n,
 		Live: c.running.Load() && c.store.Policies().WatchState().Live}
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -19,6 +20,13 @@ func TestPolicyCacheMetrics(t *testing.T) {
 	st := jstest.Provision(t, jstest.Conn(t, jstest.Server(t)))
 	r, err := policy.NewResolver(nil, nil, nil)
 	if err != nil {
+		t.Fatal(err)
+	}
+	// metrics-1 has a policy of its own: read once, then served from its entry.
+	data, _ := policy.EncodeConversation(policy.Layer{"threshold": "0.6"})
+	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer pcancel()
+	if err := st.Policies().Update(pctx, "metrics-1", func([]byte) ([]byte, bool, error) { return data, true, nil }); err != nil {
 		t.Fatal(err)
 	}
 	src := NewPolicySourceLog(st, r, zerolog.Nop())
@@ -69,5 +77,26 @@ func TestPolicyCacheMetrics(t *testing.T) {
 	hit, miss := value("compactor_policy_cache_lookups_total", "hit"), value("compactor_policy_cache_lookups_total", "miss")
 	if hit != 1 || miss != 1 || value("compactor_policy_cache_entries", "") != 1 {
 		t.Fatalf("after two lookups of one conversation: %v hits, %v misses, %v entries; want 1, 1, 1", hit, miss, value("compactor_policy_cache_entries", ""))
+	}
+	// A conversation without a policy, once the cache has listed those with one: the
+	// defaults, no read, no entry.
+	deadline = time.Now().Add(10 * time.Second)
+	for i := 0; value("compactor_policy_cache_lookups_total", "no_policy") == 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("no conversation was answered as having no policy")
+		}
+		if _, err := src.Settings(ctx, fmt.Sprintf("metrics-none-%d", i+10)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	misses := value("compactor_policy_cache_lookups_total", "miss")
+	for range 3 {
+		if _, err := src.Settings(ctx, "metrics-none-2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := value("compactor_policy_cache_lookups_total", "miss"); got != misses || value("compactor_policy_cache_lookups_total", "no_policy") < 4 {
+		t.Fatalf("three lookups of a new conversation without a policy: %v misses (was %v), %v no_policy", got, misses, value("compactor_policy_cache_lookups_total", "no_policy"))
 	}
 }

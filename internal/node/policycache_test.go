@@ -438,3 +438,43 @@ func TestPolicyCacheUnderTheRoles(t *testing.T) {
 		})
 	}
 }
+
+// A conversation without a policy is answered with the defaults without a read of the
+// stream, and without an entry, once the cache has listed the conversations with one:
+// a policy written before the cache started is listed and read, and one another process
+// writes afterwards is heard and read. Before, every new conversation cost a read of the
+// stream leader that found nothing, and an entry.
+func TestPolicyCacheAnswersConversationsWithoutAPolicyWithoutARead(t *testing.T) {
+	cachedSt, other := twoProcesses(t)
+	putPolicy(t, other, "before-1", policy.Layer{"threshold": "0.6"})
+	src := cachedSource(t, cachedSt)
+	wait := heard(t, cachedSt)
+	n := 0
+	waitUntil(t, 10*time.Second, "the cache to list the conversations with a policy", func() bool {
+		n++
+		settingsOf(t, src, fmt.Sprintf("probe-%d", n))
+		return src.CacheStats().Absent > 0
+	})
+	if s := settingsOf(t, src, "before-1"); s.Threshold != 0.6 {
+		t.Fatalf("a policy written before the cache started: threshold %v; want 0.6", s.Threshold)
+	}
+	before := src.CacheStats()
+	for i := range 100 {
+		if s := settingsOf(t, src, fmt.Sprintf("new-%d", i)); s.Threshold != 0.75 || s.ContextWindow != 8000 {
+			t.Fatalf("a new conversation: %+v; want the defaults", s)
+		}
+	}
+	after := src.CacheStats()
+	if after.Misses != before.Misses || after.Absent != before.Absent+100 || after.Entries != before.Entries {
+		t.Fatalf("100 new conversations without a policy: %+v, was %+v; want no read, no entry", after, before)
+	}
+	putPolicy(t, other, "new-7", policy.Layer{"threshold": "0.7"})
+	wait(other)
+	if s := settingsOf(t, src, "new-7"); s.Threshold != 0.7 {
+		t.Fatalf("a policy another process wrote: threshold %v; want 0.7", s.Threshold)
+	}
+	putPolicy(t, cachedSt, "new-8", policy.Layer{"threshold": "0.65"})
+	if s := settingsOf(t, src, "new-8"); s.Threshold != 0.65 {
+		t.Fatalf("a policy this process wrote: threshold %v; want 0.65", s.Threshold)
+	}
+}

@@ -218,21 +218,24 @@ func (m *Metrics) Connection(nc *nats.Conn) {
 // from memory (Hits) and from the stream (Misses), the conversations it holds, and
 // whether the subscription that keeps it current is live.
 type PolicyCacheFigures struct {
-	Hits, Misses uint64
-	Entries      int
-	Live         bool
+	// Hits are answers from memory, Absent among them those of a conversation known to
+	// have no policy; Misses reads of the policy stream.
+	Hits, Misses, Absent uint64
+	Entries              int
+	Live                 bool
 }
 
 // PolicyCache exports the process's policy cache, as figures reads it.
 func (m *Metrics) PolicyCache(figures func() PolicyCacheFigures) {
 	lookups := func(result string, of func(PolicyCacheFigures) uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "compactor_policy_cache_lookups_total",
-			Help:        "Conversation settings this process looked up, by where the answer came from: hit (memory) or miss (a read of the policy stream).",
+			Help:        "Conversation settings this process looked up, by where the answer came from: hit (its cached entry), no_policy (a conversation the cache knows has no policy: the defaults, no read, no entry) or miss (a read of the policy stream).",
 			ConstLabels: prometheus.Labels{"result": result}},
 			func() float64 { return float64(of(figures())) })
 	}
 	m.reg.MustRegister(
-		lookups("hit", func(f PolicyCacheFigures) uint64 { return f.Hits }),
+		lookups("hit", func(f PolicyCacheFigures) uint64 { return f.Hits - f.Absent }),
+		lookups("no_policy", func(f PolicyCacheFigures) uint64 { return f.Absent }),
 		lookups("miss", func(f PolicyCacheFigures) uint64 { return f.Misses }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "compactor_policy_cache_entries",
 			Help: "Conversations whose settings this process's policy cache holds."},
