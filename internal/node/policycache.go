@@ -110,6 +110,8 @@ type policyCache struct {
 	knownOK    bool
 	knownAt    time.Time
 	maxKnown   int
+	// listFailed is when a listing last failed (zero: none since one succeeded).
+	listFailed time.Time
 
 	// hits are answers from memory: an entry, or a conversation known to have no
 	// policy (absent counts those); misses are reads of the stream.
@@ -180,7 +182,8 @@ func (c *policyCache) list(ctx context.Context) {
 		return
 	}
 	c.mu.Lock()
-	due := !c.knownOK || c.knownEpoch != st.Epoch || !c.now().Before(c.knownAt.Add(c.maxAge))
+	due := (!c.knownOK || c.knownEpoch != st.Epoch || !c.now().Before(c.knownAt.Add(c.maxAge))) &&
+		!c.now().Before(c.listFailed.Add(c.maxAge))
 	c.mu.Unlock()
 	if !due {
 		return
@@ -192,8 +195,9 @@ func (c *policyCache) list(ctx context.Context) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		// Refused, too many, or the stream did not answer: every miss reads the stream.
-		c.knownOK = false
+		// Refused, too many, or the stream did not answer: every miss reads the stream,
+		// and the listing is tried again a maxAge later.
+		c.knownOK, c.listFailed = false, c.now()
 		if errors.Is(err, jetstream.ErrTooManyPolicies) {
 			clear(c.known)
 		}
@@ -211,7 +215,7 @@ func (c *policyCache) list(ctx context.Context) {
 		c.knownOK = false
 		return
 	}
-	c.knownOK, c.knownEpoch, c.knownAt = true, st.Epoch, at
+	c.knownOK, c.knownEpoch, c.knownAt, c.listFailed = true, st.Epoch, at, time.Time{}
 }
 
 // hasNoPolicy says conv is known to have no policy under the watch's state st.
