@@ -403,6 +403,43 @@ func BenchmarkPolicySettings(b *testing.B) {
 	}
 }
 
+// BenchmarkNewConversationSettings asks the settings of conversations never seen
+// before, none with a policy (as a trigger does at a new conversation's first message):
+// from the cache, which knows they have none, and from the stream (the source without
+// its watch: a leader read each, as the cache did before it listed the policies).
+func BenchmarkNewConversationSettings(b *testing.B) {
+	srv := jstest.Server(b)
+	st := jstest.Provision(b, jstest.Conn(b, srv))
+	for i := range 100 {
+		putPolicy(b, st, fmt.Sprintf("has-%d", i), policy.Layer{"threshold": "0.6"})
+	}
+	for _, tc := range []struct {
+		name string
+		src  func(testing.TB, *jetstream.Store) node.PolicySource
+	}{{"cache", cachedSource}, {"stream", uncached}} {
+		b.Run(tc.name, func(b *testing.B) {
+			src := tc.src(b, st)
+			if tc.name == "cache" {
+				n := 0
+				waitUntil(b, 10*time.Second, "the cache to list the policies", func() bool {
+					n++
+					settingsOf(b, src, fmt.Sprintf("probe-%d", n))
+					return src.CacheStats().Absent > 0
+				})
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := src.Settings(ctx, fmt.Sprintf("%s-new-%d", tc.name, i)); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
 // The roles of deploy/nats that resolve settings (trigger, worker, api) may watch the
 // policies: their caches are live, and the server refused none of their subscriptions.
 func TestPolicyCacheUnderTheRoles(t *testing.T) {
