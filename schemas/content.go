@@ -120,6 +120,28 @@ func (c Content) String() string {
 	return ""
 }
 
+// TextWithPlaceholders is the content's text as a person or a model reads it: a
+// string's text, or the parts' joined by newlines with each non-text part named by its
+// Placeholder; an array that cannot be decoded gives what String gives.
+func (c Content) TextWithPlaceholders() string {
+	if !c.IsParts() {
+		return c.String()
+	}
+	parts, err := c.Parts()
+	if err != nil {
+		return c.String()
+	}
+	texts := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if p.Type == "text" {
+			texts = append(texts, p.Text)
+		} else {
+			texts = append(texts, p.Placeholder())
+		}
+	}
+	return strings.Join(texts, "\n")
+}
+
 // Parts decodes an array content. It returns nil for string or null content. Like
 // Validate it reads only the exact keys "type" and, of a text part, "text": a part of
 // another type is kept whatever its other fields hold.

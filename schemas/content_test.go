@@ -86,3 +86,19 @@ func TestPartsReadLikeValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestTextWithPlaceholders(t *testing.T) {
+	for _, tt := range []struct{ give, want string }{
+		{`"plain"`, "plain"},
+		{`[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"b"}]`, "a\n[image]\nb"},
+		{`null`, ""},
+	} {
+		var c schemas.Content
+		if err := c.UnmarshalJSON([]byte(tt.give)); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.TextWithPlaceholders(); got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.give, got, tt.want)
+		}
+	}
+}

@@ -229,33 +229,12 @@ func render(m schemas.RecalledMessage) (msg Message, redacted bool) {
 		redacted = redacted || r != s
 		return r
 	}
-	msg = Message{Seq: m.Seq, Role: string(m.Message.Role), Content: red(text(m.Message.Content)), Name: red(m.Message.Name),
+	msg = Message{Seq: m.Seq, Role: string(m.Message.Role), Content: red(m.Message.Content.TextWithPlaceholders()), Name: red(m.Message.Name),
 		ToolCallID: m.Message.ToolCallID, Reasoning: red(m.Message.Reasoning)}
 	for _, tc := range m.Message.ToolCalls {
 		msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: red(tc.Function.Arguments)})
 	}
 	return msg, redacted
-}
-
-// text is a content's text: a string's, or the parts' joined by newlines, a non-text
-// part by its placeholder.
-func text(c schemas.Content) string {
-	if !c.IsParts() {
-		return c.String()
-	}
-	parts, err := c.Parts()
-	if err != nil {
-		return c.String()
-	}
-	texts := make([]string, 0, len(parts))
-	for _, p := range parts {
-		if p.Type == "text" {
-			texts = append(texts, p.Text)
-		} else {
-			texts = append(texts, p.Placeholder())
-		}
-	}
-	return strings.Join(texts, "\n")
 }
 
 // recallNote says what the answer holds and what it left out, and how to get that.

@@ -244,7 +244,7 @@ func cut(s string, n int) (string, int) {
 func newMessage(m *schemas.Message, seq uint64, count tokens.Counter, maxChars int) Message {
 	out := Message{Seq: seq, Role: string(m.Role), Name: m.Name, ToolCallID: m.ToolCallID,
 		Tokens: tokens.MessageWith(count, m), Pinned: m.Pinned()}
-	out.Text, out.Cut = cut(contentText(m.Content), maxChars)
+	out.Text, out.Cut = cut(m.Content.TextWithPlaceholders(), maxChars)
 	out.Reasoning, out.ReasoningCut = cut(m.Reasoning, maxChars)
 	for _, tc := range m.ToolCalls {
 		c := ToolCall{ID: tc.ID, Name: tc.Function.Name}
@@ -255,25 +255,4 @@ func newMessage(m *schemas.Message, seq uint64, count tokens.Counter, maxChars i
 		out.Object = &Object{Size: ref.Size, Tokens: ref.Tokens}
 	}
 	return out
-}
-
-// contentText is the text of a content: a string, or the parts with each non-text part
-// named by its placeholder.
-func contentText(c schemas.Content) string {
-	if !c.IsParts() {
-		return c.String()
-	}
-	parts, err := c.Parts()
-	if err != nil {
-		return c.String()
-	}
-	texts := make([]string, 0, len(parts))
-	for _, p := range parts {
-		if p.Type == "text" {
-			texts = append(texts, p.Text)
-		} else {
-			texts = append(texts, p.Placeholder())
-		}
-	}
-	return strings.Join(texts, "\n")
 }
