@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/compactor/compactor/internal/mcpserver"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/schemas"
 )
@@ -181,22 +182,7 @@ func serveMCPHTTP(ctx context.Context, c *call, srv *mcp.Server, s mcpSettings, 
 	// GET) ends with it, and the shutdown does not wait for it.
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
 	fmt.Fprintf(c.std.err, "compactor mcp: serving %s on http://%s/ (streamable HTTP; %s)\n", which, ln.Addr(), tools)
-	done := make(chan error, 1)
-	go func() { done <- hs.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if hs.Shutdown(sctx) != nil {
-		hs.Close()
-	}
-	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return telemetry.ServeUntilDone(ctx, hs, ln, "compactor mcp")
 }
 
 // bearer lets through the requests that send token as their bearer token.
