@@ -62,28 +62,14 @@ func (s *Store) Status(ctx context.Context) Status {
 	var out Status
 	for _, name := range []string{s.cfg.ChatStream, s.cfg.RequestsStream, s.cfg.EventsStream, s.cfg.DeadStream,
 		s.cfg.ActivityStream, "KV_" + s.cfg.ResultsBucket, "KV_" + s.cfg.PolicyBucket, objectsStream(s.cfg.ObjectsBucket), "KV_" + s.cfg.ForgetBucket} {
-		ss := StreamStatus{Name: name}
-		st, err := s.js.Stream(ctx, name)
-		if err == nil {
-			info, ierr := st.Info(ctx)
-			if err = ierr; err == nil {
-				ss.Messages, ss.Bytes, ss.Subjects = info.State.Msgs, info.State.Bytes, int(info.State.NumSubjects)
-			}
-		}
+		ss, err := s.streamStatus(ctx, name)
 		if err != nil {
 			ss.Error = err.Error()
 		}
 		out.Streams = append(out.Streams, ss)
 	}
 	if name := s.cfg.LedgerStream; name != "" {
-		ss := StreamStatus{Name: name}
-		st, err := s.js.Stream(ctx, name)
-		if err == nil {
-			info, ierr := st.Info(ctx)
-			if err = ierr; err == nil {
-				ss.Messages, ss.Bytes, ss.Subjects = info.State.Msgs, info.State.Bytes, int(info.State.NumSubjects)
-			}
-		}
+		ss, err := s.streamStatus(ctx, name)
 		switch {
 		case errors.Is(err, natsjs.ErrStreamNotFound):
 			ss.Note = "optional, not created: the proxy books no savings"
@@ -145,6 +131,21 @@ func (s *Store) Status(ctx context.Context) Status {
 		out.PolicyRecordsError = perr.Error()
 	}
 	return out
+}
+
+// streamStatus reads one stream's figures; an error leaves them 0.
+func (s *Store) streamStatus(ctx context.Context, name string) (StreamStatus, error) {
+	ss := StreamStatus{Name: name}
+	st, err := s.js.Stream(ctx, name)
+	if err != nil {
+		return ss, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return ss, err
+	}
+	ss.Messages, ss.Bytes, ss.Subjects = info.State.Msgs, info.State.Bytes, int(info.State.NumSubjects)
+	return ss, nil
 }
 
 func (s *Store) triggerMembers(ctx context.Context) ([]string, error) {
