@@ -47,19 +47,7 @@ func TestLedgerBooksAnAnsweredCompactionAsNoModelCall(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Fatalf("%s: %d %s", mode, resp.StatusCode, body)
 			}
-			// The done entry is booked once the response is written: wait for it.
-			var es []*schemas.LedgerEntry
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if es = ledgerEntries(t, st, conv); len(es) >= 6 || time.Now().After(deadline) {
-					break
-				}
-			}
-			if len(es) != 6 {
-				t.Fatalf("%s: the ledger holds %d entries; want 3 exchanges, sent and done", mode, len(es))
-			}
-			// A done entry is appended on a goroutine of its own: it may come after the
-			// next exchange's sent entry. The exchanges are told apart by their ids.
-			es = byExchange(t, es)
+			es := threeExchanges(t, st, conv, mode)
 			last := es[5]
 			switch mode {
 			case proxy.ModeRewrite:
@@ -110,16 +98,7 @@ func TestLedgerBooksACompactEndpointRequestThatWentUpstream(t *testing.T) {
 			if resp.StatusCode != 200 || !strings.Contains(body, `"encrypted_content":"opaque"`) || a.calls.Load() != 3 {
 				t.Fatalf("%s: %d, %d upstream calls: %s", mode, resp.StatusCode, a.calls.Load(), body)
 			}
-			var es []*schemas.LedgerEntry
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-				if es = ledgerEntries(t, st, conv); len(es) >= 6 || time.Now().After(deadline) {
-					break
-				}
-			}
-			if len(es) != 6 {
-				t.Fatalf("%s: the ledger holds %d entries; want 3 exchanges, sent and done", mode, len(es))
-			}
-			es = byExchange(t, es)
+			es := threeExchanges(t, st, conv, mode)
 			sent, done := es[4], es[5]
 			if sent.Phase != schemas.LedgerSent || sent.API != "responses" || sent.ClientTokens == 0 || sent.CompactedTokens != sent.ClientTokens || sent.Swap {
 				t.Errorf("%s: the compact request's sent entry %+v; want the client's request on both sides", mode, sent)
@@ -133,6 +112,24 @@ func TestLedgerBooksACompactEndpointRequestThatWentUpstream(t *testing.T) {
 			}
 		}
 	})
+}
+
+// threeExchanges waits for conv's ledger to hold 3 exchanges, sent and done (the done
+// entry is booked once the response is written), and returns them by exchange.
+func threeExchanges(t *testing.T, st *jetstream.Store, conv, mode string) []*schemas.LedgerEntry {
+	t.Helper()
+	var es []*schemas.LedgerEntry
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if es = ledgerEntries(t, st, conv); len(es) >= 6 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(es) != 6 {
+		t.Fatalf("%s: the ledger holds %d entries; want 3 exchanges, sent and done", mode, len(es))
+	}
+	// A done entry is appended on a goroutine of its own: it may come after the next
+	// exchange's sent entry. The exchanges are told apart by their ids.
+	return byExchange(t, es)
 }
 
 // byExchange orders ledger entries as sent entries in the ledger's order, each followed
