@@ -245,11 +245,7 @@ func recallNote(r *Recalled) string {
 		fmt.Fprintf(&b, "; the budget asked for (%d tokens) is over this server's cap, %d was applied", r.AskedMaxTokens, r.MaxTokens)
 	}
 	if len(r.SkippedSeqs) > 0 {
-		seqs := make([]string, len(r.SkippedSeqs))
-		for i, q := range r.SkippedSeqs {
-			seqs[i] = fmt.Sprint(q)
-		}
-		fmt.Fprintf(&b, "; left out by the budget: the rounds starting at seq %s (recall a range around them)", strings.Join(seqs, ", "))
+		fmt.Fprintf(&b, "; left out by the budget: the rounds starting at seq %s (recall a range around them)", list(r.SkippedSeqs))
 	}
 	if r.MoreSkipped {
 		b.WriteString("; more matching rounds were left out by the budget (narrow the range, or raise max_tokens)")
