@@ -414,3 +414,24 @@ func TestRecallQueryIsNoOracleOnRedactedSecrets(t *testing.T) {
 		t.Fatalf("a query outside the secret: %+v; want matches, some returned, some named as left out", got)
 	}
 }
+
+// A query's matching tool rounds that the budget left out are named in skipped_seqs
+// when the match is where the model can read it: each is read again whole (a round's
+// first message alone is no unit) to check.
+func TestRecallNamesSkippedToolRoundsThatMatch(t *testing.T) {
+	f := newFixture(t)
+	const conv = "mcp-rounds"
+	var msgs []string
+	for i := range 8 {
+		msgs = append(msgs,
+			fmt.Sprintf(`{"role":"assistant","content":null,"tool_calls":[{"id":"c%d","type":"function","function":{"name":"sh","arguments":"{\"cmd\":\"make\"}"}}]}`, i),
+			fmt.Sprintf(`{"role":"tool","tool_call_id":"c%d","content":"build %d failed: undefined: frobnicate %s"}`, i, i, strings.Repeat("x", 200)))
+	}
+	f.publish(t, conv, msgs...)
+	cs := f.fn(mcpserver.Config{Conversation: conv})
+	var got mcpserver.Recalled
+	decode(t, call(t, cs, "recall", map[string]any{"query": "frobnicate", "max_tokens": 150}), &got)
+	if got.Returned == 0 || len(got.SkippedSeqs) == 0 || !got.CutByBudget || got.Matched <= got.Returned/2 {
+		t.Fatalf("matching tool rounds past the budget: %+v; want some returned and the rest named in skipped_seqs", got)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -149,16 +150,9 @@ func (s *server) visibleMatches(ctx context.Context, conv, query string, out *Re
 		for end < len(out.Messages) && out.Messages[end].Seq > out.Messages[end-1].Seq {
 			end++
 		}
-		unit := out.Messages[start:end]
-		n := 0
-		for _, m := range unit {
-			if m.holds(lq) {
-				n++
-			}
-		}
-		if n > 0 {
+		if unit := out.Messages[start:end]; anyHolds(unit, lq) {
 			kept = append(kept, unit...)
-			matched += n
+			matched += len(unit) // a round counts all its messages, as the recall operation counts
 		}
 		start = end
 	}
@@ -174,16 +168,27 @@ func (s *server) visibleMatches(ctx context.Context, conv, query string, out *Re
 			unchecked = true
 			break
 		}
-		r, err := s.cl.Recall(ctx, conv, pipeline.FromSeq(seq), pipeline.ToSeq(seq), pipeline.MaxTokens(s.cfg.maxTokens()))
+		// The round is read whole (its first message alone is no unit the recall
+		// operation returns); one that cannot be read whole is not named.
+		seqs, err := s.unitOf(ctx, conv, seq)
+		if err != nil {
+			continue
+		}
+		r, err := s.cl.Recall(ctx, conv, pipeline.FromSeq(seqs[0]), pipeline.ToSeq(seqs[len(seqs)-1]),
+			pipeline.MaxTokens(schemas.MaxRecallMaxTokens), pipeline.ScanLimit(s.cfg.ScanLimit))
 		if err != nil {
 			return err
 		}
+		var unit []Message
 		for _, m := range r.Messages {
-			if msg, _ := render(m); msg.holds(lq) {
-				skipped = append(skipped, seq)
-				matched++
-				break
+			if slices.Contains(seqs, m.Seq) {
+				msg, _ := render(m)
+				unit = append(unit, msg)
 			}
+		}
+		if anyHolds(unit, lq) {
+			skipped = append(skipped, seq)
+			matched += len(unit)
 		}
 	}
 	out.SkippedSeqs = skipped
@@ -193,6 +198,11 @@ func (s *server) visibleMatches(ctx context.Context, conv, query string, out *Re
 	out.CutByBudget = len(skipped) > 0
 	out.Matched = matched
 	return nil
+}
+
+// anyHolds says a message of ms holds lq (lower case).
+func anyHolds(ms []Message, lq string) bool {
+	return slices.ContainsFunc(ms, func(m Message) bool { return m.holds(lq) })
 }
 
 // holds says the message as the model reads it holds lq (lower case), as the recall
