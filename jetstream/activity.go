@@ -32,6 +32,27 @@ func (ac *Activity) ArmIdle(conv string, ttl time.Duration, seq uint64) error {
 	return nil
 }
 
+// ArmRecount replaces the conversation's idle timer with one that runs out after ttl
+// (at least a second), and returns once ACTIVITY stored it: its marker reaches the
+// trigger that owns the conversation then as an idle signal, also after a crash or a
+// takeover, and the trigger counts the conversation again from the stream (and re-arms
+// its idle timer). A trigger uses it for a chat message it acknowledged before handling
+// it (see Consumption.AcksAll).
+func (ac *Activity) ArmRecount(ctx context.Context, conv string, ttl time.Duration, seq uint64) error {
+	subj, err := ac.cfg.ActivitySubject(conv)
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(subj)
+	m.Header.Set(natsjs.MsgTTLHeader, max(ttl.Round(time.Second), time.Second).String())
+	m.Header.Set(natsjs.ExpectedStreamHeader, ac.cfg.ActivityStream)
+	m.Data = fmt.Appendf(nil, `{"seq":%d,"recount":true}`, seq)
+	if _, err := ac.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("arm a recount of %s: %w", conv, err)
+	}
+	return nil
+}
+
 // markerReasonHeader is set on the delete marker a message's expiry leaves.
 const markerReasonHeader = "Nats-Marker-Reason"
 

@@ -597,8 +597,11 @@ func (s *core) consume(ctx context.Context, stream, durable string, convOf func(
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s on %s: %w", durable, stream, err)
 	}
+	acksAll := c.CachedInfo().Config.AckPolicy == natsjs.AckAllPolicy
 	cc, err := c.Consume(func(msg natsjs.Msg) {
-		handle(s.delivery(msg, convOf))
+		d := s.delivery(msg, convOf)
+		d.AcksAll = acksAll
+		handle(d)
 	},
 		natsjs.PullPriorityGroup(s.cfg.TriggerGroup),
 		natsjs.PullExpiry(s.cfg.triggerPullExpiry()),
@@ -610,14 +613,23 @@ func (s *core) consume(ctx context.Context, stream, durable string, convOf func(
 	if err != nil {
 		return nil, fmt.Errorf("consume %s: %w", stream, err)
 	}
-	return &Consumption{cc: cc, stop: s.watchConsumer(stream, durable, onErr)}, nil
+	return &Consumption{cc: cc, stop: s.watchConsumer(stream, durable, onErr), acksAll: acksAll}, nil
 }
 
 // Consumption is a running consumer.
 type Consumption struct {
-	cc   natsjs.ConsumeContext
-	stop func() // ends the watch of its refusals
+	cc      natsjs.ConsumeContext
+	stop    func() // ends the watch of its refusals
+	acksAll bool
 }
+
+// AcksAll reports whether the consumer acknowledges all messages up to the one acked
+// (its ack policy is all): then Delivery.Ack settles every message the consumer
+// delivered before it, and a delivery must not be acknowledged before all those
+// delivered before it are settled. The chat trigger consumers Provision creates are so;
+// one created before this version acknowledges each message (explicit) and keeps
+// doing so, since an ack policy cannot change in place.
+func (c *Consumption) AcksAll() bool { return c.acksAll }
 
 // Drain stops taking messages, lets the handler finish those in hand and returns once
 // it has.

@@ -35,6 +35,12 @@ type Delivery struct {
 	// MetadataErr is set when the delivery had no JetStream metadata (Seq and Attempt
 	// are then 0).
 	MetadataErr error
+	// AcksAll: the consumer's ack policy is all (see Consumption.AcksAll), so Ack
+	// acknowledges every message delivered before this one too.
+	AcksAll bool
+	// Slot is the consumer's own bookkeeping of the delivery (a trigger's batched
+	// acknowledgements); this package never reads it.
+	Slot any
 }
 
 func (s *core) delivery(msg natsjs.Msg, convOf func(string) (string, bool)) *Delivery {

@@ -131,6 +131,61 @@ func (ac *Activity) ConsumePartition(ctx context.Context, p Partition, handle fu
 	return ac.consume(ctx, ac.cfg.ActivityStream, ac.cfg.IdleConsumerOf(p), ac.cfg.activityConversationOf, handle, onErr)
 }
 
+// AckFloor is the stream sequence through which partition p's trigger consumer on CHAT
+// has every message acknowledged, as the consumer's leader has it.
+func (ch *Chat) AckFloor(ctx context.Context, p Partition) (uint64, error) {
+	durable := ch.cfg.TriggerConsumerOf(p)
+	c, err := ch.js.Consumer(ctx, ch.cfg.ChatStream, durable)
+	if err != nil {
+		return 0, fmt.Errorf("consumer %s on %s: %w", durable, ch.cfg.ChatStream, err)
+	}
+	return c.CachedInfo().AckFloor.Stream, nil
+}
+
+// maxBetweenBytes bounds one page of ConversationsBetween's reads.
+const maxBetweenBytes = 1 << 20
+
+// ConversationsBetween returns the conversations of partition p that have messages with
+// stream sequences from through through, each once, in the order of their first
+// message there. It reads the messages with batched direct gets of the partition's
+// subjects, a page of at most 1 MiB at a time, keeping only the subjects. A replica
+// holds the stream up to the last message it returns (it applies the stream in order);
+// when one returns nothing, the stream leader is asked for the next message, so a
+// replica behind the others holds nothing back.
+func (ch *Chat) ConversationsBetween(ctx context.Context, p Partition, from, through uint64) ([]string, error) {
+	filter := ch.cfg.chatFilterOf(p)
+	var convs []string
+	seen := map[string]bool{}
+	for from <= through {
+		page, _, err := ch.directRequest(ctx, ch.cfg.ChatStream,
+			map[string]any{"seq": from, "next_by_subj": filter, "batch": DirectBatchSize, "max_bytes": maxBetweenBytes}, filter)
+		if err != nil {
+			return nil, err
+		}
+		if len(page) == 0 {
+			m, err := ch.leaderGet(ctx, ch.cfg.ChatStream, map[string]any{"seq": from, "next_by_subj": filter})
+			if errors.Is(err, errNoMessage) {
+				return convs, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			page = []StoredMsg{m}
+		}
+		for _, m := range page {
+			if m.Seq > through {
+				return convs, nil
+			}
+			if conv, ok := ch.cfg.ConversationOf(m.Subject); ok && !seen[conv] {
+				seen[conv] = true
+				convs = append(convs, conv)
+			}
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+	return convs, nil
+}
+
 // UnpinPartition unpins whichever client holds partition p's trigger and idle
 // consumers, so the next client that pulls is pinned at once instead of after the
 // pinned TTL. A process calls it after it stopped consuming a partition it no longer

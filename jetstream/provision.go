@@ -61,7 +61,7 @@ func provision(ctx context.Context, nc *nats.Conn, cfg Config) (*Store, []Differ
 		return nil, nil, err
 	}
 	for _, c := range consumerConfigs(cfg) {
-		if err := p.consumer(ctx, c.stream, c.cfg); err != nil {
+		if err := p.consumer(ctx, c); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -318,13 +318,18 @@ func objectsStreamConfig(cfg Config) natsjs.StreamConfig {
 type streamConsumer struct {
 	stream string
 	cfg    natsjs.ConsumerConfig
+	// keepsExplicit: an existing consumer that acknowledges each message explicitly
+	// keeps doing so in place of cfg's ack policy, and that is no conflict (the chat
+	// trigger consumers made before acknowledgements were batched; see
+	// Consumption.AcksAll). An ack policy cannot be changed in place.
+	keepsExplicit bool
 }
 
 // consumerConfigs are the contract's consumers: the workers' one on the work queue, and
 // each trigger partition's on CHAT and on the idle timers.
 func consumerConfigs(cfg Config) []streamConsumer {
 	consumers := []streamConsumer{
-		{cfg.RequestsStream, natsjs.ConsumerConfig{
+		{stream: cfg.RequestsStream, cfg: natsjs.ConsumerConfig{
 			Durable:       cfg.WorkerConsumer,
 			Description:   "Compactor summarizer pool, shared by every worker process",
 			AckPolicy:     natsjs.AckExplicitPolicy,
@@ -342,9 +347,11 @@ func consumerConfigs(cfg Config) []streamConsumer {
 			chatWhat = fmt.Sprintf("Compactor trigger, partition %s: its owner is active, the others stand by", part)
 			idleWhat = fmt.Sprintf("Compactor idle timers, partition %s: its owner reads the markers expired timers leave", part)
 		}
+		chat := triggerConsumer(cfg, cfg.TriggerConsumerOf(part), cfg.chatFilterOf(part), chatWhat)
+		chat.AckPolicy = natsjs.AckAllPolicy // see Consumption.AcksAll
 		consumers = append(consumers,
-			streamConsumer{cfg.ChatStream, triggerConsumer(cfg, cfg.TriggerConsumerOf(part), cfg.chatFilterOf(part), chatWhat)},
-			streamConsumer{cfg.ActivityStream, triggerConsumer(cfg, cfg.IdleConsumerOf(part), cfg.activityFilterOf(part), idleWhat)})
+			streamConsumer{stream: cfg.ChatStream, cfg: chat, keepsExplicit: true},
+			streamConsumer{stream: cfg.ActivityStream, cfg: triggerConsumer(cfg, cfg.IdleConsumerOf(part), cfg.activityFilterOf(part), idleWhat)})
 	}
 	return consumers
 }
@@ -490,7 +497,8 @@ func (p *provisioner) objectStore(ctx context.Context, sc natsjs.StreamConfig) e
 }
 
 // consumer creates the durable cc on stream, or compares it with the existing one.
-func (p *provisioner) consumer(ctx context.Context, stream string, cc natsjs.ConsumerConfig) error {
+func (p *provisioner) consumer(ctx context.Context, sc streamConsumer) error {
+	stream, cc := sc.stream, sc.cfg
 	for try := 0; ; try++ {
 		c, err := p.js.Consumer(ctx, stream, cc.Durable)
 		if errors.Is(err, natsjs.ErrConsumerNotFound) {
@@ -507,6 +515,9 @@ func (p *provisioner) consumer(ctx context.Context, stream string, cc natsjs.Con
 			return fmt.Errorf("consumer %s on %s: %w", cc.Durable, stream, err)
 		}
 		have := c.CachedInfo().Config
+		if sc.keepsExplicit && have.AckPolicy == natsjs.AckExplicitPolicy {
+			cc.AckPolicy = have.AckPolicy
+		}
 		return p.resolve(consumerDiff(stream, cc, have), func() error {
 			if _, err := p.js.UpdateConsumer(ctx, stream, mergeConsumer(cc, have)); err != nil {
 				return fmt.Errorf("update consumer %s on %s: %w", cc.Durable, stream, err)

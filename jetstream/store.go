@@ -150,9 +150,20 @@ func (s *core) directBatch(ctx context.Context, stream, subj string, fromSeq uin
 	return msgs, more, nil
 }
 
+// directMaxBytes is the most bytes one batched direct get answers with: nats-server's
+// default max_pending, the bound it applies when the request names none.
+const directMaxBytes = 64 << 20
+
 // directRequest sends one batched direct get request (subj names what it reads, for
 // errors) and collects the answers up to the end-of-batch marker.
 func (s *core) directRequest(ctx context.Context, stream string, request map[string]any, subj string) (msgs []StoredMsg, more bool, err error) {
+	if _, ok := request["max_bytes"]; !ok {
+		// The server's own bound, stated: without it, the server reads its max_pending
+		// option for each answer without the lock a configuration reload takes (a data
+		// race in nats-server 2.15 that the race detector reports in a process that embeds
+		// the server and reloads it).
+		request["max_bytes"] = directMaxBytes
+	}
 	inbox, pr, done, err := s.replies.open()
 	if err != nil {
 		return nil, false, fmt.Errorf("direct get %s: %w", subj, err)

@@ -53,6 +53,11 @@ type Config struct {
 	// HandBackTimeout bounds what a stopping trigger does after its drain: flushing the
 	// last acknowledgements, and a partition's unpin. 0 means the default, 5 s.
 	HandBackTimeout time.Duration
+	// ParkAfter is how long a chat message may be in hand before it is parked, on a
+	// consumer that acknowledges in batches (see acks.go): its conversation's recount
+	// is armed in ACTIVITY and it no longer holds back the acknowledgement of the
+	// messages after it. 0 means the default, 2 s.
+	ParkAfter time.Duration
 	// Counters returns the token counter of a tokenizer name (policy key tokenizer);
 	// nil knows chars4 only.
 	Counters func(name string) (tokens.Counter, error)
@@ -86,6 +91,14 @@ func (c Config) handBack() time.Duration {
 	return c.HandBackTimeout
 }
 
+// parkAfter is ParkAfter or its default.
+func (c Config) parkAfter() time.Duration {
+	if c.ParkAfter == 0 {
+		return 2 * time.Second
+	}
+	return c.ParkAfter
+}
+
 // ErrConfig is matched by every configuration error of this package.
 var ErrConfig = errors.New("invalid trigger config")
 
@@ -115,6 +128,8 @@ func (c Config) Validate() error {
 		return bad("drain timeout must not be negative")
 	case c.HandBackTimeout < 0:
 		return bad("hand-back timeout must not be negative")
+	case c.ParkAfter < 0:
+		return bad("park-after must not be negative")
 	}
 	return nil
 }
@@ -158,12 +173,17 @@ type Trigger struct {
 
 	// lastDelivery is the consumer sequence of the chat message delivered last.
 	lastDelivery atomic.Uint64
+	// acks keeps the chat deliveries of a consumer that acknowledges in batches (nil:
+	// each is acknowledged by itself). Set before the consumer delivers.
+	acks *acker
 	// stopping is set when Run's context is done: the handlers then wait for their acks.
 	stopping atomic.Bool
 	// adopting is set while adoptPending runs.
 	adopting atomic.Bool
 	// idleSeen is set once the idle consumer delivered to this process.
 	idleSeen atomic.Bool
+	// parking is set while parkHeld's goroutine runs.
+	parking atomic.Bool
 
 	// shared holds the policies the tracked conversations share.
 	shared sharedPolicies
@@ -195,6 +215,9 @@ type job struct {
 	d       *jetstream.Delivery
 	idle    bool
 	carrier bool
+	// recount, without a delivery: the conversation is counted again from the stream
+	// (a catch-up; see acks.go).
+	recount *recount
 }
 
 // tracked is one conversation the trigger holds state for.
@@ -271,7 +294,8 @@ func New(cfg Config, store *jetstream.Store, policies PolicySource, log zerolog.
 		return nil, fmt.Errorf("%w: a store and a policy source are required", ErrConfig)
 	}
 	return &Trigger{cfg: cfg, store: store, policies: policies, log: log.With().Str("component", "trigger").Logger(),
-		now: time.Now, convs: map[string]*tracked{}, firstSight: store.Results().FirstSight, tracer: newTracer(cfg.Tracer)}, nil
+		now: time.Now, convs: map[string]*tracked{}, firstSight: store.Results().FirstSight, tracer: newTracer(cfg.Tracer),
+		acks: newAcker(time.Now)}, nil
 }
 
 // Run consumes CHAT and ACTIVITY until ctx is done, then drains the messages in hand
@@ -303,6 +327,8 @@ func (t *Trigger) Run(ctx context.Context) error {
 	defer evict.Stop()
 	sweep := time.NewTicker(t.cfg.SweepEvery)
 	defer sweep.Stop()
+	park := time.NewTicker(t.cfg.parkAfter() / 4)
+	defer park.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -312,6 +338,8 @@ func (t *Trigger) Run(ctx context.Context) error {
 			t.evict()
 		case <-sweep.C:
 			t.sweep(hctx)
+		case <-park.C:
+			t.parkHeld(hctx)
 		}
 	}
 }
@@ -387,6 +415,9 @@ func (t *Trigger) drain(ctx context.Context, stopHandlers context.CancelFunc, ch
 	// The handlers' acks do not wait for the server; the consumer's drain no
 	// longer follows them (they are sent after it), so they are flushed here.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.handBack())
+	if err := t.acks.flush(fctx); err != nil {
+		t.log.Warn().Err(err).Msg("acknowledge the last messages handled; they are redelivered after the ack wait")
+	}
 	if err := t.store.FlushAcks(fctx); err != nil {
 		t.log.Warn().Err(err).Msg("flush the last acknowledgements; their messages are redelivered after the ack wait")
 	}
@@ -796,9 +827,7 @@ func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *
 	if d.Attempt < uint64(t.cfg.RebuildAttempts) {
 		delay := t.cfg.RetryDelay * time.Duration(d.Attempt)
 		log.Warn().Err(err).Uint64("attempt", d.Attempt).Dur("retry_in", delay).Msg("rebuild conversation state; retrying")
-		if nerr := d.NakAfter(ctx, delay); nerr != nil {
-			log.Warn().Err(nerr).Msg("nak chat message; it is redelivered after the ack wait")
-		}
+		t.retryLater(ctx, d, delay, log)
 		return
 	}
 	tr.broken, tr.brokenUntil = err, stampOf(t.now().Add(t.cfg.BrokenRetry))
@@ -840,6 +869,10 @@ func (t *Trigger) forgottenMeanwhile(ctx context.Context, id string, base uint64
 // trigger counts it. (The server applies acks in order, so the last one confirmed
 // covers those sent before.)
 func (t *Trigger) ack(ctx context.Context, d *jetstream.Delivery) {
+	if s := slotOf(d); s != nil {
+		t.acks.settle(s) // acknowledged in a batch; a stopping trigger's last is confirmed
+		return
+	}
 	if !t.stopping.Load() {
 		_ = d.Ack()
 		return
@@ -847,6 +880,188 @@ func (t *Trigger) ack(ctx context.Context, d *jetstream.Delivery) {
 	if err := d.AckSync(ctx); err != nil {
 		t.log.Warn().Err(err).Str("conversation", d.Conversation).Uint64("seq", d.Seq).Msg("acknowledge while stopping; the message is redelivered")
 	}
+}
+
+// settle acknowledges d at once, without waiting for the server even while stopping
+// (or marks it settled for a batch).
+func (t *Trigger) settle(d *jetstream.Delivery) {
+	if s := slotOf(d); s != nil {
+		t.acks.settle(s)
+		return
+	}
+	_ = d.Ack()
+}
+
+// retryLater has d, a chat message that could not be handled now, handled again after
+// delay: a nak, after which the server delivers it again; on a consumer that
+// acknowledges in batches, a park (see acks.go): its conversation's recount is armed.
+// A park that fails leaves the message in hand, and parkHeld tries again.
+func (t *Trigger) retryLater(ctx context.Context, d *jetstream.Delivery, delay time.Duration, log zerolog.Logger) {
+	if s := slotOf(d); s != nil {
+		if err := t.park(ctx, s, delay); err != nil {
+			log.Warn().Err(err).Msg("park chat message; tried again while it is in hand")
+		}
+		return
+	}
+	if err := d.NakAfter(ctx, delay); err != nil {
+		log.Warn().Err(err).Msg("nak chat message; it is redelivered after the ack wait")
+	}
+}
+
+// park arms the recount of s's conversation after delay, durably, then settles s: a
+// later delivery of the conversation counts it again from the stream first, and so
+// does the recount, also in another process after a crash or a takeover.
+func (t *Trigger) park(ctx context.Context, s *ackSlot, delay time.Duration) error {
+	d := s.d
+	if err := t.store.Activity().ArmRecount(ctx, d.Conversation, delay, d.Seq); err != nil {
+		return err
+	}
+	if tr := t.lookup(d.Conversation); tr != nil {
+		tr.signal(func(sg *signals) { sg.addGap(d.Seq) })
+	}
+	t.acks.settle(s)
+	return nil
+}
+
+// parkHeld parks the chat messages in hand for longer than ParkAfter, one after the
+// other on a goroutine of its own (none while one runs).
+func (t *Trigger) parkHeld(ctx context.Context) {
+	if !t.parking.CompareAndSwap(false, true) {
+		return
+	}
+	old, _ := t.acks.held(time.Now().Add(-t.cfg.parkAfter()))
+	if len(old) == 0 {
+		t.parking.Store(false)
+		return
+	}
+	t.workers.Add(1)
+	go func() {
+		defer t.workers.Done()
+		defer t.parking.Store(false)
+		for i, s := range old {
+			if ctx.Err() != nil {
+				for _, s := range old[i:] {
+					t.acks.unpark(s)
+				}
+				return
+			}
+			log := t.log.With().Str("conversation", s.d.Conversation).Uint64("seq", s.d.Seq).Logger()
+			if err := t.park(ctx, s, t.cfg.RetryDelay); err != nil {
+				t.acks.unpark(s)
+				log.Warn().Err(err).Msg("park a chat message in hand too long; tried again later")
+				continue
+			}
+			log.Info().Dur("in_hand", time.Since(s.at).Round(time.Millisecond)).Dur("recount_in", t.cfg.RetryDelay).
+				Msg("chat message in hand too long parked: its conversation is counted again from the stream")
+		}
+	}()
+}
+
+// recount is a catch-up's job for one conversation (see acks.go): counted again from
+// the stream and evaluated. failed says it must be done again.
+type recount struct {
+	conv   string
+	wg     *sync.WaitGroup
+	failed atomic.Bool
+}
+
+// startCatchUp puts a barrier before the chat delivery of stream sequence first, the
+// first this trigger got after becoming active, and catches up on what is below it
+// (see acks.go); the barrier is settled once it has.
+func (t *Trigger) startCatchUp(ctx context.Context, first uint64) {
+	b := t.acks.barrier()
+	t.workers.Add(1)
+	go func() {
+		defer t.workers.Done()
+		if t.catchUp(ctx, first) {
+			t.acks.settle(b)
+		}
+	}()
+}
+
+// catchUp counts again, from the stream, each conversation of the partition with a
+// message between the consumer's ack floor and first, and evaluates it: messages the
+// previous owner of the consumer may not have handled. It returns false when the
+// trigger stopped first.
+func (t *Trigger) catchUp(ctx context.Context, first uint64) bool {
+	var convs []string
+	for wait := t.cfg.RetryDelay / 8; ; wait = min(2*wait, t.cfg.RetryDelay) {
+		floor, err := t.store.Chat().AckFloor(ctx, t.part)
+		if err == nil && floor+1 < first {
+			convs, err = t.store.Chat().ConversationsBetween(ctx, t.part, floor+1, first-1)
+		}
+		if err == nil {
+			if len(convs) > 0 {
+				t.log.Info().Uint64("ack_floor", floor).Uint64("first_delivery", first).Int("conversations", len(convs)).
+					Msg("became active: counting again the conversations of the messages below the first delivery")
+			}
+			break
+		}
+		if !t.pause(ctx, wait) {
+			return false
+		}
+		t.log.Warn().Err(err).Msg("became active: read what is below the first delivery; trying again (nothing is acknowledged meanwhile)")
+	}
+	for len(convs) > 0 {
+		var wg sync.WaitGroup
+		jobs := make([]*recount, len(convs))
+		for i, id := range convs {
+			jobs[i] = &recount{conv: id, wg: &wg}
+			wg.Add(1)
+			tr := t.get(id)
+			tr.signal(func(s *signals) { s.addGap(first) })
+			t.dispatch(ctx, tr, job{recount: jobs[i]})
+		}
+		wg.Wait()
+		convs = convs[:0]
+		for _, r := range jobs {
+			if r.failed.Load() {
+				convs = append(convs, r.conv)
+			}
+		}
+		if len(convs) > 0 && !t.pause(ctx, t.cfg.RetryDelay) {
+			return false
+		}
+	}
+	return true
+}
+
+// pause waits for d; false when the trigger stops first.
+func (t *Trigger) pause(ctx context.Context, d time.Duration) bool {
+	if t.stopping.Load() {
+		return false
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return !t.stopping.Load()
+	}
+}
+
+// handleRecount handles a catch-up's recount of the conversation tr. One that cannot
+// be counted now has its recount armed in ACTIVITY instead; when that fails too, the
+// catch-up tries again.
+func (t *Trigger) handleRecount(ctx context.Context, tr *tracked, r *recount) {
+	defer r.wg.Done()
+	log := t.log.With().Str("conversation", r.conv).Logger()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	c, err := t.ready(ctx, tr, r.conv, throughNewest)
+	if err == nil {
+		if err = t.evaluate(ctx, c, log); err == nil && !c.forgotten {
+			t.arm(c)
+		}
+	}
+	if err == nil {
+		return
+	}
+	if aerr := t.store.Activity().ArmRecount(ctx, r.conv, t.cfg.RetryDelay, 0); aerr != nil {
+		log.Warn().Err(err).AnErr("arm", aerr).Msg("count the conversation again after becoming active; trying again")
+		r.failed.Store(true)
+		return
+	}
+	log.Warn().Err(err).Dur("recount_in", t.cfg.RetryDelay).Msg("count the conversation again after becoming active; its recount is armed")
 }
 
 // onMessage takes a chat message from the consumer: it looks for missed deliveries
@@ -859,8 +1074,15 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		return
 	}
 	prev := t.lastDelivery.Swap(d.ConsumerSeq)
-	if prev == 0 || d.ConsumerSeq != prev+1 {
+	active := prev == 0 || d.ConsumerSeq != prev+1
+	if active {
 		t.becameActive(ctx)
+	}
+	if d.AcksAll {
+		if active {
+			t.startCatchUp(ctx, d.Seq)
+		}
+		t.acks.add(d)
 	}
 	if prev != 0 && d.ConsumerSeq != prev+1 {
 		// Deliveries this process did not get came in between: another trigger process
@@ -875,7 +1097,7 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 	id := d.Conversation
 	if id == "" {
 		t.log.Warn().Str("subject", d.Subject).Uint64("seq", d.Seq).Msg("message on a subject with an invalid conversation id skipped")
-		_ = d.Ack()
+		t.settle(d)
 		return
 	}
 	t.dispatch(ctx, t.get(id), job{d: d})
@@ -890,7 +1112,7 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 func (t *Trigger) dispatch(ctx context.Context, tr *tracked, j job) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !j.idle && len(tr.jobs) >= maxQueued {
+	if !j.idle && j.recount == nil && len(tr.jobs) >= maxQueued {
 		t.coalesce(tr, j)
 	} else {
 		tr.jobs = append(tr.jobs, j)
@@ -925,13 +1147,13 @@ func (t *Trigger) coalesce(tr *tracked, j job) {
 			seq := last.d.Seq
 			tr.signal(func(s *signals) { s.addGap(seq) })
 		}
-		_ = j.d.Ack()
+		t.settle(j.d)
 	default:
 		old := last.d
 		j.carrier = true
 		*last = j
 		tr.signal(func(s *signals) { s.addGap(j.d.Seq) })
-		_ = old.Ack()
+		t.settle(old)
 	}
 }
 
@@ -947,9 +1169,12 @@ func (t *Trigger) work(ctx context.Context) {
 		tr.jobs[0] = job{}
 		tr.jobs = tr.jobs[1:]
 		t.mu.Unlock()
-		if j.idle {
+		switch {
+		case j.recount != nil:
+			t.handleRecount(ctx, tr, j.recount)
+		case j.idle:
 			t.handleIdle(ctx, tr, j.d)
-		} else {
+		default:
 			t.handleMessage(ctx, tr, j.d)
 		}
 		t.mu.Lock()
@@ -1012,10 +1237,8 @@ func (t *Trigger) handleMessage(ctx context.Context, tr *tracked, d *jetstream.D
 	if kind, reason := c.decide(); kind != "" {
 		l := log()
 		if _, err := t.request(t.withCause(ctx, d), c, kind, reason, l); err != nil {
-			l.Warn().Err(err).Dur("retry_in", t.cfg.RetryDelay).Msg("queue compaction; the message is redelivered")
-			if nerr := d.NakAfter(ctx, t.cfg.RetryDelay); nerr != nil {
-				l.Warn().Err(nerr).Msg("nak chat message; it is redelivered after the ack wait")
-			}
+			l.Warn().Err(err).Dur("retry_in", t.cfg.RetryDelay).Msg("queue compaction; the message is handled again")
+			t.retryLater(ctx, d, t.cfg.RetryDelay, l)
 			return
 		}
 	}
@@ -1298,6 +1521,11 @@ func (t *Trigger) handleIdle(ctx context.Context, tr *tracked, d *jetstream.Deli
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	c, err := t.ready(ctx, tr, id, throughNewest)
+	if err == nil {
+		// The signal may be a recount (see acks.go): a message parked, or one a
+		// previous owner may not have handled. Its request is asked for here.
+		err = t.evaluate(ctx, c, log)
+	}
 	if err == nil {
 		err = t.idle(ctx, c)
 	}
