@@ -824,12 +824,27 @@ func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *
 		t.ack(ctx, d) // set aside: the next rebuild reads this message from the stream
 		return
 	}
+	if slotOf(d) != nil {
+		// Acknowledged in batches: the message is parked, and its conversation's recount
+		// (an idle signal) is tried and reported like a redelivery (see handleIdle).
+		log.Warn().Err(err).Dur("retry_in", t.cfg.RetryDelay).Msg("rebuild conversation state; parked, counted again later")
+		t.retryLater(ctx, d, t.cfg.RetryDelay, log)
+		return
+	}
 	if d.Attempt < uint64(t.cfg.RebuildAttempts) {
 		delay := t.cfg.RetryDelay * time.Duration(d.Attempt)
 		log.Warn().Err(err).Uint64("attempt", d.Attempt).Dur("retry_in", delay).Msg("rebuild conversation state; retrying")
 		t.retryLater(ctx, d, delay, log)
 		return
 	}
+	t.setAside(ctx, tr, id, err, d.Seq, log)
+	t.ack(ctx, d)
+}
+
+// setAside reports a conversation whose state cannot be rebuilt (failed event, error
+// log) and sets it aside for BrokenRetry. base is the lowest chat sequence the report
+// depends on (0: none known), for forgottenMeanwhile. Callers hold tr.mu.
+func (t *Trigger) setAside(ctx context.Context, tr *tracked, id string, err error, base uint64, log zerolog.Logger) {
 	tr.broken, tr.brokenUntil = err, stampOf(t.now().Add(t.cfg.BrokenRetry))
 	log.Error().Err(err).Dur("retry_in", t.cfg.BrokenRetry).Msg("conversation state cannot be rebuilt; not counting it until then")
 	ev := schemas.Event{Type: schemas.EventFailed, Conversation: id, RequestID: schemas.NewRequestID(),
@@ -838,8 +853,9 @@ func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *
 	if perr := t.store.Events().PublishRecorded(ctx, ev, &w); perr != nil {
 		log.Warn().Err(perr).Msg("publish failed event")
 	}
-	t.forgottenMeanwhile(ctx, id, d.Seq, &w, log)
-	t.ack(ctx, d)
+	if base > 0 {
+		t.forgottenMeanwhile(ctx, id, base, &w, log)
+	}
 }
 
 // forgottenMeanwhile checks, after a write, whether the conversation was forgotten
@@ -1521,11 +1537,25 @@ func (t *Trigger) handleIdle(ctx context.Context, tr *tracked, d *jetstream.Deli
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	c, err := t.ready(ctx, tr, id, throughNewest)
-	if err == nil {
-		// The signal may be a recount (see acks.go): a message parked, or one a
-		// previous owner may not have handled. Its request is asked for here.
-		err = t.evaluate(ctx, c, log)
+	if err != nil {
+		switch {
+		case tr.broken != nil && t.now().Before(tr.brokenUntil.time()):
+			t.ack(ctx, d) // set aside: the next rebuild reads the conversation from the stream
+		case d.Attempt >= uint64(t.cfg.RebuildAttempts):
+			t.setAside(ctx, tr, id, err, 0, log)
+			t.ack(ctx, d)
+		default:
+			delay := t.cfg.RetryDelay * time.Duration(d.Attempt)
+			log.Warn().Err(err).Uint64("attempt", d.Attempt).Dur("retry_in", delay).Msg("rebuild conversation state for its idle signal; retrying")
+			if nerr := d.NakAfter(ctx, delay); nerr != nil {
+				log.Warn().Err(nerr).Msg("nak idle signal")
+			}
+		}
+		return
 	}
+	// The signal may be a recount (see acks.go): a message parked, or one a previous
+	// owner may not have handled. Its request is asked for here.
+	err = t.evaluate(ctx, c, log)
 	if err == nil {
 		err = t.idle(ctx, c)
 	}

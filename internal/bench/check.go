@@ -17,6 +17,7 @@ import (
 // a quick run's p99 is one of its 100 probes, and moved from 0.8 to 155 between five
 // calibration runs on a busy machine.
 var CheckedKeys = []string{"ingest_ratio", "ingest_ratio_4", "ingest_ratio_4x2", "publish_ratio", "trigger_server_cpu_ratio",
+	"pipeline_cpu_ratio", "publish_cpu_ratio", "trigger_bare_cpu_ratio", "serve_bare_cpu_ratio",
 	"trigger_p50_ratio", "read_speedup", "read_over_floor", "cost_growth", "scaleout_8", "token_reduction_1000", "summarizer_share", "proxy_token_ratio", "sync_ingest_ratio"}
 
 // checkMinNoise is the narrowest band a figure gets: the simulation's figures do not
@@ -32,6 +33,10 @@ func checkMinNoise(key string) float64 {
 		return 0.1
 	case "trigger_server_cpu_ratio":
 		return 0.25
+	case "pipeline_cpu_ratio", "publish_cpu_ratio", "trigger_bare_cpu_ratio", "serve_bare_cpu_ratio":
+		// CPU time against CPU time of the same run: the band that catches a change of
+		// a quarter (see checkWiden for wider spreads).
+		return 0.15
 	case "sync_ingest_ratio":
 		// An fsync's cost is the disk's: on this machine's shared virtual disk quick runs
 		// gave 0.021 to 0.036 at a load average of 12 and 0.088 at 5. The band still fails

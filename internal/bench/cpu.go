@@ -3,7 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/jetstream"
 )
@@ -33,6 +36,23 @@ type CPUReport struct {
 	Ratio             float64 `json:"trigger_server_cpu_ratio"`
 	// DrainMsgsPerSec is the trigger's drain rate in this measurement.
 	DrainMsgsPerSec float64 `json:"drain_msgs_per_sec"`
+	// BareCPUSeconds is the CPU of the baseline: a bare nats.go pull consumer in the
+	// bench's process (nothing else running in it) that drained the same messages after
+	// the trigger, acknowledging each; ServerBareCPUSeconds the server's meanwhile.
+	BareCPUSeconds       float64 `json:"bare_cpu_s"`
+	ServerBareCPUSeconds float64 `json:"server_bare_cpu_s"`
+	// The same per message, in microseconds: the trigger's and the bare consumer's own
+	// CPU, the server's storing a message, serving it to the trigger and to the bare
+	// consumer.
+	TriggerMicros      float64 `json:"trigger_cpu_us_per_msg"`
+	BareMicros         float64 `json:"bare_cpu_us_per_msg"`
+	StoreMicros        float64 `json:"server_store_us_per_msg"`
+	ServeTriggerMicros float64 `json:"server_serve_trigger_us_per_msg"`
+	ServeBareMicros    float64 `json:"server_serve_bare_us_per_msg"`
+	// TriggerBareRatio is the trigger's CPU per message ÷ the bare consumer's;
+	// ServeBareRatio the server's CPU serving the trigger ÷ serving the bare consumer.
+	TriggerBareRatio float64 `json:"trigger_bare_cpu_ratio"`
+	ServeBareRatio   float64 `json:"serve_bare_cpu_ratio"`
 	// Note says why a figure is 0 (not available), when one is.
 	Note string `json:"note,omitempty"`
 }
@@ -80,7 +100,65 @@ func measureCPU(ctx context.Context, url, self string, serverCPU func() time.Dur
 	elapsed, t1, s3 := time.Since(start), trig.cpu(), serverCPU()
 	cr.DrainMsgsPerSec = float64(len(load)) / elapsed.Seconds()
 	cr.fill(t0, t1, s0, s1, s2, s3)
+	trig.stop()
+	b0, s4 := cpuTime(), serverCPU()
+	if err := r.bareDrain(ctx, len(load)); err != nil {
+		return cr, fmt.Errorf("bare consumer: %w", err)
+	}
+	cr.fillBare(b0, cpuTime(), s4, serverCPU())
 	return cr, nil
+}
+
+// fillBare computes the bare consumer's figures from the CPU readings around its
+// drain: the bench process's b0, b1 and the server's s0, s1 (-1: unread).
+func (cr *CPUReport) fillBare(b0, b1, s0, s1 time.Duration) {
+	micros := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(cr.Messages) }
+	if b0 >= 0 && b1 >= 0 {
+		cr.BareCPUSeconds, cr.BareMicros = (b1 - b0).Seconds(), micros(b1-b0)
+	}
+	if s0 >= 0 && s1 >= 0 {
+		cr.ServerBareCPUSeconds, cr.ServeBareMicros = (s1 - s0).Seconds(), micros(s1-s0)
+	}
+	if cr.TriggerMicros > 0 && cr.BareMicros > 0 {
+		cr.TriggerBareRatio = cr.TriggerMicros / cr.BareMicros
+	}
+	if cr.ServeTriggerMicros > 0 && cr.ServeBareMicros > 0 {
+		cr.ServeBareRatio = cr.ServeTriggerMicros / cr.ServeBareMicros
+	}
+}
+
+// bareDrain drains the rig's CHAT, n messages, with a bare durable pull consumer in
+// this process that acknowledges each message (no filter, no priority group, the
+// trigger consumer's max ack pending): the plain JetStream baseline of the trigger's
+// drain. It returns once the server confirmed the last acknowledgement, without
+// polling meanwhile.
+func (r *rig) bareDrain(ctx context.Context, n int) error {
+	c, err := r.js.CreateOrUpdateConsumer(ctx, r.cfg.ChatStream, natsjs.ConsumerConfig{Durable: "bare",
+		AckPolicy: natsjs.AckExplicitPolicy, MaxAckPending: 4096})
+	if err != nil {
+		return err
+	}
+	var got atomic.Int64
+	last := make(chan natsjs.Msg, 1)
+	cc, err := c.Consume(func(m natsjs.Msg) {
+		if got.Add(1) == int64(n) {
+			last <- m
+			return
+		}
+		_ = m.Ack()
+	})
+	if err != nil {
+		return err
+	}
+	defer cc.Stop()
+	select {
+	case m := <-last:
+		return m.DoubleAck(ctx)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(5 * time.Minute):
+		return fmt.Errorf("%d of %d messages in 5m", got.Load(), n)
+	}
 }
 
 // fill computes the figures from the CPU readings: the trigger's t0 and t1 around the
@@ -89,6 +167,7 @@ func (cr *CPUReport) fill(t0, t1, s0, s1, s2, s3 time.Duration) {
 	perMillion := func(d time.Duration) float64 { return d.Seconds() / float64(cr.Messages) * 1e6 }
 	if t0 >= 0 && t1 >= 0 {
 		cr.TriggerCPUSeconds, cr.TriggerPerMillion = (t1 - t0).Seconds(), perMillion(t1-t0)
+		cr.TriggerMicros = cr.TriggerPerMillion
 	} else {
 		cr.Note = "the trigger's CPU could not be read on this system"
 	}
@@ -98,6 +177,7 @@ func (cr *CPUReport) fill(t0, t1, s0, s1, s2, s3 time.Duration) {
 		return
 	}
 	cr.ServerStoreCPUSeconds, cr.ServerDrainCPUSeconds = (s1 - s0).Seconds(), (s3 - s2).Seconds()
+	cr.StoreMicros, cr.ServeTriggerMicros = perMillion(s1-s0), perMillion(s3-s2) // s per million = µs per message
 	cr.ServerPerMillion = perMillion(s1 - s0 + s3 - s2)
 	if cr.TriggerPerMillion > 0 && cr.ServerPerMillion > 0 {
 		cr.Ratio = cr.TriggerPerMillion / cr.ServerPerMillion
@@ -131,6 +211,7 @@ func (t *inBenchTrigger) cpu() time.Duration { return cpuTime() }
 func (t *inBenchTrigger) stop() {
 	if t.end != nil {
 		_ = t.end()
+		t.end = nil
 	}
 }
 

@@ -62,12 +62,12 @@ func measureDurability(ctx context.Context, srv *server, c *Corpus, sz sizes, re
 	progress("durability: %d messages through the client, %d rounds on each server, alternating", len(load), durabilityRounds)
 	var syncs, lazies []time.Duration
 	for range durabilityRounds {
-		d, err := clientPublishOnly(ctx, synced.URL, load)
+		d, err := clientPublishOnly(ctx, synced.URL, load, &cpuMeter{server: noCPU})
 		if err != nil {
 			return fmt.Errorf("syncing every write: %w", err)
 		}
 		syncs = append(syncs, d)
-		if d, err = clientPublishOnly(ctx, lazy.URL, load); err != nil {
+		if d, err = clientPublishOnly(ctx, lazy.URL, load, &cpuMeter{server: noCPU}); err != nil {
 			return fmt.Errorf("flushing every 2 minutes: %w", err)
 		}
 		lazies = append(lazies, d)

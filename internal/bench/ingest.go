@@ -67,11 +67,21 @@ type IngestReport struct {
 	// RawAloneMsgsPerSec and ClientAloneMsgsPerSec are raw asynchronous publishing and
 	// the pipeline client's PublishBatch, each with nothing else running (the median of
 	// publishRounds alternating runs); PublishRatio is client ÷ raw.
-	AloneMessages         int         `json:"publish_alone_messages"`
-	RawAloneMsgsPerSec    float64     `json:"raw_publish_alone_msgs_per_sec"`
-	ClientAloneMsgsPerSec float64     `json:"client_publish_alone_msgs_per_sec"`
-	PublishRatio          float64     `json:"publish_ratio"`
-	Rows                  []IngestRow `json:"rows"`
+	AloneMessages         int     `json:"publish_alone_messages"`
+	RawAloneMsgsPerSec    float64 `json:"raw_publish_alone_msgs_per_sec"`
+	ClientAloneMsgsPerSec float64 `json:"client_publish_alone_msgs_per_sec"`
+	PublishRatio          float64 `json:"publish_ratio"`
+	// PublishCPU is the same publishing's CPU per message.
+	PublishCPU PublishCPU `json:"publish_cpu"`
+	// PipelineCPURatio is the CPU a message costs through Compactor (the client's
+	// publishing, the server storing it and serving it to the trigger, the trigger) ÷ on
+	// plain JetStream (raw publishing, the server storing it and serving it to a bare
+	// consumer, the bare consumer), each part measured in this run; 0 when a part was
+	// not read.
+	PipelineCPURatio float64     `json:"pipeline_cpu_ratio"`
+	PipelineMicros   float64     `json:"pipeline_cpu_us_per_msg"`
+	PlainMicros      float64     `json:"plain_cpu_us_per_msg"`
+	Rows             []IngestRow `json:"rows"`
 	// CPU is the trigger's and the server's CPU per message (one partition).
 	CPU CPUReport `json:"cpu"`
 }
@@ -93,11 +103,13 @@ func measureIngest(ctx context.Context, url, self string, serverCPU func() time.
 	alone := c.interleaved(sz.cpuMessages, sz.ingestConversations)
 	ir.AloneMessages = len(alone)
 	progress("ingest: publishing %d messages alone, raw and through the client, %d rounds each, alternating", len(alone), publishRounds)
-	if ir.RawAloneMsgsPerSec, ir.ClientAloneMsgsPerSec, err = publishAlone(ctx, url, alone); err != nil {
+	if ir.PublishCPU, err = publishAlone(ctx, url, serverCPU, alone); err != nil {
 		return fmt.Errorf("publishing alone: %w", err)
 	}
+	ir.RawAloneMsgsPerSec, ir.ClientAloneMsgsPerSec = ir.PublishCPU.RawMsgsPerSec, ir.PublishCPU.ClientMsgsPerSec
 	ir.PublishRatio = ir.ClientAloneMsgsPerSec / ir.RawAloneMsgsPerSec
-	progress("ingest: publishing alone: raw %.0f msgs/s, client %.0f msgs/s: %.2f of raw", ir.RawAloneMsgsPerSec, ir.ClientAloneMsgsPerSec, ir.PublishRatio)
+	progress("ingest: publishing alone: raw %.0f msgs/s, client %.0f msgs/s: %.2f of raw; CPU per message raw %.2f µs, client %.2f µs",
+		ir.RawAloneMsgsPerSec, ir.ClientAloneMsgsPerSec, ir.PublishRatio, ir.PublishCPU.RawMicros, ir.PublishCPU.ClientMicros)
 	for _, l := range triggerLayouts {
 		row, err := pipelineIngest(ctx, url, load, l)
 		if err != nil {
@@ -118,9 +130,25 @@ func measureIngest(ctx context.Context, url, self string, serverCPU func() time.
 		return fmt.Errorf("cpu: %w", err)
 	}
 	ir.CPU = cr
+	ir.pipelineCPU()
 	progress("ingest: CPU per million messages: trigger %.2f s, server %.2f s (storing %.2f s, serving the trigger %.2f s, in all): ratio %s%s",
 		cr.TriggerPerMillion, cr.ServerPerMillion, cr.ServerStoreCPUSeconds, cr.ServerDrainCPUSeconds, f2(cr.Ratio), noteSuffix(cr.Note))
 	return nil
+}
+
+// pipelineCPU sums the CPU per message of each side (see PipelineCPURatio).
+func (ir *IngestReport) pipelineCPU() {
+	pc, cr := ir.PublishCPU, ir.CPU
+	parts := []float64{pc.ClientMicros, pc.ClientServerMicros, cr.ServeTriggerMicros, cr.TriggerMicros,
+		pc.RawMicros, pc.RawServerMicros, cr.ServeBareMicros, cr.BareMicros}
+	for _, x := range parts {
+		if x <= 0 {
+			return
+		}
+	}
+	ir.PipelineMicros = pc.ClientMicros + pc.ClientServerMicros + cr.ServeTriggerMicros + cr.TriggerMicros
+	ir.PlainMicros = pc.RawMicros + pc.RawServerMicros + cr.ServeBareMicros + cr.BareMicros
+	ir.PipelineCPURatio = ir.PipelineMicros / ir.PlainMicros
 }
 
 // triggerWhere is where the CPU measurement's trigger runs, for progress.

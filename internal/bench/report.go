@@ -69,6 +69,18 @@ type Headline struct {
 	TriggerCPUPerMillion  float64 `json:"trigger_cpu_s_per_million"`
 	ServerCPUPerMillion   float64 `json:"server_cpu_s_per_million"`
 	TriggerServerCPURatio float64 `json:"trigger_server_cpu_ratio"`
+	// PipelineCPURatio: the CPU a message costs through Compactor ÷ on plain JetStream
+	// (IngestReport.PipelineCPURatio), all of it CPU time read from the processes.
+	PipelineCPURatio float64 `json:"pipeline_cpu_ratio"`
+	// PublishCPURatio: the client's CPU per message publishing alone ÷ raw asynchronous
+	// publishing's; PublishOverheadMicros their difference in µs.
+	PublishCPURatio       float64 `json:"publish_cpu_ratio"`
+	PublishOverheadMicros float64 `json:"publish_overhead_us_per_msg"`
+	// TriggerBareCPURatio: the trigger's CPU per message draining ÷ a bare consumer's
+	// acknowledging each; ServeBareCPURatio: the server's CPU serving the trigger ÷
+	// serving the bare consumer.
+	TriggerBareCPURatio float64 `json:"trigger_bare_cpu_ratio"`
+	ServeBareCPURatio   float64 `json:"serve_bare_cpu_ratio"`
 	// TriggerP99Ratio: the trigger's p99 latency ÷ a bare JetStream publish until a
 	// consumer's delivery (one hop), under the same load.
 	TriggerP99Ratio float64 `json:"trigger_p99_ratio"`
@@ -133,6 +145,9 @@ func (r *Report) Finish() {
 	}
 	h.TriggerCPUPerMillion, h.ServerCPUPerMillion, h.TriggerServerCPURatio = r.Ingest.CPU.TriggerPerMillion, r.Ingest.CPU.ServerPerMillion, r.Ingest.CPU.Ratio
 	h.PublishRatio = r.Ingest.PublishRatio
+	h.PublishCPURatio, h.PublishOverheadMicros = r.Ingest.PublishCPU.Ratio, r.Ingest.PublishCPU.OverheadMicros
+	h.TriggerBareCPURatio, h.ServeBareCPURatio = r.Ingest.CPU.TriggerBareRatio, r.Ingest.CPU.ServeBareRatio
+	h.PipelineCPURatio = r.Ingest.PipelineCPURatio
 	h.TriggerP99Ratio, h.TriggerP50Ratio = r.Latency.P99Ratio, r.Latency.P50Ratio
 	h.ReadSpeedup, h.ReadOverFloor = r.Read.Speedup, r.Read.OverFloor
 	for _, s := range r.ScaleOut {
@@ -310,6 +325,29 @@ func (r *Report) ingestRows(row func(cells ...string)) {
 		row(fmt.Sprintf("1. publishing alone, %d msgs over %d convs, nothing else running (median of %d alternating rounds)", ir.AloneMessages, ir.Conversations, publishRounds),
 			"client PublishBatch "+rate(ir.ClientAloneMsgsPerSec, "msgs/s"), "raw async publish "+rate(ir.RawAloneMsgsPerSec, "msgs/s"),
 			f2(ir.PublishRatio), check(ir.PublishRatio >= 0.9, "≥ 0.9").String())
+	}
+	if ir := r.Ingest; ir.PublishCPU.ClientMicros > 0 {
+		pc := ir.PublishCPU
+		row(fmt.Sprintf("1. publishing alone, CPU per message (the publisher's process; the server storing it), median of %d rounds", publishRounds),
+			fmt.Sprintf("client %.2f µs (server %.2f µs)", pc.ClientMicros, pc.ClientServerMicros),
+			fmt.Sprintf("raw async publish %.2f µs (server %.2f µs)", pc.RawMicros, pc.RawServerMicros),
+			fmt.Sprintf("%s (+%.2f µs)", f2(pc.Ratio), pc.OverheadMicros), check(pc.OverheadMicros <= 1, "≤ raw + 1 µs").String())
+	}
+	if cr := r.Ingest.CPU; cr.BareMicros > 0 && cr.TriggerMicros > 0 {
+		serve := "n/a (the server's CPU is not read)"
+		if cr.ServeTriggerMicros > 0 && cr.ServeBareMicros > 0 {
+			serve = fmt.Sprintf("server serving it %.2f µs", cr.ServeTriggerMicros)
+		}
+		row(fmt.Sprintf("1. draining %d stored messages, CPU per message: one trigger partition in %s, against a bare pull consumer acknowledging each", cr.Messages, cr.TriggerProcess),
+			fmt.Sprintf("trigger %.2f µs; %s", cr.TriggerMicros, serve),
+			fmt.Sprintf("bare consumer %.2f µs; server serving it %.2f µs", cr.BareMicros, cr.ServeBareMicros),
+			fmt.Sprintf("%s; server %s", f2(cr.TriggerBareRatio), f2(cr.ServeBareRatio)), "")
+	}
+	if ir := r.Ingest; ir.PipelineCPURatio > 0 {
+		row("1. CPU per message, whole pipeline: publisher + server (storing, serving the consumer) + consumer, the rows above summed",
+			fmt.Sprintf("client + server + trigger %.2f µs", ir.PipelineMicros),
+			fmt.Sprintf("raw publish + server + bare consumer %.2f µs", ir.PlainMicros),
+			f2(ir.PipelineCPURatio), check(ir.PipelineCPURatio <= 1.6, "≤ 1.6").String())
 	}
 	if cr := r.Ingest.CPU; cr.Messages > 0 {
 		ratio, t := "n/a: "+cr.Note, ""

@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -126,10 +127,11 @@ func (p *triggerProcess) stop() { p.child.stop(func() { _ = p.stdin.Close() }) }
 // child is a child process of the bench (the binary's bench-worker or bench-trigger
 // command), which writes "ready" as its first line once it is.
 type child struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	lines  chan string // its output after "ready"
-	exited chan error
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	lines    chan string // its output after "ready"
+	exited   chan error
+	stopOnce sync.Once
 }
 
 // startChild starts name (args) as the bench's child process what and waits until it
@@ -174,13 +176,16 @@ func startChild(what, name string, args ...string) (*child, error) {
 	return nil, fmt.Errorf("%s process not ready: %s", what, stderr.String())
 }
 
-// stop asks the process to exit with quit and waits for it, killing it after 20 s.
+// stop asks the process to exit with quit and waits for it, killing it after 20 s. A
+// second stop returns at once.
 func (c *child) stop(quit func()) {
-	quit()
-	select {
-	case <-c.exited:
-	case <-time.After(20 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.exited
-	}
+	c.stopOnce.Do(func() {
+		quit()
+		select {
+		case <-c.exited:
+		case <-time.After(20 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.exited
+		}
+	})
 }
