@@ -286,6 +286,67 @@ func scanJSONString(b []byte) int {
 	return notAString
 }
 
+// scanValidJSONString is scanJSONString that also checks the UTF-8 of the literal, in
+// the same pass: bad is the offset in b of the first byte that is not valid UTF-8, or
+// -1. A literal that breaks off (notAString) has the bytes after the break unchecked.
+func scanValidJSONString(b []byte) (kind, bad int) {
+	if len(b) < 2 || b[0] != '"' {
+		return notAString, -1
+	}
+	kind = plainString
+	for i := 1; i < len(b); i++ {
+		for i+8 <= len(b) && plainASCII8(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		for i < len(b) && plainByte[b[i]] && b[i] < utf8.RuneSelf {
+			i++
+		}
+		if i == len(b) {
+			break
+		}
+		switch c := b[i]; {
+		case c >= utf8.RuneSelf:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n <= 1 {
+				return kind, i
+			}
+			i += n - 1
+		case c == '"':
+			if i != len(b)-1 {
+				return notAString, -1
+			}
+			return kind, -1
+		case c == '\\':
+			kind = escapedString
+			if i+1 >= len(b) {
+				return notAString, -1
+			}
+			i++
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return notAString, -1
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return notAString, -1
+					}
+				}
+				i += 4
+			default:
+				return notAString, -1
+			}
+		case c < 0x20:
+			return notAString, -1
+		}
+	}
+	return notAString, -1
+}
+
+// plainASCII8 is plainJSON8 for 8 bytes all under 0x80.
+func plainASCII8(x uint64) bool { return x&msb == 0 && plainJSON8(x) }
+
 // plainJSON8 reports whether none of the 8 bytes of x is '"', '\\' or a control
 // character: each plainByte. (v-lsb)&^v&msb is not 0 exactly when a byte of v is 0,
 // and (x-lsb*0x20)&^x&msb exactly when a byte of x is under 0x20. (special8, the

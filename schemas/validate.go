@@ -63,10 +63,11 @@ func (m *Message) Validate() error {
 	if !m.Role.Valid() {
 		return invalid("role", "unknown role %q; must be system, user, assistant or tool", string(m.Role))
 	}
-	if err := m.validateUTF8(); err != nil {
+	str, err := m.validateUTF8()
+	if err != nil {
 		return err
 	}
-	if err := validateContent(m); err != nil {
+	if err := validateContent(m, str); err != nil {
 		return err
 	}
 	if len(m.ToolCalls) > 0 && m.Role != RoleAssistant {
@@ -113,7 +114,7 @@ func (m *Message) Validate() error {
 	return nil
 }
 
-func validateContent(m *Message) error {
+func validateContent(m *Message, str int) error {
 	c := m.Content
 	switch {
 	case c.IsNull():
@@ -122,7 +123,7 @@ func validateContent(m *Message) error {
 		}
 		return invalid("content", "is required on a %s message (null is allowed only beside tool_calls)", m.Role)
 	case c.IsString():
-		if scanJSONString(trimJSONSpace(c.raw)) != notAString {
+		if str != notAString {
 			return nil
 		}
 		// Not a string literal: the decoder says why.
@@ -180,39 +181,54 @@ func validatePart(field string, raw json.RawMessage) error {
 // (and every other reader's decoder) would replace it with U+FFFD, so the bytes stored
 // would differ from the producer's without anyone being told. NUL is valid UTF-8 and is
 // kept as data.
-func (m *Message) validateUTF8() error {
+func (m *Message) validateUTF8() (str int, err error) {
 	bad := func(field string, off int) error {
 		return invalid(field, "is not valid UTF-8 (first bad byte at offset %d); encode binary data, e.g. as base64", off)
 	}
-	if off := badUTF8(m.Content.raw); off >= 0 {
-		return bad("content", off)
+	// A string content (nearly every message) is scanned once for both: what kind of
+	// literal it is (str, for validateContent) and its UTF-8.
+	str = notAString
+	if raw := m.Content.raw; m.Content.IsString() {
+		lit := bytes.TrimLeft(raw, " \t\r\n")
+		kind, off := scanValidJSONString(trimJSONSpace(lit))
+		switch {
+		case off >= 0:
+			return notAString, bad("content", len(raw)-len(lit)+off)
+		case kind == notAString:
+			if off := badUTF8(raw); off >= 0 { // the scan broke off before any bad byte
+				return notAString, bad("content", off)
+			}
+		}
+		str = kind
+	} else if off := badUTF8(raw); off >= 0 {
+		return notAString, bad("content", off)
 	}
 	if off := badUTF8(m.Extra); off >= 0 {
-		return bad("extra", off)
+		return notAString, bad("extra", off)
 	}
 	for _, f := range [...]struct{ field, s string }{{"name", m.Name}, {"tool_call_id", m.ToolCallID}, {"reasoning", m.Reasoning}} {
 		if off := badUTF8String(f.s); off >= 0 {
-			return bad(f.field, off)
+			return notAString, bad(f.field, off)
 		}
 	}
 	for i, tc := range m.ToolCalls {
 		for _, f := range [...]struct{ field, s string }{{"id", tc.ID}, {"type", tc.Type}, {"function.name", tc.Function.Name}, {"function.arguments", tc.Function.Arguments}} {
 			if off := badUTF8String(f.s); off >= 0 {
-				return bad(toolCallField(i, f.field), off)
+				return notAString, bad(toolCallField(i, f.field), off)
 			}
 		}
 	}
 	for k, v := range m.Meta {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return invalid("meta", "key or value is not valid UTF-8")
+			return notAString, invalid("meta", "key or value is not valid UTF-8")
 		}
 	}
 	for k, v := range m.Unknown {
 		if off := badUTF8(v); off >= 0 || !utf8.ValidString(k) {
-			return invalid("message", "unknown field %q is not valid UTF-8", k)
+			return notAString, invalid("message", "unknown field %q is not valid UTF-8", k)
 		}
 	}
-	return nil
+	return str, nil
 }
 
 // toolCallField names a field of the i-th tool call for an error: it is formatted
