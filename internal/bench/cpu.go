@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -101,6 +102,7 @@ func measureCPU(ctx context.Context, url, self string, serverCPU func() time.Dur
 	cr.DrainMsgsPerSec = float64(len(load)) / elapsed.Seconds()
 	cr.fill(t0, t1, s0, s1, s2, s3)
 	trig.stop()
+	runtime.GC() // the bare consumer runs in this process: the garbage made before is not its
 	b0, s4 := cpuTime(), serverCPU()
 	if err := r.bareDrain(ctx, len(load)); err != nil {
 		return cr, fmt.Errorf("bare consumer: %w", err)
