@@ -159,7 +159,7 @@ func (m *cpuMeter) start() {
 	runtime.GC()
 	m.c0, m.s0 = cpuTime(), m.server()
 }
-func (m *cpuMeter) stop()  { m.c1, m.s1 = cpuTime(), m.server() }
+func (m *cpuMeter) stop() { m.c1, m.s1 = cpuTime(), m.server() }
 
 // publishInOrder publishes load through client's PublishBatch, with at most
 // asyncWindow publishes unacknowledged, until every one is acknowledged or one fails.
