@@ -131,15 +131,17 @@ func (ac *Activity) ConsumePartition(ctx context.Context, p Partition, handle fu
 	return ac.consume(ctx, ac.cfg.ActivityStream, ac.cfg.IdleConsumerOf(p), ac.cfg.activityConversationOf, handle, onErr)
 }
 
-// AckFloor is the stream sequence through which partition p's trigger consumer on CHAT
-// has every message acknowledged, as the consumer's leader has it.
-func (ch *Chat) AckFloor(ctx context.Context, p Partition) (uint64, error) {
+// AckState is, as the leader of partition p's trigger consumer on CHAT has it, the
+// stream sequence through which every message is acknowledged (floor) and the highest
+// stream sequence it delivered (delivered), from one consumer info.
+func (ch *Chat) AckState(ctx context.Context, p Partition) (floor, delivered uint64, err error) {
 	durable := ch.cfg.TriggerConsumerOf(p)
 	c, err := ch.js.Consumer(ctx, ch.cfg.ChatStream, durable)
 	if err != nil {
-		return 0, fmt.Errorf("consumer %s on %s: %w", durable, ch.cfg.ChatStream, err)
+		return 0, 0, fmt.Errorf("consumer %s on %s: %w", durable, ch.cfg.ChatStream, err)
 	}
-	return c.CachedInfo().AckFloor.Stream, nil
+	info := c.CachedInfo()
+	return info.AckFloor.Stream, info.Delivered.Stream, nil
 }
 
 // maxBetweenBytes bounds one page of ConversationsBetween's reads.

@@ -258,6 +258,13 @@ func (a *acker) held(cutoff time.Time) (old []*ackSlot, kept int) {
 	return old, len(a.slots)
 }
 
+// settled reports whether s is settled.
+func (a *acker) settled(s *ackSlot) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return s.settled
+}
+
 // unpark lets a later look at held park s again (its park failed).
 func (a *acker) unpark(s *ackSlot) {
 	a.mu.Lock()

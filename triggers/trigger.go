@@ -184,6 +184,9 @@ type Trigger struct {
 	idleSeen atomic.Bool
 	// parking is set while parkHeld's goroutine runs.
 	parking atomic.Bool
+	// batched is set once a chat delivery came from a consumer that acknowledges in
+	// batches (see acks.go).
+	batched atomic.Bool
 
 	// shared holds the policies the tracked conversations share.
 	shared sharedPolicies
@@ -231,6 +234,9 @@ type tracked struct {
 	// working, under Trigger.mu: the conversation waits in the run queue, or a worker
 	// handles it (see dispatch). Beside stale to save a word.
 	working bool
+	// rebuildFails, under mu: rebuilds failed in a row on a consumer that acknowledges
+	// in batches, where no redelivery counts them (see cannotRebuild). In the same word.
+	rebuildFails uint8
 	// brokenUntil and broken, under mu: the state could not be rebuilt; until then its
 	// messages are acknowledged without counting.
 	brokenUntil stamp
@@ -572,7 +578,7 @@ func (t *Trigger) ready(ctx context.Context, tr *tracked, id string, through uin
 	if err != nil {
 		return nil, err
 	}
-	tr.st, tr.stale, tr.broken = c, false, nil
+	tr.st, tr.stale, tr.broken, tr.rebuildFails = c, false, nil, 0
 	return c, nil
 }
 
@@ -825,10 +831,19 @@ func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *
 		return
 	}
 	if slotOf(d) != nil {
-		// Acknowledged in batches: the message is parked, and its conversation's recount
-		// (an idle signal) is tried and reported like a redelivery (see handleIdle).
-		log.Warn().Err(err).Dur("retry_in", t.cfg.RetryDelay).Msg("rebuild conversation state; parked, counted again later")
-		t.retryLater(ctx, d, t.cfg.RetryDelay, log)
+		// Acknowledged in batches, nothing is redelivered: the conversation counts its
+		// failed rebuilds (here and in its recounts, see handleIdle), and the message
+		// is parked until the last attempt, which reports it and sets it aside.
+		tr.rebuildFails++
+		if int(tr.rebuildFails) >= t.cfg.RebuildAttempts {
+			tr.rebuildFails = 0
+			t.setAside(ctx, tr, id, err, d.Seq, log)
+			t.ack(ctx, d)
+			return
+		}
+		delay := t.cfg.RetryDelay * time.Duration(tr.rebuildFails)
+		log.Warn().Err(err).Uint8("attempt", tr.rebuildFails).Dur("retry_in", delay).Msg("rebuild conversation state; parked, counted again later")
+		t.retryLater(ctx, d, delay, log)
 		return
 	}
 	if d.Attempt < uint64(t.cfg.RebuildAttempts) {
@@ -929,6 +944,9 @@ func (t *Trigger) retryLater(ctx context.Context, d *jetstream.Delivery, delay t
 // does the recount, also in another process after a crash or a takeover.
 func (t *Trigger) park(ctx context.Context, s *ackSlot, delay time.Duration) error {
 	d := s.d
+	if t.acks.settled(s) {
+		return nil // handled meanwhile
+	}
 	if err := t.store.Activity().ArmRecount(ctx, d.Conversation, delay, d.Seq); err != nil {
 		return err
 	}
@@ -955,7 +973,7 @@ func (t *Trigger) parkHeld(ctx context.Context) {
 		defer t.workers.Done()
 		defer t.parking.Store(false)
 		for i, s := range old {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || t.stopping.Load() {
 				for _, s := range old[i:] {
 					t.acks.unpark(s)
 				}
@@ -976,20 +994,20 @@ func (t *Trigger) parkHeld(ctx context.Context) {
 // recount is a catch-up's job for one conversation (see acks.go): counted again from
 // the stream and evaluated. failed says it must be done again.
 type recount struct {
-	conv   string
-	wg     *sync.WaitGroup
-	failed atomic.Bool
+	conv         string
+	wg           *sync.WaitGroup
+	failed, done atomic.Bool
 }
 
 // startCatchUp puts a barrier before the chat delivery of stream sequence first, the
 // first this trigger got after becoming active, and catches up on what is below it
 // (see acks.go); the barrier is settled once it has.
-func (t *Trigger) startCatchUp(ctx context.Context, first uint64) {
+func (t *Trigger) startCatchUp(ctx context.Context, first uint64, redelivered bool) {
 	b := t.acks.barrier()
 	t.workers.Add(1)
 	go func() {
 		defer t.workers.Done()
-		if t.catchUp(ctx, first) {
+		if t.catchUp(ctx, first, redelivered) {
 			t.acks.settle(b)
 		}
 	}()
@@ -997,18 +1015,25 @@ func (t *Trigger) startCatchUp(ctx context.Context, first uint64) {
 
 // catchUp counts again, from the stream, each conversation of the partition with a
 // message between the consumer's ack floor and first, and evaluates it: messages the
-// previous owner of the consumer may not have handled. It returns false when the
-// trigger stopped first.
-func (t *Trigger) catchUp(ctx context.Context, first uint64) bool {
+// previous owner of the consumer may not have handled. When first was a redelivery
+// (they come before new messages), the previous owner may also have held messages
+// after it: the catch-up then reaches the highest sequence the consumer delivered
+// (some of them this trigger's own; counting them again is harmless). It returns false
+// when the trigger stopped first.
+func (t *Trigger) catchUp(ctx context.Context, first uint64, redelivered bool) bool {
 	var convs []string
 	for wait := t.cfg.RetryDelay / 8; ; wait = min(2*wait, t.cfg.RetryDelay) {
-		floor, err := t.store.Chat().AckFloor(ctx, t.part)
-		if err == nil && floor+1 < first {
-			convs, err = t.store.Chat().ConversationsBetween(ctx, t.part, floor+1, first-1)
+		floor, delivered, err := t.store.Chat().AckState(ctx, t.part)
+		through := first - 1
+		if redelivered {
+			through = max(through, delivered)
+		}
+		if err == nil && floor < through {
+			convs, err = t.store.Chat().ConversationsBetween(ctx, t.part, floor+1, through)
 		}
 		if err == nil {
 			if len(convs) > 0 {
-				t.log.Info().Uint64("ack_floor", floor).Uint64("first_delivery", first).Int("conversations", len(convs)).
+				t.log.Info().Uint64("ack_floor", floor).Uint64("through", through).Uint64("first_delivery", first).Int("conversations", len(convs)).
 					Msg("became active: counting again the conversations of the messages below the first delivery")
 			}
 			break
@@ -1028,7 +1053,9 @@ func (t *Trigger) catchUp(ctx context.Context, first uint64) bool {
 			tr.signal(func(s *signals) { s.addGap(first) })
 			t.dispatch(ctx, tr, job{recount: jobs[i]})
 		}
-		wg.Wait()
+		if !t.waitRecounts(ctx, &wg, jobs) {
+			wg.Wait() // a recount could not be parked: wait for it
+		}
 		convs = convs[:0]
 		for _, r := range jobs {
 			if r.failed.Load() {
@@ -1038,6 +1065,34 @@ func (t *Trigger) catchUp(ctx context.Context, first uint64) bool {
 		if len(convs) > 0 && !t.pause(ctx, t.cfg.RetryDelay) {
 			return false
 		}
+	}
+	return true
+}
+
+// waitRecounts waits for a catch-up's recounts for ParkAfter; those not done by then
+// (a conversation whose reads hang) are parked, their recounts armed in ACTIVITY, so
+// that they do not hold the barrier, and with it every acknowledgement, any longer. It
+// returns false when one could not be parked.
+func (t *Trigger) waitRecounts(ctx context.Context, wg *sync.WaitGroup, jobs []*recount) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(t.cfg.parkAfter()):
+	}
+	for _, r := range jobs {
+		if r.done.Load() {
+			continue
+		}
+		if err := t.store.Activity().ArmRecount(ctx, r.conv, t.cfg.RetryDelay, 0); err != nil {
+			t.log.Warn().Err(err).Str("conversation", r.conv).Msg("park a recount that takes long; waiting for it")
+			return false
+		}
+		t.log.Info().Str("conversation", r.conv).Msg("a recount after becoming active takes long: parked, counted again later")
 	}
 	return true
 }
@@ -1060,6 +1115,7 @@ func (t *Trigger) pause(ctx context.Context, d time.Duration) bool {
 // catch-up tries again.
 func (t *Trigger) handleRecount(ctx context.Context, tr *tracked, r *recount) {
 	defer r.wg.Done()
+	defer r.done.Store(true)
 	log := t.log.With().Str("conversation", r.conv).Logger()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
@@ -1095,8 +1151,11 @@ func (t *Trigger) onMessage(ctx context.Context, d *jetstream.Delivery) {
 		t.becameActive(ctx)
 	}
 	if d.AcksAll {
+		if !t.batched.Load() {
+			t.batched.Store(true)
+		}
 		if active {
-			t.startCatchUp(ctx, d.Seq)
+			t.startCatchUp(ctx, d.Seq, d.Attempt > 1)
 		}
 		t.acks.add(d)
 	}
@@ -1536,26 +1595,31 @@ func (t *Trigger) handleIdle(ctx context.Context, tr *tracked, d *jetstream.Deli
 	log := t.log.With().Str("conversation", id).Logger()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
+	batched := t.batched.Load()
+	if batched {
+		// The signal may be a recount (see acks.go), armed by another process whose
+		// deliveries this one did not see: the state is read again from the leaders.
+		tr.signal(func(s *signals) { s.stale = true })
+	}
 	c, err := t.ready(ctx, tr, id, throughNewest)
-	if err != nil {
-		switch {
-		case tr.broken != nil && t.now().Before(tr.brokenUntil.time()):
-			t.ack(ctx, d) // set aside: the next rebuild reads the conversation from the stream
-		case d.Attempt >= uint64(t.cfg.RebuildAttempts):
-			t.setAside(ctx, tr, id, err, 0, log)
-			t.ack(ctx, d)
-		default:
-			delay := t.cfg.RetryDelay * time.Duration(d.Attempt)
-			log.Warn().Err(err).Uint64("attempt", d.Attempt).Dur("retry_in", delay).Msg("rebuild conversation state for its idle signal; retrying")
+	if err != nil && batched {
+		t.recountCannotRebuild(ctx, tr, id, d, err, log)
+		return
+	}
+	if err == nil {
+		// A recount's (a message parked, or one a previous owner may not have
+		// handled) request is asked for here.
+		if err = t.evaluate(ctx, c, log); err != nil && batched {
+			// The queue did not take it: asked again until it does, as a nak of the chat
+			// message would have been.
+			delay := min(t.cfg.RetryDelay*time.Duration(d.Attempt), t.cfg.FailureBackoffMax)
+			log.Warn().Err(err).Dur("retry_in", delay).Msg("queue compaction for an idle signal; retrying")
 			if nerr := d.NakAfter(ctx, delay); nerr != nil {
 				log.Warn().Err(nerr).Msg("nak idle signal")
 			}
+			return
 		}
-		return
 	}
-	// The signal may be a recount (see acks.go): a message parked, or one a previous
-	// owner may not have handled. Its request is asked for here.
-	err = t.evaluate(ctx, c, log)
 	if err == nil {
 		err = t.idle(ctx, c)
 	}
@@ -1570,6 +1634,29 @@ func (t *Trigger) handleIdle(ctx context.Context, tr *tracked, d *jetstream.Deli
 	}
 	log.Warn().Err(err).Msg("idle signal; retrying")
 	if nerr := d.NakAfter(ctx, t.cfg.RetryDelay*time.Duration(d.Attempt)); nerr != nil {
+		log.Warn().Err(nerr).Msg("nak idle signal")
+	}
+}
+
+// recountCannotRebuild settles an idle signal, on a consumer that acknowledges in
+// batches, whose conversation's state could not be rebuilt: retried (the conversation
+// counts its failed rebuilds, see cannotRebuild) until the last attempt reports it and
+// sets it aside. Callers hold tr.mu.
+func (t *Trigger) recountCannotRebuild(ctx context.Context, tr *tracked, id string, d *jetstream.Delivery, err error, log zerolog.Logger) {
+	if tr.broken != nil && t.now().Before(tr.brokenUntil.time()) {
+		t.ack(ctx, d) // set aside: the next rebuild reads the conversation from the stream
+		return
+	}
+	tr.rebuildFails++
+	if int(tr.rebuildFails) >= t.cfg.RebuildAttempts {
+		tr.rebuildFails = 0
+		t.setAside(ctx, tr, id, err, 0, log)
+		t.ack(ctx, d)
+		return
+	}
+	delay := t.cfg.RetryDelay * time.Duration(tr.rebuildFails)
+	log.Warn().Err(err).Uint8("attempt", tr.rebuildFails).Dur("retry_in", delay).Msg("rebuild conversation state for its recount; retrying")
+	if nerr := d.NakAfter(ctx, delay); nerr != nil {
 		log.Warn().Err(nerr).Msg("nak idle signal")
 	}
 }
