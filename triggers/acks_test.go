@@ -111,12 +111,23 @@ func TestAnExplicitTriggerConsumerIsKeptAndAckedPerMessage(t *testing.T) {
 // catch-up can count them.
 func TestMessagesAnotherOwnerLeftInHandAreCounted(t *testing.T) {
 	rt := relayedTrigger(t, 10*time.Minute)
-	ctx, nc, st, cfg, r := rt.ctx, rt.nc, rt.st, rt.cfg, rt.relay
-	first := publish(t, st, "warm-up", text(20))
-	handled(t, nc, st, first)
+	first := publish(t, rt.st, "warm-up", text(20))
+	handled(t, rt.nc, rt.st, first)
+	leaveInHand(t, rt, "orphan", 15) // over the threshold
+	later := publish(t, rt.st, "later", text(20))
+	handled(t, rt.nc, rt.st, later) // the orphan's messages are acknowledged with it...
+	if req := takeRequest(t, rt.st); req.Conversation != "orphan" {
+		t.Fatalf("request for %q; want orphan, counted by the catch-up", req.Conversation)
+	}
+}
 
-	// This process's pulls are held while another client takes the pin and fetches the
-	// messages that put "orphan" over its threshold, never acknowledging them.
+// leaveInHand has another client take the pin of the relayed trigger's consumer while
+// the trigger's pulls are held, fetch n messages of conv published meanwhile and never
+// acknowledge them (a process that crashed or froze with them in hand), then give the
+// pin back.
+func leaveInHand(t *testing.T, rt relayedRun, conv string, n int) {
+	t.Helper()
+	ctx, nc, st, cfg, r := rt.ctx, rt.nc, rt.st, rt.cfg, rt.relay
 	r.Pause(true)
 	js := testJS(t, nc)
 	chat, err := js.Stream(ctx, cfg.ChatStream)
@@ -130,28 +141,65 @@ func TestMessagesAnotherOwnerLeftInHandAreCounted(t *testing.T) {
 	if err := chat.UnpinConsumer(ctx, cfg.TriggerConsumer, cfg.TriggerGroup); err != nil {
 		t.Fatal(err)
 	}
-	for range 15 { // over the threshold
-		publish(t, st, "orphan", text(800))
+	for range n {
+		publish(t, st, conv, text(800))
 	}
 	taken := 0
-	waitFor(t, "the other client to take the orphan's messages", func() bool {
-		batch, err := cons.Fetch(15-taken, natsjs.FetchPriorityGroup(cfg.TriggerGroup), natsjs.FetchMaxWait(time.Second))
+	waitFor(t, "the other client to take "+conv+"'s messages", func() bool {
+		batch, err := cons.Fetch(n-taken, natsjs.FetchPriorityGroup(cfg.TriggerGroup), natsjs.FetchMaxWait(time.Second))
 		if err != nil {
 			return false
 		}
 		for range batch.Messages() {
 			taken++ // and left in hand
 		}
-		return taken == 15
+		return taken == n
 	})
 	if err := chat.UnpinConsumer(ctx, cfg.TriggerConsumer, cfg.TriggerGroup); err != nil {
 		t.Fatal(err)
 	}
 	r.Pause(false)
-	later := publish(t, st, "later", text(20))
-	handled(t, nc, st, later) // the orphan's messages are acknowledged with it...
-	if req := takeRequest(t, st); req.Conversation != "orphan" {
-		t.Fatalf("request for %q; want orphan, counted by the catch-up", req.Conversation)
+}
+
+// A catch-up recount that hangs (the conversation's policy read does not answer) is
+// parked after ParkAfter, so the barrier it holds does not hold back the
+// acknowledgement of every later message; once the read answers, the conversation is
+// counted and asked for.
+func TestACatchUpRecountThatHangsIsParked(t *testing.T) {
+	g := &gated{conv: "orphan", entered: make(chan struct{}, 1), release: make(chan struct{})}
+	released := false
+	rt := relayedTriggerWith(t, 10*time.Minute, func(st *jetstream.Store) *running {
+		cfg := testConfig()
+		cfg.ParkAfter = 300 * time.Millisecond
+		b, err := triggers.New(cfg, st, g, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		r := &running{b: b, cancel: cancel, done: make(chan error, 1)}
+		go func() { r.done <- b.Run(ctx) }()
+		t.Cleanup(func() {
+			if !released {
+				close(g.release)
+			}
+			r.stop()
+		})
+		return r
+	})
+	first := publish(t, rt.st, "warm-up", text(20))
+	handled(t, rt.nc, rt.st, first)
+	leaveInHand(t, rt, "orphan", 15)
+	later := publish(t, rt.st, "later", text(20))
+	select {
+	case <-g.entered:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the orphan's recount never started")
+	}
+	handled(t, rt.nc, rt.st, later) // past the barrier, while the recount hangs
+	close(g.release)
+	released = true
+	if req := takeRequest(t, rt.st); req.Conversation != "orphan" {
+		t.Fatalf("request for %q; want orphan", req.Conversation)
 	}
 }
 

@@ -307,6 +307,13 @@ type relayedRun struct {
 // wait ackWait unless 0) and starts a trigger on a connection through a relay.
 func relayedTrigger(t *testing.T, ackWait time.Duration) relayedRun {
 	t.Helper()
+	return relayedTriggerWith(t, ackWait, func(st *jetstream.Store) *running { return start(t, st) })
+}
+
+// relayedTriggerWith is relayedTrigger with the trigger that run starts on the relayed
+// store.
+func relayedTriggerWith(t *testing.T, ackWait time.Duration, run func(*jetstream.Store) *running) relayedRun {
+	t.Helper()
 	srv := jstest.Server(t)
 	nc := jstest.Conn(t, srv)
 	cfg := jetstream.DefaultConfig()
@@ -330,5 +337,5 @@ func relayedTrigger(t *testing.T, ackWait time.Duration) relayedRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return relayedRun{ctx: ctx, nc: nc, st: st, cfg: cfg, relay: r, tnc: tnc, tr: start(t, tst)}
+	return relayedRun{ctx: ctx, nc: nc, st: st, cfg: cfg, relay: r, tnc: tnc, tr: run(tst)}
 }
