@@ -10,11 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/compactor/compactor/jetstream"
 	"github.com/compactor/compactor/jetstream/jstest"
-	"github.com/compactor/compactor/triggers"
 )
 
 // countAcks counts the acknowledgements sent to the chat trigger consumer, as the
@@ -121,13 +119,25 @@ func TestMessagesAnotherOwnerLeftInHandAreCounted(t *testing.T) {
 	}
 }
 
-// leaveInHand has another client take the pin of the relayed trigger's consumer while
-// the trigger's pulls are held, fetch n messages of conv published meanwhile and never
-// acknowledge them (a process that crashed or froze with them in hand), then give the
-// pin back.
+// leaveInHand has another client take n messages of conv, published while it holds
+// the pin, and never acknowledge them: a process that crashed or froze with them in
+// hand.
 func leaveInHand(t *testing.T, rt relayedRun, conv string, n int) {
 	t.Helper()
-	ctx, nc, st, cfg, r := rt.ctx, rt.nc, rt.st, rt.cfg, rt.relay
+	anotherClientTakes(t, rt, n, func() {
+		for range n {
+			publish(t, rt.st, conv, text(800))
+		}
+	}, func(natsjs.Msg) {})
+}
+
+// anotherClientTakes holds the relayed trigger's pulls while another client takes the
+// pin of its consumer: publish runs once the pin is free, then the other client
+// fetches n messages and hands each to settle; then the pin is given back and the
+// trigger's pulls resume.
+func anotherClientTakes(t *testing.T, rt relayedRun, n int, publish func(), settle func(natsjs.Msg)) {
+	t.Helper()
+	ctx, nc, cfg, r := rt.ctx, rt.nc, rt.cfg, rt.relay
 	r.Pause(true)
 	js := testJS(t, nc)
 	chat, err := js.Stream(ctx, cfg.ChatStream)
@@ -141,17 +151,16 @@ func leaveInHand(t *testing.T, rt relayedRun, conv string, n int) {
 	if err := chat.UnpinConsumer(ctx, cfg.TriggerConsumer, cfg.TriggerGroup); err != nil {
 		t.Fatal(err)
 	}
-	for range n {
-		publish(t, st, conv, text(800))
-	}
+	publish()
 	taken := 0
-	waitFor(t, "the other client to take "+conv+"'s messages", func() bool {
+	waitFor(t, fmt.Sprintf("the other client to take %d messages", n), func() bool {
 		batch, err := cons.Fetch(n-taken, natsjs.FetchPriorityGroup(cfg.TriggerGroup), natsjs.FetchMaxWait(time.Second))
 		if err != nil {
 			return false
 		}
-		for range batch.Messages() {
-			taken++ // and left in hand
+		for msg := range batch.Messages() {
+			settle(msg)
+			taken++
 		}
 		return taken == n
 	})
@@ -166,24 +175,13 @@ func leaveInHand(t *testing.T, rt relayedRun, conv string, n int) {
 // acknowledgement of every later message; once the read answers, the conversation is
 // counted and asked for.
 func TestACatchUpRecountThatHangsIsParked(t *testing.T) {
-	g := &gated{conv: "orphan", entered: make(chan struct{}, 1), release: make(chan struct{})}
-	released := false
+	cfg := testConfig()
+	cfg.ParkAfter = 300 * time.Millisecond
+	var g *gated
+	var release func()
 	rt := relayedTriggerWith(t, 10*time.Minute, func(st *jetstream.Store) *running {
-		cfg := testConfig()
-		cfg.ParkAfter = 300 * time.Millisecond
-		b, err := triggers.New(cfg, st, g, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		r := &running{b: b, cancel: cancel, done: make(chan error, 1)}
-		go func() { r.done <- b.Run(ctx) }()
-		t.Cleanup(func() {
-			if !released {
-				close(g.release)
-			}
-			r.stop()
-		})
+		var r *running
+		r, g, release = startGated(t, st, cfg, "orphan")
 		return r
 	})
 	first := publish(t, rt.st, "warm-up", text(20))
@@ -196,8 +194,7 @@ func TestACatchUpRecountThatHangsIsParked(t *testing.T) {
 		t.Fatal("the orphan's recount never started")
 	}
 	handled(t, rt.nc, rt.st, later) // past the barrier, while the recount hangs
-	close(g.release)
-	released = true
+	release()
 	if req := takeRequest(t, rt.st); req.Conversation != "orphan" {
 		t.Fatalf("request for %q; want orphan", req.Conversation)
 	}
@@ -211,22 +208,7 @@ func TestAMessageHeldInHandIsParked(t *testing.T) {
 	nc, st := setup(t)
 	cfg := testConfig()
 	cfg.ParkAfter = 300 * time.Millisecond
-	g := &gated{conv: "hangs", entered: make(chan struct{}, 1), release: make(chan struct{})}
-	tr, err := triggers.New(cfg, st, g, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(g.release)
-		}
-		cancel()
-		<-done
-	})
+	r, g, release := startGated(t, st, cfg, "hangs")
 	held := publish(t, st, "hangs", text(800))
 	select {
 	case <-g.entered:
@@ -251,8 +233,7 @@ func TestAMessageHeldInHandIsParked(t *testing.T) {
 	if err != nil || !strings.Contains(string(rm.Data), `"recount":true`) {
 		t.Fatalf("ACTIVITY's message for hangs: %v, %v; want its recount", rm, err)
 	}
-	close(g.release)
-	released = true
-	waitFor(t, "the parked message to be counted", func() bool { got, _ := tr.TokensOf("hangs"); return got > 0 })
+	release()
+	waitFor(t, "the parked message to be counted", func() bool { got, _ := r.b.TokensOf("hangs"); return got > 0 })
 	_ = held
 }

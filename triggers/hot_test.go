@@ -1,14 +1,10 @@
 package triggers_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/compactor/compactor/schemas/tokens"
-	"github.com/compactor/compactor/triggers"
 )
 
 // A hot conversation whose handler is held up (its rebuild hangs on a policy read) does
@@ -18,22 +14,8 @@ import (
 // every one of its messages is counted once.
 func TestAHotConversationDoesNotStallTheOthers(t *testing.T) {
 	nc, st := setup(t)
-	g := &gated{conv: "hot", entered: make(chan struct{}, 1), release: make(chan struct{})}
-	tr, err := triggers.New(testConfig(), st, g, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
-	released := false
-	t.Cleanup(func() {
-		if !released {
-			close(g.release)
-		}
-		cancel()
-		<-done
-	})
+	r, g, release := startGated(t, st, testConfig(), "hot")
+	tr := r.b
 	m := text(4)
 	b, _ := m.Encode()
 	const hot = 4200 // more than the consumer's max ack pending
@@ -60,8 +42,7 @@ func TestAHotConversationDoesNotStallTheOthers(t *testing.T) {
 		got, ok := tr.TokensOf("cold")
 		return ok && got == tokens.Message(&cold)
 	})
-	close(g.release)
-	released = true
+	release()
 	want := hot * tokens.Message(&m)
 	waitFor(t, "every hot message to be counted once", func() bool {
 		got, _ := tr.TokensOf("hot")

@@ -3,6 +3,7 @@ package triggers_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,6 +43,28 @@ func (g *gated) Settings(ctx context.Context, conv string) (policy.Settings, err
 	return g.fixed.Settings(ctx, conv)
 }
 
+// startGated runs a trigger (cfg) whose policy reads for conv hang until release is
+// called (at most once; the cleanup calls it when the test did not, then stops the
+// trigger).
+func startGated(t *testing.T, st *jetstream.Store, cfg triggers.Config, conv string) (r *running, g *gated, release func()) {
+	t.Helper()
+	g = &gated{conv: conv, entered: make(chan struct{}, 1), release: make(chan struct{})}
+	b, err := triggers.New(cfg, st, g, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r = &running{b: b, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- b.Run(ctx) }()
+	var once sync.Once
+	release = func() { once.Do(func() { close(g.release) }) }
+	t.Cleanup(func() {
+		release()
+		r.stop()
+	})
+	return r, g, release
+}
+
 // Crack 4: a conversation whose state is being rebuilt over a network call that hangs
 // holds no lock the others need. While it hangs, a failed event for another
 // conversation is applied and that conversation is asked for again when its backoff
@@ -50,19 +73,7 @@ func TestAHangingConversationHoldsNoLockOthersNeed(t *testing.T) {
 	_, st := setup(t)
 	cfg := testConfig()
 	cfg.FailureBackoff = 200 * time.Millisecond
-	g := &gated{conv: "hangs", entered: make(chan struct{}, 1), release: make(chan struct{})}
-	tr, err := triggers.New(cfg, st, g, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
-	t.Cleanup(func() {
-		close(g.release)
-		cancel()
-		<-done
-	})
+	_, g, _ := startGated(t, st, cfg, "hangs")
 	for range 15 { // over the threshold
 		publish(t, st, "busy", text(800))
 	}
@@ -240,7 +251,7 @@ func TestARedeliveryACompactionCoveredIsNotCountedAgain(t *testing.T) {
 // the threshold, and the cluster soak found conversations left over it.
 func TestMessagesAnotherTriggerHandledAreCounted(t *testing.T) {
 	rt := relayedTrigger(t, 0)
-	ctx, nc, st, cfg, r, _, tr := rt.ctx, rt.nc, rt.st, rt.cfg, rt.relay, rt.tnc, rt.tr
+	nc, st, tr := rt.nc, rt.st, rt.tr
 	m := text(800)
 	per := tokens.Message(&m)
 	for range 3 {
@@ -250,39 +261,15 @@ func TestMessagesAnotherTriggerHandledAreCounted(t *testing.T) {
 
 	// This process's pulls are held while another client takes the pin and handles two
 	// messages.
-	r.Pause(true)
-	js := testJS(t, nc)
-	chat, err := js.Stream(ctx, cfg.ChatStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.Consumer(ctx, cfg.ChatStream, cfg.TriggerConsumer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := chat.UnpinConsumer(ctx, cfg.TriggerConsumer, cfg.TriggerGroup); err != nil {
-		t.Fatal(err)
-	}
-	publish(t, st, "split", m)
-	last := publish(t, st, "split", m)
-	taken := 0
-	waitFor(t, "the other client to take two messages", func() bool {
-		batch, err := cons.Fetch(2-taken, natsjs.FetchPriorityGroup(cfg.TriggerGroup), natsjs.FetchMaxWait(time.Second))
-		if err != nil {
-			return false
+	var last uint64
+	anotherClientTakes(t, rt, 2, func() {
+		publish(t, st, "split", m)
+		last = publish(t, st, "split", m)
+	}, func(msg natsjs.Msg) {
+		if err := msg.DoubleAck(rt.ctx); err != nil {
+			t.Fatal(err)
 		}
-		for msg := range batch.Messages() {
-			if err := msg.DoubleAck(ctx); err != nil {
-				t.Fatal(err)
-			}
-			taken++
-		}
-		return taken == 2
 	})
-	if err := chat.UnpinConsumer(ctx, cfg.TriggerConsumer, cfg.TriggerGroup); err != nil {
-		t.Fatal(err)
-	}
-	r.Pause(false)
 	handled(t, nc, st, last)
 	seq := publish(t, st, "split", m)
 	handled(t, nc, st, seq)

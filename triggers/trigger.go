@@ -834,15 +834,11 @@ func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *
 		// Acknowledged in batches, nothing is redelivered: the conversation counts its
 		// failed rebuilds (here and in its recounts, see handleIdle), and the message
 		// is parked until the last attempt, which reports it and sets it aside.
-		tr.rebuildFails++
-		if int(tr.rebuildFails) >= t.cfg.RebuildAttempts {
-			tr.rebuildFails = 0
-			t.setAside(ctx, tr, id, err, d.Seq, log)
+		delay, aside := t.rebuildFailed(ctx, tr, id, err, d.Seq, "rebuild conversation state; parked, counted again later", log)
+		if aside {
 			t.ack(ctx, d)
 			return
 		}
-		delay := t.cfg.RetryDelay * time.Duration(tr.rebuildFails)
-		log.Warn().Err(err).Uint8("attempt", tr.rebuildFails).Dur("retry_in", delay).Msg("rebuild conversation state; parked, counted again later")
 		t.retryLater(ctx, d, delay, log)
 		return
 	}
@@ -854,6 +850,23 @@ func (t *Trigger) cannotRebuild(ctx context.Context, tr *tracked, id string, d *
 	}
 	t.setAside(ctx, tr, id, err, d.Seq, log)
 	t.ack(ctx, d)
+}
+
+// rebuildFailed counts a failed rebuild of the conversation tr on a consumer that
+// acknowledges in batches (no redelivery counts them). The last of RebuildAttempts in a
+// row reports it and sets it aside (see setAside; base is its base) and returns aside;
+// before that, it logs what and returns the delay before the next attempt. Callers
+// hold tr.mu.
+func (t *Trigger) rebuildFailed(ctx context.Context, tr *tracked, id string, err error, base uint64, what string, log zerolog.Logger) (delay time.Duration, aside bool) {
+	tr.rebuildFails++
+	if int(tr.rebuildFails) >= t.cfg.RebuildAttempts {
+		tr.rebuildFails = 0
+		t.setAside(ctx, tr, id, err, base, log)
+		return 0, true
+	}
+	delay = t.cfg.RetryDelay * time.Duration(tr.rebuildFails)
+	log.Warn().Err(err).Uint8("attempt", tr.rebuildFails).Dur("retry_in", delay).Msg(what)
+	return delay, false
 }
 
 // setAside reports a conversation whose state cannot be rebuilt (failed event, error
@@ -1647,15 +1660,11 @@ func (t *Trigger) recountCannotRebuild(ctx context.Context, tr *tracked, id stri
 		t.ack(ctx, d) // set aside: the next rebuild reads the conversation from the stream
 		return
 	}
-	tr.rebuildFails++
-	if int(tr.rebuildFails) >= t.cfg.RebuildAttempts {
-		tr.rebuildFails = 0
-		t.setAside(ctx, tr, id, err, 0, log)
+	delay, aside := t.rebuildFailed(ctx, tr, id, err, 0, "rebuild conversation state for its recount; retrying", log)
+	if aside {
 		t.ack(ctx, d)
 		return
 	}
-	delay := t.cfg.RetryDelay * time.Duration(tr.rebuildFails)
-	log.Warn().Err(err).Uint8("attempt", tr.rebuildFails).Dur("retry_in", delay).Msg("rebuild conversation state for its recount; retrying")
 	if nerr := d.NakAfter(ctx, delay); nerr != nil {
 		log.Warn().Err(nerr).Msg("nak idle signal")
 	}
